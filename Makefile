@@ -1,0 +1,59 @@
+# airlock — the two set-up commands are `make run` and `make test`.
+# Everything runs on Debian 12's own python3 with Debian's libraries
+# (python3-yaml, -structlog, -systemd, -sdnotify): the same versions the
+# package depends on.  Test tools come from PyPI into .venv.
+
+SHELL := /bin/bash
+PYTHON := /usr/bin/python3
+VENV := .venv
+BIN := $(VENV)/bin
+# pybuild and our venv must not pick up a pyenv shim or another python3.
+export PATH := /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$(PATH)
+
+DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-systemd python3-sdnotify
+
+.PHONY: all run test test-unit test-integration lint deps clean bench stress
+
+all: test
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "airlock needs these Debian packages; run as root:"; \
+	    echo "  apt-get install$$missing"; exit 1; \
+	  fi; \
+	fi
+
+$(BIN)/airlock: pyproject.toml | deps
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+venv: $(BIN)/airlock
+
+run: $(BIN)/airlock
+	$(BIN)/airlock dev up --runtime-dir ./run
+
+test: $(BIN)/airlock
+	$(BIN)/python -m pytest -q tests/unit tests/integration
+
+test-unit: $(BIN)/airlock
+	$(BIN)/python -m pytest -q tests/unit
+
+test-integration: $(BIN)/airlock
+	$(BIN)/python -m pytest -q tests/integration
+
+lint: $(BIN)/airlock
+	$(BIN)/ruff check services tests
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) run dist build .pytest_cache .mypy_cache .ruff_cache
+
+-include mk/*.mk

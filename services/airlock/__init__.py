@@ -1,0 +1,3 @@
+"""airlock: a privileged-command gateway for AI agents and automation."""
+
+__version__ = "0.1.0"

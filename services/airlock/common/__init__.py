@@ -1,0 +1,1 @@
+"""Shared core of the airlock services: codec, config, logging, activation, peers, IPC."""

@@ -1,0 +1,282 @@
+"""The native v1 envelope and line framing, with no I/O.
+
+Bytes go in, messages come out; messages go in, bytes come out.  Services only
+move bytes between this module and their sockets (h11's split).  A frame is one
+UTF-8 JSON object ending in exactly ``\\n``; the length cap is checked before
+anything is parsed, and each way a line can be wrong is its own error code.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from airlock.common.errors import AirlockError, ErrorCode
+
+PROTOCOL_VERSION: Final = 1
+SUPPORTED_VERSIONS: Final = (1,)
+DEFAULT_MAX_LINE: Final = 1024 * 1024
+
+
+class _NeedData(enum.Enum):
+    NEED_DATA = "need_data"
+
+
+NEED_DATA: Final = _NeedData.NEED_DATA
+
+
+class FrameDecoder:
+    """Splits a byte stream into lines of at most ``max_bytes`` (newline included)."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_LINE) -> None:
+        if max_bytes < 2:
+            raise ValueError("max_bytes must allow at least one byte and the newline")
+        self.max_bytes = max_bytes
+        self._buffer = bytearray()
+        self._failed = False
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    def next_frame(self) -> bytes | _NeedData:
+        """Return the next line without its newline, or NEED_DATA.
+
+        Raises `AirlockError(request_too_large)` as soon as more than
+        ``max_bytes`` arrive without a newline, so a peer cannot make us buffer
+        without bound.
+        """
+        if self._failed:
+            raise AirlockError(ErrorCode.INVALID_REQUEST, "stream already failed")
+        end = self._buffer.find(b"\n", 0, self.max_bytes)
+        if end < 0:
+            if len(self._buffer) >= self.max_bytes:
+                self._failed = True
+                raise _too_large(self.max_bytes)
+            return NEED_DATA
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
+        return line
+
+    def end_of_stream(self) -> None:
+        """The peer closed its side: leftover bytes are a line without its newline."""
+        if self._buffer and not self._failed:
+            self._failed = True
+            raise AirlockError(
+                ErrorCode.MISSING_NEWLINE,
+                "missing trailing newline: the request must end with \\n",
+                {"received_bytes": len(self._buffer)},
+            )
+
+
+def _too_large(limit: int) -> AirlockError:
+    return AirlockError(
+        ErrorCode.REQUEST_TOO_LARGE,
+        f"request exceeds {limit} bytes (newline included)",
+        {"limit_bytes": limit},
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_object(line: bytes) -> dict[str, Any]:
+    """Decode one line (without its newline) into a JSON object."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AirlockError(
+            ErrorCode.INVALID_UTF8, f"request is not valid UTF-8 (byte {exc.start})", {"offset": exc.start}
+        ) from None
+    if text.endswith("\r"):
+        # A CRLF line ending is not "exactly \n"; say so instead of a JSON error.
+        raise AirlockError(ErrorCode.INVALID_REQUEST, "request line must end with \\n, not \\r\\n")
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise AirlockError(ErrorCode.INVALID_JSON, "request JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise AirlockError(ErrorCode.INVALID_JSON, f"request is not valid JSON: {_short(exc)}") from None
+    if not isinstance(value, dict):
+        raise AirlockError(
+            ErrorCode.INVALID_REQUEST, f"request must be a JSON object, not {_json_type(value)}"
+        )
+    return value
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:200]
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def recover_id(obj: Any) -> str | None:
+    """The request ID to echo in an error, when one can be recovered."""
+    if isinstance(obj, dict):
+        value = obj.get("id")
+        if isinstance(value, str) and len(value) <= 256:
+            return value
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One native v1 request envelope: ``{"v":1,"id":…,"verb":…,"args":{…},"token":…}``."""
+
+    id: str | None
+    verb: str
+    args: dict[str, Any] = field(default_factory=dict)
+    token: str | None = None
+    v: int = PROTOCOL_VERSION
+
+    def __post_init__(self) -> None:
+        if self.v not in SUPPORTED_VERSIONS:
+            raise AirlockError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"protocol version {self.v!r} is not supported",
+                {"supported": list(SUPPORTED_VERSIONS), "received": self.v},
+            )
+        if self.id is not None and (not isinstance(self.id, str) or len(self.id) > 256):
+            raise AirlockError(ErrorCode.INVALID_REQUEST, "id must be a string of at most 256 characters")
+        if not isinstance(self.verb, str) or not self.verb or len(self.verb) > 64:
+            raise AirlockError(ErrorCode.INVALID_REQUEST, "verb must be a non-empty string")
+        if not isinstance(self.args, dict):
+            raise AirlockError(ErrorCode.INVALID_REQUEST, "args must be an object")
+        if self.token is not None and not isinstance(self.token, str):
+            raise AirlockError(ErrorCode.INVALID_REQUEST, "token must be a string or null")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"v": self.v, "id": self.id, "verb": self.verb, "args": self.args, "token": self.token}
+
+
+_ENVELOPE_KEYS = frozenset({"v", "id", "verb", "args", "token"})
+
+
+def request_from_object(untrusted: dict[str, Any]) -> Request:
+    """Validate a decoded object as a native request envelope."""
+    if "v" not in untrusted:
+        raise AirlockError(ErrorCode.INVALID_REQUEST, "missing field 'v' (protocol version)")
+    version = untrusted["v"]
+    if isinstance(version, bool) or not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
+        raise AirlockError(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"protocol version {version!r} is not supported",
+            {"supported": list(SUPPORTED_VERSIONS), "received": version},
+        )
+    unknown = sorted(set(untrusted) - _ENVELOPE_KEYS)
+    if unknown:
+        raise AirlockError(
+            ErrorCode.INVALID_REQUEST, f"unknown envelope field '{unknown[0]}'", {"fields": unknown}
+        )
+    if "verb" not in untrusted:
+        raise AirlockError(ErrorCode.INVALID_REQUEST, "missing field 'verb'")
+    args = untrusted.get("args", {})
+    if args is None:
+        args = {}
+    return Request(
+        id=untrusted.get("id"),
+        verb=untrusted["verb"],
+        args=args,
+        token=untrusted.get("token"),
+        v=version,
+    )
+
+
+def decode_request(line: bytes) -> Request:
+    """Decode one native line into a `Request`, or raise an `AirlockError`.
+
+    To echo the request ID in an error, parse with `parse_object` first and
+    call `recover_id` on the result.
+    """
+    return request_from_object(parse_object(line))
+
+
+def canonical_json(value: Any) -> bytes:
+    """Canonical JSON: sorted keys, no insignificant whitespace, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def encode_ok(request_id: str | None, data: dict[str, Any]) -> bytes:
+    return _line({"id": request_id, "ok": True, "data": data})
+
+
+def encode_error(request_id: str | None, error: AirlockError) -> bytes:
+    return _line({"id": request_id, "ok": False, "error": error.to_dict()})
+
+
+def encode_event(request_id: str | None, event: str, seq: int, fields: dict[str, Any]) -> bytes:
+    body: dict[str, Any] = {"id": request_id, "event": event, "seq": seq}
+    for key, value in fields.items():
+        if key not in body:
+            body[key] = value
+    return _line(body)
+
+
+def encode_request(request: Request) -> bytes:
+    return _line(request.to_dict())
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A decoded final response (what a client reads)."""
+
+    id: str | None
+    ok: bool
+    data: dict[str, Any] | None = None
+    error: AirlockError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A decoded event line that precedes a final response."""
+
+    id: str | None
+    event: str
+    seq: int
+    fields: dict[str, Any]
+
+
+def decode_reply(line: bytes) -> Response | Event:
+    """Decode one line a server wrote: an event line or the final response."""
+    obj = parse_object(line)
+    if "event" in obj:
+        event, seq = obj.get("event"), obj.get("seq")
+        if not isinstance(event, str) or isinstance(seq, bool) or not isinstance(seq, int):
+            raise AirlockError(ErrorCode.INVALID_REQUEST, "malformed event line")
+        rest = {k: v for k, v in obj.items() if k not in ("id", "event", "seq")}
+        return Event(id=obj.get("id"), event=event, seq=seq, fields=rest)
+    ok = obj.get("ok")
+    if ok is True and isinstance(obj.get("data"), dict) and "error" not in obj:
+        return Response(id=obj.get("id"), ok=True, data=obj["data"])
+    if ok is False and isinstance(obj.get("error"), dict) and "data" not in obj:
+        err = obj["error"]
+        try:
+            code = ErrorCode(err.get("code"))
+        except ValueError:
+            code = ErrorCode.INTERNAL
+        message = err.get("message") if isinstance(err.get("message"), str) else "unknown error"
+        details = err.get("details") if isinstance(err.get("details"), dict) else {}
+        return Response(id=obj.get("id"), ok=False, error=AirlockError(code, message, details))
+    raise AirlockError(ErrorCode.INVALID_REQUEST, "malformed response envelope")

@@ -1,0 +1,480 @@
+"""The one typed configuration object, built once at start-up.
+
+Every setting is one row of `SETTINGS` (key, parser, default, help): the row
+drives file parsing, `airlock config show` and the docs.  YAML is composed
+with the safe loader so every node keeps its line and column, and every error
+renders as ``path:line:col: key.path: message (got 'value')``.  Parsers raise
+`ConfigError`; only a ``main()`` exits.
+
+The ``policy:`` section is not parsed here: the policy engine reads its node
+(and policy.d/) itself, so its errors can name rules and lines too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_CONFIG_PATH = Path("/etc/airlock/airlock.yaml")
+
+
+class ConfigError(Exception):
+    """A configuration problem, already rendered for a human."""
+
+
+def _where(path: str, node: yaml.Node | None) -> str:
+    if node is None:
+        return path
+    mark = node.start_mark
+    return f"{path}:{mark.line + 1}:{mark.column + 1}"
+
+
+def _fail(path: str, node: yaml.Node | None, key: str, message: str) -> ConfigError:
+    got = ""
+    if isinstance(node, yaml.ScalarNode):
+        got = f" (got {node.value!r})"
+    elif isinstance(node, yaml.SequenceNode):
+        got = " (got a list)"
+    elif isinstance(node, yaml.MappingNode):
+        got = " (got a mapping)"
+    return ConfigError(f"{_where(path, node)}: {key}: {message}{got}")
+
+
+# --- value parsers: node -> value, raising ValueError with the constraint -----
+
+Parser = Callable[[yaml.Node], Any]
+
+_BOOL = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+def _scalar(node: yaml.Node) -> yaml.ScalarNode:
+    if not isinstance(node, yaml.ScalarNode):
+        raise ValueError("expected a single value")
+    return node
+
+
+def _is_null(node: yaml.Node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+
+def parse_bool(node: yaml.Node) -> bool:
+    value = _scalar(node).value.lower()
+    if node.tag != "tag:yaml.org,2002:bool" or value not in _BOOL:
+        raise ValueError("expected true or false")
+    return _BOOL[value]
+
+
+def _int(node: yaml.Node) -> int:
+    scalar = _scalar(node)
+    if scalar.tag != "tag:yaml.org,2002:int":
+        raise ValueError("expected an integer")
+    try:
+        return int(scalar.value.replace("_", ""), 0)
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def positive_int(node: yaml.Node) -> int:
+    value = _int(node)
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
+def non_negative_int(node: yaml.Node) -> int:
+    value = _int(node)
+    if value < 0:
+        raise ValueError("must be zero or a positive integer")
+    return value
+
+
+def non_negative_float(node: yaml.Node) -> float:
+    scalar = _scalar(node)
+    if scalar.tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+        raise ValueError("expected a number")
+    try:
+        value = float(scalar.value.replace("_", ""))
+    except ValueError:
+        raise ValueError("expected a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be a finite number >= 0")
+    return value
+
+
+def positive_float(node: yaml.Node) -> float:
+    value = non_negative_float(node)
+    if value <= 0:
+        raise ValueError("must be greater than 0")
+    return value
+
+
+def string(node: yaml.Node) -> str:
+    scalar = _scalar(node)
+    if scalar.tag != "tag:yaml.org,2002:str":
+        raise ValueError("expected a string")
+    return str(scalar.value)
+
+
+def optional_string(node: yaml.Node) -> str | None:
+    return None if _is_null(node) else string(node)
+
+
+def absolute_path(node: yaml.Node) -> Path:
+    value = string(node)
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute path")
+    return Path(value)
+
+
+def string_list(node: yaml.Node) -> tuple[str, ...]:
+    if _is_null(node):
+        return ()
+    if not isinstance(node, yaml.SequenceNode):
+        raise ValueError("expected a list of strings")
+    values = []
+    for item in node.value:
+        if not isinstance(item, yaml.ScalarNode) or item.tag not in (
+            "tag:yaml.org,2002:str",
+            "tag:yaml.org,2002:int",
+        ):
+            raise ValueError("expected a list of strings")
+        values.append(str(item.value))
+    return tuple(values)
+
+
+def command(node: yaml.Node) -> tuple[str, ...]:
+    """A command as an argv list (or null for none)."""
+    values = string_list(node)
+    if values and not values[0].startswith("/"):
+        raise ValueError("the command's first element must be an absolute path")
+    return values
+
+
+def choice(*options: str) -> Parser:
+    def parse(node: yaml.Node) -> str:
+        value = string(node)
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return value
+
+    return parse
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+
+
+def env_patterns(node: yaml.Node) -> tuple[str, ...]:
+    values = string_list(node)
+    for value in values:
+        if not _ENV_NAME.match(value):
+            raise ValueError(f"{value!r} is not a variable name (a trailing * is allowed)")
+    return values
+
+
+# --- the typed result ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    runtime_dir: Path
+    state_dir: Path
+    policy_dir: Path
+
+
+@dataclass(frozen=True, slots=True)
+class Principals:
+    users: tuple[str, ...]
+    groups: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Agents:
+    users: tuple[str, ...]
+    groups: tuple[str, ...]
+    require_token: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    intake_user: str
+    approval_user: str
+    journal_user: str
+    runner_user: str
+    idle_exit_seconds: float
+    stop_timeout_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_request_bytes: int
+    max_connections: int
+    read_timeout_seconds: float
+    request_timeout_seconds: float
+    freshness_seconds: float
+    clock_skew_seconds: float
+    replay_window_seconds: float
+    default_timeout_seconds: float
+    max_output_bytes: int
+    kill_grace_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    allow: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    timeout_seconds: float
+    allow_self_approval: bool
+    ticket_ttl_seconds: float
+    notify_command: tuple[str, ...]
+    notify_timeout_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    operation_retention: float
+    operation_capacity: int
+    output_head_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Runner:
+    containment: str
+    slice: str
+    memory_max: str | None
+    tasks_max: int
+    cpu_quota: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    level: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    paths: Paths
+    agents: Agents
+    operators: Principals
+    services: Services
+    limits: Limits
+    env: Env
+    approval: Approval
+    journal: Journal
+    runner: Runner
+    log: Log
+    # Where the config came from, and the raw ``policy:`` node for the policy engine.
+    source: str = "<built-in>"
+    policy_node: yaml.Node | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for setting in SETTINGS:
+            section, name = setting.key.split(".", 1)
+            value = getattr(getattr(self, section), name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out.setdefault(section, {})[name] = value
+        return out
+
+    def socket_path(self, name: str) -> Path:
+        """Where a named socket lives: agent/operator at the top, others in internal/."""
+        if name in ("agent", "operator"):
+            return self.paths.runtime_dir / f"{name}.sock"
+        return self.paths.runtime_dir / "internal" / f"{name}.sock"
+
+
+_SECTIONS: dict[str, type] = {
+    "paths": Paths,
+    "agents": Agents,
+    "operators": Principals,
+    "services": Services,
+    "limits": Limits,
+    "env": Env,
+    "approval": Approval,
+    "journal": Journal,
+    "runner": Runner,
+    "log": Log,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    key: str
+    parse: Parser
+    default: Any
+    help: str
+
+
+MiB = 1024 * 1024
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("paths.runtime_dir", absolute_path, Path("/run/airlock"), "Where the sockets live."),
+    Setting("paths.state_dir", absolute_path, Path("/var/lib/airlock"), "The journal's database lives here."),
+    Setting("paths.policy_dir", absolute_path, Path("/etc/airlock/policy.d"), "Extra policy files (*.yaml), read in name order."),
+    Setting("agents.users", string_list, (), "Users (names or uids) allowed on agent.sock; empty with no groups means anyone who can open it."),
+    Setting("agents.groups", string_list, (), "Groups whose members are allowed on agent.sock."),
+    Setting("agents.require_token", parse_bool, False, "Refuse agent requests that carry no valid session token."),
+    Setting("operators.users", string_list, (), "Users (names or uids) allowed on operator.sock; root always is."),
+    Setting("operators.groups", string_list, ("airlock-admin",), "Groups whose members are operators."),
+    Setting("services.intake_user", string, "airlock-intake", "The user airlock-intake runs as."),
+    Setting("services.approval_user", string, "airlock-approval", "The user airlock-approval runs as."),
+    Setting("services.journal_user", string, "airlock-journal", "The user airlock-journal runs as."),
+    Setting("services.runner_user", string, "root", "The user airlock-runner runs as."),
+    Setting("services.idle_exit_seconds", non_negative_float, 300.0, "A socket-activated service exits after this long without work (0: never)."),
+    Setting("services.stop_timeout_seconds", positive_float, 20.0, "On stop, how long in-flight work may take to finish."),
+    Setting("limits.max_request_bytes", positive_int, 1 * MiB, "Longest request line, newline included."),
+    Setting("limits.max_connections", positive_int, 64, "Agent connections handled at once; more get 'busy'."),
+    Setting("limits.read_timeout_seconds", positive_float, 10.0, "Longest wait for the next bytes of a request."),
+    Setting("limits.request_timeout_seconds", positive_float, 30.0, "Longest time to receive a whole request."),
+    Setting("limits.freshness_seconds", positive_float, 60.0, "Requests whose time is older than this are rejected."),
+    Setting("limits.clock_skew_seconds", non_negative_float, 5.0, "How far in the future a request's time may be."),
+    Setting("limits.replay_window_seconds", positive_float, 300.0, "How long a request ID is remembered (at least twice freshness_seconds)."),
+    Setting("limits.default_timeout_seconds", positive_float, 300.0, "A job's timeout when the request names none."),
+    Setting("limits.max_output_bytes", positive_int, 16 * MiB, "Default and ceiling for captured bytes per stream."),
+    Setting("limits.kill_grace_seconds", non_negative_float, 1.0, "Between SIGTERM and SIGKILL of a job."),
+    Setting("env.allow", env_patterns, ("LANG", "TZ", "HOME", "DEBIAN_FRONTEND", "TERM", "LC_*"), "Environment variables a request may set (a trailing * matches a prefix)."),
+    Setting("approval.timeout_seconds", positive_float, 60.0, "How long a request may wait for an operator."),
+    Setting("approval.allow_self_approval", parse_bool, False, "Whether an operator may approve their own request."),
+    Setting("approval.ticket_ttl_seconds", positive_float, 10.0, "How long an approval ticket stays redeemable."),
+    Setting("approval.notify_command", command, (), "Run (argv, absolute path first) with each pending request as JSON on stdin."),
+    Setting("approval.notify_timeout_seconds", positive_float, 10.0, "How long the notify command may run."),
+    Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
+    Setting("journal.operation_capacity", positive_int, 256, "Completed operations kept for replay, oldest out."),
+    Setting("journal.output_head_bytes", non_negative_int, 0, "Bytes of each output stream kept in the audit record (0: digest and size only)."),
+    Setting("runner.containment", choice("auto", "scope", "process-group"), "auto", "scope: a transient systemd scope per job; auto: scope when systemd runs, else a process group."),
+    Setting("runner.slice", string, "airlock-jobs.slice", "The slice job scopes are placed in."),
+    Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job scope (e.g. 2G)."),
+    Setting("runner.tasks_max", non_negative_int, 0, "TasksMax= of each job scope (0: systemd's default)."),
+    Setting("runner.cpu_quota", optional_string, None, "CPUQuota= of each job scope (e.g. 200%)."),
+    Setting("log.level", choice("debug", "info", "warning", "error"), "info", "The lowest level logged."),
+    Setting("log.target", choice("auto", "journal", "stderr"), "auto", "auto: journald when stderr is the journal, else JSON lines on stderr."),
+)
+
+_BY_KEY = {s.key: s for s in SETTINGS}
+
+
+def _build(values: dict[str, Any], source: str, policy_node: yaml.Node | None) -> Config:
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        fields = {f.name: values[f"{name}.{f.name}"] for f in dataclasses.fields(cls)}
+        sections[name] = cls(**fields)
+    return Config(**sections, source=source, policy_node=policy_node)
+
+
+def defaults() -> Config:
+    return _build({s.key: s.default for s in SETTINGS}, "<built-in>", None)
+
+
+def _mapping_items(node: yaml.MappingNode, path: str, prefix: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
+    items = []
+    seen: set[str] = set()
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+            raise _fail(path, key_node, prefix or "(top level)", "keys must be strings")
+        key = key_node.value
+        full = f"{prefix}.{key}" if prefix else key
+        if key in seen:
+            raise _fail(path, key_node, full, "duplicate key")
+        seen.add(key)
+        items.append((key, key_node, value_node))
+    return items
+
+
+def parse_text(text: str, path: str, base: Config | None = None) -> Config:
+    """Parse a config file's text over ``base`` (the built-in defaults)."""
+    base = base or defaults()
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        section, name = setting.key.split(".", 1)
+        values[setting.key] = getattr(getattr(base, section), name)
+    policy_node = base.policy_node
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+    if root is None or _is_null(root):
+        return _build(values, path, policy_node)
+    if not isinstance(root, yaml.MappingNode):
+        raise _fail(path, root, "(top level)", "the file must be a mapping of sections")
+    for section, key_node, section_node in _mapping_items(root, path, ""):
+        if section == "policy":
+            policy_node = section_node
+            continue
+        if section not in _SECTIONS:
+            raise _fail(path, key_node, section, f"unknown section (known: {', '.join(sorted([*_SECTIONS, 'policy']))})")
+        if _is_null(section_node):
+            continue
+        if not isinstance(section_node, yaml.MappingNode):
+            raise _fail(path, section_node, section, "expected a mapping")
+        for name, name_node, value_node in _mapping_items(section_node, path, section):
+            key = f"{section}.{name}"
+            setting = _BY_KEY.get(key)
+            if setting is None:
+                known = sorted(s.key.split(".", 1)[1] for s in SETTINGS if s.key.startswith(section + "."))
+                raise _fail(path, name_node, key, f"unknown key (known in {section}: {', '.join(known)})")
+            try:
+                values[key] = setting.parse(value_node)
+            except ValueError as exc:
+                raise _fail(path, value_node, key, str(exc)) from None
+    config = _build(values, path, policy_node)
+    _check(config, path)
+    return config
+
+
+def _check(config: Config, path: str) -> None:
+    limits = config.limits
+    if limits.replay_window_seconds < 2 * limits.freshness_seconds:
+        raise ConfigError(
+            f"{path}: limits.replay_window_seconds: must be at least twice limits.freshness_seconds "
+            f"(got {limits.replay_window_seconds:g} with freshness {limits.freshness_seconds:g})"
+        )
+    if limits.clock_skew_seconds >= limits.replay_window_seconds - limits.freshness_seconds:
+        raise ConfigError(f"{path}: limits.clock_skew_seconds: must be smaller than the replay window minus freshness")
+
+
+def load(path: Path | None = None, *, base: Config | None = None, missing_ok: bool = True) -> Config:
+    """Load the config file (default /etc/airlock/airlock.yaml) over the built-in defaults."""
+    target = path or DEFAULT_CONFIG_PATH
+    try:
+        text = target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if path is None and missing_ok:
+            return base or defaults()
+        raise ConfigError(f"{target}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{target}: cannot read: {exc}") from None
+    return parse_text(text, str(target), base)
+
+
+def overlay(config: Config, **sections: dict[str, Any]) -> Config:
+    """A copy of ``config`` with some settings replaced (used by `airlock dev up`)."""
+    replaced: dict[str, Any] = {}
+    for section, changes in sections.items():
+        replaced[section] = dataclasses.replace(getattr(config, section), **changes)
+    return dataclasses.replace(config, **replaced)
+
+
+def describe(settings: Sequence[Setting] = SETTINGS) -> str:
+    """One line per setting, for `airlock config --help` and docs."""
+    lines = []
+    for s in settings:
+        default = s.default
+        if isinstance(default, tuple):
+            default = list(default)
+        lines.append(f"{s.key} (default {default!s}): {s.help}")
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""The closed set of error codes that may cross a socket.
+
+Only a code and a message ever reach a peer: never a class name, never a
+traceback.  Every service raises `AirlockError` for refusals; only the service
+shell catches anything broader and turns it into `internal`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class ErrorCode(enum.StrEnum):
+    # Envelope and protocol (reference/004).
+    INVALID_REQUEST = "invalid_request"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    UNKNOWN_VERB = "unknown_verb"
+    UNAUTHORIZED = "unauthorized"
+    NOT_FOUND = "not_found"
+    CONFLICT = "conflict"
+    INTERNAL = "internal"
+    # Framing.
+    REQUEST_TOO_LARGE = "request_too_large"
+    MISSING_NEWLINE = "missing_newline"
+    INVALID_UTF8 = "invalid_utf8"
+    INVALID_JSON = "invalid_json"
+    READ_TIMEOUT = "read_timeout"
+    # The life of a request.
+    BUSY = "busy"
+    STALE_REQUEST = "stale_request"
+    REPLAYED_REQUEST = "replayed_request"
+    DENIED = "denied"
+    APPROVAL_TIMEOUT = "approval_timeout"
+    APPROVAL_INTERRUPTED = "approval_interrupted"
+    APPROVAL_UNAVAILABLE = "approval_unavailable"
+    AUDIT_UNAVAILABLE = "audit_unavailable"
+    RUNNER_UNAVAILABLE = "runner_unavailable"
+    PRIVILEGE_UNAVAILABLE = "privilege_unavailable"
+    INVALID_TICKET = "invalid_ticket"
+    SPAWN_FAILED = "spawn_failed"
+    # Operations (reference/001).
+    OPERATION_ID_CONFLICT = "operation_id_conflict"
+    OPERATION_IN_PROGRESS = "operation_in_progress"
+    PROTECTED_REDELIVERY_FORBIDDEN = "protected_redelivery_forbidden"
+
+
+class AirlockError(Exception):
+    """A refusal or failure that is reported to the peer as a structured error."""
+
+    def __init__(self, code: ErrorCode, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = ErrorCode(code)
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+
+    def __repr__(self) -> str:
+        return f"AirlockError({self.code.value!r}, {self.message!r})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code.value, "message": self.message, "details": self.details}
