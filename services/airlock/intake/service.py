@@ -17,7 +17,7 @@ from typing import Any
 
 from airlock import __version__
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit
+from airlock.common.audit import Audit, Ids
 from airlock.common.codec import (
     SUPPORTED_VERSIONS,
     Event,
@@ -228,18 +228,18 @@ class Intake:
         self.check_privilege(req)
         op = self.operation_id(req)
         digest = req.spec.digest()
-        ids = {"request_id": req.request_id, "operation_id": op, "peer_uid": peer.uid, "session": req.session}
+        ids = Ids(req.request_id, op, peer.uid, req.session or None)
         emit = call.emit if call is not None else None
         await self.audit.record(
             "request.received",
-            **ids,
+            ids,
             payload={"request": req.describe(), "peer": peer.to_dict(), "digest": digest},
         )
         began = await self.journal.call(
             "op.begin", {"operation_id": op, "digest": digest, "has_protected": bool(req.protected_env)}
         )
         if began["state"] == "replay":
-            await self.audit.record("operation.replayed", **ids, payload={"digest": digest})
+            await self.audit.record("operation.replayed", ids, payload={"digest": digest})
             return dict(began["outcome"]) | {"replay": True}
         settled = False
         try:
@@ -292,11 +292,11 @@ class Intake:
                 except AirlockError:
                     pass
 
-    async def _replied(self, ids: dict[str, Any], status: str, exc: AirlockError | None) -> None:
+    async def _replied(self, ids: Ids, status: str, exc: AirlockError | None) -> None:
         try:
             await self.audit.record(
                 "request.replied",
-                **ids,
+                ids,
                 payload={"status": status, "code": exc.code.value if exc else None, "message": exc.message if exc else None},
                 log_fields={"status": status, "code": exc.code.value if exc else None},
             )
