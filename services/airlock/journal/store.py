@@ -436,7 +436,15 @@ class Store:
         """End an operation that settled nothing (it never ran, or failed before settling)."""
         self._ops.abandon(check_id("operation_id", operation_id))
 
+    def active_operations(self) -> frozenset[str]:
+        """Operation IDs begun and not yet completed or abandoned (for ``health``)."""
+        return self._ops.active
+
     # -- reading --------------------------------------------------------------
+    #
+    # The readers below are synchronous and may take a while on a large
+    # journal (verify, export): a service calls them with asyncio.to_thread.
+    # Each is safe from any thread.
 
     def head(self) -> tuple[int, str]:
         """(seq, hash) of the newest durable event; ``(0, GENESIS)`` when empty."""

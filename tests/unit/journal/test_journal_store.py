@@ -405,3 +405,44 @@ def test_full_disk_fails_appends_and_keeps_the_chain(tiny_fs: Path) -> None:
         assert result.ok and result.checked == 4
 
     with_store(db, body)
+
+
+def test_unwritable_database_fails_appends_and_recovers(db: Path) -> None:
+    """The database refuses writes (as a read-only file would): appends and
+    settled operations fail with audit_unavailable; nothing half-happens."""
+
+    async def body(store: Store) -> None:
+        await fill(store, 2)
+        head = store.head()
+        await store.op_begin("op-1", "d")
+        store._wconn.execute("PRAGMA query_only = ON")  # the writer is idle: no race with its thread
+        results = await asyncio.gather(
+            *(store.append(writer="intake", kind="request.received", payload={"i": i}) for i in range(5)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, AirlockError) and r.code is ErrorCode.AUDIT_UNAVAILABLE for r in results), results
+        with pytest.raises(AirlockError) as info:
+            await store.op_complete("op-1", "d", {"exit_code": 0})
+        assert info.value.code is ErrorCode.AUDIT_UNAVAILABLE
+        assert store.active_operations() == frozenset()  # a retry may run it again
+        assert store.head() == head
+        store._wconn.execute("PRAGMA query_only = OFF")
+        event = await store.append(writer="intake", kind="request.received", payload={})
+        assert (event.seq, event.prev_hash) == (3, head[1])
+        assert store.verify().ok
+
+    with_store(db, body)
+
+
+def test_pure_modules_do_no_io() -> None:
+    """chain, kinds and operations are shared with the CLI and tests: no I/O imports."""
+    import ast
+
+    package = Path(__file__).resolve().parents[3] / "services/airlock/journal"
+    forbidden = {"asyncio", "os", "socket", "sqlite3", "subprocess", "threading"}
+    for name in ("chain.py", "kinds.py", "operations.py"):
+        tree = ast.parse((package / name).read_text())
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not imported & forbidden, (name, imported & forbidden)
