@@ -24,6 +24,7 @@ from typing import Any, Literal, cast
 import yaml
 
 from airlock.approval import match
+from airlock.approval.match import FileGrant
 from airlock.common.config import Config
 from airlock.common.resolve import default_path, resolve_executable
 
@@ -55,27 +56,6 @@ class PolicyError(Exception):
 
 
 # --- the parsed policy -----------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class FileGrant:
-    """One entry of a rule's ``files:``: these tools on these paths.
-
-    ``paths`` are canonical: a file, or ``base/...`` for base and everything under it.
-    """
-
-    tools: frozenset[str]
-    paths: tuple[str, ...]
-
-    def matches(self, tool: str, path: str) -> bool:
-        if tool not in self.tools:
-            return False
-        for pattern in self.paths:
-            subtree = pattern.endswith("/" + match.REST)
-            base = pattern[: -len(match.REST) - 1] or "/" if subtree else pattern
-            if match.match_path(base, subtree, path):
-                return True
-        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,8 +344,9 @@ class _Reader:
             if not isinstance(item, yaml.ScalarNode) or item.tag not in tags:
                 raise self.fail(item, f"{key}[{index}]", f"expected {what[len('a list of '):-1]}")
             value = str(item.value)
-            if item.tag == _INT:
-                value = str(int(value.replace("_", ""), 0))
+            # YAML 1.1 reads 010 as 8 and 0x10 as 16: a uid must be written plainly.
+            if item.tag == _INT and not (value.isdigit() and (value == "0" or value[0] != "0")):
+                raise self.fail(item, f"{key}[{index}]", "a uid is a plain decimal number")
             if not value or any(c.isspace() or not c.isprintable() for c in value):
                 raise self.fail(item, f"{key}[{index}]", "must be a non-empty name without spaces")
             values.add(value)

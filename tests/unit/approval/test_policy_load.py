@@ -96,8 +96,11 @@ def test_missing_policy_dir_is_fine(tmp_path: Path) -> None:
 
 
 def test_users_may_be_numbers_and_values_are_normalised() -> None:
-    f = parse_policy_text("rules: [{name: x, decision: allow, users: [0, root, 0x10]}]", D, main=False)
-    assert f.rules[0].users == frozenset({"0", "root", "16"})
+    f = parse_policy_text("rules: [{name: x, decision: allow, users: [0, root, 1000, '0x10']}]", D, main=False)
+    assert f.rules[0].users == frozenset({"0", "root", "1000", "0x10"})
+    assert dropin_error("rules: [{name: x, decision: allow, users: [010]}]") == (
+        f"{D}:1:44: rules[0] (x).users[0]: a uid is a plain decimal number (got '010')"
+    )
 
 
 # --- exact errors ----------------------------------------------------------------------
