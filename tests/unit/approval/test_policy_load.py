@@ -287,3 +287,20 @@ def test_assemble_refuses_two_defaults() -> None:
     b = parse_policy_text("policy: {default: deny}", "/b.yaml", main=True)
     with pytest.raises(PolicyError, match=r"^/b.yaml: policy.default: set more than once \(also in /a.yaml\)$"):
         assemble([a, b])
+
+
+# --- shipped examples ------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_the_example_policy_d_file_loads() -> None:
+    path = REPO / "config/policy.d/50-examples.yaml.example"
+    f = parse_policy_text(path.read_text(), str(path), main=False)
+    assert "no-disk-tools" in {r.name for r in f.rules}
+
+
+def test_the_worked_example_in_docs_loads() -> None:
+    text = (REPO / "docs/policy.md").read_text().split("## Worked examples")[1].split("```yaml\n")[1].split("```")[0]
+    policy = assemble([parse_policy_text(text, "docs/policy.md", main=True)])
+    assert {r.name for r in policy.rules} == {"read-only-status", "apt-install", "no-disk-tools"}
