@@ -112,12 +112,11 @@ class Rule:
             return False
         return any(p[0] == resolved and match.match_args(p[1:], args) for p in self.commands)
 
-    def matches_file(self, tool: str, path: str | None) -> bool:
+    def matches_file(self, tool: str, path: str) -> bool:
+        """Whether this rule covers ``tool`` on a canonical absolute ``path``."""
         if not self.targets_files:
             return False
-        if self.files is None:
-            return True
-        return path is not None and any(grant.matches(tool, path) for grant in self.files)
+        return self.files is None or any(grant.matches(tool, path) for grant in self.files)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "decision": self.decision, "source": self.source}
@@ -220,15 +219,15 @@ class Policy:
 
         The path is canonicalised (symlinks resolved as far as they exist) so a
         link inside an allowed tree cannot reach outside it.  A relative path
-        or an unknown tool is denied as UNRESOLVED_RULE.
+        or an unknown tool is denied as UNRESOLVED_RULE before any rule is
+        consulted: there is no file it could safely mean.
         """
-        canonical = match.canonical_head(path) if path.startswith("/") and "\0" not in path else None
-        if tool not in match.FILE_TOOLS:
-            canonical = None
+        if tool not in match.FILE_TOOLS or not path.startswith("/") or "\0" in path:
+            stage = StageDecision((tool, path), None, "deny", UNRESOLVED_RULE)
+            return Decision("deny", UNRESOLVED_RULE, (stage,))
+        canonical = match.canonical_head(path)
         hits = [r for r in self.rules if r.applies_to(subject) and r.matches_file(tool, canonical)]
-        default: Verdict = self.default if canonical is not None else "deny"
-        unmatched = DEFAULT_RULE if canonical is not None else UNRESOLVED_RULE
-        verdict, rule, names = _decide_one(hits, default, unmatched)
+        verdict, rule, names = _decide_one(hits, self.default, DEFAULT_RULE)
         stage = StageDecision((tool, path), canonical, verdict, rule, names)
         return Decision(verdict, rule, (stage,))
 

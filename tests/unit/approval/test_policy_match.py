@@ -400,6 +400,9 @@ def test_rule_without_commands_or_files_covers_both() -> None:
     p = policy("- {name: ops, decision: allow, groups: [ops]}", default="deny")
     ops = subject("o", 9, frozenset({"ops"}))
     assert p.decide_file(ops, "files_write", "/etc/hosts").rule == "ops"
+    # ...but never for an unknown tool or a relative path.
+    assert p.decide_file(ops, "rm", "/etc/hosts").rule == UNRESOLVED_RULE
+    assert p.decide_file(ops, "files_read", "hosts").rule == UNRESOLVED_RULE
     assert decide(p, ["true"], who=ops).rule == "ops"
 
 
