@@ -499,9 +499,13 @@ def _compose(text: str, path: str) -> yaml.Node | None:
         raise PolicyError([f"{where}: not valid YAML: {problem}"]) from None
 
 
-def parse_policy_node(node: yaml.Node | None, path: str) -> PolicyFile:
-    """The ``policy:`` node of airlock.yaml (``default`` and ``rules``); None: defaults."""
+def parse_policy_node(node: yaml.Node | None, path: str, *, key: str = "policy") -> PolicyFile:
+    """The ``policy:`` node of airlock.yaml (``default`` and ``rules``); None: defaults.
+
+    ``key`` is the node's key path in messages ("" for a bare policy document).
+    """
     reader = _Reader(path)
+    prefix = f"{key}." if key else ""
     default: Verdict | None = None
     rules: list[Rule] = []
     sites: list[tuple[str, str, str]] = []
@@ -509,14 +513,14 @@ def parse_policy_node(node: yaml.Node | None, path: str) -> PolicyFile:
         if not _is_null(node):
             assert node is not None
             if not isinstance(node, yaml.MappingNode):
-                raise reader.fail(node, "policy", "expected a mapping with default and rules")
-            for name, key_node, value in reader.items(node, "policy"):
+                raise reader.fail(node, key or "(top level)", "expected a mapping with default and rules")
+            for name, key_node, value in reader.items(node, key):
                 if name == "default":
-                    default = reader.verdict(value, "policy.default")
+                    default = reader.verdict(value, f"{prefix}default")
                 elif name == "rules":
-                    rules, sites = reader.rules(value, "policy.rules")
+                    rules, sites = reader.rules(value, f"{prefix}rules")
                 else:
-                    raise reader.fail(key_node, f"policy.{name}", f"unknown key (known: {', '.join(_MAIN_KEYS)})", got=False)
+                    raise reader.fail(key_node, f"{prefix}{name}", f"unknown key (known: {', '.join(_MAIN_KEYS)})", got=False)
     except _Invalid:
         pass
     if reader.errors:
@@ -548,7 +552,12 @@ def _parse_dropin(root: yaml.Node | None, path: str) -> PolicyFile:
 
 
 def parse_policy_text(text: str, path: str, *, main: bool) -> PolicyFile:
-    """Parse one file: a whole airlock.yaml (``main``: its policy: node) or a policy.d file."""
+    """Parse one file: the main policy (``main``) or a policy.d file (rules only).
+
+    The main policy is a whole airlock.yaml (its ``policy:`` node is used, the
+    other sections are config's business) or, for tests and tools, a bare
+    policy document holding only ``default`` and ``rules``.
+    """
     root = _compose(text, path)
     if not main:
         return _parse_dropin(root, path)
@@ -560,7 +569,9 @@ def parse_policy_text(text: str, path: str, *, main: bool) -> PolicyFile:
     keys = {k.value: (k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode)}
     if "policy" in keys:
         return parse_policy_node(keys["policy"][1], path)
-    for stray in ("default", "rules"):
+    if keys and set(keys) <= set(_MAIN_KEYS) and len(keys) == len(root.value):
+        return parse_policy_node(root, path, key="")
+    for stray in _MAIN_KEYS:
         if stray in keys:
             raise PolicyError([f"{_where(path, keys[stray][0])}: {stray}: belongs under policy: in airlock.yaml"])
     return PolicyFile(path, None, ())

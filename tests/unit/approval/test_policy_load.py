@@ -250,8 +250,8 @@ def test_main_file_errors() -> None:
         parse_policy_text("policy:\n  default: ask\n  rule: []\n", main, main=True)
     assert str(info.value) == f"{main}:3:3: policy.rule: unknown key (known: default, rules)"
     with pytest.raises(PolicyError) as info:
-        parse_policy_text("default: deny\n", main, main=True)
-    assert str(info.value) == f"{main}:1:1: default: belongs under policy: in airlock.yaml"
+        parse_policy_text("log: {level: info}\ndefault: deny\n", main, main=True)
+    assert str(info.value) == f"{main}:2:1: default: belongs under policy: in airlock.yaml"
     with pytest.raises(PolicyError) as info:
         parse_policy_text("policy:\n  rules:\n    - {name: x, decision: allow, users: deploy}\n", main, main=True)
     assert str(info.value) == f"{main}:3:41: policy.rules[0] (x).users: expected a list of user names or uids (got 'deploy')"
@@ -280,6 +280,15 @@ def test_files_section_is_stored_canonically() -> None:
     (grant,) = f.rules[0].files or ()
     assert grant.tools == frozenset({"files_read"})
     assert grant.paths == ("/usr/bin/...", "/...", "/etc/hosts")
+
+
+def test_a_bare_policy_document_is_a_main_policy_too() -> None:
+    f = parse_policy_text("default: deny\nrules: [{name: x, decision: allow}]\n", "/p.yaml", main=True)
+    assert (f.default, [r.name for r in f.rules]) == ("deny", ["x"])
+    with pytest.raises(PolicyError) as info:
+        parse_policy_text("default: deny\nrules: [{name: x, decision: allow, y: 1}]\n", "/p.yaml", main=True)
+    assert str(info.value).startswith("/p.yaml:2:36: rules[0] (x).y: unknown key")
+    assert parse_policy_text("log: {level: info}\n", "/p.yaml", main=True).rules == ()
 
 
 def test_assemble_refuses_two_defaults() -> None:
