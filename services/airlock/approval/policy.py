@@ -83,6 +83,19 @@ class Rule:
     files: tuple[FileGrant, ...] | None = None  # None: any file operation (see `targets_commands`)
     description: str = ""
 
+    def __post_init__(self) -> None:
+        # Rules built in code (tests, tools) get the same guarantees as parsed
+        # ones: valid patterns, and heads canonical like the requests they meet.
+        if self.decision not in VERDICTS:
+            raise ValueError(f"rule {self.name!r}: decision must be one of allow, ask, deny (got {self.decision!r})")
+        if self.commands is not None:
+            for pattern in self.commands:
+                problem = match.pattern_problem(pattern)
+                if problem is not None:
+                    raise ValueError(f"rule {self.name!r}: {list(pattern)!r}[{problem[0]}]: {problem[1]}")
+            canonical = tuple((match.canonical_head(p[0]), *p[1:]) for p in self.commands)
+            object.__setattr__(self, "commands", canonical)
+
     def applies_to(self, subject: Subject) -> bool:
         """Whether every subject condition of this rule holds."""
         if self.users and subject.user not in self.users and str(subject.uid) not in self.users:

@@ -13,6 +13,7 @@ from airlock.approval.policy import (
     UNRESOLVED_RULE,
     Decision,
     Policy,
+    Rule,
     Subject,
     assemble,
     explain,
@@ -323,6 +324,17 @@ def test_all_present_conditions_must_hold() -> None:
         subject("dave", 8, frozenset({"agents"}), "s1", False),
     ):
         assert "all-of" not in WHO.decide(bad, [["/usr/bin/true"]]).stages[0].matched
+
+
+def test_rules_built_in_code_are_checked_and_canonicalised() -> None:
+    rule = Rule("sh", "allow", frozenset(), frozenset(), frozenset(), None, (("/bin/sh", "-c", "..."),), "<code>")
+    assert rule.commands == ((DASH, "-c", "..."),)
+    p = Policy("deny", (rule,), ())
+    assert p.decide(subject(), [["sh", "-c", "id"]]).rule == "sh"
+    with pytest.raises(ValueError, match="only allowed as the last"):
+        Rule("x", "allow", frozenset(), frozenset(), frozenset(), None, (("/bin/x", "...", "y"),), "<code>")
+    with pytest.raises(ValueError, match="decision"):
+        Rule("x", "maybe", frozenset(), frozenset(), frozenset(), None, None, "<code>")  # type: ignore[arg-type]
 
 
 # --- explain and to_dict ------------------------------------------------------------------
