@@ -354,7 +354,7 @@ class _Reader:
         for index, item in enumerate(node.value):
             tags = (_STR, _INT) if numbers else (_STR,)
             if not isinstance(item, yaml.ScalarNode) or item.tag not in tags:
-                raise self.fail(item, f"{key}[{index}]", f"expected {what[len('a list of '):-1]}")
+                raise self.fail(item, f"{key}[{index}]", f"expected {what[len('a list of ') : -1]}")
             value = str(item.value)
             # YAML 1.1 reads 010 as 8 and 0x10 as 16: a uid must be written plainly.
             if item.tag == _INT and not (value.isdigit() and (value == "0" or value[0] != "0")):
@@ -396,7 +396,9 @@ class _Reader:
         key = f"{key} ({name})"
         for item_name, key_node, _ in items:
             if item_name not in _RULE_KEYS:
-                raise self.fail(key_node, f"{key}.{item_name}", f"unknown key (known: {', '.join(_RULE_KEYS)})", got=False)
+                raise self.fail(
+                    key_node, f"{key}.{item_name}", f"unknown key (known: {', '.join(_RULE_KEYS)})", got=False
+                )
         if "decision" not in values:
             raise self.fail(node, key, "missing decision (allow, ask or deny)", got=False)
         decision = self.verdict(values["decision"], f"{key}.decision")
@@ -479,7 +481,11 @@ class _Reader:
             tools = self.names(values["tools"], f"{entry}.tools", numbers=False)
             for tool_index, tool_node in enumerate(cast(list[yaml.Node], values["tools"].value)):
                 if tool_node.value not in match.FILE_TOOLS:
-                    raise self.fail(tool_node, f"{entry}.tools[{tool_index}]", f"unknown tool (known: {', '.join(sorted(match.FILE_TOOLS))})")
+                    raise self.fail(
+                        tool_node,
+                        f"{entry}.tools[{tool_index}]",
+                        f"unknown tool (known: {', '.join(sorted(match.FILE_TOOLS))})",
+                    )
             paths = []
             for path_index, path_node in enumerate(self._list(values["paths"], f"{entry}.paths")):
                 value = self.string(path_node, f"{entry}.paths[{path_index}]")
@@ -533,7 +539,9 @@ def parse_policy_node(node: yaml.Node | None, path: str, *, key: str = "policy")
                 elif name == "rules":
                     rules, sites = reader.rules(value, f"{prefix}rules")
                 else:
-                    raise reader.fail(key_node, f"{prefix}{name}", f"unknown key (known: {', '.join(_MAIN_KEYS)})", got=False)
+                    raise reader.fail(
+                        key_node, f"{prefix}{name}", f"unknown key (known: {', '.join(_MAIN_KEYS)})", got=False
+                    )
     except _Invalid:
         pass
     if reader.errors:
@@ -554,7 +562,12 @@ def _parse_dropin(root: yaml.Node | None, path: str) -> PolicyFile:
                 if name == "rules":
                     rules, sites = reader.rules(value, "rules")
                 elif name in ("default", "policy"):
-                    raise reader.fail(key_node, name, "not allowed here: a policy.d file holds rules: only (default belongs under policy: in airlock.yaml)", got=False)
+                    raise reader.fail(
+                        key_node,
+                        name,
+                        "not allowed here: a policy.d file holds rules: only (default belongs under policy: in airlock.yaml)",
+                        got=False,
+                    )
                 else:
                     raise reader.fail(key_node, name, "unknown key (a policy.d file holds rules: only)", got=False)
     except _Invalid:
@@ -601,7 +614,9 @@ def assemble(files: Sequence[PolicyFile]) -> Policy:
         sources = {r.name: r.source for r in policy_file.rules}
         for name, where, key in policy_file.name_sites:
             if name in first:
-                errors.append(f"{where}: {key}.name: duplicate rule name, first defined at {first[name]} (got {name!r})")
+                errors.append(
+                    f"{where}: {key}.name: duplicate rule name, first defined at {first[name]} (got {name!r})"
+                )
             else:
                 first[name] = sources[name]
     if errors:

@@ -10,13 +10,30 @@ from hypothesis import strategies as st
 
 from airlock.approval.policy import PolicyError, parse_policy_text
 
-KEYS = ["name", "decision", "users", "groups", "sessions", "privileged", "commands", "files", "tools", "paths", "rules", "default", "policy", "x"]
+KEYS = [
+    "name",
+    "decision",
+    "users",
+    "groups",
+    "sessions",
+    "privileged",
+    "commands",
+    "files",
+    "tools",
+    "paths",
+    "rules",
+    "default",
+    "policy",
+    "x",
+]
 scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-5, 5000),
     st.floats(allow_nan=False),
-    st.sampled_from(["allow", "ask", "deny", "/usr/bin/true", "/bin/sh", "...", "{p}", "{a-b}", "files_read", "/etc/...", "", "x y"]),
+    st.sampled_from(
+        ["allow", "ask", "deny", "/usr/bin/true", "/bin/sh", "...", "{p}", "{a-b}", "files_read", "/etc/...", "", "x y"]
+    ),
     st.text(max_size=8),
 )
 values: st.SearchStrategy[Any] = st.recursive(
@@ -42,6 +59,8 @@ def test_arbitrary_structures(value: Any, main: bool) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(alphabet=st.sampled_from(list("rules:-[]{}, \n\"'&*!|>#name0.%@`")), max_size=60), main=st.booleans())
+@given(
+    text=st.text(alphabet=st.sampled_from(list("rules:-[]{}, \n\"'&*!|>#name0.%@`")), max_size=60), main=st.booleans()
+)
 def test_arbitrary_text(text: str, main: bool) -> None:
     parse(text, main)

@@ -35,7 +35,9 @@ def subject(
 
 
 def policy(body: str, default: str = "ask") -> Policy:
-    text = f"policy:\n  default: {default}\n  rules:\n" + "\n".join("    " + line for line in body.strip("\n").splitlines())
+    text = f"policy:\n  default: {default}\n  rules:\n" + "\n".join(
+        "    " + line for line in body.strip("\n").splitlines()
+    )
     return assemble([parse_policy_text(text, "/etc/airlock/airlock.yaml", main=True)])
 
 
@@ -182,7 +184,9 @@ def test_relative_and_unresolvable_binaries_are_denied() -> None:
 
 
 def test_unresolvable_binary_can_still_match_a_rule_without_commands() -> None:
-    p = policy("- {name: root-all, decision: allow, users: [root]}\n- {name: mallory, decision: deny, users: [mallory]}")
+    p = policy(
+        "- {name: root-all, decision: allow, users: [root]}\n- {name: mallory, decision: deny, users: [mallory]}"
+    )
     assert decide(p, ["no-such-binary-here"], who=subject("root", 0)).rule == "root-all"
     assert decide(p, ["no-such-binary-here"], who=subject("mallory", 1001)).rule == "mallory"
 
