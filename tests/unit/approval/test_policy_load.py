@@ -358,3 +358,16 @@ def test_the_worked_example_in_docs_loads() -> None:
     text = (REPO / "docs/policy.md").read_text().split("## Worked examples")[1].split("```yaml\n")[1].split("```")[0]
     policy = assemble([parse_policy_text(text, "docs/policy.md", main=True)])
     assert {r.name for r in policy.rules} == {"read-only-status", "apt-install", "no-disk-tools"}
+
+
+def test_the_engine_is_pure() -> None:
+    # No sockets, event loops or subprocesses: the service moves bytes, the engine decides.
+    import ast
+
+    for name in ("policy.py", "match.py"):
+        tree = ast.parse((REPO / "services/airlock/approval" / name).read_text())
+        imported = {
+            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
+        imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not imported & {"socket", "asyncio", "subprocess", "threading", "selectors"}, name
