@@ -345,7 +345,9 @@ class _Reader:
         return cast(Verdict, node.value)
 
     def names(self, node: yaml.Node, key: str, *, numbers: bool) -> frozenset[str]:
-        what = "a list of user names or uids" if numbers else "a list of names"
+        what, each = (
+            ("a list of user names or uids", "a user name or uid") if numbers else ("a list of names", "a name")
+        )
         if not isinstance(node, yaml.SequenceNode):
             raise self.fail(node, key, f"expected {what}")
         if not node.value:
@@ -354,7 +356,7 @@ class _Reader:
         for index, item in enumerate(node.value):
             tags = (_STR, _INT) if numbers else (_STR,)
             if not isinstance(item, yaml.ScalarNode) or item.tag not in tags:
-                raise self.fail(item, f"{key}[{index}]", f"expected {what[len('a list of ') : -1]}")
+                raise self.fail(item, f"{key}[{index}]", f"expected {each}")
             value = str(item.value)
             # YAML 1.1 reads 010 as 8 and 0x10 as 16: a uid must be written plainly.
             if item.tag == _INT and not (value.isdigit() and (value == "0" or value[0] != "0")):

@@ -105,6 +105,12 @@ def test_missing_policy_dir_is_fine(tmp_path: Path) -> None:
     assert [r.name for r in load_policy(cfg.load(main)).rules] == ["x"]
 
 
+def test_users_may_be_numbers_but_not_lists() -> None:
+    assert dropin_error("rules: [{name: x, decision: allow, users: [[a]]}]") == (
+        f"{D}:1:44: rules[0] (x).users[0]: expected a user name or uid (got a list)"
+    )
+
+
 def test_users_may_be_numbers_and_values_are_normalised() -> None:
     f = parse_policy_text("rules: [{name: x, decision: allow, users: [0, root, 1000, '0x10']}]", D, main=False)
     assert f.rules[0].users == frozenset({"0", "root", "1000", "0x10"})
@@ -217,7 +223,7 @@ def test_bad_privileged_and_groups() -> None:
         f"{D}:1:48: rules[0] (x).privileged: expected true or false (leave it out to mean either) (got 'maybe')"
     )
     assert dropin_error("rules: [{name: x, decision: allow, groups: [1000]}]") == (
-        f"{D}:1:45: rules[0] (x).groups[0]: expected name (got '1000')"
+        f"{D}:1:45: rules[0] (x).groups[0]: expected a name (got '1000')"
     )
 
 
