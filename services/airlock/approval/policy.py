@@ -283,7 +283,7 @@ class PolicyFile:
     default: Verdict | None  # only airlock.yaml's policy: node may set it
     rules: tuple[Rule, ...]
     warnings: tuple[str, ...] = ()
-    # name -> (location of the name node, key path of the rule): for duplicate errors.
+    # (name, location of the name node, key path of the rule): for duplicate errors.
     name_sites: tuple[tuple[str, str, str], ...] = field(default=(), compare=False, repr=False)
 
 
@@ -325,7 +325,9 @@ class _Reader:
         seen: set[str] = set()
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
-                raise self.fail(key_node, key, "keys must be strings")
+                raise self.fail(
+                    key_node, key or "(top level)", "keys must be strings (YAML merge keys are not supported)"
+                )
             name = key_node.value
             full = f"{key}.{name}" if key else name
             if name in seen:

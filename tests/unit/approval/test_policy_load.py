@@ -240,6 +240,13 @@ def test_reserved_and_odd_names() -> None:
     )
 
 
+def test_non_string_keys() -> None:
+    assert (
+        dropin_error("1: x\n")
+        == f"{D}:1:1: (top level): keys must be strings (YAML merge keys are not supported) (got '1')"
+    )
+
+
 def test_invalid_yaml() -> None:
     assert dropin_error("rules: [\n") == f"{D}:2:1: not valid YAML: expected the node content, but found '<stream end>'"
 
