@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import Stack, now_iso, start_stack, stop_stack
 
 CONFIG = """
