@@ -39,6 +39,8 @@ from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_e
 
 NAME = "intake"
 NATIVE_VERBS = ("exec", "ping", "hello", "cancel")
+# Outcomes larger than this are kept for replay without their output bytes.
+REPLAY_OUTPUT_LIMIT = 512 * 1024
 
 
 class ReplayGuard:
@@ -276,7 +278,7 @@ class Intake:
             finally:
                 self.operations.pop(op, None)
             evidence = evidence | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
-            await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": evidence})
+            await self._store_outcome(op, digest, evidence, ids)
             settled = True
             if emit is not None:
                 await emit("finished", {"exit_codes": [s.get("exit_code") for s in evidence.get("stages", [])]})
@@ -291,6 +293,19 @@ class Intake:
                     await self.journal.call("op.abandon", {"operation_id": op})
                 except AirlockError:
                     pass
+
+    async def _store_outcome(self, op: str, digest: str, evidence: dict[str, Any], ids: Ids) -> None:
+        """Keep the settled outcome for replay; the work already ran, so a failure here is logged, not returned."""
+        outcome = evidence
+        if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT:
+            # Large output is not kept for replay: the digests and sizes are.
+            outcome = evidence | {"stdout": "", "stages": [s | {"stderr": ""} for s in evidence.get("stages", [])],
+                                  "output_retained": False}
+        try:
+            await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": outcome})
+        except AirlockError as exc:
+            self.log.error("intake.outcome.unstored", request_id=ids.request_id, operation_id=op, code=exc.code.value,
+                           error=exc.message)
 
     async def _replied(self, ids: Ids, status: str, exc: AirlockError | None) -> None:
         try:
