@@ -248,16 +248,28 @@ class Intake:
             if emit is not None:
                 await emit("accepted", {"operation_id": op, "request_id": req.request_id})
 
+            pending = False
+
             async def forward(event: Event) -> None:
+                nonlocal pending
+                pending = pending or event.event == "pending_approval"
                 if emit is not None:
                     await emit(event.event, event.fields)
 
-            decision = await self.approval.call(
-                "decide",
-                {"request": req.describe() | {"spec": req.spec.to_dict()}, "peer": peer.to_dict(), "operation_id": op},
-                on_event=forward,
-                timeout=self.config.approval.timeout_seconds + 30,
-            )
+            try:
+                decision = await self.approval.call(
+                    "decide",
+                    {"request": req.describe() | {"spec": req.spec.to_dict()}, "peer": peer.to_dict(), "operation_id": op},
+                    on_event=forward,
+                    timeout=self.config.approval.timeout_seconds + 30,
+                )
+            except AirlockError as exc:
+                if pending and exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
+                    # Approval went away while the request waited: never silently dropped.
+                    raise AirlockError(
+                        ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"
+                    ) from None
+                raise
             if emit is not None:
                 await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
             self.operations[op] = peer.uid
