@@ -346,6 +346,7 @@ class _ProcessGroups:
                 os.killpg(pgid, signum)
 
     async def occupied(self) -> bool:
+        live = []
         for pgid in self.pgids:
             try:
                 os.killpg(pgid, 0)
@@ -353,8 +354,27 @@ class _ProcessGroups:
                 continue
             except PermissionError:
                 pass  # someone in it we may not signal: still occupied
+            live.append(pgid)
+        # kill(0) also succeeds for zombies, and orphans are reaped by init, not
+        # us (promptly by systemd, slowly by some container inits): look closer.
+        return bool(live) and _running_in_groups(live)
+
+
+def _running_in_groups(pgids: Sequence[int]) -> bool:
+    """Whether a process that is not a zombie is in one of these process groups."""
+    wanted = set(pgids)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        # After the command: state, ppid, pgrp.
+        if len(fields) > 2 and int(fields[2]) in wanted and fields[0] not in (b"Z", b"X"):
             return True
-        return False
+    return False
 
 
 class _ScopeContainment(_ProcessGroups):
