@@ -22,6 +22,7 @@ import base64
 import contextlib
 import fcntl
 import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -50,23 +51,38 @@ _SWEEP_POLL_SECONDS = 0.02
 _SWEEP_KILL_WAIT_SECONDS = 1.0
 
 # Runs in each stage of a scope job: wait at the gate until the stage is inside
-# the scope, then exec the real binary with the caller's argv[0].  Python
-# ignores SIGPIPE and SIGXFSZ at start-up and exec keeps ignored signals
+# the scope, then exec the real binary with the caller's argv[0].  The gate
+# also carries the job's environment: the shim itself starts with an empty one,
+# because Python's locale coercion (PEP 538) would add or rewrite LC_CTYPE.
+# Python ignores SIGPIPE and SIGXFSZ at start-up and exec keeps ignored signals
 # ignored, so they are reset first (subprocess's restore_signals does the same).
 _GATE_SHIM = """\
 import os, signal, sys
 gate = int(sys.argv[1])
-if os.read(gate, 1) != b"1":
-    os._exit(125)
+chunks = []
+while True:
+    chunk = os.read(gate, 65536)
+    if not chunk:
+        break
+    chunks.append(chunk)
 os.close(gate)
+data = b"".join(chunks)
+if data[:1] != b"1":
+    os._exit(125)
+env = dict(item.split(b"=", 1) for item in data[1:].split(b"\\0") if item)
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 try:
-    os.execv(sys.argv[2], sys.argv[3:])
+    os.execve(sys.argv[2], sys.argv[3:], env)
 except OSError as exc:
     os.write(2, ("airlock: cannot execute %s: %s\\n" % (sys.argv[2], exc.strerror)).encode())
     os._exit(127 if exc.errno == 2 else 126)
 """
+
+
+def _gate_payload(env: Mapping[str, str]) -> bytes:
+    """What opens a gate: the go byte, then NAME=value entries separated by NUL."""
+    return b"1" + b"\0".join(f"{name}={value}".encode() for name, value in env.items())
 
 
 def _invalid(message: str) -> AirlockError:
@@ -105,6 +121,10 @@ class JobSpec:
             raise _invalid("a shell job has exactly one stage")
         if self.containment not in ("scope", "process-group"):
             raise _invalid(f"containment must be scope or process-group (got {self.containment!r})")
+        if any(not k or "=" in k or "\0" in k or "\0" in v for k, v in self.env.items()):
+            raise _invalid("environment names must be non-empty without '=' or NUL, values without NUL")
+        if self.deadline is not None and not math.isfinite(self.deadline):
+            raise _invalid(f"deadline must be a finite time (got {self.deadline})")
         if not self.timeout_seconds > 0:
             raise _invalid(f"timeout must be positive (got {self.timeout_seconds})")
         if self.max_output_bytes < 0 or self.kill_grace_seconds < 0 or self.tasks_max < 0:
@@ -306,7 +326,8 @@ async def _pump(fd: _Fd, stream: _Stream) -> None:
     fd.close()
 
 
-async def _feed_stdin(fd: _Fd, data: bytes) -> None:
+async def _feed(fd: _Fd, data: bytes) -> None:
+    """Write all of ``data`` without blocking the loop, then close (EOF for the reader)."""
     view = memoryview(data)
     try:
         while view and fd.fd >= 0:
@@ -317,9 +338,9 @@ async def _feed_stdin(fd: _Fd, data: bytes) -> None:
                 continue
             view = view[written:]
     except BrokenPipeError:
-        pass  # the first stage stopped reading; that is its business
+        pass  # the reader is gone (a stage that does not read stdin); its business
     finally:
-        fd.close()  # EOF for the first stage
+        fd.close()
 
 
 # --- containment -------------------------------------------------------------------
@@ -506,12 +527,14 @@ class _Job:
             args: list[str] = list(argv)
             program = executable
             pass_fds: tuple[int, ...] = ()
+            env: dict[str, str] = dict(spec.env)
             if self.containment.gated:
                 gate_in, gate_out = self._pipe()
                 gates.append(gate_out)
                 pass_fds = (gate_in.fd,)
                 program = os.path.realpath(sys.executable)
                 args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), executable, *argv]
+                env = {}  # the job's comes through the gate
             try:
                 proc = subprocess.Popen(
                     args,
@@ -520,7 +543,7 @@ class _Job:
                     stdout=write_out.fd,
                     stderr=write_err.fd,
                     cwd=spec.cwd,
-                    env=dict(spec.env),
+                    env=env,
                     close_fds=True,
                     pass_fds=pass_fds,
                     start_new_session=True,
@@ -552,7 +575,7 @@ class _Job:
         if self.stdin is not None:
             writer, data = self.stdin
             os.set_blocking(writer.fd, False)
-            self.tasks.append(asyncio.ensure_future(_feed_stdin(writer, data)))
+            self.tasks.append(asyncio.ensure_future(_feed(writer, data)))
 
     async def _wait_all(self) -> None:
         async def one(index: int, proc: subprocess.Popen[bytes]) -> None:
@@ -670,10 +693,11 @@ async def _execute(
     try:
         gates = job.spawn(executables)
         await containment.attach([p.pid for p in job.procs])
-        for gate in gates:  # inside the scope now: let them exec
-            with contextlib.suppress(BrokenPipeError):
-                os.write(gate.fd, b"1")
-            gate.close()
+        if gates:  # inside the scope now: let them exec
+            payload = _gate_payload(spec.env)
+            for gate in gates:
+                os.set_blocking(gate.fd, False)
+            await asyncio.gather(*(_feed(gate, payload) for gate in gates))
         log.debug("runner.job.spawned", pids=[p.pid for p in job.procs], containment=spec.containment)
         job.start_io()
         await job.supervise(budget - (time.monotonic() - started_mono), cancel)

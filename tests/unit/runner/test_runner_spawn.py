@@ -113,14 +113,29 @@ def test_only_the_standard_fds_reach_the_job() -> None:
     assert len(result.stdout.split()) == 4
 
 
+def test_inheritable_fds_of_the_daemon_do_not_reach_the_job() -> None:
+    # Like LISTEN_FDS sockets, which systemd passes without close-on-exec.
+    r, w = os.pipe()
+    os.set_inheritable(r, True)
+    try:
+        result = run(make_spec(("ls", "/proc/self/fd")))
+    finally:
+        os.close(r)
+        os.close(w)
+    assert str(r).encode() not in result.stdout.split()
+
+
+def env_of(result: spawn.JobResult) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in result.stdout.decode().split("\0") if item)
+
+
 def test_env_is_clean(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
     monkeypatch.setenv("LISTEN_FDS", "3")
     monkeypatch.setenv("LISTEN_PID", str(os.getpid()))
     monkeypatch.setenv("AIRLOCK_DAEMON_ONLY", "1")
     spec = make_spec(("env", "-0"), request_env={"LANG": "C.UTF-8"})
-    result = run(spec)
-    seen = dict(item.split("=", 1) for item in result.stdout.decode().split("\0") if item)
+    seen = env_of(run(spec))
     assert seen == dict(spec.env)
     assert set(seen) == {"HOME", "USER", "LOGNAME", "PATH", "LANG"}
 
@@ -378,6 +393,9 @@ def test_shell_mode() -> None:
         {"timeout_seconds": 0},
         {"max_output_bytes": -1},
         {"containment": "none"},
+        {"env": {"A=B": "x"}},
+        {"env": {"A": "x\0"}},
+        {"deadline": float("nan")},
     ],
 )
 def test_spec_validation(overrides: dict[str, object]) -> None:
@@ -479,6 +497,21 @@ def test_gated_stages_wait_before_exec() -> None:
     assert result.stdout == b"cat\0/proc/self/cmdline\0"  # argv[0] as requested, after the gate
     assert all(b"-I\0-S\0-c\0" in cmdline for cmdline in containment.seen)
     assert all(b"cat" not in cmdline.split(b"\0")[0] for cmdline in containment.seen)
+
+
+def test_gated_stages_get_exactly_the_job_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shim is Python, whose locale coercion would add or rewrite LC_CTYPE.
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+    spec = make_spec(("env", "-0"), request_env={"LC_CTYPE": "C", "EMPTY": "", "EQ": "a=b"})
+    result, _ = run_gated(spec)
+    assert env_of(result) == dict(spec.env)
+    spec = make_spec(("env", "-0"))
+    assert env_of(run_gated(spec)[0]) == dict(spec.env)
+
+
+def test_gated_stdin_and_pipeline() -> None:
+    result, _ = run_gated(make_spec(("cat",), ("wc", "-c"), stdin=b"x" * 100_000))
+    assert result.stdout.strip() == b"100000"
 
 
 def test_gated_stages_keep_default_signals_and_clean_fds() -> None:
