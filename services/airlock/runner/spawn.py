@@ -38,7 +38,7 @@ import structlog
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
 from airlock.runner import scope as _scope
-from airlock.runner.identity import Identity, check_cwd
+from airlock.runner.identity import Identity, check_cwd, check_executable
 from airlock.runner.redact import Capture, StreamRedactor
 
 OutputCallback = Callable[[str, int, bytes], None]
@@ -471,6 +471,12 @@ def _resolve_all(spec: JobSpec) -> list[str]:
                 f"stage {index + 1}: {argv[0]}: command not found",
                 {"stage": index, "argv0": argv[0]},
             )
+        try:
+            check_executable(spec.identity, executable)
+        except AirlockError as exc:
+            raise AirlockError(
+                exc.code, f"stage {index + 1}: {exc.message}", {"stage": index, "argv0": argv[0]}
+            ) from None
         executables.append(executable)
     return executables
 

@@ -10,7 +10,14 @@ from runner_testlib import needs_root
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import ROOT_PATH, USER_PATH
-from airlock.runner.identity import Identity, build_env, check_cwd, default_cwd, resolve_identity
+from airlock.runner.identity import (
+    Identity,
+    build_env,
+    check_cwd,
+    check_executable,
+    default_cwd,
+    resolve_identity,
+)
 
 NOBODY = Identity(uid=65534, gid=65534, groups=(65534,), user="nobody", home="/nonexistent")
 
@@ -144,3 +151,24 @@ def test_symlinks_are_followed(world_dir: str) -> None:
     os.symlink("open/../open", relative)
     check_cwd(NOBODY, relative)
     check_cwd(NOBODY, os.path.join(world_dir, ".", "open", "..", "open"))
+
+
+def test_check_executable(world_dir: str, test_user: ScratchUser) -> None:
+    tool = os.path.join(world_dir, "tool")
+    open(tool, "w").close()
+    os.chown(tool, 0, test_user.supplementary_gid)
+    os.chmod(tool, 0o710)
+    check_executable(test_user.identity, tool)  # through the supplementary group
+    with pytest.raises(AirlockError, match="no permission to execute"):
+        check_executable(NOBODY, tool)
+    check_executable(resolve_identity(0), tool)
+    os.chmod(tool, 0o600)
+    with pytest.raises(AirlockError, match="no permission to execute"):
+        check_executable(resolve_identity(0), tool)  # root too needs one x bit
+    with pytest.raises(AirlockError, match="not a regular file"):
+        check_executable(NOBODY, world_dir)
+    locked = os.path.join(world_dir, "locked")
+    os.mkdir(locked, 0o700)
+    os.symlink("/bin/true", os.path.join(locked, "true"))
+    with pytest.raises(AirlockError, match="no permission to enter"):
+        check_executable(NOBODY, os.path.join(locked, "true"))

@@ -170,6 +170,26 @@ def test_not_found_binary_runs_nothing(world_dir: str) -> None:
     assert not os.path.exists(marker)
 
 
+def test_a_stage_the_user_may_not_execute_runs_nothing(world_dir: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: runs a job as another user")
+    from test_runner_identity import NOBODY
+
+    tool = os.path.join(world_dir, "root-only-tool")
+    with open(tool, "w") as f:
+        f.write("#!/bin/sh\necho tool\n")
+    os.chmod(tool, 0o744)
+    marker = os.path.join(world_dir, "ran")
+    with pytest.raises(AirlockError) as caught:
+        run(make_spec(("touch", marker), (tool,), identity=NOBODY, cwd="/"))
+    assert caught.value.code is ErrorCode.SPAWN_FAILED
+    assert caught.value.message.startswith("stage 2: ") and "no permission to execute" in caught.value.message
+    time.sleep(0.1)
+    assert not os.path.exists(marker)
+    os.chmod(tool, 0o755)
+    assert run(make_spec((tool,), identity=NOBODY, cwd="/")).stdout == b"tool\n"
+
+
 def test_relative_argv0_is_refused() -> None:
     with pytest.raises(AirlockError) as caught:
         run(make_spec(("./script",)))
