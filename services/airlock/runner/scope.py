@@ -104,6 +104,8 @@ class ScopeSettings:
     memory_max: str | None = None
     tasks_max: int = 0
     cpu_quota: str | None = None
+    # A backstop for a runner that dies mid-job: systemd ends the scope itself.
+    runtime_max_seconds: float | None = None
 
 
 def scope_properties(
@@ -120,6 +122,8 @@ def scope_properties(
         # A killed job must not leave a failed unit behind to block the name.
         ("CollectMode", "s", "inactive-or-failed"),
     ]
+    if settings.runtime_max_seconds is not None:
+        props.append(("RuntimeMaxUSec", "t", max(1, round(settings.runtime_max_seconds * 1_000_000))))
     if settings.memory_max is not None:
         props.append(memory_property(settings.memory_max))
     if settings.tasks_max > 0:

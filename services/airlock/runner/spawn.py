@@ -49,6 +49,7 @@ _WRITE_SIZE = 64 * 1024
 _DRAIN_SECONDS = 2.0  # reading output after every process we can reach is gone
 _SWEEP_POLL_SECONDS = 0.02
 _SWEEP_KILL_WAIT_SECONDS = 1.0
+_SCOPE_BACKSTOP_SLACK_SECONDS = 10.0
 
 # Runs in each stage of a scope job: wait at the gate until the stage is inside
 # the scope, then exec the real binary with the caller's argv[0].  The gate
@@ -413,6 +414,8 @@ class _ScopeContainment(_ProcessGroups):
             memory_max=spec.memory_max,
             tasks_max=spec.tasks_max,
             cpu_quota=spec.cpu_quota,
+            # Never before our own timeout, termination and sweep have had their turn.
+            runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
         )
         _scope.scope_properties([], self._settings)  # bad limits fail before anything starts
         self._scope: _scope.Scope | None = None
