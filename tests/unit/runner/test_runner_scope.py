@@ -8,6 +8,7 @@ import pytest
 from runner_testlib import make_spec, run
 
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.runner import spawn
 from airlock.runner.scope import (
     ScopeSettings,
     cpu_quota_property,
@@ -16,7 +17,6 @@ from airlock.runner.scope import (
     start_transient_unit_args,
     unit_name,
 )
-from airlock.runner import spawn
 from airlock.runner.spawn import systemd_is_running
 
 _UNIT = re.compile(r"[A-Za-z0-9:_.\\-]{1,255}")
