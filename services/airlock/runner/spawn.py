@@ -7,21 +7,18 @@ stage's stdout and every stage's stderr, redacts protected values, caps each
 stream, and enforces timeout, deadline and cancel with SIGTERM, a grace
 period, then SIGKILL.  Every child is always waited for.
 
-Containment:
-- ``process-group``: every stage leads its own session and process group
-  (``start_new_session``); signals go to all of the job's groups.  A process
-  that calls setsid() itself leaves them and escapes (as in reference/001).
-- ``scope``: additionally a transient systemd scope holds every process the
-  job starts; stages wait before exec until they are inside it (see scope.py).
+Containment (scope.py): ``process-group``, every stage leads its own session
+and process group and signals go to all of them (a process that calls
+setsid() itself escapes, as in reference/001); or ``scope``, a transient
+systemd scope around everything the job starts, with the stages waiting
+before exec until they are inside it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import fcntl
-import hashlib
 import math
 import os
 import signal
@@ -30,16 +27,26 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
-from airlock.runner import scope as _scope
+from airlock.runner.evidence import JobResult, StageResult, describe_exit, iso_utc, sha256_hex
 from airlock.runner.identity import Identity, check_cwd, check_executable
 from airlock.runner.redact import Capture, StreamRedactor
+from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings, unit_name
+
+__all__ = [
+    "JobResult",
+    "JobSpec",
+    "OutputCallback",
+    "StageResult",
+    "describe_exit",
+    "run_job",
+    "systemd_is_running",
+]
 
 OutputCallback = Callable[[str, int, bytes], None]
 
@@ -132,88 +139,9 @@ class JobSpec:
             raise _invalid("output cap, kill grace and tasks_max must not be negative")
 
 
-@dataclass(frozen=True, slots=True)
-class StageResult:
-    argv: tuple[str, ...]
-    exit_code: int | None  # None: killed by a signal, or never started
-    signal: int | None
-    stderr: bytes
-    stderr_truncated: bool
-    stderr_sha256: str
-
-
-@dataclass(frozen=True, slots=True)
-class JobResult:
-    operation_id: str
-    mode: str
-    stages: tuple[StageResult, ...]
-    stdout: bytes
-    stdout_truncated: bool
-    stdout_sha256: str
-    started_at: str
-    ended_at: str
-    duration_ms: int
-    timed_out: bool
-    timeout_reason: str | None  # "timeout" or "deadline"
-    cancelled: bool
-    containment: str
-    scope_unit: str | None
-    started: bool  # False: the deadline had passed or cancel came first; nothing ran
-    cwd: str
-    uid: int
-    gid: int
-
-    def to_evidence(self) -> dict[str, Any]:
-        """The JSON-ready evidence (streams base64, digests of the delivered bytes)."""
-        return {
-            "operation_id": self.operation_id,
-            "mode": self.mode,
-            "containment": self.containment,
-            "scope_unit": self.scope_unit,
-            "cwd": self.cwd,
-            "uid": self.uid,
-            "gid": self.gid,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "duration_ms": self.duration_ms,
-            "timed_out": self.timed_out,
-            "timeout_reason": self.timeout_reason,
-            "cancelled": self.cancelled,
-            "stages": [
-                {
-                    "argv": list(stage.argv),
-                    "exit_code": stage.exit_code,
-                    "signal": stage.signal,
-                    "stderr": base64.b64encode(stage.stderr).decode("ascii"),
-                    "stderr_truncated": stage.stderr_truncated,
-                    "stderr_sha256": stage.stderr_sha256,
-                }
-                for stage in self.stages
-            ],
-            "stdout": base64.b64encode(self.stdout).decode("ascii"),
-            "stdout_truncated": self.stdout_truncated,
-            "stdout_sha256": self.stdout_sha256,
-        }
-
-
-def describe_exit(returncode: int) -> tuple[int | None, int | None]:
-    """``(exit_code, signal)`` from a subprocess return code (negative: killed by a signal)."""
-    if returncode < 0:
-        return None, -returncode
-    return returncode, None
-
-
 def systemd_is_running() -> bool:
     """True when systemd is PID 1 (the test sd_booted() makes)."""
     return os.path.isdir("/run/systemd/system")
-
-
-def _now_iso(wall: float) -> str:
-    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # --- file descriptors owned by one job ------------------------------------------
@@ -311,7 +239,7 @@ class _Stream:
     def finish(self) -> tuple[bytes, bool, str]:
         self._capture.add(self._redactor.flush())
         data = self._capture.finish()
-        return data, self._capture.truncated, _sha256(data)
+        return data, self._capture.truncated, sha256_hex(data)
 
 
 async def _pump(fd: _Fd, stream: _Stream) -> None:
@@ -344,110 +272,26 @@ async def _feed(fd: _Fd, data: bytes) -> None:
         fd.close()
 
 
-# --- containment -------------------------------------------------------------------
+def _scope_containment(spec: JobSpec) -> ScopeContainment:
+    settings = ScopeSettings(
+        slice=spec.slice,
+        description=f"airlock job {spec.operation_id}",
+        stop_timeout_seconds=spec.kill_grace_seconds,
+        memory_max=spec.memory_max,
+        tasks_max=spec.tasks_max,
+        cpu_quota=spec.cpu_quota,
+        # Never before our own timeout, termination and sweep have had their turn.
+        runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
+    )
+    return ScopeContainment(unit_name(spec.operation_id), settings)
 
 
-class _ProcessGroups:
-    """Every stage leads its own process group; signal them all."""
-
-    gated = False
-
-    def __init__(self) -> None:
-        self.pgids: list[int] = []
-        self.unit: str | None = None
-
-    async def attach(self, pids: Sequence[int]) -> None:
-        self.pgids = list(pids)  # start_new_session: pgid == pid
-
-    async def signal(self, signum: int) -> None:
-        self.signal_now(signum)
-
-    def signal_now(self, signum: int) -> None:
-        for pgid in self.pgids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signum)
-
-    async def occupied(self) -> bool:
-        live = []
-        for pgid in self.pgids:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                continue
-            except PermissionError:
-                pass  # someone in it we may not signal: still occupied
-            live.append(pgid)
-        # kill(0) also succeeds for zombies, and orphans are reaped by init, not
-        # us (promptly by systemd, slowly by some container inits): look closer.
-        return bool(live) and _running_in_groups(live)
-
-
-def _running_in_groups(pgids: Sequence[int]) -> bool:
-    """Whether a process that is not a zombie is in one of these process groups."""
-    wanted = set(pgids)
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        # After the command: state, ppid, pgrp.
-        if len(fields) > 2 and int(fields[2]) in wanted and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-class _ScopeContainment(_ProcessGroups):
-    """Process groups, plus a transient systemd scope around the whole job."""
-
-    gated = True
-
-    def __init__(self, spec: JobSpec) -> None:
-        super().__init__()
-        self.unit = _scope.unit_name(spec.operation_id)
-        self._settings = _scope.ScopeSettings(
-            slice=spec.slice,
-            description=f"airlock job {spec.operation_id}",
-            stop_timeout_seconds=spec.kill_grace_seconds,
-            memory_max=spec.memory_max,
-            tasks_max=spec.tasks_max,
-            cpu_quota=spec.cpu_quota,
-            # Never before our own timeout, termination and sweep have had their turn.
-            runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
-        )
-        _scope.scope_properties([], self._settings)  # bad limits fail before anything starts
-        self._scope: _scope.Scope | None = None
-
-    async def attach(self, pids: Sequence[int]) -> None:
-        await super().attach(pids)
-        assert self.unit is not None
-        self._scope = await _scope.start_scope(self.unit, pids, self._settings)
-
-    async def signal(self, signum: int) -> None:
-        if self._scope is not None:
-            await self._scope.kill(signum)
-        super().signal_now(signum)
-
-    def signal_now(self, signum: int) -> None:
-        if self._scope is not None:
-            self._scope.kill_direct(signum)
-        super().signal_now(signum)
-
-    async def occupied(self) -> bool:
-        return (self._scope is not None and self._scope.populated()) or await super().occupied()
-
-
-Containment = _ProcessGroups
-
-
-def _containment_for(spec: JobSpec) -> Containment:
+def _containment_for(spec: JobSpec) -> ProcessGroups:
     if spec.containment == "process-group":
-        return _ProcessGroups()
+        return ProcessGroups()
     if not systemd_is_running():
         raise AirlockError(ErrorCode.SPAWN_FAILED, "scope containment needs systemd as PID 1, which is not running")
-    return _ScopeContainment(spec)
+    return _scope_containment(spec)
 
 
 # --- the job ----------------------------------------------------------------------------
@@ -492,7 +336,7 @@ def _grow_pipe(fd: int) -> None:
 class _Job:
     """The mutable runtime state of one job (the spec stays frozen)."""
 
-    def __init__(self, spec: JobSpec, containment: Containment, on_output: OutputCallback | None) -> None:
+    def __init__(self, spec: JobSpec, containment: ProcessGroups, on_output: OutputCallback | None) -> None:
         self.spec = spec
         self.containment = containment
         self.on_output = on_output
@@ -684,7 +528,7 @@ async def run_job(
 
 async def _execute(
     spec: JobSpec,
-    containment: Containment,
+    containment: ProcessGroups,
     executables: Sequence[str],
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
@@ -713,7 +557,7 @@ async def _execute(
         result = _result(job, started_wall, started_mono, reason, started=True)
     finally:
         job.abort()
-    log.info(
+    log.debug(
         "runner.job.finished",
         exit_codes=[s.exit_code for s in result.stages],
         timed_out=result.timed_out,
@@ -725,7 +569,7 @@ async def _execute(
 
 def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *, started: bool) -> JobResult:
     spec = job.spec
-    stdout, stdout_truncated, stdout_sha256 = b"", False, _sha256(b"")
+    stdout, stdout_truncated, stdout_sha256 = b"", False, sha256_hex(b"")
     stderr: dict[int, tuple[bytes, bool, str]] = {}
     for _fd, stream in job.streams:
         finished = stream.finish()
@@ -737,7 +581,7 @@ def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *,
     for index, argv in enumerate(spec.stages):
         returncode = job.returncodes[index]
         exit_code, signum = describe_exit(returncode) if returncode is not None else (None, None)
-        data, truncated, digest = stderr.get(index, (b"", False, _sha256(b"")))
+        data, truncated, digest = stderr.get(index, (b"", False, sha256_hex(b"")))
         stages.append(StageResult(argv, exit_code, signum, data, truncated, digest))
     ended_wall = time.time()
     return JobResult(
@@ -747,8 +591,8 @@ def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *,
         stdout=stdout,
         stdout_truncated=stdout_truncated,
         stdout_sha256=stdout_sha256,
-        started_at=_now_iso(started_wall),
-        ended_at=_now_iso(ended_wall),
+        started_at=iso_utc(started_wall),
+        ended_at=iso_utc(ended_wall),
         duration_ms=round((time.monotonic() - started_mono) * 1000),
         timed_out=job.timed_out,
         timeout_reason=reason if job.timed_out else None,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import signal
+import subprocess
+from pathlib import Path
 
 import pytest
 from runner_testlib import make_spec, run
@@ -10,6 +14,7 @@ from runner_testlib import make_spec, run
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner import spawn
 from airlock.runner.scope import (
+    Scope,
     ScopeSettings,
     cpu_quota_property,
     kill_unit_args,
@@ -121,8 +126,31 @@ def test_scope_without_systemd_fails_closed() -> None:
 
 
 def test_scope_containment_checks_limits_when_built() -> None:
-    containment = spawn._ScopeContainment(make_spec(("true",), operation_id="op 1", tasks_max=5))
+    containment = spawn._scope_containment(make_spec(("true",), operation_id="op 1", tasks_max=5))
     assert containment.unit == unit_name("op 1") and containment.gated
     with pytest.raises(AirlockError) as caught:
-        spawn._ScopeContainment(make_spec(("true",), cpu_quota="fast"))
+        spawn._scope_containment(make_spec(("true",), cpu_quota="fast"))
     assert caught.value.code is ErrorCode.INVALID_ARGUMENTS
+
+
+def test_scope_containment_falls_back_to_the_cgroup_when_busctl_fails(tmp_path: Path) -> None:
+    """Signalling without a reachable systemd: the scope's own cgroup files are used."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (tmp_path / "cgroup.procs").write_text(f"{sleeper.pid}\n")
+        (tmp_path / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+        (tmp_path / "cgroup.kill").write_text("")
+        containment = spawn._scope_containment(make_spec(("true",)))
+        containment.created = Scope(unit=containment.unit or "", cgroup_dir=str(tmp_path))
+        assert asyncio.run(containment.occupied())
+        containment.signal_now(signal.SIGKILL)  # a real cgroup.kill kills everything at once
+        assert (tmp_path / "cgroup.kill").read_text() == "1"
+        if systemd_is_running():
+            return  # KillUnit would be asked about a unit that does not exist
+        asyncio.run(containment.signal(signal.SIGTERM))  # busctl fails here: walks cgroup.procs
+        assert sleeper.wait(timeout=5) == -signal.SIGTERM
+        (tmp_path / "cgroup.events").write_text("populated 0\nfrozen 0\n")
+        assert not asyncio.run(containment.occupied())
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -17,6 +17,7 @@ from runner_testlib import make_spec, me, pid_alive, run
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner import spawn
+from airlock.runner.scope import ProcessGroups
 from airlock.runner.spawn import describe_exit, run_job
 
 MiB = 1 << 20
@@ -489,7 +490,7 @@ def test_non_root_cannot_run_as_another_user(test_user: ScratchUser, world_dir: 
 # --- the gated start used by scope mode (systemd itself is tested in the system tests) ---
 
 
-class _GatedGroups(spawn._ProcessGroups):
+class _GatedGroups(ProcessGroups):
     """Scope mode without systemd: stages wait at the gate while we look at them."""
 
     gated = True
