@@ -213,7 +213,7 @@ class Scope:
         try:
             with open(os.path.join(self.cgroup_dir, "cgroup.events"), encoding="utf-8") as f:
                 return any(line.strip() == "populated 1" for line in f)
-        except FileNotFoundError:
+        except OSError:
             return False  # systemd already removed the empty scope
 
     async def kill(self, signum: int) -> None:

@@ -93,6 +93,15 @@ def _gate_payload(env: Mapping[str, str]) -> bytes:
     return b"1" + b"\0".join(f"{name}={value}".encode() for name, value in env.items())
 
 
+def _encodable(text: str) -> bool:
+    """Whether ``text`` becomes bytes for the OS (JSON may carry lone surrogates)."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _invalid(message: str) -> AirlockError:
     return AirlockError(ErrorCode.INVALID_ARGUMENTS, message)
 
@@ -125,6 +134,9 @@ class JobSpec:
             raise _invalid("a job needs at least one stage, and every stage an argv")
         if any(not isinstance(arg, str) or "\0" in arg for stage in self.stages for arg in stage):
             raise _invalid("argv entries must be strings without NUL bytes")
+        strings = [arg for stage in self.stages for arg in stage] + [self.cwd, *self.env.keys(), *self.env.values()]
+        if not all(_encodable(text) for text in strings):
+            raise _invalid("argv, cwd and environment must be encodable (no lone surrogates)")
         if self.mode == "shell" and len(self.stages) != 1:
             raise _invalid("a shell job has exactly one stage")
         if self.containment not in ("scope", "process-group"):
@@ -275,7 +287,7 @@ async def _feed(fd: _Fd, data: bytes) -> None:
 def _scope_containment(spec: JobSpec) -> ScopeContainment:
     settings = ScopeSettings(
         slice=spec.slice,
-        description=f"airlock job {spec.operation_id}",
+        description=f"airlock job {ascii(spec.operation_id)[1:-1]}",  # printable ASCII for systemctl
         stop_timeout_seconds=spec.kill_grace_seconds,
         memory_max=spec.memory_max,
         tasks_max=spec.tasks_max,

@@ -64,7 +64,7 @@ def test_service_manager_variables_are_refused(name: str) -> None:
     assert name in caught.value.message
 
 
-@pytest.mark.parametrize(("name", "value"), [("", "x"), ("A=B", "x"), ("A", "x\0y")])
+@pytest.mark.parametrize(("name", "value"), [("", "x"), ("A=B", "x"), ("A", "x\0y"), ("A", "\ud800"), ("\ud800", "x")])
 def test_malformed_variables_are_refused(name: str, value: str) -> None:
     with pytest.raises(AirlockError) as caught:
         build_env(NOBODY, {name: value}, {})
@@ -77,7 +77,7 @@ def test_default_cwd() -> None:
     assert default_cwd(Identity(1, 1, (1,), "x", "/tmp")) == "/tmp"
 
 
-@pytest.mark.parametrize("cwd", ["relative/dir", "", "/a\0b"])
+@pytest.mark.parametrize("cwd", ["relative/dir", "", "/a\0b", "/tmp/\ud800"])
 def test_cwd_must_be_absolute(cwd: str) -> None:
     with pytest.raises(AirlockError) as caught:
         check_cwd(NOBODY, cwd)

@@ -417,6 +417,8 @@ def test_shell_mode() -> None:
         {"env": {"A=B": "x"}},
         {"env": {"A": "x\0"}},
         {"deadline": float("nan")},
+        {"stages": (("echo", "\ud800"),)},
+        {"env": {"A": "\udfff\ud800"}},
     ],
 )
 def test_spec_validation(overrides: dict[str, object]) -> None:
