@@ -558,6 +558,13 @@ async def _execute(
     try:
         gates = job.spawn(executables)
         await containment.attach([p.pid for p in job.procs])
+        budget -= time.monotonic() - started_mono
+        if gates and (budget <= 0 or (cancel is not None and cancel.is_set())):
+            # Creating the scope took the rest of the time, or cancel came
+            # meanwhile: the gates stay shut, so nothing of the job ran.
+            job.timed_out = budget <= 0
+            job.cancelled = not job.timed_out
+            return _result(job, started_wall, started_mono, reason, started=False)
         if gates:  # inside the scope now: let them exec
             payload = _gate_payload(spec.env)
             for gate in gates:
@@ -565,7 +572,7 @@ async def _execute(
             await asyncio.gather(*(_feed(gate, payload) for gate in gates))
         log.debug("runner.job.spawned", pids=[p.pid for p in job.procs], containment=spec.containment)
         job.start_io()
-        await job.supervise(budget - (time.monotonic() - started_mono), cancel)
+        await job.supervise(budget, cancel)
         result = _result(job, started_wall, started_mono, reason, started=True)
     finally:
         job.abort()

@@ -577,3 +577,19 @@ def test_failed_attach_runs_nothing(world_dir: str) -> None:
 
 def test_identity_of_the_test_process_is_usable() -> None:
     assert me().uid == os.geteuid()
+
+
+def test_gates_stay_shut_when_the_deadline_passes_during_attach(world_dir: str) -> None:
+    marker = os.path.join(world_dir, "ran")
+
+    class Slow(_GatedGroups):
+        async def attach(self, pids: Sequence[int]) -> None:
+            await super().attach(pids)
+            await asyncio.sleep(0.5)
+
+    spec = make_spec(("touch", marker), deadline=time.time() + 0.3)
+    result = asyncio.run(spawn._execute(spec, Slow(), spawn._resolve_all(spec), None, None))
+    assert not result.started and result.timed_out and result.timeout_reason == "deadline"
+    assert result.stages[0].exit_code is None
+    time.sleep(0.1)
+    assert not os.path.exists(marker)
