@@ -593,3 +593,27 @@ def test_gates_stay_shut_when_the_deadline_passes_during_attach(world_dir: str) 
     assert result.stages[0].exit_code is None
     time.sleep(0.1)
     assert not os.path.exists(marker)
+
+
+def test_concurrent_jobs_do_not_mix() -> None:
+    """Many jobs in one loop, some timing out, some gated: fd numbers get reused constantly."""
+
+    async def scenario() -> list[tuple[int, spawn.JobResult]]:
+        async def one(i: int) -> tuple[int, spawn.JobResult]:
+            if i % 5 == 0:
+                spec = make_spec(sh(f"echo start{i}; sleep 60"), timeout_seconds=0.3, kill_grace_seconds=0.1)
+            else:
+                spec = make_spec(sh(f"printf 'out{i}'; printf 'err{i}' >&2"), ("cat",), stdin=b"in%d" % i)
+            if i % 5 != 0 and i % 7 == 1:  # (a timed-out job's gate may rightly stay shut)
+                return i, await spawn._execute(spec, _GatedGroups(), spawn._resolve_all(spec), None, None)
+            return i, await run_job(spec)
+
+        return await asyncio.gather(*(one(i) for i in range(30)))
+
+    for i, result in asyncio.run(scenario()):
+        if i % 5 == 0:
+            assert result.timed_out and result.stdout == f"start{i}\n".encode()
+        else:
+            assert result.stdout == f"out{i}".encode()
+            assert result.stages[0].stderr == f"err{i}".encode()
+            assert not result.timed_out
