@@ -90,7 +90,7 @@ except OSError as exc:
 
 def _gate_payload(env: Mapping[str, str]) -> bytes:
     """What opens a gate: the go byte, then NAME=value entries separated by NUL."""
-    return b"1" + b"\0".join(f"{name}={value}".encode() for name, value in env.items())
+    return b"1" + b"\0".join(os.fsencode(f"{name}={value}") for name, value in env.items())
 
 
 def _encodable(text: str) -> bool:

@@ -129,7 +129,7 @@ def test_inheritable_fds_of_the_daemon_do_not_reach_the_job() -> None:
 
 
 def env_of(result: spawn.JobResult) -> dict[str, str]:
-    return dict(item.split("=", 1) for item in result.stdout.decode().split("\0") if item)
+    return dict(item.split("=", 1) for item in os.fsdecode(result.stdout).split("\0") if item)
 
 
 def test_env_is_clean(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -531,7 +531,8 @@ def test_gated_stages_wait_before_exec() -> None:
 def test_gated_stages_get_exactly_the_job_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # The shim is Python, whose locale coercion would add or rewrite LC_CTYPE.
     monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
-    spec = make_spec(("env", "-0"), request_env={"LC_CTYPE": "C", "EMPTY": "", "EQ": "a=b"})
+    raw = os.fsdecode(b"\xff")  # a non-UTF-8 byte, as Python carries it
+    spec = make_spec(("env", "-0"), request_env={"LC_CTYPE": "C", "EMPTY": "", "EQ": "a=b", "RAW": raw})
     result, _ = run_gated(spec)
     assert env_of(result) == dict(spec.env)
     spec = make_spec(("env", "-0"))
