@@ -47,8 +47,9 @@ def test_verify_names_the_first_bad_record_after_tampering(tmp_path_factory: pyt
         with sqlite3.connect(s.database) as conn:
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchall():
                 conn.execute(f"DROP TRIGGER {name}")
-            conn.execute("UPDATE events SET payload = replace(payload, 'true', 'rm') WHERE seq = 3")
+            (seq,) = conn.execute("SELECT min(seq) FROM events WHERE kind = 'exec.started'").fetchone()
+            conn.execute("UPDATE events SET payload = replace(payload, 'true', 'rm') WHERE seq = ?", (seq,))
         result = s.cli("audit", "verify")
-        assert result.returncode == 1 and "FAILED at record 3" in result.stdout, result.stdout
+        assert result.returncode == 1 and f"FAILED at record {seq}" in result.stdout, result.stdout
     finally:
         stop_stack(s)
