@@ -152,6 +152,8 @@ class Service:
         self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
         self.on_stop: Callable[[], Awaitable[None]] | None = None  # in-flight work is done
         self.status: Callable[[], str] = lambda: "serving"
+        # State an idle exit would lose (approval's session tokens) keeps the service up.
+        self.keep_alive: Callable[[], bool] = lambda: False
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -205,7 +207,7 @@ class Service:
             await asyncio.sleep(tick)
             if watchdog:
                 self.notifier.watchdog()
-            if self._tasks:
+            if self._tasks or self.keep_alive():
                 self._idle_since = time.monotonic()
                 continue
             if activated and idle_after > 0 and time.monotonic() - self._idle_since >= idle_after:
