@@ -59,7 +59,7 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     pairs.append(("env", ", ".join(sanitise(n, strict=True) for n in env) or "-"))
     pairs.append(("rule", f"{sanitise(p.get('rule'))} (ask)"))
     pairs.append(("operation", sanitise(p.get("operation_id"), strict=True)))
-    return "\n".join(lines) + fields(pairs)
+    return "\n".join(lines) + "\n" + fields(pairs)
 
 
 def _left(p: dict[str, Any]) -> float:

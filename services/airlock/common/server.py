@@ -255,6 +255,7 @@ class Service:
             if not door.allow.allows(peer):
                 self.log.warning(f"{self.name}.peer.refused", door=door.name, peer_uid=peer.uid, peer_pid=peer.pid)
                 await _send_quietly(writer, door.refusal(AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")))
+                await _linger(reader, writer)
                 return
             conn = Connection(reader, writer, peer, door, self.config)
             if door.handler is not None:
@@ -313,6 +314,27 @@ async def _send_quietly(writer: asyncio.StreamWriter, data: bytes) -> None:
     with contextlib.suppress(ConnectionError):
         writer.write(data)
         await writer.drain()
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After a refusal, discard what the peer already sent (briefly, boundedly).
+
+    Closing a socket with unread bytes makes the kernel send a reset, and a
+    client that wrote its request first would lose the refusal it is owed.
+    """
+    with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+        if writer.can_write_eof():
+            writer.write_eof()
+        budget = 1024 * 1024
+        deadline = time.monotonic() + 1.0
+        while budget > 0 and (left := deadline - time.monotonic()) > 0:
+            try:
+                chunk = await asyncio.wait_for(reader.read(64 * 1024), left)
+            except TimeoutError:
+                return
+            if not chunk:
+                return
+            budget -= len(chunk)
 
 
 def run(service_factory: Callable[[], Awaitable[tuple[Service, Mapping[str, socket.socket]]]]) -> None:
