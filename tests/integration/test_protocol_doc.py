@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import REPO, Stack, now_iso
 
 BLOCK = re.compile(r"```jsonl example\n(.*?)```", re.S)

@@ -97,7 +97,10 @@ class Runner:
         try:
             check_cwd(identity, cwd)
         except AirlockError as exc:
-            raise await self._refuse(exc, ids) from None
+            if spec.cwd is not None:
+                raise await self._refuse(exc, ids) from None
+            cwd = "/"  # no usable home: start in / as login(1) does; the evidence says where
+
         env = build_env(identity, spec.env, protected)
         timeout = (spec.timeout_ms / 1000) if spec.timeout_ms else self.config.limits.default_timeout_seconds
         job = JobSpec(
