@@ -135,6 +135,13 @@ def test_token_issue_and_revoke(ops: Stack) -> None:
     assert token.startswith("alt_") and "session ci" in issued.stderr
     reply = ops.exec({"argv": ["true"], "privileged": False, "operation_id": f"op-tok-{time.time()}"}, token=token)
     assert reply["ok"] is True
+    run = ops.cli("run", "--no-privilege", "--json", "--operation-id", f"op-tok-run-{time.time()}", "--", "true",
+                  env={"AIRLOCK_TOKEN": token})
+    assert run.returncode == 0, run.stderr
+    shown = json.loads(ops.cli("show", json.loads(run.stdout)["id"], "--json").stdout)
+    assert shown["data"]["session"] == "ci"
+    bad = ops.cli("run", "--no-privilege", "--token", "alt_bogus", "--", "true")
+    assert bad.returncode == 125 and "unauthorized" in bad.stderr
     revoked = ops.cli("token", "revoke", token)
     assert revoked.returncode == 0 and "revoked 1" in revoked.stdout
     ops.cli("token", "issue", "--session", "ci2")

@@ -186,3 +186,18 @@ def test_runner_exec_refuses_a_peer_that_is_not_intake() -> None:
     with pytest.raises(AirlockError) as caught:
         asyncio.run(runner.exec(call))
     assert caught.value.code.value == "unauthorized"
+
+
+def test_the_example_notify_script_summarises_a_pending_request() -> None:
+    import subprocess
+
+    from conftest import REPO
+
+    body = {"request_id": "r1", "peer": {"user": "dev"}, "stages": [{"argv": ["systemctl", "restart", "nginx"]}],
+            "privileged": True, "reason": "deploy"}
+    result = subprocess.run(
+        [str(REPO / "config" / "notify-example.sh")], input=json.dumps(body), capture_output=True, text=True,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AIRLOCK_REQUEST_ID": "r1"}, timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "dev wants to run 'systemctl restart nginx' as root: 'deploy'" in result.stdout

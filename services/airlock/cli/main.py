@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -77,7 +78,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
             _err(f"waiting for an operator to approve (rule {event.get('rule')!r}, up to {wait}s)")
 
     try:
-        raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event)
+        token = ns.token or os.environ.get("AIRLOCK_TOKEN") or None
+        raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event, token=token)
     except client.ClientError as exc:
         _err(str(exc))
         return EXIT_AIRLOCK_ERROR
@@ -465,6 +467,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--env", action="append", metavar="NAME=VALUE", help="set an allowed environment variable")
     run.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the command after this long")
     run.add_argument("--operation-id", help="a stable ID: a retry with the same ID replays instead of running twice")
+    run.add_argument("--token", help="a session token from an operator (default: $AIRLOCK_TOKEN)")
     run.add_argument("--json", action="store_true", help="print the response envelope verbatim")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     run.set_defaults(func=cmd_run)
