@@ -179,3 +179,34 @@ def test_wait_exits_0_only_when_it_ran_and_exited_0(ops: Stack) -> None:
     assert time.monotonic() - started < 10
     ops.cli("deny", pending.request_id)
     pending.result()
+
+
+def test_policy_check_and_audit_commands(ops: Stack) -> None:
+    check = ops.cli("policy", "check", "--no-privilege", "--", "true")
+    assert check.returncode == 0 and "decision: allow (rule allow-true)" in check.stdout
+    verify = ops.cli("audit", "verify")
+    assert verify.returncode == 0 and verify.stdout.startswith("ok:")
+    head = ops.cli("audit", "head", "--json")
+    assert head.returncode == 0 and len(json.loads(head.stdout)["data"]["hash"]) == 64
+
+
+def test_no_color_and_a_terminal(ops: Stack) -> None:
+    from airlock.cli.render import use_colour
+
+    class Tty:
+        def isatty(self) -> bool:
+            return True
+
+    saved = {k: os.environ.get(k) for k in ("NO_COLOR", "TERM")}
+    try:
+        os.environ["TERM"] = "xterm"
+        os.environ.pop("NO_COLOR", None)
+        assert use_colour(Tty()) is True  # type: ignore[arg-type]
+        os.environ["NO_COLOR"] = "1"
+        assert use_colour(Tty()) is False  # type: ignore[arg-type]
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -184,7 +184,8 @@ def test_status_reports_services_counts_and_hold(ops: Stack) -> None:
     assert data["hold"] is False and data["hold_reason"] is None
     assert isinstance(data["pending"], int) and isinstance(data["tokens"], int)
     assert data["services"]["journal"]["state"] == "up"
-    assert data["services"]["runner"]["state"] == "up"
+    assert data["services"]["runner"]["state"] == "listening"
+    assert data["services"]["intake"]["state"] == "listening"
     assert data["policy"]["default"] == "ask"
 
 
