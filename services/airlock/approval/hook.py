@@ -20,6 +20,8 @@ from airlock.common import log
 
 HOOK_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MAX_LOGGED_OUTPUT = 4096
+# A flood of pending requests must not become a flood of processes.
+MAX_RUNNING = 16
 
 
 class Notifier:
@@ -33,6 +35,9 @@ class Notifier:
     def pending(self, request: dict[str, Any]) -> None:
         """Start the hook for a newly pending request; returns at once."""
         if not self.argv:
+            return
+        if len(self._tasks) >= MAX_RUNNING:
+            self.log.warning("approval.notify.skipped", request_id=request.get("request_id"), running=len(self._tasks))
             return
         task = asyncio.create_task(self._run(request))
         self._tasks.add(task)
