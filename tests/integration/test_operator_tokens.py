@@ -201,3 +201,25 @@ def test_the_example_notify_script_summarises_a_pending_request() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "dev wants to run 'systemctl restart nginx' as root: 'deploy'" in result.stdout
+
+
+def test_a_restart_of_approval_revokes_every_token(tmp_path: Path) -> None:
+    import signal
+
+    for stack in stack_with(tmp_path, "agents:\n  require_token: true\n"):
+        token = issue(stack, "survivor?")
+        assert stack.exec({"argv": ["true"], "privileged": False, "operation_id": "op-before"}, token=token)["ok"] is True
+        pid = op(stack, "status")["data"]["services"]["approval"]["pid"]
+        os.kill(pid, signal.SIGKILL)  # `airlock dev up` starts it again, as systemd would
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                reply = op(stack, "status")
+                if reply["ok"] and reply["data"]["services"]["approval"]["pid"] != pid:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert op(stack, "status")["data"]["tokens"] == 0
+        after = stack.exec({"argv": ["true"], "privileged": False, "operation_id": "op-after"}, token=token)
+        assert after["error"] == UNAUTHORIZED
