@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airlock.approval import hook, trail
+from airlock.approval.lookup import JournalLookup
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
 from airlock.approval.tokens import (
     DEFAULT_TTL_SECONDS,
@@ -144,6 +145,7 @@ class Approval:
         )
         self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
         self.intake_uid = uid_of(config.services.intake_user)
+        self.lookup = JournalLookup(self.journal)
         self.log = log.get()
 
     # --- intake: decide -------------------------------------------------------
@@ -369,18 +371,18 @@ class Approval:
             if ref in (entry.request_id, entry.operation_id):
                 return await self._show_pending(entry, now)
         prefixed = [p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)]
-        events = await self._scoped_events({"request_id": ref})
+        events = await self.lookup.request_events(ref)
         if not events:
-            events = await self._operation_events(ref)
+            events = await self.lookup.operation_events(ref)
         if not events and not prefixed:
-            request_ids, operation_ids = await self._recent_ids(ref)
+            request_ids, operation_ids = await self.lookup.prefixed(ref)
             found = sorted(request_ids | operation_ids)
             if len(found) > 1:
                 raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(found)} requests; give more of the ID", {"matches": found[:16]})
             if request_ids:
-                events = await self._scoped_events({"request_id": found[0]})
+                events = await self.lookup.request_events(found[0])
             elif operation_ids:
-                events = await self._operation_events(found[0])
+                events = await self.lookup.operation_events(found[0])
         elif not events and len(prefixed) == 1:
             return await self._show_pending(prefixed[0], now)
         elif not events:
@@ -390,7 +392,7 @@ class Approval:
         return trail.summarise(events)
 
     async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
-        events = await self._scoped_events({"request_id": entry.request_id})
+        events = await self.lookup.request_events(entry.request_id)
         shown = trail.summarise(events) if events else {}
         return shown | {
             "request_id": entry.request_id,
@@ -405,51 +407,6 @@ class Approval:
             "detail": entry.to_dict(now),
             "events": events,
         }
-
-    async def _scoped_events(self, scope: dict[str, Any], pages: int = 8) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
-        after = 0
-        for _ in range(pages):
-            page = await self.journal.call("events", {"after": after, "limit": 256, "scope": scope})
-            events.extend(page["events"])
-            if len(page["events"]) < 256:
-                break
-            after = page["next_cursor"]
-        return events
-
-    async def _operation_events(self, operation_id: str) -> list[dict[str, Any]]:
-        """The events of the operation's newest request that did more than replay an outcome."""
-        events = await self._scoped_events({"operation_id": operation_id})
-        by_request: dict[str, list[dict[str, Any]]] = {}
-        for event in events:
-            by_request.setdefault(event.get("request_id") or "", []).append(event)
-        if not by_request:
-            return []
-        chosen = list(by_request.values())[-1]
-        for group in reversed(by_request.values()):
-            if not any(e.get("kind") == "operation.replayed" for e in group):
-                chosen = group
-                break
-        return chosen
-
-    async def _recent_ids(self, prefix: str, window: int = 4096) -> tuple[set[str], set[str]]:
-        """Request and operation IDs starting with ``prefix`` among the newest journal events."""
-        if len(prefix) < 4:
-            return set(), set()
-        head = await self.journal.call("events", {"tail": 0})
-        after = max(0, int(head["latest"]) - window)
-        request_ids: set[str] = set()
-        operation_ids: set[str] = set()
-        while True:
-            page = await self.journal.call("events", {"after": after, "limit": 256})
-            for event in page["events"]:
-                if (event.get("request_id") or "").startswith(prefix):
-                    request_ids.add(event["request_id"])
-                if (event.get("operation_id") or "").startswith(prefix):
-                    operation_ids.add(event["operation_id"])
-            if len(page["events"]) < 256:
-                return request_ids, operation_ids
-            after = page["next_cursor"]
 
     async def cancel(self, call: Call) -> dict[str, Any]:
         op = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
