@@ -28,7 +28,8 @@ class Console:
     """One `airlock watch` in its own tmux server and pane."""
 
     def __init__(self, stack: Stack) -> None:
-        self.server = f"airlock-test-{uuid.uuid4().hex[:8]}"
+        # A private tmux server whose socket lives (and dies) with the test stack's folder.
+        self.server = str(stack.runtime_dir / f"tmux-{uuid.uuid4().hex[:8]}.sock")
         command = (
             f"cd {REPO} && AIRLOCK_OPERATOR_SOCKET={stack.operator} PYTHONPATH={REPO / 'services'} "
             f"exec {sys.executable} -m airlock watch"
@@ -37,7 +38,7 @@ class Console:
         self.wait_for("airlock watch: no pending requests")
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.server, *args], capture_output=True, text=True, check=True).stdout
+        return subprocess.run(["tmux", "-S", self.server, *args], capture_output=True, text=True, check=True).stdout
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "watch")
@@ -55,7 +56,8 @@ class Console:
         self.tmux("send-keys", "-t", "watch", *keys)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.server, "kill-server"], capture_output=True)
+        subprocess.run(["tmux", "-S", self.server, "kill-server"], capture_output=True)
+        Path(self.server).unlink(missing_ok=True)
 
 
 @pytest.fixture
