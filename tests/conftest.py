@@ -75,6 +75,30 @@ class Stack:
             [sys.executable, "-m", "airlock", *argv], capture_output=True, text=True, timeout=timeout, env=environ
         )
 
+    def service_pid(self, name: str) -> int | None:
+        """The pid of one service (intake, approval, runner, journal) under this stack's `dev up`."""
+        found = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid), "-f", f"airlock\\.{name}( |$)"], capture_output=True, text=True
+        ).stdout.split()
+        return int(found[0]) if found else None
+
+    def kill_service(self, name: str, *, timeout: float = 30) -> int:
+        """SIGKILL one service and wait until `dev up` has started it again (and it answers).
+
+        Returns the new pid.  The socket stays bound by the supervisor, so a
+        connection made meanwhile queues for the new instance.
+        """
+        old = self.service_pid(name)
+        assert old is not None, f"no {name} service under pid {self.proc.pid}"
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            new = self.service_pid(name)
+            if new is not None and new != old:
+                return new
+            time.sleep(0.05)
+        raise AssertionError(f"{name} was not restarted within {timeout}s")
+
     def journal_rows(self) -> list[dict[str, Any]]:
         import sqlite3
 
