@@ -260,6 +260,7 @@ class Intake:
                         "stream": req.stream,
                     },
                     on_event=forward,
+                    timeout=self._runner_budget(req),
                 )
             finally:
                 self.operations.pop(op, None)
@@ -279,6 +280,14 @@ class Intake:
                     await self.journal.call("op.abandon", {"operation_id": op})
                 except AirlockError:
                     pass
+
+    def _runner_budget(self, req: ExecRequest) -> float:
+        """How long a runner may take to answer: the job's own timeout, the kill
+        grace, and a margin for its journal and approval calls.  Without a
+        bound a stopped or wedged runner would hang the request for ever."""
+        limits = self.config.limits
+        job = req.spec.timeout_ms / 1000 if req.spec.timeout_ms else limits.default_timeout_seconds
+        return job + limits.kill_grace_seconds + 30
 
     async def _replied(self, ids: Ids, status: str, exc: AirlockError | None) -> None:
         try:
