@@ -11,7 +11,7 @@ BENCH_ARGS ?=
 STRESS_ARGS ?=
 
 bench: $(BIN)/airlock
-	cd bench && ../$(BIN)/python airlock_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/airlock_bench.py $(BENCH_ARGS)
 
 stress: $(BIN)/airlock
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/stress $(STRESS_ARGS)
