@@ -15,12 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from airlock.common import daemon, validate
-from airlock.common.codec import canonical_json
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
-from airlock.journal.store import MAX_OUTCOME_BYTES, Store
+from airlock.journal.store import Store
 
 NAME = "journal"
 
@@ -36,24 +35,6 @@ def writers_by_uid(config: Config) -> dict[int, set[str]]:
         if uid is not None:
             table.setdefault(uid, set()).add(service)
     return table
-
-
-def fit_for_replay(outcome: dict[str, Any]) -> dict[str, Any]:
-    """The outcome as the replay store keeps it.
-
-    A job may deliver up to ``limits.max_output_bytes`` per stream, far more
-    than a replay entry may hold (`MAX_OUTCOME_BYTES`).  Refusing to store it
-    would fail a request whose work already ran; so a too-large outcome is kept
-    without its output bytes (the digests and flags stay) and says so with
-    ``output_omitted``.
-    """
-    if len(canonical_json(outcome)) <= MAX_OUTCOME_BYTES:
-        return outcome
-    trimmed = dict(outcome) | {"stdout": "", "output_omitted": True}
-    stages = outcome.get("stages")
-    if isinstance(stages, list):
-        trimmed["stages"] = [dict(s) | {"stderr": ""} if isinstance(s, dict) else s for s in stages]
-    return trimmed
 
 
 class Journal:
@@ -105,7 +86,7 @@ class Journal:
         await self.store.op_complete(
             validate.text("operation_id", a.get("operation_id"), max_len=256, allow_empty=False),
             validate.text("digest", a.get("digest"), max_len=128, allow_empty=False),
-            fit_for_replay(outcome),
+            outcome,
         )
         return {}
 
