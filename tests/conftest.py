@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -75,29 +76,59 @@ class Stack:
             [sys.executable, "-m", "airlock", *argv], capture_output=True, text=True, timeout=timeout, env=environ
         )
 
-    def service_pid(self, name: str) -> int | None:
-        """The pid of one service (intake, approval, runner, journal) under this stack's `dev up`."""
+    def find_service_pid(self, name: str) -> int | None:
+        """The pid of one service (intake, approval, runner, journal) under this stack's `dev up`, if running."""
         found = subprocess.run(
             ["pgrep", "-P", str(self.proc.pid), "-f", f"airlock\\.{name}( |$)"], capture_output=True, text=True
         ).stdout.split()
         return int(found[0]) if found else None
 
+    def service_pid(self, name: str) -> int:
+        """The pid of one of the stack's services (``intake``, ``journal``, ...)."""
+        pid = self.find_service_pid(name)
+        assert pid is not None, f"no {name} service under pid {self.proc.pid}"
+        return pid
+
     def kill_service(self, name: str, *, timeout: float = 30) -> int:
-        """SIGKILL one service and wait until `dev up` has started it again (and it answers).
+        """SIGKILL one service and wait until `dev up` has started it again.
 
         Returns the new pid.  The socket stays bound by the supervisor, so a
         connection made meanwhile queues for the new instance.
         """
         old = self.service_pid(name)
-        assert old is not None, f"no {name} service under pid {self.proc.pid}"
         os.kill(old, signal.SIGKILL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            new = self.service_pid(name)
+            new = self.find_service_pid(name)
             if new is not None and new != old:
                 return new
             time.sleep(0.05)
         raise AssertionError(f"{name} was not restarted within {timeout}s")
+
+    @contextlib.contextmanager
+    def down(self, name: str) -> Iterator[None]:
+        """Take one service away for real: killed, not restarted, its socket gone."""
+        os.kill(self.proc.pid, signal.SIGSTOP)  # the supervisor must not start it again yet
+        sock = self.runtime_dir / "internal" / f"{name}.sock"
+        hidden = sock.with_name(f"{name}.sock.down")
+        try:
+            pid = self.service_pid(name)
+            os.kill(pid, signal.SIGKILL)
+            while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+                time.sleep(0.05)
+            sock.rename(hidden)
+            yield
+        finally:
+            hidden.rename(sock)
+            os.kill(self.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if self.native("ping").get("ok"):
+                    time.sleep(0.5)
+                    return
+            except OSError:
+                time.sleep(0.2)
 
     def journal_rows(self) -> list[dict[str, Any]]:
         import sqlite3

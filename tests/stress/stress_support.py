@@ -101,7 +101,7 @@ def running_stack(runtime: Path, **sections: dict[str, Any]) -> Iterator[Stack]:
 def service_fds(stack: Stack) -> dict[str, int]:
     out = {}
     for name in SERVICES:
-        pid = stack.service_pid(name)
+        pid = stack.find_service_pid(name)
         out[name] = len(os.listdir(f"/proc/{pid}/fd")) if pid else -1
     return out
 
@@ -109,7 +109,7 @@ def service_fds(stack: Stack) -> dict[str, int]:
 def service_rss_mib(stack: Stack) -> dict[str, float]:
     out = {}
     for name in SERVICES:
-        pid = stack.service_pid(name)
+        pid = stack.find_service_pid(name)
         rss = float("nan")
         if pid:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():

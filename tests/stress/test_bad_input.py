@@ -186,7 +186,7 @@ def _replay_corpus(path: str) -> tuple[int, Counter[str], list[str]]:
 
 
 def _all_alive(stack: Stack, pids: dict[str, int | None]) -> None:
-    now = {name: stack.service_pid(name) for name in SERVICES}
+    now = {name: stack.find_service_pid(name) for name in SERVICES}
     assert now == pids, f"a service died or was restarted: {pids} -> {now}"
 
 
@@ -203,7 +203,7 @@ def _as_results(prefix: str, sent: int, codes: Counter[str]) -> list[Result]:
 
 @pytest.mark.parametrize("door", ["agent", "operator"])
 def test_fuzz_corpus_gets_one_answer_per_line_and_nothing_dies(stack: Stack, tally: Tally, door: str, tmp_path: Path) -> None:
-    pids = {name: stack.service_pid(name) for name in SERVICES}
+    pids = {name: stack.find_service_pid(name) for name in SERVICES}
     path = stack.agent if door == "agent" else stack.operator
     sent, codes, problems = _replay_corpus(path)
     tally.add(f"fuzz corpus at {door}.sock", _as_results("x", sent, codes))
@@ -226,7 +226,7 @@ def _check_healthy(stack: Stack, maker: RequestMaker) -> list[Result]:
 
 
 def test_slow_drip_clients_are_cut_off_and_others_are_served(stack: Stack, tally: Tally, tmp_path: Path) -> None:
-    pids = {name: stack.service_pid(name) for name in SERVICES}
+    pids = {name: stack.find_service_pid(name) for name in SERVICES}
     line = json.dumps(_native("ping")).encode() + b"\n"
     outcomes: list[tuple[list[Any], str]] = []
 
@@ -252,7 +252,7 @@ def test_slow_drip_clients_are_cut_off_and_others_are_served(stack: Stack, tally
 
 
 def test_clients_that_vanish_mid_request(stack: Stack, tally: Tally, tmp_path: Path) -> None:
-    pids = {name: stack.service_pid(name) for name in SERVICES}
+    pids = {name: stack.find_service_pid(name) for name in SERVICES}
     vanished = 0
     for i in range(60):
         request = json.dumps(_native(argv=["sleep", "0.2"]) if i % 3 == 0 else _native("ping")).encode() + b"\n"
@@ -275,7 +275,7 @@ def test_1000_idle_connections(stack: Stack, tally: Tally, tmp_path: Path) -> No
         if hard != resource.RLIM_INFINITY and hard < want:
             pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is below {want}")
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    pids = {name: stack.service_pid(name) for name in SERVICES}
+    pids = {name: stack.find_service_pid(name) for name in SERVICES}
     held: list[socket.socket] = []
     try:
         for i in range(1000):

@@ -39,6 +39,8 @@ from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_e
 
 NAME = "intake"
 NATIVE_VERBS = ("exec", "ping", "hello", "cancel")
+# Outcomes larger than this are kept for replay without their output bytes.
+REPLAY_OUTPUT_LIMIT = 512 * 1024
 
 
 class Intake:
@@ -234,16 +236,28 @@ class Intake:
             if emit is not None:
                 await emit("accepted", {"operation_id": op, "request_id": req.request_id})
 
+            pending = False
+
             async def forward(event: Event) -> None:
+                nonlocal pending
+                pending = pending or event.event == "pending_approval"
                 if emit is not None:
                     await emit(event.event, event.fields)
 
-            decision = await self.approval.call(
-                "decide",
-                {"request": req.describe() | {"spec": req.spec.to_dict()}, "peer": peer.to_dict(), "operation_id": op},
-                on_event=forward,
-                timeout=self.config.approval.timeout_seconds + 30,
-            )
+            try:
+                decision = await self.approval.call(
+                    "decide",
+                    {"request": req.describe() | {"spec": req.spec.to_dict()}, "peer": peer.to_dict(), "operation_id": op},
+                    on_event=forward,
+                    timeout=self.config.approval.timeout_seconds + 30,
+                )
+            except AirlockError as exc:
+                if pending and exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
+                    # Approval went away while the request waited: never silently dropped.
+                    raise AirlockError(
+                        ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"
+                    ) from None
+                raise
             if emit is not None:
                 await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
             self.operations[op] = peer.uid
@@ -258,6 +272,7 @@ class Intake:
                         "operation_id": op,
                         "session": req.session,
                         "stream": req.stream,
+                        "peer": peer.to_dict(),
                     },
                     on_event=forward,
                     timeout=self._runner_budget(req),
@@ -265,7 +280,7 @@ class Intake:
             finally:
                 self.operations.pop(op, None)
             evidence = evidence | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
-            await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": evidence})
+            await self._store_outcome(op, digest, evidence, ids)
             settled = True
             if emit is not None:
                 await emit("finished", {"exit_codes": [s.get("exit_code") for s in evidence.get("stages", [])]})
@@ -288,6 +303,19 @@ class Intake:
         limits = self.config.limits
         job = req.spec.timeout_ms / 1000 if req.spec.timeout_ms else limits.default_timeout_seconds
         return job + limits.kill_grace_seconds + 30
+
+    async def _store_outcome(self, op: str, digest: str, evidence: dict[str, Any], ids: Ids) -> None:
+        """Keep the settled outcome for replay; the work already ran, so a failure here is logged, not returned."""
+        outcome = evidence
+        if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT:
+            # Large output is not kept for replay: the digests and sizes are.
+            outcome = evidence | {"stdout": "", "stages": [s | {"stderr": ""} for s in evidence.get("stages", [])],
+                                  "output_retained": False}
+        try:
+            await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": outcome})
+        except AirlockError as exc:
+            self.log.error("intake.outcome.unstored", request_id=ids.request_id, operation_id=op, code=exc.code.value,
+                           error=exc.message)
 
     async def _replied(self, ids: Ids, status: str, exc: AirlockError | None) -> None:
         try:

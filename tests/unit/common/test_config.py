@@ -60,3 +60,9 @@ def test_every_setting_has_a_default_help_and_a_field() -> None:
     assert set(config.defaults().to_dict()) == {k.split(".")[0] for k in keys}
     assert all(s.help for s in config.SETTINGS)
     assert len(config.describe().splitlines()) == len(config.SETTINGS)
+
+
+def test_the_configuration_doc_lists_every_setting() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    missing = [s.key for s in config.SETTINGS if f"`{s.key}`" not in doc]
+    assert not missing, f"docs/configuration.md lacks {missing}"
