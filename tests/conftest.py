@@ -177,3 +177,22 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield s
     finally:
         stop_stack(s)
+
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    # Test modules say `from conftest import ...` and mean the nearest
+    # conftest.py above them, but pytest imports every conftest.py
+    # (tests/, tests/unit/runner/, tests/stress/) under that one module name
+    # and the last imported wins.  Point the name at the nearest one just
+    # before each test module is imported.
+    if not isinstance(collector, pytest.Module):
+        return
+    loaded = {getattr(p, "__file__", None): p for p in collector.config.pluginmanager.get_plugins()}
+    for folder in Path(collector.path).parents:
+        module = loaded.get(str(folder / "conftest.py"))
+        if module is not None:
+            sys.modules["conftest"] = module
+            return
+        if folder == REPO:
+            return
