@@ -181,8 +181,9 @@ class AgentDoor:
             run.note(event)
             if event.event == "pending_approval":
                 wait = event.fields.get("timeout_seconds")
+                up_to = f"up to {wait:g} s" if isinstance(wait, int | float) else "until the approval timeout"
                 ctx.set_phase(
-                    f"waiting for an operator to approve (rule {event.fields.get('rule')!r}, up to {wait} s); "
+                    f"waiting for an operator to approve (rule {event.fields.get('rule')!r}, {up_to}); "
                     "this is normal, keep waiting"
                 )
             elif event.event == "approved" and run.pending is not None:

@@ -310,17 +310,20 @@ def render_refusal(code: str, message: str, details: Mapping[str, Any]) -> ToolR
     by = details.get("decided_by")
     if code == "denied":
         who = f"policy rule {rule!r}" if by in (None, "policy") else f"operator {by}" + (f" (rule {rule!r})" if rule else "")
+        # airlock's message is "denied by <who>[: <reason>]": keep only what it adds.
+        said = message.partition(": ")[2] if message.startswith("denied by") else message
         return ToolResult(
-            f"DENIED by {who}: {message}. The command did not run. Do not retry it, or a variant meant to get "
-            "around the denial; take another approach, or tell the user what you need and why.",
+            f"DENIED by {who}{': ' + said if said else ''}. The command did not run. Do not retry it, or a variant "
+            "meant to get around the denial; take another approach, or tell the user what you need and why.",
             is_error=True,
         )
     if code == "approval_timeout":
         return ToolResult(
-            f"NOT RUN: no operator decided in time ({message}"
+            f"NOT RUN: no operator approved it in time ({message}"
             + (f"; rule {rule!r} asks an operator" if rule else "")
-            + "). Nobody denied it; the operator may be away. Tell the user the command is waiting for approval "
-            "(they can run `airlock pending` and `airlock approve ID`) and try again only when they say so.",
+            + "). Nobody denied it either; the operator may be away. Tell the user the command needs an "
+            "operator's approval (while it waits they see it with `airlock pending` and approve it with "
+            "`airlock approve ID`), and call again only when they are ready to approve it.",
             is_error=True,
         )
     field = details.get("field")

@@ -131,15 +131,15 @@ def test_timeouts_cancellations_replays_and_binary_output_are_said_plainly() -> 
 def test_a_denial_names_the_rule_and_says_not_to_retry() -> None:
     result = render_refusal("denied", "denied by policy rule 'never-dd'", {"rule": "never-dd", "decided_by": "policy"})
     assert result.is_error
-    assert result.text.startswith("DENIED by policy rule 'never-dd': denied by policy rule 'never-dd'. The command did not run.")
+    assert result.text.startswith("DENIED by policy rule 'never-dd'. The command did not run.")
     assert "Do not retry" in result.text
-    by_operator = render_refusal("denied", "denied by operator bob: no", {"rule": "default", "decided_by": "bob"})
-    assert by_operator.text.startswith("DENIED by operator bob (rule 'default')")
+    by_operator = render_refusal("denied", "denied by operator bob: not today", {"rule": "default", "decided_by": "bob"})
+    assert by_operator.text.startswith("DENIED by operator bob (rule 'default'): not today. The command did not run.")
 
 
 def test_an_approval_timeout_is_not_a_denial() -> None:
     result = render_refusal("approval_timeout", "no operator decided within 60s", {"rule": "default"})
-    assert result.is_error and result.text.startswith("NOT RUN: no operator decided in time")
+    assert result.is_error and result.text.startswith("NOT RUN: no operator approved it in time")
     assert "Nobody denied it" in result.text and "airlock approve" in result.text
 
 
