@@ -120,13 +120,13 @@ class Door:
                 await writer.wait_closed()
 
 
-def _why(exc: BaseException) -> str:
+def _why(exc: BaseException, *, operator: bool = False) -> str:
     if isinstance(exc, FileNotFoundError):
-        return "no such socket (is airlock running?)"
+        return "no such socket" if operator else "no such socket (is airlock running?)"
     if isinstance(exc, PermissionError):
-        return "permission denied (agents need group 'airlock')"
+        return f"permission denied ({'operators need group airlock-admin' if operator else 'agents need group airlock'})"
     if isinstance(exc, ConnectionRefusedError):
-        return "connection refused (is airlock running?)"
+        return "connection refused" if operator else "connection refused (is airlock running?)"
     if isinstance(exc, AirlockError):
         return f"malformed reply ({exc.message})"
     if isinstance(exc, OSError):
@@ -275,7 +275,7 @@ class AgentDoor:
                     assert reply.error is not None
                     operator_problem = f"{reply.error.code.value}: {reply.error.message}"
             except (OSError, AirlockError) as exc:
-                operator_problem = _why(exc)
+                operator_problem = _why(exc, operator=True)
         return tools.render_status(
             self.agent.path, hello, agent_problem, self.operator.path if self.operator else None, operator, operator_problem
         )

@@ -308,6 +308,14 @@ def render_refusal(code: str, message: str, details: Mapping[str, Any]) -> ToolR
     """A request that did not run: denied, not approved in time, or refused by airlock."""
     rule = details.get("rule")
     by = details.get("decided_by")
+    if code == "denied" and rule == "unresolved" and by in (None, "policy"):
+        # Not a judgement on the command: airlock could not find the program.
+        return ToolResult(
+            "NOT RUN: airlock could not find the program (policy rule 'unresolved' refuses a command whose "
+            "binary cannot be resolved in the target user's PATH, or a relative path). Check the program name "
+            "or give its absolute path.",
+            is_error=True,
+        )
     if code == "denied":
         who = f"policy rule {rule!r}" if by in (None, "policy") else f"operator {by}" + (f" (rule {rule!r})" if rule else "")
         # airlock's message is "denied by <who>[: <reason>]": keep only what it adds.

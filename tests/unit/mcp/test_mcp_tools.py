@@ -137,6 +137,12 @@ def test_a_denial_names_the_rule_and_says_not_to_retry() -> None:
     assert by_operator.text.startswith("DENIED by operator bob (rule 'default'): not today. The command did not run.")
 
 
+def test_a_program_that_cannot_be_found_is_not_called_a_denial() -> None:
+    result = render_refusal("denied", "denied by policy rule 'unresolved'", {"rule": "unresolved", "decided_by": "policy"})
+    assert result.is_error and result.text.startswith("NOT RUN: airlock could not find the program")
+    assert "DENIED" not in result.text
+
+
 def test_an_approval_timeout_is_not_a_denial() -> None:
     result = render_refusal("approval_timeout", "no operator decided within 60s", {"rule": "default"})
     assert result.is_error and result.text.startswith("NOT RUN: no operator approved it in time")
