@@ -293,6 +293,8 @@ class Server:
         self.closed = False
 
     def write(self, data: bytes) -> None:
+        # A plain blocking write: messages are small or final, and a client that
+        # stops reading its server's stdout stalls any stdio server alike.
         if self.closed:
             return
         try:
