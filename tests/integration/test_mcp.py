@@ -367,9 +367,9 @@ def test_a_cancelled_call_cancels_the_running_command(mstack: Stack) -> None:
 class RawClient:
     """`airlock mcp` driven by hand, for what an SDK does not let a test control."""
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(self, stack: Stack, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "airlock", "mcp", "--socket", stack.agent],
+            [sys.executable, "-m", "airlock", "mcp", "--socket", stack.agent, *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
@@ -441,6 +441,24 @@ def test_ending_the_session_cancels_the_running_command(mstack: Stack) -> None:
         assert "exec.cancelled" in wait_finished(mstack, '"32"')
         # The client only closed its side: the answer still goes out, and says what happened.
         assert "CANCELLED" in client.reply(5)["result"]["content"][0]["text"]
+    finally:
+        client.close()
+
+
+def test_without_the_operator_socket_a_cancelled_pending_call_is_cancelled_once_approved(mstack: Stack) -> None:
+    client = RawClient(mstack, "--no-operator-socket")
+    try:
+        script = "sleep 35"  # no rule: an operator must decide
+        client.send({"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"command": script}}})
+        pending = asyncio.run(wait_pending(mstack, script))
+        client.send({"method": "notifications/cancelled", "params": {"requestId": 2}})
+        time.sleep(0.5)
+        assert asyncio.run(wait_pending(mstack, script))["request_id"] == pending["request_id"]  # still there
+        assert mstack.native("approve", {"id": pending["request_id"]}, path=mstack.operator)["ok"]
+        kinds = wait_finished(mstack, script)
+        assert "exec.cancelled" in kinds, kinds
+        finished = [r for r in mstack.journal_rows() if r["request_id"] == pending["request_id"] and r["kind"] == "exec.finished"]
+        assert json.loads(finished[0]["payload"])["cancelled"] is True
     finally:
         client.close()
 
