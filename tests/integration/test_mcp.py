@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from conftest import Stack, start_stack, stop_stack
+from support import Stack, start_stack, stop_stack
 
 mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
