@@ -7,8 +7,10 @@ import base64
 import json
 import os
 import pwd
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ from airlock.common.ipc import Client
 from airlock.common.peer import identify
 from airlock.common.spec import ExecSpec
 
-from support import Stack, start_stack, stop_stack
+from support import Stack, now_iso, start_stack, stop_stack
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs run as other users")
 USER, GROUP = "airlock-t1", "airlock-t1x"
@@ -101,6 +103,96 @@ def test_a_cwd_the_user_cannot_enter_is_refused_and_nothing_runs(rstack: Stack, 
     marker = tmp_path / "marker"
     result = run_as(test_user, rstack, "--no-privilege", "--cwd", str(private), "--", "sh", "-c", f"touch {marker}")
     assert result.returncode == 125 and "enter" in result.stderr
+    assert not marker.exists()
+
+
+# --- forward_agent ---------------------------------------------------------------------------
+
+# The peer: binds an ssh-agent-like socket at the SSH_AUTH_SOCK it was started
+# with (argv[2] says whether to), then asks for argv[1] on the agent socket.
+_PEER = """\
+import os, socket, sys
+if sys.argv[2] == "bind":
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(os.environ["SSH_AUTH_SOCK"])
+with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    sock.connect("agent.sock")
+    sock.sendall(sys.argv[1].encode() + b"\\n")
+    sock.shutdown(socket.SHUT_WR)
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+sys.stdout.write(reply.decode())
+"""
+
+
+@pytest.fixture()
+def user_dir(test_user: pwd.struct_passwd) -> Iterator[Path]:
+    """A private folder of the test user's, as ssh-agent makes one in /tmp."""
+    path = Path(tempfile.mkdtemp(prefix="al-agent-", dir="/tmp"))
+    os.chown(path, test_user.pw_uid, test_user.pw_gid)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def ask_as(user: pwd.struct_passwd, stack: Stack, args: dict[str, Any], *, agent_sock: str | None,
+           bind: bool) -> tuple[dict[str, Any], str]:
+    """A peer process of ``user`` (with ``SSH_AUTH_SOCK=agent_sock``) asks for an exec; its reply and op ID."""
+    op = f"op-{uuid.uuid4()}"
+    request = {"v": 1, "id": str(uuid.uuid4()), "verb": "exec", "token": None,
+               "args": {"privileged": False, "forward_agent": True, "time": now_iso(), "operation_id": op} | args}
+    env = {"PATH": "/usr/bin:/bin"} | ({"SSH_AUTH_SOCK": agent_sock} if agent_sock is not None else {})
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _PEER, json.dumps(request), "bind" if bind else "no"],
+        user=user.pw_uid, group=user.pw_gid, cwd=stack.runtime_dir, env=env,
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    finals = [r for r in map(json.loads, done.stdout.splitlines()) if "event" not in r]
+    assert len(finals) == 1, done.stdout
+    return finals[0], op
+
+
+@needs_root
+def test_forward_agent_gives_the_job_the_peers_own_agent_socket(rstack: Stack, test_user: pwd.struct_passwd,
+                                                                  user_dir: Path) -> None:
+    agent_sock = str(user_dir / "agent.sock")
+    reply, op = ask_as(test_user, rstack, {"argv": ["sh", "-c", 'printf %s "$SSH_AUTH_SOCK"; test -S "$SSH_AUTH_SOCK"']},
+                       agent_sock=agent_sock, bind=True)
+    assert reply["ok"], reply
+    assert base64.b64decode(reply["data"]["stdout"]).decode() == agent_sock
+    assert reply["data"]["stages"][0]["exit_code"] == 0 and reply["data"]["uid"] == test_user.pw_uid
+    rows = [r for r in rstack.journal_rows() if r["operation_id"] == op]
+    started = [json.loads(r["payload"]) for r in rows if r["kind"] == "exec.started"]
+    assert started and started[0]["added_env"] == ["SSH_AUTH_SOCK"]
+    assert not any(agent_sock in (r["payload"] or "") for r in rows)  # names only, never the value
+
+
+@needs_root
+def test_forward_agent_refuses_a_socket_owned_by_another_uid(rstack: Stack, test_user: pwd.struct_passwd,
+                                                             user_dir: Path) -> None:
+    marker = user_dir / "ran"
+    # The stack's own agent socket: a real socket, reachable by the user, owned by root.
+    reply, op = ask_as(test_user, rstack, {"argv": ["touch", str(marker)]}, agent_sock=rstack.agent, bind=False)
+    assert reply["ok"] is False and reply["error"]["code"] == "invalid_arguments", reply
+    assert reply["error"]["message"] == (
+        f"forward_agent: SSH_AUTH_SOCK of the requesting process is owned by uid 0, not by uid {test_user.pw_uid}"
+    )
+    assert not marker.exists()
+    kinds = [r["kind"] for r in rstack.journal_rows() if r["operation_id"] == op]
+    assert "exec.refused" in kinds and "exec.started" not in kinds
+
+
+@needs_root
+def test_forward_agent_without_an_agent_is_a_clear_error(rstack: Stack, test_user: pwd.struct_passwd,
+                                                         user_dir: Path) -> None:
+    marker = user_dir / "ran"
+    reply, _ = ask_as(test_user, rstack, {"argv": ["touch", str(marker)]}, agent_sock=None, bind=False)
+    assert reply["ok"] is False and reply["error"]["code"] == "invalid_arguments", reply
+    assert "has no SSH_AUTH_SOCK in its environment" in reply["error"]["message"]
+    assert reply["error"]["message"].startswith("forward_agent: ")
     assert not marker.exists()
 
 

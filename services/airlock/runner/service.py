@@ -25,6 +25,7 @@ from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec
+from airlock.runner import agent
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
 from airlock.runner.spawn import JobSpec, run_job, systemd_is_running
 
@@ -100,6 +101,15 @@ class Runner:
             raise await self._refuse(exc, ids) from None
 
         env = build_env(identity, spec.env, protected)
+        # Set after the allowlist checks above, which refuse SSH_AUTH_SOCK from the request.
+        added: list[str] = []
+        if spec.forward_agent:
+            try:
+                pid, peer_uid = _peer_process(a.get("peer"), spec.uid)
+                env[agent.NAME] = agent.agent_socket(pid, peer_uid, identity)
+            except AirlockError as exc:
+                raise await self._refuse(exc, ids) from None
+            added.append(agent.NAME)
         timeout = (spec.timeout_ms / 1000) if spec.timeout_ms else self.config.limits.default_timeout_seconds
         job = JobSpec(
             operation_id=operation_id,
@@ -125,8 +135,10 @@ class Runner:
         await self.audit.record(
             "exec.started",
             ids,
+            # Variables the runner added are journaled by name only: the agent socket's
+            # path is a value from the peer's own environment.
             payload={"digest": digest, "spec": spec.to_dict(), "uid": identity.uid, "gid": identity.gid, "cwd": cwd,
-                     "containment": job.containment},
+                     "containment": job.containment, "added_env": added},
         )
         cancel = asyncio.Event()
         self.running[operation_id] = cancel
@@ -174,6 +186,19 @@ class Runner:
             raise AirlockError(ErrorCode.NOT_FOUND, f"operation {operation_id!r} is not running")
         event.set()
         return {"operation_id": operation_id, "cancelling": True}
+
+
+def _peer_process(untrusted: Any, uid: int) -> tuple[int, int]:
+    """The requesting process (pid, uid) as intake identified it; it must be the spec's uid."""
+    if not isinstance(untrusted, dict):
+        raise validate.bad("peer", "the requesting process is needed for forward_agent")
+    pid = validate.integer("peer.pid", untrusted.get("pid"), minimum=1)
+    peer_uid = validate.integer("peer.uid", untrusted.get("uid"))
+    if pid is None or peer_uid is None:
+        raise validate.bad("peer", "pid and uid are needed for forward_agent")
+    if peer_uid != uid:
+        raise validate.bad("peer.uid", "is not the uid of the approved request")
+    return pid, peer_uid
 
 
 def _audit_summary(evidence: dict[str, Any], head: int, result: Any) -> dict[str, Any]:
