@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,9 +215,24 @@ async def _ticket(stack: Stack, spec: ExecSpec) -> str:
     return str(decided["ticket"])
 
 
-async def _run(stack: Stack, spec: ExecSpec, ticket: str) -> dict[str, Any]:
+async def _run(stack: Stack, spec: ExecSpec, ticket: str, op: str | None = None) -> dict[str, Any]:
     runner = Client(stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
-    return await runner.call("exec", {"ticket": ticket, "spec": spec.to_dict(), "operation_id": str(uuid.uuid4())})
+    return await runner.call("exec", {"ticket": ticket, "spec": spec.to_dict(), "operation_id": op or str(uuid.uuid4())})
+
+
+@contextlib.contextmanager
+def paused(stack: Stack, name: str) -> Iterator[None]:
+    """One service stopped (SIGSTOP): its callers wait, as behind a slow service."""
+    pid = stack.service_pid(name)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _kinds(stack: Stack, op: str) -> list[str]:
+    return [r["kind"] for r in stack.journal_rows() if r["operation_id"] == op and r["kind"].startswith("exec.")]
 
 
 def test_a_forged_ticket_is_refused_nothing_runs_and_the_attempt_is_journaled(stack: Stack, tmp_path: Path) -> None:
@@ -285,3 +304,91 @@ def test_a_large_outcome_replays_without_its_output_bytes(stack: Stack) -> None:
     assert len(base64.b64decode(first["stdout"])) == 2000000
     assert again["replay"] is True and again["output_retained"] is False and again["stdout"] == ""
     assert again["stdout_sha256"] == first["stdout_sha256"]
+
+
+# --- what issue 5 says about limits, refusals and the journal ------------------------------
+
+
+def test_a_deadline_of_zero_is_long_past_and_nothing_runs(stack: Stack, tmp_path: Path) -> None:
+    marker, op = tmp_path / "late", f"op-{uuid.uuid4()}"
+    spec = ExecSpec(mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid(),
+                    deadline_ms=0)
+    evidence = asyncio.run(_run(stack, spec, asyncio.run(_ticket(stack, spec)), op))
+    assert evidence["started"] is False and evidence["timed_out"] is True and evidence["timeout_reason"] == "deadline"
+    assert evidence["stages"][0]["exit_code"] is None and not marker.exists()
+    assert _kinds(stack, op) == ["exec.started", "exec.finished"]
+
+
+def test_max_output_bytes_above_the_ceiling_is_refused(stack: Stack, tmp_path: Path) -> None:
+    marker, op = tmp_path / "big", f"op-{uuid.uuid4()}"
+    spec = ExecSpec(mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid(),
+                    max_output_bytes=16 * 1024 * 1024 + 1)
+    with pytest.raises(AirlockError) as err:
+        asyncio.run(_run(stack, spec, asyncio.run(_ticket(stack, spec)), op))
+    assert err.value.code is ErrorCode.INVALID_ARGUMENTS
+    assert err.value.message == "max_output_bytes: must be between 1 and 16777216"
+    assert not marker.exists() and _kinds(stack, op) == ["exec.refused"]
+
+
+def test_a_program_gone_since_approval_is_refused_after_exec_started(stack: Stack, tmp_path: Path) -> None:
+    tool, op = tmp_path / "tool", f"op-{uuid.uuid4()}"
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    spec = ExecSpec(mode="exec", stages=((str(tool),),), privileged=False, uid=os.geteuid())
+    ticket = asyncio.run(_ticket(stack, spec))
+    tool.unlink()
+    with pytest.raises(AirlockError) as err:
+        asyncio.run(_run(stack, spec, ticket, op))
+    assert err.value.code is ErrorCode.SPAWN_FAILED and "command not found" in err.value.message
+    assert _kinds(stack, op) == ["exec.started", "exec.refused"]  # the journal says why nothing followed
+
+
+def test_a_second_exec_of_a_running_operation_is_refused_and_journaled(stack: Stack) -> None:
+    op = f"op-{uuid.uuid4()}"
+    spec = ExecSpec(mode="exec", stages=(("/usr/bin/sleep", "1"),), privileged=False, uid=os.geteuid())
+
+    async def scenario() -> tuple[dict[str, Any], BaseException | dict[str, Any]]:
+        first_ticket, second_ticket = await _ticket(stack, spec), await _ticket(stack, spec)
+        first = asyncio.create_task(_run(stack, spec, first_ticket, op))
+        await asyncio.sleep(0.3)
+        second = await asyncio.gather(_run(stack, spec, second_ticket, op), return_exceptions=True)
+        return await first, second[0]
+
+    first, second = asyncio.run(scenario())
+    assert first["stages"][0]["exit_code"] == 0
+    assert isinstance(second, AirlockError) and second.code is ErrorCode.OPERATION_IN_PROGRESS
+    assert sorted(_kinds(stack, op)) == ["exec.finished", "exec.refused", "exec.started"]
+
+
+def test_a_cancel_during_the_ticket_check_is_not_lost(stack: Stack, tmp_path: Path) -> None:
+    marker, op = tmp_path / "cancelled", f"op-{uuid.uuid4()}"
+    spec = ExecSpec(mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid())
+    runner = Client(stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        ticket = await _ticket(stack, spec)
+        with paused(stack, "approval"):  # the runner waits in redeem
+            job = asyncio.create_task(_run(stack, spec, ticket, op))
+            await asyncio.sleep(0.5)
+            cancelled = await runner.call("cancel", {"operation_id": op})
+        return await job, cancelled
+
+    evidence, cancelled = asyncio.run(scenario())
+    assert cancelled == {"operation_id": op, "cancelling": True}
+    assert evidence["cancelled"] is True and evidence["started"] is False and not marker.exists()
+    assert _kinds(stack, op) == ["exec.started", "exec.cancelled", "exec.finished"]
+
+
+def test_evidence_comes_back_when_the_journal_goes_away_during_the_job(stack: Stack, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    spec = ExecSpec(mode="exec", stages=(("/bin/sh", "-c", f"sleep 1; touch {marker}"),), privileged=False,
+                    uid=os.geteuid())
+    ticket = asyncio.run(_ticket(stack, spec))
+    result: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: result.update(asyncio.run(_run(stack, spec, ticket))))
+    worker.start()
+    time.sleep(0.3)  # exec.started is in; the job sleeps
+    with stack.down("journal"):
+        worker.join(30)
+    # It ran: a retry after an error would run it again.
+    assert marker.exists() and result["stages"][0]["exit_code"] == 0
