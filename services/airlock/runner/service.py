@@ -82,8 +82,8 @@ class Runner:
         try:
             spec = ExecSpec.from_dict(a.get("spec"))
             ids = Ids(ids.request_id, ids.operation_id, spec.uid, ids.session)
-            job, added = await self._prepare(spec, a, operation_id)
             stream = validate.boolean("stream", a.get("stream"), False)
+            job, added = await self._prepare(spec, a, operation_id)
         except AirlockError as exc:
             # Every refusal before exec.started is journaled: nothing ran.
             raise await self._refuse(exc, ids) from None
