@@ -24,6 +24,7 @@ PURE_MODULES = [
     "services/airlock/intake/legacy.py",
     "services/airlock/journal/chain.py",
     "services/airlock/journal/kinds.py",
+    "services/airlock/gateway/protocol.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

@@ -19,6 +19,7 @@ from typing import Any
 from airlock import __version__
 from airlock.cli import client
 from airlock.common import config as configuration
+from airlock.gateway import cli as gateway_cli
 
 EXIT_DENIED = 126
 EXIT_APPROVAL_TIMEOUT = 124
@@ -348,6 +349,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--runtime-dir", default="./run", help="sockets, state and logs go here (default ./run)")
     sp.add_argument("--config", help="a config file whose keys override the built-in dev config")
     sp.set_defaults(func=cmd_dev_up)
+
+    gateway_cli.register(sub)
     return p
 
 
