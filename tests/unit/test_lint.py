@@ -25,6 +25,9 @@ PURE_MODULES = [
     "services/airlock/journal/chain.py",
     "services/airlock/journal/kinds.py",
     "services/airlock/gateway/protocol.py",
+    "services/airlock/gateway/fs.py",
+    "services/airlock/common/filespec.py",
+    "services/airlock/intake/files.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

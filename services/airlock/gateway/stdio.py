@@ -23,7 +23,7 @@ from typing import Any
 from airlock.common import log
 from airlock.common.codec import Event
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.gateway import door
+from airlock.gateway import door, fs
 from airlock.gateway import protocol as p
 
 _CANCEL_RETRY_SECONDS = 0.05
@@ -184,7 +184,22 @@ class Gateway:
         return result
 
     async def filesystem_execute(self, request: p.Request) -> dict[str, Any] | None:
-        raise p.GatewayError(p.Code.UNKNOWN_METHOD, "filesystem.execute is not available yet")
+        params = fs.parse(request.params)
+        if params.trace is not None:
+            self.log.info("gateway.trace.received", request_id=request.id, method=request.method, **params.trace.log_fields())
+        active = _Active(request.id, params.operation_id)
+        self._active.append(active)
+        try:
+            outcome = await door.call(self.settings.socket, params.tool,
+                                      params.to_native(privileged=self.settings.privileged, time=_now_iso()))
+        finally:
+            self._active.remove(active)
+        result = fs.result(outcome)
+        await self.write(p.encode_accepted(request.id, str(result["operationId"]),
+                                           {"replayed": True} if result["replayed"] else None))
+        self.log.info("gateway.filesystem.finished", request_id=request.id, operation_id=result["operationId"],
+                      tool=params.tool, ok=result["ok"])
+        return result
 
     # --- cancel ----------------------------------------------------------------------
 

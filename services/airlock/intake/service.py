@@ -34,11 +34,11 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Connection, Door, Service
-from airlock.intake import legacy
+from airlock.intake import fileflow, files, legacy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
 
 NAME = "intake"
-NATIVE_VERBS = ("exec", "ping", "hello", "cancel")
+NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS)
 # Outcomes larger than this are kept for replay without their output bytes.
 REPLAY_OUTPUT_LIMIT = 512 * 1024
 
@@ -132,6 +132,11 @@ class Intake:
                 self._claim(exec_request.request_id, conn.peer, now)
                 call = Call(request, conn.peer, conn)
                 return encode_ok(request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None))
+            if request.verb in files.VERBS:
+                now = time.time()
+                file_request = files.native_files(request.verb, request.id, request.args, conn.peer, self.config, now)
+                self._claim(file_request.request_id, conn.peer, now)
+                return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer))
             if request.verb == "cancel":
                 return encode_ok(request.id, await self.cancel(request, conn.peer))
             self._control_gates(request.id, request.args, conn.peer, native=True)

@@ -24,6 +24,7 @@ from airlock.common.ipc import Client
 from airlock.common.peer import AllowList
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec
+from airlock.runner.fileverbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, resolve_identity
 from airlock.runner.spawn import JobSpec, run_job, systemd_is_running
 
@@ -188,10 +189,13 @@ def _audit_summary(evidence: dict[str, Any], head: int, result: Any) -> dict[str
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
     runner = Runner(config)
+    file_verbs = FileVerbs(runner)
     door = Door(
         "runner",
-        allow=AllowList.of([config.services.intake_user], []),
-        verbs={"exec": runner.exec, "cancel": runner.cancel},
+        # approval asks for files_preview (the operator's diff of a pending write).
+        allow=AllowList.of([config.services.intake_user, config.services.approval_user], []),
+        verbs={"exec": runner.exec, "cancel": runner.cancel, "files": file_verbs.files,
+               "files_preview": file_verbs.files_preview},
         max_line=config.limits.max_request_bytes * 2,
     )
     service = Service(NAME, config, [door])
