@@ -155,9 +155,14 @@ def cmd_pending(ns: argparse.Namespace) -> int:
         for p in data.get("pending", []):
             spec = p["request"].get("spec", {})
             command = " | ".join(" ".join(stage) for stage in spec.get("stages", []))
+            command = command or f"{p['request'].get('tool', '')} {p['request'].get('path', '')}"  # a file operation
             rows.append([p["request_id"], p["peer"]["user"], "root" if spec.get("privileged") else "user",
                          f"{p['seconds_left']:.0f}s", command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
+        for p in data.get("pending", []):
+            if p["request"].get("diff"):
+                print(f"\n{p['request_id']}: {p['request'].get('tool')} would change {p['request'].get('path')}:")
+                print(p["request"]["diff"], end="")
     return rc
 
 
