@@ -162,34 +162,17 @@ def test_a_ticket_is_single_use_and_bound_to_the_spec(stack: Stack, tmp_path: Pa
 
 def test_when_the_journal_is_unreachable_nothing_is_spawned(stack: Stack, tmp_path: Path) -> None:
     marker = tmp_path / "unaudited"
-    journal_sock = stack.runtime_dir / "internal" / "journal.sock"
-    hidden = journal_sock.with_name("journal.sock.hidden")
-
-    async def scenario() -> AirlockError:
-        ticket = await _ticket(stack, spec_for(marker))
-        journal_sock.rename(hidden)
-        try:
-            await _run(stack, spec_for(marker), ticket)
-        except AirlockError as exc:
-            return exc
-        finally:
-            hidden.rename(journal_sock)
-        raise AssertionError("the job ran without its journal")
-
-    exc = asyncio.run(scenario())
-    assert exc.code is ErrorCode.AUDIT_UNAVAILABLE
+    ticket = asyncio.run(_ticket(stack, spec_for(marker)))
+    with stack.down("journal"), pytest.raises(AirlockError) as err:
+        asyncio.run(_run(stack, spec_for(marker), ticket))
+    assert err.value.code is ErrorCode.AUDIT_UNAVAILABLE
     assert not marker.exists()
 
 
 def test_intake_fails_closed_with_audit_unavailable(stack: Stack, tmp_path: Path) -> None:
     marker = tmp_path / "never"
-    journal_sock = stack.runtime_dir / "internal" / "journal.sock"
-    hidden = journal_sock.with_name("journal.sock.hidden")
-    journal_sock.rename(hidden)
-    try:
+    with stack.down("journal"):
         reply = stack.exec({"argv": ["touch", str(marker)], "privileged": False})
-    finally:
-        hidden.rename(journal_sock)
     assert reply["error"]["code"] == "audit_unavailable"
     assert not marker.exists()
     assert stack.exec({"argv": ["true"], "privileged": False})["ok"] is True

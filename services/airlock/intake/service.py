@@ -289,6 +289,7 @@ class Intake:
                         "operation_id": op,
                         "session": req.session,
                         "stream": req.stream,
+                        "peer": peer.to_dict(),
                     },
                     on_event=forward,
                 )

@@ -25,7 +25,7 @@ from airlock.common.peer import AllowList
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec
 from airlock.runner.fileverbs import FileVerbs
-from airlock.runner.identity import build_env, check_cwd, resolve_identity
+from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
 from airlock.runner.spawn import JobSpec, run_job, systemd_is_running
 
 NAME = "runner"
@@ -88,13 +88,11 @@ class Runner:
                 ids,
             )
         identity = resolve_identity(spec.run_as)
-        cwd = spec.cwd or ("/" if identity.uid == 0 else identity.home)
+        cwd = spec.cwd or default_cwd(identity)
         try:
             check_cwd(identity, cwd)
         except AirlockError as exc:
-            if spec.cwd is not None:
-                raise await self._refuse(exc, ids) from None
-            cwd = "/"  # no usable home: start in / as login(1) does; the evidence says where
+            raise await self._refuse(exc, ids) from None
 
         env = build_env(identity, spec.env, protected)
         timeout = (spec.timeout_ms / 1000) if spec.timeout_ms else self.config.limits.default_timeout_seconds
