@@ -39,6 +39,9 @@ DEFAULT_MAX_OUTPUT_BYTES: Final = 1024 * 1024
 METHODS: Final = ("hello", "health", "telemetry.configure", "process.exec", "filesystem.execute", "cancel", "shutdown")
 
 
+RequestId = str | int | None
+
+
 class Code(enum.StrEnum):
     """Error codes of the dialect: reference/001's own names, then airlock's."""
 
@@ -76,7 +79,7 @@ _NATIVE_TO_DIALECT: Final[dict[ErrorCode, str]] = {
 class GatewayError(Exception):
     """A refusal reported to the controller as ``{"code","message","details"}``."""
 
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None, request_id: str | None = None) -> None:
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None, request_id: RequestId = None) -> None:
         super().__init__(message)
         self.code = str(code)
         self.message = message
@@ -108,13 +111,14 @@ def invalid(field_name: str, message: str) -> GatewayError:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    id: str | None
+    id: RequestId
     method: str
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.id is not None and (not isinstance(self.id, str) or len(self.id) > 1024):
-            raise GatewayError(Code.INVALID_REQUEST, "id must be a string of at most 1024 characters")
+        if self.id is not None and (isinstance(self.id, bool) or not isinstance(self.id, (str, int))
+                                    or len(str(self.id)) > 1024):
+            raise GatewayError(Code.INVALID_REQUEST, "id must be a string (or integer) of at most 1024 characters")
         if not isinstance(self.method, str) or not self.method:
             raise GatewayError(Code.INVALID_REQUEST, "method must be a non-empty string", request_id=self.id)
         if not isinstance(self.params, dict):
@@ -124,7 +128,7 @@ class Request:
 _ID_IN_BYTES = re.compile(rb'"id"\s*:\s*("(?:[^"\\\x00-\x1f]|\\.){0,1024}"|-?\d{1,30})')
 
 
-def recover_id(raw: bytes) -> str | None:
+def recover_id(raw: bytes) -> RequestId:
     """The request ID in a line that is not valid JSON, when it can be read."""
     match = _ID_IN_BYTES.search(raw)
     if match is None:
@@ -133,7 +137,7 @@ def recover_id(raw: bytes) -> str | None:
         value = json.loads(match.group(1).decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         return None
-    return str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
 
 
 def _reject_constant(name: str) -> Any:
@@ -155,7 +159,8 @@ def parse_request(line: bytes) -> Request:
     if not isinstance(untrusted, dict):
         raise GatewayError(Code.INVALID_REQUEST, "request must be a JSON object")
     raw_id = untrusted.get("id")
-    request_id = raw_id if isinstance(raw_id, str) else str(raw_id) if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
+    # Echoed as given (a string, or an integer some controllers use).
+    request_id = raw_id if isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) else None
     if raw_id is not None and request_id is None:
         raise GatewayError(Code.INVALID_REQUEST, "id must be a string")
     params = untrusted.get("params")
@@ -456,7 +461,7 @@ def _encode(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
 
 
-def _too_large(request_id: str | None, size: int) -> bytes:
+def _too_large(request_id: RequestId, size: int) -> bytes:
     error = GatewayError(
         Code.OUTPUT_FRAME_TOO_LARGE,
         f"the reply would be {size} bytes; frames are limited to {MAX_FRAME_BYTES} bytes",
@@ -465,12 +470,12 @@ def _too_large(request_id: str | None, size: int) -> bytes:
     return _encode({"type": "response", "requestId": request_id, "ok": False, "error": error.to_dict()})
 
 
-def encode_error(request_id: str | None, error: GatewayError) -> bytes:
+def encode_error(request_id: RequestId, error: GatewayError) -> bytes:
     frame = _encode({"type": "response", "requestId": request_id, "ok": False, "error": error.to_dict()})
     return frame if len(frame) <= MAX_FRAME_BYTES else _too_large(request_id, len(frame))
 
 
-def encode_result(request_id: str | None, result: dict[str, Any]) -> bytes:
+def encode_result(request_id: RequestId, result: dict[str, Any]) -> bytes:
     """A successful response; process text shortened to fit, else output_frame_too_large."""
     frame = _encode({"type": "response", "requestId": request_id, "ok": True, "result": result})
     if len(frame) <= MAX_FRAME_BYTES:
@@ -479,7 +484,7 @@ def encode_result(request_id: str | None, result: dict[str, Any]) -> bytes:
     return fitted if fitted is not None else _too_large(request_id, len(frame))
 
 
-def encode_event(event: str, request_id: str | None, fields: dict[str, Any]) -> bytes | None:
+def encode_event(event: str, request_id: RequestId, fields: dict[str, Any]) -> bytes | None:
     """An event frame; None when it cannot fit (the caller reports it in the response)."""
     def build(f: dict[str, Any]) -> bytes:
         return _encode({"type": "event", "event": event, "requestId": request_id} | f)
@@ -490,7 +495,7 @@ def encode_event(event: str, request_id: str | None, fields: dict[str, Any]) -> 
     return fit_text(fields, build)
 
 
-def encode_accepted(request_id: str | None, operation_id: str, extra: dict[str, Any] | None = None) -> bytes:
+def encode_accepted(request_id: RequestId, operation_id: str, extra: dict[str, Any] | None = None) -> bytes:
     return _encode(
         {"type": "accepted", "requestId": request_id, "operationId": operation_id, "protocolVersion": PROTOCOL_VERSION}
         | (extra or {})

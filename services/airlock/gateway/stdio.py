@@ -37,7 +37,7 @@ def _now_iso() -> str:
 class _Active:
     """One operation in flight (its ID is known from the door's ``accepted``)."""
 
-    request_id: str | None
+    request_id: p.RequestId
     operation_id: str | None = None
     cancel_requested: bool = False
     cancel_task: asyncio.Task[None] | None = None

@@ -59,7 +59,7 @@ def test_parse_request() -> None:
     r = p.parse_request(b'{"id":"r1","method":"process.exec","params":{"command":"true"}}')
     assert r == p.Request("r1", "process.exec", {"command": "true"})
     assert p.parse_request(b'{"id":"r2","method":"hello"}').params == {}
-    assert p.parse_request(b'{"id":7,"method":"hello"}').id == "7"
+    assert p.parse_request(b'{"id":7,"method":"hello"}').id == 7  # echoed as given
 
 
 @pytest.mark.parametrize(
