@@ -26,6 +26,7 @@ PURE_MODULES = [
     "services/airlock/journal/kinds.py",
     "services/airlock/gateway/protocol.py",
     "services/airlock/gateway/fs.py",
+    "services/airlock/gateway/evidence.py",
     "services/airlock/common/filespec.py",
     "services/airlock/intake/files.py",
 ]

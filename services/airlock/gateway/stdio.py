@@ -23,7 +23,7 @@ from typing import Any
 from airlock.common import log
 from airlock.common.codec import Event
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.gateway import door, fs
+from airlock.gateway import door, evidence, fs
 from airlock.gateway import protocol as p
 
 _CANCEL_RETRY_SECONDS = 0.05
@@ -140,7 +140,7 @@ class Gateway:
             self.log.info("gateway.trace.received", request_id=request.id, method=request.method, **params.trace.log_fields())
         args = params.to_native(privileged=self.settings.privileged, default_cwd=self.settings.cwd, time=_now_iso())
         active = _Active(request.id, params.operation_id)
-        output = p.OutputStream(params.max_output_bytes)
+        output = evidence.OutputStream(params.max_output_bytes)
         accepted = False
 
         async def send_event(name: str, fields: dict[str, Any]) -> None:
@@ -167,17 +167,17 @@ class Gateway:
 
         self._active.append(active)
         try:
-            evidence = await door.call(self.settings.socket, "exec", args, on_event=on_event)
+            native = await door.call(self.settings.socket, "exec", args, on_event=on_event)
         finally:
             self._active.remove(active)
             if active.cancel_task is not None:
                 active.cancel_task.cancel()
         for fields in output.flush():
             await send_event("process.stream", fields)
-        active.operation_id = str(evidence.get("operation_id"))
+        active.operation_id = str(native.get("operation_id"))
         if not accepted:  # a replay: the door answered from the journal at once
             await self.write(p.encode_accepted(request.id, active.operation_id, {"replayed": True}))
-        result = p.terminal(evidence, params, overflowed=output.overflowed)
+        result = evidence.terminal(native, params, overflowed=output.overflowed)
         self.log.info("gateway.process.finished", request_id=request.id, operation_id=active.operation_id,
                       exit_code=result["exitCode"], replayed=result["replayed"])
         await send_event("process.terminal", result)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.gateway import evidence
 from airlock.gateway import protocol as p
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -225,18 +226,18 @@ def _evidence(stdout: bytes, stderr: bytes, **extra: Any) -> dict[str, Any]:
 
 def test_terminal_evidence_caps_combined_output_stdout_first() -> None:
     params = p.parse_exec({"command": "x", "maxOutputBytes": 10})
-    t = p.terminal(_evidence(b"12345678", b"abcdef", cancelled=True), params)
+    t = evidence.terminal(_evidence(b"12345678", b"abcdef", cancelled=True), params)
     assert t["stdout"] == "12345678" and t["stderr"] == "ab"
     assert t["truncated"] is True and t["stderrTruncated"] is True and t["stdoutTruncated"] is False
     assert t["cancelled"] is False  # the overflow's termination is not a cancellation
     assert t["signal"] == "SIGTERM" and t["exitCode"] is None
     assert t["stdoutSha256"] == hashlib.sha256(b"12345678").hexdigest()
-    fine = p.terminal(_evidence(b"ok", b"", cancelled=True), params)
+    fine = evidence.terminal(_evidence(b"ok", b"", cancelled=True), params)
     assert fine["cancelled"] is True and fine["truncated"] is False
 
 
 def test_output_stream_sequence_budget_and_split_characters() -> None:
-    out = p.OutputStream(cap=8)
+    out = evidence.OutputStream(cap=8)
     euro = "€".encode()
     a = out.feed("stdout", base64.b64encode(b"ab" + euro[:1]).decode())
     b = out.feed("stderr", base64.b64encode(b"x").decode())
