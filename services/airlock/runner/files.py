@@ -61,7 +61,7 @@ _ERRNO_CODES = {
     errno.ENOENT: "not_found",
     errno.EISDIR: "is_a_directory",
     errno.ENOTDIR: "not_a_directory",
-    errno.ELOOP: "too_many_links",
+    errno.ELOOP: "not_canonical",  # O_NOFOLLOW met a symlink (root), or a loop
     errno.ENOSPC: "no_space",
     errno.EDQUOT: "no_space",
     errno.EFBIG: "too_large",
@@ -91,9 +91,15 @@ def _kind(mode: int) -> str:
     return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "other"
 
 
+def _read_flags() -> int:
+    # As root a symlink in the last component is refused (see _check_canonical);
+    # an unprivileged identity follows it with its own rights.
+    nofollow = os.O_NOFOLLOW if os.geteuid() == 0 else 0
+    return os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | nofollow
+
+
 def _read_all(path: str, limit: int | None = None) -> bytes:
-    # O_NOFOLLOW is not used: policy matched the canonical path, symlinks resolved.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    fd = os.open(path, _read_flags())
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -115,7 +121,7 @@ def _read_all(path: str, limit: int | None = None) -> bytes:
 
 def read(spec: FileSpec) -> dict[str, Any]:
     offset, length = spec.params["offset_bytes"], spec.params["length_bytes"]
-    fd = os.open(spec.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    fd = os.open(spec.path, _read_flags())
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -319,7 +325,8 @@ def _umask() -> int:
 
 
 def _target(path: str) -> str:
-    # Write through a symlink to its target (the path policy matched was canonical).
+    # Unprivileged, a symlink is written through to its target (the path policy
+    # matched was canonical); as root the path is canonical already.
     return os.path.realpath(path)
 
 
@@ -402,9 +409,32 @@ OPERATIONS: dict[str, Callable[[FileSpec], dict[str, Any]]] = {
 }
 
 
+def _check_canonical(spec: FileSpec) -> None:
+    """As root, act only on a path that still has no symlink in it.
+
+    Policy matched the canonical path when the request was decided; a requester
+    who can write somewhere along the path could swap in a symlink before the
+    runner acts and point a privileged read or write at /etc/shadow.  A path
+    that resolves to itself now cannot have been redirected (the last
+    component is also opened with O_NOFOLLOW, and a rename replaces a symlink
+    rather than following it).  Unprivileged identities need no such check:
+    the kernel limits them to their own rights either way.
+    """
+    if spec.tool == "files_inspect":
+        # lstat does not follow the last component: a symlink there is inspected as such.
+        parent, name = os.path.split(spec.path)
+        real = os.path.join(os.path.realpath(parent), name)
+    else:
+        real = os.path.realpath(spec.path)
+    if real != spec.path:
+        raise FileOpError("not_canonical", f"{spec.path} resolves to {real}; ask for the resolved path")
+
+
 def perform(spec: FileSpec, *, preview_only: bool = False) -> dict[str, Any]:
     """Run one operation with this process's rights; errors become the outcome."""
     try:
+        if os.geteuid() == 0:
+            _check_canonical(spec)
         result = preview(spec) if preview_only else OPERATIONS[spec.tool](spec)
     except FileOpError as exc:
         return {"ok": False, "error": {"code": exc.code, "message": exc.message}}

@@ -175,3 +175,20 @@ def test_atomic_write_under_sigkill_leaves_old_or_new_never_partial(tmp_path: Pa
         for leftover in tmp_path.glob(".target.airlock-*.tmp"):
             leftover.unlink()  # a temp file may remain after SIGKILL; the target never mixes
     assert outcomes == {"old", "new"}
+
+
+@needs_root
+def test_as_root_a_path_through_a_symlink_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "f").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    (tmp_path / "shadow-like").write_text("secret")
+    (real / "swapped").symlink_to(tmp_path / "shadow-like")
+    assert run("files_read", link / "f")["error"]["code"] == "not_canonical"
+    assert run("files_read", real / "swapped")["error"]["code"] == "not_canonical"
+    assert run("files_write", real / "swapped", content="")["error"]["code"] == "not_canonical"
+    assert (tmp_path / "shadow-like").read_text() == "secret"
+    assert run("files_read", real / "f")["ok"] is True
+    assert run("files_inspect", real / "swapped")["type"] == "symlink"  # inspected, not followed
