@@ -262,7 +262,8 @@ def test_timeout(gw: Gateway) -> None:
 
 
 def test_max_output_bytes_overflow_truncates_and_terminates(gw: Gateway) -> None:
-    rid = gw.send("process.exec", {"operationId": op_id(), "command": "yes 0123456789", "maxOutputBytes": 1000, "timeoutMs": 20_000})
+    params = {"operationId": op_id(), "command": "yes 0123456789", "maxOutputBytes": 1000, "timeoutMs": 20_000}
+    rid = gw.send("process.exec", params)
     events, response = gw.until_response(rid, timeout=30)
     assert response["ok"] is True
     result = response["result"]
@@ -273,6 +274,10 @@ def test_max_output_bytes_overflow_truncates_and_terminates(gw: Gateway) -> None
     streamed = "".join(e["data"] for e in events if e.get("event") == "process.stream")
     assert len(streamed.encode()) <= 1000
     assert [e for e in events if e.get("event") == "process.stream"][-1]["truncated"] is True
+    # The replayed evidence is the same: it is derived from the stored outcome alone.
+    replay = gw.call("process.exec", params)["result"]
+    assert replay["replayed"] is True
+    assert {k: v for k, v in replay.items() if k != "replayed"} == {k: v for k, v in result.items() if k != "replayed"}
 
 
 def test_large_output_fits_the_frame_limit(gw: Gateway) -> None:
@@ -372,5 +377,23 @@ def test_denied_is_an_error_response(stack: Stack) -> None:
         events, response = gw.until_response(rid)
         assert response["ok"] is False and response["error"]["code"] == "denied"
         assert any(e.get("event") == "approval.pending" for e in events)
+    finally:
+        gw.close()
+
+
+def test_cancel_while_pending_approval_cancels_once_approved(stack: Stack) -> None:
+    gw = Gateway(stack, "--privileged")
+    try:
+        op = op_id()
+        rid = gw.send("process.exec", {"operationId": op, "command": "sleep 30"})
+        while not any(f.get("requestId") == rid and f.get("event") == "approval.pending" for f in gw.seen):
+            gw.next()
+        cancel = gw.call("cancel", {"operationId": op})
+        assert cancel["result"] == {"operationId": op, "cancelling": True}
+        pending = [p for p in stack.native("pending", path=stack.operator)["data"]["pending"] if p["operation_id"] == op]
+        assert stack.native("approve", {"id": pending[0]["request_id"]}, path=stack.operator)["ok"] is True
+        _, response = gw.until_response(rid, timeout=30)
+        assert response["ok"] is True and response["result"]["cancelled"] is True
+        assert response["result"]["durationMs"] < 15_000
     finally:
         gw.close()
