@@ -17,7 +17,7 @@ from typing import Any
 
 from airlock import __version__
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit, Ids
+from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.codec import (
     SUPPORTED_VERSIONS,
     Event,
@@ -355,6 +355,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     service = Service(NAME, config, [door])
     intake = Intake(config, service)
     door.handler = intake.handle
+    lifecycle(service, intake.audit)
     return service
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit, Ids
+from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
@@ -198,6 +198,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     )
     service = Service(NAME, config, [door])
     service.status = lambda: f"{len(runner.running)} job(s) running"
+    lifecycle(service, runner.audit)
     return service
 
 
