@@ -29,6 +29,8 @@ PURE_MODULES = [
     "services/airlock/gateway/evidence.py",
     "services/airlock/common/filespec.py",
     "services/airlock/intake/files.py",
+    "services/airlock/approval/tokens.py",
+    "services/airlock/approval/trail.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

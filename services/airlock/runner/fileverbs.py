@@ -47,6 +47,10 @@ class FileVerbs:
         return float(self.runner.config.limits.default_timeout_seconds)
 
     async def files(self, call: Call) -> dict[str, Any]:
+        # Approval's uid reaches this socket too (files_preview, cancel); only intake may start work.
+        if self.runner.intake_uid is None or call.peer.uid != self.runner.intake_uid:
+            self.runner.log.warning("runner.peer.refused", verb="files", peer_uid=call.peer.uid, peer_pid=call.peer.pid)
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         a = call.args
         spec = FileSpec.from_dict(a.get("spec"))
         ticket = validate.text("ticket", a.get("ticket"), max_len=256, allow_empty=False)
