@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airlock.approval import filereview
-from airlock.approval import hook, trail
+from airlock.approval import filereview, hook, trail
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
 from airlock.approval.tokens import (
