@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Stack, now_iso, start_stack, stop_stack
+from support import Stack, now_iso, start_stack, stop_stack
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="file operations as another user need root")
 

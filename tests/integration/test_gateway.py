@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Stack
+from support import Stack
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
