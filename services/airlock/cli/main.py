@@ -23,6 +23,7 @@ from airlock.approval.trail import ran_and_succeeded
 from airlock.cli import client, render
 from airlock.cli.render import Style, command_line, fields, sanitise, use_colour
 from airlock.common import config as configuration
+from airlock.gateway import cli as gateway_cli
 from airlock.mcp import cli as mcp_cli
 
 EXIT_DENIED = 126
@@ -169,9 +170,14 @@ def cmd_pending(ns: argparse.Namespace) -> int:
         for p in data.get("pending", []):
             spec = p["request"].get("spec", {})
             command = " | ".join(command_line(stage) for stage in spec.get("stages", []))
+            command = command or f"{p['request'].get('tool', '')} {p['request'].get('path', '')}"  # a file operation
             rows.append([p["request_id"], p["peer"]["user"], "root" if spec.get("privileged") else "user",
                          render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
+        for p in data.get("pending", []):
+            if p["request"].get("diff"):
+                print(f"\n{p['request_id']}: {p['request'].get('tool')} would change {p['request'].get('path')}:")
+                print(p["request"]["diff"], end="")
     return rc
 
 
@@ -609,6 +615,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--config", help="a config file whose keys override the built-in dev config")
     sp.set_defaults(func=cmd_dev_up)
     mcp_cli.register(sub)
+    gateway_cli.register(sub)
     return p
 
 
