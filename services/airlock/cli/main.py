@@ -485,6 +485,10 @@ def parser() -> argparse.ArgumentParser:
         "operators approve, audit and steer with the other commands.",
     )
     p.add_argument("--version", action="version", version=f"airlock {__version__}")
+    # reference/004: "`--json` on any command" -- so also before the command
+    # (`airlock --json status`); a dest of its own, since a subcommand's
+    # default would overwrite a shared one.
+    p.add_argument("--json", dest="global_json", action="store_true", help="print the daemon's response envelopes verbatim")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     def op(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -616,6 +620,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(ns, "func", None):
         p.print_help(sys.stderr)
         return 2
+    if ns.global_json:
+        if not hasattr(ns, "json"):
+            p.error(f"--json is not available for {ns.cmd}")
+        ns.json = True
     command = getattr(ns, "command", None)
     if isinstance(command, list) and command and command[0] == "--":
         ns.command = command[1:]
