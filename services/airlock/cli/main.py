@@ -35,6 +35,19 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _unreachable(ns: argparse.Namespace, exc: client.ClientError) -> None:
+    """The daemon could not be reached: say so, and with --json as an envelope too.
+
+    reference/004's closed list has `daemon_unavailable` for this; a script
+    that parses the --json output gets an envelope to read instead of nothing.
+    """
+    _err(str(exc))
+    if getattr(ns, "json", False):
+        error = {"code": "daemon_unavailable", "message": str(exc), "details": {}}
+        sys.stdout.write(json.dumps({"id": None, "ok": False, "error": error}, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+
 def _err(message: str) -> None:
     print(f"airlock: {message}", file=sys.stderr)
 
@@ -81,7 +94,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         token = ns.token or os.environ.get("AIRLOCK_TOKEN") or None
         raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event, token=token)
     except client.ClientError as exc:
-        _err(str(exc))
+        _unreachable(ns, exc)
         return EXIT_AIRLOCK_ERROR
     if ns.json:
         sys.stdout.buffer.write(raw + b"\n")
@@ -125,7 +138,7 @@ def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[
     try:
         raw, reply = client.call(client.operator_socket(ns.socket), verb, args)
     except client.ClientError as exc:
-        _err(str(exc))
+        _unreachable(ns, exc)
         return 1, {}
     if ns.json:
         sys.stdout.buffer.write(raw + b"\n")
@@ -230,7 +243,7 @@ def cmd_events(ns: argparse.Namespace) -> int:
         try:
             raw, reply = client.call(client.operator_socket(ns.socket), "events", args, timeout=30)
         except client.ClientError as exc:
-            _err(str(exc))
+            _unreachable(ns, exc)
             return 1
         data = reply.get("data") or {}
         if ns.json and (first or data.get("events") or not reply.get("ok")):
@@ -422,7 +435,7 @@ def cmd_wait(ns: argparse.Namespace) -> int:
         try:
             raw, reply = client.call(path, "show", {"ref": ns.operation_id}, timeout=30)
         except client.ClientError as exc:
-            _err(str(exc))
+            _unreachable(ns, exc)
             return 1
         waited = time.monotonic() - started
         error = reply.get("error") or {}
