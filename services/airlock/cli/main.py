@@ -37,6 +37,19 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def _unreachable(ns: argparse.Namespace, exc: client.ClientError) -> None:
+    """The daemon could not be reached: say so, and with --json as an envelope too.
+
+    reference/004's closed list has `daemon_unavailable` for this; a script
+    that parses the --json output gets an envelope to read instead of nothing.
+    """
+    _err(str(exc))
+    if getattr(ns, "json", False):
+        error = {"code": "daemon_unavailable", "message": str(exc), "details": {}}
+        sys.stdout.write(json.dumps({"id": None, "ok": False, "error": error}, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+
 def _err(message: str) -> None:
     print(f"airlock: {message}", file=sys.stderr)
 
@@ -83,7 +96,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         token = ns.token or os.environ.get("AIRLOCK_TOKEN") or None
         raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event, token=token)
     except client.ClientError as exc:
-        _err(str(exc))
+        _unreachable(ns, exc)
         return EXIT_AIRLOCK_ERROR
     if ns.json:
         sys.stdout.buffer.write(raw + b"\n")
@@ -127,7 +140,7 @@ def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[
     try:
         raw, reply = client.call(client.operator_socket(ns.socket), verb, args)
     except client.ClientError as exc:
-        _err(str(exc))
+        _unreachable(ns, exc)
         return 1, {}
     if ns.json:
         sys.stdout.buffer.write(raw + b"\n")
@@ -237,7 +250,7 @@ def cmd_events(ns: argparse.Namespace) -> int:
         try:
             raw, reply = client.call(client.operator_socket(ns.socket), "events", args, timeout=30)
         except client.ClientError as exc:
-            _err(str(exc))
+            _unreachable(ns, exc)
             return 1
         data = reply.get("data") or {}
         if ns.json and (first or data.get("events") or not reply.get("ok")):
@@ -429,7 +442,7 @@ def cmd_wait(ns: argparse.Namespace) -> int:
         try:
             raw, reply = client.call(path, "show", {"ref": ns.operation_id}, timeout=30)
         except client.ClientError as exc:
-            _err(str(exc))
+            _unreachable(ns, exc)
             return 1
         waited = time.monotonic() - started
         error = reply.get("error") or {}
@@ -492,6 +505,10 @@ def parser() -> argparse.ArgumentParser:
         "operators approve, audit and steer with the other commands.",
     )
     p.add_argument("--version", action="version", version=f"airlock {__version__}")
+    # reference/004: "`--json` on any command" -- so also before the command
+    # (`airlock --json status`); a dest of its own, since a subcommand's
+    # default would overwrite a shared one.
+    p.add_argument("--json", dest="global_json", action="store_true", help="print the daemon's response envelopes verbatim")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     def op(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -625,6 +642,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(ns, "func", None):
         p.print_help(sys.stderr)
         return 2
+    if ns.global_json:
+        if not hasattr(ns, "json"):
+            p.error(f"--json is not available for {ns.cmd}")
+        ns.json = True
     command = getattr(ns, "command", None)
     if isinstance(command, list) and command and command[0] == "--":
         ns.command = command[1:]
