@@ -104,6 +104,7 @@ class Journal:
         if not isinstance(outcome, dict):
             raise validate.bad("outcome", "must be an object")
         # Submitted together, the outcome and the event land in one group commit.
+        out: dict[str, Any]
         _, out = await asyncio.gather(
             self.store.op_complete(
                 validate.text("operation_id", a.get("operation_id"), max_len=256, allow_empty=False),
