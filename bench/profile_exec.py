@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import itertools
 import os
 import shutil
 import sqlite3
@@ -42,7 +43,7 @@ def phases(database: Path, prefix: str) -> dict[str, float]:
             by_request[rid].setdefault(kind, datetime.fromisoformat(stamp.replace("Z", "+00:00")))
     gaps: dict[str, list[float]] = collections.defaultdict(list)
     for events in by_request.values():
-        for a, b in zip(PHASES, PHASES[1:], strict=False):
+        for a, b in itertools.pairwise(PHASES):
             if a in events and b in events:
                 gaps[f"{a} -> {b}"].append((events[b] - events[a]).total_seconds() * 1000)
     return {k: median(v) for k, v in gaps.items()}
