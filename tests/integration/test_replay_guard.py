@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from conftest import Stack, now_iso
+from support import Stack, now_iso
 
 
 def _request(request_id: str) -> bytes:

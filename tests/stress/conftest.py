@@ -1,10 +1,7 @@
 """make stress: fixtures and the summary.  Shared code lives in stress_support.
 
-The root tests/conftest.py applies here too (pytest loads every conftest from
-the root down); its helpers are imported by stress_support under their own
-module name.  The names below are re-exported so that ``from conftest import
-Stack`` keeps working for any test module whichever conftest pytest imported
-last.
+The stack helpers come from tests/support.py, imported by that name so no
+conftest.py shadows another.
 """
 
 from __future__ import annotations
@@ -12,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from stress_support import Stack, Tally, now_iso, start_stack, stop_stack, stress_n
 
-__all__ = ["Stack", "now_iso", "start_stack", "stop_stack"]
+from stress_support import Tally, stress_n
 
 _TALLY = pytest.StashKey[Tally]()
 

@@ -17,13 +17,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import importlib.util
 import json
 import os
 import pwd
 import sqlite3
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -34,18 +32,7 @@ from typing import Any
 
 import yaml
 
-# The root tests/conftest.py, loaded under its own name: importing "conftest"
-# would find whichever conftest pytest imported last.
-_spec = importlib.util.spec_from_file_location("airlock_tests_root", Path(__file__).resolve().parent.parent / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-_root = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("airlock_tests_root", _root)
-_spec.loader.exec_module(_root)
-
-Stack = _root.Stack
-now_iso = _root.now_iso
-start_stack = _root.start_stack
-stop_stack = _root.stop_stack
+from support import Stack, now_iso, start_stack, stop_stack
 
 ROOT = os.geteuid() == 0
 LARGE_OUTPUT = 1 << 20

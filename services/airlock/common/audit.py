@@ -8,13 +8,16 @@ reached the caller gets ``audit_unavailable`` and must not go on.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
+from airlock import __version__
 from airlock.common import log
 from airlock.common.config import Config
-from airlock.common.errors import ErrorCode
+from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
+from airlock.common.server import Service
 from airlock.journal.kinds import message_id
 
 
@@ -28,11 +31,55 @@ class Ids:
     session: str | None = None
 
 
+def lifecycle(service: Service, audit: Audit) -> None:
+    """Journal service.started and service.stopping (best effort: never blocks a start)."""
+
+    async def started() -> None:
+        try:
+            await audit.record("service.started", payload={"pid": os.getpid(), "version": __version__})
+        except AirlockError as exc:
+            audit.log.warning(f"{service.name}.audit.unavailable", error=exc.message)
+
+    async def stopping() -> None:
+        await audit.record("service.stopping", payload={"pid": os.getpid()})
+
+    service.on_started = started
+    service.on_stop = stopping
+
+
 class Audit:
     def __init__(self, config: Config, writer: str) -> None:
         self.writer = writer
         self.client = Client(config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
         self.log = log.get()
+
+    def event(self, kind: str, ids: Ids | None = None, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The journal's ``append`` arguments for one event (also carried by combined verbs)."""
+        ids = ids or Ids()
+        return {
+            "writer": self.writer,
+            "kind": kind,
+            "request_id": ids.request_id,
+            "operation_id": ids.operation_id,
+            "peer_uid": ids.peer_uid,
+            "session": ids.session or None,
+            "payload": payload or {},
+        }
+
+    def logged(self, kind: str, ids: Ids | None, seq: Any, log_fields: dict[str, Any] | None = None) -> None:
+        """Log an event the journal has committed: journald never runs ahead of the store."""
+        ids = ids or Ids()
+        self.log.info(
+            kind if kind.startswith(self.writer + ".") else f"{self.writer}.{kind}",
+            message_id=message_id(kind),
+            kind=kind,
+            request_id=ids.request_id,
+            operation_id=ids.operation_id,
+            peer_uid=ids.peer_uid,
+            session=ids.session or None,
+            seq=seq,
+            **(log_fields or {}),
+        )
 
     async def record(
         self,
@@ -42,29 +89,6 @@ class Audit:
         payload: dict[str, Any] | None = None,
         log_fields: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        ids = ids or Ids()
-        request_id, operation_id, peer_uid, session = ids.request_id, ids.operation_id, ids.peer_uid, ids.session
-        result = await self.client.call(
-            "append",
-            {
-                "writer": self.writer,
-                "kind": kind,
-                "request_id": request_id,
-                "operation_id": operation_id,
-                "peer_uid": peer_uid,
-                "session": session or None,
-                "payload": payload or {},
-            },
-        )
-        self.log.info(
-            kind if kind.startswith(self.writer + ".") else f"{self.writer}.{kind}",
-            message_id=message_id(kind),
-            kind=kind,
-            request_id=request_id,
-            operation_id=operation_id,
-            peer_uid=peer_uid,
-            session=session or None,
-            seq=result.get("seq"),
-            **(log_fields or {}),
-        )
+        result = await self.client.call("append", self.event(kind, ids, payload))
+        self.logged(kind, ids, result.get("seq"), log_fields)
         return result

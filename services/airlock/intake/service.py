@@ -9,15 +9,14 @@ replies in the dialect it was asked in (native v1 or reference/000).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airlock import __version__
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit, Ids
+from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.codec import (
     SUPPORTED_VERSIONS,
     Event,
@@ -34,13 +33,22 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Connection, Door, Service
-from airlock.intake import legacy
+from airlock.intake import fileflow, files, legacy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
+from airlock.intake.work import Work, derived_operation_id, thin_exec_outcome
 
 NAME = "intake"
-NATIVE_VERBS = ("exec", "ping", "hello", "cancel")
+NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS)
 # Outcomes larger than this are kept for replay without their output bytes.
 REPLAY_OUTPUT_LIMIT = 512 * 1024
+
+
+def _replayed(request_id: str) -> AirlockError:
+    return AirlockError(
+        ErrorCode.REPLAYED_REQUEST,
+        f"id: request {request_id!r} was already received within the replay window",
+        {"field": "id"},
+    )
 
 
 class Intake:
@@ -106,13 +114,18 @@ class Intake:
             request_id = request.id
             if request.verb not in NATIVE_VERBS:
                 raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
-            self._check_token(request)
+            session = await self._check_token(request)
             if request.verb == "exec":
                 now = time.time()
-                exec_request = native_exec(request.id, request.args, conn.peer, self.config, now)
-                await self._claim(exec_request.request_id, conn.peer)
+                # A token's session is the only one that counts: the request's own is replaced.
+                args = request.args if session is None else request.args | {"session": session}
+                exec_request = native_exec(request.id, args, conn.peer, self.config, now)
                 call = Call(request, conn.peer, conn)
                 return encode_ok(request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None))
+            if request.verb in files.VERBS:
+                now = time.time()
+                file_request = files.native_files(request.verb, request.id, request.args, conn.peer, self.config, now)
+                return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer))
             if request.verb == "cancel":
                 return encode_ok(request.id, await self.cancel(request, conn.peer))
             await self._control_gates(request.id, request.args, conn.peer, native=True)
@@ -134,11 +147,26 @@ class Intake:
             "dialects": ["native-v1", "sudo-proxy"],
         }
 
-    def _check_token(self, request: Request) -> None:
-        if request.token is not None or self.config.agents.require_token:
-            # Session tokens are not issued yet: any token, or a missing required
-            # one, gets the same refusal as any other (a probe learns nothing).
+    async def _check_token(self, request: Request) -> str | None:
+        """The session of a valid token (approval holds the tokens), or None without one.
+
+        A missing required token and a wrong, expired or revoked one all get the
+        same refusal as any other, so a probe learns nothing.
+        """
+        if request.token is None:
+            if self.config.agents.require_token:
+                raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+            return None
+        try:
+            data = await self.approval.call("token.check", {"token": request.token}, timeout=10)
+        except AirlockError as exc:
+            if exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
+                raise
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized") from None
+        session = data.get("session")
+        if not isinstance(session, str) or not session:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        return session
 
     async def _control_gates(self, request_id: str | None, args: dict[str, Any], peer: Peer, *, native: bool) -> None:
         """Control actions pass the same gates as exec: fields, freshness, replay."""
@@ -152,20 +180,16 @@ class Intake:
         if request_id:
             await self._claim(request_id, peer)
 
-    async def _claim(self, request_id: str, peer: Peer) -> None:
+    def _claim_args(self, request_id: str, peer: Peer) -> dict[str, Any]:
         # The journal holds the claims, durably: a restart of intake (idle exit,
         # crash) must not reopen the replay window.  Unreachable journal ->
         # audit_unavailable from the client, so the gate fails closed.
-        claim = await self.journal.call(
-            "request.claim",
-            {"key": f"{peer.uid}:{request_id}", "window_seconds": self.config.limits.replay_window_seconds},
-        )
+        return {"key": f"{peer.uid}:{request_id}", "window_seconds": self.config.limits.replay_window_seconds}
+
+    async def _claim(self, request_id: str, peer: Peer) -> None:
+        claim = await self.journal.call("request.claim", self._claim_args(request_id, peer))
         if not claim.get("claimed"):
-            raise AirlockError(
-                ErrorCode.REPLAYED_REQUEST,
-                f"id: request {request_id!r} was already received within the replay window",
-                {"field": "id"},
-            )
+            raise _replayed(request_id)
 
     # --- reference/000 ----------------------------------------------------------
 
@@ -174,6 +198,8 @@ class Intake:
         request_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= 256 else None
         try:
             request_id = legacy_id(obj)
+            if self.config.agents.require_token:
+                raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")  # this dialect carries no token
             action = obj.get("action", "exec")
             if action in ("ping", "stop"):
                 if obj.get("pipeline") not in (None, []):
@@ -188,7 +214,6 @@ class Intake:
                 raise validate.bad("action", f"unknown action {action!r} (known: exec, ping, stop)")
             now = time.time()
             exec_request = legacy_exec(obj, conn.peer, self.config, now)
-            await self._claim(exec_request.request_id, conn.peer)
             return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None))
         except AirlockError as exc:
             return legacy.encode_error(request_id, exc)
@@ -196,18 +221,12 @@ class Intake:
             self.log.exception("intake.request.failed", request_id=request_id, error=repr(exc))
             return legacy.encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
 
-    # --- the life of an exec request ----------------------------------------------
+    # --- the life of a request: journal -> approval -> runner -> journal -----------------
 
-    def operation_id(self, req: ExecRequest) -> str:
-        if req.operation_id:
-            return req.operation_id
-        # Derived from the canonical request, so an identical retry replays.
-        return "op-" + hashlib.sha256(canonical_json({"spec": req.spec.to_dict(), "session": req.session})).hexdigest()[:32]
-
-    def check_privilege(self, req: ExecRequest) -> None:
+    def check_privilege(self, run_as: int, privileged: bool) -> None:
         """Refuse at once what a runner without root could never run (`airlock dev up`)."""
-        if self.runner_uid is not None and self.runner_uid != 0 and req.spec.run_as != self.runner_uid:
-            what = "privileged requests" if req.spec.privileged else "jobs as another user"
+        if self.runner_uid is not None and self.runner_uid != 0 and run_as != self.runner_uid:
+            what = "privileged requests" if privileged else "work as another user"
             raise AirlockError(
                 ErrorCode.PRIVILEGE_UNAVAILABLE,
                 f"this airlock's runner does not run as root, so it cannot run {what}; "
@@ -215,26 +234,62 @@ class Intake:
             )
 
     async def run(self, req: ExecRequest, peer: Peer, call: Call | None) -> dict[str, Any]:
-        self.check_privilege(req)
-        op = self.operation_id(req)
-        digest = req.spec.digest()
-        ids = Ids(req.request_id, op, peer.uid, req.session or None)
+        """An exec request."""
+        spec = req.spec
+        work = Work(
+            request_id=req.request_id,
+            operation_id=req.operation_id or derived_operation_id("spec", spec.to_dict(), req.session),
+            session=req.session,
+            digest=spec.digest(),
+            run_as=spec.run_as,
+            privileged=spec.privileged,
+            describe=req.describe(),
+            decide_request=req.describe() | {"spec": spec.to_dict()},
+            has_protected=bool(req.protected_env),
+            runner_verb="exec",
+            runner_args={
+                "spec": spec.to_dict(),
+                "protected_env": req.protected_env,
+                "request_id": req.request_id,
+                "session": req.session,
+                "stream": req.stream,
+                "peer": peer.to_dict(),
+            },
+            runner_timeout=self._runner_budget(req),
+            thin=thin_exec_outcome,
+        )
+        return await self.drive(work, peer, call)
+
+    async def drive(self, work: Work, peer: Peer, call: Call | None) -> dict[str, Any]:
+        """Drive one request through the other services; the one path for exec and file work."""
+        self.check_privilege(work.run_as, work.privileged)
+        op, digest = work.operation_id, work.digest
+        ids = Ids(work.request_id, op, peer.uid, work.session or None)
         emit = call.emit if call is not None else None
-        await self.audit.record(
-            "request.received",
-            ids,
-            payload={"request": req.describe(), "peer": peer.to_dict(), "digest": digest},
-        )
+        # One journal round trip: claim the request ID (the replay gate, last of
+        # the gates), journal request.received, begin the operation.
         began = await self.journal.call(
-            "op.begin", {"operation_id": op, "digest": digest, "has_protected": bool(req.protected_env)}
+            "op.begin",
+            {
+                "operation_id": op,
+                "digest": digest,
+                "has_protected": work.has_protected,
+                "claim": self._claim_args(work.request_id, peer),
+                "event": self.audit.event(
+                    "request.received", ids, {"request": work.describe, "peer": peer.to_dict(), "digest": digest}
+                ),
+            },
         )
+        if not began.get("claimed"):
+            raise _replayed(work.request_id)
+        self.audit.logged("request.received", ids, began.get("event", {}).get("seq"))
         if began["state"] == "replay":
             await self.audit.record("operation.replayed", ids, payload={"digest": digest})
             return dict(began["outcome"]) | {"replay": True}
         settled = False
         try:
             if emit is not None:
-                await emit("accepted", {"operation_id": op, "request_id": req.request_id})
+                await emit("accepted", {"operation_id": op, "request_id": work.request_id})
 
             pending = False
 
@@ -247,7 +302,7 @@ class Intake:
             try:
                 decision = await self.approval.call(
                     "decide",
-                    {"request": req.describe() | {"spec": req.spec.to_dict()}, "peer": peer.to_dict(), "operation_id": op},
+                    {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op},
                     on_event=forward,
                     timeout=self.config.approval.timeout_seconds + 30,
                 )
@@ -262,39 +317,28 @@ class Intake:
                 await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
             self.operations[op] = peer.uid
             try:
-                evidence = await self.runner.call(
-                    "exec",
-                    {
-                        "ticket": decision["ticket"],
-                        "spec": req.spec.to_dict(),
-                        "protected_env": req.protected_env,
-                        "request_id": req.request_id,
-                        "operation_id": op,
-                        "session": req.session,
-                        "stream": req.stream,
-                        "peer": peer.to_dict(),
-                    },
+                outcome = await self.runner.call(
+                    work.runner_verb,
+                    work.runner_args | {"ticket": decision["ticket"], "operation_id": op},
                     on_event=forward,
-                    timeout=self._runner_budget(req),
+                    timeout=work.runner_timeout,
                 )
             finally:
                 self.operations.pop(op, None)
-            evidence = evidence | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
-            await self._store_outcome(op, digest, evidence, ids)
+            outcome = outcome | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
             settled = True
+            await self._settle(op, digest, outcome, work.thin, ids)
             if emit is not None:
-                await emit("finished", {"exit_codes": [s.get("exit_code") for s in evidence.get("stages", [])]})
-            await self._replied(ids, "ok", None)
-            return evidence
+                await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
+            return outcome
         except AirlockError as exc:
-            await self._replied(ids, "error", exc)
+            if not settled:
+                settled = True
+                await self._abandon(op, ids, exc)
             raise
         finally:
-            if not settled:
-                try:
-                    await self.journal.call("op.abandon", {"operation_id": op})
-                except AirlockError:
-                    pass
+            if not settled:  # cancelled, or a bug: the operation must not stay "in progress"
+                await self._abandon(op, ids, None)
 
     def _runner_budget(self, req: ExecRequest) -> float:
         """How long a runner may take to answer: the job's own timeout, the kill
@@ -304,29 +348,36 @@ class Intake:
         job = req.spec.timeout_ms / 1000 if req.spec.timeout_ms else limits.default_timeout_seconds
         return job + limits.kill_grace_seconds + 30
 
-    async def _store_outcome(self, op: str, digest: str, evidence: dict[str, Any], ids: Ids) -> None:
-        """Keep the settled outcome for replay; the work already ran, so a failure here is logged, not returned."""
-        outcome = evidence
-        if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT:
-            # Large output is not kept for replay: the digests and sizes are.
-            outcome = evidence | {"stdout": "", "stages": [s | {"stderr": ""} for s in evidence.get("stages", [])],
-                                  "output_retained": False}
+    async def _settle(
+        self, op: str, digest: str, outcome: dict[str, Any], thin: Callable[[dict[str, Any]], dict[str, Any]], ids: Ids
+    ) -> None:
+        """Keep the settled outcome for replay and journal request.replied, in one round trip.
+
+        The work already ran, so a failure here is logged, not returned.
+        """
+        stored = thin(outcome) if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT else outcome
+        event = self.audit.event("request.replied", ids, {"status": "ok", "code": None, "message": None})
         try:
-            await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": outcome})
+            done = await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": stored, "event": event})
         except AirlockError as exc:
             self.log.error("intake.outcome.unstored", request_id=ids.request_id, operation_id=op, code=exc.code.value,
                            error=exc.message)
+            return
+        self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "ok"})
 
-    async def _replied(self, ids: Ids, status: str, exc: AirlockError | None) -> None:
-        try:
-            await self.audit.record(
-                "request.replied",
-                ids,
-                payload={"status": status, "code": exc.code.value if exc else None, "message": exc.message if exc else None},
-                log_fields={"status": status, "code": exc.code.value if exc else None},
+    async def _abandon(self, op: str, ids: Ids, exc: AirlockError | None) -> None:
+        """The operation did not settle: free its ID and journal the refusal, in one round trip."""
+        args: dict[str, Any] = {"operation_id": op}
+        if exc is not None:
+            args["event"] = self.audit.event(
+                "request.replied", ids, {"status": "error", "code": exc.code.value, "message": exc.message}
             )
+        try:
+            done = await self.journal.call("op.abandon", args)
         except AirlockError:
-            pass  # the reply goes out either way; the journal's outage is reported by the next append
+            return  # the reply goes out either way; the journal's outage is reported by the next append
+        if exc is not None:
+            self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "error", "code": exc.code.value})
 
     async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:
         op = validate.text("operation_id", request.args.get("operation_id"), max_len=256, allow_empty=False)
@@ -347,6 +398,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     service = Service(NAME, config, [door])
     intake = Intake(config, service)
     door.handler = intake.handle
+    lifecycle(service, intake.audit)
     return service
 
 

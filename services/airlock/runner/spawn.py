@@ -171,13 +171,15 @@ class _Fd:
     must not unregister a later, unrelated user of the same fd number.
     """
 
-    __slots__ = ("fd",)
+    __slots__ = ("fd", "watched")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self.watched = False  # ever registered with the event loop
 
     async def wait(self, *, write: bool) -> None:
         loop = asyncio.get_running_loop()
+        self.watched = True
         future: asyncio.Future[None] = loop.create_future()
         fd = self.fd
         if write:
@@ -195,9 +197,10 @@ class _Fd:
     def close(self) -> None:
         if self.fd < 0:
             return
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(self.fd)
-        loop.remove_writer(self.fd)
+        if self.watched:  # only then is there a loop to tell (spawning runs in a thread)
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(self.fd)
+            loop.remove_writer(self.fd)
         os.close(self.fd)
         self.fd = -1
 
@@ -319,6 +322,15 @@ def _check_privilege(identity: Identity) -> None:
         )
 
 
+def _is_own_identity(identity: Identity) -> bool:
+    own_groups = set(os.getgroups()) | {os.getegid()}
+    return (
+        identity.uid == os.geteuid() == os.getuid()
+        and identity.gid == os.getegid() == os.getgid()
+        and set(identity.groups) | {identity.gid} == own_groups
+    )
+
+
 def _resolve_all(spec: JobSpec) -> list[str]:
     search_path = spec.env.get("PATH", default_path(spec.identity.uid))
     executables = []
@@ -348,8 +360,11 @@ def _grow_pipe(fd: int) -> None:
 class _Job:
     """The mutable runtime state of one job (the spec stays frozen)."""
 
-    def __init__(self, spec: JobSpec, containment: ProcessGroups, on_output: OutputCallback | None) -> None:
+    def __init__(
+        self, spec: JobSpec, containment: ProcessGroups, executables: Sequence[str], on_output: OutputCallback | None
+    ) -> None:
         self.spec = spec
+        self.executables = tuple(executables)  # canonical, one per stage
         self.containment = containment
         self.on_output = on_output
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -367,9 +382,10 @@ class _Job:
         self.fds.extend(ends)
         return ends
 
-    def spawn(self, executables: Sequence[str]) -> list[_Fd]:
+    def spawn(self) -> list[_Fd]:
         """Start every stage; returns the gates to open (scope mode) or none."""
         spec = self.spec
+        executables = self.executables
         last = len(spec.stages) - 1
         if spec.stdin is None:
             next_in = _Fd(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
@@ -379,7 +395,9 @@ class _Job:
             self.stdin = (writer, spec.stdin)
         gates: list[_Fd] = []
         ids: dict[str, Any] = {}
-        if os.geteuid() == 0:  # else _check_privilege made sure the uid is ours
+        # Switching ids forces fork(); a job with exactly our own credentials
+        # (root jobs) can take the much cheaper vfork() path.
+        if os.geteuid() == 0 and not _is_own_identity(spec.identity):  # else _check_privilege made sure the uid is ours
             ids = {"user": spec.identity.uid, "group": spec.identity.gid, "extra_groups": list(spec.identity.groups)}
         for index, (argv, executable) in enumerate(zip(spec.stages, executables, strict=True)):
             read_out, write_out = self._pipe()
@@ -553,13 +571,20 @@ async def _execute(
     budget, reason = spec.timeout_seconds, "timeout"
     if spec.deadline is not None and spec.deadline - started_wall < budget:
         budget, reason = spec.deadline - started_wall, "deadline"
-    job = _Job(spec, containment, on_output)
+    job = _Job(spec, containment, executables, on_output)
     if budget <= 0 or (cancel is not None and cancel.is_set()):
         job.timed_out = budget <= 0
         job.cancelled = not job.timed_out
         return _result(job, started_wall, started_mono, reason, started=False)
     try:
-        gates = job.spawn(executables)
+        # fork+exec blocks for as long as the child takes to exec: do it off the
+        # event loop so other jobs' output keeps flowing and spawns overlap.
+        spawning = asyncio.ensure_future(asyncio.to_thread(job.spawn))
+        try:
+            gates = await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            await asyncio.wait({spawning})  # abort() below must see every process
+            raise
         await containment.attach([p.pid for p in job.procs])
         budget -= time.monotonic() - started_mono
         if gates and (budget <= 0 or (cancel is not None and cancel.is_set())):
@@ -600,11 +625,11 @@ def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *,
         else:
             stderr[stream.stage] = finished
     stages = []
-    for index, argv in enumerate(spec.stages):
+    for index, (argv, resolved) in enumerate(zip(spec.stages, job.executables, strict=True)):
         returncode = job.returncodes[index]
         exit_code, signum = describe_exit(returncode) if returncode is not None else (None, None)
         data, truncated, digest = stderr.get(index, (b"", False, sha256_hex(b"")))
-        stages.append(StageResult(argv, exit_code, signum, data, truncated, digest))
+        stages.append(StageResult(argv, resolved, exit_code, signum, data, truncated, digest))
     ended_wall = time.time()
     return JobResult(
         operation_id=spec.operation_id,
