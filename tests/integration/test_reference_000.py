@@ -293,12 +293,6 @@ def test_a_request_over_1_mb_gets_one_error(stack: Stack) -> None:
     assert_error(replies[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OSError,
-    reason="intake closes after request_too_large without draining, so a client still writing a large "
-    "request gets EPIPE/ECONNRESET instead of its reply (service-shell change needed)",
-)
 def test_a_much_larger_request_still_gets_its_error_reply(stack: Stack) -> None:
     req = request(pipeline=[["true"]], privileged=False, padding="p" * (8 * 1024 * 1024))
     replies = stack.send_raw(line(req))
@@ -418,10 +412,6 @@ def test_stop_replies_ok_and_the_daemon_exits(stack: Stack, stopped: dict[str, A
     assert _ping_until_served(stack)["status"] == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the replay guard lives in intake's memory: a fresh intake accepts a captured stop (service-shell change needed)",
-)
 def test_a_captured_stop_cannot_be_replayed_later(stack: Stack, stopped: dict[str, Any]) -> None:
     _ping_until_served(stack)
     pid = stack.service_pid("intake")

@@ -153,16 +153,12 @@ WELL_FORMED_ERRORS = [
     (b'{"v":1,"id":"x","verb":42,"args":{}}\n', "invalid_request"),
     (b'{"v":1,"id":"x","args":{}}\n', "invalid_request"),
 ]
-# airlock reports the ways a line can fail to be JSON with codes of its own
-# (docs/protocol.md), which are not in reference/004's closed list.
-_OUTSIDE_THE_LIST = pytest.mark.xfail(
-    strict=True, reason="airlock answers invalid_json/invalid_utf8/missing_newline, outside reference/004's closed list"
-)
+# The operator door keeps to reference/004's list; the precise reason is in details.reason.
 MALFORMED = [
-    pytest.param(b"{not json\n", id="not-json", marks=_OUTSIDE_THE_LIST),
-    pytest.param(b"\n", id="empty-line", marks=_OUTSIDE_THE_LIST),
-    pytest.param(b'{"v":1,"id":"x","verb":"status",\n', id="truncated", marks=_OUTSIDE_THE_LIST),
-    pytest.param(b"\xff\xfe{}\n", id="not-utf8", marks=_OUTSIDE_THE_LIST),
+    pytest.param(b"{not json\n", id="not-json"),
+    pytest.param(b"\n", id="empty-line"),
+    pytest.param(b'{"v":1,"id":"x","verb":"status",\n', id="truncated"),
+    pytest.param(b"\xff\xfe{}\n", id="not-utf8"),
 ]
 
 
@@ -234,11 +230,6 @@ def test_a_worker_token_is_rejected_on_the_operator_socket(stack: Stack) -> None
     assert reply["error"] == worker["error"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent.sock answers operator verbs with unknown_verb (and lists its verbs) instead of the same "
-    "unauthorized a bad token gets (service-shell change needed in intake)",
-)
 @pytest.mark.parametrize("verb", ["approve", "status", "events", "hold"])
 def test_an_operator_verb_on_the_worker_socket_is_the_same_unauthorized(stack: Stack, verb: str) -> None:
     bad_token = call(stack, "ping", path=stack.agent, token="alt_0123456789abcdef")

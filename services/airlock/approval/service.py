@@ -34,7 +34,7 @@ from airlock.approval.tokens import (
 from airlock.common import daemon, log, validate
 from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.config import Config, ConfigError, load
-from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
 from airlock.common.filespec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, identify, uid_of
@@ -568,6 +568,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     operator = Door(
         "operator",
         allow=AllowList.of(config.operators.users, config.operators.groups, root=True),
+        errors=within_reference_004,
         verbs={
             name: _operator_only(verb)
             for name, verb in {

@@ -32,13 +32,17 @@ from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, uid_of
-from airlock.common.server import Call, Connection, Door, Service
+from airlock.common.server import Call, Connection, Door, Service, linger
 from airlock.intake import fileflow, files, legacy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
 from airlock.intake.work import Work, derived_operation_id, thin_exec_outcome
 
 NAME = "intake"
 NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS)
+OPERATOR_VERBS = frozenset(
+    {"status", "pending", "show", "approve", "deny", "hold", "release", "events", "policy.check",
+     "audit.verify", "audit.head", "token.issue", "token.revoke"}
+)
 # Outcomes larger than this are kept for replay without their output bytes.
 REPLAY_OUTPUT_LIMIT = 512 * 1024
 
@@ -89,7 +93,7 @@ class Intake:
             await conn.send(await self._native(conn, obj))
 
     async def _framing_error(self, conn: Connection, exc: AirlockError) -> None:
-        raw = bytes(conn.decoder._buffer[: 64 * 1024]) if conn.decoder.buffered else b""
+        raw = conn.decoder.peek(64 * 1024)
         dialect, rid = legacy.sniff(raw)
         if exc.code is ErrorCode.MISSING_NEWLINE and raw:
             try:
@@ -103,7 +107,10 @@ class Intake:
         try:
             await conn.send(reply)
         except ConnectionError:
-            pass
+            return
+        # A client still writing a huge request must get to read its error:
+        # closing with unread bytes would reset the connection under it.
+        await linger(conn.reader, conn.writer, budget=16 * 1024 * 1024, seconds=5.0)
 
     # --- native v1 ----------------------------------------------------------------
 
@@ -112,6 +119,10 @@ class Intake:
         try:
             request = request_from_object(obj)
             request_id = request.id
+            if request.verb in OPERATOR_VERBS:
+                # Out of an agent's scope: the same refusal as a bad token, so
+                # a probe learns nothing about what the operator door offers.
+                raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
             if request.verb not in NATIVE_VERBS:
                 raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
             session = await self._check_token(request)

@@ -174,8 +174,10 @@ class Runner:
         added: list[str] = []
         if spec.forward_agent:
             pid, peer_uid = _peer_process(a.get("peer"), spec.uid)
-            env[agent.NAME] = agent.agent_socket(pid, peer_uid, identity)
-            added.append(agent.NAME)
+            forwarded = agent.agent_socket(pid, peer_uid, identity)
+            if forwarded is not None:
+                env[agent.NAME] = forwarded
+                added.append(agent.NAME)
         job = JobSpec(
             operation_id=operation_id,
             mode="shell" if spec.mode == "shell" else "exec",
