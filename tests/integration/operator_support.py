@@ -23,7 +23,7 @@ policy:
 
 
 def stack_with(tmp: Path, extra: str = "") -> Iterator[Stack]:
-    with custom_stack(tmp / "s", ASK_POLICY + extra) as stack:
+    with custom_stack(tmp, ASK_POLICY + extra) as stack:
         yield stack
 
 
