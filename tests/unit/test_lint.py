@@ -17,6 +17,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PURE_MODULES = [
     "services/airlock/common/codec.py",
+    "services/airlock/common/framing.py",
     "services/airlock/common/errors.py",
     "services/airlock/common/validate.py",
     "services/airlock/common/spec.py",

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from airlock.common.codec import NEED_DATA, FrameDecoder
+from airlock.common.framing import NEED_DATA, FrameDecoder
 
 MAX_REPLY = 128 * 1024 * 1024
 

@@ -1,4 +1,4 @@
-"""The native v1 envelope and line framing, with no I/O.
+"""The native v1 envelope, with no I/O (line framing is `common.framing`).
 
 Bytes go in, messages come out; messages go in, bytes come out.  Services only
 move bytes between this module and their sockets (h11's split).  A frame is one
@@ -8,7 +8,6 @@ anything is parsed, and each way a line can be wrong is its own error code.
 
 from __future__ import annotations
 
-import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -17,73 +16,6 @@ from airlock.common.errors import AirlockError, ErrorCode
 
 PROTOCOL_VERSION: Final = 1
 SUPPORTED_VERSIONS: Final = (1,)
-DEFAULT_MAX_LINE: Final = 1024 * 1024
-
-
-class _NeedData(enum.Enum):
-    NEED_DATA = "need_data"
-
-
-NEED_DATA: Final = _NeedData.NEED_DATA
-
-
-class FrameDecoder:
-    """Splits a byte stream into lines of at most ``max_bytes`` (newline included)."""
-
-    def __init__(self, max_bytes: int = DEFAULT_MAX_LINE) -> None:
-        if max_bytes < 2:
-            raise ValueError("max_bytes must allow at least one byte and the newline")
-        self.max_bytes = max_bytes
-        self._buffer = bytearray()
-        self._failed = False
-
-    @property
-    def buffered(self) -> int:
-        return len(self._buffer)
-
-    def peek(self, limit: int) -> bytes:
-        """The first ``limit`` buffered bytes (what a failed line began with, for an error reply)."""
-        return bytes(self._buffer[:limit])
-
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-
-    def next_frame(self) -> bytes | _NeedData:
-        """Return the next line without its newline, or NEED_DATA.
-
-        Raises `AirlockError(request_too_large)` as soon as more than
-        ``max_bytes`` arrive without a newline, so a peer cannot make us buffer
-        without bound.
-        """
-        if self._failed:
-            raise AirlockError(ErrorCode.INVALID_REQUEST, "stream already failed")
-        end = self._buffer.find(b"\n", 0, self.max_bytes)
-        if end < 0:
-            if len(self._buffer) >= self.max_bytes:
-                self._failed = True
-                raise _too_large(self.max_bytes)
-            return NEED_DATA
-        line = bytes(self._buffer[:end])
-        del self._buffer[: end + 1]
-        return line
-
-    def end_of_stream(self) -> None:
-        """The peer closed its side: leftover bytes are a line without its newline."""
-        if self._buffer and not self._failed:
-            self._failed = True
-            raise AirlockError(
-                ErrorCode.MISSING_NEWLINE,
-                "missing trailing newline: the request must end with \\n",
-                {"received_bytes": len(self._buffer)},
-            )
-
-
-def _too_large(limit: int) -> AirlockError:
-    return AirlockError(
-        ErrorCode.REQUEST_TOO_LARGE,
-        f"request exceeds {limit} bytes (newline included)",
-        {"limit_bytes": limit},
-    )
 
 
 def _reject_constant(name: str) -> Any:

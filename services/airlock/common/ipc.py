@@ -18,8 +18,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from airlock.common.codec import NEED_DATA, Event, FrameDecoder, Request, Response, decode_reply, encode_request
+from airlock.common.codec import Event, Request, Response, decode_reply, encode_request
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.framing import NEED_DATA, FrameDecoder
 
 EventHandler = Callable[[Event], Awaitable[None] | None]
 # Replies may carry up to 16 MiB of output per stream, base64-encoded, twice.

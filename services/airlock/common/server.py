@@ -29,8 +29,6 @@ from typing import Any
 
 from airlock.common import log
 from airlock.common.codec import (
-    NEED_DATA,
-    FrameDecoder,
     Request,
     encode_error,
     encode_event,
@@ -41,6 +39,7 @@ from airlock.common.codec import (
 )
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.framing import NEED_DATA, FrameDecoder
 from airlock.common.notify import Notifier
 from airlock.common.peer import AllowList, Peer, peer_of
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from airlock import __version__
-from airlock.common.codec import NEED_DATA, FrameDecoder
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.framing import NEED_DATA, FrameDecoder
 
 PROTOCOL_VERSION: Final = "1.0"
 TRANSPORT: Final = "stdio-jsonl"

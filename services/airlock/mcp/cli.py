@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from typing import Any
 
@@ -31,6 +30,8 @@ def cmd_mcp(ns: argparse.Namespace) -> int:
         session=ns.session,
         progress_interval=ns.progress_interval,
     )
+    import asyncio
+
     return asyncio.run(server.serve_stdio(settings))
 
 

@@ -9,9 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airlock.common.codec import (
-    NEED_DATA,
     Event,
-    FrameDecoder,
     Request,
     Response,
     decode_reply,
@@ -23,6 +21,7 @@ from airlock.common.codec import (
     parse_object,
 )
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.framing import NEED_DATA, FrameDecoder
 
 PING = b'{"v":1,"id":"r1","verb":"ping","args":{},"token":null}'
 
