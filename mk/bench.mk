@@ -15,3 +15,7 @@ bench: $(BIN)/airlock
 
 stress: $(BIN)/airlock
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/stress $(STRESS_ARGS)
+
+# The agent door alone (issue 4): ping and exec with 1 and 16 clients beside fork/exec.
+bench-door: $(BIN)/airlock
+	$(BIN)/python bench/door_bench.py $(BENCH_ARGS)
