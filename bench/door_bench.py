@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import BenchStack, Requests, bench_config, drive, machine, median  # noqa: E402
+from harness import BenchStack, Requests, bench_config, drive, machine, median
 
 
 def fork_exec_rate(count: int) -> float:
