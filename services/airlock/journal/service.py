@@ -54,21 +54,33 @@ class Journal:
         raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
 
     async def append(self, call: Call) -> dict[str, Any]:
-        return await self._append(call.peer, call.args)
+        appended = await self._append(call.peer, call.args)
+        assert appended is not None
+        return appended
 
-    async def _append(self, peer: Peer, a: dict[str, Any]) -> dict[str, Any]:
+    async def _append(
+        self, peer: Peer, a: dict[str, Any], claim: tuple[str, float] | None = None
+    ) -> dict[str, Any] | None:
+        """Append one event; with ``claim`` only if the request ID wins it (None otherwise), in one commit."""
         payload = a.get("payload") or {}
         if not isinstance(payload, dict):
             raise validate.bad("payload", "must be an object")
-        event = await self.store.append(
-            writer=self.writer_for(peer, a.get("writer")),
-            kind=validate.text("kind", a.get("kind"), max_len=64),
-            request_id=validate.optional_text("request_id", a.get("request_id"), max_len=256),
-            operation_id=validate.optional_text("operation_id", a.get("operation_id"), max_len=256),
-            peer_uid=validate.integer("peer_uid", a.get("peer_uid")),
-            session=validate.optional_text("session", a.get("session"), max_len=256),
-            payload=payload,
-        )
+        fields: dict[str, Any] = {
+            "writer": self.writer_for(peer, a.get("writer")),
+            "kind": validate.text("kind", a.get("kind"), max_len=64),
+            "request_id": validate.optional_text("request_id", a.get("request_id"), max_len=256),
+            "operation_id": validate.optional_text("operation_id", a.get("operation_id"), max_len=256),
+            "peer_uid": validate.integer("peer_uid", a.get("peer_uid")),
+            "session": validate.optional_text("session", a.get("session"), max_len=256),
+            "payload": payload,
+        }
+        if claim is None:
+            event = await self.store.append(**fields)
+        else:
+            found = await self.store.append_claimed(claim[0], claim[1], **fields)
+            if found is None:
+                return None
+            event = found
         return {"seq": event.seq, "hash": event.hash}
 
     async def _event(self, peer: Peer, event: Any) -> dict[str, Any]:
@@ -78,6 +90,7 @@ class Journal:
         if not isinstance(event, dict):
             raise validate.bad("event", "must be an object")
         appended = await self._append(peer, event)
+        assert appended is not None
         return {"event": appended}
 
     async def op_begin(self, call: Call) -> dict[str, Any]:
@@ -88,12 +101,21 @@ class Journal:
         digest = validate.text("digest", a.get("digest"), max_len=128, allow_empty=False)
         has_protected = validate.boolean("has_protected", a.get("has_protected"), False)
         claim = a.get("claim")
+        event = a.get("event")
         if claim is not None:
-            if not isinstance(claim, dict):
-                raise validate.bad("claim", "must be an object")
-            if not (await self._claim(claim))["claimed"]:
-                return {"claimed": False}
-        out = await self._event(call.peer, a.get("event"))
+            key, window = self._claim_args(claim)
+            if isinstance(event, dict):
+                # The replay gate and request.received in one transaction: one commit.
+                appended = await self._append(call.peer, event, (key, window))
+                if appended is None:
+                    return {"claimed": False}
+                out: dict[str, Any] = {"event": appended}
+            else:
+                if not await self.store.claim_request_id(key, window):
+                    return {"claimed": False}
+                out = await self._event(call.peer, event)
+        else:
+            out = await self._event(call.peer, event)
         result = await self.store.op_begin(operation_id, digest, has_protected=has_protected)
         return out | {"claimed": True, "state": result.state, "outcome": result.outcome}
 
@@ -126,13 +148,16 @@ class Journal:
         return await self._claim(call.args)
 
     async def _claim(self, a: dict[str, Any]) -> dict[str, Any]:
+        return {"claimed": await self.store.claim_request_id(*self._claim_args(a))}
+
+    @staticmethod
+    def _claim_args(a: Any) -> tuple[str, float]:
+        if not isinstance(a, dict):
+            raise validate.bad("claim", "must be an object")
         window = a.get("window_seconds")
         if isinstance(window, bool) or not isinstance(window, int | float):
             raise validate.bad("window_seconds", "must be a number")
-        claimed = await self.store.claim_request_id(
-            validate.text("key", a.get("key"), max_len=512, allow_empty=False), float(window)
-        )
-        return {"claimed": claimed}
+        return validate.text("key", a.get("key"), max_len=512, allow_empty=False), float(window)
 
     async def events(self, call: Call) -> dict[str, Any]:
         a = call.args

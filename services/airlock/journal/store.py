@@ -172,7 +172,10 @@ class _Append:
     writer: str
     payload: dict[str, Any]
     payload_json: str
-    future: asyncio.Future[Event]
+    future: asyncio.Future[Event | None]
+    # Appended only if this claim wins, in the same transaction (intake's
+    # replay gate and its request.received cost one commit, not two).
+    claim: _Claim | None = None
 
 
 @dataclass(slots=True)
@@ -290,9 +293,44 @@ class Store:
         credentials.  The payload must not hold protected values (callers
         strip them); it is capped at `MAX_PAYLOAD_BYTES` of canonical JSON.
         """
+        item = self._append_item(writer, kind, request_id, operation_id, peer_uid, session, payload)
+        self._submit(item)
+        event = await item.future
+        assert event is not None  # only a claimed append can come back empty
+        return event
+
+    async def append_claimed(
+        self,
+        key: str,
+        window_seconds: float,
+        *,
+        writer: str,
+        kind: str,
+        request_id: str | None = None,
+        operation_id: str | None = None,
+        peer_uid: int | None = None,
+        session: str | None = None,
+        payload: dict[str, Any],
+    ) -> Event | None:
+        """`claim_request_id` and `append` in one transaction: the event, or None if the key was held."""
+        item = self._append_item(writer, kind, request_id, operation_id, peer_uid, session, payload)
+        item.claim = self._claim_item(key, window_seconds)
+        self._submit(item)
+        return await item.future
+
+    def _append_item(
+        self,
+        writer: str,
+        kind: str,
+        request_id: str | None,
+        operation_id: str | None,
+        peer_uid: int | None,
+        session: str | None,
+        payload: dict[str, Any],
+    ) -> _Append:
         check_writer(writer, kind)
         normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
-        item = _Append(
+        return _Append(
             time=_timestamp(self._clock()),
             kind=kind,
             request_id=_optional_text("request_id", request_id),
@@ -304,8 +342,6 @@ class Store:
             payload_json=text,
             future=asyncio.get_running_loop().create_future(),
         )
-        self._submit(item)
-        return await item.future
 
     def _submit(self, item: _Work) -> None:
         if self._closing:
@@ -358,8 +394,8 @@ class Store:
         claims = iter(claimed)
         for work in batch:
             if isinstance(work, _Append):
-                self._appends += 1
                 event = next(appended)
+                self._appends += event is not None
                 if not work.future.done():
                     work.future.set_result(event)
             elif isinstance(work, _Claim):
@@ -385,46 +421,51 @@ class Store:
 
     def _write(
         self, batch: list[_Work], head: tuple[int, str]
-    ) -> tuple[list[Event], list[bool], tuple[int, str]]:
+    ) -> tuple[list[Event | None], list[bool], tuple[int, str]]:
         """Runs on the writer thread: chain the batch and commit it as one transaction.
 
         Returns the new events, the outcome of each claim in batch order, and the new head.
         """
         seq, prev = head
-        events: list[Event] = []
+        events: list[Event | None] = []
         rows: list[tuple[Any, ...]] = []
-        settles: list[Settled] = []
+        settles: list[Settled] = [w.entry for w in batch if isinstance(w, _Settle)]
         claims: list[_Claim] = []
         for work in batch:
-            if isinstance(work, _Settle):
-                settles.append(work.entry)
-                continue
             if isinstance(work, _Claim):
                 claims.append(work)
-                continue
-            seq += 1
-            record = {
-                "seq": seq,
-                "time": work.time,
-                "kind": work.kind,
-                "request_id": work.request_id,
-                "operation_id": work.operation_id,
-                "peer_uid": work.peer_uid,
-                "session": work.session,
-                "writer": work.writer,
-                "payload": work.payload,
-                "prev_hash": prev,
-            }
-            digest = chain.compute_hash(record)
-            events.append(Event(seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
-                                work.session, work.writer, work.payload, prev, digest))
-            rows.append((seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
-                         work.session, work.writer, work.payload_json, prev, digest))
-            prev = digest
+            elif isinstance(work, _Append) and work.claim is not None:
+                claims.append(work.claim)
         with self._wlock:
             conn = self._wconn
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                won = dict(zip((id(c) for c in claims), _claim_all(conn, claims), strict=True))
+                for work in batch:
+                    if not isinstance(work, _Append):
+                        continue
+                    if work.claim is not None and not won[id(work.claim)]:
+                        events.append(None)  # its key was held: nothing is written for it
+                        continue
+                    seq += 1
+                    record = {
+                        "seq": seq,
+                        "time": work.time,
+                        "kind": work.kind,
+                        "request_id": work.request_id,
+                        "operation_id": work.operation_id,
+                        "peer_uid": work.peer_uid,
+                        "session": work.session,
+                        "writer": work.writer,
+                        "payload": work.payload,
+                        "prev_hash": prev,
+                    }
+                    digest = chain.compute_hash(record)
+                    events.append(Event(seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
+                                        work.session, work.writer, work.payload, prev, digest))
+                    rows.append((seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
+                                 work.session, work.writer, work.payload_json, prev, digest))
+                    prev = digest
                 if rows:
                     conn.executemany(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
                 if settles:
@@ -433,7 +474,6 @@ class Store:
                         [(s.operation_id, s.digest, s.outcome_json, s.completed_at) for s in settles],
                     )
                     _prune_operations(conn, self._ops.expiry_cutoff(), self._ops.capacity)
-                claimed = _claim_all(conn, claims)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -442,6 +482,7 @@ class Store:
                     except sqlite3.Error:
                         pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
                 raise
+        claimed = [won[id(w)] for w in batch if isinstance(w, _Claim)]
         return events, claimed, (seq, prev)
 
     # -- operations -----------------------------------------------------------
@@ -486,6 +527,11 @@ class Store:
         journal.  If the store cannot commit, raises ``audit_unavailable``:
         the caller must fail closed.
         """
+        work = self._claim_item(key, window_seconds)
+        self._submit(work)
+        return await work.future
+
+    def _claim_item(self, key: str, window_seconds: float) -> _Claim:
         if not isinstance(key, str) or not 1 <= len(key) <= MAX_CLAIM_KEY_CHARS:
             raise _invalid(f"key must be a string of 1 to {MAX_CLAIM_KEY_CHARS} characters", "key")
         try:
@@ -498,9 +544,7 @@ class Store:
             or not 0 < window_seconds <= MAX_CLAIM_WINDOW
         ):
             raise _invalid(f"window_seconds must be a number above 0 and at most {MAX_CLAIM_WINDOW:g}", "window_seconds")
-        work = _Claim(key, self._clock(), float(window_seconds), asyncio.get_running_loop().create_future())
-        self._submit(work)
-        return await work.future
+        return _Claim(key, self._clock(), float(window_seconds), asyncio.get_running_loop().create_future())
 
     def active_operations(self) -> frozenset[str]:
         """Operation IDs begun and not yet completed or abandoned (for ``health``)."""

@@ -92,6 +92,25 @@ def test_claims_share_transactions_with_appends(db: Path) -> None:
     with_store(db, body)
 
 
+def test_a_claimed_append_is_written_only_when_its_claim_wins(db: Path) -> None:
+    async def body(store: Store) -> list[object]:
+        def received(n: int) -> object:
+            return store.append_claimed("0:same", 60, writer="intake", kind="request.received",
+                                        request_id="same", payload={"n": n})
+
+        results = list(await asyncio.gather(*(received(n) for n in range(16))))
+        assert await store.append_claimed("0:same", 60, writer="intake", kind="request.received", payload={}) is None
+        assert store.verify().ok
+        return results
+
+    results = with_store(db, body)
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1  # one event for sixteen attempts, and the chain has no gap
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT seq FROM events WHERE request_id = 'same'").fetchall()
+    assert len(rows) == 1
+
+
 @pytest.mark.parametrize(("key", "window"), [
     ("", 60), ("x" * 10_000, 60), (7, 60), ("0:\udc80", 60),
     ("0:r", 0), ("0:r", -1), ("0:r", True), ("0:r", "60"), ("0:r", 10**9), ("0:r", float("nan")),
