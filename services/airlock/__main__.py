@@ -1,0 +1,5 @@
+import sys
+
+from airlock.cli.main import main
+
+sys.exit(main())

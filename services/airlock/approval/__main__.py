@@ -1,0 +1,5 @@
+import sys
+
+from airlock.approval.service import main
+
+sys.exit(main())

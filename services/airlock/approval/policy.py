@@ -1,0 +1,649 @@
+"""The policy engine: exact, order-independent, explainable decisions.
+
+Pure: no sockets, no asyncio.  The filesystem is read only to load policy
+files and to resolve binaries (the same `resolve_executable` the runner uses).
+
+A policy is the ``policy:`` node of airlock.yaml (``default`` and ``rules``)
+plus ``policy.d/*.yaml`` (``rules`` only), read in name order.  A policy with
+any error is rejected whole: `PolicyError` lists every problem found, each as
+``path:line:col: key.path: message (got 'value')``.
+
+Deciding never depends on order: for each stage the most restrictive matching
+rule wins (deny > ask > allow), the pipeline takes its most restrictive stage,
+and ties are broken by rule name.  docs/policy.md is the reference.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import yaml
+
+from airlock.approval import match
+from airlock.common.config import Config
+from airlock.common.resolve import default_path, resolve_executable
+
+Verdict = Literal["allow", "ask", "deny"]
+VERDICTS: tuple[Verdict, ...] = ("allow", "ask", "deny")
+_RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+# Pseudo-rule names a decision can carry; no real rule may take them.
+DEFAULT_RULE = "default"  # no rule matched: the policy's default decided
+UNRESOLVED_RULE = "unresolved"  # argv[0] is no executable: denied, it could not run anyway
+_RESERVED = frozenset({DEFAULT_RULE, UNRESOLVED_RULE})
+
+Resolver = Callable[[str, str], "str | None"]
+
+_STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_BOOL = "tag:yaml.org,2002:bool"
+_NULL = "tag:yaml.org,2002:null"
+_RULE_KEYS = ("commands", "decision", "description", "files", "groups", "name", "privileged", "sessions", "users")
+_MAIN_KEYS = ("default", "rules")
+
+
+class PolicyError(Exception):
+    """A rejected policy; ``errors`` holds one rendered line per problem."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        self.errors = tuple(errors)
+        super().__init__("\n".join(self.errors))
+
+
+# --- the parsed policy -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FileGrant:
+    """One entry of a rule's ``files:``: these tools on these paths.
+
+    ``paths`` are canonical: a file, or ``base/...`` for base and everything under it.
+    """
+
+    tools: frozenset[str]
+    paths: tuple[str, ...]
+
+    def matches(self, tool: str, path: str) -> bool:
+        if tool not in self.tools:
+            return False
+        for pattern in self.paths:
+            subtree = pattern.endswith("/" + match.REST)
+            base = pattern[: -len(match.REST) - 1] or "/" if subtree else pattern
+            if match.match_path(base, subtree, path):
+                return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """Who asks.  ``target_uid`` is whose PATH resolves argv[0]: 0 when privileged, else the peer's."""
+
+    uid: int
+    user: str
+    groups: frozenset[str]  # group names, primary and supplementary
+    session: str | None
+    privileged: bool
+    target_uid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    decision: Verdict
+    users: frozenset[str]  # names or decimal uids; empty: anyone
+    groups: frozenset[str]  # empty: any
+    sessions: frozenset[str]  # empty: any, even none
+    privileged: bool | None  # None: either
+    commands: tuple[tuple[str, ...], ...] | None  # heads canonical; None: any command
+    source: str  # path:line
+    files: tuple[FileGrant, ...] | None = None  # None: any file operation (see `targets_commands`)
+    description: str = ""
+
+    def applies_to(self, subject: Subject) -> bool:
+        """Whether every subject condition of this rule holds."""
+        if self.users and subject.user not in self.users and str(subject.uid) not in self.users:
+            return False
+        if self.groups and not (self.groups & subject.groups):
+            return False
+        if self.sessions and (subject.session is None or subject.session not in self.sessions):
+            return False
+        return self.privileged is None or self.privileged == subject.privileged
+
+    # A rule naming only ``files:`` must not become "any command" (nor one naming
+    # only ``commands:`` "any file"): absent means any only when both are absent.
+    @property
+    def targets_commands(self) -> bool:
+        return self.commands is not None or self.files is None
+
+    @property
+    def targets_files(self) -> bool:
+        return self.files is not None or self.commands is None
+
+    def matches_command(self, resolved: str | None, args: Sequence[str]) -> bool:
+        if not self.targets_commands:
+            return False
+        if self.commands is None:
+            return True
+        if resolved is None:
+            return False
+        return any(p[0] == resolved and match.match_args(p[1:], args) for p in self.commands)
+
+    def matches_file(self, tool: str, path: str | None) -> bool:
+        if not self.targets_files:
+            return False
+        if self.files is None:
+            return True
+        return path is not None and any(grant.matches(tool, path) for grant in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "decision": self.decision, "source": self.source}
+        for key in ("users", "groups", "sessions"):
+            value: frozenset[str] = getattr(self, key)
+            if value:
+                out[key] = sorted(value)
+        if self.privileged is not None:
+            out["privileged"] = self.privileged
+        if self.commands is not None:
+            out["commands"] = [list(p) for p in self.commands]
+        if self.files is not None:
+            out["files"] = [{"tools": sorted(g.tools), "paths": list(g.paths)} for g in self.files]
+        if self.description:
+            out["description"] = self.description
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class StageDecision:
+    argv: tuple[str, ...]
+    resolved: str | None  # the canonical binary the runner must execute
+    decision: Verdict
+    rule: str  # the deciding rule, DEFAULT_RULE or UNRESOLVED_RULE
+    matched: tuple[str, ...] = ()  # every rule that matched, by name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "resolved": self.resolved,
+            "decision": self.decision,
+            "rule": self.rule,
+            "matched": list(self.matched),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    decision: Verdict
+    rule: str
+    stages: tuple[StageDecision, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"decision": self.decision, "rule": self.rule, "stages": [s.to_dict() for s in self.stages]}
+
+
+def _pseudo_rank(name: str) -> int:
+    # Among equally restrictive stages, name a real rule before a pseudo-rule:
+    # "denied by no-dd" tells the agent more than "denied by default".
+    return 2 if name == DEFAULT_RULE else 1 if name == UNRESOLVED_RULE else 0
+
+
+def _decide_one(rules: Iterable[Rule], default: Verdict, unmatched: str) -> tuple[Verdict, str, tuple[str, ...]]:
+    matched = sorted(rules, key=lambda r: (-_RANK[r.decision], r.name))
+    if not matched:
+        return default, unmatched, ()
+    return matched[0].decision, matched[0].name, tuple(sorted(r.name for r in matched))
+
+
+def _combine(stages: tuple[StageDecision, ...]) -> Decision:
+    top = min(stages, key=lambda s: (-_RANK[s.decision], _pseudo_rank(s.rule), s.rule))
+    return Decision(top.decision, top.rule, stages)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    default: Verdict
+    rules: tuple[Rule, ...]
+    sources: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # e.g. a rule for a binary that is not installed
+
+    def decide(
+        self, subject: Subject, stages: Sequence[Sequence[str]], *, resolver: Resolver | None = None
+    ) -> Decision:
+        """Decide a pipeline (one stage for a plain command).
+
+        ``resolver`` defaults to `resolve_executable`; tests may pass another.
+        """
+        if not stages or any(not stage for stage in stages):
+            raise ValueError("a pipeline needs at least one stage, and every stage an argv[0]")
+        resolve = resolver or resolve_executable
+        search_path = default_path(subject.target_uid)
+        applicable = [r for r in self.rules if r.applies_to(subject)]
+        out = []
+        for stage in stages:
+            argv = tuple(stage)
+            resolved = resolve(argv[0], search_path)
+            hits = [r for r in applicable if r.matches_command(resolved, argv[1:])]
+            # An unresolvable argv[0] can match only rules without commands; if
+            # none does it is denied, whatever the default: it cannot run, and
+            # nothing that appears there later was ever approved.
+            default: Verdict = self.default if resolved is not None else "deny"
+            unmatched = DEFAULT_RULE if resolved is not None else UNRESOLVED_RULE
+            verdict, rule, names = _decide_one(hits, default, unmatched)
+            out.append(StageDecision(argv, resolved, verdict, rule, names))
+        return _combine(tuple(out))
+
+    def decide_file(self, subject: Subject, tool: str, path: str) -> Decision:
+        """Decide one file operation (issue 10): ``tool`` on ``path``.
+
+        The path is canonicalised (symlinks resolved as far as they exist) so a
+        link inside an allowed tree cannot reach outside it.  A relative path
+        or an unknown tool is denied as UNRESOLVED_RULE.
+        """
+        canonical = match.canonical_head(path) if path.startswith("/") and "\0" not in path else None
+        if tool not in match.FILE_TOOLS:
+            canonical = None
+        hits = [r for r in self.rules if r.applies_to(subject) and r.matches_file(tool, canonical)]
+        default: Verdict = self.default if canonical is not None else "deny"
+        unmatched = DEFAULT_RULE if canonical is not None else UNRESOLVED_RULE
+        verdict, rule, names = _decide_one(hits, default, unmatched)
+        stage = StageDecision((tool, path), canonical, verdict, rule, names)
+        return Decision(verdict, rule, (stage,))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "default": self.default,
+            "rules": [r.to_dict() for r in sorted(self.rules, key=lambda r: r.name)],
+            "sources": list(self.sources),
+        }
+
+
+def explain(decision: Decision) -> list[str]:
+    """Human lines for `airlock policy check`: per stage argv, binary, decision, rule."""
+    lines = []
+    for number, stage in enumerate(decision.stages, start=1):
+        lines.append(f"stage {number}: {shlex.join(stage.argv)}")
+        lines.append(f"  binary:   {stage.resolved or '(not found: cannot run)'}")
+        matched = f" (matched: {', '.join(stage.matched)})" if stage.matched else " (no rule matched)"
+        lines.append(f"  decision: {stage.decision} by {_rule_label(stage.rule)}{matched}")
+    lines.append(f"result: {decision.decision} by {_rule_label(decision.rule)}")
+    return lines
+
+
+def _rule_label(name: str) -> str:
+    if name == DEFAULT_RULE:
+        return "the default"
+    if name == UNRESOLVED_RULE:
+        return "unresolved binary"
+    return f"rule {name}"
+
+
+# --- parsing ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFile:
+    """One parsed file (or the policy: node of airlock.yaml), before assembly."""
+
+    path: str
+    default: Verdict | None  # only airlock.yaml's policy: node may set it
+    rules: tuple[Rule, ...]
+    warnings: tuple[str, ...] = ()
+    # name -> (location of the name node, key path of the rule): for duplicate errors.
+    name_sites: tuple[tuple[str, str, str], ...] = field(default=(), compare=False, repr=False)
+
+
+class _Invalid(Exception):
+    """One problem inside a rule; the rule is skipped and parsing goes on."""
+
+
+def _where(path: str, node: yaml.Node) -> str:
+    mark = node.start_mark
+    return f"{path}:{mark.line + 1}:{mark.column + 1}"
+
+
+def _got(node: yaml.Node) -> str:
+    if isinstance(node, yaml.ScalarNode):
+        return f" (got {node.value!r})" if node.tag != _NULL else " (got null)"
+    if isinstance(node, yaml.SequenceNode):
+        return " (got a list)"
+    return " (got a mapping)"
+
+
+def _is_null(node: yaml.Node | None) -> bool:
+    return node is None or (isinstance(node, yaml.ScalarNode) and node.tag == _NULL)
+
+
+class _Reader:
+    """Turns one file's nodes into rules, collecting every error it finds."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def fail(self, node: yaml.Node, key: str, message: str, *, got: bool = True) -> _Invalid:
+        self.errors.append(f"{_where(self.path, node)}: {key}: {message}{_got(node) if got else ''}")
+        return _Invalid()
+
+    def items(self, node: yaml.MappingNode, key: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
+        out: list[tuple[str, yaml.Node, yaml.Node]] = []
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
+                raise self.fail(key_node, key, "keys must be strings")
+            name = key_node.value
+            full = f"{key}.{name}" if key else name
+            if name in seen:
+                raise self.fail(key_node, full, "duplicate key")
+            seen.add(name)
+            out.append((name, key_node, value_node))
+        return out
+
+    def string(self, node: yaml.Node, key: str, what: str = "a string") -> str:
+        if not isinstance(node, yaml.ScalarNode) or node.tag != _STR:
+            raise self.fail(node, key, f"expected {what}")
+        return str(node.value)
+
+    def verdict(self, node: yaml.Node, key: str) -> Verdict:
+        if not isinstance(node, yaml.ScalarNode) or node.tag != _STR or node.value not in VERDICTS:
+            raise self.fail(node, key, "must be one of allow, ask, deny")
+        return cast(Verdict, node.value)
+
+    def names(self, node: yaml.Node, key: str, *, numbers: bool) -> frozenset[str]:
+        what = "a list of user names or uids" if numbers else "a list of names"
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.fail(node, key, f"expected {what}")
+        if not node.value:
+            raise self.fail(node, key, f"must not be empty (leave {key.rsplit('.', 1)[-1]} out to mean any)")
+        values = set()
+        for index, item in enumerate(node.value):
+            tags = (_STR, _INT) if numbers else (_STR,)
+            if not isinstance(item, yaml.ScalarNode) or item.tag not in tags:
+                raise self.fail(item, f"{key}[{index}]", f"expected {what[len('a list of '):-1]}")
+            value = str(item.value)
+            if item.tag == _INT:
+                value = str(int(value.replace("_", ""), 0))
+            if not value or any(c.isspace() or not c.isprintable() for c in value):
+                raise self.fail(item, f"{key}[{index}]", "must be a non-empty name without spaces")
+            values.add(value)
+        return frozenset(values)
+
+    def rules(self, node: yaml.Node, key: str) -> tuple[list[Rule], list[tuple[str, str, str]]]:
+        if _is_null(node):
+            return [], []
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.fail(node, key, "expected a list of rules")
+        rules, sites = [], []
+        for index, item in enumerate(node.value):
+            try:
+                rule, site = self.rule(item, f"{key}[{index}]")
+            except _Invalid:
+                continue
+            rules.append(rule)
+            sites.append(site)
+        return rules, sites
+
+    def rule(self, node: yaml.Node, key: str) -> tuple[Rule, tuple[str, str, str]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, key, "expected a rule (a mapping with name, decision, ...)")
+        items = self.items(node, key)
+        values = {name: value for name, _, value in items}
+        # The name first, so every later message can say which rule it is about.
+        if "name" not in values:
+            raise self.fail(node, key, "missing name (every rule needs a unique name)", got=False)
+        name_node = values["name"]
+        name = self.string(name_node, f"{key}.name", "a rule name")
+        if not name or any(c.isspace() or not c.isprintable() for c in name) or len(name) > 128:
+            raise self.fail(name_node, f"{key}.name", "a rule name is 1 to 128 characters without spaces")
+        if name in _RESERVED:
+            raise self.fail(name_node, f"{key}.name", f"{name!r} is reserved for decisions no rule made")
+        key = f"{key} ({name})"
+        for item_name, key_node, _ in items:
+            if item_name not in _RULE_KEYS:
+                raise self.fail(key_node, f"{key}.{item_name}", f"unknown key (known: {', '.join(_RULE_KEYS)})", got=False)
+        if "decision" not in values:
+            raise self.fail(node, key, "missing decision (allow, ask or deny)", got=False)
+        decision = self.verdict(values["decision"], f"{key}.decision")
+
+        def names(field_name: str, *, numbers: bool = False) -> frozenset[str]:
+            if field_name not in values:
+                return frozenset()
+            return self.names(values[field_name], f"{key}.{field_name}", numbers=numbers)
+
+        privileged: bool | None = None
+        if "privileged" in values:
+            flag = values["privileged"]
+            if not isinstance(flag, yaml.ScalarNode) or flag.tag != _BOOL:
+                raise self.fail(flag, f"{key}.privileged", "expected true or false (leave it out to mean either)")
+            privileged = flag.value.lower() in ("true", "yes", "on")
+        commands = self.commands(values["commands"], f"{key}.commands") if "commands" in values else None
+        files = self.files(values["files"], f"{key}.files") if "files" in values else None
+        description = self.string(values["description"], f"{key}.description") if "description" in values else ""
+        rule = Rule(
+            name=name,
+            decision=decision,
+            users=names("users", numbers=True),
+            groups=names("groups"),
+            sessions=names("sessions"),
+            privileged=privileged,
+            commands=commands,
+            source=f"{self.path}:{node.start_mark.line + 1}",
+            files=files,
+            description=description,
+        )
+        return rule, (name, _where(self.path, name_node), key)
+
+    def commands(self, node: yaml.Node, key: str) -> tuple[tuple[str, ...], ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.fail(node, key, "expected a list of commands, each a list like [/usr/bin/apt-get, update]")
+        if not node.value:
+            raise self.fail(node, key, "must not be empty (leave commands out to mean any command)")
+        out = []
+        for index, item in enumerate(node.value):
+            out.append(self.command(item, f"{key}[{index}]"))
+        return tuple(out)
+
+    def command(self, node: yaml.Node, key: str) -> tuple[str, ...]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.fail(node, key, "expected a command as a list of strings, like [/usr/bin/apt-get, update]")
+        elements = []
+        for index, item in enumerate(node.value):
+            # Only quoted or plain strings: YAML would turn 0755 into 493 and
+            # yes into true behind the author's back.
+            if not isinstance(item, yaml.ScalarNode) or item.tag != _STR:
+                raise self.fail(item, f"{key}[{index}]", "expected a string (quote numbers and booleans)")
+            elements.append(str(item.value))
+        problem = match.pattern_problem(elements)
+        if problem is not None:
+            index, message = problem
+            target = node.value[index] if node.value else node
+            raise self.fail(target, f"{key}[{index}]" if node.value else key, message, got=bool(node.value))
+        # Canonical like the requests it is compared with (/bin/sh -> /usr/bin/dash).
+        head = match.canonical_head(elements[0])
+        if not _executable(head):
+            self.warnings.append(f"{_where(self.path, node.value[0])}: {key}[0]: no executable at {head} (yet)")
+        return (head, *elements[1:])
+
+    def files(self, node: yaml.Node, key: str) -> tuple[FileGrant, ...]:
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            raise self.fail(node, key, "expected a non-empty list of {tools: [...], paths: [...]}")
+        grants = []
+        for index, item in enumerate(node.value):
+            entry = f"{key}[{index}]"
+            if not isinstance(item, yaml.MappingNode):
+                raise self.fail(item, entry, "expected a mapping with tools and paths")
+            values: dict[str, yaml.Node] = {}
+            for name, key_node, value_node in self.items(item, entry):
+                if name not in ("tools", "paths"):
+                    raise self.fail(key_node, f"{entry}.{name}", "unknown key (known: paths, tools)", got=False)
+                values[name] = value_node
+            for required in ("tools", "paths"):
+                if required not in values:
+                    raise self.fail(item, entry, f"missing {required}", got=False)
+            tools = self.names(values["tools"], f"{entry}.tools", numbers=False)
+            for tool_index, tool_node in enumerate(cast(list[yaml.Node], values["tools"].value)):
+                if tool_node.value not in match.FILE_TOOLS:
+                    raise self.fail(tool_node, f"{entry}.tools[{tool_index}]", f"unknown tool (known: {', '.join(sorted(match.FILE_TOOLS))})")
+            paths = []
+            for path_index, path_node in enumerate(self._list(values["paths"], f"{entry}.paths")):
+                value = self.string(path_node, f"{entry}.paths[{path_index}]")
+                problem = match.path_pattern_problem(value)
+                if problem is not None:
+                    raise self.fail(path_node, f"{entry}.paths[{path_index}]", problem)
+                base, subtree = match.canonical_path_pattern(value)
+                paths.append(f"{base.rstrip('/')}/{match.REST}" if subtree else base)
+            grants.append(FileGrant(tools, tuple(paths)))
+        return tuple(grants)
+
+    def _list(self, node: yaml.Node, key: str) -> list[yaml.Node]:
+        if not isinstance(node, yaml.SequenceNode) or not node.value:
+            raise self.fail(node, key, "expected a non-empty list")
+        return cast(list[yaml.Node], node.value)
+
+
+def _executable(path: str) -> bool:
+    # The same test resolve_executable applies to a request's binary.
+    return resolve_executable(path, "") == path
+
+
+def _compose(text: str, path: str) -> yaml.Node | None:
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyError([f"{where}: not valid YAML: {problem}"]) from None
+
+
+def parse_policy_node(node: yaml.Node | None, path: str) -> PolicyFile:
+    """The ``policy:`` node of airlock.yaml (``default`` and ``rules``); None: defaults."""
+    reader = _Reader(path)
+    default: Verdict | None = None
+    rules: list[Rule] = []
+    sites: list[tuple[str, str, str]] = []
+    try:
+        if not _is_null(node):
+            assert node is not None
+            if not isinstance(node, yaml.MappingNode):
+                raise reader.fail(node, "policy", "expected a mapping with default and rules")
+            for name, key_node, value in reader.items(node, "policy"):
+                if name == "default":
+                    default = reader.verdict(value, "policy.default")
+                elif name == "rules":
+                    rules, sites = reader.rules(value, "policy.rules")
+                else:
+                    raise reader.fail(key_node, f"policy.{name}", f"unknown key (known: {', '.join(_MAIN_KEYS)})", got=False)
+    except _Invalid:
+        pass
+    if reader.errors:
+        raise PolicyError(reader.errors)
+    return PolicyFile(path, default, tuple(rules), tuple(reader.warnings), tuple(sites))
+
+
+def _parse_dropin(root: yaml.Node | None, path: str) -> PolicyFile:
+    reader = _Reader(path)
+    rules: list[Rule] = []
+    sites: list[tuple[str, str, str]] = []
+    try:
+        if not _is_null(root):
+            assert root is not None
+            if not isinstance(root, yaml.MappingNode):
+                raise reader.fail(root, "(top level)", "a policy.d file is a mapping holding rules: only")
+            for name, key_node, value in reader.items(root, ""):
+                if name == "rules":
+                    rules, sites = reader.rules(value, "rules")
+                elif name in ("default", "policy"):
+                    raise reader.fail(key_node, name, "not allowed here: a policy.d file holds rules: only (default belongs under policy: in airlock.yaml)", got=False)
+                else:
+                    raise reader.fail(key_node, name, "unknown key (a policy.d file holds rules: only)", got=False)
+    except _Invalid:
+        pass
+    if reader.errors:
+        raise PolicyError(reader.errors)
+    return PolicyFile(path, None, tuple(rules), tuple(reader.warnings), tuple(sites))
+
+
+def parse_policy_text(text: str, path: str, *, main: bool) -> PolicyFile:
+    """Parse one file: a whole airlock.yaml (``main``: its policy: node) or a policy.d file."""
+    root = _compose(text, path)
+    if not main:
+        return _parse_dropin(root, path)
+    if _is_null(root):
+        return PolicyFile(path, None, ())
+    assert root is not None
+    if not isinstance(root, yaml.MappingNode):
+        raise PolicyError([f"{_where(path, root)}: (top level): the file must be a mapping of sections{_got(root)}"])
+    keys = {k.value: (k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode)}
+    if "policy" in keys:
+        return parse_policy_node(keys["policy"][1], path)
+    for stray in ("default", "rules"):
+        if stray in keys:
+            raise PolicyError([f"{_where(path, keys[stray][0])}: {stray}: belongs under policy: in airlock.yaml"])
+    return PolicyFile(path, None, ())
+
+
+def assemble(files: Sequence[PolicyFile]) -> Policy:
+    """One policy from parsed files: rule names unique across all; default ``ask`` when unset."""
+    errors: list[str] = []
+    defaults = [f for f in files if f.default is not None]
+    if len(defaults) > 1:
+        errors.append(f"{defaults[1].path}: policy.default: set more than once (also in {defaults[0].path})")
+    first: dict[str, str] = {}
+    for policy_file in files:
+        sources = {r.name: r.source for r in policy_file.rules}
+        for name, where, key in policy_file.name_sites:
+            if name in first:
+                errors.append(f"{where}: {key}.name: duplicate rule name, first defined at {first[name]} (got {name!r})")
+            else:
+                first[name] = sources[name]
+    if errors:
+        raise PolicyError(errors)
+    default: Verdict = defaults[0].default if defaults and defaults[0].default else "ask"
+    rules = tuple(r for f in files for r in f.rules)
+    warnings = tuple(w for f in files for w in f.warnings)
+    return Policy(default, rules, tuple(f.path for f in files), warnings)
+
+
+def load_policy(config: Config) -> Policy:
+    """The whole policy: airlock.yaml's ``policy:`` node, then policy.d/*.yaml in name order.
+
+    Every file is read and checked before anything is rejected, so one run
+    reports every problem.  A missing policy.d directory is fine.
+    """
+    files: list[PolicyFile] = []
+    errors: list[str] = []
+    try:
+        files.append(parse_policy_node(config.policy_node, config.source))
+    except PolicyError as exc:
+        errors.extend(exc.errors)
+    for path in _dropin_paths(config.paths.policy_dir, errors):
+        try:
+            text = path.read_text(encoding="utf-8")
+            files.append(parse_policy_text(text, str(path), main=False))
+        except PolicyError as exc:
+            errors.extend(exc.errors)
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.append(f"{path}: cannot read: {exc}")
+    try:
+        policy = assemble(files)
+    except PolicyError as exc:
+        errors.extend(exc.errors)
+    if errors:
+        raise PolicyError(errors)
+    return policy
+
+
+def _dropin_paths(directory: Path, errors: list[str]) -> list[Path]:
+    try:
+        entries = sorted(directory.iterdir(), key=lambda p: p.name)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        errors.append(f"{directory}: cannot read policy directory: {exc}")
+        return []
+    # Dot-files are editor and tool leftovers, never policy.
+    return [p for p in entries if p.name.endswith(".yaml") and not p.name.startswith(".")]

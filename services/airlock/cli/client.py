@@ -1,0 +1,82 @@
+"""A small blocking client of the two front doors, for the `airlock` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from airlock.common.codec import NEED_DATA, FrameDecoder
+
+MAX_REPLY = 128 * 1024 * 1024
+
+
+class ClientError(Exception):
+    """The daemon could not be reached or answered nonsense (exit 125 / 1)."""
+
+
+def connect(path: str, timeout: float | None = None) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except FileNotFoundError:
+        raise ClientError(f"no airlock socket at {path} (is airlock running? see `systemctl status airlock.socket`)") from None
+    except PermissionError:
+        raise ClientError(f"permission denied on {path} (agents need group 'airlock', operators 'airlock-admin')") from None
+    except OSError as exc:
+        raise ClientError(f"cannot connect to {path}: {exc.strerror or exc}") from None
+    return sock
+
+
+def lines(sock: socket.socket) -> Iterator[tuple[bytes, dict[str, Any]]]:
+    decoder = FrameDecoder(MAX_REPLY)
+    while True:
+        frame = decoder.next_frame()
+        if frame is NEED_DATA:
+            chunk = sock.recv(1024 * 1024)
+            if not chunk:
+                return
+            decoder.feed(chunk)
+            continue
+        assert isinstance(frame, bytes)
+        try:
+            obj = json.loads(frame)
+        except ValueError:
+            raise ClientError("the daemon sent a malformed reply") from None
+        if not isinstance(obj, dict):
+            raise ClientError("the daemon sent a malformed reply")
+        yield frame, obj
+
+
+def call(
+    path: str,
+    verb: str,
+    args: dict[str, Any],
+    *,
+    token: str | None = None,
+    on_event: Callable[[bytes, dict[str, Any]], None] | None = None,
+    timeout: float | None = None,
+) -> tuple[bytes, dict[str, Any]]:
+    """Send one native request; return the final response (raw line and object)."""
+    request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args, "token": token}
+    with connect(path, timeout) as sock:
+        sock.sendall(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+        for raw, obj in lines(sock):
+            if "event" in obj:
+                if on_event is not None:
+                    on_event(raw, obj)
+                continue
+            return raw, obj
+    raise ClientError("the daemon closed the connection without answering")
+
+
+def agent_socket(given: str | None) -> str:
+    return given or os.environ.get("AIRLOCK_SOCKET") or "/run/airlock/agent.sock"
+
+
+def operator_socket(given: str | None) -> str:
+    return given or os.environ.get("AIRLOCK_OPERATOR_SOCKET") or "/run/airlock/operator.sock"

@@ -1,0 +1,255 @@
+"""`airlock dev up`: the whole stack in the foreground, activated as systemd would.
+
+The supervisor binds every socket under the runtime folder, starts the four
+services as children and hands each its sockets through LISTEN_FDS,
+LISTEN_FDNAMES and LISTEN_PID (fds from 3 on, exactly as systemd does), and
+waits for each READY=1 on a notify socket of its own.  A service that dies is
+started again, like ``Restart=on-failure``; the sockets stay bound meanwhile,
+so clients queue instead of failing.  Ctrl-C or SIGTERM stops them all.
+
+Built-in dev config: the invoking user is agent and operator and runs every
+service; unprivileged requests from that user are allowed.  A ``--config``
+file overrides it key by key, but state, logs and sockets always stay under
+the runtime folder.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from airlock.common import config as configuration
+from airlock.common.daemon import DOORS
+
+SERVICES = ("journal", "approval", "runner", "intake")
+_UCRED = struct.Struct("3i")
+
+
+def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
+    return {
+        "paths": {
+            "runtime_dir": str(runtime_dir),
+            "state_dir": str(runtime_dir / "state"),
+            "policy_dir": str(runtime_dir / "policy.d"),
+        },
+        "agents": {"users": [user], "groups": []},
+        "operators": {"users": [user], "groups": []},
+        "services": {
+            "intake_user": user,
+            "approval_user": user,
+            "journal_user": user,
+            "runner_user": user,
+            "idle_exit_seconds": 0,  # nobody would start them again
+        },
+        "approval": {"allow_self_approval": True},
+        "runner": {"containment": "process-group"},
+        "policy": {
+            "default": "ask",
+            "rules": [
+                {
+                    "name": "dev-unprivileged",
+                    "decision": "allow",
+                    "users": [user],
+                    "privileged": False,
+                }
+            ],
+        },
+    }
+
+
+def compose_config(runtime_dir: Path, user_file: Path | None) -> str:
+    """The dev config as YAML: built-in dev values, the user's file over them key by key."""
+    merged = dev_config_dict(runtime_dir, pwd.getpwuid(os.getuid()).pw_name)
+    if user_file is not None:
+        text = user_file.read_text(encoding="utf-8")
+        configuration.parse_text(text, str(user_file))  # validate with exact messages first
+        overrides = yaml.safe_load(text) or {}
+        for section, values in overrides.items():
+            if section == "policy":
+                merged["policy"] = values
+            elif isinstance(values, dict):
+                merged.setdefault(section, {}).update(values)
+    # State, logs and sockets always stay under the runtime folder.
+    merged["paths"].update(
+        runtime_dir=str(runtime_dir), state_dir=str(runtime_dir / "state"), policy_dir=str(runtime_dir / "policy.d")
+    )
+    return "# Written by `airlock dev up`; edit the file given with --config instead.\n" + yaml.safe_dump(
+        merged, sort_keys=False
+    )
+
+
+@dataclass
+class Child:
+    name: str
+    sockets: list[tuple[str, socket.socket]]
+    proc: subprocess.Popen[bytes] | None = None
+    ready: bool = False
+    restarts: list[float] = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(self, runtime_dir: Path, config_path: Path) -> None:
+        self.runtime_dir = runtime_dir
+        self.config_path = config_path
+        self.children: dict[str, Child] = {}
+        self.stopping = False
+        self.notify_path = runtime_dir / "notify.sock"
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self.logs = runtime_dir / "logs"
+
+    def bind(self, cfg: configuration.Config) -> None:
+        (self.runtime_dir / "internal").mkdir(parents=True, exist_ok=True, mode=0o750)
+        self.logs.mkdir(exist_ok=True)
+        listening: dict[str, socket.socket] = {}
+        for names in DOORS.values():
+            for name in names:
+                path = cfg.socket_path(name)
+                path.unlink(missing_ok=True)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.bind(str(path))
+                os.chmod(path, 0o600 if name != "agent" else 0o660)
+                sock.listen(128)
+                listening[name] = sock
+        for service in SERVICES:
+            self.children[service] = Child(service, [(n, listening[n]) for n in DOORS[service]])
+        self.notify_path.unlink(missing_ok=True)
+        self.notify.bind(str(self.notify_path))
+        self.notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+
+    def start(self, child: Child) -> None:
+        fds = [sock.fileno() for _, sock in child.sockets]
+        names = ":".join(name for name, _ in child.sockets)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LISTEN_", "NOTIFY_", "WATCHDOG_"))}
+        env.update(LISTEN_FDS=str(len(fds)), LISTEN_FDNAMES=names, NOTIFY_SOCKET=str(self.notify_path))
+        env.pop("JOURNAL_STREAM", None)  # logs go to files here, not journald
+
+        def place_fds() -> None:
+            # In the child: move the sockets to 3, 4, ... as systemd does.
+            high = [os.dup(fd) for fd in fds]
+            for i, fd in enumerate(high):
+                os.dup2(fd, 3 + i, inheritable=True)
+                os.close(fd)
+
+        log = open(self.logs / f"{child.name}.log", "ab")
+        # LISTEN_PID must be the service's own pid, known only after fork:
+        # sh sets it to $$ and execs the service in the same process.
+        argv = [
+            "/bin/sh", "-c", 'LISTEN_PID=$$ exec "$0" "$@"',
+            sys.executable, "-m", f"airlock.{child.name}", "--config", str(self.config_path),
+        ]
+        child.proc = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            pass_fds=tuple(range(3, 3 + len(fds))), preexec_fn=place_fds, close_fds=True,
+        )
+        log.close()
+        child.ready = False
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not all(c.ready for c in self.children.values()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.poll_notify(min(left, 0.2))
+            for child in self.children.values():
+                if child.proc is not None and child.proc.poll() is not None:
+                    return False
+        return True
+
+    def poll_notify(self, timeout: float) -> None:
+        ready, _, _ = select.select([self.notify], [], [], timeout)
+        if not ready:
+            return
+        data, ancdata, _flags, _addr = self.notify.recvmsg(4096, socket.CMSG_SPACE(_UCRED.size))
+        pid = None
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                pid = _UCRED.unpack(payload[: _UCRED.size])[0]
+        if b"READY=1" in data.split(b"\n"):
+            for child in self.children.values():
+                if child.proc is not None and child.proc.pid == pid:
+                    child.ready = True
+
+    def stop(self) -> None:
+        self.stopping = True
+        for child in self.children.values():
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 25
+        for child in self.children.values():
+            if child.proc is None:
+                continue
+            try:
+                child.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait()
+
+    def supervise(self) -> None:
+        while not self.stopping:
+            self.poll_notify(0.5)
+            for child in self.children.values():
+                proc = child.proc
+                if proc is None or proc.poll() is None or self.stopping:
+                    continue
+                now = time.monotonic()
+                child.restarts = [t for t in child.restarts if now - t < 30] + [now]
+                if len(child.restarts) > 5:
+                    print(f"airlock dev: {child.name} keeps failing; see {self.logs / child.name}.log", file=sys.stderr)
+                    self.stopping = True
+                    return
+                print(f"airlock dev: {child.name} exited ({proc.returncode}); starting it again", file=sys.stderr)
+                self.start(child)
+
+
+def up(runtime_dir: Path, user_config: Path | None) -> int:
+    runtime_dir = runtime_dir.absolute()
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    config_path = runtime_dir / "airlock.yaml"
+    try:
+        text = compose_config(runtime_dir, user_config)
+        cfg = configuration.parse_text(text, str(config_path))
+    except (configuration.ConfigError, OSError) as exc:
+        print(f"airlock dev: {exc}", file=sys.stderr)
+        return 2
+    config_path.write_text(text, encoding="utf-8")
+    supervisor = Supervisor(runtime_dir, config_path)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        supervisor.stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    supervisor.bind(cfg)
+    for child in supervisor.children.values():
+        supervisor.start(child)
+    if not supervisor.wait_ready(30):
+        failed = [c.name for c in supervisor.children.values() if not c.ready]
+        print(f"airlock dev: {', '.join(failed)} did not start; see {supervisor.logs}/", file=sys.stderr)
+        supervisor.stop()
+        return 1
+    print(
+        f"airlock dev: ready agent={cfg.socket_path('agent')} operator={cfg.socket_path('operator')} "
+        f"logs={supervisor.logs}/ (Ctrl-C stops)",
+        flush=True,
+    )
+    if os.geteuid() != 0:
+        print("airlock dev: not root: privileged requests will be refused (use --no-privilege)", file=sys.stderr, flush=True)
+    try:
+        supervisor.supervise()
+    finally:
+        supervisor.stop()
+        print("airlock dev: stopped", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,372 @@
+"""The `airlock` command: a thin client of the two front doors.
+
+Agents use `airlock run` (agent.sock); operators use the other commands
+(operator.sock).  ``--json`` prints the daemon's envelope verbatim.  Exit
+codes for operator commands: 0 success, 1 a daemon error or negative outcome,
+2 usage.  `airlock run` exits with the command's own code (see its help).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from airlock import __version__
+from airlock.cli import client
+from airlock.common import config as configuration
+
+EXIT_DENIED = 126
+EXIT_APPROVAL_TIMEOUT = 124
+EXIT_AIRLOCK_ERROR = 125
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _err(message: str) -> None:
+    print(f"airlock: {message}", file=sys.stderr)
+
+
+# --- airlock run ------------------------------------------------------------------
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    if not ns.command:
+        _err("run: give a command after --, e.g. airlock run -- systemctl status nginx")
+        return 2
+    args: dict[str, Any] = {
+        "argv": ns.command,
+        "privileged": not ns.no_privilege,
+        "time": _now(),
+    }
+    for key in ("reason", "session", "cwd"):
+        if getattr(ns, key):
+            args[key] = getattr(ns, key)
+    if ns.timeout:
+        args["timeout_ms"] = int(ns.timeout * 1000)
+    if ns.env:
+        env = {}
+        for item in ns.env:
+            name, sep, value = item.partition("=")
+            if not sep:
+                _err(f"run: --env takes NAME=VALUE (got {item!r})")
+                return 2
+            env[name] = value
+        args["env"] = env
+    if ns.operation_id:
+        args["operation_id"] = ns.operation_id
+    args["stream"] = True
+    noticed = False
+
+    def on_event(_raw: bytes, event: dict[str, Any]) -> None:
+        nonlocal noticed
+        if event.get("event") == "pending_approval" and not noticed and not ns.json:
+            noticed = True
+            wait = event.get("timeout_seconds")
+            _err(f"waiting for an operator to approve (rule {event.get('rule')!r}, up to {wait}s)")
+
+    try:
+        raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event)
+    except client.ClientError as exc:
+        _err(str(exc))
+        return EXIT_AIRLOCK_ERROR
+    if ns.json:
+        sys.stdout.buffer.write(raw + b"\n")
+        sys.stdout.flush()
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        code = error.get("code")
+        if not ns.json:
+            _err(f"{code}: {error.get('message')}")
+        if code == "denied":
+            return EXIT_DENIED
+        if code == "approval_timeout":
+            return EXIT_APPROVAL_TIMEOUT
+        return EXIT_AIRLOCK_ERROR
+    data = reply.get("data") or {}
+    if not ns.json:
+        for stage in data.get("stages", []):
+            sys.stderr.buffer.write(base64.b64decode(stage.get("stderr") or ""))
+        sys.stderr.flush()
+        sys.stdout.buffer.write(base64.b64decode(data.get("stdout") or ""))
+        sys.stdout.flush()
+        if data.get("timed_out"):
+            _err(f"the command timed out ({data.get('timeout_reason')})")
+    return exit_status(data)
+
+
+def exit_status(evidence: dict[str, Any]) -> int:
+    """The last stage's exit code, or 128+N for signal N (as a shell reports it)."""
+    stages = evidence.get("stages") or [{}]
+    last = stages[-1]
+    if isinstance(last.get("signal"), int) and last.get("exit_code") is None:
+        return 128 + int(last["signal"])
+    code = last.get("exit_code")
+    return int(code) if isinstance(code, int) else EXIT_AIRLOCK_ERROR
+
+
+# --- operator commands ------------------------------------------------------------
+
+
+def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    try:
+        raw, reply = client.call(client.operator_socket(ns.socket), verb, args)
+    except client.ClientError as exc:
+        _err(str(exc))
+        return 1, {}
+    if ns.json:
+        sys.stdout.buffer.write(raw + b"\n")
+        sys.stdout.flush()
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        if not ns.json:
+            _err(f"{error.get('code')}: {error.get('message')}")
+        return 1, {}
+    return 0, reply.get("data") or {}
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(out)
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "status", {})
+    if rc == 0 and not ns.json:
+        hold = f"on hold ({data.get('hold_reason')})" if data.get("hold") else "accepting"
+        policy = data.get("policy", {})
+        print(f"state:    {hold}\npending:  {data.get('pending')}\npolicy:   default {policy.get('default')}, {policy.get('rules')} rule(s)")
+    return rc
+
+
+def cmd_pending(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "pending", {})
+    if rc == 0 and not ns.json:
+        rows = []
+        for p in data.get("pending", []):
+            spec = p["request"].get("spec", {})
+            command = " | ".join(" ".join(stage) for stage in spec.get("stages", []))
+            rows.append([p["request_id"], p["peer"]["user"], "root" if spec.get("privileged") else "user",
+                         f"{p['seconds_left']:.0f}s", command[:60]])
+        print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
+    return rc
+
+
+def cmd_decide(ns: argparse.Namespace) -> int:
+    args: dict[str, Any] = {"id": ns.id}
+    if ns.reason:
+        args["reason"] = ns.reason
+    rc, data = _operator(ns, ns.verb, args)
+    if rc == 0 and not ns.json:
+        print(f"{data.get('request_id')}: {'approved' if data.get('decision') == 'allow' else 'denied'}")
+    return rc
+
+
+def cmd_hold(ns: argparse.Namespace) -> int:
+    rc, _ = _operator(ns, "hold", {"reason": ns.reason})
+    if rc == 0 and not ns.json:
+        print("on hold: every request now waits for an operator")
+    return rc
+
+
+def cmd_release(ns: argparse.Namespace) -> int:
+    rc, _ = _operator(ns, "release", {})
+    if rc == 0 and not ns.json:
+        print("released")
+    return rc
+
+
+def cmd_events(ns: argparse.Namespace) -> int:
+    args: dict[str, Any] = {}
+    if ns.after is not None:
+        args["after"] = ns.after
+    if ns.tail is not None:
+        args["tail"] = ns.tail
+    rc, data = _operator(ns, "events", args)
+    if rc == 0 and not ns.json:
+        for e in data.get("events", []):
+            print(f"{e['seq']:>6}  {e['time']}  {e['kind']:<18} {e.get('request_id') or '-'}  {e.get('writer')}")
+    return rc
+
+
+def cmd_audit(ns: argparse.Namespace) -> int:
+    if ns.audit_command == "head":
+        rc, data = _operator(ns, "audit.head", {})
+        if rc == 0 and not ns.json:
+            print(f"{data.get('seq')} {data.get('hash')}")
+        return rc
+    args: dict[str, Any] = {}
+    if ns.from_seq is not None:
+        args["from"] = ns.from_seq
+    if ns.anchor:
+        args["anchor"] = ns.anchor
+    rc, data = _operator(ns, "audit.verify", args)
+    if rc != 0:
+        return rc
+    if not ns.json:
+        if data.get("ok"):
+            print(f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}")
+        else:
+            print(f"FAILED at record {data.get('first_bad_seq')}: {data.get('reason')}")
+    return 0 if data.get("ok") else 1
+
+
+def cmd_policy_check(ns: argparse.Namespace) -> int:
+    if not ns.command:
+        _err("policy check: give a command after --")
+        return 2
+    args: dict[str, Any] = {"argv": ns.command, "privileged": ns.privileged}
+    if ns.user:
+        args["user"] = ns.user
+    if ns.session:
+        args["session"] = ns.session
+    rc, data = _operator(ns, "policy.check", args)
+    if rc == 0 and not ns.json:
+        for stage in data.get("stages", []):
+            print(f"{' '.join(stage.get('argv', []))}: {stage.get('decision')} (rule {stage.get('rule')}; binary {stage.get('resolved')})")
+        print(f"decision: {data.get('decision')} (rule {data.get('rule')})")
+    return rc
+
+
+def cmd_config_show(ns: argparse.Namespace) -> int:
+    try:
+        cfg = configuration.load(Path(ns.config) if ns.config else None)
+    except configuration.ConfigError as exc:
+        _err(str(exc))
+        return 1
+    if ns.json:
+        print(json.dumps(cfg.to_dict(), indent=2))
+    else:
+        import yaml
+
+        print(f"# effective configuration from {cfg.source}")
+        print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+    return 0
+
+
+def cmd_dev_up(ns: argparse.Namespace) -> int:
+    from airlock.cli import dev
+
+    return dev.up(Path(ns.runtime_dir), Path(ns.config) if ns.config else None)
+
+
+# --- the parser -------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="airlock",
+        description="airlock: a privileged-command gateway for AI agents. Agents ask with `airlock run`; "
+        "operators approve, audit and steer with the other commands.",
+    )
+    p.add_argument("--version", action="version", version=f"airlock {__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    def op(name: str, help_text: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.add_argument("--socket", help="operator socket (default: $AIRLOCK_OPERATOR_SOCKET, else /run/airlock/operator.sock)")
+        sp.add_argument("--json", action="store_true", help="print the daemon's response envelope verbatim")
+        return sp
+
+    run = sub.add_parser(
+        "run",
+        help="run a command through airlock",
+        description="Send a command to airlock and run it once policy or an operator approves. "
+        "Exit status: the command's own (128+N if killed by signal N); 126 denied; 124 approval timed out; "
+        "125 any airlock error.",
+    )
+    run.add_argument("--socket", help="agent socket (default: $AIRLOCK_SOCKET, else /run/airlock/agent.sock)")
+    run.add_argument("--no-privilege", action="store_true", help="run as yourself instead of root")
+    run.add_argument("--reason", help="why, for the operator and the audit record")
+    run.add_argument("--session", help="your session name (policy may match it)")
+    run.add_argument("--cwd", help="working directory (absolute)")
+    run.add_argument("--env", action="append", metavar="NAME=VALUE", help="set an allowed environment variable")
+    run.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the command after this long")
+    run.add_argument("--operation-id", help="a stable ID: a retry with the same ID replays instead of running twice")
+    run.add_argument("--json", action="store_true", help="print the response envelope verbatim")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
+    run.set_defaults(func=cmd_run)
+
+    op("status", "show whether airlock is on hold and how much is pending").set_defaults(func=cmd_status)
+    op("pending", "list requests waiting for an operator").set_defaults(func=cmd_pending)
+    for verb, text in (("approve", "approve a pending request"), ("deny", "deny a pending request")):
+        sp = op(verb, text)
+        sp.add_argument("id", help="request ID (or a unique prefix)")
+        sp.add_argument("--reason", help="recorded in the audit journal")
+        sp.set_defaults(func=cmd_decide, verb=verb)
+    sp = op("hold", "make every request wait for an operator (emergency brake)")
+    sp.add_argument("--reason", required=True)
+    sp.set_defaults(func=cmd_hold)
+    op("release", "lift a hold").set_defaults(func=cmd_release)
+    sp = op("events", "show the audit events feed")
+    sp.add_argument("--after", type=int, help="events after this sequence number")
+    sp.add_argument("--tail", type=int, help="the newest N events")
+    sp.set_defaults(func=cmd_events)
+
+    audit = sub.add_parser("audit", help="verify and inspect the audit journal")
+    audit_sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
+    for name, text in (("verify", "check the whole hash chain"), ("head", "print the newest sequence number and hash")):
+        sp = audit_sub.add_parser(name, help=text, description=text)
+        sp.add_argument("--socket", help="operator socket")
+        sp.add_argument("--json", action="store_true")
+        if name == "verify":
+            sp.add_argument("--from", dest="from_seq", type=int, help="start at this sequence number")
+            sp.add_argument("--anchor", help="the hash recorded for the record before --from")
+        sp.set_defaults(func=cmd_audit)
+
+    policy = sub.add_parser("policy", help="inspect the policy")
+    policy_sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
+    sp = policy_sub.add_parser("check", help="show the decision for a command without running it")
+    sp.add_argument("--socket", help="operator socket")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--user", help="as this user (default: you)")
+    sp.add_argument("--session")
+    group = sp.add_mutually_exclusive_group()
+    group.add_argument("--privileged", dest="privileged", action="store_true", default=True)
+    group.add_argument("--no-privilege", dest="privileged", action="store_false")
+    sp.add_argument("command", nargs=argparse.REMAINDER)
+    sp.set_defaults(func=cmd_policy_check)
+
+    cfg = sub.add_parser("config", help="show the effective configuration")
+    cfg_sub = cfg.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
+    sp = cfg_sub.add_parser("show", help="print every setting with its effective value")
+    sp.add_argument("--config", help="configuration file (default: /etc/airlock/airlock.yaml)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_config_show)
+
+    dev = sub.add_parser("dev", help="run the whole stack in the foreground for development")
+    dev_sub = dev.add_subparsers(dest="dev_command", metavar="SUBCOMMAND", required=True)
+    sp = dev_sub.add_parser("up", help="start all four services with sockets under a runtime folder")
+    sp.add_argument("--runtime-dir", default="./run", help="sockets, state and logs go here (default ./run)")
+    sp.add_argument("--config", help="a config file whose keys override the built-in dev config")
+    sp.set_defaults(func=cmd_dev_up)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    ns = p.parse_args(argv)
+    if not getattr(ns, "func", None):
+        p.print_help(sys.stderr)
+        return 2
+    command = getattr(ns, "command", None)
+    if isinstance(command, list) and command and command[0] == "--":
+        ns.command = command[1:]
+    try:
+        return int(ns.func(ns))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""How a service records an audit event: durably in the journal, then in journald.
+
+The journal append returns only once the record is committed; only then is
+the same event logged (with its MESSAGE_ID and AIRLOCK_* fields), so what
+journald shows is never ahead of the audit store.  If the journal cannot be
+reached the caller gets ``audit_unavailable`` and must not go on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airlock.common import log
+from airlock.common.config import Config
+from airlock.common.errors import ErrorCode
+from airlock.common.ipc import Client
+from airlock.journal.kinds import message_id
+
+
+class Audit:
+    def __init__(self, config: Config, writer: str) -> None:
+        self.writer = writer
+        self.client = Client(config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
+        self.log = log.get()
+
+    async def record(
+        self,
+        kind: str,
+        *,
+        request_id: str | None = None,
+        operation_id: str | None = None,
+        peer_uid: int | None = None,
+        session: str | None = None,
+        payload: dict[str, Any] | None = None,
+        log_fields: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        result = await self.client.call(
+            "append",
+            {
+                "writer": self.writer,
+                "kind": kind,
+                "request_id": request_id,
+                "operation_id": operation_id,
+                "peer_uid": peer_uid,
+                "session": session or None,
+                "payload": payload or {},
+            },
+        )
+        self.log.info(
+            f"{self.writer}.{kind}",
+            message_id=message_id(kind),
+            kind=kind,
+            request_id=request_id,
+            operation_id=operation_id,
+            peer_uid=peer_uid,
+            session=session or None,
+            seq=result.get("seq"),
+            **(log_fields or {}),
+        )
+        return result

@@ -1,0 +1,114 @@
+"""Who is on the other end of a Unix socket, from the kernel (SO_PEERCRED).
+
+Read once at accept time, before a byte of the request is read.  The group
+list comes from SO_PEERGROUPS (the peer process's real supplementary groups
+at connect time), falling back to the user database.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import socket
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
+_UCRED = struct.Struct("3i")
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    pid: int
+    uid: int
+    gid: int
+    user: str
+    group_ids: tuple[int, ...]
+    groups: frozenset[str]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"pid": self.pid, "uid": self.uid, "gid": self.gid, "user": self.user, "groups": sorted(self.groups)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Peer:
+        """Rebuild a peer that another airlock service identified (internal use)."""
+        pid, uid, gid = data.get("pid"), data.get("uid"), data.get("gid")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (pid, uid, gid)):
+            raise ValueError("peer pid, uid and gid must be non-negative integers")
+        assert isinstance(uid, int) and isinstance(gid, int) and isinstance(pid, int)
+        return identify(pid, uid, gid)
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def identify(pid: int, uid: int, gid: int, group_ids: Iterable[int] | None = None) -> Peer:
+    user = user_name(uid)
+    if group_ids is None:
+        try:
+            group_ids = os.getgrouplist(user, gid)
+        except (KeyError, OSError):
+            group_ids = [gid]
+    ids = tuple(sorted({gid, *group_ids}))
+    return Peer(pid=pid, uid=uid, gid=gid, user=user, group_ids=ids, groups=frozenset(group_name(g) for g in ids))
+
+
+def peer_of(sock: socket.socket) -> Peer:
+    """The credentials of a connected AF_UNIX stream socket's peer."""
+    pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    group_ids: list[int] | None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, 4 * 1024)
+        group_ids = list(struct.unpack(f"{len(raw) // 4}I", raw[: len(raw) // 4 * 4]))
+    except OSError:
+        group_ids = None
+    return identify(pid, uid, gid, group_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class AllowList:
+    """Who may use a socket: user names or uids, and group names.
+
+    ``open_to_all`` means anyone who could open the socket file (its mode and
+    owner, set by the socket unit, are the first gate).
+    """
+
+    users: frozenset[str]
+    groups: frozenset[str]
+    open_to_all: bool = False
+    root: bool = False
+
+    @classmethod
+    def of(cls, users: Iterable[str], groups: Iterable[str], *, empty_means_all: bool = False, root: bool = False) -> AllowList:
+        users, groups = frozenset(users), frozenset(groups)
+        return cls(users, groups, open_to_all=empty_means_all and not users and not groups, root=root)
+
+    def allows(self, peer: Peer) -> bool:
+        if self.open_to_all or (self.root and peer.uid == 0):
+            return True
+        if peer.user in self.users or str(peer.uid) in self.users:
+            return True
+        return bool(self.groups & peer.groups)
+
+
+def uid_of(user: str) -> int | None:
+    """A configured user (name or numeric uid) as a uid, or None if unknown here."""
+    if user.isdigit():
+        return int(user)
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None

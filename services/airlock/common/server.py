@@ -1,0 +1,319 @@
+"""The thin asyncio shell every airlock service runs in.
+
+It serves the sockets handed over by activation, checks each peer with
+SO_PEERCRED against the door's allow-list *before reading a byte*, moves
+request lines between the socket and the codec, and dispatches verbs from a
+small fixed table.  It owns the lifecycle: READY/STATUS/WATCHDOG/STOPPING
+through sd_notify, idle exit when socket-activated (never with work in
+flight), and on SIGTERM it stops accepting and lets in-flight work finish
+within ``services.stop_timeout_seconds``.
+
+This is the only place that catches ``Exception``: anything unexpected becomes
+an ``internal`` error for the peer and a logged event for the operator, and
+the service goes on serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airlock.common import log
+from airlock.common.codec import (
+    NEED_DATA,
+    FrameDecoder,
+    Request,
+    encode_error,
+    encode_event,
+    encode_ok,
+    parse_object,
+    recover_id,
+    request_from_object,
+)
+from airlock.common.config import Config
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.notify import Notifier
+from airlock.common.peer import AllowList, Peer, peer_of
+
+
+class Connection:
+    """One accepted client: its peer, and helpers to read lines and write replies."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer, door: Door, config: Config) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.peer = peer
+        self.door = door
+        self.decoder = FrameDecoder(door.max_line)
+        self._read_timeout = config.limits.read_timeout_seconds
+        self._request_timeout = config.limits.request_timeout_seconds
+        self.closed_by_peer = False
+
+    async def read_line(self, *, first_wait: float | None = None) -> bytes | None:
+        """The next request line, or None on a clean EOF between requests.
+
+        Raises `AirlockError` for an over-long line, a line without its
+        newline, or a client too slow to send one (per-read and whole-line
+        deadlines, so a slow drip cannot hold a slot for ever).
+        """
+        started = time.monotonic()
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not NEED_DATA:
+                assert isinstance(frame, bytes)
+                return frame
+            waited = time.monotonic() - started
+            if self.decoder.buffered:
+                budget = min(self._read_timeout, self._request_timeout - waited)
+            else:
+                budget = first_wait if first_wait is not None else self._read_timeout
+            if budget <= 0:
+                raise AirlockError(ErrorCode.READ_TIMEOUT, "request not received in time")
+            try:
+                chunk = await asyncio.wait_for(self.reader.read(64 * 1024), budget)
+            except TimeoutError:
+                if not self.decoder.buffered:
+                    return None  # an idle client between requests: just close
+                raise AirlockError(ErrorCode.READ_TIMEOUT, "request not received in time") from None
+            except ConnectionError:
+                self.closed_by_peer = True
+                return None
+            if not chunk:
+                self.closed_by_peer = True
+                self.decoder.end_of_stream()
+                return None
+            self.decoder.feed(chunk)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+
+@dataclass
+class Call:
+    """One request being served: what a verb handler receives."""
+
+    request: Request
+    peer: Peer
+    connection: Connection
+    _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return self.request.args
+
+    async def emit(self, event: str, fields: dict[str, Any]) -> None:
+        """Write an event line before the final response (streaming verbs)."""
+        with contextlib.suppress(ConnectionError):
+            await self.connection.send(encode_event(self.request.id, event, next(self._seq), fields))
+
+
+Verb = Callable[[Call], Awaitable[dict[str, Any]]]
+ConnectionHandler = Callable[[Connection], Awaitable[None]]
+
+
+@dataclass
+class Door:
+    """One socket a service serves, with who may use it and what it offers."""
+
+    name: str
+    allow: AllowList
+    verbs: Mapping[str, Verb] = field(default_factory=dict)
+    max_line: int = 1024 * 1024
+    max_connections: int | None = None
+    # A door with its own dialect (intake's agent door) replaces the native loop.
+    handler: ConnectionHandler | None = None
+    # How a refusal made before the request is read (busy, unauthorized) is written.
+    refusal: Callable[[AirlockError], bytes] = lambda exc: encode_error(None, exc)
+    active: int = 0
+
+
+class Service:
+    def __init__(self, name: str, config: Config, doors: list[Door]) -> None:
+        self.name = name
+        self.config = config
+        self.doors = {door.name: door for door in doors}
+        self.log = log.get()
+        self.notifier = Notifier()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
+        self._idle_since = time.monotonic()
+        self._servers: list[asyncio.AbstractServer] = []
+        self.on_reload: Callable[[], Awaitable[None]] | None = None
+        self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
+        self.on_stop: Callable[[], Awaitable[None]] | None = None  # in-flight work is done
+        self.status: Callable[[], str] = lambda: "serving"
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.log.info(f"{self.name}.service.stopping", reason=reason)
+            self._stop.set()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    async def serve(self, sockets: Mapping[str, socket.socket], *, activated: bool = True) -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop, "SIGTERM")
+        loop.add_signal_handler(signal.SIGINT, self.request_stop, "SIGINT")
+        if self.on_reload is not None:
+            reload = self.on_reload
+            loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(reload()))
+        for name, door in self.doors.items():
+            server = await asyncio.start_unix_server(
+                lambda r, w, d=door: self._accept(r, w, d), sock=sockets[name], limit=door.max_line + 1
+            )
+            self._servers.append(server)
+        self.notifier.ready(f"serving {', '.join(sorted(self.doors))}")
+        self.log.info(f"{self.name}.service.started", sockets=sorted(self.doors), pid=os.getpid())
+        housekeeping = asyncio.create_task(self._housekeeping(activated))
+        await self._stop.wait()
+        housekeeping.cancel()
+        self.notifier.stopping()
+        if self.on_stopping is not None:
+            self.on_stopping()
+        # Stop accepting; the listening sockets stay open (systemd owns them)
+        # and queued connections wait for the next instance.
+        for server in self._servers:
+            server.close()
+        if self._tasks:
+            self.notifier.status(f"finishing {len(self._tasks)} in-flight request(s)")
+            _done, pending = await asyncio.wait(set(self._tasks), timeout=self.config.services.stop_timeout_seconds)
+            for task in pending:
+                task.cancel()
+        if self.on_stop is not None:
+            await self.on_stop()
+        self.log.info(f"{self.name}.service.stopped")
+
+    async def _housekeeping(self, activated: bool) -> None:
+        watchdog = self.notifier.watchdog_interval()
+        idle_after = self.config.services.idle_exit_seconds
+        tick = min(x for x in (watchdog, 1.0) if x)
+        while True:
+            await asyncio.sleep(tick)
+            if watchdog:
+                self.notifier.watchdog()
+            if self._tasks:
+                self._idle_since = time.monotonic()
+                continue
+            if activated and idle_after > 0 and time.monotonic() - self._idle_since >= idle_after:
+                self.request_stop("idle")
+                return
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._idle_since = time.monotonic()
+        if not task.cancelled() and task.exception() is not None:
+            self.log.error(f"{self.name}.task.crashed", error=repr(task.exception()))
+
+    # --- connections ---------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, door: Door) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self._connection(reader, writer, door)
+        finally:
+            self._tasks.discard(task)
+            self._idle_since = time.monotonic()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, door: Door) -> None:
+        sock = writer.get_extra_info("socket")
+        try:
+            peer = peer_of(sock)
+        except OSError:
+            writer.close()
+            return
+        door.active += 1
+        try:
+            if door.max_connections is not None and door.active > door.max_connections:
+                await _send_quietly(writer, door.refusal(AirlockError(ErrorCode.BUSY, "too many requests in flight; retry shortly")))
+                return
+            if not door.allow.allows(peer):
+                self.log.warning(f"{self.name}.peer.refused", door=door.name, peer_uid=peer.uid, peer_pid=peer.pid)
+                await _send_quietly(writer, door.refusal(AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")))
+                return
+            conn = Connection(reader, writer, peer, door, self.config)
+            if door.handler is not None:
+                await door.handler(conn)
+            else:
+                await self._native(conn)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception as exc:  # the one place that may catch anything
+            self.log.exception(f"{self.name}.connection.failed", door=door.name, error=repr(exc))
+        finally:
+            door.active -= 1
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _native(self, conn: Connection) -> None:
+        """Native v1: request lines in, one final response each, until EOF."""
+        while not self._stop.is_set():
+            try:
+                line = await conn.read_line()
+            except AirlockError as exc:
+                # The stream cannot be resynchronised after a framing error.
+                await _send_quietly(conn.writer, encode_error(None, exc))
+                return
+            if line is None:
+                return
+            await conn.send(await self.dispatch(conn, line))
+
+    async def dispatch(self, conn: Connection, line: bytes, *, request: Request | None = None) -> bytes:
+        """Serve one native request line; always returns exactly one final response."""
+        request_id: str | None = None
+        try:
+            if request is None:
+                obj = parse_object(line)
+                request_id = recover_id(obj)
+                request = request_from_object(obj)
+            request_id = request.id
+            verb = conn.door.verbs.get(request.verb)
+            if verb is None:
+                raise AirlockError(
+                    ErrorCode.UNKNOWN_VERB,
+                    f"unknown verb {request.verb!r}",
+                    {"verbs": sorted(conn.door.verbs)},
+                )
+            data = await verb(Call(request, conn.peer, conn))
+            return encode_ok(request_id, data)
+        except AirlockError as exc:
+            return encode_error(request_id, exc)
+        except Exception as exc:  # the service shell turns surprises into `internal`
+            self.log.exception(f"{self.name}.request.failed", request_id=request_id, error=repr(exc))
+            return encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
+
+
+async def _send_quietly(writer: asyncio.StreamWriter, data: bytes) -> None:
+    with contextlib.suppress(ConnectionError):
+        writer.write(data)
+        await writer.drain()
+
+
+def run(service_factory: Callable[[], Awaitable[tuple[Service, Mapping[str, socket.socket]]]]) -> None:
+    """Run a service's event loop until it stops."""
+
+    async def main() -> None:
+        service, sockets = await service_factory()
+        await service.serve(sockets)
+
+    asyncio.run(main())

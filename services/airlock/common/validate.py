@@ -1,0 +1,102 @@
+"""Checks on untrusted text that every door applies, field by field.
+
+Control characters (tab excepted) and the Unicode characters that reorder or
+hide text (bidi controls, zero-width characters) are refused everywhere a
+human will read the value: argv, env, reason, session, host, ids.  Each
+refusal names the field, so an agent can fix its request.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from airlock.common.errors import AirlockError, ErrorCode
+
+# C0 (but tab), DEL, C1; bidi embeddings/overrides/isolates and marks;
+# zero-width space/joiners, word joiner, invisible operators, BOM.
+_FORBIDDEN = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def bad(field: str, message: str, code: ErrorCode = ErrorCode.INVALID_ARGUMENTS) -> AirlockError:
+    return AirlockError(code, f"{field}: {message}", {"field": field})
+
+
+def text(field: str, value: Any, *, max_len: int = 4096, allow_empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise bad(field, "must be a string")
+    if not allow_empty and not value:
+        raise bad(field, "must not be empty")
+    if len(value) > max_len:
+        raise bad(field, f"longer than {max_len} characters")
+    found = _FORBIDDEN.search(value)
+    if found:
+        raise bad(field, f"contains a forbidden character U+{ord(found.group()):04X} at position {found.start()}")
+    return value
+
+
+def optional_text(field: str, value: Any, *, max_len: int = 4096) -> str | None:
+    return None if value is None else text(field, value, max_len=max_len)
+
+
+def boolean(field: str, value: Any, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise bad(field, "must be true or false")
+    return value
+
+
+def integer(field: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(field, "must be an integer")
+    if value < minimum or (maximum is not None and value > maximum):
+        limit = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise bad(field, f"must be {limit}")
+    return value
+
+
+def argv(field: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise bad(field, "must be a non-empty list of strings")
+    if len(value) > 4096:
+        raise bad(field, "has too many arguments")
+    out = []
+    for i, arg in enumerate(value):
+        out.append(text(f"{field}[{i}]", arg, max_len=128 * 1024))
+    if not out[0]:
+        raise bad(f"{field}[0]", "the program name must not be empty")
+    return tuple(out)
+
+
+def env_name(field: str, name: Any) -> str:
+    if not isinstance(name, str) or not _ENV_NAME.match(name) or len(name) > 256:
+        raise bad(field, f"{name!r} is not a valid environment variable name")
+    return name
+
+
+def env_map(field: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad(field, "must be an object of strings")
+    out: dict[str, str] = {}
+    for name, val in value.items():
+        env_name(f"{field} key", name)
+        out[name] = text(f"{field}.{name}", val, max_len=128 * 1024)
+    return out
+
+
+def env_allowed(name: str, patterns: tuple[str, ...]) -> bool:
+    for pattern in patterns:
+        if pattern.endswith("*"):
+            if name.startswith(pattern[:-1]):
+                return True
+        elif name == pattern:
+            return True
+    return False

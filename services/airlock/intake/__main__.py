@@ -1,0 +1,5 @@
+import sys
+
+from airlock.intake.service import main
+
+sys.exit(main())

@@ -1,0 +1,98 @@
+"""The sudo-proxy dialect of reference/000: shapes only, no I/O.
+
+A request object with neither ``v`` nor ``verb`` is a reference/000 request.
+Its answers carry ``status`` (ok, denied, timeout, error), ``stages`` with
+``exit_code`` and base64 ``stderr``, the last stage's stdout hoisted to a
+base64 ``stdout``, truncation flags only when true, ``message`` on errors and
+``version`` on every response.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from airlock import __version__
+from airlock.common.errors import AirlockError, ErrorCode
+
+_ID = re.compile(rb'"id"\s*:\s*"([^"\\\x00-\x1f]{0,256})"')
+_NATIVE_HINT = re.compile(rb'"(v|verb)"\s*:')
+
+
+def is_legacy(obj: dict[str, Any]) -> bool:
+    return "v" not in obj and "verb" not in obj
+
+
+def sniff(raw: bytes) -> tuple[str, str | None]:
+    """For a line that did not parse: (dialect, recovered id) from its bytes."""
+    found = _ID.search(raw[: 64 * 1024])
+    recovered = found.group(1).decode("utf-8", "replace") if found else None
+    return ("native" if _NATIVE_HINT.search(raw[: 64 * 1024]) else "legacy"), recovered
+
+
+def _line(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+STATUS_BY_CODE = {
+    ErrorCode.DENIED: "denied",
+    ErrorCode.APPROVAL_TIMEOUT: "timeout",
+}
+
+
+def encode_error(request_id: str | None, error: AirlockError) -> bytes:
+    status = STATUS_BY_CODE.get(error.code, "error")
+    body: dict[str, Any] = {"id": request_id or "", "status": status}
+    if status == "error" or error.message:
+        body["message"] = error.message
+    body["code"] = error.code.value
+    body["version"] = __version__
+    return _line(body)
+
+
+def encode_ok(request_id: str, message: str | None = None) -> bytes:
+    body: dict[str, Any] = {"id": request_id, "status": "ok"}
+    if message is not None:
+        body["message"] = message
+    body["version"] = __version__
+    return _line(body)
+
+
+def encode_result(request_id: str, evidence: dict[str, Any]) -> bytes:
+    """A request that ran: status ok whatever its exit codes (reference/000)."""
+    stages = []
+    for stage in evidence.get("stages", []):
+        exit_code = stage.get("exit_code")
+        if exit_code is None:
+            signal = stage.get("signal")
+            exit_code = 128 + signal if isinstance(signal, int) else -1
+        entry: dict[str, Any] = {"exit_code": exit_code, "stderr": stage.get("stderr", "")}
+        if stage.get("stderr_truncated"):
+            entry["stderr_truncated"] = True
+        stages.append(entry)
+    body: dict[str, Any] = {"id": request_id, "status": "ok", "stages": stages, "stdout": evidence.get("stdout", "")}
+    if evidence.get("stdout_truncated"):
+        body["stdout_truncated"] = True
+    body["version"] = __version__
+    return _line(body)
+
+
+def encode_undetermined(request_id: str | None, error: AirlockError) -> bytes:
+    """An error before the dialect is known: both dialects' fields in one object.
+
+    Used for refusals made before a byte is read (busy, unauthorized) and for
+    lines that are not JSON at all.  A reference/000 client reads ``status``
+    and ``message``; a native client reads ``ok`` and ``error``; each ignores
+    the other's fields.
+    """
+    return _line(
+        {
+            "id": request_id if request_id is not None else "",
+            "ok": False,
+            "error": error.to_dict(),
+            "status": "error",
+            "message": error.message,
+            "version": __version__,
+        }
+    )

@@ -1,0 +1,329 @@
+"""airlock-intake: the agents' front door.
+
+Reads one request from ``agent.sock``, identifies the peer, runs every gate
+(cap, peer, framing, shape, fields, freshness, environment, replay), then
+drives the request through journal -> approval -> runner -> journal and
+replies in the dialect it was asked in (native v1 or reference/000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airlock import __version__
+from airlock.common import daemon, log, validate
+from airlock.common.audit import Audit
+from airlock.common.codec import (
+    SUPPORTED_VERSIONS,
+    Event,
+    Request,
+    canonical_json,
+    encode_error,
+    encode_ok,
+    parse_object,
+    recover_id,
+    request_from_object,
+)
+from airlock.common.config import Config
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.ipc import Client
+from airlock.common.peer import AllowList, Peer, uid_of
+from airlock.common.server import Call, Connection, Door, Service
+from airlock.intake import legacy
+from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
+
+NAME = "intake"
+NATIVE_VERBS = ("exec", "ping", "hello", "cancel")
+
+
+class ReplayGuard:
+    """Request IDs seen within the replay window (check-and-insert in one step)."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self._seen: dict[str, float] = {}
+
+    def claim(self, key: str, now: float) -> bool:
+        if len(self._seen) > 4096:
+            for old in [k for k, t in self._seen.items() if t < now]:
+                del self._seen[old]
+        expires = self._seen.get(key)
+        if expires is not None and expires >= now:
+            return False
+        self._seen[key] = now + self.window
+        return True
+
+
+class Intake:
+    def __init__(self, config: Config, service: Service) -> None:
+        self.config = config
+        self.service = service
+        self.audit = Audit(config, "intake")
+        self.journal = self.audit.client
+        self.approval = Client(config.socket_path("approval"), service="airlock-approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE, timeout=None)
+        self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE, timeout=None)
+        self.replay = ReplayGuard(config.limits.replay_window_seconds)
+        self.operations: dict[str, int] = {}  # running operation -> the uid that started it
+        self.runner_uid = uid_of(config.services.runner_user)
+        self.log = log.get()
+
+    # --- the connection: one dialect per line ------------------------------------
+
+    async def handle(self, conn: Connection) -> None:
+        while True:
+            try:
+                line = await conn.read_line()
+            except AirlockError as exc:
+                await self._framing_error(conn, exc)
+                return
+            if line is None:
+                return
+            try:
+                obj = parse_object(line)
+            except AirlockError as exc:
+                dialect, rid = legacy.sniff(line)
+                reply = encode_error(rid, exc) if dialect == "native" else legacy.encode_undetermined(rid, exc)
+                await conn.send(reply)
+                self.log.info("intake.request.malformed", peer_uid=conn.peer.uid, code=exc.code.value)
+                continue
+            if legacy.is_legacy(obj):
+                # reference/000: one request per connection.
+                await conn.send(await self._legacy(conn, obj))
+                return
+            await conn.send(await self._native(conn, obj))
+
+    async def _framing_error(self, conn: Connection, exc: AirlockError) -> None:
+        raw = bytes(conn.decoder._buffer[: 64 * 1024]) if conn.decoder.buffered else b""
+        dialect, rid = legacy.sniff(raw)
+        if exc.code is ErrorCode.MISSING_NEWLINE and raw:
+            try:
+                obj = parse_object(raw)
+                dialect = "legacy" if legacy.is_legacy(obj) else "native"
+                rid = recover_id(obj)
+            except AirlockError:
+                pass
+        self.log.info("intake.request.rejected", peer_uid=conn.peer.uid, code=exc.code.value)
+        reply = encode_error(rid, exc) if dialect == "native" else legacy.encode_error(rid, exc)
+        try:
+            await conn.send(reply)
+        except ConnectionError:
+            pass
+
+    # --- native v1 ----------------------------------------------------------------
+
+    async def _native(self, conn: Connection, obj: dict[str, Any]) -> bytes:
+        request_id = recover_id(obj)
+        try:
+            request = request_from_object(obj)
+            request_id = request.id
+            if request.verb not in NATIVE_VERBS:
+                raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
+            self._check_token(request)
+            if request.verb == "exec":
+                now = time.time()
+                exec_request = native_exec(request.id, request.args, conn.peer, self.config, now)
+                self._claim(exec_request.request_id, conn.peer, now)
+                call = Call(request, conn.peer, conn)
+                return encode_ok(request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None))
+            if request.verb == "cancel":
+                return encode_ok(request.id, await self.cancel(request, conn.peer))
+            self._control_gates(request.id, request.args, conn.peer, native=True)
+            if request.verb == "hello":
+                return encode_ok(request.id, self.hello())
+            return encode_ok(request.id, {"message": "pong", "version": __version__})
+        except AirlockError as exc:
+            return encode_error(request_id, exc)
+        except Exception as exc:  # the shell's last line of defence for this request
+            self.log.exception("intake.request.failed", request_id=request_id, error=repr(exc))
+            return encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
+
+    def hello(self) -> dict[str, Any]:
+        return {
+            "name": "airlock",
+            "version": __version__,
+            "protocol_versions": list(SUPPORTED_VERSIONS),
+            "verbs": list(NATIVE_VERBS),
+            "dialects": ["native-v1", "sudo-proxy"],
+        }
+
+    def _check_token(self, request: Request) -> None:
+        if request.token is not None or self.config.agents.require_token:
+            # Session tokens are not issued yet: any token, or a missing required
+            # one, gets the same refusal as any other (a probe learns nothing).
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+
+    def _control_gates(self, request_id: str | None, args: dict[str, Any], peer: Peer, *, native: bool) -> None:
+        """Control actions pass the same gates as exec: fields, freshness, replay."""
+        for key in ("session", "host", "reason"):
+            if args.get(key) is not None:
+                validate.text(key, args[key], max_len=4096)
+        if native and args.get("time") is None:
+            return  # a native ping/hello without a time is a plain health check
+        now = time.time()
+        parse_time(args.get("time"), self.config, now)
+        if request_id:
+            self._claim(request_id, peer, now)
+
+    def _claim(self, request_id: str, peer: Peer, now: float) -> None:
+        if not self.replay.claim(f"{peer.uid}:{request_id}", now):
+            raise AirlockError(
+                ErrorCode.REPLAYED_REQUEST,
+                f"id: request {request_id!r} was already received within the replay window",
+                {"field": "id"},
+            )
+
+    # --- reference/000 ----------------------------------------------------------
+
+    async def _legacy(self, conn: Connection, obj: dict[str, Any]) -> bytes:
+        raw_id = obj.get("id")
+        request_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= 256 else None
+        try:
+            request_id = legacy_id(obj)
+            action = obj.get("action", "exec")
+            if action in ("ping", "stop"):
+                if obj.get("pipeline") not in (None, []):
+                    raise validate.bad("pipeline", f"must be empty for the {action} action")
+                self._control_gates(request_id, obj, conn.peer, native=False)
+                if action == "stop":
+                    self.log.info("intake.stop.requested", peer_uid=conn.peer.uid, peer_pid=conn.peer.pid)
+                    asyncio.get_running_loop().call_soon(self.service.request_stop, "stop action")
+                    return legacy.encode_ok(request_id, "stopping")
+                return legacy.encode_ok(request_id, "pong")
+            if action != "exec":
+                raise validate.bad("action", f"unknown action {action!r} (known: exec, ping, stop)")
+            now = time.time()
+            exec_request = legacy_exec(obj, conn.peer, self.config, now)
+            self._claim(exec_request.request_id, conn.peer, now)
+            return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None))
+        except AirlockError as exc:
+            return legacy.encode_error(request_id, exc)
+        except Exception as exc:
+            self.log.exception("intake.request.failed", request_id=request_id, error=repr(exc))
+            return legacy.encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
+
+    # --- the life of an exec request ----------------------------------------------
+
+    def operation_id(self, req: ExecRequest) -> str:
+        if req.operation_id:
+            return req.operation_id
+        # Derived from the canonical request, so an identical retry replays.
+        return "op-" + hashlib.sha256(canonical_json({"spec": req.spec.to_dict(), "session": req.session})).hexdigest()[:32]
+
+    def check_privilege(self, req: ExecRequest) -> None:
+        """Refuse at once what a runner without root could never run (`airlock dev up`)."""
+        if self.runner_uid is not None and self.runner_uid != 0 and req.spec.run_as != self.runner_uid:
+            what = "privileged requests" if req.spec.privileged else "jobs as another user"
+            raise AirlockError(
+                ErrorCode.PRIVILEGE_UNAVAILABLE,
+                f"this airlock's runner does not run as root, so it cannot run {what}; "
+                "use privileged: false (airlock run --no-privilege) or run airlock as root",
+            )
+
+    async def run(self, req: ExecRequest, peer: Peer, call: Call | None) -> dict[str, Any]:
+        self.check_privilege(req)
+        op = self.operation_id(req)
+        digest = req.spec.digest()
+        ids = {"request_id": req.request_id, "operation_id": op, "peer_uid": peer.uid, "session": req.session}
+        emit = call.emit if call is not None else None
+        await self.audit.record(
+            "request.received",
+            **ids,
+            payload={"request": req.describe(), "peer": peer.to_dict(), "digest": digest},
+        )
+        began = await self.journal.call(
+            "op.begin", {"operation_id": op, "digest": digest, "has_protected": bool(req.protected_env)}
+        )
+        if began["state"] == "replay":
+            await self.audit.record("operation.replayed", **ids, payload={"digest": digest})
+            return dict(began["outcome"]) | {"replay": True}
+        settled = False
+        try:
+            if emit is not None:
+                await emit("accepted", {"operation_id": op, "request_id": req.request_id})
+
+            async def forward(event: Event) -> None:
+                if emit is not None:
+                    await emit(event.event, event.fields)
+
+            decision = await self.approval.call(
+                "decide",
+                {"request": req.describe() | {"spec": req.spec.to_dict()}, "peer": peer.to_dict(), "operation_id": op},
+                on_event=forward,
+                timeout=self.config.approval.timeout_seconds + 30,
+            )
+            if emit is not None:
+                await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
+            self.operations[op] = peer.uid
+            try:
+                evidence = await self.runner.call(
+                    "exec",
+                    {
+                        "ticket": decision["ticket"],
+                        "spec": req.spec.to_dict(),
+                        "protected_env": req.protected_env,
+                        "request_id": req.request_id,
+                        "operation_id": op,
+                        "session": req.session,
+                        "stream": req.stream,
+                    },
+                    on_event=forward,
+                )
+            finally:
+                self.operations.pop(op, None)
+            evidence = evidence | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
+            await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": evidence})
+            settled = True
+            if emit is not None:
+                await emit("finished", {"exit_codes": [s.get("exit_code") for s in evidence.get("stages", [])]})
+            await self._replied(ids, "ok", None)
+            return evidence
+        except AirlockError as exc:
+            await self._replied(ids, "error", exc)
+            raise
+        finally:
+            if not settled:
+                try:
+                    await self.journal.call("op.abandon", {"operation_id": op})
+                except AirlockError:
+                    pass
+
+    async def _replied(self, ids: dict[str, Any], status: str, exc: AirlockError | None) -> None:
+        try:
+            await self.audit.record(
+                "request.replied",
+                **ids,
+                payload={"status": status, "code": exc.code.value if exc else None, "message": exc.message if exc else None},
+                log_fields={"status": status, "code": exc.code.value if exc else None},
+            )
+        except AirlockError:
+            pass  # the reply goes out either way; the journal's outage is reported by the next append
+
+    async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:
+        op = validate.text("operation_id", request.args.get("operation_id"), max_len=256, allow_empty=False)
+        owner = self.operations.get(op)
+        if owner is None or owner != peer.uid:
+            raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
+        return await self.runner.call("cancel", {"operation_id": op})
+
+
+async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
+    door = Door(
+        "agent",
+        allow=AllowList.of(config.agents.users, config.agents.groups, empty_means_all=True),
+        max_line=config.limits.max_request_bytes,
+        max_connections=config.limits.max_connections,
+        refusal=lambda exc: legacy.encode_undetermined(None, exc),
+    )
+    service = Service(NAME, config, [door])
+    intake = Intake(config, service)
+    door.handler = intake.handle
+    return service
+
+
+def main(argv: list[str] | None = None) -> int:
+    return daemon.service_main(NAME, build, argv)

@@ -1,0 +1,5 @@
+import sys
+
+from airlock.journal.service import main
+
+sys.exit(main())

@@ -1,0 +1,199 @@
+"""The hash chain: canonical records, their hashes, and verification.
+
+Each event's ``hash`` is ``sha256(bytes.fromhex(prev_hash) + canonical(record))``
+in hex, where ``record`` is every field of the event except ``hash`` (so
+``prev_hash`` and ``seq`` are covered too) and ``canonical`` is
+`airlock.common.codec.canonical_json`.  The first event's ``prev_hash`` is
+`GENESIS`.
+
+What the chain proves and what it does not: editing, deleting, inserting or
+reordering a row anywhere before the newest is evident.  Cutting rows off the
+end, or rewriting a row *and every row after it*, is not evident from the
+database alone; that is what an anchor is for: keep ``airlock audit head``
+(seq, hash) off the host and later check ``verify --from SEQ --anchor HASH``.
+
+Pure: no I/O, so `airlock audit verify`, the journal and the tests share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from airlock.common.codec import canonical_json
+
+GENESIS: Final = "0" * 64
+
+# The fields a record is made of, in the order they appear in exports.  The
+# canonical form sorts keys, so this order does not affect hashes.
+RECORD_FIELDS: Final = (
+    "seq",
+    "time",
+    "kind",
+    "request_id",
+    "operation_id",
+    "peer_uid",
+    "session",
+    "writer",
+    "payload",
+    "prev_hash",
+)
+
+_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def is_hash(value: object) -> bool:
+    return isinstance(value, str) and _HASH.fullmatch(value) is not None
+
+
+def record_bytes(record: Mapping[str, Any]) -> bytes:
+    """The canonical bytes of a record: exactly `RECORD_FIELDS`, nothing else."""
+    return canonical_json({name: record[name] for name in RECORD_FIELDS})
+
+
+def compute_hash(record: Mapping[str, Any]) -> str:
+    """``sha256(prev_hash as 32 raw bytes + canonical record)`` in lowercase hex."""
+    prev = record["prev_hash"]
+    if not is_hash(prev):
+        raise ValueError("prev_hash must be 64 lowercase hex digits")
+    digest = hashlib.sha256(bytes.fromhex(prev))
+    digest.update(record_bytes(record))
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """The outcome of checking a run of the chain.
+
+    ``head_seq``/``head_hash`` are the newest record that checked out (the
+    journal's head when ``ok``; the last good record before ``first_bad_seq``
+    otherwise; ``(0, GENESIS)`` when nothing did).
+    """
+
+    ok: bool
+    checked: int
+    first_bad_seq: int | None
+    reason: str | None
+    head_seq: int
+    head_hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checked": self.checked,
+            "first_bad_seq": self.first_bad_seq,
+            "reason": self.reason,
+            "head_seq": self.head_seq,
+            "head_hash": self.head_hash,
+        }
+
+
+class _Bad(Exception):
+    def __init__(self, seq: int, reason: str) -> None:
+        super().__init__(reason)
+        self.seq = seq
+        self.reason = reason
+
+
+def _normalize(row: Mapping[str, Any], expected_seq: int) -> dict[str, Any]:
+    """The record as it was hashed, or `_Bad` if the row cannot be one."""
+    try:
+        record = {name: row[name] for name in RECORD_FIELDS}
+        stored_hash = row["hash"]
+    except KeyError as exc:
+        raise _Bad(expected_seq, f"row is missing field {exc.args[0]!r}") from None
+    seq = record["seq"]
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise _Bad(expected_seq, "seq is not an integer")
+    payload = record["payload"]
+    if isinstance(payload, (str, bytes)):
+        # Straight from the database: the stored text must be the canonical
+        # form, so even a meaning-preserving edit of the bytes shows.
+        text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+        try:
+            parsed = json.loads(text)
+            canonical = canonical_json(parsed)
+        except (ValueError, RecursionError):
+            raise _Bad(seq, "payload is not valid JSON") from None
+        if canonical != text.encode("utf-8", "surrogatepass"):
+            raise _Bad(seq, "payload is not in canonical form")
+        record["payload"] = parsed
+    if not isinstance(record["payload"], dict):
+        raise _Bad(seq, "payload is not an object")
+    if not is_hash(stored_hash) or not is_hash(record["prev_hash"]):
+        raise _Bad(seq, "hash or prev_hash is not 64 lowercase hex digits")
+    record["hash"] = stored_hash
+    return record
+
+
+def verify_rows(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    from_seq: int | None = None,
+    anchor: str | None = None,
+) -> VerifyResult:
+    """Check a run of records in storage order and name the first bad one.
+
+    ``rows`` are mappings with every `RECORD_FIELDS` key plus ``hash``;
+    ``payload`` may be a dict or its stored canonical JSON text.
+
+    - Without ``from_seq`` the run must start at seq 1 from `GENESIS`.
+    - With ``from_seq`` the run must start at that seq; its ``prev_hash`` is
+      taken on trust unless ``anchor`` is given, in which case the record at
+      ``from_seq`` must have exactly that hash (an anchor is a head kept off
+      the host: ``airlock audit head``).  A missing anchor record means the
+      journal was cut short.
+
+    A missing seq (deleted row) is reported as that seq; a row whose
+    ``prev_hash`` does not match its predecessor (deleted and renumbered, or
+    reordered) or whose own hash does not match its content (edited) is
+    reported as that row's seq.
+    """
+    if anchor is not None and from_seq is None:
+        raise ValueError("an anchor needs from_seq: it is the hash of the record at that seq")
+    if anchor is not None and not is_hash(anchor):
+        raise ValueError("anchor must be 64 lowercase hex digits")
+    if from_seq is not None and from_seq < 1:
+        raise ValueError("from_seq must be at least 1")
+
+    expected = 1 if from_seq is None else from_seq
+    prev: str | None = GENESIS if from_seq is None else None
+    head_seq, head_hash = 0, GENESIS
+    checked = 0
+
+    def bad(seq: int, reason: str) -> VerifyResult:
+        return VerifyResult(False, checked, seq, reason, head_seq, head_hash)
+
+    for row in rows:
+        try:
+            record = _normalize(row, expected)
+        except _Bad as exc:
+            return bad(exc.seq, exc.reason)
+        seq = record["seq"]
+        if seq > expected:
+            return bad(expected, f"seq {expected} is missing (next record is seq {seq})")
+        if seq < expected:
+            return bad(seq, f"seq {seq} is out of order (expected seq {expected})")
+        if prev is not None and record["prev_hash"] != prev:
+            return bad(seq, f"seq {seq}: prev_hash does not match the hash of the record before it")
+        try:
+            actual = compute_hash(record)
+        except (TypeError, ValueError) as exc:
+            return bad(seq, f"seq {seq}: record cannot be hashed ({exc})")
+        if actual != record["hash"]:
+            return bad(seq, f"seq {seq}: hash does not match the record's content")
+        if anchor is not None and seq == from_seq and actual != anchor:
+            return bad(seq, f"seq {seq}: hash does not match the anchor")
+        checked += 1
+        head_seq, head_hash = seq, actual
+        prev = actual
+        expected = seq + 1
+
+    if anchor is not None and checked == 0:
+        assert from_seq is not None
+        return bad(from_seq, f"anchor record seq {from_seq} is missing: the journal ends before it")
+    return VerifyResult(True, checked, None, None, head_seq, head_hash)

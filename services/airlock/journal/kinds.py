@@ -1,0 +1,128 @@
+"""The audit event kinds: who may append each, and its journald MESSAGE_ID.
+
+One table drives three things: the journal's refusal of a kind appended by the
+wrong service (intake cannot write ``exec.finished``), the ``MESSAGE_ID`` every
+service logs the event under, and ``units/airlock.catalog``, which ships one
+entry per ``MESSAGE_ID`` so ``journalctl -x`` explains the event.
+
+A ``MESSAGE_ID`` is part of the interface operators script against
+(``journalctl MESSAGE_ID=…``): once released it never changes, and a retired
+kind keeps its ID reserved.  No I/O here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from airlock.common.errors import AirlockError, ErrorCode
+
+# The services that append to the journal.  The writer is taken from the peer's
+# SO_PEERCRED by the journal service, never from the message.  "operator" is
+# an operator's action written by airlock-approval on the operator's behalf: it
+# may append exactly what approval may.
+WRITERS: Final = ("intake", "approval", "runner", "journal", "operator")
+
+# Writers that stand in for another writer's permissions.
+_ACTS_AS: Final[Mapping[str, str]] = MappingProxyType({"operator": "approval"})
+
+_MESSAGE_ID = re.compile(r"[0-9a-f]{32}")
+_KIND_NAME = re.compile(r"[a-z]+(?:_[a-z]+)*\.[a-z]+(?:_[a-z]+)*")
+
+
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    name: str
+    writers: frozenset[str]
+    message_id: str
+    summary: str
+
+    def __post_init__(self) -> None:
+        if not _KIND_NAME.fullmatch(self.name):
+            raise ValueError(f"kind name {self.name!r} is not '<noun>.<past verb>'")
+        if not _MESSAGE_ID.fullmatch(self.message_id):
+            raise ValueError(f"kind {self.name!r}: MESSAGE_ID must be 32 lowercase hex digits")
+        unknown = self.writers - set(WRITERS)
+        if not self.writers or unknown:
+            raise ValueError(f"kind {self.name!r}: unknown writers {sorted(unknown)}")
+
+
+_ANY: Final = frozenset({"intake", "approval", "runner", "journal"})
+
+
+def _table(*infos: KindInfo) -> Mapping[str, KindInfo]:
+    by_name = {info.name: info for info in infos}
+    ids = [info.message_id for info in infos]
+    if len(by_name) != len(infos) or len(set(ids)) != len(ids):
+        raise ValueError("kind names and MESSAGE_IDs must be unique")
+    return MappingProxyType(by_name)
+
+
+KINDS: Final[Mapping[str, KindInfo]] = _table(
+    # intake: the agents' front door.
+    KindInfo("request.received", frozenset({"intake"}), "1883c9d330514159b1a4910aaf9db7e1",
+             "An agent's request was read, validated and accepted for processing."),
+    KindInfo("request.rejected", frozenset({"intake"}), "8e55b7fc30fe48c08361f064cb6579ad",
+             "An agent's request was refused before anything ran."),
+    KindInfo("request.replied", frozenset({"intake"}), "3103dd987dd94592a13704fa5be7e545",
+             "The final response to an agent's request was sent."),
+    KindInfo("operation.replayed", frozenset({"intake"}), "e63232b5710e44e0b24e80a3cee14732",
+             "A retried operation was answered with its stored outcome; nothing ran again."),
+    # approval: policy and operators.
+    KindInfo("approval.pending", frozenset({"approval"}), "6eab29827b0f44899182a35f64032392",
+             "A request waits for an operator's decision."),
+    KindInfo("approval.decided", frozenset({"approval"}), "463c78718af842bd97eac7e136969a60",
+             "A request was allowed or denied by a rule, an operator or the approval timeout."),
+    KindInfo("operator.action", frozenset({"approval", "operator"}), "f434a8a62ab5497cad81e7b4fc28b696",
+             "An operator used a verb on the operator socket."),
+    KindInfo("policy.reloaded", frozenset({"approval"}), "c7c2485f233b496b8391cec2c534043c",
+             "The approval policy was loaded again from /etc/airlock/policy.d."),
+    # runner: the only privileged process.
+    KindInfo("exec.started", frozenset({"runner"}), "d82c1a4b180b46478e2da2a8621231de",
+             "An approved command is about to be spawned (durable before the spawn)."),
+    KindInfo("exec.finished", frozenset({"runner"}), "6c4ba951e9604ebb927281dd9e5fbc30",
+             "An approved command ended; its exit and output digests are recorded."),
+    KindInfo("exec.cancelled", frozenset({"runner"}), "1c27c00e6cba4485a28193cf7e4197ad",
+             "A running command was stopped before it ended on its own."),
+    KindInfo("exec.refused", frozenset({"runner"}), "015c15663fe34cdcb3c5784c72208a0b",
+             "The runner refused work: its ticket was invalid, expired, reused or forged."),
+    # Every service, about itself.
+    KindInfo("service.started", _ANY, "b5807ad9adf641479602a79da5d8d4fc",
+             "An airlock service started and is ready."),
+    KindInfo("service.stopping", _ANY, "9c661fc9e8264b6cb513c97eccb91b40",
+             "An airlock service is stopping."),
+)
+
+
+def message_id(kind: str) -> str:
+    """The stable journald MESSAGE_ID of ``kind``."""
+    return kind_info(kind).message_id
+
+
+def kind_info(kind: str) -> KindInfo:
+    info = KINDS.get(kind)
+    if info is None:
+        raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"unknown event kind {kind!r}", {"kind": kind})
+    return info
+
+
+def check_writer(writer: str, kind: str) -> KindInfo:
+    """Return the kind's entry if ``writer`` may append it; refuse otherwise.
+
+    An unknown kind is the caller's mistake (`invalid_arguments`); a known kind
+    from the wrong service is a refusal (`unauthorized`) — a compromised intake
+    must not be able to write the runner's evidence.
+    """
+    info = kind_info(kind)
+    if writer not in WRITERS:
+        raise AirlockError(ErrorCode.UNAUTHORIZED, f"unknown writer {writer!r}", {"writer": writer})
+    if writer not in info.writers and _ACTS_AS.get(writer) not in info.writers:
+        raise AirlockError(
+            ErrorCode.UNAUTHORIZED,
+            f"writer {writer!r} may not append {kind!r}",
+            {"writer": writer, "kind": kind},
+        )
+    return info

@@ -1,0 +1,724 @@
+"""The journal's durable store: hash-chained audit events and the replay store.
+
+One SQLite database in WAL mode with ``synchronous=FULL``: a commit is on disk
+when it returns.  Appends return only after their commit.
+
+Group commit: every append and every settled operation goes through one queue
+drained by one writer task.  The writer takes everything queued, commits it in
+one transaction on its own thread, and while that fsync runs the event loop
+keeps queueing the next batch — so N concurrent appends cost about one fsync,
+not N.  The chain (seq, prev_hash, hash) is computed only by that writer, so
+it has no races.  If a transaction fails (disk full, read-only, I/O error)
+every append in it fails with ``audit_unavailable`` and the head is reloaded
+from the database, so the chain continues from what is really on disk.
+
+Connections: the writer's connection is used only on the writer thread (the
+lock documents and enforces that); reads use a second, read-only connection,
+and ``verify``/``export`` open their own so a long scan reads one consistent
+snapshot without holding up ``events``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from airlock.common.codec import canonical_json
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.journal import chain
+from airlock.journal.chain import GENESIS, VerifyResult
+from airlock.journal.kinds import check_writer
+from airlock.journal.operations import MAX_ID_CHARS, OpBegin, OperationTable, Settled, check_id
+
+__all__ = ["GENESIS", "Event", "EventsPage", "OpBegin", "Stats", "Store", "VerifyResult"]
+
+MAX_PAYLOAD_BYTES: Final = 64 * 1024
+MAX_OUTCOME_BYTES: Final = 1024 * 1024
+MAX_PAGE: Final = 256
+# A batch this large already amortises the fsync; bigger ones only delay the
+# first caller in it.
+MAX_BATCH: Final = 1024
+# Backpressure: past this many queued writes, appenders wait for room.
+MAX_QUEUED: Final = 8192
+SCHEMA_VERSION: Final = 1
+MAX_UID: Final = 2**32 - 1
+
+_SCHEMA: Final = """
+CREATE TABLE events (
+    seq          INTEGER PRIMARY KEY,   -- assigned by the writer, never reused
+    time         TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    request_id   TEXT,
+    operation_id TEXT,
+    peer_uid     INTEGER,
+    session      TEXT,
+    writer       TEXT NOT NULL,
+    payload      TEXT NOT NULL,         -- canonical JSON, exactly as hashed
+    prev_hash    TEXT NOT NULL,
+    hash         TEXT NOT NULL
+);
+CREATE INDEX events_request   ON events (request_id, seq)   WHERE request_id IS NOT NULL;
+CREATE INDEX events_operation ON events (operation_id, seq) WHERE operation_id IS NOT NULL;
+CREATE INDEX events_session   ON events (session, seq)      WHERE session IS NOT NULL;
+CREATE INDEX events_peer      ON events (peer_uid, seq)     WHERE peer_uid IS NOT NULL;
+-- Defence in depth against our own bugs; the hash chain is what catches
+-- someone with write access to the file.
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
+CREATE TABLE operations (
+    ord          INTEGER PRIMARY KEY,   -- completion order: eviction order
+    operation_id TEXT NOT NULL UNIQUE,
+    digest       TEXT NOT NULL,
+    outcome      TEXT NOT NULL,
+    completed_at REAL NOT NULL
+);
+"""
+
+_COLUMNS: Final = "seq, time, kind, request_id, operation_id, peer_uid, session, writer, payload, prev_hash, hash"
+_SCOPES: Final[Mapping[str, type]] = {"request_id": str, "operation_id": str, "session": str, "peer_uid": int}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One audit record as stored and chained."""
+
+    seq: int
+    time: str
+    kind: str
+    request_id: str | None
+    operation_id: str | None
+    peer_uid: int | None
+    session: str | None
+    writer: str
+    payload: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "time": self.time,
+            "kind": self.kind,
+            "request_id": self.request_id,
+            "operation_id": self.operation_id,
+            "peer_uid": self.peer_uid,
+            "session": self.session,
+            "writer": self.writer,
+            "payload": self.payload,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EventsPage:
+    """One page of the events feed (reference/004)."""
+
+    events: list[Event]
+    next_cursor: int
+    latest: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"events": [e.to_dict() for e in self.events], "next_cursor": self.next_cursor, "latest": self.latest}
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Writer counters since open: ``transactions`` < ``appends`` is group commit at work."""
+
+    transactions: int
+    appends: int
+    operations: int
+    failed_transactions: int
+    largest_batch: int
+
+
+@dataclass(slots=True)
+class _Append:
+    time: str
+    kind: str
+    request_id: str | None
+    operation_id: str | None
+    peer_uid: int | None
+    session: str | None
+    writer: str
+    payload: dict[str, Any]
+    payload_json: str
+    future: asyncio.Future[Event]
+
+
+@dataclass(slots=True)
+class _Settle:
+    entry: Settled
+    future: asyncio.Future[None]
+
+
+_Work = _Append | _Settle
+
+
+class Store:
+    """The journal store.  Create with `Store.open`; async methods need one running loop."""
+
+    def __init__(
+        self,
+        path: Path,
+        wconn: sqlite3.Connection,
+        rconn: sqlite3.Connection,
+        head: tuple[int, str],
+        operations: OperationTable,
+        clock: Callable[[], float],
+    ) -> None:
+        self.path = path
+        self._wconn = wconn
+        self._wlock = threading.Lock()
+        self._rconn = rconn
+        self._rlock = threading.Lock()
+        self._head = head
+        self._ops = operations
+        self._clock = clock
+        # One thread, so the writer connection is only ever used from it.
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-writer")
+        # None is the stop sentinel, queued behind everything still to commit.
+        self._queue: asyncio.Queue[_Work | None] = asyncio.Queue(MAX_QUEUED)
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self._closed = False
+        self._transactions = 0
+        self._appends = 0
+        self._settles = 0
+        self._failed = 0
+        self._largest_batch = 0
+
+    # -- opening --------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: Path,
+        *,
+        operation_retention: float = 300,
+        operation_capacity: int = 256,
+        clock: Callable[[], float] = time.time,
+    ) -> Store:
+        """Open (creating if needed) the database at ``path``, mode 0600.
+
+        Raises `AirlockError(audit_unavailable)` if it cannot be opened or has
+        a schema this version does not know.
+        """
+        path = Path(path)
+        operations = OperationTable(retention=operation_retention, capacity=operation_capacity, clock=clock)
+        wconn: sqlite3.Connection | None = None
+        rconn: sqlite3.Connection | None = None
+        try:
+            _create_private(path)
+            wconn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
+            mode = wconn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise sqlite3.OperationalError(f"cannot switch to WAL mode (got {mode!r})")
+            wconn.execute("PRAGMA synchronous=FULL")
+            _migrate(wconn)
+            for suffix in ("-wal", "-shm"):
+                side = path.with_name(path.name + suffix)
+                if side.exists():
+                    os.chmod(side, 0o600)
+            head = _read_head(wconn)
+            operations.load(_read_operations(wconn, operations.expiry_cutoff()))
+            rconn = _reader(path)
+        except (sqlite3.Error, OSError) as exc:
+            for conn in (wconn, rconn):
+                if conn is not None:
+                    conn.close()
+            raise AirlockError(
+                ErrorCode.AUDIT_UNAVAILABLE, f"cannot open the audit journal {path}: {exc}", {"path": str(path)}
+            ) from exc
+        return cls(path, wconn, rconn, head, operations, clock)
+
+    # -- appending ------------------------------------------------------------
+
+    async def append(
+        self,
+        *,
+        writer: str,
+        kind: str,
+        request_id: str | None = None,
+        operation_id: str | None = None,
+        peer_uid: int | None = None,
+        session: str | None = None,
+        payload: dict[str, Any],
+    ) -> Event:
+        """Append one event; return it once its commit is durable.
+
+        ``writer`` is the service the journal service identified by the peer's
+        credentials.  The payload must not hold protected values (callers
+        strip them); it is capped at `MAX_PAYLOAD_BYTES` of canonical JSON.
+        """
+        check_writer(writer, kind)
+        normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
+        item = _Append(
+            time=_timestamp(self._clock()),
+            kind=kind,
+            request_id=_optional_text("request_id", request_id),
+            operation_id=_optional_text("operation_id", operation_id),
+            peer_uid=_optional_uid(peer_uid),
+            session=_optional_text("session", session),
+            writer=writer,
+            payload=normalized,
+            payload_json=text,
+            future=asyncio.get_running_loop().create_future(),
+        )
+        await self._submit(item)
+        return await item.future
+
+    async def _submit(self, item: _Work) -> None:
+        if self._closing:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the audit journal is closing")
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._run_writer(), name="journal-writer")
+        await self._queue.put(item)
+
+    async def _run_writer(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = False
+        while not stop:
+            first = await self._queue.get()
+            if first is None:
+                break
+            batch: list[_Work] = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            await self._commit(loop, batch)
+
+    async def _commit(self, loop: asyncio.AbstractEventLoop, batch: list[_Work]) -> None:
+        try:
+            events, head = await loop.run_in_executor(self._executor, self._write, batch, self._head)
+        except (sqlite3.Error, OSError) as exc:
+            self._failed += 1
+            await self._reload_head(loop)
+            for work in batch:
+                _fail(work.future, _unavailable(exc))
+            return
+        except Exception as exc:  # the writer must outlive any one batch; its callers get the error
+            self._failed += 1
+            await self._reload_head(loop)
+            for work in batch:
+                _fail(work.future, exc)
+            return
+        self._head = head
+        self._transactions += 1
+        self._largest_batch = max(self._largest_batch, len(batch))
+        appended = iter(events)
+        for work in batch:
+            if isinstance(work, _Append):
+                self._appends += 1
+                event = next(appended)
+                if not work.future.done():
+                    work.future.set_result(event)
+            else:
+                self._settles += 1
+                self._ops.settle(work.entry)
+                if not work.future.done():
+                    work.future.set_result(None)
+
+    async def _reload_head(self, loop: asyncio.AbstractEventLoop) -> None:
+        """After a failed transaction the database, not memory, says where the chain is."""
+        try:
+            self._head = await loop.run_in_executor(self._executor, self._locked_head)
+        except sqlite3.Error:
+            pass  # the head was never advanced past the last commit, so it is still right
+
+    def _locked_head(self) -> tuple[int, str]:
+        with self._wlock:
+            return _read_head(self._wconn)
+
+    def _write(self, batch: list[_Work], head: tuple[int, str]) -> tuple[list[Event], tuple[int, str]]:
+        """Runs on the writer thread: chain the batch and commit it as one transaction."""
+        seq, prev = head
+        events: list[Event] = []
+        rows: list[tuple[Any, ...]] = []
+        settles: list[Settled] = []
+        for work in batch:
+            if isinstance(work, _Settle):
+                settles.append(work.entry)
+                continue
+            seq += 1
+            record = {
+                "seq": seq,
+                "time": work.time,
+                "kind": work.kind,
+                "request_id": work.request_id,
+                "operation_id": work.operation_id,
+                "peer_uid": work.peer_uid,
+                "session": work.session,
+                "writer": work.writer,
+                "payload": work.payload,
+                "prev_hash": prev,
+            }
+            digest = chain.compute_hash(record)
+            events.append(Event(seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
+                                work.session, work.writer, work.payload, prev, digest))
+            rows.append((seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
+                         work.session, work.writer, work.payload_json, prev, digest))
+            prev = digest
+        with self._wlock:
+            conn = self._wconn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                if rows:
+                    conn.executemany(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+                if settles:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO operations (operation_id, digest, outcome, completed_at) VALUES (?,?,?,?)",
+                        [(s.operation_id, s.digest, s.outcome_json, s.completed_at) for s in settles],
+                    )
+                    _prune_operations(conn, self._ops.expiry_cutoff(), self._ops.capacity)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
+                raise
+        return events, (seq, prev)
+
+    # -- operations -----------------------------------------------------------
+
+    async def op_begin(self, operation_id: str, digest: str, *, has_protected: bool = False) -> OpBegin:
+        """new (now active) | replay (the settled outcome) | raise conflict / in progress /
+        protected redelivery forbidden.  Active state is memory only (reference/001)."""
+        return self._ops.begin(operation_id, digest, has_protected=has_protected)
+
+    async def op_complete(self, operation_id: str, digest: str, outcome: dict[str, Any]) -> None:
+        """Store a settled outcome durably and end the operation's active state.
+
+        Completing an operation that is not active (say, begun before a journal
+        restart) still stores it.  Completing it again with the same digest is
+        a no-op; with another digest it is a conflict.  If the store cannot
+        commit, the active state is cleared anyway and `audit_unavailable`
+        raised: the outcome is then unknown to replay, as after a crash.
+        """
+        _, text = _canonical_object("outcome", outcome, MAX_OUTCOME_BYTES)
+        if not self._ops.check_complete(operation_id, digest):
+            self._ops.abandon(operation_id)
+            return
+        entry = Settled(operation_id, digest, text, self._clock())
+        work = _Settle(entry, asyncio.get_running_loop().create_future())
+        try:
+            await self._submit(work)
+            await work.future
+        except AirlockError:
+            self._ops.abandon(operation_id)
+            raise
+
+    async def op_abandon(self, operation_id: str) -> None:
+        """End an operation that settled nothing (it never ran, or failed before settling)."""
+        self._ops.abandon(check_id("operation_id", operation_id))
+
+    # -- reading --------------------------------------------------------------
+
+    def head(self) -> tuple[int, str]:
+        """(seq, hash) of the newest durable event; ``(0, GENESIS)`` when empty."""
+        return self._head
+
+    @property
+    def stats(self) -> Stats:
+        return Stats(self._transactions, self._appends, self._settles, self._failed, self._largest_batch)
+
+    def events(
+        self,
+        *,
+        after: int | None = None,
+        tail: int | None = None,
+        limit: int = 64,
+        scope: dict[str, Any] | None = None,
+    ) -> EventsPage:
+        """One page of the events feed, oldest first (reference/004).
+
+        - ``after=N``: events with seq > N (from the start when omitted), at
+          most ``limit``.  ``next_cursor`` is the last seq returned when the
+          page is full; otherwise everything up to ``latest`` has been seen and
+          ``next_cursor`` is ``latest`` (so a scoped follower skips past events
+          outside its scope).
+        - ``tail=N``: the newest min(N, ``limit``) events; ``next_cursor`` is
+          ``latest``.  ``tail=0`` just returns the cursor to follow from now.
+          **``tail`` wins over ``after`` when both are given.**
+        - ``scope``: any of ``request_id``, ``operation_id``, ``session``
+          (strings) and ``peer_uid`` (integer); several keys must all match.
+        - ``latest`` is the newest seq in the whole journal, read in the same
+          snapshot as the page.
+
+        Poll with ``after=next_cursor`` to follow.  No per-client state.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise _invalid(f"limit must be an integer from 1 to {MAX_PAGE}", "limit")
+        if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or not 0 <= tail <= MAX_PAGE):
+            raise _invalid(f"tail must be an integer from 0 to {MAX_PAGE}", "tail")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+            raise _invalid("after must be a non-negative integer", "after")
+        where, params = _scope_sql(scope)
+        with self._rlock:
+            conn = self._rconn
+            conn.execute("BEGIN")  # one snapshot for the page and `latest`
+            try:
+                latest = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+                if tail is not None:
+                    rows = conn.execute(
+                        f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC LIMIT ?",
+                        (*params, min(tail, limit)),
+                    ).fetchall()
+                    rows.reverse()
+                    cursor = latest
+                else:
+                    start = after or 0
+                    rows = conn.execute(
+                        f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND {where} ORDER BY seq LIMIT ?",
+                        (start, *params, limit),
+                    ).fetchall()
+                    cursor = rows[-1][0] if len(rows) == limit else max(start, latest)
+            finally:
+                conn.execute("COMMIT")
+        return EventsPage([_event(row) for row in rows], cursor, latest)
+
+    def verify(self, *, from_seq: int | None = None, anchor: str | None = None) -> VerifyResult:
+        """Check the chain (all of it, or from ``from_seq``, optionally against an
+        anchor hash kept off the host) and name the first bad record."""
+        if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int) or from_seq < 1):
+            raise _invalid("from_seq must be a positive integer", "from_seq")
+        if anchor is not None and (from_seq is None or not chain.is_hash(anchor)):
+            raise _invalid("anchor must be 64 lowercase hex digits and needs from_seq", "anchor")
+        conn = _reader(self.path)
+        try:
+            conn.execute("BEGIN")
+            cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq >= ? ORDER BY seq", (from_seq or 1,))
+            names = [d[0] for d in cursor.description]
+            return chain.verify_rows((dict(zip(names, row, strict=True)) for row in cursor),
+                                     from_seq=from_seq, anchor=anchor)
+        finally:
+            conn.close()
+
+    def export(self, *, since: str | None = None) -> Iterator[Event]:
+        """Every event (or those at or after the ISO 8601 time ``since``), oldest first,
+        read from one snapshot taken at the first ``next()``."""
+        start = None if since is None else _parse_since(since)
+        return self._export(start)
+
+    def _export(self, start: str | None) -> Iterator[Event]:
+        conn = _reader(self.path)
+        try:
+            conn.execute("BEGIN")
+            if start is None:
+                cursor = conn.execute(f"SELECT {_COLUMNS} FROM events ORDER BY seq")
+            else:
+                cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE time >= ? ORDER BY seq", (start,))
+            for row in cursor:
+                yield _event(row)
+        finally:
+            conn.close()
+
+    async def close(self) -> None:
+        """Commit everything already queued, then close.  Later appends fail."""
+        if self._closed:
+            return
+        self._closing = True
+        if self._writer is not None:
+            await self._queue.put(None)
+            await self._writer
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._wconn.close)
+        self._executor.shutdown(wait=True)
+        with self._rlock:
+            self._rconn.close()
+        self._closed = True
+
+
+# -- helpers ----------------------------------------------------------------
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file 0600 before SQLite does (SQLite gives its -wal
+    and -shm files the main file's mode), and tighten an existing one."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def _reader(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None, check_same_thread=False, timeout=10
+    )
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == SCHEMA_VERSION:
+        return
+    if version != 0:
+        raise sqlite3.DatabaseError(f"unknown journal schema version {version} (this airlock knows {SCHEMA_VERSION})")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _split_sql(_SCHEMA):
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _split_sql(script: str) -> list[str]:
+    """Statements of a script (triggers hold ';' inside BEGIN … END)."""
+    statements, current = [], ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    return [s for s in statements if s]
+
+
+def _read_head(conn: sqlite3.Connection) -> tuple[int, str]:
+    row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    return (0, GENESIS) if row is None else (int(row[0]), str(row[1]))
+
+
+def _read_operations(conn: sqlite3.Connection, cutoff: float) -> list[Settled]:
+    rows = conn.execute(
+        "SELECT operation_id, digest, outcome, completed_at FROM operations WHERE completed_at > ? ORDER BY ord",
+        (cutoff,),
+    ).fetchall()
+    return [Settled(str(r[0]), str(r[1]), str(r[2]), float(r[3])) for r in rows]
+
+
+def _prune_operations(conn: sqlite3.Connection, cutoff: float, capacity: int) -> None:
+    conn.execute("DELETE FROM operations WHERE completed_at <= ?", (cutoff,))
+    conn.execute(
+        "DELETE FROM operations WHERE ord NOT IN (SELECT ord FROM operations ORDER BY ord DESC LIMIT ?)", (capacity,)
+    )
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    payload = json.loads(row[8])
+    return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], payload, row[9], row[10])
+
+
+def _timestamp(seconds: float) -> str:
+    moment = dt.datetime.fromtimestamp(seconds, dt.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_since(value: str) -> str:
+    try:
+        moment = dt.datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise _invalid(f"since must be an ISO 8601 time (got {value!r})", "since") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)  # airlock's times are UTC; so is a bare one
+    # Same shape as stored times, so the comparison in SQL is by text.
+    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _canonical_object(name: str, value: object, cap: int) -> tuple[dict[str, Any], str]:
+    """The object as it will be hashed and stored, and its canonical text.
+
+    Round-tripping through canonical JSON means what is hashed now is exactly
+    what `verify` will parse back later (tuples become lists, keys strings).
+    """
+    if not isinstance(value, dict):
+        raise _invalid(f"{name} must be an object", name)
+    try:
+        data = canonical_json(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _invalid(f"{name} is not JSON-serialisable: {str(exc)[:200]}", name) from None
+    if len(data) > cap:
+        raise AirlockError(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"{name} is {len(data)} bytes of canonical JSON; the limit is {cap}",
+            {"field": name, "limit_bytes": cap},
+        )
+    try:
+        normalized = json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise _invalid(f"{name} holds a value JSON cannot carry (NaN or infinity)", name) from None
+    text = canonical_json(normalized).decode()
+    return normalized, text
+
+
+def _optional_text(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_ID_CHARS:
+        raise _invalid(f"{name} must be a string of 1 to {MAX_ID_CHARS} characters", name)
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise _invalid(f"{name} is not valid Unicode", name) from None
+    return value
+
+
+def _optional_uid(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UID:
+        raise _invalid("peer_uid must be an integer from 0 to 2^32-1", "peer_uid")
+    return value
+
+
+def _scope_sql(scope: dict[str, Any] | None) -> tuple[str, tuple[Any, ...]]:
+    if not scope:
+        return "1", ()
+    if not isinstance(scope, dict):
+        raise _invalid("scope must be an object", "scope")
+    clauses, params = [], []
+    for key, value in sorted(scope.items()):
+        kind = _SCOPES.get(key)
+        if kind is None:
+            raise _invalid(f"unknown scope {key!r} (use one of {', '.join(sorted(_SCOPES))})", "scope")
+        if kind is int:
+            _optional_uid(value)
+            if value is None:
+                raise _invalid("scope peer_uid must be an integer", "scope")
+        elif _optional_text(f"scope {key}", value) is None:
+            raise _invalid(f"scope {key} must be a string", "scope")
+        clauses.append(f"{key} = ?")  # key is one of _SCOPES, never caller text
+        params.append(value)
+    return " AND ".join(clauses), tuple(params)
+
+
+def _invalid(message: str, field: str) -> AirlockError:
+    return AirlockError(ErrorCode.INVALID_ARGUMENTS, message, {"field": field})
+
+
+def _unavailable(exc: BaseException) -> AirlockError:
+    return AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"the audit journal could not commit: {str(exc)[:200]}")
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)

@@ -1,0 +1,5 @@
+import sys
+
+from airlock.runner.service import main
+
+sys.exit(main())

@@ -1,0 +1,200 @@
+"""airlock-runner: executes approved work, and nothing else.
+
+Its verbs are a small fixed table (``exec``, ``cancel``) reachable only by
+intake's uid.  Each re-checks its inputs even though intake validated them,
+redeems the approval ticket (single use, bound to the spec's digest) before
+anything runs, and makes ``exec.started`` durable in the journal before the
+first process is spawned.  No ticket, no journal: nothing runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from airlock.common import daemon, log, validate
+from airlock.common.audit import Audit
+from airlock.common.config import Config
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.ipc import Client
+from airlock.common.peer import AllowList
+from airlock.common.server import Call, Door, Service
+from airlock.common.spec import ExecSpec
+from airlock.runner.identity import build_env, check_cwd, resolve_identity
+from airlock.runner.spawn import JobSpec, run_job, systemd_is_running
+
+NAME = "runner"
+
+
+class Runner:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.audit = Audit(config, "runner")
+        self.approval = Client(
+            config.socket_path("approval"), service="airlock-approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE
+        )
+        self.running: dict[str, asyncio.Event] = {}
+        self.log = log.get()
+
+    def containment(self) -> str:
+        mode = self.config.runner.containment
+        if mode == "auto":
+            return "scope" if systemd_is_running() and os.geteuid() == 0 else "process-group"
+        return mode
+
+    async def _refuse(self, exc: AirlockError, ids: dict[str, Any]) -> AirlockError:
+        try:
+            await self.audit.record("exec.refused", **ids, payload={"code": exc.code.value, "message": exc.message})
+        except AirlockError:
+            pass  # the refusal stands whether or not it could be journaled
+        return exc
+
+    async def exec(self, call: Call) -> dict[str, Any]:
+        a = call.args
+        spec = ExecSpec.from_dict(a.get("spec"))
+        ticket = validate.text("ticket", a.get("ticket"), max_len=256, allow_empty=False)
+        request_id = validate.optional_text("request_id", a.get("request_id"), max_len=256)
+        operation_id = validate.text("operation_id", a.get("operation_id"), max_len=256, allow_empty=False)
+        session = validate.optional_text("session", a.get("session"), max_len=256)
+        protected = validate.env_map("protected_env", a.get("protected_env"))
+        stream = validate.boolean("stream", a.get("stream"), False)
+        ids = {"request_id": request_id, "operation_id": operation_id, "peer_uid": spec.uid, "session": session}
+        digest = spec.digest()
+
+        # Defence in depth: the same rules intake applied, checked again here.
+        for name in [*spec.env, *protected]:
+            if name == "SSH_AUTH_SOCK" or not validate.env_allowed(name, self.config.env.allow):
+                raise await self._refuse(validate.bad(f"env.{name}", "is not in the environment allowlist"), ids)
+        if sorted(protected) != sorted(spec.protected_names):
+            raise await self._refuse(validate.bad("protected_env", "names do not match the approved request"), ids)
+        try:
+            await self.approval.call("redeem", {"ticket": ticket, "digest": digest})
+        except AirlockError as exc:
+            raise await self._refuse(exc, ids) from None
+
+        euid = os.geteuid()
+        if spec.run_as != euid and euid != 0:
+            what = "privileged requests need" if spec.privileged else "running as another user needs"
+            raise await self._refuse(
+                AirlockError(
+                    ErrorCode.PRIVILEGE_UNAVAILABLE,
+                    f"{what} airlock-runner to run as root; this runner runs as uid {euid}",
+                ),
+                ids,
+            )
+        identity = resolve_identity(spec.run_as)
+        cwd = spec.cwd or ("/" if identity.uid == 0 else identity.home)
+        try:
+            check_cwd(identity, cwd)
+        except AirlockError as exc:
+            raise await self._refuse(exc, ids) from None
+        env = build_env(identity, spec.env, protected)
+        timeout = (spec.timeout_ms / 1000) if spec.timeout_ms else self.config.limits.default_timeout_seconds
+        job = JobSpec(
+            operation_id=operation_id,
+            mode="shell" if spec.mode == "shell" else "exec",
+            stages=spec.stages,
+            identity=identity,
+            env=env,
+            cwd=cwd,
+            stdin=base64.b64decode(spec.stdin) if spec.stdin else None,
+            timeout_seconds=timeout,
+            deadline=(spec.deadline_ms / 1000) if spec.deadline_ms else None,
+            max_output_bytes=min(spec.max_output_bytes or self.config.limits.max_output_bytes, self.config.limits.max_output_bytes),
+            kill_grace_seconds=self.config.limits.kill_grace_seconds,
+            protected_values=tuple(v for v in protected.values() if v),
+            containment="scope" if self.containment() == "scope" else "process-group",
+            slice=self.config.runner.slice,
+            memory_max=self.config.runner.memory_max,
+            tasks_max=self.config.runner.tasks_max,
+            cpu_quota=self.config.runner.cpu_quota,
+        )
+        if operation_id in self.running:
+            raise AirlockError(ErrorCode.OPERATION_IN_PROGRESS, "this operation is already running")
+        await self.audit.record(
+            "exec.started",
+            **ids,
+            payload={"digest": digest, "spec": spec.to_dict(), "uid": identity.uid, "gid": identity.gid, "cwd": cwd,
+                     "containment": job.containment},
+        )
+        cancel = asyncio.Event()
+        self.running[operation_id] = cancel
+
+        # Output events go out in order through one queue, all before the final reply.
+        chunks: asyncio.Queue[tuple[str, int, bytes] | None] = asyncio.Queue()
+
+        async def forward() -> None:
+            while (item := await chunks.get()) is not None:
+                name, stage, chunk = item
+                await call.emit(name, {"stream": name, "stage": stage, "data": base64.b64encode(chunk).decode()})
+
+        forwarder = asyncio.create_task(forward()) if stream else None
+        try:
+            result = await run_job(
+                job, on_output=(lambda n, i, c: chunks.put_nowait((n, i, c))) if stream else None, cancel=cancel
+            )
+        finally:
+            self.running.pop(operation_id, None)
+            if forwarder is not None:
+                chunks.put_nowait(None)
+                await forwarder
+        evidence = result.to_evidence() | {
+            "operation_id": operation_id,
+            "cwd": cwd,
+            "uid": identity.uid,
+            "gid": identity.gid,
+            "hostname": socket.gethostname(),
+        }
+        summary = _audit_summary(evidence, self.config.journal.output_head_bytes, result)
+        if result.cancelled:
+            await self.audit.record("exec.cancelled", **ids, payload={"digest": digest})
+        await self.audit.record(
+            "exec.finished",
+            **ids,
+            payload=summary,
+            log_fields={"exit_code": summary["exit_codes"][-1], "timed_out": result.timed_out},
+        )
+        return evidence
+
+    async def cancel(self, call: Call) -> dict[str, Any]:
+        operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
+        event = self.running.get(operation_id)
+        if event is None:
+            raise AirlockError(ErrorCode.NOT_FOUND, f"operation {operation_id!r} is not running")
+        event.set()
+        return {"operation_id": operation_id, "cancelling": True}
+
+
+def _audit_summary(evidence: dict[str, Any], head: int, result: Any) -> dict[str, Any]:
+    """The evidence without output bytes: digests and sizes (and a configured head)."""
+    out = {k: v for k, v in evidence.items() if k not in ("stdout", "stages")}
+    out["stdout_bytes"] = len(result.stdout)
+    out["stages"] = [
+        {k: v for k, v in stage.items() if k != "stderr"} | {"stderr_bytes": len(r.stderr)}
+        for stage, r in zip(evidence["stages"], result.stages, strict=True)
+    ]
+    out["exit_codes"] = [s.exit_code for s in result.stages]
+    if head:
+        out["stdout_head"] = base64.b64encode(result.stdout[:head]).decode()
+    return out
+
+
+async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
+    runner = Runner(config)
+    door = Door(
+        "runner",
+        allow=AllowList.of([config.services.intake_user], []),
+        verbs={"exec": runner.exec, "cancel": runner.cancel},
+        max_line=config.limits.max_request_bytes * 2,
+    )
+    service = Service(NAME, config, [door])
+    service.status = lambda: f"{len(runner.running)} job(s) running"
+    return service
+
+
+def main(argv: list[str] | None = None) -> int:
+    return daemon.service_main(NAME, build, argv)

@@ -1,0 +1,410 @@
+"""Deciding: each matching rule of issue 6, one at a time."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from airlock.approval import match
+from airlock.approval.policy import (
+    DEFAULT_RULE,
+    UNRESOLVED_RULE,
+    Decision,
+    Policy,
+    Subject,
+    assemble,
+    explain,
+    parse_policy_text,
+)
+
+TRUE = os.path.realpath("/usr/bin/true")
+DASH = os.path.realpath("/bin/sh")
+
+
+def subject(
+    user: str = "deploy",
+    uid: int = 1000,
+    groups: frozenset[str] = frozenset({"deploy"}),
+    session: str | None = None,
+    privileged: bool = False,
+) -> Subject:
+    return Subject(uid, user, groups, session, privileged, 0 if privileged else uid)
+
+
+def policy(body: str, default: str = "ask") -> Policy:
+    text = f"policy:\n  default: {default}\n  rules:\n" + "\n".join("    " + line for line in body.strip("\n").splitlines())
+    return assemble([parse_policy_text(text, "/etc/airlock/airlock.yaml", main=True)])
+
+
+def decide(p: Policy, *stages: list[str], who: Subject | None = None) -> Decision:
+    return p.decide(who or subject(), stages)
+
+
+APT = policy(
+    """
+- name: apt-refresh
+  decision: allow
+  commands:
+    - [/usr/bin/apt-get, update]
+    - [/usr/bin/apt-get, install, "{pkg}"]
+    - [/usr/bin/journalctl, "..."]
+"""
+)
+
+
+def fake_resolver(name: str, search_path: str) -> str | None:
+    # Resolution without depending on what this machine has installed.
+    return name if name.startswith("/") else f"/usr/bin/{name}"
+
+
+# --- placeholders ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arg", ["nginx", "libc6:amd64", "python3.11", "pkg=1.0", "a/b", "./x", "x.."])
+def test_placeholder_accepts_plain_arguments(arg: str) -> None:
+    assert APT.decide(subject(), [["/usr/bin/apt-get", "install", arg]], resolver=fake_resolver).decision == "allow"
+
+
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "-o",
+        "--option=APT::Update::Pre-Invoke::=sh",
+        "-",
+        "",
+        "..",
+        "../etc/shadow",
+        "a/../b",
+        "a/..",
+        "x;reboot",
+        "x&&y",
+        "x|y",
+        "$(id)",
+        "`id`",
+        "a b",
+        "a\tb",
+        "a\nb",
+        "a\u00a0b",
+        "x>y",
+        "x'",
+        'x"',
+        "*",
+        "x?",
+        "[x]",
+        "{x}",
+        "!x",
+        "#x",
+        "~root",
+        "a\\b",
+        "\x1b[31m",
+    ],
+)
+def test_placeholder_refuses_dangerous_arguments(arg: str) -> None:
+    decision = APT.decide(subject(), [["/usr/bin/apt-get", "install", arg]], resolver=fake_resolver)
+    assert (decision.decision, decision.rule) == ("ask", DEFAULT_RULE)
+
+
+def test_placeholder_is_exactly_one_argument() -> None:
+    for args in (["install"], ["install", "a", "b"]):
+        assert decide(APT, ["/usr/bin/apt-get", *args]).rule == DEFAULT_RULE
+    assert decide(APT, ["/usr/bin/apt-get", "install", "nginx"]).rule == "apt-refresh"
+
+
+def test_literals_match_exactly() -> None:
+    assert decide(APT, ["apt-get", "update"]).decision == "allow"
+    for args in (["Update"], ["update", "-y"], ["-y", "update"], ["update "], []):
+        assert decide(APT, ["apt-get", *args]).rule == DEFAULT_RULE
+
+
+# --- "..." ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [[], ["-u", "nginx"], ["--since", "1 hour ago", "-o", "json", "a;b", ""]])
+def test_rest_matches_zero_or_many_arguments(args: list[str]) -> None:
+    decision = decide(APT, ["/usr/bin/journalctl", *args])
+    assert (decision.decision, decision.rule) == ("allow", "apt-refresh")
+
+
+def test_rest_needs_the_literals_before_it() -> None:
+    p = policy('- {name: r, decision: allow, commands: [[/usr/bin/systemctl, status, "..."]]}')
+    assert p.decide(subject(), [["systemctl", "status"]], resolver=fake_resolver).rule == "r"
+    assert p.decide(subject(), [["systemctl"]], resolver=fake_resolver).rule == DEFAULT_RULE
+    assert p.decide(subject(), [["systemctl", "restart", "x"]], resolver=fake_resolver).rule == DEFAULT_RULE
+
+
+# --- binaries ------------------------------------------------------------------------
+
+
+def test_symlinked_binary_matches_the_rule_for_its_target(tmp_path: Path) -> None:
+    link = tmp_path / "innocent-name"
+    link.symlink_to("/bin/true")
+    p = policy(f"- {{name: t, decision: deny, commands: [[{TRUE}]]}}", default="allow")
+    decision = decide(p, [str(link)])
+    assert (decision.decision, decision.rule, decision.stages[0].resolved) == ("deny", "t", TRUE)
+
+
+def test_rule_written_with_a_symlink_matches_the_canonical_binary(tmp_path: Path) -> None:
+    link = tmp_path / "mytrue"
+    link.symlink_to("/bin/true")
+    p = policy(f"- {{name: t, decision: allow, commands: [[{link}]]}}")
+    assert p.rules[0].commands == ((TRUE,),)
+    assert decide(p, ["true"]).decision == "allow"
+    assert decide(p, ["/bin/true"]).decision == "allow"
+
+
+def test_rule_for_a_missing_binary_is_kept_and_warned(tmp_path: Path) -> None:
+    missing = tmp_path / "not-installed"
+    p = policy(f"- {{name: t, decision: allow, commands: [[{missing}]]}}")
+    assert p.rules[0].commands == ((str(missing),),)
+    assert len(p.warnings) == 1 and "no executable" in p.warnings[0]
+
+
+def test_bare_names_resolve_on_the_target_users_path() -> None:
+    seen: list[str] = []
+
+    def resolver(name: str, search_path: str) -> str | None:
+        seen.append(search_path)
+        return None
+
+    APT.decide(subject(privileged=True), [["x"]], resolver=resolver)
+    APT.decide(subject(privileged=False), [["x"]], resolver=resolver)
+    assert "/usr/sbin" in seen[0] and "sbin" not in seen[1]
+
+
+def test_relative_and_unresolvable_binaries_are_denied() -> None:
+    p = policy("- {name: anything, decision: allow, commands: [[/usr/bin/true, '...']]}", default="allow")
+    for argv0 in ("./true", "bin/true", "no-such-binary-here", "/nonexistent/true"):
+        decision = decide(p, [argv0])
+        assert (decision.decision, decision.rule, decision.stages[0].resolved) == ("deny", UNRESOLVED_RULE, None)
+
+
+def test_unresolvable_binary_can_still_match_a_rule_without_commands() -> None:
+    p = policy("- {name: root-all, decision: allow, users: [root]}\n- {name: mallory, decision: deny, users: [mallory]}")
+    assert decide(p, ["no-such-binary-here"], who=subject("root", 0)).rule == "root-all"
+    assert decide(p, ["no-such-binary-here"], who=subject("mallory", 1001)).rule == "mallory"
+
+
+def test_shell_form_matches_through_the_canonical_shell() -> None:
+    p = policy(
+        """
+- name: disk-report
+  decision: allow
+  commands:
+    - [/bin/sh, -c, "df -h | sort"]
+"""
+    )
+    assert p.rules[0].commands == ((DASH, "-c", "df -h | sort"),)
+    for sh in ("/bin/sh", "sh", "/usr/bin/sh", DASH):
+        assert decide(p, [sh, "-c", "df -h | sort"]).decision == "allow", sh
+    assert decide(p, ["/bin/sh", "-c", "df -h | sort; reboot"]).rule == DEFAULT_RULE
+
+
+# --- pipelines and restrictiveness ---------------------------------------------------
+
+
+def test_pipeline_with_one_unmatched_stage_takes_the_default() -> None:
+    p = policy("- {name: t, decision: allow, commands: [[/usr/bin/true]]}", default="ask")
+    decision = decide(p, ["true"], ["cat"])
+    assert (decision.decision, decision.rule) == ("ask", DEFAULT_RULE)
+    assert [(s.decision, s.rule) for s in decision.stages] == [("allow", "t"), ("ask", DEFAULT_RULE)]
+    assert decide(p, ["true"], ["true"]).decision == "allow"
+
+
+def test_deny_beats_allow_within_one_stage() -> None:
+    p = policy(
+        """
+- {name: allow-apt, decision: allow, commands: [[/usr/bin/apt-get, "..."]]}
+- {name: no-purge, decision: deny, commands: [[/usr/bin/apt-get, purge, "..."]]}
+- {name: ask-purge, decision: ask, commands: [[/usr/bin/apt-get, purge, "{pkg}"]]}
+"""
+    )
+    decision = p.decide(subject(), [["apt-get", "purge", "nginx"]], resolver=fake_resolver)
+    assert (decision.decision, decision.rule) == ("deny", "no-purge")
+    assert decision.stages[0].matched == ("allow-apt", "ask-purge", "no-purge")
+    assert p.decide(subject(), [["apt-get", "update"]], resolver=fake_resolver).rule == "allow-apt"
+
+
+def test_pipeline_takes_its_most_restrictive_stage() -> None:
+    p = policy(
+        """
+- {name: a-allow, decision: allow, commands: [[/usr/bin/cat, "..."]]}
+- {name: b-ask, decision: ask, commands: [[/usr/bin/sort, "..."]]}
+- {name: c-deny, decision: deny, commands: [[/usr/bin/tee, "..."]]}
+""",
+        default="allow",
+    )
+
+    def run(*names: str) -> Decision:
+        return p.decide(subject(), [[n] for n in names], resolver=fake_resolver)
+
+    assert (run("cat", "sort").decision, run("cat", "sort").rule) == ("ask", "b-ask")
+    assert run("tee", "cat", "sort").rule == "c-deny"
+    assert run("cat", "unknown").rule == "a-allow"  # default allow does not outrank the rule's name
+    assert run("sort", "cat").rule == run("cat", "sort").rule
+
+
+def test_equal_stages_are_named_by_the_first_rule_name() -> None:
+    p = policy(
+        """
+- {name: zeta, decision: deny, commands: [[/usr/bin/a]]}
+- {name: alpha, decision: deny, commands: [[/usr/bin/b]]}
+""",
+    )
+    for order in (["a", "b"], ["b", "a"]):
+        assert p.decide(subject(), [[n] for n in order], resolver=fake_resolver).rule == "alpha"
+
+
+def test_a_real_rule_is_named_before_the_default_at_equal_restrictiveness() -> None:
+    p = policy("- {name: zz, decision: deny, commands: [[/usr/bin/a]]}", default="deny")
+    assert p.decide(subject(), [["b"], ["a"]], resolver=fake_resolver).rule == "zz"
+
+
+def test_empty_pipeline_or_stage_is_refused() -> None:
+    with pytest.raises(ValueError):
+        APT.decide(subject(), [])
+    with pytest.raises(ValueError):
+        APT.decide(subject(), [["true"], []])
+
+
+# --- subject conditions ---------------------------------------------------------------
+
+
+WHO = policy(
+    """
+- {name: by-user, decision: allow, users: [deploy, 1234]}
+- {name: by-group, decision: allow, groups: [agents, ops]}
+- {name: by-session, decision: allow, sessions: [nightly]}
+- {name: root-only, decision: allow, privileged: true, users: [alice]}
+- {name: unpriv-only, decision: allow, privileged: false, users: [bob]}
+- {name: all-of, decision: allow, users: [carol], groups: [agents], sessions: [s1], privileged: false}
+""",
+    default="deny",
+)
+
+
+def rule_for(who: Subject) -> str:
+    return WHO.decide(who, [["/usr/bin/true"]]).rule
+
+
+def test_users_by_name_or_uid() -> None:
+    assert rule_for(subject("deploy", 1)) == "by-user"
+    assert rule_for(subject("someone", 1234)) == "by-user"
+    assert rule_for(subject("someone", 4321)) == DEFAULT_RULE
+
+
+def test_groups_any_of() -> None:
+    assert rule_for(subject("x", 5, frozenset({"users", "ops"}))) == "by-group"
+    assert rule_for(subject("x", 5, frozenset({"users"}))) == DEFAULT_RULE
+
+
+def test_sessions_exact_and_never_without_a_session() -> None:
+    assert rule_for(subject("x", 5, session="nightly")) == "by-session"
+    assert rule_for(subject("x", 5, session="Nightly")) == DEFAULT_RULE
+    assert rule_for(subject("x", 5, session=None)) == DEFAULT_RULE
+
+
+def test_privileged_true_false_and_either() -> None:
+    assert rule_for(subject("alice", 5, privileged=True)) == "root-only"
+    assert rule_for(subject("alice", 5, privileged=False)) == DEFAULT_RULE
+    assert rule_for(subject("bob", 6, privileged=False)) == "unpriv-only"
+    assert rule_for(subject("bob", 6, privileged=True)) == DEFAULT_RULE
+    assert rule_for(subject("deploy", 1, privileged=True)) == "by-user"
+
+
+def test_all_present_conditions_must_hold() -> None:
+    good = subject("carol", 7, frozenset({"agents"}), "s1", False)
+    assert WHO.decide(good, [["/usr/bin/true"]]).stages[0].matched == ("all-of", "by-group")
+    for bad in (
+        subject("carol", 7, frozenset({"other"}), "s1", False),
+        subject("carol", 7, frozenset({"agents"}), "s2", False),
+        subject("carol", 7, frozenset({"agents"}), "s1", True),
+        subject("dave", 8, frozenset({"agents"}), "s1", False),
+    ):
+        assert "all-of" not in WHO.decide(bad, [["/usr/bin/true"]]).stages[0].matched
+
+
+# --- explain and to_dict ------------------------------------------------------------------
+
+
+def test_explain_names_binary_decision_and_rule() -> None:
+    decision = decide(APT, ["apt-get", "install", "nginx"], ["no-such-binary-here", "a b"])
+    assert explain(decision) == [
+        "stage 1: apt-get install nginx",
+        "  binary:   /usr/bin/apt-get",
+        "  decision: allow by rule apt-refresh (matched: apt-refresh)",
+        "stage 2: no-such-binary-here 'a b'",
+        "  binary:   (not found: cannot run)",
+        "  decision: deny by unresolved binary (no rule matched)",
+        "result: deny by unresolved binary",
+    ]
+
+
+def test_to_dict_is_plain_json() -> None:
+    decision = decide(APT, ["apt-get", "update"])
+    assert decision.to_dict() == {
+        "decision": "allow",
+        "rule": "apt-refresh",
+        "stages": [
+            {
+                "argv": ["apt-get", "update"],
+                "resolved": "/usr/bin/apt-get",
+                "decision": "allow",
+                "rule": "apt-refresh",
+                "matched": ["apt-refresh"],
+            }
+        ],
+    }
+
+
+# --- files: (issue 10) ---------------------------------------------------------------------
+
+
+def test_file_rules(tmp_path: Path) -> None:
+    tree = tmp_path / "nginx"
+    (tree / "sites").mkdir(parents=True)
+    (tmp_path / "secret").write_text("x")
+    (tree / "escape").symlink_to(tmp_path / "secret")
+    p = policy(
+        f"""
+- name: read-nginx
+  decision: allow
+  files:
+    - {{tools: [files_read, files_list], paths: [{tree}/...]}}
+- name: edit-main
+  decision: ask
+  files:
+    - {{tools: [files_edit], paths: [{tree}/nginx.conf]}}
+- {{name: any-command, decision: allow, commands: [[/usr/bin/true]]}}
+""",
+        default="deny",
+    )
+    who = subject()
+    assert p.decide_file(who, "files_read", f"{tree}/sites/default").rule == "read-nginx"
+    assert p.decide_file(who, "files_list", str(tree)).rule == "read-nginx"
+    assert p.decide_file(who, "files_read", f"{tree}/../secret").rule == DEFAULT_RULE
+    assert p.decide_file(who, "files_read", f"{tree}/escape").rule == DEFAULT_RULE
+    assert p.decide_file(who, "files_read", f"{tree}x/a").rule == DEFAULT_RULE
+    assert p.decide_file(who, "files_write", f"{tree}/nginx.conf").rule == DEFAULT_RULE
+    assert p.decide_file(who, "files_edit", f"{tree}/nginx.conf").decision == "ask"
+    assert p.decide_file(who, "files_edit", f"{tree}/other.conf").rule == DEFAULT_RULE
+    assert p.decide_file(who, "files_read", "relative/path").rule == UNRESOLVED_RULE
+    assert p.decide_file(who, "rm", f"{tree}/x").rule == UNRESOLVED_RULE
+    # A files-only rule never allows commands, a commands-only rule never files.
+    assert decide(p, ["cat", f"{tree}/nginx.conf"]).rule == DEFAULT_RULE
+    assert "any-command" not in p.decide_file(who, "files_read", "/usr/bin/true").stages[0].matched
+
+
+def test_rule_without_commands_or_files_covers_both() -> None:
+    p = policy("- {name: ops, decision: allow, groups: [ops]}", default="deny")
+    ops = subject("o", 9, frozenset({"ops"}))
+    assert p.decide_file(ops, "files_write", "/etc/hosts").rule == "ops"
+    assert decide(p, ["true"], who=ops).rule == "ops"
+
+
+def test_path_matching_helpers() -> None:
+    assert match.match_path("/", True, "/etc")
+    assert match.match_path("/etc", True, "/etc")
+    assert not match.match_path("/etc", True, "/etcx")
+    assert not match.match_path("/etc/hosts", False, "/etc/hosts/x")
