@@ -47,7 +47,7 @@ class Audit:
             },
         )
         self.log.info(
-            f"{self.writer}.{kind}",
+            kind if kind.startswith(self.writer + ".") else f"{self.writer}.{kind}",
             message_id=message_id(kind),
             kind=kind,
             request_id=request_id,

@@ -1,0 +1,162 @@
+"""Who a job runs as, with which environment, in which directory.
+
+Everything here is derived from the target user's passwd entry and the
+request, never from the daemon: a job must not inherit the runner's
+environment (NOTIFY_SOCKET, LISTEN_*, ...) or its view of the filesystem
+(the runner is root; the job usually is not).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pwd
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.resolve import default_path
+
+# Variables that belong to the service manager's conversation with the daemon.
+# A request may not set them either: a job that can talk to NOTIFY_SOCKET or
+# believes it was socket-activated could confuse systemd about the runner.
+_RESERVED_NAMES = frozenset({"NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC"})
+_RESERVED_PREFIXES = ("LISTEN_",)
+
+_MAX_SYMLINKS = 40  # the kernel's limit for one path lookup
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    uid: int
+    gid: int
+    groups: tuple[int, ...]  # supplementary groups, the primary gid included
+    user: str
+    home: str
+
+    def __post_init__(self) -> None:
+        if self.uid < 0 or self.gid < 0 or any(g < 0 for g in self.groups):
+            raise ValueError(f"identity ids must not be negative (got uid {self.uid}, gid {self.gid})")
+
+
+def resolve_identity(uid: int) -> Identity:
+    """The identity of ``uid`` from the passwd and group databases."""
+    try:
+        entry = pwd.getpwuid(uid)
+    except (KeyError, OverflowError, ValueError):
+        raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"no user with uid {uid}", {"uid": uid}) from None
+    groups = sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid)) | {entry.pw_gid})
+    return Identity(uid=uid, gid=entry.pw_gid, groups=tuple(groups), user=entry.pw_name, home=entry.pw_dir)
+
+
+def _check_env_name(name: str) -> None:
+    if not name or "=" in name or "\0" in name:
+        raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"invalid environment variable name {name!r}")
+    if name in _RESERVED_NAMES or name.startswith(_RESERVED_PREFIXES):
+        raise AirlockError(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"environment variable {name} is reserved for the service manager",
+            {"name": name},
+        )
+
+
+def build_env(identity: Identity, request_env: Mapping[str, str], protected_env: Mapping[str, str]) -> dict[str, str]:
+    """A job's environment, built from scratch.
+
+    HOME, USER, LOGNAME and PATH come from the target user (a HOME in the
+    request wins, as any request variable does); then the request's
+    variables; then the protected ones, which override both.  Nothing of the
+    daemon's own environment is consulted.
+    """
+    env = {
+        "HOME": identity.home,
+        "USER": identity.user,
+        "LOGNAME": identity.user,
+        "PATH": default_path(identity.uid),
+    }
+    for source in (request_env, protected_env):
+        for name, value in source.items():
+            _check_env_name(name)
+            if "\0" in value:
+                raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"environment variable {name} contains a NUL byte")
+            env[name] = value
+    return env
+
+
+def default_cwd(identity: Identity) -> str:
+    """Where a job without a ``cwd`` starts: ``/`` for root, else the home if it exists."""
+    if identity.uid == 0 or not os.path.isdir(identity.home):
+        # Like login(1): a user whose home is missing (nobody's /nonexistent) starts in /.
+        return "/"
+    return identity.home
+
+
+def _may_search(identity: Identity, st: os.stat_result) -> bool:
+    """Whether ``identity`` may search (x) a directory with this stat, by its mode bits."""
+    if identity.uid == 0:
+        return True  # CAP_DAC_READ_SEARCH
+    if st.st_uid == identity.uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if st.st_gid == identity.gid or st.st_gid in identity.groups:
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
+
+
+def _cwd_error(identity: Identity, cwd: str, why: str) -> AirlockError:
+    return AirlockError(
+        ErrorCode.SPAWN_FAILED,
+        f"working directory {cwd}: {why} for user {identity.user} (uid {identity.uid})",
+        {"cwd": cwd, "uid": identity.uid},
+    )
+
+
+def check_cwd(identity: Identity, cwd: str) -> None:
+    """Refuse unless ``identity`` could ``chdir(cwd)``.
+
+    The runner changes directory while still root (subprocess does chdir
+    before setuid), so the kernel never checks this for us.  We walk the path
+    as the kernel would for the target user: every directory looked up in,
+    symlinks followed, needs the search bit that applies to the user's uid,
+    gid or supplementary groups.  POSIX ACLs are not evaluated (mode bits only).
+    """
+    if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd:
+        raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"working directory must be an absolute path (got {cwd!r})")
+    pending = [c for c in cwd.split("/") if c]
+    pending.reverse()  # a stack: the next component is last
+    current = "/"
+    links = 0
+    while True:
+        try:
+            st = os.stat(current)
+        except OSError as exc:
+            raise _cwd_error(identity, cwd, f"{current} cannot be examined ({os.strerror(exc.errno or 0)})") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise _cwd_error(identity, cwd, f"{current} is not a directory")
+        if not _may_search(identity, st):
+            raise _cwd_error(identity, cwd, f"no permission to enter {current}")
+        if not pending:
+            return
+        component = pending.pop()
+        if component == ".":
+            continue
+        if component == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, component)
+        try:
+            lst = os.lstat(candidate)
+        except OSError as exc:
+            why = "does not exist" if exc.errno == errno.ENOENT else os.strerror(exc.errno or 0)
+            raise _cwd_error(identity, cwd, f"{candidate} {why}") from None
+        if stat.S_ISLNK(lst.st_mode):
+            links += 1
+            if links > _MAX_SYMLINKS:
+                raise _cwd_error(identity, cwd, "too many levels of symbolic links")
+            target = os.readlink(candidate)
+            parts = [c for c in target.split("/") if c]
+            pending.extend(reversed(parts))
+            if target.startswith("/"):
+                current = "/"
+            continue
+        current = candidate

@@ -1,0 +1,261 @@
+"""Containment in a transient systemd scope unit (only when systemd is PID 1).
+
+The spawner starts every stage blocked before exec, then `start_scope` asks
+systemd (StartTransientUnit over D-Bus, through busctl: no Python D-Bus
+dependency) to create ``airlock-job-<operation>.scope`` in the jobs slice with
+those PIDs, and waits until the kernel shows each of them in the scope's
+cgroup.  Only then are the stages released, so nothing the job forks can be
+born outside the scope.  Timeout and cancel signal the whole unit
+(KillUnit), which reaches processes that left the job's process groups.
+
+Everything that builds arguments is pure and unit-tested; what talks to
+systemd is kept to a few short coroutines exercised by the system tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.resolve import ROOT_PATH, resolve_executable
+
+_DEST = "org.freedesktop.systemd1"
+_PATH = "/org/freedesktop/systemd1"
+_MANAGER = "org.freedesktop.systemd1.Manager"
+_UINT64_MAX = 2**64 - 1
+_UINT32_MAX = 2**32 - 1
+_UNIT_NAME_MAX = 255
+_UNIT_PREFIX = "airlock-job-"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)\s*(?P<suffix>[KMGTPE]?)", re.IGNORECASE)
+_SUFFIXES = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+_BUSCTL_TIMEOUT_SECONDS = 10.0
+_ATTACH_TIMEOUT_SECONDS = 5.0
+_POLL_SECONDS = 0.01
+
+
+def unit_name(operation_id: str) -> str:
+    """``airlock-job-<operation id>.scope``, made safe for a unit name.
+
+    Characters outside ``[A-Za-z0-9_.-]`` become ``_``; when anything had to
+    change (or the name is too long) a short digest of the real ID is added,
+    so two different operations never share a unit.
+    """
+    safe = _UNSAFE.sub("_", operation_id)
+    room = _UNIT_NAME_MAX - len(_UNIT_PREFIX) - len(".scope")
+    if safe != operation_id or not safe or len(safe) > room:
+        digest = hashlib.sha256(operation_id.encode()).hexdigest()[:12]
+        safe = f"{safe[: room - len(digest) - 1]}-{digest}" if safe else digest
+    return f"{_UNIT_PREFIX}{safe}.scope"
+
+
+def _invalid(setting: str, value: str, why: str) -> AirlockError:
+    return AirlockError(ErrorCode.INVALID_ARGUMENTS, f"runner.{setting}: {why} (got {value!r})")
+
+
+def memory_property(value: str) -> tuple[str, str, int]:
+    """``MemoryMax`` as a D-Bus property: bytes (1024-based suffixes), ``N%`` or ``infinity``."""
+    text = value.strip()
+    if text == "infinity":
+        return ("MemoryMax", "t", _UINT64_MAX)
+    if text.endswith("%"):
+        try:
+            percent = float(text[:-1])
+        except ValueError:
+            raise _invalid("memory_max", value, "not a percentage") from None
+        if not 0 < percent <= 100:
+            raise _invalid("memory_max", value, "a percentage must be in (0, 100]")
+        return ("MemoryMaxScale", "u", round(percent / 100 * _UINT32_MAX))
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise _invalid("memory_max", value, "expected bytes with an optional K, M, G, T, P or E suffix")
+    size = int(float(match["number"]) * 1024 ** _SUFFIXES[match["suffix"].upper()])
+    if not 0 < size < _UINT64_MAX:
+        raise _invalid("memory_max", value, "out of range")
+    return ("MemoryMax", "t", size)
+
+
+def cpu_quota_property(value: str) -> tuple[str, str, int]:
+    """``CPUQuota=200%`` as ``CPUQuotaPerSecUSec`` (microseconds of CPU per second)."""
+    text = value.strip()
+    try:
+        percent = float(text[:-1]) if text.endswith("%") else float("nan")
+    except ValueError:
+        percent = float("nan")
+    if not percent > 0:  # also rejects NaN
+        raise _invalid("cpu_quota", value, "expected a positive percentage such as 200%")
+    return ("CPUQuotaPerSecUSec", "t", round(percent * 10_000))
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeSettings:
+    slice: str
+    description: str
+    stop_timeout_seconds: float
+    memory_max: str | None = None
+    tasks_max: int = 0
+    cpu_quota: str | None = None
+
+
+def scope_properties(
+    pids: Sequence[int], settings: ScopeSettings
+) -> list[tuple[str, str, list[int] | int | str | bool]]:
+    """The unit properties of a job scope, as (name, D-Bus signature, value)."""
+    props: list[tuple[str, str, list[int] | int | str | bool]] = [
+        ("Description", "s", settings.description),
+        ("Slice", "s", settings.slice),
+        ("PIDs", "au", list(pids)),
+        # Scope stop (e.g. at shutdown) escalates to SIGKILL after our grace.
+        ("TimeoutStopUSec", "t", max(0, round(settings.stop_timeout_seconds * 1_000_000))),
+        ("SendSIGKILL", "b", True),
+        # A killed job must not leave a failed unit behind to block the name.
+        ("CollectMode", "s", "inactive-or-failed"),
+    ]
+    if settings.memory_max is not None:
+        props.append(memory_property(settings.memory_max))
+    if settings.tasks_max > 0:
+        props.append(("TasksMax", "t", settings.tasks_max))
+    if settings.cpu_quota is not None:
+        props.append(cpu_quota_property(settings.cpu_quota))
+    return props
+
+
+def _busctl_value(signature: str, value: list[int] | int | str | bool) -> list[str]:
+    if signature == "b":
+        return ["true" if value else "false"]
+    if isinstance(value, list):
+        return [str(len(value)), *(str(v) for v in value)]
+    return [str(value)]
+
+
+def start_transient_unit_args(unit: str, pids: Sequence[int], settings: ScopeSettings) -> list[str]:
+    """busctl's arguments (after the program name) for StartTransientUnit."""
+    props = scope_properties(pids, settings)
+    args = ["--system", "--quiet", "call", _DEST, _PATH, _MANAGER, "StartTransientUnit", "ssa(sv)a(sa(sv))"]
+    args += [unit, "fail", str(len(props))]
+    for name, signature, value in props:
+        args += [name, signature, *_busctl_value(signature, value)]
+    args.append("0")  # no auxiliary units
+    return args
+
+
+def kill_unit_args(unit: str, signum: int) -> list[str]:
+    """busctl's arguments for KillUnit(unit, "all", signum)."""
+    return ["--system", "--quiet", "call", _DEST, _PATH, _MANAGER, "KillUnit", "ssi", unit, "all", str(int(signum))]
+
+
+async def _busctl(args: list[str]) -> None:
+    method = args[6]  # after --system --quiet call DEST PATH INTERFACE
+    busctl = resolve_executable("busctl", ROOT_PATH)
+    if busctl is None:
+        raise AirlockError(ErrorCode.SPAWN_FAILED, "scope containment needs busctl, which was not found")
+    proc = await asyncio.create_subprocess_exec(
+        busctl,
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env={"PATH": ROOT_PATH, "LC_ALL": "C.UTF-8"},
+        close_fds=True,
+    )
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), _BUSCTL_TIMEOUT_SECONDS)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"busctl {method} timed out") from None
+    if proc.returncode != 0:
+        message = err.decode(errors="replace").strip() or f"exit status {proc.returncode}"
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"busctl {method} failed: {message}")
+
+
+def _cgroup_of(pid: int) -> str | None:
+    """The unified-hierarchy cgroup path of ``pid`` (None if it is gone or there is none)."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].rstrip("\n")
+    except OSError:
+        return None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A created job scope: its unit name and cgroup directory."""
+
+    unit: str
+    cgroup_dir: str
+
+    def populated(self) -> bool:
+        """Whether any process is left in the scope's cgroup."""
+        try:
+            with open(os.path.join(self.cgroup_dir, "cgroup.events"), encoding="utf-8") as f:
+                return any(line.strip() == "populated 1" for line in f)
+        except FileNotFoundError:
+            return False  # systemd already removed the empty scope
+
+    async def kill(self, signum: int) -> None:
+        """Signal every process in the scope; falls back to the cgroup's own list."""
+        try:
+            await _busctl(kill_unit_args(self.unit, signum))
+        except AirlockError as exc:
+            structlog.get_logger().warning("runner.scope.kill_failed", unit=self.unit, error=exc.message)
+            self.kill_direct(signum)
+
+    def kill_direct(self, signum: int) -> None:
+        if signum == signal.SIGKILL:
+            try:  # atomic against forks, unlike walking cgroup.procs
+                with open(os.path.join(self.cgroup_dir, "cgroup.kill"), "w", encoding="ascii") as f:
+                    f.write("1")
+                return
+            except OSError:
+                pass
+        try:
+            with open(os.path.join(self.cgroup_dir, "cgroup.procs"), encoding="ascii") as f:
+                pids = [int(line) for line in f if line.strip()]
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+
+
+async def start_scope(unit: str, pids: Sequence[int], settings: ScopeSettings) -> Scope:
+    """Create the scope holding ``pids`` and wait until all of them are in it."""
+    await _busctl(start_transient_unit_args(unit, pids, settings))
+    # StartTransientUnit only queues a job; the PIDs move when it runs.
+    give_up = time.monotonic() + _ATTACH_TIMEOUT_SECONDS
+    suffix = "/" + unit
+    cgroup: str | None = None
+    waiting = list(pids)
+    while waiting:
+        path = _cgroup_of(waiting[0])
+        if path is not None and path.endswith(suffix):
+            cgroup = path
+            waiting.pop(0)
+            continue
+        if path is None:
+            raise AirlockError(ErrorCode.SPAWN_FAILED, f"process {waiting[0]} vanished before joining {unit}")
+        if time.monotonic() > give_up:
+            raise AirlockError(
+                ErrorCode.SPAWN_FAILED, f"processes did not join {unit} within {_ATTACH_TIMEOUT_SECONDS:g}s"
+            )
+        await asyncio.sleep(_POLL_SECONDS)
+    if cgroup is None:
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"scope {unit} has no processes")
+    scope = Scope(unit=unit, cgroup_dir="/sys/fs/cgroup" + cgroup)
+    structlog.get_logger().debug("runner.scope.created", unit=unit, pids=list(pids))
+    return scope

@@ -1,0 +1,709 @@
+"""The one place airlock starts a job's processes.
+
+A job is one argv pipeline (or ``/bin/sh -c`` for shell mode): stages joined
+by OS pipes, each running as the job's identity, in a clean environment, with
+stdin from the request's bytes or /dev/null.  The runner reads only the last
+stage's stdout and every stage's stderr, redacts protected values, caps each
+stream, and enforces timeout, deadline and cancel with SIGTERM, a grace
+period, then SIGKILL.  Every child is always waited for.
+
+Containment:
+- ``process-group``: every stage leads its own session and process group
+  (``start_new_session``); signals go to all of the job's groups.  A process
+  that calls setsid() itself leaves them and escapes (as in reference/001).
+- ``scope``: additionally a transient systemd scope holds every process the
+  job starts; stages wait before exec until they are inside it (see scope.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fcntl
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import structlog
+
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.resolve import default_path, resolve_executable
+from airlock.runner import scope as _scope
+from airlock.runner.identity import Identity, check_cwd
+from airlock.runner.redact import Capture, StreamRedactor
+
+OutputCallback = Callable[[str, int, bytes], None]
+
+_READ_SIZE = 256 * 1024
+_PIPE_SIZE = 1024 * 1024  # fewer wake-ups while draining a fast producer
+_WRITE_SIZE = 64 * 1024
+_DRAIN_SECONDS = 2.0  # reading output after every process we can reach is gone
+_SWEEP_POLL_SECONDS = 0.02
+_SWEEP_KILL_WAIT_SECONDS = 1.0
+
+# Runs in each stage of a scope job: wait at the gate until the stage is inside
+# the scope, then exec the real binary with the caller's argv[0].  Python
+# ignores SIGPIPE and SIGXFSZ at start-up and exec keeps ignored signals
+# ignored, so they are reset first (subprocess's restore_signals does the same).
+_GATE_SHIM = """\
+import os, signal, sys
+gate = int(sys.argv[1])
+if os.read(gate, 1) != b"1":
+    os._exit(125)
+os.close(gate)
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+try:
+    os.execv(sys.argv[2], sys.argv[3:])
+except OSError as exc:
+    os.write(2, ("airlock: cannot execute %s: %s\\n" % (sys.argv[2], exc.strerror)).encode())
+    os._exit(127 if exc.errno == 2 else 126)
+"""
+
+
+def _invalid(message: str) -> AirlockError:
+    return AirlockError(ErrorCode.INVALID_ARGUMENTS, message)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    operation_id: str
+    mode: Literal["exec", "shell"]
+    stages: tuple[tuple[str, ...], ...]  # shell mode: (("/bin/sh", "-c", command),)
+    identity: Identity
+    env: Mapping[str, str]
+    cwd: str
+    stdin: bytes | None  # None: /dev/null
+    timeout_seconds: float
+    deadline: float | None  # absolute, epoch seconds
+    max_output_bytes: int  # per stream
+    kill_grace_seconds: float
+    protected_values: tuple[str, ...]
+    containment: Literal["scope", "process-group"]
+    slice: str = "airlock-jobs.slice"
+    memory_max: str | None = None
+    tasks_max: int = 0
+    cpu_quota: str | None = None
+    umask: int = 0o022  # the job's, not the daemon's (which may be stricter)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("exec", "shell"):
+            raise _invalid(f"mode must be exec or shell (got {self.mode!r})")
+        if not self.stages or any(not stage for stage in self.stages):
+            raise _invalid("a job needs at least one stage, and every stage an argv")
+        if any(not isinstance(arg, str) or "\0" in arg for stage in self.stages for arg in stage):
+            raise _invalid("argv entries must be strings without NUL bytes")
+        if self.mode == "shell" and len(self.stages) != 1:
+            raise _invalid("a shell job has exactly one stage")
+        if self.containment not in ("scope", "process-group"):
+            raise _invalid(f"containment must be scope or process-group (got {self.containment!r})")
+        if not self.timeout_seconds > 0:
+            raise _invalid(f"timeout must be positive (got {self.timeout_seconds})")
+        if self.max_output_bytes < 0 or self.kill_grace_seconds < 0 or self.tasks_max < 0:
+            raise _invalid("output cap, kill grace and tasks_max must not be negative")
+
+
+@dataclass(frozen=True, slots=True)
+class StageResult:
+    argv: tuple[str, ...]
+    exit_code: int | None  # None: killed by a signal, or never started
+    signal: int | None
+    stderr: bytes
+    stderr_truncated: bool
+    stderr_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    operation_id: str
+    mode: str
+    stages: tuple[StageResult, ...]
+    stdout: bytes
+    stdout_truncated: bool
+    stdout_sha256: str
+    started_at: str
+    ended_at: str
+    duration_ms: int
+    timed_out: bool
+    timeout_reason: str | None  # "timeout" or "deadline"
+    cancelled: bool
+    containment: str
+    scope_unit: str | None
+    started: bool  # False: the deadline had passed or cancel came first; nothing ran
+    cwd: str
+    uid: int
+    gid: int
+
+    def to_evidence(self) -> dict[str, Any]:
+        """The JSON-ready evidence (streams base64, digests of the delivered bytes)."""
+        return {
+            "operation_id": self.operation_id,
+            "mode": self.mode,
+            "containment": self.containment,
+            "scope_unit": self.scope_unit,
+            "cwd": self.cwd,
+            "uid": self.uid,
+            "gid": self.gid,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "duration_ms": self.duration_ms,
+            "timed_out": self.timed_out,
+            "timeout_reason": self.timeout_reason,
+            "cancelled": self.cancelled,
+            "stages": [
+                {
+                    "argv": list(stage.argv),
+                    "exit_code": stage.exit_code,
+                    "signal": stage.signal,
+                    "stderr": base64.b64encode(stage.stderr).decode("ascii"),
+                    "stderr_truncated": stage.stderr_truncated,
+                    "stderr_sha256": stage.stderr_sha256,
+                }
+                for stage in self.stages
+            ],
+            "stdout": base64.b64encode(self.stdout).decode("ascii"),
+            "stdout_truncated": self.stdout_truncated,
+            "stdout_sha256": self.stdout_sha256,
+        }
+
+
+def describe_exit(returncode: int) -> tuple[int | None, int | None]:
+    """``(exit_code, signal)`` from a subprocess return code (negative: killed by a signal)."""
+    if returncode < 0:
+        return None, -returncode
+    return returncode, None
+
+
+def systemd_is_running() -> bool:
+    """True when systemd is PID 1 (the test sd_booted() makes)."""
+    return os.path.isdir("/run/systemd/system")
+
+
+def _now_iso(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- file descriptors owned by one job ------------------------------------------
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _Fd:
+    """One pipe end the job owns, closable from anywhere, exactly once.
+
+    A task waiting on it may be cancelled after the job closed it; it then
+    must not unregister a later, unrelated user of the same fd number.
+    """
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    async def wait(self, *, write: bool) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        fd = self.fd
+        if write:
+            loop.add_writer(fd, _wake, future)
+        else:
+            loop.add_reader(fd, _wake, future)
+        try:
+            await future
+        finally:
+            if self.fd == fd and write:  # still ours
+                loop.remove_writer(fd)
+            elif self.fd == fd:
+                loop.remove_reader(fd)
+
+    def close(self) -> None:
+        if self.fd < 0:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.fd)
+        loop.remove_writer(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+
+
+async def _wait_exit(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for a stage to exit and reap it, without a thread (pidfd)."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:  # a kernel before 5.3
+        return await asyncio.to_thread(proc.wait)
+    holder = _Fd(pidfd)
+    try:
+        while proc.poll() is None:
+            await holder.wait(write=False)
+    finally:
+        holder.close()
+    assert proc.returncode is not None
+    return proc.returncode
+
+
+# --- output streams --------------------------------------------------------------
+
+
+class _Stream:
+    """One captured stream: redact, then cap, then deliver."""
+
+    __slots__ = ("_callback", "_capture", "_redactor", "name", "stage")
+
+    def __init__(self, name: str, stage: int, spec: JobSpec, on_output: OutputCallback | None) -> None:
+        self.name = name
+        self.stage = stage
+        self._callback = on_output
+        self._redactor = StreamRedactor(spec.protected_values)
+        self._capture = Capture(spec.max_output_bytes, self._deliver if on_output is not None else None)
+
+    def _deliver(self, data: bytes) -> None:
+        if self._callback is None:
+            return
+        try:
+            self._callback(self.name, self.stage, data)
+        except Exception as exc:
+            # A broken listener (say, a client that went away) must not stop the
+            # draining that keeps the job from blocking; the evidence is complete.
+            structlog.get_logger().warning("runner.output.listener_failed", stream=self.name, error=type(exc).__name__)
+            self._callback = None
+
+    def feed(self, data: bytes) -> None:
+        if not self._capture.truncated:  # past the cap the bytes are only drained
+            self._capture.add(self._redactor.feed(data))
+
+    def finish(self) -> tuple[bytes, bool, str]:
+        self._capture.add(self._redactor.flush())
+        data = self._capture.finish()
+        return data, self._capture.truncated, _sha256(data)
+
+
+async def _pump(fd: _Fd, stream: _Stream) -> None:
+    while fd.fd >= 0:
+        try:
+            data = os.read(fd.fd, _READ_SIZE)
+        except BlockingIOError:
+            await fd.wait(write=False)
+            continue
+        if not data:
+            break
+        stream.feed(data)
+    fd.close()
+
+
+async def _feed_stdin(fd: _Fd, data: bytes) -> None:
+    view = memoryview(data)
+    try:
+        while view and fd.fd >= 0:
+            try:
+                written = os.write(fd.fd, view[:_WRITE_SIZE])
+            except BlockingIOError:
+                await fd.wait(write=True)
+                continue
+            view = view[written:]
+    except BrokenPipeError:
+        pass  # the first stage stopped reading; that is its business
+    finally:
+        fd.close()  # EOF for the first stage
+
+
+# --- containment -------------------------------------------------------------------
+
+
+class _ProcessGroups:
+    """Every stage leads its own process group; signal them all."""
+
+    gated = False
+
+    def __init__(self) -> None:
+        self.pgids: list[int] = []
+        self.unit: str | None = None
+
+    async def attach(self, pids: Sequence[int]) -> None:
+        self.pgids = list(pids)  # start_new_session: pgid == pid
+
+    async def signal(self, signum: int) -> None:
+        self.signal_now(signum)
+
+    def signal_now(self, signum: int) -> None:
+        for pgid in self.pgids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signum)
+
+    async def occupied(self) -> bool:
+        for pgid in self.pgids:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                pass  # someone in it we may not signal: still occupied
+            return True
+        return False
+
+
+class _ScopeContainment(_ProcessGroups):
+    """Process groups, plus a transient systemd scope around the whole job."""
+
+    gated = True
+
+    def __init__(self, spec: JobSpec) -> None:
+        super().__init__()
+        self.unit = _scope.unit_name(spec.operation_id)
+        self._settings = _scope.ScopeSettings(
+            slice=spec.slice,
+            description=f"airlock job {spec.operation_id}",
+            stop_timeout_seconds=spec.kill_grace_seconds,
+            memory_max=spec.memory_max,
+            tasks_max=spec.tasks_max,
+            cpu_quota=spec.cpu_quota,
+        )
+        _scope.scope_properties([], self._settings)  # bad limits fail before anything starts
+        self._scope: _scope.Scope | None = None
+
+    async def attach(self, pids: Sequence[int]) -> None:
+        await super().attach(pids)
+        assert self.unit is not None
+        self._scope = await _scope.start_scope(self.unit, pids, self._settings)
+
+    async def signal(self, signum: int) -> None:
+        if self._scope is not None:
+            await self._scope.kill(signum)
+        super().signal_now(signum)
+
+    def signal_now(self, signum: int) -> None:
+        if self._scope is not None:
+            self._scope.kill_direct(signum)
+        super().signal_now(signum)
+
+    async def occupied(self) -> bool:
+        return (self._scope is not None and self._scope.populated()) or await super().occupied()
+
+
+Containment = _ProcessGroups
+
+
+def _containment_for(spec: JobSpec) -> Containment:
+    if spec.containment == "process-group":
+        return _ProcessGroups()
+    if not systemd_is_running():
+        raise AirlockError(ErrorCode.SPAWN_FAILED, "scope containment needs systemd as PID 1, which is not running")
+    return _ScopeContainment(spec)
+
+
+# --- the job ----------------------------------------------------------------------------
+
+
+def _check_privilege(identity: Identity) -> None:
+    euid = os.geteuid()
+    if euid != 0 and identity.uid != euid:
+        raise AirlockError(
+            ErrorCode.PRIVILEGE_UNAVAILABLE,
+            f"the runner is not root (uid {euid}) and cannot run a job as {identity.user} (uid {identity.uid})",
+            {"uid": identity.uid},
+        )
+
+
+def _resolve_all(spec: JobSpec) -> list[str]:
+    search_path = spec.env.get("PATH", default_path(spec.identity.uid))
+    executables = []
+    for index, argv in enumerate(spec.stages):
+        executable = resolve_executable(argv[0], search_path)
+        if executable is None:
+            raise AirlockError(
+                ErrorCode.SPAWN_FAILED,
+                f"stage {index + 1}: {argv[0]}: command not found",
+                {"stage": index, "argv0": argv[0]},
+            )
+        executables.append(executable)
+    return executables
+
+
+def _grow_pipe(fd: int) -> None:
+    with contextlib.suppress(OSError):  # the per-user pipe quota may say no
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+
+
+class _Job:
+    """The mutable runtime state of one job (the spec stays frozen)."""
+
+    def __init__(self, spec: JobSpec, containment: Containment, on_output: OutputCallback | None) -> None:
+        self.spec = spec
+        self.containment = containment
+        self.on_output = on_output
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.fds: list[_Fd] = []
+        self.streams: list[tuple[_Fd, _Stream]] = []
+        self.stdin: tuple[_Fd, bytes] | None = None
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.returncodes: list[int | None] = [None] * len(spec.stages)
+        self.timed_out = False
+        self.cancelled = False
+
+    def _pipe(self) -> tuple[_Fd, _Fd]:
+        r, w = os.pipe()
+        ends = (_Fd(r), _Fd(w))
+        self.fds.extend(ends)
+        return ends
+
+    def spawn(self, executables: Sequence[str]) -> list[_Fd]:
+        """Start every stage; returns the gates to open (scope mode) or none."""
+        spec = self.spec
+        last = len(spec.stages) - 1
+        if spec.stdin is None:
+            next_in = _Fd(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+            self.fds.append(next_in)
+        else:
+            next_in, writer = self._pipe()
+            self.stdin = (writer, spec.stdin)
+        gates: list[_Fd] = []
+        ids: dict[str, Any] = {}
+        if os.geteuid() == 0:  # else _check_privilege made sure the uid is ours
+            ids = {"user": spec.identity.uid, "group": spec.identity.gid, "extra_groups": list(spec.identity.groups)}
+        for index, (argv, executable) in enumerate(zip(spec.stages, executables, strict=True)):
+            read_out, write_out = self._pipe()
+            read_err, write_err = self._pipe()
+            if index == last:
+                _grow_pipe(read_out.fd)
+                self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output)))
+            _grow_pipe(read_err.fd)
+            self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output)))
+            args: list[str] = list(argv)
+            program = executable
+            pass_fds: tuple[int, ...] = ()
+            if self.containment.gated:
+                gate_in, gate_out = self._pipe()
+                gates.append(gate_out)
+                pass_fds = (gate_in.fd,)
+                program = os.path.realpath(sys.executable)
+                args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), executable, *argv]
+            try:
+                proc = subprocess.Popen(
+                    args,
+                    executable=program,  # argv[0] stays what the request said
+                    stdin=next_in.fd,
+                    stdout=write_out.fd,
+                    stderr=write_err.fd,
+                    cwd=spec.cwd,
+                    env=dict(spec.env),
+                    close_fds=True,
+                    pass_fds=pass_fds,
+                    start_new_session=True,
+                    restore_signals=True,
+                    umask=spec.umask,
+                    **ids,
+                )
+            except OSError as exc:
+                raise AirlockError(
+                    ErrorCode.SPAWN_FAILED,
+                    f"stage {index + 1}: cannot start {argv[0]}: {exc.strerror or exc}",
+                    {"stage": index, "argv0": argv[0]},
+                ) from None
+            self.procs.append(proc)
+            # The children have their ends now; ours would hide EOF.
+            next_in.close()
+            write_out.close()
+            write_err.close()
+            if self.containment.gated:
+                gate_in.close()
+            # The next stage reads this one's stdout straight from the pipe.
+            next_in = read_out
+        return gates
+
+    def start_io(self) -> None:
+        for fd, stream in self.streams:
+            os.set_blocking(fd.fd, False)
+            self.tasks.append(asyncio.ensure_future(_pump(fd, stream)))
+        if self.stdin is not None:
+            writer, data = self.stdin
+            os.set_blocking(writer.fd, False)
+            self.tasks.append(asyncio.ensure_future(_feed_stdin(writer, data)))
+
+    async def _wait_all(self) -> None:
+        async def one(index: int, proc: subprocess.Popen[bytes]) -> None:
+            self.returncodes[index] = await _wait_exit(proc)
+
+        await asyncio.gather(*(one(i, p) for i, p in enumerate(self.procs)))
+
+    async def supervise(self, budget: float, cancel: asyncio.Event | None) -> None:
+        exits = asyncio.ensure_future(self._wait_all())
+        self.tasks.append(exits)
+        watch: set[asyncio.Future[Any]] = {exits}
+        cancelled = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
+        if cancelled is not None:
+            watch.add(cancelled)
+        try:
+            await asyncio.wait(watch, timeout=budget, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if cancelled is not None:
+                cancelled.cancel()
+        if not exits.done():
+            if cancelled is not None and cancelled.done() and not cancelled.cancelled():
+                self.cancelled = True
+            else:
+                self.timed_out = True
+            await self._terminate(exits)
+        await self._sweep()
+        await self._drain()
+
+    async def _terminate(self, exits: asyncio.Future[None]) -> None:
+        grace = self.spec.kill_grace_seconds
+        await self.containment.signal(signal.SIGTERM)
+        if grace > 0:
+            await asyncio.wait({exits}, timeout=grace)
+        if not exits.done():
+            await self.containment.signal(signal.SIGKILL)
+        await exits
+
+    async def _sweep(self) -> None:
+        """Stop what the stages left running in the job's groups or scope."""
+        if not await self.containment.occupied():
+            return
+        structlog.get_logger().info("runner.job.leftovers_found", operation_id=self.spec.operation_id)
+        await self.containment.signal(signal.SIGTERM)
+        if await self._emptied_within(self.spec.kill_grace_seconds):
+            return
+        await self.containment.signal(signal.SIGKILL)
+        await self._emptied_within(_SWEEP_KILL_WAIT_SECONDS)
+
+    async def _emptied_within(self, seconds: float) -> bool:
+        give_up = time.monotonic() + seconds
+        while await self.containment.occupied():
+            if time.monotonic() >= give_up:
+                return False
+            await asyncio.sleep(_SWEEP_POLL_SECONDS)
+        return True
+
+    async def _drain(self) -> None:
+        pumps = [t for t in self.tasks if not t.done()]
+        if pumps:
+            # Every process we can reach is gone; a pipe still open belongs to
+            # one that escaped (process-group mode), so stop waiting for it.
+            await asyncio.wait(pumps, timeout=_DRAIN_SECONDS)
+
+    def abort(self) -> None:
+        """Whatever happened: no running stage, no task, no fd left behind."""
+        if any(p.returncode is None for p in self.procs):
+            for proc in self.procs:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            self.containment.signal_now(signal.SIGKILL)
+            for proc in self.procs:
+                proc.wait()
+        for task in self.tasks:
+            task.cancel()
+        for fd in self.fds:
+            fd.close()
+
+
+async def run_job(
+    spec: JobSpec,
+    *,
+    on_output: OutputCallback | None = None,
+    cancel: asyncio.Event | None = None,
+) -> JobResult:
+    """Run ``spec`` to completion and return its evidence.
+
+    Raises AirlockError before anything starts: PRIVILEGE_UNAVAILABLE,
+    SPAWN_FAILED (binary not found, cwd not enterable, scope not created) or
+    INVALID_ARGUMENTS.  A passed deadline or an already-set ``cancel`` returns
+    a result with ``started=False`` and nothing run.
+    """
+    _check_privilege(spec.identity)
+    check_cwd(spec.identity, spec.cwd)
+    executables = _resolve_all(spec)
+    return await _execute(spec, _containment_for(spec), executables, on_output, cancel)
+
+
+async def _execute(
+    spec: JobSpec,
+    containment: Containment,
+    executables: Sequence[str],
+    on_output: OutputCallback | None,
+    cancel: asyncio.Event | None,
+) -> JobResult:
+    log = structlog.get_logger().bind(operation_id=spec.operation_id)
+    started_wall, started_mono = time.time(), time.monotonic()
+    budget, reason = spec.timeout_seconds, "timeout"
+    if spec.deadline is not None and spec.deadline - started_wall < budget:
+        budget, reason = spec.deadline - started_wall, "deadline"
+    job = _Job(spec, containment, on_output)
+    if budget <= 0 or (cancel is not None and cancel.is_set()):
+        job.timed_out = budget <= 0
+        job.cancelled = not job.timed_out
+        return _result(job, started_wall, started_mono, reason, started=False)
+    try:
+        gates = job.spawn(executables)
+        await containment.attach([p.pid for p in job.procs])
+        for gate in gates:  # inside the scope now: let them exec
+            with contextlib.suppress(BrokenPipeError):
+                os.write(gate.fd, b"1")
+            gate.close()
+        log.debug("runner.job.spawned", pids=[p.pid for p in job.procs], containment=spec.containment)
+        job.start_io()
+        await job.supervise(budget - (time.monotonic() - started_mono), cancel)
+        result = _result(job, started_wall, started_mono, reason, started=True)
+    finally:
+        job.abort()
+    log.info(
+        "runner.job.finished",
+        exit_codes=[s.exit_code for s in result.stages],
+        timed_out=result.timed_out,
+        cancelled=result.cancelled,
+        duration_ms=result.duration_ms,
+    )
+    return result
+
+
+def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *, started: bool) -> JobResult:
+    spec = job.spec
+    stdout, stdout_truncated, stdout_sha256 = b"", False, _sha256(b"")
+    stderr: dict[int, tuple[bytes, bool, str]] = {}
+    for _fd, stream in job.streams:
+        finished = stream.finish()
+        if stream.name == "stdout":
+            stdout, stdout_truncated, stdout_sha256 = finished
+        else:
+            stderr[stream.stage] = finished
+    stages = []
+    for index, argv in enumerate(spec.stages):
+        returncode = job.returncodes[index]
+        exit_code, signum = describe_exit(returncode) if returncode is not None else (None, None)
+        data, truncated, digest = stderr.get(index, (b"", False, _sha256(b"")))
+        stages.append(StageResult(argv, exit_code, signum, data, truncated, digest))
+    ended_wall = time.time()
+    return JobResult(
+        operation_id=spec.operation_id,
+        mode=spec.mode,
+        stages=tuple(stages),
+        stdout=stdout,
+        stdout_truncated=stdout_truncated,
+        stdout_sha256=stdout_sha256,
+        started_at=_now_iso(started_wall),
+        ended_at=_now_iso(ended_wall),
+        duration_ms=round((time.monotonic() - started_mono) * 1000),
+        timed_out=job.timed_out,
+        timeout_reason=reason if job.timed_out else None,
+        cancelled=job.cancelled,
+        containment=spec.containment,
+        scope_unit=job.containment.unit if started else None,
+        started=started,
+        cwd=spec.cwd,
+        uid=spec.identity.uid,
+        gid=spec.identity.gid,
+    )

@@ -1,0 +1,124 @@
+"""Shared fixtures: a real airlock stack (`airlock dev up`) on temporary sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def now_iso(offset: float = 0.0) -> str:
+    return datetime.fromtimestamp(time.time() + offset, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Stack:
+    runtime_dir: Path
+    proc: subprocess.Popen[str]
+
+    @property
+    def agent(self) -> str:
+        return str(self.runtime_dir / "agent.sock")
+
+    @property
+    def operator(self) -> str:
+        return str(self.runtime_dir / "operator.sock")
+
+    @property
+    def database(self) -> Path:
+        return self.runtime_dir / "state" / "journal.sqlite"
+
+    def send_raw(self, data: bytes, *, path: str | None = None, shutdown: bool = True, timeout: float = 30) -> list[dict[str, Any]]:
+        """Write raw bytes to a socket and return every JSON line it answers."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path or self.agent)
+            sock.sendall(data)
+            if shutdown:
+                sock.shutdown(socket.SHUT_WR)
+            buf = b""
+            while True:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                buf += chunk
+        return [json.loads(line) for line in buf.splitlines() if line.strip()]
+
+    def native(self, verb: str, args: dict[str, Any] | None = None, *, path: str | None = None, **envelope: Any) -> dict[str, Any]:
+        """One native request; returns the final response (events are skipped)."""
+        request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args or {}, "token": None} | envelope
+        replies = self.send_raw(json.dumps(request).encode() + b"\n", path=path)
+        finals = [r for r in replies if "event" not in r]
+        assert len(finals) == 1, replies
+        return finals[0]
+
+    def exec(self, args: dict[str, Any], **envelope: Any) -> dict[str, Any]:
+        return self.native("exec", {"time": now_iso()} | args, **envelope)
+
+    def cli(self, *argv: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        environ = dict(os.environ) | {"AIRLOCK_SOCKET": self.agent, "AIRLOCK_OPERATOR_SOCKET": self.operator} | (env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "airlock", *argv], capture_output=True, text=True, timeout=timeout, env=environ
+        )
+
+    def journal_rows(self) -> list[dict[str, Any]]:
+        import sqlite3
+
+        with sqlite3.connect(f"file:{self.database}?mode=ro", uri=True) as conn:
+            conn.row_factory = sqlite3.Row
+            return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY seq")]
+
+
+def start_stack(runtime_dir: Path, config: Path | None = None) -> Stack:
+    argv = [sys.executable, "-m", "airlock", "dev", "up", "--runtime-dir", str(runtime_dir)]
+    if config is not None:
+        argv += ["--config", str(config)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if "ready" in line:
+            return Stack(runtime_dir, proc)
+    proc.kill()
+    logs = "".join(p.read_text() for p in (runtime_dir / "logs").glob("*.log")) if (runtime_dir / "logs").exists() else ""
+    raise AssertionError(f"airlock dev up did not become ready:\n{''.join(seen)}\n{logs}")
+
+
+def stop_stack(stack: Stack) -> None:
+    if stack.proc.poll() is None:
+        stack.proc.send_signal(signal.SIGTERM)
+        try:
+            stack.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            stack.proc.kill()
+            stack.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # Unix socket paths are limited to 108 bytes: keep the folder short.
+    runtime = Path(tmp_path_factory.mktemp("al"))
+    s = start_stack(runtime)
+    try:
+        yield s
+    finally:
+        stop_stack(s)

@@ -1,0 +1,82 @@
+"""Issue 2: one exec path end to end, through all four processes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+
+from conftest import Stack
+
+
+def test_two_stage_pipeline_runs_through_all_four_services_and_is_journaled(stack: Stack) -> None:
+    reply = stack.exec(
+        {"pipeline": [["printf", "alpha\\nbeta\\n"], ["tr", "a-z", "A-Z"]], "privileged": False, "reason": "skeleton"}
+    )
+    assert reply["ok"] is True, reply
+    data = reply["data"]
+    assert base64.b64decode(data["stdout"]) == b"ALPHA\nBETA\n"
+    assert [s["exit_code"] for s in data["stages"]] == [0, 0]
+    request_id = reply["id"]
+
+    rows = [r for r in stack.journal_rows() if r["request_id"] == request_id]
+    kinds = [r["kind"] for r in rows]
+    for kind in ("request.received", "approval.decided", "exec.started", "exec.finished", "request.replied"):
+        assert kind in kinds, kinds
+    # Each service wrote its own events: the four processes really took part.
+    writers = {r["kind"]: r["writer"] for r in rows}
+    assert writers["request.received"] == "intake"
+    assert writers["approval.decided"] == "approval"
+    assert writers["exec.started"] == "runner"
+    assert kinds.index("exec.started") < kinds.index("exec.finished")
+    finished = json.loads(next(r["payload"] for r in rows if r["kind"] == "exec.finished"))
+    assert finished["exit_codes"] == [0, 0]
+
+
+def test_airlock_run_prints_output_and_exits_with_the_command_code(stack: Stack) -> None:
+    result = stack.cli("run", "--no-privilege", "--", "sh", "-c", "echo hi; echo oops >&2; exit 3")
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == "hi\n"
+    assert "oops" in result.stderr
+
+
+def test_airlock_run_reports_a_signal_as_128_plus_n(stack: Stack) -> None:
+    result = stack.cli("run", "--no-privilege", "--", "sh", "-c", "kill -TERM $$")
+    assert result.returncode == 128 + 15, result.stderr
+
+
+def test_airlock_run_json_prints_the_envelope(stack: Stack) -> None:
+    result = stack.cli("run", "--no-privilege", "--json", "--", "true")
+    assert result.returncode == 0
+    envelope = json.loads(result.stdout)
+    assert envelope["ok"] is True and envelope["data"]["stages"][0]["exit_code"] == 0
+
+
+def test_airlock_run_unreachable_socket_exits_125(tmp_path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "airlock", "run", "--socket", str(tmp_path / "none.sock"), "--", "true"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 125
+    assert "no airlock socket" in result.stderr
+
+
+def test_bad_lines_each_get_one_structured_error_and_the_stack_keeps_serving(stack: Stack) -> None:
+    garbage = stack.send_raw(b"this is not json\n")
+    assert len(garbage) == 1 and garbage[0]["ok"] is False and garbage[0]["status"] == "error"
+    assert garbage[0]["error"]["code"] == "invalid_json"
+
+    too_long = stack.send_raw(b'{"v":1,"verb":"ping","x":"' + b"a" * (1024 * 1024 + 10) + b'"}\n')
+    assert len(too_long) == 1 and too_long[0]["error"]["code"] == "request_too_large"
+
+    no_newline = stack.send_raw(b'{"v":1,"id":"n1","verb":"ping","args":{}}')
+    assert no_newline == [no_newline[0]] and no_newline[0]["error"]["code"] == "missing_newline"
+    assert no_newline[0]["id"] == "n1"
+
+    legacy_no_newline = stack.send_raw(b'{"id":"l1","pipeline":[["true"]]}')
+    assert legacy_no_newline[0]["status"] == "error"
+    assert "missing trailing newline" in legacy_no_newline[0]["message"]
+
+    assert stack.native("ping")["ok"] is True
+    assert stack.exec({"argv": ["true"], "privileged": False})["ok"] is True
