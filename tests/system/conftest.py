@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from nspawn import Container, Unavailable, booted
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,71 @@
+"""Requests the policy sends to ask: an operator approves one, denies
+another, and a third waits out the approval timeout."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+
+def _pending(system) -> list[dict]:
+    r = system.airlock("pending", "--json", user=system.OPERATOR, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])["data"]["pending"]
+
+
+def _ask(system, *argv: str):
+    """Start `airlock run` for a command no rule covers; return the process and its request ID."""
+    marker = uuid.uuid4().hex
+    proc = system.c.popen(["airlock", "run", "--reason", marker, "--operation-id", f"systest-{marker}", "--", *argv], user=system.AGENT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for item in _pending(system):
+            if item["request"].get("reason") == marker or item.get("reason") == marker or marker in json.dumps(item):
+                return proc, item["request_id"]
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"the request never showed up in `airlock pending`: {proc.communicate()}")
+
+
+def test_operator_approves(system) -> None:
+    proc, request_id = _ask(system, "/usr/bin/hostname")
+    r = system.airlock("approve", request_id, "--reason", "systest", user=system.OPERATOR)
+    assert r.returncode == 0, r
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, (out, err)
+    assert out.decode().strip(), err
+
+
+def test_operator_denies(system) -> None:
+    proc, request_id = _ask(system, "/usr/bin/hostname")
+    r = system.airlock("deny", request_id, "--reason", "systest", user=system.OPERATOR)
+    assert r.returncode == 0, r
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 126, (out, err)
+    assert out == b""
+
+
+def test_an_agent_cannot_approve(system) -> None:
+    proc, request_id = _ask(system, "/usr/bin/hostname")
+    try:
+        r = system.airlock("approve", request_id, user=system.AGENT)
+        assert r.returncode != 0, r
+    finally:
+        system.airlock("deny", request_id, user=system.OPERATOR)
+        proc.communicate(timeout=30)
+
+
+def test_nobody_decides_and_the_request_times_out(system) -> None:
+    system.set_config("approval:\n  timeout_seconds: 3\n")
+    system.restart_services()
+    try:
+        started = time.monotonic()
+        r = system.airlock("run", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/hostname", timeout=60)
+        assert r.returncode == 124, r
+        assert 2.5 < time.monotonic() - started < 30
+        assert r.stdout == ""
+    finally:
+        system.restore_config()
+        system.restart_services()
