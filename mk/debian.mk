@@ -6,7 +6,7 @@
 
 DEB_BUILD_PACKAGES := dpkg-dev debhelper dh-python pybuild-plugin-pyproject \
 	python3-all python3-setuptools python3-build python3-installer lintian tar
-UNIT_CHECK_PACKAGES := systemd
+UNIT_CHECK_PACKAGES := systemd procps
 DEB_VERSION = $(shell dpkg-parsechangelog -l packaging/debian/changelog -S Version)
 DEB_FILE = dist/airlock_$(DEB_VERSION)_all.deb
 # What the package is built with: Debian's own tools, never a pyenv shim.
