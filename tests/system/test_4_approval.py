@@ -69,3 +69,34 @@ def test_nobody_decides_and_the_request_times_out(system) -> None:
     finally:
         system.restore_config()
         system.restart_services()
+
+
+def test_reload_applies_a_policy_change_and_refuses_a_bad_one(system) -> None:
+    def run_uname():
+        return system.airlock("run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--",
+                              "/usr/bin/uname", "-s")
+
+    system.set_config("approval:\n  timeout_seconds: 2\n")
+    system.restart_services()
+    try:
+        assert run_uname().returncode == 124  # no rule: ask, and nobody answers
+        system.c.write("/etc/airlock/policy.d/60-systest-reload.yaml",
+                       "rules:\n  - name: systest-reload\n    decision: allow\n    commands: [[/usr/bin/uname, \"...\"]]\n")
+        assert system.active("airlock-approval.service") == "active"
+        pid = system.main_pid("airlock-approval.service")
+        system.c.run(["systemctl", "reload", "airlock-approval.service"])
+        time.sleep(0.5)
+        assert system.main_pid("airlock-approval.service") == pid  # reloaded, not restarted
+        r = run_uname()
+        assert (r.returncode, r.stdout.strip()) == (0, "Linux"), r
+
+        # A broken policy file is refused on reload; the running policy stays.
+        system.c.write("/etc/airlock/policy.d/61-systest-broken.yaml", "rules:\n  - name: broken\n")
+        system.c.run(["systemctl", "reload", "airlock-approval.service"])
+        time.sleep(0.5)
+        assert system.active("airlock-approval.service") == "active"
+        assert run_uname().returncode == 0
+    finally:
+        system.c.run(["rm", "-f", "/etc/airlock/policy.d/60-systest-reload.yaml", "/etc/airlock/policy.d/61-systest-broken.yaml"])
+        system.restore_config()
+        system.restart_services()
