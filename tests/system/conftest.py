@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nspawn import Container, Unavailable, booted
+from nspawn import Container, Unavailable, booted, host_tools
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT, OPERATOR, OUTSIDER = "agent1", "op1", "outsider"
@@ -125,6 +125,10 @@ class System:
 
 @pytest.fixture(scope="session")
 def system() -> Iterator[System]:
+    try:
+        host_tools()
+    except Unavailable as exc:
+        pytest.skip(str(exc))
     deb = _deb()
     started = time.monotonic()
     try:
