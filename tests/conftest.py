@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -74,6 +75,37 @@ class Stack:
         return subprocess.run(
             [sys.executable, "-m", "airlock", *argv], capture_output=True, text=True, timeout=timeout, env=environ
         )
+
+    def service_pid(self, name: str) -> int:
+        """The pid of one of the stack's services (``intake``, ``journal``, ...)."""
+        config = self.runtime_dir / "airlock.yaml"
+        out = subprocess.run(["pgrep", "-f", f"airlock.{name} --config {config}"], capture_output=True, text=True).stdout
+        return int(out.split()[0])
+
+    @contextlib.contextmanager
+    def down(self, name: str) -> Iterator[None]:
+        """Take one service away for real: killed, not restarted, its socket gone."""
+        os.kill(self.proc.pid, signal.SIGSTOP)  # the supervisor must not start it again yet
+        sock = self.runtime_dir / "internal" / f"{name}.sock"
+        hidden = sock.with_name(f"{name}.sock.down")
+        try:
+            pid = self.service_pid(name)
+            os.kill(pid, signal.SIGKILL)
+            while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+                time.sleep(0.05)
+            sock.rename(hidden)
+            yield
+        finally:
+            hidden.rename(sock)
+            os.kill(self.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if self.native("ping").get("ok"):
+                    time.sleep(0.5)
+                    return
+            except OSError:
+                time.sleep(0.2)
 
     def journal_rows(self) -> list[dict[str, Any]]:
         import sqlite3

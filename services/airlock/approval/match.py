@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 REST = "..."
 
@@ -137,3 +138,24 @@ def match_path(base: str, subtree: bool, path: str) -> bool:
     if not subtree:
         return False
     return path.startswith(base if base.endswith("/") else base + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class FileGrant:
+    """One entry of a rule's ``files:``: these tools on these paths.
+
+    ``paths`` are canonical: a file, or ``base/...`` for base and everything under it.
+    """
+
+    tools: frozenset[str]
+    paths: tuple[str, ...]
+
+    def matches(self, tool: str, path: str) -> bool:
+        if tool not in self.tools:
+            return False
+        for pattern in self.paths:
+            subtree = pattern.endswith("/" + REST)
+            base = (pattern[: -len(REST) - 1] or "/") if subtree else pattern
+            if match_path(base, subtree, path):
+                return True
+        return False

@@ -24,6 +24,7 @@ from typing import Any, Literal, cast
 import yaml
 
 from airlock.approval import match
+from airlock.approval.match import FileGrant
 from airlock.common.config import Config
 from airlock.common.resolve import default_path, resolve_executable
 
@@ -58,27 +59,6 @@ class PolicyError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class FileGrant:
-    """One entry of a rule's ``files:``: these tools on these paths.
-
-    ``paths`` are canonical: a file, or ``base/...`` for base and everything under it.
-    """
-
-    tools: frozenset[str]
-    paths: tuple[str, ...]
-
-    def matches(self, tool: str, path: str) -> bool:
-        if tool not in self.tools:
-            return False
-        for pattern in self.paths:
-            subtree = pattern.endswith("/" + match.REST)
-            base = pattern[: -len(match.REST) - 1] or "/" if subtree else pattern
-            if match.match_path(base, subtree, path):
-                return True
-        return False
-
-
-@dataclass(frozen=True, slots=True)
 class Subject:
     """Who asks.  ``target_uid`` is whose PATH resolves argv[0]: 0 when privileged, else the peer's."""
 
@@ -102,6 +82,19 @@ class Rule:
     source: str  # path:line
     files: tuple[FileGrant, ...] | None = None  # None: any file operation (see `targets_commands`)
     description: str = ""
+
+    def __post_init__(self) -> None:
+        # Rules built in code (tests, tools) get the same guarantees as parsed
+        # ones: valid patterns, and heads canonical like the requests they meet.
+        if self.decision not in VERDICTS:
+            raise ValueError(f"rule {self.name!r}: decision must be one of allow, ask, deny (got {self.decision!r})")
+        if self.commands is not None:
+            for pattern in self.commands:
+                problem = match.pattern_problem(pattern)
+                if problem is not None:
+                    raise ValueError(f"rule {self.name!r}: {list(pattern)!r}[{problem[0]}]: {problem[1]}")
+            canonical = tuple((match.canonical_head(p[0]), *p[1:]) for p in self.commands)
+            object.__setattr__(self, "commands", canonical)
 
     def applies_to(self, subject: Subject) -> bool:
         """Whether every subject condition of this rule holds."""
@@ -132,12 +125,11 @@ class Rule:
             return False
         return any(p[0] == resolved and match.match_args(p[1:], args) for p in self.commands)
 
-    def matches_file(self, tool: str, path: str | None) -> bool:
+    def matches_file(self, tool: str, path: str) -> bool:
+        """Whether this rule covers ``tool`` on a canonical absolute ``path``."""
         if not self.targets_files:
             return False
-        if self.files is None:
-            return True
-        return path is not None and any(grant.matches(tool, path) for grant in self.files)
+        return self.files is None or any(grant.matches(tool, path) for grant in self.files)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "decision": self.decision, "source": self.source}
@@ -240,15 +232,15 @@ class Policy:
 
         The path is canonicalised (symlinks resolved as far as they exist) so a
         link inside an allowed tree cannot reach outside it.  A relative path
-        or an unknown tool is denied as UNRESOLVED_RULE.
+        or an unknown tool is denied as UNRESOLVED_RULE before any rule is
+        consulted: there is no file it could safely mean.
         """
-        canonical = match.canonical_head(path) if path.startswith("/") and "\0" not in path else None
-        if tool not in match.FILE_TOOLS:
-            canonical = None
+        if tool not in match.FILE_TOOLS or not path.startswith("/") or "\0" in path:
+            stage = StageDecision((tool, path), None, "deny", UNRESOLVED_RULE)
+            return Decision("deny", UNRESOLVED_RULE, (stage,))
+        canonical = match.canonical_head(path)
         hits = [r for r in self.rules if r.applies_to(subject) and r.matches_file(tool, canonical)]
-        default: Verdict = self.default if canonical is not None else "deny"
-        unmatched = DEFAULT_RULE if canonical is not None else UNRESOLVED_RULE
-        verdict, rule, names = _decide_one(hits, default, unmatched)
+        verdict, rule, names = _decide_one(hits, self.default, DEFAULT_RULE)
         stage = StageDecision((tool, path), canonical, verdict, rule, names)
         return Decision(verdict, rule, (stage,))
 
@@ -291,7 +283,7 @@ class PolicyFile:
     default: Verdict | None  # only airlock.yaml's policy: node may set it
     rules: tuple[Rule, ...]
     warnings: tuple[str, ...] = ()
-    # name -> (location of the name node, key path of the rule): for duplicate errors.
+    # (name, location of the name node, key path of the rule): for duplicate errors.
     name_sites: tuple[tuple[str, str, str], ...] = field(default=(), compare=False, repr=False)
 
 
@@ -333,7 +325,9 @@ class _Reader:
         seen: set[str] = set()
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
-                raise self.fail(key_node, key, "keys must be strings")
+                raise self.fail(
+                    key_node, key or "(top level)", "keys must be strings (YAML merge keys are not supported)"
+                )
             name = key_node.value
             full = f"{key}.{name}" if key else name
             if name in seen:
@@ -353,7 +347,9 @@ class _Reader:
         return cast(Verdict, node.value)
 
     def names(self, node: yaml.Node, key: str, *, numbers: bool) -> frozenset[str]:
-        what = "a list of user names or uids" if numbers else "a list of names"
+        what, each = (
+            ("a list of user names or uids", "a user name or uid") if numbers else ("a list of names", "a name")
+        )
         if not isinstance(node, yaml.SequenceNode):
             raise self.fail(node, key, f"expected {what}")
         if not node.value:
@@ -362,10 +358,11 @@ class _Reader:
         for index, item in enumerate(node.value):
             tags = (_STR, _INT) if numbers else (_STR,)
             if not isinstance(item, yaml.ScalarNode) or item.tag not in tags:
-                raise self.fail(item, f"{key}[{index}]", f"expected {what[len('a list of '):-1]}")
+                raise self.fail(item, f"{key}[{index}]", f"expected {each}")
             value = str(item.value)
-            if item.tag == _INT:
-                value = str(int(value.replace("_", ""), 0))
+            # YAML 1.1 reads 010 as 8 and 0x10 as 16: a uid must be written plainly.
+            if item.tag == _INT and not (value.isdigit() and (value == "0" or value[0] != "0")):
+                raise self.fail(item, f"{key}[{index}]", "a uid is a plain decimal number")
             if not value or any(c.isspace() or not c.isprintable() for c in value):
                 raise self.fail(item, f"{key}[{index}]", "must be a non-empty name without spaces")
             values.add(value)
@@ -403,7 +400,9 @@ class _Reader:
         key = f"{key} ({name})"
         for item_name, key_node, _ in items:
             if item_name not in _RULE_KEYS:
-                raise self.fail(key_node, f"{key}.{item_name}", f"unknown key (known: {', '.join(_RULE_KEYS)})", got=False)
+                raise self.fail(
+                    key_node, f"{key}.{item_name}", f"unknown key (known: {', '.join(_RULE_KEYS)})", got=False
+                )
         if "decision" not in values:
             raise self.fail(node, key, "missing decision (allow, ask or deny)", got=False)
         decision = self.verdict(values["decision"], f"{key}.decision")
@@ -486,7 +485,11 @@ class _Reader:
             tools = self.names(values["tools"], f"{entry}.tools", numbers=False)
             for tool_index, tool_node in enumerate(cast(list[yaml.Node], values["tools"].value)):
                 if tool_node.value not in match.FILE_TOOLS:
-                    raise self.fail(tool_node, f"{entry}.tools[{tool_index}]", f"unknown tool (known: {', '.join(sorted(match.FILE_TOOLS))})")
+                    raise self.fail(
+                        tool_node,
+                        f"{entry}.tools[{tool_index}]",
+                        f"unknown tool (known: {', '.join(sorted(match.FILE_TOOLS))})",
+                    )
             paths = []
             for path_index, path_node in enumerate(self._list(values["paths"], f"{entry}.paths")):
                 value = self.string(path_node, f"{entry}.paths[{path_index}]")
@@ -519,9 +522,13 @@ def _compose(text: str, path: str) -> yaml.Node | None:
         raise PolicyError([f"{where}: not valid YAML: {problem}"]) from None
 
 
-def parse_policy_node(node: yaml.Node | None, path: str) -> PolicyFile:
-    """The ``policy:`` node of airlock.yaml (``default`` and ``rules``); None: defaults."""
+def parse_policy_node(node: yaml.Node | None, path: str, *, key: str = "policy") -> PolicyFile:
+    """The ``policy:`` node of airlock.yaml (``default`` and ``rules``); None: defaults.
+
+    ``key`` is the node's key path in messages ("" for a bare policy document).
+    """
     reader = _Reader(path)
+    prefix = f"{key}." if key else ""
     default: Verdict | None = None
     rules: list[Rule] = []
     sites: list[tuple[str, str, str]] = []
@@ -529,14 +536,16 @@ def parse_policy_node(node: yaml.Node | None, path: str) -> PolicyFile:
         if not _is_null(node):
             assert node is not None
             if not isinstance(node, yaml.MappingNode):
-                raise reader.fail(node, "policy", "expected a mapping with default and rules")
-            for name, key_node, value in reader.items(node, "policy"):
+                raise reader.fail(node, key or "(top level)", "expected a mapping with default and rules")
+            for name, key_node, value in reader.items(node, key):
                 if name == "default":
-                    default = reader.verdict(value, "policy.default")
+                    default = reader.verdict(value, f"{prefix}default")
                 elif name == "rules":
-                    rules, sites = reader.rules(value, "policy.rules")
+                    rules, sites = reader.rules(value, f"{prefix}rules")
                 else:
-                    raise reader.fail(key_node, f"policy.{name}", f"unknown key (known: {', '.join(_MAIN_KEYS)})", got=False)
+                    raise reader.fail(
+                        key_node, f"{prefix}{name}", f"unknown key (known: {', '.join(_MAIN_KEYS)})", got=False
+                    )
     except _Invalid:
         pass
     if reader.errors:
@@ -557,7 +566,12 @@ def _parse_dropin(root: yaml.Node | None, path: str) -> PolicyFile:
                 if name == "rules":
                     rules, sites = reader.rules(value, "rules")
                 elif name in ("default", "policy"):
-                    raise reader.fail(key_node, name, "not allowed here: a policy.d file holds rules: only (default belongs under policy: in airlock.yaml)", got=False)
+                    raise reader.fail(
+                        key_node,
+                        name,
+                        "not allowed here: a policy.d file holds rules: only (default belongs under policy: in airlock.yaml)",
+                        got=False,
+                    )
                 else:
                     raise reader.fail(key_node, name, "unknown key (a policy.d file holds rules: only)", got=False)
     except _Invalid:
@@ -568,7 +582,12 @@ def _parse_dropin(root: yaml.Node | None, path: str) -> PolicyFile:
 
 
 def parse_policy_text(text: str, path: str, *, main: bool) -> PolicyFile:
-    """Parse one file: a whole airlock.yaml (``main``: its policy: node) or a policy.d file."""
+    """Parse one file: the main policy (``main``) or a policy.d file (rules only).
+
+    The main policy is a whole airlock.yaml (its ``policy:`` node is used, the
+    other sections are config's business) or, for tests and tools, a bare
+    policy document holding only ``default`` and ``rules``.
+    """
     root = _compose(text, path)
     if not main:
         return _parse_dropin(root, path)
@@ -580,7 +599,9 @@ def parse_policy_text(text: str, path: str, *, main: bool) -> PolicyFile:
     keys = {k.value: (k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode)}
     if "policy" in keys:
         return parse_policy_node(keys["policy"][1], path)
-    for stray in ("default", "rules"):
+    if keys and set(keys) <= set(_MAIN_KEYS) and len(keys) == len(root.value):
+        return parse_policy_node(root, path, key="")
+    for stray in _MAIN_KEYS:
         if stray in keys:
             raise PolicyError([f"{_where(path, keys[stray][0])}: {stray}: belongs under policy: in airlock.yaml"])
     return PolicyFile(path, None, ())
@@ -597,7 +618,9 @@ def assemble(files: Sequence[PolicyFile]) -> Policy:
         sources = {r.name: r.source for r in policy_file.rules}
         for name, where, key in policy_file.name_sites:
             if name in first:
-                errors.append(f"{where}: {key}.name: duplicate rule name, first defined at {first[name]} (got {name!r})")
+                errors.append(
+                    f"{where}: {key}.name: duplicate rule name, first defined at {first[name]} (got {name!r})"
+                )
             else:
                 first[name] = sources[name]
     if errors:

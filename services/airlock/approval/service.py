@@ -19,7 +19,7 @@ from typing import Any
 
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit
+from airlock.common.audit import Audit, Ids
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
@@ -108,12 +108,12 @@ class Approval:
         verdict, rule = decision.decision, decision.rule
         if self.hold_reason is not None and verdict == "allow":
             verdict, rule = "ask", "hold"
-        common = {"request_id": request_id, "operation_id": operation_id, "peer_uid": peer.uid, "session": session}
+        common = Ids(request_id, operation_id, peer.uid, session)
         if verdict == "ask":
             return await self._wait_for_operator(call, request, peer, decision, digest, common)
         await self.audit.record(
             "approval.decided",
-            **common,
+            common,
             payload={"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()},
             log_fields={"decision": verdict, "rule": rule},
         )
@@ -122,13 +122,13 @@ class Approval:
         return {"decision": "allow", "rule": rule, "decided_by": "policy", "ticket": self._issue(digest)}
 
     async def _wait_for_operator(
-        self, call: Call, request: dict[str, Any], peer: Peer, decision: Decision, digest: str, common: dict[str, Any]
+        self, call: Call, request: dict[str, Any], peer: Peer, decision: Decision, digest: str, common: Ids
     ) -> dict[str, Any]:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
         entry = Pending(
-            request_id=common["request_id"],
-            operation_id=common["operation_id"],
+            request_id=request_id_of(common),
+            operation_id=common.operation_id,
             peer=peer,
             request=request,
             decision=decision,
@@ -142,7 +142,7 @@ class Approval:
         rule = "hold" if self.hold_reason is not None and decision.decision == "allow" else decision.rule
         await self.audit.record(
             "approval.pending",
-            **common,
+            common,
             payload={"rule": rule, "policy": decision.to_dict(), "timeout_seconds": timeout, "request": request},
             log_fields={"decision": "ask", "rule": rule},
         )
@@ -158,7 +158,7 @@ class Approval:
             raise AirlockError(ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending")
         await self.audit.record(
             "approval.decided",
-            **common,
+            common,
             payload={"decision": verdict, "rule": rule, "by": by, "operator_uid": operator_uid, "reason": reason},
             log_fields={"decision": verdict, "rule": rule},
         )
@@ -214,9 +214,7 @@ class Approval:
             raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
         await self.audit.record(
             "operator.action",
-            request_id=entry.request_id,
-            operation_id=entry.operation_id,
-            peer_uid=operator.uid,
+            Ids(entry.request_id, entry.operation_id, operator.uid),
             payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason},
         )
         if entry.future.done():  # another console won while we journaled
@@ -244,12 +242,12 @@ class Approval:
 
     async def hold(self, call: Call) -> dict[str, Any]:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
-        await self.audit.record("operator.action", peer_uid=call.peer.uid, payload={"action": "hold", "operator": call.peer.user, "reason": reason})
+        await self.audit.record("operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "hold", "operator": call.peer.user, "reason": reason})
         self.hold_reason = reason
         return {"hold": True, "reason": reason}
 
     async def release(self, call: Call) -> dict[str, Any]:
-        await self.audit.record("operator.action", peer_uid=call.peer.uid, payload={"action": "release", "operator": call.peer.user})
+        await self.audit.record("operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user})
         self.hold_reason = None
         return {"hold": False}
 
@@ -293,6 +291,11 @@ class Approval:
         await self.audit.record(
             "policy.reloaded", payload={"default": policy.default, "rules": len(policy.rules), "sources": list(policy.sources)}
         )
+
+
+def request_id_of(ids: Ids) -> str:
+    assert ids.request_id is not None
+    return ids.request_id
 
 
 def _path(value: str | None) -> Any:

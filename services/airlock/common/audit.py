@@ -8,6 +8,7 @@ reached the caller gets ``audit_unavailable`` and must not go on.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from airlock.common import log
@@ -15,6 +16,16 @@ from airlock.common.config import Config
 from airlock.common.errors import ErrorCode
 from airlock.common.ipc import Client
 from airlock.journal.kinds import message_id
+
+
+@dataclass(frozen=True, slots=True)
+class Ids:
+    """What ties an audit event to a request: the journald fields that find it."""
+
+    request_id: str | None = None
+    operation_id: str | None = None
+    peer_uid: int | None = None
+    session: str | None = None
 
 
 class Audit:
@@ -26,14 +37,13 @@ class Audit:
     async def record(
         self,
         kind: str,
+        ids: Ids | None = None,
         *,
-        request_id: str | None = None,
-        operation_id: str | None = None,
-        peer_uid: int | None = None,
-        session: str | None = None,
         payload: dict[str, Any] | None = None,
         log_fields: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        ids = ids or Ids()
+        request_id, operation_id, peer_uid, session = ids.request_id, ids.operation_id, ids.peer_uid, ids.session
         result = await self.client.call(
             "append",
             {

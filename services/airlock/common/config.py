@@ -378,12 +378,12 @@ def defaults() -> Config:
 
 
 def _mapping_items(node: yaml.MappingNode, path: str, prefix: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
-    items = []
+    items: list[tuple[str, yaml.Node, yaml.Node]] = []
     seen: set[str] = set()
     for key_node, value_node in node.value:
         if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
             raise _fail(path, key_node, prefix or "(top level)", "keys must be strings")
-        key = key_node.value
+        key = str(key_node.value)
         full = f"{prefix}.{key}" if prefix else key
         if key in seen:
             raise _fail(path, key_node, full, "duplicate key")
@@ -423,12 +423,12 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
             raise _fail(path, section_node, section, "expected a mapping")
         for name, name_node, value_node in _mapping_items(section_node, path, section):
             key = f"{section}.{name}"
-            setting = _BY_KEY.get(key)
-            if setting is None:
+            found = _BY_KEY.get(key)
+            if found is None:
                 known = sorted(s.key.split(".", 1)[1] for s in SETTINGS if s.key.startswith(section + "."))
                 raise _fail(path, name_node, key, f"unknown key (known in {section}: {', '.join(known)})")
             try:
-                values[key] = setting.parse(value_node)
+                values[key] = found.parse(value_node)
             except ValueError as exc:
                 raise _fail(path, value_node, key, str(exc)) from None
     config = _build(values, path, policy_node)

@@ -1,9 +1,11 @@
 """The asyncio client every airlock process uses to reach another's socket.
 
-One request per connection: connect, write one envelope, read event lines
-until the final response.  A service that cannot be reached is reported with
-the caller's chosen code (``audit_unavailable`` for the journal, and so on),
-so every caller fails closed with an error that names what was missing.
+A request is one envelope line; the reply is zero or more event lines and one
+final response.  Connections are kept and reused (the servers read request
+after request on one connection), so the per-request path pays no connect and
+no peer lookup.  A service that cannot be reached is reported with the
+caller's chosen code (``audit_unavailable`` for the journal, and so on), so
+every caller fails closed with an error that names what was missing.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,36 @@ from airlock.common.errors import AirlockError, ErrorCode
 EventHandler = Callable[[Event], Awaitable[None] | None]
 # Replies may carry up to 16 MiB of output per stream, base64-encoded, twice.
 MAX_REPLY_BYTES = 96 * 1024 * 1024
+# A pooled connection idle longer than this is dropped rather than reused, well
+# before the server's own idle cut-off (limits.read_timeout_seconds).
+POOL_IDLE_SECONDS = 5.0
+POOL_SIZE = 32
 _ids = itertools.count(1)
+
+
+class _Conn:
+    __slots__ = ("decoder", "idle_since", "reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.decoder = FrameDecoder(MAX_REPLY_BYTES)
+        self.idle_since = time.monotonic()
+
+    def usable(self) -> bool:
+        return (
+            not self.reader.at_eof()
+            and not self.writer.is_closing()
+            and time.monotonic() - self.idle_since < POOL_IDLE_SECONDS
+            and self.decoder.buffered == 0
+        )
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _Stale(Exception):
+    """A reused connection turned out closed before any reply byte came back."""
 
 
 class Client:
@@ -30,6 +62,7 @@ class Client:
         self.service = service
         self.unavailable = unavailable
         self.timeout = timeout
+        self._idle: list[_Conn] = []
 
     def _down(self, why: str) -> AirlockError:
         return AirlockError(self.unavailable, f"{self.service} is unavailable: {why}", {"service": self.service})
@@ -50,7 +83,11 @@ class Client:
         except TimeoutError:
             raise self._down(f"no answer within {deadline:g}s") from None
 
-    async def _call(self, verb: str, args: dict[str, Any], on_event: EventHandler | None, token: str | None) -> dict[str, Any]:
+    def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+    async def _connect(self) -> _Conn:
         try:
             reader, writer = await asyncio.open_unix_connection(str(self.path), limit=64 * 1024)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -59,20 +96,46 @@ class Client:
             raise self._down("permission denied on its socket") from None
         except OSError as exc:
             raise self._down(exc.strerror or str(exc)) from None
+        return _Conn(reader, writer)
+
+    def _take(self) -> _Conn | None:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.usable():
+                return conn
+            conn.close()
+        return None
+
+    async def _call(self, verb: str, args: dict[str, Any], on_event: EventHandler | None, token: str | None) -> dict[str, Any]:
+        line = encode_request(Request(id=f"{os.getpid()}-{next(_ids)}", verb=verb, args=args, token=token))
+        conn = self._take()
+        if conn is not None:
+            try:
+                return await self._exchange(conn, line, on_event, reused=True)
+            except _Stale:
+                # The server closed this idle connection before reading our line
+                # (a restart, an idle cut-off): nothing was done, so ask again.
+                conn.close()
+        return await self._exchange(await self._connect(), line, on_event, reused=False)
+
+    async def _exchange(self, conn: _Conn, line: bytes, on_event: EventHandler | None, *, reused: bool) -> dict[str, Any]:
+        replied = False
+        keep = False
         try:
-            request = Request(id=f"{os.getpid()}-{next(_ids)}", verb=verb, args=args, token=token)
-            writer.write(encode_request(request))
-            await writer.drain()
-            decoder = FrameDecoder(MAX_REPLY_BYTES)
+            conn.writer.write(line)
+            await conn.writer.drain()
             while True:
-                frame = decoder.next_frame()
+                frame = conn.decoder.next_frame()
                 if frame is NEED_DATA:
-                    chunk = await reader.read(256 * 1024)
+                    chunk = await conn.reader.read(256 * 1024)
                     if not chunk:
+                        if reused and not replied:
+                            raise _Stale
                         raise self._down("connection closed before the reply")
-                    decoder.feed(chunk)
+                    conn.decoder.feed(chunk)
                     continue
                 assert isinstance(frame, bytes)
+                replied = True
                 try:
                     reply = decode_reply(frame)
                 except AirlockError as exc:
@@ -84,16 +147,19 @@ class Client:
                             await result
                     continue
                 assert isinstance(reply, Response)
+                keep = True
                 if reply.ok:
                     assert reply.data is not None
                     return reply.data
                 assert reply.error is not None
                 raise reply.error
         except (ConnectionError, BrokenPipeError) as exc:
+            if reused and not replied:
+                raise _Stale from None
             raise self._down(f"connection lost ({type(exc).__name__})") from None
         finally:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, BrokenPipeError):
-                pass
+            if keep and len(self._idle) < POOL_SIZE:
+                conn.idle_since = time.monotonic()
+                self._idle.append(conn)
+            elif not keep:
+                conn.close()

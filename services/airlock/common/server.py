@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import os
 import signal
@@ -146,7 +147,7 @@ class Service:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self._idle_since = time.monotonic()
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list[asyncio.Server] = []
         self.on_reload: Callable[[], Awaitable[None]] | None = None
         self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
         self.on_stop: Callable[[], Awaitable[None]] | None = None  # in-flight work is done
@@ -169,10 +170,10 @@ class Service:
         loop.add_signal_handler(signal.SIGINT, self.request_stop, "SIGINT")
         if self.on_reload is not None:
             reload = self.on_reload
-            loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(reload()))
+            loop.add_signal_handler(signal.SIGHUP, self._reload, reload)
         for name, door in self.doors.items():
             server = await asyncio.start_unix_server(
-                lambda r, w, d=door: self._accept(r, w, d), sock=sockets[name], limit=door.max_line + 1
+                functools.partial(self._accept, door=door), sock=sockets[name], limit=door.max_line + 1
             )
             self._servers.append(server)
         self.notifier.ready(f"serving {', '.join(sorted(self.doors))}")
@@ -210,6 +211,9 @@ class Service:
             if activated and idle_after > 0 and time.monotonic() - self._idle_since >= idle_after:
                 self.request_stop("idle")
                 return
+
+    def _reload(self, reload: Callable[[], Awaitable[None]]) -> None:
+        self._spawn(reload())
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -17,7 +17,7 @@ from typing import Any
 
 from airlock import __version__
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit
+from airlock.common.audit import Audit, Ids
 from airlock.common.codec import (
     SUPPORTED_VERSIONS,
     Event,
@@ -39,6 +39,8 @@ from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_e
 
 NAME = "intake"
 NATIVE_VERBS = ("exec", "ping", "hello", "cancel")
+# Outcomes larger than this are kept for replay without their output bytes.
+REPLAY_OUTPUT_LIMIT = 512 * 1024
 
 
 class ReplayGuard:
@@ -228,34 +230,46 @@ class Intake:
         self.check_privilege(req)
         op = self.operation_id(req)
         digest = req.spec.digest()
-        ids = {"request_id": req.request_id, "operation_id": op, "peer_uid": peer.uid, "session": req.session}
+        ids = Ids(req.request_id, op, peer.uid, req.session or None)
         emit = call.emit if call is not None else None
         await self.audit.record(
             "request.received",
-            **ids,
+            ids,
             payload={"request": req.describe(), "peer": peer.to_dict(), "digest": digest},
         )
         began = await self.journal.call(
             "op.begin", {"operation_id": op, "digest": digest, "has_protected": bool(req.protected_env)}
         )
         if began["state"] == "replay":
-            await self.audit.record("operation.replayed", **ids, payload={"digest": digest})
+            await self.audit.record("operation.replayed", ids, payload={"digest": digest})
             return dict(began["outcome"]) | {"replay": True}
         settled = False
         try:
             if emit is not None:
                 await emit("accepted", {"operation_id": op, "request_id": req.request_id})
 
+            pending = False
+
             async def forward(event: Event) -> None:
+                nonlocal pending
+                pending = pending or event.event == "pending_approval"
                 if emit is not None:
                     await emit(event.event, event.fields)
 
-            decision = await self.approval.call(
-                "decide",
-                {"request": req.describe() | {"spec": req.spec.to_dict()}, "peer": peer.to_dict(), "operation_id": op},
-                on_event=forward,
-                timeout=self.config.approval.timeout_seconds + 30,
-            )
+            try:
+                decision = await self.approval.call(
+                    "decide",
+                    {"request": req.describe() | {"spec": req.spec.to_dict()}, "peer": peer.to_dict(), "operation_id": op},
+                    on_event=forward,
+                    timeout=self.config.approval.timeout_seconds + 30,
+                )
+            except AirlockError as exc:
+                if pending and exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
+                    # Approval went away while the request waited: never silently dropped.
+                    raise AirlockError(
+                        ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"
+                    ) from None
+                raise
             if emit is not None:
                 await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
             self.operations[op] = peer.uid
@@ -276,7 +290,7 @@ class Intake:
             finally:
                 self.operations.pop(op, None)
             evidence = evidence | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
-            await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": evidence})
+            await self._store_outcome(op, digest, evidence, ids)
             settled = True
             if emit is not None:
                 await emit("finished", {"exit_codes": [s.get("exit_code") for s in evidence.get("stages", [])]})
@@ -292,11 +306,24 @@ class Intake:
                 except AirlockError:
                     pass
 
-    async def _replied(self, ids: dict[str, Any], status: str, exc: AirlockError | None) -> None:
+    async def _store_outcome(self, op: str, digest: str, evidence: dict[str, Any], ids: Ids) -> None:
+        """Keep the settled outcome for replay; the work already ran, so a failure here is logged, not returned."""
+        outcome = evidence
+        if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT:
+            # Large output is not kept for replay: the digests and sizes are.
+            outcome = evidence | {"stdout": "", "stages": [s | {"stderr": ""} for s in evidence.get("stages", [])],
+                                  "output_retained": False}
+        try:
+            await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": outcome})
+        except AirlockError as exc:
+            self.log.error("intake.outcome.unstored", request_id=ids.request_id, operation_id=op, code=exc.code.value,
+                           error=exc.message)
+
+    async def _replied(self, ids: Ids, status: str, exc: AirlockError | None) -> None:
         try:
             await self.audit.record(
                 "request.replied",
-                **ids,
+                ids,
                 payload={"status": status, "code": exc.code.value if exc else None, "message": exc.message if exc else None},
                 log_fields={"status": status, "code": exc.code.value if exc else None},
             )

@@ -48,8 +48,6 @@ MAX_PAGE: Final = 256
 # A batch this large already amortises the fsync; bigger ones only delay the
 # first caller in it.
 MAX_BATCH: Final = 1024
-# Backpressure: past this many queued writes, appenders wait for room.
-MAX_QUEUED: Final = 8192
 SCHEMA_VERSION: Final = 1
 MAX_UID: Final = 2**32 - 1
 
@@ -191,7 +189,9 @@ class Store:
         # One thread, so the writer connection is only ever used from it.
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-writer")
         # None is the stop sentinel, queued behind everything still to commit.
-        self._queue: asyncio.Queue[_Work | None] = asyncio.Queue(MAX_QUEUED)
+        # Unbounded on purpose: putting never awaits, so nothing can slip in
+        # behind the sentinel; the journal service bounds its connections.
+        self._queue: asyncio.Queue[_Work | None] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = False
@@ -278,15 +278,18 @@ class Store:
             payload_json=text,
             future=asyncio.get_running_loop().create_future(),
         )
-        await self._submit(item)
+        self._submit(item)
         return await item.future
 
-    async def _submit(self, item: _Work) -> None:
+    def _submit(self, item: _Work) -> None:
         if self._closing:
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the audit journal is closing")
         if self._writer is None:
             self._writer = asyncio.get_running_loop().create_task(self._run_writer(), name="journal-writer")
-        await self._queue.put(item)
+        elif self._writer.done():
+            # Cancelled from outside (say, its event loop ended): nobody would commit.
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the audit journal's writer has stopped")
+        self._queue.put_nowait(item)
 
     async def _run_writer(self) -> None:
         loop = asyncio.get_running_loop()
@@ -423,7 +426,7 @@ class Store:
         entry = Settled(operation_id, digest, text, self._clock())
         work = _Settle(entry, asyncio.get_running_loop().create_future())
         try:
-            await self._submit(work)
+            self._submit(work)
             await work.future
         except AirlockError:
             self._ops.abandon(operation_id)
@@ -433,7 +436,15 @@ class Store:
         """End an operation that settled nothing (it never ran, or failed before settling)."""
         self._ops.abandon(check_id("operation_id", operation_id))
 
+    def active_operations(self) -> frozenset[str]:
+        """Operation IDs begun and not yet completed or abandoned (for ``health``)."""
+        return self._ops.active
+
     # -- reading --------------------------------------------------------------
+    #
+    # The readers below are synchronous and may take a while on a large
+    # journal (verify, export): a service calls them with asyncio.to_thread.
+    # Each is safe from any thread.
 
     def head(self) -> tuple[int, str]:
         """(seq, hash) of the newest durable event; ``(0, GENESIS)`` when empty."""
@@ -540,8 +551,9 @@ class Store:
             return
         self._closing = True
         if self._writer is not None:
-            await self._queue.put(None)
-            await self._writer
+            self._queue.put_nowait(None)
+            if not self._writer.done():
+                await self._writer
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self._wconn.close)
         self._executor.shutdown(wait=True)

@@ -50,8 +50,17 @@ def resolve_identity(uid: int) -> Identity:
     return Identity(uid=uid, gid=entry.pw_gid, groups=tuple(groups), user=entry.pw_name, home=entry.pw_dir)
 
 
+def _encodable(text: str) -> bool:
+    """Whether ``text`` becomes bytes for the OS (JSON may carry lone surrogates)."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_env_name(name: str) -> None:
-    if not name or "=" in name or "\0" in name:
+    if not name or "=" in name or "\0" in name or not _encodable(name):
         raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"invalid environment variable name {name!r}")
     if name in _RESERVED_NAMES or name.startswith(_RESERVED_PREFIXES):
         raise AirlockError(
@@ -78,8 +87,10 @@ def build_env(identity: Identity, request_env: Mapping[str, str], protected_env:
     for source in (request_env, protected_env):
         for name, value in source.items():
             _check_env_name(name)
-            if "\0" in value:
-                raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"environment variable {name} contains a NUL byte")
+            if "\0" in value or not _encodable(value):
+                raise AirlockError(
+                    ErrorCode.INVALID_ARGUMENTS, f"environment variable {name}: value has a NUL or lone surrogate"
+                )
             env[name] = value
     return env
 
@@ -92,37 +103,31 @@ def default_cwd(identity: Identity) -> str:
     return identity.home
 
 
-def _may_search(identity: Identity, st: os.stat_result) -> bool:
-    """Whether ``identity`` may search (x) a directory with this stat, by its mode bits."""
-    if identity.uid == 0:
-        return True  # CAP_DAC_READ_SEARCH
+def _permitted(identity: Identity, st: os.stat_result, owner: int, group: int, other: int) -> bool:
+    """Whether the mode bit that applies to ``identity`` (owner, else group, else other) is set."""
     if st.st_uid == identity.uid:
-        return bool(st.st_mode & stat.S_IXUSR)
+        return bool(st.st_mode & owner)
     if st.st_gid == identity.gid or st.st_gid in identity.groups:
-        return bool(st.st_mode & stat.S_IXGRP)
-    return bool(st.st_mode & stat.S_IXOTH)
+        return bool(st.st_mode & group)
+    return bool(st.st_mode & other)
 
 
-def _cwd_error(identity: Identity, cwd: str, why: str) -> AirlockError:
-    return AirlockError(
-        ErrorCode.SPAWN_FAILED,
-        f"working directory {cwd}: {why} for user {identity.user} (uid {identity.uid})",
-        {"cwd": cwd, "uid": identity.uid},
-    )
+def _may_search(identity: Identity, st: os.stat_result) -> bool:
+    # Root searches any directory (CAP_DAC_READ_SEARCH).
+    return identity.uid == 0 or _permitted(identity, st, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
 
 
-def check_cwd(identity: Identity, cwd: str) -> None:
-    """Refuse unless ``identity`` could ``chdir(cwd)``.
+class _Refused(Exception):
+    """Why a path is out of the target user's reach (internal)."""
 
-    The runner changes directory while still root (subprocess does chdir
-    before setuid), so the kernel never checks this for us.  We walk the path
-    as the kernel would for the target user: every directory looked up in,
-    symlinks followed, needs the search bit that applies to the user's uid,
-    gid or supplementary groups.  POSIX ACLs are not evaluated (mode bits only).
+
+def _enter(identity: Identity, path: str) -> None:
+    """Walk ``path`` as the kernel would for ``identity``, down to a directory it may enter.
+
+    Every directory looked up in, symlinks followed, needs the search bit
+    that applies to the user's uid, gid or supplementary groups.
     """
-    if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd:
-        raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"working directory must be an absolute path (got {cwd!r})")
-    pending = [c for c in cwd.split("/") if c]
+    pending = [c for c in path.split("/") if c]
     pending.reverse()  # a stack: the next component is last
     current = "/"
     links = 0
@@ -130,11 +135,11 @@ def check_cwd(identity: Identity, cwd: str) -> None:
         try:
             st = os.stat(current)
         except OSError as exc:
-            raise _cwd_error(identity, cwd, f"{current} cannot be examined ({os.strerror(exc.errno or 0)})") from None
+            raise _Refused(f"{current} cannot be examined ({os.strerror(exc.errno or 0)})") from None
         if not stat.S_ISDIR(st.st_mode):
-            raise _cwd_error(identity, cwd, f"{current} is not a directory")
+            raise _Refused(f"{current} is not a directory")
         if not _may_search(identity, st):
-            raise _cwd_error(identity, cwd, f"no permission to enter {current}")
+            raise _Refused(f"no permission to enter {current}")
         if not pending:
             return
         component = pending.pop()
@@ -148,15 +153,62 @@ def check_cwd(identity: Identity, cwd: str) -> None:
             lst = os.lstat(candidate)
         except OSError as exc:
             why = "does not exist" if exc.errno == errno.ENOENT else os.strerror(exc.errno or 0)
-            raise _cwd_error(identity, cwd, f"{candidate} {why}") from None
+            raise _Refused(f"{candidate} {why}") from None
         if stat.S_ISLNK(lst.st_mode):
             links += 1
             if links > _MAX_SYMLINKS:
-                raise _cwd_error(identity, cwd, "too many levels of symbolic links")
+                raise _Refused("too many levels of symbolic links")
             target = os.readlink(candidate)
-            parts = [c for c in target.split("/") if c]
-            pending.extend(reversed(parts))
+            pending.extend(reversed([c for c in target.split("/") if c]))
             if target.startswith("/"):
                 current = "/"
             continue
         current = candidate
+
+
+def _for(identity: Identity) -> str:
+    return f"for user {identity.user} (uid {identity.uid})"
+
+
+def check_cwd(identity: Identity, cwd: str) -> None:
+    """Refuse unless ``identity`` could ``chdir(cwd)``.
+
+    The runner changes directory while still root (subprocess does chdir
+    before setuid), so the kernel never checks this for us.  Mode bits only:
+    POSIX ACLs are not evaluated.
+    """
+    if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd or not _encodable(cwd):
+        raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"working directory must be an absolute path (got {cwd!r})")
+    try:
+        _enter(identity, cwd)
+    except _Refused as refused:
+        raise AirlockError(
+            ErrorCode.SPAWN_FAILED,
+            f"working directory {cwd}: {refused} {_for(identity)}",
+            {"cwd": cwd, "uid": identity.uid},
+        ) from None
+
+
+def check_executable(identity: Identity, path: str) -> None:
+    """Refuse unless ``identity`` may execute the canonical binary ``path``.
+
+    Checked before any stage starts, so that a pipeline whose later stage
+    could not exec does not run its earlier ones.  Mode bits only; an
+    interpreter named by a ``#!`` line is left to the kernel.
+    """
+    try:
+        _enter(identity, os.path.dirname(path) or "/")
+        st = os.stat(path)
+    except _Refused as refused:
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"{path}: {refused} {_for(identity)}") from None
+    except OSError as exc:
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"{path}: {os.strerror(exc.errno or 0)}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"{path}: not a regular file")
+    executable_bits = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+    if identity.uid == 0:
+        allowed = bool(st.st_mode & executable_bits)  # root still needs one x bit
+    else:
+        allowed = _permitted(identity, st, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+    if not allowed:
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"{path}: no permission to execute {_for(identity)}")

@@ -1,4 +1,10 @@
-"""Containment in a transient systemd scope unit (only when systemd is PID 1).
+"""Containment: the job's process groups, or a transient systemd scope unit.
+
+`ProcessGroups`: every stage leads its own session and process group; the
+job's signals go to all of them.  A process that calls setsid() itself
+leaves them and escapes (the limit reference/001 states).
+
+`ScopeContainment` (only when systemd is PID 1) adds a scope around the job.
 
 The spawner starts every stage blocked before exec, then `start_scope` asks
 systemd (StartTransientUnit over D-Bus, through busctl: no Python D-Bus
@@ -15,6 +21,7 @@ systemd is kept to a few short coroutines exercised by the system tests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -104,6 +111,8 @@ class ScopeSettings:
     memory_max: str | None = None
     tasks_max: int = 0
     cpu_quota: str | None = None
+    # A backstop for a runner that dies mid-job: systemd ends the scope itself.
+    runtime_max_seconds: float | None = None
 
 
 def scope_properties(
@@ -120,6 +129,8 @@ def scope_properties(
         # A killed job must not leave a failed unit behind to block the name.
         ("CollectMode", "s", "inactive-or-failed"),
     ]
+    if settings.runtime_max_seconds is not None:
+        props.append(("RuntimeMaxUSec", "t", max(1, round(settings.runtime_max_seconds * 1_000_000))))
     if settings.memory_max is not None:
         props.append(memory_property(settings.memory_max))
     if settings.tasks_max > 0:
@@ -202,7 +213,7 @@ class Scope:
         try:
             with open(os.path.join(self.cgroup_dir, "cgroup.events"), encoding="utf-8") as f:
                 return any(line.strip() == "populated 1" for line in f)
-        except FileNotFoundError:
+        except OSError:
             return False  # systemd already removed the empty scope
 
     async def kill(self, signum: int) -> None:
@@ -259,3 +270,96 @@ async def start_scope(unit: str, pids: Sequence[int], settings: ScopeSettings) -
     scope = Scope(unit=unit, cgroup_dir="/sys/fs/cgroup" + cgroup)
     structlog.get_logger().debug("runner.scope.created", unit=unit, pids=list(pids))
     return scope
+
+
+# --- the two containments the spawner uses ------------------------------------
+
+
+class ProcessGroups:
+    """Every stage leads its own session and process group; signal them all."""
+
+    gated = False
+
+    def __init__(self) -> None:
+        self.pgids: list[int] = []
+        self.unit: str | None = None
+
+    async def attach(self, pids: Sequence[int]) -> None:
+        self.pgids = list(pids)  # start_new_session: pgid == pid
+
+    async def signal(self, signum: int) -> None:
+        self.signal_now(signum)
+
+    def signal_now(self, signum: int) -> None:
+        for pgid in self.pgids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signum)
+
+    async def occupied(self) -> bool:
+        live = []
+        for pgid in self.pgids:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                pass  # someone in it we may not signal: still occupied
+            live.append(pgid)
+        # kill(0) also succeeds for zombies, and orphans are reaped by init, not
+        # us (promptly by systemd, slowly by some container inits): look closer.
+        return bool(live) and _running_in_groups(live)
+
+
+def _running_in_groups(pgids: Sequence[int]) -> bool:
+    """Whether a process that is not a zombie is in one of these process groups."""
+    wanted = set(pgids)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        # After the command: state, ppid, pgrp.
+        if len(fields) > 2 and int(fields[2]) in wanted and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+class ScopeContainment(ProcessGroups):
+    """Process groups, plus a transient systemd scope around the whole job.
+
+    ``gated``: the spawner starts stages blocked before exec and opens their
+    gates only after `attach` has put them in the scope.
+    """
+
+    gated = True
+
+    def __init__(self, unit: str, settings: ScopeSettings) -> None:
+        super().__init__()
+        self.unit = unit
+        self._settings = settings
+        scope_properties([], settings)  # bad limits fail before anything starts
+        self.created: Scope | None = None
+
+    async def attach(self, pids: Sequence[int]) -> None:
+        await super().attach(pids)
+        self.created = await start_scope(self._unit(), pids, self._settings)
+
+    def _unit(self) -> str:
+        assert self.unit is not None  # set in __init__; typed optional by the base class
+        return self.unit
+
+    async def signal(self, signum: int) -> None:
+        if self.created is not None:
+            await self.created.kill(signum)
+        super().signal_now(signum)
+
+    def signal_now(self, signum: int) -> None:
+        if self.created is not None:
+            self.created.kill_direct(signum)
+        super().signal_now(signum)
+
+    async def occupied(self) -> bool:
+        return (self.created is not None and self.created.populated()) or await super().occupied()

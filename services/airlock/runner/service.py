@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit
+from airlock.common.audit import Audit, Ids
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
@@ -46,9 +46,9 @@ class Runner:
             return "scope" if systemd_is_running() and os.geteuid() == 0 else "process-group"
         return mode
 
-    async def _refuse(self, exc: AirlockError, ids: dict[str, Any]) -> AirlockError:
+    async def _refuse(self, exc: AirlockError, ids: Ids) -> AirlockError:
         try:
-            await self.audit.record("exec.refused", **ids, payload={"code": exc.code.value, "message": exc.message})
+            await self.audit.record("exec.refused", ids, payload={"code": exc.code.value, "message": exc.message})
         except AirlockError:
             pass  # the refusal stands whether or not it could be journaled
         return exc
@@ -62,7 +62,7 @@ class Runner:
         session = validate.optional_text("session", a.get("session"), max_len=256)
         protected = validate.env_map("protected_env", a.get("protected_env"))
         stream = validate.boolean("stream", a.get("stream"), False)
-        ids = {"request_id": request_id, "operation_id": operation_id, "peer_uid": spec.uid, "session": session}
+        ids = Ids(request_id, operation_id, spec.uid, session)
         digest = spec.digest()
 
         # Defence in depth: the same rules intake applied, checked again here.
@@ -91,7 +91,10 @@ class Runner:
         try:
             check_cwd(identity, cwd)
         except AirlockError as exc:
-            raise await self._refuse(exc, ids) from None
+            if spec.cwd is not None:
+                raise await self._refuse(exc, ids) from None
+            cwd = "/"  # no usable home: start in / as login(1) does; the evidence says where
+
         env = build_env(identity, spec.env, protected)
         timeout = (spec.timeout_ms / 1000) if spec.timeout_ms else self.config.limits.default_timeout_seconds
         job = JobSpec(
@@ -117,7 +120,7 @@ class Runner:
             raise AirlockError(ErrorCode.OPERATION_IN_PROGRESS, "this operation is already running")
         await self.audit.record(
             "exec.started",
-            **ids,
+            ids,
             payload={"digest": digest, "spec": spec.to_dict(), "uid": identity.uid, "gid": identity.gid, "cwd": cwd,
                      "containment": job.containment},
         )
@@ -151,10 +154,10 @@ class Runner:
         }
         summary = _audit_summary(evidence, self.config.journal.output_head_bytes, result)
         if result.cancelled:
-            await self.audit.record("exec.cancelled", **ids, payload={"digest": digest})
+            await self.audit.record("exec.cancelled", ids, payload={"digest": digest})
         await self.audit.record(
             "exec.finished",
-            **ids,
+            ids,
             payload=summary,
             log_fields={"exit_code": summary["exit_codes"][-1], "timed_out": result.timed_out},
         )

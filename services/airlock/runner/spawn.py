@@ -7,21 +7,19 @@ stage's stdout and every stage's stderr, redacts protected values, caps each
 stream, and enforces timeout, deadline and cancel with SIGTERM, a grace
 period, then SIGKILL.  Every child is always waited for.
 
-Containment:
-- ``process-group``: every stage leads its own session and process group
-  (``start_new_session``); signals go to all of the job's groups.  A process
-  that calls setsid() itself leaves them and escapes (as in reference/001).
-- ``scope``: additionally a transient systemd scope holds every process the
-  job starts; stages wait before exec until they are inside it (see scope.py).
+Containment (scope.py): ``process-group``, every stage leads its own session
+and process group and signals go to all of them (a process that calls
+setsid() itself escapes, as in reference/001); or ``scope``, a transient
+systemd scope around everything the job starts, with the stages waiting
+before exec until they are inside it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import fcntl
-import hashlib
+import math
 import os
 import signal
 import subprocess
@@ -29,16 +27,26 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import structlog
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
-from airlock.runner import scope as _scope
-from airlock.runner.identity import Identity, check_cwd
+from airlock.runner.evidence import JobResult, StageResult, describe_exit, iso_utc, sha256_hex
+from airlock.runner.identity import Identity, check_cwd, check_executable
 from airlock.runner.redact import Capture, StreamRedactor
+from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings, unit_name
+
+__all__ = [
+    "JobResult",
+    "JobSpec",
+    "OutputCallback",
+    "StageResult",
+    "describe_exit",
+    "run_job",
+    "systemd_is_running",
+]
 
 OutputCallback = Callable[[str, int, bytes], None]
 
@@ -48,25 +56,50 @@ _WRITE_SIZE = 64 * 1024
 _DRAIN_SECONDS = 2.0  # reading output after every process we can reach is gone
 _SWEEP_POLL_SECONDS = 0.02
 _SWEEP_KILL_WAIT_SECONDS = 1.0
+_SCOPE_BACKSTOP_SLACK_SECONDS = 10.0
 
 # Runs in each stage of a scope job: wait at the gate until the stage is inside
-# the scope, then exec the real binary with the caller's argv[0].  Python
-# ignores SIGPIPE and SIGXFSZ at start-up and exec keeps ignored signals
+# the scope, then exec the real binary with the caller's argv[0].  The gate
+# also carries the job's environment: the shim itself starts with an empty one,
+# because Python's locale coercion (PEP 538) would add or rewrite LC_CTYPE.
+# Python ignores SIGPIPE and SIGXFSZ at start-up and exec keeps ignored signals
 # ignored, so they are reset first (subprocess's restore_signals does the same).
 _GATE_SHIM = """\
 import os, signal, sys
 gate = int(sys.argv[1])
-if os.read(gate, 1) != b"1":
-    os._exit(125)
+chunks = []
+while True:
+    chunk = os.read(gate, 65536)
+    if not chunk:
+        break
+    chunks.append(chunk)
 os.close(gate)
+data = b"".join(chunks)
+if data[:1] != b"1":
+    os._exit(125)
+env = dict(item.split(b"=", 1) for item in data[1:].split(b"\\0") if item)
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 try:
-    os.execv(sys.argv[2], sys.argv[3:])
+    os.execve(sys.argv[2], sys.argv[3:], env)
 except OSError as exc:
     os.write(2, ("airlock: cannot execute %s: %s\\n" % (sys.argv[2], exc.strerror)).encode())
     os._exit(127 if exc.errno == 2 else 126)
 """
+
+
+def _gate_payload(env: Mapping[str, str]) -> bytes:
+    """What opens a gate: the go byte, then NAME=value entries separated by NUL."""
+    return b"1" + b"\0".join(os.fsencode(f"{name}={value}") for name, value in env.items())
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` becomes bytes for the OS (JSON may carry lone surrogates)."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _invalid(message: str) -> AirlockError:
@@ -101,98 +134,26 @@ class JobSpec:
             raise _invalid("a job needs at least one stage, and every stage an argv")
         if any(not isinstance(arg, str) or "\0" in arg for stage in self.stages for arg in stage):
             raise _invalid("argv entries must be strings without NUL bytes")
+        strings = [arg for stage in self.stages for arg in stage] + [self.cwd, *self.env.keys(), *self.env.values()]
+        if not all(_encodable(text) for text in strings):
+            raise _invalid("argv, cwd and environment must be encodable (no lone surrogates)")
         if self.mode == "shell" and len(self.stages) != 1:
             raise _invalid("a shell job has exactly one stage")
         if self.containment not in ("scope", "process-group"):
             raise _invalid(f"containment must be scope or process-group (got {self.containment!r})")
+        if any(not k or "=" in k or "\0" in k or "\0" in v for k, v in self.env.items()):
+            raise _invalid("environment names must be non-empty without '=' or NUL, values without NUL")
+        if self.deadline is not None and not math.isfinite(self.deadline):
+            raise _invalid(f"deadline must be a finite time (got {self.deadline})")
         if not self.timeout_seconds > 0:
             raise _invalid(f"timeout must be positive (got {self.timeout_seconds})")
         if self.max_output_bytes < 0 or self.kill_grace_seconds < 0 or self.tasks_max < 0:
             raise _invalid("output cap, kill grace and tasks_max must not be negative")
 
 
-@dataclass(frozen=True, slots=True)
-class StageResult:
-    argv: tuple[str, ...]
-    exit_code: int | None  # None: killed by a signal, or never started
-    signal: int | None
-    stderr: bytes
-    stderr_truncated: bool
-    stderr_sha256: str
-
-
-@dataclass(frozen=True, slots=True)
-class JobResult:
-    operation_id: str
-    mode: str
-    stages: tuple[StageResult, ...]
-    stdout: bytes
-    stdout_truncated: bool
-    stdout_sha256: str
-    started_at: str
-    ended_at: str
-    duration_ms: int
-    timed_out: bool
-    timeout_reason: str | None  # "timeout" or "deadline"
-    cancelled: bool
-    containment: str
-    scope_unit: str | None
-    started: bool  # False: the deadline had passed or cancel came first; nothing ran
-    cwd: str
-    uid: int
-    gid: int
-
-    def to_evidence(self) -> dict[str, Any]:
-        """The JSON-ready evidence (streams base64, digests of the delivered bytes)."""
-        return {
-            "operation_id": self.operation_id,
-            "mode": self.mode,
-            "containment": self.containment,
-            "scope_unit": self.scope_unit,
-            "cwd": self.cwd,
-            "uid": self.uid,
-            "gid": self.gid,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "duration_ms": self.duration_ms,
-            "timed_out": self.timed_out,
-            "timeout_reason": self.timeout_reason,
-            "cancelled": self.cancelled,
-            "stages": [
-                {
-                    "argv": list(stage.argv),
-                    "exit_code": stage.exit_code,
-                    "signal": stage.signal,
-                    "stderr": base64.b64encode(stage.stderr).decode("ascii"),
-                    "stderr_truncated": stage.stderr_truncated,
-                    "stderr_sha256": stage.stderr_sha256,
-                }
-                for stage in self.stages
-            ],
-            "stdout": base64.b64encode(self.stdout).decode("ascii"),
-            "stdout_truncated": self.stdout_truncated,
-            "stdout_sha256": self.stdout_sha256,
-        }
-
-
-def describe_exit(returncode: int) -> tuple[int | None, int | None]:
-    """``(exit_code, signal)`` from a subprocess return code (negative: killed by a signal)."""
-    if returncode < 0:
-        return None, -returncode
-    return returncode, None
-
-
 def systemd_is_running() -> bool:
     """True when systemd is PID 1 (the test sd_booted() makes)."""
     return os.path.isdir("/run/systemd/system")
-
-
-def _now_iso(wall: float) -> str:
-    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # --- file descriptors owned by one job ------------------------------------------
@@ -290,7 +251,7 @@ class _Stream:
     def finish(self) -> tuple[bytes, bool, str]:
         self._capture.add(self._redactor.flush())
         data = self._capture.finish()
-        return data, self._capture.truncated, _sha256(data)
+        return data, self._capture.truncated, sha256_hex(data)
 
 
 async def _pump(fd: _Fd, stream: _Stream) -> None:
@@ -306,7 +267,8 @@ async def _pump(fd: _Fd, stream: _Stream) -> None:
     fd.close()
 
 
-async def _feed_stdin(fd: _Fd, data: bytes) -> None:
+async def _feed(fd: _Fd, data: bytes) -> None:
+    """Write all of ``data`` without blocking the loop, then close (EOF for the reader)."""
     view = memoryview(data)
     try:
         while view and fd.fd >= 0:
@@ -317,93 +279,31 @@ async def _feed_stdin(fd: _Fd, data: bytes) -> None:
                 continue
             view = view[written:]
     except BrokenPipeError:
-        pass  # the first stage stopped reading; that is its business
+        pass  # the reader is gone (a stage that does not read stdin); its business
     finally:
-        fd.close()  # EOF for the first stage
+        fd.close()
 
 
-# --- containment -------------------------------------------------------------------
+def _scope_containment(spec: JobSpec) -> ScopeContainment:
+    settings = ScopeSettings(
+        slice=spec.slice,
+        description=f"airlock job {ascii(spec.operation_id)[1:-1]}",  # printable ASCII for systemctl
+        stop_timeout_seconds=spec.kill_grace_seconds,
+        memory_max=spec.memory_max,
+        tasks_max=spec.tasks_max,
+        cpu_quota=spec.cpu_quota,
+        # Never before our own timeout, termination and sweep have had their turn.
+        runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
+    )
+    return ScopeContainment(unit_name(spec.operation_id), settings)
 
 
-class _ProcessGroups:
-    """Every stage leads its own process group; signal them all."""
-
-    gated = False
-
-    def __init__(self) -> None:
-        self.pgids: list[int] = []
-        self.unit: str | None = None
-
-    async def attach(self, pids: Sequence[int]) -> None:
-        self.pgids = list(pids)  # start_new_session: pgid == pid
-
-    async def signal(self, signum: int) -> None:
-        self.signal_now(signum)
-
-    def signal_now(self, signum: int) -> None:
-        for pgid in self.pgids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signum)
-
-    async def occupied(self) -> bool:
-        for pgid in self.pgids:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                continue
-            except PermissionError:
-                pass  # someone in it we may not signal: still occupied
-            return True
-        return False
-
-
-class _ScopeContainment(_ProcessGroups):
-    """Process groups, plus a transient systemd scope around the whole job."""
-
-    gated = True
-
-    def __init__(self, spec: JobSpec) -> None:
-        super().__init__()
-        self.unit = _scope.unit_name(spec.operation_id)
-        self._settings = _scope.ScopeSettings(
-            slice=spec.slice,
-            description=f"airlock job {spec.operation_id}",
-            stop_timeout_seconds=spec.kill_grace_seconds,
-            memory_max=spec.memory_max,
-            tasks_max=spec.tasks_max,
-            cpu_quota=spec.cpu_quota,
-        )
-        _scope.scope_properties([], self._settings)  # bad limits fail before anything starts
-        self._scope: _scope.Scope | None = None
-
-    async def attach(self, pids: Sequence[int]) -> None:
-        await super().attach(pids)
-        assert self.unit is not None
-        self._scope = await _scope.start_scope(self.unit, pids, self._settings)
-
-    async def signal(self, signum: int) -> None:
-        if self._scope is not None:
-            await self._scope.kill(signum)
-        super().signal_now(signum)
-
-    def signal_now(self, signum: int) -> None:
-        if self._scope is not None:
-            self._scope.kill_direct(signum)
-        super().signal_now(signum)
-
-    async def occupied(self) -> bool:
-        return (self._scope is not None and self._scope.populated()) or await super().occupied()
-
-
-Containment = _ProcessGroups
-
-
-def _containment_for(spec: JobSpec) -> Containment:
+def _containment_for(spec: JobSpec) -> ProcessGroups:
     if spec.containment == "process-group":
-        return _ProcessGroups()
+        return ProcessGroups()
     if not systemd_is_running():
         raise AirlockError(ErrorCode.SPAWN_FAILED, "scope containment needs systemd as PID 1, which is not running")
-    return _ScopeContainment(spec)
+    return _scope_containment(spec)
 
 
 # --- the job ----------------------------------------------------------------------------
@@ -430,6 +330,12 @@ def _resolve_all(spec: JobSpec) -> list[str]:
                 f"stage {index + 1}: {argv[0]}: command not found",
                 {"stage": index, "argv0": argv[0]},
             )
+        try:
+            check_executable(spec.identity, executable)
+        except AirlockError as exc:
+            raise AirlockError(
+                exc.code, f"stage {index + 1}: {exc.message}", {"stage": index, "argv0": argv[0]}
+            ) from None
         executables.append(executable)
     return executables
 
@@ -442,7 +348,7 @@ def _grow_pipe(fd: int) -> None:
 class _Job:
     """The mutable runtime state of one job (the spec stays frozen)."""
 
-    def __init__(self, spec: JobSpec, containment: Containment, on_output: OutputCallback | None) -> None:
+    def __init__(self, spec: JobSpec, containment: ProcessGroups, on_output: OutputCallback | None) -> None:
         self.spec = spec
         self.containment = containment
         self.on_output = on_output
@@ -486,12 +392,14 @@ class _Job:
             args: list[str] = list(argv)
             program = executable
             pass_fds: tuple[int, ...] = ()
+            env: dict[str, str] = dict(spec.env)
             if self.containment.gated:
                 gate_in, gate_out = self._pipe()
                 gates.append(gate_out)
                 pass_fds = (gate_in.fd,)
                 program = os.path.realpath(sys.executable)
                 args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), executable, *argv]
+                env = {}  # the job's comes through the gate
             try:
                 proc = subprocess.Popen(
                     args,
@@ -500,7 +408,7 @@ class _Job:
                     stdout=write_out.fd,
                     stderr=write_err.fd,
                     cwd=spec.cwd,
-                    env=dict(spec.env),
+                    env=env,
                     close_fds=True,
                     pass_fds=pass_fds,
                     start_new_session=True,
@@ -532,7 +440,7 @@ class _Job:
         if self.stdin is not None:
             writer, data = self.stdin
             os.set_blocking(writer.fd, False)
-            self.tasks.append(asyncio.ensure_future(_feed_stdin(writer, data)))
+            self.tasks.append(asyncio.ensure_future(_feed(writer, data)))
 
     async def _wait_all(self) -> None:
         async def one(index: int, proc: subprocess.Popen[bytes]) -> None:
@@ -632,7 +540,7 @@ async def run_job(
 
 async def _execute(
     spec: JobSpec,
-    containment: Containment,
+    containment: ProcessGroups,
     executables: Sequence[str],
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
@@ -650,17 +558,25 @@ async def _execute(
     try:
         gates = job.spawn(executables)
         await containment.attach([p.pid for p in job.procs])
-        for gate in gates:  # inside the scope now: let them exec
-            with contextlib.suppress(BrokenPipeError):
-                os.write(gate.fd, b"1")
-            gate.close()
+        budget -= time.monotonic() - started_mono
+        if gates and (budget <= 0 or (cancel is not None and cancel.is_set())):
+            # Creating the scope took the rest of the time, or cancel came
+            # meanwhile: the gates stay shut, so nothing of the job ran.
+            job.timed_out = budget <= 0
+            job.cancelled = not job.timed_out
+            return _result(job, started_wall, started_mono, reason, started=False)
+        if gates:  # inside the scope now: let them exec
+            payload = _gate_payload(spec.env)
+            for gate in gates:
+                os.set_blocking(gate.fd, False)
+            await asyncio.gather(*(_feed(gate, payload) for gate in gates))
         log.debug("runner.job.spawned", pids=[p.pid for p in job.procs], containment=spec.containment)
         job.start_io()
-        await job.supervise(budget - (time.monotonic() - started_mono), cancel)
+        await job.supervise(budget, cancel)
         result = _result(job, started_wall, started_mono, reason, started=True)
     finally:
         job.abort()
-    log.info(
+    log.debug(
         "runner.job.finished",
         exit_codes=[s.exit_code for s in result.stages],
         timed_out=result.timed_out,
@@ -672,7 +588,7 @@ async def _execute(
 
 def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *, started: bool) -> JobResult:
     spec = job.spec
-    stdout, stdout_truncated, stdout_sha256 = b"", False, _sha256(b"")
+    stdout, stdout_truncated, stdout_sha256 = b"", False, sha256_hex(b"")
     stderr: dict[int, tuple[bytes, bool, str]] = {}
     for _fd, stream in job.streams:
         finished = stream.finish()
@@ -684,7 +600,7 @@ def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *,
     for index, argv in enumerate(spec.stages):
         returncode = job.returncodes[index]
         exit_code, signum = describe_exit(returncode) if returncode is not None else (None, None)
-        data, truncated, digest = stderr.get(index, (b"", False, _sha256(b"")))
+        data, truncated, digest = stderr.get(index, (b"", False, sha256_hex(b"")))
         stages.append(StageResult(argv, exit_code, signum, data, truncated, digest))
     ended_wall = time.time()
     return JobResult(
@@ -694,8 +610,8 @@ def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *,
         stdout=stdout,
         stdout_truncated=stdout_truncated,
         stdout_sha256=stdout_sha256,
-        started_at=_now_iso(started_wall),
-        ended_at=_now_iso(ended_wall),
+        started_at=iso_utc(started_wall),
+        ended_at=iso_utc(ended_wall),
         duration_ms=round((time.monotonic() - started_mono) * 1000),
         timed_out=job.timed_out,
         timeout_reason=reason if job.timed_out else None,

@@ -55,7 +55,11 @@ def test_the_issue_example_loads(tmp_path: Path) -> None:
     assert policy.default == "ask"
     (rule,) = policy.rules
     assert (rule.name, rule.decision, rule.privileged) == ("apt-refresh", "allow", True)
-    assert (rule.users, rule.groups, rule.sessions) == (frozenset({"deploy"}), frozenset({"agents"}), frozenset({"nightly"}))
+    assert (rule.users, rule.groups, rule.sessions) == (
+        frozenset({"deploy"}),
+        frozenset({"agents"}),
+        frozenset({"nightly"}),
+    )
     assert rule.commands == (
         ("/usr/bin/apt-get", "update"),
         ("/usr/bin/apt-get", "install", "{pkg}"),
@@ -86,7 +90,13 @@ def test_policy_d_files_are_read_in_name_order_and_others_ignored(tmp_path: Path
     )
     assert policy.default == "deny"
     assert [r.name for r in policy.rules] == ["a", "b"]
-    assert [Path(s).name for s in policy.sources] == ["airlock.yaml", "10-a.yaml", "20-b.yaml", "30-empty.yaml", "40-null-rules.yaml"]
+    assert [Path(s).name for s in policy.sources] == [
+        "airlock.yaml",
+        "10-a.yaml",
+        "20-b.yaml",
+        "30-empty.yaml",
+        "40-null-rules.yaml",
+    ]
 
 
 def test_missing_policy_dir_is_fine(tmp_path: Path) -> None:
@@ -95,16 +105,28 @@ def test_missing_policy_dir_is_fine(tmp_path: Path) -> None:
     assert [r.name for r in load_policy(cfg.load(main)).rules] == ["x"]
 
 
+def test_users_may_be_numbers_but_not_lists() -> None:
+    assert dropin_error("rules: [{name: x, decision: allow, users: [[a]]}]") == (
+        f"{D}:1:44: rules[0] (x).users[0]: expected a user name or uid (got a list)"
+    )
+
+
 def test_users_may_be_numbers_and_values_are_normalised() -> None:
-    f = parse_policy_text("rules: [{name: x, decision: allow, users: [0, root, 0x10]}]", D, main=False)
-    assert f.rules[0].users == frozenset({"0", "root", "16"})
+    f = parse_policy_text("rules: [{name: x, decision: allow, users: [0, root, 1000, '0x10']}]", D, main=False)
+    assert f.rules[0].users == frozenset({"0", "root", "1000", "0x10"})
+    assert dropin_error("rules: [{name: x, decision: allow, users: [010]}]") == (
+        f"{D}:1:44: rules[0] (x).users[0]: a uid is a plain decimal number (got '010')"
+    )
 
 
 # --- exact errors ----------------------------------------------------------------------
 
 
 def test_missing_name() -> None:
-    assert dropin_error("rules:\n  - decision: allow\n") == f"{D}:2:5: rules[0]: missing name (every rule needs a unique name)"
+    assert (
+        dropin_error("rules:\n  - decision: allow\n")
+        == f"{D}:2:5: rules[0]: missing name (every rule needs a unique name)"
+    )
 
 
 def test_missing_decision() -> None:
@@ -139,7 +161,10 @@ def test_non_absolute_head() -> None:
 
 
 def test_empty_command_and_empty_lists() -> None:
-    assert dropin_error("rules:\n- {name: x, decision: allow, commands: [[]]}\n") == f"{D}:2:41: rules[0] (x).commands[0]: empty command"
+    assert (
+        dropin_error("rules:\n- {name: x, decision: allow, commands: [[]]}\n")
+        == f"{D}:2:41: rules[0] (x).commands[0]: empty command"
+    )
     assert dropin_error("rules:\n- {name: x, decision: allow, users: []}\n") == (
         f"{D}:2:37: rules[0] (x).users: must not be empty (leave users out to mean any) (got a list)"
     )
@@ -147,7 +172,10 @@ def test_empty_command_and_empty_lists() -> None:
 
 def test_rest_not_last() -> None:
     text = 'rules:\n  - name: x\n    decision: allow\n    commands: [[/usr/bin/journalctl, "...", -u, nginx]]\n'
-    assert dropin_error(text) == f'{D}:4:38: rules[0] (x).commands[0][1]: "..." is only allowed as the last element (got \'...\')'
+    assert (
+        dropin_error(text)
+        == f"{D}:4:38: rules[0] (x).commands[0][1]: \"...\" is only allowed as the last element (got '...')"
+    )
 
 
 def test_bad_placeholder_name() -> None:
@@ -160,9 +188,15 @@ def test_bad_placeholder_name() -> None:
 
 def test_non_string_elements() -> None:
     text = "rules:\n  - name: x\n    decision: allow\n    commands: [[/usr/bin/chmod, 0755, /srv/x]]\n"
-    assert dropin_error(text) == f"{D}:4:33: rules[0] (x).commands[0][1]: expected a string (quote numbers and booleans) (got '0755')"
+    assert (
+        dropin_error(text)
+        == f"{D}:4:33: rules[0] (x).commands[0][1]: expected a string (quote numbers and booleans) (got '0755')"
+    )
     text = "rules:\n  - name: x\n    decision: allow\n    commands: [[/usr/bin/x, [a]]]\n"
-    assert dropin_error(text) == f"{D}:4:29: rules[0] (x).commands[0][1]: expected a string (quote numbers and booleans) (got a list)"
+    assert (
+        dropin_error(text)
+        == f"{D}:4:29: rules[0] (x).commands[0][1]: expected a string (quote numbers and booleans) (got a list)"
+    )
 
 
 def test_unknown_rule_key() -> None:
@@ -178,7 +212,10 @@ def test_policy_d_holds_rules_only() -> None:
         f"{D}:1:1: default: not allowed here: a policy.d file holds rules: only (default belongs under policy: in airlock.yaml)"
     )
     assert dropin_error("rules: []\nextra: 1\n") == f"{D}:2:1: extra: unknown key (a policy.d file holds rules: only)"
-    assert dropin_error("- {name: x, decision: allow}\n") == f"{D}:1:1: (top level): a policy.d file is a mapping holding rules: only (got a list)"
+    assert (
+        dropin_error("- {name: x, decision: allow}\n")
+        == f"{D}:1:1: (top level): a policy.d file is a mapping holding rules: only (got a list)"
+    )
 
 
 def test_bad_privileged_and_groups() -> None:
@@ -186,7 +223,7 @@ def test_bad_privileged_and_groups() -> None:
         f"{D}:1:48: rules[0] (x).privileged: expected true or false (leave it out to mean either) (got 'maybe')"
     )
     assert dropin_error("rules: [{name: x, decision: allow, groups: [1000]}]") == (
-        f"{D}:1:45: rules[0] (x).groups[0]: expected name (got '1000')"
+        f"{D}:1:45: rules[0] (x).groups[0]: expected a name (got '1000')"
     )
 
 
@@ -197,7 +234,17 @@ def test_reserved_and_odd_names() -> None:
     assert dropin_error("rules: [{name: a b, decision: allow}]") == (
         f"{D}:1:16: rules[0].name: a rule name is 1 to 128 characters without spaces (got 'a b')"
     )
-    assert dropin_error("rules: [{name: 12, decision: allow}]") == f"{D}:1:16: rules[0].name: expected a rule name (got '12')"
+    assert (
+        dropin_error("rules: [{name: 12, decision: allow}]")
+        == f"{D}:1:16: rules[0].name: expected a rule name (got '12')"
+    )
+
+
+def test_non_string_keys() -> None:
+    assert (
+        dropin_error("1: x\n")
+        == f"{D}:1:1: (top level): keys must be strings (YAML merge keys are not supported) (got '1')"
+    )
 
 
 def test_invalid_yaml() -> None:
@@ -205,7 +252,9 @@ def test_invalid_yaml() -> None:
 
 
 def test_every_bad_rule_is_reported_and_the_policy_rejected_whole() -> None:
-    text = "rules:\n  - {name: ok, decision: allow}\n  - {name: a, decision: nope}\n  - {name: b, decision: allow, x: 1}\n"
+    text = (
+        "rules:\n  - {name: ok, decision: allow}\n  - {name: a, decision: nope}\n  - {name: b, decision: allow, x: 1}\n"
+    )
     with pytest.raises(PolicyError) as info:
         parse_policy_text(text, D, main=False)
     assert info.value.errors == (
@@ -247,18 +296,24 @@ def test_main_file_errors() -> None:
         parse_policy_text("policy:\n  default: ask\n  rule: []\n", main, main=True)
     assert str(info.value) == f"{main}:3:3: policy.rule: unknown key (known: default, rules)"
     with pytest.raises(PolicyError) as info:
-        parse_policy_text("default: deny\n", main, main=True)
-    assert str(info.value) == f"{main}:1:1: default: belongs under policy: in airlock.yaml"
+        parse_policy_text("log: {level: info}\ndefault: deny\n", main, main=True)
+    assert str(info.value) == f"{main}:2:1: default: belongs under policy: in airlock.yaml"
     with pytest.raises(PolicyError) as info:
         parse_policy_text("policy:\n  rules:\n    - {name: x, decision: allow, users: deploy}\n", main, main=True)
-    assert str(info.value) == f"{main}:3:41: policy.rules[0] (x).users: expected a list of user names or uids (got 'deploy')"
+    assert (
+        str(info.value)
+        == f"{main}:3:41: policy.rules[0] (x).users: expected a list of user names or uids (got 'deploy')"
+    )
 
 
 def test_files_section_errors() -> None:
     def bad(files: str) -> str:
         return dropin_error(f"rules:\n- name: f\n  decision: allow\n  files: {files}\n")
 
-    assert bad("[{tools: [files_read], paths: [etc/x]}]") == f"{D}:4:41: rules[0] (f).files[0].paths[0]: must be an absolute path (got 'etc/x')"
+    assert (
+        bad("[{tools: [files_read], paths: [etc/x]}]")
+        == f"{D}:4:41: rules[0] (f).files[0].paths[0]: must be an absolute path (got 'etc/x')"
+    )
     assert bad("[{tools: [files_read], paths: ['/var/log/*.log']}]") == (
         f"{D}:4:41: rules[0] (f).files[0].paths[0]: no globs: name a file, or a subtree with a trailing /... (got '/var/log/*.log')"
     )
@@ -268,15 +323,30 @@ def test_files_section_errors() -> None:
     assert bad("[{tools: [files_read], paths: [/a/../b]}]") == (
         f"{D}:4:41: rules[0] (f).files[0].paths[0]: must be a normalised path (no empty, . or .. segments, no trailing /) (got '/a/../b')"
     )
-    assert bad("[{tools: [rm], paths: [/a]}]").startswith(f"{D}:4:20: rules[0] (f).files[0].tools[0]: unknown tool (known: files_edit,")
+    assert bad("[{tools: [rm], paths: [/a]}]").startswith(
+        f"{D}:4:20: rules[0] (f).files[0].tools[0]: unknown tool (known: files_edit,"
+    )
     assert bad("[{tools: [files_read]}]") == f"{D}:4:11: rules[0] (f).files[0]: missing paths"
 
 
 def test_files_section_is_stored_canonically() -> None:
-    f = parse_policy_text("rules:\n- {name: f, decision: allow, files: [{tools: [files_read], paths: [/bin/..., /..., /etc/hosts]}]}", D, main=False)
+    f = parse_policy_text(
+        "rules:\n- {name: f, decision: allow, files: [{tools: [files_read], paths: [/bin/..., /..., /etc/hosts]}]}",
+        D,
+        main=False,
+    )
     (grant,) = f.rules[0].files or ()
     assert grant.tools == frozenset({"files_read"})
     assert grant.paths == ("/usr/bin/...", "/...", "/etc/hosts")
+
+
+def test_a_bare_policy_document_is_a_main_policy_too() -> None:
+    f = parse_policy_text("default: deny\nrules: [{name: x, decision: allow}]\n", "/p.yaml", main=True)
+    assert (f.default, [r.name for r in f.rules]) == ("deny", ["x"])
+    with pytest.raises(PolicyError) as info:
+        parse_policy_text("default: deny\nrules: [{name: x, decision: allow, y: 1}]\n", "/p.yaml", main=True)
+    assert str(info.value).startswith("/p.yaml:2:36: rules[0] (x).y: unknown key")
+    assert parse_policy_text("log: {level: info}\n", "/p.yaml", main=True).rules == ()
 
 
 def test_assemble_refuses_two_defaults() -> None:
@@ -284,3 +354,33 @@ def test_assemble_refuses_two_defaults() -> None:
     b = parse_policy_text("policy: {default: deny}", "/b.yaml", main=True)
     with pytest.raises(PolicyError, match=r"^/b.yaml: policy.default: set more than once \(also in /a.yaml\)$"):
         assemble([a, b])
+
+
+# --- shipped examples ------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_the_example_policy_d_file_loads() -> None:
+    path = REPO / "config/policy.d/50-examples.yaml.example"
+    f = parse_policy_text(path.read_text(), str(path), main=False)
+    assert "no-disk-tools" in {r.name for r in f.rules}
+
+
+def test_the_worked_example_in_docs_loads() -> None:
+    text = (REPO / "docs/policy.md").read_text().split("## Worked examples")[1].split("```yaml\n")[1].split("```")[0]
+    policy = assemble([parse_policy_text(text, "docs/policy.md", main=True)])
+    assert {r.name for r in policy.rules} == {"read-only-status", "apt-install", "no-disk-tools"}
+
+
+def test_the_engine_is_pure() -> None:
+    # No sockets, event loops or subprocesses: the service moves bytes, the engine decides.
+    import ast
+
+    for name in ("policy.py", "match.py"):
+        tree = ast.parse((REPO / "services/airlock/approval" / name).read_text())
+        imported = {
+            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
+        imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not imported & {"socket", "asyncio", "subprocess", "threading", "selectors"}, name

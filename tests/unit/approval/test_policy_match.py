@@ -13,6 +13,7 @@ from airlock.approval.policy import (
     UNRESOLVED_RULE,
     Decision,
     Policy,
+    Rule,
     Subject,
     assemble,
     explain,
@@ -34,7 +35,9 @@ def subject(
 
 
 def policy(body: str, default: str = "ask") -> Policy:
-    text = f"policy:\n  default: {default}\n  rules:\n" + "\n".join("    " + line for line in body.strip("\n").splitlines())
+    text = f"policy:\n  default: {default}\n  rules:\n" + "\n".join(
+        "    " + line for line in body.strip("\n").splitlines()
+    )
     return assemble([parse_policy_text(text, "/etc/airlock/airlock.yaml", main=True)])
 
 
@@ -181,7 +184,9 @@ def test_relative_and_unresolvable_binaries_are_denied() -> None:
 
 
 def test_unresolvable_binary_can_still_match_a_rule_without_commands() -> None:
-    p = policy("- {name: root-all, decision: allow, users: [root]}\n- {name: mallory, decision: deny, users: [mallory]}")
+    p = policy(
+        "- {name: root-all, decision: allow, users: [root]}\n- {name: mallory, decision: deny, users: [mallory]}"
+    )
     assert decide(p, ["no-such-binary-here"], who=subject("root", 0)).rule == "root-all"
     assert decide(p, ["no-such-binary-here"], who=subject("mallory", 1001)).rule == "mallory"
 
@@ -325,6 +330,17 @@ def test_all_present_conditions_must_hold() -> None:
         assert "all-of" not in WHO.decide(bad, [["/usr/bin/true"]]).stages[0].matched
 
 
+def test_rules_built_in_code_are_checked_and_canonicalised() -> None:
+    rule = Rule("sh", "allow", frozenset(), frozenset(), frozenset(), None, (("/bin/sh", "-c", "..."),), "<code>")
+    assert rule.commands == ((DASH, "-c", "..."),)
+    p = Policy("deny", (rule,), ())
+    assert p.decide(subject(), [["sh", "-c", "id"]]).rule == "sh"
+    with pytest.raises(ValueError, match="only allowed as the last"):
+        Rule("x", "allow", frozenset(), frozenset(), frozenset(), None, (("/bin/x", "...", "y"),), "<code>")
+    with pytest.raises(ValueError, match="decision"):
+        Rule("x", "maybe", frozenset(), frozenset(), frozenset(), None, None, "<code>")  # type: ignore[arg-type]
+
+
 # --- explain and to_dict ------------------------------------------------------------------
 
 
@@ -400,6 +416,9 @@ def test_rule_without_commands_or_files_covers_both() -> None:
     p = policy("- {name: ops, decision: allow, groups: [ops]}", default="deny")
     ops = subject("o", 9, frozenset({"ops"}))
     assert p.decide_file(ops, "files_write", "/etc/hosts").rule == "ops"
+    # ...but never for an unknown tool or a relative path.
+    assert p.decide_file(ops, "rm", "/etc/hosts").rule == UNRESOLVED_RULE
+    assert p.decide_file(ops, "files_read", "hosts").rule == UNRESOLVED_RULE
     assert decide(p, ["true"], who=ops).rule == "ops"
 
 

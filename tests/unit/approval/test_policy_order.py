@@ -45,7 +45,9 @@ def rule_bodies(draw: st.DrawFn) -> dict[str, Any]:
 
 
 subjects = st.builds(
-    lambda uid, user, groups, session, privileged: Subject(uid, user, frozenset(groups), session, privileged, 0 if privileged else uid),
+    lambda uid, user, groups, session, privileged: Subject(
+        uid, user, frozenset(groups), session, privileged, 0 if privileged else uid
+    ),
     st.sampled_from([0, 1000, 1001]),
     st.sampled_from(["alice", "bob", "carol"]),
     st.sets(st.sampled_from(["g1", "g2", "g3"])),
@@ -104,7 +106,9 @@ def _check_against_a_simple_model(policy: Policy, who: Subject, pipeline: list[l
     worst = 0
     for stage in pipeline:
         resolved = resolver(stage[0], "")
-        ranks = [_RANK[r.decision] for r in policy.rules if r.applies_to(who) and r.matches_command(resolved, stage[1:])]
+        ranks = [
+            _RANK[r.decision] for r in policy.rules if r.applies_to(who) and r.matches_command(resolved, stage[1:])
+        ]
         fallback = _RANK[policy.default] if resolved else _RANK["deny"]
         worst = max(worst, max(ranks) if ranks else fallback)
     assert _RANK[decision] == worst

@@ -1,0 +1,68 @@
+"""Configuration: defaults, exact error messages, and the settings table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airlock.common import config
+
+
+def test_an_empty_file_gives_the_built_in_defaults() -> None:
+    assert config.parse_text("", "/etc/airlock/airlock.yaml").to_dict() == config.defaults().to_dict()
+
+
+def test_a_missing_default_file_is_the_defaults_but_a_named_one_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(config.ConfigError, match="no such file"):
+        config.load(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("limits:\n  max_request_bytes: -3\n", "/x.yaml:2:22: limits.max_request_bytes: must be a positive integer (got '-3')"),
+        ("limits:\n  max_request_bytes: lots\n", "/x.yaml:2:22: limits.max_request_bytes: expected an integer (got 'lots')"),
+        ("limitz: {}\n", "/x.yaml:1:1: limitz: unknown section (known: agents, approval, env, journal, limits, log, operators, paths, policy, runner, services) (got 'limitz')"),
+        ("agents:\n  userz: []\n", "/x.yaml:2:3: agents.userz: unknown key (known in agents: groups, require_token, users) (got 'userz')"),
+        ("agents:\n  require_token: maybe\n", "/x.yaml:2:18: agents.require_token: expected true or false (got 'maybe')"),
+        ("agents:\n  users: bob\n", "/x.yaml:2:10: agents.users: expected a list of strings (got 'bob')"),
+        ("paths:\n  state_dir: var/lib\n", "/x.yaml:2:14: paths.state_dir: must be an absolute path (got 'var/lib')"),
+        ("runner:\n  containment: jail\n", "/x.yaml:2:16: runner.containment: must be one of auto, scope, process-group (got 'jail')"),
+        ("env:\n  allow: [GOOD, 'BAD-NAME']\n", "/x.yaml:2:10: env.allow: 'BAD-NAME' is not a variable name (a trailing * is allowed) (got a list)"),
+        ("limits: [1]\n", "/x.yaml:1:9: limits: expected a mapping (got a list)"),
+        ("limits:\n  freshness_seconds: 1\n  freshness_seconds: 2\n", "/x.yaml:3:3: limits.freshness_seconds: duplicate key (got 'freshness_seconds')"),
+        ("a: [\n", "/x.yaml:2:1: not valid YAML: expected the node content, but found '<stream end>'"),
+    ],
+)
+def test_errors_name_file_line_column_and_key(text: str, message: str) -> None:
+    with pytest.raises(config.ConfigError) as err:
+        config.parse_text(text, "/x.yaml")
+    assert str(err.value) == message
+
+
+def test_cross_checks_between_settings() -> None:
+    with pytest.raises(config.ConfigError, match="replay_window_seconds: must be at least twice"):
+        config.parse_text("limits:\n  freshness_seconds: 200\n", "/x.yaml")
+
+
+def test_values_are_typed_and_the_policy_node_is_kept_for_the_engine() -> None:
+    cfg = config.parse_text(
+        "limits:\n  max_connections: 8\nagents:\n  groups: [airlock]\npolicy:\n  default: deny\n", "/x.yaml"
+    )
+    assert cfg.limits.max_connections == 8
+    assert cfg.agents.groups == ("airlock",)
+    assert cfg.policy_node is not None and cfg.policy_node.start_mark.line == 5
+
+
+def test_every_setting_has_a_default_help_and_a_field() -> None:
+    keys = {s.key for s in config.SETTINGS}
+    assert set(config.defaults().to_dict()) == {k.split(".")[0] for k in keys}
+    assert all(s.help for s in config.SETTINGS)
+    assert len(config.describe().splitlines()) == len(config.SETTINGS)
+
+
+def test_the_configuration_doc_lists_every_setting() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    missing = [s.key for s in config.SETTINGS if f"`{s.key}`" not in doc]
+    assert not missing, f"docs/configuration.md lacks {missing}"

@@ -1,0 +1,60 @@
+"""Linters as tests: ruff and strict mypy over the package, and the purity rule.
+
+The protocol core must do no I/O (h11's split): its modules may not import
+asyncio, socket or os.  Services are the thin shells that move bytes.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PURE_MODULES = [
+    "services/airlock/common/codec.py",
+    "services/airlock/common/errors.py",
+    "services/airlock/common/validate.py",
+    "services/airlock/common/spec.py",
+    "services/airlock/intake/request.py",
+    "services/airlock/intake/legacy.py",
+    "services/airlock/journal/chain.py",
+    "services/airlock/journal/kinds.py",
+]
+IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
+
+
+def _tool(name: str) -> str:
+    path = Path(sys.executable).with_name(name)
+    if path.exists():
+        return str(path)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed (make test installs it)")
+    return found
+
+
+def test_ruff_is_clean() -> None:
+    result = subprocess.run([_tool("ruff"), "check", "services", "tests"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_is_clean() -> None:
+    result = subprocess.run([_tool("mypy")], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_protocol_core_does_no_io(module: str) -> None:
+    tree = ast.parse((REPO / module).read_text())
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert not imported & IO_MODULES, f"{module} imports {sorted(imported & IO_MODULES)}"
