@@ -53,8 +53,13 @@ def test_journal_user_cannot_reach_other_services(system) -> None:
 
 def test_server_rechecks_the_peer_behind_the_socket_mode(system) -> None:
     # root can open agent.sock (root bypasses the mode), but it is not an agent
-    # (agents.groups: [airlock]): intake refuses it from SO_PEERCRED, and nothing runs.
-    r = system.c.run(["airlock", "run", "--json", "--no-privilege", "--", "/usr/bin/id"], check=False)
-    assert r.returncode != 0, r
-    assert "uid=" not in r.stdout
+    # (agents.groups: [airlock]): intake refuses it from SO_PEERCRED before
+    # reading a byte, and nothing runs.
+    probe = (
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/airlock/agent.sock'); "
+        "f = s.makefile('rb'); print(f.readline().decode().strip())"
+    )
+    r = system.c.run(["python3", "-c", probe], timeout=30)
     assert '"unauthorized"' in r.stdout, r
+    r = system.c.run(["airlock", "run", "--no-privilege", "--", "/usr/bin/id"], check=False)
+    assert r.returncode != 0 and "uid=" not in r.stdout, r
