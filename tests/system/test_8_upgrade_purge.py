@@ -15,6 +15,14 @@ def _reinstall(system) -> None:
                   "--no-install-recommends", system.deb_inside], timeout=300)
 
 
+def test_the_session_left_no_crash_in_the_journal(system) -> None:
+    # Everything before this module (kills and restarts included) ran without
+    # an unhandled exception, a watchdog kill or a start-rate-limit failure.
+    log = system.c.run(["journalctl", "--no-pager", "-o", "cat", "-u", "airlock*"]).stdout
+    for bad in ("Traceback", "Watchdog timeout", "Start request repeated too quickly", "internal error"):
+        assert bad not in log, [line for line in log.splitlines() if bad in line][:10]
+
+
 def test_upgrade_keeps_local_config_and_restarts_running_services(system) -> None:
     original = system.c.run(["cat", "/etc/airlock/airlock.yaml"]).stdout
     system.c.write("/etc/airlock/airlock.yaml", original + LOCAL)
