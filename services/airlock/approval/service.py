@@ -19,7 +19,7 @@ from typing import Any
 
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit, Ids
+from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
@@ -350,6 +350,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     service = Service(NAME, config, [internal, operator])
     service.on_reload = approval.reload
     service.on_stopping = approval.interrupt_pending
+    lifecycle(service, approval.audit)
     return service
 
 

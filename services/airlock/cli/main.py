@@ -197,7 +197,48 @@ def cmd_events(ns: argparse.Namespace) -> int:
     return rc
 
 
+def cmd_audit_export(ns: argparse.Namespace) -> int:
+    """Every event as JSON lines, paged through the events feed (oldest first)."""
+    since = _parse_since(ns.since) if ns.since else None
+    if ns.since and since is None:
+        _err(f"audit export: --since takes an ISO 8601 time (got {ns.since!r})")
+        return 2
+    cursor = 0
+    while True:
+        try:
+            _raw, reply = client.call(client.operator_socket(ns.socket), "events", {"after": cursor, "limit": 256})
+        except client.ClientError as exc:
+            _err(str(exc))
+            return 1
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            _err(f"{error.get('code')}: {error.get('message')}")
+            return 1
+        data = reply["data"]
+        for event in data.get("events", []):
+            when = _parse_since(str(event.get("time", "")))
+            if since is None or when is None or when >= since:
+                sys.stdout.write(json.dumps(event, separators=(",", ":"), ensure_ascii=False) + "\n")
+        if not data.get("events") or data.get("next_cursor", cursor) <= cursor:
+            break
+        cursor = int(data["next_cursor"])
+        if cursor >= int(data.get("latest", cursor)):
+            break
+    sys.stdout.flush()
+    return 0
+
+
+def _parse_since(value: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
 def cmd_audit(ns: argparse.Namespace) -> int:
+    if ns.audit_command == "export":
+        return cmd_audit_export(ns)
     if ns.audit_command == "head":
         rc, data = _operator(ns, "audit.head", {})
         if rc == 0 and not ns.json:
@@ -313,13 +354,21 @@ def parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="verify and inspect the audit journal")
     audit_sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
-    for name, text in (("verify", "check the whole hash chain"), ("head", "print the newest sequence number and hash")):
+    for name, text in (
+        ("verify", "check the whole hash chain and name the first bad record"),
+        ("head", "print the newest sequence number and hash (keep them off the host)"),
+        ("export", "print every audit event as JSON lines"),
+    ):
         sp = audit_sub.add_parser(name, help=text, description=text)
         sp.add_argument("--socket", help="operator socket")
-        sp.add_argument("--json", action="store_true")
+        if name != "export":
+            sp.add_argument("--json", action="store_true")
         if name == "verify":
             sp.add_argument("--from", dest="from_seq", type=int, help="start at this sequence number")
-            sp.add_argument("--anchor", help="the hash recorded for the record before --from")
+            sp.add_argument("--anchor", help="the hash `airlock audit head` printed for the record at --from")
+        if name == "export":
+            sp.add_argument("--since", help="only events at or after this ISO 8601 time")
+            sp.add_argument("--format", choices=["jsonl"], default="jsonl", help="output format (jsonl)")
         sp.set_defaults(func=cmd_audit)
 
     policy = sub.add_parser("policy", help="inspect the policy")

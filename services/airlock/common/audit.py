@@ -8,13 +8,16 @@ reached the caller gets ``audit_unavailable`` and must not go on.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
+from airlock import __version__
 from airlock.common import log
 from airlock.common.config import Config
-from airlock.common.errors import ErrorCode
+from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
+from airlock.common.server import Service
 from airlock.journal.kinds import message_id
 
 
@@ -26,6 +29,22 @@ class Ids:
     operation_id: str | None = None
     peer_uid: int | None = None
     session: str | None = None
+
+
+def lifecycle(service: Service, audit: Audit) -> None:
+    """Journal service.started and service.stopping (best effort: never blocks a start)."""
+
+    async def started() -> None:
+        try:
+            await audit.record("service.started", payload={"pid": os.getpid(), "version": __version__})
+        except AirlockError as exc:
+            audit.log.warning(f"{service.name}.audit.unavailable", error=exc.message)
+
+    async def stopping() -> None:
+        await audit.record("service.stopping", payload={"pid": os.getpid()})
+
+    service.on_started = started
+    service.on_stop = stopping
 
 
 class Audit:

@@ -149,6 +149,7 @@ class Service:
         self._idle_since = time.monotonic()
         self._servers: list[asyncio.Server] = []
         self.on_reload: Callable[[], Awaitable[None]] | None = None
+        self.on_started: Callable[[], Awaitable[None]] | None = None  # serving: e.g. journal service.started
         self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
         self.on_stop: Callable[[], Awaitable[None]] | None = None  # in-flight work is done
         self.status: Callable[[], str] = lambda: "serving"
@@ -179,6 +180,8 @@ class Service:
         self.notifier.ready(f"serving {', '.join(sorted(self.doors))}")
         self.log.info(f"{self.name}.service.started", sockets=sorted(self.doors), pid=os.getpid())
         housekeeping = asyncio.create_task(self._housekeeping(activated))
+        if self.on_started is not None:
+            self._spawn(self.on_started())
         await self._stop.wait()
         housekeeping.cancel()
         self.notifier.stopping()
@@ -194,7 +197,10 @@ class Service:
             for task in pending:
                 task.cancel()
         if self.on_stop is not None:
-            await self.on_stop()
+            try:
+                await asyncio.wait_for(self.on_stop(), 5)
+            except (TimeoutError, AirlockError) as exc:
+                self.log.warning(f"{self.name}.stop.incomplete", error=repr(exc))
         self.log.info(f"{self.name}.service.stopped")
 
     async def _housekeeping(self, activated: bool) -> None:

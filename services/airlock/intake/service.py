@@ -17,7 +17,7 @@ from typing import Any
 
 from airlock import __version__
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit, Ids
+from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.codec import (
     SUPPORTED_VERSIONS,
     Event,
@@ -284,6 +284,7 @@ class Intake:
                         "operation_id": op,
                         "session": req.session,
                         "stream": req.stream,
+                        "peer": peer.to_dict(),
                     },
                     on_event=forward,
                 )
@@ -349,6 +350,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     service = Service(NAME, config, [door])
     intake = Intake(config, service)
     door.handler = intake.handle
+    lifecycle(service, intake.audit)
     return service
 
 

@@ -10,10 +10,12 @@ several services and the message's ``writer`` picks among exactly those.)
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Mapping
 from typing import Any
 
+from airlock import __version__
 from airlock.common import daemon, validate
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
@@ -147,9 +149,16 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     )
     service = Service(NAME, config, [door])
 
-    async def stop() -> None:
-        await store.close()
+    async def started() -> None:
+        await store.append(writer="journal", kind="service.started", payload={"pid": os.getpid(), "version": __version__})
 
+    async def stop() -> None:
+        try:
+            await store.append(writer="journal", kind="service.stopping", payload={"pid": os.getpid()})
+        finally:
+            await store.close()
+
+    service.on_started = started
     service.on_stop = stop
     return service
 

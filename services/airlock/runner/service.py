@@ -17,14 +17,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from airlock.common import daemon, log, validate
-from airlock.common.audit import Audit, Ids
+from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec
-from airlock.runner.identity import build_env, check_cwd, resolve_identity
+from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
 from airlock.runner.spawn import JobSpec, run_job, systemd_is_running
 
 NAME = "runner"
@@ -87,13 +87,11 @@ class Runner:
                 ids,
             )
         identity = resolve_identity(spec.run_as)
-        cwd = spec.cwd or ("/" if identity.uid == 0 else identity.home)
+        cwd = spec.cwd or default_cwd(identity)
         try:
             check_cwd(identity, cwd)
         except AirlockError as exc:
-            if spec.cwd is not None:
-                raise await self._refuse(exc, ids) from None
-            cwd = "/"  # no usable home: start in / as login(1) does; the evidence says where
+            raise await self._refuse(exc, ids) from None
 
         env = build_env(identity, spec.env, protected)
         timeout = (spec.timeout_ms / 1000) if spec.timeout_ms else self.config.limits.default_timeout_seconds
@@ -196,6 +194,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     )
     service = Service(NAME, config, [door])
     service.status = lambda: f"{len(runner.running)} job(s) running"
+    lifecycle(service, runner.audit)
     return service
 
 

@@ -389,7 +389,10 @@ class _Job:
                 self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output)))
             _grow_pipe(read_err.fd)
             self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output)))
-            args: list[str] = list(argv)
+            # argv[0] is the canonical path that policy matched, not the name the
+            # request gave: multi-call binaries (systemctl as `reboot`) choose
+            # what to do from argv[0], and policy judged the canonical binary.
+            args: list[str] = [executable, *argv[1:]]
             program = executable
             pass_fds: tuple[int, ...] = ()
             env: dict[str, str] = dict(spec.env)
@@ -398,12 +401,12 @@ class _Job:
                 gates.append(gate_out)
                 pass_fds = (gate_in.fd,)
                 program = os.path.realpath(sys.executable)
-                args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), executable, *argv]
+                args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), executable, executable, *argv[1:]]
                 env = {}  # the job's comes through the gate
             try:
                 proc = subprocess.Popen(
                     args,
-                    executable=program,  # argv[0] stays what the request said
+                    executable=program,
                     stdin=next_in.fd,
                     stdout=write_out.fd,
                     stderr=write_err.fd,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import ScratchUser
 from runner_testlib import needs_root
 
 from airlock.common.errors import AirlockError, ErrorCode
@@ -18,6 +17,8 @@ from airlock.runner.identity import (
     default_cwd,
     resolve_identity,
 )
+
+from conftest import ScratchUser
 
 NOBODY = Identity(uid=65534, gid=65534, groups=(65534,), user="nobody", home="/nonexistent")
 

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from conftest import ScratchUser
 from runner_testlib import make_spec, me, pid_alive, run
 
 from airlock.common.errors import AirlockError, ErrorCode
@@ -21,6 +20,8 @@ from airlock.runner import spawn
 from airlock.runner.identity import check_cwd
 from airlock.runner.scope import ProcessGroups
 from airlock.runner.spawn import describe_exit, run_job
+
+from conftest import ScratchUser
 
 MiB = 1 << 20
 
@@ -74,9 +75,12 @@ def test_stages_are_joined_by_os_pipes() -> None:
     assert result.stages[0].stderr.startswith(b"pipe:")
 
 
-def test_argv0_is_what_the_request_said() -> None:
+def test_argv0_is_the_canonical_binary_policy_matched() -> None:
+    # A multi-call binary must not see the name the request used (systemctl as
+    # `reboot`): it runs as the canonical path that policy judged.
     result = run(make_spec(("cat", "/proc/self/cmdline")))
-    assert result.stdout == b"cat\0/proc/self/cmdline\0"
+    assert result.stdout == b"/usr/bin/cat\0/proc/self/cmdline\0"
+    assert result.stages[0].argv == ("cat", "/proc/self/cmdline")  # the evidence keeps what was asked
 
 
 def test_signal_death() -> None:
@@ -523,7 +527,7 @@ def run_gated(spec: spawn.JobSpec) -> tuple[spawn.JobResult, _GatedGroups]:
 
 def test_gated_stages_wait_before_exec() -> None:
     result, containment = run_gated(make_spec(("cat", "/proc/self/cmdline"), ("cat",)))
-    assert result.stdout == b"cat\0/proc/self/cmdline\0"  # argv[0] as requested, after the gate
+    assert result.stdout == b"/usr/bin/cat\0/proc/self/cmdline\0"  # the canonical argv[0], after the gate
     assert all(b"-I\0-S\0-c\0" in cmdline for cmdline in containment.seen)
     assert all(b"cat" not in cmdline.split(b"\0")[0] for cmdline in containment.seen)
 
