@@ -18,5 +18,5 @@ test-system: $(BIN)/airlock
 	  echo "test-system: not root: the system tests boot a container and will skip"; \
 	fi; \
 	start=$$(date +%s); \
-	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python -m pytest -v -rs -p no:cacheprovider tests/system; rc=$$?; \
+	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python -m pytest -v -rs --durations=8 -p no:cacheprovider tests/system; rc=$$?; \
 	echo "test-system: $$(( $$(date +%s) - start ))s"; exit $$rc
