@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Stack, now_iso, start_stack, stop_stack
+from support import Stack, now_iso, start_stack, stop_stack
 
 CONFIG = """
 limits:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Stack, start_stack, stop_stack
+from support import Stack, start_stack, stop_stack
 
 CONFIG = """
 approval:

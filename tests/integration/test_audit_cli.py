@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Stack, now_iso, start_stack, stop_stack
+from support import Stack, now_iso, start_stack, stop_stack
 
 
 def test_verify_head_and_export(stack: Stack) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, Stack, now_iso
+from support import REPO, Stack, now_iso
 
 BLOCK = re.compile(r"```jsonl example\n(.*?)```", re.S)
 

@@ -21,7 +21,7 @@ from airlock.common.ipc import Client
 from airlock.common.peer import identify
 from airlock.common.spec import ExecSpec
 
-from conftest import Stack, start_stack, stop_stack
+from support import Stack, start_stack, stop_stack
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs run as other users")
 USER, GROUP = "airlock-t1", "airlock-t1x"

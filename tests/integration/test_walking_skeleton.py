@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from conftest import Stack
+from support import Stack
 
 
 def test_two_stage_pipeline_runs_through_all_four_services_and_is_journaled(stack: Stack) -> None:

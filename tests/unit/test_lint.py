@@ -24,6 +24,8 @@ PURE_MODULES = [
     "services/airlock/intake/legacy.py",
     "services/airlock/journal/chain.py",
     "services/airlock/journal/kinds.py",
+    "services/airlock/approval/tokens.py",
+    "services/airlock/approval/trail.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

@@ -10,21 +10,35 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from airlock.approval import hook, trail
+from airlock.approval.lookup import JournalLookup
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
+from airlock.approval.tokens import (
+    DEFAULT_TTL_SECONDS,
+    MAX_TTL_SECONDS,
+    TokenStore,
+    new_token,
+    token_hash,
+    unauthorized,
+)
 from airlock.common import daemon, log, validate
 from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import AllowList, Peer, identify
-from airlock.common.server import Call, Door, Service
+from airlock.common.peer import AllowList, Peer, identify, uid_of
+from airlock.common.resolve import default_path
+from airlock.common.server import Call, Door, Service, Verb
 from airlock.common.spec import ExecSpec
 
 NAME = "approval"
@@ -41,17 +55,61 @@ class Pending:
     created: float
     expires: float
     future: asyncio.Future[tuple[str, str, int | None, str]] = field(repr=False)
+    rule: str = ""
+    binaries: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self, now: float) -> dict[str, Any]:
+        raw_spec = self.request.get("spec")
+        spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
         return {
             "request_id": self.request_id,
             "operation_id": self.operation_id,
             "peer": self.peer.to_dict(),
+            "session": self.request.get("session") or "",
+            "host": self.request.get("host") or "",
+            "reason": self.request.get("reason") or "",
+            "privileged": bool(spec.get("privileged")),
+            "env_names": sorted([*(spec.get("env") or {}), *(spec.get("protected_names") or [])]),
+            "stages": self.binaries,
+            "rule": self.rule,
             "request": self.request,
             "policy": self.decision.to_dict(),
             "created": self.created,
+            "expires": self.expires,
             "seconds_left": max(0.0, round(self.expires - now, 1)),
         }
+
+
+def describe_binaries(decision: Decision, target_uid: int) -> list[dict[str, Any]]:
+    """Each stage's program as a reviewer must see it: the path found, and where a symlink leads."""
+    out = []
+    for stage in decision.stages:
+        name = stage.argv[0] if stage.argv else ""
+        found = _first_on_path(name, default_path(target_uid))
+        out.append(
+            {
+                "argv": list(stage.argv),
+                "binary": found or stage.resolved,
+                "resolved": stage.resolved,
+                "symlink": found is not None and stage.resolved is not None and found != stage.resolved,
+                "decision": stage.decision,
+                "rule": stage.rule,
+            }
+        )
+    return out
+
+
+def _first_on_path(name: str, search_path: str) -> str | None:
+    """The path execvp would pick, before symlinks are resolved (to show the link itself)."""
+    if not name or "\0" in name:
+        return None
+    if "/" in name:
+        return name if name.startswith("/") and os.path.lexists(name) else None
+    for directory in search_path.split(":"):
+        candidate = os.path.join(directory, name)
+        if directory.startswith("/") and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +139,13 @@ class Approval:
         self.pending: dict[str, Pending] = {}
         self.tickets: dict[str, Ticket] = {}
         self.hold_reason: str | None = None
+        self.tokens = TokenStore()
+        self.notifier = hook.Notifier(
+            config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
+        )
+        self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
+        self.intake_uid = uid_of(config.services.intake_user)
+        self.lookup = JournalLookup(self.journal)
         self.log = log.get()
 
     # --- intake: decide -------------------------------------------------------
@@ -140,6 +205,8 @@ class Approval:
         if entry.request_id in self.pending:
             raise AirlockError(ErrorCode.CONFLICT, "a request with this ID is already pending")
         rule = "hold" if self.hold_reason is not None and decision.decision == "allow" else decision.rule
+        entry.rule = rule
+        entry.binaries = describe_binaries(decision, 0 if request.get("spec", {}).get("privileged") else peer.uid)
         await self.audit.record(
             "approval.pending",
             common,
@@ -147,6 +214,7 @@ class Approval:
             log_fields={"decision": "ask", "rule": rule},
         )
         self.pending[entry.request_id] = entry
+        self.notifier.pending(entry.to_dict(now) | {"event": "pending"})
         await call.emit("pending_approval", {"request_id": entry.request_id, "rule": rule, "timeout_seconds": timeout})
         try:
             verdict, by, operator_uid, reason = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
@@ -233,12 +301,36 @@ class Approval:
         return {"pending": [p.to_dict(now) for p in sorted(self.pending.values(), key=lambda p: p.created)]}
 
     async def status(self, call: Call) -> dict[str, Any]:
+        now = time.time()
         return {
             "hold": self.hold_reason is not None,
             "hold_reason": self.hold_reason,
             "pending": len(self.pending),
+            "tokens": self.tokens.live(now),
+            "services": await self._services(),
             "policy": {"default": self.policy.default, "rules": len(self.policy.rules), "sources": list(self.policy.sources)},
         }
+
+    async def _services(self) -> dict[str, Any]:
+        """Whether the other services can be reached.
+
+        The journal is asked (it is needed anyway, and reports its size).
+        Intake's and the runner's sockets are only looked at: connecting would
+        start a socket-activated root runner just to answer a status query.
+        """
+        out: dict[str, Any] = {"approval": {"state": "up", "pid": os.getpid()}}
+        try:
+            head = await self.journal.call("head", {}, timeout=5)
+            out["journal"] = {"state": "up", "events": head.get("seq")}
+        except AirlockError as exc:
+            out["journal"] = {"state": "down", "error": exc.message}
+        for name, door in (("intake", "agent"), ("runner", "runner")):
+            try:
+                listening = stat.S_ISSOCK(os.stat(self.config.socket_path(door)).st_mode)
+            except OSError:
+                listening = False
+            out[name] = {"state": "listening" if listening else "missing"}
+        return out
 
     async def hold(self, call: Call) -> dict[str, Any]:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
@@ -265,7 +357,123 @@ class Approval:
         return decision.to_dict() | {"hold": self.hold_reason is not None}
 
     async def events(self, call: Call) -> dict[str, Any]:
+        unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})
+        if unknown:
+            raise validate.bad(unknown[0], "unknown argument (known: after, tail, limit, scope)")
         return await self.journal.call("events", call.args)
+
+    # --- operators: show, cancel --------------------------------------------------
+
+    async def show(self, call: Call) -> dict[str, Any]:
+        ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
+        now = time.time()
+        for entry in self.pending.values():
+            if ref in (entry.request_id, entry.operation_id):
+                return await self._show_pending(entry, now)
+        prefixed = [p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)]
+        events = await self.lookup.request_events(ref)
+        if not events:
+            events = await self.lookup.operation_events(ref)
+        if not events and not prefixed:
+            request_ids, operation_ids = await self.lookup.prefixed(ref)
+            found = sorted(request_ids | operation_ids)
+            if len(found) > 1:
+                raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(found)} requests; give more of the ID", {"matches": found[:16]})
+            if request_ids:
+                events = await self.lookup.request_events(found[0])
+            elif operation_ids:
+                events = await self.lookup.operation_events(found[0])
+        elif not events and len(prefixed) == 1:
+            return await self._show_pending(prefixed[0], now)
+        elif not events:
+            raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(prefixed)} pending requests; give more of the ID")
+        if not events:
+            raise AirlockError(ErrorCode.NOT_FOUND, f"no request or operation {ref!r} in the journal")
+        return trail.summarise(events)
+
+    async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
+        events = await self.lookup.request_events(entry.request_id)
+        shown = trail.summarise(events) if events else {}
+        return shown | {
+            "request_id": entry.request_id,
+            "operation_id": entry.operation_id,
+            "state": "pending",
+            "settled": False,
+            "pending": True,
+            "peer": entry.peer.to_dict(),
+            "session": entry.request.get("session") or "",
+            "reason": entry.request.get("reason") or "",
+            "request": entry.request,
+            "detail": entry.to_dict(now),
+            "events": events,
+        }
+
+    async def cancel(self, call: Call) -> dict[str, Any]:
+        op = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        operator = call.peer
+        waiting = [p for p in self.pending.values() if p.operation_id == op]
+        await self.audit.record(
+            "operator.action",
+            Ids(waiting[0].request_id if waiting else None, op, operator.uid),
+            payload={"action": "cancel", "operator": operator.user, "reason": reason},
+        )
+        if waiting and not waiting[0].future.done():
+            # Not running yet: cancelling a pending request is denying it.
+            why = "cancelled by the operator" + (f": {reason}" if reason else "")
+            waiting[0].future.set_result(("deny", operator.user, operator.uid, why))
+            return {"operation_id": op, "cancelling": True, "was": "pending"}
+        data = await self.runner.call("cancel", {"operation_id": op})
+        return dict(data) | {"was": "running"}
+
+    # --- operators: session tokens ------------------------------------------------
+
+    async def token_issue(self, call: Call) -> dict[str, Any]:
+        session = validate.text("session", call.args.get("session"), max_len=256, allow_empty=False)
+        ttl = call.args.get("ttl_seconds", DEFAULT_TTL_SECONDS)
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= MAX_TTL_SECONDS:
+            raise validate.bad("ttl_seconds", f"must be a number of seconds from 1 to {MAX_TTL_SECONDS}")
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        token = new_token()
+        now = time.time()
+        expires_at = _iso(now + ttl)
+        # Journaled before it is usable; the record holds a short hash prefix, never the token.
+        await self.audit.record(
+            "operator.action",
+            Ids(peer_uid=call.peer.uid, session=session),
+            payload={"action": "token.issue", "operator": call.peer.user, "reason": reason,
+                     "token_id": token_hash(token)[:16], "expires_at": expires_at},
+        )
+        self.tokens.issue(token, session, float(ttl), now)
+        return {"token": token, "token_id": token_hash(token)[:16], "session": session, "expires_at": expires_at}
+
+    async def token_revoke(self, call: Call) -> dict[str, Any]:
+        token, session = call.args.get("token"), call.args.get("session")
+        if (token is None) == (session is None):
+            raise validate.bad("token", "give exactly one of token and session")
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        if token is not None:
+            token = validate.text("token", token, max_len=256, allow_empty=False)
+            target: dict[str, Any] = {"token_id": token_hash(token)[:16]}
+        else:
+            session = validate.text("session", session, max_len=256, allow_empty=False)
+            target = {"session": session}
+        await self.audit.record(
+            "operator.action",
+            Ids(peer_uid=call.peer.uid, session=session),
+            payload={"action": "token.revoke", "operator": call.peer.user, "reason": reason} | target,
+        )
+        revoked = self.tokens.revoke_token(token) if token is not None else self.tokens.revoke_session(str(session))
+        return {"revoked": revoked} | target
+
+    async def token_check(self, call: Call) -> dict[str, Any]:
+        """intake asks: which session does this token stand for? (`unauthorized` for any failure)"""
+        if self.intake_uid is None or call.peer.uid != self.intake_uid:
+            raise unauthorized()
+        token = call.args.get("token")
+        if not isinstance(token, str) or not token or len(token) > 256:
+            raise unauthorized()
+        return {"session": self.tokens.check(token, time.time())}
 
     async def audit_verify(self, call: Call) -> dict[str, Any]:
         return await self.journal.call("verify", call.args, timeout=600)
@@ -291,6 +499,21 @@ class Approval:
         await self.audit.record(
             "policy.reloaded", payload={"default": policy.default, "rules": len(policy.rules), "sources": list(policy.sources)}
         )
+
+
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _operator_only(verb: Verb) -> Verb:
+    """Tokens belong to agents: one on the operator socket is refused like any stranger."""
+
+    async def checked(call: Call) -> dict[str, Any]:
+        if call.request.token is not None:
+            raise unauthorized()
+        return await verb(call)
+
+    return checked
 
 
 def request_id_of(ids: Ids) -> str:
@@ -328,29 +551,46 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     internal = Door(
         "approval",
         allow=AllowList.of([s.intake_user, s.runner_user], []),
-        verbs={"decide": approval.decide, "redeem": approval.redeem},
+        verbs={"decide": approval.decide, "redeem": approval.redeem, "token.check": approval.token_check},
         max_line=config.limits.max_request_bytes * 2,
     )
     operator = Door(
         "operator",
         allow=AllowList.of(config.operators.users, config.operators.groups, root=True),
         verbs={
-            "status": approval.status,
-            "pending": approval.list_pending,
-            "approve": approval.approve,
-            "deny": approval.deny,
-            "hold": approval.hold,
-            "release": approval.release,
-            "policy.check": approval.policy_check,
-            "events": approval.events,
-            "audit.verify": approval.audit_verify,
-            "audit.head": approval.audit_head,
+            name: _operator_only(verb)
+            for name, verb in {
+                "status": approval.status,
+                "pending": approval.list_pending,
+                "show": approval.show,
+                "approve": approval.approve,
+                "deny": approval.deny,
+                "cancel": approval.cancel,
+                "hold": approval.hold,
+                "release": approval.release,
+                "policy.check": approval.policy_check,
+                "events": approval.events,
+                "audit.verify": approval.audit_verify,
+                "audit.head": approval.audit_head,
+                "token.issue": approval.token_issue,
+                "token.revoke": approval.token_revoke,
+            }.items()
         },
     )
     service = Service(NAME, config, [internal, operator])
     service.on_reload = approval.reload
     service.on_stopping = approval.interrupt_pending
     lifecycle(service, approval.audit)
+    journal_stopping = service.on_stop
+
+    async def stop() -> None:
+        await approval.notifier.close()
+        if journal_stopping is not None:
+            await journal_stopping()
+
+    service.on_stop = stop
+    # An idle exit would revoke every session token (they live only in memory).
+    service.keep_alive = lambda: approval.tokens.live(time.time()) > 0
     return service
 
 

@@ -11,18 +11,24 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from airlock import __version__
-from airlock.cli import client
+from airlock.approval.trail import ran_and_succeeded
+from airlock.cli import client, render
+from airlock.cli.render import Style, command_line, fields, sanitise, use_colour
 from airlock.common import config as configuration
 
 EXIT_DENIED = 126
 EXIT_APPROVAL_TIMEOUT = 124
 EXIT_AIRLOCK_ERROR = 125
+# `airlock wait` on an operation the journal does not know yet keeps asking this long.
+UNKNOWN_GRACE_SECONDS = 10.0
 
 
 def _now() -> str:
@@ -72,7 +78,8 @@ def cmd_run(ns: argparse.Namespace) -> int:
             _err(f"waiting for an operator to approve (rule {event.get('rule')!r}, up to {wait}s)")
 
     try:
-        raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event)
+        token = ns.token or os.environ.get("AIRLOCK_TOKEN") or None
+        raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event, token=token)
     except client.ClientError as exc:
         _err(str(exc))
         return EXIT_AIRLOCK_ERROR
@@ -132,18 +139,25 @@ def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
-    out += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(out)
+    return render.table(rows, header)
 
 
 def cmd_status(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "status", {})
     if rc == 0 and not ns.json:
-        hold = f"on hold ({data.get('hold_reason')})" if data.get("hold") else "accepting"
+        hold = f"on hold ({sanitise(data.get('hold_reason'))})" if data.get("hold") else "accepting"
         policy = data.get("policy", {})
-        print(f"state:    {hold}\npending:  {data.get('pending')}\npolicy:   default {policy.get('default')}, {policy.get('rules')} rule(s)")
+        services = data.get("services") or {}
+        pairs: list[tuple[str, object]] = [
+            ("state", hold),
+            ("pending", data.get("pending")),
+            ("tokens", f"{data.get('tokens', 0)} live"),
+            ("policy", f"default {policy.get('default')}, {policy.get('rules')} rule(s)"),
+        ]
+        for name, info in sorted(services.items()):
+            extra = f", {info['events']} events" if "events" in info else ""
+            pairs.append((name, f"{info.get('state')}{extra}"))
+        print(fields(pairs))
     return rc
 
 
@@ -153,9 +167,9 @@ def cmd_pending(ns: argparse.Namespace) -> int:
         rows = []
         for p in data.get("pending", []):
             spec = p["request"].get("spec", {})
-            command = " | ".join(" ".join(stage) for stage in spec.get("stages", []))
+            command = " | ".join(command_line(stage) for stage in spec.get("stages", []))
             rows.append([p["request_id"], p["peer"]["user"], "root" if spec.get("privileged") else "user",
-                         f"{p['seconds_left']:.0f}s", command[:60]])
+                         render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
     return rc
 
@@ -184,17 +198,58 @@ def cmd_release(ns: argparse.Namespace) -> int:
     return rc
 
 
+def _event_line(e: dict[str, Any]) -> str:
+    payload = e.get("payload") or {}
+    note = payload.get("action") or payload.get("decision") or payload.get("status") or ""
+    if e.get("kind") == "exec.finished":
+        note = f"exit {payload.get('exit_codes')}"
+    return "  ".join(
+        [
+            f"{e.get('seq'):>6}",
+            str(e.get("time")),
+            f"{sanitise(e.get('kind')):<17}",
+            f"{sanitise(e.get('request_id') or '-', strict=True):<36}",
+            f"{sanitise(e.get('writer')):<8}",
+            sanitise(note),
+        ]
+    ).rstrip()
+
+
 def cmd_events(ns: argparse.Namespace) -> int:
     args: dict[str, Any] = {}
     if ns.after is not None:
         args["after"] = ns.after
     if ns.tail is not None:
         args["tail"] = ns.tail
-    rc, data = _operator(ns, "events", args)
-    if rc == 0 and not ns.json:
-        for e in data.get("events", []):
-            print(f"{e['seq']:>6}  {e['time']}  {e['kind']:<18} {e.get('request_id') or '-'}  {e.get('writer')}")
-    return rc
+    if ns.limit is not None:
+        args["limit"] = ns.limit
+    if ns.follow and not args:
+        args["tail"] = 10
+    first = True
+    while True:
+        try:
+            raw, reply = client.call(client.operator_socket(ns.socket), "events", args, timeout=30)
+        except client.ClientError as exc:
+            _err(str(exc))
+            return 1
+        data = reply.get("data") or {}
+        if ns.json and (first or data.get("events") or not reply.get("ok")):
+            sys.stdout.buffer.write(raw + b"\n")
+            sys.stdout.flush()
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            if not ns.json:
+                _err(f"{error.get('code')}: {error.get('message')}")
+            return 1
+        if not ns.json:
+            for e in data.get("events", []):
+                print(_event_line(e), flush=ns.follow)
+        if not ns.follow:
+            return 0
+        first = False
+        args = {"after": data.get("next_cursor", 0)} | ({"limit": ns.limit} if ns.limit else {})
+        if len(data.get("events", [])) < (ns.limit or 64):
+            time.sleep(ns.interval)
 
 
 def cmd_audit_export(ns: argparse.Namespace) -> int:
@@ -277,6 +332,127 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
     return rc
 
 
+def cmd_show(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "show", {"ref": ns.ref})
+    if rc != 0 or ns.json:
+        return rc
+    style = Style(use_colour(sys.stdout))
+    request = data.get("request") or {}
+    peer = data.get("peer") or {}
+    decision = data.get("decision") or {}
+    outcome = data.get("outcome") or {}
+    pairs: list[tuple[str, object]] = [
+        ("request", sanitise(data.get("request_id"), strict=True)),
+        ("operation", sanitise(data.get("operation_id") or "-", strict=True)),
+        ("state", style.bold(sanitise(data.get("state")))),
+        ("from", f"{sanitise(peer.get('user', '?'))} (uid {peer.get('uid', data.get('peer_uid'))}), pid {peer.get('pid', '?')}"),
+        ("session", sanitise(data.get("session") or "-")),
+        ("host", sanitise(request.get("host") or "-")),
+        ("reason", sanitise(data.get("reason") or "-")),
+        ("runs as", "root (privileged)" if request.get("privileged") else "the requesting user"),
+    ]
+    for i, stage in enumerate(request.get("stages") or [], start=1):
+        pairs.append((f"stage {i}", command_line(stage)))
+    if decision:
+        who = decision.get("by")
+        text = f"{decision.get('decision')} by {who} (rule {decision.get('rule')})"
+        if decision.get("reason"):
+            text += f": {decision.get('reason')}"
+        pairs.append(("decision", sanitise(text)))
+    if outcome:
+        text = f"{outcome.get('status')}"
+        if outcome.get("exit_codes") is not None:
+            text += f", exit codes {outcome.get('exit_codes')}"
+        if outcome.get("code"):
+            text += f", {outcome.get('code')}: {outcome.get('message')}"
+        if outcome.get("timed_out"):
+            text += ", timed out"
+        if outcome.get("cancelled"):
+            text += ", cancelled"
+        pairs.append(("outcome", sanitise(text)))
+    print(fields(pairs))
+    print()
+    print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
+    return 0
+
+
+def cmd_cancel(ns: argparse.Namespace) -> int:
+    args: dict[str, Any] = {"operation_id": ns.operation_id}
+    if ns.reason:
+        args["reason"] = ns.reason
+    rc, data = _operator(ns, "cancel", args)
+    if rc == 0 and not ns.json:
+        print(f"{sanitise(ns.operation_id, strict=True)}: cancelling ({data.get('was')})")
+    return rc
+
+
+def cmd_token(ns: argparse.Namespace) -> int:
+    if ns.token_command == "issue":
+        try:
+            ttl = render.parse_ttl(ns.ttl)
+        except ValueError as exc:
+            _err(f"token issue: --ttl: {exc}")
+            return 2
+        args: dict[str, Any] = {"session": ns.session, "ttl_seconds": ttl}
+        if ns.reason:
+            args["reason"] = ns.reason
+        rc, data = _operator(ns, "token.issue", args)
+        if rc == 0 and not ns.json:
+            # The token alone on stdout, so `TOKEN=$(airlock token issue ...)` works.
+            print(data.get("token"))
+            _err(f"token {data.get('token_id')} for session {sanitise(data.get('session'))}, expires {data.get('expires_at')}")
+        return rc
+    if (ns.token is None) == (ns.session is None):
+        _err("token revoke: give a TOKEN or --session S (not both)")
+        return 2
+    args = {"token": ns.token} if ns.token is not None else {"session": ns.session}
+    if ns.reason:
+        args["reason"] = ns.reason
+    rc, data = _operator(ns, "token.revoke", args)
+    if rc == 0 and not ns.json:
+        print(f"revoked {data.get('revoked')} token(s)")
+    return rc
+
+
+def cmd_wait(ns: argparse.Namespace) -> int:
+    """Block until the operation settles; 0 only when it ran and its last stage exited 0."""
+    started = time.monotonic()
+    path = client.operator_socket(ns.socket)
+    while True:
+        try:
+            raw, reply = client.call(path, "show", {"ref": ns.operation_id}, timeout=30)
+        except client.ClientError as exc:
+            _err(str(exc))
+            return 1
+        waited = time.monotonic() - started
+        error = reply.get("error") or {}
+        if reply.get("ok") and (reply.get("data") or {}).get("settled"):
+            data = reply["data"]
+            if ns.json:
+                sys.stdout.buffer.write(raw + b"\n")
+            else:
+                outcome = data.get("outcome") or {}
+                detail = outcome.get("exit_codes") if outcome.get("exit_codes") is not None else outcome.get("code")
+                print(f"{sanitise(ns.operation_id, strict=True)}: {sanitise(data.get('state'))} ({sanitise(detail)})")
+            return 0 if ran_and_succeeded(data) else 1
+        if not reply.get("ok") and not (error.get("code") == "not_found" and waited < UNKNOWN_GRACE_SECONDS):
+            if ns.json:
+                sys.stdout.buffer.write(raw + b"\n")
+            else:
+                _err(f"{error.get('code')}: {error.get('message')}")
+            return 1
+        if ns.timeout is not None and waited >= ns.timeout:
+            _err(f"wait: {ns.operation_id} did not settle within {ns.timeout:g}s")
+            return 1
+        time.sleep(ns.interval)
+
+
+def cmd_watch(ns: argparse.Namespace) -> int:
+    from airlock.cli import watch
+
+    return watch.watch(client.operator_socket(ns.socket))
+
+
 def cmd_config_show(ns: argparse.Namespace) -> int:
     try:
         cfg = configuration.load(Path(ns.config) if ns.config else None)
@@ -332,6 +508,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--env", action="append", metavar="NAME=VALUE", help="set an allowed environment variable")
     run.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the command after this long")
     run.add_argument("--operation-id", help="a stable ID: a retry with the same ID replays instead of running twice")
+    run.add_argument("--token", help="a session token from an operator (default: $AIRLOCK_TOKEN)")
     run.add_argument("--json", action="store_true", help="print the response envelope verbatim")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     run.set_defaults(func=cmd_run)
@@ -349,8 +526,41 @@ def parser() -> argparse.ArgumentParser:
     op("release", "lift a hold").set_defaults(func=cmd_release)
     sp = op("events", "show the audit events feed")
     sp.add_argument("--after", type=int, help="events after this sequence number")
-    sp.add_argument("--tail", type=int, help="the newest N events")
+    sp.add_argument("--tail", type=int, help="the newest N events (wins over --after)")
+    sp.add_argument("--limit", type=int, help="at most this many per page (1-256, default 64)")
+    sp.add_argument("--follow", "-f", action="store_true", help="keep printing new events as they come")
+    sp.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     sp.set_defaults(func=cmd_events)
+    sp = op("show", "a request's whole story: who, what, why, decision, outcome, events")
+    sp.add_argument("ref", help="request ID, operation ID, or a unique prefix of either")
+    sp.set_defaults(func=cmd_show)
+    sp = op("cancel", "cancel an operation (deny it if pending, stop it if running)")
+    sp.add_argument("operation_id")
+    sp.add_argument("--reason", help="recorded in the audit journal")
+    sp.set_defaults(func=cmd_cancel)
+    sp = op("wait", "block until an operation settles; exit 0 only if it ran and exited 0")
+    sp.add_argument("operation_id", help="operation ID (or request ID)")
+    sp.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this long (exit 1)")
+    sp.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
+    sp.set_defaults(func=cmd_wait)
+    sp = op("watch", "live approval console: y approves, any other key denies")
+    sp.set_defaults(func=cmd_watch)
+
+    token = sub.add_parser("token", help="issue and revoke agents' session tokens")
+    token_sub = token.add_subparsers(dest="token_command", metavar="SUBCOMMAND", required=True)
+    for name, text in (("issue", "issue a token for a session (printed alone on stdout)"),
+                       ("revoke", "revoke one token, or every token of a session")):
+        sp = token_sub.add_parser(name, help=text, description=text)
+        sp.add_argument("--socket", help="operator socket")
+        sp.add_argument("--json", action="store_true", help="print the daemon's response envelope verbatim")
+        sp.add_argument("--reason", help="recorded in the audit journal")
+        if name == "issue":
+            sp.add_argument("--session", required=True, help="the session name the token stands for")
+            sp.add_argument("--ttl", default="1h", help="lifetime: 90s, 30m, 1h, 2d (default 1h)")
+        else:
+            sp.add_argument("token", nargs="?", help="the token to revoke")
+            sp.add_argument("--session", help="revoke every token of this session")
+        sp.set_defaults(func=cmd_token)
 
     audit = sub.add_parser("audit", help="verify and inspect the audit journal")
     audit_sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)

@@ -153,6 +153,8 @@ class Service:
         self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
         self.on_stop: Callable[[], Awaitable[None]] | None = None  # in-flight work is done
         self.status: Callable[[], str] = lambda: "serving"
+        # State an idle exit would lose (approval's session tokens) keeps the service up.
+        self.keep_alive: Callable[[], bool] = lambda: False
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -211,7 +213,7 @@ class Service:
             await asyncio.sleep(tick)
             if watchdog:
                 self.notifier.watchdog()
-            if self._tasks:
+            if self._tasks or self.keep_alive():
                 self._idle_since = time.monotonic()
                 continue
             if activated and idle_after > 0 and time.monotonic() - self._idle_since >= idle_after:
@@ -259,6 +261,7 @@ class Service:
             if not door.allow.allows(peer):
                 self.log.warning(f"{self.name}.peer.refused", door=door.name, peer_uid=peer.uid, peer_pid=peer.pid)
                 await _send_quietly(writer, door.refusal(AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")))
+                await _linger(reader, writer)
                 return
             conn = Connection(reader, writer, peer, door, self.config)
             if door.handler is not None:
@@ -317,6 +320,27 @@ async def _send_quietly(writer: asyncio.StreamWriter, data: bytes) -> None:
     with contextlib.suppress(ConnectionError):
         writer.write(data)
         await writer.drain()
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """After a refusal, discard what the peer already sent (briefly, boundedly).
+
+    Closing a socket with unread bytes makes the kernel send a reset, and a
+    client that wrote its request first would lose the refusal it is owed.
+    """
+    with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+        if writer.can_write_eof():
+            writer.write_eof()
+        budget = 1024 * 1024
+        deadline = time.monotonic() + 1.0
+        while budget > 0 and (left := deadline - time.monotonic()) > 0:
+            try:
+                chunk = await asyncio.wait_for(reader.read(64 * 1024), left)
+            except TimeoutError:
+                return
+            if not chunk:
+                return
+            budget -= len(chunk)
 
 
 def run(service_factory: Callable[[], Awaitable[tuple[Service, Mapping[str, socket.socket]]]]) -> None:

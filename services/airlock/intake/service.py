@@ -125,10 +125,12 @@ class Intake:
             request_id = request.id
             if request.verb not in NATIVE_VERBS:
                 raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
-            self._check_token(request)
+            session = await self._check_token(request)
             if request.verb == "exec":
                 now = time.time()
-                exec_request = native_exec(request.id, request.args, conn.peer, self.config, now)
+                # A token's session is the only one that counts: the request's own is replaced.
+                args = request.args if session is None else request.args | {"session": session}
+                exec_request = native_exec(request.id, args, conn.peer, self.config, now)
                 self._claim(exec_request.request_id, conn.peer, now)
                 call = Call(request, conn.peer, conn)
                 return encode_ok(request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None))
@@ -153,11 +155,26 @@ class Intake:
             "dialects": ["native-v1", "sudo-proxy"],
         }
 
-    def _check_token(self, request: Request) -> None:
-        if request.token is not None or self.config.agents.require_token:
-            # Session tokens are not issued yet: any token, or a missing required
-            # one, gets the same refusal as any other (a probe learns nothing).
+    async def _check_token(self, request: Request) -> str | None:
+        """The session of a valid token (approval holds the tokens), or None without one.
+
+        A missing required token and a wrong, expired or revoked one all get the
+        same refusal as any other, so a probe learns nothing.
+        """
+        if request.token is None:
+            if self.config.agents.require_token:
+                raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+            return None
+        try:
+            data = await self.approval.call("token.check", {"token": request.token}, timeout=10)
+        except AirlockError as exc:
+            if exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
+                raise
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized") from None
+        session = data.get("session")
+        if not isinstance(session, str) or not session:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        return session
 
     def _control_gates(self, request_id: str | None, args: dict[str, Any], peer: Peer, *, native: bool) -> None:
         """Control actions pass the same gates as exec: fields, freshness, replay."""
@@ -186,6 +203,8 @@ class Intake:
         request_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= 256 else None
         try:
             request_id = legacy_id(obj)
+            if self.config.agents.require_token:
+                raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")  # this dialect carries no token
             action = obj.get("action", "exec")
             if action in ("ping", "stop"):
                 if obj.get("pipeline") not in (None, []):

@@ -1,7 +1,8 @@
 """airlock-runner: executes approved work, and nothing else.
 
-Its verbs are a small fixed table (``exec``, ``cancel``) reachable only by
-intake's uid.  Each re-checks its inputs even though intake validated them,
+Its verbs are a small fixed table (``exec``, ``cancel``).  The socket admits
+intake's uid and approval's (an operator's ``cancel`` arrives through
+approval), and ``exec`` accepts only intake's.  Each re-checks its inputs even though intake validated them,
 redeems the approval ticket (single use, bound to the spec's digest) before
 anything runs, and makes ``exec.started`` durable in the journal before the
 first process is spawned.  No ticket, no journal: nothing runs.
@@ -21,7 +22,7 @@ from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import AllowList
+from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
@@ -38,6 +39,7 @@ class Runner:
             config.socket_path("approval"), service="airlock-approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE
         )
         self.running: dict[str, asyncio.Event] = {}
+        self.intake_uid = uid_of(config.services.intake_user)
         self.log = log.get()
 
     def containment(self) -> str:
@@ -54,6 +56,10 @@ class Runner:
         return exc
 
     async def exec(self, call: Call) -> dict[str, Any]:
+        # Approval may reach this socket to cancel; only intake may ask for work.
+        if self.intake_uid is None or call.peer.uid != self.intake_uid:
+            self.log.warning("runner.peer.refused", verb="exec", peer_uid=call.peer.uid, peer_pid=call.peer.pid)
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         a = call.args
         spec = ExecSpec.from_dict(a.get("spec"))
         ticket = validate.text("ticket", a.get("ticket"), max_len=256, allow_empty=False)
@@ -188,7 +194,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     runner = Runner(config)
     door = Door(
         "runner",
-        allow=AllowList.of([config.services.intake_user], []),
+        allow=AllowList.of([config.services.intake_user, config.services.approval_user], []),
         verbs={"exec": runner.exec, "cancel": runner.cancel},
         max_line=config.limits.max_request_bytes * 2,
     )

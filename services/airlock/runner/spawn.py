@@ -171,13 +171,15 @@ class _Fd:
     must not unregister a later, unrelated user of the same fd number.
     """
 
-    __slots__ = ("fd",)
+    __slots__ = ("fd", "watched")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self.watched = False  # ever registered with the event loop
 
     async def wait(self, *, write: bool) -> None:
         loop = asyncio.get_running_loop()
+        self.watched = True
         future: asyncio.Future[None] = loop.create_future()
         fd = self.fd
         if write:
@@ -195,9 +197,10 @@ class _Fd:
     def close(self) -> None:
         if self.fd < 0:
             return
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(self.fd)
-        loop.remove_writer(self.fd)
+        if self.watched:  # only then is there a loop to tell (spawning runs in a thread)
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(self.fd)
+            loop.remove_writer(self.fd)
         os.close(self.fd)
         self.fd = -1
 
@@ -319,6 +322,15 @@ def _check_privilege(identity: Identity) -> None:
         )
 
 
+def _is_own_identity(identity: Identity) -> bool:
+    own_groups = set(os.getgroups()) | {os.getegid()}
+    return (
+        identity.uid == os.geteuid() == os.getuid()
+        and identity.gid == os.getegid() == os.getgid()
+        and set(identity.groups) | {identity.gid} == own_groups
+    )
+
+
 def _resolve_all(spec: JobSpec) -> list[str]:
     search_path = spec.env.get("PATH", default_path(spec.identity.uid))
     executables = []
@@ -379,7 +391,9 @@ class _Job:
             self.stdin = (writer, spec.stdin)
         gates: list[_Fd] = []
         ids: dict[str, Any] = {}
-        if os.geteuid() == 0:  # else _check_privilege made sure the uid is ours
+        # Switching ids forces fork(); a job with exactly our own credentials
+        # (root jobs) can take the much cheaper vfork() path.
+        if os.geteuid() == 0 and not _is_own_identity(spec.identity):  # else _check_privilege made sure the uid is ours
             ids = {"user": spec.identity.uid, "group": spec.identity.gid, "extra_groups": list(spec.identity.groups)}
         for index, (argv, executable) in enumerate(zip(spec.stages, executables, strict=True)):
             read_out, write_out = self._pipe()
@@ -559,7 +573,14 @@ async def _execute(
         job.cancelled = not job.timed_out
         return _result(job, started_wall, started_mono, reason, started=False)
     try:
-        gates = job.spawn(executables)
+        # fork+exec blocks for as long as the child takes to exec: do it off the
+        # event loop so other jobs' output keeps flowing and spawns overlap.
+        spawning = asyncio.ensure_future(asyncio.to_thread(job.spawn, executables))
+        try:
+            gates = await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            await asyncio.wait({spawning})  # abort() below must see every process
+            raise
         await containment.attach([p.pid for p in job.procs])
         budget -= time.monotonic() - started_mono
         if gates and (budget <= 0 or (cancel is not None and cancel.is_set())):

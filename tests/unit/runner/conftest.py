@@ -9,19 +9,12 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
-from runner_testlib import needs_root
 
-from airlock.runner.identity import Identity, resolve_identity
+from airlock.runner.identity import resolve_identity
 
-
-@dataclass(frozen=True, slots=True)
-class ScratchUser:
-    identity: Identity
-    supplementary_gid: int
-    supplementary_group: str
+from runner_testlib import ScratchUser, needs_root
 
 
 @pytest.fixture(scope="session")

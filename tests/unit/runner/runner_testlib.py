@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -55,3 +55,10 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+@dataclass(frozen=True, slots=True)
+class ScratchUser:
+    identity: Identity
+    supplementary_gid: int
+    supplementary_group: str

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-from runner_testlib import needs_root
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import ROOT_PATH, USER_PATH
@@ -18,7 +17,7 @@ from airlock.runner.identity import (
     resolve_identity,
 )
 
-from conftest import ScratchUser
+from runner_testlib import ScratchUser, needs_root
 
 NOBODY = Identity(uid=65534, gid=65534, groups=(65534,), user="nobody", home="/nonexistent")
 

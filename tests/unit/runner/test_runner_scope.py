@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from runner_testlib import make_spec, run
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner import spawn
@@ -23,6 +22,8 @@ from airlock.runner.scope import (
     unit_name,
 )
 from airlock.runner.spawn import systemd_is_running
+
+from runner_testlib import make_spec, run
 
 _UNIT = re.compile(r"[A-Za-z0-9:_.\\-]{1,255}")
 

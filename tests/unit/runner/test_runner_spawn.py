@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from runner_testlib import make_spec, me, pid_alive, run
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner import spawn
@@ -21,7 +20,7 @@ from airlock.runner.identity import check_cwd
 from airlock.runner.scope import ProcessGroups
 from airlock.runner.spawn import describe_exit, run_job
 
-from conftest import ScratchUser
+from runner_testlib import ScratchUser, make_spec, me, pid_alive, run
 
 MiB = 1 << 20
 

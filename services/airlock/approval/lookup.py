@@ -1,0 +1,63 @@
+"""Reading a request's trail back from the journal, for `show` and `airlock wait`.
+
+The journal's feed matches scopes exactly; prefixes are found by reading the
+newest events.  Every read is one bounded page (reference/004 paging).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airlock.common.ipc import Client
+
+PAGE = 256
+MIN_PREFIX = 4
+
+
+class JournalLookup:
+    def __init__(self, journal: Client) -> None:
+        self.journal = journal
+
+    async def scoped(self, scope: dict[str, Any], pages: int = 8) -> list[dict[str, Any]]:
+        """Events matching ``scope``, oldest first (at most ``pages`` pages)."""
+        events: list[dict[str, Any]] = []
+        after = 0
+        for _ in range(pages):
+            page = await self.journal.call("events", {"after": after, "limit": PAGE, "scope": scope})
+            events.extend(page["events"])
+            if len(page["events"]) < PAGE:
+                break
+            after = page["next_cursor"]
+        return events
+
+    async def request_events(self, request_id: str) -> list[dict[str, Any]]:
+        return await self.scoped({"request_id": request_id})
+
+    async def operation_events(self, operation_id: str) -> list[dict[str, Any]]:
+        """The events of the operation's newest request that did more than replay an outcome."""
+        by_request: dict[str, list[dict[str, Any]]] = {}
+        for event in await self.scoped({"operation_id": operation_id}):
+            by_request.setdefault(event.get("request_id") or "", []).append(event)
+        groups: list[list[dict[str, Any]]] = list(by_request.values())
+        ran = [g for g in groups if not any(e.get("kind") == "operation.replayed" for e in g)]
+        chosen: list[dict[str, Any]] = (ran or groups or [[]])[-1]
+        return chosen
+
+    async def prefixed(self, prefix: str, window: int = 4096) -> tuple[set[str], set[str]]:
+        """Request and operation IDs starting with ``prefix`` among the newest ``window`` events."""
+        if len(prefix) < MIN_PREFIX:
+            return set(), set()
+        head = await self.journal.call("events", {"tail": 0})
+        after = max(0, int(head["latest"]) - window)
+        request_ids: set[str] = set()
+        operation_ids: set[str] = set()
+        while True:
+            page = await self.journal.call("events", {"after": after, "limit": PAGE})
+            for event in page["events"]:
+                if (event.get("request_id") or "").startswith(prefix):
+                    request_ids.add(event["request_id"])
+                if (event.get("operation_id") or "").startswith(prefix):
+                    operation_ids.add(event["operation_id"])
+            if len(page["events"]) < PAGE:
+                return request_ids, operation_ids
+            after = page["next_cursor"]

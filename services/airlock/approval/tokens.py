@@ -1,0 +1,82 @@
+"""Session tokens: issued by an operator, presented by an agent (reference/004's worker side).
+
+Only the SHA-256 of a token is kept, with its session, expiry and a revoked
+flag, so a memory dump yields no usable token.  The store lives in
+airlock-approval's memory and nowhere else: a restart of the service revokes
+every token (fail closed; operators issue new ones).  Pure: the caller passes
+the clock and the random token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from airlock.common.errors import AirlockError, ErrorCode
+
+MAX_TTL_SECONDS = 30 * 24 * 3600
+DEFAULT_TTL_SECONDS = 3600
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def unauthorized() -> AirlockError:
+    # One refusal for every failure (unknown, expired, revoked, malformed), so
+    # a probe learns nothing about which tokens exist.
+    return AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+
+
+@dataclass(slots=True)
+class TokenEntry:
+    session: str
+    expires: float  # Unix time
+    revoked: bool = False
+
+
+class TokenStore:
+    def __init__(self) -> None:
+        self._by_hash: dict[str, TokenEntry] = {}
+
+    def issue(self, token: str, session: str, ttl: float, now: float) -> TokenEntry:
+        self._expire(now)
+        entry = TokenEntry(session, now + ttl)
+        self._by_hash[token_hash(token)] = entry
+        return entry
+
+    def check(self, token: str, now: float) -> str:
+        """The session a token stands for, or `unauthorized`."""
+        entry = self._by_hash.get(token_hash(token))
+        if entry is None or entry.revoked or entry.expires <= now:
+            raise unauthorized()
+        return entry.session
+
+    def revoke_token(self, token: str) -> int:
+        entry = self._by_hash.get(token_hash(token))
+        if entry is None or entry.revoked:
+            return 0
+        entry.revoked = True
+        return 1
+
+    def revoke_session(self, session: str) -> int:
+        count = 0
+        for entry in self._by_hash.values():
+            if entry.session == session and not entry.revoked:
+                entry.revoked = True
+                count += 1
+        return count
+
+    def live(self, now: float) -> int:
+        """Tokens that would still be accepted: an idle exit would lose them."""
+        return sum(1 for e in self._by_hash.values() if not e.revoked and e.expires > now)
+
+    def _expire(self, now: float) -> None:
+        # Revoked entries are kept until they expire: revocation must not be undone by a sweep.
+        for key in [k for k, e in self._by_hash.items() if e.expires <= now]:
+            del self._by_hash[key]
+
+
+def new_token() -> str:
+    return "alt_" + secrets.token_urlsafe(32)

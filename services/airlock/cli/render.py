@@ -1,0 +1,127 @@
+"""Text for operators' eyes: sanitised, aligned, coloured only where that is safe.
+
+Everything an agent chose (argv, reason, session, host, env names) passes
+through `sanitise` before it reaches a terminal, so control characters,
+escape sequences, bidi overrides, zero-width and wide characters cannot
+repaint, reorder or hide what a reviewer is approving.  They are shown as
+visible escapes (``\\x1b``, ``\\u202e``) instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import unicodedata
+from collections.abc import Iterable, Sequence
+from typing import IO
+
+# Unicode categories that draw nothing, draw over something else, or reorder text.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Mn", "Me"})
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def sanitise(text: object, *, strict: bool = False) -> str:
+    """``text`` made safe to print: anything that could make the screen lie is escaped.
+
+    ``strict`` escapes every non-ASCII character (for argv and paths, where a
+    Cyrillic a (U+0430) must not pass for a Latin one); otherwise letters of any
+    script stay readable and only invisible, reordering, combining, wide and
+    unusual-space characters are escaped.  A backslash is doubled so an escape
+    cannot be forged.
+    """
+    out = []
+    for ch in str(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif " " <= ch <= "~":
+            out.append(ch)
+        elif strict or ch == "\t":
+            out.append(_escape(ch))
+        elif (
+            unicodedata.category(ch) in _HIDDEN
+            or unicodedata.category(ch) == "Zs"
+            or unicodedata.east_asian_width(ch) in ("W", "F")
+        ):
+            out.append(_escape(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """One stage as a shell would read it, every argument sanitised strictly."""
+    return " ".join(shlex.quote(sanitise(arg, strict=True)) for arg in argv)
+
+
+def use_colour(stream: IO[str]) -> bool:
+    # https://no-color.org: NO_COLOR set to anything but "" turns colour off.
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+class Style:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled else text
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def red(self, text: str) -> str:
+        return self._wrap("31", text)
+
+    def green(self, text: str) -> str:
+        return self._wrap("32", text)
+
+    def yellow(self, text: str) -> str:
+        return self._wrap("33", text)
+
+    def dim(self, text: str) -> str:
+        return self._wrap("2", text)
+
+
+def table(rows: Iterable[Sequence[object]], header: Sequence[str]) -> str:
+    """Aligned columns, two spaces apart; cells are sanitised."""
+    cells = [[sanitise(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in [list(header), *cells]) for i in range(len(header))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def fields(pairs: Iterable[tuple[str, object]]) -> str:
+    """``label  value`` lines with the labels aligned (values already sanitised)."""
+    items = list(pairs)
+    width = max((len(k) for k, _ in items), default=0)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in items)
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def parse_ttl(text: str) -> int:
+    """``90``, ``90s``, ``30m``, ``1h``, ``2d`` -> seconds (ValueError when it is none of them)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value = text.strip().lower()
+    factor = 1
+    if value and value[-1] in units:
+        factor = units[value[-1]]
+        value = value[:-1]
+    if not value.isdigit() or int(value) <= 0:
+        raise ValueError(f"{text!r} is not a duration (e.g. 90s, 30m, 1h, 2d)")
+    return int(value) * factor

@@ -1,0 +1,135 @@
+"""Issue 8: `airlock watch` driven through a real terminal (tmux): y approves, other keys deny,
+type-ahead is discarded, a decision made elsewhere is reported, and agent text is sanitised."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from operator_support import Background, ask, stack_with, wait_pending
+
+from support import REPO, Stack
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    yield from stack_with(Path(tmp_path_factory.mktemp("wa")))
+
+
+class Console:
+    """One `airlock watch` in its own tmux server and pane."""
+
+    def __init__(self, stack: Stack) -> None:
+        # A private tmux server whose socket lives (and dies) with the test stack's folder.
+        self.server = str(stack.runtime_dir / f"tmux-{uuid.uuid4().hex[:8]}.sock")
+        command = (
+            f"cd {REPO} && AIRLOCK_OPERATOR_SOCKET={stack.operator} PYTHONPATH={REPO / 'services'} "
+            f"exec {sys.executable} -m airlock watch"
+        )
+        self.tmux("new-session", "-d", "-s", "watch", "-x", "160", "-y", "50", command)
+        self.wait_for("airlock watch: no pending requests")
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-S", self.server, *args], capture_output=True, text=True, check=True).stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "watch")
+
+    def wait_for(self, text: str, timeout: float = 15) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never appeared on the console:\n{self.screen()}")
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", "watch", *keys)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-S", self.server, "kill-server"], capture_output=True)
+        Path(self.server).unlink(missing_ok=True)
+
+
+@pytest.fixture
+def console(ops: Stack) -> Iterator[Console]:
+    c = Console(ops)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_y_approves_and_the_screen_shows_what_a_reviewer_needs(ops: Stack, console: Console) -> None:
+    bg = ask(ops, ["sh", "-c", "echo watched"], reason="rotate logs", session="night-1", host="web7", env={"LANG": "C"})
+    screen = console.wait_for("approve?")
+    for text in (bg.request_id, "rotate logs", "night-1", "web7", "(unprivileged)", "sh -c 'echo watched'",
+                 "binary", "LANG", "left", "uid", "pid"):
+        assert text in screen, text
+    if Path("/usr/bin/sh").is_symlink() or Path("/bin/sh").is_symlink():
+        assert "(symlink)" in screen
+    console.keys("y")
+    console.wait_for("approved")
+    assert bg.result()["ok"] is True
+
+
+@pytest.mark.parametrize("key", ["n", "q", "Enter"])
+def test_any_other_key_denies(ops: Stack, console: Console, key: str) -> None:
+    bg = ask(ops)
+    console.wait_for(bg.request_id)
+    console.wait_for("approve?")
+    console.keys(key)
+    console.wait_for("denied")
+    assert bg.result()["error"]["code"] == "denied"
+
+
+def test_type_ahead_is_discarded(ops: Stack, console: Console) -> None:
+    # Keys pressed while nothing is on screen must not answer the next request.
+    console.keys("y", "y", "y")
+    time.sleep(0.5)
+    bg = ask(ops)
+    console.wait_for("approve?")
+    time.sleep(1.5)
+    assert wait_pending(ops, bg.request_id)["request_id"] == bg.request_id  # still waiting: the y's were dropped
+    console.keys("n")
+    assert bg.result()["error"]["code"] == "denied"
+
+
+def test_two_consoles_first_decision_wins_the_other_sees_it(ops: Stack, console: Console) -> None:
+    other = Console(ops)
+    try:
+        bg = ask(ops)
+        console.wait_for("approve?")
+        other.wait_for("approve?")
+        console.keys("y")
+        console.wait_for("approved")
+        other.wait_for("decided elsewhere")
+        assert bg.result()["ok"] is True
+    finally:
+        other.close()
+
+
+def test_a_decision_from_the_cli_is_seen_by_the_console(ops: Stack, console: Console) -> None:
+    bg = ask(ops)
+    console.wait_for("approve?")
+    assert ops.cli("deny", bg.request_id).returncode == 0
+    console.wait_for("decided elsewhere")
+    bg.result()
+
+
+def test_wide_characters_are_escaped_not_drawn(ops: Stack, console: Console) -> None:
+    bg = Background(ops, {"argv": ["echo", "日本"], "reason": "wide 日本 text"})
+    screen = console.wait_for("approve?")
+    assert "日" not in screen
+    assert "\\u65e5\\u672c" in screen
+    console.keys("n")
+    bg.result()

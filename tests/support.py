@@ -1,0 +1,147 @@
+"""Test support: a real airlock stack (`airlock dev up`) on temporary sockets.
+
+A module of its own, not conftest.py, so that test files can import it by a
+name no other conftest.py shadows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def now_iso(offset: float = 0.0) -> str:
+    return datetime.fromtimestamp(time.time() + offset, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Stack:
+    runtime_dir: Path
+    proc: subprocess.Popen[str]
+
+    @property
+    def agent(self) -> str:
+        return str(self.runtime_dir / "agent.sock")
+
+    @property
+    def operator(self) -> str:
+        return str(self.runtime_dir / "operator.sock")
+
+    @property
+    def database(self) -> Path:
+        return self.runtime_dir / "state" / "journal.sqlite"
+
+    def send_raw(self, data: bytes, *, path: str | None = None, shutdown: bool = True, timeout: float = 30) -> list[dict[str, Any]]:
+        """Write raw bytes to a socket and return every JSON line it answers."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path or self.agent)
+            sock.sendall(data)
+            if shutdown:
+                sock.shutdown(socket.SHUT_WR)
+            buf = b""
+            while True:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                buf += chunk
+        return [json.loads(line) for line in buf.splitlines() if line.strip()]
+
+    def native(self, verb: str, args: dict[str, Any] | None = None, *, path: str | None = None, **envelope: Any) -> dict[str, Any]:
+        """One native request; returns the final response (events are skipped)."""
+        request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args or {}, "token": None} | envelope
+        replies = self.send_raw(json.dumps(request).encode() + b"\n", path=path)
+        finals = [r for r in replies if "event" not in r]
+        assert len(finals) == 1, replies
+        return finals[0]
+
+    def exec(self, args: dict[str, Any], **envelope: Any) -> dict[str, Any]:
+        return self.native("exec", {"time": now_iso()} | args, **envelope)
+
+    def cli(self, *argv: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        environ = dict(os.environ) | {"AIRLOCK_SOCKET": self.agent, "AIRLOCK_OPERATOR_SOCKET": self.operator} | (env or {})
+        return subprocess.run(
+            [sys.executable, "-m", "airlock", *argv], capture_output=True, text=True, timeout=timeout, env=environ
+        )
+
+    def service_pid(self, name: str) -> int:
+        """The pid of one of the stack's services (``intake``, ``journal``, ...)."""
+        config = self.runtime_dir / "airlock.yaml"
+        out = subprocess.run(["pgrep", "-f", f"airlock.{name} --config {config}"], capture_output=True, text=True).stdout
+        return int(out.split()[0])
+
+    @contextlib.contextmanager
+    def down(self, name: str) -> Iterator[None]:
+        """Take one service away for real: killed, not restarted, its socket gone."""
+        os.kill(self.proc.pid, signal.SIGSTOP)  # the supervisor must not start it again yet
+        sock = self.runtime_dir / "internal" / f"{name}.sock"
+        hidden = sock.with_name(f"{name}.sock.down")
+        try:
+            pid = self.service_pid(name)
+            os.kill(pid, signal.SIGKILL)
+            while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+                time.sleep(0.05)
+            sock.rename(hidden)
+            yield
+        finally:
+            hidden.rename(sock)
+            os.kill(self.proc.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if self.native("ping").get("ok"):
+                    time.sleep(0.5)
+                    return
+            except OSError:
+                time.sleep(0.2)
+
+    def journal_rows(self) -> list[dict[str, Any]]:
+        import sqlite3
+
+        with sqlite3.connect(f"file:{self.database}?mode=ro", uri=True) as conn:
+            conn.row_factory = sqlite3.Row
+            return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY seq")]
+
+
+def start_stack(runtime_dir: Path, config: Path | None = None) -> Stack:
+    argv = [sys.executable, "-m", "airlock", "dev", "up", "--runtime-dir", str(runtime_dir)]
+    if config is not None:
+        argv += ["--config", str(config)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if "ready" in line:
+            return Stack(runtime_dir, proc)
+    proc.kill()
+    logs = "".join(p.read_text() for p in (runtime_dir / "logs").glob("*.log")) if (runtime_dir / "logs").exists() else ""
+    raise AssertionError(f"airlock dev up did not become ready:\n{''.join(seen)}\n{logs}")
+
+
+def stop_stack(stack: Stack) -> None:
+    if stack.proc.poll() is None:
+        stack.proc.send_signal(signal.SIGTERM)
+        try:
+            stack.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            stack.proc.kill()
+            stack.proc.wait()
