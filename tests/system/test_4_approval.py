@@ -100,3 +100,26 @@ def test_reload_applies_a_policy_change_and_refuses_a_bad_one(system) -> None:
         system.c.run(["rm", "-f", "/etc/airlock/policy.d/60-systest-reload.yaml", "/etc/airlock/policy.d/61-systest-broken.yaml"])
         system.restore_config()
         system.restart_services()
+
+
+def test_the_example_notify_hook_works_inside_the_sandbox(system) -> None:
+    # The shipped example runs as airlock-approval, in that service's sandbox
+    # (no network, read-only file system): its syslog line must still arrive.
+    system.c.run(["test", "-x", "/etc/airlock/notify-example.sh"])
+    system.set_config("approval:\n  timeout_seconds: 3\n  notify_command: [/etc/airlock/notify-example.sh]\n")
+    system.restart_services()
+    try:
+        marker = uuid.uuid4().hex
+        r = system.airlock("run", "--reason", marker, "--operation-id", f"systest-{marker}", "--", "/usr/bin/hostname", timeout=60)
+        assert r.returncode == 124, r
+        deadline = time.monotonic() + 15
+        while True:
+            log = system.c.run(["journalctl", "--no-pager", "-o", "cat", "-t", "airlock-notify"]).stdout
+            if marker in log or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        line = next((x for x in log.splitlines() if marker in x), "")
+        assert "pending" in line and system.AGENT in line and "/usr/bin/hostname" in line, log
+    finally:
+        system.restore_config()
+        system.restart_services()
