@@ -66,3 +66,34 @@ def test_audit_chain_verifies(system) -> None:
     # an agent is not an operator
     r = system.airlock("audit", "verify", user=system.AGENT)
     assert r.returncode != 0, r
+
+
+def test_services_run_as_notify_services_with_a_watchdog(system) -> None:
+    assert system.airlock("run", "--no-privilege", "--operation-id", op(), "--", "/usr/bin/true").returncode == 0
+    users = {"airlock-intake.service": "airlock-intake", "airlock-approval.service": "airlock-approval",
+             "airlock-journal.service": "airlock-journal", "airlock-runner.service": "root"}
+    for service, user in users.items():
+        show = system.c.run(["systemctl", "show", "-p", "Type,NotifyAccess,WatchdogUSec,StatusText,MainPID", service]).stdout
+        props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+        assert (props["Type"], props["NotifyAccess"], props["WatchdogUSec"]) == ("notify", "main", "30s"), props
+        assert props["StatusText"], props  # STATUS= from sd_notify
+        owner = system.c.run(["ps", "-o", "user=", "-p", props["MainPID"]]).stdout.strip()
+        assert owner == user, (service, owner)
+
+
+def _status_field(text: str, name: str) -> str:
+    return next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith(name + ":"))
+
+
+def test_jobs_inherit_the_runners_sandbox(system) -> None:
+    # docs/security.md: a scope only moves processes; the runner's seccomp
+    # filter, NoNewPrivileges and capability bounding set stay with every job.
+    r = system.airlock("run", "--no-privilege", "--operation-id", op(), "--", "/usr/bin/cat", "/proc/self/status")
+    assert r.returncode == 0, r
+    assert _status_field(r.stdout, "NoNewPrivs") == "1"
+    assert _status_field(r.stdout, "Seccomp") == "2"
+    r = system.airlock("run", "--operation-id", op(), "--", "/usr/bin/dash", "-c", "cat /proc/self/status")
+    assert r.returncode == 0, r
+    bounding = int(_status_field(r.stdout, "CapBnd"), 16)
+    assert not bounding & (1 << 16), "CAP_SYS_MODULE must not be in a root job's bounding set"
+    assert bounding & (1 << 7) and bounding & (1 << 6), "a root job keeps CAP_SETUID and CAP_SETGID"
