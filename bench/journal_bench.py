@@ -83,6 +83,17 @@ async def through_store(path: Path, count: int, writers: int) -> Result:
     return Result(f"Store, {writers} concurrent {label}", count, seconds, stats.transactions)
 
 
+def measure(count: int, directory: Path | None = None) -> list[Result]:
+    """Bare SQLite, the Store with one writer and with 32, in that order, in one temp dir."""
+    with tempfile.TemporaryDirectory(dir=directory, prefix="journal-bench-") as tmp:
+        root = Path(tmp)
+        return [
+            bare_sqlite(root / "bare.db", count),
+            asyncio.run(through_store(root / "one.db", count, 1)),
+            asyncio.run(through_store(root / "many.db", count, 32)),
+        ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--count", type=int, default=2000, help="appends per measurement (default 2000)")
@@ -90,16 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be positive")
-    with tempfile.TemporaryDirectory(dir=args.dir, prefix="journal-bench-") as tmp:
-        root = Path(tmp)
-        results = [
-            bare_sqlite(root / "bare.db", args.count),
-            asyncio.run(through_store(root / "one.db", args.count, 1)),
-            asyncio.run(through_store(root / "many.db", args.count, 32)),
-        ]
-        where = root
+    results = measure(args.count, args.dir)
     base = results[0].rate
-    print(f"journal append throughput, {args.count} appends each, databases in {where.parent}")
+    where = args.dir or Path(tempfile.gettempdir())
+    print(f"journal append throughput, {args.count} appends each, databases in {where}")
     print(f"{'mode':<34} {'seconds':>8} {'appends/s':>10} {'transactions':>12} {'vs bare':>8}")
     for r in results:
         print(f"{r.name:<34} {r.seconds:>8.3f} {r.rate:>10.0f} {r.transactions:>12} {r.rate / base:>7.2f}x")

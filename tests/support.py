@@ -78,11 +78,34 @@ class Stack:
             [sys.executable, "-m", "airlock", *argv], capture_output=True, text=True, timeout=timeout, env=environ
         )
 
+    def find_service_pid(self, name: str) -> int | None:
+        """The pid of one service (intake, approval, runner, journal) under this stack's `dev up`, if running."""
+        found = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid), "-f", f"airlock\\.{name}( |$)"], capture_output=True, text=True
+        ).stdout.split()
+        return int(found[0]) if found else None
+
     def service_pid(self, name: str) -> int:
         """The pid of one of the stack's services (``intake``, ``journal``, ...)."""
-        config = self.runtime_dir / "airlock.yaml"
-        out = subprocess.run(["pgrep", "-f", f"airlock.{name} --config {config}"], capture_output=True, text=True).stdout
-        return int(out.split()[0])
+        pid = self.find_service_pid(name)
+        assert pid is not None, f"no {name} service under pid {self.proc.pid}"
+        return pid
+
+    def kill_service(self, name: str, *, timeout: float = 30) -> int:
+        """SIGKILL one service and wait until `dev up` has started it again.
+
+        Returns the new pid.  The socket stays bound by the supervisor, so a
+        connection made meanwhile queues for the new instance.
+        """
+        old = self.service_pid(name)
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            new = self.find_service_pid(name)
+            if new is not None and new != old:
+                return new
+            time.sleep(0.05)
+        raise AssertionError(f"{name} was not restarted within {timeout}s")
 
     @contextlib.contextmanager
     def down(self, name: str) -> Iterator[None]:

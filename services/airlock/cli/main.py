@@ -23,6 +23,7 @@ from airlock.approval.trail import ran_and_succeeded
 from airlock.cli import client, render
 from airlock.cli.render import Style, command_line, fields, sanitise, use_colour
 from airlock.common import config as configuration
+from airlock.mcp import cli as mcp_cli
 
 EXIT_DENIED = 126
 EXIT_APPROVAL_TIMEOUT = 124
@@ -607,6 +608,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--runtime-dir", default="./run", help="sockets, state and logs go here (default ./run)")
     sp.add_argument("--config", help="a config file whose keys override the built-in dev config")
     sp.set_defaults(func=cmd_dev_up)
+    mcp_cli.register(sub)
     return p
 
 

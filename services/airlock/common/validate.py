@@ -14,9 +14,11 @@ from typing import Any
 from airlock.common.errors import AirlockError, ErrorCode
 
 # C0 (but tab), DEL, C1; bidi embeddings/overrides/isolates and marks;
-# zero-width space/joiners, word joiner, invisible operators, BOM.
+# zero-width space/joiners, word joiner, invisible operators, BOM; and lone
+# surrogates (JSON's "\ud800" escapes), which no UTF-8 argv, log or journal
+# record can hold.
 _FORBIDDEN = re.compile(
-    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]"
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

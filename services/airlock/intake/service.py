@@ -43,24 +43,6 @@ NATIVE_VERBS = ("exec", "ping", "hello", "cancel")
 REPLAY_OUTPUT_LIMIT = 512 * 1024
 
 
-class ReplayGuard:
-    """Request IDs seen within the replay window (check-and-insert in one step)."""
-
-    def __init__(self, window: float) -> None:
-        self.window = window
-        self._seen: dict[str, float] = {}
-
-    def claim(self, key: str, now: float) -> bool:
-        if len(self._seen) > 4096:
-            for old in [k for k, t in self._seen.items() if t < now]:
-                del self._seen[old]
-        expires = self._seen.get(key)
-        if expires is not None and expires >= now:
-            return False
-        self._seen[key] = now + self.window
-        return True
-
-
 class Intake:
     def __init__(self, config: Config, service: Service) -> None:
         self.config = config
@@ -69,7 +51,6 @@ class Intake:
         self.journal = self.audit.client
         self.approval = Client(config.socket_path("approval"), service="airlock-approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE, timeout=None)
         self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE, timeout=None)
-        self.replay = ReplayGuard(config.limits.replay_window_seconds)
         self.operations: dict[str, int] = {}  # running operation -> the uid that started it
         self.runner_uid = uid_of(config.services.runner_user)
         self.log = log.get()
@@ -131,12 +112,12 @@ class Intake:
                 # A token's session is the only one that counts: the request's own is replaced.
                 args = request.args if session is None else request.args | {"session": session}
                 exec_request = native_exec(request.id, args, conn.peer, self.config, now)
-                self._claim(exec_request.request_id, conn.peer, now)
+                await self._claim(exec_request.request_id, conn.peer)
                 call = Call(request, conn.peer, conn)
                 return encode_ok(request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None))
             if request.verb == "cancel":
                 return encode_ok(request.id, await self.cancel(request, conn.peer))
-            self._control_gates(request.id, request.args, conn.peer, native=True)
+            await self._control_gates(request.id, request.args, conn.peer, native=True)
             if request.verb == "hello":
                 return encode_ok(request.id, self.hello())
             return encode_ok(request.id, {"message": "pong", "version": __version__})
@@ -176,7 +157,7 @@ class Intake:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         return session
 
-    def _control_gates(self, request_id: str | None, args: dict[str, Any], peer: Peer, *, native: bool) -> None:
+    async def _control_gates(self, request_id: str | None, args: dict[str, Any], peer: Peer, *, native: bool) -> None:
         """Control actions pass the same gates as exec: fields, freshness, replay."""
         for key in ("session", "host", "reason"):
             if args.get(key) is not None:
@@ -186,10 +167,17 @@ class Intake:
         now = time.time()
         parse_time(args.get("time"), self.config, now)
         if request_id:
-            self._claim(request_id, peer, now)
+            await self._claim(request_id, peer)
 
-    def _claim(self, request_id: str, peer: Peer, now: float) -> None:
-        if not self.replay.claim(f"{peer.uid}:{request_id}", now):
+    async def _claim(self, request_id: str, peer: Peer) -> None:
+        # The journal holds the claims, durably: a restart of intake (idle exit,
+        # crash) must not reopen the replay window.  Unreachable journal ->
+        # audit_unavailable from the client, so the gate fails closed.
+        claim = await self.journal.call(
+            "request.claim",
+            {"key": f"{peer.uid}:{request_id}", "window_seconds": self.config.limits.replay_window_seconds},
+        )
+        if not claim.get("claimed"):
             raise AirlockError(
                 ErrorCode.REPLAYED_REQUEST,
                 f"id: request {request_id!r} was already received within the replay window",
@@ -209,7 +197,7 @@ class Intake:
             if action in ("ping", "stop"):
                 if obj.get("pipeline") not in (None, []):
                     raise validate.bad("pipeline", f"must be empty for the {action} action")
-                self._control_gates(request_id, obj, conn.peer, native=False)
+                await self._control_gates(request_id, obj, conn.peer, native=False)
                 if action == "stop":
                     self.log.info("intake.stop.requested", peer_uid=conn.peer.uid, peer_pid=conn.peer.pid)
                     asyncio.get_running_loop().call_soon(self.service.request_stop, "stop action")
@@ -219,7 +207,7 @@ class Intake:
                 raise validate.bad("action", f"unknown action {action!r} (known: exec, ping, stop)")
             now = time.time()
             exec_request = legacy_exec(obj, conn.peer, self.config, now)
-            self._claim(exec_request.request_id, conn.peer, now)
+            await self._claim(exec_request.request_id, conn.peer)
             return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None))
         except AirlockError as exc:
             return legacy.encode_error(request_id, exc)
@@ -306,6 +294,7 @@ class Intake:
                         "peer": peer.to_dict(),
                     },
                     on_event=forward,
+                    timeout=self._runner_budget(req),
                 )
             finally:
                 self.operations.pop(op, None)
@@ -325,6 +314,14 @@ class Intake:
                     await self.journal.call("op.abandon", {"operation_id": op})
                 except AirlockError:
                     pass
+
+    def _runner_budget(self, req: ExecRequest) -> float:
+        """How long a runner may take to answer: the job's own timeout, the kill
+        grace, and a margin for its journal and approval calls.  Without a
+        bound a stopped or wedged runner would hang the request for ever."""
+        limits = self.config.limits
+        job = req.spec.timeout_ms / 1000 if req.spec.timeout_ms else limits.default_timeout_seconds
+        return job + limits.kill_grace_seconds + 30
 
     async def _store_outcome(self, op: str, digest: str, evidence: dict[str, Any], ids: Ids) -> None:
         """Keep the settled outcome for replay; the work already ran, so a failure here is logged, not returned."""

@@ -97,6 +97,18 @@ class Journal:
         await self.store.op_abandon(validate.text("operation_id", call.args.get("operation_id"), max_len=256))
         return {}
 
+    async def request_claim(self, call: Call) -> dict[str, Any]:
+        """Intake's replay guard: claim a request ID for the replay window, durably."""
+        self.writer_for(call.peer, "intake")
+        a = call.args
+        window = a.get("window_seconds")
+        if isinstance(window, bool) or not isinstance(window, int | float):
+            raise validate.bad("window_seconds", "must be a number")
+        claimed = await self.store.claim_request_id(
+            validate.text("key", a.get("key"), max_len=512, allow_empty=False), float(window)
+        )
+        return {"claimed": claimed}
+
     async def events(self, call: Call) -> dict[str, Any]:
         a = call.args
         scope = a.get("scope")
@@ -141,6 +153,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "op.begin": journal.op_begin,
             "op.complete": journal.op_complete,
             "op.abandon": journal.op_abandon,
+            "request.claim": journal.request_claim,
             "events": journal.events,
             "head": journal.head,
             "verify": journal.verify,

@@ -12,6 +12,11 @@ it has no races.  If a transaction fails (disk full, read-only, I/O error)
 every append in it fails with ``audit_unavailable`` and the head is reloaded
 from the database, so the chain continues from what is really on disk.
 
+Request IDs: intake's replay guard (``claim_request_id``) lives here too, in
+the ``request_ids`` table, and goes through the same writer: the check and the
+insert run inside one transaction on the one writer thread, so two claims of
+one key can never both win, and a claim survives an intake or journal restart.
+
 Connections: the writer's connection is used only on the writer thread (the
 lock documents and enforces that); reads use a second, read-only connection,
 and ``verify``/``export`` open their own so a long scan reads one consistent
@@ -48,7 +53,11 @@ MAX_PAGE: Final = 256
 # A batch this large already amortises the fsync; bigger ones only delay the
 # first caller in it.
 MAX_BATCH: Final = 1024
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+# A replay window longer than a day is a misconfiguration, not a policy.
+MAX_CLAIM_WINDOW: Final = 86400.0
+# Claim keys are "<uid>:<request id>": the uid's digits, a colon, an ID.
+MAX_CLAIM_KEY_CHARS: Final = MAX_ID_CHARS + 16
 MAX_UID: Final = 2**32 - 1
 
 _SCHEMA: Final = """
@@ -82,6 +91,15 @@ CREATE TABLE operations (
     outcome      TEXT NOT NULL,
     completed_at REAL NOT NULL
 );
+"""
+
+# Schema 2: request IDs claimed within the replay window (intake's replay guard).
+_SCHEMA_2: Final = """
+CREATE TABLE request_ids (
+    key     TEXT PRIMARY KEY,              -- "<peer uid>:<request id>"
+    expires REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX request_ids_expires ON request_ids (expires);
 """
 
 _COLUMNS: Final = "seq, time, kind, request_id, operation_id, peer_uid, session, writer, payload, prev_hash, hash"
@@ -163,7 +181,15 @@ class _Settle:
     future: asyncio.Future[None]
 
 
-_Work = _Append | _Settle
+@dataclass(slots=True)
+class _Claim:
+    key: str
+    now: float
+    window: float
+    future: asyncio.Future[bool]
+
+
+_Work = _Append | _Settle | _Claim
 
 
 class Store:
@@ -312,7 +338,7 @@ class Store:
 
     async def _commit(self, loop: asyncio.AbstractEventLoop, batch: list[_Work]) -> None:
         try:
-            events, head = await loop.run_in_executor(self._executor, self._write, batch, self._head)
+            events, claimed, head = await loop.run_in_executor(self._executor, self._write, batch, self._head)
         except (sqlite3.Error, OSError) as exc:
             self._failed += 1
             await self._reload_head(loop)
@@ -329,12 +355,17 @@ class Store:
         self._transactions += 1
         self._largest_batch = max(self._largest_batch, len(batch))
         appended = iter(events)
+        claims = iter(claimed)
         for work in batch:
             if isinstance(work, _Append):
                 self._appends += 1
                 event = next(appended)
                 if not work.future.done():
                     work.future.set_result(event)
+            elif isinstance(work, _Claim):
+                won = next(claims)
+                if not work.future.done():
+                    work.future.set_result(won)
             else:
                 self._settles += 1
                 self._ops.settle(work.entry)
@@ -352,15 +383,24 @@ class Store:
         with self._wlock:
             return _read_head(self._wconn)
 
-    def _write(self, batch: list[_Work], head: tuple[int, str]) -> tuple[list[Event], tuple[int, str]]:
-        """Runs on the writer thread: chain the batch and commit it as one transaction."""
+    def _write(
+        self, batch: list[_Work], head: tuple[int, str]
+    ) -> tuple[list[Event], list[bool], tuple[int, str]]:
+        """Runs on the writer thread: chain the batch and commit it as one transaction.
+
+        Returns the new events, the outcome of each claim in batch order, and the new head.
+        """
         seq, prev = head
         events: list[Event] = []
         rows: list[tuple[Any, ...]] = []
         settles: list[Settled] = []
+        claims: list[_Claim] = []
         for work in batch:
             if isinstance(work, _Settle):
                 settles.append(work.entry)
+                continue
+            if isinstance(work, _Claim):
+                claims.append(work)
                 continue
             seq += 1
             record = {
@@ -393,6 +433,7 @@ class Store:
                         [(s.operation_id, s.digest, s.outcome_json, s.completed_at) for s in settles],
                     )
                     _prune_operations(conn, self._ops.expiry_cutoff(), self._ops.capacity)
+                claimed = _claim_all(conn, claims)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -401,7 +442,7 @@ class Store:
                     except sqlite3.Error:
                         pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
                 raise
-        return events, (seq, prev)
+        return events, claimed, (seq, prev)
 
     # -- operations -----------------------------------------------------------
 
@@ -435,6 +476,31 @@ class Store:
     async def op_abandon(self, operation_id: str) -> None:
         """End an operation that settled nothing (it never ran, or failed before settling)."""
         self._ops.abandon(check_id("operation_id", operation_id))
+
+    async def claim_request_id(self, key: str, window_seconds: float) -> bool:
+        """Claim ``key`` for ``window_seconds``: True if it was free (or its claim
+        expired), False if it is still claimed.
+
+        The check and the insert are one statement in a durable transaction of
+        the writer, so the answer holds across restarts of intake and of the
+        journal.  If the store cannot commit, raises ``audit_unavailable``:
+        the caller must fail closed.
+        """
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_CLAIM_KEY_CHARS:
+            raise _invalid(f"key must be a string of 1 to {MAX_CLAIM_KEY_CHARS} characters", "key")
+        try:
+            key.encode()
+        except UnicodeEncodeError:
+            raise _invalid("key is not valid Unicode", "key") from None
+        if (
+            isinstance(window_seconds, bool)
+            or not isinstance(window_seconds, int | float)
+            or not 0 < window_seconds <= MAX_CLAIM_WINDOW
+        ):
+            raise _invalid(f"window_seconds must be a number above 0 and at most {MAX_CLAIM_WINDOW:g}", "window_seconds")
+        work = _Claim(key, self._clock(), float(window_seconds), asyncio.get_running_loop().create_future())
+        self._submit(work)
+        return await work.future
 
     def active_operations(self) -> frozenset[str]:
         """Operation IDs begun and not yet completed or abandoned (for ``health``)."""
@@ -587,11 +653,13 @@ def _migrate(conn: sqlite3.Connection) -> None:
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version == SCHEMA_VERSION:
         return
-    if version != 0:
+    if version not in (0, 1):
         raise sqlite3.DatabaseError(f"unknown journal schema version {version} (this airlock knows {SCHEMA_VERSION})")
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for statement in _split_sql(_SCHEMA):
+        # Version 0 is an empty file; version 1 lacks only the request IDs.
+        script = (_SCHEMA if version == 0 else "") + _SCHEMA_2
+        for statement in _split_sql(script):
             conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
@@ -609,6 +677,26 @@ def _split_sql(script: str) -> list[str]:
             statements.append(current.strip())
             current = ""
     return [s for s in statements if s]
+
+
+def _claim_all(conn: sqlite3.Connection, claims: list[_Claim]) -> list[bool]:
+    """Inside the writer's transaction: each claim wins unless its key is held and unexpired.
+
+    In batch order, so of two claims of one key in one batch only the first wins.
+    """
+    if not claims:
+        return []
+    # Expired claims are dead weight; the index makes this a short range scan.
+    conn.execute("DELETE FROM request_ids WHERE expires <= ?", (min(c.now for c in claims),))
+    outcome = []
+    for claim in claims:
+        cursor = conn.execute(
+            "INSERT INTO request_ids (key, expires) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET expires = excluded.expires WHERE request_ids.expires <= ?",
+            (claim.key, claim.now + claim.window, claim.now),
+        )
+        outcome.append(cursor.rowcount == 1)
+    return outcome
 
 
 def _read_head(conn: sqlite3.Connection) -> tuple[int, str]:

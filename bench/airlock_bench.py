@@ -1,0 +1,332 @@
+"""`make bench`: issue 9's figures, each beside its yardstick in the same run.
+
+    .venv/bin/python bench/airlock_bench.py [--quick] [--only NAME ...] [--rounds N]
+
+Prints one table and writes bench/results.json (with the machine).  Every
+figure is a median over rounds; where it has a yardstick, the rounds of the
+two alternate, so background load on a shared machine hits both alike.
+Nothing here is a test: a missed target is reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import journal_bench
+from harness import (
+    REPO,
+    SERVICES,
+    BenchStack,
+    Figure,
+    Persistent,
+    Requests,
+    bench_config,
+    drive,
+    machine,
+    median,
+    percentile,
+    sudo_yardstick,
+    table,
+    time_subprocess,
+    write_results,
+)
+
+ROOT = os.geteuid() == 0
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How much work each figure does: `--quick` is for trying the bench out, not for numbers."""
+
+    rounds: int
+    latency_requests: int
+    cli_runs: int
+    exec_load: int
+    ping_load: int
+    cold_starts: int
+    pipeline_bytes: int
+    journal_appends: int
+    memory_requests: int
+
+
+FULL = Plan(rounds=5, latency_requests=200, cli_runs=20, exec_load=600, ping_load=20_000, cold_starts=5,
+            pipeline_bytes=GIB, journal_appends=2000, memory_requests=10_000)
+QUICK = Plan(rounds=2, latency_requests=50, cli_runs=5, exec_load=200, ping_load=4000, cold_starts=2,
+             pipeline_bytes=GIB // 16, journal_appends=500, memory_requests=1000)
+
+
+class Bench:
+    def __init__(self, plan: Plan, workdir: Path) -> None:
+        self.plan = plan
+        self.workdir = workdir
+        self.config = bench_config(workdir / "bench.yaml", root=ROOT)
+        self.requests = Requests()
+        self.figures: list[Figure] = []
+        self.true_args = {"argv": ["true"], "privileged": ROOT}
+
+    def add(self, figure: Figure) -> None:
+        self.figures.append(figure)
+        print(f"  {figure.name}: done", file=sys.stderr, flush=True)
+
+    # -- exec latency from a persistent client, beside sudo and a bare fork/exec -----
+
+    def latency(self, stack: BenchStack, sudo_user: str | None) -> None:
+        n = self.plan.latency_requests
+        client = Persistent(stack.agent)
+        for _ in range(20):  # warm up: imports, caches, the journal's first pages
+            client.call(self.requests.exec_line(self.true_args))
+        p50s, p99s, sudo50, sudo99, bare50 = [], [], [], [], []
+        for _ in range(self.plan.rounds):
+            samples = []
+            for _ in range(n):
+                line = self.requests.exec_line(self.true_args)
+                start = time.perf_counter()
+                reply = client.call(line)
+                samples.append(time.perf_counter() - start)
+                if not reply.get("ok"):
+                    raise SystemExit(f"bench: exec of true failed: {reply}")
+            p50s.append(percentile(samples, 50) * 1000)
+            p99s.append(percentile(samples, 99) * 1000)
+            if sudo_user is not None:
+                sudo = [time_subprocess(["sudo", "-n", "/usr/bin/true"], user=sudo_user) for _ in range(n // 2)]
+                sudo50.append(percentile(sudo, 50) * 1000)
+                sudo99.append(percentile(sudo, 99) * 1000)
+            bare = [time_subprocess(["/usr/bin/true"]) for _ in range(n)]
+            bare50.append(percentile(bare, 50) * 1000)
+        client.close()
+        p50, p99 = median(p50s), median(p99s)
+        s50 = median(sudo50) if sudo50 else None
+        s99 = median(sudo99) if sudo99 else None
+        what = f"{n} requests x {self.plan.rounds} rounds, one connection, allow rule, full audit"
+        self.add(Figure("exec true p50, persistent client", p50, "ms", "<= 1.0x sudo", "sudo -n true", s50,
+                        p50 / s50 if s50 else None, (p50 <= s50) if s50 else None, what, p50s))
+        self.add(Figure("exec true p99, persistent client", p99, "ms", "", "sudo -n true p99", s99,
+                        p99 / s99 if s99 else None, None, "", p99s))
+        b50 = median(bare50)
+        self.add(Figure("exec true p50 vs bare fork/exec", p50, "ms", "", "fork/exec of true", b50,
+                        p50 / b50, None, "subprocess.run(['/usr/bin/true']) from the bench process", bare50))
+
+    # -- `airlock run -- true` as a user types it ------------------------------------
+
+    def cli(self, stack: BenchStack, sudo_user: str | None) -> None:
+        airlock = str(REPO / ".venv" / "bin" / "airlock")
+        argv = [airlock, "run", "--socket", stack.agent, *([] if ROOT else ["--no-privilege"]), "--", "true"]
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+        check = subprocess.run(argv, env=env, capture_output=True, text=True)
+        if check.returncode != 0:
+            raise SystemExit(f"bench: airlock run -- true failed ({check.returncode}): {check.stderr}")
+        runs, sudos = [], []
+        for _ in range(self.plan.rounds):
+            runs += [time_subprocess(argv, env=env) * 1000 for _ in range(self.plan.cli_runs)]
+            if sudo_user is not None:
+                sudos += [time_subprocess(["sudo", "-n", "/usr/bin/true"], user=sudo_user) * 1000
+                          for _ in range(self.plan.cli_runs)]
+        value = median(runs)
+        s = median(sudos) if sudos else None
+        interpreter = os.path.realpath(REPO / ".venv" / "bin" / "python")
+        self.add(Figure("airlock run -- true", value, "ms", "<= 3x sudo", "sudo -n true", s,
+                        value / s if s else None, (value <= 3 * s) if s else None,
+                        f"whole command as typed ({interpreter} with the venv's airlock), median of {len(runs)}",
+                        runs))
+
+    # -- throughput with 16 clients ----------------------------------------------------
+
+    def throughput(self, stack: BenchStack) -> None:
+        rates = []
+        for _ in range(self.plan.rounds):
+            load = drive(stack.agent, 16, self.plan.exec_load, lambda: self.requests.exec_line(self.true_args))
+            if load.errors:
+                raise SystemExit(f"bench: exec load had errors: {load.errors}")
+            rates.append(load.rate)
+        value = median(rates)
+        self.add(Figure("exec throughput, 16 clients", value, "req/s", ">= 300 req/s", met=value >= 300,
+                        note=f"{self.plan.exec_load} execs of true per round, 16 persistent connections from one "
+                             "asyncio client process on the same cores", samples=rates))
+        rates = []
+        for _ in range(self.plan.rounds):
+            load = drive(stack.agent, 16, self.plan.ping_load, self.requests.ping_line)
+            rates.append(load.rate)
+        value = median(rates)
+        self.add(Figure("ping throughput, 16 clients", value, "req/s", ">= 5,000 req/s", met=value >= 5000,
+                        note="native ping without `time` (a health check: no journal round trip)", samples=rates))
+
+    # -- cold start ------------------------------------------------------------------
+
+    def cold_start(self) -> None:
+        colds, warms = [], []
+        runtime = Path(tempfile.mkdtemp(prefix="alc-", dir="/tmp"))
+        for _ in range(self.plan.cold_starts):
+            stack = BenchStack(self.config, runtime)
+            stack.spawn()
+            try:
+                client = _connect_when_bound(stack.agent, 30)
+                reply = client.call(self.requests.exec_line(self.true_args))
+                colds.append((time.perf_counter() - stack.started_at) * 1000)
+                if not reply.get("ok"):
+                    raise SystemExit(f"bench: first exec after start failed: {reply}")
+                for _ in range(20):
+                    start = time.perf_counter()
+                    client.call(self.requests.exec_line(self.true_args))
+                    warms.append((time.perf_counter() - start) * 1000)
+                client.close()
+            finally:
+                stack.stop()
+        stack.remove()
+        cold, warm = median(colds), median(warms)
+        self.add(Figure("cold start to first exec answered", cold, "ms", "<= 500 ms", "warm exec p50", warm,
+                        cold / warm, cold <= 500,
+                        "measured: a fresh `airlock dev up` (its four services started at once, journal already "
+                        "on disk) from spawn to the first exec's reply; dev mode cannot idle-exit services",
+                        colds))
+
+    # -- 1 GiB through a pipeline -----------------------------------------------------
+
+    def pipeline(self, stack: BenchStack) -> None:
+        size = self.plan.pipeline_bytes
+        data = self.workdir / "pipeline.bin"
+        block = os.urandom(1 << 20)
+        with open(data, "wb") as f:
+            for _ in range(size // len(block)):
+                f.write(block)
+        os.chmod(data, 0o644)
+        os.chmod(self.workdir, 0o755)
+        client = Persistent(stack.agent)
+        ours, shell = [], []
+        for _ in range(self.plan.rounds):
+            start = time.perf_counter()
+            reply = client.call(self.requests.exec_line(
+                {"pipeline": [["cat", str(data)], ["wc", "-c"]], "privileged": ROOT}))
+            ours.append(time.perf_counter() - start)
+            out = base64.b64decode(reply.get("data", {}).get("stdout", "")).strip()
+            if not reply.get("ok") or int(out or 0) != size:
+                raise SystemExit(f"bench: the pipeline did not count {size} bytes: {reply}")
+            start = time.perf_counter()
+            subprocess.run(["sh", "-c", f"cat '{data}' | wc -c"], stdout=subprocess.DEVNULL, check=True)
+            shell.append(time.perf_counter() - start)
+        client.close()
+        data.unlink()
+        mib = size / (1 << 20)
+        value, yard = mib / median(ours), mib / median(shell)
+        self.add(Figure(f"{size >> 20} MiB through cat FILE | wc -c", value, "MiB/s", ">= 0.8x sh", "same in sh",
+                        yard, value / yard, value / yard >= 0.8,
+                        "file in the page cache; stages joined by OS pipes in both", [mib / s for s in ours]))
+
+    # -- journal appends ----------------------------------------------------------------
+
+    def journal(self) -> None:
+        bare, one, many = [], [], []
+        for _ in range(self.plan.rounds):
+            results = journal_bench.measure(self.plan.journal_appends, self.workdir)
+            bare.append(results[0].rate)
+            one.append(results[1].rate)
+            many.append(results[2].rate)
+        b, o, m = median(bare), median(one), median(many)
+        self.add(Figure("journal appends, 32 writers", m, "appends/s", ">= 5x one writer", "one writer", o, m / o,
+                        m / o >= 5, f"group commit, WAL + synchronous=FULL; bare SQLite (1 commit/row): {b:,.0f}/s "
+                        f"= {m / b:.1f}x", many))
+
+    # -- resident memory ------------------------------------------------------------------
+
+    def memory(self) -> None:
+        total = self.plan.memory_requests
+        half = total // 2
+        rss: dict[int, dict[str, float]] = {}
+        with BenchStack(self.config) as stack:
+            def sample(done: int) -> None:
+                if done in (half, total):
+                    rss[done] = {s: stack.rss_mib(s) for s in SERVICES}
+
+            load = drive(stack.agent, 16, total, lambda: self.requests.exec_line(self.true_args), on_reply=sample)
+            if load.errors:
+                raise SystemExit(f"bench: memory load had errors: {load.errors}")
+        at_end = rss.get(total, {})
+        growth = {s: at_end.get(s, 0) - rss.get(half, {}).get(s, 0) for s in SERVICES}
+        worst = max(at_end.values()) if at_end else None
+        met = worst is not None and worst <= 40 and max(growth.values()) <= 1.0
+        detail = ", ".join(f"{s} {at_end.get(s, 0):.1f} ({growth[s]:+.1f})" for s in SERVICES)
+        self.add(Figure(f"RSS per service after {total:,} requests (max)", worst, "MiB",
+                        "<= 40 MiB, no growth", met=met,
+                        note=f"MiB after {total:,} execs (growth since {half:,}): {detail}",
+                        extra={"rss": rss, "growth": growth}))
+
+
+def _connect_when_bound(path: str, timeout: float) -> Persistent:
+    """Connect as soon as `dev up` has bound the socket; the service behind it may still be starting."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return Persistent(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.002)
+
+
+STEPS: dict[str, str] = {
+    "latency": "exec latency beside sudo and fork/exec",
+    "cli": "airlock run -- true beside sudo",
+    "throughput": "exec and ping with 16 clients",
+    "pipeline": "1 GiB through cat | wc -c beside sh",
+    "cold": "cold start",
+    "journal": "journal appends",
+    "memory": "resident memory after many requests",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and requests (to try it, not to quote)")
+    parser.add_argument("--only", nargs="+", choices=sorted(STEPS), help="run only these figures")
+    parser.add_argument("--rounds", type=int, help="rounds per figure (default 5, quick 2)")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    if args.rounds:
+        plan = dataclasses.replace(plan, rounds=max(1, args.rounds))
+    wanted = set(args.only or STEPS)
+    info = machine() | {"load_average_start": os.getloadavg(), "plan": dataclasses.asdict(plan)}
+    started = time.monotonic()
+    print(f"airlock bench on {info['cores']} cores, {info['memory_gib']} GiB, kernel {info['kernel']}, "
+          f"python {info['python']}, load average {info['load_average_start'][0]:.2f}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="airlock-bench-", dir="/var/tmp") as tmp:
+        bench = Bench(plan, Path(tmp))
+        with sudo_yardstick() as sudo_user:
+            if wanted & {"latency", "cli", "throughput", "pipeline"}:
+                with BenchStack(bench.config) as stack:
+                    for name, step in (("latency", lambda: bench.latency(stack, sudo_user)),
+                                       ("cli", lambda: bench.cli(stack, sudo_user)),
+                                       ("throughput", lambda: bench.throughput(stack)),
+                                       ("pipeline", lambda: bench.pipeline(stack))):
+                        if name in wanted:
+                            print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
+                            step()
+        for name, step in (("cold", bench.cold_start), ("journal", bench.journal), ("memory", bench.memory)):
+            if name in wanted:
+                print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
+                step()
+        figures = bench.figures
+    info["load_average_end"] = os.getloadavg()
+    info["seconds"] = round(time.monotonic() - started, 1)
+    print()
+    print(f"airlock bench, {info['date']}: {info['cores']} cores ({info['cpu']}), {info['memory_gib']} GiB, "
+          f"kernel {info['kernel']}, python {info['python']}, root={info['root']}, "
+          f"load average {info['load_average_start'][0]:.2f} -> {info['load_average_end'][0]:.2f}, "
+          f"{info['seconds']:.0f} s")
+    print(table(figures))
+    write_results(figures, info)
+    print(f"\nwritten to {Path('bench/results.json')}")
+    return 0
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

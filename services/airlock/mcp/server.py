@@ -1,0 +1,408 @@
+"""`airlock mcp`: the asyncio shell around `airlock.mcp.session`.
+
+It moves lines between stdio and the session, runs each tool call as a task,
+and talks to the agent door as any agent does (native v1, one connection per
+request).  stdout carries MCP messages only; diagnostics go to stderr.
+
+A call the client gives up on must not leave a command running that the agent
+believes abandoned: on `notifications/cancelled`, on end of input and on
+SIGTERM, each running `execute` is withdrawn.  Once approved it is cancelled
+on the agent door (`cancel {operation_id}`, retried until the runner has it);
+while it waits for an operator it is denied through the operator socket when
+that socket is usable, and otherwise cancelled the moment it is approved, for
+as long as this process lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, BinaryIO, Final
+
+from airlock import __version__
+from airlock.common.codec import NEED_DATA, Event, FrameDecoder, Response, decode_reply
+from airlock.common.errors import AirlockError
+from airlock.mcp import jsonrpc, tools
+from airlock.mcp.session import CancelCall, Send, Session, StartCall
+from airlock.mcp.tools import ToolResult
+
+# Replies carry up to 16 MiB of output per stream, base64-encoded (as common.ipc).
+MAX_REPLY: Final = 96 * 1024 * 1024
+# After the input ends, how long withdrawals may take before the process exits.
+# The official SDK's stdio client waits 2 s after closing our stdin, then sends
+# SIGTERM and waits 2 s more: cancelling a running command takes milliseconds.
+SHUTDOWN_GRACE: Final = 3.0
+CANCEL_RETRY: Final = 0.1
+WITHDRAW_REASON: Final = "withdrawn by airlock mcp: the MCP client cancelled the call or went away"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _say(event: str, **fields: Any) -> None:
+    """One JSON line on stderr (MCP clients log a server's stderr)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(json.dumps({"event": event, **fields}, default=str), file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    agent_socket: str
+    operator_socket: str | None
+    session: str | None = None
+    progress_interval: float = 5.0
+
+
+@dataclass
+class CallContext:
+    """What a tool handler gets besides its arguments."""
+
+    abandoned: asyncio.Event = field(default_factory=asyncio.Event)
+    started: float = field(default_factory=time.monotonic)
+    # What the call is doing, for progress notifications; None sends none.
+    phase: str | None = None
+    on_phase: Callable[[], None] = lambda: None
+
+    def set_phase(self, phase: str | None) -> None:
+        self.phase = phase
+        self.on_phase()
+
+
+Handler = Callable[[dict[str, Any], CallContext], Awaitable[ToolResult]]
+
+
+class Door:
+    """One native v1 request on a Unix socket, events passed to a callback."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    async def call(
+        self, verb: str, args: dict[str, Any], on_event: Callable[[Event], None] | None = None, *, request_id: str | None = None
+    ) -> Response:
+        """The final response; `OSError` when the socket cannot be used, `AirlockError` on a malformed reply."""
+        reader, writer = await asyncio.open_unix_connection(self.path, limit=64 * 1024)
+        try:
+            request = {"v": 1, "id": request_id or str(uuid.uuid4()), "verb": verb, "args": args, "token": None}
+            writer.write(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+            await writer.drain()
+            decoder = FrameDecoder(MAX_REPLY)
+            while True:
+                frame = decoder.next_frame()
+                if frame is NEED_DATA:
+                    chunk = await reader.read(256 * 1024)
+                    if not chunk:
+                        raise ConnectionResetError("airlock closed the connection without answering")
+                    decoder.feed(chunk)
+                    continue
+                assert isinstance(frame, bytes)
+                reply = decode_reply(frame)
+                if isinstance(reply, Event):
+                    if on_event is not None:
+                        on_event(reply)
+                    continue
+                return reply
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+
+def _why(exc: BaseException, *, operator: bool = False) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "no such socket" if operator else "no such socket (is airlock running?)"
+    if isinstance(exc, PermissionError):
+        return f"permission denied ({'operators need group airlock-admin' if operator else 'agents need group airlock'})"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused" if operator else "connection refused (is airlock running?)"
+    if isinstance(exc, AirlockError):
+        return f"malformed reply ({exc.message})"
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc) or type(exc).__name__
+    return str(exc) or type(exc).__name__
+
+
+@dataclass
+class _Run:
+    """What the agent door has told us about one exec so far."""
+
+    operation_id: str
+    request_id: str
+    pending: dict[str, Any] | None = None
+    approved: bool = False
+    final: bool = False
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def note(self, event: Event) -> None:
+        if event.event == "pending_approval":
+            self.pending = event.fields
+        elif event.event == "approved":
+            self.approved = True
+        self.changed.set()
+
+
+class AgentDoor:
+    """The tools' handlers: requests on the agent door (and the operator door, read-mostly)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.agent = Door(settings.agent_socket)
+        self.operator = Door(settings.operator_socket) if settings.operator_socket else None
+
+    @property
+    def handlers(self) -> Mapping[str, Handler]:
+        # Issue 10's file tools get their handlers here, next to their ToolSpec in tools.BUILTIN.
+        return {"execute": self.execute, "status": self.status}
+
+    # --- execute ------------------------------------------------------------------
+
+    async def execute(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        # Each call is its own operation: a model calling the same command twice
+        # means to run it twice, so airlock's derived-ID replay must not apply.
+        run = _Run(operation_id=f"mcp-{uuid.uuid4()}", request_id=str(uuid.uuid4()))
+        try:
+            args = tools.exec_args(arguments, now=_now(), operation_id=run.operation_id, session=self.settings.session)
+        except tools.ArgumentError as exc:
+            return tools.argument_error(exc)
+
+        def on_event(event: Event) -> None:
+            run.note(event)
+            if event.event == "pending_approval":
+                wait = event.fields.get("timeout_seconds")
+                up_to = f"up to {wait:g} s" if isinstance(wait, int | float) else "until the approval timeout"
+                ctx.set_phase(
+                    f"waiting for an operator to approve (rule {event.fields.get('rule')!r}, {up_to}); "
+                    "this is normal, keep waiting"
+                )
+            elif event.event == "approved" and run.pending is not None:
+                ctx.set_phase(f"approved by {event.fields.get('decided_by')}; running")
+            elif event.event == "approved":
+                ctx.phase = "running"  # decided at once by policy: no need to announce it
+
+        withdraw = asyncio.create_task(self._withdraw_when_abandoned(run, ctx))
+        try:
+            reply = await self.agent.call("exec", args, on_event, request_id=run.request_id)
+        except (OSError, AirlockError) as exc:
+            return tools.unreachable(self.agent.path, _why(exc))
+        finally:
+            run.final = True
+            run.changed.set()
+            ctx.set_phase(None)
+            withdraw.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await withdraw
+        if reply.ok:
+            assert reply.data is not None
+            return tools.render_evidence(reply.data)
+        assert reply.error is not None
+        return tools.render_refusal(reply.error.code.value, reply.error.message, reply.error.details)
+
+    async def _withdraw_when_abandoned(self, run: _Run, ctx: CallContext) -> None:
+        await ctx.abandoned.wait()
+        _say("mcp.call.withdrawing", operation_id=run.operation_id, request_id=run.request_id)
+        tried_deny = False
+        while not run.final:
+            run.changed.clear()
+            if run.approved:
+                if await self._cancel(run):
+                    _say("mcp.call.cancelled", operation_id=run.operation_id)
+                    return
+                # Not running yet (the runner registers it after journaling
+                # `started`) or already finished: look again shortly.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(run.changed.wait(), CANCEL_RETRY)
+                continue
+            if run.pending is not None and not tried_deny:
+                tried_deny = True
+                if await self._deny(run):
+                    _say("mcp.call.withdrawn", request_id=run.request_id)
+                    return
+                _say("mcp.call.still_pending", request_id=run.request_id,
+                     note="cannot withdraw a pending request without the operator socket; "
+                          "it will be cancelled if approved while airlock mcp runs")
+            await run.changed.wait()
+
+    async def _cancel(self, run: _Run) -> bool:
+        try:
+            reply = await self.agent.call("cancel", {"operation_id": run.operation_id})
+        except (OSError, AirlockError):
+            return False
+        return reply.ok
+
+    async def _deny(self, run: _Run) -> bool:
+        if self.operator is None:
+            return False
+        try:
+            reply = await self.operator.call("deny", {"id": run.request_id, "reason": WITHDRAW_REASON})
+        except (OSError, AirlockError):
+            return False
+        return reply.ok
+
+    # --- status -------------------------------------------------------------------
+
+    async def status(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        hello: dict[str, Any] | None = None
+        agent_problem = None
+        try:
+            reply = await self.agent.call("hello", {})
+            if reply.ok:
+                hello = reply.data
+            else:
+                assert reply.error is not None
+                agent_problem = f"{reply.error.code.value}: {reply.error.message}"
+        except (OSError, AirlockError) as exc:
+            agent_problem = _why(exc)
+        operator: dict[str, Any] | None = None
+        operator_problem = "no operator socket configured"
+        if self.operator is not None and hello is not None:
+            try:
+                reply = await self.operator.call("status", {})
+                if reply.ok:
+                    operator = reply.data
+                else:
+                    assert reply.error is not None
+                    operator_problem = f"{reply.error.code.value}: {reply.error.message}"
+            except (OSError, AirlockError) as exc:
+                operator_problem = _why(exc, operator=True)
+        return tools.render_status(
+            self.agent.path, hello, agent_problem, self.operator.path if self.operator else None, operator, operator_problem
+        )
+
+
+class Server:
+    """Reads client lines, writes session output, runs and withdraws calls."""
+
+    def __init__(self, session: Session, handlers: Mapping[str, Handler], out: BinaryIO, progress_interval: float) -> None:
+        self.session = session
+        self.handlers = handlers
+        self.out = out
+        self.progress_interval = progress_interval
+        self.calls: dict[jsonrpc.RequestId, tuple[asyncio.Task[None], CallContext]] = {}
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        # A plain blocking write: messages are small or final, and a client that
+        # stops reading its server's stdout stalls any stdio server alike.
+        if self.closed:
+            return
+        try:
+            self.out.write(data)
+            self.out.flush()
+        except (OSError, ValueError):
+            self.closed = True  # the client is gone; the reader's end of input follows
+
+    def dispatch(self, actions: list[Send | StartCall | CancelCall]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                self.write(action.data)
+            elif isinstance(action, StartCall):
+                ctx = CallContext()
+                task = asyncio.create_task(self._run(action, ctx))
+                self.calls[action.request_id] = (task, ctx)
+                task.add_done_callback(functools.partial(self._forget, action.request_id))
+            else:
+                running = self.calls.get(action.request_id)
+                _say("mcp.call.cancel_requested", request_id=action.request_id, reason=action.reason)
+                if running is not None:
+                    running[1].abandoned.set()
+
+    def _forget(self, request_id: jsonrpc.RequestId, _task: asyncio.Task[None]) -> None:
+        self.calls.pop(request_id, None)
+
+    async def _run(self, start: StartCall, ctx: CallContext) -> None:
+        def progress() -> None:
+            if ctx.phase is not None:
+                elapsed = time.monotonic() - ctx.started
+                data = self.session.progress(start.request_id, elapsed, f"{ctx.phase} [{elapsed:.0f} s since the call]")
+                if data is not None:
+                    self.write(data)
+
+        ctx.on_phase = progress
+
+        async def tick() -> None:
+            # Every few seconds while the call waits or runs, so a long approval
+            # does not look like a hung call to a client that watches progress.
+            while True:
+                await asyncio.sleep(self.progress_interval)
+                progress()
+
+        ticker = asyncio.create_task(tick()) if start.progress_token is not None else None
+        try:
+            result = await self.handlers[start.tool](start.arguments, ctx)
+        except Exception as exc:  # the shell's last line of defence: a tool error, never a dead server
+            _say("mcp.call.failed", tool=start.tool, error=repr(exc))
+            result = ToolResult(f"NOT RUN: airlock mcp failed internally ({type(exc).__name__}); see its stderr.", is_error=True)
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+        data = self.session.complete(start.request_id, result)
+        if data is not None:
+            self.write(data)
+
+    async def serve(self, chunks: asyncio.Queue[bytes | None]) -> None:
+        buffer = jsonrpc.LineBuffer()
+        while not self.closed:
+            chunk = await chunks.get()
+            if chunk is None:
+                last = buffer.end_of_stream()
+                if last is not None:
+                    self.dispatch(self.session.receive(last))
+                break
+            buffer.feed(chunk)
+            while (line := buffer.next_line()) is not None:
+                if line is jsonrpc.TOO_LONG:
+                    self.dispatch(self.session.too_long())
+                else:
+                    assert isinstance(line, bytes)
+                    self.dispatch(self.session.receive(line))
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """The session is over: withdraw what still runs, within a bounded grace."""
+        running = list(self.calls.values())
+        for _task, ctx in running:
+            ctx.abandoned.set()
+        if running:
+            _, late = await asyncio.wait([t for t, _ in running], timeout=SHUTDOWN_GRACE)
+            for task in late:
+                task.cancel()
+
+
+def _read_stdin(loop: asyncio.AbstractEventLoop, chunks: asyncio.Queue[bytes | None], fd: int) -> None:
+    """A daemon thread: works for pipes, files and terminals alike, and never blocks exit."""
+    while True:
+        try:
+            chunk = os.read(fd, 256 * 1024)
+        except OSError:
+            chunk = b""
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            loop.call_soon_threadsafe(chunks.put_nowait, chunk or None)
+        if not chunk:
+            return
+
+
+async def serve_stdio(settings: Settings) -> int:
+    door = AgentDoor(settings)
+    session = Session(tools=tools.BUILTIN, server_version=__version__)
+    server = Server(session, door.handlers, sys.stdout.buffer, settings.progress_interval)
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # Like the end of input: withdraw running calls, then exit.
+        loop.add_signal_handler(signum, chunks.put_nowait, None)
+    threading.Thread(target=_read_stdin, args=(loop, chunks, sys.stdin.fileno()), daemon=True).start()
+    _say("mcp.server.started", agent_socket=settings.agent_socket, operator_socket=settings.operator_socket)
+    await server.serve(chunks)
+    return 0

@@ -1,0 +1,173 @@
+"""The MCP server's JSON-RPC core: framing and decoding, fed whole, byte by byte and with trailing data.
+
+Malformed input always gets the proper JSON-RPC error code and never an
+exception out of the core.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airlock.mcp import jsonrpc
+from airlock.mcp.jsonrpc import (
+    TOO_LONG,
+    ErrorCode,
+    LineBuffer,
+    Notification,
+    RemoteProtocolError,
+    Request,
+    Response,
+    decode,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+PING = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+
+
+def lines(buffer: LineBuffer) -> list[bytes | object]:
+    out: list[bytes | object] = []
+    while (line := buffer.next_line()) is not None:
+        out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("module", ["jsonrpc", "session", "tools"])
+def test_the_protocol_core_does_no_io(module: str) -> None:
+    tree = ast.parse((REPO / "services/airlock/mcp" / f"{module}.py").read_text())
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert not imported & {"asyncio", "socket", "os", "subprocess", "selectors", "sys", "threading"}
+
+
+# --- framing ----------------------------------------------------------------------
+
+
+def test_a_whole_line() -> None:
+    b = LineBuffer()
+    b.feed(PING + b"\n")
+    assert lines(b) == [PING]
+    assert b.end_of_stream() is None
+
+
+def test_byte_by_byte() -> None:
+    b = LineBuffer()
+    got: list[bytes | object] = []
+    for byte in PING + b"\n" + PING + b"\n":
+        b.feed(bytes([byte]))
+        got += lines(b)
+    assert got == [PING, PING]
+
+
+def test_trailing_data_waits_for_its_newline_and_a_last_line_without_one_still_counts() -> None:
+    b = LineBuffer()
+    b.feed(PING + b"\n" + PING[:10])
+    assert lines(b) == [PING]
+    b.feed(PING[10:])
+    assert lines(b) == []
+    assert b.end_of_stream() == PING
+
+
+def test_an_over_long_line_is_reported_once_and_skipped() -> None:
+    b = LineBuffer(max_line=32)
+    b.feed(b"x" * 40)
+    assert lines(b) == [TOO_LONG]
+    b.feed(b"y" * 40)
+    assert lines(b) == []  # still the same line: discarded quietly
+    b.feed(b"z\n" + PING[:20])
+    assert lines(b) == []
+    b.feed(b"\n")
+    assert lines(b) == [PING[:20]]  # the stream is usable again
+
+
+def test_a_line_exactly_at_the_cap_is_fine() -> None:
+    b = LineBuffer(max_line=len(PING))
+    b.feed(PING + b"\n")
+    assert lines(b) == [PING]
+
+
+# --- decoding ---------------------------------------------------------------------
+
+
+def test_requests_notifications_and_responses() -> None:
+    assert decode(PING) == Request(1, "ping", {})
+    assert decode(b'{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{"cursor":null}}') == Request(
+        "a", "tools/list", {"cursor": None}
+    )
+    assert decode(b'{"jsonrpc":"2.0","method":"notifications/initialized"}') == Notification("notifications/initialized")
+    assert decode(b'{"jsonrpc":"2.0","id":5,"result":{}}') == Response(5, {}, None)
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "request_id"),
+    [
+        (b"not json", ErrorCode.PARSE_ERROR, None),
+        (b'{"jsonrpc":"2.0","id":1,"method":"ping"', ErrorCode.PARSE_ERROR, None),
+        (b"\xff\xfe", ErrorCode.PARSE_ERROR, None),
+        (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":NaN}', ErrorCode.PARSE_ERROR, None),
+        (b"[" * 100_000, ErrorCode.PARSE_ERROR, None),
+        (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', ErrorCode.INVALID_REQUEST, None),
+        (b"42", ErrorCode.INVALID_REQUEST, None),
+        (b'"ping"', ErrorCode.INVALID_REQUEST, None),
+        (b'{"id":1,"method":"ping"}', ErrorCode.INVALID_REQUEST, 1),
+        (b'{"jsonrpc":"1.0","id":1,"method":"ping"}', ErrorCode.INVALID_REQUEST, 1),
+        (b'{"jsonrpc":"2.0","id":1}', ErrorCode.INVALID_REQUEST, 1),
+        (b'{"jsonrpc":"2.0","id":1,"method":7}', ErrorCode.INVALID_REQUEST, 1),
+        (b'{"jsonrpc":"2.0","id":1,"method":""}', ErrorCode.INVALID_REQUEST, 1),
+        (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', ErrorCode.INVALID_REQUEST, None),
+        (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', ErrorCode.INVALID_REQUEST, None),
+        (b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}', ErrorCode.INVALID_REQUEST, None),
+        (b'{"jsonrpc":"2.0","id":"x","method":"ping","params":[1]}', ErrorCode.INVALID_PARAMS, "x"),
+        (b'{"jsonrpc":"2.0","id":"x","method":"ping","params":"p"}', ErrorCode.INVALID_PARAMS, "x"),
+    ],
+)
+def test_malformed_messages_get_their_json_rpc_code(line: bytes, code: ErrorCode, request_id: object) -> None:
+    with pytest.raises(RemoteProtocolError) as err:
+        decode(line)
+    assert err.value.code is code
+    assert err.value.request_id == request_id
+
+
+def test_encoded_messages_are_single_lines_of_ascii_json() -> None:
+    data = jsonrpc.encode_result(1, {"text": "a\nb\u2028c\u00e9"})
+    assert data.endswith(b"\n") and data.count(b"\n") == 1 and data.isascii()
+    assert json.loads(data) == {"jsonrpc": "2.0", "id": 1, "result": {"text": "a\nb\u2028c\u00e9"}}
+    assert json.loads(jsonrpc.encode_error(None, ErrorCode.PARSE_ERROR, "bad")) == {
+        "jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "bad"}
+    }
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_decode_or_raise_a_protocol_error(data: bytes) -> None:
+    try:
+        message = decode(data)
+    except RemoteProtocolError as exc:
+        assert exc.code in set(ErrorCode)
+    else:
+        assert isinstance(message, Request | Notification | Response)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.sampled_from(["jsonrpc", "id", "method", "params", "result", "error", "x"]), json_values))
+def test_arbitrary_json_objects_decode_or_raise_a_protocol_error(obj: dict[str, object]) -> None:
+    try:
+        decode(json.dumps(obj).encode())
+    except RemoteProtocolError:
+        pass
