@@ -34,7 +34,7 @@ def test_socket_files_owners_and_modes(system) -> None:
         "/run/airlock/operator.sock 660 root airlock-admin socket",
         "/run/airlock/internal 750 root airlock-svc directory",
         "/run/airlock/internal/approval.sock 660 root airlock-intake socket",
-        "/run/airlock/internal/runner.sock 660 root airlock-intake socket",
+        "/run/airlock/internal/runner.sock 660 root airlock-svc socket",
         "/run/airlock/internal/journal.sock 660 root airlock-svc socket",
     ]
 

@@ -35,3 +35,18 @@ def test_timeout_kills_the_whole_scope(system) -> None:
     assert r.returncode == 1, r
     scopes = system.c.run(["systemctl", "list-units", "--no-legend", "--plain", "airlock-job-*.scope"]).stdout
     assert f"systest-{marker}" not in scopes, scopes
+
+
+def test_operator_cancel_kills_the_whole_scope(system) -> None:
+    operation = f"systest-cancel-{uuid.uuid4().hex[:12]}"
+    proc = system.c.popen(["airlock", "run", "--no-privilege", "--operation-id", operation,
+                           "--", "/bin/sh", "-c", "setsid sleep 1007 & sleep 1008"], user=system.AGENT)
+    system.c.wait_for(["pgrep", "-f", "sleep 1007"], timeout=20)
+    started = time.monotonic()
+    r = system.airlock("cancel", operation, "--reason", "systest", user=system.OPERATOR)
+    assert r.returncode == 0, r
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 15
+    assert proc.returncode != 0, (out, err)
+    r = system.c.run(["pgrep", "-a", "-f", "sleep 100[78]"], check=False)
+    assert r.returncode == 1, r
