@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import pwd
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +27,7 @@ from airlock.common.ipc import Client
 from airlock.common.peer import identify
 from airlock.common.spec import ExecSpec
 
-from support import Stack, start_stack, stop_stack
+from support import Stack, now_iso, start_stack, stop_stack
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs run as other users")
 USER, GROUP = "airlock-t1", "airlock-t1x"
@@ -104,6 +110,96 @@ def test_a_cwd_the_user_cannot_enter_is_refused_and_nothing_runs(rstack: Stack, 
     assert not marker.exists()
 
 
+# --- forward_agent ---------------------------------------------------------------------------
+
+# The peer: binds an ssh-agent-like socket at the SSH_AUTH_SOCK it was started
+# with (argv[2] says whether to), then asks for argv[1] on the agent socket.
+_PEER = """\
+import os, socket, sys
+if sys.argv[2] == "bind":
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(os.environ["SSH_AUTH_SOCK"])
+with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    sock.connect("agent.sock")
+    sock.sendall(sys.argv[1].encode() + b"\\n")
+    sock.shutdown(socket.SHUT_WR)
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+sys.stdout.write(reply.decode())
+"""
+
+
+@pytest.fixture()
+def user_dir(test_user: pwd.struct_passwd) -> Iterator[Path]:
+    """A private folder of the test user's, as ssh-agent makes one in /tmp."""
+    path = Path(tempfile.mkdtemp(prefix="al-agent-", dir="/tmp"))
+    os.chown(path, test_user.pw_uid, test_user.pw_gid)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def ask_as(user: pwd.struct_passwd, stack: Stack, args: dict[str, Any], *, agent_sock: str | None,
+           bind: bool) -> tuple[dict[str, Any], str]:
+    """A peer process of ``user`` (with ``SSH_AUTH_SOCK=agent_sock``) asks for an exec; its reply and op ID."""
+    op = f"op-{uuid.uuid4()}"
+    request = {"v": 1, "id": str(uuid.uuid4()), "verb": "exec", "token": None,
+               "args": {"privileged": False, "forward_agent": True, "time": now_iso(), "operation_id": op} | args}
+    env = {"PATH": "/usr/bin:/bin"} | ({"SSH_AUTH_SOCK": agent_sock} if agent_sock is not None else {})
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _PEER, json.dumps(request), "bind" if bind else "no"],
+        user=user.pw_uid, group=user.pw_gid, cwd=stack.runtime_dir, env=env,
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    finals = [r for r in map(json.loads, done.stdout.splitlines()) if "event" not in r]
+    assert len(finals) == 1, done.stdout
+    return finals[0], op
+
+
+@needs_root
+def test_forward_agent_gives_the_job_the_peers_own_agent_socket(rstack: Stack, test_user: pwd.struct_passwd,
+                                                                  user_dir: Path) -> None:
+    agent_sock = str(user_dir / "agent.sock")
+    reply, op = ask_as(test_user, rstack, {"argv": ["sh", "-c", 'printf %s "$SSH_AUTH_SOCK"; test -S "$SSH_AUTH_SOCK"']},
+                       agent_sock=agent_sock, bind=True)
+    assert reply["ok"], reply
+    assert base64.b64decode(reply["data"]["stdout"]).decode() == agent_sock
+    assert reply["data"]["stages"][0]["exit_code"] == 0 and reply["data"]["uid"] == test_user.pw_uid
+    rows = [r for r in rstack.journal_rows() if r["operation_id"] == op]
+    started = [json.loads(r["payload"]) for r in rows if r["kind"] == "exec.started"]
+    assert started and started[0]["added_env"] == ["SSH_AUTH_SOCK"]
+    assert not any(agent_sock in (r["payload"] or "") for r in rows)  # names only, never the value
+
+
+@needs_root
+def test_forward_agent_refuses_a_socket_owned_by_another_uid(rstack: Stack, test_user: pwd.struct_passwd,
+                                                             user_dir: Path) -> None:
+    marker = user_dir / "ran"
+    # The stack's own agent socket: a real socket, reachable by the user, owned by root.
+    reply, op = ask_as(test_user, rstack, {"argv": ["touch", str(marker)]}, agent_sock=rstack.agent, bind=False)
+    assert reply["ok"] is False and reply["error"]["code"] == "invalid_arguments", reply
+    assert reply["error"]["message"] == (
+        f"forward_agent: SSH_AUTH_SOCK of the requesting process is owned by uid 0, not by uid {test_user.pw_uid}"
+    )
+    assert not marker.exists()
+    kinds = [r["kind"] for r in rstack.journal_rows() if r["operation_id"] == op]
+    assert "exec.refused" in kinds and "exec.started" not in kinds
+
+
+@needs_root
+def test_forward_agent_without_an_agent_is_a_clear_error(rstack: Stack, test_user: pwd.struct_passwd,
+                                                         user_dir: Path) -> None:
+    marker = user_dir / "ran"
+    reply, _ = ask_as(test_user, rstack, {"argv": ["touch", str(marker)]}, agent_sock=None, bind=False)
+    assert reply["ok"] is False and reply["error"]["code"] == "invalid_arguments", reply
+    assert "has no SSH_AUTH_SOCK in its environment" in reply["error"]["message"]
+    assert reply["error"]["message"].startswith("forward_agent: ")
+    assert not marker.exists()
+
+
 # --- tickets -------------------------------------------------------------------------------
 
 
@@ -119,9 +215,24 @@ async def _ticket(stack: Stack, spec: ExecSpec) -> str:
     return str(decided["ticket"])
 
 
-async def _run(stack: Stack, spec: ExecSpec, ticket: str) -> dict[str, Any]:
+async def _run(stack: Stack, spec: ExecSpec, ticket: str, op: str | None = None) -> dict[str, Any]:
     runner = Client(stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
-    return await runner.call("exec", {"ticket": ticket, "spec": spec.to_dict(), "operation_id": str(uuid.uuid4())})
+    return await runner.call("exec", {"ticket": ticket, "spec": spec.to_dict(), "operation_id": op or str(uuid.uuid4())})
+
+
+@contextlib.contextmanager
+def paused(stack: Stack, name: str) -> Iterator[None]:
+    """One service stopped (SIGSTOP): its callers wait, as behind a slow service."""
+    pid = stack.service_pid(name)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _kinds(stack: Stack, op: str) -> list[str]:
+    return [r["kind"] for r in stack.journal_rows() if r["operation_id"] == op and r["kind"].startswith("exec.")]
 
 
 def test_a_forged_ticket_is_refused_nothing_runs_and_the_attempt_is_journaled(stack: Stack, tmp_path: Path) -> None:
@@ -193,3 +304,91 @@ def test_a_large_outcome_replays_without_its_output_bytes(stack: Stack) -> None:
     assert len(base64.b64decode(first["stdout"])) == 2000000
     assert again["replay"] is True and again["output_retained"] is False and again["stdout"] == ""
     assert again["stdout_sha256"] == first["stdout_sha256"]
+
+
+# --- what issue 5 says about limits, refusals and the journal ------------------------------
+
+
+def test_a_deadline_of_zero_is_long_past_and_nothing_runs(stack: Stack, tmp_path: Path) -> None:
+    marker, op = tmp_path / "late", f"op-{uuid.uuid4()}"
+    spec = ExecSpec(mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid(),
+                    deadline_ms=0)
+    evidence = asyncio.run(_run(stack, spec, asyncio.run(_ticket(stack, spec)), op))
+    assert evidence["started"] is False and evidence["timed_out"] is True and evidence["timeout_reason"] == "deadline"
+    assert evidence["stages"][0]["exit_code"] is None and not marker.exists()
+    assert _kinds(stack, op) == ["exec.started", "exec.finished"]
+
+
+def test_max_output_bytes_above_the_ceiling_is_refused(stack: Stack, tmp_path: Path) -> None:
+    marker, op = tmp_path / "big", f"op-{uuid.uuid4()}"
+    spec = ExecSpec(mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid(),
+                    max_output_bytes=16 * 1024 * 1024 + 1)
+    with pytest.raises(AirlockError) as err:
+        asyncio.run(_run(stack, spec, asyncio.run(_ticket(stack, spec)), op))
+    assert err.value.code is ErrorCode.INVALID_ARGUMENTS
+    assert err.value.message == "max_output_bytes: must be between 1 and 16777216"
+    assert not marker.exists() and _kinds(stack, op) == ["exec.refused"]
+
+
+def test_a_program_gone_since_approval_is_refused_after_exec_started(stack: Stack, tmp_path: Path) -> None:
+    tool, op = tmp_path / "tool", f"op-{uuid.uuid4()}"
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    spec = ExecSpec(mode="exec", stages=((str(tool),),), privileged=False, uid=os.geteuid())
+    ticket = asyncio.run(_ticket(stack, spec))
+    tool.unlink()
+    with pytest.raises(AirlockError) as err:
+        asyncio.run(_run(stack, spec, ticket, op))
+    assert err.value.code is ErrorCode.SPAWN_FAILED and "command not found" in err.value.message
+    assert _kinds(stack, op) == ["exec.started", "exec.refused"]  # the journal says why nothing followed
+
+
+def test_a_second_exec_of_a_running_operation_is_refused_and_journaled(stack: Stack) -> None:
+    op = f"op-{uuid.uuid4()}"
+    spec = ExecSpec(mode="exec", stages=(("/usr/bin/sleep", "1"),), privileged=False, uid=os.geteuid())
+
+    async def scenario() -> tuple[dict[str, Any], BaseException | dict[str, Any]]:
+        first_ticket, second_ticket = await _ticket(stack, spec), await _ticket(stack, spec)
+        first = asyncio.create_task(_run(stack, spec, first_ticket, op))
+        await asyncio.sleep(0.3)
+        second = await asyncio.gather(_run(stack, spec, second_ticket, op), return_exceptions=True)
+        return await first, second[0]
+
+    first, second = asyncio.run(scenario())
+    assert first["stages"][0]["exit_code"] == 0
+    assert isinstance(second, AirlockError) and second.code is ErrorCode.OPERATION_IN_PROGRESS
+    assert sorted(_kinds(stack, op)) == ["exec.finished", "exec.refused", "exec.started"]
+
+
+def test_a_cancel_during_the_ticket_check_is_not_lost(stack: Stack, tmp_path: Path) -> None:
+    marker, op = tmp_path / "cancelled", f"op-{uuid.uuid4()}"
+    spec = ExecSpec(mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid())
+    runner = Client(stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        ticket = await _ticket(stack, spec)
+        with paused(stack, "approval"):  # the runner waits in redeem
+            job = asyncio.create_task(_run(stack, spec, ticket, op))
+            await asyncio.sleep(0.5)
+            cancelled = await runner.call("cancel", {"operation_id": op})
+        return await job, cancelled
+
+    evidence, cancelled = asyncio.run(scenario())
+    assert cancelled == {"operation_id": op, "cancelling": True}
+    assert evidence["cancelled"] is True and evidence["started"] is False and not marker.exists()
+    assert _kinds(stack, op) == ["exec.started", "exec.cancelled", "exec.finished"]
+
+
+def test_evidence_comes_back_when_the_journal_goes_away_during_the_job(stack: Stack, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    spec = ExecSpec(mode="exec", stages=(("/bin/sh", "-c", f"sleep 1; touch {marker}"),), privileged=False,
+                    uid=os.geteuid())
+    ticket = asyncio.run(_ticket(stack, spec))
+    result: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: result.update(asyncio.run(_run(stack, spec, ticket))))
+    worker.start()
+    time.sleep(0.3)  # exec.started is in; the job sleeps
+    with stack.down("journal"):
+        worker.join(30)
+    # It ran: a retry after an error would run it again.
+    assert marker.exists() and result["stages"][0]["exit_code"] == 0

@@ -53,6 +53,34 @@ class Audit:
         self.client = Client(config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
         self.log = log.get()
 
+    def event(self, kind: str, ids: Ids | None = None, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The journal's ``append`` arguments for one event (also carried by combined verbs)."""
+        ids = ids or Ids()
+        return {
+            "writer": self.writer,
+            "kind": kind,
+            "request_id": ids.request_id,
+            "operation_id": ids.operation_id,
+            "peer_uid": ids.peer_uid,
+            "session": ids.session or None,
+            "payload": payload or {},
+        }
+
+    def logged(self, kind: str, ids: Ids | None, seq: Any, log_fields: dict[str, Any] | None = None) -> None:
+        """Log an event the journal has committed: journald never runs ahead of the store."""
+        ids = ids or Ids()
+        self.log.info(
+            kind if kind.startswith(self.writer + ".") else f"{self.writer}.{kind}",
+            message_id=message_id(kind),
+            kind=kind,
+            request_id=ids.request_id,
+            operation_id=ids.operation_id,
+            peer_uid=ids.peer_uid,
+            session=ids.session or None,
+            seq=seq,
+            **(log_fields or {}),
+        )
+
     async def record(
         self,
         kind: str,
@@ -61,29 +89,6 @@ class Audit:
         payload: dict[str, Any] | None = None,
         log_fields: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        ids = ids or Ids()
-        request_id, operation_id, peer_uid, session = ids.request_id, ids.operation_id, ids.peer_uid, ids.session
-        result = await self.client.call(
-            "append",
-            {
-                "writer": self.writer,
-                "kind": kind,
-                "request_id": request_id,
-                "operation_id": operation_id,
-                "peer_uid": peer_uid,
-                "session": session or None,
-                "payload": payload or {},
-            },
-        )
-        self.log.info(
-            kind if kind.startswith(self.writer + ".") else f"{self.writer}.{kind}",
-            message_id=message_id(kind),
-            kind=kind,
-            request_id=request_id,
-            operation_id=operation_id,
-            peer_uid=peer_uid,
-            session=session or None,
-            seq=result.get("seq"),
-            **(log_fields or {}),
-        )
+        result = await self.client.call("append", self.event(kind, ids, payload))
+        self.logged(kind, ids, result.get("seq"), log_fields)
         return result

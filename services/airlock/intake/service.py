@@ -43,6 +43,14 @@ NATIVE_VERBS = ("exec", "ping", "hello", "cancel")
 REPLAY_OUTPUT_LIMIT = 512 * 1024
 
 
+def _replayed(request_id: str) -> AirlockError:
+    return AirlockError(
+        ErrorCode.REPLAYED_REQUEST,
+        f"id: request {request_id!r} was already received within the replay window",
+        {"field": "id"},
+    )
+
+
 class Intake:
     def __init__(self, config: Config, service: Service) -> None:
         self.config = config
@@ -112,7 +120,6 @@ class Intake:
                 # A token's session is the only one that counts: the request's own is replaced.
                 args = request.args if session is None else request.args | {"session": session}
                 exec_request = native_exec(request.id, args, conn.peer, self.config, now)
-                await self._claim(exec_request.request_id, conn.peer)
                 call = Call(request, conn.peer, conn)
                 return encode_ok(request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None))
             if request.verb == "cancel":
@@ -169,20 +176,16 @@ class Intake:
         if request_id:
             await self._claim(request_id, peer)
 
-    async def _claim(self, request_id: str, peer: Peer) -> None:
+    def _claim_args(self, request_id: str, peer: Peer) -> dict[str, Any]:
         # The journal holds the claims, durably: a restart of intake (idle exit,
         # crash) must not reopen the replay window.  Unreachable journal ->
         # audit_unavailable from the client, so the gate fails closed.
-        claim = await self.journal.call(
-            "request.claim",
-            {"key": f"{peer.uid}:{request_id}", "window_seconds": self.config.limits.replay_window_seconds},
-        )
+        return {"key": f"{peer.uid}:{request_id}", "window_seconds": self.config.limits.replay_window_seconds}
+
+    async def _claim(self, request_id: str, peer: Peer) -> None:
+        claim = await self.journal.call("request.claim", self._claim_args(request_id, peer))
         if not claim.get("claimed"):
-            raise AirlockError(
-                ErrorCode.REPLAYED_REQUEST,
-                f"id: request {request_id!r} was already received within the replay window",
-                {"field": "id"},
-            )
+            raise _replayed(request_id)
 
     # --- reference/000 ----------------------------------------------------------
 
@@ -207,7 +210,6 @@ class Intake:
                 raise validate.bad("action", f"unknown action {action!r} (known: exec, ping, stop)")
             now = time.time()
             exec_request = legacy_exec(obj, conn.peer, self.config, now)
-            await self._claim(exec_request.request_id, conn.peer)
             return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None))
         except AirlockError as exc:
             return legacy.encode_error(request_id, exc)
@@ -239,14 +241,23 @@ class Intake:
         digest = req.spec.digest()
         ids = Ids(req.request_id, op, peer.uid, req.session or None)
         emit = call.emit if call is not None else None
-        await self.audit.record(
-            "request.received",
-            ids,
-            payload={"request": req.describe(), "peer": peer.to_dict(), "digest": digest},
-        )
+        # One journal round trip: claim the request ID (the replay gate, last of
+        # the gates), journal request.received, begin the operation.
         began = await self.journal.call(
-            "op.begin", {"operation_id": op, "digest": digest, "has_protected": bool(req.protected_env)}
+            "op.begin",
+            {
+                "operation_id": op,
+                "digest": digest,
+                "has_protected": bool(req.protected_env),
+                "claim": self._claim_args(req.request_id, peer),
+                "event": self.audit.event(
+                    "request.received", ids, {"request": req.describe(), "peer": peer.to_dict(), "digest": digest}
+                ),
+            },
         )
+        if not began.get("claimed"):
+            raise _replayed(req.request_id)
+        self.audit.logged("request.received", ids, began.get("event", {}).get("seq"))
         if began["state"] == "replay":
             await self.audit.record("operation.replayed", ids, payload={"digest": digest})
             return dict(began["outcome"]) | {"replay": True}
@@ -299,21 +310,19 @@ class Intake:
             finally:
                 self.operations.pop(op, None)
             evidence = evidence | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
-            await self._store_outcome(op, digest, evidence, ids)
             settled = True
+            await self._settle(op, digest, evidence, ids)
             if emit is not None:
                 await emit("finished", {"exit_codes": [s.get("exit_code") for s in evidence.get("stages", [])]})
-            await self._replied(ids, "ok", None)
             return evidence
         except AirlockError as exc:
-            await self._replied(ids, "error", exc)
+            if not settled:
+                settled = True
+                await self._abandon(op, ids, exc)
             raise
         finally:
-            if not settled:
-                try:
-                    await self.journal.call("op.abandon", {"operation_id": op})
-                except AirlockError:
-                    pass
+            if not settled:  # cancelled, or a bug: the operation must not stay "in progress"
+                await self._abandon(op, ids, None)
 
     def _runner_budget(self, req: ExecRequest) -> float:
         """How long a runner may take to answer: the job's own timeout, the kill
@@ -323,29 +332,38 @@ class Intake:
         job = req.spec.timeout_ms / 1000 if req.spec.timeout_ms else limits.default_timeout_seconds
         return job + limits.kill_grace_seconds + 30
 
-    async def _store_outcome(self, op: str, digest: str, evidence: dict[str, Any], ids: Ids) -> None:
-        """Keep the settled outcome for replay; the work already ran, so a failure here is logged, not returned."""
+    async def _settle(self, op: str, digest: str, evidence: dict[str, Any], ids: Ids) -> None:
+        """Keep the settled outcome for replay and journal request.replied, in one round trip.
+
+        The work already ran, so a failure here is logged, not returned.
+        """
         outcome = evidence
         if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT:
             # Large output is not kept for replay: the digests and sizes are.
             outcome = evidence | {"stdout": "", "stages": [s | {"stderr": ""} for s in evidence.get("stages", [])],
                                   "output_retained": False}
+        event = self.audit.event("request.replied", ids, {"status": "ok", "code": None, "message": None})
         try:
-            await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": outcome})
+            done = await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": outcome, "event": event})
         except AirlockError as exc:
             self.log.error("intake.outcome.unstored", request_id=ids.request_id, operation_id=op, code=exc.code.value,
                            error=exc.message)
+            return
+        self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "ok"})
 
-    async def _replied(self, ids: Ids, status: str, exc: AirlockError | None) -> None:
-        try:
-            await self.audit.record(
-                "request.replied",
-                ids,
-                payload={"status": status, "code": exc.code.value if exc else None, "message": exc.message if exc else None},
-                log_fields={"status": status, "code": exc.code.value if exc else None},
+    async def _abandon(self, op: str, ids: Ids, exc: AirlockError | None) -> None:
+        """The operation did not settle: free its ID and journal the refusal, in one round trip."""
+        args: dict[str, Any] = {"operation_id": op}
+        if exc is not None:
+            args["event"] = self.audit.event(
+                "request.replied", ids, {"status": "error", "code": exc.code.value, "message": exc.message}
             )
+        try:
+            done = await self.journal.call("op.abandon", args)
         except AirlockError:
-            pass  # the reply goes out either way; the journal's outage is reported by the next append
+            return  # the reply goes out either way; the journal's outage is reported by the next append
+        if exc is not None:
+            self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "error", "code": exc.code.value})
 
     async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:
         op = validate.text("operation_id", request.args.get("operation_id"), max_len=256, allow_empty=False)

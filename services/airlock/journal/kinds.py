@@ -88,7 +88,7 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
     KindInfo("exec.cancelled", frozenset({"runner"}), "1c27c00e6cba4485a28193cf7e4197ad",
              "A running command was stopped before it ended on its own."),
     KindInfo("exec.refused", frozenset({"runner"}), "015c15663fe34cdcb3c5784c72208a0b",
-             "The runner refused work: its ticket was invalid, expired, reused or forged."),
+             "The runner refused work: a bad ticket, a failed re-check, or a program it could not start."),
     # Every service, about itself.
     KindInfo("service.started", _ANY, "b5807ad9adf641479602a79da5d8d4fc",
              "An airlock service started and is ready."),

@@ -15,7 +15,8 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class StageResult:
-    argv: tuple[str, ...]
+    argv: tuple[str, ...]  # as requested (and approved)
+    resolved: str  # the canonical binary executed, also its argv[0]: what policy matched
     exit_code: int | None  # None: killed by a signal, or never started
     signal: int | None
     stderr: bytes
@@ -64,6 +65,7 @@ class JobResult:
             "stages": [
                 {
                     "argv": list(stage.argv),
+                    "resolved": stage.resolved,
                     "exit_code": stage.exit_code,
                     "signal": stage.signal,
                     "stderr": base64.b64encode(stage.stderr).decode("ascii"),

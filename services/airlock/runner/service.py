@@ -25,8 +25,9 @@ from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec
+from airlock.runner import agent
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
-from airlock.runner.spawn import JobSpec, run_job, systemd_is_running
+from airlock.runner.spawn import JobResult, JobSpec, run_job, systemd_is_running
 
 NAME = "runner"
 
@@ -61,75 +62,40 @@ class Runner:
             self.log.warning("runner.peer.refused", verb="exec", peer_uid=call.peer.uid, peer_pid=call.peer.pid)
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         a = call.args
-        spec = ExecSpec.from_dict(a.get("spec"))
-        ticket = validate.text("ticket", a.get("ticket"), max_len=256, allow_empty=False)
         request_id = validate.optional_text("request_id", a.get("request_id"), max_len=256)
         operation_id = validate.text("operation_id", a.get("operation_id"), max_len=256, allow_empty=False)
         session = validate.optional_text("session", a.get("session"), max_len=256)
-        protected = validate.env_map("protected_env", a.get("protected_env"))
-        stream = validate.boolean("stream", a.get("stream"), False)
-        ids = Ids(request_id, operation_id, spec.uid, session)
-        digest = spec.digest()
-
-        # Defence in depth: the same rules intake applied, checked again here.
-        for name in [*spec.env, *protected]:
-            if name == "SSH_AUTH_SOCK" or not validate.env_allowed(name, self.config.env.allow):
-                raise await self._refuse(validate.bad(f"env.{name}", "is not in the environment allowlist"), ids)
-        if sorted(protected) != sorted(spec.protected_names):
-            raise await self._refuse(validate.bad("protected_env", "names do not match the approved request"), ids)
-        try:
-            await self.approval.call("redeem", {"ticket": ticket, "digest": digest})
-        except AirlockError as exc:
-            raise await self._refuse(exc, ids) from None
-
-        euid = os.geteuid()
-        if spec.run_as != euid and euid != 0:
-            what = "privileged requests need" if spec.privileged else "running as another user needs"
-            raise await self._refuse(
-                AirlockError(
-                    ErrorCode.PRIVILEGE_UNAVAILABLE,
-                    f"{what} airlock-runner to run as root; this runner runs as uid {euid}",
-                ),
-                ids,
-            )
-        identity = resolve_identity(spec.run_as)
-        cwd = spec.cwd or default_cwd(identity)
-        try:
-            check_cwd(identity, cwd)
-        except AirlockError as exc:
-            raise await self._refuse(exc, ids) from None
-
-        env = build_env(identity, spec.env, protected)
-        timeout = (spec.timeout_ms / 1000) if spec.timeout_ms else self.config.limits.default_timeout_seconds
-        job = JobSpec(
-            operation_id=operation_id,
-            mode="shell" if spec.mode == "shell" else "exec",
-            stages=spec.stages,
-            identity=identity,
-            env=env,
-            cwd=cwd,
-            stdin=base64.b64decode(spec.stdin) if spec.stdin else None,
-            timeout_seconds=timeout,
-            deadline=(spec.deadline_ms / 1000) if spec.deadline_ms else None,
-            max_output_bytes=min(spec.max_output_bytes or self.config.limits.max_output_bytes, self.config.limits.max_output_bytes),
-            kill_grace_seconds=self.config.limits.kill_grace_seconds,
-            protected_values=tuple(v for v in protected.values() if v),
-            containment="scope" if self.containment() == "scope" else "process-group",
-            slice=self.config.runner.slice,
-            memory_max=self.config.runner.memory_max,
-            tasks_max=self.config.runner.tasks_max,
-            cpu_quota=self.config.runner.cpu_quota,
-        )
+        ids = Ids(request_id, operation_id, None, session)
         if operation_id in self.running:
-            raise AirlockError(ErrorCode.OPERATION_IN_PROGRESS, "this operation is already running")
+            raise await self._refuse(AirlockError(ErrorCode.OPERATION_IN_PROGRESS, "this operation is already running"), ids)
+        # Registered before the first await, so that a cancel arriving while the
+        # ticket is redeemed or the scope created is not lost: the job then never starts.
+        cancel = asyncio.Event()
+        self.running[operation_id] = cancel
+        try:
+            return await self._exec(call, operation_id, ids, cancel)
+        finally:
+            self.running.pop(operation_id, None)
+
+    async def _exec(self, call: Call, operation_id: str, ids: Ids, cancel: asyncio.Event) -> dict[str, Any]:
+        a = call.args
+        try:
+            spec = ExecSpec.from_dict(a.get("spec"))
+            ids = Ids(ids.request_id, ids.operation_id, spec.uid, ids.session)
+            stream = validate.boolean("stream", a.get("stream"), False)
+            job, added = await self._prepare(spec, a, operation_id)
+        except AirlockError as exc:
+            # Every refusal before exec.started is journaled: nothing ran.
+            raise await self._refuse(exc, ids) from None
+        digest = spec.digest()
         await self.audit.record(
             "exec.started",
             ids,
-            payload={"digest": digest, "spec": spec.to_dict(), "uid": identity.uid, "gid": identity.gid, "cwd": cwd,
-                     "containment": job.containment},
+            # Variables the runner added are journaled by name only: the agent socket's
+            # path is a value from the peer's own environment.
+            payload={"digest": digest, "spec": spec.to_dict(), "uid": job.identity.uid, "gid": job.identity.gid,
+                     "cwd": job.cwd, "containment": job.containment, "added_env": added},
         )
-        cancel = asyncio.Event()
-        self.running[operation_id] = cancel
 
         # Output events go out in order through one queue, all before the final reply.
         chunks: asyncio.Queue[tuple[str, int, bytes] | None] = asyncio.Queue()
@@ -144,28 +110,94 @@ class Runner:
             result = await run_job(
                 job, on_output=(lambda n, i, c: chunks.put_nowait((n, i, c))) if stream else None, cancel=cancel
             )
+        except AirlockError as exc:
+            # The binary vanished or became unexecutable since approval, or the scope
+            # could not be created: after exec.started, the journal says why nothing followed.
+            raise await self._refuse(exc, ids) from None
         finally:
-            self.running.pop(operation_id, None)
             if forwarder is not None:
                 chunks.put_nowait(None)
                 await forwarder
         evidence = result.to_evidence() | {
             "operation_id": operation_id,
-            "cwd": cwd,
-            "uid": identity.uid,
-            "gid": identity.gid,
+            "cwd": job.cwd,
+            "uid": job.identity.uid,
+            "gid": job.identity.gid,
             "hostname": socket.gethostname(),
         }
         summary = _audit_summary(evidence, self.config.journal.output_head_bytes, result)
-        if result.cancelled:
-            await self.audit.record("exec.cancelled", ids, payload={"digest": digest})
-        await self.audit.record(
-            "exec.finished",
-            ids,
-            payload=summary,
-            log_fields={"exit_code": summary["exit_codes"][-1], "timed_out": result.timed_out},
-        )
+        try:
+            if result.cancelled:
+                await self.audit.record("exec.cancelled", ids, payload={"digest": digest, "started": result.started})
+            await self.audit.record(
+                "exec.finished",
+                ids,
+                payload=summary,
+                log_fields={"exit_code": summary["exit_codes"][-1], "timed_out": result.timed_out},
+            )
+        except AirlockError as exc:
+            # The work ran: its evidence goes back whatever the journal says.  An
+            # error here would make intake abandon the operation, and a retry would
+            # run the command a second time.
+            self.log.error("runner.audit.unrecorded", operation_id=operation_id, code=exc.code.value,
+                           error=exc.message)
         return evidence
+
+    async def _prepare(self, spec: ExecSpec, a: Mapping[str, Any], operation_id: str) -> tuple[JobSpec, list[str]]:
+        """Re-check the request, redeem its ticket, and build the job; raises if it must not run."""
+        ticket = validate.text("ticket", a.get("ticket"), max_len=256, allow_empty=False)
+        protected = validate.env_map("protected_env", a.get("protected_env"))
+        # Defence in depth: the same rules intake applied, checked again here.
+        for name in [*spec.env, *protected]:
+            if name == agent.NAME or not validate.env_allowed(name, self.config.env.allow):
+                raise validate.bad(f"env.{name}", "is not in the environment allowlist")
+        if sorted(protected) != sorted(spec.protected_names):
+            raise validate.bad("protected_env", "names do not match the approved request")
+        ceiling = self.config.limits.max_output_bytes
+        validate.integer("max_output_bytes", spec.max_output_bytes, minimum=1, maximum=ceiling)
+        await self.approval.call("redeem", {"ticket": ticket, "digest": spec.digest()})
+
+        euid = os.geteuid()
+        if spec.run_as != euid and euid != 0:
+            what = "privileged requests need" if spec.privileged else "running as another user needs"
+            raise AirlockError(
+                ErrorCode.PRIVILEGE_UNAVAILABLE,
+                f"{what} airlock-runner to run as root; this runner runs as uid {euid}",
+            )
+        identity = resolve_identity(spec.run_as)
+        cwd = spec.cwd or default_cwd(identity)
+        check_cwd(identity, cwd)
+
+        env = build_env(identity, spec.env, protected)
+        # Set after the allowlist checks above, which refuse SSH_AUTH_SOCK from the request.
+        added: list[str] = []
+        if spec.forward_agent:
+            pid, peer_uid = _peer_process(a.get("peer"), spec.uid)
+            env[agent.NAME] = agent.agent_socket(pid, peer_uid, identity)
+            added.append(agent.NAME)
+        job = JobSpec(
+            operation_id=operation_id,
+            mode="shell" if spec.mode == "shell" else "exec",
+            stages=spec.stages,
+            identity=identity,
+            env=env,
+            cwd=cwd,
+            stdin=base64.b64decode(spec.stdin) if spec.stdin else None,
+            timeout_seconds=(
+                spec.timeout_ms / 1000 if spec.timeout_ms is not None else self.config.limits.default_timeout_seconds
+            ),
+            # 0 is an absolute time (the epoch, long past), not "no deadline".
+            deadline=spec.deadline_ms / 1000 if spec.deadline_ms is not None else None,
+            max_output_bytes=spec.max_output_bytes or ceiling,
+            kill_grace_seconds=self.config.limits.kill_grace_seconds,
+            protected_values=tuple(v for v in protected.values() if v),
+            containment="scope" if self.containment() == "scope" else "process-group",
+            slice=self.config.runner.slice,
+            memory_max=self.config.runner.memory_max,
+            tasks_max=self.config.runner.tasks_max,
+            cpu_quota=self.config.runner.cpu_quota,
+        )
+        return job, added
 
     async def cancel(self, call: Call) -> dict[str, Any]:
         operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
@@ -176,7 +208,20 @@ class Runner:
         return {"operation_id": operation_id, "cancelling": True}
 
 
-def _audit_summary(evidence: dict[str, Any], head: int, result: Any) -> dict[str, Any]:
+def _peer_process(untrusted: Any, uid: int) -> tuple[int, int]:
+    """The requesting process (pid, uid) as intake identified it; it must be the spec's uid."""
+    if not isinstance(untrusted, dict):
+        raise validate.bad("peer", "the requesting process is needed for forward_agent")
+    pid = validate.integer("peer.pid", untrusted.get("pid"), minimum=1)
+    peer_uid = validate.integer("peer.uid", untrusted.get("uid"))
+    if pid is None or peer_uid is None:
+        raise validate.bad("peer", "pid and uid are needed for forward_agent")
+    if peer_uid != uid:
+        raise validate.bad("peer.uid", "is not the uid of the approved request")
+    return pid, peer_uid
+
+
+def _audit_summary(evidence: dict[str, Any], head: int, result: JobResult) -> dict[str, Any]:
     """The evidence without output bytes: digests and sizes (and a configured head)."""
     out = {k: v for k, v in evidence.items() if k not in ("stdout", "stages")}
     out["stdout_bytes"] = len(result.stdout)

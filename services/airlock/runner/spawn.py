@@ -360,8 +360,11 @@ def _grow_pipe(fd: int) -> None:
 class _Job:
     """The mutable runtime state of one job (the spec stays frozen)."""
 
-    def __init__(self, spec: JobSpec, containment: ProcessGroups, on_output: OutputCallback | None) -> None:
+    def __init__(
+        self, spec: JobSpec, containment: ProcessGroups, executables: Sequence[str], on_output: OutputCallback | None
+    ) -> None:
         self.spec = spec
+        self.executables = tuple(executables)  # canonical, one per stage
         self.containment = containment
         self.on_output = on_output
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -379,9 +382,10 @@ class _Job:
         self.fds.extend(ends)
         return ends
 
-    def spawn(self, executables: Sequence[str]) -> list[_Fd]:
+    def spawn(self) -> list[_Fd]:
         """Start every stage; returns the gates to open (scope mode) or none."""
         spec = self.spec
+        executables = self.executables
         last = len(spec.stages) - 1
         if spec.stdin is None:
             next_in = _Fd(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
@@ -567,7 +571,7 @@ async def _execute(
     budget, reason = spec.timeout_seconds, "timeout"
     if spec.deadline is not None and spec.deadline - started_wall < budget:
         budget, reason = spec.deadline - started_wall, "deadline"
-    job = _Job(spec, containment, on_output)
+    job = _Job(spec, containment, executables, on_output)
     if budget <= 0 or (cancel is not None and cancel.is_set()):
         job.timed_out = budget <= 0
         job.cancelled = not job.timed_out
@@ -575,7 +579,7 @@ async def _execute(
     try:
         # fork+exec blocks for as long as the child takes to exec: do it off the
         # event loop so other jobs' output keeps flowing and spawns overlap.
-        spawning = asyncio.ensure_future(asyncio.to_thread(job.spawn, executables))
+        spawning = asyncio.ensure_future(asyncio.to_thread(job.spawn))
         try:
             gates = await asyncio.shield(spawning)
         except asyncio.CancelledError:
@@ -621,11 +625,11 @@ def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *,
         else:
             stderr[stream.stage] = finished
     stages = []
-    for index, argv in enumerate(spec.stages):
+    for index, (argv, resolved) in enumerate(zip(spec.stages, job.executables, strict=True)):
         returncode = job.returncodes[index]
         exit_code, signum = describe_exit(returncode) if returncode is not None else (None, None)
         data, truncated, digest = stderr.get(index, (b"", False, sha256_hex(b"")))
-        stages.append(StageResult(argv, exit_code, signum, data, truncated, digest))
+        stages.append(StageResult(argv, resolved, exit_code, signum, data, truncated, digest))
     ended_wall = time.time()
     return JobResult(
         operation_id=spec.operation_id,

@@ -80,6 +80,16 @@ def test_argv0_is_the_canonical_binary_policy_matched() -> None:
     result = run(make_spec(("cat", "/proc/self/cmdline")))
     assert result.stdout == b"/usr/bin/cat\0/proc/self/cmdline\0"
     assert result.stages[0].argv == ("cat", "/proc/self/cmdline")  # the evidence keeps what was asked
+    assert result.stages[0].resolved == "/usr/bin/cat"  # and says what ran
+
+
+def test_resolved_is_the_canonical_binary_of_every_stage(world_dir: str) -> None:
+    link = os.path.join(world_dir, "kitty")
+    os.symlink("/usr/bin/cat", link)
+    result = run(make_spec(("true",), (link,), ("/bin/sh", "-c", "cat")))
+    assert [s.resolved for s in result.stages] == ["/usr/bin/true", "/usr/bin/cat", os.path.realpath("/bin/sh")]
+    assert result.stages[1].argv == (link,)
+    assert [s["resolved"] for s in result.to_evidence()["stages"]] == [s.resolved for s in result.stages]
 
 
 def test_signal_death() -> None:
@@ -392,6 +402,7 @@ def test_evidence_is_json_ready() -> None:
     assert evidence["stages"] == [
         {
             "argv": ["sh", "-c", "printf out; printf err >&2; exit 4"],
+            "resolved": os.path.realpath("/bin/sh"),
             "exit_code": 4,
             "signal": None,
             "stderr": base64.b64encode(b"err").decode(),
