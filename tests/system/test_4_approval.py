@@ -123,3 +123,21 @@ def test_the_example_notify_hook_works_inside_the_sandbox(system) -> None:
     finally:
         system.restore_config()
         system.restart_services()
+
+
+def test_session_tokens_name_the_session_and_die_with_the_service(system) -> None:
+    r = system.airlock("token", "issue", "--session", "systest-nightly", "--ttl", "10m", user=system.OPERATOR)
+    assert r.returncode == 0, r
+    token = r.stdout.strip()
+    assert token and "\n" not in token
+    code, envelope, r = system.run_json("/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token,
+                                                               "--session", "claimed-by-the-agent"))
+    assert code == 0, r
+    out = system.c.run(["journalctl", "--no-pager", "-o", "json", f"AIRLOCK_REQUEST_ID={envelope['id']}"]).stdout
+    sessions = {json.loads(line).get("AIRLOCK_SESSION") for line in out.splitlines() if line.strip()} - {None}
+    assert sessions == {"systest-nightly"}, sessions  # from the token, not from the request
+
+    # The token store lives in airlock-approval's memory: a restart revokes all (fail closed).
+    system.c.run(["systemctl", "restart", "airlock-approval.service"])
+    code, envelope, r = system.run_json("/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token))
+    assert code == 125 and envelope.get("error", {}).get("code") == "unauthorized", r
