@@ -41,7 +41,9 @@ def test_operator_cancel_kills_the_whole_scope(system) -> None:
     operation = f"systest-cancel-{uuid.uuid4().hex[:12]}"
     proc = system.c.popen(["airlock", "run", "--no-privilege", "--operation-id", operation,
                            "--", "/bin/sh", "-c", "setsid sleep 1007 & sleep 1008"], user=system.AGENT)
-    system.c.wait_for(["pgrep", "-f", "sleep 1007"], timeout=20)
+    # Anchored: before exec, the scope's gate process also carries "sleep 1007"
+    # in its command line; the job runs once sleep itself does.
+    system.c.wait_for(["pgrep", "-f", "^sleep 1008"], timeout=20)
     started = time.monotonic()
     r = system.airlock("cancel", operation, "--reason", "systest", user=system.OPERATOR)
     assert r.returncode == 0, r
