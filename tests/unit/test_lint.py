@@ -24,6 +24,11 @@ PURE_MODULES = [
     "services/airlock/intake/legacy.py",
     "services/airlock/journal/chain.py",
     "services/airlock/journal/kinds.py",
+    "services/airlock/gateway/protocol.py",
+    "services/airlock/gateway/fs.py",
+    "services/airlock/gateway/evidence.py",
+    "services/airlock/common/filespec.py",
+    "services/airlock/intake/files.py",
     "services/airlock/approval/tokens.py",
     "services/airlock/approval/trail.py",
 ]

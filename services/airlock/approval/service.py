@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airlock.approval import hook, trail
+from airlock.approval import filereview, hook, trail
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
 from airlock.approval.tokens import (
@@ -34,7 +34,8 @@ from airlock.approval.tokens import (
 from airlock.common import daemon, log, validate
 from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.config import Config, ConfigError, load
-from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
+from airlock.common.filespec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, identify, uid_of
 from airlock.common.resolve import default_path
@@ -118,7 +119,7 @@ class Ticket:
     expires: float
 
 
-def subject_of(peer: Peer, spec: ExecSpec, session: str | None) -> Subject:
+def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Subject:
     return Subject(
         uid=peer.uid,
         user=peer.user,
@@ -136,6 +137,7 @@ class Approval:
         self.config_path = config_path
         self.audit = Audit(config, "approval")
         self.journal = Client(config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
+        self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
         self.pending: dict[str, Pending] = {}
         self.tickets: dict[str, Ticket] = {}
         self.hold_reason: str | None = None
@@ -155,7 +157,10 @@ class Approval:
         request = a.get("request")
         if not isinstance(request, dict):
             raise validate.bad("request", "must be an object")
-        spec = ExecSpec.from_dict(request.get("spec"))
+        # A file operation (issue 10) carries its spec as "file"; a command as "spec".
+        spec: ExecSpec | FileSpec = (
+            FileSpec.from_dict(request["file"]) if "file" in request else ExecSpec.from_dict(request.get("spec"))
+        )
         peer_in = a.get("peer")
         if not isinstance(peer_in, dict):
             raise validate.bad("peer", "must be an object")
@@ -169,12 +174,18 @@ class Approval:
         operation_id = validate.optional_text("operation_id", a.get("operation_id"), max_len=256)
         session = validate.optional_text("session", request.get("session"), max_len=256)
         digest = spec.digest()
-        decision = self.policy.decide(subject_of(peer, spec, session), spec.stages)
+        subject = subject_of(peer, spec, session)
+        if isinstance(spec, FileSpec):
+            decision = self.policy.decide_file(subject, spec.tool, spec.path)
+        else:
+            decision = self.policy.decide(subject, spec.stages)
         verdict, rule = decision.decision, decision.rule
         if self.hold_reason is not None and verdict == "allow":
             verdict, rule = "ask", "hold"
         common = Ids(request_id, operation_id, peer.uid, session)
         if verdict == "ask":
+            if isinstance(spec, FileSpec):
+                request = await filereview.operator_view(self.runner, request, spec)
             return await self._wait_for_operator(call, request, peer, decision, digest, common)
         await self.audit.record(
             "approval.decided",
@@ -557,6 +568,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     operator = Door(
         "operator",
         allow=AllowList.of(config.operators.users, config.operators.groups, root=True),
+        errors=within_reference_004,
         verbs={
             name: _operator_only(verb)
             for name, verb in {

@@ -23,6 +23,7 @@ from airlock.approval.trail import ran_and_succeeded
 from airlock.cli import client, render
 from airlock.cli.render import Style, command_line, fields, sanitise, use_colour
 from airlock.common import config as configuration
+from airlock.gateway import cli as gateway_cli
 from airlock.mcp import cli as mcp_cli
 
 EXIT_DENIED = 126
@@ -34,6 +35,19 @@ UNKNOWN_GRACE_SECONDS = 10.0
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _unreachable(ns: argparse.Namespace, exc: client.ClientError) -> None:
+    """The daemon could not be reached: say so, and with --json as an envelope too.
+
+    reference/004's closed list has `daemon_unavailable` for this; a script
+    that parses the --json output gets an envelope to read instead of nothing.
+    """
+    _err(str(exc))
+    if getattr(ns, "json", False):
+        error = {"code": "daemon_unavailable", "message": str(exc), "details": {}}
+        sys.stdout.write(json.dumps({"id": None, "ok": False, "error": error}, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
 
 
 def _err(message: str) -> None:
@@ -82,7 +96,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         token = ns.token or os.environ.get("AIRLOCK_TOKEN") or None
         raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event, token=token)
     except client.ClientError as exc:
-        _err(str(exc))
+        _unreachable(ns, exc)
         return EXIT_AIRLOCK_ERROR
     if ns.json:
         sys.stdout.buffer.write(raw + b"\n")
@@ -126,7 +140,7 @@ def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[
     try:
         raw, reply = client.call(client.operator_socket(ns.socket), verb, args)
     except client.ClientError as exc:
-        _err(str(exc))
+        _unreachable(ns, exc)
         return 1, {}
     if ns.json:
         sys.stdout.buffer.write(raw + b"\n")
@@ -169,9 +183,14 @@ def cmd_pending(ns: argparse.Namespace) -> int:
         for p in data.get("pending", []):
             spec = p["request"].get("spec", {})
             command = " | ".join(command_line(stage) for stage in spec.get("stages", []))
+            command = command or f"{p['request'].get('tool', '')} {p['request'].get('path', '')}"  # a file operation
             rows.append([p["request_id"], p["peer"]["user"], "root" if spec.get("privileged") else "user",
                          render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
+        for p in data.get("pending", []):
+            if p["request"].get("diff"):
+                print(f"\n{p['request_id']}: {p['request'].get('tool')} would change {p['request'].get('path')}:")
+                print(p["request"]["diff"], end="")
     return rc
 
 
@@ -231,7 +250,7 @@ def cmd_events(ns: argparse.Namespace) -> int:
         try:
             raw, reply = client.call(client.operator_socket(ns.socket), "events", args, timeout=30)
         except client.ClientError as exc:
-            _err(str(exc))
+            _unreachable(ns, exc)
             return 1
         data = reply.get("data") or {}
         if ns.json and (first or data.get("events") or not reply.get("ok")):
@@ -423,7 +442,7 @@ def cmd_wait(ns: argparse.Namespace) -> int:
         try:
             raw, reply = client.call(path, "show", {"ref": ns.operation_id}, timeout=30)
         except client.ClientError as exc:
-            _err(str(exc))
+            _unreachable(ns, exc)
             return 1
         waited = time.monotonic() - started
         error = reply.get("error") or {}
@@ -486,6 +505,10 @@ def parser() -> argparse.ArgumentParser:
         "operators approve, audit and steer with the other commands.",
     )
     p.add_argument("--version", action="version", version=f"airlock {__version__}")
+    # reference/004: "`--json` on any command" -- so also before the command
+    # (`airlock --json status`); a dest of its own, since a subcommand's
+    # default would overwrite a shared one.
+    p.add_argument("--json", dest="global_json", action="store_true", help="print the daemon's response envelopes verbatim")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     def op(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -609,6 +632,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--config", help="a config file whose keys override the built-in dev config")
     sp.set_defaults(func=cmd_dev_up)
     mcp_cli.register(sub)
+    gateway_cli.register(sub)
     return p
 
 
@@ -618,6 +642,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(ns, "func", None):
         p.print_help(sys.stderr)
         return 2
+    if ns.global_json:
+        if not hasattr(ns, "json"):
+            p.error(f"--json is not available for {ns.cmd}")
+        ns.json = True
     command = getattr(ns, "command", None)
     if isinstance(command, list) and command and command[0] == "--":
         ns.command = command[1:]

@@ -172,13 +172,13 @@ _ENVELOPE_KEYS = frozenset({"v", "id", "verb", "args", "token"})
 
 def request_from_object(untrusted: dict[str, Any]) -> Request:
     """Validate a decoded object as a native request envelope."""
-    if "v" not in untrusted:
-        raise AirlockError(ErrorCode.INVALID_REQUEST, "missing field 'v' (protocol version)")
-    version = untrusted["v"]
+    # A missing version is "any other version" (reference/004): the client
+    # learns which versions exist instead of guessing what it did wrong.
+    version = untrusted.get("v")
     if isinstance(version, bool) or not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
         raise AirlockError(
             ErrorCode.UNSUPPORTED_VERSION,
-            f"protocol version {version!r} is not supported",
+            "missing field 'v' (protocol version)" if version is None else f"protocol version {version!r} is not supported",
             {"supported": list(SUPPORTED_VERSIONS), "received": version},
         )
     unknown = sorted(set(untrusted) - _ENVELOPE_KEYS)

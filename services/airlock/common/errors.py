@@ -60,3 +60,39 @@ class AirlockError(Exception):
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code.value, "message": self.message, "details": self.details}
+
+
+# reference/004's closed list: what a client of the operator door may see.
+REFERENCE_004_CODES = frozenset(
+    {
+        ErrorCode.INVALID_ARGUMENTS,
+        ErrorCode.INVALID_REQUEST,
+        ErrorCode.UNSUPPORTED_VERSION,
+        ErrorCode.UNKNOWN_VERB,
+        ErrorCode.UNAUTHORIZED,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.CONFLICT,
+        ErrorCode.INTERNAL,
+    }
+)
+
+
+def within_reference_004(error: AirlockError) -> AirlockError:
+    """The same error with a code from reference/004's list; the precise one stays in details.reason.
+
+    Framing and domain codes (invalid_json, request_too_large, denied, ...)
+    become invalid_request or conflict, so a client written against the
+    closed list never meets a code it does not know.
+    """
+    if error.code in REFERENCE_004_CODES:
+        return error
+    mapped = ErrorCode.CONFLICT if error.code in _CONFLICTS else ErrorCode.INVALID_REQUEST
+    if error.code in _UNAVAILABLE:
+        mapped = ErrorCode.INTERNAL
+    return AirlockError(mapped, error.message, {"reason": error.code.value, **error.details})
+
+
+_CONFLICTS = frozenset({ErrorCode.OPERATION_ID_CONFLICT, ErrorCode.OPERATION_IN_PROGRESS, ErrorCode.BUSY})
+_UNAVAILABLE = frozenset(
+    {ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.RUNNER_UNAVAILABLE, ErrorCode.APPROVAL_UNAVAILABLE}
+)

@@ -134,6 +134,8 @@ class Door:
     handler: ConnectionHandler | None = None
     # How a refusal made before the request is read (busy, unauthorized) is written.
     refusal: Callable[[AirlockError], bytes] = lambda exc: encode_error(None, exc)
+    # Errors as this door reports them (the operator door keeps to reference/004's list).
+    errors: Callable[[AirlockError], AirlockError] = lambda exc: exc
     active: int = 0
 
 
@@ -261,7 +263,7 @@ class Service:
             if not door.allow.allows(peer):
                 self.log.warning(f"{self.name}.peer.refused", door=door.name, peer_uid=peer.uid, peer_pid=peer.pid)
                 await _send_quietly(writer, door.refusal(AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")))
-                await _linger(reader, writer)
+                await linger(reader, writer)
                 return
             conn = Connection(reader, writer, peer, door, self.config)
             if door.handler is not None:
@@ -285,7 +287,8 @@ class Service:
                 line = await conn.read_line()
             except AirlockError as exc:
                 # The stream cannot be resynchronised after a framing error.
-                await _send_quietly(conn.writer, encode_error(None, exc))
+                await _send_quietly(conn.writer, encode_error(None, conn.door.errors(exc)))
+                await linger(conn.reader, conn.writer, budget=16 * 1024 * 1024, seconds=5.0)
                 return
             if line is None:
                 return
@@ -310,7 +313,7 @@ class Service:
             data = await verb(Call(request, conn.peer, conn))
             return encode_ok(request_id, data)
         except AirlockError as exc:
-            return encode_error(request_id, exc)
+            return encode_error(request_id, conn.door.errors(exc))
         except Exception as exc:  # the service shell turns surprises into `internal`
             self.log.exception(f"{self.name}.request.failed", request_id=request_id, error=repr(exc))
             return encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
@@ -322,7 +325,9 @@ async def _send_quietly(writer: asyncio.StreamWriter, data: bytes) -> None:
         await writer.drain()
 
 
-async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def linger(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, budget: int = 1024 * 1024, seconds: float = 1.0
+) -> None:
     """After a refusal, discard what the peer already sent (briefly, boundedly).
 
     Closing a socket with unread bytes makes the kernel send a reset, and a
@@ -331,8 +336,7 @@ async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
     with contextlib.suppress(ConnectionError, OSError, RuntimeError):
         if writer.can_write_eof():
             writer.write_eof()
-        budget = 1024 * 1024
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + seconds
         while budget > 0 and (left := deadline - time.monotonic()) > 0:
             try:
                 chunk = await asyncio.wait_for(reader.read(64 * 1024), left)

@@ -16,6 +16,11 @@ from typing import Any
 from airlock import __version__
 from airlock.common.errors import AirlockError, ErrorCode
 
+# reference/000 clients read `version` to tell whether the daemon knows the
+# control actions (added in its 1.1).  airlock speaks that dialect at 1.1, so
+# it says so, with its own version as semver build metadata.
+VERSION = f"1.1.0+airlock.{__version__}"
+
 _ID = re.compile(rb'"id"\s*:\s*"([^"\\\x00-\x1f]{0,256})"')
 _NATIVE_HINT = re.compile(rb'"(v|verb)"\s*:')
 
@@ -47,7 +52,7 @@ def encode_error(request_id: str | None, error: AirlockError) -> bytes:
     if status == "error" or error.message:
         body["message"] = error.message
     body["code"] = error.code.value
-    body["version"] = __version__
+    body["version"] = VERSION
     return _line(body)
 
 
@@ -55,7 +60,7 @@ def encode_ok(request_id: str, message: str | None = None) -> bytes:
     body: dict[str, Any] = {"id": request_id, "status": "ok"}
     if message is not None:
         body["message"] = message
-    body["version"] = __version__
+    body["version"] = VERSION
     return _line(body)
 
 
@@ -74,7 +79,7 @@ def encode_result(request_id: str, evidence: dict[str, Any]) -> bytes:
     body: dict[str, Any] = {"id": request_id, "status": "ok", "stages": stages, "stdout": evidence.get("stdout", "")}
     if evidence.get("stdout_truncated"):
         body["stdout_truncated"] = True
-    body["version"] = __version__
+    body["version"] = VERSION
     return _line(body)
 
 
@@ -93,6 +98,6 @@ def encode_undetermined(request_id: str | None, error: AirlockError) -> bytes:
             "error": error.to_dict(),
             "status": "error",
             "message": error.message,
-            "version": __version__,
+            "version": VERSION,
         }
     )

@@ -111,7 +111,9 @@ def _stages_from_native(args: dict[str, Any]) -> tuple[str, tuple[tuple[str, ...
 
 def _pipeline(value: Any) -> tuple[tuple[str, ...], ...]:
     if not isinstance(value, list) or not value:
-        raise validate.bad("pipeline", "must not be empty")
+        # reference/000's exact words: a sudo-proxy client (one that predates
+        # control actions, or probes for them) matches on this message.
+        raise AirlockError(ErrorCode.INVALID_ARGUMENTS, "pipeline must not be empty", {"field": "pipeline"})
     if len(value) > 64:
         raise validate.bad("pipeline", "has more than 64 stages")
     return tuple(validate.argv(f"pipeline[{i}]", stage) for i, stage in enumerate(value))

@@ -9,10 +9,9 @@ replies in the dialect it was asked in (native v1 or reference/000).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airlock import __version__
@@ -33,12 +32,17 @@ from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, uid_of
-from airlock.common.server import Call, Connection, Door, Service
-from airlock.intake import legacy
+from airlock.common.server import Call, Connection, Door, Service, linger
+from airlock.intake import fileflow, files, legacy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
+from airlock.intake.work import Work, derived_operation_id, thin_exec_outcome
 
 NAME = "intake"
-NATIVE_VERBS = ("exec", "ping", "hello", "cancel")
+NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS)
+OPERATOR_VERBS = frozenset(
+    {"status", "pending", "show", "approve", "deny", "hold", "release", "events", "policy.check",
+     "audit.verify", "audit.head", "token.issue", "token.revoke"}
+)
 # Outcomes larger than this are kept for replay without their output bytes.
 REPLAY_OUTPUT_LIMIT = 512 * 1024
 
@@ -103,7 +107,10 @@ class Intake:
         try:
             await conn.send(reply)
         except ConnectionError:
-            pass
+            return
+        # A client still writing a huge request must get to read its error:
+        # closing with unread bytes would reset the connection under it.
+        await linger(conn.reader, conn.writer, budget=16 * 1024 * 1024, seconds=5.0)
 
     # --- native v1 ----------------------------------------------------------------
 
@@ -112,6 +119,10 @@ class Intake:
         try:
             request = request_from_object(obj)
             request_id = request.id
+            if request.verb in OPERATOR_VERBS:
+                # Out of an agent's scope: the same refusal as a bad token, so
+                # a probe learns nothing about what the operator door offers.
+                raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
             if request.verb not in NATIVE_VERBS:
                 raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
             session = await self._check_token(request)
@@ -122,6 +133,10 @@ class Intake:
                 exec_request = native_exec(request.id, args, conn.peer, self.config, now)
                 call = Call(request, conn.peer, conn)
                 return encode_ok(request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None))
+            if request.verb in files.VERBS:
+                now = time.time()
+                file_request = files.native_files(request.verb, request.id, request.args, conn.peer, self.config, now)
+                return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer))
             if request.verb == "cancel":
                 return encode_ok(request.id, await self.cancel(request, conn.peer))
             await self._control_gates(request.id, request.args, conn.peer, native=True)
@@ -217,18 +232,12 @@ class Intake:
             self.log.exception("intake.request.failed", request_id=request_id, error=repr(exc))
             return legacy.encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
 
-    # --- the life of an exec request ----------------------------------------------
+    # --- the life of a request: journal -> approval -> runner -> journal -----------------
 
-    def operation_id(self, req: ExecRequest) -> str:
-        if req.operation_id:
-            return req.operation_id
-        # Derived from the canonical request, so an identical retry replays.
-        return "op-" + hashlib.sha256(canonical_json({"spec": req.spec.to_dict(), "session": req.session})).hexdigest()[:32]
-
-    def check_privilege(self, req: ExecRequest) -> None:
+    def check_privilege(self, run_as: int, privileged: bool) -> None:
         """Refuse at once what a runner without root could never run (`airlock dev up`)."""
-        if self.runner_uid is not None and self.runner_uid != 0 and req.spec.run_as != self.runner_uid:
-            what = "privileged requests" if req.spec.privileged else "jobs as another user"
+        if self.runner_uid is not None and self.runner_uid != 0 and run_as != self.runner_uid:
+            what = "privileged requests" if privileged else "work as another user"
             raise AirlockError(
                 ErrorCode.PRIVILEGE_UNAVAILABLE,
                 f"this airlock's runner does not run as root, so it cannot run {what}; "
@@ -236,10 +245,37 @@ class Intake:
             )
 
     async def run(self, req: ExecRequest, peer: Peer, call: Call | None) -> dict[str, Any]:
-        self.check_privilege(req)
-        op = self.operation_id(req)
-        digest = req.spec.digest()
-        ids = Ids(req.request_id, op, peer.uid, req.session or None)
+        """An exec request."""
+        spec = req.spec
+        work = Work(
+            request_id=req.request_id,
+            operation_id=req.operation_id or derived_operation_id("spec", spec.to_dict(), req.session),
+            session=req.session,
+            digest=spec.digest(),
+            run_as=spec.run_as,
+            privileged=spec.privileged,
+            describe=req.describe(),
+            decide_request=req.describe() | {"spec": spec.to_dict()},
+            has_protected=bool(req.protected_env),
+            runner_verb="exec",
+            runner_args={
+                "spec": spec.to_dict(),
+                "protected_env": req.protected_env,
+                "request_id": req.request_id,
+                "session": req.session,
+                "stream": req.stream,
+                "peer": peer.to_dict(),
+            },
+            runner_timeout=self._runner_budget(req),
+            thin=thin_exec_outcome,
+        )
+        return await self.drive(work, peer, call)
+
+    async def drive(self, work: Work, peer: Peer, call: Call | None) -> dict[str, Any]:
+        """Drive one request through the other services; the one path for exec and file work."""
+        self.check_privilege(work.run_as, work.privileged)
+        op, digest = work.operation_id, work.digest
+        ids = Ids(work.request_id, op, peer.uid, work.session or None)
         emit = call.emit if call is not None else None
         # One journal round trip: claim the request ID (the replay gate, last of
         # the gates), journal request.received, begin the operation.
@@ -248,15 +284,15 @@ class Intake:
             {
                 "operation_id": op,
                 "digest": digest,
-                "has_protected": bool(req.protected_env),
-                "claim": self._claim_args(req.request_id, peer),
+                "has_protected": work.has_protected,
+                "claim": self._claim_args(work.request_id, peer),
                 "event": self.audit.event(
-                    "request.received", ids, {"request": req.describe(), "peer": peer.to_dict(), "digest": digest}
+                    "request.received", ids, {"request": work.describe, "peer": peer.to_dict(), "digest": digest}
                 ),
             },
         )
         if not began.get("claimed"):
-            raise _replayed(req.request_id)
+            raise _replayed(work.request_id)
         self.audit.logged("request.received", ids, began.get("event", {}).get("seq"))
         if began["state"] == "replay":
             await self.audit.record("operation.replayed", ids, payload={"digest": digest})
@@ -264,7 +300,7 @@ class Intake:
         settled = False
         try:
             if emit is not None:
-                await emit("accepted", {"operation_id": op, "request_id": req.request_id})
+                await emit("accepted", {"operation_id": op, "request_id": work.request_id})
 
             pending = False
 
@@ -277,7 +313,7 @@ class Intake:
             try:
                 decision = await self.approval.call(
                     "decide",
-                    {"request": req.describe() | {"spec": req.spec.to_dict()}, "peer": peer.to_dict(), "operation_id": op},
+                    {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op},
                     on_event=forward,
                     timeout=self.config.approval.timeout_seconds + 30,
                 )
@@ -292,29 +328,20 @@ class Intake:
                 await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
             self.operations[op] = peer.uid
             try:
-                evidence = await self.runner.call(
-                    "exec",
-                    {
-                        "ticket": decision["ticket"],
-                        "spec": req.spec.to_dict(),
-                        "protected_env": req.protected_env,
-                        "request_id": req.request_id,
-                        "operation_id": op,
-                        "session": req.session,
-                        "stream": req.stream,
-                        "peer": peer.to_dict(),
-                    },
+                outcome = await self.runner.call(
+                    work.runner_verb,
+                    work.runner_args | {"ticket": decision["ticket"], "operation_id": op},
                     on_event=forward,
-                    timeout=self._runner_budget(req),
+                    timeout=work.runner_timeout,
                 )
             finally:
                 self.operations.pop(op, None)
-            evidence = evidence | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
+            outcome = outcome | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
             settled = True
-            await self._settle(op, digest, evidence, ids)
+            await self._settle(op, digest, outcome, work.thin, ids)
             if emit is not None:
-                await emit("finished", {"exit_codes": [s.get("exit_code") for s in evidence.get("stages", [])]})
-            return evidence
+                await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
+            return outcome
         except AirlockError as exc:
             if not settled:
                 settled = True
@@ -332,19 +359,17 @@ class Intake:
         job = req.spec.timeout_ms / 1000 if req.spec.timeout_ms else limits.default_timeout_seconds
         return job + limits.kill_grace_seconds + 30
 
-    async def _settle(self, op: str, digest: str, evidence: dict[str, Any], ids: Ids) -> None:
+    async def _settle(
+        self, op: str, digest: str, outcome: dict[str, Any], thin: Callable[[dict[str, Any]], dict[str, Any]], ids: Ids
+    ) -> None:
         """Keep the settled outcome for replay and journal request.replied, in one round trip.
 
         The work already ran, so a failure here is logged, not returned.
         """
-        outcome = evidence
-        if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT:
-            # Large output is not kept for replay: the digests and sizes are.
-            outcome = evidence | {"stdout": "", "stages": [s | {"stderr": ""} for s in evidence.get("stages", [])],
-                                  "output_retained": False}
+        stored = thin(outcome) if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT else outcome
         event = self.audit.event("request.replied", ids, {"status": "ok", "code": None, "message": None})
         try:
-            done = await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": outcome, "event": event})
+            done = await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": stored, "event": event})
         except AirlockError as exc:
             self.log.error("intake.outcome.unstored", request_id=ids.request_id, operation_id=op, code=exc.code.value,
                            error=exc.message)

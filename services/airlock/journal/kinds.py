@@ -89,6 +89,10 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
              "A running command was stopped before it ended on its own."),
     KindInfo("exec.refused", frozenset({"runner"}), "015c15663fe34cdcb3c5784c72208a0b",
              "The runner refused work: a bad ticket, a failed re-check, or a program it could not start."),
+    KindInfo("files.started", frozenset({"runner"}), "5b0e3f2c8d7a4e61a9c4f1d2b3e4a5c6",
+             "An approved file operation is about to run (durable before the file is touched)."),
+    KindInfo("files.finished", frozenset({"runner"}), "a7d94c1e2b3f4a5d8e6c0b9a1f2e3d4c",
+             "An approved file operation ended; its outcome and, for writes, the before and after hashes are recorded."),
     # Every service, about itself.
     KindInfo("service.started", _ANY, "b5807ad9adf641479602a79da5d8d4fc",
              "An airlock service started and is ready."),

@@ -82,13 +82,15 @@ def _lookup(environ: bytes, name: bytes) -> bytes | None:
     return None
 
 
-def agent_socket(peer_pid: int, peer_uid: int, identity: Identity) -> str:
+def agent_socket(peer_pid: int, peer_uid: int, identity: Identity) -> str | None:
     """The peer process's SSH agent socket for a job running as ``identity``.
 
-    Raises ``invalid_arguments`` ("forward_agent: ...") if the job would not
-    run as the peer, the process is gone or changed hands, it has no
-    ``SSH_AUTH_SOCK``, or the path is not an absolute path to a socket the
-    peer's uid owns.
+    None when the peer has no ``SSH_AUTH_SOCK``: like ``ssh -A`` without an
+    agent, the job then runs without one (reference/000 clients set
+    forward_agent whenever they may use an agent).  Raises
+    ``invalid_arguments`` ("forward_agent: ...") if the job would not run as
+    the peer, the process is gone or changed hands, or the path is not an
+    absolute path to a socket the peer's uid owns: those are never ignored.
     """
     if identity.uid != peer_uid:
         raise _refuse(f"the job must run as the requesting user (uid {peer_uid}), not uid {identity.uid}")
@@ -96,7 +98,7 @@ def agent_socket(peer_pid: int, peer_uid: int, identity: Identity) -> str:
         raise _refuse("the requesting process is not known")
     raw = _lookup(_read_environ(peer_pid, peer_uid), NAME.encode())
     if not raw:
-        raise _refuse(f"the requesting process (pid {peer_pid}) has no {NAME} in its environment")
+        return None
     if not raw.startswith(b"/"):
         raise _refuse(f"{NAME} of the requesting process is not an absolute path")
     if len(raw) > _MAX_PATH:

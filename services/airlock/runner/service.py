@@ -26,6 +26,7 @@ from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec
 from airlock.runner import agent
+from airlock.runner.fileverbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
 from airlock.runner.spawn import JobResult, JobSpec, run_job, systemd_is_running
 
@@ -173,8 +174,10 @@ class Runner:
         added: list[str] = []
         if spec.forward_agent:
             pid, peer_uid = _peer_process(a.get("peer"), spec.uid)
-            env[agent.NAME] = agent.agent_socket(pid, peer_uid, identity)
-            added.append(agent.NAME)
+            forwarded = agent.agent_socket(pid, peer_uid, identity)
+            if forwarded is not None:
+                env[agent.NAME] = forwarded
+                added.append(agent.NAME)
         job = JobSpec(
             operation_id=operation_id,
             mode="shell" if spec.mode == "shell" else "exec",
@@ -237,10 +240,14 @@ def _audit_summary(evidence: dict[str, Any], head: int, result: JobResult) -> di
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
     runner = Runner(config)
+    file_verbs = FileVerbs(runner)
     door = Door(
         "runner",
+        # approval's uid: an operator's cancel, and files_preview (the operator's diff of a
+        # pending write); exec and files refuse every peer but intake's.
         allow=AllowList.of([config.services.intake_user, config.services.approval_user], []),
-        verbs={"exec": runner.exec, "cancel": runner.cancel},
+        verbs={"exec": runner.exec, "cancel": runner.cancel, "files": file_verbs.files,
+               "files_preview": file_verbs.files_preview},
         max_line=config.limits.max_request_bytes * 2,
     )
     service = Service(NAME, config, [door])

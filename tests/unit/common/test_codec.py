@@ -101,6 +101,16 @@ def test_unsupported_version_lists_what_is_supported() -> None:
     assert err.value.details == {"supported": [1], "received": 2}
 
 
+def test_a_missing_version_is_unsupported_version_too() -> None:
+    # reference/004: "A request with any other version is rejected with
+    # unsupported_version and the versions the daemon supports"; docs/protocol.md
+    # says the same of a missing `v`.
+    with pytest.raises(AirlockError) as err:
+        decode_request(b'{"id":"x","verb":"status","args":{}}')
+    assert err.value.code is ErrorCode.UNSUPPORTED_VERSION
+    assert err.value.details == {"supported": [1], "received": None}
+
+
 @pytest.mark.parametrize(
     "line",
     [b'{"id":"x","verb":"ping"}', b'{"v":1,"id":"x"}', b'{"v":1,"verb":""}', b'{"v":1,"verb":"p","args":[]}',

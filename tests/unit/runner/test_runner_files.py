@@ -1,0 +1,194 @@
+"""The runner's file operations: ranges, listings, atomic writes, identity drop, SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlock.common.errors import AirlockError
+from airlock.common.filespec import FileSpec
+from airlock.runner import files
+from airlock.runner.identity import resolve_identity
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another identity")
+
+
+def spec(tool: str, path: Path | str, **params: Any) -> FileSpec:
+    return FileSpec(tool=tool, path=str(path), privileged=True, uid=0, params=params)
+
+
+def run(tool: str, path: Path | str, **params: Any) -> dict[str, Any]:
+    return files.perform(spec(tool, path, **params))
+
+
+def test_read_byte_ranges_and_next_offset(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    target.write_bytes(b"0123456789")
+    part = run("files_read", target, offset_bytes=3, length_bytes=4)
+    assert part["ok"] is True and base64.b64decode(part["content"]) == b"3456"
+    assert part["next_offset_bytes"] == 7 and part["eof"] is False and part["size_bytes"] == 10
+    assert part["content_sha256"] == hashlib.sha256(b"3456").hexdigest()
+    rest = run("files_read", target, offset_bytes=7)
+    assert base64.b64decode(rest["content"]) == b"789" and rest["next_offset_bytes"] is None and rest["eof"] is True
+    past = run("files_read", target, offset_bytes=50)
+    assert past["ok"] is True and past["content"] == "" and past["eof"] is True
+
+
+def test_errors_are_outcomes(tmp_path: Path) -> None:
+    assert run("files_read", tmp_path / "missing")["error"]["code"] == "not_found"
+    assert run("files_read", tmp_path)["error"]["code"] == "is_a_directory"
+    assert run("files_list", tmp_path / "missing")["error"]["code"] == "not_found"
+
+
+def test_inspect_list_find_search(tmp_path: Path) -> None:
+    (tmp_path / "a.conf").write_text("listen 80;\nserver_name x;\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.conf").write_text("listen 443;\n")
+    (tmp_path / "sub" / "bin").write_bytes(b"\0listen")
+    os.chmod(tmp_path / "a.conf", 0o640)
+    info = run("files_inspect", tmp_path / "a.conf")
+    assert info["type"] == "file" and info["mode"] == "0640" and info["size_bytes"] == 26
+    assert info["sha256"] == hashlib.sha256((tmp_path / "a.conf").read_bytes()).hexdigest()
+    listing = run("files_list", tmp_path)
+    assert [(e["name"], e["type"]) for e in listing["entries"]] == [("a.conf", "file"), ("sub", "directory")]
+    assert run("files_list", tmp_path, limit=1)["truncated"] is True
+    found = run("files_find", tmp_path, pattern="*.conf")
+    assert found["paths"] == [str(tmp_path / "a.conf"), str(tmp_path / "sub" / "b.conf")]
+    assert run("files_find", tmp_path, pattern="*.conf", max_depth=1)["paths"] == [str(tmp_path / "a.conf")]
+    hits = run("files_search", tmp_path, query="listen")
+    assert [(m["path"], m["line"]) for m in hits["matches"]] == [(str(tmp_path / "a.conf"), 1), (str(tmp_path / "sub" / "b.conf"), 1)]
+    assert run("files_search", tmp_path, query=r"listen \d{3};", regex=True)["matches"][0]["text"] == "listen 443;"
+    assert run("files_search", tmp_path, query="(", regex=True)["error"]["code"] == "invalid_pattern"
+
+
+def test_write_creates_and_replaces_keeping_owner_and_mode(tmp_path: Path) -> None:
+    target = tmp_path / "new.txt"
+    created = run("files_write", target, content=base64.b64encode(b"one\n").decode(), mode=0o600)
+    assert created["ok"] is True and created["created"] is True and created["before_sha256"] is None
+    assert target.read_bytes() == b"one\n" and (target.stat().st_mode & 0o777) == 0o600
+    os.chmod(target, 0o640)
+    if os.geteuid() == 0:
+        os.chown(target, 65534, 65534)
+    replaced = run("files_write", target, content=base64.b64encode(b"two\n").decode())
+    assert replaced["before_sha256"] == hashlib.sha256(b"one\n").hexdigest()
+    assert replaced["after_sha256"] == hashlib.sha256(b"two\n").hexdigest()
+    st = target.stat()
+    assert target.read_bytes() == b"two\n" and (st.st_mode & 0o777) == 0o640
+    if os.geteuid() == 0:
+        assert (st.st_uid, st.st_gid) == (65534, 65534)
+    assert [p.name for p in tmp_path.iterdir()] == ["new.txt"]  # no temp file left behind
+    stale = run("files_write", target, content="", expected_sha256="0" * 64)
+    assert stale["error"]["code"] == "precondition_failed" and target.read_bytes() == b"two\n"
+    assert run("files_write", tmp_path / "nope", content="", create=False)["error"]["code"] == "not_found"
+
+
+def test_edit_needs_exactly_one_match(tmp_path: Path) -> None:
+    target = tmp_path / "nginx.conf"
+    target.write_text("worker_processes 1;\nlisten 80;\nlisten 80;\nuser www;\n")
+    none = run("files_edit", target, old_text="listen 8080;", new_text="x")
+    assert none["ok"] is False and none["error"]["code"] == "no_match"
+    many = run("files_edit", target, old_text="listen 80;", new_text="listen 81;")
+    assert many["ok"] is False and many["error"]["code"] == "ambiguous_match"
+    one = run("files_edit", target, old_text="user www;", new_text="user nginx;")
+    assert one["ok"] is True and "-user www;" in one["diff"] and "+user nginx;" in one["diff"]
+    assert target.read_text().endswith("user nginx;\n")
+    assert files.perform(spec("files_edit", target, old_text="worker_processes 1;", new_text="worker_processes 2;"),
+                         preview_only=True)["diff"].count("+worker_processes 2;") == 1
+    assert "worker_processes 1;" in target.read_text()  # a preview writes nothing
+
+
+def test_file_spec_checks_parameters() -> None:
+    with pytest.raises(AirlockError):
+        FileSpec(tool="files_read", path="relative", privileged=True, uid=0)
+    with pytest.raises(AirlockError):
+        FileSpec(tool="files_read", path="/x/../etc/shadow", privileged=True, uid=0)
+    with pytest.raises(AirlockError):
+        FileSpec(tool="files_read", path="/x", privileged=True, uid=0, params={"bogus": 1})
+    with pytest.raises(AirlockError):
+        FileSpec(tool="files_edit", path="/x", privileged=True, uid=0, params={"new_text": "x"})
+    with pytest.raises(AirlockError):
+        FileSpec(tool="files_chmod", path="/x", privileged=True, uid=0)
+    a = FileSpec(tool="files_read", path="/x", privileged=True, uid=0)
+    b = FileSpec(tool="files_read", path="/x", privileged=True, uid=0, params={"offset_bytes": 0})
+    assert a.digest() == b.digest()  # defaults are part of the spec
+    assert FileSpec.from_dict(a.to_dict()) == a
+
+
+@needs_root
+def test_execute_drops_to_the_user_so_permission_denied_is_an_outcome(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o755)
+    secret = tmp_path / "secret"
+    secret.write_text("root only\n")
+    os.chmod(secret, 0o600)
+    nobody = resolve_identity(pwd.getpwnam("nobody").pw_uid)
+    root = resolve_identity(0)
+    denied = asyncio.run(files.execute(spec("files_read", secret), nobody, timeout=10))
+    assert denied["ok"] is False and denied["error"]["code"] == "permission_denied"
+    assert denied["uid"] == nobody.uid
+    allowed = asyncio.run(files.execute(spec("files_read", secret), root, timeout=10))
+    assert allowed["ok"] is True and base64.b64decode(allowed["content"]) == b"root only\n"
+    write = asyncio.run(files.execute(spec("files_write", tmp_path / "new", content=""), nobody, timeout=10))
+    assert write["error"]["code"] == "permission_denied" and not (tmp_path / "new").exists()
+
+
+_WRITER = """
+import sys
+from airlock.runner.files import atomic_write
+import os
+path = sys.argv[1]
+data = bytes([int(sys.argv[2])]) * (64 * 1024 * 1024)
+st = os.stat(path)
+print("go", flush=True)
+atomic_write(path, data, st, None)
+"""
+
+
+def test_atomic_write_under_sigkill_leaves_old_or_new_never_partial(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    old = b"A" * (64 * 1024 * 1024)
+    target.write_bytes(old)
+    outcomes = set()
+    # From "killed at once" to "long after the rename": both ends are checked.
+    for attempt, delay in enumerate((0.0, 0.05, 0.15, 0.3, 0.6, 5.0)):
+        current = target.read_bytes()
+        marker = 66 + attempt
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(target), str(marker)], stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline() == b"go\n"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        after = target.read_bytes()
+        new = bytes([marker]) * len(old)
+        assert after in (current, new), "a partial write is visible"
+        outcomes.add("new" if after == new else "old")
+        for leftover in tmp_path.glob(".target.airlock-*.tmp"):
+            leftover.unlink()  # a temp file may remain after SIGKILL; the target never mixes
+    assert outcomes == {"old", "new"}
+
+
+@needs_root
+def test_as_root_a_path_through_a_symlink_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "f").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    (tmp_path / "shadow-like").write_text("secret")
+    (real / "swapped").symlink_to(tmp_path / "shadow-like")
+    assert run("files_read", link / "f")["error"]["code"] == "not_canonical"
+    assert run("files_read", real / "swapped")["error"]["code"] == "not_canonical"
+    assert run("files_write", real / "swapped", content="")["error"]["code"] == "not_canonical"
+    assert (tmp_path / "shadow-like").read_text() == "secret"
+    assert run("files_read", real / "f")["ok"] is True
+    assert run("files_inspect", real / "swapped")["type"] == "symlink"  # inspected, not followed
