@@ -383,8 +383,9 @@ def sudo_yardstick() -> Iterator[str | None]:
         return
     if shutil.which("sudo") is None:
         print("bench: installing sudo for the yardstick", file=sys.stderr)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "sudo"], check=False,
-                       env=os.environ | {"DEBIAN_FRONTEND": "noninteractive"}, stdout=subprocess.DEVNULL)
+        apt_env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=apt_env, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "sudo"], check=False, env=apt_env, stdout=subprocess.DEVNULL)
         if shutil.which("sudo") is None:
             print("bench: sudo could not be installed: no sudo yardstick", file=sys.stderr)
             yield None

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -168,3 +169,50 @@ def stop_stack(stack: Stack) -> None:
         except subprocess.TimeoutExpired:
             stack.proc.kill()
             stack.proc.wait()
+
+
+@contextlib.contextmanager
+def custom_stack(runtime_dir: Path, config: str | None = None) -> Iterator[Stack]:
+    """A stack on its own config text (written beside the runtime folder), stopped afterwards."""
+    path = None
+    if config is not None:
+        path = runtime_dir.parent / f"{runtime_dir.name}.yaml"
+        path.write_text(config, encoding="utf-8")
+    s = start_stack(runtime_dir, path)
+    try:
+        yield s
+    finally:
+        stop_stack(s)
+
+
+class Background:
+    """An exec request sent on a thread; its final reply arrives in ``reply``."""
+
+    def __init__(self, stack: Stack, args: dict[str, Any], **envelope: Any) -> None:
+        self.request_id = envelope.pop("id", None) or f"bg-{uuid.uuid4()}"
+        self.operation_id: str = args.get("operation_id") or f"op-{uuid.uuid4()}"
+        self.reply: dict[str, Any] | None = None
+        body = {"privileged": False, "operation_id": self.operation_id} | args
+
+        def run() -> None:
+            self.reply = stack.exec(body, id=self.request_id, **envelope)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def result(self, timeout: float = 30) -> dict[str, Any]:
+        self.thread.join(timeout)
+        assert self.reply is not None, "no reply in time"
+        return self.reply
+
+
+def wait_pending(stack: Stack, request_id: str, timeout: float = 15) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = stack.native("pending", path=stack.operator)
+        for item in reply["data"]["pending"]:
+            if item["request_id"] == request_id:
+                found: dict[str, Any] = item
+                return found
+        time.sleep(0.05)
+    raise AssertionError(f"{request_id} never became pending")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from support import Stack, now_iso, start_stack, stop_stack
+from support import Stack, custom_stack, now_iso
 
 CONFIG = """
 limits:
@@ -50,14 +50,8 @@ policy:
 
 @pytest.fixture(scope="module")
 def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    runtime = Path(tmp_path_factory.mktemp("door"))
-    config = runtime.parent / f"{runtime.name}.yaml"
-    config.write_text(CONFIG)
-    s = start_stack(runtime, config)
-    try:
+    with custom_stack(Path(tmp_path_factory.mktemp("door")), CONFIG) as s:
         yield s
-    finally:
-        stop_stack(s)
 
 
 def legacy(stack: Stack, **fields: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support import Stack, now_iso, start_stack, stop_stack
+from support import Stack, custom_stack, now_iso
 
 CONFIG = """
 limits:
@@ -40,14 +40,8 @@ FIELDS = ["v", "id", "verb", "args", "token", "pipeline", "argv", "command", "pr
 
 @pytest.fixture(scope="module")
 def fuzz_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    runtime = Path(tmp_path_factory.mktemp("fz"))
-    config = runtime.parent / f"{runtime.name}.yaml"
-    config.write_text(CONFIG)
-    s = start_stack(runtime, config)
-    try:
+    with custom_stack(Path(tmp_path_factory.mktemp("fz")), CONFIG) as s:
         yield s
-    finally:
-        stop_stack(s)
 
 
 def exchange(stack: Stack, data: bytes) -> list[bytes]:

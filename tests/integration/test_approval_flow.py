@@ -5,16 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from support import Stack, start_stack, stop_stack
+from support import Background, Stack, custom_stack, wait_pending
 
 CONFIG = """
 approval:
@@ -34,37 +31,8 @@ policy:
 
 @pytest.fixture(scope="module")
 def astack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    runtime = Path(tmp_path_factory.mktemp("ap"))
-    config = runtime.parent / f"{runtime.name}.yaml"
-    config.write_text(CONFIG)
-    s = start_stack(runtime, config)
-    try:
+    with custom_stack(Path(tmp_path_factory.mktemp("ap")), CONFIG) as s:
         yield s
-    finally:
-        stop_stack(s)
-
-
-class Background:
-    """An exec request waiting in a thread while the test plays operator."""
-
-    def __init__(self, stack: Stack, args: dict[str, Any]) -> None:
-        self.request_id = str(uuid.uuid4())
-        self.reply: dict[str, Any] = {}
-        self.thread = threading.Thread(target=lambda: self.reply.update(stack.exec(args, id=self.request_id)))
-        self.thread.start()
-
-    def wait_pending(self, stack: Stack) -> None:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            pending = stack.native("pending", path=stack.operator)["data"]["pending"]
-            if any(p["request_id"] == self.request_id for p in pending):
-                return
-            time.sleep(0.1)
-        raise AssertionError("the request never became pending")
-
-    def result(self) -> dict[str, Any]:
-        self.thread.join(30)
-        return self.reply
 
 
 def test_allow_and_deny_rules_decide_at_once(astack: Stack) -> None:
@@ -76,7 +44,7 @@ def test_allow_and_deny_rules_decide_at_once(astack: Stack) -> None:
 def test_ask_then_an_operator_approves(astack: Stack, tmp_path: Path) -> None:
     marker = tmp_path / "approved"
     job = Background(astack, {"argv": ["touch", str(marker)], "privileged": False, "reason": "needs a file"})
-    job.wait_pending(astack)
+    wait_pending(astack, job.request_id)
     result = astack.cli("approve", job.request_id, "--reason", "looks fine")
     assert result.returncode == 0, result.stderr
     assert job.result()["ok"] is True and marker.exists()
@@ -88,7 +56,7 @@ def test_ask_then_an_operator_approves(astack: Stack, tmp_path: Path) -> None:
 def test_ask_then_an_operator_denies(astack: Stack, tmp_path: Path) -> None:
     marker = tmp_path / "denied"
     job = Background(astack, {"argv": ["touch", str(marker)], "privileged": False})
-    job.wait_pending(astack)
+    wait_pending(astack, job.request_id)
     assert astack.cli("deny", job.request_id[:12], "--reason", "not today").returncode == 0  # a unique prefix works
     reply = job.result()
     assert reply["error"]["code"] == "denied" and "not today" in reply["error"]["message"]
@@ -109,7 +77,7 @@ def test_hold_makes_even_allowed_requests_wait_and_release_lifts_it(astack: Stac
     status = astack.native("status", path=astack.operator)["data"]
     assert status["hold"] is True and status["hold_reason"] == "incident 42"
     job = Background(astack, {"argv": ["true"], "privileged": False})
-    job.wait_pending(astack)
+    wait_pending(astack, job.request_id)
     assert astack.cli("release").returncode == 0
     assert astack.cli("approve", job.request_id).returncode == 0
     assert job.result()["ok"] is True
@@ -140,7 +108,7 @@ def test_a_broken_policy_on_reload_is_rejected_and_the_old_one_stays(astack: Sta
 
 def test_a_pending_request_fails_cleanly_when_approval_restarts(astack: Stack) -> None:
     job = Background(astack, {"argv": ["ls"], "privileged": False})
-    job.wait_pending(astack)
+    wait_pending(astack, job.request_id)
     config = astack.runtime_dir / "airlock.yaml"
     pid = int(subprocess.run(["pgrep", "-f", f"airlock.approval --config {config}"], capture_output=True, text=True).stdout.split()[0])
     os.kill(pid, signal.SIGTERM)
@@ -158,7 +126,7 @@ def test_a_pending_request_fails_cleanly_when_approval_restarts(astack: Stack) -
 
 def test_a_killed_approval_interrupts_pending_requests_too(astack: Stack) -> None:
     job = Background(astack, {"argv": ["ls"], "privileged": False})
-    job.wait_pending(astack)
+    wait_pending(astack, job.request_id)
     config = astack.runtime_dir / "airlock.yaml"
     pid = int(subprocess.run(["pgrep", "-f", f"airlock.approval --config {config}"], capture_output=True, text=True).stdout.split()[0])
     os.kill(pid, signal.SIGKILL)

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from support import Stack, start_stack, stop_stack
+from support import Stack, custom_stack
 
 mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
@@ -61,14 +61,8 @@ policy:
 
 @pytest.fixture(scope="module")
 def mstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    runtime = Path(tmp_path_factory.mktemp("mcp"))
-    config = runtime.parent / f"{runtime.name}.yaml"
-    config.write_text(CONFIG)
-    s = start_stack(runtime, config)
-    try:
+    with custom_stack(Path(tmp_path_factory.mktemp("mcp")), CONFIG) as s:
         yield s
-    finally:
-        stop_stack(s)
 
 
 def server_params(stack: Stack, *extra: str) -> StdioServerParameters:

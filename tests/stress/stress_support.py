@@ -124,9 +124,15 @@ def kind_of(i: int) -> str:
 
 @dataclass
 class Planned:
+    """One request to send; its ``time`` is stamped when it is sent, so a long load stays fresh."""
+
     request_id: str
     kind: str
-    line: bytes
+    body: dict[str, Any]
+
+    def line(self) -> bytes:
+        args = self.body | {"time": now_iso()}
+        return json.dumps({"v": 1, "id": self.request_id, "verb": "exec", "args": args, "token": None}).encode() + b"\n"
 
 
 class RequestMaker:
@@ -152,9 +158,8 @@ class RequestMaker:
             "large": {"argv": ["head", "-c", str(LARGE_OUTPUT), "/dev/zero"]},
             "invalid": {"argv": ["touch", marker], "env": {"NOT_ALLOWED": "x"}},
         }[kind]
-        body = args | {"privileged": False, "time": now_iso(), "operation_id": f"op-{rid}"} | extra
-        line = json.dumps({"v": 1, "id": rid, "verb": "exec", "args": body, "token": None}).encode() + b"\n"
-        return Planned(rid, kind, line)
+        body = args | {"privileged": False, "operation_id": f"op-{rid}"} | extra
+        return Planned(rid, kind, body)
 
 
 @dataclass
@@ -208,7 +213,7 @@ async def _client(path: str, queue: asyncio.Queue[Planned | None], results: list
                 reader, writer = await asyncio.wait_for(
                     asyncio.open_unix_connection(path, limit=64 * 1024 * 1024), timeout)
             assert reader is not None
-            writer.write(planned.line)
+            writer.write(planned.line())
             await writer.drain()
             raw = await asyncio.wait_for(reader.readline(), timeout)
             if not raw.endswith(b"\n"):

@@ -198,7 +198,7 @@ def _as_results(prefix: str, sent: int, codes: Counter[str]) -> list[Result]:
     for code, count in codes.items():
         for i in range(count):
             reply = {"id": f"{prefix}{code}{i}", "ok": code == "ok", "error": {"code": code, "message": ""}, "data": {}}
-            results.append(Result(Planned(reply["id"], "fuzz", b""), reply=reply))
+            results.append(Result(Planned(reply["id"], "fuzz", {}), reply=reply))
     return results
 
 

@@ -41,6 +41,10 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buffer)
 
+    def peek(self, limit: int) -> bytes:
+        """The first ``limit`` buffered bytes (what a failed line began with, for an error reply)."""
+        return bytes(self._buffer[:limit])
+
     def feed(self, data: bytes) -> None:
         self._buffer += data
 

@@ -52,6 +52,19 @@ class _Conn:
         self.writer.close()
 
 
+class Unreachable(AirlockError):
+    """The other service could not be reached, or the connection failed before a reply.
+
+    An `AirlockError` with the caller's chosen code, so callers that only fail
+    closed need not care; ``cause`` keeps the OS error for callers that
+    explain it (the MCP server says "is airlock running?").
+    """
+
+    def __init__(self, code: ErrorCode, message: str, details: dict[str, Any], cause: BaseException | None = None) -> None:
+        super().__init__(code, message, details)
+        self.cause = cause
+
+
 class _Stale(Exception):
     """A reused connection turned out closed before any reply byte came back."""
 
@@ -64,8 +77,8 @@ class Client:
         self.timeout = timeout
         self._idle: list[_Conn] = []
 
-    def _down(self, why: str) -> AirlockError:
-        return AirlockError(self.unavailable, f"{self.service} is unavailable: {why}", {"service": self.service})
+    def _down(self, why: str, cause: BaseException | None = None) -> Unreachable:
+        return Unreachable(self.unavailable, f"{self.service} is unavailable: {why}", {"service": self.service}, cause)
 
     async def call(
         self,
@@ -75,11 +88,12 @@ class Client:
         on_event: EventHandler | None = None,
         timeout: float | None = None,
         token: str | None = None,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         """Send one request; return its ``data`` or raise its error as `AirlockError`."""
         deadline = timeout if timeout is not None else self.timeout
         try:
-            return await asyncio.wait_for(self._call(verb, args, on_event, token), deadline)
+            return await asyncio.wait_for(self._call(verb, args, on_event, token, request_id), deadline)
         except TimeoutError:
             raise self._down(f"no answer within {deadline:g}s") from None
 
@@ -91,11 +105,11 @@ class Client:
         try:
             reader, writer = await asyncio.open_unix_connection(str(self.path), limit=64 * 1024)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise self._down(os.strerror(exc.errno or 0) or type(exc).__name__) from None
-        except PermissionError:
-            raise self._down("permission denied on its socket") from None
+            raise self._down(os.strerror(exc.errno or 0) or type(exc).__name__, exc) from None
+        except PermissionError as exc:
+            raise self._down("permission denied on its socket", exc) from None
         except OSError as exc:
-            raise self._down(exc.strerror or str(exc)) from None
+            raise self._down(exc.strerror or str(exc), exc) from None
         return _Conn(reader, writer)
 
     def _take(self) -> _Conn | None:
@@ -106,8 +120,11 @@ class Client:
             conn.close()
         return None
 
-    async def _call(self, verb: str, args: dict[str, Any], on_event: EventHandler | None, token: str | None) -> dict[str, Any]:
-        line = encode_request(Request(id=f"{os.getpid()}-{next(_ids)}", verb=verb, args=args, token=token))
+    async def _call(
+        self, verb: str, args: dict[str, Any], on_event: EventHandler | None, token: str | None, request_id: str | None
+    ) -> dict[str, Any]:
+        rid = request_id or f"{os.getpid()}-{next(_ids)}"
+        line = encode_request(Request(id=rid, verb=verb, args=args, token=token))
         conn = self._take()
         if conn is not None:
             try:
@@ -156,7 +173,7 @@ class Client:
         except (ConnectionError, BrokenPipeError) as exc:
             if reused and not replied:
                 raise _Stale from None
-            raise self._down(f"connection lost ({type(exc).__name__})") from None
+            raise self._down(f"connection lost ({type(exc).__name__})", exc) from None
         finally:
             if keep and len(self._idle) < POOL_SIZE:
                 conn.idle_since = time.monotonic()

@@ -1,23 +1,21 @@
-"""The gateway's asyncio client of the agent door (native v1, streaming).
+"""The gateway's use of the agent door (native v1, streaming), through `common.ipc.Client`.
 
-Like `common/ipc.Client`, but the caller chooses the native request ID: the
-agent door refuses a request ID it saw within its replay window, so each call
-gets a fresh UUID rather than a per-process counter that a restarted gateway
-(with a recycled pid) could repeat.
+Each call gets a fresh UUID as its native request ID: the agent door refuses
+a request ID it saw within its replay window, and a per-process counter could
+repeat after a restart with a recycled pid.
 """
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from airlock.common.codec import NEED_DATA, Event, FrameDecoder, Request, Response, decode_reply, encode_request
-from airlock.common.errors import AirlockError
+from airlock.common.codec import Event
+from airlock.common.errors import ErrorCode
+from airlock.common.ipc import Client, Unreachable
 
 OnEvent = Callable[[Event], Awaitable[None]]
-MAX_REPLY_BYTES = 96 * 1024 * 1024
 
 
 class DoorUnavailable(Exception):
@@ -26,43 +24,12 @@ class DoorUnavailable(Exception):
 
 async def call(path: str, verb: str, args: dict[str, Any], on_event: OnEvent | None = None) -> dict[str, Any]:
     """One native request; returns ``data`` or raises the door's `AirlockError`."""
+    # INTERNAL is only the code of the Unreachable raised here; the door's own
+    # errors pass through as they are.
+    client = Client(path, service="the agent door", unavailable=ErrorCode.INTERNAL, timeout=None)
     try:
-        reader, writer = await asyncio.open_unix_connection(path, limit=64 * 1024)
-    except OSError as exc:
-        raise DoorUnavailable(f"cannot reach the agent door at {path}: {exc.strerror or exc}") from None
-    try:
-        request = Request(id=f"gw-{uuid.uuid4()}", verb=verb, args=args)
-        writer.write(encode_request(request))
-        await writer.drain()
-        decoder = FrameDecoder(MAX_REPLY_BYTES)
-        while True:
-            frame = decoder.next_frame()
-            if frame is NEED_DATA:
-                chunk = await reader.read(256 * 1024)
-                if not chunk:
-                    raise DoorUnavailable("the agent door closed the connection before replying")
-                decoder.feed(chunk)
-                continue
-            assert isinstance(frame, bytes)
-            try:
-                reply = decode_reply(frame)
-            except AirlockError as exc:
-                raise DoorUnavailable(f"the agent door sent a malformed reply ({exc.message})") from None
-            if isinstance(reply, Event):
-                if on_event is not None:
-                    await on_event(reply)
-                continue
-            assert isinstance(reply, Response)
-            if reply.ok:
-                assert reply.data is not None
-                return reply.data
-            assert reply.error is not None
-            raise reply.error
-    except (ConnectionError, BrokenPipeError) as exc:
-        raise DoorUnavailable(f"lost the connection to the agent door ({type(exc).__name__})") from None
+        return await client.call(verb, args, on_event=on_event, request_id=f"gw-{uuid.uuid4()}")
+    except Unreachable as exc:
+        raise DoorUnavailable(f"cannot use the agent door at {path}: {exc.message}") from None
     finally:
-        writer.close()
-        try:
-            await writer.wait_closed()
-        except (ConnectionError, BrokenPipeError):
-            pass
+        client.close()

@@ -93,7 +93,7 @@ class Intake:
             await conn.send(await self._native(conn, obj))
 
     async def _framing_error(self, conn: Connection, exc: AirlockError) -> None:
-        raw = bytes(conn.decoder._buffer[: 64 * 1024]) if conn.decoder.buffered else b""
+        raw = conn.decoder.peek(64 * 1024)
         dialect, rid = legacy.sniff(raw)
         if exc.code is ErrorCode.MISSING_NEWLINE and raw:
             try:

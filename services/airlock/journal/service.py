@@ -103,12 +103,17 @@ class Journal:
         outcome = a.get("outcome")
         if not isinstance(outcome, dict):
             raise validate.bad("outcome", "must be an object")
-        await self.store.op_complete(
-            validate.text("operation_id", a.get("operation_id"), max_len=256, allow_empty=False),
-            validate.text("digest", a.get("digest"), max_len=128, allow_empty=False),
-            outcome,
+        # Submitted together, the outcome and the event land in one group commit.
+        out: dict[str, Any]
+        _, out = await asyncio.gather(
+            self.store.op_complete(
+                validate.text("operation_id", a.get("operation_id"), max_len=256, allow_empty=False),
+                validate.text("digest", a.get("digest"), max_len=128, allow_empty=False),
+                outcome,
+            ),
+            self._event(call.peer, a.get("event")),
         )
-        return await self._event(call.peer, a.get("event"))
+        return out
 
     async def op_abandon(self, call: Call) -> dict[str, Any]:
         self.writer_for(call.peer, "intake")

@@ -31,14 +31,14 @@ from datetime import UTC, datetime
 from typing import Any, BinaryIO, Final
 
 from airlock import __version__
-from airlock.common.codec import NEED_DATA, Event, FrameDecoder, Response, decode_reply
-from airlock.common.errors import AirlockError
+from airlock.common.codec import Event, Response
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.ipc import Client, Unreachable
 from airlock.mcp import jsonrpc, tools
 from airlock.mcp.session import CancelCall, Send, Session, StartCall
 from airlock.mcp.tools import ToolResult
 
 # Replies carry up to 16 MiB of output per stream, base64-encoded (as common.ipc).
-MAX_REPLY: Final = 96 * 1024 * 1024
 # After the input ends, how long withdrawals may take before the process exits.
 # The official SDK's stdio client waits 2 s after closing our stdin, then sends
 # SIGTERM and waits 2 s more: cancelling a running command takes milliseconds.
@@ -84,40 +84,27 @@ Handler = Callable[[dict[str, Any], CallContext], Awaitable[ToolResult]]
 
 
 class Door:
-    """One native v1 request on a Unix socket, events passed to a callback."""
+    """One native v1 request on a Unix socket, events passed to a callback (through `common.ipc.Client`)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        # INTERNAL is only the code of an Unreachable; the door's own errors come back as they are.
+        self._client = Client(path, service="airlock", unavailable=ErrorCode.INTERNAL, timeout=None)
 
     async def call(
         self, verb: str, args: dict[str, Any], on_event: Callable[[Event], None] | None = None, *, request_id: str | None = None
     ) -> Response:
         """The final response; `OSError` when the socket cannot be used, `AirlockError` on a malformed reply."""
-        reader, writer = await asyncio.open_unix_connection(self.path, limit=64 * 1024)
+        rid = request_id or str(uuid.uuid4())
         try:
-            request = {"v": 1, "id": request_id or str(uuid.uuid4()), "verb": verb, "args": args, "token": None}
-            writer.write(json.dumps(request, separators=(",", ":")).encode() + b"\n")
-            await writer.drain()
-            decoder = FrameDecoder(MAX_REPLY)
-            while True:
-                frame = decoder.next_frame()
-                if frame is NEED_DATA:
-                    chunk = await reader.read(256 * 1024)
-                    if not chunk:
-                        raise ConnectionResetError("airlock closed the connection without answering")
-                    decoder.feed(chunk)
-                    continue
-                assert isinstance(frame, bytes)
-                reply = decode_reply(frame)
-                if isinstance(reply, Event):
-                    if on_event is not None:
-                        on_event(reply)
-                    continue
-                return reply
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
+            data = await self._client.call(verb, args, on_event=on_event, request_id=rid)
+        except Unreachable as exc:
+            if isinstance(exc.cause, OSError):
+                raise exc.cause from None
+            raise AirlockError(ErrorCode.INVALID_REQUEST, exc.message) from None
+        except AirlockError as exc:
+            return Response(id=rid, ok=False, error=exc)
+        return Response(id=rid, ok=True, data=data)
 
 
 def _why(exc: BaseException, *, operator: bool = False) -> str:

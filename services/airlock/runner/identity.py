@@ -50,7 +50,7 @@ def resolve_identity(uid: int) -> Identity:
     return Identity(uid=uid, gid=entry.pw_gid, groups=tuple(groups), user=entry.pw_name, home=entry.pw_dir)
 
 
-def _encodable(text: str) -> bool:
+def encodable(text: str) -> bool:
     """Whether ``text`` becomes bytes for the OS (JSON may carry lone surrogates)."""
     try:
         os.fsencode(text)
@@ -60,7 +60,7 @@ def _encodable(text: str) -> bool:
 
 
 def _check_env_name(name: str) -> None:
-    if not name or "=" in name or "\0" in name or not _encodable(name):
+    if not name or "=" in name or "\0" in name or not encodable(name):
         raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"invalid environment variable name {name!r}")
     if name in _RESERVED_NAMES or name.startswith(_RESERVED_PREFIXES):
         raise AirlockError(
@@ -87,7 +87,7 @@ def build_env(identity: Identity, request_env: Mapping[str, str], protected_env:
     for source in (request_env, protected_env):
         for name, value in source.items():
             _check_env_name(name)
-            if "\0" in value or not _encodable(value):
+            if "\0" in value or not encodable(value):
                 raise AirlockError(
                     ErrorCode.INVALID_ARGUMENTS, f"environment variable {name}: value has a NUL or lone surrogate"
                 )
@@ -177,7 +177,7 @@ def check_cwd(identity: Identity, cwd: str) -> None:
     before setuid), so the kernel never checks this for us.  Mode bits only:
     POSIX ACLs are not evaluated.
     """
-    if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd or not _encodable(cwd):
+    if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd or not encodable(cwd):
         raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"working directory must be an absolute path (got {cwd!r})")
     try:
         _enter(identity, cwd)

@@ -34,7 +34,7 @@ import structlog
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
 from airlock.runner.evidence import JobResult, StageResult, describe_exit, iso_utc, sha256_hex
-from airlock.runner.identity import Identity, check_cwd, check_executable
+from airlock.runner.identity import Identity, check_cwd, check_executable, encodable
 from airlock.runner.redact import Capture, StreamRedactor
 from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings, unit_name
 
@@ -93,15 +93,6 @@ def _gate_payload(env: Mapping[str, str]) -> bytes:
     return b"1" + b"\0".join(os.fsencode(f"{name}={value}") for name, value in env.items())
 
 
-def _encodable(text: str) -> bool:
-    """Whether ``text`` becomes bytes for the OS (JSON may carry lone surrogates)."""
-    try:
-        os.fsencode(text)
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _invalid(message: str) -> AirlockError:
     return AirlockError(ErrorCode.INVALID_ARGUMENTS, message)
 
@@ -135,7 +126,7 @@ class JobSpec:
         if any(not isinstance(arg, str) or "\0" in arg for stage in self.stages for arg in stage):
             raise _invalid("argv entries must be strings without NUL bytes")
         strings = [arg for stage in self.stages for arg in stage] + [self.cwd, *self.env.keys(), *self.env.values()]
-        if not all(_encodable(text) for text in strings):
+        if not all(encodable(text) for text in strings):
             raise _invalid("argv, cwd and environment must be encodable (no lone surrogates)")
         if self.mode == "shell" and len(self.stages) != 1:
             raise _invalid("a shell job has exactly one stage")
