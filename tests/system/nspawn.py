@@ -1,0 +1,282 @@
+"""A booted Debian 12 container for the system tests.
+
+The root is built once with debootstrap and cached outside the checkout
+(``$AIRLOCK_SYSTEST_DIR``, default /var/tmp/airlock-systest/bookworm); every
+run boots a fresh copy of it (``cp -a --reflink=auto``), so runs start clean
+and the cache is never written to.  The container is booted with
+``systemd-nspawn --register=no --keep-unit -b`` (no systemd needed on the
+host) and driven with ``nsenter -t <container PID 1> -a``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+CACHE_DIR = Path(os.environ.get("AIRLOCK_SYSTEST_DIR", "/var/tmp/airlock-systest"))
+SUITE = "bookworm"
+MIRROR = os.environ.get("AIRLOCK_SYSTEST_MIRROR", "http://deb.debian.org/debian")
+# What the cached root holds besides minbase: a booting systemd, the system
+# bus, and airlock's dependencies (so installing the .deb needs no download).
+INCLUDE = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "python3",
+    "python3-yaml",
+    "python3-systemd",
+    "python3-structlog",
+    "python3-sdnotify",
+    "procps",
+)
+HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "nsenter": "util-linux"}
+# Commands inside the container get a clean environment: never the host's
+# PATH (a pyenv shim), never pytest's variables.
+CLEAN_ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0")
+
+
+class Unavailable(Exception):
+    """The system tests cannot run here; the message says why."""
+
+
+def _log(message: str) -> None:
+    print(f"[systest] {message}", flush=True)
+
+
+def host_tools() -> None:
+    if os.geteuid() != 0:
+        raise Unavailable("system tests boot a container with systemd-nspawn and need root")
+    missing = [pkg for tool, pkg in HOST_TOOLS.items() if shutil.which(tool) is None]
+    if missing:
+        raise Unavailable(f"missing host tools; as root run: apt-get install {' '.join(sorted(set(missing)))}")
+
+
+def cached_root() -> Path:
+    """The cached Debian 12 root, built with debootstrap the first time."""
+    root = CACHE_DIR / SUITE
+    stamp = CACHE_DIR / "debootstrap.status"
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one debootstrap at a time
+        if root.is_dir() and stamp.exists() and stamp.read_text().strip() == "done":
+            return root
+        _log(f"building the cached Debian 12 root in {root} (debootstrap, once)")
+        partial = CACHE_DIR / f"{SUITE}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+        stamp.unlink(missing_ok=True)
+        log = CACHE_DIR / "debootstrap.log"
+        with open(log, "w") as out:
+            proc = subprocess.run(
+                ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", SUITE, str(partial), MIRROR],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+                check=False,
+            )
+        if proc.returncode != 0:
+            raise Unavailable(f"debootstrap failed ({proc.returncode}); see {log}")
+        partial.rename(root)
+        stamp.write_text("done\n")
+        return root
+
+
+@dataclass
+class Result:
+    argv: Sequence[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def __str__(self) -> str:
+        return f"$ {shlex.join(self.argv)}\n-> {self.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+
+
+class CommandFailed(AssertionError):
+    pass
+
+
+class Container:
+    """One booted copy of the cached root."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        self.root = root
+        self.name = name
+        self.console = root.parent / f"{root.name}.console.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.leader = 0
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    def boot(self, timeout: float = 120.0) -> None:
+        with open(self.console, "wb") as console:
+            self.proc = subprocess.Popen(
+                [
+                    "systemd-nspawn",
+                    "-D", str(self.root),
+                    "-M", self.name,
+                    "--register=no",
+                    "--keep-unit",
+                    "--console=read-only",
+                    "-b",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while not self.leader:
+            if self.proc.poll() is not None:
+                raise Unavailable(f"systemd-nspawn could not boot the container:\n{self.console.read_text(errors='replace')[-3000:]}")
+            if time.monotonic() > deadline:
+                raise Unavailable("the container's PID 1 never appeared")
+            self.leader = self._find_leader(self.proc.pid)
+            time.sleep(0.1)
+        # The container's systemd is up when its manager answers; then wait
+        # for the boot to finish.  "degraded" is fine: some units of a stock
+        # root fail in a container (none of ours), see is_system_running().
+        while time.monotonic() < deadline:
+            r = self.run(["systemctl", "is-system-running", "--wait"], check=False, timeout=deadline - time.monotonic())
+            state = r.stdout.strip()
+            if state in ("running", "degraded"):
+                self.state = state
+                return
+            time.sleep(0.2)
+        raise Unavailable(f"the container did not finish booting:\n{self.console.read_text(errors='replace')[-3000:]}")
+
+    @staticmethod
+    def _find_leader(nspawn_pid: int) -> int:
+        """The container's PID 1: the descendant of systemd-nspawn running systemd."""
+        todo = [nspawn_pid]
+        while todo:
+            pid = todo.pop()
+            with contextlib.suppress(OSError):
+                for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+                    if Path(f"/proc/{child}/comm").read_text().strip() == "systemd":
+                        return int(child)
+                    todo.append(int(child))
+        return 0
+
+    def shutdown(self, timeout: float = 60.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        # SIGTERM to systemd-nspawn asks the container for a clean poweroff.
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    # --- commands inside ----------------------------------------------------------
+
+    def argv(self, argv: Sequence[str], user: str | None = None) -> list[str]:
+        inner = ["env", "-i", *CLEAN_ENV]
+        if user is not None:
+            inner += [f"HOME=/home/{user}", f"USER={user}", f"LOGNAME={user}"]
+            inner += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
+        else:
+            inner += ["HOME=/root"]
+        return ["nsenter", "-t", str(self.leader), "-a", "--", *inner, *argv]
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        user: str | None = None,
+        check: bool = True,
+        timeout: float = 60.0,
+        input: str | None = None,
+    ) -> Result:
+        full = self.argv(argv, user)
+        try:
+            proc = subprocess.run(
+                full,
+                input=input.encode() if input is not None else None,
+                stdin=None if input is not None else subprocess.DEVNULL,
+                capture_output=True,
+                timeout=max(timeout, 1.0),
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise CommandFailed(f"$ {shlex.join(argv)} (as {user or 'root'}) timed out after {timeout:.0f}s") from exc
+        result = Result(list(argv), proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
+        if check and result.returncode != 0:
+            raise CommandFailed(f"as {user or 'root'}:\n{result}")
+        return result
+
+    def sh(self, script: str, **kwargs: object) -> Result:
+        return self.run(["sh", "-c", script], **kwargs)  # type: ignore[arg-type]
+
+    def popen(self, argv: Sequence[str], *, user: str | None = None) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.argv(argv, user), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def write(self, path: str, text: str, mode: int = 0o644) -> None:
+        """Write a file inside the container (through the container, not the host path)."""
+        self.run(["sh", "-c", f"umask 022; cat > {shlex.quote(path)} && chmod {mode:o} {shlex.quote(path)}"], input=text)
+
+    def wait_for(self, argv: Sequence[str], *, timeout: float = 30.0, **kwargs: object) -> Result:
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.run(argv, check=False, **kwargs)  # type: ignore[arg-type]
+            if r.returncode == 0:
+                return r
+            if time.monotonic() > deadline:
+                raise CommandFailed(f"still failing after {timeout:.0f}s:\n{r}")
+            time.sleep(0.2)
+
+    def unit_property(self, unit: str, prop: str) -> str:
+        return self.run(["systemctl", "show", "-P", prop, unit]).stdout.strip()
+
+
+def _stale_runs(runs: Path) -> Iterator[Path]:
+    """Copies left by runs whose pytest is gone (a crash, a kill -9)."""
+    for path in runs.glob("run-*"):
+        if not path.is_dir():
+            continue
+        try:
+            pid = int(path.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if not Path(f"/proc/{pid}").exists():
+            yield path
+
+
+@contextlib.contextmanager
+def booted(keep: bool = False) -> Iterator[Container]:
+    """A fresh copy of the cached root, booted; shut down and removed afterwards."""
+    host_tools()
+    base = cached_root()
+    runs = CACHE_DIR / "runs"
+    runs.mkdir(exist_ok=True)
+    for stale in _stale_runs(runs):
+        shutil.rmtree(stale, ignore_errors=True)
+    root = runs / f"run-{os.getpid()}-{int(time.time())}"
+    started = time.monotonic()
+    subprocess.run(["cp", "-a", "--reflink=auto", str(base), str(root)], check=True)
+    _log(f"copied the cached root to {root} in {time.monotonic() - started:.1f}s")
+    container = Container(root, f"airlock-systest-{os.getpid()}")
+    try:
+        started = time.monotonic()
+        container.boot()
+        _log(f"booted ({container.state}) in {time.monotonic() - started:.1f}s; PID 1 is host pid {container.leader}")
+        yield container
+    finally:
+        container.shutdown()
+        if keep:
+            _log(f"kept {root} (AIRLOCK_SYSTEST_KEEP)")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+            container.console.unlink(missing_ok=True)

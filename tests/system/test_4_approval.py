@@ -1,0 +1,143 @@
+"""Requests the policy sends to ask: an operator approves one, denies
+another, and a third waits out the approval timeout."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+
+
+def _pending(system) -> list[dict]:
+    r = system.airlock("pending", "--json", user=system.OPERATOR, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])["data"]["pending"]
+
+
+def _ask(system, *argv: str):
+    """Start `airlock run` for a command no rule covers; return the process and its request ID."""
+    marker = uuid.uuid4().hex
+    proc = system.c.popen(["airlock", "run", "--reason", marker, "--operation-id", f"systest-{marker}", "--", *argv], user=system.AGENT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for item in _pending(system):
+            if item["request"].get("reason") == marker or item.get("reason") == marker or marker in json.dumps(item):
+                return proc, item["request_id"]
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"the request never showed up in `airlock pending`: {proc.communicate()}")
+
+
+def test_operator_approves(system) -> None:
+    proc, request_id = _ask(system, "/usr/bin/hostname")
+    r = system.airlock("approve", request_id, "--reason", "systest", user=system.OPERATOR)
+    assert r.returncode == 0, r
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, (out, err)
+    assert out.decode().strip(), err
+
+
+def test_operator_denies(system) -> None:
+    proc, request_id = _ask(system, "/usr/bin/hostname")
+    r = system.airlock("deny", request_id, "--reason", "systest", user=system.OPERATOR)
+    assert r.returncode == 0, r
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 126, (out, err)
+    assert out == b""
+
+
+def test_an_agent_cannot_approve(system) -> None:
+    proc, request_id = _ask(system, "/usr/bin/hostname")
+    try:
+        r = system.airlock("approve", request_id, user=system.AGENT)
+        assert r.returncode != 0, r
+    finally:
+        system.airlock("deny", request_id, user=system.OPERATOR)
+        proc.communicate(timeout=30)
+
+
+def test_nobody_decides_and_the_request_times_out(system) -> None:
+    system.set_config("approval:\n  timeout_seconds: 3\n")
+    system.restart_services()
+    try:
+        started = time.monotonic()
+        r = system.airlock("run", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/hostname", timeout=60)
+        assert r.returncode == 124, r
+        assert 2.5 < time.monotonic() - started < 30
+        assert r.stdout == ""
+    finally:
+        system.restore_config()
+        system.restart_services()
+
+
+def test_reload_applies_a_policy_change_and_refuses_a_bad_one(system) -> None:
+    def run_uname():
+        return system.airlock("run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--",
+                              "/usr/bin/uname", "-s")
+
+    system.set_config("approval:\n  timeout_seconds: 2\n")
+    system.restart_services()
+    try:
+        assert run_uname().returncode == 124  # no rule: ask, and nobody answers
+        system.c.write("/etc/airlock/policy.d/60-systest-reload.yaml",
+                       "rules:\n  - name: systest-reload\n    decision: allow\n    commands: [[/usr/bin/uname, \"...\"]]\n")
+        assert system.active("airlock-approval.service") == "active"
+        pid = system.main_pid("airlock-approval.service")
+        system.c.run(["systemctl", "reload", "airlock-approval.service"])
+        time.sleep(0.5)
+        assert system.main_pid("airlock-approval.service") == pid  # reloaded, not restarted
+        r = run_uname()
+        assert (r.returncode, r.stdout.strip()) == (0, "Linux"), r
+
+        # A broken policy file is refused on reload; the running policy stays.
+        system.c.write("/etc/airlock/policy.d/61-systest-broken.yaml", "rules:\n  - name: broken\n")
+        system.c.run(["systemctl", "reload", "airlock-approval.service"])
+        time.sleep(0.5)
+        assert system.active("airlock-approval.service") == "active"
+        assert run_uname().returncode == 0
+    finally:
+        system.c.run(["rm", "-f", "/etc/airlock/policy.d/60-systest-reload.yaml", "/etc/airlock/policy.d/61-systest-broken.yaml"])
+        system.restore_config()
+        system.restart_services()
+
+
+def test_the_example_notify_hook_works_inside_the_sandbox(system) -> None:
+    # The shipped example runs as airlock-approval, in that service's sandbox
+    # (no network, read-only file system): its syslog line must still arrive.
+    system.c.run(["test", "-x", "/etc/airlock/notify-example.sh"])
+    system.set_config("approval:\n  timeout_seconds: 3\n  notify_command: [/etc/airlock/notify-example.sh]\n")
+    system.restart_services()
+    try:
+        marker = uuid.uuid4().hex
+        r = system.airlock("run", "--reason", marker, "--operation-id", f"systest-{marker}", "--", "/usr/bin/hostname", timeout=60)
+        assert r.returncode == 124, r
+        deadline = time.monotonic() + 15
+        while True:
+            log = system.c.run(["journalctl", "--no-pager", "-o", "cat", "-t", "airlock-notify"]).stdout
+            if marker in log or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        line = next((x for x in log.splitlines() if marker in x), "")
+        assert "pending" in line and system.AGENT in line and "/usr/bin/hostname" in line, log
+    finally:
+        system.restore_config()
+        system.restart_services()
+
+
+def test_session_tokens_name_the_session_and_die_with_the_service(system) -> None:
+    r = system.airlock("token", "issue", "--session", "systest-nightly", "--ttl", "10m", user=system.OPERATOR)
+    assert r.returncode == 0, r
+    token = r.stdout.strip()
+    assert token and "\n" not in token
+    code, envelope, r = system.run_json("/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token,
+                                                               "--session", "claimed-by-the-agent"))
+    assert code == 0, r
+    out = system.c.run(["journalctl", "--no-pager", "-o", "json", f"AIRLOCK_REQUEST_ID={envelope['id']}"]).stdout
+    sessions = {json.loads(line).get("AIRLOCK_SESSION") for line in out.splitlines() if line.strip()} - {None}
+    assert sessions == {"systest-nightly"}, sessions  # from the token, not from the request
+
+    # The token store lives in airlock-approval's memory: a restart revokes all (fail closed).
+    system.c.run(["systemctl", "restart", "airlock-approval.service"])
+    code, envelope, r = system.run_json("/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token))
+    assert code == 125 and envelope.get("error", {}).get("code") == "unauthorized", r
