@@ -77,6 +77,7 @@ class Client:
         self.unavailable = unavailable
         self.timeout = timeout
         self._idle: list[_Conn] = []
+        self._sweep: asyncio.TimerHandle | None = None
 
     def _down(self, why: str, cause: BaseException | None = None) -> Unreachable:
         return Unreachable(self.unavailable, f"{self.service} is unavailable: {why}", {"service": self.service}, cause)
@@ -99,6 +100,9 @@ class Client:
             raise self._down(f"no answer within {deadline:g}s") from None
 
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         while self._idle:
             self._idle.pop().close()
 
@@ -112,6 +116,23 @@ class Client:
         except OSError as exc:
             raise self._down(exc.strerror or str(exc), exc) from None
         return _Conn(reader, writer)
+
+    def _sweep_idle(self) -> None:
+        """Close pooled connections that idled out or that the server closed.
+
+        An idle connection is only looked at when taken; without this its fd
+        would stay open after the server hung up, for as long as nobody calls.
+        """
+        self._sweep = None
+        keep = []
+        for conn in self._idle:
+            if conn.usable():
+                keep.append(conn)
+            else:
+                conn.close()
+        self._idle = keep
+        if keep:
+            self._sweep = asyncio.get_running_loop().call_later(POOL_IDLE_SECONDS, self._sweep_idle)
 
     def _take(self) -> _Conn | None:
         while self._idle:
@@ -179,5 +200,7 @@ class Client:
             if keep and len(self._idle) < POOL_SIZE:
                 conn.idle_since = time.monotonic()
                 self._idle.append(conn)
+                if self._sweep is None:
+                    self._sweep = asyncio.get_running_loop().call_later(POOL_IDLE_SECONDS, self._sweep_idle)
             elif not keep:
                 conn.close()
