@@ -11,6 +11,11 @@
 # Its output is logged; a failure is logged and never changes a decision.
 # Every field comes from an agent: treat it as untrusted text (no eval, no
 # unquoted expansion, no HTML).
+#
+# Installed, the hook runs inside airlock-approval's systemd sandbox: no
+# network (RestrictAddressFamilies), a read-only system, no new privileges.
+# The `logger` channel below works as shipped; mail or chat need a drop-in
+# that opens exactly what they use (docs/security.md shows one).
 set -u
 
 request=$(head -c 1048576)

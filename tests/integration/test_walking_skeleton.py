@@ -6,8 +6,11 @@ import base64
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-from support import Stack
+import pytest
+
+from support import Stack, custom_stack
 
 
 def test_two_stage_pipeline_runs_through_all_four_services_and_is_journaled(stack: Stack) -> None:
@@ -80,3 +83,21 @@ def test_bad_lines_each_get_one_structured_error_and_the_stack_keeps_serving(sta
 
     assert stack.native("ping")["ok"] is True
     assert stack.exec({"argv": ["true"], "privileged": False})["ok"] is True
+
+
+def test_the_same_airlock_run_twice_runs_twice_but_an_operation_id_replays(stack: Stack, tmp_path: Path) -> None:
+    counter = tmp_path / "count"
+    command = ["run", "--no-privilege", "--", "sh", "-c", f"echo x >> {counter}; wc -l < {counter}"]
+    assert stack.cli(*command).stdout.strip() == "1"
+    assert stack.cli(*command).stdout.strip() == "2"
+    fixed = ["run", "--no-privilege", "--operation-id", f"op-{tmp_path.name}", "--", "sh", "-c", f"echo x >> {counter}; wc -l < {counter}"]
+    assert stack.cli(*fixed).stdout.strip() == "3"
+    assert stack.cli(*fixed).stdout.strip() == "3"  # replayed, not run
+    assert counter.read_text().count("x") == 3
+
+
+def test_a_refusal_before_the_request_is_read_reaches_airlock_run(tmp_path_factory: pytest.TempPathFactory) -> None:
+    with custom_stack(Path(tmp_path_factory.mktemp("refuse")), "agents:\n  users: [nobody]\n") as refusing:
+        result = refusing.cli("run", "--no-privilege", "--", "true")
+    assert result.returncode == 125
+    assert "unauthorized" in result.stderr

@@ -37,7 +37,10 @@ def lines(sock: socket.socket) -> Iterator[tuple[bytes, dict[str, Any]]]:
     while True:
         frame = decoder.next_frame()
         if frame is NEED_DATA:
-            chunk = sock.recv(1024 * 1024)
+            try:
+                chunk = sock.recv(1024 * 1024)
+            except ConnectionResetError:
+                return
             if not chunk:
                 return
             decoder.feed(chunk)
@@ -64,7 +67,10 @@ def call(
     """Send one native request; return the final response (raw line and object)."""
     request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args, "token": token}
     with connect(path, timeout) as sock:
-        sock.sendall(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+        try:
+            sock.sendall(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before it read the request (busy, unauthorized): the refusal is there to read
         for raw, obj in lines(sock):
             if "event" in obj:
                 if on_event is not None:

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,10 @@ def cmd_run(ns: argparse.Namespace) -> int:
                 return 2
             env[name] = value
         args["env"] = env
-    if ns.operation_id:
-        args["operation_id"] = ns.operation_id
+    # Each `airlock run` is a new intent: without --operation-id it gets an ID
+    # of its own, so typing the same command twice runs it twice instead of
+    # replaying the first outcome (the protocol's derived IDs suit retries).
+    args["operation_id"] = ns.operation_id or f"cli-{uuid.uuid4()}"
     args["stream"] = True
     noticed = False
 
@@ -536,7 +539,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--cwd", help="working directory (absolute)")
     run.add_argument("--env", action="append", metavar="NAME=VALUE", help="set an allowed environment variable")
     run.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the command after this long")
-    run.add_argument("--operation-id", help="a stable ID: a retry with the same ID replays instead of running twice")
+    run.add_argument("--operation-id", help="a stable ID: a retry with the same ID replays instead of running twice "
+                     "(default: a fresh ID for each call, so the same command typed twice runs twice)")
     run.add_argument("--token", help="a session token from an operator (default: $AIRLOCK_TOKEN)")
     run.add_argument("--json", action="store_true", help="print the response envelope verbatim")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
