@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,7 +92,7 @@ def test_policy_check_explains_without_running(astack: Stack) -> None:
 def test_a_broken_policy_on_reload_is_rejected_and_the_old_one_stays(astack: Stack) -> None:
     config = astack.runtime_dir / "airlock.yaml"
     original = config.read_text()
-    pid = int(subprocess.run(["pgrep", "-f", f"airlock.approval --config {config}"], capture_output=True, text=True).stdout.split()[0])
+    pid = astack.service_pid("approval")
     try:
         config.write_text(original.replace("decision: deny", "decision: maybe"))
         os.kill(pid, signal.SIGHUP)
@@ -109,8 +108,7 @@ def test_a_broken_policy_on_reload_is_rejected_and_the_old_one_stays(astack: Sta
 def test_a_pending_request_fails_cleanly_when_approval_restarts(astack: Stack) -> None:
     job = Background(astack, {"argv": ["ls"], "privileged": False})
     wait_pending(astack, job.request_id)
-    config = astack.runtime_dir / "airlock.yaml"
-    pid = int(subprocess.run(["pgrep", "-f", f"airlock.approval --config {config}"], capture_output=True, text=True).stdout.split()[0])
+    pid = astack.service_pid("approval")
     os.kill(pid, signal.SIGTERM)
     assert job.result()["error"]["code"] == "approval_interrupted"
     deadline = time.monotonic() + 20
@@ -127,7 +125,6 @@ def test_a_pending_request_fails_cleanly_when_approval_restarts(astack: Stack) -
 def test_a_killed_approval_interrupts_pending_requests_too(astack: Stack) -> None:
     job = Background(astack, {"argv": ["ls"], "privileged": False})
     wait_pending(astack, job.request_id)
-    config = astack.runtime_dir / "airlock.yaml"
-    pid = int(subprocess.run(["pgrep", "-f", f"airlock.approval --config {config}"], capture_output=True, text=True).stdout.split()[0])
+    pid = astack.service_pid("approval")
     os.kill(pid, signal.SIGKILL)
     assert job.result()["error"]["code"] == "approval_interrupted"
