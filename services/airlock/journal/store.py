@@ -49,6 +49,7 @@ __all__ = ["GENESIS", "Event", "EventsPage", "OpBegin", "Stats", "Store", "Verif
 
 MAX_PAYLOAD_BYTES: Final = 64 * 1024
 MAX_OUTCOME_BYTES: Final = 1024 * 1024
+CACHE_KIB: Final = 512  # SQLite page cache per connection
 MAX_PAGE: Final = 256
 # A batch this large already amortises the fsync; bigger ones only delay the
 # first caller in it.
@@ -257,6 +258,9 @@ class Store:
             if str(mode).lower() != "wal":
                 raise sqlite3.OperationalError(f"cannot switch to WAL mode (got {mode!r})")
             wconn.execute("PRAGMA synchronous=FULL")
+            # Appends touch only the tail of the tables: a small page cache is
+            # enough, and keeps a long-running journal's memory flat.
+            wconn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             _migrate(wconn)
             for suffix in ("-wal", "-shm"):
                 side = path.with_name(path.name + suffix)
@@ -690,6 +694,7 @@ def _reader(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(
         path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None, check_same_thread=False, timeout=10
     )
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
     return conn
 
 
