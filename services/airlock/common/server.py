@@ -153,7 +153,6 @@ class Service:
         self.on_started: Callable[[], Awaitable[None]] | None = None  # serving: e.g. journal service.started
         self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
         self.on_stop: Callable[[], Awaitable[None]] | None = None  # in-flight work is done
-        self.status: Callable[[], str] = lambda: "serving"
         # State an idle exit would lose (approval's session tokens) keeps the service up.
         self.keep_alive: Callable[[], bool] = lambda: False
 
@@ -344,13 +343,3 @@ async def linger(
             if not chunk:
                 return
             budget -= len(chunk)
-
-
-def run(service_factory: Callable[[], Awaitable[tuple[Service, Mapping[str, socket.socket]]]]) -> None:
-    """Run a service's event loop until it stops."""
-
-    async def main() -> None:
-        service, sockets = await service_factory()
-        await service.serve(sockets)
-
-    asyncio.run(main())

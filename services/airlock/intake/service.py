@@ -247,19 +247,21 @@ class Intake:
     async def run(self, req: ExecRequest, peer: Peer, call: Call | None) -> dict[str, Any]:
         """An exec request."""
         spec = req.spec
+        spec_dict = spec.to_dict()  # once: this is every request's path
+        describe = req.describe()
         work = Work(
             request_id=req.request_id,
-            operation_id=req.operation_id or derived_operation_id("spec", spec.to_dict(), req.session),
+            operation_id=req.operation_id or derived_operation_id("spec", spec_dict, req.session),
             session=req.session,
             digest=spec.digest(),
             run_as=spec.run_as,
             privileged=spec.privileged,
-            describe=req.describe(),
-            decide_request=req.describe() | {"spec": spec.to_dict()},
+            describe=describe,
+            decide_request=describe | {"spec": spec_dict},
             has_protected=bool(req.protected_env),
             runner_verb="exec",
             runner_args={
-                "spec": spec.to_dict(),
+                "spec": spec_dict,
                 "protected_env": req.protected_env,
                 "request_id": req.request_id,
                 "session": req.session,

@@ -251,7 +251,6 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         max_line=config.limits.max_request_bytes * 2,
     )
     service = Service(NAME, config, [door])
-    service.status = lambda: f"{len(runner.running)} job(s) running"
     lifecycle(service, runner.audit)
     return service
 
