@@ -33,6 +33,7 @@ from airlock.approval.tokens import (
 )
 from airlock.common import daemon, log, validate
 from airlock.common.audit import Audit, Ids, lifecycle
+from airlock.common.codec import canonical_json
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
 from airlock.common.filespec import FileSpec
@@ -53,6 +54,7 @@ class Pending:
     request: dict[str, Any]
     decision: Decision
     digest: str
+    bound: dict[str, Any]
     created: float
     expires: float
     future: asyncio.Future[tuple[str, str, int | None, str]] = field(repr=False)
@@ -115,8 +117,19 @@ def _first_on_path(name: str, search_path: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Ticket:
-    digest: str
+    binding: str  # ticket_binding(digest, bound): what the runner must present to redeem
     expires: float
+
+
+def ticket_binding(digest: str, bound: Mapping[str, Any]) -> str:
+    """What a ticket is bound to: the spec's digest and what approval resolved for it.
+
+    ``bound`` holds what approval saw beyond the request itself (the binaries'
+    identities, a file's reviewed content hash); the runner presents the same
+    object at redeem and then enforces it, so a compromised intake can change
+    neither without the redeem failing.
+    """
+    return hashlib.sha256(canonical_json({"digest": digest, "bound": dict(bound)})).hexdigest()
 
 
 def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Subject:
@@ -179,6 +192,8 @@ class Approval:
             decision = self.policy.decide_file(subject, spec.tool, spec.path)
         else:
             decision = self.policy.decide(subject, spec.stages)
+        # What approval resolved beyond the request, bound to the ticket and enforced by the runner.
+        bound: dict[str, Any] = {}
         verdict, rule = decision.decision, decision.rule
         if self.hold_reason is not None and verdict == "allow":
             verdict, rule = "ask", "hold"
@@ -186,7 +201,7 @@ class Approval:
         if verdict == "ask":
             if isinstance(spec, FileSpec):
                 request = await filereview.operator_view(self.runner, request, spec)
-            return await self._wait_for_operator(call, request, peer, decision, digest, common)
+            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common)
         await self.audit.record(
             "approval.decided",
             common,
@@ -195,10 +210,17 @@ class Approval:
         )
         if verdict == "deny":
             raise AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
-        return {"decision": "allow", "rule": rule, "decided_by": "policy", "ticket": self._issue(digest)}
+        return {"decision": "allow", "rule": rule, "decided_by": "policy", "ticket": self._issue(digest, bound), "bound": bound}
 
     async def _wait_for_operator(
-        self, call: Call, request: dict[str, Any], peer: Peer, decision: Decision, digest: str, common: Ids
+        self,
+        call: Call,
+        request: dict[str, Any],
+        peer: Peer,
+        decision: Decision,
+        digest: str,
+        bound: dict[str, Any],
+        common: Ids,
     ) -> dict[str, Any]:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
@@ -209,6 +231,7 @@ class Approval:
             request=request,
             decision=decision,
             digest=digest,
+            bound=bound,
             created=now,
             expires=now + timeout,
             future=asyncio.get_running_loop().create_future(),
@@ -249,15 +272,15 @@ class Approval:
             raise AirlockError(
                 ErrorCode.DENIED, f"denied by operator {by}" + (f": {reason}" if reason else ""), {"rule": rule, "decided_by": by}
             )
-        return {"decision": "allow", "rule": rule, "decided_by": by, "ticket": self._issue(entry.digest)}
+        return {"decision": "allow", "rule": rule, "decided_by": by, "ticket": self._issue(entry.digest, entry.bound), "bound": entry.bound}
 
-    def _issue(self, digest: str) -> str:
+    def _issue(self, digest: str, bound: Mapping[str, Any]) -> str:
         now = time.monotonic()
         for key in [k for k, t in self.tickets.items() if t.expires < now]:
             del self.tickets[key]
         ticket = secrets.token_urlsafe(32)
         # Only a hash is kept: a memory dump does not yield a redeemable ticket.
-        self.tickets[_ticket_key(ticket)] = Ticket(digest, now + self.config.approval.ticket_ttl_seconds)
+        self.tickets[_ticket_key(ticket)] = Ticket(ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds)
         return ticket
 
     # --- runner: redeem -------------------------------------------------------
@@ -265,8 +288,10 @@ class Approval:
     async def redeem(self, call: Call) -> dict[str, Any]:
         ticket = validate.text("ticket", call.args.get("ticket"), max_len=256, allow_empty=False)
         digest = validate.text("digest", call.args.get("digest"), max_len=128, allow_empty=False)
+        bound = validate.mapping("bound", call.args.get("bound"))
         entry = self.tickets.pop(_ticket_key(ticket), None)  # single use: gone whatever happens next
-        if entry is None or entry.expires < time.monotonic() or not secrets.compare_digest(entry.digest, digest):
+        binding = ticket_binding(digest, bound)
+        if entry is None or entry.expires < time.monotonic() or not secrets.compare_digest(entry.binding, binding):
             raise AirlockError(ErrorCode.INVALID_TICKET, "the approval ticket is not valid for this request")
         return {"valid": True}
 

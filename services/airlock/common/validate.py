@@ -44,6 +44,15 @@ def optional_text(field: str, value: Any, *, max_len: int = 4096) -> str | None:
     return None if value is None else text(field, value, max_len=max_len)
 
 
+def mapping(field: str, value: Any) -> dict[str, Any]:
+    """An optional JSON object (absent is empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad(field, "must be an object")
+    return value
+
+
 def boolean(field: str, value: Any, default: bool) -> bool:
     if value is None:
         return default

@@ -332,7 +332,8 @@ class Intake:
             try:
                 outcome = await self.runner.call(
                     work.runner_verb,
-                    work.runner_args | {"ticket": decision["ticket"], "operation_id": op},
+                    work.runner_args
+                    | {"ticket": decision["ticket"], "bound": decision.get("bound") or {}, "operation_id": op},
                     on_event=forward,
                     timeout=work.runner_timeout,
                 )

@@ -60,7 +60,8 @@ class FileVerbs:
         ids = Ids(request_id, operation_id, spec.uid, session)
         digest = spec.digest()
         try:
-            await self.runner.approval.call("redeem", {"ticket": ticket, "digest": digest})
+            bound = validate.mapping("bound", a.get("bound"))
+            await self.runner.approval.call("redeem", {"ticket": ticket, "digest": digest, "bound": bound})
         except AirlockError as exc:
             raise await self.runner._refuse(exc, ids) from None
         try:

@@ -156,7 +156,8 @@ class Runner:
             raise validate.bad("protected_env", "names do not match the approved request")
         ceiling = self.config.limits.max_output_bytes
         validate.integer("max_output_bytes", spec.max_output_bytes, minimum=1, maximum=ceiling)
-        await self.approval.call("redeem", {"ticket": ticket, "digest": spec.digest()})
+        bound = validate.mapping("bound", a.get("bound"))
+        await self.approval.call("redeem", {"ticket": ticket, "digest": spec.digest(), "bound": bound})
 
         euid = os.geteuid()
         if spec.run_as != euid and euid != 0:
