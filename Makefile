@@ -41,7 +41,7 @@ run: $(BIN)/airlock
 	$(BIN)/airlock dev up --runtime-dir ./run
 
 test: $(BIN)/airlock
-	$(BIN)/python -m pytest -q tests/unit tests/integration
+	$(BIN)/python -m pytest -q tests/unit tests/integration tests/security
 
 test-unit: $(BIN)/airlock
 	$(BIN)/python -m pytest -q tests/unit
