@@ -21,6 +21,7 @@ PURE_MODULES = [
     "services/airlock/common/errors.py",
     "services/airlock/common/validate.py",
     "services/airlock/common/spec.py",
+    "services/airlock/common/envrule.py",
     "services/airlock/intake/request.py",
     "services/airlock/intake/legacy.py",
     "services/airlock/journal/chain.py",

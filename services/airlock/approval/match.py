@@ -17,10 +17,12 @@ whole subtree (the directory itself included).
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.resolve import canonical
 
 REST = "..."
 
@@ -83,8 +85,16 @@ def canonical_head(path: str) -> str:
     ``/usr/bin/dash`` on Debian, ``/bin/x`` becomes ``/usr/bin/x`` on a merged
     /usr even before x is installed); the rest is kept, normalised.  Requests
     are canonicalised the same way, so both sides meet on one spelling.
+
+    A path that changes while it is resolved (a symlink replaced mid-walk) is
+    refused with ``invalid_arguments``, never an internal error.
     """
-    return os.path.realpath(path)
+    real = canonical(path)
+    if real is None:
+        raise AirlockError(
+            ErrorCode.INVALID_ARGUMENTS, f"{path!r} changed while it was being resolved; try again", {"path": path}
+        )
+    return real
 
 
 def match_args(pattern: Sequence[str], args: Sequence[str]) -> bool:
@@ -127,8 +137,8 @@ def canonical_path_pattern(pattern: str) -> tuple[str, bool]:
     if pattern == "/" + REST:
         return "/", True
     if pattern.endswith("/" + REST):
-        return os.path.realpath(pattern[: -len(REST) - 1]), True
-    return os.path.realpath(pattern), False
+        return canonical_head(pattern[: -len(REST) - 1]), True
+    return canonical_head(pattern), False
 
 
 def match_path(base: str, subtree: bool, path: str) -> bool:

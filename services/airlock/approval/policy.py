@@ -26,6 +26,7 @@ import yaml
 from airlock.approval import match
 from airlock.approval.match import FileGrant
 from airlock.common.config import Config
+from airlock.common.errors import AirlockError
 from airlock.common.resolve import default_path, resolve_executable
 
 Verdict = Literal["allow", "ask", "deny"]
@@ -461,7 +462,10 @@ class _Reader:
             target = node.value[index] if node.value else node
             raise self.fail(target, f"{key}[{index}]" if node.value else key, message, got=bool(node.value))
         # Canonical like the requests it is compared with (/bin/sh -> /usr/bin/dash).
-        head = match.canonical_head(elements[0])
+        try:
+            head = match.canonical_head(elements[0])
+        except AirlockError as exc:
+            raise self.fail(node.value[0], f"{key}[0]", exc.message) from None
         if not _executable(head):
             self.warnings.append(f"{_where(self.path, node.value[0])}: {key}[0]: no executable at {head} (yet)")
         return (head, *elements[1:])
@@ -496,7 +500,10 @@ class _Reader:
                 problem = match.path_pattern_problem(value)
                 if problem is not None:
                     raise self.fail(path_node, f"{entry}.paths[{path_index}]", problem)
-                base, subtree = match.canonical_path_pattern(value)
+                try:
+                    base, subtree = match.canonical_path_pattern(value)
+                except AirlockError as exc:
+                    raise self.fail(path_node, f"{entry}.paths[{path_index}]", exc.message) from None
                 paths.append(f"{base.rstrip('/')}/{match.REST}" if subtree else base)
             grants.append(FileGrant(tools, tuple(paths)))
         return tuple(grants)

@@ -31,7 +31,7 @@ from airlock.approval.tokens import (
     token_hash,
     unauthorized,
 )
-from airlock.common import daemon, log, validate
+from airlock.common import binary, daemon, log, validate
 from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.codec import canonical_json
 from airlock.common.config import Config, ConfigError, load
@@ -60,6 +60,10 @@ class Pending:
     future: asyncio.Future[tuple[str, str, int | None, str]] = field(repr=False)
     rule: str = ""
     binaries: list[dict[str, Any]] = field(default_factory=list)
+    # From the checked spec (exec or file), not the raw request: what the operator must see.
+    privileged: bool = True
+    run_as: int = 0
+    run_as_user: str = ""
 
     def to_dict(self, now: float) -> dict[str, Any]:
         raw_spec = self.request.get("spec")
@@ -71,9 +75,11 @@ class Pending:
             "session": self.request.get("session") or "",
             "host": self.request.get("host") or "",
             "reason": self.request.get("reason") or "",
-            "privileged": bool(spec.get("privileged")),
+            "privileged": self.privileged,
+            "run_as": {"uid": self.run_as, "user": self.run_as_user},
             "env_names": sorted([*(spec.get("env") or {}), *(spec.get("protected_names") or [])]),
             "stages": self.binaries,
+            "binaries": list(self.bound.get("binaries") or []),
             "rule": self.rule,
             "request": self.request,
             "policy": self.decision.to_dict(),
@@ -83,22 +89,40 @@ class Pending:
         }
 
 
-def describe_binaries(decision: Decision, target_uid: int) -> list[dict[str, Any]]:
-    """Each stage's program as a reviewer must see it: the path found, and where a symlink leads."""
+def describe_binaries(
+    decision: Decision, target_uid: int, identities: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Each stage's program as a reviewer must see it: the path found, where a symlink
+    leads, and the identity of the file the ticket binds (the one that will run)."""
     out = []
-    for stage in decision.stages:
+    for index, stage in enumerate(decision.stages):
         name = stage.argv[0] if stage.argv else ""
         found = _first_on_path(name, default_path(target_uid))
-        out.append(
-            {
-                "argv": list(stage.argv),
-                "binary": found or stage.resolved,
-                "resolved": stage.resolved,
-                "symlink": found is not None and stage.resolved is not None and found != stage.resolved,
-                "decision": stage.decision,
-                "rule": stage.rule,
-            }
-        )
+        item: dict[str, Any] = {
+            "argv": list(stage.argv),
+            "binary": found or stage.resolved,
+            "resolved": stage.resolved,
+            "symlink": found is not None and stage.resolved is not None and found != stage.resolved,
+            "decision": stage.decision,
+            "rule": stage.rule,
+        }
+        if identities is not None and index < len(identities):
+            item["identity"] = identities[index]
+        out.append(item)
+    return out
+
+
+def bind_binaries(decision: Decision, *, privileged: bool) -> list[dict[str, Any]]:
+    """The identity of each stage's canonical binary, as the runner must find it (issue 14).
+
+    Opened like the runner opens it (component by component, no symlink
+    followed); a root job's binary must also be root's alone (``unsafe_binary``).
+    """
+    out = []
+    for stage in decision.stages:
+        if stage.resolved is None:  # the policy denies an unresolved stage; nothing to bind
+            raise AirlockError(ErrorCode.SPAWN_FAILED, f"{stage.argv[0] if stage.argv else ''}: command not found")
+        out.append(binary.bind(stage.resolved, privileged=privileged))
     return out
 
 
@@ -194,6 +218,8 @@ class Approval:
             decision = self.policy.decide(subject, spec.stages)
         # What approval resolved beyond the request, bound to the ticket and enforced by the runner.
         bound: dict[str, Any] = {}
+        if isinstance(spec, ExecSpec) and decision.decision != "deny":
+            bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0)
         verdict, rule = decision.decision, decision.rule
         if self.hold_reason is not None and verdict == "allow":
             verdict, rule = "ask", "hold"
@@ -201,7 +227,7 @@ class Approval:
         if verdict == "ask":
             if isinstance(spec, FileSpec):
                 request = await filereview.operator_view(self.runner, request, spec)
-            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common)
+            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec)
         await self.audit.record(
             "approval.decided",
             common,
@@ -221,6 +247,7 @@ class Approval:
         digest: str,
         bound: dict[str, Any],
         common: Ids,
+        spec: ExecSpec | FileSpec,
     ) -> dict[str, Any]:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
@@ -240,7 +267,8 @@ class Approval:
             raise AirlockError(ErrorCode.CONFLICT, "a request with this ID is already pending")
         rule = "hold" if self.hold_reason is not None and decision.decision == "allow" else decision.rule
         entry.rule = rule
-        entry.binaries = describe_binaries(decision, 0 if request.get("spec", {}).get("privileged") else peer.uid)
+        entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, _user_name(spec.run_as)
+        entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
         await self.audit.record(
             "approval.pending",
             common,
@@ -561,6 +589,15 @@ def _path(value: str | None) -> Any:
     from pathlib import Path
 
     return Path(value) if value and value != "<built-in>" else None
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def _ticket_key(ticket: str) -> str:

@@ -188,7 +188,8 @@ def cmd_pending(ns: argparse.Namespace) -> int:
             spec = p["request"].get("spec", {})
             command = " | ".join(command_line(stage) for stage in spec.get("stages", []))
             command = command or f"{p['request'].get('tool', '')} {p['request'].get('path', '')}"  # a file operation
-            rows.append([p["request_id"], p["peer"]["user"], "root" if spec.get("privileged") else "user",
+            as_user = (p.get("run_as") or {}).get("user") or ("root" if p.get("privileged") else "user")
+            rows.append([p["request_id"], p["peer"]["user"], as_user,
                          render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
         for p in data.get("pending", []):

@@ -40,6 +40,8 @@ class ErrorCode(enum.StrEnum):
     PRIVILEGE_UNAVAILABLE = "privilege_unavailable"
     INVALID_TICKET = "invalid_ticket"
     SPAWN_FAILED = "spawn_failed"
+    BINARY_CHANGED = "binary_changed"  # the binary is no longer the file approval saw
+    UNSAFE_BINARY = "unsafe_binary"  # a root job's binary or a parent directory is not root's alone
     # Operations (reference/001).
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"

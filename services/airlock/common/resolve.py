@@ -35,7 +35,22 @@ def resolve_executable(name: str, search_path: str) -> str | None:
     else:
         candidates = [os.path.join(d, name) for d in search_path.split(":") if d.startswith("/")]
     for candidate in candidates:
-        real = os.path.realpath(candidate)
-        if os.path.isfile(real) and os.access(real, os.X_OK):
+        real = canonical(candidate)
+        if real is not None and os.path.isfile(real) and os.access(real, os.X_OK):
             return real
+    return None
+
+
+def canonical(path: str) -> str | None:
+    """``os.path.realpath``, or None when the path changes under it (or is not a path).
+
+    A symlink replaced by a file between realpath's lstat and readlink makes
+    readlink fail; a path racing like that is refused by the callers, never
+    an internal error.  Two more tries cover an innocent rename.
+    """
+    for _ in range(3):
+        try:
+            return os.path.realpath(path)
+        except (OSError, ValueError):
+            continue
     return None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airlock.common import validate
+from airlock.common import envrule, validate
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
@@ -82,8 +82,11 @@ def parse_time(value: Any, config: Config, now: float) -> str:
     return raw
 
 
-def check_env(field_name: str, env: dict[str, str], config: Config) -> None:
+def check_env(field_name: str, env: dict[str, str], config: Config, *, privileged: bool = False) -> None:
     for name in env:
+        refused = envrule.refusal(name) if privileged else None
+        if refused is not None:
+            raise validate.bad(f"{field_name}.{name}", refused)
         if name == "SSH_AUTH_SOCK":
             raise validate.bad(
                 f"{field_name}.SSH_AUTH_SOCK",
@@ -170,8 +173,8 @@ def _build(
         raise validate.bad("operation_id", "must not be empty")
     stream = validate.boolean("stream", args.get("stream"), False)
     when = parse_time(args.get("time"), config, now)
-    check_env("env", env, config)
-    check_env("protected_env", protected, config)
+    check_env("env", env, config, privileged=spec.run_as == 0)
+    check_env("protected_env", protected, config, privileged=spec.run_as == 0)
     return ExecRequest(
         request_id=request_id, spec=spec, protected_env=protected, operation_id=operation_id, reason=reason,
         session=session, host=host, time=when, stream=stream,

@@ -9,6 +9,7 @@ replies in the dialect it was asked in (native v1 or reference/000).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -63,7 +64,7 @@ class Intake:
         self.journal = self.audit.client
         self.approval = Client(config.socket_path("approval"), service="airlock-approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE, timeout=None)
         self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE, timeout=None)
-        self.operations: dict[str, int] = {}  # running operation -> the uid that started it
+        self.operations: dict[tuple[int, str], int] = {}  # (uid, running operation) -> the uid that started it
         self.runner_uid = uid_of(config.services.runner_user)
         self.log = log.get()
 
@@ -277,6 +278,7 @@ class Intake:
         """Drive one request through the other services; the one path for exec and file work."""
         self.check_privilege(work.run_as, work.privileged)
         op, digest = work.operation_id, work.digest
+        key = operation_key(peer.uid, op)  # the journal's: each agent's IDs are its own
         ids = Ids(work.request_id, op, peer.uid, work.session or None)
         emit = call.emit if call is not None else None
         # One journal round trip: claim the request ID (the replay gate, last of
@@ -284,7 +286,7 @@ class Intake:
         began = await self.journal.call(
             "op.begin",
             {
-                "operation_id": op,
+                "operation_id": key,
                 "digest": digest,
                 "has_protected": work.has_protected,
                 "claim": self._claim_args(work.request_id, peer),
@@ -328,7 +330,7 @@ class Intake:
                 raise
             if emit is not None:
                 await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
-            self.operations[op] = peer.uid
+            self.operations[(peer.uid, op)] = peer.uid
             try:
                 outcome = await self.runner.call(
                     work.runner_verb,
@@ -338,21 +340,21 @@ class Intake:
                     timeout=work.runner_timeout,
                 )
             finally:
-                self.operations.pop(op, None)
+                self.operations.pop((peer.uid, op), None)
             outcome = outcome | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
             settled = True
-            await self._settle(op, digest, outcome, work.thin, ids)
+            await self._settle(key, digest, outcome, work.thin, ids)
             if emit is not None:
                 await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
             return outcome
         except AirlockError as exc:
             if not settled:
                 settled = True
-                await self._abandon(op, ids, exc)
+                await self._abandon(key, ids, exc)
             raise
         finally:
             if not settled:  # cancelled, or a bug: the operation must not stay "in progress"
-                await self._abandon(op, ids, None)
+                await self._abandon(key, ids, None)
 
     def _runner_budget(self, req: ExecRequest) -> float:
         """How long a runner may take to answer: the job's own timeout, the kill
@@ -374,7 +376,7 @@ class Intake:
         try:
             done = await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": stored, "event": event})
         except AirlockError as exc:
-            self.log.error("intake.outcome.unstored", request_id=ids.request_id, operation_id=op, code=exc.code.value,
+            self.log.error("intake.outcome.unstored", request_id=ids.request_id, operation_id=ids.operation_id, code=exc.code.value,
                            error=exc.message)
             return
         self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "ok"})
@@ -395,10 +397,20 @@ class Intake:
 
     async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:
         op = validate.text("operation_id", request.args.get("operation_id"), max_len=256, allow_empty=False)
-        owner = self.operations.get(op)
+        owner = self.operations.get((peer.uid, op))
         if owner is None or owner != peer.uid:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
-        return await self.runner.call("cancel", {"operation_id": op})
+        return await self.runner.call("cancel", {"operation_id": op, "uid": peer.uid})
+
+
+def operation_key(uid: int, operation_id: str) -> str:
+    """The journal's key for an agent's operation ID: the uid and a digest of the ID.
+
+    Operation IDs belong to their agent: keyed by uid, another agent can
+    neither claim one first (blocking it with operation_id_conflict) nor learn
+    from a conflict that it was used.  Short and fixed-length, whatever the ID.
+    """
+    return f"u{uid}:" + hashlib.sha256(operation_id.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:

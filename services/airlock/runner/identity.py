@@ -15,6 +15,7 @@ import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from airlock.common import envrule
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path
 
@@ -34,6 +35,7 @@ class Identity:
     groups: tuple[int, ...]  # supplementary groups, the primary gid included
     user: str
     home: str
+    shell: str = "/bin/sh"
 
     def __post_init__(self) -> None:
         if self.uid < 0 or self.gid < 0 or any(g < 0 for g in self.groups):
@@ -47,7 +49,10 @@ def resolve_identity(uid: int) -> Identity:
     except (KeyError, OverflowError, ValueError):
         raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"no user with uid {uid}", {"uid": uid}) from None
     groups = sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid)) | {entry.pw_gid})
-    return Identity(uid=uid, gid=entry.pw_gid, groups=tuple(groups), user=entry.pw_name, home=entry.pw_dir)
+    return Identity(
+        uid=uid, gid=entry.pw_gid, groups=tuple(groups), user=entry.pw_name, home=entry.pw_dir,
+        shell=entry.pw_shell or "/bin/sh",
+    )
 
 
 def encodable(text: str) -> bool:
@@ -73,20 +78,26 @@ def _check_env_name(name: str) -> None:
 def build_env(identity: Identity, request_env: Mapping[str, str], protected_env: Mapping[str, str]) -> dict[str, str]:
     """A job's environment, built from scratch.
 
-    HOME, USER, LOGNAME and PATH come from the target user (a HOME in the
-    request wins, as any request variable does); then the request's
-    variables; then the protected ones, which override both.  Nothing of the
-    daemon's own environment is consulted.
+    HOME, USER, LOGNAME, SHELL and PATH come from the target user's passwd
+    entry and the fixed path for that user; then the request's variables;
+    then the protected ones, which override both.  For a root job the
+    request may not set those five, nor a variable that changes what a
+    program loads or runs (envrule.py): refused, never dropped.  Nothing of
+    the daemon's own environment is consulted.
     """
     env = {
         "HOME": identity.home,
         "USER": identity.user,
         "LOGNAME": identity.user,
+        "SHELL": identity.shell,
         "PATH": default_path(identity.uid),
     }
     for source in (request_env, protected_env):
         for name, value in source.items():
             _check_env_name(name)
+            refused = envrule.refusal(name) if identity.uid == 0 else None
+            if refused is not None:
+                raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"env.{name}: {refused}", {"field": f"env.{name}"})
             if "\0" in value or not encodable(value):
                 raise AirlockError(
                     ErrorCode.INVALID_ARGUMENTS, f"environment variable {name}: value has a NUL or lone surrogate"
@@ -189,16 +200,18 @@ def check_cwd(identity: Identity, cwd: str) -> None:
         ) from None
 
 
-def check_executable(identity: Identity, path: str) -> None:
+def check_executable(identity: Identity, path: str, held: os.stat_result | None = None) -> None:
     """Refuse unless ``identity`` may execute the canonical binary ``path``.
 
     Checked before any stage starts, so that a pipeline whose later stage
     could not exec does not run its earlier ones.  Mode bits only; an
-    interpreter named by a ``#!`` line is left to the kernel.
+    interpreter named by a ``#!`` line is left to the kernel.  ``held``: the
+    ``fstat`` of the file the runner holds open (and will execute); the
+    directories are walked by name only to judge the user's search rights.
     """
     try:
         _enter(identity, os.path.dirname(path) or "/")
-        st = os.stat(path)
+        st = held if held is not None else os.stat(path)
     except _Refused as refused:
         raise AirlockError(ErrorCode.SPAWN_FAILED, f"{path}: {refused} {_for(identity)}") from None
     except OSError as exc:

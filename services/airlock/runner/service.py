@@ -17,7 +17,7 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.common import daemon, log, validate
+from airlock.common import binary, daemon, log, validate
 from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
@@ -40,7 +40,7 @@ class Runner:
         self.approval = Client(
             config.socket_path("approval"), service="airlock-approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE
         )
-        self.running: dict[str, asyncio.Event] = {}
+        self.running: dict[tuple[int, str], asyncio.Event] = {}  # (requesting uid, operation ID)
         self.intake_uid = uid_of(config.services.intake_user)
         self.log = log.get()
 
@@ -67,16 +67,21 @@ class Runner:
         operation_id = validate.text("operation_id", a.get("operation_id"), max_len=256, allow_empty=False)
         session = validate.optional_text("session", a.get("session"), max_len=256)
         ids = Ids(request_id, operation_id, None, session)
-        if operation_id in self.running:
+        # Operation IDs belong to their agent (issue 14): another agent's running
+        # operation of the same ID is neither blocked nor revealed.
+        raw_spec = a.get("spec")
+        owner = raw_spec.get("uid") if isinstance(raw_spec, dict) else None
+        key = (owner if isinstance(owner, int) and not isinstance(owner, bool) else -1, operation_id)
+        if key in self.running:
             raise await self._refuse(AirlockError(ErrorCode.OPERATION_IN_PROGRESS, "this operation is already running"), ids)
         # Registered before the first await, so that a cancel arriving while the
         # ticket is redeemed or the scope created is not lost: the job then never starts.
         cancel = asyncio.Event()
-        self.running[operation_id] = cancel
+        self.running[key] = cancel
         try:
             return await self._exec(call, operation_id, ids, cancel)
         finally:
-            self.running.pop(operation_id, None)
+            self.running.pop(key, None)
 
     async def _exec(self, call: Call, operation_id: str, ids: Ids, cancel: asyncio.Event) -> dict[str, Any]:
         a = call.args
@@ -158,6 +163,8 @@ class Runner:
         validate.integer("max_output_bytes", spec.max_output_bytes, minimum=1, maximum=ceiling)
         bound = validate.mapping("bound", a.get("bound"))
         await self.approval.call("redeem", {"ticket": ticket, "digest": spec.digest(), "bound": bound})
+        # What approval resolved, now redeemed: the files to run (checked again when opened).
+        binaries = binary.parse_bound(bound.get("binaries"), len(spec.stages))
 
         euid = os.geteuid()
         if spec.run_as != euid and euid != 0:
@@ -200,15 +207,20 @@ class Runner:
             memory_max=self.config.runner.memory_max,
             tasks_max=self.config.runner.tasks_max,
             cpu_quota=self.config.runner.cpu_quota,
+            binaries=tuple(binaries),
+            owner_uid=spec.uid,
         )
         return job, added
 
     async def cancel(self, call: Call) -> dict[str, Any]:
         operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
-        event = self.running.get(operation_id)
-        if event is None:
+        # intake names the agent whose operation it is; an operator (through approval) may cancel any.
+        uid = validate.integer("uid", call.args.get("uid"))
+        events = [e for (owner, op), e in self.running.items() if op == operation_id and uid in (None, owner)]
+        if not events:
             raise AirlockError(ErrorCode.NOT_FOUND, f"operation {operation_id!r} is not running")
-        event.set()
+        for event in events:
+            event.set()
         return {"operation_id": operation_id, "cancelling": True}
 
 

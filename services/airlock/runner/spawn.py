@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import structlog
 
+from airlock.common import binary
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
 from airlock.runner.evidence import JobResult, StageResult, describe_exit, iso_utc, sha256_hex
@@ -117,6 +118,11 @@ class JobSpec:
     tasks_max: int = 0
     cpu_quota: str | None = None
     umask: int = 0o022  # the job's, not the daemon's (which may be stricter)
+    # The identities approval bound (bound["binaries"], one per stage): the
+    # runner executes these paths' files and nothing else.  None (tests, tools):
+    # argv[0] is resolved here, on the target user's default PATH.
+    binaries: tuple[Mapping[str, Any], ...] | None = None
+    owner_uid: int | None = None  # who asked: operation IDs are per agent, so is the scope's name
 
     def __post_init__(self) -> None:
         if self.mode not in ("exec", "shell"):
@@ -140,6 +146,8 @@ class JobSpec:
             raise _invalid(f"timeout must be positive (got {self.timeout_seconds})")
         if self.max_output_bytes < 0 or self.kill_grace_seconds < 0 or self.tasks_max < 0:
             raise _invalid("output cap, kill grace and tasks_max must not be negative")
+        if self.binaries is not None and len(self.binaries) != len(self.stages):
+            raise _invalid("a job needs one bound binary identity per stage")
 
 
 def systemd_is_running() -> bool:
@@ -289,7 +297,8 @@ def _scope_containment(spec: JobSpec) -> ScopeContainment:
         # Never before our own timeout, termination and sweep have had their turn.
         runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
     )
-    return ScopeContainment(unit_name(spec.operation_id), settings)
+    name = spec.operation_id if spec.owner_uid is None else f"{spec.operation_id}.u{spec.owner_uid}"
+    return ScopeContainment(unit_name(name), settings)
 
 
 def _containment_for(spec: JobSpec) -> ProcessGroups:
@@ -322,25 +331,67 @@ def _is_own_identity(identity: Identity) -> bool:
     )
 
 
-def _resolve_all(spec: JobSpec) -> list[str]:
-    search_path = spec.env.get("PATH", default_path(spec.identity.uid))
-    executables = []
-    for index, argv in enumerate(spec.stages):
-        executable = resolve_executable(argv[0], search_path)
-        if executable is None:
-            raise AirlockError(
-                ErrorCode.SPAWN_FAILED,
-                f"stage {index + 1}: {argv[0]}: command not found",
-                {"stage": index, "argv0": argv[0]},
-            )
-        try:
-            check_executable(spec.identity, executable)
-        except AirlockError as exc:
-            raise AirlockError(
-                exc.code, f"stage {index + 1}: {exc.message}", {"stage": index, "argv0": argv[0]}
-            ) from None
-        executables.append(executable)
-    return executables
+@dataclass(frozen=True, slots=True)
+class _Binary:
+    """One stage's binary, held open: its canonical path (the argv[0] the job
+    sees) and the O_PATH fd that is executed (``/proc/self/fd/N``)."""
+
+    path: str
+    fd: int
+
+
+def _stage_error(exc: AirlockError, index: int, argv0: str) -> AirlockError:
+    return AirlockError(exc.code, f"stage {index + 1}: {exc.message}", exc.details | {"stage": index, "argv0": argv0})
+
+
+def _open_all(spec: JobSpec) -> list[_Binary]:
+    """Open every stage's binary and check it, before anything starts.
+
+    With bound identities (the runner service) the path is approval's and the
+    open file must be the file approval saw: same device and inode, and for a
+    root job the same owner and mode, and root's alone (``unsafe_binary``).  A
+    bare name is never looked up on the request's PATH.
+    """
+    trusted = spec.identity.uid == 0
+    opened: list[_Binary] = []
+    try:
+        for index, argv in enumerate(spec.stages):
+            if spec.binaries is not None:
+                expected = spec.binaries[index]
+                path: str | None = str(expected.get("path", ""))
+            else:
+                expected = None
+                path = resolve_executable(argv[0], default_path(spec.identity.uid))
+            if path is None:
+                raise AirlockError(
+                    ErrorCode.SPAWN_FAILED,
+                    f"stage {index + 1}: {argv[0]}: command not found",
+                    {"stage": index, "argv0": argv[0]},
+                )
+            try:
+                fd, st = binary.open_binary(path, trusted=trusted)
+                opened.append(_Binary(path, fd))
+                if expected is not None:
+                    differs = binary.mismatch(expected, binary.identity_of(path, st, privileged=trusted))
+                    if differs:
+                        raise AirlockError(
+                            ErrorCode.BINARY_CHANGED,
+                            f"{path} is not the file that was approved (changed: {', '.join(differs)})",
+                            {"path": path, "changed": differs},
+                        )
+                check_executable(spec.identity, path, st)
+            except AirlockError as exc:
+                raise _stage_error(exc, index, argv[0]) from None
+    except BaseException:
+        _close_all(opened)
+        raise
+    return opened
+
+
+def _close_all(opened: Sequence[_Binary]) -> None:
+    for item in opened:
+        with contextlib.suppress(OSError):
+            os.close(item.fd)
 
 
 def _grow_pipe(fd: int) -> None:
@@ -352,10 +403,11 @@ class _Job:
     """The mutable runtime state of one job (the spec stays frozen)."""
 
     def __init__(
-        self, spec: JobSpec, containment: ProcessGroups, executables: Sequence[str], on_output: OutputCallback | None
+        self, spec: JobSpec, containment: ProcessGroups, binaries: Sequence[_Binary], on_output: OutputCallback | None
     ) -> None:
         self.spec = spec
-        self.executables = tuple(executables)  # canonical, one per stage
+        self.binaries = tuple(binaries)  # canonical path and open fd, one per stage
+        self.executables = tuple(b.path for b in binaries)
         self.containment = containment
         self.on_output = on_output
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -376,7 +428,6 @@ class _Job:
     def spawn(self) -> list[_Fd]:
         """Start every stage; returns the gates to open (scope mode) or none."""
         spec = self.spec
-        executables = self.executables
         last = len(spec.stages) - 1
         if spec.stdin is None:
             next_in = _Fd(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
@@ -390,7 +441,8 @@ class _Job:
         # (root jobs) can take the much cheaper vfork() path.
         if os.geteuid() == 0 and not _is_own_identity(spec.identity):  # else _check_privilege made sure the uid is ours
             ids = {"user": spec.identity.uid, "group": spec.identity.gid, "extra_groups": list(spec.identity.groups)}
-        for index, (argv, executable) in enumerate(zip(spec.stages, executables, strict=True)):
+        for index, (argv, opened) in enumerate(zip(spec.stages, self.binaries, strict=True)):
+            executable = opened.path
             read_out, write_out = self._pipe()
             read_err, write_err = self._pipe()
             if index == last:
@@ -401,16 +453,20 @@ class _Job:
             # argv[0] is the canonical path that policy matched, not the name the
             # request gave: multi-call binaries (systemctl as `reboot`) choose
             # what to do from argv[0], and policy judged the canonical binary.
+            # What is executed is the file opened and checked in _open_all, through
+            # its fd (kept open across exec, so a #! script's interpreter can open
+            # /proc/self/fd/N too), never the path again.
             args: list[str] = [executable, *argv[1:]]
-            program = executable
-            pass_fds: tuple[int, ...] = ()
+            held = f"/proc/self/fd/{opened.fd}"
+            program = held
+            pass_fds: tuple[int, ...] = (opened.fd,)
             env: dict[str, str] = dict(spec.env)
             if self.containment.gated:
                 gate_in, gate_out = self._pipe()
                 gates.append(gate_out)
-                pass_fds = (gate_in.fd,)
+                pass_fds = (gate_in.fd, opened.fd)
                 program = os.path.realpath(sys.executable)
-                args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), executable, executable, *argv[1:]]
+                args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), held, executable, *argv[1:]]
                 env = {}  # the job's comes through the gate
             try:
                 proc = subprocess.Popen(
@@ -540,20 +596,24 @@ async def run_job(
     """Run ``spec`` to completion and return its evidence.
 
     Raises AirlockError before anything starts: PRIVILEGE_UNAVAILABLE,
-    SPAWN_FAILED (binary not found, cwd not enterable, scope not created) or
-    INVALID_ARGUMENTS.  A passed deadline or an already-set ``cancel`` returns
+    SPAWN_FAILED (binary not found, cwd not enterable, scope not created),
+    BINARY_CHANGED (not the file approval bound), UNSAFE_BINARY (a root job's
+    binary that others could change) or INVALID_ARGUMENTS.  A passed deadline or an already-set ``cancel`` returns
     a result with ``started=False`` and nothing run.
     """
     _check_privilege(spec.identity)
     check_cwd(spec.identity, spec.cwd)
-    executables = _resolve_all(spec)
-    return await _execute(spec, _containment_for(spec), executables, on_output, cancel)
+    opened = _open_all(spec)
+    try:
+        return await _execute(spec, _containment_for(spec), opened, on_output, cancel)
+    finally:
+        _close_all(opened)
 
 
 async def _execute(
     spec: JobSpec,
     containment: ProcessGroups,
-    executables: Sequence[str],
+    binaries: Sequence[_Binary],
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
 ) -> JobResult:
@@ -562,7 +622,7 @@ async def _execute(
     budget, reason = spec.timeout_seconds, "timeout"
     if spec.deadline is not None and spec.deadline - started_wall < budget:
         budget, reason = spec.deadline - started_wall, "deadline"
-    job = _Job(spec, containment, executables, on_output)
+    job = _Job(spec, containment, binaries, on_output)
     if budget <= 0 or (cancel is not None and cancel.is_set()):
         job.timed_out = budget <= 0
         job.cancelled = not job.timed_out

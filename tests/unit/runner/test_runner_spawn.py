@@ -124,9 +124,12 @@ def test_stdin_defaults_to_dev_null() -> None:
 
 
 def test_only_the_standard_fds_reach_the_job() -> None:
-    result = run(make_spec(("ls", "/proc/self/fd")))
-    # 0, 1, 2, and the directory ls itself opened.
-    assert len(result.stdout.split()) == 4
+    result = run(make_spec(sh("for fd in /proc/self/fd/*; do echo \"${fd##*/} $(readlink $fd)\"; done")))
+    fds = dict(line.split(" ", 1) for line in result.stdout.decode().splitlines())
+    # 0, 1, 2, the binary the runner opened, checked and executed (kept open so
+    # that a #! script's interpreter can read it), and the glob's own directory.
+    held = [fd for fd, target in fds.items() if target == "/usr/bin/dash"]
+    assert {"0", "1", "2"} <= set(fds) and len(held) == 1 and len(fds) <= 5, fds
 
 
 def test_inheritable_fds_of_the_daemon_do_not_reach_the_job() -> None:
@@ -153,7 +156,7 @@ def test_env_is_clean(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = make_spec(("env", "-0"), request_env={"LANG": "C.UTF-8"})
     seen = env_of(run(spec))
     assert seen == dict(spec.env)
-    assert set(seen) == {"HOME", "USER", "LOGNAME", "PATH", "LANG"}
+    assert set(seen) == {"HOME", "USER", "LOGNAME", "SHELL", "PATH", "LANG"}
 
 
 def test_cwd_is_used(world_dir: str) -> None:
@@ -212,12 +215,19 @@ def test_relative_argv0_is_refused() -> None:
     assert caught.value.code is ErrorCode.SPAWN_FAILED
 
 
-def test_argv0_resolves_in_the_job_path(world_dir: str) -> None:
+def test_argv0_never_resolves_on_the_request_path(world_dir: str, test_user: ScratchUser) -> None:
+    # Policy matched the binary found on the target user's own PATH; a PATH in
+    # the request's environment must not pick another one (issue 14).
     tool = os.path.join(world_dir, "airlock-test-tool")
     with open(tool, "w") as f:
         f.write("#!/bin/sh\necho tool\n")
     os.chmod(tool, 0o755)
-    assert run(make_spec(("airlock-test-tool",), request_env={"PATH": world_dir})).stdout == b"tool\n"
+    with pytest.raises(AirlockError) as caught:
+        run(make_spec(("airlock-test-tool",), identity=test_user.identity, cwd=world_dir, request_env={"PATH": world_dir}))
+    assert caught.value.code is ErrorCode.SPAWN_FAILED and "command not found" in caught.value.message
+    # By its path it runs, also as root: a #! script through the fd the runner holds.
+    assert run(make_spec((tool,), identity=test_user.identity, cwd=world_dir)).stdout == b"tool\n"
+    assert run(make_spec((tool,))).stdout == b"tool\n"
 
 
 def test_output_cap_with_a_100_mib_producer() -> None:
@@ -531,7 +541,7 @@ class _GatedGroups(ProcessGroups):
 
 def run_gated(spec: spawn.JobSpec) -> tuple[spawn.JobResult, _GatedGroups]:
     containment = _GatedGroups()
-    executables = spawn._resolve_all(spec)
+    executables = spawn._open_all(spec)
     return asyncio.run(spawn._execute(spec, containment, executables, None, None)), containment
 
 
@@ -561,8 +571,9 @@ def test_gated_stdin_and_pipeline() -> None:
 def test_gated_stages_keep_default_signals_and_clean_fds() -> None:
     result, _ = run_gated(make_spec(("yes",), ("head", "-c", "2")))
     assert result.stages[0].signal == signal.SIGPIPE
-    result, _ = run_gated(make_spec(("ls", "/proc/self/fd")))
-    assert len(result.stdout.split()) == 4  # the gate fd is closed before exec
+    result, _ = run_gated(make_spec(("ls", "-l", "/proc/self/fd")))
+    # The gate fd is closed before exec: 0, 1, 2, the held binary, ls's own directory.
+    assert result.stdout.count(b" -> ") == 5 and result.stdout.count(b"-> /usr/bin/ls") == 1
 
 
 def test_gated_stages_run_as_the_peer(test_user: ScratchUser, world_dir: str) -> None:
@@ -585,7 +596,7 @@ def test_failed_attach_runs_nothing(world_dir: str) -> None:
 
     spec = make_spec(("touch", marker))
     with pytest.raises(AirlockError, match="cannot create scope"):
-        asyncio.run(spawn._execute(spec, Failing(), spawn._resolve_all(spec), None, None))
+        asyncio.run(spawn._execute(spec, Failing(), spawn._open_all(spec), None, None))
     time.sleep(0.1)
     assert not os.path.exists(marker)
 
@@ -603,7 +614,7 @@ def test_gates_stay_shut_when_the_deadline_passes_during_attach(world_dir: str) 
             await asyncio.sleep(0.5)
 
     spec = make_spec(("touch", marker), deadline=time.time() + 0.3)
-    result = asyncio.run(spawn._execute(spec, Slow(), spawn._resolve_all(spec), None, None))
+    result = asyncio.run(spawn._execute(spec, Slow(), spawn._open_all(spec), None, None))
     assert not result.started and result.timed_out and result.timeout_reason == "deadline"
     assert result.stages[0].exit_code is None
     time.sleep(0.1)
@@ -620,7 +631,7 @@ def test_concurrent_jobs_do_not_mix() -> None:
             else:
                 spec = make_spec(sh(f"printf 'out{i}'; printf 'err{i}' >&2"), ("cat",), stdin=b"in%d" % i)
             if i % 5 != 0 and i % 7 == 1:  # (a timed-out job's gate may rightly stay shut)
-                return i, await spawn._execute(spec, _GatedGroups(), spawn._resolve_all(spec), None, None)
+                return i, await spawn._execute(spec, _GatedGroups(), spawn._open_all(spec), None, None)
             return i, await run_job(spec)
 
         return await asyncio.gather(*(one(i) for i in range(30)))
