@@ -211,12 +211,17 @@ async def _ticket(stack: Stack, spec: ExecSpec) -> str:
     peer = identify(os.getpid(), os.geteuid(), os.getegid())
     decided = await approval.call("decide", {"request": {"request_id": str(uuid.uuid4()), "spec": spec.to_dict()},
                                              "peer": peer.to_dict(), "operation_id": str(uuid.uuid4())})
+    _BOUND[str(decided["ticket"])] = decided["bound"]  # what intake passes on with the ticket
     return str(decided["ticket"])
+
+
+_BOUND: dict[str, Any] = {}
 
 
 async def _run(stack: Stack, spec: ExecSpec, ticket: str, op: str | None = None) -> dict[str, Any]:
     runner = Client(stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
-    return await runner.call("exec", {"ticket": ticket, "spec": spec.to_dict(), "operation_id": op or str(uuid.uuid4())})
+    return await runner.call("exec", {"ticket": ticket, "spec": spec.to_dict(), "operation_id": op or str(uuid.uuid4()),
+                                      "bound": _BOUND.get(ticket, {})})
 
 
 @contextlib.contextmanager
@@ -338,8 +343,26 @@ def test_a_program_gone_since_approval_is_refused_after_exec_started(stack: Stac
     tool.unlink()
     with pytest.raises(AirlockError) as err:
         asyncio.run(_run(stack, spec, ticket, op))
-    assert err.value.code is ErrorCode.SPAWN_FAILED and "command not found" in err.value.message
+    assert err.value.code is ErrorCode.BINARY_CHANGED and "is gone since it was approved" in err.value.message
     assert _kinds(stack, op) == ["exec.started", "exec.refused"]  # the journal says why nothing followed
+
+
+def test_a_program_replaced_since_approval_is_refused_and_nothing_runs(stack: Stack, tmp_path: Path) -> None:
+    tool, op, marker = tmp_path / "tool", f"op-{uuid.uuid4()}", tmp_path / "ran"
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    spec = ExecSpec(mode="exec", stages=((str(tool),),), privileged=False, uid=os.geteuid())
+    ticket = asyncio.run(_ticket(stack, spec))
+    replacement = tmp_path / "tool.new"
+    replacement.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    replacement.chmod(0o755)
+    replacement.rename(tool)  # same path, another file
+    with pytest.raises(AirlockError) as err:
+        asyncio.run(_run(stack, spec, ticket, op))
+    assert err.value.code is ErrorCode.BINARY_CHANGED and "ino" in err.value.details["changed"]
+    assert not marker.exists()
+    refused = [json.loads(r["payload"]) for r in stack.journal_rows() if r["operation_id"] == op and r["kind"] == "exec.refused"]
+    assert refused and refused[0]["code"] == "binary_changed"
 
 
 def test_a_second_exec_of_a_running_operation_is_refused_and_journaled(stack: Stack) -> None:

@@ -94,14 +94,16 @@ def open_binary(path: str, *, trusted: bool) -> tuple[int, os.stat_result]:
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
             here = "/" + "/".join(parts[: index + 1])
+            where = "" if last else f"{here} "  # the message starts with the path itself
             try:
                 fd = os.open(part, _FILE_FLAGS if last else _DIR_FLAGS, dir_fd=dirfd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise changed(path, f"{here} is no longer a directory (a symlink or file took its place)") from None
+                    what = "a symlink" if last else "no longer a directory (a symlink or file took its place)"
+                    raise changed(path, f"{where}is {what}") from None
                 if exc.errno == errno.ENOENT:
-                    raise changed(path, f"{here} is gone") from None
-                raise changed(path, f"{here} cannot be opened ({os.strerror(exc.errno or 0)})") from None
+                    raise changed(path, f"{where}is gone") from None
+                raise changed(path, f"{where}cannot be opened ({os.strerror(exc.errno or 0)})") from None
             st = os.fstat(fd)
             if trusted:
                 problem = trust_problem(parent, is_dir=True, next_owner=st.st_uid)
