@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from support import Stack, now_iso, start_stack, stop_stack
 
 needs_root = pytest.mark.skipif(

@@ -32,6 +32,7 @@ from secsupport import (
     run_as,
     throwaway_user,
 )
+
 from support import Stack, wait_pending
 
 pytestmark = needs_root

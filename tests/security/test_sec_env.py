@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from secsupport import agent_exec, needs_root, red_stack, root_dir, throwaway_user
+
 from support import Stack
 
 pytestmark = needs_root
