@@ -340,6 +340,8 @@ def render_refusal(code: str, message: str, details: Mapping[str, Any]) -> ToolR
         "privilege_unavailable": "Run it with privileged: false, or ask the user to run airlock as root.",
         "busy": "airlock is busy; wait a little and try again.",
         "spawn_failed": "Check the program name and path.",
+        "binary_changed": "The program changed on disk since it was approved; it did not run. Ask again if the change is expected.",
+        "unsafe_binary": "A privileged run needs a program that only root can change; use a system binary or ask the user.",
         "unauthorized": "This user may not use airlock; ask the user to check the `agents` setting.",
         "approval_interrupted": "The approval service restarted while the command waited; it did not run. You may try again.",
     }.get(code, "The command did not run.")
