@@ -124,3 +124,20 @@ def test_root_jobs_refuse_variables_that_change_what_runs(name: str) -> None:
 @pytest.mark.parametrize("name", ["LANG", "LC_ALL", "TZ", "TERM", "DEBIAN_FRONTEND", "MY_SETTING"])
 def test_ordinary_variables_pass(name: str) -> None:
     assert envrule.refusal(name) is None
+
+
+# --- a path that changes while it is resolved -----------------------------------------
+
+
+def test_a_racing_path_is_refused_not_an_internal_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airlock.approval import match
+    from airlock.common import resolve
+
+    def racing(path: str) -> str:
+        raise OSError(22, "Invalid argument")  # readlink after the link became a file
+
+    monkeypatch.setattr(resolve.os.path, "realpath", racing)
+    assert resolve.resolve_executable("/usr/bin/true", "") is None  # policy: unresolved, denied
+    with pytest.raises(AirlockError) as caught:
+        match.canonical_head("/etc/hostname")
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENTS and "changed while it was being resolved" in caught.value.message
