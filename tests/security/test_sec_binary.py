@@ -123,8 +123,11 @@ def test_symlink_swapped_on_approved_does_not_change_what_runs(
         assert os.path.realpath(tool) == str(evil), f"attempt {attempt}: the link was not swapped"
         # ... and what ran is what policy approved.
         assert reply["data"]["stages"][0]["resolved"] == TRUE
-        finished = [r for r in _journal(bstack, op) if r["kind"] == "exec.finished"]
+        trail = _journal(bstack, op)
+        finished = [r for r in trail if r["kind"] == "exec.finished"]
         assert finished and finished[0]["payload"]["stages"][0]["resolved"] == TRUE
+        started = [r for r in trail if r["kind"] == "exec.started"]
+        assert started[0]["payload"]["binaries"][0]["ino"] == os.stat(TRUE).st_ino  # the journal says what was bound
         assert not mark.exists(), f"attempt {attempt}: the swapped-in payload ran as root"
 
 

@@ -100,7 +100,8 @@ class Runner:
             # Variables the runner added are journaled by name only: the agent socket's
             # path is a value from the peer's own environment.
             payload={"digest": digest, "spec": spec.to_dict(), "uid": job.identity.uid, "gid": job.identity.gid,
-                     "cwd": job.cwd, "containment": job.containment, "added_env": added},
+                     "cwd": job.cwd, "containment": job.containment, "added_env": added,
+                     "binaries": [dict(b) for b in job.binaries or ()]},
         )
 
         # Output events go out in order through one queue, all before the final reply.
