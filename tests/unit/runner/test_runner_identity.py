@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 
 import pytest
 
@@ -54,6 +55,18 @@ def test_request_home_wins_and_protected_overrides() -> None:
     assert env["HOME"] == "/srv/x"
     assert env["A"] == "secret"
     assert env["B"] == "b"
+
+
+@pytest.mark.parametrize("name", ["HOME", "PATH", "SHELL", "LD_PRELOAD", "BASH_ENV"])
+@pytest.mark.parametrize("source", ["request", "protected"])
+def test_a_root_job_refuses_what_env_reset_sets_or_a_dangerous_variable(name: str, source: str) -> None:
+    # The runner's own re-check of intake's rule (defence in depth).
+    given = {name: "/home/agent"}
+    with pytest.raises(AirlockError) as caught:
+        build_env(resolve_identity(0), given if source == "request" else {}, given if source == "protected" else {})
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENTS and caught.value.details == {"field": f"env.{name}"}
+    root = build_env(resolve_identity(0), {}, {})
+    assert root["HOME"] == pwd.getpwuid(0).pw_dir and root["SHELL"] == pwd.getpwuid(0).pw_shell
 
 
 @pytest.mark.parametrize("name", ["NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "WATCHDOG_USEC"])
