@@ -119,7 +119,8 @@ EXECUTE: Final = ToolSpec(
             "env": {
                 "type": "object",
                 "additionalProperties": {"type": "string"},
-                "description": "Environment variables to set. Only names allowed by airlock's env.allow list are accepted.",
+                "description": "Environment variables to set. Only names allowed by airlock's env.allow list are accepted; "
+                "a privileged run never takes HOME, USER, LOGNAME, SHELL, PATH or loader/interpreter variables (LD_*, PYTHON*, ...).",
             },
             "cwd": {"type": "string", "description": "Absolute working directory (default: / for root, else your home)."},
             "stdin": {"type": "string", "description": "Text fed to the first stage's standard input (default: none)."},
