@@ -182,4 +182,7 @@ def test_root_job_binary_the_agent_can_rewrite_is_unsafe(bstack: Stack, agent: p
     assert reply["ok"] is False and reply["error"]["code"] == "unsafe_binary", reply
     assert reply["error"]["details"]["path"] == agent.pw_dir  # the agent's home: not root's alone
     assert not mark.exists()
-    assert not [r for r in _journal(bstack, op) if r["kind"] == "exec.started"]
+    trail = _journal(bstack, op)
+    assert not [r for r in trail if r["kind"] == "exec.started"]
+    replied = [r["payload"] for r in trail if r["kind"] == "request.replied"]
+    assert replied and replied[-1]["code"] == "unsafe_binary"  # the refusal is in the audit trail
