@@ -15,6 +15,7 @@ and ties are broken by rule name.  docs/policy.md is the reference.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,8 +26,9 @@ import yaml
 
 from airlock.approval import match
 from airlock.approval.match import FileGrant
+from airlock.common import binary
 from airlock.common.config import Config
-from airlock.common.errors import AirlockError
+from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
 
 Verdict = Literal["allow", "ask", "deny"]
@@ -420,6 +422,8 @@ class _Reader:
                 raise self.fail(flag, f"{key}.privileged", "expected true or false (leave it out to mean either)")
             privileged = flag.value.lower() in ("true", "yes", "on")
         commands = self.commands(values["commands"], f"{key}.commands") if "commands" in values else None
+        if commands and privileged and decision != "deny":
+            self._warn_untrusted(values["commands"], f"{key}.commands", commands)
         files = self.files(values["files"], f"{key}.files") if "files" in values else None
         description = self.string(values["description"], f"{key}.description") if "description" in values else ""
         rule = Rule(
@@ -435,6 +439,18 @@ class _Reader:
             description=description,
         )
         return rule, (name, _where(self.path, name_node), key)
+
+    def _warn_untrusted(self, node: yaml.Node, key: str, commands: tuple[tuple[str, ...], ...]) -> None:
+        """A root-only rule for a binary that is not root's alone could never run (issue 14)."""
+        for index, command in enumerate(commands):
+            if not _executable(command[0]):
+                continue  # already warned: not installed
+            try:
+                fd, _ = binary.open_binary(command[0], trusted=True)
+                os.close(fd)
+            except AirlockError as exc:
+                if exc.code is ErrorCode.UNSAFE_BINARY:
+                    self.warnings.append(f"{_where(self.path, node)}: {key}[{index}]: {exc.message} (unsafe_binary)")
 
     def commands(self, node: yaml.Node, key: str) -> tuple[tuple[str, ...], ...]:
         if not isinstance(node, yaml.SequenceNode):

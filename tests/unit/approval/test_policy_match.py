@@ -164,6 +164,20 @@ def test_rule_for_a_missing_binary_is_kept_and_warned(tmp_path: Path) -> None:
     assert len(p.warnings) == 1 and "no executable" in p.warnings[0]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the binary to another owner")
+def test_a_root_only_rule_for_a_binary_others_can_change_is_warned(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o755)
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    os.chown(tool, 65534, 65534)
+    p = policy(f"- {{name: t, decision: allow, privileged: true, commands: [[{tool}]]}}")
+    assert len(p.warnings) == 1 and "unsafe_binary" in p.warnings[0] and "owned by uid 65534" in p.warnings[0]
+    # Either privilege, or unprivileged only: it may run as the agent, no warning.
+    assert not policy(f"- {{name: t, decision: allow, commands: [[{tool}]]}}").warnings
+    assert not policy(f"- {{name: t, decision: allow, privileged: false, commands: [[{tool}]]}}").warnings
+
+
 def test_bare_names_resolve_on_the_target_users_path() -> None:
     seen: list[str] = []
 
