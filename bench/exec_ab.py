@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -55,6 +56,8 @@ def main() -> None:
             client.close()
         for stack in stacks.values():
             stack.stop()
+            shutil.rmtree(stack.runtime_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     for name, values in samples.items():
         figures = " ".join(f"p{q}={percentile(values, q) * 1000:.2f} ms" for q in (50, 90, 99))
         print(f"{name}: {len(values)} requests {figures}")
