@@ -71,7 +71,8 @@ class Pending:
             "session": self.request.get("session") or "",
             "host": self.request.get("host") or "",
             "reason": self.request.get("reason") or "",
-            "privileged": bool(spec.get("privileged")),
+            # A file operation carries privileged beside its tool and path, not in a spec.
+            "privileged": bool(spec.get("privileged", self.request.get("privileged"))),
             "env_names": sorted([*(spec.get("env") or {}), *(spec.get("protected_names") or [])]),
             "stages": self.binaries,
             "rule": self.rule,
@@ -201,6 +202,9 @@ class Approval:
         if verdict == "ask":
             if isinstance(spec, FileSpec):
                 request = await filereview.operator_view(self.runner, request, spec)
+                reviewed = filereview.bound_file(request)
+                if reviewed is not None:
+                    bound["file"] = reviewed
             return await self._wait_for_operator(call, request, peer, decision, digest, bound, common)
         await self.audit.record(
             "approval.decided",

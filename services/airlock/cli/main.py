@@ -188,10 +188,14 @@ def cmd_pending(ns: argparse.Namespace) -> int:
             spec = p["request"].get("spec", {})
             command = " | ".join(command_line(stage) for stage in spec.get("stages", []))
             command = command or f"{p['request'].get('tool', '')} {p['request'].get('path', '')}"  # a file operation
-            rows.append([p["request_id"], p["peer"]["user"], "root" if spec.get("privileged") else "user",
+            rows.append([p["request_id"], p["peer"]["user"], "root" if spec.get("privileged", p["request"].get("privileged")) else "user",
                          render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
         for p in data.get("pending", []):
+            review = render.file_review(p["request"])
+            if review:
+                print(f"\n{render.sanitise(p['request_id'], strict=True)}:")
+                print(render.fields(review))
             if p["request"].get("diff"):
                 print(f"\n{p['request_id']}: {p['request'].get('tool')} would change {p['request'].get('path')}:")
                 print(p["request"]["diff"], end="")

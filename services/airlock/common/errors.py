@@ -40,6 +40,9 @@ class ErrorCode(enum.StrEnum):
     PRIVILEGE_UNAVAILABLE = "privilege_unavailable"
     INVALID_TICKET = "invalid_ticket"
     SPAWN_FAILED = "spawn_failed"
+    # File operations (issue 15).
+    FILE_CHANGED = "file_changed"
+    LIMIT_EXCEEDED = "limit_exceeded"
     # Operations (reference/001).
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"

@@ -18,7 +18,7 @@ import pytest
 
 from airlock.common.errors import AirlockError
 from airlock.common.filespec import FileSpec
-from airlock.runner import files
+from airlock.runner import files, fileverbs
 from airlock.runner.identity import resolve_identity
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another identity")
@@ -89,7 +89,7 @@ def test_write_creates_and_replaces_keeping_owner_and_mode(tmp_path: Path) -> No
         assert (st.st_uid, st.st_gid) == (65534, 65534)
     assert [p.name for p in tmp_path.iterdir()] == ["new.txt"]  # no temp file left behind
     stale = run("files_write", target, content="", expected_sha256="0" * 64)
-    assert stale["error"]["code"] == "precondition_failed" and target.read_bytes() == b"two\n"
+    assert stale["error"]["code"] == "file_changed" and target.read_bytes() == b"two\n"
     assert run("files_write", tmp_path / "nope", content="", create=False)["error"]["code"] == "not_found"
 
 
@@ -133,12 +133,12 @@ def test_execute_drops_to_the_user_so_permission_denied_is_an_outcome(tmp_path: 
     os.chmod(secret, 0o600)
     nobody = resolve_identity(pwd.getpwnam("nobody").pw_uid)
     root = resolve_identity(0)
-    denied = asyncio.run(files.execute(spec("files_read", secret), nobody, timeout=10))
+    denied = asyncio.run(fileverbs.execute(spec("files_read", secret), nobody, timeout=10))
     assert denied["ok"] is False and denied["error"]["code"] == "permission_denied"
     assert denied["uid"] == nobody.uid
-    allowed = asyncio.run(files.execute(spec("files_read", secret), root, timeout=10))
+    allowed = asyncio.run(fileverbs.execute(spec("files_read", secret), root, timeout=10))
     assert allowed["ok"] is True and base64.b64decode(allowed["content"]) == b"root only\n"
-    write = asyncio.run(files.execute(spec("files_write", tmp_path / "new", content=""), nobody, timeout=10))
+    write = asyncio.run(fileverbs.execute(spec("files_write", tmp_path / "new", content=""), nobody, timeout=10))
     assert write["error"]["code"] == "permission_denied" and not (tmp_path / "new").exists()
 
 
@@ -148,9 +148,10 @@ from airlock.runner.files import atomic_write
 import os
 path = sys.argv[1]
 data = bytes([int(sys.argv[2])]) * (64 * 1024 * 1024)
+parent = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
 st = os.stat(path)
 print("go", flush=True)
-atomic_write(path, data, st, None)
+atomic_write(parent, os.path.basename(path), path, data, st, None)
 """
 
 
