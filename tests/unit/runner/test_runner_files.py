@@ -193,3 +193,77 @@ def test_as_root_a_path_through_a_symlink_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "shadow-like").read_text() == "secret"
     assert run("files_read", real / "f")["ok"] is True
     assert run("files_inspect", real / "swapped")["type"] == "symlink"  # inspected, not followed
+
+
+def test_a_fifo_or_device_is_never_opened_as_a_target(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    # A blocking open of a FIFO with no writer would hang: these come back at once.
+    for tool, params in (("files_read", {}), ("files_search", {"query": "x"}),
+                         ("files_write", {"content": ""}), ("files_edit", {"old_text": "a", "new_text": "b"})):
+        assert run(tool, fifo, **params)["error"]["code"] == "not_a_file", tool
+    assert stat_kind(fifo) == "fifo"  # still the FIFO: nothing replaced it
+    assert run("files_read", "/dev/null")["error"]["code"] == "not_a_file"
+    assert run("files_inspect", fifo)["type"] == "fifo"
+
+
+def stat_kind(path: Path) -> str:
+    import stat as st
+
+    mode = os.lstat(path).st_mode
+    return "fifo" if st.S_ISFIFO(mode) else "file" if st.S_ISREG(mode) else "other"
+
+
+def test_special_mode_bits_are_refused_and_an_existing_file_loses_none_it_had(tmp_path: Path) -> None:
+    for mode in (0o4755, 0o2755, 0o1777, 0o10000):
+        with pytest.raises(AirlockError) as err:
+            spec("files_write", tmp_path / "x", content="", mode=mode)
+        assert err.value.code.value == "invalid_arguments" and "setuid" in err.value.message
+    assert spec("files_write", tmp_path / "x", content="", mode=0o777).params["mode"] == 0o777
+    target = tmp_path / "suid"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o4755)
+    assert run("files_write", target, content=base64.b64encode(b"new").decode())["ok"] is True
+    assert target.stat().st_mode & 0o7777 == 0o755  # permission bits kept, setuid not
+
+
+def test_a_symlink_anywhere_in_the_path_is_not_canonical_for_every_tool(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "d").mkdir(parents=True)
+    (real / "d" / "f").write_text("x\n")
+    (tmp_path / "link").symlink_to(real)
+    through = tmp_path / "link" / "d"
+    for tool, params in (("files_read", {}), ("files_list", {}), ("files_find", {}), ("files_search", {"query": "x"}),
+                         ("files_inspect", {}), ("files_write", {"content": ""}),
+                         ("files_edit", {"old_text": "x", "new_text": "y"})):
+        target = through if tool in ("files_list", "files_find", "files_search") else through / "f"
+        assert run(tool, target, **params)["error"]["code"] == "not_canonical", tool
+    assert (real / "d" / "f").read_text() == "x\n"
+    assert run("files_read", str(real) + "//d/f")["error"]["code"] == "not_canonical"
+
+
+def test_a_write_bound_to_a_pre_state_refuses_a_changed_file(tmp_path: Path) -> None:
+    target = tmp_path / "conf"
+    target.write_text("reviewed\n")
+    reviewed = hashlib.sha256(b"reviewed\n").hexdigest()
+    target.write_text("changed\n")
+    out = files.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()), expect=reviewed)
+    assert out["error"]["code"] == "file_changed" and target.read_text() == "changed\n"
+    appeared = files.perform(spec("files_write", tmp_path / "new", content=""), expect="absent")
+    assert appeared["ok"] is True  # absent as approved: created
+    again = files.perform(spec("files_write", tmp_path / "new", content="eA=="), expect="absent")
+    assert again["error"]["code"] == "file_changed" and (tmp_path / "new").read_bytes() == b""
+    ok = files.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()),
+                       expect=hashlib.sha256(b"changed\n").hexdigest())
+    assert ok["ok"] is True and target.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conf", "new"]  # no temp file left behind
+
+
+def test_a_catastrophic_regex_is_stopped_by_the_cpu_limit(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("a" * 40 + "!\n")
+    me = resolve_identity(os.geteuid())
+    started = time.monotonic()
+    out = asyncio.run(fileverbs.execute(spec("files_search", tmp_path, query="(a+)+$", regex=True), me,
+                                        timeout=120, cpu_seconds=1))
+    assert out["error"]["code"] == "limit_exceeded"
+    assert time.monotonic() - started < 60
