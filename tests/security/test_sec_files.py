@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from secsupport import as_user, needs_root, throwaway_user
+
 from support import Stack, custom_stack, now_iso
 
 pytestmark = needs_root
