@@ -217,6 +217,7 @@ _RACES: dict[str, tuple[str, dict[str, Any]]] = {
     "files_list": ("d", {}),
     "files_find": ("d", {"pattern": "*"}),
     "files_search": ("d", {"query": "TOPSECRET"}),
+    "files_inspect": ("d/secret", {}),
 }
 
 
@@ -228,8 +229,11 @@ def test_a_swapped_parent_directory_never_redirects(lab: Lab, swapping: Path, to
     replies = agent_calls(lab, [(tool, {"path": path, "privileged": True, "operation_id": f"race-{i}-{uuid.uuid4()}"} | params)
                                 for i in range(TRIES)])
     codes = [code(r) for r in replies]
+    secret_sha256 = hashlib.sha256(f"{SECRET}\n".encode()).hexdigest()
     for reply in replies:
-        assert SECRET not in json.dumps(reply), f"{tool} leaked the root-only directory: {reply}"
+        shown = json.dumps(reply)
+        assert SECRET not in shown and secret_sha256 not in shown, f"{tool} leaked the root-only directory: {reply}"
+        assert not reply.get("ok") or reply["data"].get("owner_uid") in (None, lab.user.pw_uid), reply
     _target_untouched(lab)
     # The runner met the swapped-in link (approval may also have denied while it pointed away).
     assert "not_canonical" in codes, codes

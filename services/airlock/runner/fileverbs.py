@@ -126,9 +126,11 @@ def _outcome(result: JobResult, timeout: float) -> dict[str, Any]:
     if result.timed_out:
         return _failed("timeout", f"the file operation took more than {timeout:g}s")
     stage = result.stages[0]
-    if stage.signal in (signal.SIGXCPU, signal.SIGKILL):
-        # Nothing else sends SIGKILL to the job's process: timeout and cancel are reported above.
+    if stage.signal == signal.SIGXCPU:
         return _failed("limit_exceeded", "the file operation used up its CPU time limit and was stopped")
+    if stage.signal == signal.SIGKILL:
+        # Timeout and cancel are reported above: this is the kernel (the hard CPU limit, or memory).
+        return _failed("limit_exceeded", "the file operation was stopped by a resource limit (SIGKILL)")
     if result.stdout_truncated:
         return _failed("limit_exceeded", f"the file operation's answer is larger than {OUTPUT_CAP} bytes")
     try:

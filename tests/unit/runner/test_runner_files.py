@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import os
 import pwd
 import signal
@@ -267,3 +268,23 @@ def test_a_catastrophic_regex_is_stopped_by_the_cpu_limit(tmp_path: Path) -> Non
                                         timeout=120, cpu_seconds=1))
     assert out["error"]["code"] == "limit_exceeded"
     assert time.monotonic() - started < 60
+
+
+def test_the_bound_pre_state_is_checked_before_it_is_enforced() -> None:
+    assert fileverbs.bound_expectation(None) is None
+    assert fileverbs.bound_expectation({"sha256": "absent"}) == "absent"
+    assert fileverbs.bound_expectation({"sha256": "a" * 64}) == "a" * 64
+    for bad in ({"sha256": "A" * 64}, {"sha256": None}, {"sha256": "a" * 64, "x": 1}, "absent", {"sha": "absent"}):
+        with pytest.raises(AirlockError):
+            fileverbs.bound_expectation(bad)
+
+
+def test_the_entry_point_refuses_a_bad_request_and_answers_one_outcome(tmp_path: Path) -> None:
+    argv = list(fileverbs.fileop_argv())
+    bad = subprocess.run(argv, input=b'{"spec": {"kind": "exec"}}', capture_output=True, timeout=60)
+    assert bad.returncode == 2 and bad.stdout == b"" and b"bad request" in bad.stderr
+    (tmp_path / "f").write_text("hello\n")
+    request = {"spec": spec("files_read", tmp_path / "f").to_dict(), "preview": False, "expect": None, "cpu_seconds": None}
+    good = subprocess.run(argv, input=json.dumps(request).encode(), capture_output=True, timeout=60)
+    outcome = json.loads(good.stdout)
+    assert good.returncode == 0 and base64.b64decode(outcome["content"]) == b"hello\n"
