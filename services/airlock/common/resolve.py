@@ -35,7 +35,10 @@ def resolve_executable(name: str, search_path: str) -> str | None:
     else:
         candidates = [os.path.join(d, name) for d in search_path.split(":") if d.startswith("/")]
     for candidate in candidates:
-        real = os.path.realpath(candidate)
+        try:
+            real = os.path.realpath(candidate)
+        except OSError:
+            continue  # a link flipped while it was resolved (EINVAL from readlink): nothing stable to run
         if os.path.isfile(real) and os.access(real, os.X_OK):
             return real
     return None
