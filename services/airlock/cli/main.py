@@ -197,8 +197,10 @@ def cmd_pending(ns: argparse.Namespace) -> int:
                 print(f"\n{render.sanitise(p['request_id'], strict=True)}:")
                 print(render.fields(review))
             if p["request"].get("diff"):
-                print(f"\n{p['request_id']}: {p['request'].get('tool')} would change {p['request'].get('path')}:")
-                print(p["request"]["diff"], end="")
+                # The diff shows file content, which the agent may have chosen: sanitised like the rest.
+                print(f"{render.sanitise(p['request'].get('tool'), strict=True)} would change "
+                      f"{render.sanitise(p['request'].get('path'), strict=True)}:")
+                print(render.diff_lines(p["request"]["diff"]), end="")
     return rc
 
 
