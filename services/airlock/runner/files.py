@@ -488,7 +488,8 @@ def atomic_write(
     pre-state check), rename, fsync of the directory.  ``replace=False``
     renames only if nothing is there.
     """
-    temp = f".{name[:200]}.airlock-{secrets.token_hex(6)}.tmp"
+    stem = os.fsdecode(os.fsencode(name)[:200])  # NAME_MAX is 255 bytes, not characters
+    temp = f".{stem}.airlock-{secrets.token_hex(6)}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
     try:
         try:

@@ -288,3 +288,9 @@ def test_the_entry_point_refuses_a_bad_request_and_answers_one_outcome(tmp_path:
     good = subprocess.run(argv, input=json.dumps(request).encode(), capture_output=True, timeout=60)
     outcome = json.loads(good.stdout)
     assert good.returncode == 0 and base64.b64decode(outcome["content"]) == b"hello\n"
+
+
+def test_a_write_to_a_long_multibyte_name_works(tmp_path: Path) -> None:
+    target = tmp_path / ("é" * 127)  # 254 bytes: the temporary name must be cut by bytes
+    assert run("files_write", target, content=base64.b64encode(b"x").decode())["ok"] is True
+    assert target.read_bytes() == b"x"
