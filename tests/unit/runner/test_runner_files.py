@@ -294,3 +294,11 @@ def test_a_write_to_a_long_multibyte_name_works(tmp_path: Path) -> None:
     target = tmp_path / ("é" * 127)  # 254 bytes: the temporary name must be cut by bytes
     assert run("files_write", target, content=base64.b64encode(b"x").decode())["ok"] is True
     assert target.read_bytes() == b"x"
+
+
+def test_an_answer_over_the_output_cap_is_limit_exceeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "f").write_bytes(b"x" * 4096)
+    me = resolve_identity(os.geteuid())
+    monkeypatch.setattr(fileverbs, "OUTPUT_CAP", 1024)
+    out = asyncio.run(fileverbs.execute(spec("files_read", tmp_path / "f"), me, timeout=60))
+    assert out["ok"] is False and out["error"]["code"] == "limit_exceeded" and "1024 bytes" in out["error"]["message"]
