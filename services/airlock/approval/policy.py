@@ -241,7 +241,13 @@ class Policy:
         if tool not in match.FILE_TOOLS or not path.startswith("/") or "\0" in path:
             stage = StageDecision((tool, path), None, "deny", UNRESOLVED_RULE)
             return Decision("deny", UNRESOLVED_RULE, (stage,))
-        canonical = match.canonical_head(path)
+        try:
+            canonical = match.canonical_head(path)
+        except OSError:
+            # A link along the path flipped while it was resolved (readlink of what lstat
+            # saw as a link fails with EINVAL): no stable file to decide on, so denied.
+            stage = StageDecision((tool, path), None, "deny", UNRESOLVED_RULE)
+            return Decision("deny", UNRESOLVED_RULE, (stage,))
         hits = [r for r in self.rules if r.applies_to(subject) and r.matches_file(tool, canonical)]
         verdict, rule, names = _decide_one(hits, self.default, DEFAULT_RULE)
         stage = StageDecision((tool, path), canonical, verdict, rule, names)

@@ -227,6 +227,9 @@ class Approval:
         if verdict == "ask":
             if isinstance(spec, FileSpec):
                 request = await filereview.operator_view(self.runner, request, spec)
+                reviewed = filereview.bound_file(request)
+                if reviewed is not None:
+                    bound["file"] = reviewed
             return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec)
         await self.audit.record(
             "approval.decided",

@@ -193,9 +193,15 @@ def cmd_pending(ns: argparse.Namespace) -> int:
                          render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
         for p in data.get("pending", []):
+            review = render.file_review(p["request"])
+            if review:
+                print(f"\n{render.sanitise(p['request_id'], strict=True)}:")
+                print(render.fields(review))
             if p["request"].get("diff"):
-                print(f"\n{p['request_id']}: {p['request'].get('tool')} would change {p['request'].get('path')}:")
-                print(p["request"]["diff"], end="")
+                # The diff shows file content, which the agent may have chosen: sanitised like the rest.
+                print(f"{render.sanitise(p['request'].get('tool'), strict=True)} would change "
+                      f"{render.sanitise(p['request'].get('path'), strict=True)}:")
+                print(render.diff_lines(p["request"]["diff"]), end="")
     return rc
 
 

@@ -125,3 +125,29 @@ def parse_ttl(text: str) -> int:
     if not value.isdigit() or int(value) <= 0:
         raise ValueError(f"{text!r} is not a duration (e.g. 90s, 30m, 1h, 2d)")
     return int(value) * factor
+
+
+def file_review(request: dict[str, object]) -> list[tuple[str, str]]:
+    """A pending file operation's lines for a reviewer: what, where, and the content it is bound to.
+
+    ``before_sha256`` is the file the diff was made from ("absent": no file);
+    the write happens only if the file still is exactly that.
+    """
+    if not request.get("tool"):
+        return []
+    pairs = [("file", f"{sanitise(request.get('tool'), strict=True)} {sanitise(request.get('path'), strict=True)}")]
+    if request.get("tool") in ("files_write", "files_edit"):
+        before = request.get("before_sha256")
+        if before is None:
+            error = request.get("preview_error")
+            code = error.get("code") if isinstance(error, dict) else None
+            pairs.append(("against", f"(no preview: {sanitise(code)}; the write is not bound to a reviewed content)"))
+        else:
+            pairs.append(("against", f"sha256 {sanitise(before, strict=True)}" if before != "absent" else "absent (a new file)"))
+            pairs.append(("after", f"sha256 {sanitise(request.get('after_sha256'), strict=True)}"))
+    return pairs
+
+
+def diff_lines(diff: object) -> str:
+    """A diff for a terminal: every line sanitised (file content is the agent's to choose)."""
+    return "".join(sanitise(line) + "\n" for line in str(diff).splitlines())

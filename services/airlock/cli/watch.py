@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airlock.cli import client
-from airlock.cli.render import Style, command_line, duration, fields, sanitise, use_colour
+from airlock.cli.render import Style, command_line, diff_lines, duration, fields, file_review, sanitise, use_colour
 
 POLL_SECONDS = 1.0
 CLEAR = "\x1b[H\x1b[2J"
@@ -55,11 +55,14 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
         else:
             shown = sanitise(resolved or binary, strict=True)
         pairs.append(("  binary", shown))
+    request = p.get("request") or {}
+    pairs.extend(file_review(request))
     env = p.get("env_names") or []
     pairs.append(("env", ", ".join(sanitise(n, strict=True) for n in env) or "-"))
     pairs.append(("rule", f"{sanitise(p.get('rule'))} (ask)"))
     pairs.append(("operation", sanitise(p.get("operation_id"), strict=True)))
-    return "\n".join(lines) + "\n" + fields(pairs)
+    diff = diff_lines(request["diff"]) if request.get("diff") else ""
+    return "\n".join(lines) + "\n" + fields(pairs) + ("\n\n" + diff if diff else "")
 
 
 def _left(p: dict[str, Any]) -> float:

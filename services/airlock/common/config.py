@@ -222,6 +222,7 @@ class Limits:
     default_timeout_seconds: float
     max_output_bytes: int
     kill_grace_seconds: float
+    search_cpu_seconds: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +345,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("limits.default_timeout_seconds", positive_float, 300.0, "A job's timeout when the request names none."),
     Setting("limits.max_output_bytes", positive_int, 16 * MiB, "Default and ceiling for captured bytes per stream."),
     Setting("limits.kill_grace_seconds", non_negative_float, 1.0, "Between SIGTERM and SIGKILL of a job."),
+    Setting("limits.search_cpu_seconds", positive_int, 5, "CPU seconds (RLIMIT_CPU) one files_search may use before it is stopped with limit_exceeded."),
     Setting("env.allow", env_patterns, ("LANG", "TZ", "DEBIAN_FRONTEND", "TERM", "LC_*"), "Environment variables a request may set (a trailing * matches a prefix)."),
     Setting("approval.timeout_seconds", positive_float, 60.0, "How long a request may wait for an operator."),
     Setting("approval.allow_self_approval", parse_bool, False, "Whether an operator may approve their own request."),

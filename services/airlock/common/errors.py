@@ -42,6 +42,9 @@ class ErrorCode(enum.StrEnum):
     SPAWN_FAILED = "spawn_failed"
     BINARY_CHANGED = "binary_changed"  # the binary is no longer the file approval saw
     UNSAFE_BINARY = "unsafe_binary"  # a root job's binary or a parent directory is not root's alone
+    # File operations (issue 15).
+    FILE_CHANGED = "file_changed"
+    LIMIT_EXCEEDED = "limit_exceeded"
     # Operations (reference/001).
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"

@@ -60,9 +60,15 @@ def _param(tool: str, name: str, kind: str, value: Any, default: Any) -> Any:
         return default
     if kind == "bool":
         return validate.boolean(where, value, bool(default))
-    if kind in ("uint", "length", "limit", "depth", "mode"):
-        maximum = {"uint": None, "length": MAX_READ_BYTES, "limit": MAX_LIMIT, "depth": MAX_DEPTH, "mode": 0o7777}[kind]
-        minimum = 0 if kind in ("uint", "depth", "mode") else 1
+    if kind == "mode":
+        # Permission bits only: setuid, setgid and sticky (and anything above) are never created.
+        mode = validate.integer(where, value, minimum=0)
+        if mode is None or mode > 0o777:
+            raise validate.bad(where, f"must be permission bits 0 to 0o777; setuid, setgid and sticky are refused (got {oct(value)})")
+        return mode
+    if kind in ("uint", "length", "limit", "depth"):
+        maximum = {"uint": None, "length": MAX_READ_BYTES, "limit": MAX_LIMIT, "depth": MAX_DEPTH}[kind]
+        minimum = 0 if kind in ("uint", "depth") else 1
         return validate.integer(where, value, minimum=minimum, maximum=maximum)
     if kind == "glob":
         return validate.text(where, value, max_len=256, allow_empty=False)

@@ -42,7 +42,8 @@ async def run(intake: Intake, req: FileRequest, peer: Peer) -> dict[str, Any]:
         has_protected=False,
         runner_verb="files",
         runner_args={"spec": spec.to_dict(), "request_id": req.request_id, "session": req.session},
-        runner_timeout=None,
+        # The job's timeout, the kill grace and a margin for the runner's journal and approval calls.
+        runner_timeout=intake.config.limits.default_timeout_seconds + intake.config.limits.kill_grace_seconds + 30,
         thin=_thin,
     )
     return await intake.drive(work, peer, None)

@@ -1,48 +1,64 @@
-"""File operations, run by the runner as the job's identity.
+"""File operations on file descriptors, run in a child that already is the job's identity.
 
 The operations (`read`, `inspect`, `list_dir`, `find`, `search`, `write`,
 `edit`, and `preview` for the operator's diff) are plain functions of a
-`FileSpec`; they touch the filesystem with whatever rights the process has.
-`execute` runs one in a forked child that first drops to the target identity
-(setgroups, setgid, setuid), so the kernel enforces the user's permissions:
+`FileSpec`.  They run in `runner.fileop`, a process the runner execs fresh as
+the target identity, so the kernel enforces that user's permissions:
 permission denied, a missing file, no match are *outcomes*
-(``{"ok": false, "error": {"code", "message"}}``), never a crash of the
-runner.
+(``{"ok": false, "error": {"code", "message"}}``), never a crash.
 
-Writes are atomic: a temporary file in the same directory, written and
-fsynced, given the old file's owner and mode, renamed over the target, and
-the directory fsynced.  A reader (or a crash, or SIGKILL at any moment) sees
-the old content or the new, never a mix.
+Every path is resolved once, here, on file descriptors: from an fd of ``/``,
+one component at a time with ``openat(O_PATH|O_DIRECTORY|O_NOFOLLOW)``; the
+last component is opened (or created) relative to its parent's fd with
+``O_NOFOLLOW``.  A symlink met anywhere is ``not_canonical`` and nothing is
+touched; a link swapped in after the walk cannot redirect what the held fds
+name.  Only regular files are read or written (a FIFO or device is
+``not_a_file``, checked with ``lstat`` before the open and ``fstat`` after,
+and the open is non-blocking).  Directories are walked with
+``scandir(fd)`` and ``openat`` relative to the held directory fds.
+
+Writes are atomic: a temporary file created with ``O_EXCL`` in the parent's
+fd, written and fsynced, given the old file's owner, group and permission
+bits (never setuid, setgid or sticky), renamed over the target relative to
+the same fd, and the directory fsynced.  A reader (or a crash, or SIGKILL at
+any moment) sees the old content or the new, never a mix.  When the content
+the write was approved against is known (the operator reviewed it, or the
+agent sent ``expected_sha256``), the held file is hashed again right before
+the rename, and a file that changed, appeared or vanished is
+``file_changed`` with nothing written.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
+import ctypes
 import difflib
 import errno
 import fnmatch
 import grp
 import hashlib
-import json
 import os
 import pwd
 import re
 import secrets
-import signal
 import stat
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from airlock.common.filespec import FileSpec
-from airlock.runner.identity import Identity
 
 HASH_LIMIT = 256 * 1024 * 1024  # files_inspect hashes regular files up to this size
 SEARCH_FILE_LIMIT = 16 * 1024 * 1024  # files_search skips larger files
+SEARCH_OUTPUT_LIMIT = 4 * 1024 * 1024  # bytes of matched text one search returns at most
 PREVIEW_LIMIT = 4 * 1024 * 1024  # files larger than this get no diff in the approval view
 DIFF_LIMIT = 64 * 1024
+ABSENT = "absent"  # the pre-state of a file that does not exist
+
+_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_READ_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+_RENAME_NOREPLACE = 1
 
 
 class FileOpError(Exception):
@@ -61,7 +77,8 @@ _ERRNO_CODES = {
     errno.ENOENT: "not_found",
     errno.EISDIR: "is_a_directory",
     errno.ENOTDIR: "not_a_directory",
-    errno.ELOOP: "not_canonical",  # O_NOFOLLOW met a symlink (root), or a loop
+    errno.ELOOP: "not_canonical",  # O_NOFOLLOW met a symlink
+    errno.ENXIO: "not_a_file",
     errno.ENOSPC: "no_space",
     errno.EDQUOT: "no_space",
     errno.EFBIG: "too_large",
@@ -70,7 +87,7 @@ _ERRNO_CODES = {
 
 def _os_error(exc: OSError, path: str) -> FileOpError:
     code = _ERRNO_CODES.get(exc.errno or 0, "io_error")
-    return FileOpError(code, f"{exc.filename or path}: {exc.strerror or exc}")
+    return FileOpError(code, f"{path}: {exc.strerror or exc}")
 
 
 def _sha256(data: bytes) -> str:
@@ -91,29 +108,117 @@ def _kind(mode: int) -> str:
     return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "other"
 
 
-def _read_flags() -> int:
-    # As root a symlink in the last component is refused (see _check_canonical);
-    # an unprivileged identity follows it with its own rights.
-    nofollow = os.O_NOFOLLOW if os.geteuid() == 0 else 0
-    return os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | nofollow
+def _join(directory: str, name: str) -> str:
+    return directory.rstrip("/") + "/" + name
 
 
-def _read_all(path: str, limit: int | None = None) -> bytes:
-    fd = os.open(path, _read_flags())
+# --- resolution on file descriptors ----------------------------------------------------------
+
+
+def _components(path: str) -> list[str]:
+    if path == "/":
+        return []
+    parts = path.split("/")[1:]
+    if not path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise FileOpError("not_canonical", f"{path}: not a normalised absolute path")
+    return parts
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise FileOpError("is_a_directory", f"{path}: is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise FileOpError("not_a_file", f"{path}: not a regular file")
-        if limit is not None and st.st_size > limit:
-            raise FileOpError("too_large", f"{path}: {st.st_size} bytes is more than {limit}")
-        chunks = []
-        while chunk := os.read(fd, 1024 * 1024):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _refusal(exc: OSError, dir_fd: int, name: str, path: str) -> FileOpError:
+    """The outcome of a failed ``openat``: a symlink in the way is ``not_canonical``."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENXIO) and _is_link(dir_fd, name):
+        return FileOpError("not_canonical", f"{path} is a symbolic link; ask for the resolved path")
+    return _os_error(exc, path)
+
+
+def _openat(dir_fd: int, name: str, flags: int, path: str, mode: int = 0o777) -> int:
+    try:
+        return os.open(name, flags, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        raise _refusal(exc, dir_fd, name, path) from None
+
+
+def _hold(stack: contextlib.ExitStack, fd: int) -> int:
+    stack.callback(os.close, fd)
+    return fd
+
+
+def _parent(path: str, stack: contextlib.ExitStack) -> tuple[int, str]:
+    """(an O_PATH fd of the path's directory, the last name), with no symlink followed.
+
+    Walked from ``/`` one component at a time; each step is relative to the
+    fd of the one before, so a rename or a link swapped in later cannot change
+    where the walk went.  ``/`` itself is ``(fd of /, ".")``.
+    """
+    parts = _components(path)
+    fd = os.open("/", _PATH_DIR)
+    walked = ""
+    try:
+        for name in parts[:-1]:
+            walked = _join(walked, name)
+            following = _openat(fd, name, _PATH_DIR, walked)
+            os.close(fd)
+            fd = following
+    except BaseException:
         os.close(fd)
+        raise
+    return _hold(stack, fd), (parts[-1] if parts else ".")
+
+
+def _lstat(dir_fd: int, name: str, path: str) -> os.stat_result:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+
+
+def _require_regular(st: os.stat_result, path: str) -> None:
+    if stat.S_ISREG(st.st_mode):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise FileOpError("is_a_directory", f"{path}: is a directory")
+    if stat.S_ISLNK(st.st_mode):
+        raise FileOpError("not_canonical", f"{path} is a symbolic link; ask for the resolved path")
+    raise FileOpError("not_a_file", f"{path}: not a regular file (a {_kind(st.st_mode)})")
+
+
+def _open_regular(dir_fd: int, name: str, path: str, stack: contextlib.ExitStack) -> tuple[int, os.stat_result]:
+    """A held read fd of a regular file (never a FIFO, device or symlink) and its fstat."""
+    _require_regular(_lstat(dir_fd, name, path), path)
+    fd = _hold(stack, _openat(dir_fd, name, _READ_FILE, path))
+    st = os.fstat(fd)
+    _require_regular(st, path)  # it may have been swapped between lstat and open
+    return fd, st
+
+
+def _open_dir(dir_fd: int, name: str, path: str, stack: contextlib.ExitStack) -> int:
+    st = _lstat(dir_fd, name, path)
+    if stat.S_ISLNK(st.st_mode):
+        raise FileOpError("not_canonical", f"{path} is a symbolic link; ask for the resolved path")
+    if not stat.S_ISDIR(st.st_mode):
+        raise FileOpError("not_a_directory", f"{path}: not a directory")
+    return _hold(stack, _openat(dir_fd, name, _READ_DIR, path))
+
+
+def _read_fd(fd: int, limit: int | None = None, path: str = "") -> bytes:
+    size = os.fstat(fd).st_size
+    if limit is not None and size > limit:
+        raise FileOpError("too_large", f"{path}: {size} bytes is more than {limit}")
+    chunks = []
+    offset = 0
+    while chunk := os.pread(fd, 1024 * 1024, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+        if limit is not None and offset > limit:
+            raise FileOpError("too_large", f"{path}: more than {limit} bytes")
+    return b"".join(chunks)
 
 
 # --- read-only tools ------------------------------------------------------------------
@@ -121,16 +226,10 @@ def _read_all(path: str, limit: int | None = None) -> bytes:
 
 def read(spec: FileSpec) -> dict[str, Any]:
     offset, length = spec.params["offset_bytes"], spec.params["length_bytes"]
-    fd = os.open(spec.path, _read_flags())
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise FileOpError("is_a_directory", f"{spec.path}: is a directory")
-        if not stat.S_ISREG(st.st_mode):
-            raise FileOpError("not_a_file", f"{spec.path}: not a regular file")
+    with contextlib.ExitStack() as stack:
+        parent, name = _parent(spec.path, stack)
+        fd, st = _open_regular(parent, name, spec.path, stack)
         data = os.pread(fd, length, offset) if offset < st.st_size else b""
-    finally:
-        os.close(fd)
     end = offset + len(data)
     eof = end >= st.st_size
     return {
@@ -157,35 +256,46 @@ def _names(uid: int, gid: int) -> tuple[str | None, str | None]:
 
 
 def inspect(spec: FileSpec) -> dict[str, Any]:
-    st = os.lstat(spec.path)
-    owner, group = _names(st.st_uid, st.st_gid)
-    out: dict[str, Any] = {
-        "type": _kind(st.st_mode),
-        "size_bytes": st.st_size,
-        "mode": f"{stat.S_IMODE(st.st_mode):04o}",
-        "owner_uid": st.st_uid,
-        "owner_gid": st.st_gid,
-        "owner": owner,
-        "group": group,
-        "mtime": st.st_mtime,
-        "sha256": None,
-    }
-    if stat.S_ISLNK(st.st_mode):
-        out["link_target"] = os.readlink(spec.path)
-    elif stat.S_ISREG(st.st_mode) and st.st_size <= HASH_LIMIT:
-        try:
-            out["sha256"] = _sha256(_read_all(spec.path, HASH_LIMIT))
-        except (OSError, FileOpError):
-            pass  # metadata is still the answer; the hash needs read permission
+    with contextlib.ExitStack() as stack:
+        parent, name = _parent(spec.path, stack)
+        st = _lstat(parent, name, spec.path)
+        owner, group = _names(st.st_uid, st.st_gid)
+        out: dict[str, Any] = {
+            "type": _kind(st.st_mode),
+            "size_bytes": st.st_size,
+            "mode": f"{stat.S_IMODE(st.st_mode):04o}",
+            "owner_uid": st.st_uid,
+            "owner_gid": st.st_gid,
+            "owner": owner,
+            "group": group,
+            "mtime": st.st_mtime,
+            "sha256": None,
+        }
+        if stat.S_ISLNK(st.st_mode):
+            out["link_target"] = os.readlink(name, dir_fd=parent)
+        elif stat.S_ISREG(st.st_mode) and st.st_size <= HASH_LIMIT:
+            try:
+                fd, held = _open_regular(parent, name, spec.path, stack)
+                if (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino):
+                    out["sha256"] = _sha256(_read_fd(fd, HASH_LIMIT, spec.path))
+            except (OSError, FileOpError):
+                pass  # metadata is still the answer; the hash needs read permission
     return out
+
+
+def _listing(dir_fd: int) -> list[os.DirEntry[str]]:
+    with os.scandir(dir_fd) as it:  # scandir duplicates the fd; ours stays open
+        return sorted(it, key=lambda e: e.name)
 
 
 def list_dir(spec: FileSpec) -> dict[str, Any]:
     limit = spec.params["limit"]
     entries: list[dict[str, Any]] = []
     truncated = False
-    with os.scandir(spec.path) as it:
-        for entry in sorted(it, key=lambda e: e.name):
+    with contextlib.ExitStack() as stack:
+        parent, name = _parent(spec.path, stack)
+        dir_fd = _open_dir(parent, name, spec.path, stack)
+        for entry in _listing(dir_fd):
             if len(entries) >= limit:
                 truncated = True
                 break
@@ -198,36 +308,49 @@ def list_dir(spec: FileSpec) -> dict[str, Any]:
     return {"entries": entries, "truncated": truncated}
 
 
-def _walk(root: str, max_depth: int) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """Entries below ``root`` (not following symlinks), breadth by name, up to ``max_depth``."""
-    stack: list[tuple[str, int]] = [(root, 1)]
-    while stack:
-        directory, depth = stack.pop()
+def _walk(dir_fd: int, path: str, depth: int, max_depth: int) -> Generator[tuple[int, str, os.DirEntry[str]], None, None]:
+    """(directory fd, directory path, entry) below a held directory, not following symlinks.
+
+    Entries of a directory in name order, then its subdirectories, depth
+    first, up to ``max_depth``.  A subdirectory is entered with
+    ``openat(O_NOFOLLOW|O_DIRECTORY)`` relative to its parent's fd: one
+    swapped for a symlink meanwhile is skipped, never followed.
+    """
+    try:
+        entries = _listing(dir_fd)
+    except OSError:
+        return  # an unreadable subdirectory is skipped, as find(1) reports and goes on
+    for entry in entries:
+        yield dir_fd, path, entry
+    if depth >= max_depth:
+        return
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
         try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
+            sub = os.open(entry.name, _READ_DIR, dir_fd=dir_fd)
         except OSError:
-            continue  # an unreadable subdirectory is skipped, as find(1) reports and goes on
-        subdirs = []
-        for entry in entries:
-            yield directory, entry
-            if depth < max_depth and entry.is_dir(follow_symlinks=False):
-                subdirs.append((entry.path, depth + 1))
-        stack.extend(reversed(subdirs))
+            continue
+        try:
+            yield from _walk(sub, _join(path, entry.name), depth + 1, max_depth)
+        finally:
+            os.close(sub)
 
 
 def find(spec: FileSpec) -> dict[str, Any]:
     pattern, limit = spec.params["pattern"], spec.params["limit"]
-    if not os.path.isdir(spec.path):
-        os.scandir(spec.path).close()  # raises the right OSError (ENOENT, ENOTDIR, EACCES)
     paths: list[str] = []
     truncated = False
-    for _dir, entry in _walk(spec.path, spec.params["max_depth"]):
-        if fnmatch.fnmatchcase(entry.name, pattern):
-            if len(paths) >= limit:
-                truncated = True
-                break
-            paths.append(entry.path)
+    with contextlib.ExitStack() as stack:
+        parent, name = _parent(spec.path, stack)
+        dir_fd = _open_dir(parent, name, spec.path, stack)
+        walk = stack.enter_context(contextlib.closing(_walk(dir_fd, spec.path, 1, spec.params["max_depth"])))
+        for _fd, directory, entry in walk:
+            if fnmatch.fnmatchcase(entry.name, pattern):
+                if len(paths) >= limit:
+                    truncated = True
+                    break
+                paths.append(_join(directory, entry.name))
     return {"paths": paths, "truncated": truncated}
 
 
@@ -239,53 +362,135 @@ def search(spec: FileSpec) -> dict[str, Any]:
         )
     except re.error as exc:
         raise FileOpError("invalid_pattern", f"query: not a valid regular expression ({exc})") from None
-    st = os.stat(spec.path)
-    files: Iterator[str]
-    if stat.S_ISDIR(st.st_mode):
-        files = (e.path for _d, e in _walk(spec.path, spec.params["max_depth"])
-                 if e.is_file(follow_symlinks=False) and fnmatch.fnmatchcase(e.name, spec.params["glob"]))
-    else:
-        files = iter([spec.path])
     matches: list[dict[str, Any]] = []
     scanned = 0
+    returned = 0
     truncated = False
-    for path in files:
-        try:
-            data = _read_all(path, SEARCH_FILE_LIMIT)
-        except (OSError, FileOpError):
-            if path == spec.path:
-                raise
-            continue
-        if b"\0" in data[:8192]:
-            continue  # binary
-        scanned += 1
-        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
-            if matcher(line):
-                if len(matches) >= limit:
-                    truncated = True
-                    break
-                matches.append({"path": path, "line": number, "text": line[:1000]})
-        if truncated:
-            break
+    with contextlib.ExitStack() as stack:
+        parent, name = _parent(spec.path, stack)
+        st = _lstat(parent, name, spec.path)
+        files: Iterator[tuple[int, str, str]]  # (directory fd, name, path)
+        if stat.S_ISDIR(st.st_mode):
+            dir_fd = _open_dir(parent, name, spec.path, stack)
+            walk = stack.enter_context(contextlib.closing(_walk(dir_fd, spec.path, 1, spec.params["max_depth"])))
+            files = ((fd, e.name, _join(d, e.name)) for fd, d, e in walk
+                     if e.is_file(follow_symlinks=False) and fnmatch.fnmatchcase(e.name, spec.params["glob"]))
+        else:
+            _require_regular(st, spec.path)
+            files = iter([(parent, name, spec.path)])
+        for dir_fd, entry_name, path in files:
+            try:
+                with contextlib.ExitStack() as one:
+                    fd, _st = _open_regular(dir_fd, entry_name, path, one)
+                    data = _read_fd(fd, SEARCH_FILE_LIMIT, path)
+            except (OSError, FileOpError):
+                if path == spec.path:
+                    raise
+                continue
+            if b"\0" in data[:8192]:
+                continue  # binary
+            scanned += 1
+            for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+                if matcher(line):
+                    text = line[:1000]
+                    if len(matches) >= limit or returned + len(text) > SEARCH_OUTPUT_LIMIT:
+                        truncated = True
+                        break
+                    returned += len(text)
+                    matches.append({"path": path, "line": number, "text": text})
+            if truncated:
+                break
     return {"matches": matches, "files_scanned": scanned, "truncated": truncated}
 
 
 # --- writes -------------------------------------------------------------------------------
 
 
-def _current(path: str) -> tuple[bytes | None, os.stat_result | None]:
+def _current(parent: int, name: str, path: str, stack: contextlib.ExitStack) -> tuple[int, bytes, os.stat_result] | None:
+    """The existing file as a held fd, its content and fstat; None if there is none."""
     try:
-        st = os.stat(path)
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
-        return None, None
-    return _read_all(path), st
+        return None
+    except OSError as exc:
+        raise _os_error(exc, path) from None
+    _require_regular(st, path)
+    fd, held = _open_regular(parent, name, path, stack)
+    return fd, _read_fd(fd), held
 
 
-def atomic_write(path: str, data: bytes, existing: os.stat_result | None, mode: int | None) -> None:
-    """Replace ``path`` with ``data``: temp file, fsync, owner and mode kept, rename, fsync dir."""
-    directory, name = os.path.split(path)
-    temp = os.path.join(directory, f".{name}.airlock-{secrets.token_hex(6)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+def _umask() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def _renameat2(src_dir: int, src: str, dst_dir: int, dst: str, flags: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(src_dir, os.fsencode(src), dst_dir, os.fsencode(dst), flags) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def _rename_new(parent: int, temp: str, name: str, path: str) -> None:
+    """Rename ``temp`` to ``name`` only if nothing is there (RENAME_NOREPLACE)."""
+    try:
+        _renameat2(parent, temp, parent, name, _RENAME_NOREPLACE)
+        return
+    except OSError as exc:
+        if exc.errno == errno.EEXIST:
+            raise FileOpError("file_changed", f"{path}: was approved as absent but exists now; nothing was written") from None
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS):
+            raise
+    except AttributeError:
+        pass  # a C library without renameat2
+    if _is_present(parent, name):
+        raise FileOpError("file_changed", f"{path}: was approved as absent but exists now; nothing was written")
+    os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+
+
+def _is_present(parent: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _still(parent: int, name: str, path: str, held: tuple[int, bytes, os.stat_result] | None, expect: str) -> None:
+    """Refuse with ``file_changed`` unless the target is still what ``expect`` names."""
+    if held is None:
+        if expect != ABSENT:
+            raise FileOpError("file_changed", f"{path}: does not exist, but was approved with content {expect}; nothing was written")
+        return  # checked atomically by the rename (RENAME_NOREPLACE)
+    fd, _before, st = held
+    if expect == ABSENT:
+        raise FileOpError("file_changed", f"{path}: exists, but was approved as absent; nothing was written")
+    try:
+        now = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except OSError:
+        now = None
+    if now is None or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        raise FileOpError("file_changed", f"{path}: was replaced since it was read; nothing was written")
+    current = _sha256(_read_fd(fd))
+    if current != expect:
+        raise FileOpError("file_changed", f"{path}: its content is {current}, not the approved {expect}; nothing was written")
+
+
+def atomic_write(
+    parent: int, name: str, path: str, data: bytes, existing: os.stat_result | None, mode: int | None,
+    *, before_rename: Callable[[], None] | None = None, replace: bool = True,
+) -> None:
+    """Replace ``name`` in the held directory ``parent`` with ``data``.
+
+    Temp file (``O_EXCL``, same directory), fsync, owner, group and permission
+    bits kept (setuid, setgid and sticky never), ``before_rename`` (the
+    pre-state check), rename, fsync of the directory.  ``replace=False``
+    renames only if nothing is there.
+    """
+    stem = os.fsdecode(os.fsencode(name)[:200])  # NAME_MAX is 255 bytes, not characters
+    temp = f".{stem}.airlock-{secrets.token_hex(6)}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
     try:
         try:
             view = memoryview(data)
@@ -300,34 +505,30 @@ def atomic_write(path: str, data: bytes, existing: os.stat_result | None, mode: 
                             "permission_denied",
                             f"{path}: cannot keep its owner {existing.st_uid}:{existing.st_gid} (only root can); nothing was written",
                         ) from None
-                os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+                os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)
             else:
-                os.fchmod(fd, (mode if mode is not None else 0o644) & ~_umask())
+                os.fchmod(fd, (mode if mode is not None else 0o644) & 0o777 & ~_umask())
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.rename(temp, path)
+        if before_rename is not None:
+            before_rename()
+        if replace:
+            os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        else:
+            _rename_new(parent, temp, name, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=parent)
         raise
-    dir_fd = os.open(directory or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        return  # a directory we may write but not read: its entry is durable at the next sync
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def _umask() -> int:
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def _target(path: str) -> str:
-    # Unprivileged, a symlink is written through to its target (the path policy
-    # matched was canonical); as root the path is canonical already.
-    return os.path.realpath(path)
 
 
 def _new_content(spec: FileSpec, before: bytes | None) -> bytes:
@@ -348,10 +549,17 @@ def _new_content(spec: FileSpec, before: bytes | None) -> bytes:
     return text.replace(old, new, 1).encode("utf-8")
 
 
-def _check_preconditions(spec: FileSpec, before: bytes | None) -> None:
-    expected = spec.params.get("expected_sha256")
-    if expected is not None and (before is None or _sha256(before) != expected):
-        raise FileOpError("precondition_failed", f"{spec.path}: the current content does not have the expected sha256")
+def _expectations(spec: FileSpec, expect: str | None) -> list[str]:
+    """The pre-states this write must find: the agent's ``expected_sha256``, the reviewed one."""
+    wanted = [e for e in (spec.params.get("expected_sha256"), expect) if e is not None]
+    return wanted
+
+
+def _check_preconditions(spec: FileSpec, before: bytes | None, wanted: list[str]) -> None:
+    state = ABSENT if before is None else _sha256(before)
+    for expected in wanted:
+        if state != expected:
+            raise FileOpError("file_changed", f"{spec.path}: the current content ({state}) is not the expected {expected}; nothing was written")
     if spec.tool == "files_write" and before is None and not spec.params["create"]:
         raise FileOpError("not_found", f"{spec.path}: no such file (create is false)")
 
@@ -365,12 +573,21 @@ def unified_diff(path: str, before: bytes | None, after: bytes) -> str:
     return diff
 
 
-def write(spec: FileSpec) -> dict[str, Any]:
-    path = _target(spec.path)
-    before, existing = _current(path)
-    _check_preconditions(spec, before)
-    after = _new_content(spec, before)
-    atomic_write(path, after, existing, spec.params.get("mode"))
+def write(spec: FileSpec, expect: str | None = None) -> dict[str, Any]:
+    wanted = _expectations(spec, expect)
+    with contextlib.ExitStack() as stack:
+        parent, name = _parent(spec.path, stack)
+        held = _current(parent, name, spec.path, stack)
+        before = None if held is None else held[1]
+        _check_preconditions(spec, before, wanted)
+        after = _new_content(spec, before)
+
+        def recheck() -> None:
+            for expected in wanted:
+                _still(parent, name, spec.path, held, expected)
+
+        atomic_write(parent, name, spec.path, after, None if held is None else held[2], spec.params.get("mode"),
+                     before_rename=recheck if wanted else None, replace=held is not None or not wanted)
     out = {
         "before_sha256": None if before is None else _sha256(before),
         "after_sha256": _sha256(after),
@@ -383,17 +600,25 @@ def write(spec: FileSpec) -> dict[str, Any]:
 
 
 def preview(spec: FileSpec) -> dict[str, Any]:
-    """For the approval view: the diff a write or edit would make now (nothing is written)."""
-    path = _target(spec.path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and st.st_size > PREVIEW_LIMIT:
-        raise FileOpError("too_large", f"{spec.path}: too large for a diff ({st.st_size} bytes)")
-    before, _ = _current(path)
-    _check_preconditions(spec, before)
-    after = _new_content(spec, before)
+    """For the approval view: the diff a write or edit would make now (nothing is written).
+
+    ``before_sha256`` is what approval binds to the ticket: the runner writes
+    only if the file still has it (null: the file must still be absent).
+    """
+    with contextlib.ExitStack() as stack:
+        parent, name = _parent(spec.path, stack)
+        try:
+            st: os.stat_result | None = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            _require_regular(st, spec.path)
+            if st.st_size > PREVIEW_LIMIT:
+                raise FileOpError("too_large", f"{spec.path}: too large for a diff ({st.st_size} bytes)")
+        held = _current(parent, name, spec.path, stack)
+        before = None if held is None else held[1]
+        _check_preconditions(spec, before, _expectations(spec, None))
+        after = _new_content(spec, before)
     return {"before_sha256": None if before is None else _sha256(before), "after_sha256": _sha256(after),
             "diff": unified_diff(spec.path, before, after)}
 
@@ -409,119 +634,22 @@ OPERATIONS: dict[str, Callable[[FileSpec], dict[str, Any]]] = {
 }
 
 
-def _check_canonical(spec: FileSpec) -> None:
-    """As root, act only on a path that still has no symlink in it.
+def perform(spec: FileSpec, *, preview_only: bool = False, expect: str | None = None) -> dict[str, Any]:
+    """Run one operation with this process's rights; errors become the outcome.
 
-    Policy matched the canonical path when the request was decided; a requester
-    who can write somewhere along the path could swap in a symlink before the
-    runner acts and point a privileged read or write at /etc/shadow.  A path
-    that resolves to itself now cannot have been redirected (the last
-    component is also opened with O_NOFOLLOW, and a rename replaces a symlink
-    rather than following it).  Unprivileged identities need no such check:
-    the kernel limits them to their own rights either way.
+    ``expect`` is the pre-state bound to the ticket ("absent" or a sha256):
+    a write proceeds only if the file still has it.
     """
-    if spec.tool == "files_inspect":
-        # lstat does not follow the last component: a symlink there is inspected as such.
-        parent, name = os.path.split(spec.path)
-        real = os.path.join(os.path.realpath(parent), name)
-    else:
-        real = os.path.realpath(spec.path)
-    if real != spec.path:
-        raise FileOpError("not_canonical", f"{spec.path} resolves to {real}; ask for the resolved path")
-
-
-def perform(spec: FileSpec, *, preview_only: bool = False) -> dict[str, Any]:
-    """Run one operation with this process's rights; errors become the outcome."""
     try:
-        if os.geteuid() == 0:
-            _check_canonical(spec)
-        result = preview(spec) if preview_only else OPERATIONS[spec.tool](spec)
+        if preview_only:
+            result = preview(spec)
+        elif spec.writes:
+            result = write(spec, expect)
+        else:
+            result = OPERATIONS[spec.tool](spec)
     except FileOpError as exc:
         return {"ok": False, "error": {"code": exc.code, "message": exc.message}}
     except OSError as exc:
         err = _os_error(exc, spec.path)
         return {"ok": False, "error": {"code": err.code, "message": err.message}}
     return {"ok": True, "error": None} | result
-
-
-# --- the identity-dropping executor -----------------------------------------------------------
-
-
-def _child(spec: FileSpec, identity: Identity, preview_only: bool, out_fd: int) -> None:
-    """In the forked child: drop to the identity, do the work, write the JSON outcome, exit."""
-    status = 0
-    try:
-        signal.set_wakeup_fd(-1)  # the parent's event loop must not hear our signals
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
-        if os.geteuid() == 0:
-            os.setgroups(list(identity.groups))
-            os.setgid(identity.gid)
-            os.setuid(identity.uid)
-        os.umask(0o022)
-        outcome = perform(spec, preview_only=preview_only)
-        data = json.dumps(outcome, separators=(",", ":")).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(out_fd, view):]
-    except BaseException:
-        status = 70
-    finally:
-        os._exit(status)
-
-
-async def execute(spec: FileSpec, identity: Identity, *, timeout: float, preview_only: bool = False) -> dict[str, Any]:
-    """Run ``spec`` in a child that is ``identity``; return the outcome.
-
-    The runner must be root, or already ``identity`` (dev mode), which the
-    caller checked.  A child that times out is killed; an outcome that cannot
-    be read is reported as an ``io_error`` outcome.
-    """
-    started_wall, started_mono = time.time(), time.monotonic()
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child never returns
-        os.close(read_fd)
-        _child(spec, identity, preview_only, write_fd)
-    os.close(write_fd)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=64 * 1024 * 1024)
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0))
-    timed_out = False
-    try:
-        try:
-            data = await asyncio.wait_for(reader.read(), timeout)
-        except TimeoutError:
-            timed_out = True
-            data = b""
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    finally:
-        transport.close()
-        status = await asyncio.to_thread(_reap, pid)
-    outcome: dict[str, Any]
-    if timed_out:
-        outcome = {"ok": False, "error": {"code": "timeout", "message": f"the file operation took more than {timeout:g}s"}}
-    else:
-        try:
-            outcome = json.loads(data)
-        except ValueError:
-            outcome = {"ok": False, "error": {"code": "io_error", "message": f"the file operation failed (status {status})"}}
-    return outcome | {
-        "started_at": _iso(started_wall),
-        "ended_at": _iso(time.time()),
-        "duration_ms": round((time.monotonic() - started_mono) * 1000),
-        "uid": identity.uid,
-        "gid": identity.gid,
-    }
-
-
-def _reap(pid: int) -> int:
-    _, status = os.waitpid(pid, 0)
-    return status
-
-
-def _iso(wall: float) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -28,7 +28,7 @@ from airlock.common.spec import ExecSpec
 from airlock.runner import agent
 from airlock.runner.fileverbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
-from airlock.runner.spawn import JobResult, JobSpec, run_job, systemd_is_running
+from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key, systemd_is_running
 
 NAME = "runner"
 
@@ -69,9 +69,7 @@ class Runner:
         ids = Ids(request_id, operation_id, None, session)
         # Operation IDs belong to their agent (issue 14): another agent's running
         # operation of the same ID is neither blocked nor revealed.
-        raw_spec = a.get("spec")
-        owner = raw_spec.get("uid") if isinstance(raw_spec, dict) else None
-        key = (owner if isinstance(owner, int) and not isinstance(owner, bool) else -1, operation_id)
+        key = running_key(a.get("spec"), operation_id)
         if key in self.running:
             raise await self._refuse(AirlockError(ErrorCode.OPERATION_IN_PROGRESS, "this operation is already running"), ids)
         # Registered before the first await, so that a cancel arriving while the

@@ -98,6 +98,12 @@ def _invalid(message: str) -> AirlockError:
     return AirlockError(ErrorCode.INVALID_ARGUMENTS, message)
 
 
+def running_key(untrusted_spec: Any, operation_id: str) -> tuple[int, str]:
+    """The key of a running job: operation IDs belong to their agent (issue 14), exec and files alike."""
+    owner = untrusted_spec.get("uid") if isinstance(untrusted_spec, dict) else None
+    return (owner if isinstance(owner, int) and not isinstance(owner, bool) else -1, operation_id)
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     operation_id: str

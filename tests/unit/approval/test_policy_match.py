@@ -441,3 +441,45 @@ def test_path_matching_helpers() -> None:
     assert match.match_path("/etc", True, "/etc")
     assert not match.match_path("/etc", True, "/etcx")
     assert not match.match_path("/etc/hosts", False, "/etc/hosts/x")
+
+
+_FLIPPER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+print("flipping", flush=True)
+while True:
+    libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
+"""
+
+
+def test_a_link_flipping_while_a_file_path_is_decided_is_a_denial_not_an_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "L").symlink_to(tmp_path / "d-target")
+    (tmp_path / "d-target").mkdir()
+    p = policy(f"- {{name: work, decision: allow, files: [{{tools: [files_read], paths: [{tmp_path}/...]}}]}}",
+               default="deny")
+    flipper = subprocess.Popen([sys.executable, "-I", "-c", _FLIPPER, str(tmp_path / "d"), str(tmp_path / "L")],
+                               stdout=subprocess.PIPE, text=True)
+    raised = 0
+    rules = set()
+    try:
+        assert flipper.stdout is not None and flipper.stdout.readline().strip() == "flipping"
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and not (raised >= 20 and UNRESOLVED_RULE in rules):
+            try:
+                os.path.realpath(tmp_path / "d" / "f")  # control: the naive canonicalisation fails now and then
+            except OSError:
+                raised += 1
+            rules.add(p.decide_file(subject(), "files_read", f"{tmp_path}/d/f").rule)  # never raises
+            decide(p, [f"{tmp_path}/d/f"])  # nor does resolving a command's binary through the link
+    finally:
+        flipper.kill()
+        flipper.wait()
+    assert rules <= {"work", UNRESOLVED_RULE, DEFAULT_RULE}
+    if not raised:
+        pytest.skip("the link never flipped between lstat and readlink within 8 s: nothing was shown")

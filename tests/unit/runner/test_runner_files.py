@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import os
 import pwd
 import signal
@@ -18,7 +19,7 @@ import pytest
 
 from airlock.common.errors import AirlockError
 from airlock.common.filespec import FileSpec
-from airlock.runner import files
+from airlock.runner import files, fileverbs
 from airlock.runner.identity import resolve_identity
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another identity")
@@ -89,7 +90,7 @@ def test_write_creates_and_replaces_keeping_owner_and_mode(tmp_path: Path) -> No
         assert (st.st_uid, st.st_gid) == (65534, 65534)
     assert [p.name for p in tmp_path.iterdir()] == ["new.txt"]  # no temp file left behind
     stale = run("files_write", target, content="", expected_sha256="0" * 64)
-    assert stale["error"]["code"] == "precondition_failed" and target.read_bytes() == b"two\n"
+    assert stale["error"]["code"] == "file_changed" and target.read_bytes() == b"two\n"
     assert run("files_write", tmp_path / "nope", content="", create=False)["error"]["code"] == "not_found"
 
 
@@ -133,12 +134,12 @@ def test_execute_drops_to_the_user_so_permission_denied_is_an_outcome(tmp_path: 
     os.chmod(secret, 0o600)
     nobody = resolve_identity(pwd.getpwnam("nobody").pw_uid)
     root = resolve_identity(0)
-    denied = asyncio.run(files.execute(spec("files_read", secret), nobody, timeout=10))
+    denied = asyncio.run(fileverbs.execute(spec("files_read", secret), nobody, timeout=10))
     assert denied["ok"] is False and denied["error"]["code"] == "permission_denied"
     assert denied["uid"] == nobody.uid
-    allowed = asyncio.run(files.execute(spec("files_read", secret), root, timeout=10))
+    allowed = asyncio.run(fileverbs.execute(spec("files_read", secret), root, timeout=10))
     assert allowed["ok"] is True and base64.b64decode(allowed["content"]) == b"root only\n"
-    write = asyncio.run(files.execute(spec("files_write", tmp_path / "new", content=""), nobody, timeout=10))
+    write = asyncio.run(fileverbs.execute(spec("files_write", tmp_path / "new", content=""), nobody, timeout=10))
     assert write["error"]["code"] == "permission_denied" and not (tmp_path / "new").exists()
 
 
@@ -148,9 +149,10 @@ from airlock.runner.files import atomic_write
 import os
 path = sys.argv[1]
 data = bytes([int(sys.argv[2])]) * (64 * 1024 * 1024)
+parent = os.open(os.path.dirname(path), os.O_PATH | os.O_DIRECTORY)
 st = os.stat(path)
 print("go", flush=True)
-atomic_write(path, data, st, None)
+atomic_write(parent, os.path.basename(path), path, data, st, None)
 """
 
 
@@ -192,3 +194,111 @@ def test_as_root_a_path_through_a_symlink_is_refused(tmp_path: Path) -> None:
     assert (tmp_path / "shadow-like").read_text() == "secret"
     assert run("files_read", real / "f")["ok"] is True
     assert run("files_inspect", real / "swapped")["type"] == "symlink"  # inspected, not followed
+
+
+def test_a_fifo_or_device_is_never_opened_as_a_target(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    # A blocking open of a FIFO with no writer would hang: these come back at once.
+    for tool, params in (("files_read", {}), ("files_search", {"query": "x"}),
+                         ("files_write", {"content": ""}), ("files_edit", {"old_text": "a", "new_text": "b"})):
+        assert run(tool, fifo, **params)["error"]["code"] == "not_a_file", tool
+    assert stat_kind(fifo) == "fifo"  # still the FIFO: nothing replaced it
+    assert run("files_read", "/dev/null")["error"]["code"] == "not_a_file"
+    assert run("files_inspect", fifo)["type"] == "fifo"
+
+
+def stat_kind(path: Path) -> str:
+    import stat as st
+
+    mode = os.lstat(path).st_mode
+    return "fifo" if st.S_ISFIFO(mode) else "file" if st.S_ISREG(mode) else "other"
+
+
+def test_special_mode_bits_are_refused_and_an_existing_file_loses_none_it_had(tmp_path: Path) -> None:
+    for mode in (0o4755, 0o2755, 0o1777, 0o10000):
+        with pytest.raises(AirlockError) as err:
+            spec("files_write", tmp_path / "x", content="", mode=mode)
+        assert err.value.code.value == "invalid_arguments" and "setuid" in err.value.message
+    assert spec("files_write", tmp_path / "x", content="", mode=0o777).params["mode"] == 0o777
+    target = tmp_path / "suid"
+    target.write_bytes(b"old")
+    os.chmod(target, 0o4755)
+    assert run("files_write", target, content=base64.b64encode(b"new").decode())["ok"] is True
+    assert target.stat().st_mode & 0o7777 == 0o755  # permission bits kept, setuid not
+
+
+def test_a_symlink_anywhere_in_the_path_is_not_canonical_for_every_tool(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "d").mkdir(parents=True)
+    (real / "d" / "f").write_text("x\n")
+    (tmp_path / "link").symlink_to(real)
+    through = tmp_path / "link" / "d"
+    for tool, params in (("files_read", {}), ("files_list", {}), ("files_find", {}), ("files_search", {"query": "x"}),
+                         ("files_inspect", {}), ("files_write", {"content": ""}),
+                         ("files_edit", {"old_text": "x", "new_text": "y"})):
+        target = through if tool in ("files_list", "files_find", "files_search") else through / "f"
+        assert run(tool, target, **params)["error"]["code"] == "not_canonical", tool
+    assert (real / "d" / "f").read_text() == "x\n"
+    assert run("files_read", str(real) + "//d/f")["error"]["code"] == "not_canonical"
+
+
+def test_a_write_bound_to_a_pre_state_refuses_a_changed_file(tmp_path: Path) -> None:
+    target = tmp_path / "conf"
+    target.write_text("reviewed\n")
+    reviewed = hashlib.sha256(b"reviewed\n").hexdigest()
+    target.write_text("changed\n")
+    out = files.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()), expect=reviewed)
+    assert out["error"]["code"] == "file_changed" and target.read_text() == "changed\n"
+    appeared = files.perform(spec("files_write", tmp_path / "new", content=""), expect="absent")
+    assert appeared["ok"] is True  # absent as approved: created
+    again = files.perform(spec("files_write", tmp_path / "new", content="eA=="), expect="absent")
+    assert again["error"]["code"] == "file_changed" and (tmp_path / "new").read_bytes() == b""
+    ok = files.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()),
+                       expect=hashlib.sha256(b"changed\n").hexdigest())
+    assert ok["ok"] is True and target.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conf", "new"]  # no temp file left behind
+
+
+def test_a_catastrophic_regex_is_stopped_by_the_cpu_limit(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("a" * 40 + "!\n")
+    me = resolve_identity(os.geteuid())
+    started = time.monotonic()
+    out = asyncio.run(fileverbs.execute(spec("files_search", tmp_path, query="(a+)+$", regex=True), me,
+                                        timeout=120, cpu_seconds=1))
+    assert out["error"]["code"] == "limit_exceeded"
+    assert time.monotonic() - started < 60
+
+
+def test_the_bound_pre_state_is_checked_before_it_is_enforced() -> None:
+    assert fileverbs.bound_expectation(None) is None
+    assert fileverbs.bound_expectation({"sha256": "absent"}) == "absent"
+    assert fileverbs.bound_expectation({"sha256": "a" * 64}) == "a" * 64
+    for bad in ({"sha256": "A" * 64}, {"sha256": None}, {"sha256": "a" * 64, "x": 1}, "absent", {"sha": "absent"}):
+        with pytest.raises(AirlockError):
+            fileverbs.bound_expectation(bad)
+
+
+def test_the_entry_point_refuses_a_bad_request_and_answers_one_outcome(tmp_path: Path) -> None:
+    argv = list(fileverbs.fileop_argv())
+    bad = subprocess.run(argv, input=b'{"spec": {"kind": "exec"}}', capture_output=True, timeout=60)
+    assert bad.returncode == 2 and bad.stdout == b"" and b"bad request" in bad.stderr
+    (tmp_path / "f").write_text("hello\n")
+    request = {"spec": spec("files_read", tmp_path / "f").to_dict(), "preview": False, "expect": None, "cpu_seconds": None}
+    good = subprocess.run(argv, input=json.dumps(request).encode(), capture_output=True, timeout=60)
+    outcome = json.loads(good.stdout)
+    assert good.returncode == 0 and base64.b64decode(outcome["content"]) == b"hello\n"
+
+
+def test_a_write_to_a_long_multibyte_name_works(tmp_path: Path) -> None:
+    target = tmp_path / ("é" * 127)  # 254 bytes: the temporary name must be cut by bytes
+    assert run("files_write", target, content=base64.b64encode(b"x").decode())["ok"] is True
+    assert target.read_bytes() == b"x"
+
+
+def test_an_answer_over_the_output_cap_is_limit_exceeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "f").write_bytes(b"x" * 4096)
+    me = resolve_identity(os.geteuid())
+    monkeypatch.setattr(fileverbs, "OUTPUT_CAP", 1024)
+    out = asyncio.run(fileverbs.execute(spec("files_read", tmp_path / "f"), me, timeout=60))
+    assert out["ok"] is False and out["error"]["code"] == "limit_exceeded" and "1024 bytes" in out["error"]["message"]
