@@ -1,0 +1,230 @@
+"""`airlock audit verify` against anchors, and `airlock audit acknowledge`.
+
+verify asks the journal through the operator door (approval passes
+``audit.verify`` on as the journal's ``verify``); the anchors it brings are
+read here: journald's with python3-systemd (the system journal: root or the
+``adm``/``systemd-journal`` groups), a file's directly, and the anchors file
+beside the database by the journal itself (``own_anchors``), since only it
+may read that.  Many anchors go in several calls; the chain is walked once.
+
+acknowledge writes the database directly (the journal stopped, as root under
+systemd): see `airlock.journal.store.acknowledge`.
+
+Exit codes: 0 the journal checks out (acknowledged segments included), 1 a
+mismatch or a daemon error, 2 usage or anchors that cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from airlock.cli import client
+from airlock.cli.render import sanitise
+
+# Anchors per verify call (the journal takes up to 4096; leave room).
+BATCH = 4000
+
+
+def _err(message: str) -> None:
+    print(f"airlock: {message}", file=sys.stderr)
+
+
+def _config(ns: argparse.Namespace) -> Any:
+    from airlock.common import config as configuration
+
+    return configuration.load(Path(ns.config) if getattr(ns, "config", None) else None)
+
+
+def _writer_uids(ns: argparse.Namespace) -> set[int]:
+    """Whose journald anchors count: the journal's user (from the config) and root."""
+    from airlock.common.peer import uid_of
+
+    uids = {0}
+    try:
+        uid = uid_of(_config(ns).services.journal_user)
+    except Exception:  # a bad config must not hide the anchors root wrote
+        uid = None
+    if uid is not None:
+        uids.add(uid)
+    return uids
+
+
+def _anchors(ns: argparse.Namespace, *, beside: Path | None) -> tuple[list[Any], bool, str] | int:
+    """(anchors read here, whether the journal adds its own file, a label) or an exit code.
+
+    ``beside``: acknowledge reads the database's anchors file itself.
+    """
+    from airlock.journal import anchors
+
+    source = ns.anchors
+    if source in (None, "journald"):
+        try:
+            found = anchors.read_journald(_writer_uids(ns))
+        except anchors.JournaldUnavailable as exc:
+            if source == "journald":
+                _err(f"cannot read anchors from journald: {exc}")
+                return 2
+            found = []
+        if source == "journald":
+            if not found:
+                _err("no anchors in journald (is airlock-journal running under systemd here, "
+                     "and may you read the system journal?)")
+                return 2
+            return found, False, "journald"
+        label = "journald and the anchors file" if found else "the anchors file"
+        if beside is not None:
+            own, unreadable = anchors.read_file(anchors.path_beside(beside))
+            if unreadable:
+                _err(f"{unreadable} unreadable line(s) in {anchors.path_beside(beside)}")
+            return found + own, False, label
+        return found, True, label
+    if source == "none":
+        return [], False, "none"
+    path = Path(source)
+    if not path.is_file():
+        _err(f"--anchors: no such file {source!r} (give journald, none or an anchors file)")
+        return 2
+    try:
+        found, unreadable = anchors.read_file(path)
+    except OSError as exc:
+        _err(f"--anchors: cannot read {source}: {exc.strerror}")
+        return 2
+    if unreadable:
+        _err(f"{unreadable} unreadable line(s) in {source}")
+    return found, False, str(path)
+
+
+def verify(ns: argparse.Namespace) -> int:
+    got = _anchors(ns, beside=None)
+    if isinstance(got, int):
+        return got
+    found, own, label = got
+    base: dict[str, Any] = {}
+    if ns.from_seq is not None:
+        base["from"] = ns.from_seq
+    if ns.anchor:
+        base["anchor"] = ns.anchor
+    acks = [a.to_dict() for a in found if a.ack]
+    rest = [a.to_dict() for a in found if not a.ack]
+    batches = [rest[i:i + BATCH] for i in range(0, len(rest), BATCH)] or [[]]
+    results = []
+    envelope_id = None
+    for number, batch in enumerate(batches):
+        args = base | {"anchors": acks + batch, "own_anchors": own and number == 0, "chain": number == 0}
+        try:
+            _raw, reply = client.call(client.operator_socket(ns.socket), "audit.verify", args)
+        except client.ClientError as exc:
+            _err(str(exc))
+            return 1
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            if ns.json:
+                print(json.dumps(reply, separators=(",", ":")))
+            else:
+                _err(f"{error.get('code')}: {error.get('message')}")
+            return 1
+        results.append(reply.get("data") or {})
+        envelope_id = reply.get("id")
+    data = merge(results)
+    data["anchors"]["source"] = label
+    if ns.json:  # the daemon's envelope, its data merged over the batches
+        print(json.dumps({"id": envelope_id, "ok": True, "data": data}, separators=(",", ":")))
+    else:
+        print(render(data))
+    return 0 if data.get("ok") else 1
+
+
+def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One answer from the answers to several batches of anchors (the first walked the chain)."""
+    out = dict(results[0])
+    anchors = dict(out.get("anchors") or {})
+    bad = [(r["first_bad_seq"], r.get("reason")) for r in results if not r.get("ok")]
+    for later in results[1:]:
+        extra = later.get("anchors") or {}
+        for key in ("checked", "acknowledged", "given"):
+            anchors[key] = int(anchors.get(key) or 0) + int(extra.get(key) or 0)
+    if bad:
+        first = min(bad, key=lambda b: b[0] or 0)
+        out |= {"ok": False, "first_bad_seq": first[0], "reason": first[1]}
+    out["anchors"] = anchors
+    return out
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = []
+    if data.get("ok"):
+        lines.append(f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}")
+    else:
+        lines.append(f"FAILED at record {data.get('first_bad_seq')}: {sanitise(str(data.get('reason')))}")
+    anchors = data.get("anchors") or {}
+    lines.append(f"anchors: {anchors.get('checked', 0)} checked, {anchors.get('acknowledged', 0)} acknowledged "
+                 f"(from {anchors.get('source')})")
+    for seg in data.get("segments") or []:
+        confirmed = "" if seg.get("confirmed") else " [no ack anchor in this source]"
+        lines.append(
+            f"segment: from seq {seg.get('seq')}, acknowledged by {sanitise(str(seg.get('operator')))}: "
+            f"{sanitise(str(seg.get('reason')))} (previous head {seg.get('previous_seq')}){confirmed}"
+        )
+    return "\n".join(lines)
+
+
+def acknowledge(ns: argparse.Namespace) -> int:
+    from airlock.common.errors import AirlockError
+    from airlock.journal import anchors, store
+    from airlock.journal.chain import Anchor
+
+    try:
+        database = Path(ns.database) if ns.database else _config(ns).paths.state_dir / "journal.sqlite"
+    except Exception as exc:  # ConfigError: its text is the message
+        _err(str(exc))
+        return 2
+    got = _anchors(ns, beside=database)
+    if isinstance(got, int):
+        return got
+    found, _own, label = got
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    sudo = os.environ.get("SUDO_USER")
+    operator = f"{sudo} (as {name})" if sudo and sudo != name else name
+    try:
+        done = store.acknowledge(database, found, operator=operator, uid=uid, reason=ns.reason)
+    except AirlockError as exc:
+        _err(f"{exc.code.value}: {exc.message}")
+        return 1
+    event = done.event
+    mark = Anchor(event.seq, event.hash, ack=True)
+    st = os.stat(database)
+    try:
+        anchors.append(anchors.path_beside(database), mark, "acknowledged", time.time(), owner=(st.st_uid, st.st_gid))
+    except OSError as exc:
+        _err(f"the acknowledgement is in the database, but its anchor could not be written: {exc}")
+        return 1
+    sent = anchors.send_journald(mark, "acknowledged")
+    previous = event.payload.get("previous") or {}
+    result = {
+        "seq": event.seq,
+        "hash": event.hash,
+        "previous": event.payload.get("previous"),
+        "contradicted": event.payload.get("contradicted"),
+        "operator": operator,
+        "anchors": label,
+        "journald": sent,
+    }
+    if ns.json:
+        print(json.dumps(result, separators=(",", ":")))
+    else:
+        print(f"acknowledged: a new chain segment begins at seq {event.seq} "
+              f"(previous head {previous.get('seq')}; first contradiction at seq "
+              f"{done.mismatch.first_bad_seq}: {done.mismatch.reason})")
+        print("start the journal again: systemctl restart airlock-journal.service (or airlock dev up)")
+    return 0
