@@ -300,12 +300,15 @@ def check_anchors(
     head_seq: int,
     high_water: int,
     acks: Mapping[int, str],
+    before: Mapping[int, int] | None = None,
 ) -> AnchorCheck:
     """Compare the database with anchors kept outside it.
 
     - ``stored``: the database's hash at (at least) every anchored seq it holds;
     - ``head_seq``: its newest record; ``high_water``: the highest seq it ever wrote;
-    - ``acks``: seq -> hash of its acknowledgement records.
+    - ``acks``: seq -> hash of its acknowledgement records;
+    - ``before``: for an anchored seq it lacks, the newest seq it holds below
+      it (so a gap is reported from its start).
 
     An acknowledgement counts only if the anchors hold its own ack anchor
     (same seq and hash): a record an intruder adds to the database does not
@@ -336,7 +339,8 @@ def check_anchors(
             problems.append((head_seq + 1, f"an anchor names seq {anchor.seq} but the journal ends at seq "
                                            f"{head_seq}: records after {head_seq} are gone"))
         elif actual is None:
-            problems.append((anchor.seq, f"seq {anchor.seq} is anchored but missing"))
+            start = (before or {}).get(anchor.seq, anchor.seq - 1) + 1
+            problems.append((start, f"seq {anchor.seq} is anchored but missing (records from seq {start} are gone)"))
         elif actual != anchor.hash:
             problems.append((anchor.seq, f"seq {anchor.seq}: hash differs from its anchor (a record after "
                                          f"seq {last_good}, the last that matched, was rewritten)"))

@@ -716,7 +716,7 @@ class Store:
             conn.close()
         checked = chain.check_anchors(
             given, stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
-            acks={seq: h for seq, (h, _) in facts.acks.items()},
+            acks={seq: h for seq, (h, _) in facts.acks.items()}, before=facts.before,
         )
         confirmed = {a.seq for a in given if a.ack and facts.acks.get(a.seq, ("",))[0] == a.hash}
         bad = [(r.first_bad_seq, r.reason) for r in (walked, checked) if r is not None and not r.ok]
@@ -747,7 +747,8 @@ class Store:
             conn.execute("BEGIN")
             facts = _facts(conn, [last.seq] if last else [], acks=False)
             result = chain.check_anchors(
-                [last] if last else [], stored=facts.stored, head_seq=facts.head[0], high_water=facts.high, acks={}
+                [last] if last else [], stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
+                acks={}, before=facts.before,
             )
             if result.ok and last is not None:
                 walked = _verify_chain(conn, last.seq, last.hash)
@@ -845,7 +846,7 @@ def acknowledge(
                 )
             mismatch = chain.check_anchors(
                 given, stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
-                acks={seq: h for seq, (h, _) in facts.acks.items()},
+                acks={seq: h for seq, (h, _) in facts.acks.items()}, before=facts.before,
             )
             if mismatch.ok:
                 raise AirlockError(ErrorCode.CONFLICT, "nothing to acknowledge: the journal matches every anchor")
@@ -949,6 +950,7 @@ class _Facts:
     head: tuple[int, str]
     high: int
     stored: dict[int, str]  # seq -> hash, for the seqs asked about that exist
+    before: dict[int, int]  # for the seqs asked about that do not: the newest seq below
     acks: dict[int, tuple[str, dict[str, Any]]]  # seq -> (hash, payload) of acknowledgements
 
 
@@ -960,6 +962,11 @@ def _facts(conn: sqlite3.Connection, seqs: Iterable[int], *, acks: bool = True) 
         marks = ",".join("?" * len(chunk))
         for seq, digest in conn.execute(f"SELECT seq, hash FROM events WHERE seq IN ({marks})", chunk):
             stored[int(seq)] = str(digest)
+    before: dict[int, int] = {}
+    for seq in wanted:
+        if seq not in stored:
+            row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE seq < ?", (seq,)).fetchone()
+            before[seq] = int(row[0])
     found: dict[int, tuple[str, dict[str, Any]]] = {}
     if acks:
         for seq, digest, payload in conn.execute(
@@ -970,7 +977,7 @@ def _facts(conn: sqlite3.Connection, seqs: Iterable[int], *, acks: bool = True) 
             except ValueError:
                 data = {}
             found[int(seq)] = (str(digest), data if isinstance(data, dict) else {})
-    return _Facts(_read_head(conn), _read_high(conn), stored, found)
+    return _Facts(_read_head(conn), _read_high(conn), stored, before, found)
 
 
 def _segment(seq: int, digest: str, payload: dict[str, Any], confirmed: bool) -> dict[str, Any]:
