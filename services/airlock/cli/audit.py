@@ -1,14 +1,17 @@
 """`airlock audit verify` against anchors, and `airlock audit acknowledge`.
 
 verify asks the journal through the operator door (approval passes
-``audit.verify`` on as the journal's ``verify``); the anchors it brings are
-read here: journald's with python3-systemd (the system journal: root or the
-``adm``/``systemd-journal`` groups), a file's directly, and the anchors file
-beside the database by the journal itself (``own_anchors``), since only it
-may read that.  Many anchors go in several calls; the chain is walked once.
+``audit.verify`` on as the journal's ``verify``).  Anchors: the journal reads
+its own anchors file (``own_anchors``: only it may read it); journald's are
+read here with python3-systemd (the system journal: root or the
+``adm``/``systemd-journal`` groups) and sent along, as is a given file's.
+By default both the journal's file and -- when that journal writes its
+anchors to journald, i.e. runs under systemd -- journald's.  Many anchors go
+in several calls; the chain is walked once.
 
 acknowledge writes the database directly (the journal stopped, as root under
-systemd): see `airlock.journal.store.acknowledge`.
+systemd) against the anchors file beside it plus any ``--anchors`` named:
+see `airlock.journal.store.acknowledge`.
 
 Exit codes: 0 the journal checks out (acknowledged segments included), 1 a
 mismatch or a daemon error, 2 usage or anchors that cannot be read.
@@ -56,37 +59,26 @@ def _writer_uids(ns: argparse.Namespace) -> set[int]:
     return uids
 
 
-def _anchors(ns: argparse.Namespace, *, beside: Path | None) -> tuple[list[Any], bool, str] | int:
-    """(anchors read here, whether the journal adds its own file, a label) or an exit code.
-
-    ``beside``: acknowledge reads the database's anchors file itself.
-    """
+def _journald(ns: argparse.Namespace, *, required: bool) -> list[Any] | int:
     from airlock.journal import anchors
 
-    source = ns.anchors
-    if source in (None, "journald"):
-        try:
-            found = anchors.read_journald(_writer_uids(ns))
-        except anchors.JournaldUnavailable as exc:
-            if source == "journald":
-                _err(f"cannot read anchors from journald: {exc}")
-                return 2
-            found = []
-        if source == "journald":
-            if not found:
-                _err("no anchors in journald (is airlock-journal running under systemd here, "
-                     "and may you read the system journal?)")
-                return 2
-            return found, False, "journald"
-        label = "journald and the anchors file" if found else "the anchors file"
-        if beside is not None:
-            own, unreadable = anchors.read_file(anchors.path_beside(beside))
-            if unreadable:
-                _err(f"{unreadable} unreadable line(s) in {anchors.path_beside(beside)}")
-            return found + own, False, label
-        return found, True, label
-    if source == "none":
-        return [], False, "none"
+    try:
+        found = anchors.read_journald(_writer_uids(ns))
+    except anchors.JournaldUnavailable as exc:
+        if required:
+            _err(f"cannot read anchors from journald: {exc}")
+            return 2
+        return []
+    if required and not found:
+        _err("no anchors in journald (is airlock-journal running under systemd here, "
+             "and may you read the system journal?)")
+        return 2
+    return found
+
+
+def _file(source: str) -> list[Any] | int:
+    from airlock.journal import anchors
+
     path = Path(source)
     if not path.is_file():
         _err(f"--anchors: no such file {source!r} (give journald, none or an anchors file)")
@@ -98,47 +90,83 @@ def _anchors(ns: argparse.Namespace, *, beside: Path | None) -> tuple[list[Any],
         return 2
     if unreadable:
         _err(f"{unreadable} unreadable line(s) in {source}")
-    return found, False, str(path)
+    return found
+
+
+def _call(ns: argparse.Namespace, args: dict[str, Any]) -> tuple[str | None, dict[str, Any]] | int:
+    try:
+        _raw, reply = client.call(client.operator_socket(ns.socket), "audit.verify", args)
+    except client.ClientError as exc:
+        _err(str(exc))
+        return 1
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        if ns.json:
+            print(json.dumps(reply, separators=(",", ":")))
+        else:
+            _err(f"{error.get('code')}: {error.get('message')}")
+        return 1
+    return reply.get("id"), reply.get("data") or {}
 
 
 def verify(ns: argparse.Namespace) -> int:
-    got = _anchors(ns, beside=None)
+    """The chain and the anchors.  Default: the journal's own anchors file, and journald's
+    anchors too when that journal writes them there (it runs under systemd)."""
+    source = ns.anchors
+    found: list[Any] = []
+    if source == "journald":
+        got = _journald(ns, required=True)
+        label = "journald"
+    elif source not in (None, "none"):
+        got = _file(source)
+        label = source
+    else:
+        got, label = [], "none" if source == "none" else "the anchors file"
     if isinstance(got, int):
         return got
-    found, own, label = got
+    found = got
     base: dict[str, Any] = {}
     if ns.from_seq is not None:
         base["from"] = ns.from_seq
     if ns.anchor:
         base["anchor"] = ns.anchor
-    acks = [a.to_dict() for a in found if a.ack]
-    rest = [a.to_dict() for a in found if not a.ack]
-    batches = [rest[i:i + BATCH] for i in range(0, len(rest), BATCH)] or [[]]
-    results = []
-    envelope_id = None
-    for number, batch in enumerate(batches):
-        args = base | {"anchors": acks + batch, "own_anchors": own and number == 0, "chain": number == 0}
-        try:
-            _raw, reply = client.call(client.operator_socket(ns.socket), "audit.verify", args)
-        except client.ClientError as exc:
-            _err(str(exc))
-            return 1
-        if not reply.get("ok"):
-            error = reply.get("error") or {}
-            if ns.json:
-                print(json.dumps(reply, separators=(",", ":")))
-            else:
-                _err(f"{error.get('code')}: {error.get('message')}")
-            return 1
-        results.append(reply.get("data") or {})
-        envelope_id = reply.get("id")
+    first = _call(ns, base | {"anchors": _batch(found, 0), "own_anchors": source is None})
+    if isinstance(first, int):
+        return first
+    envelope_id, data = first
+    results = [data]
+    if source is None and data.get("anchors_in_journald"):
+        more = _journald(ns, required=False)
+        found = more if isinstance(more, list) else []
+        label = "the anchors file and journald"
+    if source is None:
+        numbers = range(_batches(found)) if found else range(0)
+    else:
+        numbers = range(1, _batches(found))  # the first batch went with the first call
+    for number in numbers:
+        later = _call(ns, base | {"anchors": _batch(found, number), "chain": False})
+        if isinstance(later, int):
+            return later
+        results.append(later[1])
     data = merge(results)
     data["anchors"]["source"] = label
-    if ns.json:  # the daemon's envelope, its data merged over the batches
+    if ns.json:  # the daemon's envelope, its data merged over the calls
         print(json.dumps({"id": envelope_id, "ok": True, "data": data}, separators=(",", ":")))
     else:
         print(render(data))
     return 0 if data.get("ok") else 1
+
+
+def _batches(found: list[Any]) -> int:
+    rest = sum(1 for a in found if not a.ack)
+    return max(1, -(-rest // BATCH))
+
+
+def _batch(found: list[Any], number: int) -> list[dict[str, Any]]:
+    """Batch ``number`` of the anchors; every batch carries the ack anchors (they confirm acknowledgements)."""
+    acks = [a.to_dict() for a in found if a.ack]
+    rest = [a.to_dict() for a in found if not a.ack]
+    return acks + rest[number * BATCH:(number + 1) * BATCH]
 
 
 def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -185,10 +213,18 @@ def acknowledge(ns: argparse.Namespace) -> int:
     except Exception as exc:  # ConfigError: its text is the message
         _err(str(exc))
         return 2
-    got = _anchors(ns, beside=database)
-    if isinstance(got, int):
-        return got
-    found, _own, label = got
+    own, unreadable = anchors.read_file(anchors.path_beside(database))
+    if unreadable:
+        _err(f"{unreadable} unreadable line(s) in {anchors.path_beside(database)}")
+    label = str(anchors.path_beside(database))
+    extra: list[Any] | int = []
+    if ns.anchors == "journald":
+        extra, label = _journald(ns, required=True), f"{label} and journald"
+    elif ns.anchors not in (None, "none"):
+        extra, label = _file(ns.anchors), f"{label} and {ns.anchors}"
+    if isinstance(extra, int):
+        return extra
+    found = own + extra
     uid = os.getuid()
     try:
         name = pwd.getpwuid(uid).pw_name

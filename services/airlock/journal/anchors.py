@@ -125,11 +125,16 @@ class JournaldUnavailable(Exception):
     """journald's anchors cannot be read here (no python3-systemd, or no journal)."""
 
 
-def read_journald(writer_uids: Iterable[int]) -> list[Anchor]:
-    """Every anchor in journald written by one of ``writer_uids`` (journald's trusted ``_UID``).
+JOURNAL_UNIT: Final = "airlock-journal.service"
 
-    Anyone can send a journald entry with any ``MESSAGE_ID``; only ``_UID``
-    is set by journald itself.  An ack anchor counts only from root: the
+
+def read_journald(writer_uids: Iterable[int]) -> list[Anchor]:
+    """Every anchor in journald that airlock-journal or root wrote.
+
+    Anyone can send a journald entry with any ``MESSAGE_ID``; only the fields
+    journald sets itself (``_UID``, ``_SYSTEMD_UNIT``) say who did.  An anchor
+    counts from ``airlock-journal.service`` running as one of ``writer_uids``;
+    an ack anchor only from root (``airlock audit acknowledge``): the
     journal's own user cannot excuse a mismatch.
     """
     try:
@@ -149,7 +154,7 @@ def read_journald(writer_uids: Iterable[int]) -> list[Anchor]:
             if not isinstance(uid, int) or uid not in allowed:
                 continue
             ack = str(entry.get("AIRLOCK_CHAIN_ACK", "")).lower() == "true"
-            if ack and uid != 0:
+            if (uid != 0) if ack else (entry.get("_SYSTEMD_UNIT") != JOURNAL_UNIT):
                 continue
             try:
                 found.append(Anchor(int(str(entry.get("AIRLOCK_CHAIN_SEQ"))), str(entry.get("AIRLOCK_CHAIN_HASH")), ack))

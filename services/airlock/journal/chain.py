@@ -312,8 +312,11 @@ def check_anchors(
 
     An acknowledgement counts only if the anchors hold its own ack anchor
     (same seq and hash): a record an intruder adds to the database does not
-    excuse anything.  Anchors below the newest confirmed acknowledgement are
-    ``acknowledged``; every other anchor must match the record at its seq.
+    excuse anything.  An ack anchor serves only to confirm: one that matches
+    no acknowledgement here is not compared (a missing acknowledgement shows
+    at the anchors written after it).  Anchors below the newest confirmed
+    acknowledgement are ``acknowledged``; every other anchor must match the
+    record at its seq.
     Reported, with the first bad seq:
 
     - a high-water mark above the head (the newest records were deleted);
@@ -330,6 +333,8 @@ def check_anchors(
     checked = acknowledged = 0
     last_good = 0
     for anchor in items:
+        if anchor.ack and acks.get(anchor.seq) != anchor.hash:
+            continue
         if anchor.seq < boundary:
             acknowledged += 1
             continue

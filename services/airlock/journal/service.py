@@ -201,6 +201,9 @@ class Journal:
         )
         if own:
             result["anchors"] |= {"file": str(anchors.path_beside(self.store.path)), "unreadable": unreadable}
+        # Whether this journal's anchors also go to journald (it runs under systemd).
+        target = self.config.log.target
+        result["anchors_in_journald"] = target == "journal" or (target == "auto" and log.stderr_is_journal(os.environ))
         return result
 
 

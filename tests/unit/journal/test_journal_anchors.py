@@ -148,3 +148,9 @@ def test_a_missing_anchored_record_is_reported_from_the_start_of_its_gap() -> No
     stored = {i: H[i] for i in (1, 2, 3, 9, 10)}
     result = check([Anchor(6, H[6])], stored=stored, before={6: 3})
     assert not result.ok and result.first_bad_seq == 4
+
+
+def test_an_ack_anchor_of_another_database_is_not_compared() -> None:
+    # A stray ack anchor (another journal's, on the same host) confirms nothing and accuses nothing.
+    result = check([Anchor(5, H[5]), Anchor(7, "c" * 64, ack=True)], acks={})
+    assert result.ok and result.checked == 1
