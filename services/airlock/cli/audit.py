@@ -138,7 +138,7 @@ def verify(ns: argparse.Namespace) -> int:
     if source is None and data.get("anchors_in_journald"):
         more = _journald(ns, required=False)
         found = more if isinstance(more, list) else []
-        label = "the anchors file and journald"
+        label = "the anchors file and journald" if found else "the anchors file (none readable in journald)"
     if source is None:
         numbers = range(_batches(found)) if found else range(0)
     else:
