@@ -32,7 +32,7 @@ path = "/var/lib/airlock/journal.anchors"
 lines = [l for l in open(path).read().splitlines() if l and json.loads(l)["seq"] <= keep]
 with open(path, "w") as f:  # keeps the file's owner
     f.write("".join(l + "\n" for l in lines))
-print(keep)
+print(keep, head)
 '''
 
 
@@ -68,18 +68,22 @@ def test_anchors_reach_journald_and_catch_a_cut_database(system) -> None:
 
     system.c.run(["systemctl", "stop", "airlock-journal.socket", "airlock-journal.service"])
     try:
-        keep = int(system.c.run(["python3", "-c", CUT_TAIL, "3"]).stdout.strip())
+        keep, head = map(int, system.c.run(["python3", "-c", CUT_TAIL, "3"]).stdout.split())
     finally:
         system.c.run(["systemctl", "start", "airlock-journal.socket"])
 
     # The journal's own checks cannot tell (its file was trimmed too) ...
     code, envelope, r = _verify(system, "--anchors", ANCHORS)
     assert code == 0 and envelope["data"]["chain"]["ok"], r
-    # ... journald can.
+    # ... journald can.  (The journal has started on the cut database meanwhile and,
+    # the high-water mark lowered, written its service.started at keep + 1 again: the
+    # first record journald can prove gone may be a little later than keep + 1.)
     code, envelope, r = _verify(system, "--anchors", "journald")
-    assert code == 1 and envelope["data"]["ok"] is False and envelope["data"]["first_bad_seq"] == keep + 1, r
+    assert code == 1 and envelope["data"]["ok"] is False, r
+    first_bad = envelope["data"]["first_bad_seq"]
+    assert keep < first_bad <= head, (keep, head, r)
     text = system.airlock("audit", "verify", "--anchors", "journald", user=None)
-    assert text.returncode == 1 and f"FAILED at record {keep + 1}" in text.stdout, text
+    assert text.returncode == 1 and f"FAILED at record {first_bad}" in text.stdout, text
     # The default under systemd takes journald's anchors too.
     assert _verify(system)[0] == 1
 
@@ -95,7 +99,7 @@ def test_anchors_reach_journald_and_catch_a_cut_database(system) -> None:
     code, envelope, r = _verify(system, "--anchors", "journald")
     assert code == 0 and envelope["data"]["ok"], r
     segments = envelope["data"]["segments"]
-    assert len(segments) == 1 and segments[0]["confirmed"] and segments[0]["previous_seq"] == keep
+    assert len(segments) == 1 and segments[0]["confirmed"] and segments[0]["previous_seq"] >= keep
     owner = system.c.run(["stat", "-c", "%U", DB, ANCHORS]).stdout.split()
     assert owner == ["airlock-journal", "airlock-journal"], owner
     system.audit_verify()  # the operator's plain verify agrees
