@@ -211,7 +211,7 @@ def test_deleted_seqs_are_not_written_again(tmp_path_factory: pytest.TempPathFac
     db = runtime / "state" / "journal.sqlite"
     head = _max_seq(db)
     anchors = runtime / "state" / "journal.anchors"
-    anchors.unlink()  # no anchors at all: the high-water mark alone must catch it
+    anchors.unlink(missing_ok=True)  # no anchors at all: the high-water mark alone must catch it
     _attack(db, f"DELETE FROM events WHERE seq > {head - 2}")
     assert _max_seq(db) == head - 2  # control: the rows are gone
     s = start_stack(runtime, config)
