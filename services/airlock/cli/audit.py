@@ -262,5 +262,5 @@ def acknowledge(ns: argparse.Namespace) -> int:
         print(f"acknowledged: a new chain segment begins at seq {event.seq} "
               f"(previous head {previous.get('seq')}; first contradiction at seq "
               f"{done.mismatch.first_bad_seq}: {done.mismatch.reason})")
-        print("start the journal again: systemctl restart airlock-journal.service (or airlock dev up)")
+        print("now start the journal again: systemctl start airlock-journal.socket (or airlock dev up)")
     return 0
