@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -24,7 +25,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.journal import anchors
-from airlock.journal.chain import Anchor, parse_anchor
+from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
 from airlock.journal.kinds import NOTICES
 from airlock.journal.store import Store
 
@@ -292,8 +293,12 @@ def check_at_start(store: Store, path: Path) -> None:
     for name in store.restored_triggers:
         logger.warning("journal.trigger.restored", message_id=NOTICES["journal.trigger.restored"], trigger=name,
                        database=str(store.path))
-    last = anchors.last_in_file(path)
-    result = store.check_tail(last)
+    last = None
+    try:
+        last = anchors.last_in_file(path)
+        result = store.check_tail(last)
+    except (OSError, sqlite3.Error) as exc:  # cannot check: fail closed all the same
+        result = AnchorCheck(False, 0, 0, None, f"cannot check the chain against {path}: {exc}")
     if result.ok:
         return
     store.refuse(

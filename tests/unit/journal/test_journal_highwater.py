@@ -192,3 +192,20 @@ def test_anchor_file_append_and_tail(tmp_path: Path) -> None:
     with open(path, "a") as f:
         f.write('{"seq": 3000, "ha')  # a write cut short
     assert anchors.last_in_file(path) == Anchor(2999, f"{2999:064x}")
+
+
+def test_an_unreadable_anchors_file_fails_closed(db: Path, tmp_path: Path) -> None:
+    with_store(db, lambda store: fill(store, 2))
+    blocked = tmp_path / "anchors-dir"
+    blocked.mkdir()  # a directory where the file should be: reading it fails
+    refusal = with_store(db, lambda store: _start_check(store, blocked))
+    assert refusal is not None and "cannot check the chain" in refusal
+    ok = with_store(db, lambda store: _start_check(store, tmp_path / "absent"))
+    assert ok is None  # no anchors file at all (a first start): nothing to hold against it
+
+
+async def _start_check(store: Store, path: Path) -> str | None:
+    from airlock.journal.service import check_at_start
+
+    check_at_start(store, path)
+    return store.refusal
