@@ -831,6 +831,7 @@ def acknowledge(
         raise AirlockError(ErrorCode.NOT_FOUND, f"no audit journal at {path}", {"path": str(path)})
     conn = sqlite3.connect(path, isolation_level=None, timeout=10)
     try:
+        conn.execute("PRAGMA synchronous=FULL")
         _migrate(conn)
         _restore_triggers(conn)
         conn.execute("BEGIN IMMEDIATE")
