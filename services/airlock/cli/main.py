@@ -330,20 +330,11 @@ def cmd_audit(ns: argparse.Namespace) -> int:
         if rc == 0 and not ns.json:
             print(f"{data.get('seq')} {data.get('hash')}")
         return rc
-    args: dict[str, Any] = {}
-    if ns.from_seq is not None:
-        args["from"] = ns.from_seq
-    if ns.anchor:
-        args["anchor"] = ns.anchor
-    rc, data = _operator(ns, "audit.verify", args)
-    if rc != 0:
-        return rc
-    if not ns.json:
-        if data.get("ok"):
-            print(f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}")
-        else:
-            print(f"FAILED at record {data.get('first_bad_seq')}: {data.get('reason')}")
-    return 0 if data.get("ok") else 1
+    from airlock.cli import audit
+
+    if ns.audit_command == "acknowledge":
+        return audit.acknowledge(ns)
+    return audit.verify(ns)
 
 
 def cmd_policy_check(ns: argparse.Namespace) -> int:
@@ -604,18 +595,28 @@ def parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="verify and inspect the audit journal")
     audit_sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
+    anchors_help = ("journald, an anchors file, or none (default: journald if readable, and the anchors "
+                    "file beside the database)")
     for name, text in (
-        ("verify", "check the whole hash chain and name the first bad record"),
+        ("verify", "check the whole hash chain, and the database against its anchors; name the first bad record"),
         ("head", "print the newest sequence number and hash (keep them off the host)"),
         ("export", "print every audit event as JSON lines"),
+        ("acknowledge", "accept a mismatch with the anchors and start a new chain segment (journal stopped; root)"),
     ):
         sp = audit_sub.add_parser(name, help=text, description=text)
-        sp.add_argument("--socket", help="operator socket")
+        if name != "acknowledge":
+            sp.add_argument("--socket", help="operator socket")
         if name != "export":
             sp.add_argument("--json", action="store_true")
         if name == "verify":
             sp.add_argument("--from", dest="from_seq", type=int, help="start at this sequence number")
             sp.add_argument("--anchor", help="the hash `airlock audit head` printed for the record at --from")
+        if name in ("verify", "acknowledge"):
+            sp.add_argument("--anchors", metavar="journald|FILE|none", help=anchors_help)
+            sp.add_argument("--config", help="airlock.yaml to read (default /etc/airlock/airlock.yaml)")
+        if name == "acknowledge":
+            sp.add_argument("--reason", required=True, help="why, recorded in the new segment's first record")
+            sp.add_argument("--database", help="the journal database (default: the configured state_dir's)")
         if name == "export":
             sp.add_argument("--since", help="only events at or after this ISO 8601 time")
             sp.add_argument("--format", choices=["jsonl"], default="jsonl", help="output format (jsonl)")

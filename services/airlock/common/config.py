@@ -244,6 +244,8 @@ class Journal:
     operation_retention: float
     operation_capacity: int
     output_head_bytes: int
+    anchor_every_records: int
+    anchor_every_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +357,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
     Setting("journal.operation_capacity", positive_int, 256, "Completed operations kept for replay, oldest out."),
     Setting("journal.output_head_bytes", non_negative_int, 0, "Bytes of each output stream kept in the audit record (0: digest and size only)."),
+    Setting("journal.anchor_every_records", non_negative_int, 1000, "Anchor the chain head outside the database after this many records (0: only at start and stop)."),
+    Setting("journal.anchor_every_seconds", non_negative_float, 300.0, "Anchor the chain head at least this often while records are written (0: only at start and stop)."),
     Setting("runner.containment", choice("auto", "scope", "process-group"), "auto", "scope: a transient systemd scope per job; auto: scope when systemd runs, else a process group."),
     Setting("runner.slice", string, "airlock-jobs.slice", "The slice job scopes are placed in."),
     Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job scope (e.g. 2G)."),

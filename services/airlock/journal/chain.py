@@ -9,8 +9,18 @@ in hex, where ``record`` is every field of the event except ``hash`` (so
 What the chain proves and what it does not: editing, deleting, inserting or
 reordering a row anywhere before the newest is evident.  Cutting rows off the
 end, or rewriting a row *and every row after it*, is not evident from the
-database alone; that is what an anchor is for: keep ``airlock audit head``
-(seq, hash) off the host and later check ``verify --from SEQ --anchor HASH``.
+database alone; that is what anchors are for.  The journal writes its head
+(seq, hash) outside the database -- to journald and to an anchors file --
+at start, at stop and every so many records or seconds, and `check_anchors`
+compares the database with every anchor found.  The database also keeps a
+high-water mark (the highest seq ever written) so cut-off rows are missed
+even before the next anchor.
+
+A mismatch an operator has looked at is acknowledged with a
+``chain.acknowledged`` record (`ACK_KIND`): it links to the last record left
+(its ``prev_hash``), takes the next seq above everything ever written or
+anchored, and starts a new segment; its own anchor is marked ``ack``.  The
+only seq gap `verify_rows` accepts is right before such a record.
 
 Pure: no I/O, so `airlock audit verify`, the journal and the tests share it.
 """
@@ -44,6 +54,9 @@ RECORD_FIELDS: Final = (
 )
 
 _HASH = re.compile(r"[0-9a-f]{64}")
+
+# The record that starts a new chain segment after an acknowledged mismatch.
+ACK_KIND: Final = "chain.acknowledged"
 
 
 def is_hash(value: object) -> bool:
@@ -174,7 +187,8 @@ def verify_rows(
         except _Bad as exc:
             return bad(exc.seq, exc.reason)
         seq = record["seq"]
-        if seq > expected:
+        # An acknowledged cut may skip seqs; the prev_hash link below must still hold.
+        if seq > expected and not (record["kind"] == ACK_KIND and prev is not None):
             return bad(expected, f"seq {expected} is missing (next record is seq {seq})")
         if seq < expected:
             return bad(seq, f"seq {seq} is out of order (expected seq {expected})")
@@ -197,3 +211,147 @@ def verify_rows(
         assert from_seq is not None
         return bad(from_seq, f"anchor record seq {from_seq} is missing: the journal ends before it")
     return VerifyResult(True, checked, None, None, head_seq, head_hash)
+
+
+# -- anchors ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """A chain head written outside the database: the record at ``seq`` had ``hash``.
+
+    ``ack`` marks the anchor of an acknowledgement record (a new segment).
+    """
+
+    seq: int
+    hash: str
+    ack: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seq, bool) or not isinstance(self.seq, int) or self.seq < 1:
+            raise ValueError("an anchor's seq must be a positive integer")
+        if not is_hash(self.hash):
+            raise ValueError("an anchor's hash must be 64 lowercase hex digits")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "hash": self.hash} | ({"ack": True} if self.ack else {})
+
+
+def parse_anchor(value: object) -> Anchor:
+    """An anchor from one decoded JSON line of an anchors file, or `ValueError`."""
+    if not isinstance(value, dict):
+        raise ValueError("an anchor is a JSON object")
+    ack = value.get("ack", False)
+    if not isinstance(ack, bool):
+        raise ValueError("an anchor's ack must be true or false")
+    return Anchor(value.get("seq"), value.get("hash"), ack)  # type: ignore[arg-type]
+
+
+def parse_anchor_lines(text: str) -> tuple[list[Anchor], int]:
+    """The anchors of an anchors file's text, and how many lines were not anchors.
+
+    A last line without its newline is a write cut short by a crash: it is
+    neither an anchor nor counted as unreadable.
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] != "":
+        lines = lines[:-1]  # torn tail
+    anchors: list[Anchor] = []
+    unreadable = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            anchors.append(parse_anchor(json.loads(line)))
+        except (ValueError, RecursionError):
+            unreadable += 1
+    return anchors, unreadable
+
+
+@dataclass(frozen=True, slots=True)
+class AnchorCheck:
+    """How the database compares with a set of anchors.
+
+    ``checked`` anchors matched or were compared; ``acknowledged`` anchors were
+    older than a confirmed acknowledgement (a segment boundary) and so not
+    held against the database.  ``first_bad_seq`` is the lowest seq found bad.
+    """
+
+    ok: bool
+    checked: int
+    acknowledged: int
+    first_bad_seq: int | None
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checked": self.checked,
+            "acknowledged": self.acknowledged,
+            "first_bad_seq": self.first_bad_seq,
+            "reason": self.reason,
+        }
+
+
+def check_anchors(
+    anchors: Iterable[Anchor],
+    *,
+    stored: Mapping[int, str],
+    head_seq: int,
+    high_water: int,
+    acks: Mapping[int, str],
+    before: Mapping[int, int] | None = None,
+) -> AnchorCheck:
+    """Compare the database with anchors kept outside it.
+
+    - ``stored``: the database's hash at (at least) every anchored seq it holds;
+    - ``head_seq``: its newest record; ``high_water``: the highest seq it ever wrote;
+    - ``acks``: seq -> hash of its acknowledgement records;
+    - ``before``: for an anchored seq it lacks, the newest seq it holds below
+      it (so a gap is reported from its start).
+
+    An acknowledgement counts only if the anchors hold its own ack anchor
+    (same seq and hash): a record an intruder adds to the database does not
+    excuse anything.  An ack anchor serves only to confirm: one that matches
+    no acknowledgement here is not compared (a missing acknowledgement shows
+    at the anchors written after it).  Anchors below the newest confirmed
+    acknowledgement are ``acknowledged``; every other anchor must match the
+    record at its seq.
+    Reported, with the first bad seq:
+
+    - a high-water mark above the head (the newest records were deleted);
+    - an anchor beyond the head (the journal was cut short);
+    - an anchored record that is missing or has another hash (rewritten,
+      with every later hash recomputed, or cut and written again).
+    """
+    items = sorted(set(anchors), key=lambda a: (a.seq, a.hash, a.ack))
+    confirmed = [a.seq for a in items if a.ack and acks.get(a.seq) == a.hash]
+    boundary = max(confirmed, default=0)
+    problems: list[tuple[int, str]] = []
+    if high_water > head_seq:
+        problems.append((head_seq + 1, f"records {head_seq + 1} to {high_water} were written and are gone"))
+    checked = acknowledged = 0
+    last_good = 0
+    for anchor in items:
+        if anchor.ack and acks.get(anchor.seq) != anchor.hash:
+            continue
+        if anchor.seq < boundary:
+            acknowledged += 1
+            continue
+        checked += 1
+        actual = stored.get(anchor.seq)
+        if anchor.seq > head_seq:
+            problems.append((head_seq + 1, f"an anchor names seq {anchor.seq} but the journal ends at seq "
+                                           f"{head_seq}: records after {head_seq} are gone"))
+        elif actual is None:
+            start = (before or {}).get(anchor.seq, anchor.seq - 1) + 1
+            problems.append((start, f"seq {anchor.seq} is anchored but missing (records from seq {start} are gone)"))
+        elif actual != anchor.hash:
+            problems.append((anchor.seq, f"seq {anchor.seq}: hash differs from its anchor (a record after "
+                                         f"seq {last_good}, the last that matched, was rewritten)"))
+        else:
+            last_good = max(last_good, anchor.seq)
+    if not problems:
+        return AnchorCheck(True, checked, acknowledged, None, None)
+    first = min(problems)
+    return AnchorCheck(False, checked, acknowledged, first[0], first[1])

@@ -98,7 +98,20 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
              "An airlock service started and is ready."),
     KindInfo("service.stopping", _ANY, "9c661fc9e8264b6cb513c97eccb91b40",
              "An airlock service is stopping."),
+    # The journal, about its own chain (written only by `airlock audit acknowledge`).
+    KindInfo("chain.acknowledged", frozenset({"journal"}), "121ea6510d604b5392be20b7f3dd9086",
+             "An operator acknowledged a mismatch between the audit journal and its anchors; a new chain segment began."),
 )
+
+# journald messages that are not audit records (the chain's anchors and its
+# health at start), with MESSAGE_IDs as fixed as the kinds'.
+NOTICES: Final[Mapping[str, str]] = MappingProxyType({
+    "journal.chain.anchored": "d95f3306ee3b4488bba7c5125f73ec62",
+    "journal.chain.mismatched": "bf4b97f7a56d42f9ace8b36d1b309c23",
+    "journal.trigger.restored": "be9444cd68d24201acabd5278e3d4f8f",
+})
+if set(NOTICES.values()) & {info.message_id for info in KINDS.values()}:
+    raise ValueError("notice and kind MESSAGE_IDs must differ")
 
 
 def message_id(kind: str) -> str:

@@ -12,16 +12,25 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Mapping
-from typing import Any
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
 
 from airlock import __version__
-from airlock.common import daemon, validate
+from airlock.common import daemon, log, validate
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
+from airlock.journal import anchors
+from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
+from airlock.journal.kinds import NOTICES
 from airlock.journal.store import Store
+
+# Anchors one verify call may carry (the CLI sends more in several calls).
+MAX_ANCHORS_PER_CALL: Final = 4096
 
 NAME = "journal"
 
@@ -177,13 +186,146 @@ class Journal:
         return {"seq": seq, "hash": digest}
 
     async def verify(self, call: Call) -> dict[str, Any]:
+        """The chain, and the database against anchors: those given and (``own_anchors``) the journal's file."""
         a = call.args
+        given = _anchor_args(a.get("anchors"))
+        own = validate.boolean("own_anchors", a.get("own_anchors"), False)
+        if own:
+            found, unreadable = await asyncio.to_thread(anchors.read_file, anchors.path_beside(self.store.path))
+            given += found
         result = await asyncio.to_thread(
-            self.store.verify,
+            self.store.audit,
+            given,
             from_seq=validate.integer("from", a.get("from")),
             anchor=validate.optional_text("anchor", a.get("anchor"), max_len=128),
+            check_chain=validate.boolean("chain", a.get("chain"), True),
         )
-        return dict(result.to_dict())
+        if own:
+            result["anchors"] |= {"file": str(anchors.path_beside(self.store.path)), "unreadable": unreadable}
+        # Whether this journal's anchors also go to journald (it runs under systemd).
+        target = self.config.log.target
+        result["anchors_in_journald"] = target == "journal" or (target == "auto" and log.stderr_is_journal(os.environ))
+        return result
+
+
+def _anchor_args(value: Any) -> list[Anchor]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_ANCHORS_PER_CALL:
+        raise validate.bad("anchors", f"must be a list of at most {MAX_ANCHORS_PER_CALL} anchors")
+    try:
+        return [parse_anchor(item) for item in value]
+    except ValueError as exc:
+        raise validate.bad("anchors", str(exc)) from None
+
+
+class Anchoring:
+    """Writes the chain head outside the database: at start, at stop, every N records and every T seconds.
+
+    File first (fsynced), then journald through the structured logger.  Never
+    while the journal refuses to serve: that would vouch for a bad head.
+    """
+
+    def __init__(self, store: Store, path: Path, every_records: int, every_seconds: float) -> None:
+        self.store = store
+        self.path = path
+        self.every_records = every_records
+        self.every_seconds = every_seconds
+        self.last: tuple[int, str] | None = None
+        self.log = log.get()
+        self._lock = asyncio.Lock()
+        self._pending: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    def write(self, reason: str) -> None:
+        """Anchor the current head now (blocking: file append and fsync)."""
+        seq, digest = self.store.head()
+        if seq == 0 or self.store.refusal is not None or self.last == (seq, digest):
+            return
+        anchor = Anchor(seq, digest)
+        try:
+            anchors.append(self.path, anchor, reason, time.time())
+        except OSError as exc:
+            self.log.error("journal.anchor.failed", path=str(self.path), error=str(exc))
+        self.last = (seq, digest)
+        self.log.info("journal.chain.anchored", **anchors.journald_fields(anchor, reason))
+
+    async def anchor(self, reason: str) -> None:
+        async with self._lock:
+            await asyncio.to_thread(self.write, reason)
+
+    def committed(self) -> None:
+        """After each commit: anchor once ``every_records`` records have gone by."""
+        if self.every_records <= 0 or self._pending is not None:
+            return
+        seq = self.store.head()[0]
+        if seq - (self.last[0] if self.last else 0) >= self.every_records:
+            self._pending = asyncio.get_running_loop().create_task(self._records())
+
+    async def _records(self) -> None:
+        try:
+            await self.anchor("records")
+        finally:
+            self._pending = None
+
+    def start(self) -> None:
+        if self.every_seconds > 0:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.every_seconds)
+            await self.anchor("seconds")
+
+    async def stop(self) -> None:
+        for task in (self._ticker, self._pending):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+
+
+def check_at_start(store: Store, path: Path) -> None:
+    """Re-created triggers are reported; a chain that does not match its newest anchor is refused."""
+    logger = log.get()
+    for name in store.restored_triggers:
+        logger.warning("journal.trigger.restored", message_id=NOTICES["journal.trigger.restored"], trigger=name,
+                       database=str(store.path))
+    last = None
+    try:
+        last = anchors.last_in_file(path)
+        result = store.check_tail(last)
+    except (OSError, sqlite3.Error) as exc:  # cannot check: fail closed all the same
+        result = AnchorCheck(False, 0, 0, None, f"cannot check the chain against {path}: {exc}")
+    if result.ok:
+        return
+    store.refuse(
+        f"the audit journal does not match its anchors (first bad seq {result.first_bad_seq}: {result.reason}); "
+        "nothing runs until an operator acknowledges it: see `airlock audit verify`"
+    )
+    logger.error(
+        "journal.chain.mismatched",
+        message_id=NOTICES["journal.chain.mismatched"],
+        first_bad_seq=result.first_bad_seq,
+        reason=result.reason,
+        anchor_seq=last.seq if last else None,
+        anchor_hash=last.hash if last else None,
+        head_seq=store.head()[0],
+        head_hash=store.head()[1],
+        database=str(store.path),
+        anchors=str(path),
+    )
+
+
+def _refusing(store: Store, verb: Callable[[Call], Awaitable[dict[str, Any]]]) -> Callable[[Call], Awaitable[dict[str, Any]]]:
+    async def guarded(call: Call) -> dict[str, Any]:
+        if store.refusal is not None:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, store.refusal)
+        return await verb(call)
+
+    return guarded
 
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
@@ -194,18 +336,23 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         operation_capacity=config.journal.operation_capacity,
     )
     journal = Journal(config, store)
+    anchor_path = anchors.path_beside(store.path)
+    await asyncio.to_thread(check_at_start, store, anchor_path)
+    anchoring = Anchoring(store, anchor_path, config.journal.anchor_every_records, config.journal.anchor_every_seconds)
+    store.on_commit = anchoring.committed
     s = config.services
     door = Door(
         "journal",
         allow=AllowList.of([s.intake_user, s.approval_user, s.runner_user], []),
         verbs={
-            "append": journal.append,
-            "op.begin": journal.op_begin,
-            "op.complete": journal.op_complete,
-            "op.abandon": journal.op_abandon,
-            "request.claim": journal.request_claim,
-            "events": journal.events,
-            "head": journal.head,
+            # While the chain does not match its anchors, only verify answers.
+            "append": _refusing(store, journal.append),
+            "op.begin": _refusing(store, journal.op_begin),
+            "op.complete": _refusing(store, journal.op_complete),
+            "op.abandon": _refusing(store, journal.op_abandon),
+            "request.claim": _refusing(store, journal.request_claim),
+            "events": _refusing(store, journal.events),
+            "head": _refusing(store, journal.head),
             "verify": journal.verify,
         },
         max_line=config.limits.max_request_bytes * 2,
@@ -213,13 +360,23 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     service = Service(NAME, config, [door])
 
     async def started() -> None:
-        await store.append(writer="journal", kind="service.started", payload={"pid": os.getpid(), "version": __version__})
+        if store.refusal is not None:
+            return
+        payload: dict[str, Any] = {"pid": os.getpid(), "version": __version__}
+        if store.restored_triggers:
+            payload["restored_triggers"] = list(store.restored_triggers)
+        await store.append(writer="journal", kind="service.started", payload=payload)
+        await anchoring.anchor("start")
+        anchoring.start()
 
     async def stop() -> None:
+        await anchoring.stop()
         try:
-            await store.append(writer="journal", kind="service.stopping", payload={"pid": os.getpid()})
+            if store.refusal is None:
+                await store.append(writer="journal", kind="service.stopping", payload={"pid": os.getpid()})
         finally:
             await store.close()
+            await anchoring.anchor("stop")
 
     service.on_started = started
     service.on_stop = stop

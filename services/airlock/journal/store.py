@@ -33,7 +33,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -41,7 +41,7 @@ from typing import Any, Final
 from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.journal import chain
-from airlock.journal.chain import GENESIS, VerifyResult
+from airlock.journal.chain import GENESIS, Anchor, VerifyResult
 from airlock.journal.kinds import check_writer
 from airlock.journal.operations import MAX_ID_CHARS, OpBegin, OperationTable, Settled, check_id
 
@@ -54,7 +54,7 @@ MAX_PAGE: Final = 256
 # A batch this large already amortises the fsync; bigger ones only delay the
 # first caller in it.
 MAX_BATCH: Final = 1024
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 # A replay window longer than a day is a misconfiguration, not a policy.
 MAX_CLAIM_WINDOW: Final = 86400.0
 # Claim keys are "<uid>:<request id>": the uid's digits, a colon, an ID.
@@ -79,12 +79,6 @@ CREATE INDEX events_request   ON events (request_id, seq)   WHERE request_id IS 
 CREATE INDEX events_operation ON events (operation_id, seq) WHERE operation_id IS NOT NULL;
 CREATE INDEX events_session   ON events (session, seq)      WHERE session IS NOT NULL;
 CREATE INDEX events_peer      ON events (peer_uid, seq)     WHERE peer_uid IS NOT NULL;
--- Defence in depth against our own bugs; the hash chain is what catches
--- someone with write access to the file.
-CREATE TRIGGER events_no_update BEFORE UPDATE ON events
-BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
-CREATE TRIGGER events_no_delete BEFORE DELETE ON events
-BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;
 CREATE TABLE operations (
     ord          INTEGER PRIMARY KEY,   -- completion order: eviction order
     operation_id TEXT NOT NULL UNIQUE,
@@ -102,6 +96,30 @@ CREATE TABLE request_ids (
 ) WITHOUT ROWID;
 CREATE INDEX request_ids_expires ON request_ids (expires);
 """
+
+# Schema 3: the highest seq ever written, so a deleted tail is never written
+# again under the same numbers (and is evident: high-water above the head).
+_SCHEMA_3: Final = """
+CREATE TABLE IF NOT EXISTS chain_high (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO chain_high (id, seq) SELECT 1, COALESCE(MAX(seq), 0) FROM events;
+"""
+
+# Defence in depth against our own bugs; the hash chain and the anchors are
+# what catch someone with write access to the file.  Re-created at every open
+# if missing (`Store.restored_triggers` names them).
+_TRIGGERS: Final[Mapping[str, str]] = {
+    "events_no_update": "CREATE TRIGGER events_no_update BEFORE UPDATE ON events\n"
+                        "BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;",
+    "events_no_delete": "CREATE TRIGGER events_no_delete BEFORE DELETE ON events\n"
+                        "BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;",
+    "chain_high_no_lower": "CREATE TRIGGER chain_high_no_lower BEFORE UPDATE ON chain_high WHEN NEW.seq < OLD.seq\n"
+                           "BEGIN SELECT RAISE(ABORT, 'the high-water mark never goes down'); END;",
+    "chain_high_no_delete": "CREATE TRIGGER chain_high_no_delete BEFORE DELETE ON chain_high\n"
+                            "BEGIN SELECT RAISE(ABORT, 'the high-water mark never goes down'); END;",
+}
 
 _COLUMNS: Final = "seq, time, kind, request_id, operation_id, peer_uid, session, writer, payload, prev_hash, hash"
 _SCOPES: Final[Mapping[str, type]] = {"request_id": str, "operation_id": str, "session": str, "peer_uid": int}
@@ -207,13 +225,22 @@ class Store:
         head: tuple[int, str],
         operations: OperationTable,
         clock: Callable[[], float],
+        high_water: int = 0,
+        restored_triggers: tuple[str, ...] = (),
     ) -> None:
         self.path = path
+        # Triggers found missing at open and created again (for the service to report).
+        self.restored_triggers = restored_triggers
         self._wconn = wconn
         self._wlock = threading.Lock()
         self._rconn = rconn
         self._rlock = threading.Lock()
         self._head = head
+        self._high = max(high_water, head[0])
+        # Set by `refuse`: every later append, claim and settle fails closed.
+        self._refusal: str | None = None
+        # Called on the event loop after each successful commit (the journal anchors from it).
+        self.on_commit: Callable[[], None] | None = None
         self._ops = operations
         self._clock = clock
         # One thread, so the writer connection is only ever used from it.
@@ -262,11 +289,13 @@ class Store:
             # enough, and keeps a long-running journal's memory flat.
             wconn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             _migrate(wconn)
+            restored = _restore_triggers(wconn)
             for suffix in ("-wal", "-shm"):
                 side = path.with_name(path.name + suffix)
                 if side.exists():
                     os.chmod(side, 0o600)
             head = _read_head(wconn)
+            high = _read_high(wconn)
             operations.load(_read_operations(wconn, operations.expiry_cutoff()))
             rconn = _reader(path)
         except (sqlite3.Error, OSError) as exc:
@@ -276,7 +305,7 @@ class Store:
             raise AirlockError(
                 ErrorCode.AUDIT_UNAVAILABLE, f"cannot open the audit journal {path}: {exc}", {"path": str(path)}
             ) from exc
-        return cls(path, wconn, rconn, head, operations, clock)
+        return cls(path, wconn, rconn, head, operations, clock, high, tuple(restored))
 
     # -- appending ------------------------------------------------------------
 
@@ -347,7 +376,17 @@ class Store:
             future=asyncio.get_running_loop().create_future(),
         )
 
+    def refuse(self, reason: str) -> None:
+        """Fail every later write closed with ``audit_unavailable`` (the chain did not check out)."""
+        self._refusal = reason
+
+    @property
+    def refusal(self) -> str | None:
+        return self._refusal
+
     def _submit(self, item: _Work) -> None:
+        if self._refusal is not None:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, self._refusal)
         if self._closing:
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the audit journal is closing")
         if self._writer is None:
@@ -378,7 +417,9 @@ class Store:
 
     async def _commit(self, loop: asyncio.AbstractEventLoop, batch: list[_Work]) -> None:
         try:
-            events, claimed, head = await loop.run_in_executor(self._executor, self._write, batch, self._head)
+            events, claimed, head = await loop.run_in_executor(
+                self._executor, self._write, batch, self._head, self._high
+            )
         except (sqlite3.Error, OSError) as exc:
             self._failed += 1
             await self._reload_head(loop)
@@ -392,6 +433,9 @@ class Store:
                 _fail(work.future, exc)
             return
         self._head = head
+        self._high = max(self._high, head[0])
+        if self.on_commit is not None:
+            self.on_commit()
         self._transactions += 1
         self._largest_batch = max(self._largest_batch, len(batch))
         appended = iter(events)
@@ -415,22 +459,25 @@ class Store:
     async def _reload_head(self, loop: asyncio.AbstractEventLoop) -> None:
         """After a failed transaction the database, not memory, says where the chain is."""
         try:
-            self._head = await loop.run_in_executor(self._executor, self._locked_head)
+            self._head, self._high = await loop.run_in_executor(self._executor, self._locked_head)
         except sqlite3.Error:
             pass  # the head was never advanced past the last commit, so it is still right
 
-    def _locked_head(self) -> tuple[int, str]:
+    def _locked_head(self) -> tuple[tuple[int, str], int]:
         with self._wlock:
-            return _read_head(self._wconn)
+            return _read_head(self._wconn), _read_high(self._wconn)
 
     def _write(
-        self, batch: list[_Work], head: tuple[int, str]
+        self, batch: list[_Work], head: tuple[int, str], high: int
     ) -> tuple[list[Event | None], list[bool], tuple[int, str]]:
         """Runs on the writer thread: chain the batch and commit it as one transaction.
 
         Returns the new events, the outcome of each claim in batch order, and the new head.
+        Seqs continue above the high-water mark, never below: a deleted tail's
+        numbers are not used again.
         """
         seq, prev = head
+        top = max(seq, high)
         events: list[Event | None] = []
         rows: list[tuple[Any, ...]] = []
         settles: list[Settled] = [w.entry for w in batch if isinstance(w, _Settle)]
@@ -451,7 +498,8 @@ class Store:
                     if work.claim is not None and not won[id(work.claim)]:
                         events.append(None)  # its key was held: nothing is written for it
                         continue
-                    seq += 1
+                    top += 1
+                    seq = top
                     record = {
                         "seq": seq,
                         "time": work.time,
@@ -472,6 +520,7 @@ class Store:
                     prev = digest
                 if rows:
                     conn.executemany(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+                    _raise_high(conn, seq)
                 if settles:
                     conn.executemany(
                         "INSERT OR REPLACE INTO operations (operation_id, digest, outcome, completed_at) VALUES (?,?,?,?)",
@@ -633,10 +682,79 @@ class Store:
         conn = _reader(self.path)
         try:
             conn.execute("BEGIN")
-            cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq >= ? ORDER BY seq", (from_seq or 1,))
-            names = [d[0] for d in cursor.description]
-            return chain.verify_rows((dict(zip(names, row, strict=True)) for row in cursor),
-                                     from_seq=from_seq, anchor=anchor)
+            return _verify_chain(conn, from_seq, anchor)
+        finally:
+            conn.close()
+
+    def audit(
+        self,
+        anchors: Iterable[Anchor] | None = None,
+        *,
+        from_seq: int | None = None,
+        anchor: str | None = None,
+        check_chain: bool = True,
+    ) -> dict[str, Any]:
+        """`verify` and, with ``anchors``, `chain.check_anchors`, from one snapshot.
+
+        The answer of the ``verify`` verb: ``ok``, ``first_bad_seq`` and
+        ``reason`` over both checks (the lowest bad seq wins), ``chain`` and
+        ``anchors`` apart, the high-water mark and the segments begun by
+        acknowledgements.  ``check_chain=False`` skips the chain walk (for a
+        second batch of anchors).
+        """
+        if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int) or from_seq < 1):
+            raise _invalid("from_seq must be a positive integer", "from_seq")
+        if anchor is not None and (from_seq is None or not chain.is_hash(anchor)):
+            raise _invalid("anchor must be 64 lowercase hex digits and needs from_seq", "anchor")
+        given = list(anchors or ())
+        conn = _reader(self.path)
+        try:
+            conn.execute("BEGIN")
+            walked = _verify_chain(conn, from_seq, anchor) if check_chain else None
+            facts = _facts(conn, [a.seq for a in given])
+        finally:
+            conn.close()
+        checked = chain.check_anchors(
+            given, stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
+            acks={seq: h for seq, (h, _) in facts.acks.items()}, before=facts.before,
+        )
+        confirmed = {a.seq for a in given if a.ack and facts.acks.get(a.seq, ("",))[0] == a.hash}
+        bad = [(r.first_bad_seq, r.reason) for r in (walked, checked) if r is not None and not r.ok]
+        first = min(bad, key=lambda b: b[0] or 0) if bad else (None, None)
+        return {
+            "ok": not bad,
+            "checked": walked.checked if walked is not None else 0,
+            "first_bad_seq": first[0],
+            "reason": first[1],
+            "head_seq": facts.head[0],
+            "head_hash": facts.head[1],
+            "high_water": facts.high,
+            "chain": walked.to_dict() if walked is not None else None,
+            "anchors": checked.to_dict() | {"given": len(given)},
+            "segments": [
+                _segment(seq, h, payload, seq in confirmed) for seq, (h, payload) in sorted(facts.acks.items())
+            ],
+        }
+
+    def check_tail(self, last: Anchor | None) -> chain.AnchorCheck:
+        """The start-up check: the newest anchor still matches, and the chain links from it to the head.
+
+        Cheap: reads only the records since ``last``.  Without an anchor only
+        the high-water mark is checked.
+        """
+        conn = _reader(self.path)
+        try:
+            conn.execute("BEGIN")
+            facts = _facts(conn, [last.seq] if last else [], acks=False)
+            result = chain.check_anchors(
+                [last] if last else [], stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
+                acks={}, before=facts.before,
+            )
+            if result.ok and last is not None:
+                walked = _verify_chain(conn, last.seq, last.hash)
+                if not walked.ok:
+                    return chain.AnchorCheck(False, 1, 0, walked.first_bad_seq, walked.reason)
+            return result
         finally:
             conn.close()
 
@@ -676,6 +794,105 @@ class Store:
         self._closed = True
 
 
+# -- acknowledging a mismatch --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """The acknowledgement record written, and the mismatch it acknowledged."""
+
+    event: Event
+    mismatch: chain.AnchorCheck
+
+
+def acknowledge(
+    path: Path,
+    anchors: Iterable[Anchor],
+    *,
+    operator: str,
+    uid: int,
+    reason: str,
+    clock: Callable[[], float] = time.time,
+) -> Acknowledged:
+    """Start a new chain segment over a mismatch with the anchors (the journal is stopped).
+
+    One transaction: the whole chain is walked and compared with ``anchors``;
+    if they disagree, a ``chain.acknowledged`` record is appended that links
+    to the last record left (its ``prev_hash``), takes the seq above
+    everything ever written or anchored, and records the old head, the
+    high-water mark, the first contradiction, who acknowledged it and why.
+    The caller writes its ack anchor.  Refused (``conflict``) when nothing
+    disagrees, or when the chain is broken inside (an edited record is not a
+    cut or a rewritten tail: it stays evident).
+    """
+    given = list(anchors)
+    reason = validate_reason(reason)
+    if not path.is_file():
+        raise AirlockError(ErrorCode.NOT_FOUND, f"no audit journal at {path}", {"path": str(path)})
+    conn = sqlite3.connect(path, isolation_level=None, timeout=10)
+    try:
+        conn.execute("PRAGMA synchronous=FULL")
+        _migrate(conn)
+        _restore_triggers(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            walked = _verify_chain(conn, None, None)
+            facts = _facts(conn, [a.seq for a in given])
+            if not walked.ok:
+                raise AirlockError(
+                    ErrorCode.CONFLICT,
+                    f"the chain is broken inside at seq {walked.first_bad_seq} ({walked.reason}); an "
+                    "acknowledgement covers a cut or rewritten tail, not that: see docs/operations.md",
+                    {"first_bad_seq": walked.first_bad_seq},
+                )
+            mismatch = chain.check_anchors(
+                given, stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
+                acks={seq: h for seq, (h, _) in facts.acks.items()}, before=facts.before,
+            )
+            if mismatch.ok:
+                raise AirlockError(ErrorCode.CONFLICT, "nothing to acknowledge: the journal matches every anchor")
+            head_seq, head_hash = facts.head
+            seq = max([facts.high, head_seq, *(a.seq for a in given)]) + 1
+            payload = {
+                "previous": {"seq": head_seq, "hash": head_hash},
+                "high_water": facts.high,
+                "contradicted": {"first_bad_seq": mismatch.first_bad_seq, "reason": mismatch.reason},
+                "operator": operator,
+                "uid": uid,
+                "reason": reason,
+            }
+            normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
+            when = _timestamp(clock())
+            record = {
+                "seq": seq, "time": when, "kind": chain.ACK_KIND, "request_id": None,
+                "operation_id": None, "peer_uid": uid, "session": None, "writer": "journal",
+                "payload": normalized, "prev_hash": head_hash,
+            }
+            digest = chain.compute_hash(record)
+            conn.execute(
+                f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (seq, when, chain.ACK_KIND, None, None, uid, None, "journal", text, head_hash, digest),
+            )
+            _raise_high(conn, seq)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as exc:
+        raise _unavailable(exc) from exc
+    finally:
+        conn.close()
+    event = Event(seq, when, chain.ACK_KIND, None, None, uid, None, "journal", normalized, head_hash, digest)
+    return Acknowledged(event, mismatch)
+
+
+def validate_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > 1024:
+        raise _invalid("an acknowledgement needs a reason of 1 to 1024 characters", "reason")
+    return reason
+
+
 # -- helpers ----------------------------------------------------------------
 
 
@@ -702,19 +919,110 @@ def _migrate(conn: sqlite3.Connection) -> None:
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version == SCHEMA_VERSION:
         return
-    if version not in (0, 1):
+    if version not in (0, 1, 2):
         raise sqlite3.DatabaseError(f"unknown journal schema version {version} (this airlock knows {SCHEMA_VERSION})")
     conn.execute("BEGIN IMMEDIATE")
     try:
-        # Version 0 is an empty file; version 1 lacks only the request IDs.
-        script = (_SCHEMA if version == 0 else "") + _SCHEMA_2
+        # Version 0 is an empty file; version 1 lacks the request IDs; version 2 the high-water mark.
+        script = (_SCHEMA if version == 0 else "") + (_SCHEMA_2 if version < 2 else "") + _SCHEMA_3
         for statement in _split_sql(script):
             conn.execute(statement)
+        # The triggers this migration brings; any other missing one is
+        # `_restore_triggers`'s to re-create, and to report.
+        present = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        for name, sql in _TRIGGERS.items():
+            if (version == 0 or name.startswith("chain_high_")) and name not in present:
+                conn.execute(sql)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _verify_chain(conn: sqlite3.Connection, from_seq: int | None, anchor: str | None) -> VerifyResult:
+    cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq >= ? ORDER BY seq", (from_seq or 1,))
+    names = [d[0] for d in cursor.description]
+    return chain.verify_rows((dict(zip(names, row, strict=True)) for row in cursor), from_seq=from_seq, anchor=anchor)
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    head: tuple[int, str]
+    high: int
+    stored: dict[int, str]  # seq -> hash, for the seqs asked about that exist
+    before: dict[int, int]  # for the seqs asked about that do not: the newest seq below
+    acks: dict[int, tuple[str, dict[str, Any]]]  # seq -> (hash, payload) of acknowledgements
+
+
+def _facts(conn: sqlite3.Connection, seqs: Iterable[int], *, acks: bool = True) -> _Facts:
+    wanted = sorted(set(seqs))
+    stored: dict[int, str] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        for seq, digest in conn.execute(f"SELECT seq, hash FROM events WHERE seq IN ({marks})", chunk):
+            stored[int(seq)] = str(digest)
+    before: dict[int, int] = {}
+    for seq in wanted:
+        if seq not in stored:
+            row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE seq < ?", (seq,)).fetchone()
+            before[seq] = int(row[0])
+    found: dict[int, tuple[str, dict[str, Any]]] = {}
+    if acks:
+        for seq, digest, payload in conn.execute(
+            "SELECT seq, hash, payload FROM events WHERE kind = ? ORDER BY seq", (chain.ACK_KIND,)
+        ):
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                data = {}
+            found[int(seq)] = (str(digest), data if isinstance(data, dict) else {})
+    return _Facts(_read_head(conn), _read_high(conn), stored, before, found)
+
+
+def _segment(seq: int, digest: str, payload: dict[str, Any], confirmed: bool) -> dict[str, Any]:
+    """What `audit verify` shows of one acknowledgement record."""
+    found = payload.get("previous")
+    previous: dict[str, Any] = found if isinstance(found, dict) else {}
+    return {
+        "seq": seq,
+        "hash": digest,
+        "confirmed": confirmed,
+        "previous_seq": previous.get("seq"),
+        "operator": payload.get("operator"),
+        "reason": payload.get("reason"),
+        "contradicted": payload.get("contradicted"),
+    }
+
+
+def _restore_triggers(conn: sqlite3.Connection) -> list[str]:
+    """Re-create any of `_TRIGGERS` that someone dropped; return their names."""
+    present = {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    missing = [name for name in _TRIGGERS if name not in present]
+    if missing:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for name in missing:
+                conn.execute(_TRIGGERS[name])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return missing
+
+
+def _raise_high(conn: sqlite3.Connection, seq: int) -> None:
+    conn.execute(
+        "INSERT INTO chain_high (id, seq) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET seq = excluded.seq "
+        "WHERE excluded.seq > chain_high.seq",
+        (seq,),
+    )
+
+
+def _read_high(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT seq FROM chain_high WHERE id = 1").fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def _split_sql(script: str) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.journal.kinds import KINDS, WRITERS, check_writer, message_id
+from airlock.journal.kinds import KINDS, NOTICES, WRITERS, check_writer, message_id
 
 CATALOG = Path(__file__).resolve().parents[3] / "units" / "airlock.catalog"
 
@@ -78,7 +78,7 @@ def _catalog_entries() -> dict[str, dict[str, str]]:
 
 def test_catalog_has_one_entry_per_message_id() -> None:
     entries = _catalog_entries()
-    assert set(entries) == {info.message_id for info in KINDS.values()}
+    assert set(entries) == {info.message_id for info in KINDS.values()} | set(NOTICES.values())
     for mid, entry in entries.items():
         assert entry.get("Subject"), mid
         assert entry.get("Defined-By") == "airlock", mid
@@ -98,3 +98,5 @@ def test_journalctl_accepts_the_catalog(tmp_path: Path) -> None:
                             capture_output=True, text=True).stdout
     for info in KINDS.values():
         assert info.message_id in listed
+    for mid in NOTICES.values():
+        assert mid in listed

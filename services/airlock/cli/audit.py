@@ -1,0 +1,266 @@
+"""`airlock audit verify` against anchors, and `airlock audit acknowledge`.
+
+verify asks the journal through the operator door (approval passes
+``audit.verify`` on as the journal's ``verify``).  Anchors: the journal reads
+its own anchors file (``own_anchors``: only it may read it); journald's are
+read here with python3-systemd (the system journal: root or the
+``adm``/``systemd-journal`` groups) and sent along, as is a given file's.
+By default both the journal's file and -- when that journal writes its
+anchors to journald, i.e. runs under systemd -- journald's.  Many anchors go
+in several calls; the chain is walked once.
+
+acknowledge writes the database directly (the journal stopped, as root under
+systemd) against the anchors file beside it plus any ``--anchors`` named:
+see `airlock.journal.store.acknowledge`.
+
+Exit codes: 0 the journal checks out (acknowledged segments included), 1 a
+mismatch or a daemon error, 2 usage or anchors that cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from airlock.cli import client
+from airlock.cli.render import sanitise
+
+# Anchors per verify call (the journal takes up to 4096; leave room).
+BATCH = 4000
+
+
+def _err(message: str) -> None:
+    print(f"airlock: {message}", file=sys.stderr)
+
+
+def _config(ns: argparse.Namespace) -> Any:
+    from airlock.common import config as configuration
+
+    return configuration.load(Path(ns.config) if getattr(ns, "config", None) else None)
+
+
+def _writer_uids(ns: argparse.Namespace) -> set[int]:
+    """Whose journald anchors count: the journal's user (from the config) and root."""
+    from airlock.common.peer import uid_of
+
+    uids = {0}
+    try:
+        uid = uid_of(_config(ns).services.journal_user)
+    except Exception:  # a bad config must not hide the anchors root wrote
+        uid = None
+    if uid is not None:
+        uids.add(uid)
+    return uids
+
+
+def _journald(ns: argparse.Namespace, *, required: bool) -> list[Any] | int:
+    from airlock.journal import anchors
+
+    try:
+        found = anchors.read_journald(_writer_uids(ns))
+    except anchors.JournaldUnavailable as exc:
+        if required:
+            _err(f"cannot read anchors from journald: {exc}")
+            return 2
+        return []
+    if required and not found:
+        _err("no anchors in journald (is airlock-journal running under systemd here, "
+             "and may you read the system journal?)")
+        return 2
+    return found
+
+
+def _file(source: str) -> list[Any] | int:
+    from airlock.journal import anchors
+
+    path = Path(source)
+    if not path.is_file():
+        _err(f"--anchors: no such file {source!r} (give journald, none or an anchors file)")
+        return 2
+    try:
+        found, unreadable = anchors.read_file(path)
+    except OSError as exc:
+        _err(f"--anchors: cannot read {source}: {exc.strerror}")
+        return 2
+    if unreadable:
+        _err(f"{unreadable} unreadable line(s) in {source}")
+    return found
+
+
+def _call(ns: argparse.Namespace, args: dict[str, Any]) -> tuple[str | None, dict[str, Any]] | int:
+    try:
+        _raw, reply = client.call(client.operator_socket(ns.socket), "audit.verify", args)
+    except client.ClientError as exc:
+        _err(str(exc))
+        return 1
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        if ns.json:
+            print(json.dumps(reply, separators=(",", ":")))
+        else:
+            _err(f"{error.get('code')}: {error.get('message')}")
+        return 1
+    return reply.get("id"), reply.get("data") or {}
+
+
+def verify(ns: argparse.Namespace) -> int:
+    """The chain and the anchors.  Default: the journal's own anchors file, and journald's
+    anchors too when that journal writes them there (it runs under systemd)."""
+    source = ns.anchors
+    found: list[Any] = []
+    if source == "journald":
+        got = _journald(ns, required=True)
+        label = "journald"
+    elif source not in (None, "none"):
+        got = _file(source)
+        label = source
+    else:
+        got, label = [], "none" if source == "none" else "the anchors file"
+    if isinstance(got, int):
+        return got
+    found = got
+    base: dict[str, Any] = {}
+    if ns.from_seq is not None:
+        base["from"] = ns.from_seq
+    if ns.anchor:
+        base["anchor"] = ns.anchor
+    first = _call(ns, base | {"anchors": _batch(found, 0), "own_anchors": source is None})
+    if isinstance(first, int):
+        return first
+    envelope_id, data = first
+    results = [data]
+    if source is None and data.get("anchors_in_journald"):
+        more = _journald(ns, required=False)
+        found = more if isinstance(more, list) else []
+        label = "the anchors file and journald" if found else "the anchors file (none readable in journald)"
+    if source is None:
+        numbers = range(_batches(found)) if found else range(0)
+    else:
+        numbers = range(1, _batches(found))  # the first batch went with the first call
+    for number in numbers:
+        later = _call(ns, base | {"anchors": _batch(found, number), "chain": False})
+        if isinstance(later, int):
+            return later
+        results.append(later[1])
+    data = merge(results)
+    data["anchors"]["source"] = label
+    if ns.json:  # the daemon's envelope, its data merged over the calls
+        print(json.dumps({"id": envelope_id, "ok": True, "data": data}, separators=(",", ":")))
+    else:
+        print(render(data))
+    return 0 if data.get("ok") else 1
+
+
+def _batches(found: list[Any]) -> int:
+    rest = sum(1 for a in found if not a.ack)
+    return max(1, -(-rest // BATCH))
+
+
+def _batch(found: list[Any], number: int) -> list[dict[str, Any]]:
+    """Batch ``number`` of the anchors; every batch carries the ack anchors (they confirm acknowledgements)."""
+    acks = [a.to_dict() for a in found if a.ack]
+    rest = [a.to_dict() for a in found if not a.ack]
+    return acks + rest[number * BATCH:(number + 1) * BATCH]
+
+
+def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One answer from the answers to several batches of anchors (the first walked the chain)."""
+    out = dict(results[0])
+    anchors = dict(out.get("anchors") or {})
+    bad = [(r["first_bad_seq"], r.get("reason")) for r in results if not r.get("ok")]
+    for later in results[1:]:
+        extra = later.get("anchors") or {}
+        for key in ("checked", "acknowledged", "given"):
+            anchors[key] = int(anchors.get(key) or 0) + int(extra.get(key) or 0)
+    if bad:
+        first = min(bad, key=lambda b: b[0] or 0)
+        out |= {"ok": False, "first_bad_seq": first[0], "reason": first[1]}
+    out["anchors"] = anchors
+    return out
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = []
+    if data.get("ok"):
+        lines.append(f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}")
+    else:
+        lines.append(f"FAILED at record {data.get('first_bad_seq')}: {sanitise(str(data.get('reason')))}")
+    anchors = data.get("anchors") or {}
+    lines.append(f"anchors: {anchors.get('checked', 0)} checked, {anchors.get('acknowledged', 0)} acknowledged "
+                 f"(from {anchors.get('source')})")
+    for seg in data.get("segments") or []:
+        confirmed = "" if seg.get("confirmed") else " [no ack anchor in this source]"
+        lines.append(
+            f"segment: from seq {seg.get('seq')}, acknowledged by {sanitise(str(seg.get('operator')))}: "
+            f"{sanitise(str(seg.get('reason')))} (previous head {seg.get('previous_seq')}){confirmed}"
+        )
+    return "\n".join(lines)
+
+
+def acknowledge(ns: argparse.Namespace) -> int:
+    from airlock.common.errors import AirlockError
+    from airlock.journal import anchors, store
+    from airlock.journal.chain import Anchor
+
+    try:
+        database = Path(ns.database) if ns.database else _config(ns).paths.state_dir / "journal.sqlite"
+    except Exception as exc:  # ConfigError: its text is the message
+        _err(str(exc))
+        return 2
+    own, unreadable = anchors.read_file(anchors.path_beside(database))
+    if unreadable:
+        _err(f"{unreadable} unreadable line(s) in {anchors.path_beside(database)}")
+    label = str(anchors.path_beside(database))
+    extra: list[Any] | int = []
+    if ns.anchors == "journald":
+        extra, label = _journald(ns, required=True), f"{label} and journald"
+    elif ns.anchors not in (None, "none"):
+        extra, label = _file(ns.anchors), f"{label} and {ns.anchors}"
+    if isinstance(extra, int):
+        return extra
+    found = own + extra
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    sudo = os.environ.get("SUDO_USER")
+    operator = f"{sudo} (as {name})" if sudo and sudo != name else name
+    try:
+        done = store.acknowledge(database, found, operator=operator, uid=uid, reason=ns.reason)
+    except AirlockError as exc:
+        _err(f"{exc.code.value}: {exc.message}")
+        return 1
+    event = done.event
+    mark = Anchor(event.seq, event.hash, ack=True)
+    st = os.stat(database)
+    try:
+        anchors.append(anchors.path_beside(database), mark, "acknowledged", time.time(), owner=(st.st_uid, st.st_gid))
+    except OSError as exc:
+        _err(f"the acknowledgement is in the database, but its anchor could not be written: {exc}")
+        return 1
+    sent = anchors.send_journald(mark, "acknowledged")
+    previous = event.payload.get("previous") or {}
+    result = {
+        "seq": event.seq,
+        "hash": event.hash,
+        "previous": event.payload.get("previous"),
+        "contradicted": event.payload.get("contradicted"),
+        "operator": operator,
+        "anchors": label,
+        "journald": sent,
+    }
+    if ns.json:
+        print(json.dumps(result, separators=(",", ":")))
+    else:
+        print(f"acknowledged: a new chain segment begins at seq {event.seq} "
+              f"(previous head {previous.get('seq')}; first contradiction at seq "
+              f"{done.mismatch.first_bad_seq}: {done.mismatch.reason})")
+        print("now start the journal again: systemctl start airlock-journal.socket (or airlock dev up)")
+    return 0
