@@ -243,7 +243,7 @@ class Policy:
             return Decision("deny", UNRESOLVED_RULE, (stage,))
         try:
             canonical = match.canonical_head(path)
-        except OSError:
+        except AirlockError:
             # A link along the path flipped while it was resolved (readlink of what lstat
             # saw as a link fails with EINVAL): no stable file to decide on, so denied.
             stage = StageDecision((tool, path), None, "deny", UNRESOLVED_RULE)
