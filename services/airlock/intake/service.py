@@ -9,9 +9,10 @@ replies in the dialect it was asked in (native v1 or reference/000).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from airlock import __version__
@@ -55,6 +56,10 @@ def _replayed(request_id: str) -> AirlockError:
     )
 
 
+def _withdrawn(message: str) -> AirlockError:
+    return AirlockError(ErrorCode.WITHDRAWN, message)
+
+
 class Intake:
     def __init__(self, config: Config, service: Service) -> None:
         self.config = config
@@ -64,6 +69,8 @@ class Intake:
         self.approval = Client(config.socket_path("approval"), service="airlock-approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE, timeout=None)
         self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE, timeout=None)
         self.operations: dict[str, int] = {}  # running operation -> the uid that started it
+        # Operations waiting for their decision -> (the uid that asked, set to withdraw it).
+        self.deciding: dict[str, tuple[int, asyncio.Event]] = {}
         self.runner_uid = uid_of(config.services.runner_user)
         self.log = log.get()
 
@@ -132,11 +139,13 @@ class Intake:
                 args = request.args if session is None else request.args | {"session": session}
                 exec_request = native_exec(request.id, args, conn.peer, self.config, now)
                 call = Call(request, conn.peer, conn)
-                return encode_ok(request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None))
+                return encode_ok(
+                    request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None, conn=conn)
+                )
             if request.verb in files.VERBS:
                 now = time.time()
                 file_request = files.native_files(request.verb, request.id, request.args, conn.peer, self.config, now)
-                return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer))
+                return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer, conn=conn))
             if request.verb == "cancel":
                 return encode_ok(request.id, await self.cancel(request, conn.peer))
             await self._control_gates(request.id, request.args, conn.peer, native=True)
@@ -225,7 +234,7 @@ class Intake:
                 raise validate.bad("action", f"unknown action {action!r} (known: exec, ping, stop)")
             now = time.time()
             exec_request = legacy_exec(obj, conn.peer, self.config, now)
-            return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None))
+            return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None, conn=conn))
         except AirlockError as exc:
             return legacy.encode_error(request_id, exc)
         except Exception as exc:
@@ -244,7 +253,7 @@ class Intake:
                 "use privileged: false (airlock run --no-privilege) or run airlock as root",
             )
 
-    async def run(self, req: ExecRequest, peer: Peer, call: Call | None) -> dict[str, Any]:
+    async def run(self, req: ExecRequest, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
         """An exec request."""
         spec = req.spec
         spec_dict = spec.to_dict()  # once: this is every request's path
@@ -271,10 +280,14 @@ class Intake:
             runner_timeout=self._runner_budget(req),
             thin=thin_exec_outcome,
         )
-        return await self.drive(work, peer, call)
+        return await self.drive(work, peer, call, conn=conn)
 
-    async def drive(self, work: Work, peer: Peer, call: Call | None) -> dict[str, Any]:
-        """Drive one request through the other services; the one path for exec and file work."""
+    async def drive(self, work: Work, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
+        """Drive one request through the other services; the one path for exec and file work.
+
+        ``conn`` is the agent's connection: the request belongs to it until it
+        has its decision (closing it withdraws the request; see `_unless_withdrawn`).
+        """
         self.check_privilege(work.run_as, work.privileged)
         op, digest = work.operation_id, work.digest
         ids = Ids(work.request_id, op, peer.uid, work.session or None)
@@ -313,11 +326,16 @@ class Intake:
                     await emit(event.event, event.fields)
 
             try:
-                decision = await self.approval.call(
-                    "decide",
-                    {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op},
-                    on_event=forward,
-                    timeout=self.config.approval.timeout_seconds + 30,
+                decision = await self._unless_withdrawn(
+                    self.approval.call(
+                        "decide",
+                        {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op},
+                        on_event=forward,
+                        timeout=self.config.approval.timeout_seconds + 30,
+                    ),
+                    conn,
+                    op,
+                    peer,
                 )
             except AirlockError as exc:
                 if pending and exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
@@ -326,6 +344,9 @@ class Intake:
                         ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"
                     ) from None
                 raise
+            if conn is not None and conn.peer_gone():
+                # Approved as the agent left: nobody is there for it, so it never runs.
+                raise _withdrawn("the requesting agent went away before the request ran")
             if emit is not None:
                 await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
             self.operations[op] = peer.uid
@@ -353,6 +374,44 @@ class Intake:
         finally:
             if not settled:  # cancelled, or a bug: the operation must not stay "in progress"
                 await self._abandon(op, ids, None)
+
+    async def _unless_withdrawn(
+        self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, peer: Peer
+    ) -> dict[str, Any]:
+        """Await approval's decision unless the agent withdraws first.
+
+        The agent withdraws by closing its connection or by a ``cancel`` of the
+        operation.  Either cancels the ``decide`` call, which closes intake's
+        connection to approval; approval takes that as the withdrawal
+        (journaled as ``approval.decided`` with decision ``withdrawn``), so a
+        later approve finds nothing to approve.
+        """
+        decide = asyncio.ensure_future(deciding)
+        withdraw = asyncio.Event()
+        if op in self.deciding:  # op.begin lets one request per operation in; keep the guard anyway
+            decide.cancel()
+            raise AirlockError(ErrorCode.OPERATION_IN_PROGRESS, f"operation {op!r} is in progress")
+        self.deciding[op] = (peer.uid, withdraw)
+        watchers: list[asyncio.Future[Any]] = [asyncio.ensure_future(withdraw.wait())]
+        if conn is not None:
+            watchers.append(asyncio.ensure_future(conn.wait_gone()))
+        try:
+            await asyncio.wait([decide, *watchers], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.deciding.pop(op, None)
+            for watcher in watchers:
+                watcher.cancel()
+            if not decide.done():
+                decide.cancel()
+                with contextlib.suppress(asyncio.CancelledError, AirlockError):
+                    await decide
+        # A cancel that was answered "was: pending" wins even over a decision that came in the same moment.
+        if not withdraw.is_set() and not decide.cancelled():
+            return decide.result()
+        self.log.info("intake.request.withdrawn", operation_id=op, peer_uid=peer.uid, by="cancel" if withdraw.is_set() else "close")
+        if withdraw.is_set():
+            raise _withdrawn("withdrawn by the agent's cancel before a decision")
+        raise _withdrawn("the requesting agent went away before a decision")
 
     def _runner_budget(self, req: ExecRequest) -> float:
         """How long a runner may take to answer: the job's own timeout, the kill
@@ -395,6 +454,10 @@ class Intake:
 
     async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:
         op = validate.text("operation_id", request.args.get("operation_id"), max_len=256, allow_empty=False)
+        deciding = self.deciding.get(op)
+        if deciding is not None and deciding[0] == peer.uid:
+            deciding[1].set()  # withdraws it: see _unless_withdrawn
+            return {"operation_id": op, "cancelling": True, "was": "pending"}
         owner = self.operations.get(op)
         if owner is None or owner != peer.uid:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
@@ -407,6 +470,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         allow=AllowList.of(config.agents.users, config.agents.groups, empty_means_all=True),
         max_line=config.limits.max_request_bytes,
         max_connections=config.limits.max_connections,
+        max_per_peer=config.limits.connections_per_agent,
         refusal=lambda exc: legacy.encode_undetermined(None, exc),
     )
     service = Service(NAME, config, [door])
