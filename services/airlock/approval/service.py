@@ -388,10 +388,15 @@ class Approval:
     async def hold(self, call: Call) -> dict[str, Any]:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
         await self._hold_restored()
+        since = _iso(time.time())
         # Journaled before it takes effect: the journal is where the next start reads it back.
-        await self.audit.record("operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "hold", "operator": call.peer.user, "reason": reason})
+        await self.audit.record(
+            "operator.action",
+            Ids(peer_uid=call.peer.uid),
+            payload={"action": "hold", "operator": call.peer.user, "reason": reason, "since": since},
+        )
         self.hold_reason = reason
-        self.hold_by = {"operator": call.peer.user, "uid": call.peer.uid, "since": _iso(time.time())}
+        self.hold_by = {"operator": call.peer.user, "uid": call.peer.uid, "since": since}
         return {"hold": True, "reason": reason}
 
     async def release(self, call: Call) -> dict[str, Any]:
@@ -409,7 +414,8 @@ class Approval:
                 self.hold_reason = None
             else:
                 self.hold_reason = str(latest.get("reason") or "no reason recorded")
-                self.hold_by = {"operator": latest.get("operator"), "uid": latest.get("peer_uid"), "since": latest.get("time")}
+                since = latest.get("since") or latest.get("time")
+                self.hold_by = {"operator": latest.get("operator"), "uid": latest.get("peer_uid"), "since": since}
             self.log.info("approval.hold.restored", hold=self.hold_reason is not None, seq=(latest or {}).get("seq"))
         except AirlockError as exc:
             self.hold_reason = (

@@ -69,6 +69,7 @@ def latest_hold(database: Path) -> dict[str, Any] | None:
         "action": payload.get("action"),
         "operator": payload.get("operator"),
         "reason": payload.get("reason"),
+        "since": payload.get("since"),
     }
 
 
