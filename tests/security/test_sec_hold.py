@@ -96,6 +96,8 @@ def test_a_hold_survives_sigterm_of_approval(hstack: Stack, tmp_path: Path) -> N
         assert hstack.service_pid("approval") != pid
         assert after["hold"] is True and after["hold_reason"] == "incident 16"
         assert (after["hold_by"], after["hold_since"]) == (before["hold_by"], before["hold_since"])
+        shown = hstack.cli("status").stdout
+        assert f"on hold by {getpass.getuser()} since {before['hold_since']} (incident 16)" in shown, shown
         waits_for_an_operator(hstack, tmp_path / "after-sigterm")
     finally:
         release(hstack)
