@@ -17,7 +17,7 @@ from airlock.common import log
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.server import Connection, Service
+from airlock.common.server import Connection, Service, write_timeout
 from airlock.journal.kinds import message_id
 
 
@@ -49,7 +49,7 @@ def lifecycle(service: Service, audit: Audit) -> None:
                 "connection.dropped",
                 Ids(peer_uid=conn.peer.uid),
                 payload={"door": conn.door.name, "reason": reason, "peer_pid": conn.peer.pid,
-                         "write_timeout_seconds": service.config.limits.write_timeout_seconds},
+                         "write_timeout_seconds": write_timeout(service.config, conn.door)},
             )
         except AirlockError as exc:
             audit.log.warning(f"{service.name}.audit.unavailable", error=exc.message)

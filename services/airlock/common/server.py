@@ -45,6 +45,19 @@ from airlock.common.framing import NEED_DATA, FrameDecoder
 from airlock.common.notify import Notifier
 from airlock.common.peer import AllowList, Peer, peer_of
 
+# The doors clients use.  The others are service-to-service: their peers read
+# actively, but intake may be relaying an event to a slow agent (bounded by the
+# agent door's own timeout) while approval or the runner writes to it, so an
+# internal door allows twice the timeout plus a margin: a slow agent never
+# cuts an internal connection first.
+CLIENT_DOORS = frozenset({"agent", "operator"})
+
+
+def write_timeout(config: Config, door: Door) -> float:
+    """How long one write to a client of ``door`` may take before it is disconnected."""
+    seconds = config.limits.write_timeout_seconds
+    return seconds if door.name in CLIENT_DOORS else 2 * seconds + 30
+
 
 class Connection:
     """One accepted client: its peer, and helpers to read lines and write replies."""
@@ -57,7 +70,7 @@ class Connection:
         self.decoder = FrameDecoder(door.max_line)
         self._read_timeout = config.limits.read_timeout_seconds
         self._request_timeout = config.limits.request_timeout_seconds
-        self._write_timeout = config.limits.write_timeout_seconds
+        self._write_timeout = write_timeout(config, door)
         self.closed_by_peer = False
         # Set when the server gave up on this client (it did not take its bytes in time).
         self.dropped: str | None = None
@@ -347,7 +360,7 @@ class Service:
             reason=reason,
             peer_uid=conn.peer.uid,
             peer_pid=conn.peer.pid,
-            write_timeout_seconds=self.config.limits.write_timeout_seconds,
+            write_timeout_seconds=write_timeout(self.config, conn.door),
         )
         if self.on_dropped is not None:
             self._spawn(self.on_dropped(conn, reason))
