@@ -295,6 +295,18 @@ class Approval:
         self.tickets[_ticket_key(ticket)] = Ticket(ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds)
         return ticket
 
+    async def withdraw(self, call: Call) -> dict[str, Any]:
+        """intake: the agent went away or cancelled; the pending request is withdrawn at once."""
+        if self.intake_uid is None or call.peer.uid != self.intake_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        request_id = validate.text("request_id", call.args.get("request_id"), max_len=256, allow_empty=False)
+        entry = self.pending.get(request_id)
+        if entry is None or entry.future.done():
+            return {"withdrawn": False}
+        del self.pending[request_id]  # from now on an approve finds nothing
+        entry.future.set_result(("withdrawn", "agent", None, "withdrawn by the agent before a decision"))
+        return {"withdrawn": True}
+
     # --- runner: redeem -------------------------------------------------------
 
     async def redeem(self, call: Call) -> dict[str, Any]:
@@ -646,7 +658,8 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     internal = Door(
         "approval",
         allow=AllowList.of([s.intake_user, s.runner_user], []),
-        verbs={"decide": approval.decide, "redeem": approval.redeem, "token.check": approval.token_check},
+        verbs={"decide": approval.decide, "redeem": approval.redeem, "token.check": approval.token_check,
+               "withdraw": approval.withdraw},
         max_line=config.limits.max_request_bytes * 2,
     )
     operator = Door(

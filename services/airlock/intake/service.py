@@ -13,6 +13,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from airlock import __version__
@@ -56,6 +57,15 @@ def _replayed(request_id: str) -> AirlockError:
     )
 
 
+@dataclass
+class _Deciding:
+    """A request waiting for approval's decision: whose it is, and how it is withdrawn."""
+
+    uid: int
+    withdraw: asyncio.Event = field(default_factory=asyncio.Event)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 def _withdrawn(message: str) -> AirlockError:
     return AirlockError(ErrorCode.WITHDRAWN, message)
 
@@ -70,7 +80,7 @@ class Intake:
         self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE, timeout=None)
         self.operations: dict[str, int] = {}  # running operation -> the uid that started it
         # Operations waiting for their decision -> (the uid that asked, set to withdraw it).
-        self.deciding: dict[str, tuple[int, asyncio.Event]] = {}
+        self.deciding: dict[str, _Deciding] = {}
         self.runner_uid = uid_of(config.services.runner_user)
         self.log = log.get()
 
@@ -335,6 +345,7 @@ class Intake:
                     ),
                     conn,
                     op,
+                    work.request_id,
                     peer,
                 )
             except AirlockError as exc:
@@ -376,42 +387,56 @@ class Intake:
                 await self._abandon(op, ids, None)
 
     async def _unless_withdrawn(
-        self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, peer: Peer
+        self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, request_id: str, peer: Peer
     ) -> dict[str, Any]:
         """Await approval's decision unless the agent withdraws first.
 
         The agent withdraws by closing its connection or by a ``cancel`` of the
-        operation.  Either cancels the ``decide`` call, which closes intake's
-        connection to approval; approval takes that as the withdrawal
-        (journaled as ``approval.decided`` with decision ``withdrawn``), so a
-        later approve finds nothing to approve.
+        operation.  Intake then tells approval (``withdraw``), which takes the
+        request out of ``pending`` at once and answers the ``decide`` call with
+        ``withdrawn`` (journaled as ``approval.decided``, decision
+        ``withdrawn``), so a later approve finds nothing to approve.  If
+        approval cannot be told, the ``decide`` call is cancelled: closing its
+        connection withdraws the request on approval's side too.  Whatever
+        approval answered, a withdrawn request never goes to the runner.
         """
         decide = asyncio.ensure_future(deciding)
-        withdraw = asyncio.Event()
         if op in self.deciding:  # op.begin lets one request per operation in; keep the guard anyway
             decide.cancel()
             raise AirlockError(ErrorCode.OPERATION_IN_PROGRESS, f"operation {op!r} is in progress")
-        self.deciding[op] = (peer.uid, withdraw)
-        watchers: list[asyncio.Future[Any]] = [asyncio.ensure_future(withdraw.wait())]
+        state = _Deciding(peer.uid)
+        self.deciding[op] = state
+        watchers: list[asyncio.Future[Any]] = [asyncio.ensure_future(state.withdraw.wait())]
         if conn is not None:
             watchers.append(asyncio.ensure_future(conn.wait_gone()))
         try:
             await asyncio.wait([decide, *watchers], return_when=asyncio.FIRST_COMPLETED)
+            # A cancel that was answered "was: pending" wins even over a decision that came in the same moment.
+            if not state.withdraw.is_set() and decide.done():
+                return decide.result()
+            by = "cancel" if state.withdraw.is_set() else "close"
+            self.log.info("intake.request.withdrawn", request_id=request_id, operation_id=op, peer_uid=peer.uid, by=by)
+            await self._withdraw(request_id, decide)
+            if by == "cancel":
+                raise _withdrawn("withdrawn by the agent's cancel before a decision")
+            raise _withdrawn("the requesting agent went away before a decision")
         finally:
             self.deciding.pop(op, None)
+            state.settled.set()
             for watcher in watchers:
                 watcher.cancel()
             if not decide.done():
                 decide.cancel()
-                with contextlib.suppress(asyncio.CancelledError, AirlockError):
-                    await decide
-        # A cancel that was answered "was: pending" wins even over a decision that came in the same moment.
-        if not withdraw.is_set() and not decide.cancelled():
-            return decide.result()
-        self.log.info("intake.request.withdrawn", operation_id=op, peer_uid=peer.uid, by="cancel" if withdraw.is_set() else "close")
-        if withdraw.is_set():
-            raise _withdrawn("withdrawn by the agent's cancel before a decision")
-        raise _withdrawn("the requesting agent went away before a decision")
+            with contextlib.suppress(asyncio.CancelledError, AirlockError):
+                await decide
+
+    async def _withdraw(self, request_id: str, decide: asyncio.Future[dict[str, Any]]) -> None:
+        """Tell approval the request is withdrawn, and let it answer the decide call (both bounded)."""
+        try:
+            await self.approval.call("withdraw", {"request_id": request_id}, timeout=10)
+            await asyncio.wait_for(asyncio.shield(decide), 10)
+        except (AirlockError, TimeoutError):
+            pass  # the finally cancels the decide call: approval sees its connection close
 
     def _runner_budget(self, req: ExecRequest) -> float:
         """How long a runner may take to answer: the job's own timeout, the kill
@@ -455,8 +480,11 @@ class Intake:
     async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:
         op = validate.text("operation_id", request.args.get("operation_id"), max_len=256, allow_empty=False)
         deciding = self.deciding.get(op)
-        if deciding is not None and deciding[0] == peer.uid:
-            deciding[1].set()  # withdraws it: see _unless_withdrawn
+        if deciding is not None and deciding.uid == peer.uid:
+            deciding.withdraw.set()  # withdraws it: see _unless_withdrawn
+            # Answer once approval has let go of it (bounded: _withdraw's own calls are).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(deciding.settled.wait(), 30)
             return {"operation_id": op, "cancelling": True, "was": "pending"}
         owner = self.operations.get(op)
         if owner is None or owner != peer.uid:
