@@ -13,6 +13,8 @@ only shut down its writing side, as `Stack.exec` does), is approved and runs.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import time
 import uuid
@@ -99,7 +101,6 @@ def test_a_closed_connection_withdraws_its_pending_request(wstack: Stack, tmp_pa
 
 
 def test_an_approval_racing_the_close_never_runs(wstack: Stack, tmp_path: Path) -> None:
-    outcomes = set()
     for i, delay in enumerate((0, 0, 0.1, 0.2, 0.3, 0.5)):
         marker = tmp_path / f"race-{i}"
         sock, request_id, _op = ask(wstack, marker)
@@ -107,11 +108,32 @@ def test_an_approval_racing_the_close_never_runs(wstack: Stack, tmp_path: Path) 
         time.sleep(delay)  # approve before or after approval notices: both must end the same
         reply = approve(wstack, request_id)
         assert reply["ok"] is True or reply["error"]["code"] in ("not_found", "conflict"), reply
-        outcomes.add(reply["ok"])
         wait_not_pending(wstack, request_id)
         assert_never_ran(wstack, request_id, marker)
-    # Both sides of the race were played (an approve that won, one that came too late).
-    assert outcomes == {True, False}, outcomes
+
+
+def test_an_approval_that_wins_the_race_still_never_runs(wstack: Stack, tmp_path: Path) -> None:
+    # Make the approve win for certain: intake is stopped, so neither it nor
+    # approval can notice the close before the operator approves.
+    marker = tmp_path / "won"
+    sock, request_id, _op = ask(wstack, marker)
+    intake = wstack.service_pid("intake")
+    os.kill(intake, signal.SIGSTOP)
+    try:
+        sock.close()
+        reply = approve(wstack, request_id)
+        assert reply["ok"] is True, reply  # approval issued a ticket ...
+    finally:
+        os.kill(intake, signal.SIGCONT)
+    deadline = time.monotonic() + 15
+    while not any(r["kind"] == "request.replied" for r in rows_of(wstack, request_id)):
+        assert time.monotonic() < deadline, "intake never settled the request"
+        time.sleep(0.1)
+    assert_never_ran(wstack, request_id, marker)  # ... that intake never took to the runner
+    rows = rows_of(wstack, request_id)
+    decided = [json.loads(r["payload"])["decision"] for r in rows if r["kind"] == "approval.decided"]
+    replied = [json.loads(r["payload"]) for r in rows if r["kind"] == "request.replied"]
+    assert decided == ["allow"] and replied[-1]["code"] == "withdrawn", (decided, replied)
 
 
 def test_the_agent_cancels_its_pending_request(wstack: Stack, tmp_path: Path) -> None:

@@ -45,6 +45,9 @@ OPERATOR_VERBS = frozenset(
     {"status", "pending", "show", "approve", "deny", "hold", "release", "events", "policy.check",
      "audit.verify", "audit.head", "token.issue", "token.revoke"}
 )
+# A decision not back within this long is watched for the agent's withdrawal
+# (a closed connection, a cancel); quicker ones are checked once, after it.
+WATCH_AFTER_SECONDS = 0.05
 # Outcomes larger than this are kept for replay without their output bytes.
 REPLAY_OUTPUT_LIMIT = 512 * 1024
 
@@ -406,11 +409,15 @@ class Intake:
             raise AirlockError(ErrorCode.OPERATION_IN_PROGRESS, f"operation {op!r} is in progress")
         state = _Deciding(peer.uid)
         self.deciding[op] = state
-        watchers: list[asyncio.Future[Any]] = [asyncio.ensure_future(state.withdraw.wait())]
-        if conn is not None:
-            watchers.append(asyncio.ensure_future(conn.wait_gone()))
+        watchers: list[asyncio.Future[Any]] = []
         try:
-            await asyncio.wait([decide, *watchers], return_when=asyncio.FIRST_COMPLETED)
+            # Most decisions are a policy rule's, at once: watch the agent only for those that wait.
+            await asyncio.wait([decide], timeout=WATCH_AFTER_SECONDS)
+            if not decide.done() and not state.withdraw.is_set():
+                watchers.append(asyncio.ensure_future(state.withdraw.wait()))
+                if conn is not None:
+                    watchers.append(asyncio.ensure_future(conn.wait_gone()))
+                await asyncio.wait([decide, *watchers], return_when=asyncio.FIRST_COMPLETED)
             # A cancel that was answered "was: pending" wins even over a decision that came in the same moment.
             if not state.withdraw.is_set() and decide.done():
                 return decide.result()
