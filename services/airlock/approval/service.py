@@ -454,6 +454,7 @@ class Approval:
         stages = tuple(validate.argv(f"pipeline[{i}]", s) for i, s in enumerate(pipeline))
         spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
         decision = self.policy.decide(subject_of(peer, spec, validate.optional_text("session", a.get("session"))), stages)
+        await self._hold_restored()
         return decision.to_dict() | {"hold": self.hold_reason is not None}
 
     async def events(self, call: Call) -> dict[str, Any]:
