@@ -186,8 +186,13 @@ class Supervisor:
                 return False
             self.poll_notify(min(left, 0.2))
             for child in self.children.values():
-                if child.proc is not None and child.proc.poll() is not None:
+                if child.idle or child.proc is None or child.proc.poll() is None:
+                    continue
+                if child.proc.returncode != 0:
                     return False
+                # Exit 0 comes only after serving: with a short idle_exit_seconds a
+                # quick service may idle out while a slower one is still starting.
+                child.ready = child.idle = True
         return True
 
     def poll_notify(self, timeout: float, watch: list[socket.socket] | None = None) -> list[socket.socket]:
