@@ -209,7 +209,8 @@ class Journal:
 
     async def hold_state(self, call: Call) -> dict[str, Any]:
         """approval, at start: the newest hold/release, to restore the hold from."""
-        self.writer_for(call.peer, "approval")
+        if self.writer_for(call.peer, "approval") != "approval":
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         try:
             latest = await asyncio.to_thread(latest_hold, self.database)
         except (sqlite3.Error, ValueError) as exc:
