@@ -157,7 +157,7 @@ def bench_config(path: Path, *, root: bool, extra: dict[str, Any] | None = None)
         rules.append({"name": "bench-privileged", "decision": "allow", "users": [user], "privileged": True,
                       "commands": commands})
     config: dict[str, Any] = {
-        "limits": {"max_connections": 256},
+        "limits": {"max_connections": 256, "max_connections_per_agent": 256},  # the bench is one agent
         "policy": {"default": "deny", "rules": rules},
     }
     for section, values in (extra or {}).items():

@@ -19,6 +19,7 @@ from support import Stack, custom_stack, now_iso
 CONFIG = """
 limits:
   max_connections: 3
+  max_connections_per_agent: 3  # every test here is one agent (one uid)
   read_timeout_seconds: 2
   request_timeout_seconds: 3
   max_output_bytes: 4096

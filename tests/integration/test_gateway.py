@@ -381,19 +381,24 @@ def test_denied_is_an_error_response(stack: Stack) -> None:
         gw.close()
 
 
-def test_cancel_while_pending_approval_cancels_once_approved(stack: Stack) -> None:
+def test_cancel_while_pending_approval_withdraws_it(stack: Stack) -> None:
+    # A request waiting for an operator belongs to its agent: the agent's
+    # cancel withdraws it at once (issue 16); nothing runs and nobody needs to deny it.
     gw = Gateway(stack, "--privileged")
     try:
         op = op_id()
         rid = gw.send("process.exec", {"operationId": op, "command": "sleep 30"})
         while not any(f.get("requestId") == rid and f.get("event") == "approval.pending" for f in gw.seen):
             gw.next()
+        pending = [p for p in stack.native("pending", path=stack.operator)["data"]["pending"] if p["operation_id"] == op]
+        assert len(pending) == 1
         cancel = gw.call("cancel", {"operationId": op})
         assert cancel["result"] == {"operationId": op, "cancelling": True}
-        pending = [p for p in stack.native("pending", path=stack.operator)["data"]["pending"] if p["operation_id"] == op]
-        assert stack.native("approve", {"id": pending[0]["request_id"]}, path=stack.operator)["ok"] is True
         _, response = gw.until_response(rid, timeout=30)
-        assert response["ok"] is True and response["result"]["cancelled"] is True
-        assert response["result"]["durationMs"] < 15_000
+        assert response["ok"] is False and response["error"]["code"] == "withdrawn", response
+        late = stack.native("approve", {"id": pending[0]["request_id"]}, path=stack.operator)
+        assert late["error"]["code"] == "not_found"
+        kinds = [r["kind"] for r in stack.journal_rows() if r["request_id"] == pending[0]["request_id"]]
+        assert "exec.started" not in kinds, kinds
     finally:
         gw.close()

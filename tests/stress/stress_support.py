@@ -58,7 +58,8 @@ def write_config(path: Path, **sections: dict[str, Any]) -> Path:
     """
     user = pwd.getpwuid(os.getuid()).pw_name
     config: dict[str, Any] = {
-        "limits": {"read_timeout_seconds": 2, "request_timeout_seconds": 4},
+        "limits": {"read_timeout_seconds": 2, "request_timeout_seconds": 4,
+                   "max_connections_per_agent": 64},  # every client here is one agent (one uid)
         "policy": {
             "default": "deny",
             "rules": [{

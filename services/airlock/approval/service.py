@@ -44,6 +44,8 @@ from airlock.common.server import Call, Door, Service, Verb
 from airlock.common.spec import ExecSpec
 
 NAME = "approval"
+# How long approval waits at start to read its hold state from the journal; then it starts held.
+HOLD_RESTORE_SECONDS = 30.0
 
 
 @dataclass
@@ -177,7 +179,10 @@ class Approval:
         self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
         self.pending: dict[str, Pending] = {}
         self.tickets: dict[str, Ticket] = {}
-        self.hold_reason: str | None = None
+        # Held until the journal says otherwise (restore_hold at start): fail closed.
+        self.hold_reason: str | None = "restoring the hold state from the journal"
+        self.hold_by: dict[str, Any] = {"operator": "airlock-approval", "uid": None, "since": _iso(time.time())}
+        self._hold_known = asyncio.Event()
         self.tokens = TokenStore()
         self.notifier = hook.Notifier(
             config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
@@ -220,6 +225,7 @@ class Approval:
         bound: dict[str, Any] = {}
         if isinstance(spec, ExecSpec) and decision.decision != "deny":
             bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0)
+        await self._hold_restored()
         verdict, rule = decision.decision, decision.rule
         if self.hold_reason is not None and verdict == "allow":
             verdict, rule = "ask", "hold"
@@ -280,12 +286,16 @@ class Approval:
         )
         self.pending[entry.request_id] = entry
         self.notifier.pending(entry.to_dict(now) | {"event": "pending"})
-        await call.emit("pending_approval", {"request_id": entry.request_id, "rule": rule, "timeout_seconds": timeout})
+        # The request belongs to a live client: when intake's call is gone
+        # (the agent went away or cancelled), the request is withdrawn.
+        watch = asyncio.ensure_future(_withdraw_when_gone(call, entry))
         try:
+            await call.emit("pending_approval", {"request_id": entry.request_id, "rule": rule, "timeout_seconds": timeout})
             verdict, by, operator_uid, reason = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
         except TimeoutError:
             verdict, by, operator_uid, reason = "timeout", "timeout", None, ""
         finally:
+            watch.cancel()
             self.pending.pop(entry.request_id, None)
         if verdict == "interrupted":
             raise AirlockError(ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending")
@@ -299,6 +309,8 @@ class Approval:
             raise AirlockError(
                 ErrorCode.APPROVAL_TIMEOUT, f"no operator decided within {timeout:g}s", {"rule": rule}
             )
+        if verdict == "withdrawn":
+            raise AirlockError(ErrorCode.WITHDRAWN, reason, {"rule": rule})
         if verdict == "deny":
             raise AirlockError(
                 ErrorCode.DENIED, f"denied by operator {by}" + (f": {reason}" if reason else ""), {"rule": rule, "decided_by": by}
@@ -313,6 +325,18 @@ class Approval:
         # Only a hash is kept: a memory dump does not yield a redeemable ticket.
         self.tickets[_ticket_key(ticket)] = Ticket(ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds)
         return ticket
+
+    async def withdraw(self, call: Call) -> dict[str, Any]:
+        """intake: the agent went away or cancelled; the pending request is withdrawn at once."""
+        if self.intake_uid is None or call.peer.uid != self.intake_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        request_id = validate.text("request_id", call.args.get("request_id"), max_len=256, allow_empty=False)
+        entry = self.pending.get(request_id)
+        if entry is None or entry.future.done():
+            return {"withdrawn": False}
+        del self.pending[request_id]  # from now on an approve finds nothing
+        entry.future.set_result(("withdrawn", "agent", None, "withdrawn by the agent before a decision"))
+        return {"withdrawn": True}
 
     # --- runner: redeem -------------------------------------------------------
 
@@ -368,10 +392,15 @@ class Approval:
         return {"pending": [p.to_dict(now) for p in sorted(self.pending.values(), key=lambda p: p.created)]}
 
     async def status(self, call: Call) -> dict[str, Any]:
+        await self._hold_restored()
         now = time.time()
+        held = self.hold_reason is not None
         return {
-            "hold": self.hold_reason is not None,
+            "hold": held,
             "hold_reason": self.hold_reason,
+            "hold_by": self.hold_by.get("operator") if held else None,
+            "hold_uid": self.hold_by.get("uid") if held else None,
+            "hold_since": self.hold_by.get("since") if held else None,
             "pending": len(self.pending),
             "tokens": self.tokens.live(now),
             "services": await self._services(),
@@ -401,14 +430,49 @@ class Approval:
 
     async def hold(self, call: Call) -> dict[str, Any]:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
-        await self.audit.record("operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "hold", "operator": call.peer.user, "reason": reason})
+        await self._hold_restored()
+        since = _iso(time.time())
+        # Journaled before it takes effect: the journal is where the next start reads it back.
+        await self.audit.record(
+            "operator.action",
+            Ids(peer_uid=call.peer.uid),
+            payload={"action": "hold", "operator": call.peer.user, "reason": reason, "since": since},
+        )
         self.hold_reason = reason
+        self.hold_by = {"operator": call.peer.user, "uid": call.peer.uid, "since": since}
         return {"hold": True, "reason": reason}
 
     async def release(self, call: Call) -> dict[str, Any]:
+        await self._hold_restored()
         await self.audit.record("operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user})
         self.hold_reason = None
         return {"hold": False}
+
+    async def restore_hold(self) -> None:
+        """At start: the hold state is the journal's newest hold or release (held if it cannot be read)."""
+        try:
+            found = await self.journal.call("hold.state", {}, timeout=HOLD_RESTORE_SECONDS)
+            latest = found.get("latest")
+            if latest is None or latest.get("action") == "release":
+                self.hold_reason = None
+            else:
+                self.hold_reason = str(latest.get("reason") or "no reason recorded")
+                since = latest.get("since") or latest.get("time")
+                self.hold_by = {"operator": latest.get("operator"), "uid": latest.get("peer_uid"), "since": since}
+            self.log.info("approval.hold.restored", hold=self.hold_reason is not None, seq=(latest or {}).get("seq"))
+        except AirlockError as exc:
+            self.hold_reason = (
+                f"the hold state could not be read from the journal at start ({exc.message}); "
+                "approval started held: release it with `airlock release` once the journal is healthy"
+            )
+            self.hold_by = {"operator": "airlock-approval", "uid": None, "since": _iso(time.time())}
+            self.log.error("approval.hold.unknown", error=exc.message, code=exc.code.value)
+        finally:
+            self._hold_known.set()
+
+    async def _hold_restored(self) -> None:
+        # restore_hold always sets the event (its journal call has its own bound).
+        await self._hold_known.wait()
 
     async def policy_check(self, call: Call) -> dict[str, Any]:
         a = call.args
@@ -421,6 +485,7 @@ class Approval:
         stages = tuple(validate.argv(f"pipeline[{i}]", s) for i, s in enumerate(pipeline))
         spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
         decision = self.policy.decide(subject_of(peer, spec, validate.optional_text("session", a.get("session"))), stages)
+        await self._hold_restored()
         return decision.to_dict() | {"hold": self.hold_reason is not None}
 
     async def events(self, call: Call) -> dict[str, Any]:
@@ -568,6 +633,13 @@ class Approval:
         )
 
 
+async def _withdraw_when_gone(call: Call, entry: Pending) -> None:
+    """Withdraw a pending request once the connection that asked for it has closed."""
+    await call.connection.wait_gone()
+    if not entry.future.done():
+        entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))
+
+
 def _iso(when: float) -> str:
     return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -627,7 +699,8 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     internal = Door(
         "approval",
         allow=AllowList.of([s.intake_user, s.runner_user], []),
-        verbs={"decide": approval.decide, "redeem": approval.redeem, "token.check": approval.token_check},
+        verbs={"decide": approval.decide, "redeem": approval.redeem, "token.check": approval.token_check,
+               "withdraw": approval.withdraw},
         max_line=config.limits.max_request_bytes * 2,
     )
     operator = Door(
@@ -658,7 +731,15 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     service.on_reload = approval.reload
     service.on_stopping = approval.interrupt_pending
     lifecycle(service, approval.audit)
+    journal_started = service.on_started
     journal_stopping = service.on_stop
+
+    async def started() -> None:
+        await approval.restore_hold()
+        if journal_started is not None:
+            await journal_started()
+
+    service.on_started = started
 
     async def stop() -> None:
         await approval.notifier.close()

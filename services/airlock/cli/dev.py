@@ -5,7 +5,11 @@ services as children and hands each its sockets through LISTEN_FDS,
 LISTEN_FDNAMES and LISTEN_PID (fds from 3 on, exactly as systemd does), and
 waits for each READY=1 on a notify socket of its own.  A service that dies is
 started again, like ``Restart=on-failure``; the sockets stay bound meanwhile,
-so clients queue instead of failing.  Ctrl-C or SIGTERM stops them all.
+so clients queue instead of failing.  A service that exits cleanly (exit 0: an
+idle exit, or a SIGTERM from outside) is started again when one of its
+sockets has a connection waiting, as its systemd socket unit would.  Ctrl-C
+or SIGTERM stops them all.  The config and the policy are checked before
+anything starts: an error is printed here, with its ``path:line:col``.
 
 Built-in dev config: the invoking user is agent and operator and runs every
 service; unprivileged requests from that user are allowed.  A ``--config``
@@ -15,6 +19,7 @@ the runtime folder.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import select
@@ -51,7 +56,7 @@ def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
             "approval_user": user,
             "journal_user": user,
             "runner_user": user,
-            "idle_exit_seconds": 0,  # nobody would start them again
+            "idle_exit_seconds": 0,  # stay up; with --config setting it, dev up restarts on demand
         },
         "approval": {"allow_self_approval": True},
         "runner": {"containment": "process-group"},
@@ -67,6 +72,21 @@ def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+def check_policy(cfg: configuration.Config, user_file: Path | None) -> None:
+    """Load the policy as approval will, so its errors are reported here (raises `PolicyError`).
+
+    A ``policy:`` section of the user's file is checked as that file, so the
+    errors name its lines rather than those of the composed copy.
+    """
+    from airlock.approval.policy import load_policy
+
+    if user_file is not None:
+        mine = configuration.parse_text(user_file.read_text(encoding="utf-8"), str(user_file))
+        if mine.policy_node is not None:
+            cfg = dataclasses.replace(cfg, source=mine.source, policy_node=mine.policy_node)
+    load_policy(cfg)
 
 
 def compose_config(runtime_dir: Path, user_file: Path | None) -> str:
@@ -97,6 +117,8 @@ class Child:
     proc: subprocess.Popen[bytes] | None = None
     ready: bool = False
     restarts: list[float] = field(default_factory=list)
+    # Exited cleanly: started again by the next connection to one of its sockets.
+    idle: bool = False
 
 
 class Supervisor:
@@ -164,14 +186,21 @@ class Supervisor:
                 return False
             self.poll_notify(min(left, 0.2))
             for child in self.children.values():
-                if child.proc is not None and child.proc.poll() is not None:
+                if child.idle or child.proc is None or child.proc.poll() is None:
+                    continue
+                if child.proc.returncode != 0:
                     return False
+                # Exit 0 comes only after serving: with a short idle_exit_seconds a
+                # quick service may idle out while a slower one is still starting.
+                child.ready = child.idle = True
         return True
 
-    def poll_notify(self, timeout: float) -> None:
-        ready, _, _ = select.select([self.notify], [], [], timeout)
-        if not ready:
-            return
+    def poll_notify(self, timeout: float, watch: list[socket.socket] | None = None) -> list[socket.socket]:
+        """Take one notify message if one comes within ``timeout``; return which ``watch`` sockets are readable."""
+        ready, _, _ = select.select([self.notify, *(watch or [])], [], [], timeout)
+        woken = [sock for sock in ready if sock is not self.notify]
+        if self.notify not in ready:
+            return woken
         data, ancdata, _flags, _addr = self.notify.recvmsg(4096, socket.CMSG_SPACE(_UCRED.size))
         pid = None
         for level, kind, payload in ancdata:
@@ -181,6 +210,7 @@ class Supervisor:
             for child in self.children.values():
                 if child.proc is not None and child.proc.pid == pid:
                     child.ready = True
+        return woken
 
     def stop(self) -> None:
         self.stopping = True
@@ -199,10 +229,25 @@ class Supervisor:
 
     def supervise(self) -> None:
         while not self.stopping:
-            self.poll_notify(0.5)
+            # A listening socket of an idle-exited service turns readable when a client connects.
+            idle = [sock for child in self.children.values() if child.idle for _, sock in child.sockets]
+            woken = self.poll_notify(0.5, idle)
             for child in self.children.values():
+                if self.stopping:
+                    break
+                if child.idle:
+                    if any(sock in woken for _, sock in child.sockets):
+                        child.idle = False
+                        self.start(child)
+                    continue
                 proc = child.proc
-                if proc is None or proc.poll() is None or self.stopping:
+                if proc is None or proc.poll() is None:
+                    continue
+                if proc.returncode == 0:
+                    # An idle exit (or a clean stop from outside) is not a failure: as with
+                    # systemd's socket units, the next connection starts it again.
+                    print(f"airlock dev: {child.name} exited cleanly; it starts again on its next connection", file=sys.stderr)
+                    child.idle = True
                     continue
                 now = time.monotonic()
                 child.restarts = [t for t in child.restarts if now - t < 30] + [now]
@@ -218,11 +263,15 @@ def up(runtime_dir: Path, user_config: Path | None) -> int:
     runtime_dir = runtime_dir.absolute()
     runtime_dir.mkdir(parents=True, exist_ok=True)
     config_path = runtime_dir / "airlock.yaml"
+    from airlock.approval.policy import PolicyError
+
     try:
         text = compose_config(runtime_dir, user_config)
         cfg = configuration.parse_text(text, str(config_path))
-    except (configuration.ConfigError, OSError) as exc:
-        print(f"airlock dev: {exc}", file=sys.stderr)
+        check_policy(cfg, user_config)
+    except (configuration.ConfigError, PolicyError, OSError) as exc:
+        for line in str(exc).splitlines():
+            print(f"airlock dev: {line}", file=sys.stderr)
         return 2
     config_path.write_text(text, encoding="utf-8")
     supervisor = Supervisor(runtime_dir, config_path)

@@ -164,7 +164,11 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
 def cmd_status(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "status", {})
     if rc == 0 and not ns.json:
-        hold = f"on hold ({sanitise(data.get('hold_reason'))})" if data.get("hold") else "accepting"
+        hold = "accepting"
+        if data.get("hold"):
+            who = f" by {sanitise(data.get('hold_by'))}" if data.get("hold_by") else ""
+            since = f" since {sanitise(data.get('hold_since'))}" if data.get("hold_since") else ""
+            hold = f"on hold{who}{since} ({sanitise(data.get('hold_reason'))})"
         policy = data.get("policy", {})
         services = data.get("services") or {}
         pairs: list[tuple[str, object]] = [

@@ -17,7 +17,7 @@ from airlock.common import log
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.server import Service
+from airlock.common.server import Connection, Service, write_timeout
 from airlock.journal.kinds import message_id
 
 
@@ -32,7 +32,7 @@ class Ids:
 
 
 def lifecycle(service: Service, audit: Audit) -> None:
-    """Journal service.started and service.stopping (best effort: never blocks a start)."""
+    """Journal service.started, service.stopping and connection.dropped (best effort: never blocks a start)."""
 
     async def started() -> None:
         try:
@@ -43,8 +43,20 @@ def lifecycle(service: Service, audit: Audit) -> None:
     async def stopping() -> None:
         await audit.record("service.stopping", payload={"pid": os.getpid()})
 
+    async def dropped(conn: Connection, reason: str) -> None:
+        try:
+            await audit.record(
+                "connection.dropped",
+                Ids(peer_uid=conn.peer.uid),
+                payload={"door": conn.door.name, "reason": reason, "peer_pid": conn.peer.pid,
+                         "write_timeout_seconds": write_timeout(service.config, conn.door)},
+            )
+        except AirlockError as exc:
+            audit.log.warning(f"{service.name}.audit.unavailable", error=exc.message)
+
     service.on_started = started
     service.on_stop = stopping
+    service.on_dropped = dropped
 
 
 class Audit:

@@ -214,7 +214,9 @@ class Services:
 class Limits:
     max_request_bytes: int
     max_connections: int
+    max_connections_per_agent: int
     read_timeout_seconds: float
+    write_timeout_seconds: float
     request_timeout_seconds: float
     freshness_seconds: float
     clock_skew_seconds: float
@@ -223,6 +225,15 @@ class Limits:
     max_output_bytes: int
     kill_grace_seconds: float
     search_cpu_seconds: int
+
+    @property
+    def connections_per_agent(self) -> int:
+        """The per-agent cap in force: a setting of 0 stands for a quarter of max_connections.
+
+        Derived when read, not when parsed, so a file that changes only
+        max_connections moves the per-agent cap with it.
+        """
+        return self.max_connections_per_agent or max(1, self.max_connections // 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,7 +350,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("services.stop_timeout_seconds", positive_float, 20.0, "On stop, how long in-flight work may take to finish."),
     Setting("limits.max_request_bytes", positive_int, 1 * MiB, "Longest request line, newline included."),
     Setting("limits.max_connections", positive_int, 64, "Agent connections handled at once; more get 'busy'."),
+    Setting("limits.max_connections_per_agent", non_negative_int, 0, "Connections one agent (peer uid) may hold at once; more get 'busy' (0: a quarter of limits.max_connections, at least 1)."),
     Setting("limits.read_timeout_seconds", positive_float, 10.0, "Longest wait for the next bytes of a request."),
+    Setting("limits.write_timeout_seconds", positive_float, 10.0, "A client that does not take its reply's bytes within this long is disconnected."),
     Setting("limits.request_timeout_seconds", positive_float, 30.0, "Longest time to receive a whole request."),
     Setting("limits.freshness_seconds", positive_float, 60.0, "Requests whose time is older than this are rejected."),
     Setting("limits.clock_skew_seconds", non_negative_float, 5.0, "How far in the future a request's time may be."),

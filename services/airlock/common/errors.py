@@ -34,6 +34,7 @@ class ErrorCode(enum.StrEnum):
     DENIED = "denied"
     APPROVAL_TIMEOUT = "approval_timeout"
     APPROVAL_INTERRUPTED = "approval_interrupted"
+    WITHDRAWN = "withdrawn"
     APPROVAL_UNAVAILABLE = "approval_unavailable"
     AUDIT_UNAVAILABLE = "audit_unavailable"
     RUNNER_UNAVAILABLE = "runner_unavailable"

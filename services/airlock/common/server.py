@@ -20,9 +20,11 @@ import contextlib
 import functools
 import itertools
 import os
+import select
 import signal
 import socket
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,19 @@ from airlock.common.framing import NEED_DATA, FrameDecoder
 from airlock.common.notify import Notifier
 from airlock.common.peer import AllowList, Peer, peer_of
 
+# The doors clients use.  The others are service-to-service: their peers read
+# actively, but intake may be relaying an event to a slow agent (bounded by the
+# agent door's own timeout) while approval or the runner writes to it, so an
+# internal door allows twice the timeout plus a margin: a slow agent never
+# cuts an internal connection first.
+CLIENT_DOORS = frozenset({"agent", "operator"})
+
+
+def write_timeout(config: Config, door: Door) -> float:
+    """How long one write to a client of ``door`` may take before it is disconnected."""
+    seconds = config.limits.write_timeout_seconds
+    return seconds if door.name in CLIENT_DOORS else 2 * seconds + 30
+
 
 class Connection:
     """One accepted client: its peer, and helpers to read lines and write replies."""
@@ -55,7 +70,11 @@ class Connection:
         self.decoder = FrameDecoder(door.max_line)
         self._read_timeout = config.limits.read_timeout_seconds
         self._request_timeout = config.limits.request_timeout_seconds
+        self._write_timeout = write_timeout(config, door)
         self.closed_by_peer = False
+        # Set when the server gave up on this client (it did not take its bytes in time).
+        self.dropped: str | None = None
+        self.on_dropped: Callable[[Connection, str], None] | None = None
 
     async def read_line(self, *, first_wait: float | None = None) -> bytes | None:
         """The next request line, or None on a clean EOF between requests.
@@ -93,8 +112,48 @@ class Connection:
             self.decoder.feed(chunk)
 
     async def send(self, data: bytes) -> None:
+        """Write one reply line; a client that does not take it within
+        ``limits.write_timeout_seconds`` is disconnected (`ConnectionResetError`)."""
+        if self.dropped is not None:
+            raise ConnectionResetError(f"connection dropped: {self.dropped}")
         self.writer.write(data)
-        await self.writer.drain()
+        try:
+            await asyncio.wait_for(self.writer.drain(), self._write_timeout)
+        except TimeoutError:
+            self.drop("write_timeout")
+            raise ConnectionResetError("the client did not read its reply in time") from None
+
+    def drop(self, reason: str) -> None:
+        """Give up on this client now: the socket is closed, unsent bytes are discarded."""
+        if self.dropped is not None:
+            return
+        self.dropped = reason
+        if self.on_dropped is not None:
+            self.on_dropped(self, reason)
+        self.writer.transport.abort()
+
+    def peer_gone(self) -> bool:
+        """Whether the client has closed its end completely (or was dropped).
+
+        For a Unix stream socket the kernel reports POLLHUP only once the peer
+        closed both directions: a client that shut down only its writing side
+        after sending its request (as some reference/000 clients do) still
+        waits for its answer, and is not gone.
+        """
+        if self.dropped is not None or self.writer.is_closing():
+            return True
+        sock = self.writer.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if fd < 0:
+            return True
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLHUP, POLLERR and POLLNVAL are always reported
+        return bool(poller.poll(0))
+
+    async def wait_gone(self, interval: float = 0.25) -> None:
+        """Return once the client has gone (see `peer_gone`); cancel it to stop watching."""
+        while not self.peer_gone():
+            await asyncio.sleep(interval)
 
 
 @dataclass
@@ -129,6 +188,8 @@ class Door:
     verbs: Mapping[str, Verb] = field(default_factory=dict)
     max_line: int = 1024 * 1024
     max_connections: int | None = None
+    # At most this many connections per peer uid (one agent cannot starve the others).
+    max_per_peer: int | None = None
     # A door with its own dialect (intake's agent door) replaces the native loop.
     handler: ConnectionHandler | None = None
     # How a refusal made before the request is read (busy, unauthorized) is written.
@@ -136,6 +197,7 @@ class Door:
     # Errors as this door reports them (the operator door keeps to reference/004's list).
     errors: Callable[[AirlockError], AirlockError] = lambda exc: exc
     active: int = 0
+    by_peer: Counter[int] = field(default_factory=Counter)
 
 
 class Service:
@@ -153,6 +215,8 @@ class Service:
         self.on_started: Callable[[], Awaitable[None]] | None = None  # serving: e.g. journal service.started
         self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
         self.on_stop: Callable[[], Awaitable[None]] | None = None  # in-flight work is done
+        # A client was disconnected by the server (it did not read its reply in time): journal it.
+        self.on_dropped: Callable[[Connection, str], Awaitable[None]] | None = None
         # State an idle exit would lose (approval's session tokens) keeps the service up.
         self.keep_alive: Callable[[], bool] = lambda: False
 
@@ -254,9 +318,16 @@ class Service:
             writer.close()
             return
         door.active += 1
+        door.by_peer[peer.uid] += 1
         try:
             if door.max_connections is not None and door.active > door.max_connections:
                 await _send_quietly(writer, door.refusal(AirlockError(ErrorCode.BUSY, "too many requests in flight; retry shortly")))
+                return
+            if door.max_per_peer is not None and door.by_peer[peer.uid] > door.max_per_peer:
+                self.log.info(f"{self.name}.peer.capped", door=door.name, peer_uid=peer.uid, limit=door.max_per_peer)
+                await _send_quietly(
+                    writer, door.refusal(AirlockError(ErrorCode.BUSY, "too many requests in flight from this user; retry shortly"))
+                )
                 return
             if not door.allow.allows(peer):
                 self.log.warning(f"{self.name}.peer.refused", door=door.name, peer_uid=peer.uid, peer_pid=peer.pid)
@@ -264,6 +335,7 @@ class Service:
                 await linger(reader, writer)
                 return
             conn = Connection(reader, writer, peer, door, self.config)
+            conn.on_dropped = self._dropped
             if door.handler is not None:
                 await door.handler(conn)
             else:
@@ -274,9 +346,24 @@ class Service:
             self.log.exception(f"{self.name}.connection.failed", door=door.name, error=repr(exc))
         finally:
             door.active -= 1
+            door.by_peer[peer.uid] -= 1
+            if door.by_peer[peer.uid] <= 0:
+                del door.by_peer[peer.uid]
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _dropped(self, conn: Connection, reason: str) -> None:
+        self.log.warning(
+            f"{self.name}.connection.dropped",
+            door=conn.door.name,
+            reason=reason,
+            peer_uid=conn.peer.uid,
+            peer_pid=conn.peer.pid,
+            write_timeout_seconds=write_timeout(self.config, conn.door),
+        )
+        if self.on_dropped is not None:
+            self._spawn(self.on_dropped(conn, reason))
 
     async def _native(self, conn: Connection) -> None:
         """Native v1: request lines in, one final response each, until EOF."""
@@ -317,10 +404,14 @@ class Service:
             return encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
 
 
-async def _send_quietly(writer: asyncio.StreamWriter, data: bytes) -> None:
+async def _send_quietly(writer: asyncio.StreamWriter, data: bytes, timeout: float = 10.0) -> None:
+    """Write a short refusal; a client that does not take it in ``timeout`` is cut off."""
     with contextlib.suppress(ConnectionError):
         writer.write(data)
-        await writer.drain()
+        try:
+            await asyncio.wait_for(writer.drain(), timeout)
+        except TimeoutError:
+            writer.transport.abort()
 
 
 async def linger(

@@ -17,6 +17,7 @@ from airlock.intake.files import FileRequest
 from airlock.intake.work import Work, derived_operation_id
 
 if TYPE_CHECKING:
+    from airlock.common.server import Connection
     from airlock.intake.service import Intake
 
 
@@ -27,7 +28,7 @@ def _thin(outcome: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def run(intake: Intake, req: FileRequest, peer: Peer) -> dict[str, Any]:
+async def run(intake: Intake, req: FileRequest, peer: Peer, *, conn: Connection | None = None) -> dict[str, Any]:
     """Drive one file request along the same path as exec (`Intake.drive`)."""
     spec = req.spec
     work = Work(
@@ -46,4 +47,4 @@ async def run(intake: Intake, req: FileRequest, peer: Peer) -> dict[str, Any]:
         runner_timeout=intake.config.limits.default_timeout_seconds + intake.config.limits.kill_grace_seconds + 30,
         thin=_thin,
     )
-    return await intake.drive(work, peer, None)
+    return await intake.drive(work, peer, None, conn=conn)

@@ -9,10 +9,12 @@ replies in the dialect it was asked in (native v1 or reference/000).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from airlock import __version__
@@ -44,6 +46,9 @@ OPERATOR_VERBS = frozenset(
     {"status", "pending", "show", "approve", "deny", "hold", "release", "events", "policy.check",
      "audit.verify", "audit.head", "token.issue", "token.revoke"}
 )
+# A decision not back within this long is watched for the agent's withdrawal
+# (a closed connection, a cancel); quicker ones are checked once, after it.
+WATCH_AFTER_SECONDS = 0.05
 # Outcomes larger than this are kept for replay without their output bytes.
 REPLAY_OUTPUT_LIMIT = 512 * 1024
 
@@ -56,6 +61,19 @@ def _replayed(request_id: str) -> AirlockError:
     )
 
 
+@dataclass
+class _Deciding:
+    """A request waiting for approval's decision: whose it is, and how it is withdrawn."""
+
+    uid: int
+    withdraw: asyncio.Event = field(default_factory=asyncio.Event)
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _withdrawn(message: str) -> AirlockError:
+    return AirlockError(ErrorCode.WITHDRAWN, message)
+
+
 class Intake:
     def __init__(self, config: Config, service: Service) -> None:
         self.config = config
@@ -65,6 +83,8 @@ class Intake:
         self.approval = Client(config.socket_path("approval"), service="airlock-approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE, timeout=None)
         self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE, timeout=None)
         self.operations: dict[tuple[int, str], int] = {}  # (uid, running operation) -> the uid that started it
+        # Operations waiting for their decision, by (uid, operation) -> the uid that asked, set to withdraw it.
+        self.deciding: dict[tuple[int, str], _Deciding] = {}
         self.runner_uid = uid_of(config.services.runner_user)
         self.log = log.get()
 
@@ -133,11 +153,13 @@ class Intake:
                 args = request.args if session is None else request.args | {"session": session}
                 exec_request = native_exec(request.id, args, conn.peer, self.config, now)
                 call = Call(request, conn.peer, conn)
-                return encode_ok(request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None))
+                return encode_ok(
+                    request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None, conn=conn)
+                )
             if request.verb in files.VERBS:
                 now = time.time()
                 file_request = files.native_files(request.verb, request.id, request.args, conn.peer, self.config, now)
-                return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer))
+                return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer, conn=conn))
             if request.verb == "cancel":
                 return encode_ok(request.id, await self.cancel(request, conn.peer))
             await self._control_gates(request.id, request.args, conn.peer, native=True)
@@ -226,7 +248,7 @@ class Intake:
                 raise validate.bad("action", f"unknown action {action!r} (known: exec, ping, stop)")
             now = time.time()
             exec_request = legacy_exec(obj, conn.peer, self.config, now)
-            return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None))
+            return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None, conn=conn))
         except AirlockError as exc:
             return legacy.encode_error(request_id, exc)
         except Exception as exc:
@@ -245,7 +267,7 @@ class Intake:
                 "use privileged: false (airlock run --no-privilege) or run airlock as root",
             )
 
-    async def run(self, req: ExecRequest, peer: Peer, call: Call | None) -> dict[str, Any]:
+    async def run(self, req: ExecRequest, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
         """An exec request."""
         spec = req.spec
         spec_dict = spec.to_dict()  # once: this is every request's path
@@ -272,10 +294,14 @@ class Intake:
             runner_timeout=self._runner_budget(req),
             thin=thin_exec_outcome,
         )
-        return await self.drive(work, peer, call)
+        return await self.drive(work, peer, call, conn=conn)
 
-    async def drive(self, work: Work, peer: Peer, call: Call | None) -> dict[str, Any]:
-        """Drive one request through the other services; the one path for exec and file work."""
+    async def drive(self, work: Work, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
+        """Drive one request through the other services; the one path for exec and file work.
+
+        ``conn`` is the agent's connection: the request belongs to it until it
+        has its decision (closing it withdraws the request; see `_unless_withdrawn`).
+        """
         self.check_privilege(work.run_as, work.privileged)
         op, digest = work.operation_id, work.digest
         key = operation_key(peer.uid, op)  # the journal's: each agent's IDs are its own
@@ -315,11 +341,17 @@ class Intake:
                     await emit(event.event, event.fields)
 
             try:
-                decision = await self.approval.call(
-                    "decide",
-                    {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op},
-                    on_event=forward,
-                    timeout=self.config.approval.timeout_seconds + 30,
+                decision = await self._unless_withdrawn(
+                    self.approval.call(
+                        "decide",
+                        {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op},
+                        on_event=forward,
+                        timeout=self.config.approval.timeout_seconds + 30,
+                    ),
+                    conn,
+                    op,
+                    work.request_id,
+                    peer,
                 )
             except AirlockError as exc:
                 if pending and exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
@@ -328,6 +360,9 @@ class Intake:
                         ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"
                     ) from None
                 raise
+            if conn is not None and conn.peer_gone():
+                # Approved as the agent left: nobody is there for it, so it never runs.
+                raise _withdrawn("the requesting agent went away before the request ran")
             if emit is not None:
                 await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
             self.operations[(peer.uid, op)] = peer.uid
@@ -355,6 +390,62 @@ class Intake:
         finally:
             if not settled:  # cancelled, or a bug: the operation must not stay "in progress"
                 await self._abandon(key, ids, None)
+
+    async def _unless_withdrawn(
+        self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, request_id: str, peer: Peer
+    ) -> dict[str, Any]:
+        """Await approval's decision unless the agent withdraws first.
+
+        The agent withdraws by closing its connection or by a ``cancel`` of the
+        operation.  Intake then tells approval (``withdraw``), which takes the
+        request out of ``pending`` at once and answers the ``decide`` call with
+        ``withdrawn`` (journaled as ``approval.decided``, decision
+        ``withdrawn``), so a later approve finds nothing to approve.  If
+        approval cannot be told, the ``decide`` call is cancelled: closing its
+        connection withdraws the request on approval's side too.  Whatever
+        approval answered, a withdrawn request never goes to the runner.
+        """
+        decide = asyncio.ensure_future(deciding)
+        if (peer.uid, op) in self.deciding:  # op.begin lets one request per operation in; keep the guard anyway
+            decide.cancel()
+            raise AirlockError(ErrorCode.OPERATION_IN_PROGRESS, f"operation {op!r} is in progress")
+        state = _Deciding(peer.uid)
+        self.deciding[(peer.uid, op)] = state
+        watchers: list[asyncio.Future[Any]] = []
+        try:
+            # Most decisions are a policy rule's, at once: watch the agent only for those that wait.
+            await asyncio.wait([decide], timeout=WATCH_AFTER_SECONDS)
+            if not decide.done() and not state.withdraw.is_set():
+                watchers.append(asyncio.ensure_future(state.withdraw.wait()))
+                if conn is not None:
+                    watchers.append(asyncio.ensure_future(conn.wait_gone()))
+                await asyncio.wait([decide, *watchers], return_when=asyncio.FIRST_COMPLETED)
+            # A cancel that was answered "was: pending" wins even over a decision that came in the same moment.
+            if not state.withdraw.is_set() and decide.done():
+                return decide.result()
+            by = "cancel" if state.withdraw.is_set() else "close"
+            self.log.info("intake.request.withdrawn", request_id=request_id, operation_id=op, peer_uid=peer.uid, by=by)
+            await self._withdraw(request_id, decide)
+            if by == "cancel":
+                raise _withdrawn("withdrawn by the agent's cancel before a decision")
+            raise _withdrawn("the requesting agent went away before a decision")
+        finally:
+            self.deciding.pop((peer.uid, op), None)
+            state.settled.set()
+            for watcher in watchers:
+                watcher.cancel()
+            if not decide.done():
+                decide.cancel()
+            with contextlib.suppress(asyncio.CancelledError, AirlockError):
+                await decide
+
+    async def _withdraw(self, request_id: str, decide: asyncio.Future[dict[str, Any]]) -> None:
+        """Tell approval the request is withdrawn, and let it answer the decide call (both bounded)."""
+        try:
+            await self.approval.call("withdraw", {"request_id": request_id}, timeout=10)
+            await asyncio.wait_for(asyncio.shield(decide), 10)
+        except (AirlockError, TimeoutError):
+            pass  # the finally cancels the decide call: approval sees its connection close
 
     def _runner_budget(self, req: ExecRequest) -> float:
         """How long a runner may take to answer: the job's own timeout, the kill
@@ -397,6 +488,13 @@ class Intake:
 
     async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:
         op = validate.text("operation_id", request.args.get("operation_id"), max_len=256, allow_empty=False)
+        deciding = self.deciding.get((peer.uid, op))
+        if deciding is not None and deciding.uid == peer.uid:
+            deciding.withdraw.set()  # withdraws it: see _unless_withdrawn
+            # Answer once approval has let go of it (bounded: _withdraw's own calls are).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(deciding.settled.wait(), 30)
+            return {"operation_id": op, "cancelling": True, "was": "pending"}
         owner = self.operations.get((peer.uid, op))
         if owner is None or owner != peer.uid:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
@@ -419,6 +517,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         allow=AllowList.of(config.agents.users, config.agents.groups, empty_means_all=True),
         max_line=config.limits.max_request_bytes,
         max_connections=config.limits.max_connections,
+        max_per_peer=config.limits.connections_per_agent,
         refusal=lambda exc: legacy.encode_undetermined(None, exc),
     )
     service = Service(NAME, config, [door])

@@ -94,6 +94,8 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
     KindInfo("files.finished", frozenset({"runner"}), "a7d94c1e2b3f4a5d8e6c0b9a1f2e3d4c",
              "An approved file operation ended; its outcome and, for writes, the before and after hashes are recorded."),
     # Every service, about itself.
+    KindInfo("connection.dropped", _ANY, "0e36b421495d487f94856ad4548ac2b5",
+             "A service disconnected a client that did not take its reply in time (limits.write_timeout_seconds)."),
     KindInfo("service.started", _ANY, "b5807ad9adf641479602a79da5d8d4fc",
              "An airlock service started and is ready."),
     KindInfo("service.stopping", _ANY, "9c661fc9e8264b6cb513c97eccb91b40",

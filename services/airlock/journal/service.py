@@ -10,6 +10,7 @@ several services and the message's ``writer`` picks among exactly those.)
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import sqlite3
@@ -48,10 +49,42 @@ def writers_by_uid(config: Config) -> dict[int, set[str]]:
     return table
 
 
+def latest_hold(database: Path) -> dict[str, Any] | None:
+    """The newest `hold` or `release` operator action in the journal, or None.
+
+    Read on a read-only connection of its own (the store's writer is not
+    involved); only approval's own records count, so nothing an agent can
+    put in an ID or a session can stand in for one.
+    """
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
+    try:
+        row = conn.execute(
+            "SELECT seq, time, peer_uid, payload FROM events"
+            " WHERE kind = 'operator.action' AND writer IN ('approval', 'operator')"
+            " AND json_extract(payload, '$.action') IN ('hold', 'release')"
+            " ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    payload = json.loads(row[3])
+    return {
+        "seq": row[0],
+        "time": row[1],
+        "peer_uid": row[2],
+        "action": payload.get("action"),
+        "operator": payload.get("operator"),
+        "reason": payload.get("reason"),
+        "since": payload.get("since"),
+    }
+
+
 class Journal:
     def __init__(self, config: Config, store: Store) -> None:
         self.config = config
         self.store = store
+        self.database = config.paths.state_dir / "journal.sqlite"
         self.writers = writers_by_uid(config)
 
     def writer_for(self, peer: Peer, claimed: Any) -> str:
@@ -180,6 +213,16 @@ class Journal:
             scope=scope,
         )
         return {"events": [e.to_dict() for e in page.events], "next_cursor": page.next_cursor, "latest": page.latest}
+
+    async def hold_state(self, call: Call) -> dict[str, Any]:
+        """approval, at start: the newest hold/release, to restore the hold from."""
+        if self.writer_for(call.peer, "approval") != "approval":
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        try:
+            latest = await asyncio.to_thread(latest_hold, self.database)
+        except (sqlite3.Error, ValueError) as exc:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"the journal could not be read: {exc}") from None
+        return {"latest": latest}
 
     async def head(self, call: Call) -> dict[str, Any]:
         seq, digest = self.store.head()
@@ -353,6 +396,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "request.claim": _refusing(store, journal.request_claim),
             "events": _refusing(store, journal.events),
             "head": _refusing(store, journal.head),
+            "hold.state": _refusing(store, journal.hold_state),
             "verify": journal.verify,
         },
         max_line=config.limits.max_request_bytes * 2,

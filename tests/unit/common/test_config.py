@@ -51,6 +51,9 @@ def test_values_are_typed_and_the_policy_node_is_kept_for_the_engine() -> None:
         "limits:\n  max_connections: 8\nagents:\n  groups: [airlock]\npolicy:\n  default: deny\n", "/x.yaml"
     )
     assert cfg.limits.max_connections == 8
+    # The per-agent cap's default is derived from max_connections when read.
+    assert cfg.limits.max_connections_per_agent == 0 and cfg.limits.connections_per_agent == 2
+    assert config.defaults().limits.connections_per_agent == 16
     assert cfg.agents.groups == ("airlock",)
     assert cfg.policy_node is not None and cfg.policy_node.start_mark.line == 5
 

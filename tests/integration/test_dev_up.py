@@ -1,0 +1,59 @@
+"""`airlock dev up` as an operator meets it: errors on its own stderr, idle exits that are not failures (issue 16)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from support import custom_stack
+
+
+def dev_up(runtime: Path, config: str) -> subprocess.CompletedProcess[str]:
+    path = runtime.parent / "bad.yaml"
+    path.write_text(config, encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, "-m", "airlock", "dev", "up", "--runtime-dir", str(runtime), "--config", str(path)],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_a_broken_policy_is_reported_with_its_place_and_dev_up_exits(tmp_path: Path) -> None:
+    result = dev_up(tmp_path / "rt", "policy:\n  default: ask\n  rules:\n    - name: x\n      decision: maybe\n")
+    assert result.returncode != 0
+    bad = tmp_path / "bad.yaml"
+    assert f"{bad}:5:" in result.stderr and "maybe" in result.stderr, result.stderr
+    assert "did not start" not in result.stderr and "ready" not in result.stdout
+
+
+def test_a_broken_policy_file_in_policy_d_is_reported_too(tmp_path: Path) -> None:
+    runtime = tmp_path / "rt"
+    (runtime / "policy.d").mkdir(parents=True)
+    dropin = runtime / "policy.d" / "10-bad.yaml"
+    dropin.write_text("rules:\n  - name: y\n    decision: allow\n    commands: [[/usr/bin/true]]\n    colour: blue\n")
+    result = dev_up(runtime, "")
+    assert result.returncode != 0
+    assert f"{dropin}:" in result.stderr and "colour" in result.stderr, result.stderr
+
+
+def test_a_broken_config_is_reported_with_its_place(tmp_path: Path) -> None:
+    result = dev_up(tmp_path / "rt", "limits:\n  write_timeout_seconds: soon\n")
+    assert result.returncode != 0
+    assert f"{tmp_path / 'bad.yaml'}:2:26: limits.write_timeout_seconds:" in result.stderr, result.stderr
+
+
+def test_idle_exits_are_not_failures_the_next_connection_starts_the_service(tmp_path: Path) -> None:
+    config = "services:\n  idle_exit_seconds: 1\n"
+    with custom_stack(tmp_path / "rt", config) as stack:
+        for round_ in range(7):  # more than the 5 restarts in 30 s that count as "keeps failing"
+            pid = stack.service_pid("intake")
+            deadline = time.monotonic() + 60
+            while stack.find_service_pid("intake") == pid:
+                assert time.monotonic() < deadline, f"round {round_}: intake never exited idle"
+                time.sleep(0.1)
+            assert stack.proc.poll() is None, "dev up stopped"
+            assert stack.native("ping")["ok"] is True  # the connection starts intake again
+        assert stack.exec({"argv": ["true"], "privileged": False})["ok"] is True
+    log = (tmp_path / "rt" / "logs" / "intake.log").read_text()
+    assert "intake.service.stopping" in log and '"reason": "idle"' in log

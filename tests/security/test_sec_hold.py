@@ -1,0 +1,139 @@
+"""The emergency brake holds across restarts (issue 16).
+
+`airlock hold` used to live only in approval's memory: an idle exit, a
+SIGTERM or a crash lifted it, and a policy-allowed request then ran with no
+operator.  The hold is now journaled and restored when approval starts; if
+approval cannot read it then, it starts held.
+
+Each test first shows that the request runs at once when nothing is held (the
+control), so a hold that "survives" cannot pass vacuously.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from support import Background, Stack, custom_stack, wait_pending
+
+CONFIG = """
+services:
+  idle_exit_seconds: 2
+approval:
+  timeout_seconds: 60
+policy:
+  default: ask
+  rules:
+    - name: markers
+      decision: allow
+      privileged: false
+      commands: [[/usr/bin/touch, "..."]]
+"""
+
+
+@pytest.fixture(scope="module")
+def hstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with custom_stack(Path(tmp_path_factory.mktemp("hold")), CONFIG) as s:
+        yield s
+
+
+def status(stack: Stack) -> dict:
+    reply = stack.native("status", path=stack.operator)
+    assert reply["ok"] is True, reply
+    data: dict = reply["data"]
+    return data
+
+
+def wait_gone(stack: Stack, name: str, old_pid: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if stack.find_service_pid(name) != old_pid:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{name} (pid {old_pid}) did not exit within {timeout}s")
+
+
+def runs_at_once(stack: Stack, marker: Path) -> None:
+    """The control: nothing held, the rule allows the request and it runs."""
+    reply = stack.exec({"argv": ["touch", str(marker)], "privileged": False})
+    assert reply["ok"] is True, reply
+    assert marker.exists()
+
+
+def waits_for_an_operator(stack: Stack, marker: Path) -> None:
+    job = Background(stack, {"argv": ["touch", str(marker)], "privileged": False})
+    item = wait_pending(stack, job.request_id, timeout=30)
+    assert item["rule"] == "hold"
+    assert not marker.exists()
+    assert stack.cli("deny", job.request_id, "--reason", "held").returncode == 0
+    assert job.result()["error"]["code"] == "denied"
+    assert not marker.exists()
+
+
+def release(stack: Stack) -> None:
+    result = stack.cli("release")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_hold_survives_sigterm_of_approval(hstack: Stack, tmp_path: Path) -> None:
+    runs_at_once(hstack, tmp_path / "control")
+    assert hstack.cli("hold", "--reason", "incident 16").returncode == 0
+    before = status(hstack)
+    assert before["hold"] is True and before["hold_reason"] == "incident 16"
+    assert before["hold_by"] == getpass.getuser() and before["hold_uid"] == os.getuid()
+    assert before["hold_since"]
+    pid = hstack.service_pid("approval")
+    os.kill(pid, signal.SIGTERM)
+    wait_gone(hstack, "approval", pid)
+    try:
+        after = status(hstack)  # this connection starts approval again
+        assert hstack.service_pid("approval") != pid
+        assert after["hold"] is True and after["hold_reason"] == "incident 16"
+        assert (after["hold_by"], after["hold_since"]) == (before["hold_by"], before["hold_since"])
+        shown = hstack.cli("status").stdout
+        assert f"on hold by {getpass.getuser()} since {before['hold_since']} (incident 16)" in shown, shown
+        waits_for_an_operator(hstack, tmp_path / "after-sigterm")
+    finally:
+        release(hstack)
+    runs_at_once(hstack, tmp_path / "released")
+
+
+def test_a_hold_survives_an_idle_exit_and_so_does_its_release(hstack: Stack, tmp_path: Path) -> None:
+    assert hstack.cli("hold", "--reason", "maintenance").returncode == 0
+    try:
+        pid = hstack.service_pid("approval")
+        wait_gone(hstack, "approval", pid)  # idle_exit_seconds: 2
+        assert status(hstack)["hold"] is True
+        waits_for_an_operator(hstack, tmp_path / "after-idle")
+    finally:
+        release(hstack)
+    pid = hstack.service_pid("approval")
+    wait_gone(hstack, "approval", pid)
+    assert status(hstack)["hold"] is False
+    runs_at_once(hstack, tmp_path / "released-after-idle")
+
+
+def test_approval_starts_held_when_it_cannot_read_the_hold_state(hstack: Stack, tmp_path: Path) -> None:
+    runs_at_once(hstack, tmp_path / "control")
+    journal = hstack.runtime_dir / "internal" / "journal.sock"
+    hidden = journal.with_name("journal.sock.hidden")
+    pid = hstack.service_pid("approval")
+    os.kill(pid, signal.SIGTERM)
+    wait_gone(hstack, "approval", pid)
+    journal.rename(hidden)  # approval's next start cannot reach the journal
+    try:
+        held = status(hstack)
+        assert held["hold"] is True and held["hold_by"] == "airlock-approval"
+        assert "could not be read from the journal" in held["hold_reason"]
+    finally:
+        hidden.rename(journal)
+    # Held, not broken: once the journal is back an operator releases it.
+    waits_for_an_operator(hstack, tmp_path / "while-unknown")
+    release(hstack)
+    runs_at_once(hstack, tmp_path / "released")

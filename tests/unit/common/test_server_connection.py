@@ -1,0 +1,64 @@
+"""`Connection`'s view of its client, on real socket pairs: gone or not, and the write timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from airlock.common import config
+from airlock.common.peer import AllowList, peer_of
+from airlock.common.server import Connection, Door, write_timeout
+
+
+def _config(timeout: float = 10.0) -> config.Config:
+    return config.parse_text(f"limits:\n  write_timeout_seconds: {timeout}\n", "/t.yaml")
+
+
+async def _connection(server_side: socket.socket, cfg: config.Config, door: str = "agent") -> Connection:
+    reader, writer = await asyncio.open_unix_connection(sock=server_side)
+    return Connection(reader, writer, peer_of(server_side), Door(door, allow=AllowList.of([], [])), cfg)
+
+
+def test_a_half_closed_client_is_still_there_a_closed_one_is_gone() -> None:
+    async def main() -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn = await _connection(ours, _config())
+        assert not conn.peer_gone()
+        theirs.shutdown(socket.SHUT_WR)  # sent its request, waits for the answer
+        await asyncio.sleep(0.05)
+        assert not conn.peer_gone()
+        theirs.close()
+        await asyncio.wait_for(conn.wait_gone(interval=0.01), 5)
+        assert conn.peer_gone()
+        conn.writer.close()
+
+    asyncio.run(main())
+
+
+def test_a_client_that_does_not_read_is_dropped_after_the_write_timeout() -> None:
+    async def main() -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        conn = await _connection(ours, _config(0.3))
+        dropped: list[str] = []
+        conn.on_dropped = lambda _conn, reason: dropped.append(reason)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(ConnectionResetError):
+            await conn.send(b"x" * (8 * 1024 * 1024) + b"\n")
+        assert 0.25 < loop.time() - started < 5
+        assert dropped == ["write_timeout"] and conn.peer_gone()
+        with pytest.raises(ConnectionResetError):
+            await conn.send(b"more\n")  # nothing more is tried
+        theirs.close()
+
+    asyncio.run(main())
+
+
+def test_internal_doors_allow_longer_than_the_client_doors() -> None:
+    cfg = _config(10)
+    allow = AllowList.of([], [])
+    assert write_timeout(cfg, Door("agent", allow=allow)) == write_timeout(cfg, Door("operator", allow=allow)) == 10
+    assert write_timeout(cfg, Door("approval", allow=allow)) > 10 + 10  # more than a relayed client write

@@ -1,0 +1,33 @@
+"""The journal's `hold.state` read: the newest hold or release, from approval's records only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from journal_support import with_store
+
+from airlock.journal.service import latest_hold
+from airlock.journal.store import Store
+
+
+def test_the_newest_hold_or_release_wins_and_other_records_do_not_count(tmp_path: Path) -> None:
+    db = tmp_path / "journal.sqlite"
+
+    async def body(store: Store) -> None:
+        assert latest_hold(db) is None  # never held: not held
+        await store.append(writer="approval", kind="operator.action", peer_uid=1001,
+                           payload={"action": "hold", "operator": "op1", "reason": "incident", "since": "T1"})
+        await store.append(writer="approval", kind="operator.action", peer_uid=1001,
+                           payload={"action": "approve", "operator": "op1", "reason": ""})
+        await store.append(writer="intake", kind="request.received", operation_id="hold",
+                           payload={"action": "release"})  # an agent's words are not an operator's action
+        held = latest_hold(db)
+        assert held is not None
+        assert (held["action"], held["operator"], held["peer_uid"], held["reason"], held["since"]) == (
+            "hold", "op1", 1001, "incident", "T1")
+        await store.append(writer="approval", kind="operator.action", peer_uid=0,
+                           payload={"action": "release", "operator": "root"})
+        released = latest_hold(db)
+        assert released is not None and released["action"] == "release" and released["seq"] > held["seq"]
+
+    with_store(db, body)
