@@ -137,3 +137,36 @@ def test_approval_starts_held_when_it_cannot_read_the_hold_state(hstack: Stack, 
     waits_for_an_operator(hstack, tmp_path / "while-unknown")
     release(hstack)
     runs_at_once(hstack, tmp_path / "released")
+
+
+def test_a_rule_s_ticket_issued_just_before_a_hold_is_not_redeemed(hstack: Stack, tmp_path: Path) -> None:
+    """A rule allowed the request, then the operator held before the runner redeemed: nothing runs.
+
+    The SPIN model's property P4 (model/airlock.pml): no ticket a policy rule
+    issued is redeemed while the hold is on.  The runner is paused (SIGSTOP)
+    between the decision and the redeem, as behind a slow runner.
+    """
+    runs_at_once(hstack, tmp_path / "control")
+    marker = tmp_path / "raced"
+    pid = hstack.service_pid("runner")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        job = Background(hstack, {"argv": ["touch", str(marker)], "privileged": False})
+        deadline = time.monotonic() + 30
+        while not any(r["kind"] == "approval.decided" and r["request_id"] == job.request_id
+                      for r in hstack.journal_rows()):
+            assert time.monotonic() < deadline, "the rule's decision was never journaled"
+            time.sleep(0.05)
+        assert hstack.cli("hold", "--reason", "race").returncode == 0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        reply = job.result()
+        assert reply["ok"] is False and reply["error"]["code"] == "denied", reply
+        assert "hold" in reply["error"]["message"]
+        assert not marker.exists()
+        refused = [r for r in hstack.journal_rows() if r["kind"] == "exec.refused" and r["request_id"] == job.request_id]
+        assert refused, "the runner's refusal was not journaled"
+    finally:
+        release(hstack)
+    runs_at_once(hstack, tmp_path / "after")

@@ -145,6 +145,7 @@ def _first_on_path(name: str, search_path: str) -> str | None:
 class Ticket:
     binding: str  # ticket_binding(digest, bound): what the runner must present to redeem
     expires: float
+    by_policy: bool  # a rule's allow, not an operator's: the hold stops it until redeemed
 
 
 def ticket_binding(digest: str, bound: Mapping[str, Any]) -> str:
@@ -245,7 +246,7 @@ class Approval:
         )
         if verdict == "deny":
             raise AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
-        return {"decision": "allow", "rule": rule, "decided_by": "policy", "ticket": self._issue(digest, bound), "bound": bound}
+        return {"decision": "allow", "rule": rule, "decided_by": "policy", "ticket": self._issue(digest, bound, by_policy=True), "bound": bound}
 
     async def _wait_for_operator(
         self,
@@ -315,15 +316,18 @@ class Approval:
             raise AirlockError(
                 ErrorCode.DENIED, f"denied by operator {by}" + (f": {reason}" if reason else ""), {"rule": rule, "decided_by": by}
             )
-        return {"decision": "allow", "rule": rule, "decided_by": by, "ticket": self._issue(entry.digest, entry.bound), "bound": entry.bound}
+        return {"decision": "allow", "rule": rule, "decided_by": by, "ticket": self._issue(entry.digest, entry.bound, by_policy=False),
+                "bound": entry.bound}
 
-    def _issue(self, digest: str, bound: Mapping[str, Any]) -> str:
+    def _issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool) -> str:
         now = time.monotonic()
         for key in [k for k, t in self.tickets.items() if t.expires < now]:
             del self.tickets[key]
         ticket = secrets.token_urlsafe(32)
         # Only a hash is kept: a memory dump does not yield a redeemable ticket.
-        self.tickets[_ticket_key(ticket)] = Ticket(ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds)
+        self.tickets[_ticket_key(ticket)] = Ticket(
+            ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds, by_policy
+        )
         return ticket
 
     async def withdraw(self, call: Call) -> dict[str, Any]:
@@ -348,6 +352,10 @@ class Approval:
         binding = ticket_binding(digest, bound)
         if entry is None or entry.expires < time.monotonic() or not secrets.compare_digest(entry.binding, binding):
             raise AirlockError(ErrorCode.INVALID_TICKET, "the approval ticket is not valid for this request")
+        if entry.by_policy and self.hold_reason is not None:
+            # A rule allowed it just before the hold: the brake wins (the model's property P4).
+            raise AirlockError(ErrorCode.DENIED, "airlock is on hold: a rule's approval is not redeemed while held",
+                               {"rule": "hold"})
         return {"valid": True}
 
     # --- operators -------------------------------------------------------------
@@ -432,18 +440,22 @@ class Approval:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
         await self._hold_restored()
         since = _iso(time.time())
-        # Journaled before it takes effect: the journal is where the next start reads it back.
+        # The brake takes effect at once, in memory, then is journaled, where the next
+        # start reads it back.  The other order would let a rule's allow through while
+        # the record is written.  If it cannot be journaled, this process stays held
+        # and the operator is told the hold would not survive a restart.
+        self.hold_reason = reason
+        self.hold_by = {"operator": call.peer.user, "uid": call.peer.uid, "since": since}
         await self.audit.record(
             "operator.action",
             Ids(peer_uid=call.peer.uid),
             payload={"action": "hold", "operator": call.peer.user, "reason": reason, "since": since},
         )
-        self.hold_reason = reason
-        self.hold_by = {"operator": call.peer.user, "uid": call.peer.uid, "since": since}
         return {"hold": True, "reason": reason}
 
     async def release(self, call: Call) -> dict[str, Any]:
         await self._hold_restored()
+        # Durable first, then lifted: a release that cannot be journaled leaves it held.
         await self.audit.record("operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user})
         self.hold_reason = None
         return {"hold": False}
