@@ -1,0 +1,303 @@
+/*
+ * airlock's request protocol as a SPIN model (issue 20).
+ *
+ * What is modelled: two concurrent requests from an agent that may replay a
+ * request, present a ticket twice or with another request or binding (a
+ * compromised intake), and swap the binary after approval; intake, approval,
+ * two runner workers and the journal, each of which may crash (approval and
+ * the journal restart; a crashed intake or runner job is simply gone); an
+ * operator who holds, releases, approves and denies; the approval timeout and
+ * the agent hanging up while its request is pending.  Every actor acts a
+ * bounded number of times, so the state space is finite and searched whole.
+ *
+ * What is abstracted away: the policy (each decide chooses allow, deny or ask
+ * nondeterministically), the content of commands (a request is its number),
+ * digests (equal numbers), the binary (one path whose identity is 0 or 1),
+ * time (timeout and expiry are nondeterministic events), and the journal's
+ * hash chain (the journal is a set of durable facts).  Each service's code
+ * between two awaits is one atomic step, as asyncio runs it.
+ *
+ * The properties are assertions, checked in every reachable state:
+ *   P1 a job starts only after a ticket for exactly that request and that
+ *      binary identity was redeemed;
+ *   P2 a ticket is redeemed at most once, across runner restarts;
+ *   P3 exec.started is durable before the job starts;
+ *   P4 no ticket that a policy rule issued is issued or redeemed while the
+ *      operator's hold is on (durably), across approval restarts;
+ *   P5 a denied, expired, interrupted or withdrawn request never runs, and a
+ *      request runs at most once.
+ *
+ * Broken variants, each compiled with one -D flag, must each violate a
+ * property (make model checks that they do):
+ *   BROKEN_HOLD_MEMORY   approval forgets the hold when it restarts
+ *   BROKEN_REDEEM        redeem checks the ticket, then invalidates it later
+ *   BROKEN_AUDIT         exec.started is written after the spawn
+ *   BROKEN_IDENTITY      the runner runs the path again instead of the fd it checked
+ *   BROKEN_WITHDRAW      a request whose agent hung up stays approvable
+ */
+
+#define R 2          /* requests */
+#define T 3          /* ticket slots: one per request, one spare for replays */
+#define NOTICKET 255
+
+#define NONE 0
+#define ALLOW 1
+#define DENY 2       /* denied, expired, withdrawn or interrupted: never runs */
+
+/* --- the journal: durable facts ------------------------------------------ */
+bool j_up = 1;
+bool j_claimed[R];   /* op.begin: the operation ID is taken */
+byte j_decided[R];   /* approval.decided */
+bool j_started[R];   /* exec.started */
+bool j_hold;         /* operator.action hold / release */
+
+/* --- approval: memory, lost when it crashes ------------------------------- */
+bool a_up = 1;
+bool a_hold;
+bool a_pending[R];
+byte a_result[R];    /* what a pending request's wait ends with */
+byte a_ticket[R];
+bool t_valid[T];
+byte t_req[T];
+byte t_bound[T];     /* the binary identity approval saw */
+bool t_policy[T];    /* issued by a policy rule, not by an operator */
+
+/* --- the world ----------------------------------------------------------- */
+byte bin_id = 0;     /* the identity of the file at the approved path */
+bool hung_up[R];     /* the agent closed its connection */
+bool withdrawn[R];   /* ... while its request was pending */
+
+/* --- observations for the assertions ------------------------------------- */
+byte redeemed[T];     /* redeems of the ticket now in each slot */
+byte spawned[R];
+byte approved_id[R] = 255;
+
+chan to_runner = [2] of { byte, byte, byte };   /* request, ticket, bound */
+
+/* Approval issues a ticket for request r, bound to what it sees now. */
+inline issue(r, policy) {
+  t = 0;
+  do
+  :: t < T && t_valid[t] -> t++
+  :: t < T && !t_valid[t] -> break
+  :: t == T -> break
+  od;
+  if
+  :: t < T ->
+     t_valid[t] = 1; t_req[t] = r; t_bound[t] = bin_id; t_policy[t] = policy; redeemed[t] = 0;
+     approved_id[r] = bin_id;
+     assert(!(policy && j_hold));                       /* P4 */
+     a_ticket[r] = t; a_result[r] = ALLOW
+  :: else -> a_ticket[r] = NOTICKET; a_result[r] = DENY  /* no room: fail closed */
+  fi
+}
+
+proctype Intake(byte r) {
+  byte t; byte b; byte verdict;
+  bool retried = 0;
+again:
+  /* op.begin: claim the operation ID in one journal transaction; a replay of
+     a claimed ID runs nothing again. */
+  atomic {
+    if
+    :: j_up && !j_claimed[r] -> j_claimed[r] = 1
+    :: else -> goto done
+    fi
+  }
+  /* decide: one atomic step of approval (policy chosen nondeterministically);
+     the decision is journaled before it is answered. */
+  atomic {
+    if
+    :: !a_up || !j_up -> goto done                       /* fail closed */
+    :: a_up && j_up ->
+       if
+       :: a_hold -> a_pending[r] = 1                     /* allow becomes ask */
+       :: !a_hold -> j_decided[r] = ALLOW; issue(r, 1)
+       :: j_decided[r] = DENY; a_result[r] = DENY
+       :: a_pending[r] = 1                               /* ask */
+       fi
+    fi
+  }
+  /* wait for the operator, the timeout, a crash of approval, or hang up */
+  if
+  :: a_pending[r] ->
+     if
+     :: atomic { !a_pending[r] -> skip }                 /* decided elsewhere */
+     :: atomic {
+          a_pending[r] -> hung_up[r] = 1; withdrawn[r] = 1;
+#ifndef BROKEN_WITHDRAW
+          a_pending[r] = 0; j_decided[r] = DENY;          /* withdrawn */
+#endif
+          skip
+        }
+        if
+        :: hung_up[r] && !a_pending[r] && a_result[r] != ALLOW -> goto done
+        :: else -> atomic { !a_pending[r] -> skip }
+        fi
+     fi
+  :: else -> skip
+  fi;
+  verdict = a_result[r];
+  if
+  :: verdict != ALLOW -> goto done
+  :: else -> skip
+  fi;
+  t = a_ticket[r];
+  b = t_bound[t];
+  /* hand the work to the runner; a compromised intake may also send the
+     ticket twice or with another request (another binding fails redeem's
+     comparison in the same way as another request) */
+  to_runner!r, t, b;
+  if
+  :: to_runner!r, t, b
+  :: to_runner!(1 - r), t, b
+  :: skip
+  fi;
+done:
+  /* The agent retries the same operation once (a replay): it may overlap
+     with the first attempt's job, which the runner may still be running. */
+  if
+  :: !retried && r == 0 -> atomic { retried = 1; t = 0; b = 0; verdict = 0 }; goto again
+  :: skip
+  fi
+}
+
+proctype Runner() {
+  byte r; byte t; byte b; byte fd_id; byte exec_id;
+  bool ok;
+end_idle:
+  do
+  :: to_runner?r, t, b ->
+     /* redeem: one atomic step of approval */
+#ifndef BROKEN_REDEEM
+     atomic {
+       ok = a_up && t < T && t_valid[t] && t_req[t] == r && t_bound[t] == b && !(t_policy[t] && a_hold);
+       if
+       :: ok -> assert(!(t_policy[t] && j_hold));                         /* P4 */
+                t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1)   /* P2 */
+       :: else -> skip
+       fi
+     }
+#else
+     ok = a_up && t < T && t_valid[t] && t_req[t] == r && t_bound[t] == b && !(t_policy[t] && a_hold);
+     if
+     :: ok -> t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1)
+     :: else -> skip
+     fi;
+#endif
+     if
+     :: !ok -> goto next
+     :: ok -> skip
+     fi;
+     if :: goto next :: skip fi;                          /* the runner may crash here */
+     /* open the binary from / with O_NOFOLLOW and compare its identity */
+     fd_id = bin_id;
+#ifndef BROKEN_IDENTITY
+     if
+     :: fd_id != b -> goto next                           /* binary_changed */
+     :: else -> skip
+     fi;
+#endif
+#ifndef BROKEN_AUDIT
+     atomic {
+       if
+       :: j_up -> j_started[r] = 1
+       :: else -> goto next                               /* audit_unavailable */
+       fi
+     }
+#endif
+     /* spawn */
+#ifndef BROKEN_IDENTITY
+     exec_id = fd_id;                                     /* fexecve: the fd that was checked */
+#else
+     exec_id = bin_id;                                    /* the path, resolved again */
+#endif
+     atomic {
+       assert(j_decided[r] == ALLOW);                     /* P5 */
+       assert(!withdrawn[r]);                             /* P5: withdrawn never runs */
+       assert(j_started[r]);                              /* P3 */
+       assert(exec_id == approved_id[r] && exec_id == b); /* P1 */
+       spawned[r]++;
+       assert(spawned[r] <= 1)                            /* P5: at most once */
+     }
+#ifdef BROKEN_AUDIT
+     j_started[r] = 1;
+#endif
+next:
+     /* forget the finished job: keeps the state space small */
+     atomic { r = 0; t = 0; b = 0; fd_id = 0; exec_id = 0; ok = 0 }
+  od
+}
+
+/* The operator: approves or denies pending requests, holds and releases.
+   A deny here also stands for the approval timeout, which has the same
+   effect on every variable (the request ends DENY). */
+proctype Operator() {
+  byte r; byte t;
+  byte brakes = 0;   /* one hold and one release, at any moment */
+end_idle:
+  do
+  :: atomic {
+       a_up && j_up && a_pending[0] -> r = 0;
+       a_pending[r] = 0;
+       if
+       :: j_decided[r] = ALLOW; issue(r, 0)
+       :: j_decided[r] = DENY; a_result[r] = DENY
+       fi;
+       r = 0; t = 0
+     }
+  :: atomic {
+       a_up && j_up && a_pending[1] -> r = 1;
+       a_pending[r] = 0;
+       if
+       :: j_decided[r] = ALLOW; issue(r, 0)
+       :: j_decided[r] = DENY; a_result[r] = DENY
+       fi;
+       r = 0; t = 0
+     }
+  /* hold: in memory first, then durable (a failed journal write leaves it
+     held in memory and the operator is told) */
+  :: atomic { brakes < 1 && a_up && !a_hold -> a_hold = 1; brakes++ };
+     atomic { if :: a_up && a_hold && j_up -> j_hold = 1 :: else -> skip fi }
+  /* release: durable first, then memory */
+  :: atomic { a_up && a_hold && j_up -> j_hold = 0 }; atomic { a_up -> a_hold = 0 }
+  od
+}
+
+/* Crashes: approval and the journal each go down once and come back. */
+proctype Crashes() {
+  byte i;
+  atomic {
+    a_up = 0;
+    a_hold = 0;
+    i = 0;
+    do
+    :: i < T -> t_valid[i] = 0; i++
+    :: i == T -> break
+    od;
+    /* pending requests end with approval_interrupted */
+    if :: a_pending[0] -> a_pending[0] = 0; a_result[0] = DENY :: else -> skip fi;
+    if :: a_pending[1] -> a_pending[1] = 0; a_result[1] = DENY :: else -> skip fi
+  };
+  atomic {
+    a_up = 1;
+#ifndef BROKEN_HOLD_MEMORY
+    a_hold = j_hold                                       /* restored from the journal */
+#endif
+  };
+  j_up = 0;
+  j_up = 1
+}
+
+/* The agent swaps the binary at the approved path once, at any moment. */
+proctype Swap() {
+  bin_id = 1
+}
+
+init {
+  atomic {
+    run Runner(); run Runner();
+    run Operator(); run Crashes(); run Swap();
+    run Intake(0); run Intake(1)
+  }
+}
