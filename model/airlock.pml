@@ -5,7 +5,8 @@
  * request, present a ticket twice or with another request or binding (a
  * compromised intake), and swap the binary after approval; intake, approval,
  * two runner workers and the journal, each of which may crash (approval and
- * the journal restart; a crashed intake or runner job is simply gone); an
+ * the journal restart; a crashed intake or runner job is simply gone, and the
+ * agent's retry meets what the journal kept); an
  * operator who holds, releases, approves and denies; the approval timeout and
  * the agent hanging up while its request is pending.  Every actor acts a
  * bounded number of times, so the state space is finite and searched whole.
@@ -142,6 +143,7 @@ again:
   :: verdict != ALLOW -> goto done
   :: else -> skip
   fi;
+  if :: goto done :: skip fi;                            /* intake may crash here, ticket unused */
   t = a_ticket[r];
   b = t_bound[t];
   /* hand the work to the runner; a compromised intake may also send the
