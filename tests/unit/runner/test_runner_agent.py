@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,10 +26,24 @@ def process(env: dict[str, str], cwd: str | None = None) -> Iterator[int]:
     """A peer process started with ``env``: its pid, while it runs."""
     proc = subprocess.Popen(["sleep", "60"], env={"PATH": "/usr/bin:/bin"} | env, cwd=cwd)
     try:
+        # Popen can return while /proc/<pid>/environ still shows the environment
+        # from before the exec (seen under load): wait until it is sleep's own.
+        deadline = time.monotonic() + 10
+        while b"PATH=/usr/bin:/bin\0" not in _environ(proc.pid):
+            assert time.monotonic() < deadline, "the peer process never showed its environment"
+            time.sleep(0.01)
         yield proc.pid
     finally:
         proc.kill()
         proc.wait()
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read() + b"\0"
+    except OSError:
+        return b""
 
 
 @pytest.fixture()
