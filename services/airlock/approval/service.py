@@ -667,6 +667,21 @@ def _operator_only(verb: Verb) -> Verb:
     return checked
 
 
+# What a read-only operator (``operators.observers``) may call on operator.sock.
+OBSERVER_VERBS = frozenset({"status", "pending", "show", "events"})
+
+
+def _not_observer(verb: Verb, operators: AllowList) -> Verb:
+    """A verb that changes something: an observer who is not also an operator is refused."""
+
+    async def checked(call: Call) -> dict[str, Any]:
+        if not operators.allows(call.peer):
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "observers may only read (status, pending, show, events)")
+        return await verb(call)
+
+    return checked
+
+
 def request_id_of(ids: Ids) -> str:
     assert ids.request_id is not None
     return ids.request_id
@@ -715,12 +730,16 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
                "withdraw": approval.withdraw},
         max_line=config.limits.max_request_bytes * 2,
     )
+    operators = AllowList.of(config.operators.users, config.operators.groups, root=True)
+    observers = config.operators.observers
     operator = Door(
         "operator",
-        allow=AllowList.of(config.operators.users, config.operators.groups, root=True),
+        allow=AllowList.of(
+            [*config.operators.users, *observers.users], [*config.operators.groups, *observers.groups], root=True
+        ),
         errors=within_reference_004,
         verbs={
-            name: _operator_only(verb)
+            name: _operator_only(verb if name in OBSERVER_VERBS else _not_observer(verb, operators))
             for name, verb in {
                 "status": approval.status,
                 "pending": approval.list_pending,
