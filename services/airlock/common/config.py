@@ -271,8 +271,15 @@ def _secret(node: yaml.Node) -> str:
     return value
 
 
+def _channel_name(node: yaml.Node) -> str:
+    value = string(node)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+        raise ValueError("must be 1-64 letters, digits, '.', '_' or '-' (it names the channel's cursor file)")
+    return value
+
+
 _COMMON_CHANNEL_KEYS: tuple[tuple[str, Parser, Any], ...] = (
-    ("name", string, None),
+    ("name", _channel_name, None),
     ("rate_per_minute", positive_int, None),
 )
 CHANNEL_KEYS: dict[str, tuple[tuple[str, Parser, Any], ...]] = {
