@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from notify_receivers import HttpReceiver, MailReceiver, Post
+
 from support import Background, Stack, custom_stack, wait_pending
 
 SECRET = "relay-test-secret-0123456789"
@@ -237,6 +238,6 @@ def test_a_bad_channel_is_refused_with_its_line(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 78
-    assert f"{config}:3:51: notify.channels[0].secret: must be at least 16 characters" in done.stderr
+    assert f"{config}:3:59: notify.channels[0].secret: must be at least 16 characters" in done.stderr
 
 

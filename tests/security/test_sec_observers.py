@@ -9,14 +9,19 @@ at the door.
 
 from __future__ import annotations
 
+import contextlib
+import grp
 import json
 import os
 import pwd
+import secrets
 import subprocess
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from secsupport import as_user, needs_root, red_stack, throwaway_user
+
 from support import Background, wait_pending
 
 pytestmark = needs_root
@@ -39,13 +44,15 @@ print(json.dumps([json.loads(line) for line in buf.splitlines() if line.strip()]
 """
 
 
-def operator_call(socket_path: str, user: pwd.struct_passwd, verb: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One native request on operator.sock from a process of ``user``."""
+def operator_call(
+    socket_path: str, user: pwd.struct_passwd, verb: str, args: dict[str, Any] | None = None, *, groups: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """One native request on operator.sock from a process of ``user`` (with extra ``groups``)."""
     request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args or {}, "token": None}
     done = subprocess.run(
         ["/usr/bin/python3", "-I", "-c", _CLIENT],
         input=json.dumps({"socket": socket_path, "request": request}), capture_output=True, text=True, timeout=60,
-        **as_user(user),  # type: ignore[arg-type]
+        **(as_user(user) | {"extra_groups": list(groups)}),  # type: ignore[arg-type]
     )
     assert done.returncode == 0, done.stderr
     finals = [r for r in json.loads(done.stdout) if "event" not in r]
@@ -95,4 +102,38 @@ def test_an_observer_reads_but_cannot_decide() -> None:
 
             # Control: an operator's approve of the very same request goes through.
             assert stack.native("approve", {"id": bg.request_id, "reason": "operator"}, path=stack.operator)["ok"]
+            assert bg.result()["ok"], bg.reply
+
+
+@contextlib.contextmanager
+def throwaway_group() -> Iterator[grp.struct_group]:
+    name = f"alsecg{secrets.token_hex(3)}"
+    subprocess.run(["groupadd", name], check=True, capture_output=True)
+    try:
+        yield grp.getgrnam(name)
+    finally:
+        subprocess.run(["groupdel", name], capture_output=True)
+
+
+def test_an_observer_holding_the_operators_group_still_only_reads() -> None:
+    """The relay's case: it holds the socket's group to open the file, and is named an observer."""
+    with throwaway_group() as group, throwaway_user("alobs") as observer, throwaway_user("alop") as member:
+        config = (
+            f"operators:\n  groups: [{group.gr_name}]\n  users: [root]\n"
+            f"  observers: {{users: [{observer.pw_name}]}}\n"
+        )
+        for user in (observer, member):
+            subprocess.run(["usermod", "-aG", group.gr_name, user.pw_name], check=True, capture_output=True)
+        with red_stack(config) as stack:
+            os.chmod(stack.operator, 0o666)
+            bg = Background(stack, {"argv": ["/usr/bin/id"], "privileged": True, "reason": "observer in the group"})
+            wait_pending(stack, bg.request_id)
+            gid = (group.gr_gid,)
+            assert operator_call(stack.operator, observer, "pending", groups=gid)["ok"]
+            refused = operator_call(stack.operator, observer, "approve", {"id": bg.request_id}, groups=gid)
+            assert refused["error"]["code"] == "unauthorized", refused
+            assert [p["request_id"] for p in stack.native("pending", path=stack.operator)["data"]["pending"]] == [bg.request_id]
+            # Control: a member of the same group who is not named an observer decides.
+            approved = operator_call(stack.operator, member, "approve", {"id": bg.request_id, "reason": "member"}, groups=gid)
+            assert approved["ok"], approved
             assert bg.result()["ok"], bg.reply

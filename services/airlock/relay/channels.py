@@ -9,7 +9,6 @@ bounded by a timeout.
 from __future__ import annotations
 
 import smtplib
-import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -82,7 +81,7 @@ def _mail(channel: dict[str, Any], message: dict[str, Any]) -> str:
             refused = smtp.send_message(mail)
     except smtplib.SMTPException as exc:
         raise DeliveryError(f"SMTP: {exc}") from None
-    except (OSError, socket.timeout) as exc:
+    except (TimeoutError, OSError) as exc:
         raise DeliveryError(f"cannot reach the mail server: {exc}") from None
     if refused:
         raise DeliveryError(f"SMTP refused {sorted(refused)}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import pwd
 import signal
 import socket
@@ -31,6 +32,7 @@ from airlock.cli import client
 from airlock.common import log
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.notify import Notifier
+from airlock.common.peer import identify, may_decide
 from airlock.journal.kinds import NOTICES
 from airlock.relay import channels, cursor
 from airlock.relay import message as msg
@@ -297,6 +299,14 @@ def main(argv: list[str] | None = None) -> int:
     if not config.notify.channels:
         logger.error("notify.start.failed", error="notify.channels is empty: there is nowhere to deliver to")
         print("airlock-notify: notify.channels is empty: configure a channel first (docs/operations.md)", file=sys.stderr)
+        return EX_CONFIG
+    me = identify(os.getpid(), os.geteuid(), os.getegid(), os.getgroups())
+    if me.user == config.notify.user and may_decide(me, config.operators.users, config.operators.groups,
+                                                     config.operators.observers.users):
+        # Least privilege: the relay reads; a relay that could approve is refused outright.
+        error = f"{me.user} may decide on operator.sock: name it in operators.observers.users, not as an operator"
+        logger.error("notify.start.failed", error=error)
+        print(f"airlock-notify: {error}", file=sys.stderr)
         return EX_CONFIG
     try:
         config.notify.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
