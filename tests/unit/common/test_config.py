@@ -111,3 +111,16 @@ def test_channels_and_observers_parse_and_secrets_stay_out_of_show() -> None:
     assert shown["notify"]["channels"][0]["secret"] == "[set]"
     assert shown["notify"]["channels"][1]["password"] == "[set]"
     assert "0123456789abcdef" not in repr(shown)
+
+
+def test_the_reaching_operators_examples_parse() -> None:
+    """Every YAML example under "Reaching operators" in docs/operations.md is a valid configuration."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
+    section = doc[doc.index("### Reaching operators"):doc.index("### Hearing about pending work")]
+    blocks = section.split("```yaml\n")[1:]
+    assert len(blocks) >= 4
+    types = set()
+    for block in blocks:
+        cfg = config.parse_text(block.split("```", 1)[0], "operations.md")
+        types |= {c["type"] for c in cfg.notify.channels}
+    assert types == {"ntfy", "slack", "email", "webhook"}
