@@ -241,3 +241,30 @@ def test_a_bad_channel_is_refused_with_its_line(tmp_path: Path) -> None:
     assert f"{config}:3:59: notify.channels[0].secret: must be at least 16 characters" in done.stderr
 
 
+
+
+def test_pending_requests_close_together_go_as_one_digest_and_a_reminder_comes_before_the_end(
+    tmp_path: Path, http: HttpReceiver
+) -> None:
+    config = (
+        "approval: {timeout_seconds: 12}\n"
+        "notify:\n  poll_seconds: 0.2\n  digest_seconds: 2\n  remind_seconds: 5\n  channels:\n"
+        f"    - {{type: webhook, name: hook, url: '{http.url('/hook')}', secret: {SECRET}}}\n"
+    )
+    with custom_stack(tmp_path / "rt", config) as stack:
+        burst = [_privileged(stack, reason=f"digest {i}") for i in range(3)]
+        for bg in burst:
+            wait_pending(stack, bg.request_id)
+        ids = {bg.request_id for bg in burst}
+        digest = _signed(http.wait("/hook", lambda p: p.json()["event"] == "digest"))
+        assert {item["request_id"] for item in digest["items"]} == ids and digest["count"] == 3
+        assert digest["seq"] == max(item["seq"] for item in digest["items"])
+        assert all(f"airlock approve {rid}" in digest["text"] for rid in ids)
+        assert [p for p in http.on("/hook") if p.json()["event"] == "pending"] == []
+        # Nobody decides: each gets a reminder with at most 5 s left, then its timeout follow-up.
+        for rid in ids:
+            reminder = _signed(http.wait("/hook", lambda p, rid=rid: p.json()["event"] == "reminder" and p.json()["request_id"] == rid))
+            assert 0 < reminder["seconds_left"] <= 5
+            http.wait("/hook", lambda p, rid=rid: p.json()["event"] == "decided" and p.json()["request_id"] == rid, timeout=30)
+        for bg in burst:
+            bg.result()
