@@ -182,9 +182,11 @@ def test_a_receiver_down_for_10s_then_up_loses_nothing(tmp_path: Path, http: Htt
 def test_a_relay_killed_mid_stream_and_restarted_loses_nothing(tmp_path: Path) -> None:
     slow = HttpReceiver(delay=0.25)
     try:
+        secret_file = tmp_path / "hook.secret"  # the secret kept out of the configuration file
+        secret_file.write_text(SECRET + "\n")
         config = (
             "notify:\n  poll_seconds: 0.2\n  backoff_max_seconds: 2\n  rate_per_minute: 600\n  channels:\n"
-            f"    - {{type: webhook, name: hook, url: '{slow.url('/hook')}', secret: {SECRET}}}\n"
+            f"    - {{type: webhook, name: hook, url: '{slow.url('/hook')}', secret_file: {secret_file}}}\n"
         )
         with custom_stack(tmp_path / "rt", config) as stack:
             requests = []

@@ -283,12 +283,13 @@ _COMMON_CHANNEL_KEYS: tuple[tuple[str, Parser, Any], ...] = (
     ("rate_per_minute", positive_int, None),
 )
 CHANNEL_KEYS: dict[str, tuple[tuple[str, Parser, Any], ...]] = {
-    "webhook": (("url", url, REQUIRED), ("secret", _secret, REQUIRED)),
+    "webhook": (("url", url, REQUIRED), ("secret", _secret, None), ("secret_file", absolute_path, None)),
     "ntfy": (
         ("url", url, REQUIRED),
         ("priority", choice("min", "low", "default", "high", "urgent"), "high"),
         ("tags", string_list, ("lock",)),
         ("token", optional_string, None),
+        ("token_file", absolute_path, None),
     ),
     "slack": (("url", url, REQUIRED),),
     "email": (
@@ -297,11 +298,16 @@ CHANNEL_KEYS: dict[str, tuple[tuple[str, Parser, Any], ...]] = {
         ("starttls", parse_bool, False),
         ("username", optional_string, None),
         ("password", optional_string, None),
+        ("password_file", absolute_path, None),
         ("from", string, REQUIRED),
         ("to", _non_empty_strings, REQUIRED),
         ("timeout_seconds", positive_float, 30.0),
     ),
 }
+
+
+# Per channel type: the secrets that may instead be read from ``<key>_file`` at the relay's start.
+SECRET_FILE_KEYS: dict[str, tuple[str, ...]] = {"webhook": ("secret",), "ntfy": ("token",), "email": ("password",)}
 
 
 def channels(node: yaml.Node) -> tuple[dict[str, Any], ...]:
@@ -327,8 +333,15 @@ def channels(node: yaml.Node) -> tuple[dict[str, Any], ...]:
             if default is REQUIRED and key not in items:
                 raise NodeError(item, f"{prefix}.{key}", f"a {kind} channel needs {key}")
             channel[key] = _field(items, key, prefix, parse, default)
-        if kind == "email" and (channel["username"] is None) != (channel["password"] is None):
-            raise NodeError(item, prefix, "give both username and password, or neither")
+        # A secret may stand in a file of its own (readable by the relay only), not in this file.
+        for key in SECRET_FILE_KEYS.get(kind, ()):
+            if channel[key] is not None and channel[f"{key}_file"] is not None:
+                raise NodeError(items[f"{key}_file"][1], f"{prefix}.{key}_file", f"give {key} or {key}_file, not both")
+        if kind == "webhook" and channel["secret"] is None and channel["secret_file"] is None:
+            raise NodeError(item, f"{prefix}.secret", "a webhook channel needs secret or secret_file")
+        has_password = channel.get("password") is not None or channel.get("password_file") is not None
+        if kind == "email" and (channel["username"] is None) == has_password:
+            raise NodeError(item, prefix, "give both username and password (or password_file), or neither")
         channel["name"] = channel["name"] or f"{kind}-{index}"
         if channel["name"] in names:
             raise NodeError(items["name"][1] if "name" in items else item, f"{prefix}.name", "channel names must be unique")
@@ -507,7 +520,8 @@ _SECRET_CHANNEL_KEYS = frozenset({"secret", "password", "token"})
 def _public(value: Any) -> Any:
     """A list item for to_dict(): channel secrets are masked, everything else as is."""
     if isinstance(value, dict):
-        return {k: ("[set]" if k in _SECRET_CHANNEL_KEYS and v is not None else list(v) if isinstance(v, tuple) else v)
+        return {k: ("[set]" if k in _SECRET_CHANNEL_KEYS and v is not None
+                    else list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
                 for k, v in value.items()}
     return value
 

@@ -8,12 +8,14 @@ bounded by a timeout.
 
 from __future__ import annotations
 
+import os
 import smtplib
 import ssl
 import urllib.error
 import urllib.request
 from typing import Any
 
+from airlock.common.config import SECRET_FILE_KEYS
 from airlock.relay import message as msg
 
 HTTP_TIMEOUT_SECONDS = 10.0
@@ -32,6 +34,35 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+class SecretError(Exception):
+    """A ``*_file`` secret could not be read (the relay does not start)."""
+
+
+def with_secrets(channel: dict[str, Any]) -> dict[str, Any]:
+    """The channel with each ``<key>_file`` read into ``<key>`` (once, at start; the file is not followed if a symlink)."""
+    out = dict(channel)
+    for key in SECRET_FILE_KEYS.get(channel["type"], ()):
+        path = channel.get(f"{key}_file")
+        if path is None:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                raw = f.read(4097)
+        except OSError as exc:
+            raise SecretError(f"channel {channel['name']}: {key}_file {path}: {exc.strerror}") from None
+        try:
+            value = raw.decode().rstrip("\r\n")
+        except UnicodeDecodeError:
+            value = ""
+        if not value or len(raw) > 4096 or "\n" in value:
+            raise SecretError(f"channel {channel['name']}: {key}_file {path}: must hold one line of text (at most 4 KiB)")
+        if key == "secret" and len(value) < 16:
+            raise SecretError(f"channel {channel['name']}: {key}_file {path}: the secret must be at least 16 characters")
+        out[key] = value
+    return out
 
 
 def _post(url: str, body: bytes, headers: dict[str, str], timeout: float = HTTP_TIMEOUT_SECONDS) -> int:

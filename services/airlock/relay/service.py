@@ -313,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         logger.error("notify.start.failed", error=f"{config.notify.state_dir}: {exc.strerror}")
         return 1
+    try:
+        resolved = [channels.with_secrets(channel) for channel in config.notify.channels]
+    except channels.SecretError as exc:
+        logger.error("notify.start.failed", error=str(exc))
+        print(f"airlock-notify: {exc}", file=sys.stderr)
+        return EX_CONFIG
     socket_path = ns.socket or str(config.socket_path("operator"))
     host = config.notify.host or socket.gethostname()
     notifier = Notifier()
@@ -323,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    workers = [Worker(config, channel, socket_path, host, stop) for channel in config.notify.channels]
+    workers = [Worker(config, channel, socket_path, host, stop) for channel in resolved]
     for worker in workers:
         worker.start()
     deadline = time.monotonic() + 60

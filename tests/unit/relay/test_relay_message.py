@@ -133,3 +133,29 @@ def test_the_cursor_survives_and_refuses_to_guess(tmp_path: Path) -> None:
         cursor.load(path)
     with pytest.raises(ValueError):
         cursor.path_for(tmp_path, "../escape")
+
+
+def test_secrets_can_live_in_files_of_their_own(tmp_path: Path) -> None:
+    from airlock.common.config import ConfigError, parse_text
+    from airlock.relay.channels import SecretError, with_secrets
+
+    good = tmp_path / "secret"
+    good.write_text("0123456789abcdef-long\n")
+    cfg = parse_text(f"notify:\n  channels:\n    - {{type: webhook, url: 'http://h/', secret_file: {good}}}\n", "/x.yaml")
+    channel = cfg.notify.channels[0]
+    assert channel["secret"] is None and cfg.to_dict()["notify"]["channels"][0]["secret_file"] == str(good)
+    assert with_secrets(channel)["secret"] == "0123456789abcdef-long"
+    short = tmp_path / "short"
+    short.write_text("abc\n")
+    with pytest.raises(SecretError, match="at least 16"):
+        with_secrets(channel | {"secret_file": short})
+    link = tmp_path / "link"
+    link.symlink_to(good)
+    with pytest.raises(SecretError):
+        with_secrets(channel | {"secret_file": link})
+    with pytest.raises(ConfigError, match="give secret or secret_file, not both"):
+        parse_text(f"notify:\n  channels:\n    - {{type: webhook, url: 'http://h/', secret: 0123456789abcdef, secret_file: {good}}}\n", "/x.yaml")
+    with pytest.raises(ConfigError, match="needs secret or secret_file"):
+        parse_text("notify:\n  channels:\n    - {type: webhook, url: 'http://h/'}\n", "/x.yaml")
+    with pytest.raises(ConfigError, match="username and password"):
+        parse_text("notify:\n  channels:\n    - {type: email, from: a@h, to: [b@h], password_file: /etc/x}\n", "/x.yaml")
