@@ -197,7 +197,7 @@ def ntfy_request(message: dict[str, Any], channel: dict[str, Any]) -> tuple[byte
     headers = {
         "Title": _header_safe(message["title"]),
         "Priority": str(priority),
-        "Tags": ",".join(channel.get("tags") or ()),
+        "Tags": _header_safe(",".join(channel.get("tags") or ())),
         "X-Airlock-Seq": str(message.get("seq")),
     }
     if channel.get("token"):
