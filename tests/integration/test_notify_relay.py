@@ -136,14 +136,17 @@ def test_a_pending_request_reaches_every_channel_within_2s_and_its_outcome_follo
         mail.stop()
 
 
-def test_an_observer_relay_cannot_approve(tmp_path: Path, http: HttpReceiver) -> None:
-    """The relay's own user is an observer: with it not an operator, approve is refused but the feed is read."""
+def test_the_relay_only_reads_while_an_operator_decides(tmp_path: Path, http: HttpReceiver) -> None:
+    """The relay uses read verbs only: the one operator action journaled is the operator's own approve."""
     with custom_stack(tmp_path / "rt", _config(http, None)) as stack:
         bg = _privileged(stack)
         wait_pending(stack, bg.request_id)
         http.wait("/hook", lambda p: p.json()["request_id"] == bg.request_id)
         assert stack.native("approve", {"id": bg.request_id, "reason": "ok"}, path=stack.operator)["ok"]
         assert bg.result()["ok"]
+        http.wait("/hook", lambda p: p.json()["request_id"] == bg.request_id and p.json()["event"] == "decided")
+        actions = [json.loads(r["payload"])["action"] for r in stack.journal_rows() if r["kind"] == "operator.action"]
+        assert actions == ["approve"]
 
 
 def test_a_receiver_down_for_10s_then_up_loses_nothing(tmp_path: Path, http: HttpReceiver) -> None:

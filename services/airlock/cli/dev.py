@@ -12,8 +12,10 @@ or SIGTERM stops them all.  The config and the policy are checked before
 anything starts: an error is printed here, with its ``path:line:col``.
 
 When ``notify.channels`` is not empty, the relay (``airlock.relay``, the
-airlock-notify service) runs too, with no socket of its own, as an observer
-of the operator socket; it is restarted when it fails.
+airlock-notify service) runs too, with no socket of its own, following the
+stack's own operator socket (it calls only the verbs an observer may; here it
+runs as the invoking user, who is an operator too); it is restarted when it
+fails.
 
 Built-in dev config: the invoking user is agent and operator and runs every
 service; unprivileged requests from that user are allowed.  A ``--config``
@@ -54,8 +56,7 @@ def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
             "policy_dir": str(runtime_dir / "policy.d"),
         },
         "agents": {"users": [user], "groups": []},
-        # The user is also an observer: the relay (run when notify.channels is set) reads as one.
-        "operators": {"users": [user], "groups": [], "observers": {"users": [user], "groups": []}},
+        "operators": {"users": [user], "groups": []},
         "services": {
             "intake_user": user,
             "approval_user": user,
