@@ -159,3 +159,47 @@ def test_secrets_can_live_in_files_of_their_own(tmp_path: Path) -> None:
         parse_text("notify:\n  channels:\n    - {type: webhook, url: 'http://h/'}\n", "/x.yaml")
     with pytest.raises(ConfigError, match="username and password"):
         parse_text("notify:\n  channels:\n    - {type: email, from: a@h, to: [b@h], password_file: /etc/x}\n", "/x.yaml")
+
+
+def test_the_rate_limit_makes_the_next_message_wait() -> None:
+    import threading
+    import time
+
+    from airlock.relay.service import RateLimit
+
+    limit, stop = RateLimit(per_minute=120), threading.Event()  # a burst of 120, then one every 0.5 s
+    started = time.monotonic()
+    for _ in range(120):
+        assert limit.wait(stop)
+    assert time.monotonic() - started < 0.5
+    assert limit.wait(stop)
+    assert 0.3 < time.monotonic() - started < 5
+    stop.set()
+    assert limit.wait(stop) is False  # a stopped relay does not wait out its limit
+
+
+def test_the_relay_refuses_to_run_as_an_operator(tmp_path: Path) -> None:
+    import pwd
+    import subprocess
+    import sys
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    config = tmp_path / "airlock.yaml"
+    config.write_text(
+        f"operators: {{users: [{me}]}}\n"
+        f"notify:\n  user: {me}\n  state_dir: {tmp_path / 'state'}\n"
+        "  channels:\n    - {type: slack, url: 'http://127.0.0.1:9/'}\n"
+    )
+    done = subprocess.run([sys.executable, "-m", "airlock.relay", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 78, done
+    assert "may decide on operator.sock" in done.stderr
+    # Control: the same file run by a user other than notify.user (dev up's case) gets past that check
+    # and keeps running (it waits for the feed) until it is stopped.
+    config.write_text(config.read_text().replace(f"  user: {me}\n", "  user: airlock-notify-elsewhere\n"))
+    proc = subprocess.Popen([sys.executable, "-m", "airlock.relay", "--config", str(config)], stderr=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(2)
+    finally:
+        proc.terminate()
+        proc.wait(30)
