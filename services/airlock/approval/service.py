@@ -15,7 +15,7 @@ import secrets
 import socket
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,7 +38,7 @@ from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
 from airlock.common.filespec import FileSpec
 from airlock.common.ipc import Client
-from airlock.common.peer import AllowList, Peer, identify, uid_of
+from airlock.common.peer import AllowList, Peer, identify, may_decide, uid_of
 from airlock.common.resolve import default_path
 from airlock.common.server import Call, Door, Service, Verb
 from airlock.common.spec import ExecSpec
@@ -667,6 +667,21 @@ def _operator_only(verb: Verb) -> Verb:
     return checked
 
 
+# What a read-only operator (``operators.observers``) may call on operator.sock.
+OBSERVER_VERBS = frozenset({"status", "pending", "show", "events"})
+
+
+def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
+    """A verb that changes something: an observer is refused (`common.peer.may_decide` says who is one)."""
+
+    async def checked(call: Call) -> dict[str, Any]:
+        if not decides(call.peer):
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "observers may only read (status, pending, show, events)")
+        return await verb(call)
+
+    return checked
+
+
 def request_id_of(ids: Ids) -> str:
     assert ids.request_id is not None
     return ids.request_id
@@ -715,12 +730,19 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
                "withdraw": approval.withdraw},
         max_line=config.limits.max_request_bytes * 2,
     )
+    observers = config.operators.observers
+
+    def decides(peer: Peer) -> bool:
+        return may_decide(peer, config.operators.users, config.operators.groups, observers.users)
+
     operator = Door(
         "operator",
-        allow=AllowList.of(config.operators.users, config.operators.groups, root=True),
+        allow=AllowList.of(
+            [*config.operators.users, *observers.users], [*config.operators.groups, *observers.groups], root=True
+        ),
         errors=within_reference_004,
         verbs={
-            name: _operator_only(verb)
+            name: _operator_only(verb if name in OBSERVER_VERBS else _not_observer(verb, decides))
             for name, verb in {
                 "status": approval.status,
                 "pending": approval.list_pending,

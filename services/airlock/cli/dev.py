@@ -11,6 +11,12 @@ sockets has a connection waiting, as its systemd socket unit would.  Ctrl-C
 or SIGTERM stops them all.  The config and the policy are checked before
 anything starts: an error is printed here, with its ``path:line:col``.
 
+When ``notify.channels`` is not empty, the relay (``airlock.relay``, the
+airlock-notify service) runs too, with no socket of its own, following the
+stack's own operator socket (it calls only the verbs an observer may; here it
+runs as the invoking user, who is an operator too); it is restarted when it
+fails.
+
 Built-in dev config: the invoking user is agent and operator and runs every
 service; unprivileged requests from that user are allowed.  A ``--config``
 file overrides it key by key, but state, logs and sockets always stay under
@@ -105,6 +111,7 @@ def compose_config(runtime_dir: Path, user_file: Path | None) -> str:
     merged["paths"].update(
         runtime_dir=str(runtime_dir), state_dir=str(runtime_dir / "state"), policy_dir=str(runtime_dir / "policy.d")
     )
+    merged.setdefault("notify", {}).update(state_dir=str(runtime_dir / "state" / "notify"))
     return "# Written by `airlock dev up`; edit the file given with --config instead.\n" + yaml.safe_dump(
         merged, sort_keys=False
     )
@@ -114,6 +121,7 @@ def compose_config(runtime_dir: Path, user_file: Path | None) -> str:
 class Child:
     name: str
     sockets: list[tuple[str, socket.socket]]
+    module: str = ""  # default: airlock.<name>
     proc: subprocess.Popen[bytes] | None = None
     ready: bool = False
     restarts: list[float] = field(default_factory=list)
@@ -146,6 +154,9 @@ class Supervisor:
                 listening[name] = sock
         for service in SERVICES:
             self.children[service] = Child(service, [(n, listening[n]) for n in DOORS[service]])
+        if cfg.notify.channels:
+            # The relay (airlock-notify): no sockets, not socket-activated; restarted when it fails.
+            self.children["notify"] = Child("notify", [], module="airlock.relay")
         self.notify_path.unlink(missing_ok=True)
         self.notify.bind(str(self.notify_path))
         self.notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -169,7 +180,7 @@ class Supervisor:
         # sh sets it to $$ and execs the service in the same process.
         argv = [
             "/bin/sh", "-c", 'LISTEN_PID=$$ exec "$0" "$@"',
-            sys.executable, "-m", f"airlock.{child.name}", "--config", str(self.config_path),
+            sys.executable, "-m", child.module or f"airlock.{child.name}", "--config", str(self.config_path),
         ]
         child.proc = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

@@ -177,6 +177,179 @@ def env_patterns(node: yaml.Node) -> tuple[str, ...]:
     return values
 
 
+# --- nested values: errors point at the inner node ------------------------------
+
+
+class NodeError(ValueError):
+    """A problem inside a list or mapping value: ``node`` is where, ``key`` the sub-path (``[0].url``)."""
+
+    def __init__(self, node: yaml.Node, key: str, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+        self.key = key
+
+
+def _fields(node: yaml.Node, prefix: str, known: Sequence[str]) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+    """A mapping node's items by key (string keys, no duplicates, only ``known`` ones)."""
+    if not isinstance(node, yaml.MappingNode):
+        raise NodeError(node, prefix, "expected a mapping")
+    out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+            raise NodeError(key_node, prefix, "keys must be strings")
+        key = str(key_node.value)
+        if key in out:
+            raise NodeError(key_node, f"{prefix}.{key}", "duplicate key")
+        if key not in known:
+            raise NodeError(key_node, f"{prefix}.{key}", f"unknown key (known: {', '.join(known)})")
+        out[key] = (key_node, value_node)
+    return out
+
+
+def _field(items: dict[str, tuple[yaml.Node, yaml.Node]], key: str, prefix: str, parse: Parser, default: Any) -> Any:
+    if key not in items:
+        return default
+    node = items[key][1]
+    try:
+        return parse(node)
+    except NodeError:
+        raise
+    except ValueError as exc:
+        raise NodeError(node, f"{prefix}.{key}", str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Observers:
+    """The read-only operators: ``status``, ``pending``, ``show`` and ``events`` only."""
+
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"users": list(self.users), "groups": list(self.groups)}
+
+
+def observers(node: yaml.Node) -> Observers:
+    if _is_null(node):
+        return Observers()
+    items = _fields(node, "", ("users", "groups"))
+    return Observers(
+        users=_field(items, "users", "", string_list, ()),
+        groups=_field(items, "groups", "", string_list, ()),
+    )
+
+
+# Channel types and their keys: (key, parser, default); a default of REQUIRED must be given.
+REQUIRED: Any = object()
+
+
+def url(node: yaml.Node) -> str:
+    value = string(node)
+    if not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", value):
+        raise ValueError("must be an http:// or https:// URL")
+    return value
+
+
+def _port(node: yaml.Node) -> int:
+    value = positive_int(node)
+    if value > 65535:
+        raise ValueError("must be a TCP port (1-65535)")
+    return value
+
+
+def _non_empty_strings(node: yaml.Node) -> tuple[str, ...]:
+    values = string_list(node)
+    if not values:
+        raise ValueError("must name at least one address")
+    return values
+
+
+def _secret(node: yaml.Node) -> str:
+    value = string(node)
+    if len(value) < 16:
+        raise ValueError("must be at least 16 characters")
+    return value
+
+
+def _channel_name(node: yaml.Node) -> str:
+    value = string(node)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+        raise ValueError("must be 1-64 letters, digits, '.', '_' or '-' (it names the channel's cursor file)")
+    return value
+
+
+_COMMON_CHANNEL_KEYS: tuple[tuple[str, Parser, Any], ...] = (
+    ("name", _channel_name, None),
+    ("rate_per_minute", positive_int, None),
+)
+CHANNEL_KEYS: dict[str, tuple[tuple[str, Parser, Any], ...]] = {
+    "webhook": (("url", url, REQUIRED), ("secret", _secret, None), ("secret_file", absolute_path, None)),
+    "ntfy": (
+        ("url", url, REQUIRED),
+        ("priority", choice("min", "low", "default", "high", "urgent"), "high"),
+        ("tags", string_list, ("lock",)),
+        ("token", optional_string, None),
+        ("token_file", absolute_path, None),
+    ),
+    "slack": (("url", url, REQUIRED),),
+    "email": (
+        ("host", string, "localhost"),
+        ("port", _port, 25),
+        ("starttls", parse_bool, False),
+        ("username", optional_string, None),
+        ("password", optional_string, None),
+        ("password_file", absolute_path, None),
+        ("from", string, REQUIRED),
+        ("to", _non_empty_strings, REQUIRED),
+        ("timeout_seconds", positive_float, 30.0),
+    ),
+}
+
+
+# Per channel type: the secrets that may instead be read from ``<key>_file`` at the relay's start.
+SECRET_FILE_KEYS: dict[str, tuple[str, ...]] = {"webhook": ("secret",), "ntfy": ("token",), "email": ("password",)}
+
+
+def channels(node: yaml.Node) -> tuple[dict[str, Any], ...]:
+    """``notify.channels``: a list of ``{type: webhook|ntfy|slack|email, ...}``, each checked."""
+    if _is_null(node):
+        return ()
+    if not isinstance(node, yaml.SequenceNode):
+        raise ValueError("expected a list of channels ({type: ..., ...})")
+    out: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for index, item in enumerate(node.value):
+        prefix = f"[{index}]"
+        if not isinstance(item, yaml.MappingNode):
+            raise NodeError(item, prefix, "expected a mapping with a type")
+        type_node = next((v for k, v in item.value if isinstance(k, yaml.ScalarNode) and k.value == "type"), None)
+        if type_node is None:
+            raise NodeError(item, f"{prefix}.type", f"every channel needs a type ({', '.join(CHANNEL_KEYS)})")
+        kind = _field({"type": (item, type_node)}, "type", prefix, choice(*CHANNEL_KEYS), None)
+        spec = (("type", string, REQUIRED), *_COMMON_CHANNEL_KEYS, *CHANNEL_KEYS[kind])
+        items = _fields(item, prefix, [k for k, _, _ in spec])
+        channel: dict[str, Any] = {}
+        for key, parse, default in spec:
+            if default is REQUIRED and key not in items:
+                raise NodeError(item, f"{prefix}.{key}", f"a {kind} channel needs {key}")
+            channel[key] = _field(items, key, prefix, parse, default)
+        # A secret may stand in a file of its own (readable by the relay only), not in this file.
+        for key in SECRET_FILE_KEYS.get(kind, ()):
+            if channel[key] is not None and channel[f"{key}_file"] is not None:
+                raise NodeError(items[f"{key}_file"][1], f"{prefix}.{key}_file", f"give {key} or {key}_file, not both")
+        if kind == "webhook" and channel["secret"] is None and channel["secret_file"] is None:
+            raise NodeError(item, f"{prefix}.secret", "a webhook channel needs secret or secret_file")
+        has_password = channel.get("password") is not None or channel.get("password_file") is not None
+        if kind == "email" and (channel["username"] is None) == has_password:
+            raise NodeError(item, prefix, "give both username and password (or password_file), or neither")
+        channel["name"] = channel["name"] or f"{kind}-{index}"
+        if channel["name"] in names:
+            raise NodeError(items["name"][1] if "name" in items else item, f"{prefix}.name", "channel names must be unique")
+        names.add(channel["name"])
+        out.append(channel)
+    return tuple(out)
+
+
 # --- the typed result ----------------------------------------------------------
 
 
@@ -191,6 +364,7 @@ class Paths:
 class Principals:
     users: tuple[str, ...]
     groups: tuple[str, ...]
+    observers: Observers
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +449,19 @@ class Log:
 
 
 @dataclass(frozen=True, slots=True)
+class Notify:
+    channels: tuple[dict[str, Any], ...]
+    user: str
+    state_dir: Path
+    host: str | None
+    poll_seconds: float
+    digest_seconds: float
+    remind_seconds: float
+    rate_per_minute: int
+    backoff_max_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     paths: Paths
     agents: Agents
@@ -286,6 +473,7 @@ class Config:
     journal: Journal
     runner: Runner
     log: Log
+    notify: Notify
     # Where the config came from, and the raw ``policy:`` node for the policy engine.
     source: str = "<built-in>"
     policy_node: yaml.Node | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -297,8 +485,10 @@ class Config:
             value = getattr(getattr(self, section), name)
             if isinstance(value, Path):
                 value = str(value)
+            elif isinstance(value, Observers):
+                value = value.to_dict()
             elif isinstance(value, tuple):
-                value = list(value)
+                value = [_public(v) for v in value]
             out.setdefault(section, {})[name] = value
         return out
 
@@ -320,7 +510,20 @@ _SECTIONS: dict[str, type] = {
     "journal": Journal,
     "runner": Runner,
     "log": Log,
+    "notify": Notify,
 }
+
+# Channel keys never shown by `airlock config show`.
+_SECRET_CHANNEL_KEYS = frozenset({"secret", "password", "token"})
+
+
+def _public(value: Any) -> Any:
+    """A list item for to_dict(): channel secrets are masked, everything else as is."""
+    if isinstance(value, dict):
+        return {k: ("[set]" if k in _SECRET_CHANNEL_KEYS and v is not None
+                    else list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
+                for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +545,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("agents.require_token", parse_bool, False, "Refuse agent requests that carry no valid session token."),
     Setting("operators.users", string_list, (), "Users (names or uids) allowed on operator.sock; root always is."),
     Setting("operators.groups", string_list, ("airlock-admin",), "Groups whose members are operators."),
+    Setting("operators.observers", observers, Observers(), "Read-only operators ({users: [...], groups: [...]}): status, pending, show and events only; every other operator verb answers unauthorized."),
     Setting("services.intake_user", string, "airlock-intake", "The user airlock-intake runs as."),
     Setting("services.approval_user", string, "airlock-approval", "The user airlock-approval runs as."),
     Setting("services.journal_user", string, "airlock-journal", "The user airlock-journal runs as."),
@@ -379,6 +583,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runner.cpu_quota", optional_string, None, "CPUQuota= of each job scope (e.g. 200%)."),
     Setting("log.level", choice("debug", "info", "warning", "error"), "info", "The lowest level logged."),
     Setting("log.target", choice("auto", "journal", "stderr"), "auto", "auto: journald when stderr is the journal, else JSON lines on stderr."),
+    Setting("notify.channels", channels, (), "Where airlock-notify sends pending requests and their outcome: a list of {type: webhook|ntfy|slack|email, ...} (docs/configuration.md lists each type's keys)."),
+    Setting("notify.user", string, "airlock-notify", "The user airlock-notify runs as (make it an operators.observers user, not an operator)."),
+    Setting("notify.state_dir", absolute_path, Path("/var/lib/airlock-notify"), "airlock-notify keeps its delivery cursors here."),
+    Setting("notify.host", optional_string, None, "The host name messages give (and the ssh line uses); null: this machine's name."),
+    Setting("notify.poll_seconds", positive_float, 0.5, "How often airlock-notify reads the events feed."),
+    Setting("notify.digest_seconds", non_negative_float, 0.0, "Pending requests that arrive within this long of each other go as one digest message (0: one message each)."),
+    Setting("notify.remind_seconds", non_negative_float, 0.0, "Send a reminder when a pending request has this long left (0: no reminders)."),
+    Setting("notify.rate_per_minute", positive_int, 30, "Messages one channel may send per minute; more wait (a channel's rate_per_minute overrides it)."),
+    Setting("notify.backoff_max_seconds", positive_float, 300.0, "The longest wait between retries of a failed delivery (it doubles from 1 s)."),
 )
 
 _BY_KEY = {s.key: s for s in SETTINGS}
@@ -448,6 +661,8 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
                 raise _fail(path, name_node, key, f"unknown key (known in {section}: {', '.join(known)})")
             try:
                 values[key] = found.parse(value_node)
+            except NodeError as exc:
+                raise _fail(path, exc.node, f"{key}{exc.key}", str(exc)) from None
             except ValueError as exc:
                 raise _fail(path, value_node, key, str(exc)) from None
     config = _build(values, path, policy_node)
@@ -495,5 +710,7 @@ def describe(settings: Sequence[Setting] = SETTINGS) -> str:
         default = s.default
         if isinstance(default, tuple):
             default = list(default)
+        elif isinstance(default, Observers):
+            default = default.to_dict()
         lines.append(f"{s.key} (default {default!s}): {s.help}")
     return "\n".join(lines)

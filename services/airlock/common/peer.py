@@ -112,3 +112,20 @@ def uid_of(user: str) -> int | None:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
         return None
+
+
+def may_decide(peer: Peer, operator_users: Iterable[str], operator_groups: Iterable[str], observer_users: Iterable[str]) -> bool:
+    """Whether a peer on operator.sock is a full operator, not a read-only observer.
+
+    root always is.  A user named in ``operators.users`` is; a user named in
+    ``operators.observers.users`` is not, whatever its groups (so the relay
+    can hold the socket's group to open the file and still only read); else
+    membership of an operator group decides.  Observer groups never grant
+    more than reading.
+    """
+    users, observers = set(operator_users), set(observer_users)
+    if peer.uid == 0 or peer.user in users or str(peer.uid) in users:
+        return True
+    if peer.user in observers or str(peer.uid) in observers:
+        return False
+    return bool(set(operator_groups) & peer.groups)

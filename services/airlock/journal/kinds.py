@@ -111,6 +111,10 @@ NOTICES: Final[Mapping[str, str]] = MappingProxyType({
     "journal.chain.anchored": "d95f3306ee3b4488bba7c5125f73ec62",
     "journal.chain.mismatched": "bf4b97f7a56d42f9ace8b36d1b309c23",
     "journal.trigger.restored": "be9444cd68d24201acabd5278e3d4f8f",
+    # airlock-notify (the relay): deliveries to operators' channels.
+    "notify.delivery.succeeded": "5b0f6f0e2c8a4d7e9a51c3b7d2e86f14",
+    "notify.delivery.failed": "c7e2a94d1f3b4e6a8d05b9f2e1a7c3d8",
+    "notify.feed.failed": "2d9e8b7a6c5f4e3d9b1a0c8e7f6d5a49",
 })
 if set(NOTICES.values()) & {info.message_id for info in KINDS.values()}:
     raise ValueError("notice and kind MESSAGE_IDs must differ")

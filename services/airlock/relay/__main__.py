@@ -1,0 +1,5 @@
+import sys
+
+from airlock.relay.service import main
+
+sys.exit(main())

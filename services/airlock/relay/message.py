@@ -1,0 +1,227 @@
+"""From audit events to messages, and from messages to each channel's bytes.
+
+No I/O: the relay's service feeds events in and sends what comes out.  What
+an agent chose (argv, reason, paths) is sanitised on the way in
+(`airlock.cli.render.sanitise`), so no channel ever shows a control or bidi
+character that could make the text lie.  Environment *values* are never
+included (names only), and protected values are not in the events feed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from typing import Any
+
+from airlock.cli.render import command_line, duration, sanitise
+
+# The audit event kinds the relay turns into messages.
+KINDS = frozenset({"approval.pending", "approval.decided"})
+
+_NTFY_PRIORITY = {"min": 1, "low": 2, "default": 3, "high": 4, "urgent": 5}
+_MAX_TEXT = 1500  # one argv can be long; a chat message should not be
+
+
+def _s(value: object, *, strict: bool = False) -> str:
+    """Sanitised text; nothing (None) stays empty."""
+    return "" if value is None else sanitise(value, strict=strict)
+
+
+def _parse_time(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _clip(text: str, limit: int = _MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def what_of(request: dict[str, Any]) -> tuple[str, str]:
+    """(mode, one sanitised line): the command (stages joined by |) or the file operation."""
+    if request.get("tool"):
+        return "file", f"{_s(request.get('tool'), strict=True)} {_s(request.get('path'), strict=True)}"
+    stages = request.get("stages") or (request.get("spec") or {}).get("stages") or []
+    lines = [command_line([str(a) for a in stage]) for stage in stages if isinstance(stage, list)]
+    return "exec", _clip(" | ".join(lines) or "(no command)")
+
+
+def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) -> dict[str, Any]:
+    """The message for an ``approval.pending`` event.  ``user_of(uid)`` names a uid."""
+    payload = event.get("payload") or {}
+    request = payload.get("request") or {}
+    spec = request.get("spec") or {}
+    mode, what = what_of(request)
+    uid = event.get("peer_uid")
+    privileged = bool(spec.get("privileged", request.get("privileged")))
+    target = spec.get("uid", request.get("uid"))
+    run_as = "root" if privileged else (user_of(target) if isinstance(target, int) else user_of(uid))
+    started = _parse_time(event.get("time")) or now
+    timeout = float(payload.get("timeout_seconds") or 0)
+    expires = started + timeout
+    request_id = _s(event.get("request_id"), strict=True)
+    host = _s(host, strict=True)
+    message = {
+        "seq": event.get("seq"),
+        "event": "pending",
+        "host": host,
+        "request_id": request_id,
+        "operation_id": _s(event.get("operation_id"), strict=True) or None,
+        "user": _s(user_of(uid)) if isinstance(uid, int) else None,
+        "uid": uid,
+        "run_as": _s(run_as),
+        "privileged": privileged,
+        "mode": mode,
+        "what": what,
+        "env_names": sorted(_s(n, strict=True) for n in (spec.get("env") or request.get("env") or {})),
+        "rule": _s(payload.get("rule")),
+        "reason": _clip(_s(request.get("reason")), 500),
+        "seconds_left": round(max(0.0, expires - now), 1),
+        "expires_at": _iso(expires),
+        "decide": f"ssh {host} airlock approve {request_id}",
+        "deny": f"ssh {host} airlock deny {request_id}",
+    }
+    return message | _texts(message)
+
+
+def decided_message(event: dict[str, Any], host: str, known: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The follow-up for an ``approval.decided`` event after a pending one (None for a rule's decision)."""
+    payload = event.get("payload") or {}
+    if payload.get("by") == "policy":
+        return None
+    request_id = _s(event.get("request_id"), strict=True)
+    message: dict[str, Any] = {
+        "seq": event.get("seq"),
+        "event": "decided",
+        "host": _s(host, strict=True),
+        "request_id": request_id,
+        "operation_id": _s(event.get("operation_id"), strict=True) or None,
+        "decision": _s(payload.get("decision")),
+        "by": _s(payload.get("by")),
+        "decided_reason": _clip(_s(payload.get("reason")), 500),
+        "rule": _s(payload.get("rule")),
+    }
+    if known:
+        for key in ("user", "run_as", "privileged", "mode", "what", "reason"):
+            message[key] = known.get(key)
+    return message | _texts(message)
+
+
+def reminder(message: dict[str, Any], now: float) -> dict[str, Any]:
+    expires = _parse_time(message.get("expires_at")) or now
+    out = message | {"event": "reminder", "seconds_left": round(max(0.0, expires - now), 1)}
+    return out | _texts(out)
+
+
+def digest(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several pending messages as one; it carries the last item's seq."""
+    out: dict[str, Any] = {
+        "seq": items[-1].get("seq"),
+        "event": "digest",
+        "host": items[0].get("host"),
+        "count": len(items),
+        "items": items,
+    }
+    return out | _texts(out)
+
+
+_VERDICT = {"allow": "approved", "deny": "denied", "timeout": "timed out", "withdrawn": "withdrawn by the agent"}
+
+
+def _texts(m: dict[str, Any]) -> dict[str, str]:
+    """A title and a plain-text body for channels that show text."""
+    kind = m["event"]
+    if kind == "digest":
+        title = f"airlock: {m['count']} requests wait for approval on {m['host']}"
+        body = "\n\n".join(item["text"] for item in m["items"])
+        return {"title": title, "text": body}
+    if kind == "decided":
+        verdict = _VERDICT.get(m["decision"], m["decision"])
+        by = f" by {m['by']}" if m.get("by") and m["decision"] in ("allow", "deny") else ""
+        title = f"airlock: {m['request_id']} {verdict}{by} on {m['host']}"
+        lines = [title.removeprefix("airlock: ")]
+        if m.get("what"):
+            lines.append(f"{m.get('mode') or 'exec'}: {m['what']}")
+        if m.get("decided_reason"):
+            lines.append(f"why: {m['decided_reason']}")
+        lines.append(f"(event {m['seq']})")
+        return {"title": title, "text": "\n".join(lines)}
+    prefix = "reminder: " if kind == "reminder" else ""
+    title = f"airlock: {prefix}approve? {_clip(m['what'], 80)} on {m['host']}"
+    lines = [
+        f"{prefix}request {m['request_id']} on {m['host']} waits for approval",
+        f"from: {m['user']} (uid {m['uid']})",
+        f"runs as: {m['run_as']}" + (" (privileged)" if m["privileged"] else ""),
+        f"{'command' if m['mode'] == 'exec' else 'file'}: {m['what']}",
+        f"rule: {m['rule']}",
+        f"reason: {m['reason'] or '(none given)'}",
+        f"time left: {duration(m['seconds_left'])} (until {m['expires_at']})",
+        f"approve: {m['decide']}",
+        f"deny: {m['deny']}",
+        f"(event {m['seq']})",
+    ]
+    return {"title": title, "text": "\n".join(lines)}
+
+
+# --- each channel's bytes ---------------------------------------------------------------
+
+
+def webhook_body(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+def signature(secret: str, body: bytes) -> str:
+    """``X-Airlock-Signature``: ``sha256=`` and the hex HMAC-SHA256 of the exact body."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _header_safe(text: str) -> str:
+    # HTTP header values: no CR/LF (sanitise already escaped them), latin-1 only.
+    return text.encode("latin-1", "backslashreplace").decode("latin-1").replace("\r", " ").replace("\n", " ")
+
+
+def ntfy_request(message: dict[str, Any], channel: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
+    priority = _NTFY_PRIORITY[channel.get("priority") or "high"]
+    if message["event"] == "decided":
+        priority = max(1, priority - 1)
+    headers = {
+        "Title": _header_safe(message["title"]),
+        "Priority": str(priority),
+        "Tags": _header_safe(",".join(channel.get("tags") or ())),
+        "X-Airlock-Seq": str(message.get("seq")),
+    }
+    if channel.get("token"):
+        headers["Authorization"] = f"Bearer {channel['token']}"
+    return message["text"].encode(), headers
+
+
+def slack_body(message: dict[str, Any]) -> bytes:
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": _clip(message["title"], 150)}},
+        {"type": "section", "text": {"type": "plain_text", "text": _clip(message["text"], 2900)}},
+    ]
+    if message["event"] in ("pending", "reminder"):
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"Decide: `{message['decide']}`"}})
+    return json.dumps({"text": f"{message['title']}\n{message['text']}", "blocks": blocks}, ensure_ascii=False).encode()
+
+
+def email_message(message: dict[str, Any], channel: dict[str, Any]) -> EmailMessage:
+    mail = EmailMessage()
+    mail["Subject"] = message["title"]
+    mail["From"] = channel["from"]
+    mail["To"] = ", ".join(channel["to"])
+    mail["X-Airlock-Seq"] = str(message.get("seq"))
+    if message.get("request_id"):
+        mail["X-Airlock-Request-Id"] = str(message["request_id"])
+    mail.set_content(message["text"] + "\n")
+    return mail

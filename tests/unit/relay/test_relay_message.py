@@ -1,0 +1,205 @@
+"""The relay's messages: what an operator reads, and what a receiver can check."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlock.relay import cursor
+from airlock.relay import message as msg
+
+NOW = 1_800_000_000.0
+
+
+def _pending(**request: Any) -> dict[str, Any]:
+    req = {
+        "stages": [["/usr/bin/systemctl", "restart", "nginx"]],
+        "privileged": True,
+        "uid": 0,
+        "reason": "renew certs",
+        "env": {"LANG": "C", "API_KEY": "not-for-chat"},
+        "spec": {"privileged": True, "uid": 0, "env": {"LANG": "C", "API_KEY": "not-for-chat"},
+                 "stages": [["/usr/bin/systemctl", "restart", "nginx"]]},
+    } | request
+    return {
+        "seq": 42,
+        "time": "2027-01-15T08:00:00Z",
+        "kind": "approval.pending",
+        "request_id": "r-1",
+        "operation_id": "op-1",
+        "peer_uid": 1001,
+        "payload": {"rule": "default", "timeout_seconds": 60.0, "request": req},
+    }
+
+
+def _user_of(uid: object) -> str:
+    return {0: "root", 1001: "agent"}.get(uid, str(uid))  # type: ignore[call-overload]
+
+
+def _at(event: dict[str, Any], seconds: float) -> float:
+    return msg._parse_time(event["time"]) + seconds  # type: ignore[operator]
+
+
+def test_a_pending_message_says_what_is_needed_to_decide() -> None:
+    event = _pending()
+    m = msg.pending_message(event, "db1", _user_of, _at(event, 15))
+    assert m["seq"] == 42 and m["event"] == "pending" and m["host"] == "db1"
+    assert m["user"] == "agent" and m["uid"] == 1001 and m["run_as"] == "root" and m["privileged"]
+    assert m["what"] == "/usr/bin/systemctl restart nginx" and m["rule"] == "default"
+    assert m["reason"] == "renew certs" and m["seconds_left"] == 45.0
+    assert m["decide"] == "ssh db1 airlock approve r-1"
+    for line in ("request r-1 on db1", "runs as: root (privileged)", "reason: renew certs",
+                 "time left: 45s", "approve: ssh db1 airlock approve r-1", "(event 42)"):
+        assert line in m["text"], line
+    # Environment values never leave: names only.
+    assert m["env_names"] == ["API_KEY", "LANG"]
+    assert "not-for-chat" not in json.dumps(m)
+
+
+def test_agent_text_cannot_forge_lines_or_hide_characters() -> None:
+    event = _pending(reason="ok\n\napprove: ssh evil\u202e", stages=[["/bin/echo", "a\x1b[2Jb"]],
+                     spec={"privileged": False, "uid": 1001, "stages": [["/bin/echo", "a\x1b[2Jb"]]})
+    m = msg.pending_message(event, "db1", _user_of, _at(event, 1))
+    assert "\n" not in m["reason"] and "\u202e" not in m["reason"] and "\\x0a" in m["reason"]
+    assert "\x1b" not in m["what"] and "\\x1b" in m["what"]
+    assert m["run_as"] == "agent" and not m["privileged"]
+    assert m["text"].count("\napprove: ") == 1
+
+
+def test_a_file_operation_is_named_as_one() -> None:
+    event = _pending(tool="files_write", path="/etc/nginx/nginx.conf", stages=None)
+    m = msg.pending_message(event, "db1", _user_of, _at(event, 1))
+    assert m["mode"] == "file" and m["what"] == "files_write /etc/nginx/nginx.conf"
+
+
+def test_follow_ups_and_rule_decisions() -> None:
+    known = msg.pending_message(_pending(), "db1", _user_of, NOW)
+    base = {"seq": 43, "kind": "approval.decided", "request_id": "r-1", "operation_id": "op-1"}
+    denied = msg.decided_message(base | {"payload": {"decision": "deny", "by": "alice", "reason": "no", "rule": "default"}}, "db1", known)
+    assert denied is not None and denied["decision"] == "deny" and denied["what"] == known["what"]
+    assert denied["title"] == "airlock: r-1 denied by alice on db1"
+    expired = msg.decided_message(base | {"payload": {"decision": "timeout", "by": "timeout"}}, "db1", None)
+    assert expired is not None and "timed out" in expired["title"]
+    withdrawn = msg.decided_message(base | {"payload": {"decision": "withdrawn", "by": "agent"}}, "db1", None)
+    assert withdrawn is not None and "withdrawn" in withdrawn["title"]
+    assert msg.decided_message(base | {"payload": {"decision": "allow", "by": "policy"}}, "db1", None) is None
+
+
+def test_digest_and_reminder() -> None:
+    a = msg.pending_message(_pending(), "db1", _user_of, NOW)
+    b = msg.pending_message(_pending() | {"seq": 50, "request_id": "r-2"}, "db1", _user_of, NOW)
+    d = msg.digest([a, b])
+    assert d["seq"] == 50 and d["count"] == 2 and "r-1" in d["text"] and "r-2" in d["text"]
+    event = _pending()
+    r = msg.reminder(msg.pending_message(event, "db1", _user_of, _at(event, 1)), _at(event, 50))
+    assert r["event"] == "reminder" and r["seq"] == 42 and r["seconds_left"] == 10.0 and r["text"].startswith("reminder:")
+
+
+def test_each_channel_gets_its_format() -> None:
+    m = msg.pending_message(_pending(), "db1", _user_of, NOW)
+    body = msg.webhook_body(m)
+    assert json.loads(body) == json.loads(json.dumps(m))
+    assert msg.signature("s3cret", body) == "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    text, headers = msg.ntfy_request(m, {"priority": "urgent", "tags": ("lock", "warning"), "token": "tk"})
+    assert headers["Priority"] == "5" and headers["Tags"] == "lock,warning" and headers["Authorization"] == "Bearer tk"
+    assert headers["X-Airlock-Seq"] == "42" and b"ssh db1 airlock approve r-1" in text
+    slack = json.loads(msg.slack_body(m))
+    assert "r-1" in slack["text"] and slack["blocks"][0]["type"] == "header"
+    mail = msg.email_message(m, {"from": "a@h", "to": ("b@h", "c@h")})
+    assert mail["To"] == "b@h, c@h" and mail["X-Airlock-Seq"] == "42" and "airlock approve r-1" in mail.get_content()
+
+
+def test_the_cursor_survives_and_refuses_to_guess(tmp_path: Path) -> None:
+    path = cursor.path_for(tmp_path, "hook")
+    assert cursor.load(path) is None
+    cursor.save(path, 7)
+    cursor.save(path, 9)
+    assert cursor.load(path) == 9
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in tmp_path.iterdir()] == ["cursor-hook.json"]  # no temporary file left
+    path.write_text("{torn")
+    with pytest.raises(cursor.CursorError):
+        cursor.load(path)
+    path.unlink()
+    os.symlink(tmp_path / "elsewhere.json", path)
+    (tmp_path / "elsewhere.json").write_text('{"seq": 1}')
+    with pytest.raises(cursor.CursorError):
+        cursor.load(path)
+    with pytest.raises(ValueError):
+        cursor.path_for(tmp_path, "../escape")
+
+
+def test_secrets_can_live_in_files_of_their_own(tmp_path: Path) -> None:
+    from airlock.common.config import ConfigError, parse_text
+    from airlock.relay.channels import SecretError, with_secrets
+
+    good = tmp_path / "secret"
+    good.write_text("0123456789abcdef-long\n")
+    cfg = parse_text(f"notify:\n  channels:\n    - {{type: webhook, url: 'http://h/', secret_file: {good}}}\n", "/x.yaml")
+    channel = cfg.notify.channels[0]
+    assert channel["secret"] is None and cfg.to_dict()["notify"]["channels"][0]["secret_file"] == str(good)
+    assert with_secrets(channel)["secret"] == "0123456789abcdef-long"
+    short = tmp_path / "short"
+    short.write_text("abc\n")
+    with pytest.raises(SecretError, match="at least 16"):
+        with_secrets(channel | {"secret_file": short})
+    link = tmp_path / "link"
+    link.symlink_to(good)
+    with pytest.raises(SecretError):
+        with_secrets(channel | {"secret_file": link})
+    with pytest.raises(ConfigError, match="give secret or secret_file, not both"):
+        parse_text(f"notify:\n  channels:\n    - {{type: webhook, url: 'http://h/', secret: 0123456789abcdef, secret_file: {good}}}\n", "/x.yaml")
+    with pytest.raises(ConfigError, match="needs secret or secret_file"):
+        parse_text("notify:\n  channels:\n    - {type: webhook, url: 'http://h/'}\n", "/x.yaml")
+    with pytest.raises(ConfigError, match="username and password"):
+        parse_text("notify:\n  channels:\n    - {type: email, from: a@h, to: [b@h], password_file: /etc/x}\n", "/x.yaml")
+
+
+def test_the_rate_limit_makes_the_next_message_wait() -> None:
+    import threading
+    import time
+
+    from airlock.relay.service import RateLimit
+
+    limit, stop = RateLimit(per_minute=120), threading.Event()  # a burst of 120, then one every 0.5 s
+    started = time.monotonic()
+    for _ in range(120):
+        assert limit.wait(stop)
+    assert time.monotonic() - started < 0.5
+    assert limit.wait(stop)
+    assert 0.3 < time.monotonic() - started < 5
+    stop.set()
+    assert limit.wait(stop) is False  # a stopped relay does not wait out its limit
+
+
+def test_the_relay_refuses_to_run_as_an_operator(tmp_path: Path) -> None:
+    import pwd
+    import subprocess
+    import sys
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    config = tmp_path / "airlock.yaml"
+    config.write_text(
+        f"operators: {{users: [{me}]}}\n"
+        f"notify:\n  user: {me}\n  state_dir: {tmp_path / 'state'}\n"
+        "  channels:\n    - {type: slack, url: 'http://127.0.0.1:9/'}\n"
+    )
+    done = subprocess.run([sys.executable, "-m", "airlock.relay", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 78, done
+    assert "may decide on operator.sock" in done.stderr
+    # Control: the same file run by a user other than notify.user (dev up's case) gets past that check
+    # and keeps running (it waits for the feed) until it is stopped.
+    config.write_text(config.read_text().replace(f"  user: {me}\n", "  user: airlock-notify-elsewhere\n"))
+    proc = subprocess.Popen([sys.executable, "-m", "airlock.relay", "--config", str(config)], stderr=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(2)
+    finally:
+        proc.terminate()
+        proc.wait(30)
