@@ -71,7 +71,9 @@ def peer_of(sock: socket.socket) -> Peer:
     pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
     group_ids: list[int] | None
     try:
-        raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, 4 * 1024)
+        # 1024 bytes (256 groups) is the most Python's getsockopt accepts; a peer
+        # with more groups gets ERANGE and falls back to the user database.
+        raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, 1024)
         group_ids = list(struct.unpack(f"{len(raw) // 4}I", raw[: len(raw) // 4 * 4]))
     except OSError:
         group_ids = None

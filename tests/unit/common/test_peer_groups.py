@@ -1,0 +1,48 @@
+"""A peer's groups are the kernel's (SO_PEERGROUPS), not the user database's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from airlock.common.peer import peer_of
+
+CONNECT = "import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(5)"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a process a group its user does not have needs root")
+def test_a_group_given_only_to_the_process_is_seen() -> None:
+    # 4242 is nobody's group in the user database: only SO_PEERGROUPS can know the peer has it.
+    folder = Path(tempfile.mkdtemp(prefix="alpeer"))
+    folder.chmod(0o755)  # the peer runs as nobody
+    path = str(folder / "s")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        os.chmod(path, 0o777)
+        server.listen(1)
+        server.settimeout(10)
+        child = subprocess.Popen([sys.executable, "-c", CONNECT, path], user=65534, group=65534, extra_groups=[4242])
+        try:
+            conn, _ = server.accept()
+            with conn:
+                peer = peer_of(conn)
+        finally:
+            child.kill()
+            child.wait()
+            shutil.rmtree(folder, ignore_errors=True)
+    assert peer.uid == 65534 and peer.pid == child.pid
+    assert 4242 in peer.group_ids
+
+
+def test_the_own_process_groups_come_back() -> None:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a, b:
+        peer = peer_of(a)
+    assert set(peer.group_ids) == {os.getegid(), *os.getgroups()}
