@@ -152,7 +152,7 @@ class Client:
             try:
                 return await self._exchange(conn, line, on_event, reused=True)
             except _Stale:
-                # The server closed this idle connection before reading our line
+                # The server closed this idle connection without reading our line
                 # (a restart, an idle cut-off): nothing was done, so ask again.
                 conn.close()
         return await self._exchange(await self._connect(), line, on_event, reused=False)
@@ -168,8 +168,12 @@ class Client:
                 if frame is NEED_DATA:
                     chunk = await conn.reader.read(256 * 1024)
                     if not chunk:
-                        if reused and not replied:
-                            raise _Stale
+                        # A clean end of stream: the server took our line off its
+                        # socket before it closed (a close with the line unread is a
+                        # reset, below), so it may have acted on it -- journaled a
+                        # record, decided, run a job.  Never asked again: a retry
+                        # would do it twice (issue 20's lifecycle check caught
+                        # duplicated records after a SIGKILL).
                         raise self._down("connection closed before the reply")
                     conn.decoder.feed(chunk)
                     continue
@@ -193,6 +197,8 @@ class Client:
                 assert reply.error is not None
                 raise reply.error
         except (ConnectionError, BrokenPipeError) as exc:
+            # EPIPE on the write, or a reset on the read (Linux resets a Unix
+            # stream whose peer closed with data unread): the line was not read.
             if reused and not replied:
                 raise _Stale from None
             raise self._down(f"connection lost ({type(exc).__name__})", exc) from None
