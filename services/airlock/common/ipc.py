@@ -61,9 +61,14 @@ class Unreachable(AirlockError):
     explain it (the MCP server says "is airlock running?").
     """
 
-    def __init__(self, code: ErrorCode, message: str, details: dict[str, Any], cause: BaseException | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, details: dict[str, Any], cause: BaseException | None = None,
+        *, maybe_done: bool = False,
+    ) -> None:
         super().__init__(code, message, details)
         self.cause = cause
+        # The server read the request and went away before answering: it may have done it.
+        self.maybe_done = maybe_done
 
 
 class _Stale(Exception):
@@ -79,8 +84,9 @@ class Client:
         self._idle: list[_Conn] = []
         self._sweep: asyncio.TimerHandle | None = None
 
-    def _down(self, why: str, cause: BaseException | None = None) -> Unreachable:
-        return Unreachable(self.unavailable, f"{self.service} is unavailable: {why}", {"service": self.service}, cause)
+    def _down(self, why: str, cause: BaseException | None = None, *, maybe_done: bool = False) -> Unreachable:
+        return Unreachable(self.unavailable, f"{self.service} is unavailable: {why}", {"service": self.service}, cause,
+                           maybe_done=maybe_done)
 
     async def call(
         self,
@@ -174,7 +180,7 @@ class Client:
                         # record, decided, run a job.  Never asked again: a retry
                         # would do it twice (issue 20's lifecycle check caught
                         # duplicated records after a SIGKILL).
-                        raise self._down("connection closed before the reply")
+                        raise self._down("connection closed before the reply", maybe_done=not replied)
                     conn.decoder.feed(chunk)
                     continue
                 assert isinstance(frame, bytes)

@@ -31,6 +31,13 @@ mid-request, e.g. ``approval_interrupted`` from ``pending`` or
 its stored outcome is ``replayed`` at once.  ``finished``, ``failed`` and
 ``replayed`` are terminal: no lifecycle event may follow them.
 
+Records written before an effect (``request.received``, ``approval.decided``,
+``exec.started``/``files.started``) are required: if the journal cannot take
+them, the effect does not happen.  The end record (``exec.finished``,
+``files.finished``) is written after the work, and a journal killed at that
+moment loses it (``runner.audit.unrecorded`` in journald), so intake's ``ok``
+reply may follow ``running`` directly.
+
 A story may also stop in an open state for ever: a service was killed before
 it wrote the next record (intake killed while the job ran leaves ``ended``
 with no reply).  That is an incomplete story, not a forbidden one.
@@ -118,7 +125,10 @@ TRANSITIONS: Final[tuple[Transition, ...]] = (
     _t("exec.cancelled", None, "running", "cancelled", "exec"),
     _t("exec.finished", None, "running cancelled", "ended", "exec"),
     _t("files.finished", None, "running", "ended", "files"),
-    _t("request.replied", "ok", "ended", "finished"),
+    # From running/cancelled too: the end record is written after the work, and a journal
+    # that dies then loses it (the runner logs runner.audit.unrecorded and returns the
+    # outcome, which intake settles).  Every record written *before* an effect is required.
+    _t("request.replied", "ok", "running cancelled ended", "finished"),
     _t("request.replied", "error", _OPEN_AFTER_RECEIVED, "failed"),
 )
 

@@ -56,6 +56,8 @@ LEGAL = {
     "approval interrupted while pending": (["request.received", "approval.pending", "request.replied:error"], "failed"),
     "runner lost while running": (
         ["request.received", "approval.decided:allow", "exec.started", "request.replied:error"], "failed"),
+    "the end record lost to a journal crash": (
+        ["request.received", "approval.decided:allow", "files.started", "request.replied:ok"], "finished"),
     "replayed": (["request.received", "operation.replayed"], "replayed"),
     "rejected": (["request.received", "request.rejected"], "failed"),
     "intake killed after the job ended": (
