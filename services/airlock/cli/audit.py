@@ -181,9 +181,14 @@ def lifecycle_check(ns: argparse.Namespace) -> dict[str, Any] | int:
     """Fold every request in the journal through the lifecycle table (the events feed, paged)."""
     from airlock.common import lifecycle
 
-    stories: dict[str, lifecycle.Story] = {}
-    operations: dict[str, Any] = {}
-    broken: dict[str, dict[str, Any]] = {}
+    # A request is its ID *and* its agent: request IDs are each agent's own (the replay
+    # guard claims "<uid>:<id>"), so two agents' requests may share one.  A record
+    # without the uid (a runner refusal before it parsed the spec) goes with the ID's
+    # only story.
+    stories: dict[tuple[str, Any], lifecycle.Story] = {}
+    operations: dict[tuple[str, Any], Any] = {}
+    broken: dict[tuple[str, Any], dict[str, Any]] = {}
+    uids: dict[str, list[Any]] = {}
     cursor, read = 0, 0
     while True:
         try:
@@ -200,16 +205,25 @@ def lifecycle_check(ns: argparse.Namespace) -> dict[str, Any] | int:
         for event in events:
             read += 1
             request_id = event.get("request_id")
-            if not isinstance(request_id, str) or not request_id or request_id in broken:
+            if not isinstance(request_id, str) or not request_id:
                 continue
-            if event.get("kind") in lifecycle.OUTSIDE and request_id not in stories:
+            uid = event.get("peer_uid")
+            known = uids.setdefault(request_id, [])
+            if uid is None and len(known) == 1:
+                uid = known[0]
+            key = (request_id, uid)
+            if key in broken:
+                continue
+            if event.get("kind") in lifecycle.OUTSIDE and key not in stories:
                 continue  # e.g. an operator's action naming a request: not a story of its own
-            operations.setdefault(request_id, event.get("operation_id"))
+            if uid not in known:
+                known.append(uid)
+            operations.setdefault(key, event.get("operation_id"))
             try:
-                stories[request_id] = lifecycle.step(stories.get(request_id, lifecycle.Story()), event)
+                stories[key] = lifecycle.step(stories.get(key, lifecycle.Story()), event)
             except lifecycle.LifecycleError as exc:
-                broken[request_id] = {"request_id": request_id, "operation_id": operations.get(request_id)} | exc.to_dict()
-                stories.pop(request_id, None)
+                broken[key] = {"request_id": request_id, "peer_uid": uid, "operation_id": operations.get(key)} | exc.to_dict()
+                stories.pop(key, None)
         nxt = int(page.get("next_cursor") or cursor)
         if not events or nxt <= cursor or nxt >= int(page.get("latest") or nxt):
             break

@@ -396,6 +396,11 @@ def cmd_show(ns: argparse.Namespace) -> int:
         if outcome.get("cancelled"):
             text += ", cancelled"
         pairs.append(("outcome", sanitise(text)))
+    broken = data.get("lifecycle_error") or {}
+    if broken:
+        pairs.append(("lifecycle", style.bold(sanitise(
+            f"FORBIDDEN at seq {broken.get('seq')}: {broken.get('kind')} in state {broken.get('state')}: {broken.get('reason')}"
+        ))))
     print(fields(pairs))
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -172,7 +173,7 @@ def test_verify_lifecycle_passes_every_real_story_and_names_a_forbidden_one(lsta
     # ignored the denial would write it) is named with its request, seq and state.
     journal = str(lstack.runtime_dir / "internal" / "journal.sock")
     forged = lstack.native("append", {"writer": "runner", "kind": "exec.started", "request_id": ids["denied"],
-                                      "operation_id": "op-forged", "peer_uid": 0, "payload": {}}, path=journal)
+                                      "operation_id": "op-forged", "peer_uid": os.getuid(), "payload": {}}, path=journal)
     assert forged["ok"] is True, forged
     seq = forged["data"]["seq"]
     bad = lstack.cli("audit", "verify", "--lifecycle", "--anchors", "none")
@@ -182,7 +183,11 @@ def test_verify_lifecycle_passes_every_real_story_and_names_a_forbidden_one(lsta
     reply = json.loads(lstack.cli("audit", "verify", "--lifecycle", "--anchors", "none", "--json").stdout)
     assert reply["data"]["ok"] is False and reply["data"]["chain_ok"] is True
     assert reply["data"]["lifecycle"]["violations"] == [{
-        "request_id": ids["denied"], "operation_id": reply["data"]["lifecycle"]["violations"][0]["operation_id"],
+        "request_id": ids["denied"], "peer_uid": os.getuid(),
+        "operation_id": reply["data"]["lifecycle"]["violations"][0]["operation_id"],
         "seq": seq, "kind": "exec.started", "state": "failed", "reason": "after the terminal state failed"}]
+    # show names the forbidden step too, and wait does not call that story a success.
+    shown = lstack.cli("show", ids["denied"])
+    assert f"FORBIDDEN at seq {seq}: exec.started in state failed" in shown.stdout, shown.stdout
     # Without --lifecycle, verify is what it was: the chain only.
     assert lstack.cli("audit", "verify", "--anchors", "none").returncode == 0
