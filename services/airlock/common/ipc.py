@@ -180,7 +180,7 @@ class Client:
                         # record, decided, run a job.  Never asked again: a retry
                         # would do it twice (issue 20's lifecycle check caught
                         # duplicated records after a SIGKILL).
-                        raise self._down("connection closed before the reply", maybe_done=not replied)
+                        raise self._down("connection closed before the reply", maybe_done=True)
                     conn.decoder.feed(chunk)
                     continue
                 assert isinstance(frame, bytes)
@@ -207,7 +207,7 @@ class Client:
             # stream whose peer closed with data unread): the line was not read.
             if reused and not replied:
                 raise _Stale from None
-            raise self._down(f"connection lost ({type(exc).__name__})", exc) from None
+            raise self._down(f"connection lost ({type(exc).__name__})", exc, maybe_done=replied) from None
         finally:
             if keep and len(self._idle) < POOL_SIZE:
                 conn.idle_since = time.monotonic()
