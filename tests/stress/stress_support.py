@@ -282,9 +282,15 @@ def audit(stack: Stack, results: list[Result], markers: Path) -> Audit:
 
 
 def verify_chain(stack: Stack) -> dict[str, Any]:
+    """The chain's verdict; and every request's story must be one the lifecycle table allows
+    (`airlock audit verify --lifecycle`: 0 violations)."""
     reply = stack.native("audit.verify", {}, path=stack.operator)
     assert reply["ok"], reply
-    return dict(reply["data"])
+    checked = stack.cli("audit", "verify", "--lifecycle", "--anchors", "none", "--json", timeout=300)
+    lifecycle = json.loads(checked.stdout)["data"]["lifecycle"]
+    assert lifecycle["violation_count"] == 0, lifecycle["violations"][:10]
+    assert checked.returncode == 0 or not reply["data"]["ok"], checked.stdout[-2000:] + checked.stderr
+    return dict(reply["data"]) | {"lifecycle": lifecycle}
 
 
 # -- the tally every test adds to; printed at the end of the session ------------------------

@@ -96,10 +96,13 @@ class System:
             envelope = {}
         return r.returncode, envelope, r
 
-    def audit_verify(self) -> str:
-        r = self.airlock("audit", "verify", user=OPERATOR)
+    def audit_verify(self, *, lifecycle: bool = False) -> str:
+        """The chain checks out; with ``lifecycle``, every request's story is one the table allows too."""
+        r = self.airlock("audit", "verify", *(["--lifecycle"] if lifecycle else []), user=OPERATOR)
         assert r.returncode == 0, f"airlock audit verify failed:\n{r}"
         assert r.stdout.startswith("ok:"), r.stdout
+        if lifecycle:
+            assert "lifecycle: ok;" in r.stdout, r.stdout
         return r.stdout
 
     # configuration -------------------------------------------------------------------

@@ -33,6 +33,7 @@ PURE_MODULES = [
     "services/airlock/intake/files.py",
     "services/airlock/approval/tokens.py",
     "services/airlock/approval/trail.py",
+    "services/airlock/common/lifecycle.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

@@ -2,15 +2,16 @@
 
 Pure: the events of one request (as the journal's feed returns them) go in;
 who asked, what, why, the decision, the outcome and the whole trail come out.
-No I/O here.
+The state is the request's lifecycle state (`airlock.common.lifecycle`'s fold);
+a story the lifecycle table forbids keeps the state it had before that step
+and says so under ``lifecycle_error``.  No I/O here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# The journal kinds that end a request's story, in the order they are written.
-_SETTLING = ("request.replied", "exec.finished")
+from airlock.common import lifecycle
 
 
 def _last(events: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
@@ -28,11 +29,13 @@ def _payload(event: dict[str, Any] | None) -> dict[str, Any]:
 
 def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Summarise the events of one request (oldest first)."""
+    story, error = lifecycle.trace(events)
     received = _payload(_last(events, "request.received"))
     pending = _last(events, "approval.pending")
     decided = _payload(_last(events, "approval.decided"))
-    finished_event = _last(events, "exec.finished")
-    finished = _payload(finished_event)
+    # The work's end record: a command's or a file operation's.
+    ended_event = _last(events, "exec.finished") or _last(events, "files.finished")
+    ended = _payload(ended_event)
     replied_event = _last(events, "request.replied")
     replied = _payload(replied_event)
     refused = _payload(_last(events, "exec.refused"))
@@ -52,43 +55,37 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
         }
 
     outcome: dict[str, Any] | None = None
-    if finished_event is not None or replied_event is not None:
-        outcome = {
-            "status": replied.get("status") or ("ok" if finished_event is not None else None),
-            "code": replied.get("code"),
-            "message": replied.get("message"),
-        }
-        if finished_event is not None:
+    if ended_event is not None or replied_event is not None:
+        outcome = {"status": replied.get("status"), "code": replied.get("code"), "message": replied.get("message")}
+        if ended_event is not None and ended_event.get("kind") == "exec.finished":
             outcome |= {
-                "exit_codes": finished.get("exit_codes"),
-                "timed_out": bool(finished.get("timed_out")),
-                "cancelled": bool(finished.get("cancelled")),
-                "duration_ms": finished.get("duration_ms"),
+                "status": outcome["status"] or "ok",
+                "exit_codes": ended.get("exit_codes"),
+                "timed_out": bool(ended.get("timed_out")),
+                "cancelled": bool(ended.get("cancelled")),
+                "duration_ms": ended.get("duration_ms"),
+            }
+        elif ended_event is not None:
+            # A file operation: its own outcome (ok, or an error such as file_changed).
+            failure: dict[str, Any] = ended["error"] if isinstance(ended.get("error"), dict) else {}
+            outcome |= {
+                "status": outcome["status"] or ("ok" if ended.get("ok") is True else "error"),
+                "code": outcome["code"] or failure.get("code"),
+                "message": outcome["message"] or failure.get("message"),
+                "file_ok": ended.get("ok") is True,
+                "duration_ms": ended.get("duration_ms"),
             }
         elif refused:
             outcome |= {"code": outcome["code"] or refused.get("code")}
 
-    if replied_event is not None:
-        state = "finished" if replied.get("status") == "ok" else "failed"
-    elif finished_event is not None:
-        state = "finished"
-    elif _last(events, "exec.started") is not None:
-        state = "running"
-    elif decision is not None:
-        state = "approved" if decision["decision"] == "allow" else "failed"
-    elif pending is not None:
-        state = "pending"
-    else:
-        state = "received"
-    if _last(events, "operation.replayed") is not None and finished_event is None:
-        state = "replayed"
-
     return {
         "request_id": first.get("request_id"),
         "operation_id": next((e.get("operation_id") for e in events if e.get("operation_id")), None),
-        "state": state,
-        "settled": any(_last(events, kind) is not None for kind in _SETTLING) or state in ("failed", "replayed"),
+        "state": story.state,
+        # A story the table forbids is settled too: `airlock wait` must not wait for it for ever.
+        "settled": story.settled or error is not None,
         "pending": False,
+        "lifecycle_error": error.to_dict() if error is not None else None,
         "peer": received.get("peer"),
         "peer_uid": first.get("peer_uid"),
         "session": first.get("session"),
@@ -101,8 +98,13 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ran_and_succeeded(shown: dict[str, Any]) -> bool:
-    """`airlock wait`'s test: the operation ran and its last stage exited 0."""
+    """`airlock wait`'s test: the operation ran and its last stage exited 0 (a command),
+    or it did what was asked (a file operation)."""
     outcome = shown.get("outcome") or {}
+    if shown.get("lifecycle_error"):
+        return False
+    if "file_ok" in outcome:
+        return outcome.get("status") == "ok" and bool(outcome.get("file_ok"))
     codes = outcome.get("exit_codes") or []
     return (
         outcome.get("status") == "ok"

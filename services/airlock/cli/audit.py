@@ -13,8 +13,17 @@ acknowledge writes the database directly (the journal stopped, as root under
 systemd) against the anchors file beside it plus any ``--anchors`` named:
 see `airlock.journal.store.acknowledge`.
 
-Exit codes: 0 the journal checks out (acknowledged segments included), 1 a
-mismatch or a daemon error, 2 usage or anchors that cannot be read.
+``--lifecycle`` then reads every event through the operator door's events
+feed (paged, oldest first) and folds each request's events through the
+lifecycle table (`airlock.common.lifecycle`): a request whose story the table
+forbids -- a start without an approval, two starts, any record after intake's
+reply -- is a violation, named by request ID, seq, kind and the state it met.
+A story that merely stops (a service killed before its next record) is not.
+The whole journal is folded, whatever ``--from`` says.
+
+Exit codes: 0 the journal checks out (acknowledged segments included) and,
+with ``--lifecycle``, no request breaks the table; 1 a mismatch, a violation
+or a daemon error, 2 usage or anchors that cannot be read.
 """
 
 from __future__ import annotations
@@ -150,11 +159,101 @@ def verify(ns: argparse.Namespace) -> int:
         results.append(later[1])
     data = merge(results)
     data["anchors"]["source"] = label
+    if getattr(ns, "lifecycle", False):
+        checked = lifecycle_check(ns)
+        if isinstance(checked, int):
+            return checked
+        data["lifecycle"] = checked
+        data["chain_ok"] = bool(data.get("ok"))
+        data["ok"] = data["chain_ok"] and checked["ok"]
     if ns.json:  # the daemon's envelope, its data merged over the calls
         print(json.dumps({"id": envelope_id, "ok": True, "data": data}, separators=(",", ":")))
     else:
         print(render(data))
     return 0 if data.get("ok") else 1
+
+
+# Violations listed in full; beyond this only counted.
+MAX_VIOLATIONS = 1000
+
+
+def lifecycle_check(ns: argparse.Namespace) -> dict[str, Any] | int:
+    """Fold every request in the journal through the lifecycle table (the events feed, paged)."""
+    from airlock.common import lifecycle
+
+    # A request is its ID *and* its agent: request IDs are each agent's own (the replay
+    # guard claims "<uid>:<id>"), so two agents' requests may share one.  A record
+    # without the uid (a runner refusal before it parsed the spec) goes with the ID's
+    # only story.
+    stories: dict[tuple[str, Any], lifecycle.Story] = {}
+    operations: dict[tuple[str, Any], Any] = {}
+    broken: dict[tuple[str, Any], dict[str, Any]] = {}
+    uids: dict[str, list[Any]] = {}
+    cursor, read = 0, 0
+    while True:
+        try:
+            _raw, reply = client.call(client.operator_socket(ns.socket), "events", {"after": cursor, "limit": 256}, timeout=30)
+        except client.ClientError as exc:
+            _err(str(exc))
+            return 1
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            _err(f"{error.get('code')}: {error.get('message')}")
+            return 1
+        page = reply.get("data") or {}
+        events = page.get("events") or []
+        for event in events:
+            read += 1
+            request_id = event.get("request_id")
+            if not isinstance(request_id, str) or not request_id:
+                continue
+            uid = event.get("peer_uid")
+            known = uids.setdefault(request_id, [])
+            if uid is None and len(known) == 1:
+                uid = known[0]
+            key = (request_id, uid)
+            if key in broken:
+                continue
+            if event.get("kind") in lifecycle.OUTSIDE and key not in stories:
+                continue  # e.g. an operator's action naming a request: not a story of its own
+            if uid not in known:
+                known.append(uid)
+            operations.setdefault(key, event.get("operation_id"))
+            try:
+                stories[key] = lifecycle.step(stories.get(key, lifecycle.Story()), event)
+            except lifecycle.LifecycleError as exc:
+                broken[key] = {"request_id": request_id, "peer_uid": uid, "operation_id": operations.get(key)} | exc.to_dict()
+                stories.pop(key, None)
+        nxt = int(page.get("next_cursor") or cursor)
+        if not events or nxt <= cursor or nxt >= int(page.get("latest") or nxt):
+            break
+        cursor = nxt
+    states: dict[str, int] = {}
+    for story in stories.values():
+        states[story.state] = states.get(story.state, 0) + 1
+    violations = sorted(broken.values(), key=lambda v: v["seq"] if isinstance(v["seq"], int) else 0)
+    return {
+        "ok": not violations,
+        "events": read,
+        "requests": len(stories) + len(broken),
+        "states": dict(sorted(states.items())),
+        "open": sum(n for state, n in states.items() if state not in lifecycle.TERMINAL),
+        "violations": violations[:MAX_VIOLATIONS],
+        "violation_count": len(violations),
+    }
+
+
+def render_lifecycle(checked: dict[str, Any]) -> list[str]:
+    states = ", ".join(f"{state} {n}" for state, n in (checked.get("states") or {}).items()) or "none"
+    head = "ok" if checked.get("ok") else f"FAILED, {checked.get('violation_count')} request(s) break the table"
+    lines = [f"lifecycle: {head}; {checked.get('requests')} request(s) in {checked.get('events')} event(s) ({states})"]
+    for v in checked.get("violations") or []:
+        lines.append(
+            f"lifecycle violation: request {sanitise(str(v.get('request_id')))} "
+            f"(operation {sanitise(str(v.get('operation_id')))}) at seq {v.get('seq')}: "
+            f"{sanitise(str(v.get('kind')))} in state {v.get('state')}: {sanitise(str(v.get('reason')))}"
+        )
+    return lines
 
 
 def _batches(found: list[Any]) -> int:
@@ -187,7 +286,7 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def render(data: dict[str, Any]) -> str:
     lines = []
-    if data.get("ok"):
+    if data.get("chain_ok", data.get("ok")):
         lines.append(f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}")
     else:
         lines.append(f"FAILED at record {data.get('first_bad_seq')}: {sanitise(str(data.get('reason')))}")
@@ -200,6 +299,8 @@ def render(data: dict[str, Any]) -> str:
             f"segment: from seq {seg.get('seq')}, acknowledged by {sanitise(str(seg.get('operator')))}: "
             f"{sanitise(str(seg.get('reason')))} (previous head {seg.get('previous_seq')}){confirmed}"
         )
+    if data.get("lifecycle"):
+        lines.extend(render_lifecycle(data["lifecycle"]))
     return "\n".join(lines)
 
 

@@ -396,6 +396,11 @@ def cmd_show(ns: argparse.Namespace) -> int:
         if outcome.get("cancelled"):
             text += ", cancelled"
         pairs.append(("outcome", sanitise(text)))
+    broken = data.get("lifecycle_error") or {}
+    if broken:
+        pairs.append(("lifecycle", style.bold(sanitise(
+            f"FORBIDDEN at seq {broken.get('seq')}: {broken.get('kind')} in state {broken.get('state')}: {broken.get('reason')}"
+        ))))
     print(fields(pairs))
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
@@ -615,6 +620,9 @@ def parser() -> argparse.ArgumentParser:
         if name == "verify":
             sp.add_argument("--from", dest="from_seq", type=int, help="start at this sequence number")
             sp.add_argument("--anchor", help="the hash `airlock audit head` printed for the record at --from")
+            sp.add_argument("--lifecycle", action="store_true",
+                            help="also fold every request's events through the lifecycle table and name each "
+                                 "request whose story it forbids")
         if name in ("verify", "acknowledge"):
             sp.add_argument("--anchors", metavar="journald|FILE|none", help=anchors_help)
             sp.add_argument("--config", help="airlock.yaml to read (default /etc/airlock/airlock.yaml)")

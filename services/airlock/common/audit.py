@@ -8,17 +8,25 @@ reached the caller gets ``audit_unavailable`` and must not go on.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from airlock import __version__
 from airlock.common import log
+from airlock.common.codec import canonical_json
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client
+from airlock.common.ipc import Client, Unreachable
 from airlock.common.server import Connection, Service, write_timeout
 from airlock.journal.kinds import message_id
+
+# An append whose fate is unknown (see `Audit._settle`): how long to wait for the
+# journal to come back, and how many of the request's newest events to look through.
+SETTLE_SECONDS = 10.0
+SETTLE_WINDOW = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +109,44 @@ class Audit:
         payload: dict[str, Any] | None = None,
         log_fields: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        result = await self.client.call("append", self.event(kind, ids, payload))
+        event = self.event(kind, ids, payload)
+        try:
+            result = await self.client.call("append", event)
+        except Unreachable as exc:
+            if not exc.maybe_done or not event["request_id"]:
+                raise
+            result = await self._settle(event, exc)
         self.logged(kind, ids, result.get("seq"), log_fields)
         return result
+
+    async def _settle(self, event: dict[str, Any], lost: Unreachable) -> dict[str, Any]:
+        """The journal read this append and died before answering: it may or may not have committed it.
+
+        Sending it again blindly would write it twice when it had (a second
+        ``exec.started`` for one request); giving up would lose it when it had
+        not (an ``exec.finished`` missing after the work ran).  So: once the
+        journal answers again (within `SETTLE_SECONDS`), look for it in the
+        request's newest events -- same kind, writer and payload -- and append
+        it only if it is not there.  A request's trail holds each lifecycle
+        record once, so a match is this record.
+        """
+        deadline = time.monotonic() + SETTLE_SECONDS
+        scope = {"request_id": event["request_id"]}
+        while True:
+            try:
+                page = await self.client.call("events", {"tail": SETTLE_WINDOW, "scope": scope}, timeout=5)
+                break
+            except AirlockError:
+                if time.monotonic() >= deadline:
+                    raise lost from None
+                await asyncio.sleep(0.1)
+        mine = canonical_json(event["payload"])
+        for found in page.get("events") or []:
+            if (found.get("kind"), found.get("writer"), found.get("operation_id")) == (
+                event["kind"], event["writer"], event["operation_id"]
+            ) and canonical_json(found.get("payload")) == mine:
+                self.log.info(f"{self.writer}.append.settled", kind=event["kind"], request_id=event["request_id"],
+                              seq=found.get("seq"), found=True)
+                return {"seq": found.get("seq"), "hash": found.get("hash")}
+        self.log.info(f"{self.writer}.append.settled", kind=event["kind"], request_id=event["request_id"], found=False)
+        return await self.client.call("append", event)

@@ -61,9 +61,14 @@ class Unreachable(AirlockError):
     explain it (the MCP server says "is airlock running?").
     """
 
-    def __init__(self, code: ErrorCode, message: str, details: dict[str, Any], cause: BaseException | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, details: dict[str, Any], cause: BaseException | None = None,
+        *, maybe_done: bool = False,
+    ) -> None:
         super().__init__(code, message, details)
         self.cause = cause
+        # The server read the request and went away before answering: it may have done it.
+        self.maybe_done = maybe_done
 
 
 class _Stale(Exception):
@@ -79,8 +84,9 @@ class Client:
         self._idle: list[_Conn] = []
         self._sweep: asyncio.TimerHandle | None = None
 
-    def _down(self, why: str, cause: BaseException | None = None) -> Unreachable:
-        return Unreachable(self.unavailable, f"{self.service} is unavailable: {why}", {"service": self.service}, cause)
+    def _down(self, why: str, cause: BaseException | None = None, *, maybe_done: bool = False) -> Unreachable:
+        return Unreachable(self.unavailable, f"{self.service} is unavailable: {why}", {"service": self.service}, cause,
+                           maybe_done=maybe_done)
 
     async def call(
         self,
@@ -152,7 +158,7 @@ class Client:
             try:
                 return await self._exchange(conn, line, on_event, reused=True)
             except _Stale:
-                # The server closed this idle connection before reading our line
+                # The server closed this idle connection without reading our line
                 # (a restart, an idle cut-off): nothing was done, so ask again.
                 conn.close()
         return await self._exchange(await self._connect(), line, on_event, reused=False)
@@ -168,9 +174,13 @@ class Client:
                 if frame is NEED_DATA:
                     chunk = await conn.reader.read(256 * 1024)
                     if not chunk:
-                        if reused and not replied:
-                            raise _Stale
-                        raise self._down("connection closed before the reply")
+                        # A clean end of stream: the server took our line off its
+                        # socket before it closed (a close with the line unread is a
+                        # reset, below), so it may have acted on it -- journaled a
+                        # record, decided, run a job.  Never asked again: a retry
+                        # would do it twice (issue 20's lifecycle check caught
+                        # duplicated records after a SIGKILL).
+                        raise self._down("connection closed before the reply", maybe_done=True)
                     conn.decoder.feed(chunk)
                     continue
                 assert isinstance(frame, bytes)
@@ -193,9 +203,11 @@ class Client:
                 assert reply.error is not None
                 raise reply.error
         except (ConnectionError, BrokenPipeError) as exc:
+            # EPIPE on the write, or a reset on the read (Linux resets a Unix
+            # stream whose peer closed with data unread): the line was not read.
             if reused and not replied:
                 raise _Stale from None
-            raise self._down(f"connection lost ({type(exc).__name__})", exc) from None
+            raise self._down(f"connection lost ({type(exc).__name__})", exc, maybe_done=replied) from None
         finally:
             if keep and len(self._idle) < POOL_SIZE:
                 conn.idle_since = time.monotonic()

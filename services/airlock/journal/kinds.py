@@ -3,7 +3,10 @@
 One table drives three things: the journal's refusal of a kind appended by the
 wrong service (intake cannot write ``exec.finished``), the ``MESSAGE_ID`` every
 service logs the event under, and ``units/airlock.catalog``, which ships one
-entry per ``MESSAGE_ID`` so ``journalctl -x`` explains the event.
+entry per ``MESSAGE_ID`` so ``journalctl -x`` explains the event.  Each kind's
+place in a request's lifecycle (its transitions, or that it is outside the
+lifecycle) comes from ``airlock.common.lifecycle``'s one table
+(`KindInfo.transitions`); a kind that table does not classify is refused here.
 
 A ``MESSAGE_ID`` is part of the interface operators script against
 (``journalctl MESSAGE_ID=…``): once released it never changes, and a retired
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from airlock.common import lifecycle
 from airlock.common.errors import AirlockError, ErrorCode
 
 # The services that append to the journal.  The writer is taken from the peer's
@@ -48,6 +52,13 @@ class KindInfo:
         unknown = self.writers - set(WRITERS)
         if not self.writers or unknown:
             raise ValueError(f"kind {self.name!r}: unknown writers {sorted(unknown)}")
+        if not lifecycle.classified(self.name):
+            raise ValueError(f"kind {self.name!r}: common/lifecycle.py neither gives its transitions nor puts it outside")
+
+    @property
+    def transitions(self) -> tuple[lifecycle.Transition, ...]:
+        """The kind's transitions in a request's lifecycle; empty: outside it (``lifecycle.OUTSIDE``)."""
+        return lifecycle.transitions_of(self.name)
 
 
 _ANY: Final = frozenset({"intake", "approval", "runner", "journal"})
@@ -104,6 +115,9 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
     KindInfo("chain.acknowledged", frozenset({"journal"}), "121ea6510d604b5392be20b7f3dd9086",
              "An operator acknowledged a mismatch between the audit journal and its anchors; a new chain segment began."),
 )
+
+if (lifecycle.LIFECYCLE_KINDS | set(lifecycle.OUTSIDE)) - set(KINDS):
+    raise ValueError("common/lifecycle.py names kinds the journal does not have")
 
 # journald messages that are not audit records (the chain's anchors and its
 # health at start), with MESSAGE_IDs as fixed as the kinds'.

@@ -40,9 +40,49 @@ def test_denied_and_failed_requests_are_settled_but_not_successful() -> None:
                         ev(3, "request.replied", status="error", code="denied", message="denied")])
     assert denied["state"] == "failed" and denied["settled"] and not ran_and_succeeded(denied)
     assert denied["outcome"]["code"] == "denied"
-    nonzero = summarise([RECEIVED, ev(2, "exec.finished", exit_codes=[0, 3]),
-                         ev(3, "request.replied", status="ok")])
-    assert not ran_and_succeeded(nonzero)
-    cancelled = summarise([RECEIVED, ev(2, "exec.finished", exit_codes=[0], cancelled=True),
-                           ev(3, "request.replied", status="ok")])
-    assert not ran_and_succeeded(cancelled)
+    assert denied["decision"]["decision"] == "deny"
+    ran = [RECEIVED, ev(2, "approval.decided", decision="allow"), ev(3, "exec.started")]
+    nonzero = summarise([*ran, ev(4, "exec.finished", exit_codes=[0, 3]), ev(5, "request.replied", status="ok")])
+    assert nonzero["state"] == "finished" and not ran_and_succeeded(nonzero)
+    cancelled = summarise([*ran, ev(4, "exec.cancelled"), ev(5, "exec.finished", exit_codes=[0], cancelled=True),
+                           ev(6, "request.replied", status="ok")])
+    assert cancelled["state"] == "finished" and not ran_and_succeeded(cancelled)
+
+
+def test_a_denial_is_settled_before_intake_replies() -> None:
+    shown = summarise([RECEIVED, ev(2, "approval.pending"), ev(3, "approval.decided", decision="timeout")])
+    assert shown["state"] == "expired" and shown["settled"] and not ran_and_succeeded(shown)
+
+
+FILE_RAN = [RECEIVED, ev(2, "approval.decided", decision="allow"), ev(3, "files.started", digest="d")]
+
+
+def test_a_running_file_operation_is_running() -> None:
+    shown = summarise(FILE_RAN)
+    assert shown["state"] == "running" and shown["settled"] is False and shown["outcome"] is None
+
+
+def test_a_successful_file_operation_succeeded() -> None:
+    ended = [*FILE_RAN, ev(4, "files.finished", tool="write", path="/x", ok=True, duration_ms=3)]
+    assert summarise(ended)["settled"] and ran_and_succeeded(summarise(ended))
+    shown = summarise([*ended, ev(5, "request.replied", status="ok", code=None, message=None)])
+    assert shown["state"] == "finished" and ran_and_succeeded(shown)
+    assert shown["outcome"]["status"] == "ok" and shown["outcome"]["duration_ms"] == 3
+
+
+def test_a_failed_file_operation_did_not_succeed() -> None:
+    changed = [*FILE_RAN, ev(4, "files.finished", ok=False, error={"code": "file_changed", "message": "m"})]
+    shown = summarise([*changed, ev(5, "request.replied", status="error", code="file_changed", message="m")])
+    assert shown["state"] == "failed" and not ran_and_succeeded(shown) and shown["outcome"]["code"] == "file_changed"
+    # an error the operation itself answered (not a refusal): replied ok, but the operation did not do it
+    missing = summarise([*FILE_RAN, ev(4, "files.finished", ok=False, error={"code": "not_found"}),
+                         ev(5, "request.replied", status="ok")])
+    assert missing["state"] == "finished" and not ran_and_succeeded(missing)
+
+
+def test_a_forbidden_story_is_settled_named_and_never_a_success() -> None:
+    shown = summarise([RECEIVED, ev(2, "exec.started"), ev(3, "exec.finished", exit_codes=[0]),
+                       ev(4, "request.replied", status="ok")])
+    assert shown["lifecycle_error"] == {"seq": 2, "kind": "exec.started", "state": "received",
+                                        "reason": "allowed only in approved"}
+    assert shown["state"] == "received" and shown["settled"] and not ran_and_succeeded(shown)
