@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 # pybuild and our venv must not pick up a pyenv shim or another python3.
 export PATH := /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$(PATH)
 
-DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-systemd python3-sdnotify
+DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-systemd python3-sdnotify python3-dbus
 
 .PHONY: all run test test-unit test-integration lint deps clean bench stress
 
