@@ -23,7 +23,7 @@ rules:
       - [/usr/bin/mount, -t, tmpfs, none, /mnt/airlock-systest]
       - [/usr/bin/cat, /proc/self/status]
       - [/usr/bin/touch, /etc/airlock-systest-rw]
-      - [/usr/bin/ls, -1, /sys/class/net]
+      - [/usr/bin/cat, /proc/self/net/dev]
   - name: systest-units-read-only
     decision: allow
     groups: [airlock]
@@ -36,7 +36,7 @@ rules:
     groups: [airlock]
     privileged: true
     commands:
-      - [/usr/bin/ls, /sys/class/net]
+      - [/usr/bin/cat, /proc/net/dev]
     sandbox: {private_network: true, no_new_privileges: true}
 """
 
@@ -65,7 +65,7 @@ def units_policy(system):
 
 
 def test_a_job_is_a_transient_service_with_its_evidence(system) -> None:
-    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/self/status", extra=("--operation-id", op()))
+    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/self/status", privileged=True, extra=("--operation-id", op()))
     assert code == 0 and envelope.get("ok"), r
     data = envelope["data"]
     assert data["containment"] == "service", data
@@ -80,7 +80,7 @@ def test_a_job_is_a_transient_service_with_its_evidence(system) -> None:
 def test_a_root_job_is_a_full_root_job_by_default(system) -> None:
     import base64
 
-    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/self/status", extra=("--operation-id", op()))
+    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/self/status", privileged=True, extra=("--operation-id", op()))
     assert code == 0, r
     status = base64.b64decode(envelope["data"]["stdout"]).decode()
     init = system.c.run(["cat", "/proc/1/status"]).stdout
@@ -100,7 +100,7 @@ def test_an_approved_mount_works(system) -> None:
     system.c.run(["mkdir", "-p", "/mnt/airlock-systest"])
     try:
         code, envelope, r = system.run_json("/usr/bin/mount", "-t", "tmpfs", "none", "/mnt/airlock-systest",
-                                            extra=("--operation-id", op()))
+                                            privileged=True, extra=("--operation-id", op()))
         assert code == 0 and envelope["data"]["stages"][0]["exit_code"] == 0, r
         fs = system.c.run(["findmnt", "-n", "-o", "FSTYPE", "/mnt/airlock-systest"], check=False).stdout.strip()
         assert fs == "tmpfs"
@@ -110,10 +110,10 @@ def test_an_approved_mount_works(system) -> None:
 
 def test_read_only_sandbox_cannot_write_etc(system) -> None:
     system.c.run(["rm", "-f", "/etc/airlock-systest-rw", "/etc/airlock-systest-ro"])
-    code, _envelope, r = system.run_json("/usr/bin/touch", "/etc/airlock-systest-rw", extra=("--operation-id", op()))
+    code, _envelope, r = system.run_json("/usr/bin/touch", "/etc/airlock-systest-rw", privileged=True, extra=("--operation-id", op()))
     assert code == 0, r  # the control: a rule without a sandbox writes /etc
     assert system.c.run(["test", "-e", "/etc/airlock-systest-rw"], check=False).returncode == 0
-    code, envelope, r = system.run_json("/usr/bin/touch", "/etc/airlock-systest-ro", extra=("--operation-id", op()))
+    code, envelope, r = system.run_json("/usr/bin/touch", "/etc/airlock-systest-ro", privileged=True, extra=("--operation-id", op()))
     assert code != 0, r
     import base64
 
@@ -125,13 +125,17 @@ def test_read_only_sandbox_cannot_write_etc(system) -> None:
 def test_private_network_sandbox_has_only_lo(system) -> None:
     import base64
 
-    code, envelope, r = system.run_json("/usr/bin/ls", "-1", "/sys/class/net", extra=("--operation-id", op()))
+    def interfaces(envelope) -> list[str]:  # /proc/net/dev: the job's own network namespace
+        text = base64.b64decode(envelope["data"]["stdout"]).decode()
+        return sorted(line.split(":", 1)[0].strip() for line in text.splitlines() if ":" in line)
+
+    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/self/net/dev", privileged=True, extra=("--operation-id", op()))
     assert code == 0, r
-    control = base64.b64decode(envelope["data"]["stdout"]).decode().split()
+    control = interfaces(envelope)
     assert "lo" in control and len(control) > 1, control  # the control: the machine has other interfaces
-    code, envelope, r = system.run_json("/usr/bin/ls", "/sys/class/net", extra=("--operation-id", op()))
+    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/net/dev", privileged=True, extra=("--operation-id", op()))
     assert code == 0, r
-    assert base64.b64decode(envelope["data"]["stdout"]).decode().split() == ["lo"]
+    assert interfaces(envelope) == ["lo"], envelope["data"]
 
 
 def test_policy_check_shows_the_sandbox(system) -> None:
