@@ -36,9 +36,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
 import os
 import re
-import signal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -123,8 +123,6 @@ def unit_name(operation_id: str, owner_uid: int | None, stage: int | None, suffi
     characters becomes a prefix of it plus ``:`` and the SHA-256 of the full
     name; ``:`` never occurs in a short name.
     """
-    import hashlib
-
     body = _escape(operation_id) + f".u{'' if owner_uid is None else owner_uid}"  # always there: parsed from the end
     if stage is not None:
         body += f".s{stage}"
@@ -390,7 +388,3 @@ async def start_stage(unit: StageUnit, stdio: tuple[int | None, int, int]) -> St
 
 def python_executable() -> str:
     return os.path.realpath(sys.executable)
-
-
-def signal_name(signum: int) -> str:
-    return signal.Signals(signum).name
