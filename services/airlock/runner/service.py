@@ -99,7 +99,8 @@ class Runner:
             # path is a value from the peer's own environment.
             payload={"digest": digest, "spec": spec.to_dict(), "uid": job.identity.uid, "gid": job.identity.gid,
                      "cwd": job.cwd, "containment": job.containment, "added_env": added,
-                     "binaries": [dict(b) for b in job.binaries or ()]},
+                     "binaries": [dict(b) for b in job.binaries or ()],
+                     "sandbox": [dict(sb) for sb in job.sandboxes] if job.sandboxes else None},
         )
 
         # Output events go out in order through one queue, all before the final reply.
