@@ -19,3 +19,11 @@ stress: $(BIN)/airlock
 # The agent door alone (issue 4): ping and exec with 1 and 16 clients beside fork/exec.
 bench-door: $(BIN)/airlock
 	$(BIN)/python bench/door_bench.py $(BENCH_ARGS)
+
+# Exec latency per containment (issue 22): service vs scope vs process group, in one
+# run.  Needs systemd as PID 1: boots the system tests' Debian 12 container (root),
+# installs the .deb and runs bench/units_bench.py inside it.
+bench-units: $(BIN)/airlock
+	@[ "$$(id -u)" = 0 ] || { echo "bench-units: needs root (it boots a container)"; exit 2; }
+	$(MAKE) --no-print-directory test-system-deps deb
+	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python bench/units_container.py $(BENCH_ARGS)

@@ -95,8 +95,8 @@ check-units: check-units-deps
 	fi; \
 	fail=0; \
 	for s in intake approval journal runner notify; do \
-	  limit=10; [ $$s = runner ] && limit=50; [ $$s = notify ] && limit=20; \
+	  limit=10; [ $$s = runner ] && limit=25; [ $$s = notify ] && limit=20; \
 	  line=$$(systemd-analyze security --offline=yes --root="$$root" --threshold=$$limit "airlock-$$s.service" 2>&1 | tail -n 1) || fail=1; \
-	  echo "security: $$line (limit $$((limit / 10)).0)" | sed 's/→ Overall exposure level for //'; \
+	  echo "security: $$line (limit $$((limit / 10)).$$((limit % 10)))" | sed 's/→ Overall exposure level for //'; \
 	done; \
 	[ $$fail = 0 ] || { echo "check-units: an exposure level is over its limit"; exit 1; }

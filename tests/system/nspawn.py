@@ -36,6 +36,7 @@ INCLUDE = (
     "python3-systemd",
     "python3-structlog",
     "python3-sdnotify",
+    "python3-dbus",
     "procps",
 )
 HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "nsenter": "util-linux"}

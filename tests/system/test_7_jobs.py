@@ -1,5 +1,5 @@
 """A job that outlives its timeout is killed with everything it spawned,
-including processes that left its process group: the scope holds them all."""
+including processes that left its process group: its unit holds them all."""
 
 from __future__ import annotations
 
@@ -23,17 +23,17 @@ def test_timeout_kills_the_whole_scope(system) -> None:
         if all(f"sleep {n}" in status for n in (1001, 1002, 1003, 1004)):
             break
         time.sleep(0.2)
-    assert "airlock-job-" in status and ".scope" in status, status
+    assert "airlock-job-" in status and ".service" in status, status
     for n in (1001, 1002, 1003, 1004):
         assert f"sleep {n}" in status, status
 
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + 15 or proc.returncode == 128 + 9, (proc.returncode, out, err)
     assert b"timed out" in err, err
-    # Nothing is left: not the daemonised grandchildren, not the scope.
+    # Nothing is left: not the daemonised grandchildren, not the unit.
     r = system.c.run(["pgrep", "-a", "-f", "sleep 100[1-5]"], check=False)
     assert r.returncode == 1, r
-    scopes = system.c.run(["systemctl", "list-units", "--no-legend", "--plain", "airlock-job-*.scope"]).stdout
+    scopes = system.c.run(["systemctl", "list-units", "--all", "--no-legend", "--plain", "airlock-job-*"]).stdout
     assert f"systest-{marker}" not in scopes, scopes
 
 
@@ -41,7 +41,7 @@ def test_operator_cancel_kills_the_whole_scope(system) -> None:
     operation = f"systest-cancel-{uuid.uuid4().hex[:12]}"
     proc = system.c.popen(["airlock", "run", "--no-privilege", "--operation-id", operation,
                            "--", "/bin/sh", "-c", "setsid sleep 1007 & sleep 1008"], user=system.AGENT)
-    # Anchored: before exec, the scope's gate process also carries "sleep 1007"
+    # Anchored: before exec, the unit's exec helper also carries "sleep 1007"
     # in its command line; the job runs once sleep itself does.
     system.c.wait_for(["pgrep", "-f", "^sleep 1008"], timeout=20)
     started = time.monotonic()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -26,7 +26,7 @@ import yaml
 
 from airlock.approval import match
 from airlock.approval.match import FileGrant
-from airlock.common import binary
+from airlock.common import binary, sandbox
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
@@ -46,7 +46,8 @@ _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
 _BOOL = "tag:yaml.org,2002:bool"
 _NULL = "tag:yaml.org,2002:null"
-_RULE_KEYS = ("commands", "decision", "description", "files", "groups", "name", "privileged", "sessions", "users")
+_RULE_KEYS = ("commands", "decision", "description", "files", "groups", "name", "privileged", "sandbox", "sessions",
+              "users")
 _MAIN_KEYS = ("default", "rules")
 
 
@@ -85,6 +86,8 @@ class Rule:
     source: str  # path:line
     files: tuple[FileGrant, ...] | None = None  # None: any file operation (see `targets_commands`)
     description: str = ""
+    # Unit settings for this rule's jobs (common/sandbox.py); None: a full job, as with sudo.
+    sandbox: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # Rules built in code (tests, tools) get the same guarantees as parsed
@@ -148,6 +151,8 @@ class Rule:
             out["files"] = [{"tools": sorted(g.tools), "paths": list(g.paths)} for g in self.files]
         if self.description:
             out["description"] = self.description
+        if self.sandbox is not None:
+            out["sandbox"] = dict(self.sandbox)
         return out
 
 
@@ -158,6 +163,7 @@ class StageDecision:
     decision: Verdict
     rule: str  # the deciding rule, DEFAULT_RULE or UNRESOLVED_RULE
     matched: tuple[str, ...] = ()  # every rule that matched, by name
+    sandbox: Mapping[str, Any] | None = field(default=None, compare=False)  # the deciding rule's; None: none
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -166,6 +172,7 @@ class StageDecision:
             "decision": self.decision,
             "rule": self.rule,
             "matched": list(self.matched),
+            "sandbox": dict(self.sandbox) if self.sandbox is not None else None,
         }
 
 
@@ -227,7 +234,8 @@ class Policy:
             default: Verdict = self.default if resolved is not None else "deny"
             unmatched = DEFAULT_RULE if resolved is not None else UNRESOLVED_RULE
             verdict, rule, names = _decide_one(hits, default, unmatched)
-            out.append(StageDecision(argv, resolved, verdict, rule, names))
+            confined = next((r.sandbox for r in hits if r.name == rule), None)
+            out.append(StageDecision(argv, resolved, verdict, rule, names, confined))
         return _combine(tuple(out))
 
     def decide_file(self, subject: Subject, tool: str, path: str) -> Decision:
@@ -269,6 +277,8 @@ def explain(decision: Decision) -> list[str]:
         lines.append(f"  binary:   {stage.resolved or '(not found: cannot run)'}")
         matched = f" (matched: {', '.join(stage.matched)})" if stage.matched else " (no rule matched)"
         lines.append(f"  decision: {stage.decision} by {_rule_label(stage.rule)}{matched}")
+        if stage.decision != "deny":
+            lines.append(f"  sandbox:  {sandbox.describe(stage.sandbox)}")
     lines.append(f"result: {decision.decision} by {_rule_label(decision.rule)}")
     return lines
 
@@ -432,6 +442,7 @@ class _Reader:
             self._warn_untrusted(values["commands"], f"{key}.commands", commands)
         files = self.files(values["files"], f"{key}.files") if "files" in values else None
         description = self.string(values["description"], f"{key}.description") if "description" in values else ""
+        confined = self.sandbox(values["sandbox"], f"{key}.sandbox") if "sandbox" in values else None
         rule = Rule(
             name=name,
             decision=decision,
@@ -443,8 +454,22 @@ class _Reader:
             source=f"{self.path}:{node.start_mark.line + 1}",
             files=files,
             description=description,
+            sandbox=confined,
         )
         return rule, (name, _where(self.path, name_node), key)
+
+    def sandbox(self, node: yaml.Node, key: str) -> dict[str, Any]:
+        """A rule's sandbox: a mapping of the documented settings, each checked (common/sandbox.py)."""
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, key, f"expected a mapping of sandbox settings ({', '.join(sandbox.KEYS)})")
+        value = yaml.safe_load(yaml.serialize(node))
+        for name, key_node, item in self.items(node, key):
+            try:
+                sandbox.properties({name: value[name]}, key)
+            except AirlockError as exc:
+                raise self.fail(key_node if name not in sandbox.KEYS else item, f"{key}.{name}",
+                                exc.message.split(": ", 1)[-1].rsplit(" (got ", 1)[0]) from None
+        return dict(value)
 
     def _warn_untrusted(self, node: yaml.Node, key: str, commands: tuple[tuple[str, ...], ...]) -> None:
         """A root-only rule for a binary that is not root's alone could never run (issue 14)."""

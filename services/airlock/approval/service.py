@@ -82,6 +82,7 @@ class Pending:
             "env_names": sorted([*(spec.get("env") or {}), *(spec.get("protected_names") or [])]),
             "stages": self.binaries,
             "binaries": list(self.bound.get("binaries") or []),
+            "sandbox": list(self.bound.get("sandbox") or []),
             "rule": self.rule,
             "request": self.request,
             "policy": self.decision.to_dict(),
@@ -226,6 +227,9 @@ class Approval:
         bound: dict[str, Any] = {}
         if isinstance(spec, ExecSpec) and decision.decision != "deny":
             bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0)
+            if any(stage.sandbox for stage in decision.stages):
+                # The runner applies exactly the confinement approval saw (issue 22).
+                bound["sandbox"] = [dict(stage.sandbox or {}) for stage in decision.stages]
         await self._hold_restored()
         verdict, rule = decision.decision, decision.rule
         if self.hold_reason is not None and verdict == "allow":

@@ -25,6 +25,7 @@ from airlock import __version__
 # agent's hot path, and each command imports the rest when it runs.
 from airlock.cli import client, render
 from airlock.cli.render import Style, command_line, fields, sanitise, use_colour
+from airlock.common import sandbox
 from airlock.gateway import cli as gateway_cli
 from airlock.mcp import cli as mcp_cli
 
@@ -197,6 +198,9 @@ def cmd_pending(ns: argparse.Namespace) -> int:
                          render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
         for p in data.get("pending", []):
+            if p.get("sandbox"):  # shown only when a rule confines the job; none means a full job
+                confined = "; ".join(f"stage {i}: {sandbox.describe(sb)}" for i, sb in enumerate(p["sandbox"], start=1))
+                print(f"{render.sanitise(p['request_id'], strict=True)} sandbox: {render.sanitise(confined)}")
             review = render.file_review(p["request"])
             if review:
                 print(f"\n{render.sanitise(p['request_id'], strict=True)}:")
@@ -354,6 +358,8 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
     if rc == 0 and not ns.json:
         for stage in data.get("stages", []):
             print(f"{' '.join(stage.get('argv', []))}: {stage.get('decision')} (rule {stage.get('rule')}; binary {stage.get('resolved')})")
+            if stage.get("decision") != "deny":
+                print(f"  sandbox: {sandbox.describe(stage.get('sandbox'))}")
         print(f"decision: {data.get('decision')} (rule {data.get('rule')})")
     return rc
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from airlock.cli import client
 from airlock.cli.render import Style, command_line, diff_lines, duration, fields, file_review, sanitise, use_colour
+from airlock.common import sandbox
 
 POLL_SECONDS = 1.0
 CLEAR = "\x1b[H\x1b[2J"
@@ -55,6 +56,8 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
         else:
             shown = sanitise(resolved or binary, strict=True)
         pairs.append(("  binary", shown))
+        confined = (p.get("sandbox") or [])[i - 1] if len(p.get("sandbox") or []) >= i else None
+        pairs.append(("  sandbox", sanitise(sandbox.describe(confined))))
     request = p.get("request") or {}
     pairs.extend(file_review(request))
     env = p.get("env_names") or []

@@ -576,7 +576,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("journal.output_head_bytes", non_negative_int, 0, "Bytes of each output stream kept in the audit record (0: digest and size only)."),
     Setting("journal.anchor_every_records", non_negative_int, 1000, "Anchor the chain head outside the database after this many records (0: only at start and stop)."),
     Setting("journal.anchor_every_seconds", non_negative_float, 300.0, "Anchor the chain head at least this often while records are written (0: only at start and stop)."),
-    Setting("runner.containment", choice("auto", "scope", "process-group"), "auto", "scope: a transient systemd scope per job; auto: scope when systemd runs, else a process group."),
+    Setting("runner.containment", choice("auto", "service", "scope", "process-group"), "auto", "service: each job stage a transient systemd service (a rule's sandbox applies); scope: a transient scope around the runner's children; auto: service when systemd runs and the runner is root, else a process group."),
     Setting("runner.slice", string, "airlock-jobs.slice", "The slice job scopes are placed in."),
     Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job scope (e.g. 2G)."),
     Setting("runner.tasks_max", non_negative_int, 0, "TasksMax= of each job scope (0: systemd's default)."),

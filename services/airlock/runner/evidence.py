@@ -22,6 +22,10 @@ class StageResult:
     stderr: bytes
     stderr_truncated: bool
     stderr_sha256: str
+    # Service containment: the unit's CPU time and cgroup memory peak (None elsewhere).
+    cpu_usec: int | None = None
+    memory_peak_bytes: int | None = None
+    unit: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,9 @@ class JobResult:
                     "stderr": base64.b64encode(stage.stderr).decode("ascii"),
                     "stderr_truncated": stage.stderr_truncated,
                     "stderr_sha256": stage.stderr_sha256,
+                    "unit": stage.unit,
+                    "cpu_usec": stage.cpu_usec,
+                    "memory_peak_bytes": stage.memory_peak_bytes,
                 }
                 for stage in self.stages
             ],

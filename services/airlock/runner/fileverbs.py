@@ -104,7 +104,7 @@ async def execute(
         max_output_bytes=OUTPUT_CAP,
         kill_grace_seconds=kill_grace_seconds,
         protected_values=(),
-        containment="scope" if containment == "scope" else "process-group",
+        containment="service" if containment == "service" else "scope" if containment == "scope" else "process-group",
         slice=slice,
         owner_uid=owner_uid,
     )

@@ -34,17 +34,14 @@ import structlog
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import ROOT_PATH, resolve_executable
+from airlock.common.sandbox import cpu_quota_property, memory_property
 
 _DEST = "org.freedesktop.systemd1"
 _PATH = "/org/freedesktop/systemd1"
 _MANAGER = "org.freedesktop.systemd1.Manager"
-_UINT64_MAX = 2**64 - 1
-_UINT32_MAX = 2**32 - 1
 _UNIT_NAME_MAX = 255
 _UNIT_PREFIX = "airlock-job-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-_SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)\s*(?P<suffix>[KMGTPE]?)", re.IGNORECASE)
-_SUFFIXES = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
 _BUSCTL_TIMEOUT_SECONDS = 10.0
 _ATTACH_TIMEOUT_SECONDS = 5.0
 _POLL_SECONDS = 0.01
@@ -63,44 +60,6 @@ def unit_name(operation_id: str) -> str:
         digest = hashlib.sha256(operation_id.encode()).hexdigest()[:12]
         safe = f"{safe[: room - len(digest) - 1]}-{digest}" if safe else digest
     return f"{_UNIT_PREFIX}{safe}.scope"
-
-
-def _invalid(setting: str, value: str, why: str) -> AirlockError:
-    return AirlockError(ErrorCode.INVALID_ARGUMENTS, f"runner.{setting}: {why} (got {value!r})")
-
-
-def memory_property(value: str) -> tuple[str, str, int]:
-    """``MemoryMax`` as a D-Bus property: bytes (1024-based suffixes), ``N%`` or ``infinity``."""
-    text = value.strip()
-    if text == "infinity":
-        return ("MemoryMax", "t", _UINT64_MAX)
-    if text.endswith("%"):
-        try:
-            percent = float(text[:-1])
-        except ValueError:
-            raise _invalid("memory_max", value, "not a percentage") from None
-        if not 0 < percent <= 100:
-            raise _invalid("memory_max", value, "a percentage must be in (0, 100]")
-        return ("MemoryMaxScale", "u", round(percent / 100 * _UINT32_MAX))
-    match = _SIZE.fullmatch(text)
-    if match is None:
-        raise _invalid("memory_max", value, "expected bytes with an optional K, M, G, T, P or E suffix")
-    size = int(float(match["number"]) * 1024 ** _SUFFIXES[match["suffix"].upper()])
-    if not 0 < size < _UINT64_MAX:
-        raise _invalid("memory_max", value, "out of range")
-    return ("MemoryMax", "t", size)
-
-
-def cpu_quota_property(value: str) -> tuple[str, str, int]:
-    """``CPUQuota=200%`` as ``CPUQuotaPerSecUSec`` (microseconds of CPU per second)."""
-    text = value.strip()
-    try:
-        percent = float(text[:-1]) if text.endswith("%") else float("nan")
-    except ValueError:
-        percent = float("nan")
-    if not percent > 0:  # also rejects NaN
-        raise _invalid("cpu_quota", value, "expected a positive percentage such as 200%")
-    return ("CPUQuotaPerSecUSec", "t", round(percent * 10_000))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ import base64
 import os
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from airlock.common import binary, daemon, log, validate
+from airlock.common import binary, daemon, log, sandbox, validate
 from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
@@ -47,7 +47,7 @@ class Runner:
     def containment(self) -> str:
         mode = self.config.runner.containment
         if mode == "auto":
-            return "scope" if systemd_is_running() and os.geteuid() == 0 else "process-group"
+            return "service" if systemd_is_running() and os.geteuid() == 0 else "process-group"
         return mode
 
     async def _refuse(self, exc: AirlockError, ids: Ids) -> AirlockError:
@@ -99,7 +99,8 @@ class Runner:
             # path is a value from the peer's own environment.
             payload={"digest": digest, "spec": spec.to_dict(), "uid": job.identity.uid, "gid": job.identity.gid,
                      "cwd": job.cwd, "containment": job.containment, "added_env": added,
-                     "binaries": [dict(b) for b in job.binaries or ()]},
+                     "binaries": [dict(b) for b in job.binaries or ()],
+                     "sandbox": [dict(sb) for sb in job.sandboxes] if job.sandboxes else None},
         )
 
         # Output events go out in order through one queue, all before the final reply.
@@ -185,6 +186,10 @@ class Runner:
             if forwarded is not None:
                 env[agent.NAME] = forwarded
                 added.append(agent.NAME)
+        mode = self.containment()
+        containment: Literal["service", "scope", "process-group"] = (
+            "service" if mode == "service" else "scope" if mode == "scope" else "process-group"
+        )
         job = JobSpec(
             operation_id=operation_id,
             mode="shell" if spec.mode == "shell" else "exec",
@@ -201,13 +206,14 @@ class Runner:
             max_output_bytes=spec.max_output_bytes or ceiling,
             kill_grace_seconds=self.config.limits.kill_grace_seconds,
             protected_values=tuple(v for v in protected.values() if v),
-            containment="scope" if self.containment() == "scope" else "process-group",
+            containment=containment,
             slice=self.config.runner.slice,
             memory_max=self.config.runner.memory_max,
             tasks_max=self.config.runner.tasks_max,
             cpu_quota=self.config.runner.cpu_quota,
             binaries=tuple(binaries),
             owner_uid=spec.uid,
+            sandboxes=sandbox.parse_bound(bound.get("sandbox"), len(spec.stages)),
         )
         return job, added
 

@@ -11,7 +11,8 @@ Containment (scope.py): ``process-group``, every stage leads its own session
 and process group and signals go to all of them (a process that calls
 setsid() itself escapes, as in reference/001); or ``scope``, a transient
 systemd scope around everything the job starts, with the stages waiting
-before exec until they are inside it.
+before exec until they are inside it; or ``service`` (units.py), every stage
+its own transient service started by systemd, confined by the rule's sandbox.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import fcntl
 import math
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -31,9 +33,11 @@ from typing import Any, Literal
 
 import structlog
 
-from airlock.common import binary
+from airlock.common import binary, sandbox
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
+from airlock.common.sandbox import cpu_quota_property, memory_property
+from airlock.runner import units
 from airlock.runner.evidence import JobResult, StageResult, describe_exit, iso_utc, sha256_hex
 from airlock.runner.identity import Identity, check_cwd, check_executable, encodable
 from airlock.runner.redact import Capture, StreamRedactor
@@ -118,7 +122,7 @@ class JobSpec:
     max_output_bytes: int  # per stream
     kill_grace_seconds: float
     protected_values: tuple[str, ...]
-    containment: Literal["scope", "process-group"]
+    containment: Literal["service", "scope", "process-group"]
     slice: str = "airlock-jobs.slice"
     memory_max: str | None = None
     tasks_max: int = 0
@@ -129,6 +133,8 @@ class JobSpec:
     # argv[0] is resolved here, on the target user's default PATH.
     binaries: tuple[Mapping[str, Any], ...] | None = None
     owner_uid: int | None = None  # who asked: operation IDs are per agent, so is the scope's name
+    # Each stage's rule's sandbox as approval bound it (bound["sandbox"]); service containment only.
+    sandboxes: tuple[Mapping[str, Any], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("exec", "shell"):
@@ -142,8 +148,15 @@ class JobSpec:
             raise _invalid("argv, cwd and environment must be encodable (no lone surrogates)")
         if self.mode == "shell" and len(self.stages) != 1:
             raise _invalid("a shell job has exactly one stage")
-        if self.containment not in ("scope", "process-group"):
-            raise _invalid(f"containment must be scope or process-group (got {self.containment!r})")
+        if self.containment not in ("service", "scope", "process-group"):
+            raise _invalid(f"containment must be service, scope or process-group (got {self.containment!r})")
+        if self.sandboxes is not None and len(self.sandboxes) != len(self.stages):
+            raise _invalid("a job needs one sandbox (empty: none) per stage")
+        if any(self.sandboxes or ()) and self.containment != "service":
+            raise AirlockError(
+                ErrorCode.SPAWN_FAILED,
+                "this rule's sandbox needs runner.containment: service (systemd), not " + self.containment,
+            )
         if any(not k or "=" in k or "\0" in k or "\0" in v for k, v in self.env.items()):
             raise _invalid("environment names must be non-empty without '=' or NUL, values without NUL")
         if self.deadline is not None and not math.isfinite(self.deadline):
@@ -307,11 +320,73 @@ def _scope_containment(spec: JobSpec) -> ScopeContainment:
     return ScopeContainment(unit_name(name), settings)
 
 
+class ServiceContainment(ProcessGroups):
+    """Every stage in its own transient service (units.py); systemd kills what is left."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        super().__init__()
+        self.limits: list[sandbox.Property] = []
+        if spec.memory_max is not None:
+            self.limits.append(memory_property(spec.memory_max))
+        if spec.tasks_max > 0:
+            self.limits.append(("TasksMax", "t", spec.tasks_max))
+        if spec.cpu_quota is not None:
+            self.limits.append(cpu_quota_property(spec.cpu_quota))
+        # Bad settings fail before anything starts.
+        self.stage_limits = [sandbox.properties(sb) for sb in spec.sandboxes or [{}] * len(spec.stages)]
+        self.stages: list[units.StageService] = []
+        self.env_files: list[str] = []
+
+    async def attach(self, pids: Sequence[int]) -> None:
+        pass
+
+    async def signal(self, signum: int) -> None:
+        for stage in self.stages:
+            if stage.returncode is None:
+                await stage.kill(signum)
+
+    def signal_now(self, signum: int) -> None:
+        for stage in self.stages:
+            if stage.returncode is None:
+                stage.kill_now(signum)
+
+    async def occupied(self) -> bool:
+        return False  # a stage's unit stops only once systemd killed everything in it
+
+    async def release(self) -> None:
+        for stage in self.stages:
+            await stage.release()
+        self.remove_env_files()
+
+    def remove_env_files(self) -> None:
+        for path in self.env_files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self.env_files.clear()
+
+
+def _write_env_file(name: str, env: Mapping[str, str]) -> str:
+    """A root-only file for the unit's EnvironmentFile= (never a unit property: those are world-readable)."""
+    dirfd = os.open(units.ENV_DIR, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(f"{name}.env", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=dirfd)
+    finally:
+        os.close(dirfd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(units.env_file_text(env))
+    return os.path.join(units.ENV_DIR, f"{name}.env")
+
+
 def _containment_for(spec: JobSpec) -> ProcessGroups:
     if spec.containment == "process-group":
         return ProcessGroups()
     if not systemd_is_running():
-        raise AirlockError(ErrorCode.SPAWN_FAILED, "scope containment needs systemd as PID 1, which is not running")
+        raise AirlockError(
+            ErrorCode.SPAWN_FAILED, f"{spec.containment} containment needs systemd as PID 1, which is not running"
+        )
+    if spec.containment == "service":
+        return ServiceContainment(spec)
     return _scope_containment(spec)
 
 
@@ -344,6 +419,7 @@ class _Binary:
 
     path: str
     fd: int
+    st: os.stat_result
 
 
 def _stage_error(exc: AirlockError, index: int, argv0: str) -> AirlockError:
@@ -376,7 +452,7 @@ def _open_all(spec: JobSpec) -> list[_Binary]:
                 )
             try:
                 fd, st = binary.open_binary(path, trusted=trusted)
-                opened.append(_Binary(path, fd))
+                opened.append(_Binary(path, fd, st))
                 if expected is not None:
                     differs = binary.mismatch(expected, binary.identity_of(path, st, privileged=trusted))
                     if differs:
@@ -417,6 +493,7 @@ class _Job:
         self.containment = containment
         self.on_output = on_output
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.services: list[units.StageService] = []  # service containment: one per stage
         self.fds: list[_Fd] = []
         self.streams: list[tuple[_Fd, _Stream]] = []
         self.stdin: tuple[_Fd, bytes] | None = None
@@ -507,6 +584,62 @@ class _Job:
             next_in = read_out
         return gates
 
+    async def spawn_units(self, containment: ServiceContainment) -> None:
+        """Start every stage as its own transient service, stdio passed as fds."""
+        spec = self.spec
+        last = len(spec.stages) - 1
+        next_in: _Fd | None = None
+        if spec.stdin is not None:
+            next_in, writer = self._pipe()
+            self.stdin = (writer, spec.stdin)
+        trusted = spec.identity.uid == 0
+        python = units.python_executable()
+        owner = spec.owner_uid
+        for index, (argv, opened) in enumerate(zip(spec.stages, self.binaries, strict=True)):
+            read_out, write_out = self._pipe()
+            read_err, write_err = self._pipe()
+            if index == last:
+                _grow_pipe(read_out.fd)
+                self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output)))
+            _grow_pipe(read_err.fd)
+            self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output)))
+            name = units.unit_name(spec.operation_id, owner, index if last > 0 else None)
+            containment.env_files.append(_write_env_file(name, spec.env))
+            stage = units.StageUnit(
+                name=name,
+                description=f"airlock job {ascii(spec.operation_id)[1:-1]}" + (f" stage {index + 1}" if last else ""),
+                slice=spec.slice,
+                python=python,
+                path=opened.path,
+                dev=opened.st.st_dev,
+                ino=opened.st.st_ino,
+                owner=opened.st.st_uid if trusted else None,
+                mode=stat.S_IMODE(opened.st.st_mode) if trusted else None,
+                argv=(opened.path, *argv[1:]),
+                uid=spec.identity.uid,
+                gid=spec.identity.gid,
+                groups=spec.identity.groups,
+                cwd=spec.cwd,
+                umask=spec.umask,
+                env_file=containment.env_files[-1],
+                stop_timeout_seconds=spec.kill_grace_seconds,
+                runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
+                limits=(*containment.limits, *containment.stage_limits[index]),
+            )
+            try:
+                service = await units.start_stage(stage, (next_in.fd if next_in is not None else None, write_out.fd, write_err.fd))
+            except AirlockError as exc:
+                raise AirlockError(exc.code, f"stage {index + 1}: {exc.message}", exc.details | {"stage": index}) from None
+            containment.stages.append(service)
+            self.services.append(service)
+            if containment.unit is None:
+                containment.unit = name
+            if next_in is not None:
+                next_in.close()
+            write_out.close()
+            write_err.close()
+            next_in = read_out
+
     def start_io(self) -> None:
         for fd, stream in self.streams:
             os.set_blocking(fd.fd, False)
@@ -520,7 +653,11 @@ class _Job:
         async def one(index: int, proc: subprocess.Popen[bytes]) -> None:
             self.returncodes[index] = await _wait_exit(proc)
 
-        await asyncio.gather(*(one(i, p) for i, p in enumerate(self.procs)))
+        async def unit(index: int, service: units.StageService) -> None:
+            self.returncodes[index] = await service.wait()
+
+        await asyncio.gather(*(one(i, p) for i, p in enumerate(self.procs)),
+                             *(unit(i, s) for i, s in enumerate(self.services)))
 
     async def supervise(self, budget: float, cancel: asyncio.Event | None) -> None:
         exits = asyncio.ensure_future(self._wait_all())
@@ -541,6 +678,10 @@ class _Job:
                 self.timed_out = True
             await self._terminate(exits)
         await self._sweep()
+        if isinstance(self.containment, ServiceContainment):
+            # Units that stopped still hold the stdio fds systemd was given: collect
+            # them, so the pipes reach EOF and nothing named airlock-job-* is left.
+            await self.containment.release()
         await self._drain()
 
     async def _terminate(self, exits: asyncio.Future[None]) -> None:
@@ -587,6 +728,14 @@ class _Job:
             self.containment.signal_now(signal.SIGKILL)
             for proc in self.procs:
                 proc.wait()
+        if isinstance(self.containment, ServiceContainment):
+            if any(s.returncode is None for s in self.services):
+                self.containment.signal_now(signal.SIGKILL)
+            for service in self.services:  # stop and collect without waiting
+                for method in ("StopUnit", "ResetFailedUnit", "UnrefUnit"):
+                    args = (service.name, "replace") if method == "StopUnit" else (service.name,)
+                    units._executor.submit(units._call, method, *args)
+            self.containment.remove_env_files()
         for task in self.tasks:
             task.cancel()
         for fd in self.fds:
@@ -634,15 +783,19 @@ async def _execute(
         job.cancelled = not job.timed_out
         return _result(job, started_wall, started_mono, reason, started=False)
     try:
-        # fork+exec blocks for as long as the child takes to exec: do it off the
-        # event loop so other jobs' output keeps flowing and spawns overlap.
-        spawning = asyncio.ensure_future(asyncio.to_thread(job.spawn))
-        try:
-            gates = await asyncio.shield(spawning)
-        except asyncio.CancelledError:
-            await asyncio.wait({spawning})  # abort() below must see every process
-            raise
-        await containment.attach([p.pid for p in job.procs])
+        if isinstance(containment, ServiceContainment):
+            gates: list[_Fd] = []
+            await job.spawn_units(containment)
+        else:
+            # fork+exec blocks for as long as the child takes to exec: do it off the
+            # event loop so other jobs' output keeps flowing and spawns overlap.
+            spawning = asyncio.ensure_future(asyncio.to_thread(job.spawn))
+            try:
+                gates = await asyncio.shield(spawning)
+            except asyncio.CancelledError:
+                await asyncio.wait({spawning})  # abort() below must see every process
+                raise
+            await containment.attach([p.pid for p in job.procs])
         budget -= time.monotonic() - started_mono
         if gates and (budget <= 0 or (cancel is not None and cancel.is_set())):
             # Creating the scope took the rest of the time, or cancel came
@@ -686,7 +839,13 @@ def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *,
         returncode = job.returncodes[index]
         exit_code, signum = describe_exit(returncode) if returncode is not None else (None, None)
         data, truncated, digest = stderr.get(index, (b"", False, sha256_hex(b"")))
-        stages.append(StageResult(argv, resolved, exit_code, signum, data, truncated, digest))
+        service = job.services[index] if index < len(job.services) else None
+        stages.append(StageResult(
+            argv, resolved, exit_code, signum, data, truncated, digest,
+            cpu_usec=service.cpu_nsec // 1000 if service is not None and service.cpu_nsec is not None else None,
+            memory_peak_bytes=service.memory_peak if service is not None else None,
+            unit=service.name if service is not None else None,
+        ))
     ended_wall = time.time()
     return JobResult(
         operation_id=spec.operation_id,

@@ -364,6 +364,7 @@ def test_explain_names_binary_decision_and_rule() -> None:
         "stage 1: apt-get install nginx",
         "  binary:   /usr/bin/apt-get",
         "  decision: allow by rule apt-refresh (matched: apt-refresh)",
+        "  sandbox:  none (a full job, as with sudo)",
         "stage 2: no-such-binary-here 'a b'",
         "  binary:   (not found: cannot run)",
         "  decision: deny by unresolved binary (no rule matched)",
@@ -383,6 +384,7 @@ def test_to_dict_is_plain_json() -> None:
                 "decision": "allow",
                 "rule": "apt-refresh",
                 "matched": ["apt-refresh"],
+                "sandbox": None,
             }
         ],
     }

@@ -28,7 +28,7 @@ def test_a_missing_default_file_is_the_defaults_but_a_named_one_is_an_error(tmp_
         ("agents:\n  require_token: maybe\n", "/x.yaml:2:18: agents.require_token: expected true or false (got 'maybe')"),
         ("agents:\n  users: bob\n", "/x.yaml:2:10: agents.users: expected a list of strings (got 'bob')"),
         ("paths:\n  state_dir: var/lib\n", "/x.yaml:2:14: paths.state_dir: must be an absolute path (got 'var/lib')"),
-        ("runner:\n  containment: jail\n", "/x.yaml:2:16: runner.containment: must be one of auto, scope, process-group (got 'jail')"),
+        ("runner:\n  containment: jail\n", "/x.yaml:2:16: runner.containment: must be one of auto, service, scope, process-group (got 'jail')"),
         ("env:\n  allow: [GOOD, 'BAD-NAME']\n", "/x.yaml:2:10: env.allow: 'BAD-NAME' is not a variable name (a trailing * is allowed) (got a list)"),
         ("limits: [1]\n", "/x.yaml:1:9: limits: expected a mapping (got a list)"),
         ("limits:\n  freshness_seconds: 1\n  freshness_seconds: 2\n", "/x.yaml:3:3: limits.freshness_seconds: duplicate key (got 'freshness_seconds')"),

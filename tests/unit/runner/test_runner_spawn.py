@@ -418,6 +418,10 @@ def test_evidence_is_json_ready() -> None:
             "stderr": base64.b64encode(b"err").decode(),
             "stderr_truncated": False,
             "stderr_sha256": hashlib.sha256(b"err").hexdigest(),
+            # Only a service unit reports them (process-group mode here).
+            "unit": None,
+            "cpu_usec": None,
+            "memory_peak_bytes": None,
         }
     ]
     for key in ("mode", "containment", "timed_out", "timeout_reason", "cancelled", "started_at", "ended_at"):

@@ -1,0 +1,71 @@
+"""Exec latency per containment, in one run: transient service vs scope vs process group.
+
+    python3 bench/units_bench.py [--jobs 200]      # as root, with systemd as PID 1
+
+Runs ``/usr/bin/true`` as a root job through `spawn.run_job` (the runner's own
+start path, without the sockets, ticket and journal around it), alternating
+the three containments job by job so background load hits them alike, and
+prints p50/p90/p99 per mode and the service/scope p50 ratio.  On a machine
+without systemd it says so and exits 2.  Not a test: nothing is asserted
+beyond every job exiting 0.  The system tests' container can run it:
+``nsenter -t <PID 1> -a python3 /path/to/units_bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+
+from airlock.runner.identity import resolve_identity
+from airlock.runner.spawn import JobSpec, run_job, systemd_is_running
+from airlock.runner.units import ENV_DIR
+
+MODES = ("service", "scope", "process-group")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--jobs", type=int, default=200, help="jobs per mode (default 200)")
+    args = parser.parse_args()
+    if os.geteuid() != 0 or not systemd_is_running():
+        print("units_bench: needs root and systemd as PID 1", file=sys.stderr)
+        return 2
+    os.makedirs(ENV_DIR, mode=0o700, exist_ok=True)
+    identity = resolve_identity(0)
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for index in range(args.jobs + 5):
+        for mode in MODES:
+            spec = JobSpec(
+                operation_id=f"bench-{os.getpid()}-{index}", mode="exec", stages=(("/usr/bin/true",),),
+                identity=identity, env={"PATH": "/usr/bin:/bin"}, cwd="/", stdin=None, timeout_seconds=30,
+                deadline=None, max_output_bytes=65536, kill_grace_seconds=2, protected_values=(),
+                containment=mode,  # type: ignore[arg-type]
+            )
+            started = time.perf_counter()
+            result = await run_job(spec)
+            elapsed = (time.perf_counter() - started) * 1000
+            if result.stages[0].exit_code != 0:
+                print(f"units_bench: {mode} job {index} failed: {result.stages[0]}", file=sys.stderr)
+                return 1
+            if index >= 5:  # warm-up
+                times[mode].append(elapsed)
+    print(f"exec latency of /usr/bin/true as a root job, {args.jobs} jobs per mode, alternating (ms)")
+    print(f"{'containment':<15}{'p50':>8}{'p90':>8}{'p99':>8}")
+    for mode in MODES:
+        values = times[mode]
+        print(f"{mode:<15}{percentile(values, .5):>8.1f}{percentile(values, .9):>8.1f}{percentile(values, .99):>8.1f}")
+    ratio = percentile(times["service"], .5) / percentile(times["scope"], .5)
+    print(f"service / scope p50: {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,168 @@
+"""Service containment's pure parts (runner/units.py) and its exec helper.
+
+What talks to systemd is exercised by the system tests (tests/system/test_9_units.py);
+the helper runs here for real, as systemd would run it in a job's unit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from airlock.common import sandbox
+from airlock.common.errors import AirlockError
+from airlock.runner import units
+
+
+def _helper(path: str, st: os.stat_result, *argv: str, env: dict[str, str] | None = None,
+            privileged: bool = False) -> subprocess.CompletedProcess[bytes]:
+    unit = units.StageUnit(
+        name="x.service", description="d", slice="s.slice", python=os.path.realpath(sys.executable), path=path,
+        dev=st.st_dev, ino=st.st_ino, owner=st.st_uid if privileged else None,
+        mode=stat.S_IMODE(st.st_mode) if privileged else None, argv=(path, *argv), uid=0, gid=0, groups=(),
+        cwd="/", umask=0o022, env_file="/run/x.env", stop_timeout_seconds=1, runtime_max_seconds=10,
+    )
+    # What systemd does: load the EnvironmentFile, exec ExecStart's argv.
+    text = units.env_file_text(env or {}).decode()
+    name, value = text.strip().split("=", 1)
+    return subprocess.run(units.helper_argv(unit), env={name: value, "LC_ALL": "C"}, capture_output=True, check=False)
+
+
+def test_helper_runs_the_checked_file_with_exactly_the_job_environment() -> None:
+    path = os.path.realpath(shutil.which("env") or "/usr/bin/env")
+    st = os.stat(path)
+    tricky = "a b\nc'\"$`\\ é"
+    r = _helper(path, st, env={"PATH": "/usr/bin", "TRICKY": tricky}, privileged=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode() == f"PATH=/usr/bin\nTRICKY={tricky}\n"
+
+
+def test_helper_refuses_a_file_swapped_after_the_runners_check(tmp_path) -> None:
+    # The runner checked one file; by the time the unit starts, another sits at the path.
+    path = tmp_path / "tool"
+    marker = tmp_path / "ran"
+    path.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    path.chmod(0o755)
+    checked = os.stat(path)
+    control = _helper(str(path), checked)
+    assert control.returncode == 0 and marker.exists(), control.stderr  # the control: the checked file runs
+    marker.unlink()
+    swapped = tmp_path / "tool.new"
+    swapped.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    swapped.chmod(0o755)
+    os.rename(swapped, path)
+    r = _helper(str(path), checked)
+    assert r.returncode == units.HELPER_EXIT_CHANGED
+    assert b"is not the file the runner checked" in r.stderr
+    assert not marker.exists()
+
+
+def test_helper_refuses_a_symlink_on_the_way(tmp_path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    target = real / "true"
+    shutil.copy(os.path.realpath(shutil.which("true") or "/usr/bin/true"), target)
+    st = os.stat(target)
+    (tmp_path / "link").symlink_to(real)
+    r = _helper(str(tmp_path / "link" / "true"), st)
+    assert r.returncode == units.HELPER_EXIT_CHANGED
+    assert b"without following a symlink" in r.stderr
+    assert _helper(str(target), st).returncode == 0  # the control
+
+
+def test_helper_refuses_a_changed_mode_for_root_jobs(tmp_path) -> None:
+    path = tmp_path / "tool"
+    shutil.copy(os.path.realpath(shutil.which("true") or "/usr/bin/true"), path)
+    path.chmod(0o755)
+    st = os.stat(path)
+    assert _helper(str(path), st, privileged=True).returncode == 0
+    path.chmod(0o775)
+    r = _helper(str(path), st, privileged=True)
+    assert r.returncode == units.HELPER_EXIT_CHANGED and b"changed owner or mode" in r.stderr
+
+
+def test_unit_names_are_distinct_for_distinct_keys() -> None:
+    ids = ["a", "a_", "a_5f", "a/b", "a_2fb", "a.u1", "a.u1.s0", "é", "_c3_a9", "x" * 300, "x" * 301, ""]
+    keys = list(itertools.product(ids, [None, 0, 1, 10], [None, 0, 1]))
+    names = [units.unit_name(op, uid, stage) for op, uid, stage in keys]
+    assert len(set(names)) == len(keys)
+    for name in names:
+        assert len(name) <= 255 and name.startswith("airlock-job-") and name.endswith(".service")
+        assert all(c.isascii() and (c.isalnum() or c in "._-:") for c in name), name
+    assert units.unit_name("deploy-1", 1000, None) == "airlock-job-deploy-1.u1000.service"
+
+
+def test_unit_properties_carry_identity_and_never_the_environment() -> None:
+    unit = units.StageUnit(
+        name="airlock-job-x.u5.service", description="airlock job x", slice="airlock-jobs.slice",
+        python="/usr/bin/python3.11", path="/usr/bin/id", dev=1, ino=2, owner=None, mode=None,
+        argv=("/usr/bin/id", "-u"), uid=1000, gid=1000, groups=(1000, 27), cwd="/home/u", umask=0o022,
+        env_file="/run/airlock-runner/airlock-job-x.u5.service.env", stop_timeout_seconds=2, runtime_max_seconds=30,
+        limits=(("PrivateNetwork", "b", True),),
+    )
+    props = {name: value for name, _sig, value in units.unit_properties(unit)}
+    assert props["User"] == "1000" and props["Group"] == "1000" and props["SupplementaryGroups"] == ["27"]
+    assert props["WorkingDirectory"] == "/home/u" and props["Slice"] == "airlock-jobs.slice"
+    assert props["EnvironmentFiles"] == [(unit.env_file, False)]
+    assert "Environment" not in props  # world-readable through systemctl show
+    assert props["RuntimeMaxUSec"] == 30_000_000 and props["TimeoutStopUSec"] == 2_000_000
+    assert props["KillMode"] == "control-group" and props["AddRef"] is True
+    assert props["PrivateNetwork"] is True
+    (python, argv, _ignore), = props["ExecStart"]
+    assert python == "/usr/bin/python3.11" and argv[-2:] == ["/usr/bin/id", "-u"]
+    root = units.unit_properties(units.StageUnit(**{**{f: getattr(unit, f) for f in unit.__slots__}, "uid": 0}))
+    assert "User" not in {name for name, _s, _v in root}  # a root job: systemd's own default
+
+
+def test_returncode_from_exec_main_code() -> None:
+    assert units.returncode_of(1, 3) == 3
+    assert units.returncode_of(2, 15) == -15
+    assert units.returncode_of(3, 11) == -11
+
+
+def test_sandbox_properties() -> None:
+    props = sandbox.properties({
+        "read_only": True, "read_write_paths": ["/var/lib/app"], "private_network": True, "private_tmp": True,
+        "memory_max": "512M", "cpu_quota": "50%", "tasks_max": 64, "capabilities": ["CAP_NET_ADMIN", "CAP_CHOWN"],
+        "no_new_privileges": True,
+    })
+    got = {name: value for name, _sig, value in props}
+    assert got == {
+        "ProtectSystem": "strict", "ReadWritePaths": ["/var/lib/app"], "PrivateNetwork": True, "PrivateTmp": True,
+        "MemoryMax": 512 * 1024**2, "CPUQuotaPerSecUSec": 500_000, "TasksMax": 64,
+        "CapabilityBoundingSet": (1 << 12) | 1, "NoNewPrivileges": True,
+    }
+    assert sandbox.properties({}) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"readonly": True}, "sandbox.readonly: unknown key"),
+        ({"read_only": "yes"}, "sandbox.read_only: expected true or false"),
+        ({"read_write_paths": ["relative"]}, "sandbox.read_write_paths: expected an absolute path"),
+        ({"read_write_paths": ["/a/../etc"]}, "sandbox.read_write_paths: expected an absolute path"),
+        ({"memory_max": "lots"}, "sandbox.memory_max: expected bytes"),
+        ({"tasks_max": 0}, "sandbox.tasks_max: expected a positive number"),
+        ({"capabilities": ["CAP_EVERYTHING"]}, "sandbox.capabilities: expected a list of capability names"),
+    ],
+)
+def test_sandbox_errors_name_the_key(value: dict[str, object], message: str) -> None:
+    with pytest.raises(AirlockError) as err:
+        sandbox.properties(value)
+    assert err.value.message.startswith(message)
+
+
+def test_bound_sandbox_is_one_valid_entry_per_stage() -> None:
+    assert sandbox.parse_bound(None, 2) is None
+    assert sandbox.parse_bound([{}, {"read_only": True}], 2) == ({}, {"read_only": True})
+    with pytest.raises(AirlockError):
+        sandbox.parse_bound([{"read_only": True}], 2)
+    with pytest.raises(AirlockError):
+        sandbox.parse_bound([{}, {"private_network": 1}], 2)
