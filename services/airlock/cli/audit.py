@@ -189,45 +189,34 @@ def lifecycle_check(ns: argparse.Namespace) -> dict[str, Any] | int:
     operations: dict[tuple[str, Any], Any] = {}
     broken: dict[tuple[str, Any], dict[str, Any]] = {}
     uids: dict[str, list[Any]] = {}
-    cursor, read = 0, 0
-    while True:
-        try:
-            _raw, reply = client.call(client.operator_socket(ns.socket), "events", {"after": cursor, "limit": 256}, timeout=30)
-        except client.ClientError as exc:
-            _err(str(exc))
-            return 1
-        if not reply.get("ok"):
-            error = reply.get("error") or {}
-            _err(f"{error.get('code')}: {error.get('message')}")
-            return 1
-        page = reply.get("data") or {}
-        events = page.get("events") or []
-        for event in events:
-            read += 1
-            request_id = event.get("request_id")
-            if not isinstance(request_id, str) or not request_id:
-                continue
-            uid = event.get("peer_uid")
-            known = uids.setdefault(request_id, [])
-            if uid is None and len(known) == 1:
-                uid = known[0]
-            key = (request_id, uid)
-            if key in broken:
-                continue
-            if event.get("kind") in lifecycle.OUTSIDE and key not in stories:
-                continue  # e.g. an operator's action naming a request: not a story of its own
-            if uid not in known:
-                known.append(uid)
-            operations.setdefault(key, event.get("operation_id"))
-            try:
-                stories[key] = lifecycle.step(stories.get(key, lifecycle.Story()), event)
-            except lifecycle.LifecycleError as exc:
-                broken[key] = {"request_id": request_id, "peer_uid": uid, "operation_id": operations.get(key)} | exc.to_dict()
-                stories.pop(key, None)
-        nxt = int(page.get("next_cursor") or cursor)
-        if not events or nxt <= cursor or nxt >= int(page.get("latest") or nxt):
-            break
-        cursor = nxt
+    read = 0
+    try:
+        for events in client.event_pages(client.operator_socket(ns.socket)):
+            for event in events:
+                read += 1
+                request_id = event.get("request_id")
+                if not isinstance(request_id, str) or not request_id:
+                    continue
+                uid = event.get("peer_uid")
+                known = uids.setdefault(request_id, [])
+                if uid is None and len(known) == 1:
+                    uid = known[0]
+                key = (request_id, uid)
+                if key in broken:
+                    continue
+                if event.get("kind") in lifecycle.OUTSIDE and key not in stories:
+                    continue  # e.g. an operator's action naming a request: not a story of its own
+                if uid not in known:
+                    known.append(uid)
+                operations.setdefault(key, event.get("operation_id"))
+                try:
+                    stories[key] = lifecycle.step(stories.get(key, lifecycle.Story()), event)
+                except lifecycle.LifecycleError as exc:
+                    broken[key] = {"request_id": request_id, "peer_uid": uid, "operation_id": operations.get(key)} | exc.to_dict()
+                    stories.pop(key, None)
+    except client.ClientError as exc:
+        _err(str(exc))
+        return 1
     states: dict[str, int] = {}
     for story in stories.values():
         states[story.state] = states.get(story.state, 0) + 1

@@ -80,6 +80,27 @@ def call(
     raise ClientError("the daemon closed the connection without answering")
 
 
+def event_pages(path: str, *, timeout: float | None = 30, limit: int = 256) -> Iterator[list[dict[str, Any]]]:
+    """The whole events feed from the start, one page at a time (the cursor-paged ``events`` verb).
+
+    Raises `ClientError` when the socket cannot be reached or the daemon
+    answers with an error (its code and message).
+    """
+    cursor = 0
+    while True:
+        _raw, reply = call(path, "events", {"after": cursor, "limit": limit}, timeout=timeout)
+        if not reply.get("ok"):
+            error = reply.get("error") or {}
+            raise ClientError(f"{error.get('code')}: {error.get('message')}")
+        page = reply.get("data") or {}
+        events = page.get("events") or []
+        yield events
+        nxt = int(page.get("next_cursor") or cursor)
+        if not events or nxt <= cursor or nxt >= int(page.get("latest") or nxt):
+            return
+        cursor = nxt
+
+
 def agent_socket(given: str | None) -> str:
     return given or os.environ.get("AIRLOCK_SOCKET") or "/run/airlock/agent.sock"
 

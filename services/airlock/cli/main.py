@@ -297,27 +297,15 @@ def cmd_audit_export(ns: argparse.Namespace) -> int:
     if ns.since and since is None:
         _err(f"audit export: --since takes an ISO 8601 time (got {ns.since!r})")
         return 2
-    cursor = 0
-    while True:
-        try:
-            _raw, reply = client.call(client.operator_socket(ns.socket), "events", {"after": cursor, "limit": 256})
-        except client.ClientError as exc:
-            _err(str(exc))
-            return 1
-        if not reply.get("ok"):
-            error = reply.get("error") or {}
-            _err(f"{error.get('code')}: {error.get('message')}")
-            return 1
-        data = reply["data"]
-        for event in data.get("events", []):
-            when = _parse_since(str(event.get("time", "")))
-            if since is None or when is None or when >= since:
-                sys.stdout.write(json.dumps(event, separators=(",", ":"), ensure_ascii=False) + "\n")
-        if not data.get("events") or data.get("next_cursor", cursor) <= cursor:
-            break
-        cursor = int(data["next_cursor"])
-        if cursor >= int(data.get("latest", cursor)):
-            break
+    try:
+        for events in client.event_pages(client.operator_socket(ns.socket), timeout=None):
+            for event in events:
+                when = _parse_since(str(event.get("time", "")))
+                if since is None or when is None or when >= since:
+                    sys.stdout.write(json.dumps(event, separators=(",", ":"), ensure_ascii=False) + "\n")
+    except client.ClientError as exc:
+        _err(str(exc))
+        return 1
     sys.stdout.flush()
     return 0
 
