@@ -502,6 +502,18 @@ class _Job:
         self.timed_out = False
         self.cancelled = False
 
+    def _stage_pipes(self, spec: JobSpec, index: int, last: int) -> tuple[_Fd, _Fd, _Fd]:
+        """A stage's stdout and stderr pipes: stderr always captured, stdout only for the last stage
+        (otherwise it feeds the next one).  Returns (read_out, write_out, write_err)."""
+        read_out, write_out = self._pipe()
+        read_err, write_err = self._pipe()
+        if index == last:
+            _grow_pipe(read_out.fd)
+            self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output)))
+        _grow_pipe(read_err.fd)
+        self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output)))
+        return read_out, write_out, write_err
+
     def _pipe(self) -> tuple[_Fd, _Fd]:
         r, w = os.pipe()
         ends = (_Fd(r), _Fd(w))
@@ -526,13 +538,7 @@ class _Job:
             ids = {"user": spec.identity.uid, "group": spec.identity.gid, "extra_groups": list(spec.identity.groups)}
         for index, (argv, opened) in enumerate(zip(spec.stages, self.binaries, strict=True)):
             executable = opened.path
-            read_out, write_out = self._pipe()
-            read_err, write_err = self._pipe()
-            if index == last:
-                _grow_pipe(read_out.fd)
-                self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output)))
-            _grow_pipe(read_err.fd)
-            self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output)))
+            read_out, write_out, write_err = self._stage_pipes(spec, index, last)
             # argv[0] is the canonical path that policy matched, not the name the
             # request gave: multi-call binaries (systemctl as `reboot`) choose
             # what to do from argv[0], and policy judged the canonical binary.
@@ -596,13 +602,7 @@ class _Job:
         python = units.python_executable()
         owner = spec.owner_uid
         for index, (argv, opened) in enumerate(zip(spec.stages, self.binaries, strict=True)):
-            read_out, write_out = self._pipe()
-            read_err, write_err = self._pipe()
-            if index == last:
-                _grow_pipe(read_out.fd)
-                self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output)))
-            _grow_pipe(read_err.fd)
-            self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output)))
+            read_out, write_out, write_err = self._stage_pipes(spec, index, last)
             name = units.unit_name(spec.operation_id, owner, index if last > 0 else None)
             containment.env_files.append(_write_env_file(name, spec.env))
             stage = units.StageUnit(
