@@ -43,12 +43,12 @@ def throwaway_user(prefix: str = "alsec") -> Iterator[pwd.struct_passwd]:
         subprocess.run(["userdel", "--remove", "--force", name], capture_output=True)
 
 
-def as_user(user: pwd.struct_passwd) -> dict[str, object]:
+def as_user(user: pwd.struct_passwd, groups: list[int] | None = None) -> dict[str, object]:
     """`subprocess` keyword arguments that run a child as ``user`` (never as root)."""
     return {
         "user": user.pw_uid,
         "group": user.pw_gid,
-        "extra_groups": [],
+        "extra_groups": list(groups or []),
         "env": {"PATH": "/usr/bin:/bin", "HOME": user.pw_dir, "LANG": "C.UTF-8"},
         "cwd": user.pw_dir,
     }
@@ -93,6 +93,7 @@ def agent_request(
     rename: tuple[str, str] | None = None,
     on_event: str = "approved",
     timeout: float = 60,
+    groups: list[int] | None = None,
 ) -> subprocess.Popen[str]:
     """Start one request on agent.sock from a process of ``user``; `replies` collects it."""
     request = {"v": 1, "id": request_id or str(uuid.uuid4()), "verb": verb, "args": {"time": now_iso()} | args}
@@ -100,7 +101,7 @@ def agent_request(
     proc = subprocess.Popen(
         ["/usr/bin/python3", "-I", "-c", _AGENT_CLIENT],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        **as_user(user),  # type: ignore[arg-type]
+        **as_user(user, groups),  # type: ignore[arg-type]
     )
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(job))

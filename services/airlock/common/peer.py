@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 _UCRED = struct.Struct("3i")
+_MAX_GROUPS = 65536  # NGROUPS_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,8 @@ class Peer:
     groups: frozenset[str]
 
     def to_dict(self) -> dict[str, object]:
-        return {"pid": self.pid, "uid": self.uid, "gid": self.gid, "user": self.user, "groups": sorted(self.groups)}
+        return {"pid": self.pid, "uid": self.uid, "gid": self.gid, "user": self.user, "groups": sorted(self.groups),
+                "group_ids": list(self.group_ids)}
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Peer:
@@ -38,7 +40,15 @@ class Peer:
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (pid, uid, gid)):
             raise ValueError("peer pid, uid and gid must be non-negative integers")
         assert isinstance(uid, int) and isinstance(gid, int) and isinstance(pid, int)
-        return identify(pid, uid, gid)
+        # The groups intake read from the kernel at accept (SO_PEERGROUPS), so that policy
+        # judges the same groups the agent door admitted; without them, the user database.
+        ids = data.get("group_ids")
+        if ids is None:
+            return identify(pid, uid, gid)
+        if not (isinstance(ids, list) and len(ids) <= _MAX_GROUPS
+                and all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 2**32 for g in ids)):
+            raise ValueError("peer group_ids must be a list of group numbers")
+        return identify(pid, uid, gid, ids)
 
 
 def user_name(uid: int) -> str:

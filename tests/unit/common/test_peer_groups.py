@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock.common.peer import peer_of
+from airlock.common.peer import Peer, identify, peer_of
 
 CONNECT = "import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(5)"
 
@@ -46,3 +46,17 @@ def test_the_own_process_groups_come_back() -> None:
     with a, b:
         peer = peer_of(a)
     assert set(peer.group_ids) == {os.getegid(), *os.getgroups()}
+
+
+def test_another_service_rebuilds_the_same_groups() -> None:
+    # 4242 is in nobody's user-database entry: a rebuild from the database would drop it.
+    sent = identify(1, 65534, 65534, [65534, 4242])
+    got = Peer.from_dict(sent.to_dict())
+    assert got == sent and 4242 in got.group_ids
+    assert Peer.from_dict(sent.to_dict() | {"group_ids": None}).group_ids != sent.group_ids  # the old path: database
+
+
+@pytest.mark.parametrize("bad", [[-1], ["0"], [True], "0,1", [2**32]])
+def test_malformed_group_ids_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="group_ids"):
+        Peer.from_dict({"pid": 1, "uid": 0, "gid": 0, "group_ids": bad})
