@@ -291,17 +291,23 @@ def _state(name: str) -> UnitState | None:
         raise AirlockError(ErrorCode.SPAWN_FAILED, f"cannot read job unit {name}: {exc.get_dbus_message()}") from None
     unit = _bus.get_object(_DEST, path)
 
-    def get(iface: str, prop: str) -> Any:
-        return unit.Get(iface, prop, dbus_interface=_PROPS, timeout=_CALL_TIMEOUT_SECONDS)
+    def get_all(iface: str) -> Any:
+        return unit.GetAll(iface, dbus_interface=_PROPS, timeout=_CALL_TIMEOUT_SECONDS)
 
     try:
-        cpu = int(get(_SERVICE, "CPUUsageNSec"))
+        # One snapshot per interface, the unit's first: properties read one by one could
+        # see "inactive" while the start job was queued and "no job" once it had run,
+        # and take a running job for one that never started (seen under load).  Once a
+        # snapshot says inactive with no job, the service's exit fields read after it are final.
+        unit_props = get_all(_UNIT)
+        service_props = get_all(_SERVICE)
+        cpu = int(service_props["CPUUsageNSec"])
         return UnitState(
-            active=str(get(_UNIT, "ActiveState")),
-            job=int(get(_UNIT, "Job")[0]),
-            code=int(get(_SERVICE, "ExecMainCode")),
-            status=int(get(_SERVICE, "ExecMainStatus")),
-            cgroup=str(get(_SERVICE, "ControlGroup")),
+            active=str(unit_props["ActiveState"]),
+            job=int(unit_props["Job"][0]),
+            code=int(service_props["ExecMainCode"]),
+            status=int(service_props["ExecMainStatus"]),
+            cgroup=str(service_props["ControlGroup"]),
             cpu_nsec=None if cpu == 2**64 - 1 else cpu,
         )
     except dbus.DBusException as exc:
