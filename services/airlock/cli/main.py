@@ -23,7 +23,7 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import client, render
+from airlock.cli import client, fleet, render
 from airlock.cli.render import Style, command_line, fields, sanitise, use_colour
 from airlock.common import sandbox
 from airlock.gateway import cli as gateway_cli
@@ -328,6 +328,8 @@ def cmd_audit(ns: argparse.Namespace) -> int:
         return rc
     from airlock.cli import audit
 
+    if ns.audit_command == "verify" and getattr(ns, "journal", None):
+        return fleet.verify_journal(ns)
     if ns.audit_command == "acknowledge":
         return audit.acknowledge(ns)
     return audit.verify(ns)
@@ -617,6 +619,7 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--lifecycle", action="store_true",
                             help="also fold every request's events through the lifecycle table and name each "
                                  "request whose story it forbids")
+            fleet.add_verify_arguments(sp)
         if name in ("verify", "acknowledge"):
             sp.add_argument("--anchors", metavar="journald|FILE|none", help=anchors_help)
             sp.add_argument("--config", help="airlock.yaml to read (default /etc/airlock/airlock.yaml)")
@@ -627,6 +630,7 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--since", help="only events at or after this ISO 8601 time")
             sp.add_argument("--format", choices=["jsonl"], default="jsonl", help="output format (jsonl)")
         sp.set_defaults(func=cmd_audit)
+    fleet.register_audit(audit_sub)
 
     policy = sub.add_parser("policy", help="inspect the policy")
     policy_sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
