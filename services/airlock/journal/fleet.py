@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -111,6 +112,8 @@ def _text(entry: Mapping[str, Any], name: str) -> str:
             raise Unusable(f"{name} is not UTF-8") from None
     if value is None:
         raise Unusable(f"{name} is missing")
+    if isinstance(value, uuid.UUID):  # python3-systemd turns MESSAGE_ID and _BOOT_ID into UUIDs
+        return value.hex
     return str(value)
 
 
