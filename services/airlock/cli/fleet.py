@@ -39,6 +39,19 @@ def add_verify_arguments(sp: argparse.ArgumentParser) -> None:
                     help="with --journal: only this host (its AIRLOCK_HOST, hostname or machine ID)")
 
 
+def add_global_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", dest="remote_hosts", action="append", metavar="[USER@]HOST",
+                   help="run the command on this host through OpenSSH (its own airlock and peer checks decide); "
+                        "with watch, repeat it to watch several hosts")
+    p.add_argument("--ssh-config", metavar="FILE", help="with --host: the ssh_config(5) file to use (ssh -F)")
+
+
+def add_watch_arguments(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--host", dest="watch_hosts", action="append", metavar="[USER@]HOST",
+                    help="watch this host over SSH; repeat for several (each request is labelled with its host)")
+    sp.add_argument("--ssh-config", dest="watch_ssh_config", metavar="FILE", help="ssh_config(5) file for --host (ssh -F)")
+
+
 def register_audit(audit_sub: Any) -> None:
     """`airlock audit compare`."""
     text = "compare this host's audit database with its records on a collector (journal files)"

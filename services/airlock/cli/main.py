@@ -479,6 +479,10 @@ def cmd_wait(ns: argparse.Namespace) -> int:
 def cmd_watch(ns: argparse.Namespace) -> int:
     from airlock.cli import watch
 
+    if getattr(ns, "watch_hosts", None):
+        from airlock.cli import remote
+
+        return remote.watch_hosts(ns.watch_hosts, ns.watch_ssh_config)
     return watch.watch(client.operator_socket(ns.socket))
 
 
@@ -520,6 +524,7 @@ def parser() -> argparse.ArgumentParser:
     # (`airlock --json status`); a dest of its own, since a subcommand's
     # default would overwrite a shared one.
     p.add_argument("--json", dest="global_json", action="store_true", help="print the daemon's response envelopes verbatim")
+    fleet.add_global_arguments(p)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     def op(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -580,6 +585,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
     sp.set_defaults(func=cmd_wait)
     sp = op("watch", "live approval console: y approves, any other key denies")
+    fleet.add_watch_arguments(sp)
     sp.set_defaults(func=cmd_watch)
 
     token = sub.add_parser("token", help="issue and revoke agents' session tokens")
@@ -676,6 +682,10 @@ def main(argv: list[str] | None = None) -> int:
     command = getattr(ns, "command", None)
     if isinstance(command, list) and command and command[0] == "--":
         ns.command = command[1:]
+    if getattr(ns, "remote_hosts", None):
+        from airlock.cli import remote
+
+        return remote.run_remote(ns, sys.argv[1:] if argv is None else argv)
     try:
         return int(ns.func(ns))
     except KeyboardInterrupt:
