@@ -41,6 +41,8 @@ from airlock.cli.render import sanitise
 CONNECT_TIMEOUT: Final = 10
 CALL_TIMEOUT: Final = 30.0
 FLEET_POLL_SECONDS: Final = 2.0
+ROUND_SECONDS: Final = 1.5  # how long one round waits for the hosts' answers before showing what it has
+RETRY_SECONDS: Final = 10.0  # a failing host is asked again after this long
 _HOST_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_@:[]%")
 
 
@@ -160,7 +162,9 @@ class FleetConsole(watch.Console):
         super().__init__(self._route, fd, out)
         self.remotes = {r.host: r for r in remotes}
         self.failing: dict[str, str] = {}
-        self.counts: dict[str, int] = {}
+        self._held: dict[str, list[dict[str, Any]]] = {}  # each host's last answer
+        self._inflight: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
+        self._next_poll: dict[str, float] = {}
         self._current: str | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(remotes)))
 
@@ -171,22 +175,32 @@ class FleetConsole(watch.Console):
         return self.remotes[host].call(verb, args)
 
     def pending(self) -> list[dict[str, Any]]:
-        futures = {host: self._pool.submit(r.call, "pending", {}) for host, r in self.remotes.items()}
-        items: list[dict[str, Any]] = []
-        for host, future in futures.items():
-            try:
-                reply = future.result(timeout=CALL_TIMEOUT + 5)
-            except concurrent.futures.TimeoutError:
-                reply = _unreachable("no answer")
+        """Every host's pending requests, labelled, the soonest to expire first.
+
+        Polls run in the background, one per host at a time: a host that is
+        slow to answer (a black-holed address waits out ``ConnectTimeout``)
+        keeps its last answer and never holds up the others; a failing host
+        is asked again after `RETRY_SECONDS`.
+        """
+        now = time.monotonic()
+        for host, r in self.remotes.items():
+            if host not in self._inflight and now >= self._next_poll.get(host, 0.0):
+                self._inflight[host] = self._pool.submit(r.call, "pending", {})
+        concurrent.futures.wait(list(self._inflight.values()), timeout=ROUND_SECONDS)
+        for host, future in list(self._inflight.items()):
+            if not future.done():
+                continue
+            del self._inflight[host]
+            reply = future.result()
             if not reply.get("ok"):
                 error = reply.get("error") or {}
                 self.failing[host] = f"{error.get('code')}: {error.get('message')}"
-                self.counts.pop(host, None)
+                self._held.pop(host, None)
+                self._next_poll[host] = time.monotonic() + RETRY_SECONDS
                 continue
             self.failing.pop(host, None)
-            found = (reply.get("data") or {}).get("pending") or []
-            self.counts[host] = len(found)
-            items.extend(dict(p, fleet_host=host) for p in found)
+            self._held[host] = [dict(p, fleet_host=host) for p in (reply.get("data") or {}).get("pending") or []]
+        items = [p for host in self.remotes for p in self._held.get(host, [])]
         items.sort(key=lambda p: float(p.get("expires") or 0) or float("inf"))
         return items
 
@@ -195,8 +209,10 @@ class FleetConsole(watch.Console):
         for host in self.remotes:
             if host in self.failing:
                 lines.append(self.style.red(f"{sanitise(host)}: FAILING ") + sanitise(self.failing[host]))
+            elif host in self._held:
+                lines.append(f"{sanitise(host)}: ok, {len(self._held[host])} pending")
             else:
-                lines.append(f"{sanitise(host)}: ok, {self.counts.get(host, 0)} pending")
+                lines.append(f"{sanitise(host)}: connecting")
         return "\n".join(lines)
 
     def banner(self, p: dict[str, Any]) -> str:
