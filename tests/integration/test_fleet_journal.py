@@ -13,9 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
-import struct
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,40 +20,16 @@ from typing import Any
 import pytest
 
 from airlock.journal import fleet
+from fleet_support import REMOTE, write_collector
 
 from support import Stack, start_stack, stop_stack
 
-REMOTE = next((p for p in ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote")
-               if Path(p).exists()), None)
 pytestmark = pytest.mark.skipif(REMOTE is None, reason="needs systemd-journal-remote (apt-get install systemd-journal-remote)")
 pytest.importorskip("systemd.journal", reason="needs python3-systemd")
 
 MID = "5f1e0c2a9b8d4e7fa6c3b2d1e0f9a8b7"
 HOST = fleet.host_identity(MID, "web1")
 SECRET = "s3cr3t-fleet-value"
-BOOT = "0123456789abcdef0123456789abcdef"
-
-
-def export(entries: list[dict[str, Any]]) -> bytes:
-    """The journal export format (systemd.journal-export-formats(7)), as systemd-journal-upload sends it."""
-    out = bytearray()
-    for n, fields in enumerate(entries, 1):
-        out += f"__REALTIME_TIMESTAMP={int(time.time() * 1e6) + n}\n__MONOTONIC_TIMESTAMP={n}\n_BOOT_ID={BOOT}\n".encode()
-        for name, value in fields.items():
-            data = value if isinstance(value, bytes) else str(value).encode()
-            if b"\n" in data or len(data) > 512:
-                out += name.encode() + b"\n" + struct.pack("<Q", len(data)) + data + b"\n"
-            else:
-                out += name.encode() + b"=" + data + b"\n"
-        out += b"\n"
-    return bytes(out)
-
-
-def write_collector(directory: Path, entries: list[dict[str, Any]]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run([str(REMOTE), f"--output={directory}/remote-web1.journal", "-"], input=export(entries),
-                       capture_output=True, timeout=60, check=False)
-    assert r.returncode == 0, r.stderr.decode(errors="replace")
 
 
 def rows(database: Path) -> list[dict[str, Any]]:
