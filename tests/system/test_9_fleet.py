@@ -186,7 +186,9 @@ def test_requests_on_the_host_are_verified_on_the_collector(fleet: Fleet) -> Non
     h = fleet.host
     for _ in range(3):
         h.run(["airlock", "run", "--no-privilege", "--", "/usr/bin/true"], user="agent1")
-    big = "x" * 30000  # a record of ~30 KB: far past journald's line limit, well inside the native protocol's
+    # The largest record there can be: a payload just under the journal's 64 KiB cap
+    # (MAX_PAYLOAD_BYTES), past journald's 48 KiB stream line limit; it goes by the native protocol.
+    big = "x" * 64000
     r = h.run(["airlock", "run", "--json", "--no-privilege", "--", "/usr/bin/echo", big], user="agent1", check=False)
     request_id = json.loads(r.stdout.splitlines()[-1])["id"]
     head = fleet.host_head()
@@ -208,7 +210,7 @@ def test_requests_on_the_host_are_verified_on_the_collector(fleet: Fleet) -> Non
         user="auditor")
     kinds = json.loads(found.stdout)
     assert {"request.received", "exec.started", "exec.finished", "request.replied"} <= {k for k, _ in kinds}, kinds
-    assert max(n for _, n in kinds) > 30000
+    assert max(n for _, n in kinds) > 64000
 
 
 def test_a_truncated_host_database_is_reported_by_compare(fleet: Fleet) -> None:
