@@ -204,3 +204,27 @@ def test_a_record_at_the_payload_cap_keeps_its_bytes() -> None:
     fields = fleet.record_fields(record, record["hash"], HOST_A)
     assert len(fields["AIRLOCK_RECORD"]) > MAX_PAYLOAD_BYTES - 20
     assert fleet.verify_hosts([entry(record)]).ok
+
+
+def test_the_store_hands_every_committed_record_to_the_shipper_in_order(tmp_path: Any) -> None:
+    """What the journal service sends to journald (Store.on_records): each committed record once, in
+    seq order, after its commit -- and the fields built from it verify as a chain."""
+    import asyncio
+
+    from journal_support import with_store
+
+    from airlock.journal.store import Store
+
+    shipped: list[Any] = []
+
+    async def body(store: Store) -> None:
+        store.on_records = lambda events: shipped.extend((e, store.head()[0]) for e in events)
+        await asyncio.gather(*(store.append(writer="intake", kind="request.received", request_id=f"r{i}",
+                                            payload={"i": i}) for i in range(20)))
+
+    with_store(tmp_path / "journal.db", body)
+    assert [e.seq for e, _ in shipped] == list(range(1, 21))
+    assert all(head >= e.seq for e, head in shipped)  # never ahead of the commit
+    entries = [entry(e.to_dict()) for e, _ in shipped]
+    report = fleet.verify_hosts(entries)
+    assert report.ok and report.hosts[HOST_A].records == 20
