@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -255,6 +257,8 @@ def watch_hosts(hosts: Sequence[str], config: str | None) -> int:
     fd = sys.stdin.fileno()
     saved = termios.tcgetattr(fd)
     console = FleetConsole(remotes, fd, sys.stdout)
+    # A closed terminal (SIGHUP) still closes the shared SSH connections below.
+    signal.signal(signal.SIGHUP, lambda _sig, _frame: sys.exit(129))
     try:
         tty.setcbreak(fd)
         return console.run()
@@ -262,7 +266,8 @@ def watch_hosts(hosts: Sequence[str], config: str | None) -> int:
         print(f"\nairlock: {exc}", file=sys.stderr)
         return 1
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        with contextlib.suppress(termios.error):
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         console._pool.shutdown(wait=False, cancel_futures=True)
         for r in remotes:
             r.close()
