@@ -10,6 +10,7 @@ several services and the message's ``writer`` picks among exactly those.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -376,11 +377,14 @@ def shipping() -> tuple[Callable[[list[Any]], None] | None, str | None]:
         return None, None
 
     def ship(events: list[Any]) -> None:
+        # Called inside the commit, before its callers hear back: whatever journald does,
+        # the commit completes.  The database has the records; a collector will show the gap.
         try:
             send(events)
-        except OSError as exc:  # the database has them; a collector will show the gap
-            logger.error("journal.record.unshipped", message_id=NOTICES["journal.record.unshipped"],
-                         first_seq=events[0].seq if events else None, count=len(events), error=str(exc))
+        except Exception as exc:
+            with contextlib.suppress(Exception):  # the log goes to the same journald
+                logger.error("journal.record.unshipped", message_id=NOTICES["journal.record.unshipped"],
+                             first_seq=events[0].seq if events else None, count=len(events), error=str(exc))
 
     return ship, send.host
 

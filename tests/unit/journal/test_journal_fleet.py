@@ -228,3 +228,31 @@ def test_the_store_hands_every_committed_record_to_the_shipper_in_order(tmp_path
     entries = [entry(e.to_dict()) for e, _ in shipped]
     report = fleet.verify_hosts(entries)
     assert report.ok and report.hosts[HOST_A].records == 20
+
+
+def test_journald_failing_never_breaks_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipper runs inside the commit: journald gone (send raises) must not raise into it."""
+    from airlock.common import log
+    from airlock.journal import journalfiles, service
+
+    calls: list[int] = []
+
+    class Gone:
+        host = HOST_A
+
+        def __init__(self, _host: str) -> None:
+            pass
+
+        def __call__(self, events: Any) -> None:
+            calls.append(len(events))
+            raise OSError(2, "No such file or directory")
+
+    monkeypatch.setattr(log, "_journald_in_use", True)
+    monkeypatch.setattr(journalfiles, "RecordSender", Gone)
+    monkeypatch.setattr(journalfiles, "local_host", lambda: HOST_A)
+    ship, host = service.shipping()
+    assert ship is not None and host == HOST_A
+    ship([object(), object()])  # no exception
+    assert calls == [2]
+    monkeypatch.setattr(log, "_journald_in_use", False)
+    assert service.shipping() == (None, None)  # dev mode: nothing goes to journald
