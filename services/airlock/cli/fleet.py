@@ -131,6 +131,9 @@ def _host_line(host: Any) -> str:
         summary += f"; anchors: {host.anchors.checked} checked"
     if host.first_seq is not None and host.first_seq > 1:
         summary += f"; records before seq {host.first_seq} are not on the collector (chain checked from there)"
+    for seg in host.segments:
+        cut = f" (the host cut {_range(*seg['cut'])}; the collector keeps them)" if seg.get("cut") else ""
+        summary += f"; new segment at seq {seg['seq']}: acknowledged after seq {seg['after']}{cut}"
     if host.ok:
         return f"host {sanitise(host.host)}: ok: {summary}"
     problems = "; ".join(sanitise(p) for p in host.problems[:10])
@@ -191,12 +194,14 @@ def compare(ns: argparse.Namespace) -> int:
         return 2
     (name, held), = report.hosts.items()
     collected = _collected(entries, name)
-    result = fleet.compare(local, collected)
+    cuts = [(seg["cut"][0], seg["cut"][1]) for seg in held.segments if seg.get("cut")]
+    result = fleet.compare(local, collected, cuts)
     if ns.json:
         print(json.dumps(result.to_dict() | {"host": name, "database": str(database),
                                              "collector": held.to_dict()}, separators=(",", ":")))
     else:
         tail = "".join(f"; not on the collector yet: {_range(lo, hi)}" for lo, hi in result.not_collected[-3:])
+        tail += "".join(f"; {_range(lo, hi)} cut and acknowledged (kept on the collector)" for lo, hi in result.acknowledged)
         if result.ok:
             print(f"ok: the database ({result.local_head} as head) holds the {result.compared} records the "
                   f"collector has of {name}{tail}")

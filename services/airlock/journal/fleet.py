@@ -201,6 +201,10 @@ class HostReport:
     runs: list[VerifyResult] = field(default_factory=list)
     anchors: AnchorCheck | None = None
     problems: list[str] = field(default_factory=list)
+    # Acknowledged cuts: {"seq": the acknowledgement, "after": the record it links to,
+    # "cut": [first, last] seq the host cut and the collector still holds, or None}.
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    unlinked: list[int] = field(default_factory=list)  # acknowledgements that link to nothing held
 
     @property
     def ok(self) -> bool:
@@ -208,7 +212,8 @@ class HostReport:
 
     @property
     def first_bad_seq(self) -> int | None:
-        bad = [lo for lo, _ in self.gaps] + self.conflicts + [r.first_bad_seq for r in self.runs if r.first_bad_seq]
+        bad = [lo for lo, _ in self.gaps] + self.conflicts + self.unlinked
+        bad += [r.first_bad_seq for r in self.runs if r.first_bad_seq]
         if self.anchors is not None and self.anchors.first_bad_seq is not None:
             bad.append(self.anchors.first_bad_seq)
         return min(bad, default=None)
@@ -227,6 +232,7 @@ class HostReport:
             "conflicts": self.conflicts,
             "first_bad_seq": self.first_bad_seq,
             "anchors": self.anchors.to_dict() if self.anchors is not None else None,
+            "segments": self.segments,
             "problems": self.problems,
         }
 
@@ -290,12 +296,25 @@ def verify_host(host: str, shipped: Iterable[Shipped], anchors: Iterable[Anchor]
     report.first_seq, report.last_seq = seqs[0], seqs[-1]
     report.first_time, report.last_time = by_seq[seqs[0]].row["time"], by_seq[seqs[-1]].row["time"]
 
-    # Runs of consecutive seqs (an acknowledgement may follow a jump).
+    # Runs of consecutive seqs.  An acknowledgement starts a run of its own: it links
+    # to the last record its host kept, which may be older than records the collector
+    # still holds (the cut it acknowledged) -- those stay here, as evidence.
     runs: list[list[Shipped]] = []
     missing: list[int] = []
+    seq_of = {item.hash: seq for seq, item in by_seq.items()}
     for seq in seqs:
         item = by_seq[seq]
-        if runs and (seq == runs[-1][-1].seq + 1 or item.row["kind"] == ACK_KIND):
+        if item.row["kind"] == ACK_KIND and runs:
+            link = seq_of.get(item.row["prev_hash"])
+            if link is None or link >= seq:
+                report.unlinked.append(seq)
+                report.problems.append(f"seq {seq}: an acknowledgement that links to no earlier record on the collector")
+            else:
+                end = runs[-1][-1].seq
+                report.segments.append({"seq": seq, "after": link, "cut": [link + 1, end] if end > link else None})
+            runs.append([item])
+            continue
+        if runs and seq == runs[-1][-1].seq + 1:
             runs[-1].append(item)
             continue
         if runs:
@@ -368,6 +387,7 @@ class Comparison:
     collected_last: int | None
     compared: int
     not_collected: list[tuple[int, int]]  # local records the collector lacks (not yet uploaded, or lost)
+    acknowledged: list[tuple[int, int]] = field(default_factory=list)  # cut, acknowledged, held by the collector
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -378,10 +398,12 @@ class Comparison:
             "collected_last": self.collected_last,
             "compared": self.compared,
             "not_collected": [{"from": lo, "to": hi} for lo, hi in self.not_collected],
+            "acknowledged": [{"from": lo, "to": hi} for lo, hi in self.acknowledged],
         }
 
 
-def compare(local: Mapping[int, str], collected: Mapping[int, str]) -> Comparison:
+def compare(local: Mapping[int, str], collected: Mapping[int, str],
+            acknowledged: Iterable[tuple[int, int]] = ()) -> Comparison:
     """Compare seq -> hash of the local database with seq -> hash on the collector.
 
     Every record the collector holds must be in the database with the same
@@ -389,12 +411,17 @@ def compare(local: Mapping[int, str], collected: Mapping[int, str]) -> Compariso
     database was cut short), one with another hash was rewritten.  Reported
     with the first seq that differs.  Local records the collector does not
     hold are listed, not held against the database (not uploaded yet).
+    ``acknowledged``: seq ranges an acknowledgement on the collector says the
+    host cut (`HostReport.segments`); the database need not hold those.
     """
+    cuts = sorted(acknowledged)
     local_head = max(local, default=0)
     collected_last = max(collected, default=None)
     problems: list[tuple[int, str]] = []
     compared = 0
     for seq in sorted(collected):
+        if any(lo <= seq <= hi for lo, hi in cuts):
+            continue
         have = local.get(seq)
         if have is None:
             if seq > local_head:
@@ -410,5 +437,5 @@ def compare(local: Mapping[int, str], collected: Mapping[int, str]) -> Compariso
     not_collected = _ranges(sorted(s for s in local if s not in collected))
     if problems:
         seq, reason = problems[0]
-        return Comparison(False, seq, reason, local_head, collected_last, compared, not_collected)
-    return Comparison(True, None, None, local_head, collected_last, compared, not_collected)
+        return Comparison(False, seq, reason, local_head, collected_last, compared, not_collected, cuts)
+    return Comparison(True, None, None, local_head, collected_last, compared, not_collected, cuts)

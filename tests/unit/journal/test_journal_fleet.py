@@ -256,3 +256,27 @@ def test_journald_failing_never_breaks_the_commit(monkeypatch: pytest.MonkeyPatc
     assert calls == [2]
     monkeypatch.setattr(log, "_journald_in_use", False)
     assert service.shipping() == (None, None)  # dev mode: nothing goes to journald
+
+
+def test_an_acknowledged_cut_is_a_new_segment_and_the_cut_records_stay_as_evidence() -> None:
+    records = make_chain(10)
+    # the host cut 7..10 and acknowledged: its ack links to seq 6 and takes seq 11
+    ack = make_chain(1, start=11, prev=records[5]["hash"], kind=chain.ACK_KIND)[0]
+    after = make_chain(2, start=12, prev=ack["hash"])
+    entries = [entry(r) for r in records + after] + [entry(ack, _SYSTEMD_UNIT="session-1.scope", _UID=0)]
+    host = fleet.verify_hosts(entries).hosts[HOST_A]
+    assert host.ok, host.to_dict()
+    assert host.segments == [{"seq": 11, "after": 6, "cut": [7, 10]}]
+    # the database after the acknowledgement: 1..6, 11..13 -- compare accepts the acknowledged cut
+    local = {r["seq"]: r["hash"] for r in [*records[:6], ack, *after]}
+    collected = {r["seq"]: r["hash"] for r in [*records, ack, *after]}
+    assert not fleet.compare(local, collected).ok
+    accepted = fleet.compare(local, collected, [(7, 10)])
+    assert accepted.ok and accepted.acknowledged == [(7, 10)] and accepted.compared == 9
+
+
+def test_an_acknowledgement_linking_to_nothing_held_fails() -> None:
+    records = make_chain(5)
+    ack = make_chain(1, start=9, prev="e" * 64, kind=chain.ACK_KIND)[0]
+    host = fleet.verify_hosts([entry(r) for r in records] + [entry(ack, _UID=0)]).hosts[HOST_A]
+    assert not host.ok and host.first_bad_seq == 9
