@@ -240,6 +240,28 @@ def test_a_truncated_host_database_is_reported_by_compare(fleet: Fleet) -> None:
     assert fleet.collector_verify().returncode == 0
 
 
+def test_an_acknowledged_cut_is_a_new_segment_on_the_collector(fleet: Fleet) -> None:
+    """After the cut above, root acknowledges it on the host: the acknowledgement is shipped (from
+    root), the collector's copy verifies as two segments with the cut records kept, and compare
+    accepts the cut the acknowledgement names."""
+    h = fleet.host
+    done = h.run(["airlock", "audit", "acknowledge", "--json", "--reason", "fleet system test"])
+    ack = json.loads(done.stdout)
+    h.run(["systemctl", "start", "airlock.socket", "airlock-operator.socket", "airlock-approval.socket",
+           "airlock-runner.socket", "airlock-journal.socket"])
+    h.run(["airlock", "run", "--no-privilege", "--", "/usr/bin/true"], user="agent1")
+    report = fleet.wait_collected(fleet.host_head())
+    (host,) = report["hosts"]
+    assert report["ok"], report
+    (segment,) = host["segments"]
+    assert segment["seq"] == ack["seq"] and segment["after"] == ack["previous"]["seq"] and segment["cut"], segment
+    copy = h.root / "root" / "collector"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(fleet.collector.root / REMOTE_DIR.lstrip("/"), copy)
+    compare = h.run(["airlock", "audit", "compare", "--journal", "/root/collector"], check=False)
+    assert compare.returncode == 0 and "cut and acknowledged" in compare.stdout, compare
+
+
 def test_forged_records_on_the_host_do_not_count_on_the_collector(fleet: Fleet) -> None:
     """Anyone on the host may send an entry with the record MESSAGE_ID; only journald's own
     fields (_SYSTEMD_UNIT) say who did, and the collector ignores it."""
