@@ -5,6 +5,8 @@
 # (default /var/tmp/airlock-systest), built once with debootstrap.
 
 SYSTEST_PACKAGES := systemd-container debootstrap util-linux
+# test_9_fleet: the test CA (openssl) and the network zone's bridge (ip)
+SYSTEST_PACKAGES += openssl iproute2
 
 .PHONY: test-system test-system-deps
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shlex
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,48 @@ def cached_root() -> Path:
         return root
 
 
+def cached_variant(packages: Sequence[str]) -> Path:
+    """The cached root plus ``packages`` (installed with apt once), cached beside it.
+
+    The variant is named and stamped by its package list and by the base
+    root's stamp time, so a new list or a rebuilt base builds it again and
+    every other run copies it: CI downloads the packages once per cache, not
+    per run.  The base itself is never written to.
+    """
+    base = cached_root()
+    wanted = " ".join(sorted(set(packages)))
+    tag = hashlib.sha256(wanted.encode()).hexdigest()[:12]
+    root = CACHE_DIR / f"{SUITE}+{tag}"
+    stamp = CACHE_DIR / f"{SUITE}+{tag}.status"
+    expected = f"done {int((CACHE_DIR / 'debootstrap.status').stat().st_mtime)} {wanted}"
+    with open(CACHE_DIR / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if root.is_dir() and stamp.exists() and stamp.read_text().strip() == expected:
+            return root
+        _log(f"building the cached root variant {root.name} with {wanted} (once)")
+        partial = CACHE_DIR / f"{SUITE}+{tag}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+        stamp.unlink(missing_ok=True)
+        subprocess.run(["cp", "-a", "--reflink=auto", str(base), str(partial)], check=True)
+        log = CACHE_DIR / f"{SUITE}+{tag}.log"
+        apt = "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends " + wanted
+        # The base's package lists first (no download of lists); if they are stale, fetch them once.
+        script = f"{apt} || {{ apt-get update -q && {apt}; }}; rc=$?; apt-get clean; exit $rc"
+        with open(log, "w") as out:
+            proc = subprocess.run(
+                ["systemd-nspawn", "-q", "-D", str(partial), "-M", f"airlock-variant-{os.getpid()}", "--register=no",
+                 "--keep-unit", "--pipe", "--", "sh", "-c", script],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}, check=False, timeout=900,
+            )
+        if proc.returncode != 0:
+            raise Unavailable(f"installing {wanted} into a copy of the cached root failed ({proc.returncode}); see {log}")
+        partial.rename(root)
+        stamp.write_text(expected + "\n")
+        return root
+
+
 @dataclass
 class Result:
     argv: Sequence[str]
@@ -110,9 +153,10 @@ class CommandFailed(AssertionError):
 class Container:
     """One booted copy of the cached root."""
 
-    def __init__(self, root: Path, name: str) -> None:
+    def __init__(self, root: Path, name: str, nspawn_args: Sequence[str] = ()) -> None:
         self.root = root
         self.name = name
+        self.nspawn_args = list(nspawn_args)  # e.g. --network-zone=NAME
         self.console = root.parent / f"{root.name}.console.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.leader = 0
@@ -129,6 +173,7 @@ class Container:
                     "--register=no",
                     "--keep-unit",
                     "--console=read-only",
+                    *self.nspawn_args,
                     "-b",
                 ],
                 stdin=subprocess.DEVNULL,
@@ -256,19 +301,34 @@ def _stale_runs(runs: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def booted(keep: bool = False) -> Iterator[Container]:
-    """A fresh copy of the cached root, booted; shut down and removed afterwards."""
+def booted(
+    keep: bool = False,
+    *,
+    packages: Sequence[str] = (),
+    nspawn_args: Sequence[str] = (),
+    name: str = "",
+    before_boot: Callable[[Path], None] | None = None,
+) -> Iterator[Container]:
+    """A fresh copy of the cached root, booted; shut down and removed afterwards.
+
+    ``packages``: boot a copy of `cached_variant` instead; ``nspawn_args``
+    (e.g. a network zone), ``name`` (a suffix telling several containers
+    apart, also their hostname) and ``before_boot`` (given the copy's root)
+    serve tests with more than one container.
+    """
     host_tools()
-    base = cached_root()
+    base = cached_variant(packages) if packages else cached_root()
     runs = CACHE_DIR / "runs"
     runs.mkdir(exist_ok=True)
     for stale in _stale_runs(runs):
         shutil.rmtree(stale, ignore_errors=True)
-    root = runs / f"run-{os.getpid()}-{int(time.time())}"
+    root = runs / f"run-{os.getpid()}-{int(time.time())}{'-' + name if name else ''}"
     started = time.monotonic()
     subprocess.run(["cp", "-a", "--reflink=auto", str(base), str(root)], check=True)
     _log(f"copied the cached root to {root} in {time.monotonic() - started:.1f}s")
-    container = Container(root, f"airlock-systest-{os.getpid()}")
+    if before_boot is not None:
+        before_boot(root)
+    container = Container(root, f"airlock-systest-{os.getpid()}{'-' + name if name else ''}", nspawn_args)
     try:
         started = time.monotonic()
         container.boot()

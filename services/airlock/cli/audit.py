@@ -335,7 +335,8 @@ def acknowledge(ns: argparse.Namespace) -> int:
     except OSError as exc:
         _err(f"the acknowledgement is in the database, but its anchor could not be written: {exc}")
         return 1
-    sent = anchors.send_journald(mark, "acknowledged")
+    host = _ship_acknowledgement(event)
+    sent = anchors.send_journald(mark, "acknowledged", host=host)
     previous = event.payload.get("previous") or {}
     result = {
         "seq": event.seq,
@@ -354,3 +355,16 @@ def acknowledge(ns: argparse.Namespace) -> int:
               f"{done.mismatch.first_bad_seq}: {done.mismatch.reason})")
         print("now start the journal again: systemctl start airlock-journal.socket (or airlock dev up)")
     return 0
+
+
+def _ship_acknowledgement(event: Any) -> str | None:
+    """The acknowledgement record to journald as the journal ships every record (for a collector);
+    this host's identity, or None when there is no journald here."""
+    from airlock.journal import journalfiles
+
+    try:
+        sender = journalfiles.RecordSender(journalfiles.local_host())
+        sender([event])
+    except (ImportError, OSError, ValueError):
+        return None
+    return sender.host

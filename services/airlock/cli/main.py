@@ -23,7 +23,7 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import client, render
+from airlock.cli import client, fleet, render
 from airlock.cli.render import Style, command_line, fields, sanitise, use_colour
 from airlock.common import sandbox
 from airlock.gateway import cli as gateway_cli
@@ -328,6 +328,8 @@ def cmd_audit(ns: argparse.Namespace) -> int:
         return rc
     from airlock.cli import audit
 
+    if ns.audit_command == "verify" and getattr(ns, "journal", None):
+        return fleet.verify_journal(ns)
     if ns.audit_command == "acknowledge":
         return audit.acknowledge(ns)
     return audit.verify(ns)
@@ -477,6 +479,10 @@ def cmd_wait(ns: argparse.Namespace) -> int:
 def cmd_watch(ns: argparse.Namespace) -> int:
     from airlock.cli import watch
 
+    if getattr(ns, "watch_hosts", None):
+        from airlock.cli import remote
+
+        return remote.watch_hosts(ns.watch_hosts, ns.watch_ssh_config)
     return watch.watch(client.operator_socket(ns.socket))
 
 
@@ -518,6 +524,7 @@ def parser() -> argparse.ArgumentParser:
     # (`airlock --json status`); a dest of its own, since a subcommand's
     # default would overwrite a shared one.
     p.add_argument("--json", dest="global_json", action="store_true", help="print the daemon's response envelopes verbatim")
+    fleet.add_global_arguments(p)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     def op(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -578,6 +585,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--interval", type=float, default=0.5, help=argparse.SUPPRESS)
     sp.set_defaults(func=cmd_wait)
     sp = op("watch", "live approval console: y approves, any other key denies")
+    fleet.add_watch_arguments(sp)
     sp.set_defaults(func=cmd_watch)
 
     token = sub.add_parser("token", help="issue and revoke agents' session tokens")
@@ -617,6 +625,7 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--lifecycle", action="store_true",
                             help="also fold every request's events through the lifecycle table and name each "
                                  "request whose story it forbids")
+            fleet.add_verify_arguments(sp)
         if name in ("verify", "acknowledge"):
             sp.add_argument("--anchors", metavar="journald|FILE|none", help=anchors_help)
             sp.add_argument("--config", help="airlock.yaml to read (default /etc/airlock/airlock.yaml)")
@@ -627,6 +636,7 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--since", help="only events at or after this ISO 8601 time")
             sp.add_argument("--format", choices=["jsonl"], default="jsonl", help="output format (jsonl)")
         sp.set_defaults(func=cmd_audit)
+    fleet.register_audit(audit_sub)
 
     policy = sub.add_parser("policy", help="inspect the policy")
     policy_sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
@@ -672,6 +682,10 @@ def main(argv: list[str] | None = None) -> int:
     command = getattr(ns, "command", None)
     if isinstance(command, list) and command and command[0] == "--":
         ns.command = command[1:]
+    if getattr(ns, "remote_hosts", None):
+        from airlock.cli import remote
+
+        return remote.run_remote(ns, sys.argv[1:] if argv is None else argv)
     try:
         return int(ns.func(ns))
     except KeyboardInterrupt:

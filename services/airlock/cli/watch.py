@@ -84,6 +84,10 @@ class Console:
         self.out.write(text)
         self.out.flush()
 
+    def banner(self, p: dict[str, Any]) -> str:
+        """What goes above a request (the multi-host console names its host there)."""
+        return ""
+
     def pending(self) -> list[dict[str, Any]]:
         reply = self.call("pending", {})
         if not reply.get("ok"):
@@ -106,7 +110,7 @@ class Console:
 
     def review(self, p: dict[str, Any], total: int) -> None:
         request_id = str(p.get("request_id"))
-        self.write(CLEAR + describe(p, self.style, 1, total) + "\n\n")
+        self.write(CLEAR + self.banner(p) + describe(p, self.style, 1, total) + "\n\n")
         # Whatever was typed before the prompt was seen is not an answer.
         termios.tcflush(self.fd, termios.TCIFLUSH)
         key = self.ask(p)

@@ -110,6 +110,16 @@ def configure(service: str, *, level: str = "info", target: str = "auto", enviro
     )
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(service=service)
+    global _journald_in_use
+    _journald_in_use = use_journal
+
+
+_journald_in_use = False
+
+
+def to_journald() -> bool:
+    """Did `configure` send this process's events to journald?"""
+    return _journald_in_use
 
 
 def get(name: str | None = None) -> Any:

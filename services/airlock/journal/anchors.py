@@ -97,7 +97,7 @@ def journald_fields(anchor: Anchor, reason: str) -> dict[str, Any]:
     }
 
 
-def send_journald(anchor: Anchor, reason: str) -> bool:
+def send_journald(anchor: Anchor, reason: str, *, host: str | None = None) -> bool:
     """Send an anchor straight to journald (for `airlock audit acknowledge`); False without journald."""
     try:
         from systemd import journal
@@ -114,6 +114,8 @@ def send_journald(anchor: Anchor, reason: str) -> bool:
     }
     if anchor.ack:
         fields["AIRLOCK_CHAIN_ACK"] = "true"
+    if host is not None:
+        fields["AIRLOCK_HOST"] = host
     try:
         journal.send(f"journal.chain.anchored chain_seq={anchor.seq} chain_hash={anchor.hash}", **fields)
     except OSError:

@@ -125,6 +125,9 @@ NOTICES: Final[Mapping[str, str]] = MappingProxyType({
     "journal.chain.anchored": "d95f3306ee3b4488bba7c5125f73ec62",
     "journal.chain.mismatched": "bf4b97f7a56d42f9ace8b36d1b309c23",
     "journal.trigger.restored": "be9444cd68d24201acabd5278e3d4f8f",
+    # Every committed record, complete, for systemd-journal-upload (journal/fleet.py).
+    "journal.record.appended": "7f3c2a9e5b1d4c8e9a6f0d2b4e8c1a57",
+    "journal.record.unshipped": "3e8d1f6a2c9b4d07b5a4e6c8f0d2a1b9",
     # airlock-notify (the relay): deliveries to operators' channels.
     "notify.delivery.succeeded": "5b0f6f0e2c8a4d7e9a51c3b7d2e86f14",
     "notify.delivery.failed": "c7e2a94d1f3b4e6a8d05b9f2e1a7c3d8",

@@ -10,6 +10,7 @@ several services and the message's ``writer`` picks among exactly those.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -25,7 +26,7 @@ from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
-from airlock.journal import anchors
+from airlock.journal import anchors, journalfiles
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
 from airlock.journal.kinds import NOTICES
 from airlock.journal.store import Store
@@ -275,6 +276,7 @@ class Anchoring:
         self.every_records = every_records
         self.every_seconds = every_seconds
         self.last: tuple[int, str] | None = None
+        self.host: str | None = None  # AIRLOCK_HOST on its journald entries, when records go there too
         self.log = log.get()
         self._lock = asyncio.Lock()
         self._pending: asyncio.Task[None] | None = None
@@ -291,7 +293,7 @@ class Anchoring:
         except OSError as exc:
             self.log.error("journal.anchor.failed", path=str(self.path), error=str(exc))
         self.last = (seq, digest)
-        self.log.info("journal.chain.anchored", **anchors.journald_fields(anchor, reason))
+        self.log.info("journal.chain.anchored", **anchors.journald_fields(anchor, reason), host=self.host)
 
     async def anchor(self, reason: str) -> None:
         async with self._lock:
@@ -362,6 +364,31 @@ def check_at_start(store: Store, path: Path) -> None:
     )
 
 
+def shipping() -> tuple[Callable[[list[Any]], None] | None, str | None]:
+    """Every committed record to journald, complete (journal/fleet.py), when this journal logs there;
+    and the host identity its anchors carry too."""
+    if not log.to_journald():
+        return None, None
+    logger = log.get()
+    try:
+        send = journalfiles.RecordSender(journalfiles.local_host())
+    except (ImportError, OSError, ValueError) as exc:
+        logger.error("journal.record.unshipped", message_id=NOTICES["journal.record.unshipped"], error=str(exc))
+        return None, None
+
+    def ship(events: list[Any]) -> None:
+        # Called inside the commit, before its callers hear back: whatever journald does,
+        # the commit completes.  The database has the records; a collector will show the gap.
+        try:
+            send(events)
+        except Exception as exc:
+            with contextlib.suppress(Exception):  # the log goes to the same journald
+                logger.error("journal.record.unshipped", message_id=NOTICES["journal.record.unshipped"],
+                             first_seq=events[0].seq if events else None, count=len(events), error=str(exc))
+
+    return ship, send.host
+
+
 def _refusing(store: Store, verb: Callable[[Call], Awaitable[dict[str, Any]]]) -> Callable[[Call], Awaitable[dict[str, Any]]]:
     async def guarded(call: Call) -> dict[str, Any]:
         if store.refusal is not None:
@@ -383,6 +410,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     await asyncio.to_thread(check_at_start, store, anchor_path)
     anchoring = Anchoring(store, anchor_path, config.journal.anchor_every_records, config.journal.anchor_every_seconds)
     store.on_commit = anchoring.committed
+    store.on_records, anchoring.host = shipping()
     s = config.services
     door = Door(
         "journal",

@@ -241,6 +241,8 @@ class Store:
         self._refusal: str | None = None
         # Called on the event loop after each successful commit (the journal anchors from it).
         self.on_commit: Callable[[], None] | None = None
+        # Called with every committed batch's events, before on_commit (journal/fleet.py ships them to journald).
+        self.on_records: Callable[[list[Event]], None] | None = None
         self._ops = operations
         self._clock = clock
         # One thread, so the writer connection is only ever used from it.
@@ -434,6 +436,8 @@ class Store:
             return
         self._head = head
         self._high = max(self._high, head[0])
+        if self.on_records is not None:
+            self.on_records([e for e in events if e is not None])
         if self.on_commit is not None:
             self.on_commit()
         self._transactions += 1

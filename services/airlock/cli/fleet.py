@@ -1,0 +1,226 @@
+"""`airlock audit verify --journal` and `airlock audit compare`: the audit as a collector holds it.
+
+verify reads journal files or directories (what ``systemd-journal-remote``
+writes on a collector) with python3-systemd and checks every host's chain on
+its own (`airlock.journal.fleet.verify_hosts`): no airlock service and no root
+needed, only read access to the files.
+
+compare runs on a host: it reads the host's own database (read-only, straight
+from the file: it works while the journal refuses to serve, which is exactly
+when it is wanted) and compares it with the host's records in the collector's
+files (`airlock.journal.fleet.compare`).
+
+Exit codes: 0 everything checks out; 1 a mismatch; 2 usage, or files that
+cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from airlock.cli.render import sanitise
+
+
+def _err(message: str) -> None:
+    print(f"airlock: {message}", file=sys.stderr)
+
+
+def add_verify_arguments(sp: argparse.ArgumentParser) -> None:
+    """`airlock audit verify`'s options for a collector's journal files."""
+    sp.add_argument("--journal", action="append", metavar="PATH",
+                    help="check the records in these journal files or directories (a collector's "
+                         "systemd-journal-remote output) instead of the local journal; repeatable")
+    sp.add_argument("--host", dest="journal_host", metavar="H",
+                    help="with --journal: only this host (its AIRLOCK_HOST, hostname or machine ID)")
+
+
+def add_global_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", dest="remote_hosts", action="append", metavar="[USER@]HOST",
+                   help="run the command on this host through OpenSSH (its own airlock and peer checks decide); "
+                        "with watch, repeat it to watch several hosts")
+    p.add_argument("--ssh-config", metavar="FILE", help="with --host: the ssh_config(5) file to use (ssh -F)")
+
+
+def add_watch_arguments(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--host", dest="watch_hosts", action="append", metavar="[USER@]HOST",
+                    help="watch this host over SSH; repeat for several (each request is labelled with its host)")
+    sp.add_argument("--ssh-config", dest="watch_ssh_config", metavar="FILE", help="ssh_config(5) file for --host (ssh -F)")
+
+
+def register_audit(audit_sub: Any) -> None:
+    """`airlock audit compare`."""
+    text = "compare this host's audit database with its records on a collector (journal files)"
+    sp = audit_sub.add_parser("compare", help=text, description=text)
+    sp.add_argument("--journal", action="append", required=True, metavar="PATH",
+                    help="the collector's journal files or directories (copied here, or mounted)")
+    sp.add_argument("--host", dest="journal_host", metavar="H",
+                    help="whose records to compare with (default: this host's AIRLOCK_HOST)")
+    sp.add_argument("--database", help="the journal database (default: the configured state_dir's)")
+    sp.add_argument("--config", help="airlock.yaml to read (default /etc/airlock/airlock.yaml)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=compare)
+
+
+def _entries(ns: argparse.Namespace) -> list[dict[str, Any]] | int:
+    from airlock.journal import journalfiles
+
+    paths = [Path(p) for p in ns.journal]
+    for path in paths:
+        if not path.exists():
+            _err(f"--journal: no such file or directory {str(path)!r}")
+            return 2
+        files = sorted(path.rglob("*.journal")) if path.is_dir() else [path]
+        if files and not any(os.access(f, os.R_OK) for f in files):
+            _err(f"--journal: cannot read the journal files in {path} (on a collector: be root, or in the "
+                 "group that owns them, e.g. systemd-journal-remote)")
+            return 2
+    try:
+        return list(journalfiles.read_entries(paths))
+    except journalfiles.Unreadable as exc:
+        _err(f"--journal: {exc}")
+        return 2
+
+
+def _range(lo: Any, hi: Any) -> str:
+    return f"seq {lo}" if lo == hi else f"seqs {lo}-{hi}"
+
+
+def verify_journal(ns: argparse.Namespace) -> int:
+    """`airlock audit verify --journal PATH [--host H]`."""
+    from airlock.journal import fleet
+
+    if ns.from_seq is not None or ns.anchor or ns.lifecycle or getattr(ns, "anchors", None):
+        _err("--journal checks the collector's copy as it is: --from, --anchor, --anchors and --lifecycle "
+             "are for the local journal")
+        return 2
+    entries = _entries(ns)
+    if isinstance(entries, int):
+        return entries
+    report = fleet.verify_hosts(entries, host=ns.journal_host)
+    if ns.json:
+        print(json.dumps(report.to_dict(), separators=(",", ":")))
+    else:
+        for host in report.hosts.values():
+            print(_host_line(host))
+        if report.ignored:
+            print(f"ignored: {len(report.ignored)} entr{'y' if len(report.ignored) == 1 else 'ies'} "
+                  f"not usable as records or anchors (first: {sanitise(report.ignored[0])})")
+        if not report.hosts:
+            wanted = f" of host {ns.journal_host!r}" if ns.journal_host else ""
+            print(f"FAILED: no airlock records{wanted} in {', '.join(ns.journal)}")
+        elif report.ok:
+            n = len(report.hosts)
+            print(f"ok: {n} host{'s' if n != 1 else ''} check out")
+        else:
+            bad = sum(not h.ok for h in report.hosts.values())
+            print(f"FAILED: {bad} of {len(report.hosts)} host{'s' if len(report.hosts) != 1 else ''} do not check out")
+    return 0 if report.ok else 1
+
+
+def _host_line(host: Any) -> str:
+    summary = (f"{host.records} records, {_range(host.first_seq, host.last_seq)}, "
+               f"{host.first_time} to {host.last_time}") if host.records else "no records"
+    if host.duplicates:
+        summary += f", {host.duplicates} duplicate entries"
+    if host.anchors is not None:
+        summary += f"; anchors: {host.anchors.checked} checked"
+    if host.first_seq is not None and host.first_seq > 1:
+        summary += f"; records before seq {host.first_seq} are not on the collector (chain checked from there)"
+    for seg in host.segments:
+        cut = f" (the host cut {_range(*seg['cut'])}; the collector keeps them)" if seg.get("cut") else ""
+        summary += f"; new segment at seq {seg['seq']}: acknowledged after seq {seg['after']}{cut}"
+    if host.ok:
+        return f"host {sanitise(host.host)}: ok: {summary}"
+    problems = "; ".join(sanitise(p) for p in host.problems[:10])
+    more = f" (and {len(host.problems) - 10} more)" if len(host.problems) > 10 else ""
+    return f"host {sanitise(host.host)}: FAILED at seq {host.first_bad_seq}: {problems}{more}; {summary}"
+
+
+def _database(ns: argparse.Namespace) -> Path:
+    if ns.database:
+        return Path(ns.database)
+    from airlock.common import config as configuration
+
+    return configuration.load(Path(ns.config) if ns.config else None).paths.state_dir / "journal.sqlite"
+
+
+def local_hashes(database: Path) -> dict[int, str]:
+    """seq -> hash of every record in the database, read-only."""
+    import sqlite3
+
+    fd = os.open(database, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # no symlink, and it exists
+    os.close(fd)
+    conn = sqlite3.connect(database.resolve().as_uri() + "?mode=ro", uri=True, timeout=10)
+    try:
+        return {int(seq): str(digest) for seq, digest in conn.execute("SELECT seq, hash FROM events")}
+    finally:
+        conn.close()
+
+
+def compare(ns: argparse.Namespace) -> int:
+    """`airlock audit compare --journal PATH`."""
+    from airlock.journal import fleet, journalfiles
+
+    try:
+        host = ns.journal_host or journalfiles.local_host()
+    except (OSError, ValueError) as exc:
+        _err(f"cannot tell this host's identity from /etc/machine-id ({exc}): give --host")
+        return 2
+    import sqlite3
+
+    try:
+        database = _database(ns)
+        local = local_hashes(database)
+    except (OSError, sqlite3.Error) as exc:
+        _err(f"cannot read the audit database: {exc} (root, or the journal's user, may read it)")
+        return 2
+    except Exception as exc:  # a bad config: say so, no traceback
+        _err(f"cannot read the configuration: {exc}")
+        return 2
+    entries = _entries(ns)
+    if isinstance(entries, int):
+        return entries
+    report = fleet.verify_hosts(entries, host=host)
+    if not report.hosts:
+        _err(f"the collector's files hold no records of host {host!r}")
+        return 1
+    if len(report.hosts) > 1:
+        _err(f"--host {host!r} names {len(report.hosts)} hosts: {', '.join(report.hosts)}; give the whole AIRLOCK_HOST")
+        return 2
+    (name, held), = report.hosts.items()
+    collected = _collected(entries, name)
+    cuts = [(seg["cut"][0], seg["cut"][1]) for seg in held.segments if seg.get("cut")]
+    result = fleet.compare(local, collected, cuts)
+    if ns.json:
+        print(json.dumps(result.to_dict() | {"host": name, "database": str(database),
+                                             "collector": held.to_dict()}, separators=(",", ":")))
+    else:
+        tail = "".join(f"; not on the collector yet: {_range(lo, hi)}" for lo, hi in result.not_collected[-3:])
+        tail += "".join(f"; {_range(lo, hi)} cut and acknowledged (kept on the collector)" for lo, hi in result.acknowledged)
+        if result.ok:
+            print(f"ok: the database ({result.local_head} as head) holds the {result.compared} records the "
+                  f"collector has of {name}{tail}")
+        else:
+            print(f"DIFFERS at seq {result.first_differing_seq}: {result.reason}")
+        if not held.ok:
+            print(f"note: the collector's own copy does not check out: {'; '.join(held.problems[:3])}")
+    return 0 if result.ok else 1
+
+
+def _collected(entries: list[dict[str, Any]], host: str) -> dict[int, str]:
+    from airlock.journal import chain, fleet
+
+    found: dict[int, str] = {}
+    for entry in entries:
+        try:
+            item = fleet.parse_record(entry)
+        except fleet.Unusable:
+            continue
+        if item.host == host and fleet.trusted(entry, root_only=item.row["kind"] == chain.ACK_KIND):
+            found.setdefault(item.seq, item.hash)
+    return found

@@ -1,0 +1,441 @@
+"""Audit records in journald, as a collector holds them: the fields, per-host checks, compare.
+
+The journal sends every record it commits to journald as one entry
+(`record_fields`): ``MESSAGE_ID`` `RECORD_MESSAGE_ID`, ``AIRLOCK_SEQ``,
+``AIRLOCK_HASH``, ``AIRLOCK_PREV_HASH``, ``AIRLOCK_KIND``, ``AIRLOCK_HOST``
+and ``AIRLOCK_RECORD`` -- the canonical record, the exact bytes that were
+hashed (`airlock.journal.chain.record_bytes`).  With the previous hash those
+bytes are all one needs to recompute the record's hash, so a collector that
+received the entries through ``systemd-journal-upload`` checks every host's
+chain with no database (`verify_hosts`), and a host compares its database with
+what the collector holds (`compare`).
+
+``AIRLOCK_HOST`` is ``<hostname>/<machine-id>``: the machine ID is stable and
+unique per installation, the hostname is for people.  Each distinct value is
+one chain.
+
+What counts: journald itself sets ``_SYSTEMD_UNIT`` and ``_UID`` (a sender
+cannot choose them), so a record counts only from ``airlock-journal.service``,
+or -- an acknowledgement written by ``airlock audit acknowledge`` -- from
+root.  The same holds for anchors (`airlock.journal.anchors.read_journald`).
+Anything else carrying these MESSAGE_IDs is counted as ignored, never used.
+
+Pure: no I/O.  Reading journal files is `airlock.journal.journalfiles`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from airlock.common.codec import canonical_json
+from airlock.journal import chain
+from airlock.journal.chain import ACK_KIND, RECORD_FIELDS, Anchor, AnchorCheck, VerifyResult
+from airlock.journal.kinds import NOTICES
+
+RECORD_MESSAGE_ID: Final = NOTICES["journal.record.appended"]
+ANCHOR_MESSAGE_ID: Final = NOTICES["journal.chain.anchored"]
+JOURNAL_UNIT: Final = "airlock-journal.service"
+RECORD_EVENT: Final = "journal.record.appended"
+
+_MACHINE_ID = re.compile(r"[0-9a-f]{32}")
+_HOSTNAME = re.compile(r"[A-Za-z0-9_.-]{1,253}")
+
+
+def host_identity(machine_id: str, hostname: str) -> str:
+    """``<hostname>/<machine-id>`` from /etc/machine-id's text and the hostname."""
+    mid = machine_id.strip().lower()
+    if not _MACHINE_ID.fullmatch(mid):
+        raise ValueError("a machine ID is 32 hexadecimal digits (see machine-id(5))")
+    name = hostname.strip() or "localhost"
+    if not _HOSTNAME.fullmatch(name):
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:253]
+    return f"{name}/{mid}"
+
+
+def host_matches(host: str, wanted: str) -> bool:
+    """``--host`` names a host by its whole identity, its hostname or its machine ID."""
+    name, _, mid = host.rpartition("/")
+    return wanted in (host, name, mid)
+
+
+def record_fields(record: Mapping[str, Any], digest: str, host: str) -> dict[str, str | bytes]:
+    """The journald entry of one committed record (``record`` has every `RECORD_FIELDS` key)."""
+    data = chain.record_bytes(record)
+    fields: dict[str, str | bytes] = {
+        "MESSAGE_ID": RECORD_MESSAGE_ID,
+        "PRIORITY": "6",
+        "AIRLOCK_EVENT": RECORD_EVENT,
+        "AIRLOCK_SEQ": str(record["seq"]),
+        "AIRLOCK_HASH": digest,
+        "AIRLOCK_PREV_HASH": str(record["prev_hash"]),
+        "AIRLOCK_KIND": str(record["kind"]),
+        "AIRLOCK_HOST": host,
+        "AIRLOCK_RECORD": data,
+    }
+    if record.get("request_id"):
+        fields["AIRLOCK_REQUEST_ID"] = str(record["request_id"])
+    return fields
+
+
+def record_message(record: Mapping[str, Any]) -> str:
+    return f"{RECORD_EVENT} seq={record['seq']} kind={record['kind']}"
+
+
+# -- reading entries back ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Shipped:
+    """One record as a collector holds it, checked against its own fields."""
+
+    host: str
+    seq: int
+    hash: str
+    row: dict[str, Any]  # every RECORD_FIELDS key plus ``hash``: what `chain.verify_rows` takes
+
+
+class Unusable(Exception):
+    """An entry that cannot be a record: the message says why."""
+
+
+def _text(entry: Mapping[str, Any], name: str) -> str:
+    value = entry.get(name)
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Unusable(f"{name} is not UTF-8") from None
+    if value is None:
+        raise Unusable(f"{name} is missing")
+    if isinstance(value, uuid.UUID):  # python3-systemd turns MESSAGE_ID and _BOOT_ID into UUIDs
+        return value.hex
+    return str(value)
+
+
+def _raw(entry: Mapping[str, Any], name: str) -> bytes:
+    value = entry.get(name)
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    raise Unusable(f"{name} is missing")
+
+
+def trusted(entry: Mapping[str, Any], *, root_only: bool = False) -> bool:
+    """Did journald see this entry come from airlock-journal -- or, with ``root_only``
+    (an acknowledgement, written by `airlock audit acknowledge`), from root?"""
+    if root_only:
+        return _text_or_none(entry, "_UID") == "0"
+    return _text_or_none(entry, "_SYSTEMD_UNIT") == JOURNAL_UNIT
+
+
+def _text_or_none(entry: Mapping[str, Any], name: str) -> str | None:
+    try:
+        return _text(entry, name)
+    except Unusable:
+        return None
+
+
+def parse_record(entry: Mapping[str, Any]) -> Shipped:
+    """A record entry's checked content, or `Unusable`.
+
+    ``AIRLOCK_RECORD`` must be canonical JSON of exactly `RECORD_FIELDS`, and
+    ``AIRLOCK_SEQ``/``AIRLOCK_PREV_HASH``/``AIRLOCK_KIND`` must say what it says
+    (so the fields people filter on cannot disagree with what was hashed).
+    The hash itself is checked by `chain.verify_rows`.
+    """
+    host = _text(entry, "AIRLOCK_HOST")
+    data = _raw(entry, "AIRLOCK_RECORD")
+    try:
+        record = json.loads(data)
+    except (ValueError, RecursionError):
+        raise Unusable("AIRLOCK_RECORD is not JSON") from None
+    if not isinstance(record, dict) or set(record) != set(RECORD_FIELDS):
+        raise Unusable("AIRLOCK_RECORD does not hold exactly the record's fields")
+    if canonical_json(record) != data:
+        raise Unusable("AIRLOCK_RECORD is not in canonical form (not the bytes that were hashed)")
+    seq = record["seq"]
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise Unusable("the record's seq is not a positive integer")
+    digest = _text(entry, "AIRLOCK_HASH")
+    if not chain.is_hash(digest):
+        raise Unusable(f"seq {seq}: AIRLOCK_HASH is not 64 lowercase hex digits")
+    for name, value in (("AIRLOCK_SEQ", str(seq)), ("AIRLOCK_PREV_HASH", record["prev_hash"]),
+                        ("AIRLOCK_KIND", record["kind"])):
+        if _text(entry, name) != value:
+            raise Unusable(f"seq {seq}: {name} disagrees with AIRLOCK_RECORD")
+    return Shipped(host, seq, digest, dict(record, hash=digest))
+
+
+def parse_anchor(entry: Mapping[str, Any]) -> tuple[str | None, Anchor]:
+    """(its AIRLOCK_HOST or None, the anchor) of an anchor entry, or `Unusable`."""
+    host = _text_or_none(entry, "AIRLOCK_HOST")
+    ack = (_text_or_none(entry, "AIRLOCK_CHAIN_ACK") or "").lower() == "true"
+    try:
+        return host, Anchor(int(_text(entry, "AIRLOCK_CHAIN_SEQ")), _text(entry, "AIRLOCK_CHAIN_HASH"), ack)
+    except ValueError as exc:
+        raise Unusable(f"not an anchor: {exc}") from None
+
+
+# -- per-host verification -----------------------------------------------------
+
+
+@dataclass(slots=True)
+class HostReport:
+    """What the collector holds of one host's chain, and whether it checks out."""
+
+    host: str
+    records: int = 0
+    duplicates: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    first_time: str | None = None
+    last_time: str | None = None
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+    conflicts: list[int] = field(default_factory=list)
+    runs: list[VerifyResult] = field(default_factory=list)
+    anchors: AnchorCheck | None = None
+    problems: list[str] = field(default_factory=list)
+    # Acknowledged cuts: {"seq": the acknowledgement, "after": the record it links to,
+    # "cut": [first, last] seq the host cut and the collector still holds, or None}.
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    unlinked: list[int] = field(default_factory=list)  # acknowledgements that link to nothing held
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def first_bad_seq(self) -> int | None:
+        bad = [lo for lo, _ in self.gaps] + self.conflicts + self.unlinked
+        bad += [r.first_bad_seq for r in self.runs if r.first_bad_seq]
+        if self.anchors is not None and self.anchors.first_bad_seq is not None:
+            bad.append(self.anchors.first_bad_seq)
+        return min(bad, default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "ok": self.ok,
+            "records": self.records,
+            "duplicates": self.duplicates,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "first_time": self.first_time,
+            "last_time": self.last_time,
+            "gaps": [{"from": lo, "to": hi} for lo, hi in self.gaps],
+            "conflicts": self.conflicts,
+            "first_bad_seq": self.first_bad_seq,
+            "anchors": self.anchors.to_dict() if self.anchors is not None else None,
+            "segments": self.segments,
+            "problems": self.problems,
+        }
+
+
+@dataclass(slots=True)
+class FleetReport:
+    hosts: dict[str, HostReport]
+    ignored: list[str]  # entries not used, and why
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.hosts) and all(h.ok for h in self.hosts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "hosts": [h.to_dict() for h in self.hosts.values()],
+                "ignored": len(self.ignored), "ignored_reasons": self.ignored[:20]}
+
+
+def _ranges(seqs: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s in seqs:
+        if out and out[-1][1] == s - 1:
+            out[-1] = (out[-1][0], s)
+        else:
+            out.append((s, s))
+    return out
+
+
+def _span(lo: int, hi: int) -> str:
+    return f"seq {lo}" if lo == hi else f"seqs {lo}-{hi}"
+
+
+def verify_host(host: str, shipped: Iterable[Shipped], anchors: Iterable[Anchor] = ()) -> HostReport:
+    """Check one host's records: content and hashes, seq continuity (gaps as ranges), anchors.
+
+    The chain is checked with `chain.verify_rows` run by run: a gap ends a
+    run (and is reported), except the seq jump right before an
+    acknowledgement, which `verify_rows` accepts when it links.  A collector
+    that holds no records before seq N (older ones vacuumed, or the host
+    shipped only from then on) is not an error: the first run starts at N
+    and its first ``prev_hash`` is taken on trust; ``first_seq`` says so.
+    """
+    report = HostReport(host)
+    by_seq: dict[int, Shipped] = {}
+    for item in shipped:
+        seen = by_seq.get(item.seq)
+        if seen is None:
+            by_seq[item.seq] = item
+        elif seen.row == item.row:
+            report.duplicates += 1
+        elif item.seq not in report.conflicts:
+            report.conflicts.append(item.seq)
+    report.conflicts.sort()
+    for seq in report.conflicts:
+        report.problems.append(f"seq {seq}: the collector holds two different records")
+    seqs = sorted(by_seq)
+    report.records = len(seqs)
+    if not seqs:
+        report.problems.append("no records from this host")
+        return report
+    report.first_seq, report.last_seq = seqs[0], seqs[-1]
+    report.first_time, report.last_time = by_seq[seqs[0]].row["time"], by_seq[seqs[-1]].row["time"]
+
+    # Runs of consecutive seqs.  An acknowledgement starts a run of its own: it links
+    # to the last record its host kept, which may be older than records the collector
+    # still holds (the cut it acknowledged) -- those stay here, as evidence.
+    runs: list[list[Shipped]] = []
+    missing: list[int] = []
+    seq_of = {item.hash: seq for seq, item in by_seq.items()}
+    for seq in seqs:
+        item = by_seq[seq]
+        if item.row["kind"] == ACK_KIND and runs:
+            link = seq_of.get(item.row["prev_hash"])
+            if link is None or link >= seq:
+                report.unlinked.append(seq)
+                report.problems.append(f"seq {seq}: an acknowledgement that links to no earlier record on the collector")
+            else:
+                end = runs[-1][-1].seq
+                report.segments.append({"seq": seq, "after": link, "cut": [link + 1, end] if end > link else None})
+            runs.append([item])
+            continue
+        if runs and seq == runs[-1][-1].seq + 1:
+            runs[-1].append(item)
+            continue
+        if runs:
+            missing.extend(range(runs[-1][-1].seq + 1, seq))
+        runs.append([item])
+    report.gaps = _ranges(missing)
+    for lo, hi in report.gaps:
+        report.problems.append(f"{_span(lo, hi)} missing on the collector")
+    for run in runs:
+        start = run[0].seq
+        result = chain.verify_rows((s.row for s in run), from_seq=None if start == 1 else start)
+        report.runs.append(result)
+        if not result.ok:
+            report.problems.append(result.reason or f"seq {result.first_bad_seq}: bad record")
+
+    wanted = list(anchors)
+    if wanted:
+        stored = {seq: item.hash for seq, item in by_seq.items()}
+        before = {a.seq: max((s for s in seqs if s < a.seq), default=0) for a in wanted if a.seq not in stored}
+        acks = {seq: item.hash for seq, item in by_seq.items() if item.row["kind"] == ACK_KIND}
+        check = chain.check_anchors(wanted, stored=stored, head_seq=seqs[-1], high_water=seqs[-1], acks=acks,
+                                    before=before)
+        report.anchors = check
+        if not check.ok:
+            report.problems.append(f"anchors: {check.reason}")
+    return report
+
+
+def verify_hosts(entries: Iterable[Mapping[str, Any]], *, host: str | None = None) -> FleetReport:
+    """Sort a collector's entries by host and check each host's chain on its own.
+
+    ``entries`` are journald entries (field -> value) with the record or the
+    anchor MESSAGE_ID; ``host`` keeps only the hosts it names (`host_matches`).
+    """
+    records: dict[str, list[Shipped]] = {}
+    anchors: dict[str, list[Anchor]] = {}
+    ignored: list[str] = []
+    for entry in entries:
+        message_id = _text_or_none(entry, "MESSAGE_ID")
+        try:
+            if message_id == RECORD_MESSAGE_ID:
+                item = parse_record(entry)
+                if not trusted(entry, root_only=item.row["kind"] == ACK_KIND):
+                    raise Unusable(f"seq {item.seq}: not written by {JOURNAL_UNIT} (or, an acknowledgement, root)")
+                if host is None or host_matches(item.host, host):
+                    records.setdefault(item.host, []).append(item)
+            elif message_id == ANCHOR_MESSAGE_ID:
+                name, anchor = parse_anchor(entry)
+                if not trusted(entry, root_only=anchor.ack):
+                    raise Unusable(f"anchor at seq {anchor.seq}: not written by {JOURNAL_UNIT}")
+                if name is not None:
+                    anchors.setdefault(name, []).append(anchor)
+        except Unusable as exc:
+            ignored.append(str(exc))
+    reports = {name: verify_host(name, items, anchors.get(name, ())) for name, items in sorted(records.items())}
+    return FleetReport(reports, ignored)
+
+
+# -- a host's database against the collector -----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """A host's database compared with the collector's copy of its records."""
+
+    ok: bool
+    first_differing_seq: int | None
+    reason: str | None
+    local_head: int
+    collected_last: int | None
+    compared: int
+    not_collected: list[tuple[int, int]]  # local records the collector lacks (not yet uploaded, or lost)
+    acknowledged: list[tuple[int, int]] = field(default_factory=list)  # cut, acknowledged, held by the collector
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "first_differing_seq": self.first_differing_seq,
+            "reason": self.reason,
+            "local_head": self.local_head,
+            "collected_last": self.collected_last,
+            "compared": self.compared,
+            "not_collected": [{"from": lo, "to": hi} for lo, hi in self.not_collected],
+            "acknowledged": [{"from": lo, "to": hi} for lo, hi in self.acknowledged],
+        }
+
+
+def compare(local: Mapping[int, str], collected: Mapping[int, str],
+            acknowledged: Iterable[tuple[int, int]] = ()) -> Comparison:
+    """Compare seq -> hash of the local database with seq -> hash on the collector.
+
+    Every record the collector holds must be in the database with the same
+    hash: a record missing there was deleted (past the local head: the
+    database was cut short), one with another hash was rewritten.  Reported
+    with the first seq that differs.  Local records the collector does not
+    hold are listed, not held against the database (not uploaded yet).
+    ``acknowledged``: seq ranges an acknowledgement on the collector says the
+    host cut (`HostReport.segments`); the database need not hold those.
+    """
+    cuts = sorted(acknowledged)
+    local_head = max(local, default=0)
+    collected_last = max(collected, default=None)
+    problems: list[tuple[int, str]] = []
+    compared = 0
+    for seq in sorted(collected):
+        if any(lo <= seq <= hi for lo, hi in cuts):
+            continue
+        have = local.get(seq)
+        if have is None:
+            if seq > local_head:
+                problems.append((seq, f"the database ends at seq {local_head} but the collector holds records "
+                                      f"up to seq {collected_last}: the database was cut short after seq {local_head}"))
+            else:
+                problems.append((seq, f"seq {seq} is on the collector but not in the database (deleted)"))
+            break
+        compared += 1
+        if have != collected[seq]:
+            problems.append((seq, f"seq {seq}: the database's record differs from the collector's (rewritten)"))
+            break
+    not_collected = _ranges(sorted(s for s in local if s not in collected))
+    if problems:
+        seq, reason = problems[0]
+        return Comparison(False, seq, reason, local_head, collected_last, compared, not_collected, cuts)
+    return Comparison(True, None, None, local_head, collected_last, compared, not_collected, cuts)

@@ -1,0 +1,287 @@
+"""Many servers (issue 19): a host ships its audit with systemd-journal-upload to a collector
+running systemd-journal-remote over HTTPS, on a private network of two booted Debian 12
+containers; the collector verifies the host's chain from the shipped entries alone, and the
+host finds its own database cut short by comparing it with the collector's copy.
+
+Both containers boot a copy of the cached root plus systemd-journal-remote (which also
+holds systemd-journal-upload), cached once beside the base (`nspawn.cached_variant`).
+They share a network zone (``--network-zone``: a bridge on the host, one veth each) with
+static addresses set by the containers' own systemd-networkd.  Certificates come from a
+CA made here with openssl.  This module does not use the session's ``system`` container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nspawn import INCLUDE, CommandFailed, Container, Result, Unavailable, booted, host_tools
+
+from conftest import _deb
+
+ZONE = f"alf{os.getpid() % 100000}"  # the bridge is vz-<zone>: at most 15 characters
+NET = "10.231.19"
+COLLECTOR_IP, HOST_IP = f"{NET}.1", f"{NET}.2"
+PORT = 19532
+RECORD_MESSAGE_ID = "7f3c2a9e5b1d4c8e9a6f0d2b4e8c1a57"
+REMOTE_DIR = "/var/log/journal/remote"
+POLICY = """\
+rules:
+  - name: fleet-user-commands
+    decision: allow
+    groups: [airlock]
+    privileged: false
+    commands:
+      - [/usr/bin/true]
+      - [/usr/bin/echo, "..."]
+"""
+
+
+def _network(name: str, ip: str):
+    def prepare(root: Path) -> None:
+        # Each copy is its own machine: a new machine ID (clones must not share one) and hostname.
+        (root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
+        (root / "etc/hostname").write_text(name + "\n")
+        (root / "etc/systemd/network").mkdir(parents=True, exist_ok=True)
+        (root / "etc/systemd/network/10-host0.network").write_text(
+            f"[Match]\nName=host0\n\n[Network]\nAddress={ip}/24\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n"
+        )
+    return prepare
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_certificates(where: Path) -> None:
+    """A throwaway CA and a certificate for each side (SAN: its address), EC P-256."""
+    where.mkdir()
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=airlock fleet test CA", cwd=where)
+    for name, ip in (("collector", COLLECTOR_IP), ("host", HOST_IP)):
+        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=where)
+        (where / f"{name}.ext").write_text(f"subjectAltName=IP:{ip},DNS:{name}\nextendedKeyUsage=serverAuth,clientAuth\n")
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=where)
+
+
+def _install(c: Container, deb: Path) -> None:
+    shutil.copy(deb, c.root / "root" / deb.name)
+    r = c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], check=False, timeout=300)
+    if r.returncode != 0:
+        c.run(["apt-get", "update", "-qq"], timeout=300)
+        c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], timeout=300)
+
+
+def _put(c: Container, certs: Path, name: str, group: str) -> None:
+    """ca.pem and the side's certificate and key into /etc/airlock-fleet (key readable by ``group``)."""
+    c.run(["mkdir", "-p", "/etc/airlock-fleet"])
+    c.write("/etc/airlock-fleet/ca.pem", (certs / "ca.pem").read_text())
+    c.write(f"/etc/airlock-fleet/{name}.pem", (certs / f"{name}.pem").read_text())
+    c.write(f"/etc/airlock-fleet/{name}.key", (certs / f"{name}.key").read_text(), mode=0o640)
+    c.run(["chgrp", group, f"/etc/airlock-fleet/{name}.key"])
+
+
+def _up(c: Container) -> None:
+    c.run(["systemctl", "start", "systemd-networkd.service"])
+    c.wait_for(["sh", "-c", "grep -qx up /sys/class/net/host0/operstate"], timeout=30)
+
+
+class Fleet:
+    def __init__(self, collector: Container, host: Container) -> None:
+        self.collector = collector
+        self.host = host
+
+    def collector_verify(self, *args: str) -> Result:
+        return self.collector.run(["airlock", "audit", "verify", "--journal", REMOTE_DIR, *args], user="auditor",
+                                  check=False, timeout=120)
+
+    def host_head(self) -> int:
+        out = self.host.run(["python3", "-c", "import sqlite3; print(sqlite3.connect('file:/var/lib/airlock/journal.sqlite"
+                                             "?mode=ro', uri=True).execute('SELECT max(seq) FROM events').fetchone()[0])"])
+        return int(out.stdout.strip())
+
+    def wait_collected(self, seq: int, timeout: float = 90.0) -> dict:
+        """The collector's report once it holds the host's records up to ``seq``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.collector_verify("--json")
+            report = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
+            hosts = report.get("hosts") or []
+            if hosts and (hosts[0].get("last_seq") or 0) >= seq:
+                return report
+            if time.monotonic() > deadline:
+                upload = self.host.run(["journalctl", "-u", "systemd-journal-upload", "--no-pager", "-n", "30"], check=False)
+                remote = self.collector.run(["journalctl", "-u", "systemd-journal-remote", "--no-pager", "-n", "30"], check=False)
+                raise AssertionError(f"the collector never held seq {seq}:\n{r}\n{upload}\n{remote}")
+            time.sleep(1)
+
+
+@contextlib.contextmanager
+def _pair(certs: Path) -> Iterator[Fleet]:
+    # The containers have no way out: whatever the .deb needs must be in the variant already
+    # (INCLUDE again: a base cached before a dependency joined INCLUDE lacks it).
+    packages = ("systemd-journal-remote", *INCLUDE)
+    zone = [f"--network-zone={ZONE}"]
+    with booted(packages=packages, nspawn_args=zone, name="collector", before_boot=_network("fleet-collector", COLLECTOR_IP)) as collector:
+        # The zone's bridge exists once a container is in it; no networkd on this host brings it up.
+        subprocess.run(["ip", "link", "set", f"vz-{ZONE}", "up"], check=True, timeout=30)
+        with booted(packages=packages, nspawn_args=zone, name="host", before_boot=_network("fleet-host", HOST_IP)) as host:
+            yield Fleet(collector, host)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    try:
+        host_tools()
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    if shutil.which("openssl") is None or shutil.which("ip") is None:
+        pytest.skip("needs openssl and iproute2 on the host (apt-get install openssl iproute2)")
+    deb = _deb()
+    certs = tmp_path_factory.mktemp("fleet") / "certs"
+    make_certificates(certs)
+    started = time.monotonic()
+    try:
+        with _pair(certs) as f:
+            c, h = f.collector, f.host
+            for side in (c, h):
+                _up(side)
+                _install(side, deb)
+            # The collector: journal-remote over HTTPS, client certificates from the test CA only.
+            _put(c, certs, "collector", "systemd-journal-remote")
+            c.write("/etc/systemd/journal-remote.conf",
+                    "[Remote]\nSplitMode=host\nServerKeyFile=/etc/airlock-fleet/collector.key\n"
+                    "ServerCertificateFile=/etc/airlock-fleet/collector.pem\n"
+                    "TrustedCertificateFile=/etc/airlock-fleet/ca.pem\n")
+            c.run(["systemctl", "enable", "--now", "systemd-journal-remote.socket"])
+            # No airlock service runs on the collector: verify needs none.
+            c.run(["systemctl", "disable", "--now", "airlock.target", "airlock.socket", "airlock-operator.socket",
+                   "airlock-approval.socket", "airlock-runner.socket", "airlock-journal.socket"], check=False)
+            c.run(["useradd", "--create-home", "--groups", "systemd-journal-remote", "auditor"])
+            # The host: airlock, and journal-upload to the collector.
+            h.run(["useradd", "--create-home", "--groups", "airlock", "agent1"])
+            h.run(["useradd", "--create-home", "--groups", "airlock-admin", "op1"])
+            h.write("/etc/airlock/policy.d/50-fleet.yaml", POLICY)
+            _put(h, certs, "host", "systemd-journal")
+            h.write("/etc/systemd/journal-upload.conf",
+                    f"[Upload]\nURL=https://{COLLECTOR_IP}:{PORT}\nServerKeyFile=/etc/airlock-fleet/host.key\n"
+                    "ServerCertificateFile=/etc/airlock-fleet/host.pem\nTrustedCertificateFile=/etc/airlock-fleet/ca.pem\n")
+            h.run(["systemctl", "enable", "--now", "systemd-journal-upload.service"])
+            print(f"[systest] fleet pair ready in {time.monotonic() - started:.1f}s", flush=True)
+            yield f
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+
+
+def test_requests_on_the_host_are_verified_on_the_collector(fleet: Fleet) -> None:
+    h = fleet.host
+    for _ in range(3):
+        h.run(["airlock", "run", "--no-privilege", "--", "/usr/bin/true"], user="agent1")
+    # The largest record there can be: a payload just under the journal's 64 KiB cap
+    # (MAX_PAYLOAD_BYTES), past journald's 48 KiB stream line limit; it goes by the native protocol.
+    big = "x" * 64000
+    r = h.run(["airlock", "run", "--json", "--no-privilege", "--", "/usr/bin/echo", big], user="agent1", check=False)
+    request_id = json.loads(r.stdout.splitlines()[-1])["id"]
+    head = fleet.host_head()
+    report = fleet.wait_collected(head)
+    (host,) = report["hosts"]
+    assert report["ok"], report
+    assert host["first_seq"] == 1 and host["gaps"] == [] and host["records"] >= head
+    assert host["host"].startswith("fleet-host/"), host  # AIRLOCK_HOST: the container's hostname and machine ID
+    assert (host["anchors"] or {}).get("checked", 0) >= 1, host  # the journal's start anchor came along
+    text = fleet.collector_verify()
+    assert text.returncode == 0 and text.stdout.rstrip().endswith("ok: 1 host check out"), text
+    # That request's records are there, complete: the big one byte for byte as hashed.
+    found = fleet.collector.run(
+        ["python3", "-c",
+         "import sys, json; from systemd import journal\n"
+         f"r = journal.Reader(path={REMOTE_DIR!r}); r.add_match(MESSAGE_ID={RECORD_MESSAGE_ID!r})\n"
+         f"r.add_match(AIRLOCK_REQUEST_ID={request_id!r})\n"
+         "print(json.dumps([[e['AIRLOCK_KIND'], len(e['AIRLOCK_RECORD'])] for e in r]))"],
+        user="auditor")
+    kinds = json.loads(found.stdout)
+    assert {"request.received", "exec.started", "exec.finished", "request.replied"} <= {k for k, _ in kinds}, kinds
+    assert max(n for _, n in kinds) > 64000
+
+
+def test_a_truncated_host_database_is_reported_by_compare(fleet: Fleet) -> None:
+    h, c = fleet.host, fleet.collector
+    h.run(["airlock", "run", "--no-privilege", "--", "/usr/bin/true"], user="agent1")
+    # Stop airlock (the stop's own records and anchor are shipped too), then wait for the collector.
+    h.run(["systemctl", "stop", "airlock.socket", "airlock-operator.socket", "airlock-approval.socket",
+           "airlock-runner.socket", "airlock-journal.socket"])
+    head = fleet.host_head()
+    fleet.wait_collected(head)
+    copy = h.root / "root" / "collector"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(c.root / REMOTE_DIR.lstrip("/"), copy)
+    compare = ["airlock", "audit", "compare", "--journal", "/root/collector"]
+    same = h.run(compare, check=False)
+    assert same.returncode == 0 and same.stdout.startswith("ok:"), same
+    cut = head - 4
+    h.run(["python3", "-c",
+           "import sqlite3\nc = sqlite3.connect('/var/lib/airlock/journal.sqlite')\n"
+           "for (n,) in c.execute(\"SELECT name FROM sqlite_master WHERE type='trigger'\").fetchall():\n"
+           "    c.execute('DROP TRIGGER ' + n)\n"
+           f"c.execute('DELETE FROM events WHERE seq > {cut}')\nc.commit()\n"])
+    differs = h.run(compare, check=False)
+    assert differs.returncode == 1, differs
+    assert differs.stdout.startswith(f"DIFFERS at seq {cut + 1}:") and f"cut short after seq {cut}" in differs.stdout, differs
+    # The collector's own copy still checks out: the host cannot take back what it shipped.
+    assert fleet.collector_verify().returncode == 0
+
+
+def test_an_acknowledged_cut_is_a_new_segment_on_the_collector(fleet: Fleet) -> None:
+    """After the cut above, root acknowledges it on the host: the acknowledgement is shipped (from
+    root), the collector's copy verifies as two segments with the cut records kept, and compare
+    accepts the cut the acknowledgement names."""
+    h = fleet.host
+    done = h.run(["airlock", "audit", "acknowledge", "--json", "--reason", "fleet system test"])
+    ack = json.loads(done.stdout)
+    h.run(["systemctl", "start", "airlock.socket", "airlock-operator.socket", "airlock-approval.socket",
+           "airlock-runner.socket", "airlock-journal.socket"])
+    h.run(["airlock", "run", "--no-privilege", "--", "/usr/bin/true"], user="agent1")
+    report = fleet.wait_collected(fleet.host_head())
+    (host,) = report["hosts"]
+    assert report["ok"], report
+    (segment,) = host["segments"]
+    assert segment["seq"] == ack["seq"] and segment["after"] == ack["previous"]["seq"] and segment["cut"], segment
+    copy = h.root / "root" / "collector"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(fleet.collector.root / REMOTE_DIR.lstrip("/"), copy)
+    compare = h.run(["airlock", "audit", "compare", "--journal", "/root/collector"], check=False)
+    assert compare.returncode == 0 and "cut and acknowledged" in compare.stdout, compare
+
+
+def test_forged_records_on_the_host_do_not_count_on_the_collector(fleet: Fleet) -> None:
+    """Anyone on the host may send an entry with the record MESSAGE_ID; only journald's own
+    fields (_SYSTEMD_UNIT) say who did, and the collector ignores it."""
+    h = fleet.host
+    before = json.loads(fleet.collector_verify("--json").stdout)
+    forge = (
+        "from systemd import journal\n"
+        "from airlock.journal import chain, fleet\n"
+        "r = {'seq': 1, 'time': '2026-01-01T00:00:00.000Z', 'kind': 'exec.started', 'request_id': None,\n"
+        "     'operation_id': None, 'peer_uid': 0, 'session': None, 'writer': 'runner', 'payload': {}, 'prev_hash': chain.GENESIS}\n"
+        "fields = fleet.record_fields(r, chain.compute_hash(r), 'forger/' + '0' * 32)\n"
+        "journal.send('forged', **fields)\n"
+    )
+    h.run(["python3", "-c", forge], user="agent1")  # a well-formed record, chain and all, from the wrong sender
+    deadline = time.monotonic() + 60
+    while True:
+        after = json.loads(fleet.collector_verify("--json").stdout)
+        if after["ignored"] > before["ignored"]:
+            break
+        if time.monotonic() > deadline:
+            raise CommandFailed(f"the forged entry never reached the collector: {after}")
+        time.sleep(1)
+    assert after["ok"] and len(after["hosts"]) == 1, after
