@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import os
 import secrets
+import shlex
 import socket
 import stat
 import time
@@ -20,9 +21,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airlock.approval import filereview, hook, trail
+from airlock.approval import filereview, hook, quorum, trail
+from airlock.approval import statement as statements
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
+from airlock.approval.signed import Ledger, Published
+from airlock.approval.signers import Signers
 from airlock.approval.tokens import (
     DEFAULT_TTL_SECONDS,
     MAX_TTL_SECONDS,
@@ -66,6 +70,9 @@ class Pending:
     privileged: bool = True
     run_as: int = 0
     run_as_user: str = ""
+    # Issue 18: the approvals collected so far, and the statements a signer signs.
+    tally: quorum.Tally | None = None
+    published: Published | None = None
 
     def to_dict(self, now: float) -> dict[str, Any]:
         raw_spec = self.request.get("spec")
@@ -89,7 +96,20 @@ class Pending:
             "created": self.created,
             "expires": self.expires,
             "seconds_left": max(0.0, round(self.expires - now, 1)),
-        }
+        } | self.quorum_dict()
+
+    def quorum_dict(self) -> dict[str, Any]:
+        """Quorum progress ("1 of 2"), the reason rule, and the statement to sign (issue 18)."""
+        out: dict[str, Any] = {}
+        if self.tally is not None:
+            out["quorum"] = self.tally.to_dict()
+        if self.published is not None:
+            out["statement"] = self.published.statements["allow"].render()
+            out["sign_command"] = SIGN_COMMAND
+        return out
+
+
+SIGN_COMMAND = f"ssh-keygen -Y sign -n {statements.NAMESPACE} -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
 
 
 def describe_binaries(
@@ -193,6 +213,8 @@ class Approval:
         self.intake_uid = uid_of(config.services.intake_user)
         self.lookup = JournalLookup(self.journal)
         self.log = log.get()
+        self.ledger = Ledger(Signers(config.approval.allowed_signers))
+        self.host = config.notify.host or socket.gethostname()
 
     # --- intake: decide -------------------------------------------------------
 
@@ -235,13 +257,16 @@ class Approval:
         if self.hold_reason is not None and verdict == "allow":
             verdict, rule = "ask", "hold"
         common = Ids(request_id, operation_id, peer.uid, session)
+        requirement = self.policy.requirement(decision)
+        if verdict != "deny":
+            await self._require_reason(request, requirement, decision, common)
         if verdict == "ask":
             if isinstance(spec, FileSpec):
                 request = await filereview.operator_view(self.runner, request, spec)
                 reviewed = filereview.bound_file(request)
                 if reviewed is not None:
                     bound["file"] = reviewed
-            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec)
+            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec, requirement)
         await self.audit.record(
             "approval.decided",
             common,
@@ -262,6 +287,7 @@ class Approval:
         bound: dict[str, Any],
         common: Ids,
         spec: ExecSpec | FileSpec,
+        requirement: quorum.Requirement | None = None,
     ) -> dict[str, Any]:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
@@ -283,6 +309,8 @@ class Approval:
         entry.rule = rule
         entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, _user_name(spec.run_as)
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
+        entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
+        entry.published = self.ledger.publish(entry.request_id, self._statements(entry))
         await self.audit.record(
             "approval.pending",
             common,
@@ -302,12 +330,15 @@ class Approval:
         finally:
             watch.cancel()
             self.pending.pop(entry.request_id, None)
+            if entry.published is not None:
+                self.ledger.settle(entry.published, _SETTLED.get(verdict, "decided"))
         if verdict == "interrupted":
             raise AirlockError(ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending")
         await self.audit.record(
             "approval.decided",
             common,
-            payload={"decision": verdict, "rule": rule, "by": by, "operator_uid": operator_uid, "reason": reason},
+            payload={"decision": verdict, "rule": rule, "by": by, "operator_uid": operator_uid, "reason": reason}
+            | _decided_quorum(entry),
             log_fields={"decision": verdict, "rule": rule},
         )
         if verdict == "timeout":
@@ -376,6 +407,8 @@ class Approval:
         raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(matches)} pending requests; give more of the ID")
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
+        if call.args.get("signature") is not None:
+            return await self._settle_signed(call, (verdict,), via="operator")
         entry = self._find(call.args.get("id"))
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         operator = call.peer
@@ -383,15 +416,174 @@ class Approval:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "operators cannot approve their own requests")
         if entry.future.done():
             raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
+        voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))
+        if verdict == "allow":
+            self._require_operator_reason(entry, reason)
+            self._check_vote(entry, voter)
         await self.audit.record(
             "operator.action",
             Ids(entry.request_id, entry.operation_id, operator.uid),
-            payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason},
+            payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason}
+            | self._vote_progress(entry, verdict),
         )
+        return self._count(entry, verdict, voter, reason)
+
+    # --- issue 18: quorum, reasons, signed approvals ----------------------------------
+
+    def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:
+        if entry.tally is None:
+            return
+        try:
+            entry.tally.check(voter, self_approval=self.config.approval.allow_self_approval)
+        except quorum.VoteRefused as exc:
+            raise AirlockError(ErrorCode.CONFLICT, str(exc), {"quorum": entry.tally.progress()}) from None
+
+    def _vote_progress(self, entry: Pending, verdict: str) -> dict[str, Any]:
+        """What an approve's record says about the quorum: this vote makes it "N of M"."""
+        if verdict != "allow" or entry.tally is None:
+            return {}
+        return {"quorum": f"{len(entry.tally.votes) + 1} of {entry.tally.requirement.approvals}"}
+
+    def _count(self, entry: Pending, verdict: str, voter: quorum.Voter, reason: str) -> dict[str, Any]:
+        """Count a checked, journaled vote: a deny decides, an approval decides once the quorum is met."""
         if entry.future.done():  # another console won while we journaled
             raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
-        entry.future.set_result((verdict, operator.user, operator.uid, reason))
-        return {"request_id": entry.request_id, "decision": verdict}
+        if verdict == "allow" and entry.tally is not None:
+            self._check_vote(entry, voter)  # again: a twin vote may have been counted while we journaled
+            if not entry.tally.add(voter):
+                return {"request_id": entry.request_id, "decision": "allow", "complete": False} | entry.tally.to_dict()
+            by = ", ".join(v.label for v in entry.tally.votes)
+            entry.future.set_result(("allow", by, voter.uid, reason))
+            return {"request_id": entry.request_id, "decision": "allow", "complete": True} | entry.tally.to_dict()
+        entry.future.set_result((verdict, voter.label, voter.uid, reason))
+        return {"request_id": entry.request_id, "decision": verdict, "complete": True}
+
+    async def _require_reason(
+        self, request: Mapping[str, Any], requirement: quorum.Requirement, decision: Decision, common: Ids
+    ) -> None:
+        """A rule's ``reason: required``: a request without a long enough reason is denied before an operator sees it."""
+        if not requirement.reason:
+            return
+        problem = quorum.reason_problem(request.get("reason"), self.config.approval.min_reason_length)
+        if problem is None:
+            return
+        await self.audit.record(
+            "approval.decided",
+            common,
+            payload={"decision": "deny", "rule": decision.rule, "by": "policy", "code": ErrorCode.REASON_REQUIRED.value,
+                     "reason": problem, "policy": decision.to_dict()},
+            log_fields={"decision": "deny", "rule": decision.rule},
+        )
+        raise AirlockError(ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"})
+
+    def _require_operator_reason(self, entry: Pending, reason: str) -> None:
+        if self.config.approval.operator_reason != "required":
+            return
+        if not (entry.privileged or entry.run_as != entry.peer.uid):
+            return
+        problem = quorum.reason_problem(reason, self.config.approval.min_reason_length)
+        if problem is not None:
+            raise AirlockError(ErrorCode.REASON_REQUIRED, f"approving privileged work needs --reason: {problem}", {"field": "reason"})
+
+    def _statements(self, entry: Pending) -> dict[str, statements.Statement]:
+        raw_spec = entry.request.get("spec")
+        spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
+        command = " | ".join(shlex.join(str(a) for a in stage) for stage in spec.get("stages") or [])
+        if not command:  # a file operation
+            command = f"{entry.request.get('tool', '')} {entry.request.get('path', '')}".strip()
+        nonce = secrets.token_hex(16)
+        return {
+            decision: statements.Statement(
+                host=self.host,
+                request=entry.request_id,
+                binding=ticket_binding(entry.digest, entry.bound),
+                decision=decision,
+                expires=int(entry.expires),
+                nonce=nonce,
+                requester=f"{entry.peer.user} (uid {entry.peer.uid})",
+                run_as=f"{entry.run_as_user} (uid {entry.run_as})",
+                command=command,
+                reason=str(entry.request.get("reason") or ""),
+            )
+            for decision in statements.DECISIONS
+        }
+
+    async def statement(self, call: Call) -> dict[str, Any]:
+        """The exact text a signer signs to approve (or deny) a pending request."""
+        entry = self._find(call.args.get("id"))
+        decision = call.args.get("decision", "allow")
+        if decision not in statements.DECISIONS:
+            raise validate.bad("decision", "must be allow or deny")
+        assert entry.published is not None
+        text = entry.published.statements[decision].render()
+        return entry.quorum_dict() | {
+            "request_id": entry.request_id, "decision": decision, "statement": text,
+            "expires": entry.published.statements[decision].expires, "namespace": statements.NAMESPACE,
+            "sign_command": SIGN_COMMAND, "signatures": self.ledger.signers.enabled()}
+
+    async def approve_signed(self, call: Call) -> dict[str, Any]:
+        """intake: an agent carried a signature (agent verb approve_signed); the signature decides."""
+        if self.intake_uid is None or call.peer.uid != self.intake_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        return await self._settle_signed(call, statements.DECISIONS, via="agent")
+
+    async def _settle_signed(self, call: Call, decisions: tuple[str, ...], *, via: str) -> dict[str, Any]:
+        ref = call.args.get("id") if via == "operator" else call.args.get("request_id")
+        ref = validate.text("id", ref, max_len=256, allow_empty=False)
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        principal = validate.optional_text("principal", call.args.get("principal"), max_len=256)
+        submitter = call.peer if via == "operator" else None
+        entry: Pending | None = None
+        try:
+            entry = self._find(ref)
+        except AirlockError as exc:
+            if exc.code is not ErrorCode.NOT_FOUND:
+                raise
+        request_id = entry.request_id if entry is not None else ref
+        ids = Ids(request_id, entry.operation_id if entry else None, submitter.uid if submitter else None)
+        signature = None
+        try:
+            signature = self.ledger.read(call.args.get("signature"))
+            signer = await self.ledger.signer(signature, principal)
+            if entry is None:
+                gone = self.ledger.latest(ref)
+                if gone is None:
+                    raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r}")
+                await self.ledger.check(signature, signer, gone, decisions, time.time())
+                raise AirlockError(ErrorCode.STATEMENT_EXPIRED if gone.state == "expired" else ErrorCode.SIGNATURE_REPLAYED,
+                                   f"request {ref!r} is no longer pending ({gone.state})",
+                                   {"fingerprint": signer.fingerprint, "principal": signer.principal})
+            assert entry.published is not None
+            verdict = await self.ledger.check(signature, signer, entry.published, decisions, time.time())
+            if entry.future.done():
+                raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
+            voter = quorum.Voter(submitter.uid if submitter else None, signer.principal, principal=signer.principal,
+                                 fingerprint=signer.fingerprint)
+            if verdict == "allow":
+                self._require_operator_reason(entry, reason)
+                self._check_vote(entry, voter)
+        except AirlockError as exc:
+            if exc.code is not ErrorCode.NOT_FOUND:
+                await self.audit.record(
+                    "operator.action",
+                    ids,
+                    payload={"action": "signature.refused", "via": via, "code": exc.code.value, "message": exc.message,
+                             "operator": submitter.user if submitter else None,
+                             "fingerprint": signature.fingerprint if signature else None,
+                             "principal": exc.details.get("principal")},
+                )
+            raise
+        assert entry is not None
+        self.ledger.used(signature)
+        await self.audit.record(
+            "operator.action",
+            ids,
+            payload={"action": "approve" if verdict == "allow" else "deny", "via": via, "signed": True,
+                     "principal": signer.principal, "fingerprint": signer.fingerprint, "key_type": signer.key_type,
+                     "operator": submitter.user if submitter else None, "reason": reason}
+            | self._vote_progress(entry, verdict),
+        )
+        return self._count(entry, verdict, voter, reason) | {"signer": voter.to_dict()}
 
     async def approve(self, call: Call) -> dict[str, Any]:
         return await self._settle(call, "allow")
@@ -656,6 +848,17 @@ async def _withdraw_when_gone(call: Call, entry: Pending) -> None:
         entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))
 
 
+# How a pending request ended, as the ledger of statements remembers it.
+_SETTLED = {"timeout": "expired", "withdrawn": "withdrawn", "interrupted": "interrupted"}
+
+
+def _decided_quorum(entry: Pending) -> dict[str, Any]:
+    """Who approved, for approval.decided: each approver (uid, or principal and key fingerprint)."""
+    if entry.tally is None or not entry.tally.votes:
+        return {}
+    return {"approvers": [v.to_dict() for v in entry.tally.votes], "quorum": entry.tally.progress()}
+
+
 def _iso(when: float) -> str:
     return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -672,7 +875,7 @@ def _operator_only(verb: Verb) -> Verb:
 
 
 # What a read-only operator (``operators.observers``) may call on operator.sock.
-OBSERVER_VERBS = frozenset({"status", "pending", "show", "events"})
+OBSERVER_VERBS = frozenset({"status", "pending", "show", "events", "statement"})
 
 
 def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
@@ -731,7 +934,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         "approval",
         allow=AllowList.of([s.intake_user, s.runner_user], []),
         verbs={"decide": approval.decide, "redeem": approval.redeem, "token.check": approval.token_check,
-               "withdraw": approval.withdraw},
+               "withdraw": approval.withdraw, "approve_signed": approval.approve_signed},
         max_line=config.limits.max_request_bytes * 2,
     )
     observers = config.operators.observers
@@ -751,6 +954,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
                 "status": approval.status,
                 "pending": approval.list_pending,
                 "show": approval.show,
+                "statement": approval.statement,
                 "approve": approval.approve,
                 "deny": approval.deny,
                 "cancel": approval.cancel,

@@ -153,7 +153,10 @@ def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[
     if not reply.get("ok"):
         error = reply.get("error") or {}
         if not ns.json:
-            _err(f"{error.get('code')}: {error.get('message')}")
+            # The operator door keeps to reference/004's codes; the precise one is in details.reason.
+            precise = (error.get("details") or {}).get("reason")
+            code = f"{error.get('code')} ({precise})" if isinstance(precise, str) else error.get("code")
+            _err(f"{code}: {error.get('message')}")
         return 1, {}
     return 0, reply.get("data") or {}
 
@@ -198,6 +201,10 @@ def cmd_pending(ns: argparse.Namespace) -> int:
                          render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
         for p in data.get("pending", []):
+            extra = render.quorum_line(p)
+            if extra:
+                print(f"{render.sanitise(p['request_id'], strict=True)} {extra}")
+        for p in data.get("pending", []):
             if p.get("sandbox"):  # shown only when a rule confines the job; none means a full job
                 confined = "; ".join(f"stage {i}: {sandbox.describe(sb)}" for i, sb in enumerate(p["sandbox"], start=1))
                 print(f"{render.sanitise(p['request_id'], strict=True)} sandbox: {render.sanitise(confined)}")
@@ -217,9 +224,41 @@ def cmd_decide(ns: argparse.Namespace) -> int:
     args: dict[str, Any] = {"id": ns.id}
     if ns.reason:
         args["reason"] = ns.reason
+    if getattr(ns, "principal", None):
+        args["principal"] = ns.principal
+    if getattr(ns, "signature", None) or getattr(ns, "sign", None):
+        from airlock.cli import signing
+
+        try:
+            if ns.signature:
+                args["signature"] = signing.read_signature_file(ns.signature)
+            else:
+                args["signature"] = signing.sign(ns, _operator, "allow" if ns.verb == "approve" else "deny")
+        except signing.SigningError as exc:
+            _err(str(exc))
+            return 1
     rc, data = _operator(ns, ns.verb, args)
     if rc == 0 and not ns.json:
-        print(f"{data.get('request_id')}: {'approved' if data.get('decision') == 'allow' else 'denied'}")
+        outcome = "approved" if data.get("decision") == "allow" else "denied"
+        if data.get("decision") == "allow" and data.get("complete") is False:
+            outcome = f"approval counted ({data.get('progress')}); waiting for more approvers"
+        elif data.get("needed", 1) > 1:
+            outcome += f" ({data.get('progress')})"
+        signer = data.get("signer") or {}
+        if signer.get("principal"):
+            outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
+        print(f"{data.get('request_id')}: {outcome}")
+    return rc
+
+
+def cmd_statement(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "statement", {"id": ns.id, "decision": "deny" if ns.deny else "allow"})
+    if rc == 0 and not ns.json:
+        # Exactly the bytes to sign: nothing before or after.
+        sys.stdout.write(data.get("statement") or "")
+        sys.stdout.flush()
+        if sys.stderr.isatty():
+            _err(f"sign it with: {data.get('sign_command')}")
     return rc
 
 
@@ -553,7 +592,17 @@ def parser() -> argparse.ArgumentParser:
         sp = op(verb, text)
         sp.add_argument("id", help="request ID (or a unique prefix)")
         sp.add_argument("--reason", help="recorded in the audit journal")
+        signed = sp.add_mutually_exclusive_group()
+        signed.add_argument("--sign", metavar="KEYFILE",
+                            help="sign the request's statement with this OpenSSH key (ssh-keygen -Y sign) and submit it")
+        signed.add_argument("--signature", metavar="FILE",
+                            help="submit a signature made elsewhere over `airlock statement ID` ('-': stdin)")
+        sp.add_argument("--principal", help="the signer's principal in allowed_signers (default: found from the key)")
         sp.set_defaults(func=cmd_decide, verb=verb)
+    sp = op("statement", "print the exact statement a signer signs to approve (or deny) a pending request")
+    sp.add_argument("id", help="request ID (or a unique prefix)")
+    sp.add_argument("--deny", action="store_true", help="the statement that denies it")
+    sp.set_defaults(func=cmd_statement)
     sp = op("hold", "make every request wait for an operator (emergency brake)")
     sp.add_argument("--reason", required=True)
     sp.set_defaults(func=cmd_hold)
