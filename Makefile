@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 export PATH := /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$(PATH)
 
 DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-systemd python3-sdnotify \
-	python3-dbus python3-aiosmtpd
+	python3-dbus python3-aiosmtpd openssh-client
 
 .PHONY: all run test test-unit test-integration lint deps clean bench stress
 

@@ -34,6 +34,8 @@ PURE_MODULES = [
     "services/airlock/approval/tokens.py",
     "services/airlock/approval/trail.py",
     "services/airlock/common/lifecycle.py",
+    "services/airlock/approval/statement.py",
+    "services/airlock/approval/quorum.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

@@ -39,6 +39,7 @@ DECISIONS: Final = ("allow", "deny")
 # Field order is part of the format.
 FIELDS: Final = ("host", "request", "binding", "decision", "expires", "nonce", "requester", "run_as", "command", "reason")
 MAX_SIGNATURE_BYTES: Final = 16 * 1024
+_YEAR_10000: Final = 253_402_300_800
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
@@ -70,8 +71,8 @@ class Statement:
             raise StatementError("binding must be 64 lowercase hex digits")
         if not _NONCE.fullmatch(self.nonce):
             raise StatementError("nonce must be 32 lowercase hex digits")
-        if isinstance(self.expires, bool) or not isinstance(self.expires, int) or self.expires < 0:
-            raise StatementError("expires must be a non-negative integer (Unix seconds)")
+        if isinstance(self.expires, bool) or not isinstance(self.expires, int) or not 0 <= self.expires < _YEAR_10000:
+            raise StatementError("expires must be Unix seconds before the year 10000")
         if not self.request:
             raise StatementError("request must not be empty")
 
