@@ -117,6 +117,10 @@ def test_a_valid_signature_runs_the_request_and_the_journal_names_the_signer(sst
     decided = [json.loads(r["payload"]) for r in sstack.journal_rows()
                if r["request_id"] == job.request_id and r["kind"] == "approval.decided"]
     assert decided[0]["approvers"][0]["principal"] == "alice"
+    # The relay (airlock-notify) reads the statement from the journal's approval.pending record.
+    pending = [json.loads(r["payload"]) for r in sstack.journal_rows()
+               if r["request_id"] == job.request_id and r["kind"] == "approval.pending"]
+    assert pending[0]["statement"] == text
 
 
 def test_approve_sign_signs_locally_with_the_key_file(sstack: Stack, keys: Keys, tmp_path: Path) -> None:
@@ -205,6 +209,8 @@ def test_two_distinct_signers_are_needed_and_the_same_signer_counts_once(sstack:
     assert shown["quorum"]["progress"] == "1 of 2" and not target.exists()
     pending = sstack.cli("pending")
     assert "1 of 2" in pending.stdout, pending.stdout
+    waiting = sstack.cli("show", job.request_id)
+    assert "approvals: 1 of 2 (alice)" in waiting.stdout, waiting.stdout
     # alice's second key is still alice: it does not count.
     twice = submit(sstack, job.request_id, keys.sign("alice2", text), tmp_path)
     assert twice.returncode == 1 and "already approved" in twice.stderr, twice.stderr
@@ -217,6 +223,8 @@ def test_two_distinct_signers_are_needed_and_the_same_signer_counts_once(sstack:
     decided = [json.loads(r["payload"]) for r in sstack.journal_rows()
                if r["request_id"] == job.request_id and r["kind"] == "approval.decided"]
     assert [a["principal"] for a in decided[0]["approvers"]] == ["alice", "bob"]
+    shown = sstack.cli("show", job.request_id).stdout
+    assert f"alice ({keys.fingerprint('alice')}), bob ({keys.fingerprint('bob')}) [2 of 2]" in shown, shown
 
 
 def test_one_deny_denies_a_quorum_rule(sstack: Stack, keys: Keys, tmp_path: Path) -> None:

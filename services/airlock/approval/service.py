@@ -314,7 +314,8 @@ class Approval:
         await self.audit.record(
             "approval.pending",
             common,
-            payload={"rule": rule, "policy": decision.to_dict(), "timeout_seconds": timeout, "request": request},
+            payload={"rule": rule, "policy": decision.to_dict(), "timeout_seconds": timeout, "request": request}
+            | self._pending_extra(entry),
             log_fields={"decision": "ask", "rule": rule},
         )
         self.pending[entry.request_id] = entry
@@ -429,6 +430,15 @@ class Approval:
         return self._count(entry, verdict, voter, reason)
 
     # --- issue 18: quorum, reasons, signed approvals ----------------------------------
+
+    def _pending_extra(self, entry: Pending) -> dict[str, Any]:
+        """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign."""
+        out: dict[str, Any] = {}
+        if entry.tally is not None and entry.tally.requirement != quorum.Requirement():
+            out["requirement"] = entry.tally.requirement.to_dict()
+        if entry.published is not None and self.ledger.signers.enabled():
+            out["statement"] = entry.published.statements["allow"].render()
+        return out
 
     def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:
         if entry.tally is None:

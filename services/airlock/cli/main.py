@@ -418,6 +418,13 @@ def cmd_show(ns: argparse.Namespace) -> int:
         if decision.get("reason"):
             text += f": {decision.get('reason')}"
         pairs.append(("decision", sanitise(text)))
+    if decision.get("approvers"):
+        pairs.append(("approvers", sanitise(", ".join(
+            f"{a.get('principal')} ({a.get('fingerprint')})" if a.get("principal") else f"{a.get('user')} (uid {a.get('uid')})"
+            for a in decision["approvers"]) + f" [{decision.get('quorum')}]")))
+    waiting = render.quorum_line(data.get("detail") or {}) if data.get("pending") else ""
+    if waiting:
+        pairs.append(("waiting", waiting))
     if outcome:
         text = f"{outcome.get('status')}"
         if outcome.get("exit_codes") is not None:

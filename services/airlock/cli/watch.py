@@ -63,6 +63,10 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     env = p.get("env_names") or []
     pairs.append(("env", ", ".join(sanitise(n, strict=True) for n in env) or "-"))
     pairs.append(("rule", f"{sanitise(p.get('rule'))} (ask)"))
+    quorum = p.get("quorum") or {}
+    if quorum.get("needed", 1) > 1:
+        who = ", ".join(sanitise(v.get("principal") or v.get("user")) for v in quorum.get("approvers") or [])
+        pairs.append(("approvals", f"{sanitise(quorum.get('progress'))}" + (f" so far ({who})" if who else "")))
     pairs.append(("operation", sanitise(p.get("operation_id"), strict=True)))
     diff = diff_lines(request["diff"]) if request.get("diff") else ""
     return "\n".join(lines) + "\n" + fields(pairs) + ("\n\n" + diff if diff else "")
@@ -79,6 +83,8 @@ class Console:
         self.fd = fd
         self.out = out
         self.style = Style(use_colour(out))
+        # Requests this console approved towards a quorum: not shown again (its vote counts once).
+        self.voted: set[str] = set()
 
     def write(self, text: str) -> None:
         self.out.write(text)
@@ -94,7 +100,7 @@ class Console:
     def run(self) -> int:
         idle_shown = False
         while True:
-            waiting = self.pending()
+            waiting = [p for p in self.pending() if p.get("request_id") not in self.voted]
             if not waiting:
                 if not idle_shown:
                     self.write(CLEAR + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n")
@@ -116,7 +122,12 @@ class Console:
             return
         verb = "approve" if key in (b"y", b"Y") else "deny"
         reply = self.call(verb, {"id": request_id, "reason": "airlock watch"})
-        if reply.get("ok"):
+        data = reply.get("data") or {}
+        if reply.get("ok") and data.get("complete") is False:
+            self.voted.add(request_id)
+            self.write("\n" + self.style.green("approval counted") + f" ({sanitise(data.get('progress'))}); "
+                       f"{sanitise(request_id, strict=True)} waits for more approvers\n")
+        elif reply.get("ok"):
             word = self.style.green("approved") if verb == "approve" else self.style.red("denied")
             self.write(f"\n{word} {sanitise(request_id, strict=True)}\n")
         else:
