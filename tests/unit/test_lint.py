@@ -36,6 +36,7 @@ PURE_MODULES = [
     "services/airlock/common/lifecycle.py",
     "services/airlock/approval/statement.py",
     "services/airlock/approval/quorum.py",
+    "services/airlock/approval/grants.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airlock.approval import filereview, hook, quorum, trail
+from airlock.approval import filereview, grants, hook, quorum, trail
 from airlock.approval import statement as statements
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
@@ -214,6 +214,8 @@ class Approval:
         self.lookup = JournalLookup(self.journal)
         self.log = log.get()
         self.ledger = Ledger(Signers(config.approval.allowed_signers))
+        self.grants = grants.Grants()
+        self._grant_timers: dict[str, asyncio.TimerHandle] = {}
         self.host = config.notify.host or socket.gethostname()
 
     # --- intake: decide -------------------------------------------------------
@@ -260,6 +262,18 @@ class Approval:
         requirement = self.policy.requirement(decision)
         if verdict != "deny":
             await self._require_reason(request, requirement, decision, common)
+        granted = self._granted(verdict, spec, peer, session, digest, decision, requirement)
+        if granted is not None:
+            await self.audit.record(
+                "approval.decided",
+                common,
+                payload={"decision": "allow", "rule": rule, "by": "grant", "grant_id": granted.grant_id,
+                         "grant_scope": granted.scope, "granted_by": granted.made_by, "policy": decision.to_dict()},
+                log_fields={"decision": "allow", "rule": rule},
+            )
+            # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
+            return {"decision": "allow", "rule": rule, "decided_by": f"grant {granted.grant_id}",
+                    "ticket": self._issue(digest, bound, by_policy=True), "bound": bound}
         if verdict == "ask":
             if isinstance(spec, FileSpec):
                 request = await filereview.operator_view(self.runner, request, spec)
@@ -418,18 +432,135 @@ class Approval:
         if entry.future.done():
             raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
         voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))
+        grant = None
         if verdict == "allow":
             self._require_operator_reason(entry, reason)
+            grant = self._grant_for(entry, operator, call.args)  # the arguments first, then who votes
             self._check_vote(entry, voter)
+        ids = Ids(entry.request_id, entry.operation_id, operator.uid)
         await self.audit.record(
             "operator.action",
-            Ids(entry.request_id, entry.operation_id, operator.uid),
+            ids,
             payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason}
-            | self._vote_progress(entry, verdict),
+            | self._vote_progress(entry, verdict) | ({"grant_id": grant.grant_id} if grant else {}),
         )
-        return self._count(entry, verdict, voter, reason)
+        if grant is not None and not entry.future.done():
+            await self._add_grant(grant, ids, operator.user, reason)
+        out = self._count(entry, verdict, voter, reason)
+        return out | ({"grant": grant.to_dict()} if grant is not None else {})
 
-    # --- issue 18: quorum, reasons, signed approvals ----------------------------------
+    # --- issue 18: quorum, reasons, signed approvals, grants -------------------------
+
+    def _granted(
+        self, verdict: str, spec: ExecSpec | FileSpec, peer: Peer, session: str | None, digest: str,
+        decision: Decision, requirement: quorum.Requirement,
+    ) -> grants.Grant | None:
+        """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum rule)."""
+        if verdict != "ask" or decision.decision != "ask" or self.hold_reason is not None:
+            return None
+        if not isinstance(spec, ExecSpec) or requirement.approvals > 1:
+            return None
+        asking = [s.rule for s in decision.stages if s.decision != "allow"]
+        return self.grants.find(time.time(), peer.uid, session, digest, decision.rule, asking)
+
+    def _grant_for(self, entry: Pending, operator: Peer, args: Mapping[str, Any]) -> grants.Grant | None:
+        """The grant an approve asks for (``grant_seconds``, ``scope``), checked; None without one."""
+        seconds = args.get("grant_seconds")
+        if seconds is None:
+            if args.get("scope") is not None:
+                raise validate.bad("scope", "is only meaningful with grant_seconds")
+            return None
+        limit = self.config.approval.max_grant_seconds
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= limit:
+            raise validate.bad("grant_seconds", f"must be a number of seconds from 1 to {limit:g} (approval.max_grant_seconds)")
+        scope = args.get("scope") or "command"
+        if scope not in grants.SCOPES:
+            raise validate.bad("scope", "must be command or rule")
+        if "spec" not in entry.request:
+            raise AirlockError(ErrorCode.CONFLICT, "grants cover commands only, not file operations")
+        if entry.tally is not None and entry.tally.requirement.approvals > 1:
+            raise AirlockError(ErrorCode.CONFLICT, "a rule that needs several approvers takes no grant")
+        if entry.decision.decision != "ask" or entry.rule == "hold":
+            raise AirlockError(ErrorCode.CONFLICT, "only a request a rule sent to an operator takes a grant (not one held)")
+        if scope == "rule" and entry.decision.rule in ("default", "unresolved"):
+            raise AirlockError(ErrorCode.CONFLICT, "scope rule needs a named rule; this request was decided by the default")
+        assert entry.published is not None
+        return grants.Grant(
+            grant_id="g-" + secrets.token_hex(6),
+            uid=entry.peer.uid,
+            session=entry.request.get("session") or None,
+            scope=scope,
+            digest=entry.digest,
+            rule=entry.decision.rule,
+            expires=time.time() + float(seconds),
+            made_by=operator.user,
+            request_id=entry.request_id,
+            command=entry.published.statements["allow"].command,
+        )
+
+    async def _add_grant(self, grant: grants.Grant, ids: Ids, operator: str, reason: str) -> None:
+        # Journaled before it can be used: the next start rebuilds the grants from these records.
+        await self.audit.record(
+            "operator.action",
+            ids,
+            payload={"action": "grant", "operator": operator, "reason": reason, "grant_id": grant.grant_id,
+                     "grant": grant.to_dict(), "expires_at": _iso(grant.expires)},
+        )
+        self._schedule(grant)
+
+    def _schedule(self, grant: grants.Grant) -> None:
+        self.grants.add(grant)
+        delay = max(0.0, grant.expires - time.time())
+        loop = asyncio.get_running_loop()
+        self._grant_timers[grant.grant_id] = loop.call_later(
+            delay, lambda: asyncio.ensure_future(self._end_grant(grant.grant_id, "grant.expired", None, "")))
+
+    async def _end_grant(self, grant_id: str, action: str, operator: Peer | None, reason: str) -> grants.Grant | None:
+        grant = self.grants.remove(grant_id)  # out first: from now on it lets nothing through
+        timer = self._grant_timers.pop(grant_id, None)
+        if timer is not None:
+            timer.cancel()
+        if grant is None:
+            return None
+        try:
+            await self.audit.record(
+                "operator.action",
+                Ids(grant.request_id, None, operator.uid if operator else None, grant.session),
+                payload={"action": action, "grant_id": grant_id, "operator": operator.user if operator else "airlock-approval",
+                         "reason": reason},
+            )
+        except AirlockError as exc:
+            # The grant is gone from memory either way; the next start sees it expired or journals the revoke again.
+            self.log.error("approval.grant.unrecorded", grant_id=grant_id, action=action, error=exc.message)
+            if action == "grant.revoke":
+                raise
+        return grant
+
+    async def list_grants(self, call: Call) -> dict[str, Any]:
+        now = time.time()
+        return {"grants": [g.to_dict() | {"seconds_left": round(g.expires - now, 1), "expires_at": _iso(g.expires)}
+                           for g in self.grants.live(now)]}
+
+    async def revoke_grant(self, call: Call) -> dict[str, Any]:
+        grant_id = validate.text("grant_id", call.args.get("grant_id"), max_len=64, allow_empty=False)
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        if self.grants.get(grant_id) is None:
+            raise AirlockError(ErrorCode.NOT_FOUND, f"no live grant {grant_id!r}")
+        await self._end_grant(grant_id, "grant.revoke", call.peer, reason)
+        return {"grant_id": grant_id, "revoked": True}
+
+    async def restore_grants(self) -> None:
+        """At start: the live grants are the journal's grants not revoked or expired (none if it cannot be read)."""
+        try:
+            found = await self.journal.call("grants.state", {}, timeout=HOLD_RESTORE_SECONDS)
+            live, _ended = grants.restore(found.get("records") or [])
+        except AirlockError as exc:
+            self.log.error("approval.grants.unknown", error=exc.message, code=exc.code.value)
+            return
+        now = time.time()
+        for grant in live:
+            self._schedule(grant)  # an expired one ends (and is journaled) at once
+        self.log.info("approval.grants.restored", live=sum(1 for g in live if g.expires > now))
 
     def _pending_extra(self, entry: Pending) -> dict[str, Any]:
         """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign."""
@@ -542,6 +673,8 @@ class Approval:
         ref = validate.text("id", ref, max_len=256, allow_empty=False)
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         principal = validate.optional_text("principal", call.args.get("principal"), max_len=256)
+        if call.args.get("grant_seconds") is not None:
+            raise validate.bad("grant_seconds", "a grant is given by an operator's own approve, not with a signature")
         submitter = call.peer if via == "operator" else None
         entry: Pending | None = None
         try:
@@ -617,6 +750,7 @@ class Approval:
             "hold_since": self.hold_by.get("since") if held else None,
             "pending": len(self.pending),
             "tokens": self.tokens.live(now),
+            "grants": len(self.grants.live(now)),
             "services": await self._services(),
             "policy": {"default": self.policy.default, "rules": len(self.policy.rules), "sources": list(self.policy.sources)},
         }
@@ -885,7 +1019,7 @@ def _operator_only(verb: Verb) -> Verb:
 
 
 # What a read-only operator (``operators.observers``) may call on operator.sock.
-OBSERVER_VERBS = frozenset({"status", "pending", "show", "events", "statement"})
+OBSERVER_VERBS = frozenset({"status", "pending", "show", "events", "statement", "grants"})
 
 
 def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
@@ -965,6 +1099,8 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
                 "pending": approval.list_pending,
                 "show": approval.show,
                 "statement": approval.statement,
+                "grants": approval.list_grants,
+                "grant.revoke": approval.revoke_grant,
                 "approve": approval.approve,
                 "deny": approval.deny,
                 "cancel": approval.cancel,
@@ -987,6 +1123,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     journal_stopping = service.on_stop
 
     async def started() -> None:
+        await approval.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
         await approval.restore_hold()
         if journal_started is not None:
             await journal_started()
@@ -1000,7 +1137,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
 
     service.on_stop = stop
     # An idle exit would revoke every session token (they live only in memory).
-    service.keep_alive = lambda: approval.tokens.live(time.time()) > 0
+    service.keep_alive = lambda: approval.tokens.live(time.time()) > 0 or bool(approval.grants.live(time.time()))
     return service
 
 

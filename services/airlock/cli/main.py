@@ -226,6 +226,18 @@ def cmd_decide(ns: argparse.Namespace) -> int:
         args["reason"] = ns.reason
     if getattr(ns, "principal", None):
         args["principal"] = ns.principal
+    if getattr(ns, "grant", None):
+        from airlock.approval.grants import parse_duration
+
+        try:
+            args["grant_seconds"] = parse_duration(ns.grant)
+        except ValueError as exc:
+            _err(f"--grant: {exc}")
+            return 2
+        args["scope"] = ns.scope
+    elif getattr(ns, "scope", None) and ns.scope != "command":
+        _err("--scope needs --grant")
+        return 2
     if getattr(ns, "signature", None) or getattr(ns, "sign", None):
         from airlock.cli import signing
 
@@ -244,10 +256,36 @@ def cmd_decide(ns: argparse.Namespace) -> int:
             outcome = f"approval counted ({data.get('progress')}); waiting for more approvers"
         elif data.get("needed", 1) > 1:
             outcome += f" ({data.get('progress')})"
+        grant = data.get("grant") or {}
+        if grant:
+            outcome += (f"; grant {sanitise(grant.get('grant_id'), strict=True)} ({sanitise(grant.get('scope'))})"
+                        f" until {datetime.fromtimestamp(float(grant.get('expires') or 0), UTC).isoformat(timespec='seconds')}")
         signer = data.get("signer") or {}
         if signer.get("principal"):
             outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
         print(f"{data.get('request_id')}: {outcome}")
+    return rc
+
+
+def cmd_grants(ns: argparse.Namespace) -> int:
+    if ns.action == "revoke":
+        if not ns.grant_id:
+            _err("grants revoke needs a GRANT_ID")
+            return 2
+        args: dict[str, Any] = {"grant_id": ns.grant_id}
+        if ns.reason:
+            args["reason"] = ns.reason
+        rc, _ = _operator(ns, "grant.revoke", args)
+        if rc == 0 and not ns.json:
+            print(f"{ns.grant_id}: revoked")
+        return rc
+    rc, data = _operator(ns, "grants", {})
+    if rc == 0 and not ns.json:
+        rows = [[g["grant_id"], str(g["uid"]) + (f"/{g['session']}" if g.get("session") else ""), g["scope"],
+                 g["rule"] if g["scope"] == "rule" else g["command"][:50], g["made_by"], render.duration(g["seconds_left"])]
+                for g in data.get("grants", [])]
+        print(_table([[sanitise(c) for c in r] for r in rows], ["GRANT", "UID/SESSION", "SCOPE", "COVERS", "BY", "LEFT"])
+              if rows else "no live grants")
     return rc
 
 
@@ -605,7 +643,17 @@ def parser() -> argparse.ArgumentParser:
         signed.add_argument("--signature", metavar="FILE",
                             help="submit a signature made elsewhere over `airlock statement ID` ('-': stdin)")
         sp.add_argument("--principal", help="the signer's principal in allowed_signers (default: found from the key)")
+        if verb == "approve":
+            sp.add_argument("--grant", metavar="DURATION",
+                            help="also let the same requester run this again without asking for this long (90s, 30m, 8h)")
+            sp.add_argument("--scope", choices=("command", "rule"), default="command",
+                            help="what the grant covers: the exact same command (default) or anything the rule allows")
         sp.set_defaults(func=cmd_decide, verb=verb)
+    sp = op("grants", "list live time-boxed grants, or revoke one (grants revoke GRANT_ID)")
+    sp.add_argument("action", nargs="?", choices=("list", "revoke"), default="list")
+    sp.add_argument("grant_id", nargs="?")
+    sp.add_argument("--reason", help="recorded in the audit journal")
+    sp.set_defaults(func=cmd_grants)
     sp = op("statement", "print the exact statement a signer signs to approve (or deny) a pending request")
     sp.add_argument("id", help="request ID (or a unique prefix)")
     sp.add_argument("--deny", action="store_true", help="the statement that denies it")
