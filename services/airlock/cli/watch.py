@@ -2,7 +2,8 @@
 
 It polls ``pending`` on the operator socket and puts each waiting request in
 front of the reviewer with everything needed to judge it.  One key decides:
-``y`` approves, any other key denies.  Keys typed before the prompt appeared
+``y`` approves, ``G`` (shift-g) approves and grants the same command to the
+same requester for `GRANT_SECONDS` (issue 18), any other key denies.  Keys typed before the prompt appeared
 are thrown away (``tcflush(TCIFLUSH)`` just before the prompt), so type-ahead
 meant for another window cannot approve anything.  Ctrl-C leaves without
 deciding (the terminal stays in cbreak mode, so the kernel still turns it
@@ -26,6 +27,7 @@ from airlock.cli.render import Style, command_line, diff_lines, duration, fields
 from airlock.common import sandbox
 
 POLL_SECONDS = 1.0
+GRANT_SECONDS = 30 * 60  # G: approve and grant the same command for 30 minutes
 CLEAR = "\x1b[H\x1b[2J"
 
 Call = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -120,8 +122,11 @@ class Console:
             self.write("\n" + self.style.yellow("decided elsewhere (or timed out)") + "\n")
             time.sleep(1.0)
             return
-        verb = "approve" if key in (b"y", b"Y") else "deny"
-        reply = self.call(verb, {"id": request_id, "reason": "airlock watch"})
+        verb = "approve" if key in (b"y", b"Y", b"G") else "deny"
+        args: dict[str, Any] = {"id": request_id, "reason": "airlock watch"}
+        if key == b"G":
+            args["grant_seconds"] = GRANT_SECONDS
+        reply = self.call(verb, args)
         data = reply.get("data") or {}
         if reply.get("ok") and data.get("complete") is False:
             self.voted.add(request_id)
@@ -129,7 +134,9 @@ class Console:
                        f"{sanitise(request_id, strict=True)} waits for more approvers\n")
         elif reply.get("ok"):
             word = self.style.green("approved") if verb == "approve" else self.style.red("denied")
-            self.write(f"\n{word} {sanitise(request_id, strict=True)}\n")
+            grant = data.get("grant") or {}
+            extra = f" with grant {sanitise(grant.get('grant_id'), strict=True)} (30 min, this command)" if grant else ""
+            self.write(f"\n{word} {sanitise(request_id, strict=True)}{extra}\n")
         else:
             error = reply.get("error") or {}
             if error.get("code") in ("conflict", "not_found"):
@@ -146,7 +153,7 @@ class Console:
             self.write(
                 "\r\x1b[K"
                 + self.style.bold("approve? ")
-                + f"[y] approve, any other key denies   ({duration(_left(p))} left) "
+                + f"[y] approve, [G] approve + grant 30m, any other key denies   ({duration(_left(p))} left) "
             )
             ready, _, _ = select.select([self.fd], [], [], 0.5)
             if ready:
