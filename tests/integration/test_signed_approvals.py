@@ -272,3 +272,24 @@ def test_an_expired_statement_is_refused(tmp_path: Path, keys: Keys) -> None:
         late = submit(stack, job.request_id, signature, tmp_path)
         assert late.returncode == 1 and "(statement_expired)" in late.stderr, late.stderr
         assert not marker.exists()
+
+
+def test_operator_reason_required_for_privileged_work(tmp_path: Path) -> None:
+    text = "approval:\n  timeout_seconds: 30\n  operator_reason: required\n  min_reason_length: 12\npolicy:\n  default: ask\n"
+    with custom_stack(tmp_path / "or", text) as stack:
+        marker = tmp_path / "root-made"
+        job = Background(stack, {"argv": ["touch", str(marker)], "privileged": True})
+        wait_pending(stack, job.request_id)
+        for extra in ((), ("--reason", "   short    ")):
+            refused = stack.cli("approve", job.request_id, *extra)
+            assert refused.returncode == 1 and "(reason_required)" in refused.stderr, refused.stderr
+        assert wait_pending(stack, job.request_id) and not marker.exists()
+        assert stack.cli("approve", job.request_id, "--reason", "ticket OPS-1234 says so").returncode == 0
+        assert job.result()["ok"] is True and marker.exists()
+        approve = [a for a in actions(stack, job.request_id) if a["action"] == "approve"]
+        assert approve[0]["reason"] == "ticket OPS-1234 says so"
+        # Unprivileged work needs no operator reason.
+        mine = Background(stack, {"argv": ["touch", str(tmp_path / "mine")], "privileged": False})
+        wait_pending(stack, mine.request_id)
+        assert stack.cli("approve", mine.request_id).returncode == 0
+        assert mine.result()["ok"] is True

@@ -179,6 +179,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
             ("state", hold),
             ("pending", data.get("pending")),
             ("tokens", f"{data.get('tokens', 0)} live"),
+            ("grants", f"{data.get('grants', 0)} live"),
             ("policy", f"default {policy.get('default')}, {policy.get('rules')} rule(s)"),
         ]
         for name, info in sorted(services.items()):
