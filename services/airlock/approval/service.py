@@ -595,9 +595,11 @@ class Approval:
                 return {"request_id": entry.request_id, "decision": "allow", "complete": False} | entry.tally.to_dict()
             by = ", ".join(v.label for v in entry.tally.votes)
             entry.future.set_result(("allow", by, voter.uid, reason))
-            return {"request_id": entry.request_id, "decision": "allow", "complete": True} | entry.tally.to_dict()
+            if entry.tally.requirement.approvals > 1:
+                return {"request_id": entry.request_id, "decision": "allow", "complete": True} | entry.tally.to_dict()
+            return {"request_id": entry.request_id, "decision": "allow"}
         entry.future.set_result((verdict, voter.label, voter.uid, reason))
-        return {"request_id": entry.request_id, "decision": verdict, "complete": True}
+        return {"request_id": entry.request_id, "decision": verdict}
 
     async def _require_reason(
         self, request: Mapping[str, Any], requirement: quorum.Requirement, decision: Decision, common: Ids
