@@ -5,11 +5,13 @@ sending the very same command, the same agent with another command or another
 session, and -- for a rule grant -- the same agent with a command another rule
 decides: each still waits for an operator (and is denied here: nothing runs).
 A rule that needs two approvers takes no grant at all, and one operator's
-approval does not run it.
+approval does not run it; the operator who asked never counts towards it,
+and the same operator approving twice is one approval.
 
 The control: the granted agent's same command (or, for a rule grant, another
 command of that rule) runs at once, without an operator -- so the refusals are
-the grant's limits, not a grant that never works.
+the grant's limits, not a grant that never works; and two distinct
+operators (root, then bob) do run the quorum work.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def gstack(users: tuple[Any, Any]) -> Iterator[Stack]:
     config = f"""
 agents:
   users: [{alice.pw_name}, {bob.pw_name}]
+operators:
+  users: [{bob.pw_name}]
 approval:
   timeout_seconds: 30
 policy:
@@ -56,6 +60,7 @@ policy:
       commands: [[/usr/bin/mkdir, "..."]]
 """
     with red_stack(config) as stack:
+        os.chmod(stack.operator, 0o666)  # bob reaches the operator door; it still admits only operators.users
         yield stack
 
 
@@ -154,3 +159,30 @@ def test_a_quorum_rule_takes_no_grant_and_one_approval_does_not_run_it(gstack: S
     assert not (folder / "two").exists()
     assert gstack.native("deny", {"id": request_id}, path=gstack.operator)["ok"] is True
     assert final(replies(proc))["error"]["code"] == "denied" and not (folder / "two").exists()
+
+
+def operator_call(stack: Stack, user: Any, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+    return final(replies(agent_request(stack.operator, user, verb, args)))
+
+
+def test_a_quorum_needs_two_distinct_operators_and_the_requester_never_counts(
+        gstack: Stack, users: tuple[Any, Any], tmp_path: Path) -> None:
+    alice, bob = users
+    folder = shared(tmp_path)
+    # bob, an operator, asks for quorum work: his own approval never counts, even with allow_self_approval.
+    proc, request_id = send(gstack, bob, ["mkdir", str(folder / "bobs")])
+    assert pending(gstack, request_id)
+    own = operator_call(gstack, bob, "approve", {"id": request_id})
+    assert own["error"]["code"] == "conflict" and "requester" in own["error"]["message"]
+    assert gstack.cli("approve", request_id).stdout.count("1 of 2") == 1  # root: one of two
+    assert pending(gstack, request_id, timeout=1) and not (folder / "bobs").exists()
+    assert gstack.native("deny", {"id": request_id}, path=gstack.operator)["ok"] is True
+    assert final(replies(proc))["error"]["code"] == "denied" and not (folder / "bobs").exists()
+    # Control: alice's request, approved by root and then by bob, two distinct operators, runs.
+    proc, request_id = send(gstack, alice, ["mkdir", str(folder / "alices")])
+    assert pending(gstack, request_id)
+    assert gstack.cli("approve", request_id).returncode == 0
+    assert not (folder / "alices").exists()
+    second = operator_call(gstack, bob, "approve", {"id": request_id})
+    assert second["ok"] is True and second["data"]["progress"] == "2 of 2", second
+    assert final(replies(proc))["ok"] is True and (folder / "alices").is_dir()
