@@ -148,4 +148,6 @@ def test_shift_g_approves_with_a_grant_for_the_same_command(ops: Stack, console:
     assert again["ok"] is True and again["data"]["decision"]["decided_by"].startswith("grant g-")
     grants = ops.native("grants", path=ops.operator)["data"]["grants"]
     assert [g["request_id"] for g in grants] == [bg.request_id]
+    screen = console.wait_for("live grants")
+    assert grants[0]["grant_id"] in screen and "about 30 min left" in screen, screen
     assert ops.cli("grants", "revoke", grants[0]["grant_id"]).returncode == 0

@@ -99,17 +99,31 @@ class Console:
         items: list[dict[str, Any]] = (reply.get("data") or {}).get("pending") or []
         return items
 
+    def grants(self) -> str:
+        """The live time-boxed grants, one line each (issue 18); empty when there are none."""
+        reply = self.call("grants", {})
+        items = (reply.get("data") or {}).get("grants") or [] if reply.get("ok") else []
+        return "".join(
+            f"  grant {sanitise(g.get('grant_id'), strict=True)}: uid {g.get('uid')}, {sanitise(g.get('scope'))} "
+            f"{sanitise(g.get('rule') if g.get('scope') == 'rule' else g.get('command'))}, "
+            f"about {max(1, round(float(g.get('seconds_left') or 0) / 60))} min left (by {sanitise(g.get('made_by'))})\n"
+            for g in items
+        )
+
     def run(self) -> int:
-        idle_shown = False
+        idle_shown: str | None = None
         while True:
             waiting = [p for p in self.pending() if p.get("request_id") not in self.voted]
             if not waiting:
-                if not idle_shown:
-                    self.write(CLEAR + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n")
-                    idle_shown = True
+                grants = self.grants()
+                # Redrawn when the grants change (time left in whole minutes: no redraw every second).
+                if grants != idle_shown:
+                    self.write(CLEAR + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n"
+                               + (f"\nlive grants (airlock grants revoke ID ends one):\n{grants}" if grants else ""))
+                    idle_shown = grants
                 time.sleep(POLL_SECONDS)
                 continue
-            idle_shown = False
+            idle_shown = None
             self.review(waiting[0], len(waiting))
 
     def review(self, p: dict[str, Any], total: int) -> None:
