@@ -293,3 +293,23 @@ def test_operator_reason_required_for_privileged_work(tmp_path: Path) -> None:
         wait_pending(stack, mine.request_id)
         assert stack.cli("approve", mine.request_id).returncode == 0
         assert mine.result()["ok"] is True
+
+
+def test_a_signed_file_edit_names_the_file_and_runs(sstack: Stack, keys: Keys, tmp_path: Path) -> None:
+    import threading
+
+    from support import now_iso
+
+    target = tmp_path / "site.conf"
+    target.write_text("listen 80;\n")
+    request_id = f"fe-{uuid.uuid4()}"
+    reply: dict[str, object] = {}
+    args = {"path": str(target), "old_text": "listen 80;", "new_text": "listen 8080;", "time": now_iso()}
+    thread = threading.Thread(target=lambda: reply.update(sstack.native("files_edit", args, id=request_id)))
+    thread.start()
+    text = wait_pending(sstack, request_id)["statement"]
+    assert f'command: "files_edit {target}"' in text
+    done = submit(sstack, request_id, keys.sign("alice", text), tmp_path)
+    assert done.returncode == 0, done.stderr
+    thread.join(30)
+    assert reply["ok"] is True and target.read_text() == "listen 8080;\n"

@@ -296,7 +296,9 @@ def cmd_statement(ns: argparse.Namespace) -> int:
         # Exactly the bytes to sign: nothing before or after.
         sys.stdout.write(data.get("statement") or "")
         sys.stdout.flush()
-        if sys.stderr.isatty():
+        if data.get("signatures") is False:
+            _err("note: signed approvals are off on this host (no approval.allowed_signers file)")
+        elif sys.stderr.isatty():
             _err(f"sign it with: {data.get('sign_command')}")
     return rc
 
