@@ -284,7 +284,8 @@ class Votes:
         ref = call.args.get("id") if via == "operator" else call.args.get("request_id")
         ref = validate.text("id", ref, max_len=256, allow_empty=False)
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        principal = validate.optional_text("principal", call.args.get("principal"), max_len=256)
+        # Only an operator may name the principal: on the agent door it would tell which principals exist.
+        principal = validate.optional_text("principal", call.args.get("principal"), max_len=256) if via == "operator" else None
         if call.args.get("grant_seconds") is not None:
             raise validate.bad("grant_seconds", "a grant is given by an operator's own approve, not with a signature")
         submitter = call.peer if via == "operator" else None

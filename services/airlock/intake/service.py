@@ -505,18 +505,17 @@ class Intake:
 
     async def approve_signed(self, request: Request) -> dict[str, Any]:
         """An agent carries an operator's signature (issue 18): approval checks it; the agent cannot forge one."""
-        unknown = sorted(set(request.args) - {"request_id", "signature", "reason", "principal"})
+        unknown = sorted(set(request.args) - {"request_id", "signature", "reason"})
         signature = request.args.get("signature")
         if not isinstance(signature, str) or not signature or len(signature) > 16 * 1024:
             raise validate.bad("signature", "must be an armoured SSH signature (at most 16 KiB)")
         if unknown:
-            raise validate.bad(unknown[0], "unknown argument (known: request_id, signature, reason, principal)")
+            raise validate.bad(unknown[0], "unknown argument (known: request_id, signature, reason)")
         args = {
             "request_id": validate.text("request_id", request.args.get("request_id"), max_len=256, allow_empty=False),
             # Armoured (several lines): approval reads it strictly (approval/statement.py).
             "signature": request.args.get("signature"),
             "reason": validate.text("reason", request.args.get("reason") or "", max_len=4096),
-            "principal": validate.optional_text("principal", request.args.get("principal"), max_len=256),
         }
         return await self.approval.call("approve_signed", args, timeout=60)
 
