@@ -94,6 +94,8 @@ def test_a_command_grant_lets_the_same_command_through_and_nothing_else(gstack: 
     again = run(gstack, ["touch", str(marker)])
     assert again["ok"] is True and again["data"]["decision"]["decided_by"] == f"grant {grant_id}"
     assert marker.exists()
+    shown = gstack.cli("show", again["data"]["operation_id"]).stdout
+    assert f"allow by grant {grant_id} (given by" in shown, shown
     assert asks(gstack, ["touch", str(tmp_path / "other")])  # another command of the same rule still asks
     assert asks(gstack, ["touch", str(marker), str(tmp_path / "more")])
     assert actions(gstack, grant_id) == ["approve", "grant", "used"]

@@ -455,6 +455,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
         pairs.append((f"stage {i}", command_line(stage)))
     if decision:
         who = decision.get("by")
+        if decision.get("grant_id"):
+            who = f"grant {decision['grant_id']} (given by {decision.get('granted_by')})"
         text = f"{decision.get('decision')} by {who} (rule {decision.get('rule')})"
         if decision.get("reason"):
             text += f": {decision.get('reason')}"
