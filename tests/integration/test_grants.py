@@ -158,3 +158,9 @@ def test_bad_grants_are_refused_and_approve_nothing(gstack: Stack, tmp_path: Pat
     assert wait_pending(gstack, job.request_id)["quorum"]["approvals"] == 0
     assert gstack.cli("deny", job.request_id).returncode == 0
     assert job.result()["error"]["code"] == "denied"
+
+
+def test_the_journal_with_grants_and_votes_still_folds_through_the_lifecycle(gstack: Stack) -> None:
+    # Every grant and vote record is an operator.action, outside a request's lifecycle, even after its reply.
+    done = gstack.cli("audit", "verify", "--lifecycle")
+    assert done.returncode == 0, done.stdout + done.stderr
