@@ -51,6 +51,13 @@ class Signers:
                 ErrorCode.UNAUTHORIZED,
                 f"signed approvals are off: no allowed_signers file at {self.path} (approval.allowed_signers)",
             )
+        if not os.access(self.path, os.R_OK):
+            # Otherwise every signature would look like a wrong key.
+            self.log.error("approval.signers.unreadable", path=str(self.path))
+            raise AirlockError(
+                ErrorCode.INTERNAL,
+                f"{self.path} is not readable by the approval service's user (make it root:airlock-approval 0640)",
+            )
         if not os.path.exists(SSH_KEYGEN):
             raise AirlockError(ErrorCode.INTERNAL, f"{SSH_KEYGEN} is missing: install openssh-client")
 
