@@ -12,7 +12,7 @@ export PATH := /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$(PA
 
 DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-systemd python3-sdnotify \
 	python3-dbus python3-aiosmtpd
-# issue 19's tests: collector files (systemd-journal-remote), a loopback sshd and tmux (airlock --host, watch)
+# ssh-keygen verifies signed approvals (issue 18); issue 19's tests: collector files (systemd-journal-remote), a loopback sshd and tmux (airlock --host, watch)
 DEB_PACKAGES += systemd-journal-remote openssh-server openssh-client tmux
 
 .PHONY: all run test test-unit test-integration lint deps clean bench stress

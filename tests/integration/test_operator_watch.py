@@ -133,3 +133,21 @@ def test_wide_characters_are_escaped_not_drawn(ops: Stack, console: Console) -> 
     assert "\\u65e5\\u672c" in screen
     console.keys("n")
     bg.result()
+
+
+def test_shift_g_approves_with_a_grant_for_the_same_command(ops: Stack, console: Console, tmp_path: Path) -> None:
+    marker = tmp_path / "granted-from-watch"
+    bg = ask(ops, ["touch", str(marker)])
+    console.wait_for("[G] approve + grant 30m")
+    console.keys("G")
+    console.wait_for("with grant g-")
+    assert bg.result()["ok"] is True
+    marker.unlink()
+    # The same command again: no prompt, the grant lets it through.
+    again = ops.exec({"argv": ["touch", str(marker)], "privileged": False, "operation_id": f"op-{uuid.uuid4()}"})
+    assert again["ok"] is True and again["data"]["decision"]["decided_by"].startswith("grant g-")
+    grants = ops.native("grants", path=ops.operator)["data"]["grants"]
+    assert [g["request_id"] for g in grants] == [bg.request_id]
+    screen = console.wait_for("live grants")
+    assert grants[0]["grant_id"] in screen and "about 30 min left" in screen, screen
+    assert ops.cli("grants", "revoke", grants[0]["grant_id"]).returncode == 0

@@ -34,6 +34,9 @@ PURE_MODULES = [
     "services/airlock/approval/tokens.py",
     "services/airlock/approval/trail.py",
     "services/airlock/common/lifecycle.py",
+    "services/airlock/approval/statement.py",
+    "services/airlock/approval/quorum.py",
+    "services/airlock/approval/grants.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

@@ -26,6 +26,7 @@ import yaml
 
 from airlock.approval import match
 from airlock.approval.match import FileGrant
+from airlock.approval.quorum import Approvers, Requirement, join
 from airlock.common import binary, sandbox
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
@@ -46,8 +47,9 @@ _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
 _BOOL = "tag:yaml.org,2002:bool"
 _NULL = "tag:yaml.org,2002:null"
-_RULE_KEYS = ("commands", "decision", "description", "files", "groups", "name", "privileged", "sandbox", "sessions",
-              "users")
+_RULE_KEYS = ("approvals", "approvers", "commands", "decision", "description", "files", "groups", "name", "privileged",
+              "reason", "sandbox", "sessions", "users")
+MAX_APPROVALS = 16
 _MAIN_KEYS = ("default", "rules")
 
 
@@ -88,6 +90,10 @@ class Rule:
     description: str = ""
     # Unit settings for this rule's jobs (common/sandbox.py); None: a full job, as with sudo.
     sandbox: Mapping[str, Any] | None = field(default=None, compare=False)
+    # Issue 18: distinct approvers an ``ask`` needs, who counts, and whether the agent must say why.
+    approvals: int = 1
+    approvers: Approvers | None = None
+    reason_required: bool = False
 
     def __post_init__(self) -> None:
         # Rules built in code (tests, tools) get the same guarantees as parsed
@@ -153,6 +159,12 @@ class Rule:
             out["description"] = self.description
         if self.sandbox is not None:
             out["sandbox"] = dict(self.sandbox)
+        if self.approvals != 1:
+            out["approvals"] = self.approvals
+        if self.approvers is not None:
+            out["approvers"] = self.approvers.to_dict()
+        if self.reason_required:
+            out["reason"] = "required"
         return out
 
 
@@ -260,6 +272,12 @@ class Policy:
         verdict, rule, names = _decide_one(hits, self.default, DEFAULT_RULE)
         stage = StageDecision((tool, path), canonical, verdict, rule, names)
         return Decision(verdict, rule, (stage,))
+
+    def requirement(self, decision: Decision) -> Requirement:
+        """What a request needs beyond the verdict: joined over every stage's deciding rule (quorum.py)."""
+        by_name = {r.name: r for r in self.rules}
+        deciding = [by_name[s.rule] for s in decision.stages if s.rule in by_name]
+        return join((r.approvals, r.approvers, r.reason_required) for r in deciding)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -443,6 +461,7 @@ class _Reader:
         files = self.files(values["files"], f"{key}.files") if "files" in values else None
         description = self.string(values["description"], f"{key}.description") if "description" in values else ""
         confined = self.sandbox(values["sandbox"], f"{key}.sandbox") if "sandbox" in values else None
+        approvals, approvers, reason_required = self.quorum(values, key, decision)
         rule = Rule(
             name=name,
             decision=decision,
@@ -455,8 +474,43 @@ class _Reader:
             files=files,
             description=description,
             sandbox=confined,
+            approvals=approvals,
+            approvers=approvers,
+            reason_required=reason_required,
         )
         return rule, (name, _where(self.path, name_node), key)
+
+    def quorum(self, values: Mapping[str, yaml.Node], key: str, decision: Verdict) -> tuple[int, Approvers | None, bool]:
+        """A rule's ``approvals``, ``approvers`` and ``reason`` (issue 18)."""
+        approvals, approvers, reason_required = 1, None, False
+        for name in ("approvals", "approvers"):
+            if name in values and decision != "ask":
+                raise self.fail(values[name], f"{key}.{name}", "applies only to a rule with decision: ask", got=False)
+        if "approvals" in values:
+            node = values["approvals"]
+            if not isinstance(node, yaml.ScalarNode) or node.tag != _INT or not node.value.isdigit() \
+                    or not 1 <= int(node.value) <= MAX_APPROVALS:
+                raise self.fail(node, f"{key}.approvals", f"expected a number of approvers from 1 to {MAX_APPROVALS}")
+            approvals = int(node.value)
+        if "approvers" in values:
+            node = values["approvers"]
+            if not isinstance(node, yaml.MappingNode):
+                raise self.fail(node, f"{key}.approvers", "expected a mapping with users, groups and/or principals")
+            found: dict[str, frozenset[str]] = {}
+            for item, item_key, item_value in self.items(node, f"{key}.approvers"):
+                if item not in ("users", "groups", "principals"):
+                    raise self.fail(item_key, f"{key}.approvers.{item}", "unknown key (known: groups, principals, users)",
+                                    got=False)
+                found[item] = self.names(item_value, f"{key}.approvers.{item}", numbers=item == "users")
+            if not found:
+                raise self.fail(node, f"{key}.approvers", "must name users, groups or principals")
+            approvers = Approvers(**found)
+        if "reason" in values:
+            node = values["reason"]
+            if not isinstance(node, yaml.ScalarNode) or node.tag != _STR or node.value not in ("required", "optional"):
+                raise self.fail(node, f"{key}.reason", "must be required or optional")
+            reason_required = node.value == "required"
+        return approvals, approvers, reason_required
 
     def sandbox(self, node: yaml.Node, key: str) -> dict[str, Any]:
         """A rule's sandbox: a mapping of the documented settings, each checked (common/sandbox.py)."""

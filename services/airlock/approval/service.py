@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airlock.approval import filereview, hook, trail
+from airlock.approval import filereview, grants, hook, quorum, trail
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
+from airlock.approval.signed import Ledger, Published
+from airlock.approval.signers import Signers
 from airlock.approval.tokens import (
     DEFAULT_TTL_SECONDS,
     MAX_TTL_SECONDS,
@@ -31,6 +33,7 @@ from airlock.approval.tokens import (
     token_hash,
     unauthorized,
 )
+from airlock.approval.votes import SIGN_COMMAND, Votes
 from airlock.common import binary, daemon, log, validate
 from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.codec import canonical_json
@@ -66,6 +69,9 @@ class Pending:
     privileged: bool = True
     run_as: int = 0
     run_as_user: str = ""
+    # Issue 18: the approvals collected so far, and the statements a signer signs.
+    tally: quorum.Tally | None = None
+    published: Published | None = None
 
     def to_dict(self, now: float) -> dict[str, Any]:
         raw_spec = self.request.get("spec")
@@ -89,7 +95,17 @@ class Pending:
             "created": self.created,
             "expires": self.expires,
             "seconds_left": max(0.0, round(self.expires - now, 1)),
-        }
+        } | self.quorum_dict()
+
+    def quorum_dict(self) -> dict[str, Any]:
+        """Quorum progress ("1 of 2"), the reason rule, and the statement to sign (issue 18)."""
+        out: dict[str, Any] = {}
+        if self.tally is not None:
+            out["quorum"] = self.tally.to_dict()
+        if self.published is not None:
+            out["statement"] = self.published.statements["allow"].render()
+            out["sign_command"] = SIGN_COMMAND
+        return out
 
 
 def describe_binaries(
@@ -171,7 +187,7 @@ def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Su
     )
 
 
-class Approval:
+class Approval(Votes):
     def __init__(self, config: Config, policy: Policy, config_path: str | None) -> None:
         self.config = config
         self.policy = policy
@@ -193,6 +209,10 @@ class Approval:
         self.intake_uid = uid_of(config.services.intake_user)
         self.lookup = JournalLookup(self.journal)
         self.log = log.get()
+        self.ledger = Ledger(Signers(config.approval.allowed_signers))
+        self.grants = grants.Grants()
+        self._grant_timers: dict[str, asyncio.TimerHandle] = {}
+        self.host = config.notify.host or socket.gethostname()
 
     # --- intake: decide -------------------------------------------------------
 
@@ -235,13 +255,28 @@ class Approval:
         if self.hold_reason is not None and verdict == "allow":
             verdict, rule = "ask", "hold"
         common = Ids(request_id, operation_id, peer.uid, session)
+        requirement = self.policy.requirement(decision)
+        if verdict != "deny":
+            await self._require_reason(request, requirement, decision, common)
+        granted = self._granted(verdict, spec, peer, session, digest, decision, requirement)
+        if granted is not None:
+            await self.audit.record(
+                "approval.decided",
+                common,
+                payload={"decision": "allow", "rule": rule, "by": "grant", "grant_id": granted.grant_id,
+                         "grant_scope": granted.scope, "granted_by": granted.made_by, "policy": decision.to_dict()},
+                log_fields={"decision": "allow", "rule": rule},
+            )
+            # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
+            return {"decision": "allow", "rule": rule, "decided_by": f"grant {granted.grant_id}",
+                    "ticket": self._issue(digest, bound, by_policy=True), "bound": bound}
         if verdict == "ask":
             if isinstance(spec, FileSpec):
                 request = await filereview.operator_view(self.runner, request, spec)
                 reviewed = filereview.bound_file(request)
                 if reviewed is not None:
                     bound["file"] = reviewed
-            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec)
+            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec, requirement)
         await self.audit.record(
             "approval.decided",
             common,
@@ -262,6 +297,7 @@ class Approval:
         bound: dict[str, Any],
         common: Ids,
         spec: ExecSpec | FileSpec,
+        requirement: quorum.Requirement | None = None,
     ) -> dict[str, Any]:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
@@ -283,10 +319,13 @@ class Approval:
         entry.rule = rule
         entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, _user_name(spec.run_as)
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
+        entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
+        entry.published = self.ledger.publish(entry.request_id, self._statements(entry))
         await self.audit.record(
             "approval.pending",
             common,
-            payload={"rule": rule, "policy": decision.to_dict(), "timeout_seconds": timeout, "request": request},
+            payload={"rule": rule, "policy": decision.to_dict(), "timeout_seconds": timeout, "request": request}
+            | self._pending_extra(entry),
             log_fields={"decision": "ask", "rule": rule},
         )
         self.pending[entry.request_id] = entry
@@ -302,12 +341,15 @@ class Approval:
         finally:
             watch.cancel()
             self.pending.pop(entry.request_id, None)
+            if entry.published is not None:
+                self.ledger.settle(entry.published, _SETTLED.get(verdict, "decided"))
         if verdict == "interrupted":
             raise AirlockError(ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending")
         await self.audit.record(
             "approval.decided",
             common,
-            payload={"decision": verdict, "rule": rule, "by": by, "operator_uid": operator_uid, "reason": reason},
+            payload={"decision": verdict, "rule": rule, "by": by, "operator_uid": operator_uid, "reason": reason}
+            | _decided_quorum(entry),
             log_fields={"decision": verdict, "rule": rule},
         )
         if verdict == "timeout":
@@ -376,6 +418,8 @@ class Approval:
         raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(matches)} pending requests; give more of the ID")
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
+        if call.args.get("signature") is not None:
+            return await self._settle_signed(call, (verdict,), via="operator")
         entry = self._find(call.args.get("id"))
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         operator = call.peer
@@ -383,15 +427,23 @@ class Approval:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "operators cannot approve their own requests")
         if entry.future.done():
             raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
+        voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))
+        grant = None
+        if verdict == "allow":
+            self._require_operator_reason(entry, reason)
+            grant = self._grant_for(entry, operator, call.args)  # the arguments first, then who votes
+            self._check_vote(entry, voter)
+        ids = Ids(entry.request_id, entry.operation_id, operator.uid)
         await self.audit.record(
             "operator.action",
-            Ids(entry.request_id, entry.operation_id, operator.uid),
-            payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason},
+            ids,
+            payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason}
+            | self._vote_progress(entry, verdict) | ({"grant_id": grant.grant_id} if grant else {}),
         )
-        if entry.future.done():  # another console won while we journaled
-            raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
-        entry.future.set_result((verdict, operator.user, operator.uid, reason))
-        return {"request_id": entry.request_id, "decision": verdict}
+        if grant is not None and not entry.future.done():
+            await self._add_grant(grant, ids, operator.user, reason)
+        out = self._count(entry, verdict, voter, reason)
+        return out | ({"grant": grant.to_dict()} if grant is not None else {})
 
     async def approve(self, call: Call) -> dict[str, Any]:
         return await self._settle(call, "allow")
@@ -415,6 +467,7 @@ class Approval:
             "hold_since": self.hold_by.get("since") if held else None,
             "pending": len(self.pending),
             "tokens": self.tokens.live(now),
+            "grants": len(self.grants.live(now)),
             "services": await self._services(),
             "policy": {"default": self.policy.default, "rules": len(self.policy.rules), "sources": list(self.policy.sources)},
         }
@@ -656,6 +709,17 @@ async def _withdraw_when_gone(call: Call, entry: Pending) -> None:
         entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))
 
 
+# How a pending request ended, as the ledger of statements remembers it.
+_SETTLED = {"timeout": "expired", "withdrawn": "withdrawn", "interrupted": "interrupted"}
+
+
+def _decided_quorum(entry: Pending) -> dict[str, Any]:
+    """Who approved, for approval.decided: each approver (uid, or principal and key fingerprint)."""
+    if entry.tally is None or not entry.tally.votes:
+        return {}
+    return {"approvers": [v.to_dict() for v in entry.tally.votes], "quorum": entry.tally.progress()}
+
+
 def _iso(when: float) -> str:
     return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -672,7 +736,7 @@ def _operator_only(verb: Verb) -> Verb:
 
 
 # What a read-only operator (``operators.observers``) may call on operator.sock.
-OBSERVER_VERBS = frozenset({"status", "pending", "show", "events"})
+OBSERVER_VERBS = frozenset({"status", "pending", "show", "events", "statement", "grants"})
 
 
 def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
@@ -731,7 +795,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         "approval",
         allow=AllowList.of([s.intake_user, s.runner_user], []),
         verbs={"decide": approval.decide, "redeem": approval.redeem, "token.check": approval.token_check,
-               "withdraw": approval.withdraw},
+               "withdraw": approval.withdraw, "approve_signed": approval.approve_signed},
         max_line=config.limits.max_request_bytes * 2,
     )
     observers = config.operators.observers
@@ -751,6 +815,9 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
                 "status": approval.status,
                 "pending": approval.list_pending,
                 "show": approval.show,
+                "statement": approval.statement,
+                "grants": approval.list_grants,
+                "grant.revoke": approval.revoke_grant,
                 "approve": approval.approve,
                 "deny": approval.deny,
                 "cancel": approval.cancel,
@@ -773,6 +840,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     journal_stopping = service.on_stop
 
     async def started() -> None:
+        await approval.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
         await approval.restore_hold()
         if journal_started is not None:
             await journal_started()
@@ -786,7 +854,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
 
     service.on_stop = stop
     # An idle exit would revoke every session token (they live only in memory).
-    service.keep_alive = lambda: approval.tokens.live(time.time()) > 0
+    service.keep_alive = lambda: approval.tokens.live(time.time()) > 0 or bool(approval.grants.live(time.time()))
     return service
 
 

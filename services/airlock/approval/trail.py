@@ -53,6 +53,10 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
             "operator_uid": decided.get("operator_uid"),
             "reason": decided.get("reason") or "",
         }
+        if decided.get("approvers"):  # issue 18: who approved (uid, or principal and key fingerprint)
+            decision |= {"approvers": decided["approvers"], "quorum": decided.get("quorum")}
+        if decided.get("grant_id"):  # issue 18: let through by an operator's time-boxed grant
+            decision |= {"grant_id": decided["grant_id"], "granted_by": decided.get("granted_by")}
 
     outcome: dict[str, Any] | None = None
     if ended_event is not None or replied_event is not None:

@@ -153,7 +153,10 @@ def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[
     if not reply.get("ok"):
         error = reply.get("error") or {}
         if not ns.json:
-            _err(f"{error.get('code')}: {error.get('message')}")
+            # The operator door keeps to reference/004's codes; the precise one is in details.reason.
+            precise = (error.get("details") or {}).get("reason")
+            code = f"{error.get('code')} ({precise})" if isinstance(precise, str) else error.get("code")
+            _err(f"{code}: {error.get('message')}")
         return 1, {}
     return 0, reply.get("data") or {}
 
@@ -176,6 +179,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
             ("state", hold),
             ("pending", data.get("pending")),
             ("tokens", f"{data.get('tokens', 0)} live"),
+            ("grants", f"{data.get('grants', 0)} live"),
             ("policy", f"default {policy.get('default')}, {policy.get('rules')} rule(s)"),
         ]
         for name, info in sorted(services.items()):
@@ -198,6 +202,10 @@ def cmd_pending(ns: argparse.Namespace) -> int:
                          render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
         for p in data.get("pending", []):
+            extra = render.quorum_line(p)
+            if extra:
+                print(f"{render.sanitise(p['request_id'], strict=True)} {extra}")
+        for p in data.get("pending", []):
             if p.get("sandbox"):  # shown only when a rule confines the job; none means a full job
                 confined = "; ".join(f"stage {i}: {sandbox.describe(sb)}" for i, sb in enumerate(p["sandbox"], start=1))
                 print(f"{render.sanitise(p['request_id'], strict=True)} sandbox: {render.sanitise(confined)}")
@@ -217,9 +225,81 @@ def cmd_decide(ns: argparse.Namespace) -> int:
     args: dict[str, Any] = {"id": ns.id}
     if ns.reason:
         args["reason"] = ns.reason
+    if getattr(ns, "principal", None):
+        args["principal"] = ns.principal
+    if getattr(ns, "grant", None):
+        from airlock.approval.grants import parse_duration
+
+        try:
+            args["grant_seconds"] = parse_duration(ns.grant)
+        except ValueError as exc:
+            _err(f"--grant: {exc}")
+            return 2
+        args["scope"] = ns.scope
+    elif getattr(ns, "scope", None) and ns.scope != "command":
+        _err("--scope needs --grant")
+        return 2
+    if getattr(ns, "signature", None) or getattr(ns, "sign", None):
+        from airlock.cli import signing
+
+        try:
+            if ns.signature:
+                args["signature"] = signing.read_signature_file(ns.signature)
+            else:
+                args["signature"] = signing.sign(ns, _operator, "allow" if ns.verb == "approve" else "deny")
+        except signing.SigningError as exc:
+            _err(str(exc))
+            return 1
     rc, data = _operator(ns, ns.verb, args)
     if rc == 0 and not ns.json:
-        print(f"{data.get('request_id')}: {'approved' if data.get('decision') == 'allow' else 'denied'}")
+        outcome = "approved" if data.get("decision") == "allow" else "denied"
+        if data.get("decision") == "allow" and data.get("complete") is False:
+            outcome = f"approval counted ({data.get('progress')}); waiting for more approvers"
+        elif data.get("needed", 1) > 1:
+            outcome += f" ({data.get('progress')})"
+        grant = data.get("grant") or {}
+        if grant:
+            outcome += (f"; grant {sanitise(grant.get('grant_id'), strict=True)} ({sanitise(grant.get('scope'))})"
+                        f" until {datetime.fromtimestamp(float(grant.get('expires') or 0), UTC).isoformat(timespec='seconds')}")
+        signer = data.get("signer") or {}
+        if signer.get("principal"):
+            outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
+        print(f"{data.get('request_id')}: {outcome}")
+    return rc
+
+
+def cmd_grants(ns: argparse.Namespace) -> int:
+    if ns.action == "revoke":
+        if not ns.grant_id:
+            _err("grants revoke needs a GRANT_ID")
+            return 2
+        args: dict[str, Any] = {"grant_id": ns.grant_id}
+        if ns.reason:
+            args["reason"] = ns.reason
+        rc, _ = _operator(ns, "grant.revoke", args)
+        if rc == 0 and not ns.json:
+            print(f"{ns.grant_id}: revoked")
+        return rc
+    rc, data = _operator(ns, "grants", {})
+    if rc == 0 and not ns.json:
+        rows = [[g["grant_id"], str(g["uid"]) + (f"/{g['session']}" if g.get("session") else ""), g["scope"],
+                 g["rule"] if g["scope"] == "rule" else g["command"][:50], g["made_by"], render.duration(g["seconds_left"])]
+                for g in data.get("grants", [])]
+        print(_table([[sanitise(c) for c in r] for r in rows], ["GRANT", "UID/SESSION", "SCOPE", "COVERS", "BY", "LEFT"])
+              if rows else "no live grants")
+    return rc
+
+
+def cmd_statement(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "statement", {"id": ns.id, "decision": "deny" if ns.deny else "allow"})
+    if rc == 0 and not ns.json:
+        # Exactly the bytes to sign: nothing before or after.
+        sys.stdout.write(data.get("statement") or "")
+        sys.stdout.flush()
+        if data.get("signatures") is False:
+            _err("note: signed approvals are off on this host (no approval.allowed_signers file)")
+        elif sys.stderr.isatty():
+            _err(f"sign it with: {data.get('sign_command')}")
     return rc
 
 
@@ -377,10 +457,19 @@ def cmd_show(ns: argparse.Namespace) -> int:
         pairs.append((f"stage {i}", command_line(stage)))
     if decision:
         who = decision.get("by")
+        if decision.get("grant_id"):
+            who = f"grant {decision['grant_id']} (given by {decision.get('granted_by')})"
         text = f"{decision.get('decision')} by {who} (rule {decision.get('rule')})"
         if decision.get("reason"):
             text += f": {decision.get('reason')}"
         pairs.append(("decision", sanitise(text)))
+    if decision.get("approvers"):
+        pairs.append(("approvers", sanitise(", ".join(
+            f"{a.get('principal')} ({a.get('fingerprint')})" if a.get("principal") else f"{a.get('user')} (uid {a.get('uid')})"
+            for a in decision["approvers"]) + f" [{decision.get('quorum')}]")))
+    waiting = render.quorum_line(data.get("detail") or {}) if data.get("pending") else ""
+    if waiting:
+        pairs.append(("waiting", waiting))
     if outcome:
         text = f"{outcome.get('status')}"
         if outcome.get("exit_codes") is not None:
@@ -560,7 +649,27 @@ def parser() -> argparse.ArgumentParser:
         sp = op(verb, text)
         sp.add_argument("id", help="request ID (or a unique prefix)")
         sp.add_argument("--reason", help="recorded in the audit journal")
+        signed = sp.add_mutually_exclusive_group()
+        signed.add_argument("--sign", metavar="KEYFILE",
+                            help="sign the request's statement with this OpenSSH key (ssh-keygen -Y sign) and submit it")
+        signed.add_argument("--signature", metavar="FILE",
+                            help="submit a signature made elsewhere over `airlock statement ID` ('-': stdin)")
+        sp.add_argument("--principal", help="the signer's principal in allowed_signers (default: found from the key)")
+        if verb == "approve":
+            sp.add_argument("--grant", metavar="DURATION",
+                            help="also let the same requester run this again without asking for this long (90s, 30m, 8h)")
+            sp.add_argument("--scope", choices=("command", "rule"), default="command",
+                            help="what the grant covers: the exact same command (default) or anything the rule allows")
         sp.set_defaults(func=cmd_decide, verb=verb)
+    sp = op("grants", "list live time-boxed grants, or revoke one (grants revoke GRANT_ID)")
+    sp.add_argument("action", nargs="?", choices=("list", "revoke"), default="list")
+    sp.add_argument("grant_id", nargs="?")
+    sp.add_argument("--reason", help="recorded in the audit journal")
+    sp.set_defaults(func=cmd_grants)
+    sp = op("statement", "print the exact statement a signer signs to approve (or deny) a pending request")
+    sp.add_argument("id", help="request ID (or a unique prefix)")
+    sp.add_argument("--deny", action="store_true", help="the statement that denies it")
+    sp.set_defaults(func=cmd_statement)
     sp = op("hold", "make every request wait for an operator (emergency brake)")
     sp.add_argument("--reason", required=True)
     sp.set_defaults(func=cmd_hold)

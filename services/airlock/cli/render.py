@@ -13,7 +13,7 @@ import os
 import shlex
 import unicodedata
 from collections.abc import Iterable, Sequence
-from typing import IO
+from typing import IO, Any
 
 # Unicode categories that draw nothing, draw over something else, or reorder text.
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Mn", "Me"})
@@ -151,3 +151,15 @@ def file_review(request: dict[str, object]) -> list[tuple[str, str]]:
 def diff_lines(diff: object) -> str:
     """A diff for a terminal: every line sanitised (file content is the agent's to choose)."""
     return "".join(sanitise(line) + "\n" for line in str(diff).splitlines())
+
+
+def quorum_line(pending: dict[str, Any]) -> str:
+    """Issue 18: "approvals: 1 of 2 (alice)" and the agent's reason, for pending, show and watch."""
+    parts = []
+    q = pending.get("quorum") or {}
+    if q.get("needed", 1) > 1 or q.get("approvals"):
+        who = ", ".join(str(v.get("principal") or v.get("user")) for v in q.get("approvers") or [])
+        parts.append(f"approvals: {q.get('progress')}" + (f" ({who})" if who else ""))
+    if pending.get("reason"):
+        parts.append(f"reason: {pending['reason']}")
+    return sanitise("; ".join(parts))

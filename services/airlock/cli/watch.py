@@ -2,7 +2,8 @@
 
 It polls ``pending`` on the operator socket and puts each waiting request in
 front of the reviewer with everything needed to judge it.  One key decides:
-``y`` approves, any other key denies.  Keys typed before the prompt appeared
+``y`` approves, ``G`` (shift-g) approves and grants the same command to the
+same requester for `GRANT_SECONDS` (issue 18), any other key denies.  Keys typed before the prompt appeared
 are thrown away (``tcflush(TCIFLUSH)`` just before the prompt), so type-ahead
 meant for another window cannot approve anything.  Ctrl-C leaves without
 deciding (the terminal stays in cbreak mode, so the kernel still turns it
@@ -26,6 +27,7 @@ from airlock.cli.render import Style, command_line, diff_lines, duration, fields
 from airlock.common import sandbox
 
 POLL_SECONDS = 1.0
+GRANT_SECONDS = 30 * 60  # G: approve and grant the same command for 30 minutes
 CLEAR = "\x1b[H\x1b[2J"
 
 Call = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -63,6 +65,10 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     env = p.get("env_names") or []
     pairs.append(("env", ", ".join(sanitise(n, strict=True) for n in env) or "-"))
     pairs.append(("rule", f"{sanitise(p.get('rule'))} (ask)"))
+    quorum = p.get("quorum") or {}
+    if quorum.get("needed", 1) > 1:
+        who = ", ".join(sanitise(v.get("principal") or v.get("user")) for v in quorum.get("approvers") or [])
+        pairs.append(("approvals", f"{sanitise(quorum.get('progress'))}" + (f" so far ({who})" if who else "")))
     pairs.append(("operation", sanitise(p.get("operation_id"), strict=True)))
     diff = diff_lines(request["diff"]) if request.get("diff") else ""
     return "\n".join(lines) + "\n" + fields(pairs) + ("\n\n" + diff if diff else "")
@@ -79,6 +85,8 @@ class Console:
         self.fd = fd
         self.out = out
         self.style = Style(use_colour(out))
+        # Requests this console approved towards a quorum: not shown again (its vote counts once).
+        self.voted: set[str] = set()
 
     def write(self, text: str) -> None:
         self.out.write(text)
@@ -95,17 +103,31 @@ class Console:
         items: list[dict[str, Any]] = (reply.get("data") or {}).get("pending") or []
         return items
 
+    def grants(self) -> str:
+        """The live time-boxed grants, one line each (issue 18); empty when there are none."""
+        reply = self.call("grants", {})
+        items = (reply.get("data") or {}).get("grants") or [] if reply.get("ok") else []
+        return "".join(
+            f"  grant {sanitise(g.get('grant_id'), strict=True)}: uid {g.get('uid')}, {sanitise(g.get('scope'))} "
+            f"{sanitise(g.get('rule') if g.get('scope') == 'rule' else g.get('command'))}, "
+            f"about {max(1, round(float(g.get('seconds_left') or 0) / 60))} min left (by {sanitise(g.get('made_by'))})\n"
+            for g in items
+        )
+
     def run(self) -> int:
-        idle_shown = False
+        idle_shown: str | None = None
         while True:
-            waiting = self.pending()
+            waiting = [p for p in self.pending() if p.get("request_id") not in self.voted]
             if not waiting:
-                if not idle_shown:
-                    self.write(CLEAR + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n")
-                    idle_shown = True
+                grants = self.grants()
+                # Redrawn when the grants change (time left in whole minutes: no redraw every second).
+                if grants != idle_shown:
+                    self.write(CLEAR + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n"
+                               + (f"\nlive grants (airlock grants revoke ID ends one):\n{grants}" if grants else ""))
+                    idle_shown = grants
                 time.sleep(POLL_SECONDS)
                 continue
-            idle_shown = False
+            idle_shown = None
             self.review(waiting[0], len(waiting))
 
     def review(self, p: dict[str, Any], total: int) -> None:
@@ -118,11 +140,21 @@ class Console:
             self.write("\n" + self.style.yellow("decided elsewhere (or timed out)") + "\n")
             time.sleep(1.0)
             return
-        verb = "approve" if key in (b"y", b"Y") else "deny"
-        reply = self.call(verb, {"id": request_id, "reason": "airlock watch"})
-        if reply.get("ok"):
+        verb = "approve" if key in (b"y", b"Y", b"G") else "deny"
+        args: dict[str, Any] = {"id": request_id, "reason": "airlock watch"}
+        if key == b"G":
+            args["grant_seconds"] = GRANT_SECONDS
+        reply = self.call(verb, args)
+        data = reply.get("data") or {}
+        if reply.get("ok") and data.get("complete") is False:
+            self.voted.add(request_id)
+            self.write("\n" + self.style.green("approval counted") + f" ({sanitise(data.get('progress'))}); "
+                       f"{sanitise(request_id, strict=True)} waits for more approvers\n")
+        elif reply.get("ok"):
             word = self.style.green("approved") if verb == "approve" else self.style.red("denied")
-            self.write(f"\n{word} {sanitise(request_id, strict=True)}\n")
+            grant = data.get("grant") or {}
+            extra = f" with grant {sanitise(grant.get('grant_id'), strict=True)} (30 min, this command)" if grant else ""
+            self.write(f"\n{word} {sanitise(request_id, strict=True)}{extra}\n")
         else:
             error = reply.get("error") or {}
             if error.get("code") in ("conflict", "not_found"):
@@ -139,7 +171,7 @@ class Console:
             self.write(
                 "\r\x1b[K"
                 + self.style.bold("approve? ")
-                + f"[y] approve, any other key denies   ({duration(_left(p))} left) "
+                + f"[y] approve, [G] approve + grant 30m, any other key denies   ({duration(_left(p))} left) "
             )
             ready, _, _ = select.select([self.fd], [], [], 0.5)
             if ready:

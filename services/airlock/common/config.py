@@ -422,6 +422,10 @@ class Approval:
     ticket_ttl_seconds: float
     notify_command: tuple[str, ...]
     notify_timeout_seconds: float
+    allowed_signers: Path = Path("/etc/airlock/allowed_signers")
+    min_reason_length: int = 10
+    operator_reason: str = "optional"
+    max_grant_seconds: float = 8 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,6 +575,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("approval.ticket_ttl_seconds", positive_float, 10.0, "How long an approval ticket stays redeemable."),
     Setting("approval.notify_command", command, (), "Run (argv, absolute path first) with each pending request as JSON on stdin."),
     Setting("approval.notify_timeout_seconds", positive_float, 10.0, "How long the notify command may run."),
+    Setting("approval.allowed_signers", absolute_path, Path("/etc/airlock/allowed_signers"), "An OpenSSH allowed_signers file: whose ssh-keygen signatures (namespace airlock-approval) approve or deny; absent: signed approvals are off. Must be readable by airlock-approval."),
+    Setting("approval.min_reason_length", non_negative_int, 10, "Characters (after trimming) a reason must have where one is required (a rule's reason: required, approval.operator_reason)."),
+    Setting("approval.operator_reason", choice("optional", "required"), "optional", "required: an operator approving privileged work must give a reason of approval.min_reason_length characters."),
+    Setting("approval.max_grant_seconds", positive_float, 8 * 3600.0, "The longest time-boxed grant an operator may give (airlock approve --grant)."),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
     Setting("journal.operation_capacity", positive_int, 256, "Completed operations kept for replay, oldest out."),
     Setting("journal.output_head_bytes", non_negative_int, 0, "Bytes of each output stream kept in the audit record (0: digest and size only)."),

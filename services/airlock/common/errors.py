@@ -46,6 +46,15 @@ class ErrorCode(enum.StrEnum):
     # File operations (issue 15).
     FILE_CHANGED = "file_changed"
     LIMIT_EXCEEDED = "limit_exceeded"
+    # Signed approvals, quorum and reasons (issue 18).
+    SIGNATURE_INVALID = "signature_invalid"  # unreadable, or does not verify over this request's statement
+    SIGNATURE_WRONG_KEY = "signature_wrong_key"  # the key that signed is not in allowed_signers (or not the principal's)
+    SIGNER_UNKNOWN = "signer_unknown"  # the principal is not in allowed_signers, or not among the rule's approvers
+    SIGNATURE_WRONG_NAMESPACE = "signature_wrong_namespace"  # not signed with -n airlock-approval
+    SIGNATURE_OTHER_REQUEST = "signature_other_request"  # a good signature over another request's statement
+    STATEMENT_EXPIRED = "statement_expired"  # the statement's expiry passed (the request timed out)
+    SIGNATURE_REPLAYED = "signature_replayed"  # this signature was already used
+    REASON_REQUIRED = "reason_required"  # the rule (or approval.operator_reason) wants a reason of min length
     # Operations (reference/001).
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"

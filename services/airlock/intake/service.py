@@ -41,7 +41,7 @@ from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_e
 from airlock.intake.work import Work, derived_operation_id, thin_exec_outcome
 
 NAME = "intake"
-NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS)
+NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS, "approve_signed")
 OPERATOR_VERBS = frozenset(
     {"status", "pending", "show", "approve", "deny", "hold", "release", "events", "policy.check",
      "audit.verify", "audit.head", "token.issue", "token.revoke"}
@@ -162,6 +162,8 @@ class Intake:
                 return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer, conn=conn))
             if request.verb == "cancel":
                 return encode_ok(request.id, await self.cancel(request, conn.peer))
+            if request.verb == "approve_signed":
+                return encode_ok(request.id, await self.approve_signed(request))
             await self._control_gates(request.id, request.args, conn.peer, native=True)
             if request.verb == "hello":
                 return encode_ok(request.id, self.hello())
@@ -499,6 +501,23 @@ class Intake:
         if owner is None or owner != peer.uid:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
         return await self.runner.call("cancel", {"operation_id": op, "uid": peer.uid})
+
+
+    async def approve_signed(self, request: Request) -> dict[str, Any]:
+        """An agent carries an operator's signature (issue 18): approval checks it; the agent cannot forge one."""
+        unknown = sorted(set(request.args) - {"request_id", "signature", "reason"})
+        signature = request.args.get("signature")
+        if not isinstance(signature, str) or not signature or len(signature) > 16 * 1024:
+            raise validate.bad("signature", "must be an armoured SSH signature (at most 16 KiB)")
+        if unknown:
+            raise validate.bad(unknown[0], "unknown argument (known: request_id, signature, reason)")
+        args = {
+            "request_id": validate.text("request_id", request.args.get("request_id"), max_len=256, allow_empty=False),
+            # Armoured (several lines): approval reads it strictly (approval/statement.py).
+            "signature": request.args.get("signature"),
+            "reason": validate.text("reason", request.args.get("reason") or "", max_len=4096),
+        }
+        return await self.approval.call("approve_signed", args, timeout=60)
 
 
 def operation_key(uid: int, operation_id: str) -> str:

@@ -81,6 +81,30 @@ def latest_hold(database: Path) -> dict[str, Any] | None:
     }
 
 
+def grant_records(database: Path, limit: int = 4096) -> list[dict[str, Any]]:
+    """The newest grant records (made, revoked, expired; issue 18), oldest first: approval rebuilds its grants from them.
+
+    Like `latest_hold`: a read-only connection of its own, approval's own records only.
+    """
+    conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = conn.execute(
+            "SELECT seq, payload FROM events"
+            " WHERE kind = 'operator.action' AND writer IN ('approval', 'operator')"
+            " AND json_extract(payload, '$.action') IN ('grant', 'grant.revoke', 'grant.expired')"
+            " ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+    finally:
+        conn.close()
+    out = []
+    for seq, payload in reversed(rows):
+        record = json.loads(payload)
+        out.append({"seq": seq, "action": record.get("action"), "grant_id": record.get("grant_id"),
+                    "grant": record.get("grant")})
+    return out
+
+
 class Journal:
     def __init__(self, config: Config, store: Store) -> None:
         self.config = config
@@ -224,6 +248,16 @@ class Journal:
         except (sqlite3.Error, ValueError) as exc:
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"the journal could not be read: {exc}") from None
         return {"latest": latest}
+
+    async def grants_state(self, call: Call) -> dict[str, Any]:
+        """approval, at start: the grant records, to restore the live grants from."""
+        if self.writer_for(call.peer, "approval") != "approval":
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        try:
+            records = await asyncio.to_thread(grant_records, self.database)
+        except (sqlite3.Error, ValueError) as exc:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"the journal could not be read: {exc}") from None
+        return {"records": records}
 
     async def head(self, call: Call) -> dict[str, Any]:
         seq, digest = self.store.head()
@@ -425,6 +459,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "events": _refusing(store, journal.events),
             "head": _refusing(store, journal.head),
             "hold.state": _refusing(store, journal.hold_state),
+            "grants.state": _refusing(store, journal.grants_state),
             "verify": journal.verify,
         },
         max_line=config.limits.max_request_bytes * 2,

@@ -91,7 +91,27 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) 
         "decide": f"ssh {host} airlock approve {request_id}",
         "deny": f"ssh {host} airlock deny {request_id}",
     }
-    return message | _texts(message)
+    return message | _signing(payload, request_id) | _texts(message | _signing(payload, request_id))
+
+
+SIGN_LINE = "ssh-keygen -Y sign -n airlock-approval -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
+
+
+def _signing(payload: dict[str, Any], request_id: str) -> dict[str, Any]:
+    """Issue 18: the statement to sign and the one-line signing command (when approval publishes one).
+
+    The statement is printable ASCII lines by construction (approval/statement.py, every
+    value JSON-escaped); anything else is left out rather than sent altered.
+    """
+    statement = payload.get("statement")
+    if not isinstance(statement, str) or not all(" " <= c <= "~" for c in statement.replace("\n", "")):
+        return {}
+    out: dict[str, Any] = {"statement": statement, "sign": SIGN_LINE,
+                           "submit": f"airlock approve {request_id} --signature statement.sig"}
+    requirement = payload.get("requirement")
+    if isinstance(requirement, dict) and isinstance(requirement.get("approvals"), int) and requirement["approvals"] > 1:
+        out["approvals_needed"] = requirement["approvals"]
+    return out
 
 
 def decided_message(event: dict[str, Any], host: str, known: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -168,8 +188,13 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
         f"time left: {duration(m['seconds_left'])} (until {m['expires_at']})",
         f"approve: {m['decide']}",
         f"deny: {m['deny']}",
-        f"(event {m['seq']})",
     ]
+    if m.get("approvals_needed"):
+        lines.append(f"needs {m['approvals_needed']} distinct approvers")
+    if m.get("statement"):
+        lines += ["or sign this statement (save it as statement.txt, exactly, final newline included):",
+                  m["statement"].rstrip("\n"), f"sign: {m['sign']}", f"then: {m['submit']}"]
+    lines.append(f"(event {m['seq']})")
     return {"title": title, "text": "\n".join(lines)}
 
 

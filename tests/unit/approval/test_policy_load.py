@@ -203,7 +203,8 @@ def test_unknown_rule_key() -> None:
     text = "rules:\n  - name: x\n    decision: allow\n    command: [[/usr/bin/true]]\n"
     assert dropin_error(text) == (
         f"{D}:4:5: rules[0] (x).command: unknown key"
-        " (known: commands, decision, description, files, groups, name, privileged, sandbox, sessions, users)"
+        " (known: approvals, approvers, commands, decision, description, files, groups, name, privileged, reason, sandbox,"
+            " sessions, users)"
     )
 
 
@@ -259,7 +260,8 @@ def test_every_bad_rule_is_reported_and_the_policy_rejected_whole() -> None:
         parse_policy_text(text, D, main=False)
     assert info.value.errors == (
         f"{D}:3:25: rules[1] (a).decision: must be one of allow, ask, deny (got 'nope')",
-        f"{D}:4:32: rules[2] (b).x: unknown key (known: commands, decision, description, files, groups, name, privileged, sandbox, sessions, users)",
+        f"{D}:4:32: rules[2] (b).x: unknown key (known: approvals, approvers, commands, decision, description, files, groups, name, privileged, reason, "
+            "sandbox, sessions, users)",
     )
 
 

@@ -203,3 +203,18 @@ def test_the_relay_refuses_to_run_as_an_operator(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_pending_message_carries_the_statement_to_sign_and_the_command() -> None:
+    from airlock.approval.statement import Statement
+
+    text = Statement("db1", "r-1", "b" * 64, "allow", 1_900_000_000, "c" * 32, "agent (uid 1000)", "root (uid 0)",
+                     'echo "hi"', "why not").render()
+    event = _pending()
+    event["payload"] |= {"statement": text, "requirement": {"approvals": 2}}
+    m = msg.pending_message(event, "db1", _user_of, _at(event, 1))
+    assert m["statement"] == text  # the exact bytes: signing what the message shows must verify
+    assert m["sign"] == "ssh-keygen -Y sign -n airlock-approval -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
+    assert text.rstrip("\n") in m["text"] and "needs 2 distinct approvers" in m["text"]
+    plain = msg.pending_message(_pending(), "db1", _user_of, NOW)
+    assert "statement" not in plain and "sign" not in plain["text"]

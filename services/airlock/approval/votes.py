@@ -1,0 +1,352 @@
+"""Issue 18 in approval: quorum, reasons, signed approvals and time-boxed grants.
+
+`Votes` is a part of `airlock.approval.service.Approval` (its mixin), kept in
+a module of its own so the service's core stays readable: the operator verbs
+``statement``, ``grants`` and ``grant.revoke``, intake's ``approve_signed``,
+and the steps ``decide`` and ``approve``/``deny`` take for quorum (`quorum`),
+reasons, signatures (`signed`, `signers`, `statement`) and grants (`grants`).
+Every vote and every grant is journaled as an ``operator.action`` (outside a
+request's lifecycle: docs/architecture.md); a request's ``approval.decided``
+names its approvers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shlex
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from airlock.approval import quorum
+from airlock.approval import statement as statements
+from airlock.approval.grants import SCOPES, Grant, Grants
+from airlock.approval.grants import restore as restore_grants
+from airlock.approval.policy import Decision
+from airlock.approval.signed import Ledger
+from airlock.common import validate
+from airlock.common.audit import Audit, Ids
+from airlock.common.config import Config
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.filespec import FileSpec
+from airlock.common.ipc import Client
+from airlock.common.peer import Peer
+from airlock.common.server import Call
+from airlock.common.spec import ExecSpec
+
+if TYPE_CHECKING:
+    from airlock.approval.service import Pending
+
+SIGN_COMMAND = f"ssh-keygen -Y sign -n {statements.NAMESPACE} -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
+# How long approval waits at start to read its grants from the journal (as for the hold).
+RESTORE_SECONDS = 30.0
+
+
+class Votes:
+    """The issue-18 half of `Approval`; the attributes below are `Approval`'s."""
+
+    config: Config
+    audit: Audit
+    journal: Client
+    log: Any
+    intake_uid: int | None
+    hold_reason: str | None
+    ledger: Ledger
+    grants: Grants
+    _grant_timers: dict[str, asyncio.TimerHandle]
+    host: str
+
+    def _find(self, ref: Any) -> Pending:
+        raise NotImplementedError  # Approval's
+
+    def _granted(
+        self, verdict: str, spec: ExecSpec | FileSpec, peer: Peer, session: str | None, digest: str,
+        decision: Decision, requirement: quorum.Requirement,
+    ) -> Grant | None:
+        """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum rule)."""
+        if verdict != "ask" or decision.decision != "ask" or self.hold_reason is not None:
+            return None
+        if not isinstance(spec, ExecSpec) or requirement.approvals > 1:
+            return None
+        asking = [s.rule for s in decision.stages if s.decision != "allow"]
+        return self.grants.find(time.time(), peer.uid, session, digest, decision.rule, asking)
+
+    def _grant_for(self, entry: Pending, operator: Peer, args: Mapping[str, Any]) -> Grant | None:
+        """The grant an approve asks for (``grant_seconds``, ``scope``), checked; None without one."""
+        seconds = args.get("grant_seconds")
+        if seconds is None:
+            if args.get("scope") is not None:
+                raise validate.bad("scope", "is only meaningful with grant_seconds")
+            return None
+        limit = self.config.approval.max_grant_seconds
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= limit:
+            raise validate.bad("grant_seconds", f"must be a number of seconds from 1 to {limit:g} (approval.max_grant_seconds)")
+        scope = args.get("scope") or "command"
+        if scope not in SCOPES:
+            raise validate.bad("scope", "must be command or rule")
+        if "spec" not in entry.request:
+            raise AirlockError(ErrorCode.CONFLICT, "grants cover commands only, not file operations")
+        if entry.tally is not None and entry.tally.requirement.approvals > 1:
+            raise AirlockError(ErrorCode.CONFLICT, "a rule that needs several approvers takes no grant")
+        if entry.decision.decision != "ask" or entry.rule == "hold":
+            raise AirlockError(ErrorCode.CONFLICT, "only a request a rule sent to an operator takes a grant (not one held)")
+        if scope == "rule" and entry.decision.rule in ("default", "unresolved"):
+            raise AirlockError(ErrorCode.CONFLICT, "scope rule needs a named rule; this request was decided by the default")
+        assert entry.published is not None
+        return Grant(
+            grant_id="g-" + secrets.token_hex(6),
+            uid=entry.peer.uid,
+            session=entry.request.get("session") or None,
+            scope=scope,
+            digest=entry.digest,
+            rule=entry.decision.rule,
+            expires=time.time() + float(seconds),
+            made_by=operator.user,
+            request_id=entry.request_id,
+            command=entry.published.statements["allow"].command,
+        )
+
+    async def _add_grant(self, grant: Grant, ids: Ids, operator: str, reason: str) -> None:
+        # Journaled before it can be used: the next start rebuilds the grants from these records.
+        await self.audit.record(
+            "operator.action",
+            ids,
+            payload={"action": "grant", "operator": operator, "reason": reason, "grant_id": grant.grant_id,
+                     "grant": grant.to_dict(), "expires_at": _iso(grant.expires)},
+        )
+        self._schedule(grant)
+
+    def _schedule(self, grant: Grant) -> None:
+        self.grants.add(grant)
+        delay = max(0.0, grant.expires - time.time())
+        loop = asyncio.get_running_loop()
+        self._grant_timers[grant.grant_id] = loop.call_later(
+            delay, lambda: asyncio.ensure_future(self._end_grant(grant.grant_id, "grant.expired", None, "")))
+
+    async def _end_grant(self, grant_id: str, action: str, operator: Peer | None, reason: str) -> Grant | None:
+        grant = self.grants.remove(grant_id)  # out first: from now on it lets nothing through
+        timer = self._grant_timers.pop(grant_id, None)
+        if timer is not None:
+            timer.cancel()
+        if grant is None:
+            return None
+        try:
+            await self.audit.record(
+                "operator.action",
+                Ids(grant.request_id, None, operator.uid if operator else None, grant.session),
+                payload={"action": action, "grant_id": grant_id, "operator": operator.user if operator else "airlock-approval",
+                         "reason": reason},
+            )
+        except AirlockError as exc:
+            # The grant is gone from memory either way; the next start sees it expired or journals the revoke again.
+            self.log.error("approval.grant.unrecorded", grant_id=grant_id, action=action, error=exc.message)
+            if action == "grant.revoke":
+                raise
+        return grant
+
+    async def list_grants(self, call: Call) -> dict[str, Any]:
+        now = time.time()
+        return {"grants": [g.to_dict() | {"seconds_left": round(g.expires - now, 1), "expires_at": _iso(g.expires)}
+                           for g in self.grants.live(now)]}
+
+    async def revoke_grant(self, call: Call) -> dict[str, Any]:
+        grant_id = validate.text("grant_id", call.args.get("grant_id"), max_len=64, allow_empty=False)
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        if self.grants.get(grant_id) is None:
+            raise AirlockError(ErrorCode.NOT_FOUND, f"no live grant {grant_id!r}")
+        await self._end_grant(grant_id, "grant.revoke", call.peer, reason)
+        return {"grant_id": grant_id, "revoked": True}
+
+    async def restore_grants(self) -> None:
+        """At start: the live grants are the journal's grants not revoked or expired (none if it cannot be read)."""
+        try:
+            found = await self.journal.call("grants.state", {}, timeout=RESTORE_SECONDS)
+            live, _ended = restore_grants(found.get("records") or [])
+        except AirlockError as exc:
+            self.log.error("approval.grants.unknown", error=exc.message, code=exc.code.value)
+            return
+        now = time.time()
+        for grant in live:
+            self._schedule(grant)  # an expired one ends (and is journaled) at once
+        self.log.info("approval.grants.restored", live=sum(1 for g in live if g.expires > now))
+
+    def _pending_extra(self, entry: Pending) -> dict[str, Any]:
+        """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign."""
+        out: dict[str, Any] = {}
+        if entry.tally is not None and entry.tally.requirement != quorum.Requirement():
+            out["requirement"] = entry.tally.requirement.to_dict()
+        if entry.published is not None and self.ledger.signers.enabled():
+            out["statement"] = entry.published.statements["allow"].render()
+        return out
+
+    def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:
+        if entry.tally is None:
+            return
+        try:
+            entry.tally.check(voter, self_approval=self.config.approval.allow_self_approval)
+        except quorum.VoteRefused as exc:
+            raise AirlockError(ErrorCode.CONFLICT, str(exc), {"quorum": entry.tally.progress()}) from None
+
+    def _vote_progress(self, entry: Pending, verdict: str) -> dict[str, Any]:
+        """What an approve's record says about the quorum: this vote makes it "N of M"."""
+        if verdict != "allow" or entry.tally is None:
+            return {}
+        return {"quorum": f"{len(entry.tally.votes) + 1} of {entry.tally.requirement.approvals}"}
+
+    def _count(self, entry: Pending, verdict: str, voter: quorum.Voter, reason: str) -> dict[str, Any]:
+        """Count a checked, journaled vote: a deny decides, an approval decides once the quorum is met."""
+        if entry.future.done():  # another console won while we journaled
+            raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
+        if verdict == "allow" and entry.tally is not None:
+            self._check_vote(entry, voter)  # again: a twin vote may have been counted while we journaled
+            if not entry.tally.add(voter):
+                return {"request_id": entry.request_id, "decision": "allow", "complete": False} | entry.tally.to_dict()
+            by = ", ".join(v.label for v in entry.tally.votes)
+            entry.future.set_result(("allow", by, voter.uid, reason))
+            if entry.tally.requirement.approvals > 1:
+                return {"request_id": entry.request_id, "decision": "allow", "complete": True} | entry.tally.to_dict()
+            return {"request_id": entry.request_id, "decision": "allow"}
+        entry.future.set_result((verdict, voter.label, voter.uid, reason))
+        return {"request_id": entry.request_id, "decision": verdict}
+
+    async def _require_reason(
+        self, request: Mapping[str, Any], requirement: quorum.Requirement, decision: Decision, common: Ids
+    ) -> None:
+        """A rule's ``reason: required``: a request without a long enough reason is denied before an operator sees it."""
+        if not requirement.reason:
+            return
+        problem = quorum.reason_problem(request.get("reason"), self.config.approval.min_reason_length)
+        if problem is None:
+            return
+        await self.audit.record(
+            "approval.decided",
+            common,
+            payload={"decision": "deny", "rule": decision.rule, "by": "policy", "code": ErrorCode.REASON_REQUIRED.value,
+                     "reason": problem, "policy": decision.to_dict()},
+            log_fields={"decision": "deny", "rule": decision.rule},
+        )
+        raise AirlockError(ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"})
+
+    def _require_operator_reason(self, entry: Pending, reason: str) -> None:
+        if self.config.approval.operator_reason != "required":
+            return
+        if not (entry.privileged or entry.run_as != entry.peer.uid):
+            return
+        problem = quorum.reason_problem(reason, self.config.approval.min_reason_length)
+        if problem is not None:
+            raise AirlockError(ErrorCode.REASON_REQUIRED, f"approving privileged work needs --reason: {problem}", {"field": "reason"})
+
+    def _statements(self, entry: Pending) -> dict[str, statements.Statement]:
+        raw_spec = entry.request.get("spec")
+        spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
+        command = " | ".join(shlex.join(str(a) for a in stage) for stage in spec.get("stages") or [])
+        if not command:  # a file operation
+            command = f"{entry.request.get('tool', '')} {entry.request.get('path', '')}".strip()
+        nonce = secrets.token_hex(16)
+        return {
+            decision: statements.Statement(
+                host=self.host,
+                request=entry.request_id,
+                binding=ticket_binding(entry.digest, entry.bound),
+                decision=decision,
+                expires=int(entry.expires),
+                nonce=nonce,
+                requester=f"{entry.peer.user} (uid {entry.peer.uid})",
+                run_as=f"{entry.run_as_user} (uid {entry.run_as})",
+                command=command,
+                reason=str(entry.request.get("reason") or ""),
+            )
+            for decision in statements.DECISIONS
+        }
+
+    async def statement(self, call: Call) -> dict[str, Any]:
+        """The exact text a signer signs to approve (or deny) a pending request."""
+        entry = self._find(call.args.get("id"))
+        decision = call.args.get("decision", "allow")
+        if decision not in statements.DECISIONS:
+            raise validate.bad("decision", "must be allow or deny")
+        assert entry.published is not None
+        text = entry.published.statements[decision].render()
+        return entry.quorum_dict() | {
+            "request_id": entry.request_id, "decision": decision, "statement": text,
+            "expires": entry.published.statements[decision].expires, "namespace": statements.NAMESPACE,
+            "sign_command": SIGN_COMMAND, "signatures": self.ledger.signers.enabled()}
+
+    async def approve_signed(self, call: Call) -> dict[str, Any]:
+        """intake: an agent carried a signature (agent verb approve_signed); the signature decides."""
+        if self.intake_uid is None or call.peer.uid != self.intake_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        return await self._settle_signed(call, statements.DECISIONS, via="agent")
+
+    async def _settle_signed(self, call: Call, decisions: tuple[str, ...], *, via: str) -> dict[str, Any]:
+        ref = call.args.get("id") if via == "operator" else call.args.get("request_id")
+        ref = validate.text("id", ref, max_len=256, allow_empty=False)
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        # Only an operator may name the principal: on the agent door it would tell which principals exist.
+        principal = validate.optional_text("principal", call.args.get("principal"), max_len=256) if via == "operator" else None
+        if call.args.get("grant_seconds") is not None:
+            raise validate.bad("grant_seconds", "a grant is given by an operator's own approve, not with a signature")
+        submitter = call.peer if via == "operator" else None
+        entry: Pending | None = None
+        try:
+            entry = self._find(ref)
+        except AirlockError as exc:
+            if exc.code is not ErrorCode.NOT_FOUND:
+                raise
+        request_id = entry.request_id if entry is not None else ref
+        ids = Ids(request_id, entry.operation_id if entry else None, submitter.uid if submitter else None)
+        signature = None
+        try:
+            signature = self.ledger.read(call.args.get("signature"))
+            signer = await self.ledger.signer(signature, principal)
+            if entry is None:
+                gone = self.ledger.latest(ref)
+                if gone is None:
+                    raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r}")
+                await self.ledger.check(signature, signer, gone, decisions, time.time())
+                raise AirlockError(ErrorCode.STATEMENT_EXPIRED if gone.state == "expired" else ErrorCode.SIGNATURE_REPLAYED,
+                                   f"request {ref!r} is no longer pending ({gone.state})",
+                                   {"fingerprint": signer.fingerprint, "principal": signer.principal})
+            assert entry.published is not None
+            verdict = await self.ledger.check(signature, signer, entry.published, decisions, time.time())
+            if entry.future.done():
+                raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
+            voter = quorum.Voter(submitter.uid if submitter else None, signer.principal, principal=signer.principal,
+                                 fingerprint=signer.fingerprint)
+            if verdict == "allow":
+                self._require_operator_reason(entry, reason)
+                self._check_vote(entry, voter)
+        except AirlockError as exc:
+            if exc.code is not ErrorCode.NOT_FOUND:
+                await self.audit.record(
+                    "operator.action",
+                    ids,
+                    payload={"action": "signature.refused", "via": via, "code": exc.code.value, "message": exc.message,
+                             "operator": submitter.user if submitter else None,
+                             "fingerprint": signature.fingerprint if signature else None,
+                             "principal": exc.details.get("principal")},
+                )
+            raise
+        assert entry is not None
+        self.ledger.used(signature)
+        await self.audit.record(
+            "operator.action",
+            ids,
+            payload={"action": "approve" if verdict == "allow" else "deny", "via": via, "signed": True,
+                     "principal": signer.principal, "fingerprint": signer.fingerprint, "key_type": signer.key_type,
+                     "operator": submitter.user if submitter else None, "reason": reason}
+            | self._vote_progress(entry, verdict),
+        )
+        return self._count(entry, verdict, voter, reason) | {"signer": voter.to_dict()}
+
+
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def ticket_binding(digest: str, bound: Mapping[str, Any]) -> str:
+    from airlock.approval.service import ticket_binding as binding  # the service defines what a ticket binds
+
+    return binding(digest, bound)

@@ -1,0 +1,66 @@
+"""Time-boxed grants (issue 18): what a grant covers, and rebuilding them from the journal's records."""
+
+from __future__ import annotations
+
+import pytest
+
+from airlock.approval.grants import Grant, Grants, parse_duration, restore
+
+
+def grant(**changes: object) -> Grant:
+    values: dict[str, object] = dict(grant_id="g-1", uid=1000, session="s1", scope="command", digest="d" * 64, rule="touchy",
+                                     expires=2000.0, made_by="root", request_id="r-1", command="touch /x")
+    values.update(changes)
+    return Grant(**values)  # type: ignore[arg-type]
+
+
+def test_a_command_grant_covers_the_same_requester_session_and_spec_only() -> None:
+    g = grant()
+    assert g.covers(1000, "s1", "d" * 64, "touchy", ["touchy"])
+    assert not g.covers(1001, "s1", "d" * 64, "touchy", ["touchy"])  # another uid
+    assert not g.covers(1000, "s2", "d" * 64, "touchy", ["touchy"])  # another session
+    assert not g.covers(1000, None, "d" * 64, "touchy", ["touchy"])
+    assert not g.covers(1000, "s1", "e" * 64, "touchy", ["touchy"])  # another command
+    assert grant(session=None).covers(1000, "any", "d" * 64, "x", [])  # a grant without a session: any session
+
+
+def test_a_rule_grant_covers_what_every_asking_stage_owes_to_that_rule() -> None:
+    g = grant(scope="rule")
+    assert g.covers(1000, "s1", "other", "touchy", ["touchy", "touchy"])
+    assert not g.covers(1000, "s1", "other", "touchy", ["touchy", "default"])
+    assert not g.covers(1000, "s1", "other", "default", ["default"])
+
+
+def test_the_store_finds_live_grants_only() -> None:
+    store = Grants()
+    store.add(grant())
+    assert store.find(1999.0, 1000, "s1", "d" * 64, "touchy", ["touchy"]) is not None
+    assert store.find(2000.0, 1000, "s1", "d" * 64, "touchy", ["touchy"]) is None
+    assert [g.grant_id for g in store.expired(2000.0)] == ["g-1"]
+    assert store.remove("g-1") is not None and store.live(0.0) == []
+
+
+def test_restore_drops_revoked_and_expired_and_ignores_junk() -> None:
+    records = [
+        {"action": "grant", "grant": grant().to_dict()},
+        {"action": "grant", "grant": grant(grant_id="g-2").to_dict()},
+        {"action": "grant", "grant": grant(grant_id="g-3").to_dict()},
+        {"action": "grant.revoke", "grant_id": "g-2"},
+        {"action": "grant.expired", "grant_id": "g-3"},
+        {"action": "grant", "grant": {"grant_id": "g-bad"}},
+        {"action": "grant", "grant": "nonsense"},
+    ]
+    live, ended = restore(records)
+    assert [g.grant_id for g in live] == ["g-1"] and ended == {"g-2", "g-3"}
+    assert live[0] == grant()
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("8h", 28800), ("2d", 172800), ("45", 45)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "m", "0m", "-5m", "1.5h", "3w"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
