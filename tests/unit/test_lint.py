@@ -25,14 +25,14 @@ PURE_MODULES = [
     "services/airlock/intake/request.py",
     "services/airlock/intake/legacy.py",
     "services/airlock/journal/chain.py",
-    "services/airlock/journal/kinds.py",
+    "services/airlock/common/kinds.py",
     "services/airlock/gateway/protocol.py",
     "services/airlock/gateway/fs.py",
     "services/airlock/gateway/evidence.py",
     "services/airlock/common/filespec.py",
     "services/airlock/intake/files.py",
     "services/airlock/approval/tokens.py",
-    "services/airlock/approval/trail.py",
+    "services/airlock/common/trail.py",
     "services/airlock/common/lifecycle.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airlock.approval import filereview, hook, trail
+from airlock.approval import filereview, hook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
 from airlock.approval.tokens import (
@@ -31,7 +31,7 @@ from airlock.approval.tokens import (
     token_hash,
     unauthorized,
 )
-from airlock.common import binary, daemon, log, validate
+from airlock.common import binary, daemon, log, trail, validate
 from airlock.common.audit import Audit, Ids, lifecycle
 from airlock.common.codec import canonical_json
 from airlock.common.config import Config, ConfigError, load

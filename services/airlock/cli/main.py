@@ -23,9 +23,8 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import client, render
-from airlock.cli.render import Style, command_line, fields, sanitise, use_colour
-from airlock.common import sandbox
+from airlock.common import client, render, sandbox
+from airlock.common.render import Style, command_line, fields, sanitise, use_colour
 from airlock.gateway import cli as gateway_cli
 from airlock.mcp import cli as mcp_cli
 
@@ -459,7 +458,7 @@ def cmd_wait(ns: argparse.Namespace) -> int:
                 outcome = data.get("outcome") or {}
                 detail = outcome.get("exit_codes") if outcome.get("exit_codes") is not None else outcome.get("code")
                 print(f"{sanitise(ns.operation_id, strict=True)}: {sanitise(data.get('state'))} ({sanitise(detail)})")
-            from airlock.approval.trail import ran_and_succeeded
+            from airlock.common.trail import ran_and_succeeded
 
             return 0 if ran_and_succeeded(data) else 1
         if not reply.get("ok") and not (error.get("code") == "not_found" and waited < UNKNOWN_GRACE_SECONDS):

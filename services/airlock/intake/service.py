@@ -36,9 +36,9 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Connection, Door, Service, linger
-from airlock.intake import fileflow, files, legacy
+from airlock.intake import files, legacy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
-from airlock.intake.work import Work, derived_operation_id, thin_exec_outcome
+from airlock.intake.work import Work, exec_work, file_work
 
 NAME = "intake"
 NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS)
@@ -159,7 +159,7 @@ class Intake:
             if request.verb in files.VERBS:
                 now = time.time()
                 file_request = files.native_files(request.verb, request.id, request.args, conn.peer, self.config, now)
-                return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer, conn=conn))
+                return encode_ok(request.id, await self.drive(file_work(file_request, self.config), conn.peer, None, conn=conn))
             if request.verb == "cancel":
                 return encode_ok(request.id, await self.cancel(request, conn.peer))
             await self._control_gates(request.id, request.args, conn.peer, native=True)
@@ -269,32 +269,7 @@ class Intake:
 
     async def run(self, req: ExecRequest, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
         """An exec request."""
-        spec = req.spec
-        spec_dict = spec.to_dict()  # once: this is every request's path
-        describe = req.describe()
-        work = Work(
-            request_id=req.request_id,
-            operation_id=req.operation_id or derived_operation_id("spec", spec_dict, req.session),
-            session=req.session,
-            digest=spec.digest(),
-            run_as=spec.run_as,
-            privileged=spec.privileged,
-            describe=describe,
-            decide_request=describe | {"spec": spec_dict},
-            has_protected=bool(req.protected_env),
-            runner_verb="exec",
-            runner_args={
-                "spec": spec_dict,
-                "protected_env": req.protected_env,
-                "request_id": req.request_id,
-                "session": req.session,
-                "stream": req.stream,
-                "peer": peer.to_dict(),
-            },
-            runner_timeout=self._runner_budget(req),
-            thin=thin_exec_outcome,
-        )
-        return await self.drive(work, peer, call, conn=conn)
+        return await self.drive(exec_work(req, peer, self.config), peer, call, conn=conn)
 
     async def drive(self, work: Work, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
         """Drive one request through the other services; the one path for exec and file work.
@@ -446,14 +421,6 @@ class Intake:
             await asyncio.wait_for(asyncio.shield(decide), 10)
         except (AirlockError, TimeoutError):
             pass  # the finally cancels the decide call: approval sees its connection close
-
-    def _runner_budget(self, req: ExecRequest) -> float:
-        """How long a runner may take to answer: the job's own timeout, the kill
-        grace, and a margin for its journal and approval calls.  Without a
-        bound a stopped or wedged runner would hang the request for ever."""
-        limits = self.config.limits
-        job = req.spec.timeout_ms / 1000 if req.spec.timeout_ms else limits.default_timeout_seconds
-        return job + limits.kill_grace_seconds + 30
 
     async def _settle(
         self, op: str, digest: str, outcome: dict[str, Any], thin: Callable[[dict[str, Any]], dict[str, Any]], ids: Ids

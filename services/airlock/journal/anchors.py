@@ -6,7 +6,7 @@ folder): one JSON object a line, ``{"seq":…, "hash":…, "time":…, "reason":
 ``O_APPEND`` and fsynced before the write returns.  The journal writes it in
 every mode and checks its newest line at start.  Under systemd each anchor is
 also a journald entry with its own ``MESSAGE_ID`` and ``AIRLOCK_CHAIN_SEQ``/
-``AIRLOCK_CHAIN_HASH`` fields (see `airlock.journal.kinds.NOTICES`), which
+``AIRLOCK_CHAIN_HASH`` fields (see `airlock.common.kinds.NOTICES`), which
 whoever can write the database cannot take back.
 
 The comparison itself is pure (`airlock.journal.chain.check_anchors`).
@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
+from airlock.common.kinds import NOTICES
 from airlock.journal.chain import Anchor, parse_anchor_lines
-from airlock.journal.kinds import NOTICES
 
 FILE_NAME: Final = "journal.anchors"
 ANCHOR_MESSAGE_ID: Final = NOTICES["journal.chain.anchored"]

@@ -40,9 +40,9 @@ from typing import Any, Final
 
 from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.kinds import check_writer
 from airlock.journal import chain
 from airlock.journal.chain import GENESIS, Anchor, VerifyResult
-from airlock.journal.kinds import check_writer
 from airlock.journal.operations import MAX_ID_CHARS, OpBegin, OperationTable, Settled, check_id
 
 __all__ = ["GENESIS", "Event", "EventsPage", "OpBegin", "Stats", "Store", "VerifyResult"]

@@ -2,7 +2,7 @@
 
 No I/O: the relay's service feeds events in and sends what comes out.  What
 an agent chose (argv, reason, paths) is sanitised on the way in
-(`airlock.cli.render.sanitise`), so no channel ever shows a control or bidi
+(`airlock.common.render.sanitise`), so no channel ever shows a control or bidi
 character that could make the text lie.  Environment *values* are never
 included (names only), and protected values are not in the events feed.
 """
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from email.message import EmailMessage
 from typing import Any
 
-from airlock.cli.render import command_line, duration, sanitise
+from airlock.common.render import command_line, duration, sanitise
 
 # The audit event kinds the relay turns into messages.
 KINDS = frozenset({"approval.pending", "approval.decided"})

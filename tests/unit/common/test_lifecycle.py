@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airlock.common import lifecycle
+from airlock.common import kinds, lifecycle
 from airlock.common.lifecycle import LifecycleError, Story, fold, step, trace
-from airlock.journal import kinds
 
 
 def ev(seq: int, kind: str, **payload: Any) -> dict[str, Any]:
