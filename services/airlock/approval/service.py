@@ -17,7 +17,6 @@ import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from airlock.approval import filereview, hook
@@ -33,13 +32,13 @@ from airlock.approval.tokens import (
 )
 from airlock.common import binary, daemon, log, trail, validate
 from airlock.common.audit import Audit, Ids, lifecycle
-from airlock.common.codec import canonical_json
+from airlock.common.codec import canonical_json, iso_utc
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
 from airlock.common.filespec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, identify, may_decide, uid_of
-from airlock.common.resolve import default_path
+from airlock.common.resolve import default_path, first_on_path
 from airlock.common.server import Call, Door, Service, Verb
 from airlock.common.spec import ExecSpec
 
@@ -100,7 +99,7 @@ def describe_binaries(
     out = []
     for index, stage in enumerate(decision.stages):
         name = stage.argv[0] if stage.argv else ""
-        found = _first_on_path(name, default_path(target_uid))
+        found = first_on_path(name, default_path(target_uid))
         item: dict[str, Any] = {
             "argv": list(stage.argv),
             "binary": found or stage.resolved,
@@ -127,19 +126,6 @@ def bind_binaries(decision: Decision, *, privileged: bool) -> list[dict[str, Any
             raise AirlockError(ErrorCode.SPAWN_FAILED, f"{stage.argv[0] if stage.argv else ''}: command not found")
         out.append(binary.bind(stage.resolved, privileged=privileged))
     return out
-
-
-def _first_on_path(name: str, search_path: str) -> str | None:
-    """The path execvp would pick, before symlinks are resolved (to show the link itself)."""
-    if not name or "\0" in name:
-        return None
-    if "/" in name:
-        return name if name.startswith("/") and os.path.lexists(name) else None
-    for directory in search_path.split(":"):
-        candidate = os.path.join(directory, name)
-        if directory.startswith("/") and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +169,7 @@ class Approval:
         self.tickets: dict[str, Ticket] = {}
         # Held until the journal says otherwise (restore_hold at start): fail closed.
         self.hold_reason: str | None = "restoring the hold state from the journal"
-        self.hold_by: dict[str, Any] = {"operator": "airlock-approval", "uid": None, "since": _iso(time.time())}
+        self.hold_by: dict[str, Any] = {"operator": "airlock-approval", "uid": None, "since": iso_utc(timespec="seconds")}
         self._hold_known = asyncio.Event()
         self.tokens = TokenStore()
         self.notifier = hook.Notifier(
@@ -443,7 +429,7 @@ class Approval:
     async def hold(self, call: Call) -> dict[str, Any]:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
         await self._hold_restored()
-        since = _iso(time.time())
+        since = iso_utc(timespec="seconds")
         # The brake takes effect at once, in memory, then is journaled, where the next
         # start reads it back.  The other order would let a rule's allow through while
         # the record is written.  If it cannot be journaled, this process stays held
@@ -481,7 +467,7 @@ class Approval:
                 f"the hold state could not be read from the journal at start ({exc.message}); "
                 "approval started held: release it with `airlock release` once the journal is healthy"
             )
-            self.hold_by = {"operator": "airlock-approval", "uid": None, "since": _iso(time.time())}
+            self.hold_by = {"operator": "airlock-approval", "uid": None, "since": iso_utc(timespec="seconds")}
             self.log.error("approval.hold.unknown", error=exc.message, code=exc.code.value)
         finally:
             self._hold_known.set()
@@ -584,7 +570,7 @@ class Approval:
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         token = new_token()
         now = time.time()
-        expires_at = _iso(now + ttl)
+        expires_at = iso_utc(now + ttl, timespec="seconds")
         # Journaled before it is usable; the record holds a short hash prefix, never the token.
         await self.audit.record(
             "operator.action",
@@ -654,10 +640,6 @@ async def _withdraw_when_gone(call: Call, entry: Pending) -> None:
     await call.connection.wait_gone()
     if not entry.future.done():
         entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))
-
-
-def _iso(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _operator_only(verb: Verb) -> Verb:

@@ -24,6 +24,7 @@ from airlock import __version__
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
 from airlock.common import client, render, sandbox
+from airlock.common.codec import iso_utc
 from airlock.common.render import Style, command_line, fields, sanitise, use_colour
 from airlock.gateway import cli as gateway_cli
 from airlock.mcp import cli as mcp_cli
@@ -33,10 +34,6 @@ EXIT_APPROVAL_TIMEOUT = 124
 EXIT_AIRLOCK_ERROR = 125
 # `airlock wait` on an operation the journal does not know yet keeps asking this long.
 UNKNOWN_GRACE_SECONDS = 10.0
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _unreachable(ns: argparse.Namespace, exc: client.ClientError) -> None:
@@ -66,7 +63,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     args: dict[str, Any] = {
         "argv": ns.command,
         "privileged": not ns.no_privilege,
-        "time": _now(),
+        "time": iso_utc(),
     }
     for key in ("reason", "session", "cwd"):
         if getattr(ns, key):

@@ -14,6 +14,7 @@ import socket
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 _UCRED = struct.Struct("3i")
@@ -124,6 +125,15 @@ def uid_of(user: str) -> int | None:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
         return None
+
+
+# The operator door's verbs (the approval service serves them; tests/unit/approval
+# checks the two agree).  Intake refuses each one it does not serve itself to an
+# agent, with the refusal a bad token gets: a probe learns nothing about the door.
+OPERATOR_VERBS: Final = frozenset(
+    {"status", "pending", "show", "approve", "deny", "cancel", "hold", "release", "events", "policy.check",
+     "audit.verify", "audit.head", "token.issue", "token.revoke"}
+)
 
 
 def may_decide(peer: Peer, operator_users: Iterable[str], operator_groups: Iterable[str], observer_users: Iterable[str]) -> bool:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from airlock import __version__
+from airlock.common.codec import reject_constant
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.framing import NEED_DATA, FrameDecoder
 
@@ -137,15 +138,11 @@ def recover_id(raw: bytes) -> RequestId:
     return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def parse_request(line: bytes) -> Request:
     """One line (without its newline) into a `Request`, or a `GatewayError` naming the request ID it could find."""
     try:
         text = line.decode("utf-8")
-        untrusted = json.loads(text, parse_constant=_reject_constant)
+        untrusted = json.loads(text, parse_constant=reject_constant)
     except RecursionError:
         raise GatewayError(Code.INVALID_JSON, "request JSON is nested too deeply", request_id=recover_id(line)) from None
     except UnicodeDecodeError as exc:

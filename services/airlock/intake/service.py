@@ -34,18 +34,15 @@ from airlock.common.codec import (
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import AllowList, Peer, uid_of
+from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, uid_of
 from airlock.common.server import Call, Connection, Door, Service, linger
+from airlock.common.spec import check_privilege
 from airlock.intake import files, legacy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
 from airlock.intake.work import Work, exec_work, file_work
 
 NAME = "intake"
 NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS)
-OPERATOR_VERBS = frozenset(
-    {"status", "pending", "show", "approve", "deny", "hold", "release", "events", "policy.check",
-     "audit.verify", "audit.head", "token.issue", "token.revoke"}
-)
 # A decision not back within this long is watched for the agent's withdrawal
 # (a closed connection, a cancel); quicker ones are checked once, after it.
 WATCH_AFTER_SECONDS = 0.05
@@ -140,7 +137,7 @@ class Intake:
         try:
             request = request_from_object(obj)
             request_id = request.id
-            if request.verb in OPERATOR_VERBS:
+            if request.verb in OPERATOR_VERBS and request.verb not in NATIVE_VERBS:
                 # Out of an agent's scope: the same refusal as a bad token, so
                 # a probe learns nothing about what the operator door offers.
                 raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
@@ -257,16 +254,6 @@ class Intake:
 
     # --- the life of a request: journal -> approval -> runner -> journal -----------------
 
-    def check_privilege(self, run_as: int, privileged: bool) -> None:
-        """Refuse at once what a runner without root could never run (`airlock dev up`)."""
-        if self.runner_uid is not None and self.runner_uid != 0 and run_as != self.runner_uid:
-            what = "privileged requests" if privileged else "work as another user"
-            raise AirlockError(
-                ErrorCode.PRIVILEGE_UNAVAILABLE,
-                f"this airlock's runner does not run as root, so it cannot run {what}; "
-                "use privileged: false (airlock run --no-privilege) or run airlock as root",
-            )
-
     async def run(self, req: ExecRequest, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
         """An exec request."""
         return await self.drive(exec_work(req, peer, self.config), peer, call, conn=conn)
@@ -277,7 +264,8 @@ class Intake:
         ``conn`` is the agent's connection: the request belongs to it until it
         has its decision (closing it withdraws the request; see `_unless_withdrawn`).
         """
-        self.check_privilege(work.run_as, work.privileged)
+        # Refuse at once what a runner without root could never run (`airlock dev up`).
+        check_privilege(work.run_as, self.runner_uid, privileged=work.privileged)
         op, digest = work.operation_id, work.digest
         key = operation_key(peer.uid, op)  # the journal's: each agent's IDs are its own
         ids = Ids(work.request_id, op, peer.uid, work.session or None)

@@ -14,13 +14,13 @@ The comparison itself is pure (`airlock.journal.chain.check_anchors`).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
+from airlock.common.codec import iso_utc
 from airlock.common.kinds import NOTICES
 from airlock.journal.chain import Anchor, parse_anchor_lines
 
@@ -36,7 +36,7 @@ def path_beside(database: Path) -> Path:
 
 
 def line(anchor: Anchor, reason: str, when: float) -> bytes:
-    moment = dt.datetime.fromtimestamp(when, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    moment = iso_utc(when)
     return (json.dumps(anchor.to_dict() | {"time": moment, "reason": reason}, separators=(",", ":")) + "\n").encode()
 
 

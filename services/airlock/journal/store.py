@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from airlock.common.codec import canonical_json
+from airlock.common.codec import canonical_json, iso_utc, reject_constant
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.kinds import check_writer
 from airlock.journal import chain
@@ -364,7 +364,7 @@ class Store:
         check_writer(writer, kind)
         normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
         return _Append(
-            time=_timestamp(self._clock()),
+            time=iso_utc(self._clock()),
             kind=kind,
             request_id=_optional_text("request_id", request_id),
             operation_id=_optional_text("operation_id", operation_id),
@@ -862,7 +862,7 @@ def acknowledge(
                 "reason": reason,
             }
             normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
-            when = _timestamp(clock())
+            when = iso_utc(clock())
             record = {
                 "seq": seq, "time": when, "kind": chain.ACK_KIND, "request_id": None,
                 "operation_id": None, "peer_uid": uid, "session": None, "writer": "journal",
@@ -1081,11 +1081,6 @@ def _event(row: tuple[Any, ...]) -> Event:
     return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], payload, row[9], row[10])
 
 
-def _timestamp(seconds: float) -> str:
-    moment = dt.datetime.fromtimestamp(seconds, dt.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _parse_since(value: str) -> str:
     try:
         moment = dt.datetime.fromisoformat(value)
@@ -1095,10 +1090,6 @@ def _parse_since(value: str) -> str:
         moment = moment.replace(tzinfo=dt.UTC)  # airlock's times are UTC; so is a bare one
     # Same shape as stored times, so the comparison in SQL is by text.
     return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _canonical_object(name: str, value: object, cap: int) -> tuple[dict[str, Any], str]:
@@ -1120,7 +1111,7 @@ def _canonical_object(name: str, value: object, cap: int) -> tuple[dict[str, Any
             {"field": name, "limit_bytes": cap},
         )
     try:
-        normalized = json.loads(data, parse_constant=_reject_constant)
+        normalized = json.loads(data, parse_constant=reject_constant)
     except (ValueError, RecursionError):
         raise _invalid(f"{name} holds a value JSON cannot carry (NaN or infinity)", name) from None
     text = canonical_json(normalized).decode()

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from airlock.common.codec import reject_constant
+
 # A message is one line; stdin for a command travels inside one, so the cap is
 # generous but bounded (the agent door's own cap is 1 MiB per request).
 MAX_LINE: Final = 8 * 1024 * 1024
@@ -114,10 +116,6 @@ class LineBuffer:
         return rest
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _valid_id(value: Any) -> bool:
     # MCP: a string or an integer, never null; a bool is not an integer here.
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
@@ -126,7 +124,7 @@ def _valid_id(value: Any) -> bool:
 def decode(line: bytes) -> Message:
     """One line (without its newline) into a message, or `RemoteProtocolError`."""
     try:
-        untrusted = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+        untrusted = json.loads(line.decode("utf-8"), parse_constant=reject_constant)
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError(ErrorCode.PARSE_ERROR, f"parse error: not valid UTF-8 (byte {exc.start})") from None
     except RecursionError:

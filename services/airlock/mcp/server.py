@@ -27,11 +27,10 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, BinaryIO, Final
 
 from airlock import __version__
-from airlock.common.codec import Event, Response
+from airlock.common.codec import Event, Response, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client, Unreachable
 from airlock.mcp import jsonrpc, tools
@@ -45,10 +44,6 @@ from airlock.mcp.tools import ToolResult
 SHUTDOWN_GRACE: Final = 3.0
 CANCEL_RETRY: Final = 0.1
 WITHDRAW_REASON: Final = "withdrawn by airlock mcp: the MCP client cancelled the call or went away"
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _say(event: str, **fields: Any) -> None:
@@ -160,7 +155,7 @@ class AgentDoor:
         # means to run it twice, so airlock's derived-ID replay must not apply.
         run = _Run(operation_id=f"mcp-{uuid.uuid4()}", request_id=str(uuid.uuid4()))
         try:
-            args = tools.exec_args(arguments, now=_now(), operation_id=run.operation_id, session=self.settings.session)
+            args = tools.exec_args(arguments, now=iso_utc(), operation_id=run.operation_id, session=self.settings.session)
         except tools.ArgumentError as exc:
             return tools.argument_error(exc)
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 
+from airlock.common.codec import iso_utc
 from airlock.common.render import command_line, duration, sanitise
 
 # The audit event kinds the relay turns into messages.
@@ -37,10 +38,6 @@ def _parse_time(value: object) -> float | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def _iso(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _clip(text: str, limit: int = _MAX_TEXT) -> str:
@@ -87,7 +84,7 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) 
         "rule": _s(payload.get("rule")),
         "reason": _clip(_s(request.get("reason")), 500),
         "seconds_left": round(max(0.0, expires - now), 1),
-        "expires_at": _iso(expires),
+        "expires_at": iso_utc(expires, timespec="seconds"),
         "decide": f"ssh {host} airlock approve {request_id}",
         "deny": f"ssh {host} airlock deny {request_id}",
     }

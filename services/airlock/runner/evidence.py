@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 
@@ -94,8 +93,6 @@ def describe_exit(returncode: int) -> tuple[int | None, int | None]:
     return returncode, None
 
 
-def iso_utc(wall: float) -> str:
-    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def sha256_hex(data: bytes) -> str:

@@ -34,11 +34,13 @@ from typing import Any, Literal
 import structlog
 
 from airlock.common import binary, sandbox
+from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
 from airlock.common.sandbox import cpu_quota_property, memory_property
+from airlock.common.spec import check_privilege
 from airlock.runner import units
-from airlock.runner.evidence import JobResult, StageResult, describe_exit, iso_utc, sha256_hex
+from airlock.runner.evidence import JobResult, StageResult, describe_exit, sha256_hex
 from airlock.runner.identity import Identity, check_cwd, check_executable, encodable
 from airlock.runner.redact import Capture, StreamRedactor
 from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings, unit_name
@@ -393,16 +395,6 @@ def _containment_for(spec: JobSpec) -> ProcessGroups:
 # --- the job ----------------------------------------------------------------------------
 
 
-def _check_privilege(identity: Identity) -> None:
-    euid = os.geteuid()
-    if euid != 0 and identity.uid != euid:
-        raise AirlockError(
-            ErrorCode.PRIVILEGE_UNAVAILABLE,
-            f"the runner is not root (uid {euid}) and cannot run a job as {identity.user} (uid {identity.uid})",
-            {"uid": identity.uid},
-        )
-
-
 def _is_own_identity(identity: Identity) -> bool:
     own_groups = set(os.getgroups()) | {os.getegid()}
     return (
@@ -534,7 +526,7 @@ class _Job:
         ids: dict[str, Any] = {}
         # Switching ids forces fork(); a job with exactly our own credentials
         # (root jobs) can take the much cheaper vfork() path.
-        if os.geteuid() == 0 and not _is_own_identity(spec.identity):  # else _check_privilege made sure the uid is ours
+        if os.geteuid() == 0 and not _is_own_identity(spec.identity):  # else check_privilege made sure the uid is ours
             ids = {"user": spec.identity.uid, "group": spec.identity.gid, "extra_groups": list(spec.identity.groups)}
         for index, (argv, opened) in enumerate(zip(spec.stages, self.binaries, strict=True)):
             executable = opened.path
@@ -756,7 +748,7 @@ async def run_job(
     binary that others could change) or INVALID_ARGUMENTS.  A passed deadline or an already-set ``cancel`` returns
     a result with ``started=False`` and nothing run.
     """
-    _check_privilege(spec.identity)
+    check_privilege(spec.identity.uid, os.geteuid(), privileged=False)
     check_cwd(spec.identity, spec.cwd)
     opened = _open_all(spec)
     try:
