@@ -19,7 +19,7 @@ one key can never both win, and a claim survives an intake or journal restart.
 
 Connections: the writer's connection is used only on the writer thread (the
 lock documents and enforces that); reads use a second, read-only connection,
-and ``verify``/``export`` open their own so a long scan reads one consistent
+and ``verify`` opens its own so a long scan reads one consistent
 snapshot without holding up ``events``.
 """
 
@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import datetime as dt
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -599,14 +598,10 @@ class Store:
             raise _invalid(f"window_seconds must be a number above 0 and at most {MAX_CLAIM_WINDOW:g}", "window_seconds")
         return _Claim(key, self._clock(), float(window_seconds), asyncio.get_running_loop().create_future())
 
-    def active_operations(self) -> frozenset[str]:
-        """Operation IDs begun and not yet completed or abandoned (for ``health``)."""
-        return self._ops.active
-
     # -- reading --------------------------------------------------------------
     #
     # The readers below are synchronous and may take a while on a large
-    # journal (verify, export): a service calls them with asyncio.to_thread.
+    # journal (verify): a service calls them with asyncio.to_thread.
     # Each is safe from any thread.
 
     def head(self) -> tuple[int, str]:
@@ -755,25 +750,6 @@ class Store:
                 if not walked.ok:
                     return chain.AnchorCheck(False, 1, 0, walked.first_bad_seq, walked.reason)
             return result
-        finally:
-            conn.close()
-
-    def export(self, *, since: str | None = None) -> Iterator[Event]:
-        """Every event (or those at or after the ISO 8601 time ``since``), oldest first,
-        read from one snapshot taken at the first ``next()``."""
-        start = None if since is None else _parse_since(since)
-        return self._export(start)
-
-    def _export(self, start: str | None) -> Iterator[Event]:
-        conn = _reader(self.path)
-        try:
-            conn.execute("BEGIN")
-            if start is None:
-                cursor = conn.execute(f"SELECT {_COLUMNS} FROM events ORDER BY seq")
-            else:
-                cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE time >= ? ORDER BY seq", (start,))
-            for row in cursor:
-                yield _event(row)
         finally:
             conn.close()
 
@@ -1079,17 +1055,6 @@ def _prune_operations(conn: sqlite3.Connection, cutoff: float, capacity: int) ->
 def _event(row: tuple[Any, ...]) -> Event:
     payload = json.loads(row[8])
     return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], payload, row[9], row[10])
-
-
-def _parse_since(value: str) -> str:
-    try:
-        moment = dt.datetime.fromisoformat(value)
-    except (TypeError, ValueError):
-        raise _invalid(f"since must be an ISO 8601 time (got {value!r})", "since") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)  # airlock's times are UTC; so is a bare one
-    # Same shape as stored times, so the comparison in SQL is by text.
-    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _canonical_object(name: str, value: object, cap: int) -> tuple[dict[str, Any], str]:

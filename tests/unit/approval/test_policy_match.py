@@ -16,7 +16,6 @@ from airlock.approval.policy import (
     Rule,
     Subject,
     assemble,
-    explain,
     parse_policy_text,
 )
 
@@ -355,21 +354,7 @@ def test_rules_built_in_code_are_checked_and_canonicalised() -> None:
         Rule("x", "maybe", frozenset(), frozenset(), frozenset(), None, None, "<code>")  # type: ignore[arg-type]
 
 
-# --- explain and to_dict ------------------------------------------------------------------
-
-
-def test_explain_names_binary_decision_and_rule() -> None:
-    decision = decide(APT, ["apt-get", "install", "nginx"], ["no-such-binary-here", "a b"])
-    assert explain(decision) == [
-        "stage 1: apt-get install nginx",
-        "  binary:   /usr/bin/apt-get",
-        "  decision: allow by rule apt-refresh (matched: apt-refresh)",
-        "  sandbox:  none (a full job, as with sudo)",
-        "stage 2: no-such-binary-here 'a b'",
-        "  binary:   (not found: cannot run)",
-        "  decision: deny by unresolved binary (no rule matched)",
-        "result: deny by unresolved binary",
-    ]
+# --- to_dict ------------------------------------------------------------------
 
 
 def test_to_dict_is_plain_json() -> None:
