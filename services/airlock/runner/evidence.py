@@ -86,14 +86,5 @@ class JobResult:
         }
 
 
-def describe_exit(returncode: int) -> tuple[int | None, int | None]:
-    """``(exit_code, signal)`` from a subprocess return code (negative: killed by a signal)."""
-    if returncode < 0:
-        return None, -returncode
-    return returncode, None
-
-
-
-
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

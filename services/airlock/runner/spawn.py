@@ -4,8 +4,9 @@ A job is one argv pipeline (or ``/bin/sh -c`` for shell mode): stages joined
 by OS pipes, each running as the job's identity, in a clean environment, with
 stdin from the request's bytes or /dev/null.  The runner reads only the last
 stage's stdout and every stage's stderr, redacts protected values, caps each
-stream, and enforces timeout, deadline and cancel with SIGTERM, a grace
-period, then SIGKILL.  Every child is always waited for.
+stream, and enforces timeout, deadline and cancel with the one stop of
+`airlock.common.child` (SIGTERM, a grace period, then SIGKILL), whose exit
+description it reports too.  Every child is always waited for.
 
 Containment (scope.py): ``process-group``, every stage leads its own session
 and process group and signals go to all of them (a process that calls
@@ -34,16 +35,17 @@ from typing import Any, Literal
 import structlog
 
 from airlock.common import binary, sandbox
+from airlock.common.child import describe_exit, terminate
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
 from airlock.common.sandbox import cpu_quota_property, memory_property
 from airlock.common.spec import check_privilege
 from airlock.runner import units
-from airlock.runner.evidence import JobResult, StageResult, describe_exit, sha256_hex
+from airlock.runner.evidence import JobResult, StageResult, sha256_hex
 from airlock.runner.identity import Identity, check_cwd, check_executable, encodable
 from airlock.runner.redact import Capture, StreamRedactor
-from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings, unit_name
+from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings
 
 __all__ = [
     "JobResult",
@@ -318,8 +320,7 @@ def _scope_containment(spec: JobSpec) -> ScopeContainment:
         # Never before our own timeout, termination and sweep have had their turn.
         runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
     )
-    name = spec.operation_id if spec.owner_uid is None else f"{spec.operation_id}.u{spec.owner_uid}"
-    return ScopeContainment(unit_name(name), settings)
+    return ScopeContainment(units.unit_name(spec.operation_id, spec.owner_uid, None, suffix=".scope"), settings)
 
 
 class ServiceContainment(ProcessGroups):
@@ -677,13 +678,7 @@ class _Job:
         await self._drain()
 
     async def _terminate(self, exits: asyncio.Future[None]) -> None:
-        grace = self.spec.kill_grace_seconds
-        await self.containment.signal(signal.SIGTERM)
-        if grace > 0:
-            await asyncio.wait({exits}, timeout=grace)
-        if not exits.done():
-            await self.containment.signal(signal.SIGKILL)
-        await exits
+        await terminate(self.containment.signal, exits, self.spec.kill_grace_seconds)
 
     async def _sweep(self) -> None:
         """Stop what the stages left running in the job's groups or scope."""
