@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.common import log
+from airlock.common.cancel import cancel_until_running
 from airlock.common.codec import Event, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.gateway import door, evidence, fs
@@ -223,17 +224,18 @@ class Gateway:
 
     async def _cancel_until_running(self, operation_id: str, reason: str) -> None:
         """Ask the door to cancel until it can (the runner registers a job a moment after approval)."""
-        while True:
+
+        async def attempt() -> bool | None:
             try:
                 await door.call(self.settings.socket, "cancel", {"operation_id": operation_id})
-                self.log.info("gateway.operation.cancelled", operation_id=operation_id, reason=reason)
-                return
             except AirlockError as exc:
-                if exc.code is not ErrorCode.NOT_FOUND:
-                    return
+                return False if exc.code is ErrorCode.NOT_FOUND else None
             except door.DoorUnavailable:
-                return
-            await asyncio.sleep(_CANCEL_RETRY_SECONDS)
+                return None
+            return True
+
+        if await cancel_until_running(attempt, retry_seconds=_CANCEL_RETRY_SECONDS):
+            self.log.info("gateway.operation.cancelled", operation_id=operation_id, reason=reason)
 
 
 # --- the stdio shell -----------------------------------------------------------------

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final
 
 from airlock import __version__
+from airlock.common.cancel import cancel_until_running
 from airlock.common.codec import Event, Response, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client, Unreachable
@@ -198,14 +199,11 @@ class AgentDoor:
         while not run.final:
             run.changed.clear()
             if run.approved:
-                if await self._cancel(run):
-                    _say("mcp.call.cancelled", operation_id=run.operation_id)
-                    return
                 # Not running yet (the runner registers it after journaling
-                # `started`) or already finished: look again shortly.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(run.changed.wait(), CANCEL_RETRY)
-                continue
+                # `started`): asked again until it is, or until the call settled.
+                if await cancel_until_running(lambda: self._cancel(run), retry_seconds=CANCEL_RETRY, stop=lambda: run.final):
+                    _say("mcp.call.cancelled", operation_id=run.operation_id)
+                return
             if run.pending is not None and not tried_deny:
                 tried_deny = True
                 if await self._deny(run):

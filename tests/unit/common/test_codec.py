@@ -173,3 +173,39 @@ def test_arbitrary_bytes_yield_a_request_or_a_protocol_error(raw: bytes) -> None
         d.end_of_stream()
     except AirlockError as exc:
         assert exc.code in (ErrorCode.REQUEST_TOO_LARGE, ErrorCode.MISSING_NEWLINE)
+
+
+def _frames(decoder: FrameDecoder) -> list[bytes | str]:
+    out: list[bytes | str] = []
+    while True:
+        try:
+            frame = decoder.next_frame()
+        except AirlockError as exc:
+            out.append(exc.code.value)
+            if not decoder.skip_overlong:
+                return out
+            continue
+        if frame is NEED_DATA:
+            return out
+        assert isinstance(frame, bytes)
+        out.append(frame)
+
+
+@pytest.mark.parametrize("chunk", [10_000, 1])
+def test_a_skipping_decoder_reports_an_overlong_line_once_and_goes_on(chunk: int) -> None:
+    data = b"ok\n" + b"x" * 40 + b"\n" + b"after\n" + b"tail"
+    decoder = FrameDecoder(16, skip_overlong=True)
+    seen: list[bytes | str] = []
+    for i in range(0, len(data), chunk):
+        decoder.feed(data[i : i + chunk])
+        seen += _frames(decoder)
+    assert seen == [b"ok", "request_too_large", b"after"]
+    assert decoder.rest() == b"tail"
+
+
+def test_a_strict_decoder_stops_at_an_overlong_line() -> None:
+    decoder = FrameDecoder(16)
+    decoder.feed(b"x" * 40 + b"\nafter\n")
+    assert _frames(decoder) == ["request_too_large"]
+    with pytest.raises(AirlockError):
+        decoder.next_frame()  # the stream has failed
