@@ -185,7 +185,7 @@ class Supervisor:
             "/bin/sh", "-c", 'LISTEN_PID=$$ exec "$0" "$@"',
             sys.executable, "-m", child.module or f"airlock.{child.name}", "--config", str(self.config_path),
         ]
-        child.proc = subprocess.Popen(
+        child.proc = subprocess.Popen(  # noqa: S603  our own interpreter and module; the config path is ours
             argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             pass_fds=tuple(range(3, 3 + len(fds))), preexec_fn=place_fds, close_fds=True,
         )

@@ -104,7 +104,7 @@ async def run(
     argv: Sequence[str],
     *,
     env: dict[str, str],
-    timeout: float,
+    timeout: float,  # noqa: ASYNC109  the helper's deadline: passing it stops the process, not just this await
     stdin: bytes | None = None,
     capture_stdout: bool = True,
     grace: float = HELPER_GRACE_SECONDS,

@@ -40,7 +40,9 @@ class Peer:
         pid, uid, gid = data.get("pid"), data.get("uid"), data.get("gid")
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (pid, uid, gid)):
             raise ValueError("peer pid, uid and gid must be non-negative integers")
-        assert isinstance(uid, int) and isinstance(gid, int) and isinstance(pid, int)
+        assert isinstance(uid, int)
+        assert isinstance(gid, int)
+        assert isinstance(pid, int)
         # The groups intake read from the kernel at accept (SO_PEERGROUPS), so that policy
         # judges the same groups the agent door admitted; without them, the user database.
         ids = data.get("group_ids")

@@ -152,7 +152,7 @@ class Connection:
 
     async def wait_gone(self, interval: float = 0.25) -> None:
         """Return once the client has gone (see `peer_gone`); cancel it to stop watching."""
-        while not self.peer_gone():
+        while not self.peer_gone():  # noqa: ASYNC110  nothing signals a peer's hang-up: it is polled
             await asyncio.sleep(interval)
 
 
@@ -404,7 +404,7 @@ class Service:
             return encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
 
 
-async def _send_quietly(writer: asyncio.StreamWriter, data: bytes, timeout: float = 10.0) -> None:
+async def _send_quietly(writer: asyncio.StreamWriter, data: bytes, timeout: float = 10.0) -> None:  # noqa: ASYNC109  a write bound, reported as a cut-off
     """Write a short refusal; a client that does not take it in ``timeout`` is cut off."""
     with contextlib.suppress(ConnectionError):
         writer.write(data)

@@ -411,7 +411,8 @@ def parse_exec(params: dict[str, Any]) -> ExecParams:
     protected = _env("protectedValues", params.get("protectedValues"), coerce=False)
     timeout = _positive_int("timeoutMs", params.get("timeoutMs"), DEFAULT_TIMEOUT_MS)
     cap = _positive_int("maxOutputBytes", params.get("maxOutputBytes"), DEFAULT_MAX_OUTPUT_BYTES)
-    assert timeout is not None and cap is not None
+    assert timeout is not None
+    assert cap is not None
     return ExecParams(
         executable=executable,
         args=args,

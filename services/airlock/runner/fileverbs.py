@@ -71,7 +71,7 @@ async def execute(
     spec: FileSpec,
     identity: Identity,
     *,
-    timeout: float,
+    timeout: float,  # noqa: ASYNC109  the operation's limit: expiring stops its process (an outcome)
     preview_only: bool = False,
     expect: str | None = None,
     cpu_seconds: int | None = None,

@@ -280,9 +280,9 @@ def test_a_real_rule_is_named_before_the_default_at_equal_restrictiveness() -> N
 
 
 def test_empty_pipeline_or_stage_is_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a pipeline needs at least one stage"):
         APT.decide(subject(), [])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="every stage an argv"):
         APT.decide(subject(), [["true"], []])
 
 

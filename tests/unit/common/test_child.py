@@ -91,7 +91,7 @@ def test_a_cancelled_run_kills_and_waits(tmp_path: Path) -> None:
 
 
 def test_a_missing_command_raises_oserror() -> None:
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError):
         asyncio.run(child.run(["/nonexistent/helper"], env=child.environment(), timeout=5))
 
 

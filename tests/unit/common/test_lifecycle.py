@@ -144,7 +144,7 @@ def test_every_forbidden_step_is_named(name: str) -> None:
     assert before == fold(events[:index])
 
 
-@pytest.mark.parametrize("event, reason", [
+@pytest.mark.parametrize(("event", "reason"), [
     (ev(2, "approval.decided"), "no decision"),
     (ev(2, "approval.decided", decision="ask"), "'ask' is not in the table"),
     (ev(2, "request.replied", status=7), "no status"),

@@ -63,7 +63,7 @@ def test_parse_ttl(text: str, seconds: int) -> None:
 
 @pytest.mark.parametrize("text", ["", "h", "0", "-5m", "1.5h", "soon", "1w"])
 def test_parse_ttl_refuses(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a duration"):
         parse_ttl(text)
 
 

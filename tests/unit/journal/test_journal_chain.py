@@ -101,7 +101,7 @@ def test_from_seq_and_anchor() -> None:
     # Cut short before the anchor.
     cut = verify_rows([], from_seq=9, anchor=rows[7]["hash"])
     assert (cut.ok, cut.first_bad_seq) == (False, 9)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="an anchor needs from_seq"):
         verify_rows(rows, anchor=rows[0]["hash"])
 
 

@@ -131,7 +131,7 @@ def test_the_cursor_survives_and_refuses_to_guess(tmp_path: Path) -> None:
     (tmp_path / "elsewhere.json").write_text('{"seq": 1}')
     with pytest.raises(cursor.CursorError):
         cursor.load(path)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a safe file name"):
         cursor.path_for(tmp_path, "../escape")
 
 
