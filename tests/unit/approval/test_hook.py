@@ -41,7 +41,7 @@ def notify(argv: tuple[str, ...], *, timeout: float = 10, requests: int = 1, set
 
     with capture_logs() as events:
         asyncio.run(body())
-    return events
+    return [dict(e) for e in events]
 
 
 def test_the_hook_gets_the_request_on_stdin_and_a_rebuilt_environment(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from airlock.approval.policy import PolicyError, assemble, parse_policy_text
+from airlock.approval.policy import Policy, PolicyError, assemble, parse_policy_text
 from airlock.common import sandbox
 
 D = "/etc/airlock/policy.d/20-mount.yaml"
@@ -14,7 +14,7 @@ TRUE = os.path.realpath("/usr/bin/true")
 ID = os.path.realpath("/usr/bin/id")
 
 
-def load(rules: str):
+def load(rules: str) -> Policy:
     return assemble([parse_policy_text(rules, D, main=False)])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -143,7 +144,7 @@ json_values = st.recursive(
     args=st.dictionaries(st.text(max_size=10), json_values, max_size=5),
     token=st.none() | st.text(max_size=20),
 )
-def test_decode_of_encode_is_identity(request_id: str | None, verb: str, args: dict, token: str | None) -> None:
+def test_decode_of_encode_is_identity(request_id: str | None, verb: str, args: dict[str, Any], token: str | None) -> None:
     request = Request(id=request_id, verb=verb, args=args, token=token)
     line = encode_request(request)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
@@ -151,7 +152,7 @@ def test_decode_of_encode_is_identity(request_id: str | None, verb: str, args: d
 
 
 @given(data=st.dictionaries(st.text(max_size=10), json_values, max_size=5), rid=st.none() | st.text(max_size=10))
-def test_replies_round_trip(data: dict, rid: str | None) -> None:
+def test_replies_round_trip(data: dict[str, Any], rid: str | None) -> None:
     reply = decode_reply(encode_ok(rid, data)[:-1])
     assert isinstance(reply, Response) and reply.ok and reply.data == data and reply.id == rid
     event = decode_reply(encode_event(rid, "e", 1, data)[:-1])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ async def echo(verb: str, args: dict[str, Any], writer: asyncio.StreamWriter, ri
     return encode_ok(rid, {"verb": verb, "args": args})
 
 
-def run(body: Callable[[], Awaitable[None]]) -> None:
+def run(body: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(body())
 
 

@@ -39,7 +39,8 @@ def _pending(**request: Any) -> dict[str, Any]:
 
 
 def _user_of(uid: object) -> str:
-    return {0: "root", 1001: "agent"}.get(uid, str(uid))  # type: ignore[call-overload]
+    names = {0: "root", 1001: "agent"}
+    return names[uid] if isinstance(uid, int) and uid in names else str(uid)
 
 
 def _at(event: dict[str, Any], seconds: float) -> float:

@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.sandbox import cpu_quota_property, memory_property
 from airlock.runner import spawn, units
 from airlock.runner.scope import (
     Scope,
     ScopeSettings,
-    cpu_quota_property,
     kill_unit_args,
-    memory_property,
     start_transient_unit_args,
 )
 from airlock.runner.spawn import systemd_is_running
