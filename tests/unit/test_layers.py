@@ -15,6 +15,7 @@ Every ``import`` in the package counts, also those inside functions and under
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,3 +172,44 @@ def test_the_checker_sees_a_circle_and_an_upward_import() -> None:
     assert _judge("airlock.cli.main", "airlock.approval.trail")
     assert _judge("airlock.intake.service", "airlock.common.server") is None
     assert "airlock.common.server" in _graph()["airlock.intake.service"]
+
+
+def test_every_module_opens_with_a_docstring_that_says_what_it_holds() -> None:
+    bare = [
+        name
+        for name, path in _modules().items()
+        if len((ast.get_docstring(ast.parse(path.read_text())) or "").split()) < 5
+    ]
+    assert not bare, f"modules without an opening docstring of at least a sentence: {bare}"
+
+
+def _layout_by_package() -> dict[str, str]:
+    """docs/architecture.md's code layout block: each package's text (its line and the indented lines after it)."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    block = doc.split("## Code layout", 1)[1].split("```", 2)[1]
+    packages: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        head = re.match(r"^  (\w+)/\s", line)
+        if head:
+            current = head.group(1)
+            packages[current] = line[len(head.group(0)) :]
+        elif current is not None and line.startswith("      "):
+            packages[current] += " " + line.strip()
+        else:
+            current = None
+    return packages
+
+
+def test_the_architecture_doc_names_every_module() -> None:
+    layout = _layout_by_package()
+    missing = []
+    for name in _modules():
+        parts = name.split(".")[1:]
+        if len(parts) != 2 or parts[1] == "__main__":
+            continue  # the package root, a package's __init__, a `python -m` entry
+        package, module = parts
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", layout.get(package, "")))
+        if module not in words:
+            missing.append(name)
+    assert not missing, f"docs/architecture.md's code layout does not name: {missing}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import socket
 import time
@@ -26,16 +27,14 @@ from airlock.common.codec import (
     Request,
     canonical_json,
     encode_error,
-    encode_ok,
     parse_object,
     recover_id,
-    request_from_object,
 )
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, uid_of
-from airlock.common.server import Call, Connection, Door, Service, linger
+from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
 from airlock.intake import files, legacy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
@@ -108,7 +107,7 @@ class Intake:
                 # reference/000: one request per connection.
                 await conn.send(await self._legacy(conn, obj))
                 return
-            await conn.send(await self._native(conn, obj))
+            await conn.send(await self.service.dispatch(conn, line, obj=obj))
 
     async def _framing_error(self, conn: Connection, exc: AirlockError) -> None:
         raw = conn.decoder.peek(64 * 1024)
@@ -130,44 +129,47 @@ class Intake:
         # closing with unread bytes would reset the connection under it.
         await linger(conn.reader, conn.writer, budget=16 * 1024 * 1024, seconds=5.0)
 
-    # --- native v1 ----------------------------------------------------------------
+    # --- native v1: the agent door's verb table and its guard ----------------------
 
-    async def _native(self, conn: Connection, obj: dict[str, Any]) -> bytes:
-        request_id = recover_id(obj)
-        try:
-            request = request_from_object(obj)
-            request_id = request.id
-            if request.verb in OPERATOR_VERBS and request.verb not in NATIVE_VERBS:
-                # Out of an agent's scope: the same refusal as a bad token, so
-                # a probe learns nothing about what the operator door offers.
-                raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
-            if request.verb not in NATIVE_VERBS:
-                raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
-            session = await self._check_token(request)
-            if request.verb == "exec":
-                now = time.time()
-                # A token's session is the only one that counts: the request's own is replaced.
-                args = request.args if session is None else request.args | {"session": session}
-                exec_request = native_exec(request.id, args, conn.peer, self.config, now)
-                call = Call(request, conn.peer, conn)
-                return encode_ok(
-                    request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None, conn=conn)
-                )
-            if request.verb in files.VERBS:
-                now = time.time()
-                file_request = files.native_files(request.verb, request.id, request.args, conn.peer, self.config, now)
-                return encode_ok(request.id, await self.drive(file_work(file_request, self.config), conn.peer, None, conn=conn))
-            if request.verb == "cancel":
-                return encode_ok(request.id, await self.cancel(request, conn.peer))
-            await self._control_gates(request.id, request.args, conn.peer, native=True)
-            if request.verb == "hello":
-                return encode_ok(request.id, self.hello())
-            return encode_ok(request.id, {"message": "pong", "version": __version__})
-        except AirlockError as exc:
-            return encode_error(request_id, exc)
-        except Exception as exc:  # the shell's last line of defence for this request
-            self.log.exception("intake.request.failed", request_id=request_id, error=repr(exc))
-            return encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
+    def verbs(self) -> dict[str, Verb]:
+        """The agent door's verbs (served by `Service.dispatch`), in the order `hello` lists them."""
+        table: dict[str, Verb] = {"exec": self._exec, "ping": self._ping, "hello": self._hello, "cancel": self._cancel}
+        return table | dict.fromkeys(files.VERBS, self._files)
+
+    async def guard(self, request: Request, conn: Connection) -> Request:
+        """Every native request passes here before its verb runs: scope, then the token.
+
+        An operator verb gets the refusal a bad token gets, so a probe learns
+        nothing about what the operator door offers.  A token's session is the
+        only one that counts for exec: the request's own is replaced.
+        """
+        if request.verb in OPERATOR_VERBS and request.verb not in NATIVE_VERBS:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        if request.verb not in NATIVE_VERBS:
+            raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
+        session = await self._check_token(request)
+        if session is not None and request.verb == "exec":
+            return dataclasses.replace(request, args=request.args | {"session": session})
+        return request
+
+    async def _exec(self, call: Call) -> dict[str, Any]:
+        exec_request = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
+        return await self.run(exec_request, call.peer, call if exec_request.stream else None, conn=call.connection)
+
+    async def _files(self, call: Call) -> dict[str, Any]:
+        file_request = files.native_files(call.request.verb, call.request.id, call.args, call.peer, self.config, time.time())
+        return await self.drive(file_work(file_request, self.config), call.peer, None, conn=call.connection)
+
+    async def _cancel(self, call: Call) -> dict[str, Any]:
+        return await self.cancel(call.request, call.peer)
+
+    async def _hello(self, call: Call) -> dict[str, Any]:
+        await self._control_gates(call.request.id, call.args, call.peer, native=True)
+        return self.hello()
+
+    async def _ping(self, call: Call) -> dict[str, Any]:
+        await self._control_gates(call.request.id, call.args, call.peer, native=True)
+        return {"message": "pong", "version": __version__}
 
     def hello(self) -> dict[str, Any]:
         return {
@@ -477,7 +479,9 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     )
     service = Service(NAME, config, [door])
     intake = Intake(config, service)
-    door.handler = intake.handle
+    door.handler = intake.handle  # tells the two dialects apart; native requests go to dispatch
+    door.verbs = intake.verbs()
+    door.guard = intake.guard
     lifecycle(service, intake.audit)
     return service
 
