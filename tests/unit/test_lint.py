@@ -24,7 +24,7 @@ PURE_MODULES = [
     "services/airlock/common/spec.py",
     "services/airlock/common/envrule.py",
     "services/airlock/intake/request.py",
-    "services/airlock/intake/legacy.py",
+    "services/airlock/intake/sudo_proxy.py",
     "services/airlock/journal/chain.py",
     "services/airlock/common/kinds.py",
     "services/airlock/gateway/protocol.py",

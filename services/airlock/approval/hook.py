@@ -21,7 +21,9 @@ MAX_LOGGED_OUTPUT = 4096
 MAX_RUNNING = 16
 
 
-class Notifier:
+class NotifyCommand:
+    """`approval.notify_command`, started for each newly pending request (not sd_notify: that is `common.notify.Notifier`)."""
+
     def __init__(self, argv: tuple[str, ...], timeout: float, operator_socket: str) -> None:
         self.argv = argv
         self.timeout = timeout

@@ -172,7 +172,7 @@ class Approval:
         self.hold_by: dict[str, Any] = {"operator": "airlock-approval", "uid": None, "since": iso_utc(timespec="seconds")}
         self._hold_known = asyncio.Event()
         self.tokens = TokenStore()
-        self.notifier = hook.Notifier(
+        self.notifier = hook.NotifyCommand(
             config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
         )
         self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)

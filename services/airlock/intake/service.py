@@ -36,7 +36,7 @@ from airlock.common.ipc import Client
 from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, uid_of
 from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
-from airlock.intake import files, legacy
+from airlock.intake import files, sudo_proxy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
 from airlock.intake.work import Work, exec_work, file_work
 
@@ -98,12 +98,12 @@ class Intake:
             try:
                 obj = parse_object(line)
             except AirlockError as exc:
-                dialect, rid = legacy.sniff(line)
-                reply = encode_error(rid, exc) if dialect == "native" else legacy.encode_undetermined(rid, exc)
+                dialect, rid = sudo_proxy.sniff(line)
+                reply = encode_error(rid, exc) if dialect == "native" else sudo_proxy.encode_undetermined(rid, exc)
                 await conn.send(reply)
                 self.log.info("intake.request.malformed", peer_uid=conn.peer.uid, code=exc.code.value)
                 continue
-            if legacy.is_legacy(obj):
+            if sudo_proxy.is_legacy(obj):
                 # reference/000: one request per connection.
                 await conn.send(await self._legacy(conn, obj))
                 return
@@ -111,16 +111,16 @@ class Intake:
 
     async def _framing_error(self, conn: Connection, exc: AirlockError) -> None:
         raw = conn.decoder.peek(64 * 1024)
-        dialect, rid = legacy.sniff(raw)
+        dialect, rid = sudo_proxy.sniff(raw)
         if exc.code is ErrorCode.MISSING_NEWLINE and raw:
             try:
                 obj = parse_object(raw)
-                dialect = "legacy" if legacy.is_legacy(obj) else "native"
+                dialect = "legacy" if sudo_proxy.is_legacy(obj) else "native"
                 rid = recover_id(obj)
             except AirlockError:
                 pass
         self.log.info("intake.request.rejected", peer_uid=conn.peer.uid, code=exc.code.value)
-        reply = encode_error(rid, exc) if dialect == "native" else legacy.encode_error(rid, exc)
+        reply = encode_error(rid, exc) if dialect == "native" else sudo_proxy.encode_error(rid, exc)
         try:
             await conn.send(reply)
         except ConnectionError:
@@ -241,18 +241,18 @@ class Intake:
                 if action == "stop":
                     self.log.info("intake.stop.requested", peer_uid=conn.peer.uid, peer_pid=conn.peer.pid)
                     asyncio.get_running_loop().call_soon(self.service.request_stop, "stop action")
-                    return legacy.encode_ok(request_id, "stopping")
-                return legacy.encode_ok(request_id, "pong")
+                    return sudo_proxy.encode_ok(request_id, "stopping")
+                return sudo_proxy.encode_ok(request_id, "pong")
             if action != "exec":
                 raise validate.bad("action", f"unknown action {action!r} (known: exec, ping, stop)")
             now = time.time()
             exec_request = legacy_exec(obj, conn.peer, self.config, now)
-            return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None, conn=conn))
+            return sudo_proxy.encode_result(request_id, await self.run(exec_request, conn.peer, None, conn=conn))
         except AirlockError as exc:
-            return legacy.encode_error(request_id, exc)
+            return sudo_proxy.encode_error(request_id, exc)
         except Exception as exc:
             self.log.exception("intake.request.failed", request_id=request_id, error=repr(exc))
-            return legacy.encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
+            return sudo_proxy.encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
 
     # --- the life of a request: journal -> approval -> runner -> journal -----------------
 
@@ -475,7 +475,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         max_line=config.limits.max_request_bytes,
         max_connections=config.limits.max_connections,
         max_per_peer=config.limits.connections_per_agent,
-        refusal=lambda exc: legacy.encode_undetermined(None, exc),
+        refusal=lambda exc: sudo_proxy.encode_undetermined(None, exc),
     )
     service = Service(NAME, config, [door])
     intake = Intake(config, service)

@@ -79,8 +79,9 @@ class CallContext:
 Handler = Callable[[dict[str, Any], CallContext], Awaitable[ToolResult]]
 
 
-class Door:
-    """One native v1 request on a Unix socket, events passed to a callback (through `common.ipc.Client`)."""
+class DoorClient:
+    """A client of one door (agent.sock or operator.sock): one native v1 request at a time, events passed
+    to a callback (through `common.ipc.Client`).  A door a service serves is `common.server.Door`."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -141,8 +142,8 @@ class AgentDoor:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.agent = Door(settings.agent_socket)
-        self.operator = Door(settings.operator_socket) if settings.operator_socket else None
+        self.agent = DoorClient(settings.agent_socket)
+        self.operator = DoorClient(settings.operator_socket) if settings.operator_socket else None
 
     @property
     def handlers(self) -> Mapping[str, Handler]:

@@ -31,7 +31,7 @@ def notify(argv: tuple[str, ...], *, timeout: float = 10, requests: int = 1, set
     """Start the hook for ``requests`` pending requests, wait until each has logged its end; the events."""
 
     async def body() -> None:
-        notifier = hook.Notifier(argv, timeout, "/run/airlock/operator.sock")
+        notifier = hook.NotifyCommand(argv, timeout, "/run/airlock/operator.sock")
         for i in range(requests):
             notifier.pending(REQUEST | {"request_id": f"r-{i}"})
         deadline = time.monotonic() + settle
@@ -97,7 +97,7 @@ def test_close_stops_running_hooks(tmp_path: Path) -> None:
     marker = tmp_path / "pid"
 
     async def body() -> None:
-        notifier = hook.Notifier((script(tmp_path, f"echo $$ > {marker}; exec sleep 60\n"),), 60, "/x")
+        notifier = hook.NotifyCommand((script(tmp_path, f"echo $$ > {marker}; exec sleep 60\n"),), 60, "/x")
         notifier.pending(REQUEST)
         deadline = time.monotonic() + 10
         while not marker.exists() or not marker.read_text().strip():

@@ -1,4 +1,4 @@
-"""intake/legacy.py: the sudo-proxy dialect (reference/000) — telling it apart, and every answer's shape."""
+"""intake/sudo_proxy.py: the sudo-proxy dialect (reference/000) — telling it apart, and every answer's shape."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from airlock import __version__
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.intake import legacy
+from airlock.intake import sudo_proxy
 
 
 def _decode(line: bytes) -> dict[str, object]:
@@ -25,7 +25,7 @@ def _decode(line: bytes) -> dict[str, object]:
      ({"v": 1}, False), ({}, True)],
 )
 def test_a_request_without_v_or_verb_is_the_sudo_proxy_dialect(obj: dict[str, object], is_legacy: bool) -> None:
-    assert legacy.is_legacy(obj) is is_legacy
+    assert sudo_proxy.is_legacy(obj) is is_legacy
 
 
 @pytest.mark.parametrize(
@@ -39,16 +39,16 @@ def test_a_request_without_v_or_verb_is_the_sudo_proxy_dialect(obj: dict[str, ob
     ],
 )
 def test_sniff_recovers_the_dialect_and_id_of_a_broken_line(raw: bytes, dialect: str, rid: str | None) -> None:
-    assert legacy.sniff(raw) == (dialect, rid)
+    assert sudo_proxy.sniff(raw) == (dialect, rid)
 
 
 def test_sniff_looks_only_at_the_first_64_kib() -> None:
-    assert legacy.sniff(b" " * (64 * 1024) + b'"id": "late", "verb": 1') == ("legacy", None)
+    assert sudo_proxy.sniff(b" " * (64 * 1024) + b'"id": "late", "verb": 1') == ("legacy", None)
 
 
 def test_every_answer_carries_the_dialect_version_with_airlock_as_build_metadata() -> None:
-    assert legacy.VERSION == f"1.1.0+airlock.{__version__}"
-    assert _decode(legacy.encode_ok("r"))["version"] == legacy.VERSION
+    assert sudo_proxy.VERSION == f"1.1.0+airlock.{__version__}"
+    assert _decode(sudo_proxy.encode_ok("r"))["version"] == sudo_proxy.VERSION
 
 
 @pytest.mark.parametrize(
@@ -57,22 +57,22 @@ def test_every_answer_carries_the_dialect_version_with_airlock_as_build_metadata
      (ErrorCode.UNAUTHORIZED, "error")],
 )
 def test_an_error_maps_to_the_dialects_status(code: ErrorCode, status: str) -> None:
-    body = _decode(legacy.encode_error("r-1", AirlockError(code, "because")))
-    assert body == {"id": "r-1", "status": status, "message": "because", "code": code.value, "version": legacy.VERSION}
+    body = _decode(sudo_proxy.encode_error("r-1", AirlockError(code, "because")))
+    assert body == {"id": "r-1", "status": status, "message": "because", "code": code.value, "version": sudo_proxy.VERSION}
 
 
 def test_an_error_without_an_id_answers_with_an_empty_one() -> None:
-    assert _decode(legacy.encode_error(None, AirlockError(ErrorCode.INVALID_JSON, "x")))["id"] == ""
+    assert _decode(sudo_proxy.encode_error(None, AirlockError(ErrorCode.INVALID_JSON, "x")))["id"] == ""
 
 
 def test_a_denial_without_a_message_has_no_message_field() -> None:
-    body = _decode(legacy.encode_error("r", AirlockError(ErrorCode.DENIED, "")))
+    body = _decode(sudo_proxy.encode_error("r", AirlockError(ErrorCode.DENIED, "")))
     assert "message" not in body and body["status"] == "denied"
 
 
 def test_ok_with_and_without_a_message() -> None:
-    assert _decode(legacy.encode_ok("r", "pong")) == {"id": "r", "status": "ok", "message": "pong", "version": legacy.VERSION}
-    assert _decode(legacy.encode_ok("r")) == {"id": "r", "status": "ok", "version": legacy.VERSION}
+    assert _decode(sudo_proxy.encode_ok("r", "pong")) == {"id": "r", "status": "ok", "message": "pong", "version": sudo_proxy.VERSION}
+    assert _decode(sudo_proxy.encode_ok("r")) == {"id": "r", "status": "ok", "version": sudo_proxy.VERSION}
 
 
 def test_a_result_is_ok_whatever_its_exit_codes_and_hoists_the_last_stdout() -> None:
@@ -87,7 +87,7 @@ def test_a_result_is_ok_whatever_its_exit_codes_and_hoists_the_last_stdout() -> 
         "stdout": out,
         "stdout_truncated": False,
     }
-    body = _decode(legacy.encode_result("r", evidence))
+    body = _decode(sudo_proxy.encode_result("r", evidence))
     assert body == {
         "id": "r",
         "status": "ok",
@@ -97,17 +97,17 @@ def test_a_result_is_ok_whatever_its_exit_codes_and_hoists_the_last_stdout() -> 
             {"exit_code": -1, "stderr": ""},
         ],
         "stdout": out,  # truncation flags only when true
-        "version": legacy.VERSION,
+        "version": sudo_proxy.VERSION,
     }
 
 
 def test_an_undetermined_error_speaks_both_dialects() -> None:
     error = AirlockError(ErrorCode.BUSY, "too many connections", {"limit": 4})
-    body = _decode(legacy.encode_undetermined(None, error))
+    body = _decode(sudo_proxy.encode_undetermined(None, error))
     assert body == {"id": "", "ok": False, "error": error.to_dict(), "status": "error",
-                    "message": "too many connections", "version": legacy.VERSION}
+                    "message": "too many connections", "version": sudo_proxy.VERSION}
 
 
 def test_answers_keep_non_ascii_text_as_utf8() -> None:
-    line = legacy.encode_error("r", AirlockError(ErrorCode.DENIED, "nein: ü"))
+    line = sudo_proxy.encode_error("r", AirlockError(ErrorCode.DENIED, "nein: ü"))
     assert "ü".encode() in line
