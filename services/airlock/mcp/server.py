@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final
 
 from airlock import __version__
+from airlock.common import doorclient
 from airlock.common.cancel import cancel_until_running
 from airlock.common.codec import Event, Response, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client, Unreachable
 from airlock.mcp import jsonrpc, tools
 from airlock.mcp.session import CancelCall, Send, Session, StartCall
 from airlock.mcp.tools import ToolResult
@@ -80,13 +80,11 @@ Handler = Callable[[dict[str, Any], CallContext], Awaitable[ToolResult]]
 
 
 class DoorClient:
-    """A client of one door (agent.sock or operator.sock): one native v1 request at a time, events passed
-    to a callback (through `common.ipc.Client`).  A door a service serves is `common.server.Door`."""
+    """A door (agent.sock or operator.sock) as the tools use it: `common.doorclient`, answers as `Response`s."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        # INTERNAL is only the code of an Unreachable; the door's own errors come back as they are.
-        self._client = Client(path, service="airlock", unavailable=ErrorCode.INTERNAL, timeout=None)
+        self._door = doorclient.DoorClient(path)
 
     async def call(
         self, verb: str, args: dict[str, Any], on_event: Callable[[Event], None] | None = None, *, request_id: str | None = None
@@ -94,8 +92,8 @@ class DoorClient:
         """The final response; `OSError` when the socket cannot be used, `AirlockError` on a malformed reply."""
         rid = request_id or str(uuid.uuid4())
         try:
-            data = await self._client.call(verb, args, on_event=on_event, request_id=rid)
-        except Unreachable as exc:
+            data = await self._door.call(verb, args, on_event, request_id=rid)
+        except doorclient.DoorUnavailable as exc:
             if isinstance(exc.cause, OSError):
                 raise exc.cause from None
             raise AirlockError(ErrorCode.INVALID_REQUEST, exc.message) from None
