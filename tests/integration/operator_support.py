@@ -8,6 +8,8 @@ from typing import Any
 
 from support import Background, Stack, custom_stack, wait_pending
 
+__all__ = ["Background", "Stack", "ask", "stack_with", "wait_pending"]
+
 # Unprivileged work so the tests need no root: /usr/bin/true is allowed at
 # once, everything else waits for an operator.
 ASK_POLICY = """

@@ -294,7 +294,7 @@ def test_progress_while_an_operator_decides_then_the_result(mstack: Stack) -> No
     async def main() -> None:
         async with connected(mstack) as session:
             call = asyncio.create_task(
-                session.call_tool(
+                session.call_tool(  # type: ignore[call-overload]  # the SDK's callback type differs across versions
                     "execute", {"argv": ["id", "-u"], "reason": "needs approval"}, progress_callback=on_progress
                 )
             )

@@ -59,16 +59,22 @@ def test_mypy_strict_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_strict_is_clean_on_the_unit_tests() -> None:
-    # The test directories hold no packages: each support module is found through MYPYPATH.
-    # (tests/integration and tests/security are not type-checked yet: their subprocess
-    # keyword dicts and the MCP SDK's overloads need typing first.)
-    env = os.environ | {"MYPYPATH": "services:tests:tests/unit/journal:tests/unit/runner"}
+@pytest.mark.parametrize("directory", ["tests/unit", "tests/integration", "tests/security"])
+def test_mypy_strict_is_clean_on_the_tests(directory: str) -> None:
+    # The test directories hold no packages: each support module is found through MYPYPATH
+    # (one directory per run: each has a conftest of its own).
+    support = "services:tests:tests/unit/journal:tests/unit/runner:tests/integration:tests/security"
     result = subprocess.run(
-        [_tool("mypy"), "--strict", "--explicit-package-bases", "--no-warn-unused-ignores", "tests/unit"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, env=env,
+        [_tool("mypy"), "--strict", "--explicit-package-bases", "--no-warn-unused-ignores", directory],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=os.environ | {"MYPYPATH": support},
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_test_file_basenames_are_unique() -> None:
+    # pytest imports test files by basename (rootdir-relative, no packages): a second one would not load.
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)
