@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from airlock.common.peer import OPERATOR_VERBS
+
 from support import Stack, custom_stack, now_iso
 
 CONFIG = """
@@ -415,8 +417,6 @@ def test_cancel_from_the_starting_peer(door: Stack) -> None:
 
 def test_the_agent_door_refuses_operator_verbs_like_a_bad_token_and_names_its_own_verbs(door: Stack) -> None:
     # The door's guard (intake) runs before its verb table (the service shell's dispatch).
-    from airlock.common.peer import OPERATOR_VERBS
-
     for verb in sorted(OPERATOR_VERBS - {"cancel"}):
         reply = door.native(verb, {}, id=f"probe-{verb}")
         assert reply["id"] == f"probe-{verb}"
