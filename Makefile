@@ -43,8 +43,11 @@ venv: $(BIN)/airlock
 run: $(BIN)/airlock
 	$(BIN)/airlock dev up --runtime-dir ./run
 
+# Coverage is measured in the test process (unit tests, clients, the CLI run in
+# it); the services `airlock dev up` starts run in child processes and are not.
 test: $(BIN)/airlock
-	$(BIN)/python -m pytest -q tests/unit tests/integration tests/security
+	$(BIN)/python -m coverage run -m pytest -q tests/unit tests/integration tests/security
+	@echo "coverage: $$($(BIN)/python -m coverage report --format=total)% of services/airlock's lines ran in the test process (see 'coverage report')"
 
 test-unit: $(BIN)/airlock
 	$(BIN)/python -m pytest -q tests/unit
@@ -57,6 +60,6 @@ lint: $(BIN)/airlock
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) run dist build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) run dist build .pytest_cache .mypy_cache .ruff_cache .coverage
 
 -include mk/*.mk

@@ -110,7 +110,7 @@ class MailReceiver:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
-        self.controller.start()
+        self.controller.start()  # type: ignore[no-untyped-call]  # aiosmtpd is untyped
 
     def stop(self) -> None:
         self.controller.stop()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 from support import Background, Stack, custom_stack, wait_pending
+
+__all__ = ["Background", "Stack", "ask", "stack_with", "wait_pending"]
 
 # Unprivileged work so the tests need no root: /usr/bin/true is allowed at
 # once, everything else waits for an operator.
@@ -22,7 +24,7 @@ policy:
 """
 
 
-def stack_with(tmp: Path, extra: str = "") -> Iterator[Stack]:
+def stack_with(tmp: Path, extra: str = "") -> Generator[Stack, None, None]:
     with custom_stack(tmp, ASK_POLICY + extra) as stack:
         yield stack
 

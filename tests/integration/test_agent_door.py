@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from airlock.common.peer import OPERATOR_VERBS
+
 from support import Stack, custom_stack, now_iso
 
 CONFIG = """
@@ -411,3 +413,16 @@ def test_cancel_from_the_starting_peer(door: Stack) -> None:
     assert cancel["ok"] is True and cancel["data"]["cancelling"] is True
     assert result["data"]["cancelled"] is True
     assert code(door.native("cancel", {"operation_id": "op-not-running"})) == "not_found"
+
+
+def test_the_agent_door_refuses_operator_verbs_like_a_bad_token_and_names_its_own_verbs(door: Stack) -> None:
+    # The door's guard (intake) runs before its verb table (the service shell's dispatch).
+    for verb in sorted(OPERATOR_VERBS - {"cancel"}):
+        reply = door.native(verb, {}, id=f"probe-{verb}")
+        assert reply["id"] == f"probe-{verb}"
+        assert reply["error"] == {"code": "unauthorized", "message": "unauthorized", "details": {}}, verb
+    hello = door.native("hello")["data"]
+    unknown = door.native("frobnicate", {}, id="uv")
+    assert unknown["error"]["code"] == "unknown_verb"
+    assert unknown["error"]["details"]["verbs"] == hello["verbs"]  # in the order hello lists them
+    assert door.native("cancel", {"operation_id": "never-ran"})["error"]["code"] == "not_found"  # intake's own cancel

@@ -193,7 +193,7 @@ def test_policy_check_and_audit_commands(ops: Stack) -> None:
 
 
 def test_no_color_and_a_terminal(ops: Stack) -> None:
-    from airlock.cli.render import use_colour
+    from airlock.common.render import use_colour
 
     class Tty:
         def isatty(self) -> bool:

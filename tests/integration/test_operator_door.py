@@ -41,8 +41,11 @@ def _assert_envelope(reply: dict[str, Any]) -> None:
 
 
 def test_every_reply_has_exactly_one_of_data_and_error(ops: Stack) -> None:
-    for verb, args in [("status", {}), ("pending", {}), ("events", {"tail": 2}), ("show", {"ref": "nope-nope"}),
-                       ("approve", {"id": "nope"}), ("audit.head", {}), ("frobnicate", {})]:
+    probes: list[tuple[str, dict[str, Any]]] = [
+        ("status", {}), ("pending", {}), ("events", {"tail": 2}), ("show", {"ref": "nope-nope"}),
+        ("approve", {"id": "nope"}), ("audit.head", {}), ("frobnicate", {}),
+    ]
+    for verb, args in probes:
         reply = op(ops, verb, args, id=f"env-{verb}")
         assert reply["id"] == f"env-{verb}"
         _assert_envelope(reply)

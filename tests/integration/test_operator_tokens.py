@@ -4,6 +4,7 @@ self-approval refused, and the runner refusing `exec` from anyone but intake."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -180,7 +181,8 @@ def test_runner_exec_refuses_a_peer_that_is_not_intake() -> None:
     from airlock.common.server import Call
     from airlock.runner.service import Runner
 
-    cfg = configuration.overlay(configuration.defaults(), services={"intake_user": str(os.getuid() + 1)})
+    defaults = configuration.defaults()
+    cfg = dataclasses.replace(defaults, services=dataclasses.replace(defaults.services, intake_user=str(os.getuid() + 1)))
     runner = Runner(cfg)
     call = Call(Request(id="r", verb="exec", args={}), identify(os.getpid(), os.getuid(), os.getgid()), None)  # type: ignore[arg-type]
     with pytest.raises(AirlockError) as caught:

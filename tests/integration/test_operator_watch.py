@@ -123,7 +123,7 @@ def test_a_decision_from_the_cli_is_seen_by_the_console(ops: Stack, console: Con
     console.wait_for("approve?")
     assert ops.cli("deny", bg.request_id).returncode == 0
     console.wait_for("decided elsewhere")
-    bg.result()
+    assert bg.result()["error"]["code"] == "denied"  # the CLI's decision, not the console's
 
 
 def test_wide_characters_are_escaped_not_drawn(ops: Stack, console: Console) -> None:
@@ -132,7 +132,7 @@ def test_wide_characters_are_escaped_not_drawn(ops: Stack, console: Console) -> 
     assert "日" not in screen
     assert "\\u65e5\\u672c" in screen
     console.keys("n")
-    bg.result()
+    assert bg.result()["error"]["code"] == "denied"
 
 
 def test_shift_g_approves_with_a_grant_for_the_same_command(ops: Stack, console: Console, tmp_path: Path) -> None:

@@ -130,7 +130,7 @@ sys.stdout.write(reply.decode())
 """
 
 
-@pytest.fixture()
+@pytest.fixture
 def user_dir(test_user: pwd.struct_passwd) -> Iterator[Path]:
     """A private folder of the test user's, as ssh-agent makes one in /tmp."""
     path = Path(tempfile.mkdtemp(prefix="al-agent-", dir="/tmp"))

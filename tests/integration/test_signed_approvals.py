@@ -223,8 +223,8 @@ def test_two_distinct_signers_are_needed_and_the_same_signer_counts_once(sstack:
     decided = [json.loads(r["payload"]) for r in sstack.journal_rows()
                if r["request_id"] == job.request_id and r["kind"] == "approval.decided"]
     assert [a["principal"] for a in decided[0]["approvers"]] == ["alice", "bob"]
-    shown = sstack.cli("show", job.request_id).stdout
-    assert f"alice ({keys.fingerprint('alice')}), bob ({keys.fingerprint('bob')}) [2 of 2]" in shown, shown
+    shown_text = sstack.cli("show", job.request_id).stdout
+    assert f"alice ({keys.fingerprint('alice')}), bob ({keys.fingerprint('bob')}) [2 of 2]" in shown_text, shown_text
 
 
 def test_one_deny_denies_a_quorum_rule(sstack: Stack, keys: Keys, tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def test_airlock_run_json_prints_the_envelope(stack: Stack) -> None:
     assert envelope["ok"] is True and envelope["data"]["stages"][0]["exit_code"] == 0
 
 
-def test_airlock_run_unreachable_socket_exits_125(tmp_path) -> None:
+def test_airlock_run_unreachable_socket_exits_125(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "airlock", "run", "--socket", str(tmp_path / "none.sock"), "--", "true"],
         capture_output=True, text=True,

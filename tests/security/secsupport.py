@@ -43,7 +43,7 @@ def throwaway_user(prefix: str = "alsec") -> Iterator[pwd.struct_passwd]:
         subprocess.run(["userdel", "--remove", "--force", name], capture_output=True)
 
 
-def as_user(user: pwd.struct_passwd, groups: list[int] | None = None) -> dict[str, object]:
+def as_user(user: pwd.struct_passwd, groups: list[int] | None = None) -> dict[str, Any]:
     """`subprocess` keyword arguments that run a child as ``user`` (never as root)."""
     return {
         "user": user.pw_uid,
@@ -98,10 +98,10 @@ def agent_request(
     """Start one request on agent.sock from a process of ``user``; `replies` collects it."""
     request = {"v": 1, "id": request_id or str(uuid.uuid4()), "verb": verb, "args": {"time": now_iso()} | args}
     job = {"socket": socket_path, "request": request, "rename": rename, "on_event": on_event, "timeout": timeout}
-    proc = subprocess.Popen(
+    proc: subprocess.Popen[str] = subprocess.Popen(
         ["/usr/bin/python3", "-I", "-c", _AGENT_CLIENT],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        **as_user(user, groups),  # type: ignore[arg-type]
+        **as_user(user, groups),
     )
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(job))
@@ -130,7 +130,10 @@ def agent_exec(socket_path: str, user: pwd.struct_passwd, args: dict[str, Any], 
 
 
 def run_as(user: pwd.struct_passwd, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=True, **as_user(user))  # type: ignore[call-overload]
+    done: subprocess.CompletedProcess[str] = subprocess.run(
+        list(argv), capture_output=True, text=True, check=True, **as_user(user)
+    )
+    return done
 
 
 @contextlib.contextmanager

@@ -36,7 +36,7 @@ def _records(stack: Stack) -> list[dict[str, Any]]:
     return rows
 
 
-def _collector(tmp: Path, records: list[dict[str, Any]], sender: dict[str, str]) -> Path:
+def _collector(tmp: Path, records: list[dict[str, Any]], sender: dict[str, str | bytes]) -> Path:
     entries = [dict(fleet.record_fields(r, r["hash"], HOST)) | sender for r in records]
     write_collector(tmp, entries)
     return tmp

@@ -109,8 +109,8 @@ def granted(stack: Stack, user: Any, argv: list[str], *flags: str, session: str 
     done = stack.cli("approve", request_id, *flags)
     assert done.returncode == 0, done.stderr
     assert final(replies(proc))["ok"] is True
-    return next(g["grant_id"] for g in stack.native("grants", path=stack.operator)["data"]["grants"]
-                if g["request_id"] == request_id)
+    return str(next(g["grant_id"] for g in stack.native("grants", path=stack.operator)["data"]["grants"]
+                if g["request_id"] == request_id))
 
 
 def test_a_command_grant_covers_its_requester_command_and_session_only(gstack: Stack, users: tuple[Any, Any], tmp_path: Path) -> None:

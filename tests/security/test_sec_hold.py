@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,10 +44,10 @@ def hstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield s
 
 
-def status(stack: Stack) -> dict:
+def status(stack: Stack) -> dict[str, Any]:
     reply = stack.native("status", path=stack.operator)
     assert reply["ok"] is True, reply
-    data: dict = reply["data"]
+    data: dict[str, Any] = reply["data"]
     return data
 
 

@@ -52,7 +52,7 @@ def operator_call(
     done = subprocess.run(
         ["/usr/bin/python3", "-I", "-c", _CLIENT],
         input=json.dumps({"socket": socket_path, "request": request}), capture_output=True, text=True, timeout=60,
-        **(as_user(user) | {"extra_groups": list(groups)}),  # type: ignore[arg-type]
+        **(as_user(user) | {"extra_groups": list(groups)}),
     )
     assert done.returncode == 0, done.stderr
     finals = [r for r in json.loads(done.stdout) if "event" not in r]
@@ -81,7 +81,7 @@ def test_an_observer_reads_but_cannot_decide() -> None:
                 assert reply["ok"], (verb, reply)
 
             # ... and decides nothing.
-            for verb, args in (
+            decide_verbs: tuple[tuple[str, dict[str, Any]], ...] = (
                 ("approve", {"id": bg.request_id, "reason": "observer"}),
                 ("deny", {"id": bg.request_id, "reason": "observer"}),
                 ("cancel", {"operation_id": bg.operation_id}),
@@ -91,7 +91,8 @@ def test_an_observer_reads_but_cannot_decide() -> None:
                 ("token.revoke", {"session": "s1"}),
                 ("policy.check", {"argv": ["/usr/bin/id"]}),
                 ("audit.verify", {}),
-            ):
+            )
+            for verb, args in decide_verbs:
                 reply = operator_call(stack.operator, observer, verb, args)
                 assert reply.get("error", {}).get("code") == "unauthorized", (verb, reply)
             still = stack.native("pending", path=stack.operator)["data"]["pending"]

@@ -6,8 +6,6 @@ conftest.py shadows another.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from stress_support import Tally, stress_n
@@ -24,12 +22,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def tally(pytestconfig: pytest.Config) -> Iterator[Tally]:
+def tally(pytestconfig: pytest.Config) -> Tally:
     found = pytestconfig.stash.get(_TALLY, None)
     if found is None:
         found = Tally()
         pytestconfig.stash[_TALLY] = found
-    yield found
+    return found
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

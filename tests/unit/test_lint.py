@@ -7,6 +7,7 @@ asyncio, socket or os.  Services are the thin shells that move bytes.
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -23,16 +24,16 @@ PURE_MODULES = [
     "services/airlock/common/spec.py",
     "services/airlock/common/envrule.py",
     "services/airlock/intake/request.py",
-    "services/airlock/intake/legacy.py",
+    "services/airlock/intake/sudo_proxy.py",
     "services/airlock/journal/chain.py",
-    "services/airlock/journal/kinds.py",
+    "services/airlock/common/kinds.py",
     "services/airlock/gateway/protocol.py",
     "services/airlock/gateway/fs.py",
     "services/airlock/gateway/evidence.py",
     "services/airlock/common/filespec.py",
     "services/airlock/intake/files.py",
     "services/airlock/approval/tokens.py",
-    "services/airlock/approval/trail.py",
+    "services/airlock/common/trail.py",
     "services/airlock/common/lifecycle.py",
     "services/airlock/approval/statement.py",
     "services/airlock/approval/quorum.py",
@@ -59,6 +60,24 @@ def test_ruff_is_clean() -> None:
 def test_mypy_strict_is_clean() -> None:
     result = subprocess.run([_tool("mypy")], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("directory", ["tests/unit", "tests/integration", "tests/security"])
+def test_mypy_strict_is_clean_on_the_tests(directory: str) -> None:
+    # The test directories hold no packages: each support module is found through MYPYPATH
+    # (one directory per run: each has a conftest of its own).
+    support = "services:tests:tests/unit/journal:tests/unit/runner:tests/integration:tests/security"
+    result = subprocess.run(
+        [_tool("mypy"), "--strict", "--explicit-package-bases", "--no-warn-unused-ignores", directory],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=os.environ | {"MYPYPATH": support},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_test_file_basenames_are_unique() -> None:
+    # pytest imports test files by basename (rootdir-relative, no packages): a second one would not load.
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)

@@ -108,16 +108,3 @@ def restore(records: Iterable[Mapping[str, Any]]) -> tuple[list[Grant], set[str]
         elif action in ("grant.revoke", "grant.expired") and isinstance(record.get("grant_id"), str):
             ended.add(record["grant_id"])
     return [g for g in made.values() if g.grant_id not in ended], ended
-
-
-def parse_duration(text: str) -> float:
-    """``90s``, ``30m``, ``8h``, ``2d`` or plain seconds; ValueError otherwise."""
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    value = text.strip()
-    factor = units.get(value[-1:], 0)
-    number = value[:-1] if factor else value
-    if not factor:
-        factor = 1
-    if not number.isdigit() or int(number) <= 0:
-        raise ValueError(f"not a duration: {text!r} (like 90s, 30m, 8h)")
-    return float(int(number) * factor)

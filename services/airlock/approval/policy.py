@@ -16,7 +16,6 @@ and ties are broken by rule name.  docs/policy.md is the reference.
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,28 +284,6 @@ class Policy:
             "rules": [r.to_dict() for r in sorted(self.rules, key=lambda r: r.name)],
             "sources": list(self.sources),
         }
-
-
-def explain(decision: Decision) -> list[str]:
-    """Human lines for `airlock policy check`: per stage argv, binary, decision, rule."""
-    lines = []
-    for number, stage in enumerate(decision.stages, start=1):
-        lines.append(f"stage {number}: {shlex.join(stage.argv)}")
-        lines.append(f"  binary:   {stage.resolved or '(not found: cannot run)'}")
-        matched = f" (matched: {', '.join(stage.matched)})" if stage.matched else " (no rule matched)"
-        lines.append(f"  decision: {stage.decision} by {_rule_label(stage.rule)}{matched}")
-        if stage.decision != "deny":
-            lines.append(f"  sandbox:  {sandbox.describe(stage.sandbox)}")
-    lines.append(f"result: {decision.decision} by {_rule_label(decision.rule)}")
-    return lines
-
-
-def _rule_label(name: str) -> str:
-    if name == DEFAULT_RULE:
-        return "the default"
-    if name == UNRESOLVED_RULE:
-        return "unresolved binary"
-    return f"rule {name}"
 
 
 # --- parsing ---------------------------------------------------------------------

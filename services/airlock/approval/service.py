@@ -16,14 +16,13 @@ import socket
 import stat
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from airlock.approval import filereview, grants, hook, quorum, trail
+from airlock.approval import filereview, grants, hook, quorum
 from airlock.approval.lookup import JournalLookup
+from airlock.approval.pending import Pending, Ticket, bind_binaries, describe_binaries, ticket_binding
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
-from airlock.approval.signed import Ledger, Published
+from airlock.approval.signed import Ledger
 from airlock.approval.signers import Signers
 from airlock.approval.tokens import (
     DEFAULT_TTL_SECONDS,
@@ -33,147 +32,21 @@ from airlock.approval.tokens import (
     token_hash,
     unauthorized,
 )
-from airlock.approval.votes import SIGN_COMMAND, Votes
-from airlock.common import binary, daemon, log, validate
+from airlock.approval.votes import Votes
+from airlock.common import daemon, log, trail, validate
 from airlock.common.audit import Audit, Ids, lifecycle
-from airlock.common.codec import canonical_json
+from airlock.common.codec import iso_utc
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
 from airlock.common.filespec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, identify, may_decide, uid_of
-from airlock.common.resolve import default_path
 from airlock.common.server import Call, Door, Service, Verb
 from airlock.common.spec import ExecSpec
 
 NAME = "approval"
 # How long approval waits at start to read its hold state from the journal; then it starts held.
 HOLD_RESTORE_SECONDS = 30.0
-
-
-@dataclass
-class Pending:
-    request_id: str
-    operation_id: str | None
-    peer: Peer
-    request: dict[str, Any]
-    decision: Decision
-    digest: str
-    bound: dict[str, Any]
-    created: float
-    expires: float
-    future: asyncio.Future[tuple[str, str, int | None, str]] = field(repr=False)
-    rule: str = ""
-    binaries: list[dict[str, Any]] = field(default_factory=list)
-    # From the checked spec (exec or file), not the raw request: what the operator must see.
-    privileged: bool = True
-    run_as: int = 0
-    run_as_user: str = ""
-    # Issue 18: the approvals collected so far, and the statements a signer signs.
-    tally: quorum.Tally | None = None
-    published: Published | None = None
-
-    def to_dict(self, now: float) -> dict[str, Any]:
-        raw_spec = self.request.get("spec")
-        spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
-        return {
-            "request_id": self.request_id,
-            "operation_id": self.operation_id,
-            "peer": self.peer.to_dict(),
-            "session": self.request.get("session") or "",
-            "host": self.request.get("host") or "",
-            "reason": self.request.get("reason") or "",
-            "privileged": self.privileged,
-            "run_as": {"uid": self.run_as, "user": self.run_as_user},
-            "env_names": sorted([*(spec.get("env") or {}), *(spec.get("protected_names") or [])]),
-            "stages": self.binaries,
-            "binaries": list(self.bound.get("binaries") or []),
-            "sandbox": list(self.bound.get("sandbox") or []),
-            "rule": self.rule,
-            "request": self.request,
-            "policy": self.decision.to_dict(),
-            "created": self.created,
-            "expires": self.expires,
-            "seconds_left": max(0.0, round(self.expires - now, 1)),
-        } | self.quorum_dict()
-
-    def quorum_dict(self) -> dict[str, Any]:
-        """Quorum progress ("1 of 2"), the reason rule, and the statement to sign (issue 18)."""
-        out: dict[str, Any] = {}
-        if self.tally is not None:
-            out["quorum"] = self.tally.to_dict()
-        if self.published is not None:
-            out["statement"] = self.published.statements["allow"].render()
-            out["sign_command"] = SIGN_COMMAND
-        return out
-
-
-def describe_binaries(
-    decision: Decision, target_uid: int, identities: list[dict[str, Any]] | None = None
-) -> list[dict[str, Any]]:
-    """Each stage's program as a reviewer must see it: the path found, where a symlink
-    leads, and the identity of the file the ticket binds (the one that will run)."""
-    out = []
-    for index, stage in enumerate(decision.stages):
-        name = stage.argv[0] if stage.argv else ""
-        found = _first_on_path(name, default_path(target_uid))
-        item: dict[str, Any] = {
-            "argv": list(stage.argv),
-            "binary": found or stage.resolved,
-            "resolved": stage.resolved,
-            "symlink": found is not None and stage.resolved is not None and found != stage.resolved,
-            "decision": stage.decision,
-            "rule": stage.rule,
-        }
-        if identities is not None and index < len(identities):
-            item["identity"] = identities[index]
-        out.append(item)
-    return out
-
-
-def bind_binaries(decision: Decision, *, privileged: bool) -> list[dict[str, Any]]:
-    """The identity of each stage's canonical binary, as the runner must find it (issue 14).
-
-    Opened like the runner opens it (component by component, no symlink
-    followed); a root job's binary must also be root's alone (``unsafe_binary``).
-    """
-    out = []
-    for stage in decision.stages:
-        if stage.resolved is None:  # the policy denies an unresolved stage; nothing to bind
-            raise AirlockError(ErrorCode.SPAWN_FAILED, f"{stage.argv[0] if stage.argv else ''}: command not found")
-        out.append(binary.bind(stage.resolved, privileged=privileged))
-    return out
-
-
-def _first_on_path(name: str, search_path: str) -> str | None:
-    """The path execvp would pick, before symlinks are resolved (to show the link itself)."""
-    if not name or "\0" in name:
-        return None
-    if "/" in name:
-        return name if name.startswith("/") and os.path.lexists(name) else None
-    for directory in search_path.split(":"):
-        candidate = os.path.join(directory, name)
-        if directory.startswith("/") and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Ticket:
-    binding: str  # ticket_binding(digest, bound): what the runner must present to redeem
-    expires: float
-    by_policy: bool  # a rule's allow, not an operator's: the hold stops it until redeemed
-
-
-def ticket_binding(digest: str, bound: Mapping[str, Any]) -> str:
-    """What a ticket is bound to: the spec's digest and what approval resolved for it.
-
-    ``bound`` holds what approval saw beyond the request itself (the binaries'
-    identities, a file's reviewed content hash); the runner presents the same
-    object at redeem and then enforces it, so a compromised intake can change
-    neither without the redeem failing.
-    """
-    return hashlib.sha256(canonical_json({"digest": digest, "bound": dict(bound)})).hexdigest()
 
 
 def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Subject:
@@ -199,10 +72,10 @@ class Approval(Votes):
         self.tickets: dict[str, Ticket] = {}
         # Held until the journal says otherwise (restore_hold at start): fail closed.
         self.hold_reason: str | None = "restoring the hold state from the journal"
-        self.hold_by: dict[str, Any] = {"operator": "airlock-approval", "uid": None, "since": _iso(time.time())}
+        self.hold_by: dict[str, Any] = {"operator": "airlock-approval", "uid": None, "since": iso_utc(timespec="seconds")}
         self._hold_known = asyncio.Event()
         self.tokens = TokenStore()
-        self.notifier = hook.Notifier(
+        self.notifier = hook.NotifyCommand(
             config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
         )
         self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
@@ -496,7 +369,7 @@ class Approval(Votes):
     async def hold(self, call: Call) -> dict[str, Any]:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
         await self._hold_restored()
-        since = _iso(time.time())
+        since = iso_utc(timespec="seconds")
         # The brake takes effect at once, in memory, then is journaled, where the next
         # start reads it back.  The other order would let a rule's allow through while
         # the record is written.  If it cannot be journaled, this process stays held
@@ -534,7 +407,7 @@ class Approval(Votes):
                 f"the hold state could not be read from the journal at start ({exc.message}); "
                 "approval started held: release it with `airlock release` once the journal is healthy"
             )
-            self.hold_by = {"operator": "airlock-approval", "uid": None, "since": _iso(time.time())}
+            self.hold_by = {"operator": "airlock-approval", "uid": None, "since": iso_utc(timespec="seconds")}
             self.log.error("approval.hold.unknown", error=exc.message, code=exc.code.value)
         finally:
             self._hold_known.set()
@@ -637,7 +510,7 @@ class Approval(Votes):
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         token = new_token()
         now = time.time()
-        expires_at = _iso(now + ttl)
+        expires_at = iso_utc(now + ttl, timespec="seconds")
         # Journaled before it is usable; the record holds a short hash prefix, never the token.
         await self.audit.record(
             "operator.action",
@@ -718,10 +591,6 @@ def _decided_quorum(entry: Pending) -> dict[str, Any]:
     if entry.tally is None or not entry.tally.votes:
         return {}
     return {"approvers": [v.to_dict() for v in entry.tally.votes], "quorum": entry.tally.progress()}
-
-
-def _iso(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _operator_only(verb: Verb) -> Verb:

@@ -30,10 +30,12 @@ import json
 import re
 import struct
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Final
 
+from airlock.common.codec import iso_utc
+
 NAMESPACE: Final = "airlock-approval"
+SIGN_COMMAND: Final = f"ssh-keygen -Y sign -n {NAMESPACE} -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
 HEADER: Final = "airlock approval statement v1"
 DECISIONS: Final = ("allow", "deny")
 # Field order is part of the format.
@@ -83,7 +85,7 @@ class Statement:
             value = getattr(self, name)
             text = json.dumps(value if isinstance(value, str) else str(value), ensure_ascii=True)
             if name == "expires":
-                text = f"{text} ({_iso(self.expires)})"
+                text = f"{text} ({iso_utc(self.expires, timespec='seconds')})"
             lines.append(f"{name}: {text}")
         return "\n".join(lines) + "\n"
 
@@ -118,9 +120,6 @@ def parse(text: str) -> Statement:
         raise StatementError("not in canonical form")
     return statement
 
-
-def _iso(when: int) -> str:
-    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 # --- the armoured signature -------------------------------------------------------------

@@ -17,17 +17,19 @@ import secrets
 import shlex
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airlock.approval import quorum
 from airlock.approval import statement as statements
 from airlock.approval.grants import SCOPES, Grant, Grants
 from airlock.approval.grants import restore as restore_grants
+from airlock.approval.pending import Pending, ticket_binding
 from airlock.approval.policy import Decision
 from airlock.approval.signed import Ledger
+from airlock.approval.statement import SIGN_COMMAND
 from airlock.common import validate
 from airlock.common.audit import Audit, Ids
+from airlock.common.codec import iso_utc
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.filespec import FileSpec
@@ -36,10 +38,6 @@ from airlock.common.peer import Peer
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
 
-if TYPE_CHECKING:
-    from airlock.approval.service import Pending
-
-SIGN_COMMAND = f"ssh-keygen -Y sign -n {statements.NAMESPACE} -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
 # How long approval waits at start to read its grants from the journal (as for the hold).
 RESTORE_SECONDS = 30.0
 
@@ -114,7 +112,7 @@ class Votes:
             "operator.action",
             ids,
             payload={"action": "grant", "operator": operator, "reason": reason, "grant_id": grant.grant_id,
-                     "grant": grant.to_dict(), "expires_at": _iso(grant.expires)},
+                     "grant": grant.to_dict(), "expires_at": iso_utc(grant.expires, timespec="seconds")},
         )
         self._schedule(grant)
 
@@ -148,7 +146,7 @@ class Votes:
 
     async def list_grants(self, call: Call) -> dict[str, Any]:
         now = time.time()
-        return {"grants": [g.to_dict() | {"seconds_left": round(g.expires - now, 1), "expires_at": _iso(g.expires)}
+        return {"grants": [g.to_dict() | {"seconds_left": round(g.expires - now, 1), "expires_at": iso_utc(g.expires, timespec="seconds")}
                            for g in self.grants.live(now)]}
 
     async def revoke_grant(self, call: Call) -> dict[str, Any]:
@@ -340,13 +338,3 @@ class Votes:
             | self._vote_progress(entry, verdict),
         )
         return self._count(entry, verdict, voter, reason) | {"signer": voter.to_dict()}
-
-
-def _iso(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def ticket_binding(digest: str, bound: Mapping[str, Any]) -> str:
-    from airlock.approval.service import ticket_binding as binding  # the service defines what a ticket binds
-
-    return binding(digest, bound)

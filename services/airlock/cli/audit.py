@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airlock.cli import client
-from airlock.cli.render import sanitise
+from airlock.common import client
+from airlock.common.render import sanitise
 
 # Anchors per verify call (the journal takes up to 4096; leave room).
 BATCH = 4000

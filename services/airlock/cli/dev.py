@@ -42,10 +42,13 @@ from typing import Any
 import yaml
 
 from airlock.common import config as configuration
+from airlock.common.child import environment, stop_all
 from airlock.common.daemon import DOORS
 
 SERVICES = ("journal", "approval", "runner", "intake")
 _UCRED = struct.Struct("3i")
+# On stop, how long the services have between SIGTERM and SIGKILL (their own stop takes at most 20 s).
+STOP_GRACE_SECONDS = 25.0
 
 
 def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
@@ -164,9 +167,9 @@ class Supervisor:
     def start(self, child: Child) -> None:
         fds = [sock.fileno() for _, sock in child.sockets]
         names = ":".join(name for name, _ in child.sockets)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("LISTEN_", "NOTIFY_", "WATCHDOG_"))}
-        env.update(LISTEN_FDS=str(len(fds)), LISTEN_FDNAMES=names, NOTIFY_SOCKET=str(self.notify_path))
-        env.pop("JOURNAL_STREAM", None)  # logs go to files here, not journald
+        # Rebuilt, as systemd gives a service a clean environment: nothing of this shell's
+        # (no JOURNAL_STREAM either: logs go to files here, not journald).
+        env = environment(LISTEN_FDS=str(len(fds)), LISTEN_FDNAMES=names, NOTIFY_SOCKET=str(self.notify_path))
 
         def place_fds() -> None:
             # In the child: move the sockets to 3, 4, ... as systemd does.
@@ -182,7 +185,7 @@ class Supervisor:
             "/bin/sh", "-c", 'LISTEN_PID=$$ exec "$0" "$@"',
             sys.executable, "-m", child.module or f"airlock.{child.name}", "--config", str(self.config_path),
         ]
-        child.proc = subprocess.Popen(
+        child.proc = subprocess.Popen(  # noqa: S603  our own interpreter and module; the config path is ours
             argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
             pass_fds=tuple(range(3, 3 + len(fds))), preexec_fn=place_fds, close_fds=True,
         )
@@ -225,18 +228,7 @@ class Supervisor:
 
     def stop(self) -> None:
         self.stopping = True
-        for child in self.children.values():
-            if child.proc is not None and child.proc.poll() is None:
-                child.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 25
-        for child in self.children.values():
-            if child.proc is None:
-                continue
-            try:
-                child.proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.proc.kill()
-                child.proc.wait()
+        stop_all([child.proc for child in self.children.values() if child.proc is not None], STOP_GRACE_SECONDS)
 
     def supervise(self) -> None:
         while not self.stopping:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from airlock.cli.render import sanitise
+from airlock.common.render import sanitise
 
 
 def _err(message: str) -> None:

@@ -23,9 +23,10 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import client, fleet, render
-from airlock.cli.render import Style, command_line, fields, sanitise, use_colour
-from airlock.common import sandbox
+from airlock.cli import fleet
+from airlock.common import client, render, sandbox
+from airlock.common.codec import iso_utc
+from airlock.common.render import Style, command_line, fields, sanitise, use_colour
 from airlock.gateway import cli as gateway_cli
 from airlock.mcp import cli as mcp_cli
 
@@ -34,10 +35,6 @@ EXIT_APPROVAL_TIMEOUT = 124
 EXIT_AIRLOCK_ERROR = 125
 # `airlock wait` on an operation the journal does not know yet keeps asking this long.
 UNKNOWN_GRACE_SECONDS = 10.0
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _unreachable(ns: argparse.Namespace, exc: client.ClientError) -> None:
@@ -67,7 +64,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     args: dict[str, Any] = {
         "argv": ns.command,
         "privileged": not ns.no_privilege,
-        "time": _now(),
+        "time": iso_utc(),
     }
     for key in ("reason", "session", "cwd"):
         if getattr(ns, key):
@@ -228,7 +225,7 @@ def cmd_decide(ns: argparse.Namespace) -> int:
     if getattr(ns, "principal", None):
         args["principal"] = ns.principal
     if getattr(ns, "grant", None):
-        from airlock.approval.grants import parse_duration
+        from airlock.common.validate import parse_duration
 
         try:
             args["grant_seconds"] = parse_duration(ns.grant)
@@ -260,7 +257,7 @@ def cmd_decide(ns: argparse.Namespace) -> int:
         grant = data.get("grant") or {}
         if grant:
             outcome += (f"; grant {sanitise(grant.get('grant_id'), strict=True)} ({sanitise(grant.get('scope'))})"
-                        f" until {datetime.fromtimestamp(float(grant.get('expires') or 0), UTC).isoformat(timespec='seconds')}")
+                        f" until {iso_utc(float(grant.get('expires') or 0), timespec='seconds')}")
         signer = data.get("signer") or {}
         if signer.get("principal"):
             outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
@@ -550,7 +547,7 @@ def cmd_wait(ns: argparse.Namespace) -> int:
                 outcome = data.get("outcome") or {}
                 detail = outcome.get("exit_codes") if outcome.get("exit_codes") is not None else outcome.get("code")
                 print(f"{sanitise(ns.operation_id, strict=True)}: {sanitise(data.get('state'))} ({sanitise(detail)})")
-            from airlock.approval.trail import ran_and_succeeded
+            from airlock.common.trail import ran_and_succeeded
 
             return 0 if ran_and_succeeded(data) else 1
         if not reply.get("ok") and not (error.get("code") == "not_found" and waited < UNKNOWN_GRACE_SECONDS):

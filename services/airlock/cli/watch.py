@@ -22,9 +22,8 @@ import tty
 from collections.abc import Callable
 from typing import Any
 
-from airlock.cli import client
-from airlock.cli.render import Style, command_line, diff_lines, duration, fields, file_review, sanitise, use_colour
-from airlock.common import sandbox
+from airlock.common import client, sandbox
+from airlock.common.render import Style, command_line, diff_lines, duration, fields, file_review, sanitise, use_colour
 
 POLL_SECONDS = 1.0
 GRANT_SECONDS = 30 * 60  # G: approve and grant the same command for 30 minutes

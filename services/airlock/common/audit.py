@@ -20,8 +20,8 @@ from airlock.common.codec import canonical_json
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client, Unreachable
+from airlock.common.kinds import message_id
 from airlock.common.server import Connection, Service, write_timeout
-from airlock.journal.kinds import message_id
 
 # An append whose fate is unknown (see `Audit._settle`): how long to wait for the
 # journal to come back, and how many of the request's newest events to look through.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from airlock.common.errors import AirlockError, ErrorCode
@@ -18,8 +19,15 @@ PROTOCOL_VERSION: Final = 1
 SUPPORTED_VERSIONS: Final = (1,)
 
 
-def _reject_constant(name: str) -> Any:
+def reject_constant(name: str) -> Any:
+    """``json.loads(..., parse_constant=reject_constant)``: NaN and infinities are not JSON."""
     raise ValueError(f"{name} is not valid JSON")
+
+
+def iso_utc(seconds: float | None = None, *, timespec: str = "milliseconds") -> str:
+    """A moment as airlock writes it everywhere: ISO 8601 in UTC, ending in ``Z`` (now, without ``seconds``)."""
+    moment = datetime.now(UTC) if seconds is None else datetime.fromtimestamp(seconds, UTC)
+    return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 def parse_object(line: bytes) -> dict[str, Any]:
@@ -34,7 +42,7 @@ def parse_object(line: bytes) -> dict[str, Any]:
         # A CRLF line ending is not "exactly \n"; say so instead of a JSON error.
         raise AirlockError(ErrorCode.INVALID_REQUEST, "request line must end with \\n, not \\r\\n")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=reject_constant)
     except RecursionError:
         raise AirlockError(ErrorCode.INVALID_JSON, "request JSON is nested too deeply") from None
     except ValueError as exc:

@@ -701,24 +701,3 @@ def load(path: Path | None = None, *, base: Config | None = None, missing_ok: bo
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{target}: cannot read: {exc}") from None
     return parse_text(text, str(target), base)
-
-
-def overlay(config: Config, **sections: dict[str, Any]) -> Config:
-    """A copy of ``config`` with some settings replaced (used by `airlock dev up`)."""
-    replaced: dict[str, Any] = {}
-    for section, changes in sections.items():
-        replaced[section] = dataclasses.replace(getattr(config, section), **changes)
-    return dataclasses.replace(config, **replaced)
-
-
-def describe(settings: Sequence[Setting] = SETTINGS) -> str:
-    """One line per setting, for `airlock config --help` and docs."""
-    lines = []
-    for s in settings:
-        default = s.default
-        if isinstance(default, tuple):
-            default = list(default)
-        elif isinstance(default, Observers):
-            default = default.to_dict()
-        lines.append(f"{s.key} (default {default!s}): {s.help}")
-    return "\n".join(lines)

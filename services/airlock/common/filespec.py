@@ -19,9 +19,11 @@ from airlock.common import validate
 from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
 
-READ_TOOLS: Final = frozenset({"files_read", "files_inspect", "files_list", "files_find", "files_search"})
+# The file tools, in the order they are listed to agents and operators; the one list of them.
+TOOL_NAMES: Final = ("files_read", "files_inspect", "files_list", "files_find", "files_search", "files_write", "files_edit")
 WRITE_TOOLS: Final = frozenset({"files_write", "files_edit"})
-FILE_TOOLS: Final = READ_TOOLS | WRITE_TOOLS
+FILE_TOOLS: Final = frozenset(TOOL_NAMES)
+READ_TOOLS: Final = FILE_TOOLS - WRITE_TOOLS
 
 MAX_READ_BYTES: Final = 1024 * 1024
 MAX_LIMIT: Final = 10_000

@@ -94,7 +94,7 @@ class Client:
         args: dict[str, Any],
         *,
         on_event: EventHandler | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  per call: bounds the exchange and maps to unavailable
         token: str | None = None,
         request_id: str | None = None,
     ) -> dict[str, Any]:

@@ -9,8 +9,8 @@ events (oldest first, as the journal's feed returns them) through it and names
 the first step the table forbids (its kind, its seq and the state it met).
 
 The table is the single source of truth: the journal's kinds table
-(``airlock.journal.kinds``) takes each kind's transitions from here and refuses
-to load a kind this module does not classify; ``approval/trail.py`` (``airlock
+(``airlock.common.kinds``) takes each kind's transitions from here and refuses
+to load a kind this module does not classify; ``common/trail.py`` (``airlock
 show``/``wait``) folds with it; ``airlock audit verify --lifecycle`` folds every
 request in the journal with it; docs/architecture.md prints it (a test keeps
 the two equal).  Exec and file operations share it: they differ only in which

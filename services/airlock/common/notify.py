@@ -12,6 +12,8 @@ import sdnotify
 
 
 class Notifier:
+    """sd_notify for the service's own unit (the approval hook is `approval.hook.NotifyCommand`)."""
+
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         environ = os.environ if environ is None else environ
         self._enabled = bool(environ.get("NOTIFY_SOCKET"))

@@ -14,6 +14,7 @@ import socket
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 _UCRED = struct.Struct("3i")
@@ -39,7 +40,9 @@ class Peer:
         pid, uid, gid = data.get("pid"), data.get("uid"), data.get("gid")
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (pid, uid, gid)):
             raise ValueError("peer pid, uid and gid must be non-negative integers")
-        assert isinstance(uid, int) and isinstance(gid, int) and isinstance(pid, int)
+        assert isinstance(uid, int)
+        assert isinstance(gid, int)
+        assert isinstance(pid, int)
         # The groups intake read from the kernel at accept (SO_PEERGROUPS), so that policy
         # judges the same groups the agent door admitted; without them, the user database.
         ids = data.get("group_ids")
@@ -124,6 +127,16 @@ def uid_of(user: str) -> int | None:
         return pwd.getpwnam(user).pw_uid
     except KeyError:
         return None
+
+
+# The operator door's verbs (the approval service serves them; tests/unit/approval
+# checks the two agree).  Intake refuses each one it does not serve itself to an
+# agent, with the refusal a bad token gets: a probe learns nothing about the door.
+OPERATOR_VERBS: Final = frozenset(
+    {"status", "pending", "show", "approve", "deny", "cancel", "hold", "release", "events", "policy.check",
+     "audit.verify", "audit.head", "token.issue", "token.revoke",
+     "statement", "grants", "grant.revoke"}
+)
 
 
 def may_decide(peer: Peer, operator_users: Iterable[str], operator_groups: Iterable[str], observer_users: Iterable[str]) -> bool:

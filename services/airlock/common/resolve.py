@@ -19,25 +19,34 @@ def default_path(uid: int) -> str:
     return ROOT_PATH if uid == 0 else USER_PATH
 
 
-def resolve_executable(name: str, search_path: str) -> str | None:
-    """The canonical absolute path ``name`` runs as, or None if there is none.
+def first_on_path(name: str, search_path: str) -> str | None:
+    """The path execvp would pick, before symlinks are resolved (the one PATH lookup).
 
-    A name containing ``/`` is taken as a path (relative names are refused:
-    the job's working directory is not the caller's); a bare name is looked up
-    in ``search_path`` like execvp does.  Symlinks are resolved.
+    A name containing ``/`` is taken as a path if it exists (relative names are
+    refused: the job's working directory is not the caller's); a bare name is
+    the first executable file of that name in ``search_path``'s absolute
+    directories.
     """
     if not name or "\0" in name:
         return None
     if "/" in name:
-        if not name.startswith("/"):
-            return None
-        candidates = [name]
-    else:
-        candidates = [os.path.join(d, name) for d in search_path.split(":") if d.startswith("/")]
-    for candidate in candidates:
-        real = canonical(candidate)
-        if real is not None and os.path.isfile(real) and os.access(real, os.X_OK):
-            return real
+        return name if name.startswith("/") and os.path.lexists(name) else None
+    for directory in search_path.split(":"):
+        candidate = os.path.join(directory, name)
+        if directory.startswith("/") and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def resolve_executable(name: str, search_path: str) -> str | None:
+    """The canonical absolute path ``name`` runs as, or None if there is none.
+
+    `first_on_path`, then symlinks resolved; the result must be an executable file.
+    """
+    found = first_on_path(name, search_path)
+    real = canonical(found) if found is not None else None
+    if real is not None and os.path.isfile(real) and os.access(real, os.X_OK):
+        return real
     return None
 
 

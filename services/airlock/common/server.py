@@ -152,7 +152,7 @@ class Connection:
 
     async def wait_gone(self, interval: float = 0.25) -> None:
         """Return once the client has gone (see `peer_gone`); cancel it to stop watching."""
-        while not self.peer_gone():
+        while not self.peer_gone():  # noqa: ASYNC110  nothing signals a peer's hang-up: it is polled
             await asyncio.sleep(interval)
 
 
@@ -177,6 +177,10 @@ class Call:
 
 Verb = Callable[[Call], Awaitable[dict[str, Any]]]
 ConnectionHandler = Callable[[Connection], Awaitable[None]]
+# A door's own check of every request before its verb is looked up: raises to
+# refuse, or returns the request to serve (intake's token check and refusal of
+# operator verbs).
+Guard = Callable[[Request, "Connection"], Awaitable[Request]]
 
 
 @dataclass
@@ -190,8 +194,10 @@ class Door:
     max_connections: int | None = None
     # At most this many connections per peer uid (one agent cannot starve the others).
     max_per_peer: int | None = None
-    # A door with its own dialect (intake's agent door) replaces the native loop.
+    # A door with its own dialect (intake's agent door) replaces the native loop;
+    # its native requests still go through `Service.dispatch` and this table.
     handler: ConnectionHandler | None = None
+    guard: Guard | None = None
     # How a refusal made before the request is read (busy, unauthorized) is written.
     refusal: Callable[[AirlockError], bytes] = lambda exc: encode_error(None, exc)
     # Errors as this door reports them (the operator door keeps to reference/004's list).
@@ -379,15 +385,19 @@ class Service:
                 return
             await conn.send(await self.dispatch(conn, line))
 
-    async def dispatch(self, conn: Connection, line: bytes, *, request: Request | None = None) -> bytes:
-        """Serve one native request line; always returns exactly one final response."""
+    async def dispatch(
+        self, conn: Connection, line: bytes, *, request: Request | None = None, obj: dict[str, Any] | None = None
+    ) -> bytes:
+        """Serve one native request line (or its parsed ``obj``); always returns exactly one final response."""
         request_id: str | None = None
         try:
             if request is None:
-                obj = parse_object(line)
+                obj = parse_object(line) if obj is None else obj
                 request_id = recover_id(obj)
                 request = request_from_object(obj)
             request_id = request.id
+            if conn.door.guard is not None:
+                request = await conn.door.guard(request, conn)
             verb = conn.door.verbs.get(request.verb)
             if verb is None:
                 raise AirlockError(
@@ -404,7 +414,7 @@ class Service:
             return encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
 
 
-async def _send_quietly(writer: asyncio.StreamWriter, data: bytes, timeout: float = 10.0) -> None:
+async def _send_quietly(writer: asyncio.StreamWriter, data: bytes, timeout: float = 10.0) -> None:  # noqa: ASYNC109  a write bound, reported as a cut-off
     """Write a short refusal; a client that does not take it in ``timeout`` is cut off."""
     with contextlib.suppress(ConnectionError):
         writer.write(data)

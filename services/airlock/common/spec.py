@@ -99,3 +99,21 @@ class ExecSpec:
             max_output_bytes=validate.integer("max_output_bytes", untrusted.get("max_output_bytes"), minimum=1),
             forward_agent=validate.boolean("forward_agent", untrusted.get("forward_agent"), False),
         )
+
+
+def check_privilege(run_as: int, runner_uid: int | None, *, privileged: bool) -> None:
+    """A runner that is not root runs work only as its own uid (`airlock dev up`); refuse the rest.
+
+    The one privilege check: intake refuses early, the runner's exec and file
+    verbs and the spawn refuse again (defence in depth).  ``runner_uid`` None:
+    not known here, so not refused here.
+    """
+    if runner_uid is None or runner_uid == 0 or run_as == runner_uid:
+        return
+    what = "privileged requests" if privileged else f"work as another user (uid {run_as})"
+    raise AirlockError(
+        ErrorCode.PRIVILEGE_UNAVAILABLE,
+        f"the runner is not root (uid {runner_uid}), so it cannot run {what}; "
+        "use privileged: false (airlock run --no-privilege) or run airlock as root",
+        {"uid": run_as},
+    )

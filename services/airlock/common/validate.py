@@ -111,3 +111,16 @@ def env_allowed(name: str, patterns: tuple[str, ...]) -> bool:
         elif name == pattern:
             return True
     return False
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``30m``, ``8h``, ``2d`` or plain seconds; ValueError otherwise."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value = text.strip()
+    factor = units.get(value[-1:], 0)
+    number = value[:-1] if factor else value
+    if not factor:
+        factor = 1
+    if not number.isdigit() or int(number) <= 0:
+        raise ValueError(f"not a duration: {text!r} (like 90s, 30m, 8h)")
+    return float(int(number) * factor)

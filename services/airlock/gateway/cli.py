@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from airlock.cli import client
+from airlock.common import client
 
 
 def register(sub: Any) -> None:

@@ -14,9 +14,10 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Final
 
+from airlock.common.filespec import TOOL_NAMES
 from airlock.gateway.protocol import PROTOCOL_VERSION, TraceContext, invalid, parse_trace_context
 
-TOOLS: Final = ("files_read", "files_inspect", "files_list", "files_find", "files_search", "files_write", "files_edit")
+TOOLS: Final = TOOL_NAMES
 
 # Dialect argument -> native parameter, per tool (aliases share a target).
 _ARGS: Final[dict[str, dict[str, str]]] = {

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from airlock import __version__
+from airlock.common.codec import reject_constant
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.framing import NEED_DATA, FrameDecoder
 
@@ -137,15 +138,11 @@ def recover_id(raw: bytes) -> RequestId:
     return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def parse_request(line: bytes) -> Request:
     """One line (without its newline) into a `Request`, or a `GatewayError` naming the request ID it could find."""
     try:
         text = line.decode("utf-8")
-        untrusted = json.loads(text, parse_constant=_reject_constant)
+        untrusted = json.loads(text, parse_constant=reject_constant)
     except RecursionError:
         raise GatewayError(Code.INVALID_JSON, "request JSON is nested too deeply", request_id=recover_id(line)) from None
     except UnicodeDecodeError as exc:
@@ -165,38 +162,23 @@ def parse_request(line: bytes) -> Request:
 
 
 class LineReader:
-    """Splits stdin bytes into request lines; an overlong line is an error, then skipped."""
+    """stdin's request lines (`FrameDecoder`, skipping an overlong line), errors in the gateway's dialect."""
 
     def __init__(self, max_bytes: int = MAX_REQUEST_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._decoder = FrameDecoder(max_bytes)
-        self._skipping = False
+        self._decoder = FrameDecoder(max_bytes, skip_overlong=True)
 
     def feed(self, data: bytes) -> None:
         self._decoder.feed(data)
 
     def next_line(self) -> bytes | GatewayError | None:
         """The next line, a `GatewayError` for an overlong one, or None when more bytes are needed."""
-        if self._skipping:
-            # Drop the rest of an overlong line, up to and including its newline.
-            buffer = self._decoder._buffer
-            end = buffer.find(b"\n")
-            if end < 0:
-                buffer.clear()
-                return None
-            del buffer[: end + 1]
-            self._skipping = False
         try:
             frame = self._decoder.next_frame()
         except AirlockError:
-            pending = bytes(self._decoder._buffer)
-            head = pending[:4096]
-            self._decoder = FrameDecoder(self.max_bytes)
-            self._decoder.feed(pending)  # what follows the overlong line is kept
-            self._skipping = True
             return GatewayError(
                 Code.REQUEST_TOO_LARGE, f"request exceeds {self.max_bytes} bytes", {"limitBytes": self.max_bytes},
-                request_id=recover_id(head),
+                request_id=recover_id(self._decoder.peek(4096)),
             )
         if frame is NEED_DATA:
             return None
@@ -204,7 +186,7 @@ class LineReader:
         return frame.removesuffix(b"\r")
 
     def leftover(self) -> bytes:
-        return b"" if self._skipping else bytes(self._decoder._buffer)
+        return self._decoder.rest()
 
 
 # --- params --------------------------------------------------------------------
@@ -429,7 +411,8 @@ def parse_exec(params: dict[str, Any]) -> ExecParams:
     protected = _env("protectedValues", params.get("protectedValues"), coerce=False)
     timeout = _positive_int("timeoutMs", params.get("timeoutMs"), DEFAULT_TIMEOUT_MS)
     cap = _positive_int("maxOutputBytes", params.get("maxOutputBytes"), DEFAULT_MAX_OUTPUT_BYTES)
-    assert timeout is not None and cap is not None
+    assert timeout is not None
+    assert cap is not None
     return ExecParams(
         executable=executable,
         args=args,

@@ -17,20 +17,16 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from airlock.common import log
-from airlock.common.codec import Event
+from airlock.common.cancel import cancel_until_running
+from airlock.common.codec import Event, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.gateway import door, evidence, fs
 from airlock.gateway import protocol as p
 
 _CANCEL_RETRY_SECONDS = 0.05
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -138,7 +134,7 @@ class Gateway:
             # Transport context only: logged (journald fields under systemd), never
             # forwarded to the child, never part of the operation ID.
             self.log.info("gateway.trace.received", request_id=request.id, method=request.method, **params.trace.log_fields())
-        args = params.to_native(privileged=self.settings.privileged, default_cwd=self.settings.cwd, time=_now_iso())
+        args = params.to_native(privileged=self.settings.privileged, default_cwd=self.settings.cwd, time=iso_utc())
         active = _Active(request.id, params.operation_id)
         output = evidence.OutputStream(params.max_output_bytes)
         accepted = False
@@ -191,7 +187,7 @@ class Gateway:
         self._active.append(active)
         try:
             outcome = await door.call(self.settings.socket, params.tool,
-                                      params.to_native(privileged=self.settings.privileged, time=_now_iso()))
+                                      params.to_native(privileged=self.settings.privileged, time=iso_utc()))
         finally:
             self._active.remove(active)
         result = fs.result(outcome)
@@ -228,17 +224,18 @@ class Gateway:
 
     async def _cancel_until_running(self, operation_id: str, reason: str) -> None:
         """Ask the door to cancel until it can (the runner registers a job a moment after approval)."""
-        while True:
+
+        async def attempt() -> bool | None:
             try:
                 await door.call(self.settings.socket, "cancel", {"operation_id": operation_id})
-                self.log.info("gateway.operation.cancelled", operation_id=operation_id, reason=reason)
-                return
             except AirlockError as exc:
-                if exc.code is not ErrorCode.NOT_FOUND:
-                    return
+                return False if exc.code is ErrorCode.NOT_FOUND else None
             except door.DoorUnavailable:
-                return
-            await asyncio.sleep(_CANCEL_RETRY_SECONDS)
+                return None
+            return True
+
+        if await cancel_until_running(attempt, retry_seconds=_CANCEL_RETRY_SECONDS):
+            self.log.info("gateway.operation.cancelled", operation_id=operation_id, reason=reason)
 
 
 # --- the stdio shell -----------------------------------------------------------------

@@ -1,3 +1,5 @@
+"""`python3 -m airlock.intake`: the airlock-intake service (airlock.intake.service.main)."""
+
 import sys
 
 from airlock.intake.service import main

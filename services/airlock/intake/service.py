@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import socket
 import time
@@ -26,26 +27,21 @@ from airlock.common.codec import (
     Request,
     canonical_json,
     encode_error,
-    encode_ok,
     parse_object,
     recover_id,
-    request_from_object,
 )
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import AllowList, Peer, uid_of
-from airlock.common.server import Call, Connection, Door, Service, linger
-from airlock.intake import fileflow, files, legacy
+from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, uid_of
+from airlock.common.server import Call, Connection, Door, Service, Verb, linger
+from airlock.common.spec import check_privilege
+from airlock.intake import files, sudo_proxy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
-from airlock.intake.work import Work, derived_operation_id, thin_exec_outcome
+from airlock.intake.work import Work, exec_work, file_work
 
 NAME = "intake"
 NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS, "approve_signed")
-OPERATOR_VERBS = frozenset(
-    {"status", "pending", "show", "approve", "deny", "hold", "release", "events", "policy.check",
-     "audit.verify", "audit.head", "token.issue", "token.revoke"}
-)
 # A decision not back within this long is watched for the agent's withdrawal
 # (a closed connection, a cancel); quicker ones are checked once, after it.
 WATCH_AFTER_SECONDS = 0.05
@@ -102,29 +98,29 @@ class Intake:
             try:
                 obj = parse_object(line)
             except AirlockError as exc:
-                dialect, rid = legacy.sniff(line)
-                reply = encode_error(rid, exc) if dialect == "native" else legacy.encode_undetermined(rid, exc)
+                dialect, rid = sudo_proxy.sniff(line)
+                reply = encode_error(rid, exc) if dialect == "native" else sudo_proxy.encode_undetermined(rid, exc)
                 await conn.send(reply)
                 self.log.info("intake.request.malformed", peer_uid=conn.peer.uid, code=exc.code.value)
                 continue
-            if legacy.is_legacy(obj):
+            if sudo_proxy.is_legacy(obj):
                 # reference/000: one request per connection.
                 await conn.send(await self._legacy(conn, obj))
                 return
-            await conn.send(await self._native(conn, obj))
+            await conn.send(await self.service.dispatch(conn, line, obj=obj))
 
     async def _framing_error(self, conn: Connection, exc: AirlockError) -> None:
         raw = conn.decoder.peek(64 * 1024)
-        dialect, rid = legacy.sniff(raw)
+        dialect, rid = sudo_proxy.sniff(raw)
         if exc.code is ErrorCode.MISSING_NEWLINE and raw:
             try:
                 obj = parse_object(raw)
-                dialect = "legacy" if legacy.is_legacy(obj) else "native"
+                dialect = "legacy" if sudo_proxy.is_legacy(obj) else "native"
                 rid = recover_id(obj)
             except AirlockError:
                 pass
         self.log.info("intake.request.rejected", peer_uid=conn.peer.uid, code=exc.code.value)
-        reply = encode_error(rid, exc) if dialect == "native" else legacy.encode_error(rid, exc)
+        reply = encode_error(rid, exc) if dialect == "native" else sudo_proxy.encode_error(rid, exc)
         try:
             await conn.send(reply)
         except ConnectionError:
@@ -133,46 +129,50 @@ class Intake:
         # closing with unread bytes would reset the connection under it.
         await linger(conn.reader, conn.writer, budget=16 * 1024 * 1024, seconds=5.0)
 
-    # --- native v1 ----------------------------------------------------------------
+    # --- native v1: the agent door's verb table and its guard ----------------------
 
-    async def _native(self, conn: Connection, obj: dict[str, Any]) -> bytes:
-        request_id = recover_id(obj)
-        try:
-            request = request_from_object(obj)
-            request_id = request.id
-            if request.verb in OPERATOR_VERBS:
-                # Out of an agent's scope: the same refusal as a bad token, so
-                # a probe learns nothing about what the operator door offers.
-                raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
-            if request.verb not in NATIVE_VERBS:
-                raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
-            session = await self._check_token(request)
-            if request.verb == "exec":
-                now = time.time()
-                # A token's session is the only one that counts: the request's own is replaced.
-                args = request.args if session is None else request.args | {"session": session}
-                exec_request = native_exec(request.id, args, conn.peer, self.config, now)
-                call = Call(request, conn.peer, conn)
-                return encode_ok(
-                    request.id, await self.run(exec_request, conn.peer, call if exec_request.stream else None, conn=conn)
-                )
-            if request.verb in files.VERBS:
-                now = time.time()
-                file_request = files.native_files(request.verb, request.id, request.args, conn.peer, self.config, now)
-                return encode_ok(request.id, await fileflow.run(self, file_request, conn.peer, conn=conn))
-            if request.verb == "cancel":
-                return encode_ok(request.id, await self.cancel(request, conn.peer))
-            if request.verb == "approve_signed":
-                return encode_ok(request.id, await self.approve_signed(request))
-            await self._control_gates(request.id, request.args, conn.peer, native=True)
-            if request.verb == "hello":
-                return encode_ok(request.id, self.hello())
-            return encode_ok(request.id, {"message": "pong", "version": __version__})
-        except AirlockError as exc:
-            return encode_error(request_id, exc)
-        except Exception as exc:  # the shell's last line of defence for this request
-            self.log.exception("intake.request.failed", request_id=request_id, error=repr(exc))
-            return encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
+    def verbs(self) -> dict[str, Verb]:
+        """The agent door's verbs (served by `Service.dispatch`), in the order `hello` lists them."""
+        table: dict[str, Verb] = {"exec": self._exec, "ping": self._ping, "hello": self._hello, "cancel": self._cancel}
+        return table | dict.fromkeys(files.VERBS, self._files) | {"approve_signed": self._approve_signed}
+
+    async def guard(self, request: Request, conn: Connection) -> Request:
+        """Every native request passes here before its verb runs: scope, then the token.
+
+        An operator verb gets the refusal a bad token gets, so a probe learns
+        nothing about what the operator door offers.  A token's session is the
+        only one that counts for exec: the request's own is replaced.
+        """
+        if request.verb in OPERATOR_VERBS and request.verb not in NATIVE_VERBS:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        if request.verb not in NATIVE_VERBS:
+            raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
+        session = await self._check_token(request)
+        if session is not None and request.verb == "exec":
+            return dataclasses.replace(request, args=request.args | {"session": session})
+        return request
+
+    async def _exec(self, call: Call) -> dict[str, Any]:
+        exec_request = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
+        return await self.run(exec_request, call.peer, call if exec_request.stream else None, conn=call.connection)
+
+    async def _files(self, call: Call) -> dict[str, Any]:
+        file_request = files.native_files(call.request.verb, call.request.id, call.args, call.peer, self.config, time.time())
+        return await self.drive(file_work(file_request, self.config), call.peer, None, conn=call.connection)
+
+    async def _approve_signed(self, call: Call) -> dict[str, Any]:
+        return await self.approve_signed(call.request)
+
+    async def _cancel(self, call: Call) -> dict[str, Any]:
+        return await self.cancel(call.request, call.peer)
+
+    async def _hello(self, call: Call) -> dict[str, Any]:
+        await self._control_gates(call.request.id, call.args, call.peer, native=True)
+        return self.hello()
+
+    async def _ping(self, call: Call) -> dict[str, Any]:
+        await self._control_gates(call.request.id, call.args, call.peer, native=True)
+        return {"message": "pong", "version": __version__}
 
     def hello(self) -> dict[str, Any]:
         return {
@@ -244,59 +244,24 @@ class Intake:
                 if action == "stop":
                     self.log.info("intake.stop.requested", peer_uid=conn.peer.uid, peer_pid=conn.peer.pid)
                     asyncio.get_running_loop().call_soon(self.service.request_stop, "stop action")
-                    return legacy.encode_ok(request_id, "stopping")
-                return legacy.encode_ok(request_id, "pong")
+                    return sudo_proxy.encode_ok(request_id, "stopping")
+                return sudo_proxy.encode_ok(request_id, "pong")
             if action != "exec":
                 raise validate.bad("action", f"unknown action {action!r} (known: exec, ping, stop)")
             now = time.time()
             exec_request = legacy_exec(obj, conn.peer, self.config, now)
-            return legacy.encode_result(request_id, await self.run(exec_request, conn.peer, None, conn=conn))
+            return sudo_proxy.encode_result(request_id, await self.run(exec_request, conn.peer, None, conn=conn))
         except AirlockError as exc:
-            return legacy.encode_error(request_id, exc)
+            return sudo_proxy.encode_error(request_id, exc)
         except Exception as exc:
             self.log.exception("intake.request.failed", request_id=request_id, error=repr(exc))
-            return legacy.encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
+            return sudo_proxy.encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
 
     # --- the life of a request: journal -> approval -> runner -> journal -----------------
 
-    def check_privilege(self, run_as: int, privileged: bool) -> None:
-        """Refuse at once what a runner without root could never run (`airlock dev up`)."""
-        if self.runner_uid is not None and self.runner_uid != 0 and run_as != self.runner_uid:
-            what = "privileged requests" if privileged else "work as another user"
-            raise AirlockError(
-                ErrorCode.PRIVILEGE_UNAVAILABLE,
-                f"this airlock's runner does not run as root, so it cannot run {what}; "
-                "use privileged: false (airlock run --no-privilege) or run airlock as root",
-            )
-
     async def run(self, req: ExecRequest, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
         """An exec request."""
-        spec = req.spec
-        spec_dict = spec.to_dict()  # once: this is every request's path
-        describe = req.describe()
-        work = Work(
-            request_id=req.request_id,
-            operation_id=req.operation_id or derived_operation_id("spec", spec_dict, req.session),
-            session=req.session,
-            digest=spec.digest(),
-            run_as=spec.run_as,
-            privileged=spec.privileged,
-            describe=describe,
-            decide_request=describe | {"spec": spec_dict},
-            has_protected=bool(req.protected_env),
-            runner_verb="exec",
-            runner_args={
-                "spec": spec_dict,
-                "protected_env": req.protected_env,
-                "request_id": req.request_id,
-                "session": req.session,
-                "stream": req.stream,
-                "peer": peer.to_dict(),
-            },
-            runner_timeout=self._runner_budget(req),
-            thin=thin_exec_outcome,
-        )
-        return await self.drive(work, peer, call, conn=conn)
+        return await self.drive(exec_work(req, peer, self.config), peer, call, conn=conn)
 
     async def drive(self, work: Work, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
         """Drive one request through the other services; the one path for exec and file work.
@@ -304,7 +269,8 @@ class Intake:
         ``conn`` is the agent's connection: the request belongs to it until it
         has its decision (closing it withdraws the request; see `_unless_withdrawn`).
         """
-        self.check_privilege(work.run_as, work.privileged)
+        # Refuse at once what a runner without root could never run (`airlock dev up`).
+        check_privilege(work.run_as, self.runner_uid, privileged=work.privileged)
         op, digest = work.operation_id, work.digest
         key = operation_key(peer.uid, op)  # the journal's: each agent's IDs are its own
         ids = Ids(work.request_id, op, peer.uid, work.session or None)
@@ -449,14 +415,6 @@ class Intake:
         except (AirlockError, TimeoutError):
             pass  # the finally cancels the decide call: approval sees its connection close
 
-    def _runner_budget(self, req: ExecRequest) -> float:
-        """How long a runner may take to answer: the job's own timeout, the kill
-        grace, and a margin for its journal and approval calls.  Without a
-        bound a stopped or wedged runner would hang the request for ever."""
-        limits = self.config.limits
-        job = req.spec.timeout_ms / 1000 if req.spec.timeout_ms else limits.default_timeout_seconds
-        return job + limits.kill_grace_seconds + 30
-
     async def _settle(
         self, op: str, digest: str, outcome: dict[str, Any], thin: Callable[[dict[str, Any]], dict[str, Any]], ids: Ids
     ) -> None:
@@ -537,11 +495,13 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         max_line=config.limits.max_request_bytes,
         max_connections=config.limits.max_connections,
         max_per_peer=config.limits.connections_per_agent,
-        refusal=lambda exc: legacy.encode_undetermined(None, exc),
+        refusal=lambda exc: sudo_proxy.encode_undetermined(None, exc),
     )
     service = Service(NAME, config, [door])
     intake = Intake(config, service)
-    door.handler = intake.handle
+    door.handler = intake.handle  # tells the two dialects apart; native requests go to dispatch
+    door.verbs = intake.verbs()
+    door.guard = intake.guard
     lifecycle(service, intake.audit)
     return service
 

@@ -1,4 +1,14 @@
-"""One request as the intake drive needs it, whatever its kind (exec or a file operation)."""
+"""One request as the intake drive needs it, whatever its kind (exec or a file operation).
+
+`exec_work` and `file_work` build a `Work` from a parsed request; `Intake.drive`
+takes it through journal -> approval -> runner -> journal.  A file request
+takes the same path as exec, with the file spec in place of the exec spec:
+``op.begin`` (new, replay, conflict, in progress), ``decide`` (the policy's
+``files:`` rules, or an operator who sees the diff), the runner's ``files``
+verb with the single-use ticket, ``op.complete``.  An operation that ran is
+settled even when its outcome is an error (permission denied, no match): like
+a non-zero exit, it is evidence, and it replays.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airlock.common.codec import canonical_json
+from airlock.common.config import Config
+from airlock.common.peer import Peer
+from airlock.intake.files import FileRequest
+from airlock.intake.request import ExecRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +55,69 @@ def thin_exec_outcome(evidence: dict[str, Any]) -> dict[str, Any]:
         "stages": [s | {"stderr": ""} for s in evidence.get("stages", [])],
         "output_retained": False,
     }
+
+
+def _thin_file_outcome(outcome: dict[str, Any]) -> dict[str, Any]:
+    # Large results are not kept for replay: their hashes and sizes are.
+    return {k: v for k, v in outcome.items() if k not in ("content", "entries", "paths", "matches", "diff")} | {
+        "output_retained": False
+    }
+
+
+def runner_budget(req: ExecRequest, config: Config) -> float:
+    """How long a runner may take to answer: the job's own timeout, the kill
+    grace, and a margin for its journal and approval calls.  Without a
+    bound a stopped or wedged runner would hang the request for ever."""
+    limits = config.limits
+    job = req.spec.timeout_ms / 1000 if req.spec.timeout_ms else limits.default_timeout_seconds
+    return job + limits.kill_grace_seconds + 30
+
+
+def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
+    """An exec request as `Intake.drive` takes it."""
+    spec = req.spec
+    spec_dict = spec.to_dict()  # once: this is every request's path
+    describe = req.describe()
+    return Work(
+        request_id=req.request_id,
+        operation_id=req.operation_id or derived_operation_id("spec", spec_dict, req.session),
+        session=req.session,
+        digest=spec.digest(),
+        run_as=spec.run_as,
+        privileged=spec.privileged,
+        describe=describe,
+        decide_request=describe | {"spec": spec_dict},
+        has_protected=bool(req.protected_env),
+        runner_verb="exec",
+        runner_args={
+            "spec": spec_dict,
+            "protected_env": req.protected_env,
+            "request_id": req.request_id,
+            "session": req.session,
+            "stream": req.stream,
+            "peer": peer.to_dict(),
+        },
+        runner_timeout=runner_budget(req, config),
+        thin=thin_exec_outcome,
+    )
+
+
+def file_work(req: FileRequest, config: Config) -> Work:
+    """A file request as `Intake.drive` takes it: the same path as exec."""
+    spec = req.spec
+    return Work(
+        request_id=req.request_id,
+        operation_id=req.operation_id or derived_operation_id("file", spec.to_dict(), req.session),
+        session=req.session,
+        digest=spec.digest(),
+        run_as=spec.run_as,
+        privileged=spec.privileged,
+        describe=req.describe(),
+        decide_request=req.describe() | {"file": spec.to_dict()},
+        has_protected=False,
+        runner_verb="files",
+        runner_args={"spec": spec.to_dict(), "request_id": req.request_id, "session": req.session},
+        # The job's timeout, the kill grace and a margin for the runner's journal and approval calls.
+        runner_timeout=config.limits.default_timeout_seconds + config.limits.kill_grace_seconds + 30,
+        thin=_thin_file_outcome,
+    )

@@ -1,0 +1,1 @@
+"""airlock-journal: the hash-chained SQLite audit journal, its anchors, and the replayable operation table."""

@@ -6,7 +6,7 @@ folder): one JSON object a line, ``{"seq":…, "hash":…, "time":…, "reason":
 ``O_APPEND`` and fsynced before the write returns.  The journal writes it in
 every mode and checks its newest line at start.  Under systemd each anchor is
 also a journald entry with its own ``MESSAGE_ID`` and ``AIRLOCK_CHAIN_SEQ``/
-``AIRLOCK_CHAIN_HASH`` fields (see `airlock.journal.kinds.NOTICES`), which
+``AIRLOCK_CHAIN_HASH`` fields (see `airlock.common.kinds.NOTICES`), which
 whoever can write the database cannot take back.
 
 The comparison itself is pure (`airlock.journal.chain.check_anchors`).
@@ -14,15 +14,15 @@ The comparison itself is pure (`airlock.journal.chain.check_anchors`).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
+from airlock.common.codec import iso_utc
+from airlock.common.kinds import NOTICES
 from airlock.journal.chain import Anchor, parse_anchor_lines
-from airlock.journal.kinds import NOTICES
 
 FILE_NAME: Final = "journal.anchors"
 ANCHOR_MESSAGE_ID: Final = NOTICES["journal.chain.anchored"]
@@ -36,7 +36,7 @@ def path_beside(database: Path) -> Path:
 
 
 def line(anchor: Anchor, reason: str, when: float) -> bytes:
-    moment = dt.datetime.fromtimestamp(when, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    moment = iso_utc(when)
     return (json.dumps(anchor.to_dict() | {"time": moment, "reason": reason}, separators=(",", ":")) + "\n").encode()
 
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from airlock.common.codec import canonical_json
+from airlock.common.kinds import NOTICES
 from airlock.journal import chain
 from airlock.journal.chain import ACK_KIND, RECORD_FIELDS, Anchor, AnchorCheck, VerifyResult
-from airlock.journal.kinds import NOTICES
 
 RECORD_MESSAGE_ID: Final = NOTICES["journal.record.appended"]
 ANCHOR_MESSAGE_ID: Final = NOTICES["journal.chain.anchored"]

@@ -90,11 +90,6 @@ class OperationTable:
     def __len__(self) -> int:
         return len(self._settled)
 
-    def settled_ids(self) -> list[str]:
-        """Retained operation IDs, oldest first (expired ones dropped first)."""
-        self._prune()
-        return list(self._settled)
-
     def begin(self, operation_id: str, digest: str, *, has_protected: bool = False) -> OpBegin:
         check_id("operation_id", operation_id)
         check_id("digest", digest)

@@ -24,11 +24,11 @@ from airlock import __version__
 from airlock.common import daemon, log, validate
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.kinds import NOTICES
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.journal import anchors, journalfiles
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
-from airlock.journal.kinds import NOTICES
 from airlock.journal.store import Store
 
 # Anchors one verify call may carry (the CLI sends more in several calls).

@@ -19,7 +19,7 @@ one key can never both win, and a claim survives an intake or journal restart.
 
 Connections: the writer's connection is used only on the writer thread (the
 lock documents and enforces that); reads use a second, read-only connection,
-and ``verify``/``export`` open their own so a long scan reads one consistent
+and ``verify`` opens its own so a long scan reads one consistent
 snapshot without holding up ``events``.
 """
 
@@ -27,22 +27,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import datetime as dt
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from airlock.common.codec import canonical_json
+from airlock.common.codec import canonical_json, iso_utc, reject_constant
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.kinds import check_writer
 from airlock.journal import chain
 from airlock.journal.chain import GENESIS, Anchor, VerifyResult
-from airlock.journal.kinds import check_writer
 from airlock.journal.operations import MAX_ID_CHARS, OpBegin, OperationTable, Settled, check_id
 
 __all__ = ["GENESIS", "Event", "EventsPage", "OpBegin", "Stats", "Store", "VerifyResult"]
@@ -366,7 +365,7 @@ class Store:
         check_writer(writer, kind)
         normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
         return _Append(
-            time=_timestamp(self._clock()),
+            time=iso_utc(self._clock()),
             kind=kind,
             request_id=_optional_text("request_id", request_id),
             operation_id=_optional_text("operation_id", operation_id),
@@ -603,14 +602,10 @@ class Store:
             raise _invalid(f"window_seconds must be a number above 0 and at most {MAX_CLAIM_WINDOW:g}", "window_seconds")
         return _Claim(key, self._clock(), float(window_seconds), asyncio.get_running_loop().create_future())
 
-    def active_operations(self) -> frozenset[str]:
-        """Operation IDs begun and not yet completed or abandoned (for ``health``)."""
-        return self._ops.active
-
     # -- reading --------------------------------------------------------------
     #
     # The readers below are synchronous and may take a while on a large
-    # journal (verify, export): a service calls them with asyncio.to_thread.
+    # journal (verify): a service calls them with asyncio.to_thread.
     # Each is safe from any thread.
 
     def head(self) -> tuple[int, str]:
@@ -762,25 +757,6 @@ class Store:
         finally:
             conn.close()
 
-    def export(self, *, since: str | None = None) -> Iterator[Event]:
-        """Every event (or those at or after the ISO 8601 time ``since``), oldest first,
-        read from one snapshot taken at the first ``next()``."""
-        start = None if since is None else _parse_since(since)
-        return self._export(start)
-
-    def _export(self, start: str | None) -> Iterator[Event]:
-        conn = _reader(self.path)
-        try:
-            conn.execute("BEGIN")
-            if start is None:
-                cursor = conn.execute(f"SELECT {_COLUMNS} FROM events ORDER BY seq")
-            else:
-                cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE time >= ? ORDER BY seq", (start,))
-            for row in cursor:
-                yield _event(row)
-        finally:
-            conn.close()
-
     async def close(self) -> None:
         """Commit everything already queued, then close.  Later appends fail."""
         if self._closed:
@@ -866,7 +842,7 @@ def acknowledge(
                 "reason": reason,
             }
             normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
-            when = _timestamp(clock())
+            when = iso_utc(clock())
             record = {
                 "seq": seq, "time": when, "kind": chain.ACK_KIND, "request_id": None,
                 "operation_id": None, "peer_uid": uid, "session": None, "writer": "journal",
@@ -1085,26 +1061,6 @@ def _event(row: tuple[Any, ...]) -> Event:
     return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], payload, row[9], row[10])
 
 
-def _timestamp(seconds: float) -> str:
-    moment = dt.datetime.fromtimestamp(seconds, dt.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _parse_since(value: str) -> str:
-    try:
-        moment = dt.datetime.fromisoformat(value)
-    except (TypeError, ValueError):
-        raise _invalid(f"since must be an ISO 8601 time (got {value!r})", "since") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)  # airlock's times are UTC; so is a bare one
-    # Same shape as stored times, so the comparison in SQL is by text.
-    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _canonical_object(name: str, value: object, cap: int) -> tuple[dict[str, Any], str]:
     """The object as it will be hashed and stored, and its canonical text.
 
@@ -1124,7 +1080,7 @@ def _canonical_object(name: str, value: object, cap: int) -> tuple[dict[str, Any
             {"field": name, "limit_bytes": cap},
         )
     try:
-        normalized = json.loads(data, parse_constant=_reject_constant)
+        normalized = json.loads(data, parse_constant=reject_constant)
     except (ValueError, RecursionError):
         raise _invalid(f"{name} holds a value JSON cannot carry (NaN or infinity)", name) from None
     text = canonical_json(normalized).decode()

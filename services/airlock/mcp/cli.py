@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from airlock.cli import client
+from airlock.common import client
 
 
 def operator_socket(given: str | None, agent: str) -> str:

@@ -14,6 +14,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from airlock.common.codec import reject_constant
+from airlock.common.errors import AirlockError
+from airlock.common.framing import FrameDecoder
+
 # A message is one line; stdin for a command travels inside one, so the cap is
 # generous but bounded (the agent door's own cap is 1 MiB per request).
 MAX_LINE: Final = 8 * 1024 * 1024
@@ -72,50 +76,32 @@ TOO_LONG: Final = TooLong.TOO_LONG
 
 
 class LineBuffer:
-    """Splits a byte stream into lines; an over-long line is skipped, not fatal.
+    """stdin's lines (`FrameDecoder`, skipping an overlong line); an over-long line is skipped, not fatal.
 
     ``next_line`` returns a line without its newline, `TOO_LONG` once for a line
     that passed the cap (the rest of it is discarded up to its newline, so the
-    stream stays usable), or None when more bytes are needed.
+    stream stays usable), or None when more bytes are needed.  The cap counts
+    the line without its newline.
     """
 
     def __init__(self, max_line: int = MAX_LINE) -> None:
         self.max_line = max_line
-        self._buffer = bytearray()
-        self._skipping = False
+        self._decoder = FrameDecoder(max_line + 1, skip_overlong=True)
 
     def feed(self, data: bytes) -> None:
-        self._buffer += data
+        self._decoder.feed(data)
 
     def next_line(self) -> bytes | TooLong | None:
-        while True:
-            end = self._buffer.find(b"\n", 0, self.max_line + 1)
-            if self._skipping:
-                if end < 0:
-                    self._buffer.clear()
-                    return None
-                del self._buffer[: end + 1]
-                self._skipping = False
-                continue
-            if end < 0:
-                if len(self._buffer) > self.max_line:
-                    self._buffer.clear()
-                    self._skipping = True
-                    return TOO_LONG
-                return None
-            line = bytes(self._buffer[:end])
-            del self._buffer[: end + 1]
-            return line
+        try:
+            frame = self._decoder.next_frame()
+        except AirlockError:
+            return TOO_LONG
+        return frame if isinstance(frame, bytes) else None
 
     def end_of_stream(self) -> bytes | None:
         """The peer closed its side: a last line without a newline is still a message."""
-        rest = None if self._skipping or not self._buffer.strip() else bytes(self._buffer)
-        self._buffer.clear()
-        return rest
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+        rest = self._decoder.rest()
+        return rest if rest.strip() else None
 
 
 def _valid_id(value: Any) -> bool:
@@ -126,7 +112,7 @@ def _valid_id(value: Any) -> bool:
 def decode(line: bytes) -> Message:
     """One line (without its newline) into a message, or `RemoteProtocolError`."""
     try:
-        untrusted = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+        untrusted = json.loads(line.decode("utf-8"), parse_constant=reject_constant)
     except UnicodeDecodeError as exc:
         raise RemoteProtocolError(ErrorCode.PARSE_ERROR, f"parse error: not valid UTF-8 (byte {exc.start})") from None
     except RecursionError:

@@ -27,13 +27,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, BinaryIO, Final
 
 from airlock import __version__
-from airlock.common.codec import Event, Response
+from airlock.common import doorclient
+from airlock.common.cancel import cancel_until_running
+from airlock.common.codec import Event, Response, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client, Unreachable
 from airlock.mcp import jsonrpc, tools
 from airlock.mcp.session import CancelCall, Send, Session, StartCall
 from airlock.mcp.tools import ToolResult
@@ -45,10 +45,6 @@ from airlock.mcp.tools import ToolResult
 SHUTDOWN_GRACE: Final = 3.0
 CANCEL_RETRY: Final = 0.1
 WITHDRAW_REASON: Final = "withdrawn by airlock mcp: the MCP client cancelled the call or went away"
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _say(event: str, **fields: Any) -> None:
@@ -83,13 +79,12 @@ class CallContext:
 Handler = Callable[[dict[str, Any], CallContext], Awaitable[ToolResult]]
 
 
-class Door:
-    """One native v1 request on a Unix socket, events passed to a callback (through `common.ipc.Client`)."""
+class DoorClient:
+    """A door (agent.sock or operator.sock) as the tools use it: `common.doorclient`, answers as `Response`s."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        # INTERNAL is only the code of an Unreachable; the door's own errors come back as they are.
-        self._client = Client(path, service="airlock", unavailable=ErrorCode.INTERNAL, timeout=None)
+        self._door = doorclient.DoorClient(path)
 
     async def call(
         self, verb: str, args: dict[str, Any], on_event: Callable[[Event], None] | None = None, *, request_id: str | None = None
@@ -97,8 +92,8 @@ class Door:
         """The final response; `OSError` when the socket cannot be used, `AirlockError` on a malformed reply."""
         rid = request_id or str(uuid.uuid4())
         try:
-            data = await self._client.call(verb, args, on_event=on_event, request_id=rid)
-        except Unreachable as exc:
+            data = await self._door.call(verb, args, on_event, request_id=rid)
+        except doorclient.DoorUnavailable as exc:
             if isinstance(exc.cause, OSError):
                 raise exc.cause from None
             raise AirlockError(ErrorCode.INVALID_REQUEST, exc.message) from None
@@ -145,8 +140,8 @@ class AgentDoor:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.agent = Door(settings.agent_socket)
-        self.operator = Door(settings.operator_socket) if settings.operator_socket else None
+        self.agent = DoorClient(settings.agent_socket)
+        self.operator = DoorClient(settings.operator_socket) if settings.operator_socket else None
 
     @property
     def handlers(self) -> Mapping[str, Handler]:
@@ -160,7 +155,7 @@ class AgentDoor:
         # means to run it twice, so airlock's derived-ID replay must not apply.
         run = _Run(operation_id=f"mcp-{uuid.uuid4()}", request_id=str(uuid.uuid4()))
         try:
-            args = tools.exec_args(arguments, now=_now(), operation_id=run.operation_id, session=self.settings.session)
+            args = tools.exec_args(arguments, now=iso_utc(), operation_id=run.operation_id, session=self.settings.session)
         except tools.ArgumentError as exc:
             return tools.argument_error(exc)
 
@@ -203,14 +198,11 @@ class AgentDoor:
         while not run.final:
             run.changed.clear()
             if run.approved:
-                if await self._cancel(run):
-                    _say("mcp.call.cancelled", operation_id=run.operation_id)
-                    return
                 # Not running yet (the runner registers it after journaling
-                # `started`) or already finished: look again shortly.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(run.changed.wait(), CANCEL_RETRY)
-                continue
+                # `started`): asked again until it is, or until the call settled.
+                if await cancel_until_running(lambda: self._cancel(run), retry_seconds=CANCEL_RETRY, stop=lambda: run.final):
+                    _say("mcp.call.cancelled", operation_id=run.operation_id)
+                return
             if run.pending is not None and not tried_deny:
                 tried_deny = True
                 if await self._deny(run):

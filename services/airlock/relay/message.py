@@ -2,7 +2,7 @@
 
 No I/O: the relay's service feeds events in and sends what comes out.  What
 an agent chose (argv, reason, paths) is sanitised on the way in
-(`airlock.cli.render.sanitise`), so no channel ever shows a control or bidi
+(`airlock.common.render.sanitise`), so no channel ever shows a control or bidi
 character that could make the text lie.  Environment *values* are never
 included (names only), and protected values are not in the events feed.
 """
@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 
-from airlock.cli.render import command_line, duration, sanitise
+from airlock.common.codec import iso_utc
+from airlock.common.render import command_line, duration, sanitise
 
 # The audit event kinds the relay turns into messages.
 KINDS = frozenset({"approval.pending", "approval.decided"})
@@ -37,10 +38,6 @@ def _parse_time(value: object) -> float | None:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def _iso(when: float) -> str:
-    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _clip(text: str, limit: int = _MAX_TEXT) -> str:
@@ -87,7 +84,7 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) 
         "rule": _s(payload.get("rule")),
         "reason": _clip(_s(request.get("reason")), 500),
         "seconds_left": round(max(0.0, expires - now), 1),
-        "expires_at": _iso(expires),
+        "expires_at": iso_utc(expires, timespec="seconds"),
         "decide": f"ssh {host} airlock approve {request_id}",
         "deny": f"ssh {host} airlock deny {request_id}",
     }

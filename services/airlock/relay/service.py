@@ -28,12 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airlock.cli import client
-from airlock.common import log
+from airlock.common import client, log
 from airlock.common.config import Config, ConfigError, load
+from airlock.common.kinds import NOTICES
 from airlock.common.notify import Notifier
 from airlock.common.peer import identify, may_decide
-from airlock.journal.kinds import NOTICES
 from airlock.relay import channels, cursor
 from airlock.relay import message as msg
 

@@ -1,3 +1,5 @@
+"""`python3 -m airlock.runner`: the airlock-runner service (airlock.runner.service.main)."""
+
 import sys
 
 from airlock.runner.service import main

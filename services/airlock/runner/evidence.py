@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 
@@ -85,17 +84,6 @@ class JobResult:
             "stdout_truncated": self.stdout_truncated,
             "stdout_sha256": self.stdout_sha256,
         }
-
-
-def describe_exit(returncode: int) -> tuple[int | None, int | None]:
-    """``(exit_code, signal)`` from a subprocess return code (negative: killed by a signal)."""
-    if returncode < 0:
-        return None, -returncode
-    return returncode, None
-
-
-def iso_utc(wall: float) -> str:
-    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def sha256_hex(data: bytes) -> str:

@@ -33,6 +33,7 @@ from airlock.common.audit import Ids
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.filespec import FileSpec
 from airlock.common.server import Call
+from airlock.common.spec import check_privilege
 from airlock.runner.identity import Identity, resolve_identity
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key
 
@@ -70,7 +71,7 @@ async def execute(
     spec: FileSpec,
     identity: Identity,
     *,
-    timeout: float,
+    timeout: float,  # noqa: ASYNC109  the operation's limit: expiring stops its process (an outcome)
     preview_only: bool = False,
     expect: str | None = None,
     cpu_seconds: int | None = None,
@@ -150,12 +151,7 @@ class FileVerbs:
         self.runner = runner  # runner.service.Runner: config, audit, approval client, _refuse, running
 
     def _identity(self, spec: FileSpec) -> Identity:
-        euid = os.geteuid()
-        if spec.run_as != euid and euid != 0:
-            what = "privileged requests need" if spec.privileged else "working as another user needs"
-            raise AirlockError(
-                ErrorCode.PRIVILEGE_UNAVAILABLE, f"{what} airlock-runner to run as root; this runner runs as uid {euid}"
-            )
+        check_privilege(spec.run_as, os.geteuid(), privileged=spec.privileged)
         return resolve_identity(spec.run_as)
 
     def _timeout(self) -> float:

@@ -8,7 +8,8 @@ leaves them and escapes (the limit reference/001 states).
 
 The spawner starts every stage blocked before exec, then `start_scope` asks
 systemd (StartTransientUnit over D-Bus, through busctl: no Python D-Bus
-dependency) to create ``airlock-job-<operation>.scope`` in the jobs slice with
+dependency) to create ``airlock-job-<operation>.u<uid>.scope`` (named by
+`airlock.runner.units.unit_name`, as the service units are) in the jobs slice with
 those PIDs, and waits until the kernel shows each of them in the scope's
 cgroup.  Only then are the stages released, so nothing the job forks can be
 born outside the scope.  Timeout and cancel signal the whole unit
@@ -22,9 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
-import re
 import signal
 import time
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from airlock.common import child
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import ROOT_PATH, resolve_executable
 from airlock.common.sandbox import cpu_quota_property, memory_property
@@ -39,27 +39,9 @@ from airlock.common.sandbox import cpu_quota_property, memory_property
 _DEST = "org.freedesktop.systemd1"
 _PATH = "/org/freedesktop/systemd1"
 _MANAGER = "org.freedesktop.systemd1.Manager"
-_UNIT_NAME_MAX = 255
-_UNIT_PREFIX = "airlock-job-"
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _BUSCTL_TIMEOUT_SECONDS = 10.0
 _ATTACH_TIMEOUT_SECONDS = 5.0
 _POLL_SECONDS = 0.01
-
-
-def unit_name(operation_id: str) -> str:
-    """``airlock-job-<operation id>.scope``, made safe for a unit name.
-
-    Characters outside ``[A-Za-z0-9_.-]`` become ``_``; when anything had to
-    change (or the name is too long) a short digest of the real ID is added,
-    so two different operations never share a unit.
-    """
-    safe = _UNSAFE.sub("_", operation_id)
-    room = _UNIT_NAME_MAX - len(_UNIT_PREFIX) - len(".scope")
-    if safe != operation_id or not safe or len(safe) > room:
-        digest = hashlib.sha256(operation_id.encode()).hexdigest()[:12]
-        safe = f"{safe[: room - len(digest) - 1]}-{digest}" if safe else digest
-    return f"{_UNIT_PREFIX}{safe}.scope"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,23 +110,11 @@ async def _busctl(args: list[str]) -> None:
     busctl = resolve_executable("busctl", ROOT_PATH)
     if busctl is None:
         raise AirlockError(ErrorCode.SPAWN_FAILED, "scope containment needs busctl, which was not found")
-    proc = await asyncio.create_subprocess_exec(
-        busctl,
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env={"PATH": ROOT_PATH, "LC_ALL": "C.UTF-8"},
-        close_fds=True,
-    )
-    try:
-        _, err = await asyncio.wait_for(proc.communicate(), _BUSCTL_TIMEOUT_SECONDS)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AirlockError(ErrorCode.SPAWN_FAILED, f"busctl {method} timed out") from None
-    if proc.returncode != 0:
-        message = err.decode(errors="replace").strip() or f"exit status {proc.returncode}"
+    done = await child.run([busctl, *args], env=child.environment(), timeout=_BUSCTL_TIMEOUT_SECONDS, capture_stdout=False)
+    if done.timed_out:
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"busctl {method} timed out")
+    if done.returncode != 0:
+        message = done.stderr.decode(errors="replace").strip() or done.text()
         raise AirlockError(ErrorCode.SPAWN_FAILED, f"busctl {method} failed: {message}")
 
 

@@ -24,7 +24,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
-from airlock.common.spec import ExecSpec
+from airlock.common.spec import ExecSpec, check_privilege
 from airlock.runner import agent
 from airlock.runner.fileverbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
@@ -166,13 +166,7 @@ class Runner:
         # What approval resolved, now redeemed: the files to run (checked again when opened).
         binaries = binary.parse_bound(bound.get("binaries"), len(spec.stages))
 
-        euid = os.geteuid()
-        if spec.run_as != euid and euid != 0:
-            what = "privileged requests need" if spec.privileged else "running as another user needs"
-            raise AirlockError(
-                ErrorCode.PRIVILEGE_UNAVAILABLE,
-                f"{what} airlock-runner to run as root; this runner runs as uid {euid}",
-            )
+        check_privilege(spec.run_as, os.geteuid(), privileged=spec.privileged)
         identity = resolve_identity(spec.run_as)
         cwd = spec.cwd or default_cwd(identity)
         check_cwd(identity, cwd)

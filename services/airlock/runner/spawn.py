@@ -4,8 +4,9 @@ A job is one argv pipeline (or ``/bin/sh -c`` for shell mode): stages joined
 by OS pipes, each running as the job's identity, in a clean environment, with
 stdin from the request's bytes or /dev/null.  The runner reads only the last
 stage's stdout and every stage's stderr, redacts protected values, caps each
-stream, and enforces timeout, deadline and cancel with SIGTERM, a grace
-period, then SIGKILL.  Every child is always waited for.
+stream, and enforces timeout, deadline and cancel with the one stop of
+`airlock.common.child` (SIGTERM, a grace period, then SIGKILL), whose exit
+description it reports too.  Every child is always waited for.
 
 Containment (scope.py): ``process-group``, every stage leads its own session
 and process group and signals go to all of them (a process that calls
@@ -34,14 +35,17 @@ from typing import Any, Literal
 import structlog
 
 from airlock.common import binary, sandbox
+from airlock.common.child import describe_exit, terminate
+from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
 from airlock.common.sandbox import cpu_quota_property, memory_property
+from airlock.common.spec import check_privilege
 from airlock.runner import units
-from airlock.runner.evidence import JobResult, StageResult, describe_exit, iso_utc, sha256_hex
+from airlock.runner.evidence import JobResult, StageResult, sha256_hex
 from airlock.runner.identity import Identity, check_cwd, check_executable, encodable
 from airlock.runner.redact import Capture, StreamRedactor
-from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings, unit_name
+from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings
 
 __all__ = [
     "JobResult",
@@ -316,8 +320,7 @@ def _scope_containment(spec: JobSpec) -> ScopeContainment:
         # Never before our own timeout, termination and sweep have had their turn.
         runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
     )
-    name = spec.operation_id if spec.owner_uid is None else f"{spec.operation_id}.u{spec.owner_uid}"
-    return ScopeContainment(unit_name(name), settings)
+    return ScopeContainment(units.unit_name(spec.operation_id, spec.owner_uid, None, suffix=".scope"), settings)
 
 
 class ServiceContainment(ProcessGroups):
@@ -391,16 +394,6 @@ def _containment_for(spec: JobSpec) -> ProcessGroups:
 
 
 # --- the job ----------------------------------------------------------------------------
-
-
-def _check_privilege(identity: Identity) -> None:
-    euid = os.geteuid()
-    if euid != 0 and identity.uid != euid:
-        raise AirlockError(
-            ErrorCode.PRIVILEGE_UNAVAILABLE,
-            f"the runner is not root (uid {euid}) and cannot run a job as {identity.user} (uid {identity.uid})",
-            {"uid": identity.uid},
-        )
 
 
 def _is_own_identity(identity: Identity) -> bool:
@@ -534,7 +527,7 @@ class _Job:
         ids: dict[str, Any] = {}
         # Switching ids forces fork(); a job with exactly our own credentials
         # (root jobs) can take the much cheaper vfork() path.
-        if os.geteuid() == 0 and not _is_own_identity(spec.identity):  # else _check_privilege made sure the uid is ours
+        if os.geteuid() == 0 and not _is_own_identity(spec.identity):  # else check_privilege made sure the uid is ours
             ids = {"user": spec.identity.uid, "group": spec.identity.gid, "extra_groups": list(spec.identity.groups)}
         for index, (argv, opened) in enumerate(zip(spec.stages, self.binaries, strict=True)):
             executable = opened.path
@@ -558,7 +551,7 @@ class _Job:
                 args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), held, executable, *argv[1:]]
                 env = {}  # the job's comes through the gate
             try:
-                proc = subprocess.Popen(
+                proc = subprocess.Popen(  # noqa: S603  the held binary through our own shim; argv is the approved spec
                     args,
                     executable=program,
                     stdin=next_in.fd,
@@ -685,13 +678,7 @@ class _Job:
         await self._drain()
 
     async def _terminate(self, exits: asyncio.Future[None]) -> None:
-        grace = self.spec.kill_grace_seconds
-        await self.containment.signal(signal.SIGTERM)
-        if grace > 0:
-            await asyncio.wait({exits}, timeout=grace)
-        if not exits.done():
-            await self.containment.signal(signal.SIGKILL)
-        await exits
+        await terminate(self.containment.signal, exits, self.spec.kill_grace_seconds)
 
     async def _sweep(self) -> None:
         """Stop what the stages left running in the job's groups or scope."""
@@ -756,7 +743,7 @@ async def run_job(
     binary that others could change) or INVALID_ARGUMENTS.  A passed deadline or an already-set ``cancel`` returns
     a result with ``started=False`` and nothing run.
     """
-    _check_privilege(spec.identity)
+    check_privilege(spec.identity.uid, os.geteuid(), privileged=False)
     check_cwd(spec.identity, spec.cwd)
     opened = _open_all(spec)
     try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airlock.approval.grants import Grant, Grants, parse_duration, restore
+from airlock.approval.grants import Grant, Grants, restore
+from airlock.common.validate import parse_duration
 
 
 def grant(**changes: object) -> Grant:
@@ -41,7 +42,7 @@ def test_the_store_finds_live_grants_only() -> None:
 
 
 def test_restore_drops_revoked_and_expired_and_ignores_junk() -> None:
-    records = [
+    records: list[dict[str, object]] = [
         {"action": "grant", "grant": grant().to_dict()},
         {"action": "grant", "grant": grant(grant_id="g-2").to_dict()},
         {"action": "grant", "grant": grant(grant_id="g-3").to_dict()},
@@ -62,5 +63,5 @@ def test_durations(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text", ["", "m", "0m", "-5m", "1.5h", "3w"])
 def test_bad_durations(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)

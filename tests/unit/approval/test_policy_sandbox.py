@@ -6,14 +6,15 @@ import os
 
 import pytest
 
-from airlock.approval.policy import PolicyError, assemble, explain, parse_policy_text
+from airlock.approval.policy import Policy, PolicyError, assemble, parse_policy_text
+from airlock.common import sandbox
 
 D = "/etc/airlock/policy.d/20-mount.yaml"
 TRUE = os.path.realpath("/usr/bin/true")
 ID = os.path.realpath("/usr/bin/id")
 
 
-def load(rules: str):
+def load(rules: str) -> Policy:
     return assemble([parse_policy_text(rules, D, main=False)])
 
 
@@ -36,9 +37,9 @@ def test_a_stage_carries_its_deciding_rules_sandbox() -> None:
     decision = p.decide(who, [["true"], ["id"]])
     assert decision.stages[0].sandbox == {"read_only": True, "private_network": True, "memory_max": "256M"}
     assert decision.stages[1].sandbox is None
-    lines = explain(decision)
-    assert "  sandbox:  memory_max=256M; private_network=True; read_only=True" in lines
-    assert "  sandbox:  none (a full job, as with sudo)" in lines
+    # As `airlock policy check` shows them.
+    assert sandbox.describe(decision.stages[0].sandbox) == "memory_max=256M; private_network=True; read_only=True"
+    assert sandbox.describe(decision.stages[1].sandbox) == "none (a full job, as with sudo)"
     assert decision.to_dict()["stages"][0]["sandbox"]["read_only"] is True
 
 

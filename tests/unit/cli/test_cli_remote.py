@@ -27,7 +27,7 @@ def test_ssh_gets_batch_mode_bounds_and_one_quoted_remote_command() -> None:
 
 @pytest.mark.parametrize("host", ["-oProxyCommand=touch /tmp/x", "", "web1 web2", "web1;id", "$(id)", "a\nb"])
 def test_a_host_that_is_not_a_host_is_refused(host: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"not a \[USER@\]HOST"):
         remote.ssh_argv(host, ["pending"])
 
 

@@ -11,10 +11,19 @@ import pytest
 from airlock.cli.main import main, parser
 
 
-@pytest.mark.parametrize("argv", [["--json", "status"], ["status", "--json"], ["--json", "events", "--tail", "3"]])
-def test_json_before_or_after_the_command(argv: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "before", "after"),
+    [
+        (["--json", "status"], True, False),
+        (["status", "--json"], False, True),
+        (["--json", "events", "--tail", "3"], True, False),
+        (["status"], False, False),
+    ],
+)
+def test_json_before_or_after_the_command(argv: list[str], before: bool, after: bool) -> None:
+    # Each place is read into its own attribute (main() then merges them), and only where it was given.
     ns = parser().parse_args(argv)
-    assert ns.json or ns.global_json
+    assert (ns.global_json, ns.json) == (before, after)
 
 
 def test_global_json_reaches_the_command(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -136,7 +136,7 @@ def test_a_racing_path_is_refused_not_an_internal_error(monkeypatch: pytest.Monk
     def racing(path: str) -> str:
         raise OSError(22, "Invalid argument")  # readlink after the link became a file
 
-    monkeypatch.setattr(resolve.os.path, "realpath", racing)
+    monkeypatch.setattr(os.path, "realpath", racing)
     assert resolve.resolve_executable("/usr/bin/true", "") is None  # policy: unresolved, denied
     with pytest.raises(AirlockError) as caught:
         match.canonical_head("/etc/hostname")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -143,7 +144,7 @@ json_values = st.recursive(
     args=st.dictionaries(st.text(max_size=10), json_values, max_size=5),
     token=st.none() | st.text(max_size=20),
 )
-def test_decode_of_encode_is_identity(request_id: str | None, verb: str, args: dict, token: str | None) -> None:
+def test_decode_of_encode_is_identity(request_id: str | None, verb: str, args: dict[str, Any], token: str | None) -> None:
     request = Request(id=request_id, verb=verb, args=args, token=token)
     line = encode_request(request)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
@@ -151,7 +152,7 @@ def test_decode_of_encode_is_identity(request_id: str | None, verb: str, args: d
 
 
 @given(data=st.dictionaries(st.text(max_size=10), json_values, max_size=5), rid=st.none() | st.text(max_size=10))
-def test_replies_round_trip(data: dict, rid: str | None) -> None:
+def test_replies_round_trip(data: dict[str, Any], rid: str | None) -> None:
     reply = decode_reply(encode_ok(rid, data)[:-1])
     assert isinstance(reply, Response) and reply.ok and reply.data == data and reply.id == rid
     event = decode_reply(encode_event(rid, "e", 1, data)[:-1])
@@ -173,3 +174,39 @@ def test_arbitrary_bytes_yield_a_request_or_a_protocol_error(raw: bytes) -> None
         d.end_of_stream()
     except AirlockError as exc:
         assert exc.code in (ErrorCode.REQUEST_TOO_LARGE, ErrorCode.MISSING_NEWLINE)
+
+
+def _frames(decoder: FrameDecoder) -> list[bytes | str]:
+    out: list[bytes | str] = []
+    while True:
+        try:
+            frame = decoder.next_frame()
+        except AirlockError as exc:
+            out.append(exc.code.value)
+            if not decoder.skip_overlong:
+                return out
+            continue
+        if frame is NEED_DATA:
+            return out
+        assert isinstance(frame, bytes)
+        out.append(frame)
+
+
+@pytest.mark.parametrize("chunk", [10_000, 1])
+def test_a_skipping_decoder_reports_an_overlong_line_once_and_goes_on(chunk: int) -> None:
+    data = b"ok\n" + b"x" * 40 + b"\n" + b"after\n" + b"tail"
+    decoder = FrameDecoder(16, skip_overlong=True)
+    seen: list[bytes | str] = []
+    for i in range(0, len(data), chunk):
+        decoder.feed(data[i : i + chunk])
+        seen += _frames(decoder)
+    assert seen == [b"ok", "request_too_large", b"after"]
+    assert decoder.rest() == b"tail"
+
+
+def test_a_strict_decoder_stops_at_an_overlong_line() -> None:
+    decoder = FrameDecoder(16)
+    decoder.feed(b"x" * 40 + b"\nafter\n")
+    assert _frames(decoder) == ["request_too_large"]
+    with pytest.raises(AirlockError):
+        decoder.next_frame()  # the stream has failed

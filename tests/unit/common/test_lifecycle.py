@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airlock.common import lifecycle
+from airlock.common import kinds, lifecycle
 from airlock.common.lifecycle import LifecycleError, Story, fold, step, trace
-from airlock.journal import kinds
 
 
 def ev(seq: int, kind: str, **payload: Any) -> dict[str, Any]:
@@ -145,7 +144,7 @@ def test_every_forbidden_step_is_named(name: str) -> None:
     assert before == fold(events[:index])
 
 
-@pytest.mark.parametrize("event, reason", [
+@pytest.mark.parametrize(("event", "reason"), [
     (ev(2, "approval.decided"), "no decision"),
     (ev(2, "approval.decided", decision="ask"), "'ask' is not in the table"),
     (ev(2, "request.replied", status=7), "no status"),

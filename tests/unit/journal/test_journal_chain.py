@@ -11,9 +11,10 @@ from airlock.journal.chain import GENESIS, compute_hash, verify_rows
 
 
 def make_chain(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows, prev = [], GENESIS
+    rows: list[dict[str, Any]] = []
+    prev: str = GENESIS
     for seq, payload in enumerate(payloads, start=1):
-        record = {"seq": seq, "time": "2026-12-02T12:00:00.000Z", "kind": "request.received", "request_id": f"r{seq}",
+        record: dict[str, Any] = {"seq": seq, "time": "2026-12-02T12:00:00.000Z", "kind": "request.received", "request_id": f"r{seq}",
                   "operation_id": None, "peer_uid": 1000, "session": None, "writer": "intake",
                   "payload": payload, "prev_hash": prev}
         record["hash"] = compute_hash(record)
@@ -101,7 +102,7 @@ def test_from_seq_and_anchor() -> None:
     # Cut short before the anchor.
     cut = verify_rows([], from_seq=9, anchor=rows[7]["hash"])
     assert (cut.ok, cut.first_bad_seq) == (False, 9)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="an anchor needs from_seq"):
         verify_rows(rows, anchor=rows[0]["hash"])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -94,7 +95,7 @@ def test_claims_share_transactions_with_appends(db: Path) -> None:
 
 def test_a_claimed_append_is_written_only_when_its_claim_wins(db: Path) -> None:
     async def body(store: Store) -> list[object]:
-        def received(n: int) -> object:
+        def received(n: int) -> Awaitable[object]:
             return store.append_claimed("0:same", 60, writer="intake", kind="request.received",
                                         request_id="same", payload={"n": n})
 

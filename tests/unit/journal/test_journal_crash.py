@@ -70,9 +70,9 @@ def test_sigkill_under_load_loses_no_acknowledged_event(tmp_path: Path) -> None:
         child.send_signal(signal.SIGKILL)
         rest, err = child.communicate()
     # Lines already written before the kill are acknowledgements too.
-    for line in rest.decode().splitlines(keepends=True):
-        if line.endswith("\n"):
-            take(line)
+    for text in rest.decode().splitlines(keepends=True):
+        if text.endswith("\n"):
+            take(text)
     assert child.returncode == -signal.SIGKILL
     assert len(acked) >= 200 and settled, err.decode()[-2000:]
 

@@ -42,7 +42,7 @@ def anchor_entry(seq: int, digest: str, host: str = HOST_A, **extra: Any) -> dic
 def test_host_identity_is_hostname_and_machine_id() -> None:
     assert HOST_A == f"web1/{MID_A}"
     assert HOST_B == f"web2/{MID_B}"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="machine ID"):
         fleet.host_identity("not-a-machine-id", "web1")
     assert fleet.host_matches(HOST_A, "web1") and fleet.host_matches(HOST_A, MID_A) and fleet.host_matches(HOST_A, HOST_A)
     assert not fleet.host_matches(HOST_A, "web")

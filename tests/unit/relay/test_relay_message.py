@@ -39,7 +39,8 @@ def _pending(**request: Any) -> dict[str, Any]:
 
 
 def _user_of(uid: object) -> str:
-    return {0: "root", 1001: "agent"}.get(uid, str(uid))  # type: ignore[call-overload]
+    names = {0: "root", 1001: "agent"}
+    return names[uid] if isinstance(uid, int) and uid in names else str(uid)
 
 
 def _at(event: dict[str, Any], seconds: float) -> float:
@@ -131,7 +132,7 @@ def test_the_cursor_survives_and_refuses_to_guess(tmp_path: Path) -> None:
     (tmp_path / "elsewhere.json").write_text('{"seq": 1}')
     with pytest.raises(cursor.CursorError):
         cursor.load(path)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a safe file name"):
         cursor.path_for(tmp_path, "../escape")
 
 

@@ -40,7 +40,7 @@ def test_user() -> Iterator[ScratchUser]:
         subprocess.run(["groupdel", group], check=False)
 
 
-@pytest.fixture()
+@pytest.fixture
 def world_dir() -> Iterator[str]:
     """A temporary directory any user can enter (pytest's tmp_path is 0700 root)."""
     path = tempfile.mkdtemp(prefix="airlock-runner-test-")

@@ -46,7 +46,7 @@ def _environ(pid: int) -> bytes:
         return b""
 
 
-@pytest.fixture()
+@pytest.fixture
 def agent_sock(tmp_path: Path) -> Iterator[str]:
     path = str(tmp_path / "agent.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

@@ -18,7 +18,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner import spawn
 from airlock.runner.identity import check_cwd
 from airlock.runner.scope import ProcessGroups
-from airlock.runner.spawn import describe_exit, run_job
+from airlock.runner.spawn import run_job
 
 from runner_testlib import ScratchUser, make_spec, me, pid_alive, run
 
@@ -27,12 +27,6 @@ MiB = 1 << 20
 
 def sh(script: str) -> tuple[str, ...]:
     return ("sh", "-c", script)
-
-
-def test_describe_exit() -> None:
-    assert describe_exit(0) == (0, None)
-    assert describe_exit(3) == (3, None)
-    assert describe_exit(-9) == (None, 9)
 
 
 def test_single_stage() -> None:

@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_helper_runs_the_checked_file_with_exactly_the_job_environment() -> None
     assert r.stdout.decode() == f"PATH=/usr/bin\nTRICKY={tricky}\n"
 
 
-def test_helper_refuses_a_file_swapped_after_the_runners_check(tmp_path) -> None:
+def test_helper_refuses_a_file_swapped_after_the_runners_check(tmp_path: Path) -> None:
     # The runner checked one file; by the time the unit starts, another sits at the path.
     path = tmp_path / "tool"
     marker = tmp_path / "ran"
@@ -63,7 +64,7 @@ def test_helper_refuses_a_file_swapped_after_the_runners_check(tmp_path) -> None
     assert not marker.exists()
 
 
-def test_helper_refuses_a_symlink_on_the_way(tmp_path) -> None:
+def test_helper_refuses_a_symlink_on_the_way(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()
     target = real / "true"
@@ -76,7 +77,7 @@ def test_helper_refuses_a_symlink_on_the_way(tmp_path) -> None:
     assert _helper(str(target), st).returncode == 0  # the control
 
 
-def test_helper_refuses_a_changed_mode_for_root_jobs(tmp_path) -> None:
+def test_helper_refuses_a_changed_mode_for_root_jobs(tmp_path: Path) -> None:
     path = tmp_path / "tool"
     shutil.copy(os.path.realpath(shutil.which("true") or "/usr/bin/true"), path)
     path.chmod(0o755)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlock.approval.trail import ran_and_succeeded, summarise
+from airlock.common.trail import ran_and_succeeded, summarise
 
 
 def ev(seq: int, kind: str, **payload: Any) -> dict[str, Any]:

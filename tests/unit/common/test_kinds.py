@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.journal.kinds import KINDS, NOTICES, WRITERS, check_writer, message_id
+from airlock.common.kinds import KINDS, NOTICES, WRITERS, check_writer, message_id
 
 CATALOG = Path(__file__).resolve().parents[3] / "units" / "airlock.catalog"
 

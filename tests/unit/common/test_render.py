@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airlock.cli.render import Style, command_line, duration, parse_ttl, sanitise, table
+from airlock.common.render import Style, command_line, duration, parse_ttl, sanitise, table
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_parse_ttl(text: str, seconds: int) -> None:
 
 @pytest.mark.parametrize("text", ["", "h", "0", "-5m", "1.5h", "soon", "1w"])
 def test_parse_ttl_refuses(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a duration"):
         parse_ttl(text)
 
 
@@ -72,8 +72,8 @@ def test_duration() -> None:
 
 
 def test_a_pending_file_write_shows_the_sha256_it_is_approved_against() -> None:
-    from airlock.cli.render import file_review
     from airlock.cli.watch import describe
+    from airlock.common.render import file_review
 
     digest = "ab" * 32
     request = {"tool": "files_edit", "path": "/etc/app.conf", "privileged": True, "before_sha256": digest,

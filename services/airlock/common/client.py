@@ -1,4 +1,6 @@
-"""A small blocking client of the two front doors, for the `airlock` command."""
+"""A small blocking client of the two front doors (agent and operator), shared by
+the `airlock` command, the gateway, the MCP server and the notify relay; and
+where those clients look for the doors by default."""
 
 from __future__ import annotations
 
@@ -101,9 +103,14 @@ def event_pages(path: str, *, timeout: float | None = 30, limit: int = 256) -> I
         cursor = nxt
 
 
+# Where the clients look for the doors: --socket, else the environment, else these.
+AGENT_SOCKET = "/run/airlock/agent.sock"
+OPERATOR_SOCKET = "/run/airlock/operator.sock"
+
+
 def agent_socket(given: str | None) -> str:
-    return given or os.environ.get("AIRLOCK_SOCKET") or "/run/airlock/agent.sock"
+    return given or os.environ.get("AIRLOCK_SOCKET") or AGENT_SOCKET
 
 
 def operator_socket(given: str | None) -> str:
-    return given or os.environ.get("AIRLOCK_OPERATOR_SOCKET") or "/run/airlock/operator.sock"
+    return given or os.environ.get("AIRLOCK_OPERATOR_SOCKET") or OPERATOR_SOCKET

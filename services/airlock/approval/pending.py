@@ -1,0 +1,138 @@
+"""A request waiting for approval, and what its ticket binds.
+
+`Pending` is what approval holds for each request an operator (or a quorum) must
+decide and what `pending`/`watch` show of it; `bind_binaries` and
+`describe_binaries` are the binaries' identities a ticket binds and a reviewer
+sees; `ticket_binding` is the one digest a ticket is issued for and the runner
+must present at redeem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airlock.approval import quorum
+from airlock.approval.policy import Decision
+from airlock.approval.signed import Published
+from airlock.approval.statement import SIGN_COMMAND
+from airlock.common import binary
+from airlock.common.codec import canonical_json
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.peer import Peer
+from airlock.common.resolve import default_path, first_on_path
+
+
+@dataclass
+class Pending:
+    request_id: str
+    operation_id: str | None
+    peer: Peer
+    request: dict[str, Any]
+    decision: Decision
+    digest: str
+    bound: dict[str, Any]
+    created: float
+    expires: float
+    future: asyncio.Future[tuple[str, str, int | None, str]] = field(repr=False)
+    rule: str = ""
+    binaries: list[dict[str, Any]] = field(default_factory=list)
+    # From the checked spec (exec or file), not the raw request: what the operator must see.
+    privileged: bool = True
+    run_as: int = 0
+    run_as_user: str = ""
+    # Issue 18: the approvals collected so far, and the statements a signer signs.
+    tally: quorum.Tally | None = None
+    published: Published | None = None
+
+    def to_dict(self, now: float) -> dict[str, Any]:
+        raw_spec = self.request.get("spec")
+        spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
+        return {
+            "request_id": self.request_id,
+            "operation_id": self.operation_id,
+            "peer": self.peer.to_dict(),
+            "session": self.request.get("session") or "",
+            "host": self.request.get("host") or "",
+            "reason": self.request.get("reason") or "",
+            "privileged": self.privileged,
+            "run_as": {"uid": self.run_as, "user": self.run_as_user},
+            "env_names": sorted([*(spec.get("env") or {}), *(spec.get("protected_names") or [])]),
+            "stages": self.binaries,
+            "binaries": list(self.bound.get("binaries") or []),
+            "sandbox": list(self.bound.get("sandbox") or []),
+            "rule": self.rule,
+            "request": self.request,
+            "policy": self.decision.to_dict(),
+            "created": self.created,
+            "expires": self.expires,
+            "seconds_left": max(0.0, round(self.expires - now, 1)),
+        } | self.quorum_dict()
+
+    def quorum_dict(self) -> dict[str, Any]:
+        """Quorum progress ("1 of 2"), the reason rule, and the statement to sign (issue 18)."""
+        out: dict[str, Any] = {}
+        if self.tally is not None:
+            out["quorum"] = self.tally.to_dict()
+        if self.published is not None:
+            out["statement"] = self.published.statements["allow"].render()
+            out["sign_command"] = SIGN_COMMAND
+        return out
+
+
+def describe_binaries(
+    decision: Decision, target_uid: int, identities: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Each stage's program as a reviewer must see it: the path found, where a symlink
+    leads, and the identity of the file the ticket binds (the one that will run)."""
+    out = []
+    for index, stage in enumerate(decision.stages):
+        name = stage.argv[0] if stage.argv else ""
+        found = first_on_path(name, default_path(target_uid))
+        item: dict[str, Any] = {
+            "argv": list(stage.argv),
+            "binary": found or stage.resolved,
+            "resolved": stage.resolved,
+            "symlink": found is not None and stage.resolved is not None and found != stage.resolved,
+            "decision": stage.decision,
+            "rule": stage.rule,
+        }
+        if identities is not None and index < len(identities):
+            item["identity"] = identities[index]
+        out.append(item)
+    return out
+
+
+def bind_binaries(decision: Decision, *, privileged: bool) -> list[dict[str, Any]]:
+    """The identity of each stage's canonical binary, as the runner must find it (issue 14).
+
+    Opened like the runner opens it (component by component, no symlink
+    followed); a root job's binary must also be root's alone (``unsafe_binary``).
+    """
+    out = []
+    for stage in decision.stages:
+        if stage.resolved is None:  # the policy denies an unresolved stage; nothing to bind
+            raise AirlockError(ErrorCode.SPAWN_FAILED, f"{stage.argv[0] if stage.argv else ''}: command not found")
+        out.append(binary.bind(stage.resolved, privileged=privileged))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    binding: str  # ticket_binding(digest, bound): what the runner must present to redeem
+    expires: float
+    by_policy: bool  # a rule's allow, not an operator's: the hold stops it until redeemed
+
+
+def ticket_binding(digest: str, bound: Mapping[str, Any]) -> str:
+    """What a ticket is bound to: the spec's digest and what approval resolved for it.
+
+    ``bound`` holds what approval saw beyond the request itself (the binaries'
+    identities, a file's reviewed content hash); the runner presents the same
+    object at redeem and then enforces it, so a compromised intake can change
+    neither without the redeem failing.
+    """
+    return hashlib.sha256(canonical_json({"digest": digest, "bound": dict(bound)})).hexdigest()
