@@ -406,16 +406,23 @@ def test_a_catastrophic_regex_is_stopped_by_the_cpu_limit(lab: Lab) -> None:
 def test_the_agent_can_cancel_its_own_privileged_search(lab: Lab) -> None:
     (lab.work / "regex").mkdir(exist_ok=True)
     (lab.work / "regex" / "f").write_text("a" * 40 + "!\n")
-    op = f"op-{uuid.uuid4()}"
-    started = time.monotonic()
-    bg = AgentBackground(lab, "files_search", {"path": str(lab.work / "regex"), "privileged": True,
-                                               "query": "(a+)+$", "regex": True, "operation_id": op})
-    cancelled = None
-    while time.monotonic() - started < 30:
-        cancelled = agent_call(lab, "cancel", {"operation_id": op})
-        if cancelled.get("ok"):
+    codes = []
+    for _attempt in range(5):
+        op = f"op-{uuid.uuid4()}"
+        started = time.monotonic()
+        bg = AgentBackground(lab, "files_search", {"path": str(lab.work / "regex"), "privileged": True,
+                                                   "query": "(a+)+$", "regex": True, "operation_id": op})
+        cancelled = None
+        while time.monotonic() - started < 30:
+            cancelled = agent_call(lab, "cancel", {"operation_id": op})
+            if cancelled.get("ok"):
+                break
+            time.sleep(0.05)
+        assert cancelled is not None and cancelled.get("ok"), cancelled
+        reply = bg.result()
+        codes.append(code(reply))
+        # A cancel that lands before the rule's decision withdraws the request (nothing ran);
+        # under load that can happen: try again until one lands on the running search.
+        if codes[-1] != "withdrawn":
             break
-        time.sleep(0.05)
-    assert cancelled is not None and cancelled.get("ok"), cancelled
-    reply = bg.result()
-    assert code(reply) == "cancelled", reply
+    assert codes[-1] == "cancelled", codes
