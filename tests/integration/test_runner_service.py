@@ -236,7 +236,13 @@ def paused(stack: Stack, name: str) -> Iterator[None]:
 
 
 def _kinds(stack: Stack, op: str) -> list[str]:
-    return [r["kind"] for r in stack.journal_rows() if r["operation_id"] == op and r["kind"].startswith("exec.")]
+    """The operation's exec.* records, once its exec.finished is in (the runner defers it: issue 21)."""
+    deadline = time.monotonic() + 10
+    while True:
+        kinds = [r["kind"] for r in stack.journal_rows() if r["operation_id"] == op and r["kind"].startswith("exec.")]
+        if "exec.finished" in kinds or ("exec.refused" in kinds and "exec.started" not in kinds) or time.monotonic() > deadline:
+            return kinds
+        time.sleep(0.02)
 
 
 def test_a_forged_ticket_is_refused_nothing_runs_and_the_attempt_is_journaled(stack: Stack, tmp_path: Path) -> None:

@@ -147,6 +147,7 @@ class Ticket:
     binding: str  # ticket_binding(digest, bound): what the runner must present to redeem
     expires: float
     by_policy: bool  # a rule's allow, not an operator's: the hold stops it until redeemed
+    mark: str | None = None  # the deferred approval.decided's mark (issue 21), for the runner's exec.started
 
 
 def ticket_binding(digest: str, bound: Mapping[str, Any]) -> str:
@@ -242,15 +243,15 @@ class Approval:
                 if reviewed is not None:
                     bound["file"] = reviewed
             return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec)
-        await self.audit.record(
-            "approval.decided",
-            common,
-            payload={"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()},
-            log_fields={"decision": verdict, "rule": rule},
-        )
+        payload = {"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()}
         if verdict == "deny":
+            await self.audit.record("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule})
             raise AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
-        return {"decision": "allow", "rule": rule, "decided_by": "policy", "ticket": self._issue(digest, bound, by_policy=True), "bound": bound}
+        # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
+        # names this mark (intake passes it on, and redeem hands it to the runner itself).
+        mark = await self.audit.defer("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule})
+        return {"decision": "allow", "rule": rule, "decided_by": "policy",
+                "ticket": self._issue(digest, bound, by_policy=True, mark=mark), "bound": bound, "mark": mark}
 
     async def _wait_for_operator(
         self,
@@ -323,14 +324,14 @@ class Approval:
         return {"decision": "allow", "rule": rule, "decided_by": by, "ticket": self._issue(entry.digest, entry.bound, by_policy=False),
                 "bound": entry.bound}
 
-    def _issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool) -> str:
+    def _issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool, mark: str | None = None) -> str:
         now = time.monotonic()
         for key in [k for k, t in self.tickets.items() if t.expires < now]:
             del self.tickets[key]
         ticket = secrets.token_urlsafe(32)
         # Only a hash is kept: a memory dump does not yield a redeemable ticket.
         self.tickets[_ticket_key(ticket)] = Ticket(
-            ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds, by_policy
+            ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds, by_policy, mark
         )
         return ticket
 
@@ -360,7 +361,7 @@ class Approval:
             # A rule allowed it just before the hold: the brake wins (the model's property P4).
             raise AirlockError(ErrorCode.DENIED, "airlock is on hold: a rule's approval is not redeemed while held",
                                {"rule": "hold"})
-        return {"valid": True}
+        return {"valid": True, "mark": entry.mark}
 
     # --- operators -------------------------------------------------------------
 
