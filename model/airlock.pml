@@ -22,7 +22,10 @@
  *   P1 a job starts only after a ticket for exactly that request and that
  *      binary identity was redeemed;
  *   P2 a ticket is redeemed at most once, across runner restarts;
- *   P3 exec.started is durable before the job starts;
+ *   P3 exec.started is durable before the job starts, and so are the
+ *      request's claim and its decision, though both were appended without
+ *      waiting (deferred: they become durable with the next durable commit,
+ *      and a journal crash before it loses them);
  *   P4 no ticket that a policy rule issued is issued or redeemed while the
  *      operator's hold is on (durably), across approval restarts;
  *   P5 a denied, expired, interrupted or withdrawn request never runs, and a
@@ -35,11 +38,14 @@
  *   BROKEN_AUDIT         exec.started is written after the spawn
  *   BROKEN_IDENTITY      the runner runs the path again instead of the fd it checked
  *   BROKEN_WITHDRAW      a request whose agent hung up stays approvable
+ *   BROKEN_DEFER         exec.started commits without checking that the
+ *                        request's deferred records survived (its marks' boot)
  */
 
 #define R 2          /* requests */
 #define T 3          /* ticket slots: one per request, one spare for replays */
 #define NOTICKET 255
+#define NOMARK 2
 
 #define NONE 0
 #define ALLOW 1
@@ -51,6 +57,13 @@ bool j_claimed[R];   /* op.begin: the operation ID is taken */
 byte j_decided[R];   /* approval.decided */
 bool j_started[R];   /* exec.started */
 bool j_hold;         /* operator.action hold / release */
+/* Deferred records (issue 21): queued in the journal's memory, not yet
+   durable.  A durable commit (exec.started) commits every one queued before
+   it; a journal crash loses them.  j_boot is the journal process's boot: a
+   mark (what a deferred append answers) names it. */
+bool d_claimed[R];   /* op.begin's claim and request.received */
+byte d_decided[R];   /* a rule's approval.decided (allow) */
+byte j_boot;
 
 /* --- approval: memory, lost when it crashes ------------------------------- */
 bool a_up = 1;
@@ -62,6 +75,8 @@ bool t_valid[T];
 byte t_req[T];
 byte t_bound[T];     /* the binary identity approval saw */
 bool t_policy[T];    /* issued by a policy rule, not by an operator */
+byte t_mboot[T];     /* the boot in the mark of a rule's deferred approval.decided
+                        (NOMARK: an operator's decision, durable when issued) */
 
 /* --- the world ----------------------------------------------------------- */
 byte bin_id = 0;     /* the identity of the file at the approved path */
@@ -73,7 +88,16 @@ byte redeemed[T];     /* redeems of the ticket now in each slot */
 byte spawned[R];
 byte approved_id[R] = 255;
 
-chan to_runner = [2] of { byte, byte, byte };   /* request, ticket, bound */
+chan to_runner = [2] of { byte, byte, byte, byte };   /* request, ticket, bound, mark's boot */
+
+/* A durable journal commit: the one writer commits its queue in order, so
+   every deferred record queued before it is committed with it. */
+inline flush() {
+  j_claimed[0] = j_claimed[0] || d_claimed[0]; d_claimed[0] = 0;
+  j_claimed[1] = j_claimed[1] || d_claimed[1]; d_claimed[1] = 0;
+  if :: d_decided[0] != NONE -> j_decided[0] = d_decided[0]; d_decided[0] = NONE :: else -> skip fi;
+  if :: d_decided[1] != NONE -> j_decided[1] = d_decided[1]; d_decided[1] = NONE :: else -> skip fi
+}
 
 /* Approval issues a ticket for request r, bound to what it sees now. */
 inline issue(r, policy) {
@@ -86,6 +110,7 @@ inline issue(r, policy) {
   if
   :: t < T ->
      t_valid[t] = 1; t_req[t] = r; t_bound[t] = bin_id; t_policy[t] = policy; redeemed[t] = 0;
+     if :: policy -> t_mboot[t] = j_boot :: else -> t_mboot[t] = NOMARK fi;
      approved_id[r] = bin_id;
      assert(!(policy && j_hold));                       /* P4 */
      a_ticket[r] = t; a_result[r] = ALLOW
@@ -94,28 +119,30 @@ inline issue(r, policy) {
 }
 
 proctype Intake(byte r) {
-  byte t; byte b; byte verdict;
+  byte t; byte b; byte verdict; byte mb;
   bool retried = 0;
 again:
-  /* op.begin: claim the operation ID in one journal transaction; a replay of
-     a claimed ID runs nothing again. */
+  /* op.begin: claim the operation ID, deferred: decided at once against what
+     is committed and what is queued; a replay of a claimed ID runs nothing
+     again.  The answer carries a mark naming the journal's boot. */
   atomic {
     if
-    :: j_up && !j_claimed[r] -> j_claimed[r] = 1
+    :: j_up && !j_claimed[r] && !d_claimed[r] -> d_claimed[r] = 1; mb = j_boot
     :: else -> goto done
     fi
   }
   /* decide: one atomic step of approval (policy chosen nondeterministically);
-     the decision is journaled before it is answered. */
+     the decision is journaled before it is answered (a rule's allow deferred).
+     Its records name intake's mark: refused if the journal restarted since. */
   atomic {
     if
-    :: !a_up || !j_up -> goto done                       /* fail closed */
-    :: a_up && j_up ->
+    :: !a_up || !j_up || mb != j_boot -> goto done       /* fail closed */
+    :: a_up && j_up && mb == j_boot ->
        if
-       :: a_hold -> a_pending[r] = 1                     /* allow becomes ask */
-       :: !a_hold -> j_decided[r] = ALLOW; issue(r, 1)
-       :: j_decided[r] = DENY; a_result[r] = DENY
-       :: a_pending[r] = 1                               /* ask */
+       :: a_hold -> flush(); a_pending[r] = 1            /* allow becomes ask (approval.pending: durable) */
+       :: !a_hold -> d_decided[r] = ALLOW; issue(r, 1)   /* a rule's allow: deferred */
+       :: flush(); j_decided[r] = DENY; a_result[r] = DENY
+       :: flush(); a_pending[r] = 1                      /* ask */
        fi
     fi
   }
@@ -127,7 +154,7 @@ again:
      :: atomic {
           a_pending[r] -> hung_up[r] = 1; withdrawn[r] = 1;
 #ifndef BROKEN_WITHDRAW
-          a_pending[r] = 0; j_decided[r] = DENY;          /* withdrawn */
+          a_pending[r] = 0; flush(); j_decided[r] = DENY; /* withdrawn */
 #endif
           skip
         }
@@ -149,41 +176,42 @@ again:
   /* hand the work to the runner; a compromised intake may also send the
      ticket twice or with another request (another binding fails redeem's
      comparison in the same way as another request) */
-  to_runner!r, t, b;
+  to_runner!r, t, b, mb;
   if
-  :: to_runner!r, t, b
-  :: to_runner!(1 - r), t, b
+  :: to_runner!r, t, b, mb
+  :: to_runner!(1 - r), t, b, mb
   :: skip
   fi;
 done:
   /* The agent retries the same operation once (a replay): it may overlap
      with the first attempt's job, which the runner may still be running. */
   if
-  :: !retried && r == 0 -> atomic { retried = 1; t = 0; b = 0; verdict = 0 }; goto again
+  :: !retried && r == 0 -> atomic { retried = 1; t = 0; b = 0; verdict = 0; mb = 0 }; goto again
   :: skip
   fi
 }
 
 proctype Runner() {
-  byte r; byte t; byte b; byte fd_id; byte exec_id;
+  byte r; byte t; byte b; byte m; byte am; byte fd_id; byte exec_id;
   bool ok;
 end_idle:
   do
-  :: to_runner?r, t, b ->
+  :: to_runner?r, t, b, m ->
      /* redeem: one atomic step of approval */
 #ifndef BROKEN_REDEEM
      atomic {
        ok = a_up && t < T && t_valid[t] && t_req[t] == r && t_bound[t] == b && !(t_policy[t] && a_hold);
        if
        :: ok -> assert(!(t_policy[t] && j_hold));                         /* P4 */
-                t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1)   /* P2 */
+                t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1);  /* P2 */
+                am = t_mboot[t]                                   /* redeem hands over approval's mark */
        :: else -> skip
        fi
      }
 #else
      ok = a_up && t < T && t_valid[t] && t_req[t] == r && t_bound[t] == b && !(t_policy[t] && a_hold);
      if
-     :: ok -> t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1)
+     :: ok -> t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1); am = t_mboot[t]
      :: else -> skip
      fi;
 #endif
@@ -201,9 +229,17 @@ end_idle:
      fi;
 #endif
 #ifndef BROKEN_AUDIT
+     /* exec.started, durable, naming the request's marks: it commits with
+        every deferred record queued before it, or -- if a mark is of an
+        earlier boot (the journal crashed since) -- not at all. */
      atomic {
        if
-       :: j_up -> j_started[r] = 1
+#ifndef BROKEN_DEFER
+       :: j_up && m == j_boot && (am == NOMARK || am == j_boot) ->
+#else
+       :: j_up ->
+#endif
+          flush(); j_started[r] = 1
        :: else -> goto next                               /* audit_unavailable */
        fi
      }
@@ -217,17 +253,17 @@ end_idle:
      atomic {
        assert(j_decided[r] == ALLOW);                     /* P5 */
        assert(!withdrawn[r]);                             /* P5: withdrawn never runs */
-       assert(j_started[r]);                              /* P3 */
+       assert(j_started[r] && j_claimed[r]);              /* P3 */
        assert(exec_id == approved_id[r] && exec_id == b); /* P1 */
        spawned[r]++;
        assert(spawned[r] <= 1)                            /* P5: at most once */
      }
 #ifdef BROKEN_AUDIT
-     j_started[r] = 1;
+     atomic { flush(); j_started[r] = 1 };
 #endif
 next:
      /* forget the finished job: keeps the state space small */
-     atomic { r = 0; t = 0; b = 0; fd_id = 0; exec_id = 0; ok = 0 }
+     atomic { r = 0; t = 0; b = 0; m = 0; am = 0; fd_id = 0; exec_id = 0; ok = 0 }
   od
 }
 
@@ -243,8 +279,8 @@ end_idle:
        a_up && j_up && a_pending[0] -> r = 0;
        a_pending[r] = 0;
        if
-       :: j_decided[r] = ALLOW; issue(r, 0)
-       :: j_decided[r] = DENY; a_result[r] = DENY
+       :: flush(); j_decided[r] = ALLOW; issue(r, 0)
+       :: flush(); j_decided[r] = DENY; a_result[r] = DENY
        fi;
        r = 0; t = 0
      }
@@ -252,17 +288,17 @@ end_idle:
        a_up && j_up && a_pending[1] -> r = 1;
        a_pending[r] = 0;
        if
-       :: j_decided[r] = ALLOW; issue(r, 0)
-       :: j_decided[r] = DENY; a_result[r] = DENY
+       :: flush(); j_decided[r] = ALLOW; issue(r, 0)
+       :: flush(); j_decided[r] = DENY; a_result[r] = DENY
        fi;
        r = 0; t = 0
      }
   /* hold: in memory first, then durable (a failed journal write leaves it
      held in memory and the operator is told) */
   :: atomic { brakes < 1 && a_up && !a_hold -> a_hold = 1; brakes++ };
-     atomic { if :: a_up && a_hold && j_up -> j_hold = 1 :: else -> skip fi }
+     atomic { if :: a_up && a_hold && j_up -> flush(); j_hold = 1 :: else -> skip fi }
   /* release: durable first, then memory */
-  :: atomic { a_up && a_hold && j_up -> j_hold = 0 }; atomic { a_up -> a_hold = 0 }
+  :: atomic { a_up && a_hold && j_up -> flush(); j_hold = 0 }; atomic { a_up -> a_hold = 0 }
   od
 }
 
@@ -287,8 +323,9 @@ proctype Crashes() {
     a_hold = j_hold                                       /* restored from the journal */
 #endif
   };
-  j_up = 0;
-  j_up = 1
+  /* the journal: what was queued and not committed is lost; a new boot */
+  atomic { j_up = 0; d_claimed[0] = 0; d_claimed[1] = 0; d_decided[0] = NONE; d_decided[1] = NONE };
+  atomic { j_boot = 1; j_up = 1 }
 }
 
 /* The agent swaps the binary at the approved path once, at any moment. */

@@ -32,7 +32,7 @@ from airlock.approval.tokens import (
     unauthorized,
 )
 from airlock.common import binary, daemon, log, validate
-from airlock.common.audit import Audit, Ids, lifecycle
+from airlock.common.audit import Audit, Ids, lifecycle, marks_of
 from airlock.common.codec import canonical_json
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
@@ -236,20 +236,25 @@ class Approval:
         if self.hold_reason is not None and verdict == "allow":
             verdict, rule = "ask", "hold"
         common = Ids(request_id, operation_id, peer.uid, session)
+        # intake's deferred request.received (issue 21): the decision's records name its
+        # mark, so none is journaled (nor a ticket issued) if the journal lost it.
+        after = marks_of(a.get("after"))
         if verdict == "ask":
             if isinstance(spec, FileSpec):
                 request = await filereview.operator_view(self.runner, request, spec)
                 reviewed = filereview.bound_file(request)
                 if reviewed is not None:
                     bound["file"] = reviewed
-            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec)
+            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec, after=after)
         payload = {"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()}
         if verdict == "deny":
-            await self.audit.record("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule})
+            await self.audit.record("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule},
+                                    after=after)
             raise AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
         # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
         # names this mark (intake passes it on, and redeem hands it to the runner itself).
-        mark = await self.audit.defer("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule})
+        mark = await self.audit.defer("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule},
+                                      after=after)
         return {"decision": "allow", "rule": rule, "decided_by": "policy",
                 "ticket": self._issue(digest, bound, by_policy=True, mark=mark), "bound": bound, "mark": mark}
 
@@ -263,6 +268,8 @@ class Approval:
         bound: dict[str, Any],
         common: Ids,
         spec: ExecSpec | FileSpec,
+        *,
+        after: list[str] | None = None,
     ) -> dict[str, Any]:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
@@ -289,6 +296,7 @@ class Approval:
             common,
             payload={"rule": rule, "policy": decision.to_dict(), "timeout_seconds": timeout, "request": request},
             log_fields={"decision": "ask", "rule": rule},
+            after=after,  # durable: request.received is too once this returns
         )
         self.pending[entry.request_id] = entry
         self.notifier.pending(entry.to_dict(now) | {"event": "pending"})

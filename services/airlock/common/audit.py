@@ -132,6 +132,7 @@ class Audit:
         *,
         payload: dict[str, Any] | None = None,
         log_fields: dict[str, Any] | None = None,
+        after: list[str] | None = None,
     ) -> str:
         """Queue an event without waiting for its commit (issue 21); return its mark.
 
@@ -139,7 +140,10 @@ class Audit:
         mark in ``after`` (`record`), which fails if it was lost.  Logged at
         once, with ``durable=False``: journald may show it before the store has it.
         """
-        result = await self.client.call("append", self.event(kind, ids, payload) | {"durable": False})
+        event = self.event(kind, ids, payload) | {"durable": False}
+        if after:
+            event["after"] = after
+        result = await self.client.call("append", event)
         mark = result.get("mark")
         if not isinstance(mark, str):
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the journal did not queue the record")

@@ -348,7 +348,7 @@ class Intake:
                 decision = await self._unless_withdrawn(
                     self.approval.call(
                         "decide",
-                        {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op},
+                        {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op, "after": marks},
                         on_event=forward,
                         timeout=self.config.approval.timeout_seconds + 30,
                     ),

@@ -116,11 +116,11 @@ class Journal:
             "session": validate.optional_text("session", a.get("session"), max_len=256),
             "payload": payload,
         }
+        after = self.store.parse_marks(a.get("after"))
         if not validate.boolean("durable", a.get("durable"), True):
             # Queued, answered at once: durable with the next durable commit that names its mark.
-            mark = self.store.append_deferred(**fields, claim=claim)
+            mark = self.store.append_deferred(**fields, claim=claim, after=after)
             return None if mark is None else {"seq": None, "mark": mark}
-        after = self.store.parse_marks(a.get("after"))
         if claim is None:
             event = await self.store.append(**fields, after=after)
         else:

@@ -407,6 +407,7 @@ class Store:
         session: str | None = None,
         payload: dict[str, Any],
         claim: tuple[str, float] | None = None,
+        after: tuple[int, ...] = (),
     ) -> str | None:
         """Queue one event without waiting for its commit; return its mark.
 
@@ -417,6 +418,7 @@ class Store:
         """
         item = self._append_item(writer, kind, request_id, operation_id, peer_uid, session, payload)
         item.future = None
+        item.after = after  # checked like a durable append's: if one failed, this is not written (its mark fails)
         if claim is not None:
             item.claim = self._claim_item(*claim)
             if not self._claim_free(item.claim):
@@ -632,6 +634,9 @@ class Store:
         for work in batch:
             if isinstance(work, _Append) and work.future is None:
                 self._deferred_done(work, False)
+            elif isinstance(work, _Sync):
+                if not work.future.done():
+                    work.future.set_result(None)  # a barrier: the marks before it are settled (failed)
             elif work.future is not None:
                 _fail(work.future, exc)
 
