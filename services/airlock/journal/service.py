@@ -25,7 +25,7 @@ from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
-from airlock.journal import anchors
+from airlock.journal import anchors, memory
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
 from airlock.journal.kinds import NOTICES
 from airlock.journal.store import Store
@@ -322,8 +322,18 @@ class Anchoring:
     async def _records(self) -> None:
         try:
             await self.anchor("records")
+            await asyncio.to_thread(self.tend_memory)
         finally:
             self._pending = None
+
+    def tend_memory(self) -> None:
+        """Every ``every_records`` records: SQLite's figures to the log, the C heap's free pages back to the kernel."""
+        before = memory.rss_kib()
+        trimmed = memory.trim()
+        after = memory.rss_kib()
+        self.log.info("journal.memory.sampled", trimmed=trimmed, rss_kib=after.get("VmRSS"),
+                      anon_kib=after.get("RssAnon"), released_kib=before.get("RssAnon", 0) - after.get("RssAnon", 0),
+                      **{f"sqlite_{k}": v for k, v in memory.sqlite_status().items()})
 
     def start(self) -> None:
         if self.every_seconds > 0:

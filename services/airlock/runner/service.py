@@ -35,6 +35,7 @@ NAME = "runner"
 # to wait for a journal that does not answer before giving up on them.
 CONFIRM_BATCH = 256
 CONFIRM_SECONDS = 60.0
+MAX_UNCONFIRMED = 10_000
 
 
 class Runner:
@@ -173,6 +174,11 @@ class Runner:
         return evidence
 
     def _unconfirmed(self, mark: str, event: dict[str, Any]) -> None:
+        if len(self.unconfirmed) >= MAX_UNCONFIRMED:  # the journal has not answered for long: bounded
+            dropped = next(iter(self.unconfirmed))
+            gone = self.unconfirmed.pop(dropped)
+            self.log.error("runner.audit.unrecorded", operation_id=gone.get("operation_id"), code="audit_unavailable",
+                           error="too many end records waiting for the journal's confirmation")
         self.unconfirmed[mark] = event
         self._confirm_wake.set()
         if self._confirmer is None or self._confirmer.done():
@@ -191,7 +197,7 @@ class Runner:
             lost: list[str] | None = None
             while lost is None:
                 try:
-                    found = await self.audit.client.call("sync", {"marks": marks}, timeout=10)
+                    found = await self.audit.client.call("sync", {"marks": marks, "writer": "runner"}, timeout=10)
                     lost = [m for m in found.get("lost") or [] if m in marks]
                 except AirlockError as exc:
                     if asyncio.get_running_loop().time() >= deadline:
