@@ -696,7 +696,7 @@ class Store:
                         "payload": work.payload,
                         "prev_hash": prev,
                     }
-                    digest = chain.compute_hash(record)
+                    digest = chain.compute_hash_with(record, work.payload_json)  # one encoding of the payload
                     events.append(Event(seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
                                         work.session, work.writer, work.payload, prev, digest))
                     rows.append((seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
