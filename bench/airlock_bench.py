@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import json as json_module
 import os
 import subprocess
 import sys
@@ -269,6 +270,28 @@ class Bench:
                         extra={"rss": rss, "growth": growth}))
 
 
+def system_figures(path: Path = REPO / "bench" / "results-system.json") -> list[Figure]:
+    """The container rows, from the last `make bench-system` (it boots a container: not part of this run)."""
+    try:
+        data = json_module.loads(path.read_text())
+    except (OSError, ValueError):
+        return [Figure("cold start, socket activation (container)", None, "ms", "<= 400 ms", met=None,
+                       note="not measured in this run: `make bench-system` (root; boots the system tests' container)")]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(path.stat().st_mtime))
+    cold, warm, bare = median(data["cold"]), median(data["warm"]), median(data["bare"])
+    load = data.get("loadavg", [None])[0]
+    return [
+        Figure("cold start, socket activation (container)", cold, "ms", "<= 400 ms", "warm airlock run", warm,
+               cold / warm, cold <= 400,
+               f"`make bench-system` at {when} (load average {load}): every airlock service stopped, the first "
+               f"/usr/bin/airlock run --no-privilege -- true by an agent in the Debian 12 container, start to exit; "
+               f"median of {len(data['cold'])}", data["cold"]),
+        Figure("airlock run -- true, installed, warm (container)", warm, "ms", "", "fork/exec of true", bare,
+               warm / bare, None, f"the .deb's /usr/bin/airlock in the container, services running; "
+               f"median of {len(data['warm'])}", data["warm"]),
+    ]
+
+
 def _installed_layout(workdir: Path) -> str:
     """/usr/bin/airlock as the .deb installs it, without installing it: the console script pybuild
     writes (Debian's python3, site, no venv) and the package in a folder of its own on the path."""
@@ -344,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             if name in wanted:
                 print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
                 step()
-        figures = bench.figures
+        figures = bench.figures + system_figures()
     info["load_average_end"] = os.getloadavg()
     info["seconds"] = round(time.monotonic() - started, 1)
     print()
