@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from airlock import __version__
@@ -538,7 +539,27 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     intake = Intake(config, service)
     door.handler = intake.handle
     lifecycle(service, intake.audit)
+    journal_started = service.on_started
+
+    async def started() -> None:
+        # Cold start (issue 21): the first request needs the journal, approval and the
+        # runner, each started by its socket on its first connection.  Knock on all three
+        # now, so that systemd starts them side by side instead of one after the other.
+        for name in ("journal", "approval", "runner"):
+            asyncio.get_running_loop().create_task(_knock(config.socket_path(name)))
+        if journal_started is not None:
+            await journal_started()
+
+    service.on_started = started
     return service
+
+
+async def _knock(path: Path) -> None:
+    """Connect and hang up: under socket activation that starts the service behind ``path``."""
+    with contextlib.suppress(OSError, TimeoutError):
+        _, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(path)), 5)
+        writer.close()
+        await asyncio.wait_for(writer.wait_closed(), 5)
 
 
 def main(argv: list[str] | None = None) -> int:
