@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import datetime as dt
 import json
 import os
@@ -75,6 +76,10 @@ MAX_CLAIM_WINDOW: Final = 86400.0
 # forgotten and every mark below the newest forgotten one counts as failed.
 MAX_FAILED_MARKS: Final = 65536
 MAX_AFTER: Final = 16  # marks one append may name
+# How long a batch of deferred appends alone waits for a durable one to share
+# its commit (an exec's path from request.received to exec.started takes a few
+# ms); past it they are committed on their own.
+DEFER_LINGER: Final = 0.1
 # Claim keys are "<uid>:<request id>": the uid's digits, a colon, an ID.
 MAX_CLAIM_KEY_CHARS: Final = MAX_ID_CHARS + 16
 MAX_UID: Final = 2**32 - 1
@@ -294,6 +299,9 @@ class Store:
         self._failed_floor = 0
         # Keys of deferred claims queued and not yet committed or failed.
         self._claims_queued: dict[str, int] = {}
+        # Set when work someone waits for is queued (or the store closes): a batch of
+        # deferred appends alone waits for it up to DEFER_LINGER.
+        self._urgent = asyncio.Event()
 
     # -- opening --------------------------------------------------------------
 
@@ -530,6 +538,8 @@ class Store:
             self._issued += 1
             item.mark = self._issued
         self._queue.put_nowait(item)
+        if not _deferred(item):
+            self._urgent.set()  # someone waits: the writer commits now
 
     async def _run_writer(self) -> None:
         loop = asyncio.get_running_loop()
@@ -539,16 +549,27 @@ class Store:
             if first is None:
                 break
             batch: list[_Work] = [first]
-            while len(batch) < MAX_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
+            stop = self._drain(batch)
+            if not stop and all(_deferred(w) for w in batch):
+                # Nobody waits for these: give the durable record that follows them
+                # (exec.started, request.replied) a moment to share their commit.
+                self._urgent.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), DEFER_LINGER)
+                stop = self._drain(batch)
             await self._commit(loop, batch)
+
+    def _drain(self, batch: list[_Work]) -> bool:
+        """Move what is queued into ``batch`` (up to MAX_BATCH); True if the stop sentinel came."""
+        while len(batch) < MAX_BATCH:
+            try:
+                item = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return False
+            if item is None:
+                return True
+            batch.append(item)
+        return False
 
     async def _commit(self, loop: asyncio.AbstractEventLoop, batch: list[_Work]) -> None:
         batch = self._check_after(batch)
@@ -970,6 +991,7 @@ class Store:
         self._closing = True
         if self._writer is not None:
             self._queue.put_nowait(None)
+            self._urgent.set()
             if not self._writer.done():
                 await self._writer
         loop = asyncio.get_running_loop()
@@ -1360,6 +1382,10 @@ def _invalid(message: str, field: str) -> AirlockError:
 
 def _unavailable(exc: BaseException) -> AirlockError:
     return AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"the audit journal could not commit: {str(exc)[:200]}")
+
+
+def _deferred(work: _Work | None) -> bool:
+    return isinstance(work, _Append) and work.future is None
 
 
 def _lost() -> AirlockError:

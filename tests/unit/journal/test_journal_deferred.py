@@ -12,7 +12,7 @@ import pytest
 from journal_support import with_store
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.journal.store import Store
+from airlock.journal.store import DEFER_LINGER, Store
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_the_failure_is_found_even_when_the_durable_append_is_queued_before_it_i
         store._write = failing_once  # type: ignore[method-assign]
         received = _defer(store, "request.received", "intake")
         assert received is not None
-        await asyncio.sleep(0.05)  # the writer now holds it in a transaction
+        await asyncio.sleep(DEFER_LINGER + 0.1)  # the writer now holds it in a transaction
         after = store.parse_marks([received])  # not known to have failed yet: accepted
         started = asyncio.ensure_future(
             store.append(writer="runner", kind="exec.started", request_id="r1", payload={}, after=after)
@@ -169,7 +169,7 @@ def test_a_deferred_record_naming_a_lost_mark_is_not_written_and_its_own_mark_is
         store._write = failing_once  # type: ignore[method-assign]
         received = _defer(store, "request.received", "intake")
         assert received is not None
-        await asyncio.sleep(0.05)  # in the writer's (failing) transaction now
+        await asyncio.sleep(DEFER_LINGER + 0.1)  # in the writer's (failing) transaction now
         decided = store.append_deferred(writer="approval", kind="approval.decided", request_id="r1", payload={},
                                         after=store.parse_marks([received]))
         other = store.append_deferred(writer="approval", kind="approval.decided", request_id="r1", payload={"x": 1})
@@ -180,3 +180,19 @@ def test_a_deferred_record_naming_a_lost_mark_is_not_written_and_its_own_mark_is
 
     with_store(db, body)
     assert _kinds(db) == ["approval.decided"]
+
+
+def test_deferred_records_alone_wait_briefly_for_a_durable_one_then_commit(db: Path) -> None:
+    async def body(store: Store) -> None:
+        _defer(store, "request.received", "intake")
+        await asyncio.sleep(DEFER_LINGER / 4)
+        assert store.stats.transactions == 0  # lingering: a durable record may still join
+        _defer(store, "approval.decided", "approval")
+        await store.append(writer="runner", kind="exec.started", request_id="r1", payload={})
+        assert store.stats.transactions == 1  # the three in one commit
+        _defer(store, "exec.finished", "runner")
+        await asyncio.sleep(DEFER_LINGER * 3)
+        assert store.stats.transactions == 2  # nobody came: committed on its own
+
+    with_store(db, body)
+    assert _kinds(db) == ["request.received", "approval.decided", "exec.started", "exec.finished"]
