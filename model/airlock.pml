@@ -45,7 +45,6 @@
 #define R 2          /* requests */
 #define T 3          /* ticket slots: one per request, one spare for replays */
 #define NOTICKET 255
-#define NOMARK 2
 
 #define NONE 0
 #define ALLOW 1
@@ -61,8 +60,12 @@ bool j_hold;         /* operator.action hold / release */
    durable.  A durable commit (exec.started) commits every one queued before
    it; a journal crash loses them.  j_boot is the journal process's boot: a
    mark (what a deferred append answers) names it. */
-bool d_claimed[R];   /* op.begin's claim and request.received */
-byte d_decided[R];   /* a rule's approval.decided (allow) */
+bool d_claimed[R];   /* op.begin's claim and request.received (request 0's only:
+                        request 1 never retries, so a lost claim of its would
+                        show only in P3's claim part, which request 0 covers;
+                        its claim commits at once, to keep the state space
+                        within bounds) */
+bool d_allowed[R];   /* a rule's approval.decided (allow) */
 byte j_boot;
 
 /* --- approval: memory, lost when it crashes ------------------------------- */
@@ -75,8 +78,9 @@ bool t_valid[T];
 byte t_req[T];
 byte t_bound[T];     /* the binary identity approval saw */
 bool t_policy[T];    /* issued by a policy rule, not by an operator */
-byte t_mboot[T];     /* the boot in the mark of a rule's deferred approval.decided
-                        (NOMARK: an operator's decision, durable when issued) */
+bool t_early[T];     /* a rule's ticket whose deferred approval.decided has a mark
+                        of boot 0: stale once the journal has crashed (an
+                        operator's decision is durable when issued: never stale) */
 
 /* --- the world ----------------------------------------------------------- */
 byte bin_id = 0;     /* the identity of the file at the approved path */
@@ -95,8 +99,8 @@ chan to_runner = [2] of { byte, byte, byte };   /* request, ticket, bound */
 inline flush() {
   j_claimed[0] = j_claimed[0] || d_claimed[0]; d_claimed[0] = 0;
   j_claimed[1] = j_claimed[1] || d_claimed[1]; d_claimed[1] = 0;
-  if :: d_decided[0] != NONE -> j_decided[0] = d_decided[0]; d_decided[0] = NONE :: else -> skip fi;
-  if :: d_decided[1] != NONE -> j_decided[1] = d_decided[1]; d_decided[1] = NONE :: else -> skip fi
+  if :: d_allowed[0] -> j_decided[0] = ALLOW; d_allowed[0] = 0 :: else -> skip fi;
+  if :: d_allowed[1] -> j_decided[1] = ALLOW; d_allowed[1] = 0 :: else -> skip fi
 }
 
 /* Approval issues a ticket for request r, bound to what it sees now. */
@@ -110,7 +114,7 @@ inline issue(r, policy) {
   if
   :: t < T ->
      t_valid[t] = 1; t_req[t] = r; t_bound[t] = bin_id; t_policy[t] = policy; redeemed[t] = 0;
-     if :: policy -> t_mboot[t] = j_boot :: else -> t_mboot[t] = NOMARK fi;
+     t_early[t] = policy && j_boot == 0;
      approved_id[r] = bin_id;
      assert(!(policy && j_hold));                       /* P4 */
      a_ticket[r] = t; a_result[r] = ALLOW
@@ -127,7 +131,9 @@ again:
      again.  The answer carries a mark naming the journal's boot. */
   atomic {
     if
-    :: j_up && !j_claimed[r] && !d_claimed[r] -> d_claimed[r] = 1; mb = j_boot
+    :: j_up && !j_claimed[r] && !d_claimed[r] ->
+       if :: r == 0 -> d_claimed[r] = 1 :: else -> j_claimed[r] = 1 fi;
+       mb = j_boot
     :: else -> goto done
     fi
   }
@@ -141,7 +147,7 @@ again:
        mb = 0;                                           /* not needed after this: keeps the state space small */
        if
        :: a_hold -> flush(); a_pending[r] = 1            /* allow becomes ask (approval.pending: durable) */
-       :: !a_hold -> d_decided[r] = ALLOW; issue(r, 1)   /* a rule's allow: deferred */
+       :: !a_hold -> d_allowed[r] = 1; issue(r, 1)       /* a rule's allow: deferred */
        :: flush(); j_decided[r] = DENY; a_result[r] = DENY
        :: flush(); a_pending[r] = 1                      /* ask */
        fi
@@ -193,7 +199,7 @@ done:
 }
 
 proctype Runner() {
-  byte r; byte t; byte b; byte am; byte fd_id; byte exec_id;
+  byte r; byte t; byte b; bool am; byte fd_id; byte exec_id;
   bool ok;
 end_idle:
   do
@@ -205,14 +211,14 @@ end_idle:
        if
        :: ok -> assert(!(t_policy[t] && j_hold));                         /* P4 */
                 t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1);  /* P2 */
-                am = t_mboot[t]; t_mboot[t] = 0                   /* redeem hands over approval's mark */
+                am = t_early[t]; t_early[t] = 0                   /* redeem hands over approval's mark */
        :: else -> skip
        fi
      }
 #else
      ok = a_up && t < T && t_valid[t] && t_req[t] == r && t_bound[t] == b && !(t_policy[t] && a_hold);
      if
-     :: ok -> t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1); am = t_mboot[t]; t_mboot[t] = 0
+     :: ok -> t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1); am = t_early[t]; t_early[t] = 0
      :: else -> skip
      fi;
 #endif
@@ -242,7 +248,7 @@ end_idle:
      atomic {
        if
 #ifndef BROKEN_DEFER
-       :: j_up && (am == NOMARK || am == j_boot) ->
+       :: j_up && !(am && j_boot != 0) ->
 #else
        :: j_up ->
 #endif
@@ -317,7 +323,7 @@ proctype Crashes() {
     a_hold = 0;
     i = 0;
     do
-    :: i < T -> t_valid[i] = 0; t_mboot[i] = 0; i++
+    :: i < T -> t_valid[i] = 0; t_early[i] = 0; i++
     :: i == T -> break
     od;
     /* pending requests end with approval_interrupted */
@@ -331,7 +337,7 @@ proctype Crashes() {
 #endif
   };
   /* the journal: what was queued and not committed is lost; a new boot */
-  atomic { j_up = 0; d_claimed[0] = 0; d_claimed[1] = 0; d_decided[0] = NONE; d_decided[1] = NONE };
+  atomic { j_up = 0; d_claimed[0] = 0; d_claimed[1] = 0; d_allowed[0] = 0; d_allowed[1] = 0 };
   atomic { j_boot = 1; j_up = 1 }
 }
 
