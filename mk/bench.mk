@@ -27,3 +27,13 @@ bench-units: $(BIN)/airlock
 	@[ "$$(id -u)" = 0 ] || { echo "bench-units: needs root (it boots a container)"; exit 2; }
 	$(MAKE) --no-print-directory test-system-deps deb
 	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python bench/units_container.py $(BENCH_ARGS)
+
+# Cold start under real socket activation (issue 21): boots the system tests'
+# Debian 12 container, installs the .deb, stops every airlock service and times
+# the first `airlock run -- true` (systemd starts each service on demand), and
+# the same command warm.  Writes bench/results-system.json; `make bench` prints
+# those figures in its table when the file is there.
+bench-system: $(BIN)/airlock
+	@[ "$$(id -u)" = 0 ] || { echo "bench-system: needs root (it boots a container)"; exit 2; }
+	$(MAKE) --no-print-directory test-system-deps deb
+	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python bench/cold_container.py --json bench/results-system.json $(BENCH_ARGS)

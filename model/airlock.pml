@@ -22,7 +22,10 @@
  *   P1 a job starts only after a ticket for exactly that request and that
  *      binary identity was redeemed;
  *   P2 a ticket is redeemed at most once, across runner restarts;
- *   P3 exec.started is durable before the job starts;
+ *   P3 exec.started is durable before the job starts, and so are the
+ *      request's claim and its decision, though both were appended without
+ *      waiting (deferred: they become durable with the next durable commit,
+ *      and a journal crash before it loses them);
  *   P4 no ticket that a policy rule issued is issued or redeemed while the
  *      operator's hold is on (durably), across approval restarts;
  *   P5 a denied, expired, interrupted or withdrawn request never runs, and a
@@ -35,6 +38,8 @@
  *   BROKEN_AUDIT         exec.started is written after the spawn
  *   BROKEN_IDENTITY      the runner runs the path again instead of the fd it checked
  *   BROKEN_WITHDRAW      a request whose agent hung up stays approvable
+ *   BROKEN_DEFER         exec.started commits without checking that the
+ *                        request's deferred records survived (its marks' boot)
  */
 
 #define R 2          /* requests */
@@ -51,6 +56,17 @@ bool j_claimed[R];   /* op.begin: the operation ID is taken */
 byte j_decided[R];   /* approval.decided */
 bool j_started[R];   /* exec.started */
 bool j_hold;         /* operator.action hold / release */
+/* Deferred records (issue 21): queued in the journal's memory, not yet
+   durable.  A durable commit (exec.started) commits every one queued before
+   it; a journal crash loses them.  j_boot is the journal process's boot: a
+   mark (what a deferred append answers) names it. */
+bool d_claimed[R];   /* op.begin's claim and request.received (request 0's only:
+                        request 1 never retries, so a lost claim of its would
+                        show only in P3's claim part, which request 0 covers;
+                        its claim commits at once, to keep the state space
+                        within bounds) */
+bool d_allowed[R];   /* a rule's approval.decided (allow) */
+byte j_boot;
 
 /* --- approval: memory, lost when it crashes ------------------------------- */
 bool a_up = 1;
@@ -62,6 +78,9 @@ bool t_valid[T];
 byte t_req[T];
 byte t_bound[T];     /* the binary identity approval saw */
 bool t_policy[T];    /* issued by a policy rule, not by an operator */
+bool t_early[T];     /* a rule's ticket whose deferred approval.decided has a mark
+                        of boot 0: stale once the journal has crashed (an
+                        operator's decision is durable when issued: never stale) */
 
 /* --- the world ----------------------------------------------------------- */
 byte bin_id = 0;     /* the identity of the file at the approved path */
@@ -75,6 +94,15 @@ byte approved_id[R] = 255;
 
 chan to_runner = [2] of { byte, byte, byte };   /* request, ticket, bound */
 
+/* A durable journal commit: the one writer commits its queue in order, so
+   every deferred record queued before it is committed with it. */
+inline flush() {
+  j_claimed[0] = j_claimed[0] || d_claimed[0]; d_claimed[0] = 0;
+  j_claimed[1] = j_claimed[1] || d_claimed[1]; d_claimed[1] = 0;
+  if :: d_allowed[0] -> j_decided[0] = ALLOW; d_allowed[0] = 0 :: else -> skip fi;
+  if :: d_allowed[1] -> j_decided[1] = ALLOW; d_allowed[1] = 0 :: else -> skip fi
+}
+
 /* Approval issues a ticket for request r, bound to what it sees now. */
 inline issue(r, policy) {
   t = 0;
@@ -86,6 +114,7 @@ inline issue(r, policy) {
   if
   :: t < T ->
      t_valid[t] = 1; t_req[t] = r; t_bound[t] = bin_id; t_policy[t] = policy; redeemed[t] = 0;
+     t_early[t] = policy && j_boot == 0;
      approved_id[r] = bin_id;
      assert(!(policy && j_hold));                       /* P4 */
      a_ticket[r] = t; a_result[r] = ALLOW
@@ -94,28 +123,33 @@ inline issue(r, policy) {
 }
 
 proctype Intake(byte r) {
-  byte t; byte b; byte verdict;
+  byte t; byte b; byte verdict; byte mb;
   bool retried = 0;
 again:
-  /* op.begin: claim the operation ID in one journal transaction; a replay of
-     a claimed ID runs nothing again. */
+  /* op.begin: claim the operation ID, deferred: decided at once against what
+     is committed and what is queued; a replay of a claimed ID runs nothing
+     again.  The answer carries a mark naming the journal's boot. */
   atomic {
     if
-    :: j_up && !j_claimed[r] -> j_claimed[r] = 1
+    :: j_up && !j_claimed[r] && !d_claimed[r] ->
+       if :: r == 0 -> d_claimed[r] = 1 :: else -> j_claimed[r] = 1 fi;
+       mb = j_boot
     :: else -> goto done
     fi
   }
   /* decide: one atomic step of approval (policy chosen nondeterministically);
-     the decision is journaled before it is answered. */
+     the decision is journaled before it is answered (a rule's allow deferred).
+     Its records name intake's mark: refused if the journal restarted since. */
   atomic {
     if
-    :: !a_up || !j_up -> goto done                       /* fail closed */
-    :: a_up && j_up ->
+    :: !a_up || !j_up || mb != j_boot -> mb = 0; goto done   /* fail closed */
+    :: a_up && j_up && mb == j_boot ->
+       mb = 0;                                           /* not needed after this: keeps the state space small */
        if
-       :: a_hold -> a_pending[r] = 1                     /* allow becomes ask */
-       :: !a_hold -> j_decided[r] = ALLOW; issue(r, 1)
-       :: j_decided[r] = DENY; a_result[r] = DENY
-       :: a_pending[r] = 1                               /* ask */
+       :: a_hold -> flush(); a_pending[r] = 1            /* allow becomes ask (approval.pending: durable) */
+       :: !a_hold -> d_allowed[r] = 1; issue(r, 1)       /* a rule's allow: deferred */
+       :: flush(); j_decided[r] = DENY; a_result[r] = DENY
+       :: flush(); a_pending[r] = 1                      /* ask */
        fi
     fi
   }
@@ -127,7 +161,7 @@ again:
      :: atomic {
           a_pending[r] -> hung_up[r] = 1; withdrawn[r] = 1;
 #ifndef BROKEN_WITHDRAW
-          a_pending[r] = 0; j_decided[r] = DENY;          /* withdrawn */
+          a_pending[r] = 0; flush(); j_decided[r] = DENY; /* withdrawn */
 #endif
           skip
         }
@@ -159,13 +193,13 @@ done:
   /* The agent retries the same operation once (a replay): it may overlap
      with the first attempt's job, which the runner may still be running. */
   if
-  :: !retried && r == 0 -> atomic { retried = 1; t = 0; b = 0; verdict = 0 }; goto again
+  :: !retried && r == 0 -> atomic { retried = 1; t = 0; b = 0; verdict = 0; mb = 0 }; goto again
   :: skip
   fi
 }
 
 proctype Runner() {
-  byte r; byte t; byte b; byte fd_id; byte exec_id;
+  byte r; byte t; byte b; bool am; byte fd_id; byte exec_id;
   bool ok;
 end_idle:
   do
@@ -176,14 +210,15 @@ end_idle:
        ok = a_up && t < T && t_valid[t] && t_req[t] == r && t_bound[t] == b && !(t_policy[t] && a_hold);
        if
        :: ok -> assert(!(t_policy[t] && j_hold));                         /* P4 */
-                t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1)   /* P2 */
+                t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1);  /* P2 */
+                am = t_early[t]; t_early[t] = 0                   /* redeem hands over approval's mark */
        :: else -> skip
        fi
      }
 #else
      ok = a_up && t < T && t_valid[t] && t_req[t] == r && t_bound[t] == b && !(t_policy[t] && a_hold);
      if
-     :: ok -> t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1)
+     :: ok -> t_valid[t] = 0; redeemed[t]++; assert(redeemed[t] <= 1); am = t_early[t]; t_early[t] = 0
      :: else -> skip
      fi;
 #endif
@@ -201,9 +236,23 @@ end_idle:
      fi;
 #endif
 #ifndef BROKEN_AUDIT
+     /* exec.started, durable, naming the request's marks: it commits with
+        every deferred record queued before it, or -- if a mark is of an
+        earlier boot (the journal crashed since) -- not at all.  The mark
+        checked here is approval's, from redeem (am): a rule's decision was
+        made at intake's mark's boot (decide checks it), so a crash since
+        either shows in it; an operator's decision followed the durable
+        approval.pending, which committed intake's records.  (The code also
+        checks intake's marks, passed with the ticket: defence in depth, the
+        same outcome here, and left out to keep the state space small.) */
      atomic {
        if
-       :: j_up -> j_started[r] = 1
+#ifndef BROKEN_DEFER
+       :: j_up && !(am && j_boot != 0) ->
+#else
+       :: j_up ->
+#endif
+          flush(); j_started[r] = 1
        :: else -> goto next                               /* audit_unavailable */
        fi
      }
@@ -217,17 +266,17 @@ end_idle:
      atomic {
        assert(j_decided[r] == ALLOW);                     /* P5 */
        assert(!withdrawn[r]);                             /* P5: withdrawn never runs */
-       assert(j_started[r]);                              /* P3 */
+       assert(j_started[r] && j_claimed[r]);              /* P3 */
        assert(exec_id == approved_id[r] && exec_id == b); /* P1 */
        spawned[r]++;
        assert(spawned[r] <= 1)                            /* P5: at most once */
      }
 #ifdef BROKEN_AUDIT
-     j_started[r] = 1;
+     atomic { flush(); j_started[r] = 1 };
 #endif
 next:
      /* forget the finished job: keeps the state space small */
-     atomic { r = 0; t = 0; b = 0; fd_id = 0; exec_id = 0; ok = 0 }
+     atomic { r = 0; t = 0; b = 0; am = 0; fd_id = 0; exec_id = 0; ok = 0 }
   od
 }
 
@@ -243,8 +292,8 @@ end_idle:
        a_up && j_up && a_pending[0] -> r = 0;
        a_pending[r] = 0;
        if
-       :: j_decided[r] = ALLOW; issue(r, 0)
-       :: j_decided[r] = DENY; a_result[r] = DENY
+       :: flush(); j_decided[r] = ALLOW; issue(r, 0)
+       :: flush(); j_decided[r] = DENY; a_result[r] = DENY
        fi;
        r = 0; t = 0
      }
@@ -252,17 +301,17 @@ end_idle:
        a_up && j_up && a_pending[1] -> r = 1;
        a_pending[r] = 0;
        if
-       :: j_decided[r] = ALLOW; issue(r, 0)
-       :: j_decided[r] = DENY; a_result[r] = DENY
+       :: flush(); j_decided[r] = ALLOW; issue(r, 0)
+       :: flush(); j_decided[r] = DENY; a_result[r] = DENY
        fi;
        r = 0; t = 0
      }
   /* hold: in memory first, then durable (a failed journal write leaves it
      held in memory and the operator is told) */
   :: atomic { brakes < 1 && a_up && !a_hold -> a_hold = 1; brakes++ };
-     atomic { if :: a_up && a_hold && j_up -> j_hold = 1 :: else -> skip fi }
+     atomic { if :: a_up && a_hold && j_up -> flush(); j_hold = 1 :: else -> skip fi }
   /* release: durable first, then memory */
-  :: atomic { a_up && a_hold && j_up -> j_hold = 0 }; atomic { a_up -> a_hold = 0 }
+  :: atomic { a_up && a_hold && j_up -> flush(); j_hold = 0 }; atomic { a_up -> a_hold = 0 }
   od
 }
 
@@ -274,7 +323,7 @@ proctype Crashes() {
     a_hold = 0;
     i = 0;
     do
-    :: i < T -> t_valid[i] = 0; i++
+    :: i < T -> t_valid[i] = 0; t_early[i] = 0; i++
     :: i == T -> break
     od;
     /* pending requests end with approval_interrupted */
@@ -287,8 +336,9 @@ proctype Crashes() {
     a_hold = j_hold                                       /* restored from the journal */
 #endif
   };
-  j_up = 0;
-  j_up = 1
+  /* the journal: what was queued and not committed is lost; a new boot */
+  atomic { j_up = 0; d_claimed[0] = 0; d_claimed[1] = 0; d_allowed[0] = 0; d_allowed[1] = 0 };
+  atomic { j_boot = 1; j_up = 1 }
 }
 
 /* The agent swaps the binary at the approved path once, at any moment. */

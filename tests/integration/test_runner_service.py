@@ -236,7 +236,13 @@ def paused(stack: Stack, name: str) -> Iterator[None]:
 
 
 def _kinds(stack: Stack, op: str) -> list[str]:
-    return [r["kind"] for r in stack.journal_rows() if r["operation_id"] == op and r["kind"].startswith("exec.")]
+    """The operation's exec.* records, once its exec.finished is in (the runner defers it: issue 21)."""
+    deadline = time.monotonic() + 10
+    while True:
+        kinds = [r["kind"] for r in stack.journal_rows() if r["operation_id"] == op and r["kind"].startswith("exec.")]
+        if "exec.finished" in kinds or ("exec.refused" in kinds and "exec.started" not in kinds) or time.monotonic() > deadline:
+            return kinds
+        time.sleep(0.02)
 
 
 def test_a_forged_ticket_is_refused_nothing_runs_and_the_attempt_is_journaled(stack: Stack, tmp_path: Path) -> None:
@@ -414,3 +420,32 @@ def test_evidence_comes_back_when_the_journal_goes_away_during_the_job(stack: St
         worker.join(30)
     # It ran: a retry after an error would run it again.
     assert marker.exists() and result["stages"][0]["exit_code"] == 0
+
+
+def test_a_decision_the_journal_may_have_lost_never_runs(stack: Stack, tmp_path: Path) -> None:
+    """Issue 21: a rule's approval.decided is deferred; the journal restarting before exec.started
+    (its mark names the old journal process) makes the runner refuse, and nothing runs."""
+    control, marker = tmp_path / "control", tmp_path / "after-restart"
+    # Control: the same ticket flow with the journal up all along runs.
+    asyncio.run(_run(stack, spec_for(control), asyncio.run(_ticket(stack, spec_for(control)))))
+    assert control.exists()
+    ticket = asyncio.run(_ticket(stack, spec_for(marker)))
+    stack.kill_service("journal")
+    op = str(uuid.uuid4())
+    with pytest.raises(AirlockError) as err:
+        asyncio.run(_run(stack, spec_for(marker), ticket, op))
+    assert err.value.code is ErrorCode.AUDIT_UNAVAILABLE
+    assert not marker.exists()
+    assert "exec.started" not in _kinds(stack, op)
+
+
+def test_a_forged_mark_in_after_is_refused_and_nothing_runs(stack: Stack, tmp_path: Path) -> None:
+    marker = tmp_path / "forged-mark"
+    spec = spec_for(marker)
+    ticket = asyncio.run(_ticket(stack, spec))
+    runner = Client(stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
+    with pytest.raises(AirlockError) as err:
+        asyncio.run(runner.call("exec", {"ticket": ticket, "spec": spec.to_dict(), "operation_id": str(uuid.uuid4()),
+                                         "bound": _BOUND.get(ticket, {}), "after": ["0000000000000000:1"]}))
+    assert err.value.code is ErrorCode.AUDIT_UNAVAILABLE
+    assert not marker.exists()

@@ -125,6 +125,7 @@ class Ticket:
     binding: str  # ticket_binding(digest, bound): what the runner must present to redeem
     expires: float
     by_policy: bool  # a rule's allow, not an operator's: the hold stops it until redeemed
+    mark: str | None = None  # the deferred approval.decided's mark (issue 21), for the runner's exec.started
 
 
 def ticket_binding(digest: str, bound: Mapping[str, Any]) -> str:

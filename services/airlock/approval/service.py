@@ -34,7 +34,7 @@ from airlock.approval.tokens import (
 )
 from airlock.approval.votes import Votes
 from airlock.common import daemon, log, trail, validate
-from airlock.common.audit import Audit, Ids, lifecycle
+from airlock.common.audit import Audit, Ids, lifecycle, marks_of
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
@@ -128,17 +128,23 @@ class Approval(Votes):
         if self.hold_reason is not None and verdict == "allow":
             verdict, rule = "ask", "hold"
         common = Ids(request_id, operation_id, peer.uid, session)
+        # intake's deferred request.received (issue 21): the decision's records name its
+        # mark, so none is journaled (nor a ticket issued) if the journal lost it.
+        after = marks_of(a.get("after"))
         requirement = self.policy.requirement(decision)
         if verdict != "deny":
-            await self._require_reason(request, requirement, decision, common)
+            await self._require_reason(request, requirement, decision, common, after=after)
         granted = self._granted(verdict, spec, peer, session, digest, decision, requirement)
         if granted is not None:
+            # Durable (not deferred like a rule's allow): a grant's use is an operator's
+            # decision standing in, and it costs one commit only where a grant applies.
             await self.audit.record(
                 "approval.decided",
                 common,
                 payload={"decision": "allow", "rule": rule, "by": "grant", "grant_id": granted.grant_id,
                          "grant_scope": granted.scope, "granted_by": granted.made_by, "policy": decision.to_dict()},
                 log_fields={"decision": "allow", "rule": rule},
+                after=after,
             )
             # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
             return {"decision": "allow", "rule": rule, "decided_by": f"grant {granted.grant_id}",
@@ -149,16 +155,19 @@ class Approval(Votes):
                 reviewed = filereview.bound_file(request)
                 if reviewed is not None:
                     bound["file"] = reviewed
-            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec, requirement)
-        await self.audit.record(
-            "approval.decided",
-            common,
-            payload={"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()},
-            log_fields={"decision": verdict, "rule": rule},
-        )
+            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec, requirement,
+                                                 after=after)
+        payload = {"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()}
         if verdict == "deny":
+            await self.audit.record("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule},
+                                    after=after)
             raise AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
-        return {"decision": "allow", "rule": rule, "decided_by": "policy", "ticket": self._issue(digest, bound, by_policy=True), "bound": bound}
+        # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
+        # names this mark (intake passes it on, and redeem hands it to the runner itself).
+        mark = await self.audit.defer("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule},
+                                      after=after)
+        return {"decision": "allow", "rule": rule, "decided_by": "policy",
+                "ticket": self._issue(digest, bound, by_policy=True, mark=mark), "bound": bound, "mark": mark}
 
     async def _wait_for_operator(
         self,
@@ -171,6 +180,8 @@ class Approval(Votes):
         common: Ids,
         spec: ExecSpec | FileSpec,
         requirement: quorum.Requirement | None = None,
+        *,
+        after: list[str] | None = None,
     ) -> dict[str, Any]:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
@@ -200,6 +211,7 @@ class Approval(Votes):
             payload={"rule": rule, "policy": decision.to_dict(), "timeout_seconds": timeout, "request": request}
             | self._pending_extra(entry),
             log_fields={"decision": "ask", "rule": rule},
+            after=after,  # durable: request.received is too once this returns
         )
         self.pending[entry.request_id] = entry
         self.notifier.pending(entry.to_dict(now) | {"event": "pending"})
@@ -238,14 +250,14 @@ class Approval(Votes):
         return {"decision": "allow", "rule": rule, "decided_by": by, "ticket": self._issue(entry.digest, entry.bound, by_policy=False),
                 "bound": entry.bound}
 
-    def _issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool) -> str:
+    def _issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool, mark: str | None = None) -> str:
         now = time.monotonic()
         for key in [k for k, t in self.tickets.items() if t.expires < now]:
             del self.tickets[key]
         ticket = secrets.token_urlsafe(32)
         # Only a hash is kept: a memory dump does not yield a redeemable ticket.
         self.tickets[_ticket_key(ticket)] = Ticket(
-            ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds, by_policy
+            ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds, by_policy, mark
         )
         return ticket
 
@@ -275,7 +287,7 @@ class Approval(Votes):
             # A rule allowed it just before the hold: the brake wins (the model's property P4).
             raise AirlockError(ErrorCode.DENIED, "airlock is on hold: a rule's approval is not redeemed while held",
                                {"rule": "hold"})
-        return {"valid": True}
+        return {"valid": True, "mark": entry.mark}
 
     # --- operators -------------------------------------------------------------
 

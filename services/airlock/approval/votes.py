@@ -210,7 +210,8 @@ class Votes:
         return {"request_id": entry.request_id, "decision": verdict}
 
     async def _require_reason(
-        self, request: Mapping[str, Any], requirement: quorum.Requirement, decision: Decision, common: Ids
+        self, request: Mapping[str, Any], requirement: quorum.Requirement, decision: Decision, common: Ids,
+        *, after: list[str] | None = None,
     ) -> None:
         """A rule's ``reason: required``: a request without a long enough reason is denied before an operator sees it."""
         if not requirement.reason:
@@ -224,6 +225,7 @@ class Votes:
             payload={"decision": "deny", "rule": decision.rule, "by": "policy", "code": ErrorCode.REASON_REQUIRED.value,
                      "reason": problem, "policy": decision.to_dict()},
             log_fields={"decision": "deny", "rule": decision.rule},
+            after=after,
         )
         raise AirlockError(ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"})
 

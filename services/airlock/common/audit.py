@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airlock import __version__
-from airlock.common import log
+from airlock.common import log, validate
 from airlock.common.codec import canonical_json
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
@@ -27,6 +27,8 @@ from airlock.common.server import Connection, Service, write_timeout
 # journal to come back, and how many of the request's newest events to look through.
 SETTLE_SECONDS = 10.0
 SETTLE_WINDOW = 64
+# Marks (deferred records of one request) a service passes on to the next.
+MAX_MARKS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +110,12 @@ class Audit:
         *,
         payload: dict[str, Any] | None = None,
         log_fields: dict[str, Any] | None = None,
+        after: list[str] | None = None,
     ) -> dict[str, Any]:
+        """Append durably; with ``after``, only if those deferred records of the request are durable too."""
         event = self.event(kind, ids, payload)
+        if after:
+            event["after"] = after
         try:
             result = await self.client.call("append", event)
         except Unreachable as exc:
@@ -119,7 +125,36 @@ class Audit:
         self.logged(kind, ids, result.get("seq"), log_fields)
         return result
 
-    async def _settle(self, event: dict[str, Any], lost: Unreachable) -> dict[str, Any]:
+    async def defer(
+        self,
+        kind: str,
+        ids: Ids | None = None,
+        *,
+        payload: dict[str, Any] | None = None,
+        log_fields: dict[str, Any] | None = None,
+        after: list[str] | None = None,
+    ) -> str:
+        """Queue an event without waiting for its commit (issue 21); return its mark.
+
+        The record becomes durable with the next durable append that names the
+        mark in ``after`` (`record`), which fails if it was lost.  Logged at
+        once, with ``durable=False``: journald may show it before the store has it.
+        """
+        event = self.event(kind, ids, payload) | {"durable": False}
+        if after:
+            event["after"] = after
+        result = await self.client.call("append", event)
+        mark = result.get("mark")
+        if not isinstance(mark, str):
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the journal did not queue the record")
+        self.logged(kind, ids, None, (log_fields or {}) | {"durable": False})
+        return mark
+
+    async def ensure(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Make sure ``event`` (as `event` builds it) is in the journal: append it unless the request's trail has it."""
+        return await self._settle(event, AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the journal did not answer"))
+
+    async def _settle(self, event: dict[str, Any], lost: AirlockError) -> dict[str, Any]:
         """The journal read this append and died before answering: it may or may not have committed it.
 
         Sending it again blindly would write it twice when it had (a second
@@ -150,3 +185,12 @@ class Audit:
                 return {"seq": found.get("seq"), "hash": found.get("hash")}
         self.log.info(f"{self.writer}.append.settled", kind=event["kind"], request_id=event["request_id"], found=False)
         return await self.client.call("append", event)
+
+
+def marks_of(untrusted: Any) -> list[str]:
+    """intake's ``after``: the marks of the request's deferred journal records."""
+    if untrusted is None:
+        return []
+    if not isinstance(untrusted, list) or len(untrusted) > MAX_MARKS:
+        raise validate.bad("after", f"must be a list of at most {MAX_MARKS} marks")
+    return [validate.text("after", m, max_len=64, allow_empty=False) for m in untrusted]

@@ -33,7 +33,9 @@ its stored outcome is ``replayed`` at once.  ``finished``, ``failed`` and
 
 Records written before an effect (``request.received``, ``approval.decided``,
 ``exec.started``/``files.started``) are required: if the journal cannot take
-them, the effect does not happen.  The end record (``exec.finished``,
+them, the effect does not happen.  The first two are deferred appends
+(issue 21): durable together with ``exec.started``, which the journal refuses
+if either was lost; the order of records is unchanged.  The end record (``exec.finished``,
 ``files.finished``) is written after the work, and a journal killed at that
 moment loses it (``runner.audit.unrecorded`` in journald), so intake's ``ok``
 reply may follow ``running`` directly.

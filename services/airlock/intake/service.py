@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from airlock import __version__
@@ -276,7 +277,9 @@ class Intake:
         ids = Ids(work.request_id, op, peer.uid, work.session or None)
         emit = call.emit if call is not None else None
         # One journal round trip: claim the request ID (the replay gate, last of
-        # the gates), journal request.received, begin the operation.
+        # the gates), journal request.received, begin the operation.  The record
+        # is deferred (issue 21): durable with the runner's exec.started, which
+        # names its mark; the replay gate is decided at once all the same.
         began = await self.journal.call(
             "op.begin",
             {
@@ -286,14 +289,16 @@ class Intake:
                 "claim": self._claim_args(work.request_id, peer),
                 "event": self.audit.event(
                     "request.received", ids, {"request": work.describe, "peer": peer.to_dict(), "digest": digest}
-                ),
+                ) | {"durable": False},
             },
         )
         if not began.get("claimed"):
             raise _replayed(work.request_id)
-        self.audit.logged("request.received", ids, began.get("event", {}).get("seq"))
+        received = began.get("event", {}).get("mark")
+        marks: list[str] = [received] if isinstance(received, str) else []
+        self.audit.logged("request.received", ids, None, {"durable": False})
         if began["state"] == "replay":
-            await self.audit.record("operation.replayed", ids, payload={"digest": digest})
+            await self.audit.record("operation.replayed", ids, payload={"digest": digest}, after=marks)
             return dict(began["outcome"]) | {"replay": True}
         settled = False
         try:
@@ -312,7 +317,7 @@ class Intake:
                 decision = await self._unless_withdrawn(
                     self.approval.call(
                         "decide",
-                        {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op},
+                        {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op, "after": marks},
                         on_event=forward,
                         timeout=self.config.approval.timeout_seconds + 30,
                     ),
@@ -333,31 +338,41 @@ class Intake:
                 raise _withdrawn("the requesting agent went away before the request ran")
             if emit is not None:
                 await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
+            if isinstance(decision.get("mark"), str):
+                marks.append(decision["mark"])  # a rule's approval.decided, deferred too
+            else:
+                # approval journaled the decision (or approval.pending) durably, naming our marks:
+                # they are durable now.  Dropping them lets a request that waited for an operator
+                # run after the journal restarted (an idle exit) in the meantime.
+                marks = []
             self.operations[(peer.uid, op)] = peer.uid
             try:
                 outcome = await self.runner.call(
                     work.runner_verb,
                     work.runner_args
-                    | {"ticket": decision["ticket"], "bound": decision.get("bound") or {}, "operation_id": op},
+                    | {"ticket": decision["ticket"], "bound": decision.get("bound") or {}, "operation_id": op,
+                       "after": marks},
                     on_event=forward,
                     timeout=work.runner_timeout,
                 )
             finally:
                 self.operations.pop((peer.uid, op), None)
+            # The runner's exec.finished, deferred: request.replied commits only with it.
+            finished = outcome.pop("audit_mark", None)
             outcome = outcome | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
             settled = True
-            await self._settle(key, digest, outcome, work.thin, ids)
+            await self._settle(key, digest, outcome, work.thin, ids, [finished] if isinstance(finished, str) else [])
             if emit is not None:
                 await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
             return outcome
         except AirlockError as exc:
             if not settled:
                 settled = True
-                await self._abandon(key, ids, exc)
+                await self._abandon(key, ids, exc, marks)
             raise
         finally:
             if not settled:  # cancelled, or a bug: the operation must not stay "in progress"
-                await self._abandon(key, ids, None)
+                await self._abandon(key, ids, None, marks)
 
     async def _unless_withdrawn(
         self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, request_id: str, peer: Peer
@@ -416,7 +431,8 @@ class Intake:
             pass  # the finally cancels the decide call: approval sees its connection close
 
     async def _settle(
-        self, op: str, digest: str, outcome: dict[str, Any], thin: Callable[[dict[str, Any]], dict[str, Any]], ids: Ids
+        self, op: str, digest: str, outcome: dict[str, Any], thin: Callable[[dict[str, Any]], dict[str, Any]], ids: Ids,
+        after: list[str] | None = None,
     ) -> None:
         """Keep the settled outcome for replay and journal request.replied, in one round trip.
 
@@ -424,6 +440,8 @@ class Intake:
         """
         stored = thin(outcome) if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT else outcome
         event = self.audit.event("request.replied", ids, {"status": "ok", "code": None, "message": None})
+        if after:
+            event["after"] = after
         try:
             done = await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": stored, "event": event})
         except AirlockError as exc:
@@ -432,13 +450,15 @@ class Intake:
             return
         self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "ok"})
 
-    async def _abandon(self, op: str, ids: Ids, exc: AirlockError | None) -> None:
+    async def _abandon(self, op: str, ids: Ids, exc: AirlockError | None, after: list[str] | None = None) -> None:
         """The operation did not settle: free its ID and journal the refusal, in one round trip."""
         args: dict[str, Any] = {"operation_id": op}
         if exc is not None:
             args["event"] = self.audit.event(
                 "request.replied", ids, {"status": "error", "code": exc.code.value, "message": exc.message}
             )
+            if after:
+                args["event"]["after"] = after  # not journaled if the request's deferred records were lost
         try:
             done = await self.journal.call("op.abandon", args)
         except AirlockError:
@@ -503,7 +523,27 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     door.verbs = intake.verbs()
     door.guard = intake.guard
     lifecycle(service, intake.audit)
+    journal_started = service.on_started
+
+    async def started() -> None:
+        # Cold start (issue 21): the first request needs the journal, approval and the
+        # runner, each started by its socket on its first connection.  Knock on all three
+        # now, so that systemd starts them side by side instead of one after the other.
+        for name in ("journal", "approval", "runner"):
+            asyncio.get_running_loop().create_task(_knock(config.socket_path(name)))
+        if journal_started is not None:
+            await journal_started()
+
+    service.on_started = started
     return service
+
+
+async def _knock(path: Path) -> None:
+    """Connect and hang up: under socket activation that starts the service behind ``path``."""
+    with contextlib.suppress(OSError, TimeoutError):
+        _, writer = await asyncio.wait_for(asyncio.open_unix_connection(str(path)), 5)
+        writer.close()
+        await asyncio.wait_for(writer.wait_closed(), 5)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,6 +68,26 @@ def record_bytes(record: Mapping[str, Any]) -> bytes:
     return canonical_json({name: record[name] for name in RECORD_FIELDS})
 
 
+def compute_hash_with(record: Mapping[str, Any], payload_text: str) -> str:
+    """`compute_hash`, with the payload given as its canonical text (encoded once, by the store).
+
+    The record's other fields are encoded with ``"payload": null`` and the
+    text put in its place: the same bytes `record_bytes` gives (a string
+    value cannot hold the unescaped ``"payload":null``, so the key is the
+    only match).
+    """
+    prev = record["prev_hash"]
+    if not is_hash(prev):
+        raise ValueError("prev_hash must be 64 lowercase hex digits")
+    skeleton = canonical_json({name: (None if name == "payload" else record[name]) for name in RECORD_FIELDS})
+    head, found, tail = skeleton.partition(b'"payload":null')
+    if not found:
+        raise ValueError("the record has no payload field")
+    digest = hashlib.sha256(bytes.fromhex(prev))
+    digest.update(head + b'"payload":' + payload_text.encode() + tail)
+    return digest.hexdigest()
+
+
 def compute_hash(record: Mapping[str, Any]) -> str:
     """``sha256(prev_hash as 32 raw bytes + canonical record)`` in lowercase hex."""
     prev = record["prev_hash"]

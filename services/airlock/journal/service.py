@@ -27,7 +27,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.kinds import NOTICES
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
-from airlock.journal import anchors, journalfiles
+from airlock.journal import anchors, journalfiles, memory
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
 from airlock.journal.store import Store
 
@@ -141,8 +141,13 @@ class Journal:
             "session": validate.optional_text("session", a.get("session"), max_len=256),
             "payload": payload,
         }
+        after = self.store.parse_marks(a.get("after"))
+        if not validate.boolean("durable", a.get("durable"), True):
+            # Queued, answered at once: durable with the next durable commit that names its mark.
+            mark = self.store.append_deferred(**fields, claim=claim, after=after)
+            return None if mark is None else {"seq": None, "mark": mark}
         if claim is None:
-            event = await self.store.append(**fields)
+            event = await self.store.append(**fields, after=after)
         else:
             found = await self.store.append_claimed(claim[0], claim[1], **fields)
             if found is None:
@@ -193,12 +198,16 @@ class Journal:
         if not isinstance(outcome, dict):
             raise validate.bad("outcome", "must be an object")
         # Submitted together, the outcome and the event land in one group commit.
+        # The event's `after` marks (the runner's deferred end record) hold for the outcome too.
+        event = a.get("event")
+        after = self.store.parse_marks(event.get("after")) if isinstance(event, dict) else ()
         out: dict[str, Any]
         _, out = await asyncio.gather(
             self.store.op_complete(
                 validate.text("operation_id", a.get("operation_id"), max_len=256, allow_empty=False),
                 validate.text("digest", a.get("digest"), max_len=128, allow_empty=False),
                 outcome,
+                after,
             ),
             self._event(call.peer, a.get("event")),
         )
@@ -225,6 +234,11 @@ class Journal:
         if isinstance(window, bool) or not isinstance(window, int | float):
             raise validate.bad("window_seconds", "must be a number")
         return validate.text("key", a.get("key"), max_len=512, allow_empty=False), float(window)
+
+    async def sync(self, call: Call) -> dict[str, Any]:
+        """Which of the caller's deferred marks are not durable (failed, or of an earlier journal process)."""
+        self.writer_for(call.peer, call.args.get("writer"))
+        return {"lost": await self.store.sync(call.args.get("marks"))}
 
     async def events(self, call: Call) -> dict[str, Any]:
         a = call.args
@@ -344,8 +358,18 @@ class Anchoring:
     async def _records(self) -> None:
         try:
             await self.anchor("records")
+            await asyncio.to_thread(self.tend_memory)
         finally:
             self._pending = None
+
+    def tend_memory(self) -> None:
+        """Every ``every_records`` records: SQLite's figures to the log, the C heap's free pages back to the kernel."""
+        before = memory.rss_kib()
+        trimmed = memory.trim()
+        after = memory.rss_kib()
+        self.log.info("journal.memory.sampled", trimmed=trimmed, rss_kib=after.get("VmRSS"),
+                      anon_kib=after.get("RssAnon"), released_kib=before.get("RssAnon", 0) - after.get("RssAnon", 0),
+                      **{f"sqlite_{k}": v for k, v in memory.sqlite_status().items()})
 
     def start(self) -> None:
         if self.every_seconds > 0:
@@ -456,6 +480,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "op.complete": _refusing(store, journal.op_complete),
             "op.abandon": _refusing(store, journal.op_abandon),
             "request.claim": _refusing(store, journal.request_claim),
+            "sync": _refusing(store, journal.sync),
             "events": _refusing(store, journal.events),
             "head": _refusing(store, journal.head),
             "hold.state": _refusing(store, journal.hold_state),

@@ -17,6 +17,19 @@ the ``request_ids`` table, and goes through the same writer: the check and the
 insert run inside one transaction on the one writer thread, so two claims of
 one key can never both win, and a claim survives an intake or journal restart.
 
+Deferred appends (issue 21): an append may be queued without waiting for
+its commit (``append_deferred``); it answers at once with a *mark*
+(``"<boot>:<n>"``: this store's random boot ID and the append's place in the
+queue).  The queue is one FIFO drained by one writer, so a deferred record is
+durable once any later durable commit of this store has returned -- unless
+its own transaction failed or the journal restarted in between.  A durable
+append (or settle) that names earlier marks in ``after`` therefore commits
+only if each of them is already committed or in its own transaction: a mark
+of another boot, or of a transaction that failed, fails it with
+``audit_unavailable``.  An exec's request, decision and ``exec.started`` cost
+one fsync this way, and nothing starts on the strength of a record that was
+lost.
+
 Connections: the writer's connection is used only on the writer thread (the
 lock documents and enforces that); reads use a second, read-only connection,
 and ``verify`` opens its own so a long scan reads one consistent
@@ -27,8 +40,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -56,6 +71,14 @@ MAX_BATCH: Final = 1024
 SCHEMA_VERSION: Final = 3
 # A replay window longer than a day is a misconfiguration, not a policy.
 MAX_CLAIM_WINDOW: Final = 86400.0
+# Marks of failed deferred appends remembered; past it the oldest are
+# forgotten and every mark below the newest forgotten one counts as failed.
+MAX_FAILED_MARKS: Final = 65536
+MAX_AFTER: Final = 16  # marks one append may name
+# How long a batch of deferred appends alone waits for a durable one to share
+# its commit (an exec's path from request.received to exec.started takes a few
+# ms); past it they are committed on their own.
+DEFER_LINGER: Final = 0.1
 # Claim keys are "<uid>:<request id>": the uid's digits, a colon, an ID.
 MAX_CLAIM_KEY_CHARS: Final = MAX_ID_CHARS + 16
 MAX_UID: Final = 2**32 - 1
@@ -190,15 +213,26 @@ class _Append:
     writer: str
     payload: dict[str, Any]
     payload_json: str
-    future: asyncio.Future[Event | None]
+    # None for a deferred append: nobody waits for its commit.
+    future: asyncio.Future[Event | None] | None
     # Appended only if this claim wins, in the same transaction (intake's
     # replay gate and its request.received cost one commit, not two).
     claim: _Claim | None = None
+    mark: int = 0  # its place in the queue (see "Deferred appends")
+    after: tuple[int, ...] = ()  # earlier marks that must be committed first
 
 
 @dataclass(slots=True)
 class _Settle:
     entry: Settled
+    future: asyncio.Future[None]
+    after: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class _Sync:
+    """Resolved once everything queued before it has been committed or failed."""
+
     future: asyncio.Future[None]
 
 
@@ -210,7 +244,7 @@ class _Claim:
     future: asyncio.Future[bool]
 
 
-_Work = _Append | _Settle | _Claim
+_Work = _Append | _Settle | _Claim | _Sync
 
 
 class Store:
@@ -258,6 +292,17 @@ class Store:
         self._settles = 0
         self._failed = 0
         self._largest_batch = 0
+        # Deferred appends: this store's boot ID, marks issued and settled so
+        # far, and the marks whose transaction failed (see the module doc).
+        self.boot = secrets.token_hex(8)
+        self._issued = 0
+        self._failed_marks: set[int] = set()
+        self._failed_floor = 0
+        # Keys of deferred claims queued and not yet committed or failed.
+        self._claims_queued: dict[str, int] = {}
+        # Set when work someone waits for is queued (or the store closes): a batch of
+        # deferred appends alone waits for it up to DEFER_LINGER.
+        self._urgent = asyncio.Event()
 
     # -- opening --------------------------------------------------------------
 
@@ -320,16 +365,22 @@ class Store:
         peer_uid: int | None = None,
         session: str | None = None,
         payload: dict[str, Any],
+        after: tuple[int, ...] = (),
     ) -> Event:
         """Append one event; return it once its commit is durable.
 
         ``writer`` is the service the journal service identified by the peer's
         credentials.  The payload must not hold protected values (callers
         strip them); it is capped at `MAX_PAYLOAD_BYTES` of canonical JSON.
+        ``after``: marks (from `parse_marks`) that must be committed with or
+        before it, else it fails with ``audit_unavailable``.
         """
         item = self._append_item(writer, kind, request_id, operation_id, peer_uid, session, payload)
+        item.after = after
+        future = item.future
+        assert future is not None
         self._submit(item)
-        event = await item.future
+        event = await future
         assert event is not None  # only a claimed append can come back empty
         return event
 
@@ -349,8 +400,97 @@ class Store:
         """`claim_request_id` and `append` in one transaction: the event, or None if the key was held."""
         item = self._append_item(writer, kind, request_id, operation_id, peer_uid, session, payload)
         item.claim = self._claim_item(key, window_seconds)
+        future = item.future
+        assert future is not None
         self._submit(item)
-        return await item.future
+        return await future
+
+    def append_deferred(
+        self,
+        *,
+        writer: str,
+        kind: str,
+        request_id: str | None = None,
+        operation_id: str | None = None,
+        peer_uid: int | None = None,
+        session: str | None = None,
+        payload: dict[str, Any],
+        claim: tuple[str, float] | None = None,
+        after: tuple[int, ...] = (),
+    ) -> str | None:
+        """Queue one event without waiting for its commit; return its mark.
+
+        It is durable once a later durable commit that names the mark in
+        ``after`` has returned.  With ``claim`` (key, window) the request ID
+        is claimed first, at once: None if it is held (by a committed claim
+        or by one still queued), and nothing is queued.
+        """
+        item = self._append_item(writer, kind, request_id, operation_id, peer_uid, session, payload)
+        item.future = None
+        item.after = after  # checked like a durable append's: if one failed, this is not written (its mark fails)
+        if claim is not None:
+            item.claim = self._claim_item(*claim)
+            if not self._claim_free(item.claim):
+                return None
+        self._submit(item)
+        if item.claim is not None:
+            key = item.claim.key
+            self._claims_queued[key] = self._claims_queued.get(key, 0) + 1
+        return f"{self.boot}:{item.mark}"
+
+    def _claim_free(self, claim: _Claim) -> bool:
+        """Whether ``claim`` would win now: no queued claim of its key, no unexpired committed one."""
+        if claim.key in self._claims_queued:
+            return False
+        with self._rlock:
+            row = self._rconn.execute("SELECT expires FROM request_ids WHERE key = ?", (claim.key,)).fetchone()
+        return row is None or float(row[0]) <= claim.now
+
+    def parse_marks(self, marks: Any) -> tuple[int, ...]:
+        """Marks as ``after`` takes them; a mark of another boot fails with ``audit_unavailable`` at once."""
+        if marks is None:
+            return ()
+        if not isinstance(marks, list) or len(marks) > MAX_AFTER:
+            raise _invalid(f"after must be a list of at most {MAX_AFTER} marks", "after")
+        out = []
+        for mark in marks:
+            boot, _, number = mark.partition(":") if isinstance(mark, str) else ("", "", "")
+            if not number.isdigit() or len(number) > 18 or not boot:
+                raise _invalid("after: a mark is '<boot>:<number>'", "after")
+            n = int(number)
+            if boot != self.boot or n > self._issued or self._mark_failed(n):
+                raise _lost()
+            out.append(n)
+        return tuple(out)
+
+    def _mark_failed(self, n: int) -> bool:
+        return n in self._failed_marks or n < self._failed_floor
+
+    def _fail_mark(self, n: int) -> None:
+        if len(self._failed_marks) >= MAX_FAILED_MARKS:
+            self._failed_floor = max(self._failed_marks) + 1
+            self._failed_marks.clear()
+        self._failed_marks.add(n)
+
+    async def sync(self, marks: Any) -> list[str]:
+        """The marks (of ``marks``) that are not durable: failed, or of another boot (their fate is unknown).
+
+        Waits until everything queued before this call has been committed or failed.
+        """
+        if not isinstance(marks, list) or len(marks) > MAX_PAGE:
+            raise _invalid(f"marks must be a list of at most {MAX_PAGE} marks", "marks")
+        work = _Sync(asyncio.get_running_loop().create_future())
+        self._submit(work)
+        await work.future
+        lost = []
+        for mark in marks:
+            try:
+                self.parse_marks([mark])
+            except AirlockError as exc:
+                if exc.code is not ErrorCode.AUDIT_UNAVAILABLE:
+                    raise
+                lost.append(mark)
+        return lost
 
     def _append_item(
         self,
@@ -395,7 +535,12 @@ class Store:
         elif self._writer.done():
             # Cancelled from outside (say, its event loop ended): nobody would commit.
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the audit journal's writer has stopped")
+        if isinstance(item, _Append):
+            self._issued += 1
+            item.mark = self._issued
         self._queue.put_nowait(item)
+        if not _deferred(item):
+            self._urgent.set()  # someone waits: the writer commits now
 
     async def _run_writer(self) -> None:
         loop = asyncio.get_running_loop()
@@ -405,18 +550,35 @@ class Store:
             if first is None:
                 break
             batch: list[_Work] = [first]
-            while len(batch) < MAX_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
+            stop = self._drain(batch)
+            if not stop and all(_deferred(w) for w in batch):
+                # Nobody waits for these: give the durable record that follows them
+                # (exec.started, request.replied) a moment to share their commit.
+                self._urgent.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), DEFER_LINGER)
+                stop = self._drain(batch)
             await self._commit(loop, batch)
 
+    def _drain(self, batch: list[_Work]) -> bool:
+        """Move what is queued into ``batch`` (up to MAX_BATCH); True if the stop sentinel came."""
+        while len(batch) < MAX_BATCH:
+            try:
+                item = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return False
+            if item is None:
+                return True
+            batch.append(item)
+        return False
+
     async def _commit(self, loop: asyncio.AbstractEventLoop, batch: list[_Work]) -> None:
+        batch = self._check_after(batch)
+        if all(isinstance(w, _Sync) for w in batch):
+            for work in batch:
+                if isinstance(work, _Sync) and not work.future.done():
+                    work.future.set_result(None)
+            return
         try:
             events, claimed, head = await loop.run_in_executor(
                 self._executor, self._write, batch, self._head, self._high
@@ -424,14 +586,12 @@ class Store:
         except (sqlite3.Error, OSError) as exc:
             self._failed += 1
             await self._reload_head(loop)
-            for work in batch:
-                _fail(work.future, _unavailable(exc))
+            self._failed_batch(batch, _unavailable(exc))
             return
         except Exception as exc:  # the writer must outlive any one batch; its callers get the error
             self._failed += 1
             await self._reload_head(loop)
-            for work in batch:
-                _fail(work.future, exc)
+            self._failed_batch(batch, exc)
             return
         self._head = head
         self._high = max(self._high, head[0])
@@ -447,8 +607,13 @@ class Store:
             if isinstance(work, _Append):
                 event = next(appended)
                 self._appends += event is not None
-                if not work.future.done():
+                if work.future is None:
+                    self._deferred_done(work, event is not None)
+                elif not work.future.done():
                     work.future.set_result(event)
+            elif isinstance(work, _Sync):
+                if not work.future.done():
+                    work.future.set_result(None)
             elif isinstance(work, _Claim):
                 won = next(claims)
                 if not work.future.done():
@@ -458,6 +623,46 @@ class Store:
                 self._ops.settle(work.entry)
                 if not work.future.done():
                     work.future.set_result(None)
+
+    def _check_after(self, batch: list[_Work]) -> list[_Work]:
+        """Fail, before the transaction, the work whose ``after`` marks failed; return the rest.
+
+        Runs after every earlier batch has been committed or failed, so each
+        mark named is either settled by now or in this batch (FIFO).
+        """
+        if not any(isinstance(w, _Append | _Settle) and w.after for w in batch):
+            return batch
+        kept: list[_Work] = []
+        for work in batch:
+            if isinstance(work, _Append | _Settle) and any(self._mark_failed(n) for n in work.after):
+                if isinstance(work, _Append) and work.future is None:
+                    self._deferred_done(work, False)
+                elif work.future is not None:
+                    _fail(work.future, _lost())
+                continue
+            kept.append(work)
+        return kept
+
+    def _deferred_done(self, work: _Append, written: bool) -> None:
+        if not written:
+            self._fail_mark(work.mark)
+        if work.claim is not None:
+            key = work.claim.key
+            left = self._claims_queued.get(key, 0) - 1
+            if left > 0:
+                self._claims_queued[key] = left
+            else:
+                self._claims_queued.pop(key, None)
+
+    def _failed_batch(self, batch: list[_Work], exc: BaseException) -> None:
+        for work in batch:
+            if isinstance(work, _Append) and work.future is None:
+                self._deferred_done(work, False)
+            elif isinstance(work, _Sync):
+                if not work.future.done():
+                    work.future.set_result(None)  # a barrier: the marks before it are settled (failed)
+            elif work.future is not None:
+                _fail(work.future, exc)
 
     async def _reload_head(self, loop: asyncio.AbstractEventLoop) -> None:
         """After a failed transaction the database, not memory, says where the chain is."""
@@ -515,7 +720,7 @@ class Store:
                         "payload": work.payload,
                         "prev_hash": prev,
                     }
-                    digest = chain.compute_hash(record)
+                    digest = chain.compute_hash_with(record, work.payload_json)  # one encoding of the payload
                     events.append(Event(seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
                                         work.session, work.writer, work.payload, prev, digest))
                     rows.append((seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
@@ -548,7 +753,9 @@ class Store:
         protected redelivery forbidden.  Active state is memory only (reference/001)."""
         return self._ops.begin(operation_id, digest, has_protected=has_protected)
 
-    async def op_complete(self, operation_id: str, digest: str, outcome: dict[str, Any]) -> None:
+    async def op_complete(
+        self, operation_id: str, digest: str, outcome: dict[str, Any], after: tuple[int, ...] = ()
+    ) -> None:
         """Store a settled outcome durably and end the operation's active state.
 
         Completing an operation that is not active (say, begun before a journal
@@ -562,7 +769,7 @@ class Store:
             self._ops.abandon(operation_id)
             return
         entry = Settled(operation_id, digest, text, self._clock())
-        work = _Settle(entry, asyncio.get_running_loop().create_future())
+        work = _Settle(entry, asyncio.get_running_loop().create_future(), after)
         try:
             self._submit(work)
             await work.future
@@ -764,6 +971,7 @@ class Store:
         self._closing = True
         if self._writer is not None:
             self._queue.put_nowait(None)
+            self._urgent.set()
             if not self._writer.done():
                 await self._writer
         loop = asyncio.get_running_loop()
@@ -1134,6 +1342,17 @@ def _invalid(message: str, field: str) -> AirlockError:
 
 def _unavailable(exc: BaseException) -> AirlockError:
     return AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"the audit journal could not commit: {str(exc)[:200]}")
+
+
+def _deferred(work: _Work | None) -> bool:
+    return isinstance(work, _Append) and work.future is None
+
+
+def _lost() -> AirlockError:
+    return AirlockError(
+        ErrorCode.AUDIT_UNAVAILABLE,
+        "an earlier record of this request was not committed (the journal restarted or could not write it)",
+    )
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:

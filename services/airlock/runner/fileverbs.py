@@ -29,7 +29,7 @@ from typing import Any
 
 import airlock
 from airlock.common import validate
-from airlock.common.audit import Ids
+from airlock.common.audit import Ids, marks_of
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.filespec import FileSpec
 from airlock.common.server import Call
@@ -187,18 +187,23 @@ class FileVerbs:
         session = validate.optional_text("session", a.get("session"), max_len=256)
         ids = Ids(request_id, operation_id, spec.uid, session)
         digest = spec.digest()
+        after: list[str] = []
         try:
+            after = marks_of(a.get("after"))  # the request's deferred records (issue 21)
             bound = validate.mapping("bound", a.get("bound"))
-            await self.runner.approval.call("redeem", {"ticket": ticket, "digest": digest, "bound": bound})
+            redeemed = await self.runner.approval.call("redeem", {"ticket": ticket, "digest": digest, "bound": bound})
+            if isinstance(redeemed.get("mark"), str) and redeemed["mark"] not in after:
+                after.append(redeemed["mark"])
             # Redeemed: what approval bound is now what the runner enforces.
             expect = bound_expectation(bound.get("file"))
             identity = self._identity(spec)
         except AirlockError as exc:
-            raise await self.runner._refuse(exc, ids) from None
+            raise await self.runner._refuse(exc, ids, after) from None
         await self.runner.audit.record(
             "files.started", ids,
             payload={"digest": digest, "file": spec.describe(), "uid": identity.uid, "gid": identity.gid,
                      "expect_sha256": expect},
+            after=after,
         )
         try:
             outcome = await execute(

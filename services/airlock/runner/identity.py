@@ -12,6 +12,7 @@ import errno
 import os
 import pwd
 import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -42,8 +43,44 @@ class Identity:
             raise ValueError(f"identity ids must not be negative (got uid {self.uid}, gid {self.gid})")
 
 
+# Identities resolved lately (issue 21: a passwd and a group lookup per exec
+# were a tenth of the runner's CPU).  An entry is used for at most
+# IDENTITY_TTL_SECONDS, and only while /etc/passwd and /etc/group are the same
+# files as when it was resolved (device, inode, size, mtime): an edit there
+# (useradd, usermod -G, gpasswd -d) takes effect at the next exec.  Sources
+# other than those files (sssd, LDAP) take effect within the TTL.
+IDENTITY_TTL_SECONDS = 5.0
+_DATABASES = ("/etc/passwd", "/etc/group")
+_cache: dict[int, tuple[float, tuple[tuple[int, int, int, int], ...], Identity]] = {}
+
+
+def _databases() -> tuple[tuple[int, int, int, int], ...]:
+    out = []
+    for path in _DATABASES:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return ()  # cannot tell: do not cache
+        out.append((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 def resolve_identity(uid: int) -> Identity:
-    """The identity of ``uid`` from the passwd and group databases."""
+    """The identity of ``uid`` from the passwd and group databases (cached briefly; see IDENTITY_TTL_SECONDS)."""
+    now = time.monotonic()
+    files = _databases()
+    hit = _cache.get(uid)
+    if hit is not None and files and hit[1] == files and now - hit[0] < IDENTITY_TTL_SECONDS:
+        return hit[2]
+    identity = _lookup_identity(uid)
+    if files:
+        if len(_cache) >= 1024:
+            _cache.clear()
+        _cache[uid] = (now, files, identity)
+    return identity
+
+
+def _lookup_identity(uid: int) -> Identity:
     try:
         entry = pwd.getpwuid(uid)
     except (KeyError, OverflowError, ValueError):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from airlock.common import binary, daemon, log, sandbox, validate
-from airlock.common.audit import Audit, Ids, lifecycle
+from airlock.common.audit import Audit, Ids, lifecycle, marks_of
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
@@ -31,6 +31,11 @@ from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_i
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key, systemd_is_running
 
 NAME = "runner"
+# Deferred end records (issue 21): how many one `sync` asks about, and how long
+# to wait for a journal that does not answer before giving up on them.
+CONFIRM_BATCH = 256
+CONFIRM_SECONDS = 60.0
+MAX_UNCONFIRMED = 10_000
 
 
 class Runner:
@@ -43,6 +48,10 @@ class Runner:
         self.running: dict[tuple[int, str], asyncio.Event] = {}  # (requesting uid, operation ID)
         self.intake_uid = uid_of(config.services.intake_user)
         self.log = log.get()
+        # Deferred exec.finished records not yet confirmed durable: mark -> the event (issue 21).
+        self.unconfirmed: dict[str, dict[str, Any]] = {}
+        self._confirm_wake = asyncio.Event()
+        self._confirmer: asyncio.Task[None] | None = None
 
     def containment(self) -> str:
         mode = self.config.runner.containment
@@ -50,9 +59,10 @@ class Runner:
             return "service" if systemd_is_running() and os.geteuid() == 0 else "process-group"
         return mode
 
-    async def _refuse(self, exc: AirlockError, ids: Ids) -> AirlockError:
+    async def _refuse(self, exc: AirlockError, ids: Ids, after: list[str] | None = None) -> AirlockError:
         try:
-            await self.audit.record("exec.refused", ids, payload={"code": exc.code.value, "message": exc.message})
+            await self.audit.record("exec.refused", ids, payload={"code": exc.code.value, "message": exc.message},
+                                    after=after)
         except AirlockError:
             pass  # the refusal stands whether or not it could be journaled
         return exc
@@ -83,14 +93,20 @@ class Runner:
 
     async def _exec(self, call: Call, operation_id: str, ids: Ids, cancel: asyncio.Event) -> dict[str, Any]:
         a = call.args
+        after: list[str] = []
         try:
+            # The request's deferred records (request.received, approval.decided):
+            # exec.started commits only together with them, or not at all.
+            after = marks_of(a.get("after"))
             spec = ExecSpec.from_dict(a.get("spec"))
             ids = Ids(ids.request_id, ids.operation_id, spec.uid, ids.session)
             stream = validate.boolean("stream", a.get("stream"), False)
-            job, added = await self._prepare(spec, a, operation_id)
+            job, added, decided = await self._prepare(spec, a, operation_id)
         except AirlockError as exc:
             # Every refusal before exec.started is journaled: nothing ran.
-            raise await self._refuse(exc, ids) from None
+            raise await self._refuse(exc, ids, after) from None
+        if decided is not None and decided not in after:
+            after.append(decided)  # from approval itself, whatever intake passed on
         digest = spec.digest()
         await self.audit.record(
             "exec.started",
@@ -101,6 +117,7 @@ class Runner:
                      "cwd": job.cwd, "containment": job.containment, "added_env": added,
                      "binaries": [dict(b) for b in job.binaries or ()],
                      "sandbox": [dict(sb) for sb in job.sandboxes] if job.sandboxes else None},
+            after=after,
         )
 
         # Output events go out in order through one queue, all before the final reply.
@@ -135,12 +152,19 @@ class Runner:
         try:
             if result.cancelled:
                 await self.audit.record("exec.cancelled", ids, payload={"digest": digest, "started": result.started})
-            await self.audit.record(
-                "exec.finished",
-                ids,
-                payload=summary,
-                log_fields={"exit_code": summary["exit_codes"][-1], "timed_out": result.timed_out},
-            )
+            # Deferred (issue 21): intake's request.replied names the mark and commits
+            # only with it; `_confirm` makes sure it lands even if the journal restarts.
+            finished = self.audit.event("exec.finished", ids, summary)
+            try:
+                mark = await self.audit.defer(
+                    "exec.finished", ids, payload=summary,
+                    log_fields={"exit_code": summary["exit_codes"][-1], "timed_out": result.timed_out},
+                )
+            except AirlockError:
+                await self.audit.ensure(finished)  # the journal may or may not have queued it
+            else:
+                evidence["audit_mark"] = mark
+                self._unconfirmed(mark, finished)
         except AirlockError as exc:
             # The work ran: its evidence goes back whatever the journal says.  An
             # error here would make intake abandon the operation, and a retry would
@@ -149,7 +173,51 @@ class Runner:
                            error=exc.message)
         return evidence
 
-    async def _prepare(self, spec: ExecSpec, a: Mapping[str, Any], operation_id: str) -> tuple[JobSpec, list[str]]:
+    def _unconfirmed(self, mark: str, event: dict[str, Any]) -> None:
+        if len(self.unconfirmed) >= MAX_UNCONFIRMED:  # the journal has not answered for long: bounded
+            dropped = next(iter(self.unconfirmed))
+            gone = self.unconfirmed.pop(dropped)
+            self.log.error("runner.audit.unrecorded", operation_id=gone.get("operation_id"), code="audit_unavailable",
+                           error="too many end records waiting for the journal's confirmation")
+        self.unconfirmed[mark] = event
+        self._confirm_wake.set()
+        if self._confirmer is None or self._confirmer.done():
+            self._confirmer = asyncio.get_running_loop().create_task(self._confirm(), name="runner-confirm")
+
+    async def _confirm(self) -> None:
+        """Off the critical path: ask the journal which deferred end records it lost (a restart
+        between queueing and commit, a failed transaction) and append those again."""
+        while True:
+            await self._confirm_wake.wait()
+            self._confirm_wake.clear()
+            marks = list(self.unconfirmed)[:CONFIRM_BATCH]
+            if len(self.unconfirmed) > len(marks):
+                self._confirm_wake.set()
+            deadline = asyncio.get_running_loop().time() + CONFIRM_SECONDS
+            lost: list[str] | None = None
+            while lost is None:
+                try:
+                    found = await self.audit.client.call("sync", {"marks": marks, "writer": "runner"}, timeout=10)
+                    lost = [m for m in found.get("lost") or [] if m in marks]
+                except AirlockError as exc:
+                    if asyncio.get_running_loop().time() >= deadline:
+                        lost = marks
+                        self.log.warning("runner.audit.unconfirmed", count=len(marks), error=exc.message)
+                    else:
+                        await asyncio.sleep(0.2)
+            events = [self.unconfirmed.pop(m) for m in marks]
+            for mark, event in zip(marks, events, strict=True):
+                if mark not in lost:
+                    continue
+                try:
+                    await self.audit.ensure(event)
+                except AirlockError as exc:
+                    self.log.error("runner.audit.unrecorded", operation_id=event.get("operation_id"),
+                                   code=exc.code.value, error=exc.message)
+
+    async def _prepare(
+        self, spec: ExecSpec, a: Mapping[str, Any], operation_id: str
+    ) -> tuple[JobSpec, list[str], str | None]:
         """Re-check the request, redeem its ticket, and build the job; raises if it must not run."""
         ticket = validate.text("ticket", a.get("ticket"), max_len=256, allow_empty=False)
         protected = validate.env_map("protected_env", a.get("protected_env"))
@@ -162,7 +230,8 @@ class Runner:
         ceiling = self.config.limits.max_output_bytes
         validate.integer("max_output_bytes", spec.max_output_bytes, minimum=1, maximum=ceiling)
         bound = validate.mapping("bound", a.get("bound"))
-        await self.approval.call("redeem", {"ticket": ticket, "digest": spec.digest(), "bound": bound})
+        redeemed = await self.approval.call("redeem", {"ticket": ticket, "digest": spec.digest(), "bound": bound})
+        decided = redeemed.get("mark") if isinstance(redeemed.get("mark"), str) else None
         # What approval resolved, now redeemed: the files to run (checked again when opened).
         binaries = binary.parse_bound(bound.get("binaries"), len(spec.stages))
 
@@ -209,7 +278,7 @@ class Runner:
             owner_uid=spec.uid,
             sandboxes=sandbox.parse_bound(bound.get("sandbox"), len(spec.stages)),
         )
-        return job, added
+        return job, added, decided
 
     async def cancel(self, call: Call) -> dict[str, Any]:
         operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)

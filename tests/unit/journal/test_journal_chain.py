@@ -133,3 +133,16 @@ def test_any_single_field_edit_names_its_row(payloads: list[dict[str, Any]], dat
     rows[index][field] = replacement
     result = verify_rows(rows)
     assert (result.ok, result.first_bad_seq) == (False, index + 1)
+
+
+def test_the_hash_with_the_payload_text_spliced_in_is_the_records_hash() -> None:
+    """The store hashes with the payload's canonical text spliced in (issue 21: encoded once): same bytes."""
+    from airlock.common.codec import canonical_json
+    from airlock.journal import chain as ch
+
+    tricky = {"a": 'x"payload":null', "payload": None, "z": [1, 2.5, "é", {"payload": "null"}]}
+    for kind in ("exec.started", 'k"payload":null'):
+        record = {"seq": 7, "time": "2026-12-03T09:00:00.000Z", "kind": kind, "request_id": '"payload":null',
+                  "operation_id": None, "peer_uid": 1000, "session": None, "writer": "runner",
+                  "payload": tricky, "prev_hash": "0" * 64}
+        assert ch.compute_hash_with(record, canonical_json(tricky).decode()) == ch.compute_hash(record)

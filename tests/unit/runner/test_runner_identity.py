@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import pwd
+import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,3 +188,37 @@ def test_check_executable(world_dir: str, test_user: ScratchUser) -> None:
     os.symlink("/bin/true", os.path.join(locked, "true"))
     with pytest.raises(AirlockError, match="no permission to enter"):
         check_executable(NOBODY, os.path.join(locked, "true"))
+
+
+def test_identities_are_cached_until_passwd_or_group_change_or_the_ttl_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: one lookup per uid while the databases stay the same; an edit is seen at the next exec."""
+    from airlock.runner import identity as ident
+
+    passwd, group = tmp_path / "passwd", tmp_path / "group"
+    passwd.write_text("a\n")
+    group.write_text("b\n")
+    monkeypatch.setattr(ident, "_DATABASES", (str(passwd), str(group)))
+    monkeypatch.setattr(ident, "_cache", {})
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    lookups: list[int] = []
+    real = ident._lookup_identity
+
+    def counted(uid: int) -> Any:
+        lookups.append(uid)
+        return real(uid)
+
+    monkeypatch.setattr(ident, "_lookup_identity", counted)
+    first = ident.resolve_identity(0)
+    assert ident.resolve_identity(0) is first and lookups == [0]
+    group.write_text("b\nwheel:x:10:someone\n")  # gpasswd -a: the next resolve looks again
+    assert ident.resolve_identity(0) == first and lookups == [0, 0]
+    assert ident.resolve_identity(0) is not None and lookups == [0, 0]
+    clock[0] += ident.IDENTITY_TTL_SECONDS - 0.1
+    ident.resolve_identity(0)
+    assert lookups == [0, 0]  # still fresh
+    clock[0] += 0.2
+    ident.resolve_identity(0)
+    assert lookups == [0, 0, 0]  # expired: looked up again
