@@ -300,7 +300,9 @@ class Intake:
         if began["state"] == "replay":
             await self.audit.record("operation.replayed", ids, payload={"digest": digest}, after=marks)
             return dict(began["outcome"]) | {"replay": True}
-        settled = False
+        # From here until its outcome is known the operation is in progress in the
+        # journal's replay table: every way out closes it exactly once, with
+        # op.complete after the try (the work ran) or op.abandon in an except.
         try:
             if emit is not None:
                 await emit("accepted", {"operation_id": op, "request_id": work.request_id})
@@ -360,19 +362,16 @@ class Intake:
             # The runner's exec.finished, deferred: request.replied commits only with it.
             finished = outcome.pop("audit_mark", None)
             outcome = outcome | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
-            settled = True
-            await self._settle(key, digest, outcome, work.thin, ids, [finished] if isinstance(finished, str) else [])
-            if emit is not None:
-                await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
-            return outcome
         except AirlockError as exc:
-            if not settled:
-                settled = True
-                await self._abandon(key, ids, exc, marks)
+            await self._abandon(key, ids, exc, marks)
             raise
-        finally:
-            if not settled:  # cancelled, or a bug: the operation must not stay "in progress"
-                await self._abandon(key, ids, None, marks)
+        except BaseException:  # cancelled, or a bug: the operation must not stay "in progress"
+            await self._abandon(key, ids, None, marks)
+            raise
+        await self._settle(key, digest, outcome, work.thin, ids, [finished] if isinstance(finished, str) else [])
+        if emit is not None:
+            await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
+        return outcome
 
     async def _unless_withdrawn(
         self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, request_id: str, peer: Peer
