@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airlock.common import filespec
+from airlock.common import fileop_spec
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import canonical
 
@@ -37,7 +37,7 @@ _PLACEHOLDER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 SHELL_METACHARACTERS = frozenset(";&|<>$`\\\"'*?[](){}!#~\n")
 
 # Tools of the file verbs (issue 10); a rule's ``files:`` may only name these.
-FILE_TOOLS = filespec.FILE_TOOLS
+FILE_TOOLS = fileop_spec.FILE_TOOLS
 
 _GLOB_CHARACTERS = frozenset("*?[")
 

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from airlock.approval import filereview, grants, hook, quorum
+from airlock.approval import fileop_review as filereview
+from airlock.approval import grants, hook, quorum
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.pending import Pending, Ticket, bind_binaries, describe_binaries, ticket_binding
 from airlock.approval.policy import Decision, Policy, PolicyError, Subject, load_policy
@@ -38,7 +39,7 @@ from airlock.common.audit import Audit, Ids, lifecycle, marks_of
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
-from airlock.common.filespec import FileSpec
+from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, identify, may_decide, uid_of
 from airlock.common.server import Call, Door, Service, Verb

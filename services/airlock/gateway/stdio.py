@@ -23,7 +23,7 @@ from airlock.common import log
 from airlock.common.cancel import cancel_until_running
 from airlock.common.codec import Event, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.gateway import door, evidence, fs
+from airlock.gateway import door, evidence, fileop_execute
 from airlock.gateway import protocol as p
 
 _CANCEL_RETRY_SECONDS = 0.05
@@ -180,7 +180,7 @@ class Gateway:
         return result
 
     async def filesystem_execute(self, request: p.Request) -> dict[str, Any] | None:
-        params = fs.parse(request.params)
+        params = fileop_execute.parse(request.params)
         if params.trace is not None:
             self.log.info("gateway.trace.received", request_id=request.id, method=request.method, **params.trace.log_fields())
         active = _Active(request.id, params.operation_id)
@@ -190,7 +190,7 @@ class Gateway:
                                       params.to_native(privileged=self.settings.privileged, time=iso_utc()))
         finally:
             self._active.remove(active)
-        result = fs.result(outcome)
+        result = fileop_execute.result(outcome)
         await self.write(p.encode_accepted(request.id, str(result["operationId"]),
                                            {"replayed": True} if result["replayed"] else None))
         self.log.info("gateway.filesystem.finished", request_id=request.id, operation_id=result["operationId"],

@@ -37,12 +37,12 @@ from airlock.common.ipc import Client
 from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, uid_of
 from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
-from airlock.intake import files, sudo_proxy
+from airlock.intake import fileop_request, sudo_proxy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
 from airlock.intake.work import Work, exec_work, file_work
 
 NAME = "intake"
-NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *files.VERBS, "approve_signed")
+NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *fileop_request.VERBS, "approve_signed")
 # A decision not back within this long is watched for the agent's withdrawal
 # (a closed connection, a cancel); quicker ones are checked once, after it.
 WATCH_AFTER_SECONDS = 0.05
@@ -135,7 +135,7 @@ class Intake:
     def verbs(self) -> dict[str, Verb]:
         """The agent door's verbs (served by `Service.dispatch`), in the order `hello` lists them."""
         table: dict[str, Verb] = {"exec": self._exec, "ping": self._ping, "hello": self._hello, "cancel": self._cancel}
-        return table | dict.fromkeys(files.VERBS, self._files) | {"approve_signed": self._approve_signed}
+        return table | dict.fromkeys(fileop_request.VERBS, self._files) | {"approve_signed": self._approve_signed}
 
     async def guard(self, request: Request, conn: Connection) -> Request:
         """Every native request passes here before its verb runs: scope, then the token.
@@ -158,7 +158,7 @@ class Intake:
         return await self.run(exec_request, call.peer, call if exec_request.stream else None, conn=call.connection)
 
     async def _files(self, call: Call) -> dict[str, Any]:
-        file_request = files.native_files(call.request.verb, call.request.id, call.args, call.peer, self.config, time.time())
+        file_request = fileop_request.native_files(call.request.verb, call.request.id, call.args, call.peer, self.config, time.time())
         return await self.drive(file_work(file_request, self.config), call.peer, None, conn=call.connection)
 
     async def _approve_signed(self, call: Call) -> dict[str, Any]:
@@ -300,7 +300,9 @@ class Intake:
         if began["state"] == "replay":
             await self.audit.record("operation.replayed", ids, payload={"digest": digest}, after=marks)
             return dict(began["outcome"]) | {"replay": True}
-        settled = False
+        # From here until its outcome is known the operation is in progress in the
+        # journal's replay table: every way out closes it exactly once, with
+        # op.complete after the try (the work ran) or op.abandon in an except.
         try:
             if emit is not None:
                 await emit("accepted", {"operation_id": op, "request_id": work.request_id})
@@ -360,19 +362,16 @@ class Intake:
             # The runner's exec.finished, deferred: request.replied commits only with it.
             finished = outcome.pop("audit_mark", None)
             outcome = outcome | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
-            settled = True
-            await self._settle(key, digest, outcome, work.thin, ids, [finished] if isinstance(finished, str) else [])
-            if emit is not None:
-                await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
-            return outcome
         except AirlockError as exc:
-            if not settled:
-                settled = True
-                await self._abandon(key, ids, exc, marks)
+            await self._abandon(key, ids, exc, marks)
             raise
-        finally:
-            if not settled:  # cancelled, or a bug: the operation must not stay "in progress"
-                await self._abandon(key, ids, None, marks)
+        except BaseException:  # cancelled, or a bug: the operation must not stay "in progress"
+            await self._abandon(key, ids, None, marks)
+            raise
+        await self._settle(key, digest, outcome, work.thin, ids, [finished] if isinstance(finished, str) else [])
+        if emit is not None:
+            await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
+        return outcome
 
     async def _unless_withdrawn(
         self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, request_id: str, peer: Peer

@@ -20,7 +20,7 @@ from typing import Any
 from airlock.common.codec import canonical_json
 from airlock.common.config import Config
 from airlock.common.peer import Peer
-from airlock.intake.files import FileRequest
+from airlock.intake.fileop_request import FileRequest
 from airlock.intake.request import ExecRequest
 
 

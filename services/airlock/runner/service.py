@@ -26,7 +26,7 @@ from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec, check_privilege
 from airlock.runner import agent
-from airlock.runner.fileverbs import FileVerbs
+from airlock.runner.fileop_verbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key, systemd_is_running
 

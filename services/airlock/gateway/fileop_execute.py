@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Final
 
-from airlock.common.filespec import TOOL_NAMES
+from airlock.common.fileop_spec import TOOL_NAMES
 from airlock.gateway.protocol import PROTOCOL_VERSION, TraceContext, invalid, parse_trace_context
 
 TOOLS: Final = TOOL_NAMES

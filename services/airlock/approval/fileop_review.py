@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from airlock.common.errors import AirlockError
-from airlock.common.filespec import FileSpec
+from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 
 ABSENT = "absent"

@@ -2,7 +2,7 @@
 
 The operations (`read`, `inspect`, `list_dir`, `find`, `search`, `write`,
 `edit`, and `preview` for the operator's diff) are plain functions of a
-`FileSpec`.  They run in `runner.fileop`, a process the runner execs fresh as
+`FileSpec`.  They run in `runner.fileop_child`, a process the runner execs fresh as
 the target identity, so the kernel enforces that user's permissions:
 permission denied, a missing file, no match are *outcomes*
 (``{"ok": false, "error": {"code", "message"}}``), never a crash.
@@ -46,7 +46,7 @@ import stat
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-from airlock.common.filespec import FileSpec
+from airlock.common.fileop_spec import FileSpec
 
 HASH_LIMIT = 256 * 1024 * 1024  # files_inspect hashes regular files up to this size
 SEARCH_FILE_LIMIT = 16 * 1024 * 1024  # files_search skips larger files

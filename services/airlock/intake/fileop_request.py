@@ -4,7 +4,7 @@ Pure, like `intake.request`: native ``args`` go in, a `FileRequest` or an
 `AirlockError` naming the field comes out.  The envelope fields are the ones
 an exec request has (``privileged``, ``operation_id``, ``reason``,
 ``session``, ``host``, ``time`` for freshness); the rest are the tool's own
-parameters (see `common.filespec`).
+parameters (see `common.fileop_spec`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from airlock.common import validate
 from airlock.common.config import Config
-from airlock.common.filespec import FILE_TOOLS, FileSpec
+from airlock.common.fileop_spec import FILE_TOOLS, FileSpec
 from airlock.common.peer import Peer
 from airlock.intake.request import parse_time
 

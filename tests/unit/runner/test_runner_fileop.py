@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from airlock.common.errors import AirlockError
-from airlock.common.filespec import FileSpec
-from airlock.runner import files, fileverbs
+from airlock.common.fileop_spec import FileSpec
+from airlock.runner import fileop_perform, fileop_verbs
 from airlock.runner.identity import resolve_identity
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another identity")
@@ -30,7 +30,7 @@ def spec(tool: str, path: Path | str, **params: Any) -> FileSpec:
 
 
 def run(tool: str, path: Path | str, **params: Any) -> dict[str, Any]:
-    return files.perform(spec(tool, path, **params))
+    return fileop_perform.perform(spec(tool, path, **params))
 
 
 def test_read_byte_ranges_and_next_offset(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_edit_needs_exactly_one_match(tmp_path: Path) -> None:
     one = run("files_edit", target, old_text="user www;", new_text="user nginx;")
     assert one["ok"] is True and "-user www;" in one["diff"] and "+user nginx;" in one["diff"]
     assert target.read_text().endswith("user nginx;\n")
-    assert files.perform(spec("files_edit", target, old_text="worker_processes 1;", new_text="worker_processes 2;"),
+    assert fileop_perform.perform(spec("files_edit", target, old_text="worker_processes 1;", new_text="worker_processes 2;"),
                          preview_only=True)["diff"].count("+worker_processes 2;") == 1
     assert "worker_processes 1;" in target.read_text()  # a preview writes nothing
 
@@ -134,18 +134,18 @@ def test_execute_drops_to_the_user_so_permission_denied_is_an_outcome(tmp_path: 
     os.chmod(secret, 0o600)
     nobody = resolve_identity(pwd.getpwnam("nobody").pw_uid)
     root = resolve_identity(0)
-    denied = asyncio.run(fileverbs.execute(spec("files_read", secret), nobody, timeout=10))
+    denied = asyncio.run(fileop_verbs.execute(spec("files_read", secret), nobody, timeout=10))
     assert denied["ok"] is False and denied["error"]["code"] == "permission_denied"
     assert denied["uid"] == nobody.uid
-    allowed = asyncio.run(fileverbs.execute(spec("files_read", secret), root, timeout=10))
+    allowed = asyncio.run(fileop_verbs.execute(spec("files_read", secret), root, timeout=10))
     assert allowed["ok"] is True and base64.b64decode(allowed["content"]) == b"root only\n"
-    write = asyncio.run(fileverbs.execute(spec("files_write", tmp_path / "new", content=""), nobody, timeout=10))
+    write = asyncio.run(fileop_verbs.execute(spec("files_write", tmp_path / "new", content=""), nobody, timeout=10))
     assert write["error"]["code"] == "permission_denied" and not (tmp_path / "new").exists()
 
 
 _WRITER = """
 import sys
-from airlock.runner.files import atomic_write
+from airlock.runner.fileop_perform import atomic_write
 import os
 path = sys.argv[1]
 data = bytes([int(sys.argv[2])]) * (64 * 1024 * 1024)
@@ -248,13 +248,13 @@ def test_a_write_bound_to_a_pre_state_refuses_a_changed_file(tmp_path: Path) -> 
     target.write_text("reviewed\n")
     reviewed = hashlib.sha256(b"reviewed\n").hexdigest()
     target.write_text("changed\n")
-    out = files.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()), expect=reviewed)
+    out = fileop_perform.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()), expect=reviewed)
     assert out["error"]["code"] == "file_changed" and target.read_text() == "changed\n"
-    appeared = files.perform(spec("files_write", tmp_path / "new", content=""), expect="absent")
+    appeared = fileop_perform.perform(spec("files_write", tmp_path / "new", content=""), expect="absent")
     assert appeared["ok"] is True  # absent as approved: created
-    again = files.perform(spec("files_write", tmp_path / "new", content="eA=="), expect="absent")
+    again = fileop_perform.perform(spec("files_write", tmp_path / "new", content="eA=="), expect="absent")
     assert again["error"]["code"] == "file_changed" and (tmp_path / "new").read_bytes() == b""
-    ok = files.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()),
+    ok = fileop_perform.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()),
                        expect=hashlib.sha256(b"changed\n").hexdigest())
     assert ok["ok"] is True and target.read_text() == "new\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conf", "new"]  # no temp file left behind
@@ -264,23 +264,23 @@ def test_a_catastrophic_regex_is_stopped_by_the_cpu_limit(tmp_path: Path) -> Non
     (tmp_path / "f").write_text("a" * 40 + "!\n")
     me = resolve_identity(os.geteuid())
     started = time.monotonic()
-    out = asyncio.run(fileverbs.execute(spec("files_search", tmp_path, query="(a+)+$", regex=True), me,
+    out = asyncio.run(fileop_verbs.execute(spec("files_search", tmp_path, query="(a+)+$", regex=True), me,
                                         timeout=120, cpu_seconds=1))
     assert out["error"]["code"] == "limit_exceeded"
     assert time.monotonic() - started < 60
 
 
 def test_the_bound_pre_state_is_checked_before_it_is_enforced() -> None:
-    assert fileverbs.bound_expectation(None) is None
-    assert fileverbs.bound_expectation({"sha256": "absent"}) == "absent"
-    assert fileverbs.bound_expectation({"sha256": "a" * 64}) == "a" * 64
+    assert fileop_verbs.bound_expectation(None) is None
+    assert fileop_verbs.bound_expectation({"sha256": "absent"}) == "absent"
+    assert fileop_verbs.bound_expectation({"sha256": "a" * 64}) == "a" * 64
     for bad in ({"sha256": "A" * 64}, {"sha256": None}, {"sha256": "a" * 64, "x": 1}, "absent", {"sha": "absent"}):
         with pytest.raises(AirlockError):
-            fileverbs.bound_expectation(bad)
+            fileop_verbs.bound_expectation(bad)
 
 
 def test_the_entry_point_refuses_a_bad_request_and_answers_one_outcome(tmp_path: Path) -> None:
-    argv = list(fileverbs.fileop_argv())
+    argv = list(fileop_verbs.fileop_argv())
     bad = subprocess.run(argv, input=b'{"spec": {"kind": "exec"}}', capture_output=True, timeout=60)
     assert bad.returncode == 2 and bad.stdout == b"" and b"bad request" in bad.stderr
     (tmp_path / "f").write_text("hello\n")
@@ -299,6 +299,6 @@ def test_a_write_to_a_long_multibyte_name_works(tmp_path: Path) -> None:
 def test_an_answer_over_the_output_cap_is_limit_exceeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "f").write_bytes(b"x" * 4096)
     me = resolve_identity(os.geteuid())
-    monkeypatch.setattr(fileverbs, "OUTPUT_CAP", 1024)
-    out = asyncio.run(fileverbs.execute(spec("files_read", tmp_path / "f"), me, timeout=60))
+    monkeypatch.setattr(fileop_verbs, "OUTPUT_CAP", 1024)
+    out = asyncio.run(fileop_verbs.execute(spec("files_read", tmp_path / "f"), me, timeout=60))
     assert out["ok"] is False and out["error"]["code"] == "limit_exceeded" and "1024 bytes" in out["error"]["message"]

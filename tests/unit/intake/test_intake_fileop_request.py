@@ -1,4 +1,4 @@
-"""intake/files.py: an agent's file request, validated field by field before anything else sees it."""
+"""intake/fileop_request.py: an agent's file request, validated field by field before anything else sees it."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import pytest
 from airlock.common import config
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.filespec import FILE_TOOLS
+from airlock.common.fileop_spec import FILE_TOOLS
 from airlock.common.peer import Peer
-from airlock.intake import files
+from airlock.intake import fileop_request
 
 PEER = Peer(pid=1, uid=1000, gid=1000, user="agent", group_ids=(1000,), groups=frozenset({"agent"}))
 NOW = time.time()
 
 
-def request(verb: str = "files_read", rid: str | None = "r-1", **args: Any) -> files.FileRequest:
-    return files.native_files(verb, rid, {"path": "/etc/hostname", "time": iso_utc(NOW)} | args, PEER, config.defaults(), NOW)
+def request(verb: str = "files_read", rid: str | None = "r-1", **args: Any) -> fileop_request.FileRequest:
+    return fileop_request.native_files(verb, rid, {"path": "/etc/hostname", "time": iso_utc(NOW)} | args, PEER, config.defaults(), NOW)
 
 
 def refused(verb: str = "files_read", rid: str | None = "r-1", **args: Any) -> AirlockError:
@@ -31,8 +31,8 @@ def refused(verb: str = "files_read", rid: str | None = "r-1", **args: Any) -> A
 
 
 def test_the_agent_door_offers_every_file_tool_and_nothing_else() -> None:
-    assert set(files.VERBS) == FILE_TOOLS
-    assert list(files.VERBS) == sorted(files.VERBS)
+    assert set(fileop_request.VERBS) == FILE_TOOLS
+    assert list(fileop_request.VERBS) == sorted(fileop_request.VERBS)
 
 
 def test_a_request_keeps_the_envelope_apart_from_the_tool_parameters() -> None:

@@ -4,7 +4,7 @@
 use, bound to the file spec's digest and to what approval resolved, the
 reviewed pre-state ``bound["file"]``) before anything is touched,
 ``files.started`` is durable in the journal first, and the work runs as a job
-of `spawn.run_job`: a fresh exec of `runner.fileop` as the target identity,
+of `spawn.run_job`: a fresh exec of `runner.fileop_child` as the target identity,
 with the containment, timeout, cancel and output cap of exec jobs
 (``files_search`` also gets ``limits.search_cpu_seconds`` of CPU).
 ``files.finished`` records the outcome without content: the error code, and
@@ -31,7 +31,7 @@ import airlock
 from airlock.common import validate
 from airlock.common.audit import Ids, marks_of
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.filespec import FileSpec
+from airlock.common.fileop_spec import FileSpec
 from airlock.common.server import Call
 from airlock.common.spec import check_privilege
 from airlock.runner.identity import Identity, resolve_identity
@@ -46,7 +46,7 @@ PREVIEW_TIMEOUT = 30.0
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(airlock.__file__)))
 # -I: no environment, no user site, no script directory; the package is put first on
 # sys.path by the runner (the system python runs it, whatever venv the runner uses).
-_ENTRY = "import sys; sys.path.insert(0, sys.argv[1]); from airlock.runner.fileop import main; sys.exit(main())"
+_ENTRY = "import sys; sys.path.insert(0, sys.argv[1]); from airlock.runner.fileop_child import main; sys.exit(main())"
 _REFUSALS = {"file_changed": ErrorCode.FILE_CHANGED, "limit_exceeded": ErrorCode.LIMIT_EXCEEDED}
 
 
@@ -82,7 +82,7 @@ async def execute(
     slice: str = "airlock-jobs.slice",
     owner_uid: int | None = None,
 ) -> dict[str, Any]:
-    """Run ``spec`` in a fresh `runner.fileop` process that is ``identity``; return the outcome.
+    """Run ``spec`` in a fresh `runner.fileop_child` process that is ``identity``; return the outcome.
 
     The runner must be root, or already ``identity`` (dev mode), which the
     caller checked.  Timeout and cancel end the process as they end exec jobs

@@ -5,13 +5,13 @@ job (same identity switch before exec, containment, timeout, cancel and
 output cap), with ``python3 -I -B`` and the request as JSON on stdin:
 ``{"spec": FileSpec.to_dict(), "preview": bool, "expect": "absent" | sha256 | null,
 "cpu_seconds": int | null}``.  It answers with one JSON outcome on stdout
-(`files.perform`) and exits 0; anything else (a crash, a signal) is the
+(`fileop_perform.perform`) and exits 0; anything else (a crash, a signal) is the
 runner's to report.
 
 ``cpu_seconds`` sets RLIMIT_CPU (soft, and hard one second later) before
 any work: a catastrophic regular expression is stopped by the kernel with
 SIGXCPU, then SIGKILL.  Imports are the standard library and the pure
-`common.filespec` only, so the entry point needs nothing from the runner's
+`common.fileop_spec` only, so the entry point needs nothing from the runner's
 virtual environment.
 """
 
@@ -24,8 +24,8 @@ import sys
 from typing import Any
 
 from airlock.common.errors import AirlockError
-from airlock.common.filespec import FileSpec
-from airlock.runner import files
+from airlock.common.fileop_spec import FileSpec
+from airlock.runner import fileop_perform
 
 REQUEST_LIMIT = 8 * 1024 * 1024
 
@@ -37,7 +37,7 @@ def _request(raw: bytes) -> tuple[FileSpec, bool, str | None, int | None]:
     spec = FileSpec.from_dict(untrusted.get("spec"))
     preview = untrusted.get("preview") is True
     expect = untrusted.get("expect")
-    if expect is not None and not (expect == files.ABSENT or (isinstance(expect, str) and len(expect) == 64)):
+    if expect is not None and not (expect == fileop_perform.ABSENT or (isinstance(expect, str) and len(expect) == 64)):
         raise ValueError("expect must be absent or a sha256")
     cpu = untrusted.get("cpu_seconds")
     if cpu is not None and (not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 1):
@@ -55,7 +55,7 @@ def main() -> int:
     if cpu is not None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     os.umask(0o022)
-    outcome = files.perform(spec, preview_only=preview, expect=expect)
+    outcome = fileop_perform.perform(spec, preview_only=preview, expect=expect)
     data = json.dumps(outcome, separators=(",", ":")).encode()
     view = memoryview(data)
     while view:
