@@ -16,7 +16,7 @@ from typing import Any
 
 from airlock.approval import filereview, hook, quorum
 from airlock.approval.pending import Pending, bind_binaries, describe_binaries
-from airlock.approval.policy import Decision, Policy, Subject
+from airlock.approval.rules import Decision, Policy, Subject
 from airlock.approval.tickets import Tickets
 from airlock.approval.votes import Votes
 from airlock.common import validate

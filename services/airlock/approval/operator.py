@@ -21,7 +21,7 @@ from airlock.approval import quorum
 from airlock.approval.decide import subject_of
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.pending import Pending
-from airlock.approval.policy import Policy
+from airlock.approval.rules import Policy
 from airlock.approval.tickets import Tickets
 from airlock.approval.tokens import (
     DEFAULT_TTL_SECONDS,

@@ -25,7 +25,8 @@ from airlock.approval.decide import Deciding
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
 from airlock.approval.pending import Pending, Ticket
-from airlock.approval.policy import Policy, PolicyError, load_policy
+from airlock.approval.policy import PolicyError, load_policy
+from airlock.approval.rules import Policy
 from airlock.approval.signed import Ledger
 from airlock.approval.signers import Signers
 from airlock.approval.tokens import TokenStore
