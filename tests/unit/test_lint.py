@@ -38,6 +38,7 @@ PURE_MODULES = [
     "services/airlock/approval/statement.py",
     "services/airlock/approval/quorum.py",
     "services/airlock/approval/grants.py",
+    "services/airlock/common/yamlnodes.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

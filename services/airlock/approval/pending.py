@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.approval import quorum
-from airlock.approval.policy import Decision
+from airlock.approval.rules import Decision
 from airlock.approval.signed import Published
 from airlock.approval.statement import SIGN_COMMAND
 from airlock.common import binary

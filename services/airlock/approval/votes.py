@@ -24,7 +24,7 @@ from airlock.approval import statement as statements
 from airlock.approval.grants import SCOPES, Grant, Grants
 from airlock.approval.grants import restore as restore_grants
 from airlock.approval.pending import Pending, ticket_binding
-from airlock.approval.policy import Decision
+from airlock.approval.rules import Decision
 from airlock.approval.signed import Ledger
 from airlock.approval.statement import SIGN_COMMAND
 from airlock.common import validate

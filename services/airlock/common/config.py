@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from airlock.common.yamlnodes import BOOL, FLOAT, INT, STR, got, is_null, syntax_error, where
+
 DEFAULT_CONFIG_PATH = Path("/etc/airlock/airlock.yaml")
 
 
@@ -28,22 +30,8 @@ class ConfigError(Exception):
     """A configuration problem, already rendered for a human."""
 
 
-def _where(path: str, node: yaml.Node | None) -> str:
-    if node is None:
-        return path
-    mark = node.start_mark
-    return f"{path}:{mark.line + 1}:{mark.column + 1}"
-
-
 def _fail(path: str, node: yaml.Node | None, key: str, message: str) -> ConfigError:
-    got = ""
-    if isinstance(node, yaml.ScalarNode):
-        got = f" (got {node.value!r})"
-    elif isinstance(node, yaml.SequenceNode):
-        got = " (got a list)"
-    elif isinstance(node, yaml.MappingNode):
-        got = " (got a mapping)"
-    return ConfigError(f"{_where(path, node)}: {key}: {message}{got}")
+    return ConfigError(f"{where(path, node)}: {key}: {message}{got(node, null_as_written=True)}")
 
 
 # --- value parsers: node -> value, raising ValueError with the constraint -----
@@ -59,20 +47,16 @@ def _scalar(node: yaml.Node) -> yaml.ScalarNode:
     return node
 
 
-def _is_null(node: yaml.Node) -> bool:
-    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null"
-
-
 def parse_bool(node: yaml.Node) -> bool:
     value = _scalar(node).value.lower()
-    if node.tag != "tag:yaml.org,2002:bool" or value not in _BOOL:
+    if node.tag != BOOL or value not in _BOOL:
         raise ValueError("expected true or false")
     return _BOOL[value]
 
 
 def _int(node: yaml.Node) -> int:
     scalar = _scalar(node)
-    if scalar.tag != "tag:yaml.org,2002:int":
+    if scalar.tag != INT:
         raise ValueError("expected an integer")
     try:
         return int(scalar.value.replace("_", ""), 0)
@@ -96,7 +80,7 @@ def non_negative_int(node: yaml.Node) -> int:
 
 def non_negative_float(node: yaml.Node) -> float:
     scalar = _scalar(node)
-    if scalar.tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"):
+    if scalar.tag not in (INT, FLOAT):
         raise ValueError("expected a number")
     try:
         value = float(scalar.value.replace("_", ""))
@@ -116,13 +100,13 @@ def positive_float(node: yaml.Node) -> float:
 
 def string(node: yaml.Node) -> str:
     scalar = _scalar(node)
-    if scalar.tag != "tag:yaml.org,2002:str":
+    if scalar.tag != STR:
         raise ValueError("expected a string")
     return str(scalar.value)
 
 
 def optional_string(node: yaml.Node) -> str | None:
-    return None if _is_null(node) else string(node)
+    return None if is_null(node) else string(node)
 
 
 def absolute_path(node: yaml.Node) -> Path:
@@ -133,16 +117,13 @@ def absolute_path(node: yaml.Node) -> Path:
 
 
 def string_list(node: yaml.Node) -> tuple[str, ...]:
-    if _is_null(node):
+    if is_null(node):
         return ()
     if not isinstance(node, yaml.SequenceNode):
         raise ValueError("expected a list of strings")
     values = []
     for item in node.value:
-        if not isinstance(item, yaml.ScalarNode) or item.tag not in (
-            "tag:yaml.org,2002:str",
-            "tag:yaml.org,2002:int",
-        ):
+        if not isinstance(item, yaml.ScalarNode) or item.tag not in (STR, INT):
             raise ValueError("expected a list of strings")
         values.append(str(item.value))
     return tuple(values)
@@ -195,7 +176,7 @@ def _fields(node: yaml.Node, prefix: str, known: Sequence[str]) -> dict[str, tup
         raise NodeError(node, prefix, "expected a mapping")
     out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
     for key_node, value_node in node.value:
-        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != STR:
             raise NodeError(key_node, prefix, "keys must be strings")
         key = str(key_node.value)
         if key in out:
@@ -230,7 +211,7 @@ class Observers:
 
 
 def observers(node: yaml.Node) -> Observers:
-    if _is_null(node):
+    if is_null(node):
         return Observers()
     items = _fields(node, "", ("users", "groups"))
     return Observers(
@@ -312,7 +293,7 @@ SECRET_FILE_KEYS: dict[str, tuple[str, ...]] = {"webhook": ("secret",), "ntfy": 
 
 def channels(node: yaml.Node) -> tuple[dict[str, Any], ...]:
     """``notify.channels``: a list of ``{type: webhook|ntfy|slack|email, ...}``, each checked."""
-    if _is_null(node):
+    if is_null(node):
         return ()
     if not isinstance(node, yaml.SequenceNode):
         raise ValueError("expected a list of channels ({type: ..., ...})")
@@ -621,7 +602,7 @@ def _mapping_items(node: yaml.MappingNode, path: str, prefix: str) -> list[tuple
     items: list[tuple[str, yaml.Node, yaml.Node]] = []
     seen: set[str] = set()
     for key_node, value_node in node.value:
-        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != STR:
             raise _fail(path, key_node, prefix or "(top level)", "keys must be strings")
         key = str(key_node.value)
         full = f"{prefix}.{key}" if prefix else key
@@ -643,11 +624,8 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
-    if root is None or _is_null(root):
+        raise ConfigError(syntax_error(path, exc)) from None
+    if root is None or is_null(root):
         return _build(values, path, policy_node)
     if not isinstance(root, yaml.MappingNode):
         raise _fail(path, root, "(top level)", "the file must be a mapping of sections")
@@ -657,7 +635,7 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
             continue
         if section not in _SECTIONS:
             raise _fail(path, key_node, section, f"unknown section (known: {', '.join(sorted([*_SECTIONS, 'policy']))})")
-        if _is_null(section_node):
+        if is_null(section_node):
             continue
         if not isinstance(section_node, yaml.MappingNode):
             raise _fail(path, section_node, section, "expected a mapping")

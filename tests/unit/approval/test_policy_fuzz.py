@@ -8,7 +8,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airlock.approval.policy import PolicyError, parse_policy_text
+from airlock.approval.policyfile import PolicyError, parse_policy_text
 
 KEYS = [
     "name",

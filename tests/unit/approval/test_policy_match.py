@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from airlock.approval import match
-from airlock.approval.policy import (
+from airlock.approval.policy import assemble
+from airlock.approval.policyfile import parse_policy_text
+from airlock.approval.rules import (
     DEFAULT_RULE,
     UNRESOLVED_RULE,
     Decision,
     Policy,
     Rule,
     Subject,
-    assemble,
-    parse_policy_text,
 )
 
 TRUE = os.path.realpath("/usr/bin/true")

@@ -8,7 +8,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airlock.approval.policy import _RANK, DEFAULT_RULE, Policy, PolicyFile, Subject, assemble, parse_policy_text
+from airlock.approval.policy import assemble
+from airlock.approval.policyfile import PolicyFile, parse_policy_text
+from airlock.approval.rules import _RANK, DEFAULT_RULE, Policy, Subject
 
 BINARIES = ["/usr/bin/a", "/usr/bin/b", "/usr/bin/c"]
 ARGS = ["x", "y", "-o", "a b", "", "..", "z;w"]

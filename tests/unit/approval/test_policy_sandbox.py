@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from airlock.approval.policy import Policy, PolicyError, assemble, parse_policy_text
+from airlock.approval.policy import assemble
+from airlock.approval.policyfile import PolicyError, parse_policy_text
+from airlock.approval.rules import Policy
 from airlock.common import sandbox
 
 D = "/etc/airlock/policy.d/20-mount.yaml"
@@ -25,7 +27,7 @@ def errors(rules: str) -> str:
 
 
 def test_a_stage_carries_its_deciding_rules_sandbox() -> None:
-    from airlock.approval.policy import Subject
+    from airlock.approval.rules import Subject
 
     p = load(
         "rules:\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airlock.approval.policy import parse_policy_text
+from airlock.approval.policyfile import parse_policy_text
 from airlock.approval.quorum import Approvers, Requirement, Tally, Voter, VoteRefused, join, reason_problem
 
 
@@ -98,7 +98,7 @@ def test_policy_reads_approvals_approvers_and_reason() -> None:
     ],
 )
 def test_bad_quorum_keys_are_reported_with_their_place(rule: str, message: str) -> None:
-    from airlock.approval.policy import PolicyError
+    from airlock.approval.policyfile import PolicyError
 
     with pytest.raises(PolicyError) as info:
         parse_policy_text(f"rules:\n  - name: r\n    {rule}\n", "/p.yaml", main=False)

@@ -27,7 +27,7 @@ def story(*steps: str | tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 # Every way a request's story really goes (the services' orders: intake/service.py drive,
-# approval/service.py decide, runner/service.py exec, runner/fileop_verbs.py files).
+# approval/decide.py decide, runner/service.py exec, runner/fileop_verbs.py files).
 LEGAL = {
     "policy allow, command ran": (
         ["request.received", "approval.decided:allow", "exec.started", "exec.finished", "request.replied:ok"], "finished"),

@@ -1,0 +1,255 @@
+"""Deciding: the policy's verdict on a request, and waiting for operators.
+
+`Deciding` is a part of `airlock.approval.service.Approval` (its mixin):
+intake's ``decide`` (the policy decides; a grant may stand in for an
+operator; an ``ask`` waits as a `Pending` request for operators or a quorum,
+within ``approval.timeout_seconds``) and ``withdraw`` (the agent went away).
+A decision is journaled before it is returned; an allow carries a ticket
+(`tickets`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from airlock.approval import fileop_review, hook, quorum
+from airlock.approval.pending import Pending, bind_binaries, describe_binaries
+from airlock.approval.rules import Decision, Policy, Subject
+from airlock.approval.tickets import Tickets
+from airlock.approval.votes import Votes
+from airlock.common import validate
+from airlock.common.audit import Ids, marks_of
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.fileop_spec import FileSpec
+from airlock.common.ipc import Client
+from airlock.common.peer import Peer
+from airlock.common.server import Call
+from airlock.common.spec import ExecSpec
+
+
+def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Subject:
+    return Subject(
+        uid=peer.uid,
+        user=peer.user,
+        groups=frozenset(peer.groups),
+        session=session or None,
+        privileged=spec.privileged,
+        target_uid=spec.run_as,
+    )
+
+
+class Deciding(Tickets, Votes):
+    """intake's side of `Approval`; the attributes below are `Approval`'s."""
+
+    policy: Policy
+    pending: dict[str, Pending]
+    notifier: hook.NotifyCommand
+    runner: Client
+    intake_uid: int | None
+
+    async def decide(self, call: Call) -> dict[str, Any]:
+        a = call.args
+        request = a.get("request")
+        if not isinstance(request, dict):
+            raise validate.bad("request", "must be an object")
+        # A file operation (issue 10) carries its spec as "file"; a command as "spec".
+        spec: ExecSpec | FileSpec = (
+            FileSpec.from_dict(request["file"]) if "file" in request else ExecSpec.from_dict(request.get("spec"))
+        )
+        peer_in = a.get("peer")
+        if not isinstance(peer_in, dict):
+            raise validate.bad("peer", "must be an object")
+        try:
+            peer = Peer.from_dict(peer_in)
+        except ValueError as exc:
+            raise validate.bad("peer", str(exc)) from None
+        if peer.uid != spec.uid:
+            raise validate.bad("peer", "does not match the spec's uid")
+        request_id = validate.text("request_id", request.get("request_id"), max_len=256, allow_empty=False)
+        operation_id = validate.optional_text("operation_id", a.get("operation_id"), max_len=256)
+        session = validate.optional_text("session", request.get("session"), max_len=256)
+        digest = spec.digest()
+        subject = subject_of(peer, spec, session)
+        if isinstance(spec, FileSpec):
+            decision = self.policy.decide_file(subject, spec.tool, spec.path)
+        else:
+            decision = self.policy.decide(subject, spec.stages)
+        # What approval resolved beyond the request, bound to the ticket and enforced by the runner.
+        bound: dict[str, Any] = {}
+        if isinstance(spec, ExecSpec) and decision.decision != "deny":
+            bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0)
+            if any(stage.sandbox for stage in decision.stages):
+                # The runner applies exactly the confinement approval saw (issue 22).
+                bound["sandbox"] = [dict(stage.sandbox or {}) for stage in decision.stages]
+        await self._hold_restored()
+        verdict, rule = decision.decision, decision.rule
+        if self.hold_reason is not None and verdict == "allow":
+            verdict, rule = "ask", "hold"
+        common = Ids(request_id, operation_id, peer.uid, session)
+        # intake's deferred request.received (issue 21): the decision's records name its
+        # mark, so none is journaled (nor a ticket issued) if the journal lost it.
+        after = marks_of(a.get("after"))
+        requirement = self.policy.requirement(decision)
+        if verdict != "deny":
+            await self._require_reason(request, requirement, decision, common, after=after)
+        granted = self._granted(verdict, spec, peer, session, digest, decision, requirement)
+        if granted is not None:
+            # Durable (not deferred like a rule's allow): a grant's use is an operator's
+            # decision standing in, and it costs one commit only where a grant applies.
+            await self.audit.record(
+                "approval.decided",
+                common,
+                payload={"decision": "allow", "rule": rule, "by": "grant", "grant_id": granted.grant_id,
+                         "grant_scope": granted.scope, "granted_by": granted.made_by, "policy": decision.to_dict()},
+                log_fields={"decision": "allow", "rule": rule},
+                after=after,
+            )
+            # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
+            return {"decision": "allow", "rule": rule, "decided_by": f"grant {granted.grant_id}",
+                    "ticket": self._issue(digest, bound, by_policy=True), "bound": bound}
+        if verdict == "ask":
+            if isinstance(spec, FileSpec):
+                request = await fileop_review.operator_view(self.runner, request, spec)
+                reviewed = fileop_review.bound_file(request)
+                if reviewed is not None:
+                    bound["file"] = reviewed
+            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec, requirement,
+                                                 after=after)
+        payload = {"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()}
+        if verdict == "deny":
+            await self.audit.record("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule},
+                                    after=after)
+            raise AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
+        # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
+        # names this mark (intake passes it on, and redeem hands it to the runner itself).
+        mark = await self.audit.defer("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule},
+                                      after=after)
+        return {"decision": "allow", "rule": rule, "decided_by": "policy",
+                "ticket": self._issue(digest, bound, by_policy=True, mark=mark), "bound": bound, "mark": mark}
+
+    async def _wait_for_operator(
+        self,
+        call: Call,
+        request: dict[str, Any],
+        peer: Peer,
+        decision: Decision,
+        digest: str,
+        bound: dict[str, Any],
+        common: Ids,
+        spec: ExecSpec | FileSpec,
+        requirement: quorum.Requirement | None = None,
+        *,
+        after: list[str] | None = None,
+    ) -> dict[str, Any]:
+        now = time.time()
+        timeout = self.config.approval.timeout_seconds
+        entry = Pending(
+            request_id=request_id_of(common),
+            operation_id=common.operation_id,
+            peer=peer,
+            request=request,
+            decision=decision,
+            digest=digest,
+            bound=bound,
+            created=now,
+            expires=now + timeout,
+            future=asyncio.get_running_loop().create_future(),
+        )
+        if entry.request_id in self.pending:
+            raise AirlockError(ErrorCode.CONFLICT, "a request with this ID is already pending")
+        rule = "hold" if self.hold_reason is not None and decision.decision == "allow" else decision.rule
+        entry.rule = rule
+        entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, _user_name(spec.run_as)
+        entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
+        entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
+        entry.published = self.ledger.publish(entry.request_id, self._statements(entry))
+        await self.audit.record(
+            "approval.pending",
+            common,
+            payload={"rule": rule, "policy": decision.to_dict(), "timeout_seconds": timeout, "request": request}
+            | self._pending_extra(entry),
+            log_fields={"decision": "ask", "rule": rule},
+            after=after,  # durable: request.received is too once this returns
+        )
+        self.pending[entry.request_id] = entry
+        self.notifier.pending(entry.to_dict(now) | {"event": "pending"})
+        # The request belongs to a live client: when intake's call is gone
+        # (the agent went away or cancelled), the request is withdrawn.
+        watch = asyncio.ensure_future(_withdraw_when_gone(call, entry))
+        try:
+            await call.emit("pending_approval", {"request_id": entry.request_id, "rule": rule, "timeout_seconds": timeout})
+            verdict, by, operator_uid, reason = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
+        except TimeoutError:
+            verdict, by, operator_uid, reason = "timeout", "timeout", None, ""
+        finally:
+            watch.cancel()
+            self.pending.pop(entry.request_id, None)
+            if entry.published is not None:
+                self.ledger.settle(entry.published, _SETTLED.get(verdict, "decided"))
+        if verdict == "interrupted":
+            raise AirlockError(ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending")
+        await self.audit.record(
+            "approval.decided",
+            common,
+            payload={"decision": verdict, "rule": rule, "by": by, "operator_uid": operator_uid, "reason": reason}
+            | _decided_quorum(entry),
+            log_fields={"decision": verdict, "rule": rule},
+        )
+        if verdict == "timeout":
+            raise AirlockError(
+                ErrorCode.APPROVAL_TIMEOUT, f"no operator decided within {timeout:g}s", {"rule": rule}
+            )
+        if verdict == "withdrawn":
+            raise AirlockError(ErrorCode.WITHDRAWN, reason, {"rule": rule})
+        if verdict == "deny":
+            raise AirlockError(
+                ErrorCode.DENIED, f"denied by operator {by}" + (f": {reason}" if reason else ""), {"rule": rule, "decided_by": by}
+            )
+        return {"decision": "allow", "rule": rule, "decided_by": by, "ticket": self._issue(entry.digest, entry.bound, by_policy=False),
+                "bound": entry.bound}
+
+    async def withdraw(self, call: Call) -> dict[str, Any]:
+        """intake: the agent went away or cancelled; the pending request is withdrawn at once."""
+        if self.intake_uid is None or call.peer.uid != self.intake_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        request_id = validate.text("request_id", call.args.get("request_id"), max_len=256, allow_empty=False)
+        entry = self.pending.get(request_id)
+        if entry is None or entry.future.done():
+            return {"withdrawn": False}
+        del self.pending[request_id]  # from now on an approve finds nothing
+        entry.future.set_result(("withdrawn", "agent", None, "withdrawn by the agent before a decision"))
+        return {"withdrawn": True}
+
+
+async def _withdraw_when_gone(call: Call, entry: Pending) -> None:
+    """Withdraw a pending request once the connection that asked for it has closed."""
+    await call.connection.wait_gone()
+    if not entry.future.done():
+        entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))
+
+
+# How a pending request ended, as the ledger of statements remembers it.
+_SETTLED = {"timeout": "expired", "withdrawn": "withdrawn", "interrupted": "interrupted"}
+
+
+def _decided_quorum(entry: Pending) -> dict[str, Any]:
+    """Who approved, for approval.decided: each approver (uid, or principal and key fingerprint)."""
+    if entry.tally is None or not entry.tally.votes:
+        return {}
+    return {"approvers": [v.to_dict() for v in entry.tally.votes], "quorum": entry.tally.progress()}
+
+
+def request_id_of(ids: Ids) -> str:
+    assert ids.request_id is not None
+    return ids.request_id
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)

@@ -1,0 +1,337 @@
+"""The operators' verbs on operator.sock, and the table that serves them.
+
+`Operating` is a part of `airlock.approval.service.Approval` (its mixin):
+``pending``, ``show``, ``approve``/``deny``, ``cancel``, ``status``,
+``policy.check``, ``events``, ``audit.*`` and the session tokens
+(``token.issue``/``token.revoke``, and intake's ``token.check``).  ``hold``
+and ``release`` are in `tickets`; ``statement``, ``grants`` and
+``grant.revoke`` in `votes`.  `Operating.operator_verbs` is the operator
+door's verb table: a token is refused there, an observer may only read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable
+from typing import Any
+
+from airlock.approval import quorum
+from airlock.approval.decide import subject_of
+from airlock.approval.lookup import JournalLookup
+from airlock.approval.pending import Pending
+from airlock.approval.rules import Policy
+from airlock.approval.tickets import Tickets
+from airlock.approval.tokens import (
+    DEFAULT_TTL_SECONDS,
+    MAX_TTL_SECONDS,
+    TokenStore,
+    new_token,
+    token_hash,
+    unauthorized,
+)
+from airlock.approval.votes import Votes
+from airlock.common import trail, validate
+from airlock.common.audit import Ids
+from airlock.common.codec import iso_utc
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.ipc import Client
+from airlock.common.peer import Peer, identify
+from airlock.common.server import Call, Verb
+from airlock.common.spec import ExecSpec
+
+
+class Operating(Tickets, Votes):
+    """The operators' side of `Approval`; the attributes below are `Approval`'s."""
+
+    policy: Policy
+    pending: dict[str, Pending]
+    tokens: TokenStore
+    lookup: JournalLookup
+    runner: Client
+    intake_uid: int | None
+
+    def _find(self, ref: Any) -> Pending:
+        ref = validate.text("id", ref, max_len=256, allow_empty=False)
+        if ref in self.pending:
+            return self.pending[ref]
+        matches = [p for key, p in self.pending.items() if key.startswith(ref) or (p.operation_id or "") == ref]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r}")
+        raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(matches)} pending requests; give more of the ID")
+
+    async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
+        if call.args.get("signature") is not None:
+            return await self._settle_signed(call, (verdict,), via="operator")
+        entry = self._find(call.args.get("id"))
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        operator = call.peer
+        if operator.uid == entry.peer.uid and not self.config.approval.allow_self_approval and verdict == "allow":
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "operators cannot approve their own requests")
+        if entry.future.done():
+            raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
+        voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))
+        grant = None
+        if verdict == "allow":
+            self._require_operator_reason(entry, reason)
+            grant = self._grant_for(entry, operator, call.args)  # the arguments first, then who votes
+            self._check_vote(entry, voter)
+        ids = Ids(entry.request_id, entry.operation_id, operator.uid)
+        await self.audit.record(
+            "operator.action",
+            ids,
+            payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason}
+            | self._vote_progress(entry, verdict) | ({"grant_id": grant.grant_id} if grant else {}),
+        )
+        if grant is not None and not entry.future.done():
+            await self._add_grant(grant, ids, operator.user, reason)
+        out = self._count(entry, verdict, voter, reason)
+        return out | ({"grant": grant.to_dict()} if grant is not None else {})
+
+    async def approve(self, call: Call) -> dict[str, Any]:
+        return await self._settle(call, "allow")
+
+    async def deny(self, call: Call) -> dict[str, Any]:
+        return await self._settle(call, "deny")
+
+    async def list_pending(self, call: Call) -> dict[str, Any]:
+        now = time.time()
+        return {"pending": [p.to_dict(now) for p in sorted(self.pending.values(), key=lambda p: p.created)]}
+
+    async def status(self, call: Call) -> dict[str, Any]:
+        await self._hold_restored()
+        now = time.time()
+        held = self.hold_reason is not None
+        return {
+            "hold": held,
+            "hold_reason": self.hold_reason,
+            "hold_by": self.hold_by.get("operator") if held else None,
+            "hold_uid": self.hold_by.get("uid") if held else None,
+            "hold_since": self.hold_by.get("since") if held else None,
+            "pending": len(self.pending),
+            "tokens": self.tokens.live(now),
+            "grants": len(self.grants.live(now)),
+            "services": await self._services(),
+            "policy": {"default": self.policy.default, "rules": len(self.policy.rules), "sources": list(self.policy.sources)},
+        }
+
+    async def _services(self) -> dict[str, Any]:
+        """Whether the other services can be reached.
+
+        The journal is asked (it is needed anyway, and reports its size).
+        Intake's and the runner's sockets are only looked at: connecting would
+        start a socket-activated root runner just to answer a status query.
+        """
+        out: dict[str, Any] = {"approval": {"state": "up", "pid": os.getpid()}}
+        try:
+            head = await self.journal.call("head", {}, timeout=5)
+            out["journal"] = {"state": "up", "events": head.get("seq")}
+        except AirlockError as exc:
+            out["journal"] = {"state": "down", "error": exc.message}
+        for name, door in (("intake", "agent"), ("runner", "runner")):
+            try:
+                listening = stat.S_ISSOCK(os.stat(self.config.socket_path(door)).st_mode)
+            except OSError:
+                listening = False
+            out[name] = {"state": "listening" if listening else "missing"}
+        return out
+
+    async def policy_check(self, call: Call) -> dict[str, Any]:
+        a = call.args
+        user = validate.text("user", a.get("user") or call.peer.user, max_len=256)
+        peer = _peer_for_user(user)
+        privileged = validate.boolean("privileged", a.get("privileged"), True)
+        pipeline = a.get("pipeline") or ([a["argv"]] if a.get("argv") is not None else None)
+        if not isinstance(pipeline, list) or not pipeline:
+            raise validate.bad("argv", "give argv or pipeline")
+        stages = tuple(validate.argv(f"pipeline[{i}]", s) for i, s in enumerate(pipeline))
+        spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
+        decision = self.policy.decide(subject_of(peer, spec, validate.optional_text("session", a.get("session"))), stages)
+        await self._hold_restored()
+        return decision.to_dict() | {"hold": self.hold_reason is not None}
+
+    async def events(self, call: Call) -> dict[str, Any]:
+        unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})
+        if unknown:
+            raise validate.bad(unknown[0], "unknown argument (known: after, tail, limit, scope)")
+        return await self.journal.call("events", call.args)
+
+    async def show(self, call: Call) -> dict[str, Any]:
+        ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
+        now = time.time()
+        for entry in self.pending.values():
+            if ref in (entry.request_id, entry.operation_id):
+                return await self._show_pending(entry, now)
+        prefixed = [p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)]
+        events = await self.lookup.request_events(ref)
+        if not events:
+            events = await self.lookup.operation_events(ref)
+        if not events and not prefixed:
+            request_ids, operation_ids = await self.lookup.prefixed(ref)
+            found = sorted(request_ids | operation_ids)
+            if len(found) > 1:
+                raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(found)} requests; give more of the ID", {"matches": found[:16]})
+            if request_ids:
+                events = await self.lookup.request_events(found[0])
+            elif operation_ids:
+                events = await self.lookup.operation_events(found[0])
+        elif not events and len(prefixed) == 1:
+            return await self._show_pending(prefixed[0], now)
+        elif not events:
+            raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(prefixed)} pending requests; give more of the ID")
+        if not events:
+            raise AirlockError(ErrorCode.NOT_FOUND, f"no request or operation {ref!r} in the journal")
+        return trail.summarise(events)
+
+    async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
+        events = await self.lookup.request_events(entry.request_id)
+        shown = trail.summarise(events) if events else {}
+        return shown | {
+            "request_id": entry.request_id,
+            "operation_id": entry.operation_id,
+            "state": "pending",
+            "settled": False,
+            "pending": True,
+            "peer": entry.peer.to_dict(),
+            "session": entry.request.get("session") or "",
+            "reason": entry.request.get("reason") or "",
+            "request": entry.request,
+            "detail": entry.to_dict(now),
+            "events": events,
+        }
+
+    async def cancel(self, call: Call) -> dict[str, Any]:
+        op = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        operator = call.peer
+        waiting = [p for p in self.pending.values() if p.operation_id == op]
+        await self.audit.record(
+            "operator.action",
+            Ids(waiting[0].request_id if waiting else None, op, operator.uid),
+            payload={"action": "cancel", "operator": operator.user, "reason": reason},
+        )
+        if waiting and not waiting[0].future.done():
+            # Not running yet: cancelling a pending request is denying it.
+            why = "cancelled by the operator" + (f": {reason}" if reason else "")
+            waiting[0].future.set_result(("deny", operator.user, operator.uid, why))
+            return {"operation_id": op, "cancelling": True, "was": "pending"}
+        data = await self.runner.call("cancel", {"operation_id": op})
+        return dict(data) | {"was": "running"}
+
+    async def token_issue(self, call: Call) -> dict[str, Any]:
+        session = validate.text("session", call.args.get("session"), max_len=256, allow_empty=False)
+        ttl = call.args.get("ttl_seconds", DEFAULT_TTL_SECONDS)
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= MAX_TTL_SECONDS:
+            raise validate.bad("ttl_seconds", f"must be a number of seconds from 1 to {MAX_TTL_SECONDS}")
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        token = new_token()
+        now = time.time()
+        expires_at = iso_utc(now + ttl, timespec="seconds")
+        # Journaled before it is usable; the record holds a short hash prefix, never the token.
+        await self.audit.record(
+            "operator.action",
+            Ids(peer_uid=call.peer.uid, session=session),
+            payload={"action": "token.issue", "operator": call.peer.user, "reason": reason,
+                     "token_id": token_hash(token)[:16], "expires_at": expires_at},
+        )
+        self.tokens.issue(token, session, float(ttl), now)
+        return {"token": token, "token_id": token_hash(token)[:16], "session": session, "expires_at": expires_at}
+
+    async def token_revoke(self, call: Call) -> dict[str, Any]:
+        token, session = call.args.get("token"), call.args.get("session")
+        if (token is None) == (session is None):
+            raise validate.bad("token", "give exactly one of token and session")
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        if token is not None:
+            token = validate.text("token", token, max_len=256, allow_empty=False)
+            target: dict[str, Any] = {"token_id": token_hash(token)[:16]}
+        else:
+            session = validate.text("session", session, max_len=256, allow_empty=False)
+            target = {"session": session}
+        await self.audit.record(
+            "operator.action",
+            Ids(peer_uid=call.peer.uid, session=session),
+            payload={"action": "token.revoke", "operator": call.peer.user, "reason": reason} | target,
+        )
+        revoked = self.tokens.revoke_token(token) if token is not None else self.tokens.revoke_session(str(session))
+        return {"revoked": revoked} | target
+
+    async def token_check(self, call: Call) -> dict[str, Any]:
+        """intake asks: which session does this token stand for? (`unauthorized` for any failure)"""
+        if self.intake_uid is None or call.peer.uid != self.intake_uid:
+            raise unauthorized()
+        token = call.args.get("token")
+        if not isinstance(token, str) or not token or len(token) > 256:
+            raise unauthorized()
+        return {"session": self.tokens.check(token, time.time())}
+
+    async def audit_verify(self, call: Call) -> dict[str, Any]:
+        return await self.journal.call("verify", call.args, timeout=600)
+
+    async def audit_head(self, call: Call) -> dict[str, Any]:
+        return await self.journal.call("head", {})
+
+    def operator_verbs(self, decides: Callable[[Peer], bool]) -> dict[str, Verb]:
+        """The operator door's verbs: none for a token; an observer (not ``decides``) only `OBSERVER_VERBS`."""
+        return {
+            name: _operator_only(verb if name in OBSERVER_VERBS else _not_observer(verb, decides))
+            for name, verb in {
+                "status": self.status,
+                "pending": self.list_pending,
+                "show": self.show,
+                "statement": self.statement,
+                "grants": self.list_grants,
+                "grant.revoke": self.revoke_grant,
+                "approve": self.approve,
+                "deny": self.deny,
+                "cancel": self.cancel,
+                "hold": self.hold,
+                "release": self.release,
+                "policy.check": self.policy_check,
+                "events": self.events,
+                "audit.verify": self.audit_verify,
+                "audit.head": self.audit_head,
+                "token.issue": self.token_issue,
+                "token.revoke": self.token_revoke,
+            }.items()
+        }
+
+
+def _operator_only(verb: Verb) -> Verb:
+    """Tokens belong to agents: one on the operator socket is refused like any stranger."""
+
+    async def checked(call: Call) -> dict[str, Any]:
+        if call.request.token is not None:
+            raise unauthorized()
+        return await verb(call)
+
+    return checked
+
+
+# What a read-only operator (``operators.observers``) may call on operator.sock.
+OBSERVER_VERBS = frozenset({"status", "pending", "show", "events", "statement", "grants"})
+
+
+def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
+    """A verb that changes something: an observer is refused (`common.peer.may_decide` says who is one)."""
+
+    async def checked(call: Call) -> dict[str, Any]:
+        if not decides(call.peer):
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "observers may only read (status, pending, show, events)")
+        return await verb(call)
+
+    return checked
+
+
+def _peer_for_user(user: str) -> Peer:
+    import pwd
+
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        raise validate.bad("user", f"no such user {user!r}") from None
+    return identify(0, entry.pw_uid, entry.pw_gid)
+

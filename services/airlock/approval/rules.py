@@ -1,0 +1,256 @@
+"""The policy as the engine holds it, and deciding: rules, who asks, decisions.
+
+Pure: no sockets, no asyncio.  The filesystem is read only to resolve
+binaries (the same `resolve_executable` the runner uses).
+
+Deciding never depends on order: for each stage the most restrictive matching
+rule wins (deny > ask > allow), the pipeline takes its most restrictive stage,
+and ties are broken by rule name.  docs/policy.md is the reference.
+`policyfile` reads rules from YAML; `policy` loads and assembles the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from airlock.approval import match
+from airlock.approval.match import FileGrant
+from airlock.approval.quorum import Approvers, Requirement, join
+from airlock.common.errors import AirlockError
+from airlock.common.resolve import default_path, resolve_executable
+
+Verdict = Literal["allow", "ask", "deny"]
+VERDICTS: tuple[Verdict, ...] = ("allow", "ask", "deny")
+_RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+# Pseudo-rule names a decision can carry; no real rule may take them.
+DEFAULT_RULE = "default"  # no rule matched: the policy's default decided
+UNRESOLVED_RULE = "unresolved"  # argv[0] is no executable: denied, it could not run anyway
+
+Resolver = Callable[[str, str], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """Who asks.  ``target_uid`` is whose PATH resolves argv[0]: 0 when privileged, else the peer's."""
+
+    uid: int
+    user: str
+    groups: frozenset[str]  # group names, primary and supplementary
+    session: str | None
+    privileged: bool
+    target_uid: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    decision: Verdict
+    users: frozenset[str]  # names or decimal uids; empty: anyone
+    groups: frozenset[str]  # empty: any
+    sessions: frozenset[str]  # empty: any, even none
+    privileged: bool | None  # None: either
+    commands: tuple[tuple[str, ...], ...] | None  # heads canonical; None: any command
+    source: str  # path:line
+    files: tuple[FileGrant, ...] | None = None  # None: any file operation (see `targets_commands`)
+    description: str = ""
+    # Unit settings for this rule's jobs (common/sandbox.py); None: a full job, as with sudo.
+    sandbox: Mapping[str, Any] | None = field(default=None, compare=False)
+    # Issue 18: distinct approvers an ``ask`` needs, who counts, and whether the agent must say why.
+    approvals: int = 1
+    approvers: Approvers | None = None
+    reason_required: bool = False
+
+    def __post_init__(self) -> None:
+        # Rules built in code (tests, tools) get the same guarantees as parsed
+        # ones: valid patterns, and heads canonical like the requests they meet.
+        if self.decision not in VERDICTS:
+            raise ValueError(f"rule {self.name!r}: decision must be one of allow, ask, deny (got {self.decision!r})")
+        if self.commands is not None:
+            for pattern in self.commands:
+                problem = match.pattern_problem(pattern)
+                if problem is not None:
+                    raise ValueError(f"rule {self.name!r}: {list(pattern)!r}[{problem[0]}]: {problem[1]}")
+            canonical = tuple((match.canonical_head(p[0]), *p[1:]) for p in self.commands)
+            object.__setattr__(self, "commands", canonical)
+
+    def applies_to(self, subject: Subject) -> bool:
+        """Whether every subject condition of this rule holds."""
+        if self.users and subject.user not in self.users and str(subject.uid) not in self.users:
+            return False
+        if self.groups and not (self.groups & subject.groups):
+            return False
+        if self.sessions and (subject.session is None or subject.session not in self.sessions):
+            return False
+        return self.privileged is None or self.privileged == subject.privileged
+
+    # A rule naming only ``files:`` must not become "any command" (nor one naming
+    # only ``commands:`` "any file"): absent means any only when both are absent.
+    @property
+    def targets_commands(self) -> bool:
+        return self.commands is not None or self.files is None
+
+    @property
+    def targets_files(self) -> bool:
+        return self.files is not None or self.commands is None
+
+    def matches_command(self, resolved: str | None, args: Sequence[str]) -> bool:
+        if not self.targets_commands:
+            return False
+        if self.commands is None:
+            return True
+        if resolved is None:
+            return False
+        return any(p[0] == resolved and match.match_args(p[1:], args) for p in self.commands)
+
+    def matches_file(self, tool: str, path: str) -> bool:
+        """Whether this rule covers ``tool`` on a canonical absolute ``path``."""
+        if not self.targets_files:
+            return False
+        return self.files is None or any(grant.matches(tool, path) for grant in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "decision": self.decision, "source": self.source}
+        for key in ("users", "groups", "sessions"):
+            value: frozenset[str] = getattr(self, key)
+            if value:
+                out[key] = sorted(value)
+        if self.privileged is not None:
+            out["privileged"] = self.privileged
+        if self.commands is not None:
+            out["commands"] = [list(p) for p in self.commands]
+        if self.files is not None:
+            out["files"] = [{"tools": sorted(g.tools), "paths": list(g.paths)} for g in self.files]
+        if self.description:
+            out["description"] = self.description
+        if self.sandbox is not None:
+            out["sandbox"] = dict(self.sandbox)
+        if self.approvals != 1:
+            out["approvals"] = self.approvals
+        if self.approvers is not None:
+            out["approvers"] = self.approvers.to_dict()
+        if self.reason_required:
+            out["reason"] = "required"
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class StageDecision:
+    argv: tuple[str, ...]
+    resolved: str | None  # the canonical binary the runner must execute
+    decision: Verdict
+    rule: str  # the deciding rule, DEFAULT_RULE or UNRESOLVED_RULE
+    matched: tuple[str, ...] = ()  # every rule that matched, by name
+    sandbox: Mapping[str, Any] | None = field(default=None, compare=False)  # the deciding rule's; None: none
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "argv": list(self.argv),
+            "resolved": self.resolved,
+            "decision": self.decision,
+            "rule": self.rule,
+            "matched": list(self.matched),
+            "sandbox": dict(self.sandbox) if self.sandbox is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    decision: Verdict
+    rule: str
+    stages: tuple[StageDecision, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"decision": self.decision, "rule": self.rule, "stages": [s.to_dict() for s in self.stages]}
+
+
+def _pseudo_rank(name: str) -> int:
+    # Among equally restrictive stages, name a real rule before a pseudo-rule:
+    # "denied by no-dd" tells the agent more than "denied by default".
+    return 2 if name == DEFAULT_RULE else 1 if name == UNRESOLVED_RULE else 0
+
+
+def _decide_one(rules: Iterable[Rule], default: Verdict, unmatched: str) -> tuple[Verdict, str, tuple[str, ...]]:
+    matched = sorted(rules, key=lambda r: (-_RANK[r.decision], r.name))
+    if not matched:
+        return default, unmatched, ()
+    return matched[0].decision, matched[0].name, tuple(sorted(r.name for r in matched))
+
+
+def _combine(stages: tuple[StageDecision, ...]) -> Decision:
+    top = min(stages, key=lambda s: (-_RANK[s.decision], _pseudo_rank(s.rule), s.rule))
+    return Decision(top.decision, top.rule, stages)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    default: Verdict
+    rules: tuple[Rule, ...]
+    sources: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # e.g. a rule for a binary that is not installed
+
+    def decide(
+        self, subject: Subject, stages: Sequence[Sequence[str]], *, resolver: Resolver | None = None
+    ) -> Decision:
+        """Decide a pipeline (one stage for a plain command).
+
+        ``resolver`` defaults to `resolve_executable`; tests may pass another.
+        """
+        if not stages or any(not stage for stage in stages):
+            raise ValueError("a pipeline needs at least one stage, and every stage an argv[0]")
+        resolve = resolver or resolve_executable
+        search_path = default_path(subject.target_uid)
+        applicable = [r for r in self.rules if r.applies_to(subject)]
+        out = []
+        for stage in stages:
+            argv = tuple(stage)
+            resolved = resolve(argv[0], search_path)
+            hits = [r for r in applicable if r.matches_command(resolved, argv[1:])]
+            # An unresolvable argv[0] can match only rules without commands; if
+            # none does it is denied, whatever the default: it cannot run, and
+            # nothing that appears there later was ever approved.
+            default: Verdict = self.default if resolved is not None else "deny"
+            unmatched = DEFAULT_RULE if resolved is not None else UNRESOLVED_RULE
+            verdict, rule, names = _decide_one(hits, default, unmatched)
+            confined = next((r.sandbox for r in hits if r.name == rule), None)
+            out.append(StageDecision(argv, resolved, verdict, rule, names, confined))
+        return _combine(tuple(out))
+
+    def decide_file(self, subject: Subject, tool: str, path: str) -> Decision:
+        """Decide one file operation (issue 10): ``tool`` on ``path``.
+
+        The path is canonicalised (symlinks resolved as far as they exist) so a
+        link inside an allowed tree cannot reach outside it.  A relative path
+        or an unknown tool is denied as UNRESOLVED_RULE before any rule is
+        consulted: there is no file it could safely mean.
+        """
+        if tool not in match.FILE_TOOLS or not path.startswith("/") or "\0" in path:
+            stage = StageDecision((tool, path), None, "deny", UNRESOLVED_RULE)
+            return Decision("deny", UNRESOLVED_RULE, (stage,))
+        try:
+            canonical = match.canonical_head(path)
+        except AirlockError:
+            # A link along the path flipped while it was resolved (readlink of what lstat
+            # saw as a link fails with EINVAL): no stable file to decide on, so denied.
+            stage = StageDecision((tool, path), None, "deny", UNRESOLVED_RULE)
+            return Decision("deny", UNRESOLVED_RULE, (stage,))
+        hits = [r for r in self.rules if r.applies_to(subject) and r.matches_file(tool, canonical)]
+        verdict, rule, names = _decide_one(hits, self.default, DEFAULT_RULE)
+        stage = StageDecision((tool, path), canonical, verdict, rule, names)
+        return Decision(verdict, rule, (stage,))
+
+    def requirement(self, decision: Decision) -> Requirement:
+        """What a request needs beyond the verdict: joined over every stage's deciding rule (quorum.py)."""
+        by_name = {r.name: r for r in self.rules}
+        deciding = [by_name[s.rule] for s in decision.stages if s.rule in by_name]
+        return join((r.approvals, r.approvers, r.reason_required) for r in deciding)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "default": self.default,
+            "rules": [r.to_dict() for r in sorted(self.rules, key=lambda r: r.name)],
+            "sources": list(self.sources),
+        }
+

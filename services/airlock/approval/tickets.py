@@ -1,0 +1,123 @@
+"""Tickets and the hold: what lets an approved request run.
+
+`Tickets` is a part of `airlock.approval.service.Approval` (its mixin): a
+decision to allow issues a single-use ticket bound to the spec's digest and
+what approval bound beyond it (`pending.ticket_binding`), valid for a few
+seconds; the runner ``redeem``s it once.  The hold is the brake on tickets:
+while held a rule's allow waits for an operator, and a ticket a rule issued
+just before is not redeemed.  Operators set and lift it (``hold``,
+``release``); at start it is read back from the journal, held until known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airlock.approval.pending import Ticket, ticket_binding
+from airlock.common import validate
+from airlock.common.audit import Audit, Ids
+from airlock.common.codec import iso_utc
+from airlock.common.config import Config
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.ipc import Client
+from airlock.common.server import Call
+
+# How long approval waits at start to read its hold state from the journal; then it starts held.
+HOLD_RESTORE_SECONDS = 30.0
+
+
+class Tickets:
+    """Issuing and redeeming tickets, and the hold; the attributes below are `Approval`'s."""
+
+    config: Config
+    audit: Audit
+    journal: Client
+    log: Any
+    tickets: dict[str, Ticket]
+    hold_reason: str | None
+    hold_by: dict[str, Any]
+    _hold_known: asyncio.Event
+
+    def _issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool, mark: str | None = None) -> str:
+        now = time.monotonic()
+        for key in [k for k, t in self.tickets.items() if t.expires < now]:
+            del self.tickets[key]
+        ticket = secrets.token_urlsafe(32)
+        # Only a hash is kept: a memory dump does not yield a redeemable ticket.
+        self.tickets[_ticket_key(ticket)] = Ticket(
+            ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds, by_policy, mark
+        )
+        return ticket
+
+    async def redeem(self, call: Call) -> dict[str, Any]:
+        ticket = validate.text("ticket", call.args.get("ticket"), max_len=256, allow_empty=False)
+        digest = validate.text("digest", call.args.get("digest"), max_len=128, allow_empty=False)
+        bound = validate.mapping("bound", call.args.get("bound"))
+        entry = self.tickets.pop(_ticket_key(ticket), None)  # single use: gone whatever happens next
+        binding = ticket_binding(digest, bound)
+        if entry is None or entry.expires < time.monotonic() or not secrets.compare_digest(entry.binding, binding):
+            raise AirlockError(ErrorCode.INVALID_TICKET, "the approval ticket is not valid for this request")
+        if entry.by_policy and self.hold_reason is not None:
+            # A rule allowed it just before the hold: the brake wins (the model's property P4).
+            raise AirlockError(ErrorCode.DENIED, "airlock is on hold: a rule's approval is not redeemed while held",
+                               {"rule": "hold"})
+        return {"valid": True, "mark": entry.mark}
+
+    async def hold(self, call: Call) -> dict[str, Any]:
+        reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
+        await self._hold_restored()
+        since = iso_utc(timespec="seconds")
+        # The brake takes effect at once, in memory, then is journaled, where the next
+        # start reads it back.  The other order would let a rule's allow through while
+        # the record is written.  If it cannot be journaled, this process stays held
+        # and the operator is told the hold would not survive a restart.
+        self.hold_reason = reason
+        self.hold_by = {"operator": call.peer.user, "uid": call.peer.uid, "since": since}
+        await self.audit.record(
+            "operator.action",
+            Ids(peer_uid=call.peer.uid),
+            payload={"action": "hold", "operator": call.peer.user, "reason": reason, "since": since},
+        )
+        return {"hold": True, "reason": reason}
+
+    async def release(self, call: Call) -> dict[str, Any]:
+        await self._hold_restored()
+        # Durable first, then lifted: a release that cannot be journaled leaves it held.
+        await self.audit.record("operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user})
+        self.hold_reason = None
+        return {"hold": False}
+
+    async def restore_hold(self) -> None:
+        """At start: the hold state is the journal's newest hold or release (held if it cannot be read)."""
+        try:
+            found = await self.journal.call("hold.state", {}, timeout=HOLD_RESTORE_SECONDS)
+            latest = found.get("latest")
+            if latest is None or latest.get("action") == "release":
+                self.hold_reason = None
+            else:
+                self.hold_reason = str(latest.get("reason") or "no reason recorded")
+                since = latest.get("since") or latest.get("time")
+                self.hold_by = {"operator": latest.get("operator"), "uid": latest.get("peer_uid"), "since": since}
+            self.log.info("approval.hold.restored", hold=self.hold_reason is not None, seq=(latest or {}).get("seq"))
+        except AirlockError as exc:
+            self.hold_reason = (
+                f"the hold state could not be read from the journal at start ({exc.message}); "
+                "approval started held: release it with `airlock release` once the journal is healthy"
+            )
+            self.hold_by = {"operator": "airlock-approval", "uid": None, "since": iso_utc(timespec="seconds")}
+            self.log.error("approval.hold.unknown", error=exc.message, code=exc.code.value)
+        finally:
+            self._hold_known.set()
+
+    async def _hold_restored(self) -> None:
+        # restore_hold always sets the event (its journal call has its own bound).
+        await self._hold_known.wait()
+
+
+def _ticket_key(ticket: str) -> str:
+    return hashlib.sha256(ticket.encode()).hexdigest()
