@@ -14,41 +14,14 @@ from airlock.common import client
 from airlock.common.codec import iso_utc
 
 EXIT_DENIED = 126
-
 EXIT_APPROVAL_TIMEOUT = 124
-
 EXIT_AIRLOCK_ERROR = 125
 
 
-
 def cmd_run(ns: argparse.Namespace) -> int:
-    if not ns.command:
-        _err("run: give a command after --, e.g. airlock run -- systemctl status nginx")
+    args = _run_args(ns)
+    if args is None:
         return 2
-    args: dict[str, Any] = {
-        "argv": ns.command,
-        "privileged": not ns.no_privilege,
-        "time": iso_utc(),
-    }
-    for key in ("reason", "session", "cwd"):
-        if getattr(ns, key):
-            args[key] = getattr(ns, key)
-    if ns.timeout:
-        args["timeout_ms"] = int(ns.timeout * 1000)
-    if ns.env:
-        env = {}
-        for item in ns.env:
-            name, sep, value = item.partition("=")
-            if not sep:
-                _err(f"run: --env takes NAME=VALUE (got {item!r})")
-                return 2
-            env[name] = value
-        args["env"] = env
-    # Each `airlock run` is a new intent: without --operation-id it gets an ID
-    # of its own, so typing the same command twice runs it twice instead of
-    # replaying the first outcome (the protocol's derived IDs suit retries).
-    args["operation_id"] = ns.operation_id or f"cli-{uuid.uuid4()}"
-    args["stream"] = True
     noticed = False
 
     def on_event(_raw: bytes, event: dict[str, Any]) -> None:
@@ -89,6 +62,38 @@ def cmd_run(ns: argparse.Namespace) -> int:
     return exit_status(data)
 
 
+def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
+    """The exec request's arguments from the command line; None after reporting a usage error."""
+    if not ns.command:
+        _err("run: give a command after --, e.g. airlock run -- systemctl status nginx")
+        return None
+    args: dict[str, Any] = {
+        "argv": ns.command,
+        "privileged": not ns.no_privilege,
+        "time": iso_utc(),
+    }
+    for key in ("reason", "session", "cwd"):
+        if getattr(ns, key):
+            args[key] = getattr(ns, key)
+    if ns.timeout:
+        args["timeout_ms"] = int(ns.timeout * 1000)
+    if ns.env:
+        env = {}
+        for item in ns.env:
+            name, sep, value = item.partition("=")
+            if not sep:
+                _err(f"run: --env takes NAME=VALUE (got {item!r})")
+                return None
+            env[name] = value
+        args["env"] = env
+    # Each `airlock run` is a new intent: without --operation-id it gets an ID
+    # of its own, so typing the same command twice runs it twice instead of
+    # replaying the first outcome (the protocol's derived IDs suit retries).
+    args["operation_id"] = ns.operation_id or f"cli-{uuid.uuid4()}"
+    args["stream"] = True
+    return args
+
+
 def exit_status(evidence: dict[str, Any]) -> int:
     """The last stage's exit code, or 128+N for signal N (as a shell reports it)."""
     stages = evidence.get("stages") or [{}]
@@ -97,4 +102,3 @@ def exit_status(evidence: dict[str, Any]) -> int:
         return 128 + int(last["signal"])
     code = last.get("exit_code")
     return int(code) if isinstance(code, int) else EXIT_AIRLOCK_ERROR
-

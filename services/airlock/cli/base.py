@@ -49,4 +49,3 @@ def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     return render.table(rows, header)
-

@@ -111,4 +111,3 @@ def cmd_audit(ns: argparse.Namespace) -> int:
     if ns.audit_command == "acknowledge":
         return audit.acknowledge(ns)
     return audit.verify(ns)
-

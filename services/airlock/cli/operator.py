@@ -17,7 +17,6 @@ from airlock.common.render import Style, command_line, fields, sanitise, use_col
 UNKNOWN_GRACE_SECONDS = 10.0
 
 
-
 def cmd_status(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "status", {})
     if rc == 0 and not ns.json:
@@ -281,4 +280,3 @@ def cmd_watch(ns: argparse.Namespace) -> int:
 
         return remote.watch_hosts(ns.watch_hosts, ns.watch_ssh_config)
     return watch.watch(client.operator_socket(ns.socket))
-

@@ -46,4 +46,3 @@ def cmd_config_show(ns: argparse.Namespace) -> int:
         print(f"# effective configuration from {cfg.source}")
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
     return 0
-

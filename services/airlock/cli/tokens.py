@@ -36,4 +36,3 @@ def cmd_token(ns: argparse.Namespace) -> int:
     if rc == 0 and not ns.json:
         print(f"revoked {data.get('revoked')} token(s)")
     return rc
-

@@ -114,4 +114,3 @@ def validate_reason(reason: object) -> str:
     if not isinstance(reason, str) or not reason.strip() or len(reason) > 1024:
         raise _invalid("an acknowledgement needs a reason of 1 to 1024 characters", "reason")
     return reason
-

@@ -251,4 +251,3 @@ def _scope_sql(scope: dict[str, Any] | None) -> tuple[str, tuple[Any, ...]]:
         clauses.append(f"{key} = ?")  # key is one of _SCOPES, never caller text
         params.append(value)
     return " AND ".join(clauses), tuple(params)
-

@@ -17,9 +17,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.journal.operations import MAX_ID_CHARS
 
 MAX_PAYLOAD_BYTES: Final = 64 * 1024
-
 MAX_OUTCOME_BYTES: Final = 1024 * 1024
-
 MAX_PAGE: Final = 256
 MAX_UID: Final = 2**32 - 1
 
@@ -79,7 +77,6 @@ class Stats:
     largest_batch: int
 
 
-
 def _event(row: tuple[Any, ...]) -> Event:
     payload = json.loads(row[8])
     return Event(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], payload, row[9], row[10])
@@ -137,4 +134,3 @@ def _invalid(message: str, field: str) -> AirlockError:
 
 def _unavailable(exc: BaseException) -> AirlockError:
     return AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"the audit journal could not commit: {str(exc)[:200]}")
-

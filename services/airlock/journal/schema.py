@@ -19,7 +19,6 @@ from airlock.journal.chain import GENESIS
 from airlock.journal.operations import Settled
 
 SCHEMA_VERSION: Final = 3
-
 CACHE_KIB: Final = 512  # SQLite page cache per connection
 
 _SCHEMA: Final = """
@@ -191,4 +190,3 @@ def _prune_operations(conn: sqlite3.Connection, cutoff: float, capacity: int) ->
     conn.execute(
         "DELETE FROM operations WHERE ord NOT IN (SELECT ord FROM operations ORDER BY ord DESC LIMIT ?)", (capacity,)
     )
-

@@ -67,18 +67,14 @@ from airlock.journal.schema import _COLUMNS, _prune_operations, _raise_high, _re
 MAX_BATCH: Final = 1024
 # A replay window longer than a day is a misconfiguration, not a policy.
 MAX_CLAIM_WINDOW: Final = 86400.0
-
 # Marks of failed deferred appends remembered; past it the oldest are
 # forgotten and every mark below the newest forgotten one counts as failed.
 MAX_FAILED_MARKS: Final = 65536
-
 MAX_AFTER: Final = 16  # marks one append may name
-
 # How long a batch of deferred appends alone waits for a durable one to share
 # its commit (an exec's path from request.received to exec.started takes a few
 # ms); past it they are committed on their own.
 DEFER_LINGER: Final = 0.1
-
 # Claim keys are "<uid>:<request id>": the uid's digits, a colon, an ID.
 MAX_CLAIM_KEY_CHARS: Final = MAX_ID_CHARS + 16
 
@@ -650,4 +646,3 @@ def _lost() -> AirlockError:
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
-
