@@ -8,8 +8,10 @@ it is assembled from parts that each hold one idea:
 
 - `journal/schema.py`: the tables, the migrations, the SQL helpers;
 - `journal/records.py`: `Event` and the checks a payload passes;
-- `journal/writer.py`: the group-commit writer (appends, deferred appends and
-  their marks, settled operations, request-ID claims);
+- `journal/writer.py`: the group-commit writer (the queue, batches, the
+  transaction, what a failure does to the marks);
+- `journal/appends.py`: the write verbs (appends, deferred appends and their
+  marks, settled operations, request-ID claims);
 - `journal/reads.py`: the events feed, verification and anchor checks;
 - `journal/acknowledge.py`: the offline acknowledgement of a cut tail.
 
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.journal.acknowledge import Acknowledged, acknowledge, validate_reason
+from airlock.journal.appends import Appends
 from airlock.journal.chain import GENESIS, VerifyResult
 from airlock.journal.operations import OpBegin, OperationTable
 from airlock.journal.reads import Reader
@@ -48,7 +51,7 @@ from airlock.journal.schema import (
     _reader,
     _restore_triggers,
 )
-from airlock.journal.writer import DEFER_LINGER, MAX_BATCH, Writer, _Work
+from airlock.journal.writer import DEFER_LINGER, MAX_BATCH, _Work
 
 __all__ = [
     "DEFER_LINGER",
@@ -70,7 +73,7 @@ __all__ = [
 ]
 
 
-class Store(Writer, Reader):
+class Store(Appends, Reader):
     """The journal store.  Create with `Store.open`; async methods need one running loop."""
 
     def __init__(
