@@ -4,7 +4,7 @@ Synchronous, and they may take a while on a large journal (verify): a service
 calls them with asyncio.to_thread.  Each is safe from any thread: ``events``
 uses the store's read-only connection under its lock; ``verify``, ``audit`` and
 ``check_tail`` open their own, so a long scan reads one consistent snapshot
-without holding up ``events``.  `Reader` is one half of `Store` (see
+without holding up ``events``.  `Reader` is one part of `Store` (see
 `journal/store.py`).
 """
 
@@ -27,7 +27,7 @@ _SCOPES: Final[Mapping[str, type]] = {"request_id": str, "operation_id": str, "s
 
 
 class Reader:
-    """`Store`'s reading half."""
+    """`Store`'s reads."""
 
     # Set up by Store.__init__ (journal/store.py).
     path: Path
