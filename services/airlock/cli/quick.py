@@ -8,7 +8,7 @@ nothing but ``os``, ``sys``, ``socket`` and ``json``; anything else (another
 command, ``--help``, a flag this path does not know, a malformed value) goes
 to `airlock.cli.main` unchanged, which parses and answers it as before.
 
-Same request, same output, same exit codes as `main.cmd_run` (the tests run
+Same request, same output, same exit codes as `agentcmds.cmd_run` (the tests run
 both): the command's own exit code, 126 denied, 124 approval timeout, 125 any
 other airlock error.
 """
@@ -103,7 +103,7 @@ def _parse_run(args: list[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
         request["timeout_ms"] = int(opts["timeout"] * 1000)
     if opts["env"]:
         request["env"] = opts["env"]
-    # A new intent each time, as main.cmd_run: its own operation ID unless one is given.
+    # A new intent each time, as agentcmds.cmd_run: its own operation ID unless one is given.
     request["operation_id"] = opts.get("operation_id") or f"cli-{_uuid4()}"
     request["stream"] = True
     return opts, request
@@ -197,7 +197,7 @@ def _call(path: str, line: bytes, quiet: bool) -> tuple[bytes | None, dict[str, 
 
 
 def _exit_status(evidence: dict[str, Any]) -> int:
-    """As main.exit_status: the last stage's exit code, or 128+N for signal N."""
+    """As agentcmds.exit_status: the last stage's exit code, or 128+N for signal N."""
     stages = evidence.get("stages") or [{}]
     last = stages[-1]
     if isinstance(last.get("signal"), int) and last.get("exit_code") is None:

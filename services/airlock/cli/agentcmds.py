@@ -1,0 +1,104 @@
+"""`airlock run`: the agent's command (the full path; cli/quick.py is the short one, with the same output and exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import sys
+import uuid
+from typing import Any
+
+from airlock.cli.base import _err, _unreachable
+from airlock.common import client
+from airlock.common.codec import iso_utc
+
+EXIT_DENIED = 126
+EXIT_APPROVAL_TIMEOUT = 124
+EXIT_AIRLOCK_ERROR = 125
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    args = _run_args(ns)
+    if args is None:
+        return 2
+    noticed = False
+
+    def on_event(_raw: bytes, event: dict[str, Any]) -> None:
+        nonlocal noticed
+        if event.get("event") == "pending_approval" and not noticed and not ns.json:
+            noticed = True
+            wait = event.get("timeout_seconds")
+            _err(f"waiting for an operator to approve (rule {event.get('rule')!r}, up to {wait}s)")
+
+    try:
+        token = ns.token or os.environ.get("AIRLOCK_TOKEN") or None
+        raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event, token=token)
+    except client.ClientError as exc:
+        _unreachable(ns, exc)
+        return EXIT_AIRLOCK_ERROR
+    if ns.json:
+        sys.stdout.buffer.write(raw + b"\n")
+        sys.stdout.flush()
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        code = error.get("code")
+        if not ns.json:
+            _err(f"{code}: {error.get('message')}")
+        if code == "denied":
+            return EXIT_DENIED
+        if code == "approval_timeout":
+            return EXIT_APPROVAL_TIMEOUT
+        return EXIT_AIRLOCK_ERROR
+    data = reply.get("data") or {}
+    if not ns.json:
+        for stage in data.get("stages", []):
+            sys.stderr.buffer.write(base64.b64decode(stage.get("stderr") or ""))
+        sys.stderr.flush()
+        sys.stdout.buffer.write(base64.b64decode(data.get("stdout") or ""))
+        sys.stdout.flush()
+        if data.get("timed_out"):
+            _err(f"the command timed out ({data.get('timeout_reason')})")
+    return exit_status(data)
+
+
+def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
+    """The exec request's arguments from the command line; None after reporting a usage error."""
+    if not ns.command:
+        _err("run: give a command after --, e.g. airlock run -- systemctl status nginx")
+        return None
+    args: dict[str, Any] = {
+        "argv": ns.command,
+        "privileged": not ns.no_privilege,
+        "time": iso_utc(),
+    }
+    for key in ("reason", "session", "cwd"):
+        if getattr(ns, key):
+            args[key] = getattr(ns, key)
+    if ns.timeout:
+        args["timeout_ms"] = int(ns.timeout * 1000)
+    if ns.env:
+        env = {}
+        for item in ns.env:
+            name, sep, value = item.partition("=")
+            if not sep:
+                _err(f"run: --env takes NAME=VALUE (got {item!r})")
+                return None
+            env[name] = value
+        args["env"] = env
+    # Each `airlock run` is a new intent: without --operation-id it gets an ID
+    # of its own, so typing the same command twice runs it twice instead of
+    # replaying the first outcome (the protocol's derived IDs suit retries).
+    args["operation_id"] = ns.operation_id or f"cli-{uuid.uuid4()}"
+    args["stream"] = True
+    return args
+
+
+def exit_status(evidence: dict[str, Any]) -> int:
+    """The last stage's exit code, or 128+N for signal N (as a shell reports it)."""
+    stages = evidence.get("stages") or [{}]
+    last = stages[-1]
+    if isinstance(last.get("signal"), int) and last.get("exit_code") is None:
+        return 128 + int(last["signal"])
+    code = last.get("exit_code")
+    return int(code) if isinstance(code, int) else EXIT_AIRLOCK_ERROR

@@ -1,0 +1,51 @@
+"""What the `airlock` commands share: error output, the unreachable-daemon envelope, one operator-door call."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from airlock.common import client, render
+
+
+def _unreachable(ns: argparse.Namespace, exc: client.ClientError) -> None:
+    """The daemon could not be reached: say so, and with --json as an envelope too.
+
+    reference/004's closed list has `daemon_unavailable` for this; a script
+    that parses the --json output gets an envelope to read instead of nothing.
+    """
+    _err(str(exc))
+    if getattr(ns, "json", False):
+        error = {"code": "daemon_unavailable", "message": str(exc), "details": {}}
+        sys.stdout.write(json.dumps({"id": None, "ok": False, "error": error}, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+
+def _err(message: str) -> None:
+    print(f"airlock: {message}", file=sys.stderr)
+
+
+def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    try:
+        raw, reply = client.call(client.operator_socket(ns.socket), verb, args)
+    except client.ClientError as exc:
+        _unreachable(ns, exc)
+        return 1, {}
+    if ns.json:
+        sys.stdout.buffer.write(raw + b"\n")
+        sys.stdout.flush()
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        if not ns.json:
+            # The operator door keeps to reference/004's codes; the precise one is in details.reason.
+            precise = (error.get("details") or {}).get("reason")
+            code = f"{error.get('code')} ({precise})" if isinstance(precise, str) else error.get("code")
+            _err(f"{code}: {error.get('message')}")
+        return 1, {}
+    return 0, reply.get("data") or {}
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    return render.table(rows, header)

@@ -1,0 +1,282 @@
+"""The operator's commands on operator.sock: status, pending, approve/deny, grants, statement, hold, release, show, cancel, wait, watch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from airlock.cli.base import _err, _operator, _table, _unreachable
+from airlock.cli.events import _event_line
+from airlock.common import client, render, sandbox
+from airlock.common.codec import iso_utc
+from airlock.common.render import Style, command_line, fields, sanitise, use_colour
+
+# `airlock wait` on an operation the journal does not know yet keeps asking this long.
+UNKNOWN_GRACE_SECONDS = 10.0
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "status", {})
+    if rc == 0 and not ns.json:
+        hold = "accepting"
+        if data.get("hold"):
+            who = f" by {sanitise(data.get('hold_by'))}" if data.get("hold_by") else ""
+            since = f" since {sanitise(data.get('hold_since'))}" if data.get("hold_since") else ""
+            hold = f"on hold{who}{since} ({sanitise(data.get('hold_reason'))})"
+        policy = data.get("policy", {})
+        services = data.get("services") or {}
+        pairs: list[tuple[str, object]] = [
+            ("state", hold),
+            ("pending", data.get("pending")),
+            ("tokens", f"{data.get('tokens', 0)} live"),
+            ("grants", f"{data.get('grants', 0)} live"),
+            ("policy", f"default {policy.get('default')}, {policy.get('rules')} rule(s)"),
+        ]
+        for name, info in sorted(services.items()):
+            extra = f", {info['events']} events" if "events" in info else ""
+            pairs.append((name, f"{info.get('state')}{extra}"))
+        print(fields(pairs))
+    return rc
+
+
+def cmd_pending(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "pending", {})
+    if rc == 0 and not ns.json:
+        rows = []
+        for p in data.get("pending", []):
+            spec = p["request"].get("spec", {})
+            command = " | ".join(command_line(stage) for stage in spec.get("stages", []))
+            command = command or f"{p['request'].get('tool', '')} {p['request'].get('path', '')}"  # a file operation
+            as_user = (p.get("run_as") or {}).get("user") or ("root" if p.get("privileged") else "user")
+            rows.append([p["request_id"], p["peer"]["user"], as_user,
+                         render.duration(p["seconds_left"]), command[:60]])
+        print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
+        for p in data.get("pending", []):
+            extra = render.quorum_line(p)
+            if extra:
+                print(f"{render.sanitise(p['request_id'], strict=True)} {extra}")
+        for p in data.get("pending", []):
+            if p.get("sandbox"):  # shown only when a rule confines the job; none means a full job
+                confined = "; ".join(f"stage {i}: {sandbox.describe(sb)}" for i, sb in enumerate(p["sandbox"], start=1))
+                print(f"{render.sanitise(p['request_id'], strict=True)} sandbox: {render.sanitise(confined)}")
+            review = render.file_review(p["request"])
+            if review:
+                print(f"\n{render.sanitise(p['request_id'], strict=True)}:")
+                print(render.fields(review))
+            if p["request"].get("diff"):
+                # The diff shows file content, which the agent may have chosen: sanitised like the rest.
+                print(f"{render.sanitise(p['request'].get('tool'), strict=True)} would change "
+                      f"{render.sanitise(p['request'].get('path'), strict=True)}:")
+                print(render.diff_lines(p["request"]["diff"]), end="")
+    return rc
+
+
+def cmd_decide(ns: argparse.Namespace) -> int:
+    args: dict[str, Any] = {"id": ns.id}
+    if ns.reason:
+        args["reason"] = ns.reason
+    if getattr(ns, "principal", None):
+        args["principal"] = ns.principal
+    if getattr(ns, "grant", None):
+        from airlock.common.validate import parse_duration
+
+        try:
+            args["grant_seconds"] = parse_duration(ns.grant)
+        except ValueError as exc:
+            _err(f"--grant: {exc}")
+            return 2
+        args["scope"] = ns.scope
+    elif getattr(ns, "scope", None) and ns.scope != "command":
+        _err("--scope needs --grant")
+        return 2
+    if getattr(ns, "signature", None) or getattr(ns, "sign", None):
+        from airlock.cli import signing
+
+        try:
+            if ns.signature:
+                args["signature"] = signing.read_signature_file(ns.signature)
+            else:
+                args["signature"] = signing.sign(ns, _operator, "allow" if ns.verb == "approve" else "deny")
+        except signing.SigningError as exc:
+            _err(str(exc))
+            return 1
+    rc, data = _operator(ns, ns.verb, args)
+    if rc == 0 and not ns.json:
+        outcome = "approved" if data.get("decision") == "allow" else "denied"
+        if data.get("decision") == "allow" and data.get("complete") is False:
+            outcome = f"approval counted ({data.get('progress')}); waiting for more approvers"
+        elif data.get("needed", 1) > 1:
+            outcome += f" ({data.get('progress')})"
+        grant = data.get("grant") or {}
+        if grant:
+            outcome += (f"; grant {sanitise(grant.get('grant_id'), strict=True)} ({sanitise(grant.get('scope'))})"
+                        f" until {iso_utc(float(grant.get('expires') or 0), timespec='seconds')}")
+        signer = data.get("signer") or {}
+        if signer.get("principal"):
+            outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
+        print(f"{data.get('request_id')}: {outcome}")
+    return rc
+
+
+def cmd_grants(ns: argparse.Namespace) -> int:
+    if ns.action == "revoke":
+        if not ns.grant_id:
+            _err("grants revoke needs a GRANT_ID")
+            return 2
+        args: dict[str, Any] = {"grant_id": ns.grant_id}
+        if ns.reason:
+            args["reason"] = ns.reason
+        rc, _ = _operator(ns, "grant.revoke", args)
+        if rc == 0 and not ns.json:
+            print(f"{ns.grant_id}: revoked")
+        return rc
+    rc, data = _operator(ns, "grants", {})
+    if rc == 0 and not ns.json:
+        rows = [[g["grant_id"], str(g["uid"]) + (f"/{g['session']}" if g.get("session") else ""), g["scope"],
+                 g["rule"] if g["scope"] == "rule" else g["command"][:50], g["made_by"], render.duration(g["seconds_left"])]
+                for g in data.get("grants", [])]
+        print(_table([[sanitise(c) for c in r] for r in rows], ["GRANT", "UID/SESSION", "SCOPE", "COVERS", "BY", "LEFT"])
+              if rows else "no live grants")
+    return rc
+
+
+def cmd_statement(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "statement", {"id": ns.id, "decision": "deny" if ns.deny else "allow"})
+    if rc == 0 and not ns.json:
+        # Exactly the bytes to sign: nothing before or after.
+        sys.stdout.write(data.get("statement") or "")
+        sys.stdout.flush()
+        if data.get("signatures") is False:
+            _err("note: signed approvals are off on this host (no approval.allowed_signers file)")
+        elif sys.stderr.isatty():
+            _err(f"sign it with: {data.get('sign_command')}")
+    return rc
+
+
+def cmd_hold(ns: argparse.Namespace) -> int:
+    rc, _ = _operator(ns, "hold", {"reason": ns.reason})
+    if rc == 0 and not ns.json:
+        print("on hold: every request now waits for an operator")
+    return rc
+
+
+def cmd_release(ns: argparse.Namespace) -> int:
+    rc, _ = _operator(ns, "release", {})
+    if rc == 0 and not ns.json:
+        print("released")
+    return rc
+
+
+def cmd_show(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "show", {"ref": ns.ref})
+    if rc != 0 or ns.json:
+        return rc
+    style = Style(use_colour(sys.stdout))
+    request = data.get("request") or {}
+    peer = data.get("peer") or {}
+    decision = data.get("decision") or {}
+    outcome = data.get("outcome") or {}
+    pairs: list[tuple[str, object]] = [
+        ("request", sanitise(data.get("request_id"), strict=True)),
+        ("operation", sanitise(data.get("operation_id") or "-", strict=True)),
+        ("state", style.bold(sanitise(data.get("state")))),
+        ("from", f"{sanitise(peer.get('user', '?'))} (uid {peer.get('uid', data.get('peer_uid'))}), pid {peer.get('pid', '?')}"),
+        ("session", sanitise(data.get("session") or "-")),
+        ("host", sanitise(request.get("host") or "-")),
+        ("reason", sanitise(data.get("reason") or "-")),
+        ("runs as", "root (privileged)" if request.get("privileged") else "the requesting user"),
+    ]
+    for i, stage in enumerate(request.get("stages") or [], start=1):
+        pairs.append((f"stage {i}", command_line(stage)))
+    if decision:
+        who = decision.get("by")
+        if decision.get("grant_id"):
+            who = f"grant {decision['grant_id']} (given by {decision.get('granted_by')})"
+        text = f"{decision.get('decision')} by {who} (rule {decision.get('rule')})"
+        if decision.get("reason"):
+            text += f": {decision.get('reason')}"
+        pairs.append(("decision", sanitise(text)))
+    if decision.get("approvers"):
+        pairs.append(("approvers", sanitise(", ".join(
+            f"{a.get('principal')} ({a.get('fingerprint')})" if a.get("principal") else f"{a.get('user')} (uid {a.get('uid')})"
+            for a in decision["approvers"]) + f" [{decision.get('quorum')}]")))
+    waiting = render.quorum_line(data.get("detail") or {}) if data.get("pending") else ""
+    if waiting:
+        pairs.append(("waiting", waiting))
+    if outcome:
+        text = f"{outcome.get('status')}"
+        if outcome.get("exit_codes") is not None:
+            text += f", exit codes {outcome.get('exit_codes')}"
+        if outcome.get("code"):
+            text += f", {outcome.get('code')}: {outcome.get('message')}"
+        if outcome.get("timed_out"):
+            text += ", timed out"
+        if outcome.get("cancelled"):
+            text += ", cancelled"
+        pairs.append(("outcome", sanitise(text)))
+    broken = data.get("lifecycle_error") or {}
+    if broken:
+        pairs.append(("lifecycle", style.bold(sanitise(
+            f"FORBIDDEN at seq {broken.get('seq')}: {broken.get('kind')} in state {broken.get('state')}: {broken.get('reason')}"
+        ))))
+    print(fields(pairs))
+    print()
+    print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
+    return 0
+
+
+def cmd_cancel(ns: argparse.Namespace) -> int:
+    args: dict[str, Any] = {"operation_id": ns.operation_id}
+    if ns.reason:
+        args["reason"] = ns.reason
+    rc, data = _operator(ns, "cancel", args)
+    if rc == 0 and not ns.json:
+        print(f"{sanitise(ns.operation_id, strict=True)}: cancelling ({data.get('was')})")
+    return rc
+
+
+def cmd_wait(ns: argparse.Namespace) -> int:
+    """Block until the operation settles; 0 only when it ran and its last stage exited 0."""
+    started = time.monotonic()
+    path = client.operator_socket(ns.socket)
+    while True:
+        try:
+            raw, reply = client.call(path, "show", {"ref": ns.operation_id}, timeout=30)
+        except client.ClientError as exc:
+            _unreachable(ns, exc)
+            return 1
+        waited = time.monotonic() - started
+        error = reply.get("error") or {}
+        if reply.get("ok") and (reply.get("data") or {}).get("settled"):
+            data = reply["data"]
+            if ns.json:
+                sys.stdout.buffer.write(raw + b"\n")
+            else:
+                outcome = data.get("outcome") or {}
+                detail = outcome.get("exit_codes") if outcome.get("exit_codes") is not None else outcome.get("code")
+                print(f"{sanitise(ns.operation_id, strict=True)}: {sanitise(data.get('state'))} ({sanitise(detail)})")
+            from airlock.common.trail import ran_and_succeeded
+
+            return 0 if ran_and_succeeded(data) else 1
+        if not reply.get("ok") and not (error.get("code") == "not_found" and waited < UNKNOWN_GRACE_SECONDS):
+            if ns.json:
+                sys.stdout.buffer.write(raw + b"\n")
+            else:
+                _err(f"{error.get('code')}: {error.get('message')}")
+            return 1
+        if ns.timeout is not None and waited >= ns.timeout:
+            _err(f"wait: {ns.operation_id} did not settle within {ns.timeout:g}s")
+            return 1
+        time.sleep(ns.interval)
+
+
+def cmd_watch(ns: argparse.Namespace) -> int:
+    from airlock.cli import watch
+
+    if getattr(ns, "watch_hosts", None):
+        from airlock.cli import remote
+
+        return remote.watch_hosts(ns.watch_hosts, ns.watch_ssh_config)
+    return watch.watch(client.operator_socket(ns.socket))

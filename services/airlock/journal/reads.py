@@ -1,0 +1,253 @@
+"""The journal's reads: the events feed, chain verification and the anchor checks.
+
+Synchronous, and they may take a while on a large journal (verify): a service
+calls them with asyncio.to_thread.  Each is safe from any thread: ``events``
+uses the store's read-only connection under its lock; ``verify``, ``audit`` and
+``check_tail`` open their own, so a long scan reads one consistent snapshot
+without holding up ``events``.  `Reader` is one part of `Store` (see
+`journal/store.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from airlock.journal import chain
+from airlock.journal.chain import Anchor, VerifyResult
+from airlock.journal.records import MAX_PAGE, EventsPage, _event, _invalid, _optional_text, _optional_uid
+from airlock.journal.schema import _COLUMNS, _read_head, _read_high, _reader
+
+_SCOPES: Final[Mapping[str, type]] = {"request_id": str, "operation_id": str, "session": str, "peer_uid": int}
+
+
+class Reader:
+    """`Store`'s reads."""
+
+    # Set up by Store.__init__ (journal/store.py).
+    path: Path
+    _rconn: sqlite3.Connection
+    _rlock: threading.Lock
+
+    def events(
+        self,
+        *,
+        after: int | None = None,
+        tail: int | None = None,
+        limit: int = 64,
+        scope: dict[str, Any] | None = None,
+    ) -> EventsPage:
+        """One page of the events feed, oldest first (reference/004).
+
+        - ``after=N``: events with seq > N (from the start when omitted), at
+          most ``limit``.  ``next_cursor`` is the last seq returned when the
+          page is full; otherwise everything up to ``latest`` has been seen and
+          ``next_cursor`` is ``latest`` (so a scoped follower skips past events
+          outside its scope).
+        - ``tail=N``: the newest min(N, ``limit``) events; ``next_cursor`` is
+          ``latest``.  ``tail=0`` just returns the cursor to follow from now.
+          **``tail`` wins over ``after`` when both are given.**
+        - ``scope``: any of ``request_id``, ``operation_id``, ``session``
+          (strings) and ``peer_uid`` (integer); several keys must all match.
+        - ``latest`` is the newest seq in the whole journal, read in the same
+          snapshot as the page.
+
+        Poll with ``after=next_cursor`` to follow.  No per-client state.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise _invalid(f"limit must be an integer from 1 to {MAX_PAGE}", "limit")
+        if tail is not None and (isinstance(tail, bool) or not isinstance(tail, int) or not 0 <= tail <= MAX_PAGE):
+            raise _invalid(f"tail must be an integer from 0 to {MAX_PAGE}", "tail")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+            raise _invalid("after must be a non-negative integer", "after")
+        where, params = _scope_sql(scope)
+        with self._rlock:
+            conn = self._rconn
+            conn.execute("BEGIN")  # one snapshot for the page and `latest`
+            try:
+                latest = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+                if tail is not None:
+                    rows = conn.execute(
+                        f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC LIMIT ?",
+                        (*params, min(tail, limit)),
+                    ).fetchall()
+                    rows.reverse()
+                    cursor = latest
+                else:
+                    start = after or 0
+                    rows = conn.execute(
+                        f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND {where} ORDER BY seq LIMIT ?",
+                        (start, *params, limit),
+                    ).fetchall()
+                    cursor = rows[-1][0] if len(rows) == limit else max(start, latest)
+            finally:
+                conn.execute("COMMIT")
+        return EventsPage([_event(row) for row in rows], cursor, latest)
+
+    def verify(self, *, from_seq: int | None = None, anchor: str | None = None) -> VerifyResult:
+        """Check the chain (all of it, or from ``from_seq``, optionally against an
+        anchor hash kept off the host) and name the first bad record."""
+        if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int) or from_seq < 1):
+            raise _invalid("from_seq must be a positive integer", "from_seq")
+        if anchor is not None and (from_seq is None or not chain.is_hash(anchor)):
+            raise _invalid("anchor must be 64 lowercase hex digits and needs from_seq", "anchor")
+        conn = _reader(self.path)
+        try:
+            conn.execute("BEGIN")
+            return _verify_chain(conn, from_seq, anchor)
+        finally:
+            conn.close()
+
+    def audit(
+        self,
+        anchors: Iterable[Anchor] | None = None,
+        *,
+        from_seq: int | None = None,
+        anchor: str | None = None,
+        check_chain: bool = True,
+    ) -> dict[str, Any]:
+        """`verify` and, with ``anchors``, `chain.check_anchors`, from one snapshot.
+
+        The answer of the ``verify`` verb: ``ok``, ``first_bad_seq`` and
+        ``reason`` over both checks (the lowest bad seq wins), ``chain`` and
+        ``anchors`` apart, the high-water mark and the segments begun by
+        acknowledgements.  ``check_chain=False`` skips the chain walk (for a
+        second batch of anchors).
+        """
+        if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int) or from_seq < 1):
+            raise _invalid("from_seq must be a positive integer", "from_seq")
+        if anchor is not None and (from_seq is None or not chain.is_hash(anchor)):
+            raise _invalid("anchor must be 64 lowercase hex digits and needs from_seq", "anchor")
+        given = list(anchors or ())
+        conn = _reader(self.path)
+        try:
+            conn.execute("BEGIN")
+            walked = _verify_chain(conn, from_seq, anchor) if check_chain else None
+            facts = _facts(conn, [a.seq for a in given])
+        finally:
+            conn.close()
+        checked = chain.check_anchors(
+            given, stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
+            acks={seq: h for seq, (h, _) in facts.acks.items()}, before=facts.before,
+        )
+        confirmed = {a.seq for a in given if a.ack and facts.acks.get(a.seq, ("",))[0] == a.hash}
+        bad = [(r.first_bad_seq, r.reason) for r in (walked, checked) if r is not None and not r.ok]
+        first = min(bad, key=lambda b: b[0] or 0) if bad else (None, None)
+        return {
+            "ok": not bad,
+            "checked": walked.checked if walked is not None else 0,
+            "first_bad_seq": first[0],
+            "reason": first[1],
+            "head_seq": facts.head[0],
+            "head_hash": facts.head[1],
+            "high_water": facts.high,
+            "chain": walked.to_dict() if walked is not None else None,
+            "anchors": checked.to_dict() | {"given": len(given)},
+            "segments": [
+                _segment(seq, h, payload, seq in confirmed) for seq, (h, payload) in sorted(facts.acks.items())
+            ],
+        }
+
+    def check_tail(self, last: Anchor | None) -> chain.AnchorCheck:
+        """The start-up check: the newest anchor still matches, and the chain links from it to the head.
+
+        Cheap: reads only the records since ``last``.  Without an anchor only
+        the high-water mark is checked.
+        """
+        conn = _reader(self.path)
+        try:
+            conn.execute("BEGIN")
+            facts = _facts(conn, [last.seq] if last else [], acks=False)
+            result = chain.check_anchors(
+                [last] if last else [], stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
+                acks={}, before=facts.before,
+            )
+            if result.ok and last is not None:
+                walked = _verify_chain(conn, last.seq, last.hash)
+                if not walked.ok:
+                    return chain.AnchorCheck(False, 1, 0, walked.first_bad_seq, walked.reason)
+            return result
+        finally:
+            conn.close()
+
+
+def _verify_chain(conn: sqlite3.Connection, from_seq: int | None, anchor: str | None) -> VerifyResult:
+    cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq >= ? ORDER BY seq", (from_seq or 1,))
+    names = [d[0] for d in cursor.description]
+    return chain.verify_rows((dict(zip(names, row, strict=True)) for row in cursor), from_seq=from_seq, anchor=anchor)
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    head: tuple[int, str]
+    high: int
+    stored: dict[int, str]  # seq -> hash, for the seqs asked about that exist
+    before: dict[int, int]  # for the seqs asked about that do not: the newest seq below
+    acks: dict[int, tuple[str, dict[str, Any]]]  # seq -> (hash, payload) of acknowledgements
+
+
+def _facts(conn: sqlite3.Connection, seqs: Iterable[int], *, acks: bool = True) -> _Facts:
+    wanted = sorted(set(seqs))
+    stored: dict[int, str] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        for seq, digest in conn.execute(f"SELECT seq, hash FROM events WHERE seq IN ({marks})", chunk):
+            stored[int(seq)] = str(digest)
+    before: dict[int, int] = {}
+    for seq in wanted:
+        if seq not in stored:
+            row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE seq < ?", (seq,)).fetchone()
+            before[seq] = int(row[0])
+    found: dict[int, tuple[str, dict[str, Any]]] = {}
+    if acks:
+        for seq, digest, payload in conn.execute(
+            "SELECT seq, hash, payload FROM events WHERE kind = ? ORDER BY seq", (chain.ACK_KIND,)
+        ):
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                data = {}
+            found[int(seq)] = (str(digest), data if isinstance(data, dict) else {})
+    return _Facts(_read_head(conn), _read_high(conn), stored, before, found)
+
+
+def _segment(seq: int, digest: str, payload: dict[str, Any], confirmed: bool) -> dict[str, Any]:
+    """What `audit verify` shows of one acknowledgement record."""
+    found = payload.get("previous")
+    previous: dict[str, Any] = found if isinstance(found, dict) else {}
+    return {
+        "seq": seq,
+        "hash": digest,
+        "confirmed": confirmed,
+        "previous_seq": previous.get("seq"),
+        "operator": payload.get("operator"),
+        "reason": payload.get("reason"),
+        "contradicted": payload.get("contradicted"),
+    }
+
+
+def _scope_sql(scope: dict[str, Any] | None) -> tuple[str, tuple[Any, ...]]:
+    if not scope:
+        return "1", ()
+    if not isinstance(scope, dict):
+        raise _invalid("scope must be an object", "scope")
+    clauses, params = [], []
+    for key, value in sorted(scope.items()):
+        kind = _SCOPES.get(key)
+        if kind is None:
+            raise _invalid(f"unknown scope {key!r} (use one of {', '.join(sorted(_SCOPES))})", "scope")
+        if kind is int:
+            _optional_uid(value)
+            if value is None:
+                raise _invalid("scope peer_uid must be an integer", "scope")
+        elif _optional_text(f"scope {key}", value) is None:
+            raise _invalid(f"scope {key} must be a string", "scope")
+        clauses.append(f"{key} = ?")  # key is one of _SCOPES, never caller text
+        params.append(value)
+    return " AND ".join(clauses), tuple(params)

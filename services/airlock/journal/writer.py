@@ -1,0 +1,406 @@
+"""The journal's group-commit writer: one queue, one writer task, one transaction per batch.
+
+Group commit: every append and every settled operation goes through one queue
+drained by one writer task.  The writer takes everything queued, commits it in
+one transaction on its own thread, and while that fsync runs the event loop
+keeps queueing the next batch — so N concurrent appends cost about one fsync,
+not N.  The chain (seq, prev_hash, hash) is computed only by that writer, so
+it has no races.  If a transaction fails (disk full, read-only, I/O error)
+every append in it fails with ``audit_unavailable`` and the head is reloaded
+from the database, so the chain continues from what is really on disk.
+
+Request IDs: intake's replay guard (``claim_request_id``) lives here too, in
+the ``request_ids`` table, and goes through the same writer: the check and the
+insert run inside one transaction on the one writer thread, so two claims of
+one key can never both win, and a claim survives an intake or journal restart.
+
+Deferred appends (issue 21): an append may be queued without waiting for
+its commit (``append_deferred``); it answers at once with a *mark*
+(``"<boot>:<n>"``: this store's random boot ID and the append's place in the
+queue).  The queue is one FIFO drained by one writer, so a deferred record is
+durable once any later durable commit of this store has returned -- unless
+its own transaction failed or the journal restarted in between.  A durable
+append (or settle) that names earlier marks in ``after`` therefore commits
+only if each of them is already committed or in its own transaction: a mark
+of another boot, or of a transaction that failed, fails it with
+``audit_unavailable``.  An exec's request, decision and ``exec.started`` cost
+one fsync this way, and nothing starts on the strength of a record that was
+lost.
+
+The writer's connection is used only on the writer thread (the lock
+documents and enforces that).  The verbs that queue work (append, deferred
+appends, sync, settles, claims) are in journal/appends.py; `Writer` is their
+base and part of `Store` (journal/store.py), and holds no state of its own
+beyond what `Store` sets up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.journal import chain
+from airlock.journal.operations import OperationTable, Settled
+from airlock.journal.records import Event, _unavailable
+from airlock.journal.schema import _COLUMNS, _prune_operations, _raise_high, _read_head, _read_high
+
+# A batch this large already amortises the fsync; bigger ones only delay the
+# first caller in it.
+MAX_BATCH: Final = 1024
+# Marks of failed deferred appends remembered; past it the oldest are
+# forgotten and every mark below the newest forgotten one counts as failed.
+MAX_FAILED_MARKS: Final = 65536
+# How long a batch of deferred appends alone waits for a durable one to share
+# its commit (an exec's path from request.received to exec.started takes a few
+# ms); past it they are committed on their own.
+DEFER_LINGER: Final = 0.1
+
+
+@dataclass(slots=True)
+class _Append:
+    time: str
+    kind: str
+    request_id: str | None
+    operation_id: str | None
+    peer_uid: int | None
+    session: str | None
+    writer: str
+    payload: dict[str, Any]
+    payload_json: str
+    # None for a deferred append: nobody waits for its commit.
+    future: asyncio.Future[Event | None] | None
+    # Appended only if this claim wins, in the same transaction (intake's
+    # replay gate and its request.received cost one commit, not two).
+    claim: _Claim | None = None
+    mark: int = 0  # its place in the queue (see "Deferred appends")
+    after: tuple[int, ...] = ()  # earlier marks that must be committed first
+
+
+@dataclass(slots=True)
+class _Settle:
+    entry: Settled
+    future: asyncio.Future[None]
+    after: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class _Sync:
+    """Resolved once everything queued before it has been committed or failed."""
+
+    future: asyncio.Future[None]
+
+
+@dataclass(slots=True)
+class _Claim:
+    key: str
+    now: float
+    window: float
+    future: asyncio.Future[bool]
+
+
+_Work = _Append | _Settle | _Claim | _Sync
+
+
+class Writer:
+    """`Store`'s writing half: everything that goes through the one queue and the one writer task."""
+
+    # Set up by Store.__init__ (journal/store.py).
+    _wconn: sqlite3.Connection
+    _wlock: threading.Lock
+    _rconn: sqlite3.Connection
+    _rlock: threading.Lock
+    _head: tuple[int, str]
+    _high: int
+    _refusal: str | None
+    on_commit: Callable[[], None] | None
+    on_records: Callable[[list[Event]], None] | None
+    _ops: OperationTable
+    _clock: Callable[[], float]
+    _executor: concurrent.futures.ThreadPoolExecutor
+    _queue: asyncio.Queue[_Work | None]
+    _writer: asyncio.Task[None] | None
+    _closing: bool
+    _transactions: int
+    _appends: int
+    _settles: int
+    _failed: int
+    _largest_batch: int
+    boot: str
+    _issued: int
+    _failed_marks: set[int]
+    _failed_floor: int
+    _claims_queued: dict[str, int]
+    _urgent: asyncio.Event
+
+    def _mark_failed(self, n: int) -> bool:
+        return n in self._failed_marks or n < self._failed_floor
+
+    def _fail_mark(self, n: int) -> None:
+        if len(self._failed_marks) >= MAX_FAILED_MARKS:
+            self._failed_floor = max(self._failed_marks) + 1
+            self._failed_marks.clear()
+        self._failed_marks.add(n)
+
+    def _submit(self, item: _Work) -> None:
+        if self._refusal is not None:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, self._refusal)
+        if self._closing:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the audit journal is closing")
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(self._run_writer(), name="journal-writer")
+        elif self._writer.done():
+            # Cancelled from outside (say, its event loop ended): nobody would commit.
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the audit journal's writer has stopped")
+        if isinstance(item, _Append):
+            self._issued += 1
+            item.mark = self._issued
+        self._queue.put_nowait(item)
+        if not _deferred(item):
+            self._urgent.set()  # someone waits: the writer commits now
+
+    async def _run_writer(self) -> None:
+        loop = asyncio.get_running_loop()
+        stop = False
+        while not stop:
+            first = await self._queue.get()
+            if first is None:
+                break
+            batch: list[_Work] = [first]
+            stop = self._drain(batch)
+            if not stop and all(_deferred(w) for w in batch):
+                # Nobody waits for these: give the durable record that follows them
+                # (exec.started, request.replied) a moment to share their commit.
+                self._urgent.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), DEFER_LINGER)
+                stop = self._drain(batch)
+            await self._commit(loop, batch)
+
+    def _drain(self, batch: list[_Work]) -> bool:
+        """Move what is queued into ``batch`` (up to MAX_BATCH); True if the stop sentinel came."""
+        while len(batch) < MAX_BATCH:
+            try:
+                item = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return False
+            if item is None:
+                return True
+            batch.append(item)
+        return False
+
+    async def _commit(self, loop: asyncio.AbstractEventLoop, batch: list[_Work]) -> None:
+        batch = self._check_after(batch)
+        if all(isinstance(w, _Sync) for w in batch):
+            for work in batch:
+                if isinstance(work, _Sync) and not work.future.done():
+                    work.future.set_result(None)
+            return
+        try:
+            events, claimed, head = await loop.run_in_executor(
+                self._executor, self._write, batch, self._head, self._high
+            )
+        except (sqlite3.Error, OSError) as exc:
+            self._failed += 1
+            await self._reload_head(loop)
+            self._failed_batch(batch, _unavailable(exc))
+            return
+        except Exception as exc:  # the writer must outlive any one batch; its callers get the error
+            self._failed += 1
+            await self._reload_head(loop)
+            self._failed_batch(batch, exc)
+            return
+        self._head = head
+        self._high = max(self._high, head[0])
+        if self.on_records is not None:
+            self.on_records([e for e in events if e is not None])
+        if self.on_commit is not None:
+            self.on_commit()
+        self._transactions += 1
+        self._largest_batch = max(self._largest_batch, len(batch))
+        appended = iter(events)
+        claims = iter(claimed)
+        for work in batch:
+            if isinstance(work, _Append):
+                event = next(appended)
+                self._appends += event is not None
+                if work.future is None:
+                    self._deferred_done(work, event is not None)
+                elif not work.future.done():
+                    work.future.set_result(event)
+            elif isinstance(work, _Sync):
+                if not work.future.done():
+                    work.future.set_result(None)
+            elif isinstance(work, _Claim):
+                won = next(claims)
+                if not work.future.done():
+                    work.future.set_result(won)
+            else:
+                self._settles += 1
+                self._ops.settle(work.entry)
+                if not work.future.done():
+                    work.future.set_result(None)
+
+    def _check_after(self, batch: list[_Work]) -> list[_Work]:
+        """Fail, before the transaction, the work whose ``after`` marks failed; return the rest.
+
+        Runs after every earlier batch has been committed or failed, so each
+        mark named is either settled by now or in this batch (FIFO).
+        """
+        if not any(isinstance(w, _Append | _Settle) and w.after for w in batch):
+            return batch
+        kept: list[_Work] = []
+        for work in batch:
+            if isinstance(work, _Append | _Settle) and any(self._mark_failed(n) for n in work.after):
+                if isinstance(work, _Append) and work.future is None:
+                    self._deferred_done(work, False)
+                elif work.future is not None:
+                    _fail(work.future, _lost())
+                continue
+            kept.append(work)
+        return kept
+
+    def _deferred_done(self, work: _Append, written: bool) -> None:
+        if not written:
+            self._fail_mark(work.mark)
+        if work.claim is not None:
+            key = work.claim.key
+            left = self._claims_queued.get(key, 0) - 1
+            if left > 0:
+                self._claims_queued[key] = left
+            else:
+                self._claims_queued.pop(key, None)
+
+    def _failed_batch(self, batch: list[_Work], exc: BaseException) -> None:
+        for work in batch:
+            if isinstance(work, _Append) and work.future is None:
+                self._deferred_done(work, False)
+            elif isinstance(work, _Sync):
+                if not work.future.done():
+                    work.future.set_result(None)  # a barrier: the marks before it are settled (failed)
+            elif work.future is not None:
+                _fail(work.future, exc)
+
+    async def _reload_head(self, loop: asyncio.AbstractEventLoop) -> None:
+        """After a failed transaction the database, not memory, says where the chain is."""
+        try:
+            self._head, self._high = await loop.run_in_executor(self._executor, self._locked_head)
+        except sqlite3.Error:
+            pass  # the head was never advanced past the last commit, so it is still right
+
+    def _locked_head(self) -> tuple[tuple[int, str], int]:
+        with self._wlock:
+            return _read_head(self._wconn), _read_high(self._wconn)
+
+    def _write(
+        self, batch: list[_Work], head: tuple[int, str], high: int
+    ) -> tuple[list[Event | None], list[bool], tuple[int, str]]:
+        """Runs on the writer thread: chain the batch and commit it as one transaction.
+
+        Returns the new events, the outcome of each claim in batch order, and the new head.
+        Seqs continue above the high-water mark, never below: a deleted tail's
+        numbers are not used again.
+        """
+        seq, prev = head
+        top = max(seq, high)
+        events: list[Event | None] = []
+        rows: list[tuple[Any, ...]] = []
+        settles: list[Settled] = [w.entry for w in batch if isinstance(w, _Settle)]
+        claims: list[_Claim] = []
+        for work in batch:
+            if isinstance(work, _Claim):
+                claims.append(work)
+            elif isinstance(work, _Append) and work.claim is not None:
+                claims.append(work.claim)
+        with self._wlock:
+            conn = self._wconn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                won = dict(zip((id(c) for c in claims), _claim_all(conn, claims), strict=True))
+                for work in batch:
+                    if not isinstance(work, _Append):
+                        continue
+                    if work.claim is not None and not won[id(work.claim)]:
+                        events.append(None)  # its key was held: nothing is written for it
+                        continue
+                    top += 1
+                    seq = top
+                    record = {
+                        "seq": seq,
+                        "time": work.time,
+                        "kind": work.kind,
+                        "request_id": work.request_id,
+                        "operation_id": work.operation_id,
+                        "peer_uid": work.peer_uid,
+                        "session": work.session,
+                        "writer": work.writer,
+                        "payload": work.payload,
+                        "prev_hash": prev,
+                    }
+                    digest = chain.compute_hash_with(record, work.payload_json)  # one encoding of the payload
+                    events.append(Event(seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
+                                        work.session, work.writer, work.payload, prev, digest))
+                    rows.append((seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
+                                 work.session, work.writer, work.payload_json, prev, digest))
+                    prev = digest
+                if rows:
+                    conn.executemany(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+                    _raise_high(conn, seq)
+                if settles:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO operations (operation_id, digest, outcome, completed_at) VALUES (?,?,?,?)",
+                        [(s.operation_id, s.digest, s.outcome_json, s.completed_at) for s in settles],
+                    )
+                    _prune_operations(conn, self._ops.expiry_cutoff(), self._ops.capacity)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
+                raise
+        claimed = [won[id(w)] for w in batch if isinstance(w, _Claim)]
+        return events, claimed, (seq, prev)
+
+
+def _claim_all(conn: sqlite3.Connection, claims: list[_Claim]) -> list[bool]:
+    """Inside the writer's transaction: each claim wins unless its key is held and unexpired.
+
+    In batch order, so of two claims of one key in one batch only the first wins.
+    """
+    if not claims:
+        return []
+    # Expired claims are dead weight; the index makes this a short range scan.
+    conn.execute("DELETE FROM request_ids WHERE expires <= ?", (min(c.now for c in claims),))
+    outcome = []
+    for claim in claims:
+        cursor = conn.execute(
+            "INSERT INTO request_ids (key, expires) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET expires = excluded.expires WHERE request_ids.expires <= ?",
+            (claim.key, claim.now + claim.window, claim.now),
+        )
+        outcome.append(cursor.rowcount == 1)
+    return outcome
+
+
+def _deferred(work: _Work | None) -> bool:
+    return isinstance(work, _Append) and work.future is None
+
+
+def _lost() -> AirlockError:
+    return AirlockError(
+        ErrorCode.AUDIT_UNAVAILABLE,
+        "an earlier record of this request was not committed (the journal restarted or could not write it)",
+    )
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
