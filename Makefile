@@ -15,7 +15,7 @@ DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-syst
 # ssh-keygen verifies signed approvals (issue 18); issue 19's tests: collector files (systemd-journal-remote), a loopback sshd and tmux (airlock --host, watch)
 DEB_PACKAGES += systemd-journal-remote openssh-server openssh-client tmux
 
-.PHONY: all run test test-unit test-integration lint deps clean bench stress
+.PHONY: all run test test-unit test-integration lint fmt deps clean bench stress
 
 all: test
 
@@ -56,8 +56,13 @@ test-integration: $(BIN)/airlock
 	$(BIN)/python -m pytest -q tests/integration
 
 lint: $(BIN)/airlock
-	$(BIN)/ruff check services tests
+	$(BIN)/ruff check services tests bench
+	$(BIN)/ruff format --check services tests bench
 	$(BIN)/mypy
+
+# Format the tree (ruff format); `make lint` and tests/unit/test_lint.py check it.
+fmt: $(BIN)/airlock
+	$(BIN)/ruff format services tests bench
 
 clean:
 	rm -rf $(VENV) run dist build .pytest_cache .mypy_cache .ruff_cache .coverage

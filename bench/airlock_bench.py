@@ -60,10 +60,28 @@ class Plan:
     memory_requests: int
 
 
-FULL = Plan(rounds=5, latency_requests=200, cli_runs=20, exec_load=600, ping_load=20_000, cold_starts=5,
-            pipeline_bytes=GIB, journal_appends=2000, memory_requests=20_000)
-QUICK = Plan(rounds=2, latency_requests=50, cli_runs=5, exec_load=200, ping_load=4000, cold_starts=2,
-             pipeline_bytes=GIB // 16, journal_appends=500, memory_requests=1000)
+FULL = Plan(
+    rounds=5,
+    latency_requests=200,
+    cli_runs=20,
+    exec_load=600,
+    ping_load=20_000,
+    cold_starts=5,
+    pipeline_bytes=GIB,
+    journal_appends=2000,
+    memory_requests=20_000,
+)
+QUICK = Plan(
+    rounds=2,
+    latency_requests=50,
+    cli_runs=5,
+    exec_load=200,
+    ping_load=4000,
+    cold_starts=2,
+    pipeline_bytes=GIB // 16,
+    journal_appends=500,
+    memory_requests=1000,
+)
 
 
 class Bench:
@@ -109,13 +127,49 @@ class Bench:
         s50 = median(sudo50) if sudo50 else None
         s99 = median(sudo99) if sudo99 else None
         what = f"{n} requests x {self.plan.rounds} rounds, one connection, allow rule, full audit"
-        self.add(Figure("exec true p50, persistent client", p50, "ms", "<= 0.6x sudo", "sudo -n true", s50,
-                        p50 / s50 if s50 else None, (p50 <= 0.6 * s50) if s50 else None, what, p50s))
-        self.add(Figure("exec true p99, persistent client", p99, "ms", "", "sudo -n true p99", s99,
-                        p99 / s99 if s99 else None, None, "", p99s))
+        self.add(
+            Figure(
+                "exec true p50, persistent client",
+                p50,
+                "ms",
+                "<= 0.6x sudo",
+                "sudo -n true",
+                s50,
+                p50 / s50 if s50 else None,
+                (p50 <= 0.6 * s50) if s50 else None,
+                what,
+                p50s,
+            )
+        )
+        self.add(
+            Figure(
+                "exec true p99, persistent client",
+                p99,
+                "ms",
+                "",
+                "sudo -n true p99",
+                s99,
+                p99 / s99 if s99 else None,
+                None,
+                "",
+                p99s,
+            )
+        )
         b50 = median(bare50)
-        self.add(Figure("exec true p50 vs bare fork/exec", p50, "ms", "", "fork/exec of true", b50,
-                        p50 / b50, None, "subprocess.run(['/usr/bin/true']) from the bench process", bare50))
+        self.add(
+            Figure(
+                "exec true p50 vs bare fork/exec",
+                p50,
+                "ms",
+                "",
+                "fork/exec of true",
+                b50,
+                p50 / b50,
+                None,
+                "subprocess.run(['/usr/bin/true']) from the bench process",
+                bare50,
+            )
+        )
 
     # -- `airlock run -- true` as a user types it ------------------------------------
 
@@ -140,14 +194,28 @@ class Bench:
         interpreter = os.path.realpath(REPO / ".venv" / "bin" / "python")
         for script, name, how in (
             (venv, "airlock run -- true (venv)", f"{venv}: {interpreter} with the venv's editable airlock"),
-            (installed, "airlock run -- true (installed layout)",
-             "the console script pybuild writes (#!/usr/bin/python3, no venv) over a copy of the package in a "
-             "dist-packages-like folder"),
+            (
+                installed,
+                "airlock run -- true (installed layout)",
+                "the console script pybuild writes (#!/usr/bin/python3, no venv) over a copy of the package in a "
+                "dist-packages-like folder",
+            ),
         ):
             value = median(runs[script])
-            self.add(Figure(name, value, "ms", "<= 3x sudo", "sudo -n true", s,
-                            value / s if s else None, (value <= 3 * s) if s else None,
-                            f"whole command as typed; {how}; median of {len(runs[script])}", runs[script]))
+            self.add(
+                Figure(
+                    name,
+                    value,
+                    "ms",
+                    "<= 3x sudo",
+                    "sudo -n true",
+                    s,
+                    value / s if s else None,
+                    (value <= 3 * s) if s else None,
+                    f"whole command as typed; {how}; median of {len(runs[script])}",
+                    runs[script],
+                )
+            )
 
     # -- throughput with 16 clients ----------------------------------------------------
 
@@ -159,16 +227,34 @@ class Bench:
                 raise SystemExit(f"bench: exec load had errors: {load.errors}")
             rates.append(load.rate)
         value = median(rates)
-        self.add(Figure("exec throughput, 16 clients", value, "req/s", ">= 600 req/s", met=value >= 600,
-                        note=f"{self.plan.exec_load} execs of true per round, 16 persistent connections from one "
-                             "asyncio client process on the same cores", samples=rates))
+        self.add(
+            Figure(
+                "exec throughput, 16 clients",
+                value,
+                "req/s",
+                ">= 600 req/s",
+                met=value >= 600,
+                note=f"{self.plan.exec_load} execs of true per round, 16 persistent connections from one "
+                "asyncio client process on the same cores",
+                samples=rates,
+            )
+        )
         rates = []
         for _ in range(self.plan.rounds):
             load = drive(stack.agent, 16, self.plan.ping_load, self.requests.ping_line)
             rates.append(load.rate)
         value = median(rates)
-        self.add(Figure("ping throughput, 16 clients", value, "req/s", ">= 5,000 req/s", met=value >= 5000,
-                        note="native ping without `time` (a health check: no journal round trip)", samples=rates))
+        self.add(
+            Figure(
+                "ping throughput, 16 clients",
+                value,
+                "req/s",
+                ">= 5,000 req/s",
+                met=value >= 5000,
+                note="native ping without `time` (a health check: no journal round trip)",
+                samples=rates,
+            )
+        )
 
     # -- cold start ------------------------------------------------------------------
 
@@ -193,11 +279,21 @@ class Bench:
                 stack.stop()
         stack.remove()
         cold, warm = median(colds), median(warms)
-        self.add(Figure("cold start to first exec answered (dev up)", cold, "ms", "<= 500 ms", "warm exec p50", warm,
-                        cold / warm, cold <= 500,
-                        "measured: a fresh `airlock dev up` (its four services started at once, journal already "
-                        "on disk) from spawn to the first exec's reply; dev mode cannot idle-exit services",
-                        colds))
+        self.add(
+            Figure(
+                "cold start to first exec answered (dev up)",
+                cold,
+                "ms",
+                "<= 500 ms",
+                "warm exec p50",
+                warm,
+                cold / warm,
+                cold <= 500,
+                "measured: a fresh `airlock dev up` (its four services started at once, journal already "
+                "on disk) from spawn to the first exec's reply; dev mode cannot idle-exit services",
+                colds,
+            )
+        )
 
     # -- 1 GiB through a pipeline -----------------------------------------------------
 
@@ -214,8 +310,9 @@ class Bench:
         ours, shell = [], []
         for _ in range(self.plan.rounds):
             start = time.perf_counter()
-            reply = client.call(self.requests.exec_line(
-                {"pipeline": [["cat", str(data)], ["wc", "-c"]], "privileged": ROOT}))
+            reply = client.call(
+                self.requests.exec_line({"pipeline": [["cat", str(data)], ["wc", "-c"]], "privileged": ROOT})
+            )
             ours.append(time.perf_counter() - start)
             out = base64.b64decode(reply.get("data", {}).get("stdout", "")).strip()
             if not reply.get("ok") or int(out or 0) != size:
@@ -227,9 +324,20 @@ class Bench:
         data.unlink()
         mib = size / (1 << 20)
         value, yard = mib / median(ours), mib / median(shell)
-        self.add(Figure(f"{size >> 20} MiB through cat FILE | wc -c", value, "MiB/s", ">= 0.8x sh", "same in sh",
-                        yard, value / yard, value / yard >= 0.8,
-                        "file in the page cache; stages joined by OS pipes in both", [mib / s for s in ours]))
+        self.add(
+            Figure(
+                f"{size >> 20} MiB through cat FILE | wc -c",
+                value,
+                "MiB/s",
+                ">= 0.8x sh",
+                "same in sh",
+                yard,
+                value / yard,
+                value / yard >= 0.8,
+                "file in the page cache; stages joined by OS pipes in both",
+                [mib / s for s in ours],
+            )
+        )
 
     # -- journal appends ----------------------------------------------------------------
 
@@ -241,9 +349,20 @@ class Bench:
             one.append(results[1].rate)
             many.append(results[2].rate)
         b, o, m = median(bare), median(one), median(many)
-        self.add(Figure("journal appends, 32 writers", m, "appends/s", ">= 5x one writer", "one writer", o, m / o,
-                        m / o >= 5, f"group commit, WAL + synchronous=FULL; bare SQLite (1 commit/row): {b:,.0f}/s "
-                        f"= {m / b:.1f}x", many))
+        self.add(
+            Figure(
+                "journal appends, 32 writers",
+                m,
+                "appends/s",
+                ">= 5x one writer",
+                "one writer",
+                o,
+                m / o,
+                m / o >= 5,
+                f"group commit, WAL + synchronous=FULL; bare SQLite (1 commit/row): {b:,.0f}/s = {m / b:.1f}x",
+                many,
+            )
+        )
 
     # -- resident memory ------------------------------------------------------------------
 
@@ -252,6 +371,7 @@ class Bench:
         half = total // 4  # issue 21: growth from 5,000 to 20,000
         rss: dict[int, dict[str, float]] = {}
         with BenchStack(self.config) as stack:
+
             def sample(done: int) -> None:
                 if done in (half, total):
                     rss[done] = {s: stack.rss_mib(s) for s in SERVICES}
@@ -264,10 +384,17 @@ class Bench:
         worst = max(at_end.values()) if at_end else None
         met = worst is not None and worst <= 40 and max(growth.values()) <= 1.0
         detail = ", ".join(f"{s} {at_end.get(s, 0):.1f} ({growth[s]:+.1f})" for s in SERVICES)
-        self.add(Figure(f"RSS per service after {total:,} requests (max)", worst, "MiB",
-                        f"<= 40 MiB, growth {half:,}-{total:,} <= 1 MiB", met=met,
-                        note=f"MiB after {total:,} execs (growth since {half:,}): {detail}",
-                        extra={"rss": rss, "growth": growth}))
+        self.add(
+            Figure(
+                f"RSS per service after {total:,} requests (max)",
+                worst,
+                "MiB",
+                f"<= 40 MiB, growth {half:,}-{total:,} <= 1 MiB",
+                met=met,
+                note=f"MiB after {total:,} execs (growth since {half:,}): {detail}",
+                extra={"rss": rss, "growth": growth},
+            )
+        )
 
 
 def system_figures(path: Path = REPO / "bench" / "results-system.json") -> list[Figure]:
@@ -275,20 +402,46 @@ def system_figures(path: Path = REPO / "bench" / "results-system.json") -> list[
     try:
         data = json_module.loads(path.read_text())
     except (OSError, ValueError):
-        return [Figure("cold start, socket activation (container)", None, "ms", "<= 400 ms", met=None,
-                       note="not measured in this run: `make bench-system` (root; boots the system tests' container)")]
+        return [
+            Figure(
+                "cold start, socket activation (container)",
+                None,
+                "ms",
+                "<= 400 ms",
+                met=None,
+                note="not measured in this run: `make bench-system` (root; boots the system tests' container)",
+            )
+        ]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(path.stat().st_mtime))
     cold, warm, bare = median(data["cold"]), median(data["warm"]), median(data["bare"])
     load = data.get("loadavg", [None])[0]
     return [
-        Figure("cold start, socket activation (container)", cold, "ms", "<= 400 ms", "warm airlock run", warm,
-               cold / warm, cold <= 400,
-               f"`make bench-system` at {when} (load average {load}): every airlock service stopped, the first "
-               f"/usr/bin/airlock run --no-privilege -- true by an agent in the Debian 12 container, start to exit; "
-               f"median of {len(data['cold'])}", data["cold"]),
-        Figure("airlock run -- true, installed, warm (container)", warm, "ms", "", "fork/exec of true", bare,
-               warm / bare, None, f"the .deb's /usr/bin/airlock in the container, services running; "
-               f"median of {len(data['warm'])}", data["warm"]),
+        Figure(
+            "cold start, socket activation (container)",
+            cold,
+            "ms",
+            "<= 400 ms",
+            "warm airlock run",
+            warm,
+            cold / warm,
+            cold <= 400,
+            f"`make bench-system` at {when} (load average {load}): every airlock service stopped, the first "
+            f"/usr/bin/airlock run --no-privilege -- true by an agent in the Debian 12 container, start to exit; "
+            f"median of {len(data['cold'])}",
+            data["cold"],
+        ),
+        Figure(
+            "airlock run -- true, installed, warm (container)",
+            warm,
+            "ms",
+            "",
+            "fork/exec of true",
+            bare,
+            warm / bare,
+            None,
+            f"the .deb's /usr/bin/airlock in the container, services running; median of {len(data['warm'])}",
+            data["warm"],
+        ),
     ]
 
 
@@ -299,16 +452,17 @@ def _installed_layout(workdir: Path) -> str:
     if not lib.exists():
         import shutil
 
-        shutil.copytree(REPO / "services" / "airlock", lib / "airlock",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(REPO / "services" / "airlock", lib / "airlock", ignore=shutil.ignore_patterns("__pycache__"))
         subprocess.run(["/usr/bin/python3", "-m", "compileall", "-q", str(lib)], check=True)
     script = workdir / "airlock"
     # What pip/pybuild write for the console script, plus the folder on sys.path.
-    script.write_text("#!/usr/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
-                      f"sys.path.insert(0, {str(lib)!r})\n"
-                      "from airlock.cli.quick import main\nif __name__ == '__main__':\n"
-                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
-                      "    sys.exit(main())\n")
+    script.write_text(
+        "#!/usr/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+        f"sys.path.insert(0, {str(lib)!r})\n"
+        "from airlock.cli.quick import main\nif __name__ == '__main__':\n"
+        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+        "    sys.exit(main())\n"
+    )
     script.chmod(0o755)
     os.chmod(workdir, 0o755)
     return str(script)
@@ -349,17 +503,22 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.only or STEPS)
     info = machine() | {"load_average_start": os.getloadavg(), "plan": dataclasses.asdict(plan)}
     started = time.monotonic()
-    print(f"airlock bench on {info['cores']} cores, {info['memory_gib']} GiB, kernel {info['kernel']}, "
-          f"python {info['python']}, load average {info['load_average_start'][0]:.2f}", file=sys.stderr)
+    print(
+        f"airlock bench on {info['cores']} cores, {info['memory_gib']} GiB, kernel {info['kernel']}, "
+        f"python {info['python']}, load average {info['load_average_start'][0]:.2f}",
+        file=sys.stderr,
+    )
     with tempfile.TemporaryDirectory(prefix="airlock-bench-", dir="/var/tmp") as tmp:
         bench = Bench(plan, Path(tmp))
         with sudo_yardstick() as sudo_user:
             if wanted & {"latency", "cli", "throughput", "pipeline"}:
                 with BenchStack(bench.config) as stack:
-                    for name, step in (("latency", lambda: bench.latency(stack, sudo_user)),
-                                       ("cli", lambda: bench.cli(stack, sudo_user)),
-                                       ("throughput", lambda: bench.throughput(stack)),
-                                       ("pipeline", lambda: bench.pipeline(stack))):
+                    for name, step in (
+                        ("latency", lambda: bench.latency(stack, sudo_user)),
+                        ("cli", lambda: bench.cli(stack, sudo_user)),
+                        ("throughput", lambda: bench.throughput(stack)),
+                        ("pipeline", lambda: bench.pipeline(stack)),
+                    ):
                         if name in wanted:
                             print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
                             step()
@@ -371,15 +530,16 @@ def main(argv: list[str] | None = None) -> int:
     info["load_average_end"] = os.getloadavg()
     info["seconds"] = round(time.monotonic() - started, 1)
     print()
-    print(f"airlock bench, {info['date']}: {info['cores']} cores ({info['cpu']}), {info['memory_gib']} GiB, "
-          f"kernel {info['kernel']}, python {info['python']}, root={info['root']}, "
-          f"load average {info['load_average_start'][0]:.2f} -> {info['load_average_end'][0]:.2f}, "
-          f"{info['seconds']:.0f} s")
+    print(
+        f"airlock bench, {info['date']}: {info['cores']} cores ({info['cpu']}), {info['memory_gib']} GiB, "
+        f"kernel {info['kernel']}, python {info['python']}, root={info['root']}, "
+        f"load average {info['load_average_start'][0]:.2f} -> {info['load_average_end'][0]:.2f}, "
+        f"{info['seconds']:.0f} s"
+    )
     print(table(figures))
     write_results(figures, info)
     print(f"\nwritten to {Path('bench/results.json')}")
     return 0
-
 
 
 if __name__ == "__main__":

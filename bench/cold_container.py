@@ -38,7 +38,7 @@ rules:
 """
 
 # Runs inside the container as root; prints one JSON object.
-INNER = r'''
+INNER = r"""
 import grp, json, os, statistics, subprocess, sys, time
 SERVICES = ["airlock-intake.service", "airlock-approval.service", "airlock-runner.service", "airlock-journal.service"]
 rounds, warm_runs = int(sys.argv[1]), int(sys.argv[2])
@@ -84,7 +84,7 @@ for _ in range(rounds * warm_runs):
     bare.append((time.perf_counter() - start) * 1000)
 print(json.dumps({"cold": cold, "warm": warm, "bare": bare,
                   "loadavg": os.getloadavg(), "python": sys.version.split()[0]}))
-'''
+"""
 
 
 def main() -> int:
@@ -96,7 +96,9 @@ def main() -> int:
     deb = Path(os.environ["AIRLOCK_DEB"]).resolve()
     with booted() as c:
         shutil.copy(deb, c.root / "root" / deb.name)
-        r = c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], check=False, timeout=300)
+        r = c.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], check=False, timeout=300
+        )
         if r.returncode != 0:
             c.run(["apt-get", "update", "-qq"], timeout=300)
             c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], timeout=300)
@@ -111,8 +113,10 @@ def main() -> int:
         result = json.loads(r.stdout.strip().splitlines()[-1])
     for name in ("cold", "warm", "bare"):
         samples = sorted(result[name])
-        print(f"{name:5} p50 {samples[len(samples) // 2]:7.1f} ms  min {samples[0]:7.1f}  max {samples[-1]:7.1f}  "
-              f"(n={len(samples)})")
+        print(
+            f"{name:5} p50 {samples[len(samples) // 2]:7.1f} ms  min {samples[0]:7.1f}  max {samples[-1]:7.1f}  "
+            f"(n={len(samples)})"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0

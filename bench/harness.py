@@ -148,14 +148,22 @@ def bench_config(path: Path, *, root: bool, extra: dict[str, Any] | None = None)
     trail and the logs is part of what is measured.
     """
     user = pwd.getpwuid(os.getuid()).pw_name
-    commands = [["/usr/bin/true"], ["/usr/bin/cat", "..."], ["/usr/bin/wc", "-c"], ["/usr/bin/head", "..."],
-                ["/usr/bin/false"], ["/usr/bin/touch", "..."], ["/usr/bin/sleep", "..."]]
+    commands = [
+        ["/usr/bin/true"],
+        ["/usr/bin/cat", "..."],
+        ["/usr/bin/wc", "-c"],
+        ["/usr/bin/head", "..."],
+        ["/usr/bin/false"],
+        ["/usr/bin/touch", "..."],
+        ["/usr/bin/sleep", "..."],
+    ]
     rules: list[dict[str, Any]] = [
         {"name": "bench-unprivileged", "decision": "allow", "users": [user], "privileged": False, "commands": commands},
     ]
     if root:
-        rules.append({"name": "bench-privileged", "decision": "allow", "users": [user], "privileged": True,
-                      "commands": commands})
+        rules.append(
+            {"name": "bench-privileged", "decision": "allow", "users": [user], "privileged": True, "commands": commands}
+        )
     config: dict[str, Any] = {
         "limits": {"max_connections": 256, "max_connections_per_agent": 256},  # the bench is one agent
         "policy": {"default": "deny", "rules": rules},
@@ -191,9 +199,20 @@ class BenchStack:
         """Start `dev up` and return at once (the cold-start figure times what follows)."""
         self.started_at = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "airlock", "dev", "up", "--runtime-dir", str(self.runtime_dir),
-             "--config", str(self.config)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "airlock",
+                "dev",
+                "up",
+                "--runtime-dir",
+                str(self.runtime_dir),
+                "--config",
+                str(self.config),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
 
     def start(self, timeout: float = 60) -> BenchStack:
@@ -213,8 +232,9 @@ class BenchStack:
 
     def pid(self, service: str) -> int | None:
         assert self.proc is not None
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid), "-f", rf"airlock\.{service}( |$)"],
-                             capture_output=True, text=True).stdout.split()
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid), "-f", rf"airlock\.{service}( |$)"], capture_output=True, text=True
+        ).stdout.split()
         return int(out[0]) if out else None
 
     def rss_mib(self, service: str) -> float:
@@ -271,8 +291,10 @@ class Requests:
         self.n += 1
         rid = f"b-{self.prefix}-{self.n}"
         body = {"time": now_iso(), "operation_id": f"op-{rid}"} | args
-        return json.dumps({"v": 1, "id": rid, "verb": "exec", "args": body, "token": None},
-                          separators=(",", ":")).encode() + b"\n"
+        return (
+            json.dumps({"v": 1, "id": rid, "verb": "exec", "args": body, "token": None}, separators=(",", ":")).encode()
+            + b"\n"
+        )
 
     def ping_line(self) -> bytes:
         self.n += 1
@@ -292,7 +314,7 @@ class Persistent:
         while True:
             nl = self.buf.find(b"\n")
             while nl >= 0:
-                frame, self.buf = self.buf[:nl], self.buf[nl + 1:]
+                frame, self.buf = self.buf[:nl], self.buf[nl + 1 :]
                 obj = json.loads(frame)
                 if "event" not in obj:
                     return obj  # type: ignore[no-any-return]
@@ -317,8 +339,13 @@ class Load:
         return self.requests / self.seconds
 
 
-async def _client(path: str, lines: Callable[[], bytes | None], errors: dict[str, int],
-                  done: list[int], on_reply: Callable[[int], None] | None) -> None:
+async def _client(
+    path: str,
+    lines: Callable[[], bytes | None],
+    errors: dict[str, int],
+    done: list[int],
+    on_reply: Callable[[int], None] | None,
+) -> None:
     reader, writer = await asyncio.open_unix_connection(path, limit=64 * 1024 * 1024)
     try:
         while (line := lines()) is not None:
@@ -344,8 +371,9 @@ async def _client(path: str, lines: Callable[[], bytes | None], errors: dict[str
             await writer.wait_closed()
 
 
-def drive(path: str, clients: int, total: int, make_line: Callable[[], bytes],
-          on_reply: Callable[[int], None] | None = None) -> Load:
+def drive(
+    path: str, clients: int, total: int, make_line: Callable[[], bytes], on_reply: Callable[[int], None] | None = None
+) -> Load:
     """``total`` requests over ``clients`` persistent connections, as fast as they are answered."""
     left = [total]
 
@@ -394,11 +422,13 @@ def sudo_yardstick() -> Iterator[str | None]:
     try:
         pwd.getpwnam(BENCH_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", BENCH_USER],
-                       check=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", BENCH_USER], check=True
+        )
         made_user = True
-    SUDOERS_DROPIN.write_text(f"# airlock bench yardstick; removed when the bench ends\n"
-                              f"{BENCH_USER} ALL=(root) NOPASSWD: /usr/bin/true\n")
+    SUDOERS_DROPIN.write_text(
+        f"# airlock bench yardstick; removed when the bench ends\n{BENCH_USER} ALL=(root) NOPASSWD: /usr/bin/true\n"
+    )
     os.chmod(SUDOERS_DROPIN, 0o440)
     try:
         check = subprocess.run(["sudo", "-n", "/usr/bin/true"], user=BENCH_USER, capture_output=True, text=True)
@@ -416,6 +446,13 @@ def sudo_yardstick() -> Iterator[str | None]:
 def time_subprocess(argv: list[str], *, user: str | None = None, env: dict[str, str] | None = None) -> float:
     """Wall time of one fork/exec/wait, in seconds."""
     start = time.perf_counter()
-    subprocess.run(argv, user=user, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(
+        argv,
+        user=user,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
     return time.perf_counter() - start

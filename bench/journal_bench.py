@@ -37,24 +37,32 @@ class Result:
 
 
 def payload(i: int) -> dict[str, object]:
-    return {"argv": ["systemctl", "restart", "nginx"], "exit_code": 0, "duration_ms": 412 + i % 100,
-            "stdout": {"bytes": 1843, "sha256": hashlib.sha256(str(i).encode()).hexdigest()}}
+    return {
+        "argv": ["systemctl", "restart", "nginx"],
+        "exit_code": 0,
+        "duration_ms": 412 + i % 100,
+        "stdout": {"bytes": 1843, "sha256": hashlib.sha256(str(i).encode()).hexdigest()},
+    }
 
 
 def bare_sqlite(path: Path, count: int) -> Result:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("CREATE TABLE events (seq INTEGER PRIMARY KEY, time TEXT, kind TEXT, request_id TEXT, "
-                 "payload TEXT, prev_hash TEXT, hash TEXT)")
+    conn.execute(
+        "CREATE TABLE events (seq INTEGER PRIMARY KEY, time TEXT, kind TEXT, request_id TEXT, "
+        "payload TEXT, prev_hash TEXT, hash TEXT)"
+    )
     prev = "0" * 64
     start = time.perf_counter()
     for i in range(1, count + 1):
         body = canonical_json(payload(i))
         digest = hashlib.sha256(bytes.fromhex(prev) + body).hexdigest()
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO events VALUES (?,?,?,?,?,?,?)",
-                     (i, "2026-01-01T00:00:00.000Z", "exec.finished", f"r{i}", body.decode(), prev, digest))
+        conn.execute(
+            "INSERT INTO events VALUES (?,?,?,?,?,?,?)",
+            (i, "2026-01-01T00:00:00.000Z", "exec.finished", f"r{i}", body.decode(), prev, digest),
+        )
         conn.execute("COMMIT")
         prev = digest
     seconds = time.perf_counter() - start

@@ -38,8 +38,9 @@ def phases(database: Path, prefix: str) -> dict[str, float]:
     """Median milliseconds between consecutive audit events of each request (ms-resolution stamps)."""
     by_request: dict[str, dict[str, datetime]] = collections.defaultdict(dict)
     with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
-        for kind, rid, stamp in conn.execute("SELECT kind, request_id, time FROM events WHERE request_id LIKE ?",
-                                             (f"b-{prefix}-%",)):
+        for kind, rid, stamp in conn.execute(
+            "SELECT kind, request_id, time FROM events WHERE request_id LIKE ?", (f"b-{prefix}-%",)
+        ):
             by_request[rid].setdefault(kind, datetime.fromisoformat(stamp.replace("Z", "+00:00")))
     gaps: dict[str, list[float]] = collections.defaultdict(list)
     for events in by_request.values():
@@ -89,9 +90,30 @@ def main() -> int:
                 print("py-spy is not in .venv/bin", file=sys.stderr)
                 return 2
             for s, p in pids.items():
-                spies.append((s, work / f"{s}.txt", subprocess.Popen(
-                    [spy, "record", "-p", str(p), "-d", "15", "-r", "100", "-f", "raw", "-o", str(work / f"{s}.txt")],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
+                spies.append(
+                    (
+                        s,
+                        work / f"{s}.txt",
+                        subprocess.Popen(
+                            [
+                                spy,
+                                "record",
+                                "-p",
+                                str(p),
+                                "-d",
+                                "15",
+                                "-r",
+                                "100",
+                                "-f",
+                                "raw",
+                                "-o",
+                                str(work / f"{s}.txt"),
+                            ],
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        ),
+                    )
+                )
             time.sleep(1)
         me = os.times()
         load = drive(stack.agent, 16, args.requests * 2, lambda: reqs.exec_line(true_args))
@@ -104,9 +126,11 @@ def main() -> int:
                 total += ms
                 print(f"  {s:<10} {ms:6.2f}")
         client_ms = (mine.user + mine.system - me.user - me.system) / load.requests * 1000
-        print(f"  {'client':<10} {client_ms:6.2f}\n  {'services':<10} {total:6.2f}  "
-              f"(ceiling on {os.cpu_count()} idle cores: {1000 * (os.cpu_count() or 1) / total:.0f}/s, "
-              "before the jobs' own fork/exec)")
+        print(
+            f"  {'client':<10} {client_ms:6.2f}\n  {'services':<10} {total:6.2f}  "
+            f"(ceiling on {os.cpu_count()} idle cores: {1000 * (os.cpu_count() or 1) / total:.0f}/s, "
+            "before the jobs' own fork/exec)"
+        )
         for s, path, proc in spies:
             proc.wait()
             if path.exists():

@@ -86,9 +86,20 @@ def dev_stack(workdir: Path) -> Iterator[str]:
     output = workdir / "dev-up.log"  # a file, not a pipe: nobody has to keep reading it
     with open(output, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "airlock", "dev", "up", "--runtime-dir", str(runtime),
-             "--config", str(_config(workdir / "bench.yaml"))],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "airlock",
+                "dev",
+                "up",
+                "--runtime-dir",
+                str(runtime),
+                "--config",
+                str(_config(workdir / "bench.yaml")),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
     try:
         deadline = time.monotonic() + 60
@@ -120,8 +131,13 @@ class Client:
         # A fresh operation_id each time: without one, intake derives it from the
         # request, and an identical retry within the window replays instead of running.
         now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        request = {"v": 1, "id": str(uuid.uuid4()), "verb": "exec", "token": None,
-                   "args": {"privileged": False, "time": now, "operation_id": f"op-{uuid.uuid4()}"} | args}
+        request = {
+            "v": 1,
+            "id": str(uuid.uuid4()),
+            "verb": "exec",
+            "token": None,
+            "args": {"privileged": False, "time": now, "operation_id": f"op-{uuid.uuid4()}"} | args,
+        }
         self.sock.sendall(json.dumps(request).encode() + b"\n")
         while True:
             nl = self.buf.find(b"\n")
@@ -248,13 +264,17 @@ def main(argv: list[str] | None = None) -> int:
     started, load = time.monotonic(), os.getloadavg()[0]
     rows = measure(args.size_mib * MiB, args.jobs, max(1, args.reps), max(1, args.true_reps))
     # The ratios are what to quote: a loaded machine moves both sides of a row alike.
-    print(f"airlock runner bench: {os.cpu_count()} cores, uid {os.geteuid()}, load average "
-          f"{load:.2f} -> {os.getloadavg()[0]:.2f}, {time.monotonic() - started:.0f} s; medians of the repetitions")
+    print(
+        f"airlock runner bench: {os.cpu_count()} cores, uid {os.geteuid()}, load average "
+        f"{load:.2f} -> {os.getloadavg()[0]:.2f}, {time.monotonic() - started:.0f} s; medians of the repetitions"
+    )
     print(table(rows))
     per_job = [r for r in rows if "true" in r.name]
     for r in per_job:
-        print(f"  per true job: {r.airlock_seconds / args.jobs * 1000:.2f} ms through airlock, "
-              f"{r.yardstick_seconds / args.jobs * 1000:.2f} ms bare")
+        print(
+            f"  per true job: {r.airlock_seconds / args.jobs * 1000:.2f} ms through airlock, "
+            f"{r.yardstick_seconds / args.jobs * 1000:.2f} ms bare"
+        )
     if args.json:
         args.json.write_text(json.dumps([asdict(r) | {"ratio": r.ratio} for r in rows], indent=2) + "\n")
     return 0

@@ -44,9 +44,18 @@ async def main() -> int:
     for index in range(args.jobs + 5):
         for mode in MODES:
             spec = JobSpec(
-                operation_id=f"bench-{os.getpid()}-{index}", mode="exec", stages=(("/usr/bin/true",),),
-                identity=identity, env={"PATH": "/usr/bin:/bin"}, cwd="/", stdin=None, timeout_seconds=30,
-                deadline=None, max_output_bytes=65536, kill_grace_seconds=2, protected_values=(),
+                operation_id=f"bench-{os.getpid()}-{index}",
+                mode="exec",
+                stages=(("/usr/bin/true",),),
+                identity=identity,
+                env={"PATH": "/usr/bin:/bin"},
+                cwd="/",
+                stdin=None,
+                timeout_seconds=30,
+                deadline=None,
+                max_output_bytes=65536,
+                kill_grace_seconds=2,
+                protected_values=(),
                 containment=mode,  # type: ignore[arg-type]
             )
             started = time.perf_counter()
@@ -61,8 +70,10 @@ async def main() -> int:
     print(f"{'containment':<15}{'p50':>8}{'p90':>8}{'p99':>8}")
     for mode in MODES:
         values = times[mode]
-        print(f"{mode:<15}{percentile(values, .5):>8.1f}{percentile(values, .9):>8.1f}{percentile(values, .99):>8.1f}")
-    ratio = percentile(times["service"], .5) / percentile(times["scope"], .5)
+        print(
+            f"{mode:<15}{percentile(values, 0.5):>8.1f}{percentile(values, 0.9):>8.1f}{percentile(values, 0.99):>8.1f}"
+        )
+    ratio = percentile(times["service"], 0.5) / percentile(times["scope"], 0.5)
     print(f"service / scope p50: {ratio:.2f}x")
     return 0
 

@@ -23,7 +23,9 @@ def main() -> int:
     with booted() as c:
         shutil.copy(deb, c.root / "root" / deb.name)
         shutil.copy(HERE / "units_bench.py", c.root / "root" / "units_bench.py")
-        r = c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], check=False, timeout=300)
+        r = c.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], check=False, timeout=300
+        )
         if r.returncode != 0:
             c.run(["apt-get", "update", "-qq"], timeout=300)
             c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], timeout=300)

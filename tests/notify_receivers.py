@@ -49,7 +49,9 @@ class HttpReceiver:
                 if receiver.delay:
                     time.sleep(receiver.delay)
                 with receiver.lock:
-                    receiver.posts.append(Post(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time()))
+                    receiver.posts.append(
+                        Post(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time())
+                    )
                 self.send_response(200)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
@@ -88,7 +90,9 @@ class HttpReceiver:
                 except (ValueError, KeyError, TypeError):
                     pass
             time.sleep(0.02)
-        raise AssertionError(f"no matching POST to {path} within {timeout}s; got {[p.body[:200] for p in self.on(path)]}")
+        raise AssertionError(
+            f"no matching POST to {path} within {timeout}s; got {[p.body[:200] for p in self.on(path)]}"
+        )
 
 
 class MailReceiver:

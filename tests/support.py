@@ -46,7 +46,9 @@ class Stack:
     def database(self) -> Path:
         return self.runtime_dir / "state" / "journal.sqlite"
 
-    def send_raw(self, data: bytes, *, path: str | None = None, shutdown: bool = True, timeout: float = 30) -> list[dict[str, Any]]:
+    def send_raw(
+        self, data: bytes, *, path: str | None = None, shutdown: bool = True, timeout: float = 30
+    ) -> list[dict[str, Any]]:
         """Write raw bytes to a socket and return every JSON line it answers."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
@@ -62,7 +64,9 @@ class Stack:
                 buf += chunk
         return [json.loads(line) for line in buf.splitlines() if line.strip()]
 
-    def native(self, verb: str, args: dict[str, Any] | None = None, *, path: str | None = None, **envelope: Any) -> dict[str, Any]:
+    def native(
+        self, verb: str, args: dict[str, Any] | None = None, *, path: str | None = None, **envelope: Any
+    ) -> dict[str, Any]:
         """One native request; returns the final response (events are skipped)."""
         request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args or {}, "token": None} | envelope
         replies = self.send_raw(json.dumps(request).encode() + b"\n", path=path)
@@ -73,8 +77,12 @@ class Stack:
     def exec(self, args: dict[str, Any], **envelope: Any) -> dict[str, Any]:
         return self.native("exec", {"time": now_iso()} | args, **envelope)
 
-    def cli(self, *argv: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        environ = dict(os.environ) | {"AIRLOCK_SOCKET": self.agent, "AIRLOCK_OPERATOR_SOCKET": self.operator} | (env or {})
+    def cli(
+        self, *argv: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        environ = (
+            dict(os.environ) | {"AIRLOCK_SOCKET": self.agent, "AIRLOCK_OPERATOR_SOCKET": self.operator} | (env or {})
+        )
         return subprocess.run(
             [sys.executable, "-m", "airlock", *argv], capture_output=True, text=True, timeout=timeout, env=environ
         )
@@ -157,7 +165,9 @@ def start_stack(runtime_dir: Path, config: Path | None = None) -> Stack:
         if "ready" in line:
             return Stack(runtime_dir, proc)
     proc.kill()
-    logs = "".join(p.read_text() for p in (runtime_dir / "logs").glob("*.log")) if (runtime_dir / "logs").exists() else ""
+    logs = (
+        "".join(p.read_text() for p in (runtime_dir / "logs").glob("*.log")) if (runtime_dir / "logs").exists() else ""
+    )
     raise AssertionError(f"airlock dev up did not become ready:\n{''.join(seen)}\n{logs}")
 
 

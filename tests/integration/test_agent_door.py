@@ -307,8 +307,15 @@ def test_stop_makes_intake_exit_and_the_next_connection_is_served(door: Stack) -
 
 
 def test_legacy_exec_shape(door: Stack) -> None:
-    reply = legacy(door, pipeline=[["printf", "hello"], ["tr", "a-z", "A-Z"]], privileged=False, host="h", session="s",
-                   reason="r", extra_field_is_ignored=True)
+    reply = legacy(
+        door,
+        pipeline=[["printf", "hello"], ["tr", "a-z", "A-Z"]],
+        privileged=False,
+        host="h",
+        session="s",
+        reason="r",
+        extra_field_is_ignored=True,
+    )
     assert reply["status"] == "ok"
     assert base64.b64decode(reply["stdout"]) == b"HELLO"
     assert reply["stages"] == [{"exit_code": 0, "stderr": ""}, {"exit_code": 0, "stderr": ""}]
@@ -374,8 +381,13 @@ def test_protected_values_are_redacted(door: Stack) -> None:
 
 
 def test_streaming_events_share_one_seq_and_precede_the_response(door: Stack) -> None:
-    body = {"v": 1, "id": "st1", "verb": "exec", "token": None,
-            "args": {"command": "echo out; echo err >&2", "privileged": False, "stream": True, "time": now_iso()}}
+    body = {
+        "v": 1,
+        "id": "st1",
+        "verb": "exec",
+        "token": None,
+        "args": {"command": "echo out; echo err >&2", "privileged": False, "stream": True, "time": now_iso()},
+    }
     replies = door.send_raw(json.dumps(body).encode() + b"\n")
     events = [r for r in replies if "event" in r]
     assert replies[-1]["ok"] is True and "event" not in replies[-1]
@@ -391,7 +403,9 @@ def test_operation_replay_and_conflict(door: Stack) -> None:
     first = door.exec({"command": "echo $$", "privileged": False, "operation_id": op})["data"]
     again = door.exec({"command": "echo $$", "privileged": False, "operation_id": op})["data"]
     assert first["replay"] is False and again["replay"] is True and again["stdout"] == first["stdout"]
-    assert code(door.exec({"command": "echo other", "privileged": False, "operation_id": op})) == "operation_id_conflict"
+    assert (
+        code(door.exec({"command": "echo other", "privileged": False, "operation_id": op})) == "operation_id_conflict"
+    )
 
 
 def test_a_derived_operation_id_makes_an_identical_retry_replay(door: Stack) -> None:
@@ -405,7 +419,9 @@ def test_cancel_from_the_starting_peer(door: Stack) -> None:
 
     op = f"op-{uuid.uuid4()}"
     result: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: result.update(door.exec({"argv": ["sleep", "30"], "privileged": False, "operation_id": op})))
+    t = threading.Thread(
+        target=lambda: result.update(door.exec({"argv": ["sleep", "30"], "privileged": False, "operation_id": op}))
+    )
     t.start()
     time.sleep(1.0)
     cancel = door.native("cancel", {"operation_id": op})

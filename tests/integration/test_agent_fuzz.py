@@ -33,9 +33,32 @@ policy:
       commands: [[/usr/bin/true]]
 """
 
-FIELDS = ["v", "id", "verb", "args", "token", "pipeline", "argv", "command", "privileged", "env", "protected_env", "cwd",
-          "stdin", "timeout_ms", "deadline_ms", "max_output_bytes", "operation_id", "reason", "session", "host", "time",
-          "forward_agent", "stream", "action"]
+FIELDS = [
+    "v",
+    "id",
+    "verb",
+    "args",
+    "token",
+    "pipeline",
+    "argv",
+    "command",
+    "privileged",
+    "env",
+    "protected_env",
+    "cwd",
+    "stdin",
+    "timeout_ms",
+    "deadline_ms",
+    "max_output_bytes",
+    "operation_id",
+    "reason",
+    "session",
+    "host",
+    "time",
+    "forward_agent",
+    "stream",
+    "action",
+]
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +89,22 @@ def well_formed(lines: list[bytes]) -> list[dict[str, Any]]:
     return finals
 
 
-json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=30)
-json_values = st.recursive(json_scalars, lambda v: st.lists(v, max_size=3) | st.dictionaries(st.text(max_size=6), v, max_size=3), max_leaves=8)
+json_scalars = (
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=30)
+)
+json_values = st.recursive(
+    json_scalars, lambda v: st.lists(v, max_size=3) | st.dictionaries(st.text(max_size=6), v, max_size=3), max_leaves=8
+)
 
 
 def base_native() -> dict[str, Any]:
-    return {"v": 1, "id": "fz", "verb": "exec", "token": None,
-            "args": {"argv": ["true"], "privileged": False, "time": now_iso()}}
+    return {
+        "v": 1,
+        "id": "fz",
+        "verb": "exec",
+        "token": None,
+        "args": {"argv": ["true"], "privileged": False, "time": now_iso()},
+    }
 
 
 def base_legacy() -> dict[str, Any]:
@@ -97,7 +129,12 @@ def test_mutated_requests_get_exactly_one_reply(
     finals = well_formed(exchange(fuzz_stack, data))
     assert len(finals) == 1, finals
     reply = finals[0]
-    assert ("ok" in reply and ("data" in reply) != ("error" in reply)) or reply.get("status") in ("ok", "denied", "timeout", "error")
+    assert ("ok" in reply and ("data" in reply) != ("error" in reply)) or reply.get("status") in (
+        "ok",
+        "denied",
+        "timeout",
+        "error",
+    )
     if "error" in reply:
         assert set(reply["error"]) == {"code", "message", "details"} and "Traceback" not in reply["error"]["message"]
 

@@ -49,7 +49,12 @@ def test_ask_then_an_operator_approves(astack: Stack, tmp_path: Path) -> None:
     assert job.result()["ok"] is True and marker.exists()
     rows = [r for r in astack.journal_rows() if r["request_id"] == job.request_id]
     kinds = [r["kind"] for r in rows]
-    assert kinds.index("approval.pending") < kinds.index("operator.action") < kinds.index("approval.decided") < kinds.index("exec.started")
+    assert (
+        kinds.index("approval.pending")
+        < kinds.index("operator.action")
+        < kinds.index("approval.decided")
+        < kinds.index("exec.started")
+    )
 
 
 def test_ask_then_an_operator_denies(astack: Stack, tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ def dev_up(runtime: Path, config: str) -> subprocess.CompletedProcess[str]:
     path.write_text(config, encoding="utf-8")
     return subprocess.run(
         [sys.executable, "-m", "airlock", "dev", "up", "--runtime-dir", str(runtime), "--config", str(path)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -102,7 +102,13 @@ def as_nobody(stack: Stack, verb: str, args: dict[str, Any]) -> dict[str, Any]:
     request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": {"time": now_iso()} | args}
     out = subprocess.run(
         ["/usr/bin/python3", "-I", "-c", _AS_USER, stack.agent, json.dumps(request)],
-        user=NOBODY, group=65534, extra_groups=[], capture_output=True, text=True, timeout=60, cwd="/",
+        user=NOBODY,
+        group=65534,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
     )
     assert out.returncode == 0, out.stderr
     reply: dict[str, Any] = json.loads(out.stdout)
@@ -129,7 +135,9 @@ def test_outside_the_granted_tree_asks(fstack: Stack) -> None:
     # root-reads covers only the data tree: a read of /etc/hostname waits for an operator.
     request_id = str(uuid.uuid4())
     reply: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: reply.update(files_call(fstack, "files_read", {"path": "/etc/hostname"}, id=request_id)))
+    thread = threading.Thread(
+        target=lambda: reply.update(files_call(fstack, "files_read", {"path": "/etc/hostname"}, id=request_id))
+    )
     thread.start()
     pending = wait_pending(fstack, request_id)
     assert pending["request"]["tool"] == "files_read" and pending["policy"]["rule"] == "default"
@@ -146,7 +154,9 @@ def test_as_a_user_permission_denied_is_an_error_outcome(fstack: Stack) -> None:
     assert reply["ok"] is True, reply
     assert reply["data"]["ok"] is False and reply["data"]["error"]["code"] == "permission_denied"
     assert reply["data"]["uid"] == NOBODY
-    write = as_nobody(fstack, "files_write", {"path": str(data_dir(fstack) / "new"), "privileged": False, "content": ""})
+    write = as_nobody(
+        fstack, "files_write", {"path": str(data_dir(fstack) / "new"), "privileged": False, "content": ""}
+    )
     assert write["data"]["error"]["code"] == "permission_denied"
     mine = data_dir(fstack) / "nobodys"
     mine.write_text("hello\n")
@@ -154,14 +164,18 @@ def test_as_a_user_permission_denied_is_an_error_outcome(fstack: Stack) -> None:
     read = as_nobody(fstack, "files_read", {"path": str(mine), "privileged": False})
     assert read["data"]["ok"] is True and base64.b64decode(read["data"]["content"]) == b"hello\n"
     # An atomic write needs the directory too (temp file, rename): a root-owned one refuses.
-    edit = as_nobody(fstack, "files_edit", {"path": str(mine), "privileged": False, "old_text": "hello", "new_text": "bye"})
+    edit = as_nobody(
+        fstack, "files_edit", {"path": str(mine), "privileged": False, "old_text": "hello", "new_text": "bye"}
+    )
     assert edit["data"]["error"]["code"] == "permission_denied" and mine.read_text() == "hello\n"
     home = data_dir(fstack) / "nobody-home"
     home.mkdir()
     os.chown(home, NOBODY, 65534)
     shutil.move(mine, home / "nobodys")
     mine = home / "nobodys"
-    edit = as_nobody(fstack, "files_edit", {"path": str(mine), "privileged": False, "old_text": "hello", "new_text": "bye"})
+    edit = as_nobody(
+        fstack, "files_edit", {"path": str(mine), "privileged": False, "old_text": "hello", "new_text": "bye"}
+    )
     assert edit["data"]["ok"] is True and mine.read_text() == "bye\n"
     assert (mine.stat().st_uid, mine.stat().st_gid) == (NOBODY, 65534)
 
@@ -172,20 +186,38 @@ def test_write_keeps_owner_and_mode_and_journals_hashes(fstack: Stack) -> None:
     os.chown(target, NOBODY, 65534)
     os.chmod(target, 0o640)
     op = f"op-{uuid.uuid4().hex}"
-    reply = files_call(fstack, "files_write", {"path": str(target), "privileged": False, "operation_id": op,
-                                               "content": base64.b64encode(b"new\n").decode()})
+    reply = files_call(
+        fstack,
+        "files_write",
+        {"path": str(target), "privileged": False, "operation_id": op, "content": base64.b64encode(b"new\n").decode()},
+    )
     assert reply["ok"] is True and reply["data"]["ok"] is True, reply
     st = target.stat()
     assert target.read_text() == "new\n" and (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (NOBODY, 65534, 0o640)
-    finished = [json.loads(r["payload"]) for r in fstack.journal_rows() if r["kind"] == "files.finished" and r["operation_id"] == op]
+    finished = [
+        json.loads(r["payload"])
+        for r in fstack.journal_rows()
+        if r["kind"] == "files.finished" and r["operation_id"] == op
+    ]
     assert finished and finished[0]["before_sha256"] == hashlib.sha256(b"old\n").hexdigest()
     assert finished[0]["after_sha256"] == hashlib.sha256(b"new\n").hexdigest()
     assert "new\n" not in json.dumps(finished) and base64.b64encode(b"new\n").decode() not in json.dumps(finished)
-    replay = files_call(fstack, "files_write", {"path": str(target), "privileged": False, "operation_id": op,
-                                                "content": base64.b64encode(b"new\n").decode()})
+    replay = files_call(
+        fstack,
+        "files_write",
+        {"path": str(target), "privileged": False, "operation_id": op, "content": base64.b64encode(b"new\n").decode()},
+    )
     assert replay["data"]["replay"] is True
-    conflict = files_call(fstack, "files_write", {"path": str(target), "privileged": False, "operation_id": op,
-                                                  "content": base64.b64encode(b"other\n").decode()})
+    conflict = files_call(
+        fstack,
+        "files_write",
+        {
+            "path": str(target),
+            "privileged": False,
+            "operation_id": op,
+            "content": base64.b64encode(b"other\n").decode(),
+        },
+    )
     assert conflict["error"]["code"] == "operation_id_conflict"
 
 
@@ -225,7 +257,9 @@ def test_edit_without_exactly_one_match_changes_nothing(fstack: Stack) -> None:
     target = data_dir(fstack) / "twice.conf"
     target.write_text("a\na\n")
     for old, code in (("a", "ambiguous_match"), ("b", "no_match")):
-        reply = files_call(fstack, "files_edit", {"path": str(target), "privileged": False, "old_text": old, "new_text": "c"})
+        reply = files_call(
+            fstack, "files_edit", {"path": str(target), "privileged": False, "old_text": old, "new_text": "c"}
+        )
         assert reply["data"]["ok"] is False and reply["data"]["error"]["code"] == code
     assert target.read_text() == "a\na\n"
 
@@ -243,8 +277,12 @@ def test_sigkill_of_the_runner_mid_write_leaves_old_or_new(fstack: Stack) -> Non
     for delay in (0.0, 0.02, 0.05, 0.1, 0.2):
         target.write_bytes(old)
         pid = _runner_pid(fstack)
-        args = {"path": str(target), "privileged": False, "content": base64.b64encode(new).decode(),
-                "operation_id": f"op-{uuid.uuid4().hex}"}
+        args = {
+            "path": str(target),
+            "privileged": False,
+            "content": base64.b64encode(new).decode(),
+            "operation_id": f"op-{uuid.uuid4().hex}",
+        }
         thread = threading.Thread(target=lambda a=args: files_call(fstack, "files_write", a))
         thread.start()
         time.sleep(delay)
@@ -254,8 +292,9 @@ def test_sigkill_of_the_runner_mid_write_leaves_old_or_new(fstack: Stack) -> Non
         assert target.read_bytes() in (old, new)
         wait_for_runner(fstack, pid)
     # And the stack still works after the restarts.
-    reply = files_call(fstack, "files_write", {"path": str(target), "privileged": False,
-                                               "content": base64.b64encode(b"done").decode()})
+    reply = files_call(
+        fstack, "files_write", {"path": str(target), "privileged": False, "content": base64.b64encode(b"done").decode()}
+    )
     assert reply["data"]["ok"] is True and target.read_bytes() == b"done"
 
 
@@ -277,17 +316,33 @@ def test_gateway_filesystem_execute(fstack: Stack) -> None:
     target = data_dir(fstack) / "gw.txt"
     target.write_text("alpha\nbeta\n")
     lines = [
-        {"id": "r", "method": "filesystem.execute",
-         "params": {"operationId": f"op-{uuid.uuid4().hex}", "tool": "read", "arguments": {"path": str(target), "lengthBytes": 6}}},
-        {"id": "e", "method": "filesystem.execute",
-         "params": {"tool": "files_edit", "arguments": {"path": str(target), "oldText": "beta", "newText": "gamma"}}},
-        {"id": "x", "method": "filesystem.execute",
-         "params": {"tool": "files_edit", "arguments": {"path": str(target), "oldText": "zeta", "newText": "eta"}}},
+        {
+            "id": "r",
+            "method": "filesystem.execute",
+            "params": {
+                "operationId": f"op-{uuid.uuid4().hex}",
+                "tool": "read",
+                "arguments": {"path": str(target), "lengthBytes": 6},
+            },
+        },
+        {
+            "id": "e",
+            "method": "filesystem.execute",
+            "params": {"tool": "files_edit", "arguments": {"path": str(target), "oldText": "beta", "newText": "gamma"}},
+        },
+        {
+            "id": "x",
+            "method": "filesystem.execute",
+            "params": {"tool": "files_edit", "arguments": {"path": str(target), "oldText": "zeta", "newText": "eta"}},
+        },
         {"id": "bad", "method": "filesystem.execute", "params": {"tool": "chmod", "arguments": {"path": str(target)}}},
     ]
     out = subprocess.run(
         [sys.executable, "-m", "airlock", "gateway", "--stdio", "--socket", fstack.agent],
-        input="".join(json.dumps(line) + "\n" for line in lines), capture_output=True, text=True, timeout=60,
+        input="".join(json.dumps(line) + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     frames = [json.loads(line) for line in out.stdout.splitlines()]
     responses = {f["requestId"]: f for f in frames if f["type"] == "response"}

@@ -24,7 +24,9 @@ from fleet_support import REMOTE, write_collector
 
 from support import Stack, start_stack, stop_stack
 
-pytestmark = pytest.mark.skipif(REMOTE is None, reason="needs systemd-journal-remote (apt-get install systemd-journal-remote)")
+pytestmark = pytest.mark.skipif(
+    REMOTE is None, reason="needs systemd-journal-remote (apt-get install systemd-journal-remote)"
+)
 pytest.importorskip("systemd.journal", reason="needs python3-systemd")
 
 MID = "5f1e0c2a9b8d4e7fa6c3b2d1e0f9a8b7"
@@ -43,8 +45,11 @@ def rows(database: Path) -> list[dict[str, Any]]:
 
 def shipped(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What airlock-journal.service sends for each record, with journald's own trusted fields."""
-    return [dict(fleet.record_fields(r, r["hash"], HOST)) | {"_SYSTEMD_UNIT": "airlock-journal.service", "_UID": "998",
-                                                               "MESSAGE": fleet.record_message(r)} for r in records]
+    return [
+        dict(fleet.record_fields(r, r["hash"], HOST))
+        | {"_SYSTEMD_UNIT": "airlock-journal.service", "_UID": "998", "MESSAGE": fleet.record_message(r)}
+        for r in records
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +86,9 @@ def test_verify_names_missing_seqs_as_ranges_and_a_forged_record(live: Stack, tm
     records = rows(live.database)
     assert len(records) >= 8
     entries = shipped([r for r in records if r["seq"] not in (3, 4, 6)])
-    forged = dict(entries[-1]) | {"AIRLOCK_RECORD": entries[-1]["AIRLOCK_RECORD"].replace(b'"writer":"', b'"writer":"x')}
+    forged = dict(entries[-1]) | {
+        "AIRLOCK_RECORD": entries[-1]["AIRLOCK_RECORD"].replace(b'"writer":"', b'"writer":"x')
+    }
     write_collector(tmp_path / "remote", [*entries[:-1], forged])
     r = live.cli("audit", "verify", "--journal", str(tmp_path / "remote"), "--json")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -106,7 +113,9 @@ def test_compare_reports_a_truncated_then_a_rewritten_database(live: Stack, tmp_
             conn.execute(f"DROP TRIGGER {name}")
         conn.execute("DELETE FROM events WHERE seq > 5")
     cut = live.cli(*compare)
-    assert cut.returncode == 1 and cut.stdout.startswith("DIFFERS at seq 6:") and "cut short after seq 5" in cut.stdout, cut.stdout
+    assert (
+        cut.returncode == 1 and cut.stdout.startswith("DIFFERS at seq 6:") and "cut short after seq 5" in cut.stdout
+    ), cut.stdout
     with sqlite3.connect(copy) as conn:
         conn.execute("UPDATE events SET hash = ? WHERE seq = 2", ("0" * 64,))
     rewritten = live.cli(*compare, "--json")

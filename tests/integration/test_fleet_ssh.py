@@ -28,8 +28,10 @@ from support import REPO, Stack
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="a loopback sshd logging in as root needs root"),
-    pytest.mark.skipif(not Path(SSHD).exists() or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None,
-                       reason="needs OpenSSH (apt-get install openssh-server openssh-client)"),
+    pytest.mark.skipif(
+        not Path(SSHD).exists() or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None,
+        reason="needs OpenSSH (apt-get install openssh-server openssh-client)",
+    ),
     pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)"),
 ]
 
@@ -48,13 +50,25 @@ class Fleet:
     tmp: Path
 
     def airlock(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.tmp), "LANG": "C.UTF-8",
-               "PYTHONPATH": str(REPO / "services")}
-        return subprocess.run([sys.executable, "-m", "airlock", "--ssh-config", str(self.config), *args],
-                              capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": str(self.tmp),
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": str(REPO / "services"),
+        }
+        return subprocess.run(
+            [sys.executable, "-m", "airlock", "--ssh-config", str(self.config), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
 
 
-def _sshd(tmp: Path, name: str, stack: Stack, authorized: Path, bindir: str) -> tuple[subprocess.Popen[bytes], int, str]:
+def _sshd(
+    tmp: Path, name: str, stack: Stack, authorized: Path, bindir: str
+) -> tuple[subprocess.Popen[bytes], int, str]:
     key = tmp / f"{name}_host_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     port = _free_port()
@@ -66,8 +80,12 @@ def _sshd(tmp: Path, name: str, stack: Stack, authorized: Path, bindir: str) -> 
         f"SetEnv PATH={bindir}:/usr/sbin:/usr/bin:/sbin:/bin AIRLOCK_OPERATOR_SOCKET={stack.operator}\n"
     )
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=open(tmp / f"sshd_{name}.log", "wb"))
+    proc = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(config)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / f"sshd_{name}.log", "wb"),
+    )
     deadline = time.monotonic() + 20
     while True:
         with socket.socket() as s:
@@ -100,8 +118,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         lines.append(f"Host down\n  HostName 127.0.0.1\n  Port {_free_port()}\n")
         (tmp / "known_hosts").write_text("\n".join(known) + "\n")
         config = tmp / "ssh_config"
-        config.write_text("".join(lines) + f"Host *\n  User root\n  IdentityFile {identity}\n  IdentitiesOnly yes\n"
-                          f"  UserKnownHostsFile {tmp}/known_hosts\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
+        config.write_text(
+            "".join(lines) + f"Host *\n  User root\n  IdentityFile {identity}\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {tmp}/known_hosts\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n"
+        )
         yield Fleet(web1, web2, config, tmp)
     finally:
         for proc in daemons:
@@ -134,8 +154,10 @@ def test_an_unreachable_host_is_a_clear_ssh_error(fleet: Fleet) -> None:
 class Console:
     def __init__(self, fleet: Fleet) -> None:
         self.server = str(fleet.tmp / f"tmux-{uuid.uuid4().hex[:8]}.sock")
-        command = (f"cd {REPO} && HOME={fleet.tmp} PYTHONPATH={REPO / 'services'} exec {sys.executable} -m airlock "
-                   f"watch --ssh-config {fleet.config} --host web1 --host web2 --host down")
+        command = (
+            f"cd {REPO} && HOME={fleet.tmp} PYTHONPATH={REPO / 'services'} exec {sys.executable} -m airlock "
+            f"watch --ssh-config {fleet.config} --host web1 --host web2 --host down"
+        )
         self.tmux("new-session", "-d", "-s", "watch", "-x", "160", "-y", "60", command)
 
     def tmux(self, *args: str) -> str:

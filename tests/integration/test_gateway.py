@@ -123,7 +123,9 @@ def test_hello_and_health(gw: Gateway) -> None:
 
 def test_exec_argv_streams_then_terminal_then_response(gw: Gateway) -> None:
     op = op_id()
-    rid = gw.send("process.exec", {"operationId": op, "executable": "sh", "args": ["-c", "printf out; printf err >&2; exit 3"]})
+    rid = gw.send(
+        "process.exec", {"operationId": op, "executable": "sh", "args": ["-c", "printf out; printf err >&2; exit 3"]}
+    )
     events, response = gw.until_response(rid)
     assert events[0]["type"] == "accepted"
     assert events[0]["operationId"] == op and events[0]["protocolVersion"] == "1.0"
@@ -322,7 +324,11 @@ def test_trace_context_is_validated(gw: Gateway) -> None:
         assert response["ok"] is False and response["error"]["code"] == "invalid_params", bad
     good = gw.call(
         "process.exec",
-        {"operationId": op_id(), "command": "env", "traceContext": {"traceparent": TRACEPARENT, "tracestate": "vendor=x"}},
+        {
+            "operationId": op_id(),
+            "command": "env",
+            "traceContext": {"traceparent": TRACEPARENT, "tracestate": "vendor=x"},
+        },
     )
     assert good["ok"] is True
     assert "traceparent" not in good["result"]["stdout"].lower() and TRACEPARENT not in good["result"]["stdout"]
@@ -330,7 +336,8 @@ def test_trace_context_is_validated(gw: Gateway) -> None:
 
 def test_telemetry_configure_is_validated_and_reports_only_whether_headers_exist(gw: Gateway) -> None:
     response = gw.call(
-        "telemetry.configure", {"enabled": True, "endpoint": "https://otel.example:4318", "headers": {"authorization": "Bearer abc"}}
+        "telemetry.configure",
+        {"enabled": True, "endpoint": "https://otel.example:4318", "headers": {"authorization": "Bearer abc"}},
     )
     assert response["ok"] is True
     assert response["result"]["enabled"] is True and response["result"]["headersConfigured"] is True
@@ -390,7 +397,9 @@ def test_cancel_while_pending_approval_withdraws_it(stack: Stack) -> None:
         rid = gw.send("process.exec", {"operationId": op, "command": "sleep 30"})
         while not any(f.get("requestId") == rid and f.get("event") == "approval.pending" for f in gw.seen):
             gw.next()
-        pending = [p for p in stack.native("pending", path=stack.operator)["data"]["pending"] if p["operation_id"] == op]
+        pending = [
+            p for p in stack.native("pending", path=stack.operator)["data"]["pending"] if p["operation_id"] == op
+        ]
         assert len(pending) == 1
         cancel = gw.call("cancel", {"operationId": op})
         assert cancel["result"] == {"operationId": op, "cancelling": True}

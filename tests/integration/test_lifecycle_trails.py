@@ -68,8 +68,15 @@ def test_show_reports_a_running_file_operation_as_running(lstack: Stack) -> None
     reply: dict[str, Any] = {}
     import threading
 
-    thread = threading.Thread(target=lambda: reply.update(files(lstack, "files_search", {
-        "path": str(data_dir(lstack)), "query": "^(a+)+$", "regex": True, "operation_id": operation})))
+    thread = threading.Thread(
+        target=lambda: reply.update(
+            files(
+                lstack,
+                "files_search",
+                {"path": str(data_dir(lstack)), "query": "^(a+)+$", "regex": True, "operation_id": operation},
+            )
+        )
+    )
     thread.start()
     seen: list[str] = []
     deadline = time.monotonic() + 30
@@ -93,8 +100,11 @@ def test_show_reports_a_running_file_operation_as_running(lstack: Stack) -> None
 def test_wait_exits_0_after_a_successful_file_operation(lstack: Stack) -> None:
     target = data_dir(lstack) / "written.txt"
     operation = f"op-{uuid.uuid4().hex}"
-    reply = files(lstack, "files_write", {"path": str(target), "operation_id": operation,
-                                          "content": base64.b64encode(b"hello\n").decode()})
+    reply = files(
+        lstack,
+        "files_write",
+        {"path": str(target), "operation_id": operation, "content": base64.b64encode(b"hello\n").decode()},
+    )
     assert reply["ok"] is True and reply["data"]["ok"] is True, reply
     waited = lstack.cli("wait", operation, "--timeout", "30")
     assert waited.returncode == 0, waited.stdout + waited.stderr
@@ -153,9 +163,17 @@ def test_verify_lifecycle_passes_every_real_story_and_names_a_forbidden_one(lsta
     ids = _every_story(lstack)
     rows = lstack.journal_rows()
     states = {name: op(lstack, "show", {"ref": rid})["data"]["state"] for name, rid in ids.items()}
-    assert states == {"allowed": "finished", "denied": "failed", "first": "finished", "replayed": "replayed",
-                      "approved": "finished", "operator-denied": "failed", "expired": "failed",
-                      "withdrawn": "failed", "cancelled": "finished"}, states
+    assert states == {
+        "allowed": "finished",
+        "denied": "failed",
+        "first": "finished",
+        "replayed": "replayed",
+        "approved": "finished",
+        "operator-denied": "failed",
+        "expired": "failed",
+        "withdrawn": "failed",
+        "cancelled": "finished",
+    }, states
     kinds = {r["kind"] for r in rows if r["request_id"] == ids["cancelled"]}
     assert "exec.cancelled" in kinds
 
@@ -172,8 +190,18 @@ def test_verify_lifecycle_passes_every_real_story_and_names_a_forbidden_one(lsta
     # The check can fail: a start journaled for the denied request (as a runner that
     # ignored the denial would write it) is named with its request, seq and state.
     journal = str(lstack.runtime_dir / "internal" / "journal.sock")
-    forged = lstack.native("append", {"writer": "runner", "kind": "exec.started", "request_id": ids["denied"],
-                                      "operation_id": "op-forged", "peer_uid": os.getuid(), "payload": {}}, path=journal)
+    forged = lstack.native(
+        "append",
+        {
+            "writer": "runner",
+            "kind": "exec.started",
+            "request_id": ids["denied"],
+            "operation_id": "op-forged",
+            "peer_uid": os.getuid(),
+            "payload": {},
+        },
+        path=journal,
+    )
     assert forged["ok"] is True, forged
     seq = forged["data"]["seq"]
     bad = lstack.cli("audit", "verify", "--lifecycle", "--anchors", "none")
@@ -182,10 +210,17 @@ def test_verify_lifecycle_passes_every_real_story_and_names_a_forbidden_one(lsta
     assert f"request {ids['denied']}" in bad.stdout and f"at seq {seq}: exec.started in state failed" in bad.stdout
     reply = json.loads(lstack.cli("audit", "verify", "--lifecycle", "--anchors", "none", "--json").stdout)
     assert reply["data"]["ok"] is False and reply["data"]["chain_ok"] is True
-    assert reply["data"]["lifecycle"]["violations"] == [{
-        "request_id": ids["denied"], "peer_uid": os.getuid(),
-        "operation_id": reply["data"]["lifecycle"]["violations"][0]["operation_id"],
-        "seq": seq, "kind": "exec.started", "state": "failed", "reason": "after the terminal state failed"}]
+    assert reply["data"]["lifecycle"]["violations"] == [
+        {
+            "request_id": ids["denied"],
+            "peer_uid": os.getuid(),
+            "operation_id": reply["data"]["lifecycle"]["violations"][0]["operation_id"],
+            "seq": seq,
+            "kind": "exec.started",
+            "state": "failed",
+            "reason": "after the terminal state failed",
+        }
+    ]
     # show names the forbidden step too, and wait does not call that story a success.
     shown = lstack.cli("show", ids["denied"])
     assert f"FORBIDDEN at seq {seq}: exec.started in state failed" in shown.stdout, shown.stdout

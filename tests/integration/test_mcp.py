@@ -140,7 +140,9 @@ def test_initialize_and_list_tools(mstack: Stack) -> None:
             for word in ("root", "operator", "approve", "60 seconds", "DENIED", "Do not retry"):
                 assert word in (execute.description or ""), word
             props = field(execute, "input_schema")["properties"]
-            assert {"argv", "pipeline", "command", "privileged", "reason", "env", "cwd", "stdin", "timeout"} <= set(props)
+            assert {"argv", "pipeline", "command", "privileged", "reason", "env", "cwd", "stdin", "timeout"} <= set(
+                props
+            )
             assert props["privileged"]["default"] is True
             await session.send_ping()
 
@@ -272,7 +274,9 @@ def test_status_without_the_operator_socket_says_unknown(mstack: Stack) -> None:
 
 def test_status_when_airlock_is_down(tmp_path: Path) -> None:
     async def main() -> None:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "airlock", "mcp", "--socket", str(tmp_path / "agent.sock")])
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "airlock", "mcp", "--socket", str(tmp_path / "agent.sock")]
+        )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
             assert "NOT reachable" in text_of(await session.call_tool("status", {}))
@@ -302,7 +306,9 @@ def test_progress_while_an_operator_decides_then_the_result(mstack: Stack) -> No
             deadline = time.monotonic() + 10
             while len(progress) < 3 and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-            approved = await asyncio.to_thread(mstack.native, "approve", {"id": pending["request_id"]}, path=mstack.operator)
+            approved = await asyncio.to_thread(
+                mstack.native, "approve", {"id": pending["request_id"]}, path=mstack.operator
+            )
             assert approved["ok"], approved
             result = await call
             assert field(result, "is_error") is False and "exit code 0" in text_of(result)
@@ -364,12 +370,23 @@ class RawClient:
     def __init__(self, stack: Stack, *extra: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "airlock", "mcp", "--socket", stack.agent, *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
         self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        self.send({"id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        self.send(
+            {
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
+        )
         assert self.reply()["id"] == 0
         self.send({"method": "notifications/initialized"})
 
@@ -410,7 +427,9 @@ def wait_finished(stack: Stack, needle: str) -> list[str]:
 def test_notifications_cancelled_cancels_the_command_and_gets_no_response(mstack: Stack) -> None:
     client = RawClient(mstack)
     try:
-        client.send({"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"argv": ["sleep", "33"]}}})
+        client.send(
+            {"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"argv": ["sleep", "33"]}}}
+        )
         wait_started(mstack, '"33"')
         client.send({"method": "notifications/cancelled", "params": {"requestId": 2, "reason": "user pressed Esc"}})
         assert "exec.cancelled" in wait_finished(mstack, '"33"')
@@ -425,7 +444,9 @@ def test_ending_the_session_cancels_the_running_command(mstack: Stack) -> None:
     # The end of input alone, with no cancel notification.
     client = RawClient(mstack)
     try:
-        client.send({"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"argv": ["sleep", "32"]}}})
+        client.send(
+            {"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"argv": ["sleep", "32"]}}}
+        )
         wait_started(mstack, '"32"')
         started = time.monotonic()
         assert client.proc.stdin is not None
@@ -451,7 +472,11 @@ def test_without_the_operator_socket_a_cancelled_pending_call_is_cancelled_once_
         assert mstack.native("approve", {"id": pending["request_id"]}, path=mstack.operator)["ok"]
         kinds = wait_finished(mstack, script)
         assert "exec.cancelled" in kinds, kinds
-        finished = [r for r in mstack.journal_rows() if r["request_id"] == pending["request_id"] and r["kind"] == "exec.finished"]
+        finished = [
+            r
+            for r in mstack.journal_rows()
+            if r["request_id"] == pending["request_id"] and r["kind"] == "exec.finished"
+        ]
         assert json.loads(finished[0]["payload"])["cancelled"] is True
     finally:
         client.close()
@@ -460,7 +485,9 @@ def test_without_the_operator_socket_a_cancelled_pending_call_is_cancelled_once_
 def test_sigterm_cancels_the_running_command(mstack: Stack) -> None:
     client = RawClient(mstack)
     try:
-        client.send({"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"argv": ["sleep", "34"]}}})
+        client.send(
+            {"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"argv": ["sleep", "34"]}}}
+        )
         wait_started(mstack, '"34"')
         client.proc.send_signal(signal.SIGTERM)
         assert client.proc.wait(10) == 0

@@ -34,15 +34,21 @@ SECRET = "relay-test-secret-0123456789"
 def _config(http: HttpReceiver, mail: MailReceiver | None, *, approval_timeout: float = 60, extra: str = "") -> str:
     channels = [
         f"    - {{type: webhook, name: hook, url: '{http.url('/hook')}', secret: {SECRET}}}",
-        f"    - {{type: ntfy, name: ntfy, url: '{http.url('/airlock-topic')}', priority: urgent, tags: [lock, warning]}}",
+        f"    - {{type: ntfy, name: ntfy, url: '{http.url('/airlock-topic')}', "
+        "priority: urgent, tags: [lock, warning]}",
         f"    - {{type: slack, name: slack, url: '{http.url('/slack')}'}}",
     ]
     if mail is not None:
-        channels.append(f"    - {{type: email, name: mail, host: 127.0.0.1, port: {mail.port}, from: airlock@test, to: [ops@test]}}")
+        channels.append(
+            f"    - {{type: email, name: mail, host: 127.0.0.1, port: {mail.port}, from: airlock@test, to: [ops@test]}}"
+        )
     return (
         f"approval: {{timeout_seconds: {approval_timeout}}}\n"
-        "notify:\n  host: testhost\n  poll_seconds: 0.2\n  backoff_max_seconds: 2\n" + extra
-        + "  channels:\n" + "\n".join(channels) + "\n"
+        "notify:\n  host: testhost\n  poll_seconds: 0.2\n  backoff_max_seconds: 2\n"
+        + extra
+        + "  channels:\n"
+        + "\n".join(channels)
+        + "\n"
     )
 
 
@@ -69,7 +75,9 @@ def _expected_seqs(stack: Stack) -> list[int]:
 
 
 def _relay_pid(stack: Stack) -> int | None:
-    found = subprocess.run(["pgrep", "-P", str(stack.proc.pid), "-f", r"airlock\.relay( |$)"], capture_output=True, text=True)
+    found = subprocess.run(
+        ["pgrep", "-P", str(stack.proc.pid), "-f", r"airlock\.relay( |$)"], capture_output=True, text=True
+    )
     return int(found.stdout.split()[0]) if found.stdout.split() else None
 
 
@@ -81,7 +89,9 @@ def http() -> Iterator[HttpReceiver]:
         receiver.down()
 
 
-def test_a_pending_request_reaches_every_channel_within_2s_and_its_outcome_follows(tmp_path: Path, http: HttpReceiver) -> None:
+def test_a_pending_request_reaches_every_channel_within_2s_and_its_outcome_follows(
+    tmp_path: Path, http: HttpReceiver
+) -> None:
     mail = MailReceiver()
     try:
         with custom_stack(tmp_path / "rt", _config(http, mail, approval_timeout=8)) as stack:
@@ -91,7 +101,9 @@ def test_a_pending_request_reaches_every_channel_within_2s_and_its_outcome_follo
             seen = time.time()
             rid = bg.request_id
 
-            hook = _signed(http.wait("/hook", lambda p: p.json()["request_id"] == rid and p.json()["event"] == "pending"))
+            hook = _signed(
+                http.wait("/hook", lambda p: p.json()["request_id"] == rid and p.json()["event"] == "pending")
+            )
             ntfy = http.wait("/airlock-topic", lambda p: rid.encode() in p.body)
             slack = http.wait("/slack", lambda p: rid in p.json()["text"])
             at, mailed = mail.wait(lambda m: rid in m["Subject"] or rid in m.get_content())
@@ -113,7 +125,9 @@ def test_a_pending_request_reaches_every_channel_within_2s_and_its_outcome_follo
 
             # Decided: the follow-up names the decision and who made it.
             assert stack.native("deny", {"id": rid, "reason": "not now"}, path=stack.operator)["ok"]
-            decided = _signed(http.wait("/hook", lambda p: p.json()["request_id"] == rid and p.json()["event"] == "decided"))
+            decided = _signed(
+                http.wait("/hook", lambda p: p.json()["request_id"] == rid and p.json()["event"] == "decided")
+            )
             assert decided["decision"] == "deny" and decided["by"] == "root" and decided["decided_reason"] == "not now"
             assert decided["what"] == "/usr/bin/id -u"
             http.wait("/slack", lambda p: rid in p.json()["text"] and "denied" in p.json()["text"])
@@ -123,8 +137,13 @@ def test_a_pending_request_reaches_every_channel_within_2s_and_its_outcome_follo
             # Expired: nobody decides, the approval timeout does.
             late = _privileged(stack, reason="nobody will answer")
             wait_pending(stack, late.request_id)
-            timed_out = _signed(http.wait("/hook", lambda p: p.json()["request_id"] == late.request_id
-                                          and p.json()["event"] == "decided", timeout=30))
+            timed_out = _signed(
+                http.wait(
+                    "/hook",
+                    lambda p: p.json()["request_id"] == late.request_id and p.json()["event"] == "decided",
+                    timeout=30,
+                )
+            )
             assert timed_out["decision"] == "timeout"
             mail.wait(lambda m: late.request_id in m["Subject"] and "timed out" in m["Subject"])
 
@@ -240,12 +259,12 @@ def test_a_bad_channel_is_refused_with_its_line(tmp_path: Path) -> None:
     config.write_text("notify:\n  channels:\n    - {type: webhook, url: 'http://127.0.0.1:9/', secret: short}\n")
     done = subprocess.run(
         [sys.executable, "-m", "airlock.relay", "--config", str(config)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 78
     assert f"{config}:3:59: notify.channels[0].secret: must be at least 16 characters" in done.stderr
-
-
 
 
 def test_pending_requests_close_together_go_as_one_digest_and_a_reminder_comes_before_the_end(
@@ -268,8 +287,12 @@ def test_pending_requests_close_together_go_as_one_digest_and_a_reminder_comes_b
         assert [p for p in http.on("/hook") if p.json()["event"] == "pending"] == []
         # Nobody decides: each gets a reminder with at most 5 s left, then its timeout follow-up.
         for rid in ids:
-            reminder = _signed(http.wait("/hook", lambda p, rid=rid: p.json()["event"] == "reminder" and p.json()["request_id"] == rid))
+            reminder = _signed(
+                http.wait("/hook", lambda p, rid=rid: p.json()["event"] == "reminder" and p.json()["request_id"] == rid)
+            )
             assert 0 < reminder["seconds_left"] <= 5
-            http.wait("/hook", lambda p, rid=rid: p.json()["event"] == "decided" and p.json()["request_id"] == rid, timeout=30)
+            http.wait(
+                "/hook", lambda p, rid=rid: p.json()["event"] == "decided" and p.json()["request_id"] == rid, timeout=30
+            )
         for bg in burst:
             bg.result()

@@ -76,7 +76,15 @@ def test_show_prints_the_story(ops: Stack) -> None:
     bg.result()
     shown = ops.cli("show", bg.operation_id)
     assert shown.returncode == 0, shown.stderr
-    for text in (bg.request_id, "finished", "tell it", "echo story", "approval.decided", "exec.finished", "exit codes [0]"):
+    for text in (
+        bg.request_id,
+        "finished",
+        "tell it",
+        "echo story",
+        "approval.decided",
+        "exec.finished",
+        "exit codes [0]",
+    ):
         assert text in shown.stdout
     assert json.loads(ops.cli("show", bg.request_id, "--json").stdout)["data"]["request_id"] == bg.request_id
     assert ops.cli("show", "nothing-like-this").returncode == 1
@@ -110,7 +118,9 @@ def test_events_tail_after_and_follow(ops: Stack) -> None:
     environ = dict(os.environ) | {"AIRLOCK_OPERATOR_SOCKET": ops.operator}
     follower = subprocess.Popen(
         [sys.executable, "-m", "airlock", "events", "--follow", "--tail", "0", "--json"],
-        stdout=subprocess.PIPE, text=True, env=environ,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=environ,
     )
     try:
         assert follower.stdout is not None
@@ -137,8 +147,16 @@ def test_token_issue_and_revoke(ops: Stack) -> None:
     assert token.startswith("alt_") and "session ci" in issued.stderr
     reply = ops.exec({"argv": ["true"], "privileged": False, "operation_id": f"op-tok-{time.time()}"}, token=token)
     assert reply["ok"] is True
-    run = ops.cli("run", "--no-privilege", "--json", "--operation-id", f"op-tok-run-{time.time()}", "--", "true",
-                  env={"AIRLOCK_TOKEN": token})
+    run = ops.cli(
+        "run",
+        "--no-privilege",
+        "--json",
+        "--operation-id",
+        f"op-tok-run-{time.time()}",
+        "--",
+        "true",
+        env={"AIRLOCK_TOKEN": token},
+    )
     assert run.returncode == 0, run.stderr
     shown = json.loads(ops.cli("show", json.loads(run.stdout)["id"], "--json").stdout)
     assert shown["data"]["session"] == "ci"
@@ -161,7 +179,9 @@ def test_wait_exits_0_only_when_it_ran_and_exited_0(ops: Stack) -> None:
     # Pending (shell form asks): wait blocks until an operator decides.
     waiter = subprocess.Popen(
         [sys.executable, "-m", "airlock", "wait", failing.operation_id, "--timeout", "30"],
-        env=dict(os.environ) | {"AIRLOCK_OPERATOR_SOCKET": ops.operator}, stdout=subprocess.PIPE, text=True,
+        env=dict(os.environ) | {"AIRLOCK_OPERATOR_SOCKET": ops.operator},
+        stdout=subprocess.PIPE,
+        text=True,
     )
     time.sleep(1.5)
     assert waiter.poll() is None

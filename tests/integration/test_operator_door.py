@@ -42,8 +42,13 @@ def _assert_envelope(reply: dict[str, Any]) -> None:
 
 def test_every_reply_has_exactly_one_of_data_and_error(ops: Stack) -> None:
     probes: list[tuple[str, dict[str, Any]]] = [
-        ("status", {}), ("pending", {}), ("events", {"tail": 2}), ("show", {"ref": "nope-nope"}),
-        ("approve", {"id": "nope"}), ("audit.head", {}), ("frobnicate", {}),
+        ("status", {}),
+        ("pending", {}),
+        ("events", {"tail": 2}),
+        ("show", {"ref": "nope-nope"}),
+        ("approve", {"id": "nope"}),
+        ("audit.head", {}),
+        ("frobnicate", {}),
     ]
     for verb, args in probes:
         reply = op(ops, verb, args, id=f"env-{verb}")
@@ -62,8 +67,22 @@ def test_unsupported_version_lists_the_supported_ones(ops: Stack) -> None:
 def test_unknown_verb_names_the_known_ones(ops: Stack) -> None:
     reply = op(ops, "frobnicate", id="uv")
     assert reply["error"]["code"] == "unknown_verb"
-    for verb in ("status", "pending", "show", "approve", "deny", "cancel", "hold", "release", "events",
-                 "policy.check", "audit.verify", "audit.head", "token.issue", "token.revoke"):
+    for verb in (
+        "status",
+        "pending",
+        "show",
+        "approve",
+        "deny",
+        "cancel",
+        "hold",
+        "release",
+        "events",
+        "policy.check",
+        "audit.verify",
+        "audit.head",
+        "token.issue",
+        "token.revoke",
+    ):
         assert verb in reply["error"]["details"]["verbs"]
 
 
@@ -77,7 +96,9 @@ def test_unknown_verb_names_the_known_ones(ops: Stack) -> None:
         (b'{"v":1,"verb":"status","args":{},"extra":1}\n', None),
     ],
 )
-def test_malformed_input_gets_a_structured_error_and_the_daemon_survives(ops: Stack, data: bytes, code: str | None) -> None:
+def test_malformed_input_gets_a_structured_error_and_the_daemon_survives(
+    ops: Stack, data: bytes, code: str | None
+) -> None:
     replies = ops.send_raw(data, path=ops.operator)
     assert len(replies) == 1
     _assert_envelope(replies[0])
@@ -88,7 +109,9 @@ def test_malformed_input_gets_a_structured_error_and_the_daemon_survives(ops: St
 
 
 def test_several_requests_on_one_connection_each_get_an_answer(ops: Stack) -> None:
-    lines = b"".join(json.dumps({"v": 1, "id": f"m{i}", "verb": "status", "args": {}}).encode() + b"\n" for i in range(3))
+    lines = b"".join(
+        json.dumps({"v": 1, "id": f"m{i}", "verb": "status", "args": {}}).encode() + b"\n" for i in range(3)
+    )
     replies = ops.send_raw(lines, path=ops.operator)
     assert [r["id"] for r in replies] == ["m0", "m1", "m2"]
 
@@ -195,12 +218,23 @@ def test_status_reports_services_counts_and_hold(ops: Stack) -> None:
 
 
 def test_pending_shows_what_a_reviewer_needs_then_approve_runs_it(ops: Stack) -> None:
-    bg = ask(ops, ["sh", "-c", "echo approved-run"], reason="check the disk", session="s-approve", host="web1",
-             env={"LANG": "C"})
+    bg = ask(
+        ops,
+        ["sh", "-c", "echo approved-run"],
+        reason="check the disk",
+        session="s-approve",
+        host="web1",
+        env={"LANG": "C"},
+    )
     item = wait_pending(ops, bg.request_id)
     assert item["operation_id"] == bg.operation_id
     assert item["peer"]["uid"] == os.getuid() and item["peer"]["pid"] > 0
-    assert (item["session"], item["host"], item["reason"], item["privileged"]) == ("s-approve", "web1", "check the disk", False)
+    assert (item["session"], item["host"], item["reason"], item["privileged"]) == (
+        "s-approve",
+        "web1",
+        "check the disk",
+        False,
+    )
     assert item["env_names"] == ["LANG"]
     stage = item["stages"][0]
     assert stage["argv"] == ["sh", "-c", "echo approved-run"]
@@ -252,7 +286,14 @@ def test_show_finds_a_request_by_id_operation_and_prefix(ops: Stack) -> None:
         assert data["decision"]["decision"] == "allow" and data["decision"]["by"] == pwd_name()
         assert data["outcome"]["status"] == "ok" and data["outcome"]["exit_codes"] == [0]
         kinds = [e["kind"] for e in data["events"]]
-        for kind in ("request.received", "approval.pending", "approval.decided", "exec.started", "exec.finished", "request.replied"):
+        for kind in (
+            "request.received",
+            "approval.pending",
+            "approval.decided",
+            "exec.started",
+            "exec.finished",
+            "request.replied",
+        ):
             assert kind in kinds
 
 

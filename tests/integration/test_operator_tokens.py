@@ -24,7 +24,7 @@ UNAUTHORIZED = {"code": "unauthorized", "message": "unauthorized", "details": {}
 def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = Path(tmp_path_factory.mktemp("tk"))
     hook = tmp / "hook.sh"
-    hook.write_text("#!/bin/sh\ncat > \"$(dirname \"$0\")/notified-$AIRLOCK_REQUEST_ID.json\"\necho hook-ran\n")
+    hook.write_text('#!/bin/sh\ncat > "$(dirname "$0")/notified-$AIRLOCK_REQUEST_ID.json"\necho hook-ran\n')
     hook.chmod(0o755)
     extra = f"""
 agents:
@@ -61,16 +61,25 @@ def test_issue_returns_the_token_session_and_expiry_and_journals_only_a_hash(str
     assert not any(data["token"] in p.read_text() for p in (strict.runtime_dir / "logs").glob("*.log"))
 
 
-@pytest.mark.parametrize("args", [{}, {"session": ""}, {"session": "s", "ttl_seconds": 0},
-                                  {"session": "s", "ttl_seconds": "1h"}, {"session": "s", "ttl_seconds": 10**9}])
+@pytest.mark.parametrize(
+    "args",
+    [
+        {},
+        {"session": ""},
+        {"session": "s", "ttl_seconds": 0},
+        {"session": "s", "ttl_seconds": "1h"},
+        {"session": "s", "ttl_seconds": 10**9},
+    ],
+)
 def test_issue_checks_its_arguments(strict: Stack, args: dict[str, Any]) -> None:
     assert op(strict, "token.issue", args)["error"]["code"] == "invalid_arguments"
 
 
 def test_a_valid_token_runs_and_its_session_replaces_the_requests(strict: Stack) -> None:
     token = issue(strict, "nightly")
-    reply = strict.exec({"argv": ["true"], "privileged": False, "session": "forged", "operation_id": f"op-t-{time.time()}"},
-                        token=token)
+    reply = strict.exec(
+        {"argv": ["true"], "privileged": False, "session": "forged", "operation_id": f"op-t-{time.time()}"}, token=token
+    )
     assert reply["ok"] is True, reply
     rows = [r for r in strict.journal_rows() if r["request_id"] == reply["id"]]
     assert {r["session"] for r in rows} == {"nightly"}
@@ -79,7 +88,9 @@ def test_a_valid_token_runs_and_its_session_replaces_the_requests(strict: Stack)
 def test_require_token_refuses_requests_without_one_in_both_dialects(strict: Stack) -> None:
     assert strict.exec({"argv": ["true"], "privileged": False})["error"] == UNAUTHORIZED
     assert strict.native("ping")["error"] == UNAUTHORIZED
-    legacy = strict.send_raw(json.dumps({"id": "lg1", "time": now_iso(), "pipeline": [["true"]], "privileged": False}).encode() + b"\n")
+    legacy = strict.send_raw(
+        json.dumps({"id": "lg1", "time": now_iso(), "pipeline": [["true"]], "privileged": False}).encode() + b"\n"
+    )
     assert legacy[0]["status"] == "error" and legacy[0]["code"] == "unauthorized"
 
 
@@ -182,7 +193,9 @@ def test_runner_exec_refuses_a_peer_that_is_not_intake() -> None:
     from airlock.runner.service import Runner
 
     defaults = configuration.defaults()
-    cfg = dataclasses.replace(defaults, services=dataclasses.replace(defaults.services, intake_user=str(os.getuid() + 1)))
+    cfg = dataclasses.replace(
+        defaults, services=dataclasses.replace(defaults.services, intake_user=str(os.getuid() + 1))
+    )
     runner = Runner(cfg)
     call = Call(Request(id="r", verb="exec", args={}), identify(os.getpid(), os.getuid(), os.getgid()), None)  # type: ignore[arg-type]
     with pytest.raises(AirlockError) as caught:
@@ -195,11 +208,20 @@ def test_the_example_notify_script_summarises_a_pending_request() -> None:
 
     from support import REPO
 
-    body = {"request_id": "r1", "peer": {"user": "dev"}, "stages": [{"argv": ["systemctl", "restart", "nginx"]}],
-            "privileged": True, "reason": "deploy"}
+    body = {
+        "request_id": "r1",
+        "peer": {"user": "dev"},
+        "stages": [{"argv": ["systemctl", "restart", "nginx"]}],
+        "privileged": True,
+        "reason": "deploy",
+    }
     result = subprocess.run(
-        [str(REPO / "config" / "notify-example.sh")], input=json.dumps(body), capture_output=True, text=True,
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AIRLOCK_REQUEST_ID": "r1"}, timeout=30,
+        [str(REPO / "config" / "notify-example.sh")],
+        input=json.dumps(body),
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AIRLOCK_REQUEST_ID": "r1"},
+        timeout=30,
     )
     assert result.returncode == 0, result.stderr
     assert "dev wants to run 'systemctl restart nginx' as root: 'deploy'" in result.stdout
@@ -210,7 +232,9 @@ def test_a_restart_of_approval_revokes_every_token(tmp_path: Path) -> None:
 
     for stack in stack_with(tmp_path, "agents:\n  require_token: true\n"):
         token = issue(stack, "survivor?")
-        assert stack.exec({"argv": ["true"], "privileged": False, "operation_id": "op-before"}, token=token)["ok"] is True
+        assert (
+            stack.exec({"argv": ["true"], "privileged": False, "operation_id": "op-before"}, token=token)["ok"] is True
+        )
         pid = op(stack, "status")["data"]["services"]["approval"]["pid"]
         os.kill(pid, signal.SIGKILL)  # `airlock dev up` starts it again, as systemd would
         deadline = time.monotonic() + 20

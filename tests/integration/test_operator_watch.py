@@ -72,8 +72,19 @@ def console(ops: Stack) -> Iterator[Console]:
 def test_y_approves_and_the_screen_shows_what_a_reviewer_needs(ops: Stack, console: Console) -> None:
     bg = ask(ops, ["sh", "-c", "echo watched"], reason="rotate logs", session="night-1", host="web7", env={"LANG": "C"})
     screen = console.wait_for("approve?")
-    for text in (bg.request_id, "rotate logs", "night-1", "web7", "(unprivileged)", "sh -c 'echo watched'",
-                 "binary", "LANG", "left", "uid", "pid"):
+    for text in (
+        bg.request_id,
+        "rotate logs",
+        "night-1",
+        "web7",
+        "(unprivileged)",
+        "sh -c 'echo watched'",
+        "binary",
+        "LANG",
+        "left",
+        "uid",
+        "pid",
+    ):
         assert text in screen, text
     if Path("/usr/bin/sh").is_symlink() or Path("/bin/sh").is_symlink():
         assert "(symlink)" in screen

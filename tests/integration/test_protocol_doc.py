@@ -34,12 +34,16 @@ def matches(expected: Any, actual: Any) -> bool:
     if expected == "…":
         return True
     if isinstance(expected, dict):
-        return isinstance(actual, dict) and expected.keys() == actual.keys() and all(
-            matches(v, actual[k]) for k, v in expected.items()
+        return (
+            isinstance(actual, dict)
+            and expected.keys() == actual.keys()
+            and all(matches(v, actual[k]) for k, v in expected.items())
         )
     if isinstance(expected, list):
-        return isinstance(actual, list) and len(expected) == len(actual) and all(
-            matches(e, a) for e, a in zip(expected, actual, strict=True)
+        return (
+            isinstance(actual, list)
+            and len(expected) == len(actual)
+            and all(matches(e, a) for e, a in zip(expected, actual, strict=True))
         )
     return bool(expected == actual)
 

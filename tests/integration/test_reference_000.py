@@ -127,8 +127,9 @@ def test_the_reply_is_one_compact_json_line(stack: Stack) -> None:
 
 
 def test_two_stage_pipeline_hoists_the_last_stdout(stack: Stack) -> None:
-    reply = send(stack, request(pipeline=[["sh", "-c", "printf hello; printf one >&2"], ["tr", "a-z", "A-Z"]],
-                                privileged=False))
+    reply = send(
+        stack, request(pipeline=[["sh", "-c", "printf hello; printf one >&2"], ["tr", "a-z", "A-Z"]], privileged=False)
+    )
     assert reply["status"] == "ok"
     assert [set(s) for s in reply["stages"]] == [{"exit_code", "stderr"}, {"exit_code", "stderr"}]
     assert reply["stages"][0] == {"exit_code": 0, "stderr": base64.b64encode(b"one").decode()}
@@ -185,9 +186,15 @@ def test_host_session_reason_env_may_be_omitted(stack: Stack) -> None:
 
 
 def test_the_example_request_fields_are_accepted(stack: Stack) -> None:
-    req = request(host="workstation.local", session="claude-code-project-alpha",
-                  pipeline=[["sh", "-c", "printf %s \"$DEBIAN_FRONTEND\""]], env={"DEBIAN_FRONTEND": "noninteractive"},
-                  reason="Install nginx to set up a web server", privileged=False, forward_agent=False)
+    req = request(
+        host="workstation.local",
+        session="claude-code-project-alpha",
+        pipeline=[["sh", "-c", 'printf %s "$DEBIAN_FRONTEND"']],
+        env={"DEBIAN_FRONTEND": "noninteractive"},
+        reason="Install nginx to set up a web server",
+        privileged=False,
+        forward_agent=False,
+    )
     reply = send(stack, req)
     assert reply["status"] == "ok" and b64(reply["stdout"]) == b"noninteractive"
 
@@ -255,8 +262,13 @@ def test_an_exec_with_an_empty_or_missing_pipeline_is_rejected(stack: Stack, pip
 
 
 def test_unknown_fields_are_ignored(stack: Stack) -> None:
-    req = request(pipeline=[["printf", "x"]], privileged=False, future_field={"nested": [1, 2]}, priority=7,
-                  client="some-client/2.0")
+    req = request(
+        pipeline=[["printf", "x"]],
+        privileged=False,
+        future_field={"nested": [1, 2]},
+        priority=7,
+        client="some-client/2.0",
+    )
     reply = send(stack, req)
     assert reply["status"] == "ok" and b64(reply["stdout"]) == b"x"
 

@@ -27,8 +27,16 @@ from support import Stack, now_iso, start_stack, stop_stack
 
 # reference/004: "Error codes: ..." -- the closed list a client may switch on.
 CODES = {
-    "invalid_arguments", "invalid_request", "unsupported_version", "unknown_verb", "daemon_unavailable",
-    "unauthorized", "not_found", "conflict", "cooldown_active", "internal",
+    "invalid_arguments",
+    "invalid_request",
+    "unsupported_version",
+    "unknown_verb",
+    "daemon_unavailable",
+    "unauthorized",
+    "not_found",
+    "conflict",
+    "cooldown_active",
+    "internal",
 }
 
 
@@ -42,8 +50,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def envelope(verb: str, args: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
-    return {"v": 1, "id": f"req-{uuid.uuid4()}", "verb": verb, "args": args if args is not None else {},
-            "token": None} | fields
+    return {
+        "v": 1,
+        "id": f"req-{uuid.uuid4()}",
+        "verb": verb,
+        "args": args if args is not None else {},
+        "token": None,
+    } | fields
 
 
 def line(obj: dict[str, Any]) -> bytes:
@@ -65,8 +78,9 @@ def client(path: str, data: bytes, *, expect: int = 1, timeout: float = 30) -> l
     return out
 
 
-def call(stack: Stack, verb: str, args: dict[str, Any] | None = None, *, path: str | None = None,
-         **fields: Any) -> dict[str, Any]:
+def call(
+    stack: Stack, verb: str, args: dict[str, Any] | None = None, *, path: str | None = None, **fields: Any
+) -> dict[str, Any]:
     req = envelope(verb, args, **fields)
     reply = client(path or stack.operator, line(req))[0]
     assert_envelope(reply, req.get("id"))
@@ -321,11 +335,16 @@ def test_a_few_lines_of_shell_are_a_client(stack: Stack) -> None:
         "    sys.stdout.buffer.write(chunk);sys.stdout.flush()\n"
     )
     script = (
-        "printf '%s\\n' '{\"v\":1,\"id\":\"1\",\"verb\":\"status\",\"args\":{}}' "
+        'printf \'%s\\n\' \'{"v":1,"id":"1","verb":"status","args":{}}\' '
         f'| {sys.executable} -c "$NC" "$OPERATOR_SOCKET" | head -1'
     )
-    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ) | {"NC": nc, "OPERATOR_SOCKET": stack.operator})
+    done = subprocess.run(
+        ["sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ) | {"NC": nc, "OPERATOR_SOCKET": stack.operator},
+    )
     lines = done.stdout.splitlines()
     assert len(lines) == 1, done
     reply = json.loads(lines[0])

@@ -9,8 +9,13 @@ from support import Stack, now_iso
 
 
 def _request(request_id: str) -> bytes:
-    request = {"v": 1, "id": request_id, "verb": "exec", "token": None,
-               "args": {"argv": ["true"], "privileged": False, "time": now_iso()}}
+    request = {
+        "v": 1,
+        "id": request_id,
+        "verb": "exec",
+        "token": None,
+        "args": {"argv": ["true"], "privileged": False, "time": now_iso()},
+    }
     return json.dumps(request).encode() + b"\n"
 
 

@@ -52,9 +52,7 @@ def rstack(tmp_path_factory: pytest.TempPathFactory, test_user: pwd.struct_passw
     runtime = Path(tmp_path_factory.mktemp("rn"))
     config = runtime.parent / f"{runtime.name}.yaml"
     config.write_text(
-        f"agents:\n  users: [root, {USER}]\n"
-        "policy:\n  default: deny\n  rules:\n"
-        f"    - {{name: any, decision: allow}}\n"
+        f"agents:\n  users: [root, {USER}]\npolicy:\n  default: deny\n  rules:\n    - {{name: any, decision: allow}}\n"
     )
     s = start_stack(runtime, config)
     os.chmod(runtime, 0o711)
@@ -69,14 +67,21 @@ def run_as(user: pwd.struct_passwd, stack: Stack, *argv: str) -> subprocess.Comp
     # Relative socket path from the runtime folder: the pytest folders above stay private.
     return subprocess.run(
         [sys.executable, "-m", "airlock", "run", "--socket", "agent.sock", *argv],
-        user=user.pw_uid, group=user.pw_gid, extra_groups=os.getgrouplist(user.pw_name, user.pw_gid),
-        cwd=stack.runtime_dir, capture_output=True, text=True, timeout=60,
+        user=user.pw_uid,
+        group=user.pw_gid,
+        extra_groups=os.getgrouplist(user.pw_name, user.pw_gid),
+        cwd=stack.runtime_dir,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path)},
     )
 
 
 @needs_root
-def test_an_unprivileged_job_runs_with_exactly_the_peers_uid_gid_and_groups(rstack: Stack, test_user: pwd.struct_passwd) -> None:
+def test_an_unprivileged_job_runs_with_exactly_the_peers_uid_gid_and_groups(
+    rstack: Stack, test_user: pwd.struct_passwd
+) -> None:
     result = run_as(test_user, rstack, "--no-privilege", "--", "sh", "-c", "id -u; id -g; id -G")
     assert result.returncode == 0, result.stderr
     uid, gid, groups = result.stdout.split("\n")[:3]
@@ -101,7 +106,9 @@ def test_environment_is_the_target_users(rstack: Stack, test_user: pwd.struct_pa
 
 
 @needs_root
-def test_a_cwd_the_user_cannot_enter_is_refused_and_nothing_runs(rstack: Stack, test_user: pwd.struct_passwd, tmp_path: Path) -> None:
+def test_a_cwd_the_user_cannot_enter_is_refused_and_nothing_runs(
+    rstack: Stack, test_user: pwd.struct_passwd, tmp_path: Path
+) -> None:
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
     marker = tmp_path / "marker"
@@ -141,17 +148,28 @@ def user_dir(test_user: pwd.struct_passwd) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def ask_as(user: pwd.struct_passwd, stack: Stack, args: dict[str, Any], *, agent_sock: str | None,
-           bind: bool) -> tuple[dict[str, Any], str]:
+def ask_as(
+    user: pwd.struct_passwd, stack: Stack, args: dict[str, Any], *, agent_sock: str | None, bind: bool
+) -> tuple[dict[str, Any], str]:
     """A peer process of ``user`` (with ``SSH_AUTH_SOCK=agent_sock``) asks for an exec; its reply and op ID."""
     op = f"op-{uuid.uuid4()}"
-    request = {"v": 1, "id": str(uuid.uuid4()), "verb": "exec", "token": None,
-               "args": {"privileged": False, "forward_agent": True, "time": now_iso(), "operation_id": op} | args}
+    request = {
+        "v": 1,
+        "id": str(uuid.uuid4()),
+        "verb": "exec",
+        "token": None,
+        "args": {"privileged": False, "forward_agent": True, "time": now_iso(), "operation_id": op} | args,
+    }
     env = {"PATH": "/usr/bin:/bin"} | ({"SSH_AUTH_SOCK": agent_sock} if agent_sock is not None else {})
     done = subprocess.run(
         [sys.executable, "-I", "-c", _PEER, json.dumps(request), "bind" if bind else "no"],
-        user=user.pw_uid, group=user.pw_gid, cwd=stack.runtime_dir, env=env,
-        capture_output=True, text=True, timeout=60,
+        user=user.pw_uid,
+        group=user.pw_gid,
+        cwd=stack.runtime_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     finals = [r for r in map(json.loads, done.stdout.splitlines()) if "event" not in r]
@@ -160,11 +178,17 @@ def ask_as(user: pwd.struct_passwd, stack: Stack, args: dict[str, Any], *, agent
 
 
 @needs_root
-def test_forward_agent_gives_the_job_the_peers_own_agent_socket(rstack: Stack, test_user: pwd.struct_passwd,
-                                                                  user_dir: Path) -> None:
+def test_forward_agent_gives_the_job_the_peers_own_agent_socket(
+    rstack: Stack, test_user: pwd.struct_passwd, user_dir: Path
+) -> None:
     agent_sock = str(user_dir / "agent.sock")
-    reply, op = ask_as(test_user, rstack, {"argv": ["sh", "-c", 'printf %s "$SSH_AUTH_SOCK"; test -S "$SSH_AUTH_SOCK"']},
-                       agent_sock=agent_sock, bind=True)
+    reply, op = ask_as(
+        test_user,
+        rstack,
+        {"argv": ["sh", "-c", 'printf %s "$SSH_AUTH_SOCK"; test -S "$SSH_AUTH_SOCK"']},
+        agent_sock=agent_sock,
+        bind=True,
+    )
     assert reply["ok"], reply
     assert base64.b64decode(reply["data"]["stdout"]).decode() == agent_sock
     assert reply["data"]["stages"][0]["exit_code"] == 0 and reply["data"]["uid"] == test_user.pw_uid
@@ -175,8 +199,9 @@ def test_forward_agent_gives_the_job_the_peers_own_agent_socket(rstack: Stack, t
 
 
 @needs_root
-def test_forward_agent_refuses_a_socket_owned_by_another_uid(rstack: Stack, test_user: pwd.struct_passwd,
-                                                             user_dir: Path) -> None:
+def test_forward_agent_refuses_a_socket_owned_by_another_uid(
+    rstack: Stack, test_user: pwd.struct_passwd, user_dir: Path
+) -> None:
     marker = user_dir / "ran"
     # The stack's own agent socket: a real socket, reachable by the user, owned by root.
     reply, op = ask_as(test_user, rstack, {"argv": ["touch", str(marker)]}, agent_sock=rstack.agent, bind=False)
@@ -190,10 +215,13 @@ def test_forward_agent_refuses_a_socket_owned_by_another_uid(rstack: Stack, test
 
 
 @needs_root
-def test_forward_agent_without_an_agent_runs_without_one(rstack: Stack, test_user: pwd.struct_passwd,
-                                                        user_dir: Path) -> None:
+def test_forward_agent_without_an_agent_runs_without_one(
+    rstack: Stack, test_user: pwd.struct_passwd, user_dir: Path
+) -> None:
     marker = user_dir / "ran"
-    reply, _ = ask_as(test_user, rstack, {"command": f"touch {marker}; test -z \"$SSH_AUTH_SOCK\""}, agent_sock=None, bind=False)
+    reply, _ = ask_as(
+        test_user, rstack, {"command": f'touch {marker}; test -z "$SSH_AUTH_SOCK"'}, agent_sock=None, bind=False
+    )
     assert reply["ok"] is True, reply
     assert reply["data"]["stages"][0]["exit_code"] == 0
     assert marker.exists()
@@ -207,10 +235,18 @@ def spec_for(marker: Path) -> ExecSpec:
 
 
 async def _ticket(stack: Stack, spec: ExecSpec) -> str:
-    approval = Client(stack.runtime_dir / "internal" / "approval.sock", service="approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE)
+    approval = Client(
+        stack.runtime_dir / "internal" / "approval.sock", service="approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE
+    )
     peer = identify(os.getpid(), os.geteuid(), os.getegid())
-    decided = await approval.call("decide", {"request": {"request_id": str(uuid.uuid4()), "spec": spec.to_dict()},
-                                             "peer": peer.to_dict(), "operation_id": str(uuid.uuid4())})
+    decided = await approval.call(
+        "decide",
+        {
+            "request": {"request_id": str(uuid.uuid4()), "spec": spec.to_dict()},
+            "peer": peer.to_dict(),
+            "operation_id": str(uuid.uuid4()),
+        },
+    )
     _BOUND[str(decided["ticket"])] = decided["bound"]  # what intake passes on with the ticket
     return str(decided["ticket"])
 
@@ -219,9 +255,18 @@ _BOUND: dict[str, Any] = {}
 
 
 async def _run(stack: Stack, spec: ExecSpec, ticket: str, op: str | None = None) -> dict[str, Any]:
-    runner = Client(stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
-    return await runner.call("exec", {"ticket": ticket, "spec": spec.to_dict(), "operation_id": op or str(uuid.uuid4()),
-                                      "bound": _BOUND.get(ticket, {})})
+    runner = Client(
+        stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
+    )
+    return await runner.call(
+        "exec",
+        {
+            "ticket": ticket,
+            "spec": spec.to_dict(),
+            "operation_id": op or str(uuid.uuid4()),
+            "bound": _BOUND.get(ticket, {}),
+        },
+    )
 
 
 @contextlib.contextmanager
@@ -240,7 +285,11 @@ def _kinds(stack: Stack, op: str) -> list[str]:
     deadline = time.monotonic() + 10
     while True:
         kinds = [r["kind"] for r in stack.journal_rows() if r["operation_id"] == op and r["kind"].startswith("exec.")]
-        if "exec.finished" in kinds or ("exec.refused" in kinds and "exec.started" not in kinds) or time.monotonic() > deadline:
+        if (
+            "exec.finished" in kinds
+            or ("exec.refused" in kinds and "exec.started" not in kinds)
+            or time.monotonic() > deadline
+        ):
             return kinds
         time.sleep(0.02)
 
@@ -321,8 +370,9 @@ def test_a_large_outcome_replays_without_its_output_bytes(stack: Stack) -> None:
 
 def test_a_deadline_of_zero_is_long_past_and_nothing_runs(stack: Stack, tmp_path: Path) -> None:
     marker, op = tmp_path / "late", f"op-{uuid.uuid4()}"
-    spec = ExecSpec(mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid(),
-                    deadline_ms=0)
+    spec = ExecSpec(
+        mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid(), deadline_ms=0
+    )
     evidence = asyncio.run(_run(stack, spec, asyncio.run(_ticket(stack, spec)), op))
     assert evidence["started"] is False and evidence["timed_out"] is True and evidence["timeout_reason"] == "deadline"
     assert evidence["stages"][0]["exit_code"] is None and not marker.exists()
@@ -331,8 +381,13 @@ def test_a_deadline_of_zero_is_long_past_and_nothing_runs(stack: Stack, tmp_path
 
 def test_max_output_bytes_above_the_ceiling_is_refused(stack: Stack, tmp_path: Path) -> None:
     marker, op = tmp_path / "big", f"op-{uuid.uuid4()}"
-    spec = ExecSpec(mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid(),
-                    max_output_bytes=16 * 1024 * 1024 + 1)
+    spec = ExecSpec(
+        mode="exec",
+        stages=(("/usr/bin/touch", str(marker)),),
+        privileged=False,
+        uid=os.geteuid(),
+        max_output_bytes=16 * 1024 * 1024 + 1,
+    )
     with pytest.raises(AirlockError) as err:
         asyncio.run(_run(stack, spec, asyncio.run(_ticket(stack, spec)), op))
     assert err.value.code is ErrorCode.INVALID_ARGUMENTS
@@ -367,7 +422,11 @@ def test_a_program_replaced_since_approval_is_refused_and_nothing_runs(stack: St
         asyncio.run(_run(stack, spec, ticket, op))
     assert err.value.code is ErrorCode.BINARY_CHANGED and "ino" in err.value.details["changed"]
     assert not marker.exists()
-    refused = [json.loads(r["payload"]) for r in stack.journal_rows() if r["operation_id"] == op and r["kind"] == "exec.refused"]
+    refused = [
+        json.loads(r["payload"])
+        for r in stack.journal_rows()
+        if r["operation_id"] == op and r["kind"] == "exec.refused"
+    ]
     assert refused and refused[0]["code"] == "binary_changed"
 
 
@@ -391,7 +450,9 @@ def test_a_second_exec_of_a_running_operation_is_refused_and_journaled(stack: St
 def test_a_cancel_during_the_ticket_check_is_not_lost(stack: Stack, tmp_path: Path) -> None:
     marker, op = tmp_path / "cancelled", f"op-{uuid.uuid4()}"
     spec = ExecSpec(mode="exec", stages=(("/usr/bin/touch", str(marker)),), privileged=False, uid=os.geteuid())
-    runner = Client(stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
+    runner = Client(
+        stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
+    )
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
         ticket = await _ticket(stack, spec)
@@ -409,8 +470,9 @@ def test_a_cancel_during_the_ticket_check_is_not_lost(stack: Stack, tmp_path: Pa
 
 def test_evidence_comes_back_when_the_journal_goes_away_during_the_job(stack: Stack, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    spec = ExecSpec(mode="exec", stages=(("/bin/sh", "-c", f"sleep 1; touch {marker}"),), privileged=False,
-                    uid=os.geteuid())
+    spec = ExecSpec(
+        mode="exec", stages=(("/bin/sh", "-c", f"sleep 1; touch {marker}"),), privileged=False, uid=os.geteuid()
+    )
     ticket = asyncio.run(_ticket(stack, spec))
     result: dict[str, Any] = {}
     worker = threading.Thread(target=lambda: result.update(asyncio.run(_run(stack, spec, ticket))))
@@ -443,9 +505,21 @@ def test_a_forged_mark_in_after_is_refused_and_nothing_runs(stack: Stack, tmp_pa
     marker = tmp_path / "forged-mark"
     spec = spec_for(marker)
     ticket = asyncio.run(_ticket(stack, spec))
-    runner = Client(stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
+    runner = Client(
+        stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
+    )
     with pytest.raises(AirlockError) as err:
-        asyncio.run(runner.call("exec", {"ticket": ticket, "spec": spec.to_dict(), "operation_id": str(uuid.uuid4()),
-                                         "bound": _BOUND.get(ticket, {}), "after": ["0000000000000000:1"]}))
+        asyncio.run(
+            runner.call(
+                "exec",
+                {
+                    "ticket": ticket,
+                    "spec": spec.to_dict(),
+                    "operation_id": str(uuid.uuid4()),
+                    "bound": _BOUND.get(ticket, {}),
+                    "after": ["0000000000000000:1"],
+                },
+            )
+        )
     assert err.value.code is ErrorCode.AUDIT_UNAVAILABLE
     assert not marker.exists()

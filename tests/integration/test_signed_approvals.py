@@ -18,7 +18,9 @@ import pytest
 
 from support import Background, Stack, custom_stack, wait_pending
 
-pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen is not installed (openssh-client)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("ssh-keygen") is None, reason="ssh-keygen is not installed (openssh-client)"
+)
 
 
 @dataclass
@@ -30,8 +32,13 @@ class Keys:
         return self.folder / name
 
     def sign(self, name: str, text: str, namespace: str = "airlock-approval") -> str:
-        done = subprocess.run(["ssh-keygen", "-Y", "sign", "-n", namespace, "-f", str(self.key(name))],
-                              input=text.encode(), capture_output=True, check=True, timeout=30)
+        done = subprocess.run(
+            ["ssh-keygen", "-Y", "sign", "-n", namespace, "-f", str(self.key(name))],
+            input=text.encode(),
+            capture_output=True,
+            check=True,
+            timeout=30,
+        )
         return done.stdout.decode()
 
     def fingerprint(self, name: str) -> str:
@@ -43,7 +50,9 @@ def make_keys(folder: Path) -> Keys:
     """alice, bob and alice2 (a second key of alice's) are allowed signers; mallory is not."""
     lines = []
     for name in ("alice", "alice2", "bob", "mallory"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(folder / name)], check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(folder / name)], check=True
+        )
         pub = (folder / f"{name}.pub").read_text().split()
         if name != "mallory":
             lines.append(f"{name.rstrip('2')} {pub[0]} {pub[1]}")
@@ -90,19 +99,25 @@ def statement(stack: Stack, request_id: str, *extra: str) -> str:
     return done.stdout
 
 
-def submit(stack: Stack, request_id: str, signature: str, folder: Path, *extra: str, verb: str = "approve"
-           ) -> subprocess.CompletedProcess[str]:
+def submit(
+    stack: Stack, request_id: str, signature: str, folder: Path, *extra: str, verb: str = "approve"
+) -> subprocess.CompletedProcess[str]:
     path = folder / f"sig-{uuid.uuid4().hex[:8]}"
     path.write_text(signature)
     return stack.cli(verb, request_id, "--signature", str(path), *extra)
 
 
 def actions(stack: Stack, request_id: str) -> list[dict[str, object]]:
-    return [json.loads(r["payload"]) for r in stack.journal_rows()
-            if r["request_id"] == request_id and r["kind"] == "operator.action"]
+    return [
+        json.loads(r["payload"])
+        for r in stack.journal_rows()
+        if r["request_id"] == request_id and r["kind"] == "operator.action"
+    ]
 
 
-def test_a_valid_signature_runs_the_request_and_the_journal_names_the_signer(sstack: Stack, keys: Keys, tmp_path: Path) -> None:
+def test_a_valid_signature_runs_the_request_and_the_journal_names_the_signer(
+    sstack: Stack, keys: Keys, tmp_path: Path
+) -> None:
     marker = tmp_path / "signed"
     job = Background(sstack, {"argv": ["touch", str(marker)], "reason": "a file for the test"})
     shown = wait_pending(sstack, job.request_id)
@@ -114,12 +129,18 @@ def test_a_valid_signature_runs_the_request_and_the_journal_names_the_signer(sst
     assert job.result()["ok"] is True and marker.exists()
     approve = [a for a in actions(sstack, job.request_id) if a["action"] == "approve"]
     assert approve and approve[0]["principal"] == "alice" and approve[0]["fingerprint"] == keys.fingerprint("alice")
-    decided = [json.loads(r["payload"]) for r in sstack.journal_rows()
-               if r["request_id"] == job.request_id and r["kind"] == "approval.decided"]
+    decided = [
+        json.loads(r["payload"])
+        for r in sstack.journal_rows()
+        if r["request_id"] == job.request_id and r["kind"] == "approval.decided"
+    ]
     assert decided[0]["approvers"][0]["principal"] == "alice"
     # The relay (airlock-notify) reads the statement from the journal's approval.pending record.
-    pending = [json.loads(r["payload"]) for r in sstack.journal_rows()
-               if r["request_id"] == job.request_id and r["kind"] == "approval.pending"]
+    pending = [
+        json.loads(r["payload"])
+        for r in sstack.journal_rows()
+        if r["request_id"] == job.request_id and r["kind"] == "approval.pending"
+    ]
     assert pending[0]["statement"] == text
 
 
@@ -152,7 +173,9 @@ def _refused(stack: Stack, job: Background, done: subprocess.CompletedProcess[st
 
 
 @pytest.mark.parametrize("case", ["wrong_key", "unknown_principal", "wrong_namespace", "tampered", "deny_for_approve"])
-def test_a_bad_signature_is_refused_with_its_code_and_runs_nothing(sstack: Stack, keys: Keys, tmp_path: Path, case: str) -> None:
+def test_a_bad_signature_is_refused_with_its_code_and_runs_nothing(
+    sstack: Stack, keys: Keys, tmp_path: Path, case: str
+) -> None:
     marker = tmp_path / case
     job = Background(sstack, {"argv": ["touch", str(marker)]})
     wait_pending(sstack, job.request_id)
@@ -177,8 +200,13 @@ def test_a_signature_for_another_request_is_refused(sstack: Stack, keys: Keys, t
     wait_pending(sstack, first.request_id)
     wait_pending(sstack, second.request_id)
     signature = keys.sign("alice", statement(sstack, first.request_id))
-    _refused(sstack, second, submit(sstack, second.request_id, signature, tmp_path), "signature_other_request",
-             tmp_path / "second")
+    _refused(
+        sstack,
+        second,
+        submit(sstack, second.request_id, signature, tmp_path),
+        "signature_other_request",
+        tmp_path / "second",
+    )
     assert submit(sstack, first.request_id, signature, tmp_path).returncode == 0  # the control: it is good for its own
     assert first.result()["ok"] is True
 
@@ -198,7 +226,9 @@ def test_a_used_signature_cannot_be_replayed(sstack: Stack, keys: Keys, tmp_path
     _refused(sstack, retry, submit(sstack, retry.request_id, signature, tmp_path), "signature_replayed", marker)
 
 
-def test_two_distinct_signers_are_needed_and_the_same_signer_counts_once(sstack: Stack, keys: Keys, tmp_path: Path) -> None:
+def test_two_distinct_signers_are_needed_and_the_same_signer_counts_once(
+    sstack: Stack, keys: Keys, tmp_path: Path
+) -> None:
     target = tmp_path / "made-by-two"
     job = Background(sstack, {"argv": ["mkdir", str(target)]})
     wait_pending(sstack, job.request_id)
@@ -220,8 +250,11 @@ def test_two_distinct_signers_are_needed_and_the_same_signer_counts_once(sstack:
     done = submit(sstack, job.request_id, keys.sign("bob", text), tmp_path)
     assert done.returncode == 0 and "2 of 2" in done.stdout
     assert job.result()["ok"] is True and target.is_dir()
-    decided = [json.loads(r["payload"]) for r in sstack.journal_rows()
-               if r["request_id"] == job.request_id and r["kind"] == "approval.decided"]
+    decided = [
+        json.loads(r["payload"])
+        for r in sstack.journal_rows()
+        if r["request_id"] == job.request_id and r["kind"] == "approval.decided"
+    ]
     assert [a["principal"] for a in decided[0]["approvers"]] == ["alice", "bob"]
     shown_text = sstack.cli("show", job.request_id).stdout
     assert f"alice ({keys.fingerprint('alice')}), bob ({keys.fingerprint('bob')}) [2 of 2]" in shown_text, shown_text
@@ -231,8 +264,12 @@ def test_one_deny_denies_a_quorum_rule(sstack: Stack, keys: Keys, tmp_path: Path
     target = tmp_path / "vetoed"
     job = Background(sstack, {"argv": ["mkdir", str(target)]})
     wait_pending(sstack, job.request_id)
-    assert submit(sstack, job.request_id, keys.sign("alice", statement(sstack, job.request_id)), tmp_path).returncode == 0
-    deny = submit(sstack, job.request_id, keys.sign("bob", statement(sstack, job.request_id, "--deny")), tmp_path, verb="deny")
+    assert (
+        submit(sstack, job.request_id, keys.sign("alice", statement(sstack, job.request_id)), tmp_path).returncode == 0
+    )
+    deny = submit(
+        sstack, job.request_id, keys.sign("bob", statement(sstack, job.request_id, "--deny")), tmp_path, verb="deny"
+    )
     assert deny.returncode == 0, deny.stderr
     assert job.result()["error"]["code"] == "denied" and not target.exists()
 
@@ -275,7 +312,10 @@ def test_an_expired_statement_is_refused(tmp_path: Path, keys: Keys) -> None:
 
 
 def test_operator_reason_required_for_privileged_work(tmp_path: Path) -> None:
-    text = "approval:\n  timeout_seconds: 30\n  operator_reason: required\n  min_reason_length: 12\npolicy:\n  default: ask\n"
+    text = (
+        "approval:\n  timeout_seconds: 30\n  operator_reason: required\n  min_reason_length: 12\n"
+        "policy:\n  default: ask\n"
+    )
     with custom_stack(tmp_path / "or", text) as stack:
         marker = tmp_path / "root-made"
         job = Background(stack, {"argv": ["touch", str(marker)], "privileged": True})

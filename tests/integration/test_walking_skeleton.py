@@ -59,7 +59,8 @@ def test_airlock_run_json_prints_the_envelope(stack: Stack) -> None:
 def test_airlock_run_unreachable_socket_exits_125(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "airlock", "run", "--socket", str(tmp_path / "none.sock"), "--", "true"],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 125
     assert "no airlock socket" in result.stderr
@@ -90,7 +91,16 @@ def test_the_same_airlock_run_twice_runs_twice_but_an_operation_id_replays(stack
     command = ["run", "--no-privilege", "--", "sh", "-c", f"echo x >> {counter}; wc -l < {counter}"]
     assert stack.cli(*command).stdout.strip() == "1"
     assert stack.cli(*command).stdout.strip() == "2"
-    fixed = ["run", "--no-privilege", "--operation-id", f"op-{tmp_path.name}", "--", "sh", "-c", f"echo x >> {counter}; wc -l < {counter}"]
+    fixed = [
+        "run",
+        "--no-privilege",
+        "--operation-id",
+        f"op-{tmp_path.name}",
+        "--",
+        "sh",
+        "-c",
+        f"echo x >> {counter}; wc -l < {counter}",
+    ]
     assert stack.cli(*fixed).stdout.strip() == "3"
     assert stack.cli(*fixed).stdout.strip() == "3"  # replayed, not run
     assert counter.read_text().count("x") == 3

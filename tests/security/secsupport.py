@@ -100,7 +100,10 @@ def agent_request(
     job = {"socket": socket_path, "request": request, "rename": rename, "on_event": on_event, "timeout": timeout}
     proc: subprocess.Popen[str] = subprocess.Popen(
         ["/usr/bin/python3", "-I", "-c", _AGENT_CLIENT],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         **as_user(user, groups),
     )
     assert proc.stdin is not None

@@ -69,8 +69,9 @@ def _rewrite_and_rehash(db: Path, seq: int) -> None:
                 payload = payload | {"forged": True}
             text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             digest = compute_hash(row | {"payload": payload, "prev_hash": prev})
-            conn.execute("UPDATE events SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?",
-                         (text, prev, digest, row["seq"]))
+            conn.execute(
+                "UPDATE events SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?", (text, prev, digest, row["seq"])
+            )
             prev = digest
     finally:
         conn.close()
@@ -85,9 +86,20 @@ def _verify(stack: Stack, *extra: str) -> tuple[int, dict[str, Any]]:
 
 def _acknowledge(runtime: Path, reason: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "airlock", "audit", "acknowledge", "--config", str(runtime / "airlock.yaml"),
-         "--reason", reason],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "airlock",
+            "audit",
+            "acknowledge",
+            "--config",
+            str(runtime / "airlock.yaml"),
+            "--reason",
+            reason,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -165,8 +177,9 @@ def test_rewrite_with_rehash_is_detected_at_the_rewritten_seq(tmp_path_factory: 
         # Reported at the first anchored seq at or after the rewrite (with an anchor
         # after every commit that is the rewritten record itself, unless a commit
         # came while the previous anchor was still being written).
-        anchored = sorted(json.loads(line)["seq"] for line in
-                          (runtime / "state" / "journal.anchors").read_text().splitlines())
+        anchored = sorted(
+            json.loads(line)["seq"] for line in (runtime / "state" / "journal.anchors").read_text().splitlines()
+        )
         expected = min(seq for seq in anchored if seq >= target)
         code, data = _verify(s)
         assert code == 1 and data["first_bad_seq"] == expected and "hash differs from its anchor" in data["reason"]

@@ -112,10 +112,15 @@ def test_symlink_swapped_on_approved_does_not_change_what_runs(
         run_as(agent, "ln", "-s", TRUE, str(tool))
         run_as(agent, "ln", "-s", str(evil), str(fresh))
         op = f"op-swap-{uuid.uuid4()}"
-        lines = replies(agent_request(
-            bstack.agent, agent, "exec", {"argv": [str(tool)], "stream": True, "operation_id": op},
-            rename=(str(fresh), str(tool)),
-        ))
+        lines = replies(
+            agent_request(
+                bstack.agent,
+                agent,
+                "exec",
+                {"argv": [str(tool)], "stream": True, "operation_id": op},
+                rename=(str(fresh), str(tool)),
+            )
+        )
         reply = final(lines)
         assert [line.get("event") for line in lines if "event" in line][:2] == ["accepted", "approved"]
         assert reply["ok"] is True, reply
@@ -142,8 +147,13 @@ def test_binary_replaced_while_pending_is_refused_as_binary_changed(
     os.chown(tool, agent.pw_uid, agent.pw_gid)
     _payload(replacement, agent, mark)
     op, request_id = f"op-replace-{uuid.uuid4()}", f"rq-{uuid.uuid4()}"
-    proc = agent_request(bstack.agent, agent, "exec", {"argv": [str(tool)], "privileged": False, "operation_id": op},
-                         request_id=request_id)
+    proc = agent_request(
+        bstack.agent,
+        agent,
+        "exec",
+        {"argv": [str(tool)], "privileged": False, "operation_id": op},
+        request_id=request_id,
+    )
     pending = wait_pending(bstack, request_id, timeout=30)
     before = os.stat(tool)
     assert pending["binaries"][0]["ino"] == before.st_ino  # the operator sees the file that is bound

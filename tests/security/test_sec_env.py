@@ -125,14 +125,21 @@ def test_home_injection_cannot_run_the_agents_git_fsmonitor_as_root(
     os.chown(home / ".gitconfig", agent.pw_uid, agent.pw_gid)
 
     # Control: root's git with the agent's HOME runs the agent's fsmonitor.
-    subprocess.run([GIT, "-C", str(repo), "status"], env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
-                   capture_output=True, check=True)
+    subprocess.run(
+        [GIT, "-C", str(repo), "status"],
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        check=True,
+    )
     assert mark.exists()
     mark.unlink()
 
     argv = ["git", "-C", str(repo), "status"]
-    reply = agent_exec(estack.agent, agent, {"argv": argv, "env": {"HOME": str(home)}, "privileged": True,
-                                             "operation_id": f"op-home-{uuid.uuid4()}"})
+    reply = agent_exec(
+        estack.agent,
+        agent,
+        {"argv": argv, "env": {"HOME": str(home)}, "privileged": True, "operation_id": f"op-home-{uuid.uuid4()}"},
+    )
     assert reply["ok"] is False and reply["error"]["code"] == "invalid_arguments", reply
     assert reply["error"]["details"]["field"] == "env.HOME"
     assert not mark.exists()

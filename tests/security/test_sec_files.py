@@ -145,8 +145,14 @@ def agent_calls(lab: Lab, requests: list[tuple[str, dict[str, Any]]]) -> list[di
         json.dumps({"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": {"time": now_iso()} | args}) + "\n"
         for verb, args in requests
     )
-    out = subprocess.run(["/usr/bin/python3", "-I", "-c", _CLIENT, lab.stack.agent], input=lines, text=True,
-                         capture_output=True, timeout=600, **as_user(lab.user))  # type: ignore[call-overload]
+    out = subprocess.run(
+        ["/usr/bin/python3", "-I", "-c", _CLIENT, lab.stack.agent],
+        input=lines,
+        text=True,
+        capture_output=True,
+        timeout=600,
+        **as_user(lab.user),
+    )  # type: ignore[call-overload]
     assert out.returncode == 0, out.stderr
     replies = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(replies) == len(requests), out.stdout
@@ -180,8 +186,12 @@ def swapping(lab: Lab) -> Iterator[Path]:
     as_agent(lab, "ln", "-s", str(lab.target), str(race / "L"))
     for name, content in (("secret", "decoy\n"), ("victim", "ORIGINAL\n"), ("sub/x", "x\n")):
         as_agent(lab, "sh", "-c", f"printf '%s' '{content}' > {race / 'd' / name}")
-    swapper = subprocess.Popen(["/usr/bin/python3", "-I", "-c", _SWAPPER, str(race / "d"), str(race / "L")],
-                               stdout=subprocess.PIPE, text=True, **as_user(lab.user))  # type: ignore[call-overload]
+    swapper = subprocess.Popen(
+        ["/usr/bin/python3", "-I", "-c", _SWAPPER, str(race / "d"), str(race / "L")],
+        stdout=subprocess.PIPE,
+        text=True,
+        **as_user(lab.user),
+    )  # type: ignore[call-overload]
     try:
         assert swapper.stdout is not None and swapper.stdout.readline().strip() == "swapping"
         yield race
@@ -226,8 +236,13 @@ def test_a_swapped_parent_directory_never_redirects(lab: Lab, swapping: Path, to
     relative, params = _RACES[tool]
     path = str(swapping / relative)
     # Each its own operation: identical requests would otherwise replay the first answer.
-    replies = agent_calls(lab, [(tool, {"path": path, "privileged": True, "operation_id": f"race-{i}-{uuid.uuid4()}"} | params)
-                                for i in range(TRIES)])
+    replies = agent_calls(
+        lab,
+        [
+            (tool, {"path": path, "privileged": True, "operation_id": f"race-{i}-{uuid.uuid4()}"} | params)
+            for i in range(TRIES)
+        ],
+    )
     codes = [code(r) for r in replies]
     secret_sha256 = hashlib.sha256(f"{SECRET}\n".encode()).hexdigest()
     for reply in replies:
@@ -274,15 +289,18 @@ def test_a_fifo_or_device_as_target_is_refused_at_once(lab: Lab) -> None:
     os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # the agent could not, but a stale one may be there
     (lab.work / "plain").write_text("plain\n")
     started = time.monotonic()
-    replies = agent_calls(lab, [
-        ("files_read", {"path": str(fifo), "privileged": True}),
-        ("files_write", {"path": str(fifo), "privileged": True, "content": "eA=="}),
-        ("files_edit", {"path": str(fifo), "privileged": True, "old_text": "a", "new_text": "b"}),
-        ("files_search", {"path": str(fifo), "privileged": True, "query": "a"}),
-        ("files_read", {"path": str(device), "privileged": True}),
-        ("files_write", {"path": str(device), "privileged": True, "content": "eA=="}),
-        ("files_read", {"path": str(lab.work / "plain"), "privileged": True}),  # control
-    ])
+    replies = agent_calls(
+        lab,
+        [
+            ("files_read", {"path": str(fifo), "privileged": True}),
+            ("files_write", {"path": str(fifo), "privileged": True, "content": "eA=="}),
+            ("files_edit", {"path": str(fifo), "privileged": True, "old_text": "a", "new_text": "b"}),
+            ("files_search", {"path": str(fifo), "privileged": True, "query": "a"}),
+            ("files_read", {"path": str(device), "privileged": True}),
+            ("files_write", {"path": str(device), "privileged": True, "content": "eA=="}),
+            ("files_read", {"path": str(lab.work / "plain"), "privileged": True}),  # control
+        ],
+    )
     # A blocking open of a FIFO without a writer would wait for the job's 300 s timeout.
     assert time.monotonic() - started < 120
     assert [code(r) for r in replies] == ["not_a_file"] * 6 + [None]
@@ -299,8 +317,13 @@ class AgentBackground:
     def __init__(self, lab: Lab, verb: str, args: dict[str, Any]) -> None:
         self.request_id = str(uuid.uuid4())
         line = json.dumps({"v": 1, "id": self.request_id, "verb": verb, "args": {"time": now_iso()} | args}) + "\n"
-        self.proc = subprocess.Popen(["/usr/bin/python3", "-I", "-c", _CLIENT, lab.stack.agent], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, **as_user(lab.user))  # type: ignore[call-overload]
+        self.proc = subprocess.Popen(
+            ["/usr/bin/python3", "-I", "-c", _CLIENT, lab.stack.agent],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            **as_user(lab.user),
+        )  # type: ignore[call-overload]
         assert self.proc.stdin is not None
         self.proc.stdin.write(line)
         self.proc.stdin.close()
@@ -327,8 +350,9 @@ def _pending(lab: Lab, request_id: str) -> dict[str, Any]:
 def _reviewed_write(lab: Lab, path: Path, change: bool) -> tuple[dict[str, Any], dict[str, Any], str]:
     path.write_text("reviewed\n")
     os.chown(path, lab.user.pw_uid, lab.user.pw_gid)
-    bg = AgentBackground(lab, "files_write", {"path": str(path), "privileged": True,
-                                             "content": base64.b64encode(b"approved\n").decode()})
+    bg = AgentBackground(
+        lab, "files_write", {"path": str(path), "privileged": True, "content": base64.b64encode(b"approved\n").decode()}
+    )
     pending = _pending(lab, bg.request_id)
     cli = lab.stack.cli("pending")
     if change:
@@ -370,11 +394,27 @@ def test_a_file_reviewed_as_absent_that_appears_is_not_written(lab: Lab) -> None
 def test_expected_sha256_is_a_compare_and_swap(lab: Lab) -> None:
     path = lab.work / "cas.conf"
     path.write_text("one\n")
-    stale = agent_call(lab, "files_write", {"path": str(path), "privileged": True, "content": "dHdvCg==",
-                                            "expected_sha256": hashlib.sha256(b"zero\n").hexdigest()})
+    stale = agent_call(
+        lab,
+        "files_write",
+        {
+            "path": str(path),
+            "privileged": True,
+            "content": "dHdvCg==",
+            "expected_sha256": hashlib.sha256(b"zero\n").hexdigest(),
+        },
+    )
     assert code(stale) == "file_changed" and path.read_text() == "one\n"
-    fresh = agent_call(lab, "files_write", {"path": str(path), "privileged": True, "content": "dHdvCg==",
-                                            "expected_sha256": hashlib.sha256(b"one\n").hexdigest()})
+    fresh = agent_call(
+        lab,
+        "files_write",
+        {
+            "path": str(path),
+            "privileged": True,
+            "content": "dHdvCg==",
+            "expected_sha256": hashlib.sha256(b"one\n").hexdigest(),
+        },
+    )
     assert code(fresh) is None and path.read_text() == "two\n"
     bad = agent_call(lab, "files_write", {"path": str(path), "privileged": True, "content": "", "expected_sha256": "X"})
     assert code(bad) == "invalid_arguments"
@@ -385,21 +425,25 @@ def test_expected_sha256_is_a_compare_and_swap(lab: Lab) -> None:
 
 def test_control_the_regex_really_runs_away() -> None:
     with pytest.raises(subprocess.TimeoutExpired):
-        subprocess.run(["/usr/bin/python3", "-I", "-c", "import re; re.search('(a+)+$', 'a' * 40 + '!')"], timeout=3 * CPU_SECONDS)
+        subprocess.run(
+            ["/usr/bin/python3", "-I", "-c", "import re; re.search('(a+)+$', 'a' * 40 + '!')"], timeout=3 * CPU_SECONDS
+        )
 
 
 def test_a_catastrophic_regex_is_stopped_by_the_cpu_limit(lab: Lab) -> None:
     (lab.work / "regex").mkdir(exist_ok=True)
     (lab.work / "regex" / "f").write_text("a" * 40 + "!\n")
     started = time.monotonic()
-    reply = agent_call(lab, "files_search", {"path": str(lab.work / "regex"), "privileged": True,
-                                             "query": "(a+)+$", "regex": True})
+    reply = agent_call(
+        lab, "files_search", {"path": str(lab.work / "regex"), "privileged": True, "query": "(a+)+$", "regex": True}
+    )
     took = time.monotonic() - started
     assert code(reply) == "limit_exceeded", reply
     assert took < 100, took  # the job timeout is 300 s
     # Control: a sane search of the same file works.
-    sane = agent_call(lab, "files_search", {"path": str(lab.work / "regex"), "privileged": True,
-                                            "query": "a+!$", "regex": True})
+    sane = agent_call(
+        lab, "files_search", {"path": str(lab.work / "regex"), "privileged": True, "query": "a+!$", "regex": True}
+    )
     assert code(sane) is None and len(sane["data"]["matches"]) == 1
 
 
@@ -410,8 +454,11 @@ def test_the_agent_can_cancel_its_own_privileged_search(lab: Lab) -> None:
     for _attempt in range(5):
         op = f"op-{uuid.uuid4()}"
         started = time.monotonic()
-        bg = AgentBackground(lab, "files_search", {"path": str(lab.work / "regex"), "privileged": True,
-                                                   "query": "(a+)+$", "regex": True, "operation_id": op})
+        bg = AgentBackground(
+            lab,
+            "files_search",
+            {"path": str(lab.work / "regex"), "privileged": True, "query": "(a+)+$", "regex": True, "operation_id": op},
+        )
         cancelled = None
         while time.monotonic() - started < 30:
             cancelled = agent_call(lab, "cancel", {"operation_id": op})

@@ -60,10 +60,19 @@ def test_records_sent_by_another_process_do_not_count(stack: Stack, tmp_path: Pa
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
 def test_a_host_that_is_an_ssh_option_never_reaches_ssh(tmp_path: Path) -> None:
     control = tmp_path / "control-ran"
-    subprocess.run(["ssh", "-o", "BatchMode=yes", f"-oProxyCommand=touch {control}", "nowhere"],
-                   capture_output=True, timeout=30, check=False)
+    subprocess.run(
+        ["ssh", "-o", "BatchMode=yes", f"-oProxyCommand=touch {control}", "nowhere"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
     assert control.exists()  # ssh does run it: the attack is real
     attack = tmp_path / "attack-ran"
-    r = subprocess.run([sys.executable, "-m", "airlock", "--host", f"-oProxyCommand=touch {attack}", "pending"],
-                       capture_output=True, text=True, timeout=30, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "airlock", "--host", f"-oProxyCommand=touch {attack}", "pending"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert r.returncode == 2 and "not a [USER@]HOST" in r.stderr and not attack.exists()

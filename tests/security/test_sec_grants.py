@@ -109,11 +109,18 @@ def granted(stack: Stack, user: Any, argv: list[str], *flags: str, session: str 
     done = stack.cli("approve", request_id, *flags)
     assert done.returncode == 0, done.stderr
     assert final(replies(proc))["ok"] is True
-    return str(next(g["grant_id"] for g in stack.native("grants", path=stack.operator)["data"]["grants"]
-                if g["request_id"] == request_id))
+    return str(
+        next(
+            g["grant_id"]
+            for g in stack.native("grants", path=stack.operator)["data"]["grants"]
+            if g["request_id"] == request_id
+        )
+    )
 
 
-def test_a_command_grant_covers_its_requester_command_and_session_only(gstack: Stack, users: tuple[Any, Any], tmp_path: Path) -> None:
+def test_a_command_grant_covers_its_requester_command_and_session_only(
+    gstack: Stack, users: tuple[Any, Any], tmp_path: Path
+) -> None:
     alice, bob = users
     folder = shared(tmp_path)
     target = folder / "granted"
@@ -127,13 +134,18 @@ def test_a_command_grant_covers_its_requester_command_and_session_only(gstack: S
     # Control: the granted agent, its command, its session: no operator needed.
     reply = runs_at_once(gstack, alice, ["touch", str(target)], session="s1")
     assert reply["data"]["decision"]["decided_by"] == f"grant {grant_id}" and target.owner() == alice.pw_name
-    used = [json.loads(r["payload"]) for r in gstack.journal_rows() if r["kind"] == "approval.decided"
-            and json.loads(r["payload"]).get("grant_id") == grant_id]
+    used = [
+        json.loads(r["payload"])
+        for r in gstack.journal_rows()
+        if r["kind"] == "approval.decided" and json.loads(r["payload"]).get("grant_id") == grant_id
+    ]
     assert len(used) == 1 and used[0]["by"] == "grant"
     assert gstack.cli("grants", "revoke", grant_id).returncode == 0
 
 
-def test_a_rule_grant_does_not_reach_another_rules_commands(gstack: Stack, users: tuple[Any, Any], tmp_path: Path) -> None:
+def test_a_rule_grant_does_not_reach_another_rules_commands(
+    gstack: Stack, users: tuple[Any, Any], tmp_path: Path
+) -> None:
     alice, _ = users
     folder = shared(tmp_path)
     grant_id = granted(gstack, alice, ["touch", str(folder / "a")], "--grant", "10m", "--scope", "rule")
@@ -144,7 +156,9 @@ def test_a_rule_grant_does_not_reach_another_rules_commands(gstack: Stack, users
     assert gstack.cli("grants", "revoke", grant_id).returncode == 0
 
 
-def test_a_quorum_rule_takes_no_grant_and_one_approval_does_not_run_it(gstack: Stack, users: tuple[Any, Any], tmp_path: Path) -> None:
+def test_a_quorum_rule_takes_no_grant_and_one_approval_does_not_run_it(
+    gstack: Stack, users: tuple[Any, Any], tmp_path: Path
+) -> None:
     alice, _ = users
     folder = shared(tmp_path)
     proc, request_id = send(gstack, alice, ["mkdir", str(folder / "two")])
@@ -166,7 +180,8 @@ def operator_call(stack: Stack, user: Any, verb: str, args: dict[str, Any]) -> d
 
 
 def test_a_quorum_needs_two_distinct_operators_and_the_requester_never_counts(
-        gstack: Stack, users: tuple[Any, Any], tmp_path: Path) -> None:
+    gstack: Stack, users: tuple[Any, Any], tmp_path: Path
+) -> None:
     alice, bob = users
     folder = shared(tmp_path)
     # bob, an operator, asks for quorum work: his own approval never counts, even with allow_self_approval.

@@ -154,8 +154,9 @@ def test_a_rule_s_ticket_issued_just_before_a_hold_is_not_redeemed(hstack: Stack
     try:
         job = Background(hstack, {"argv": ["touch", str(marker)], "privileged": False})
         deadline = time.monotonic() + 30
-        while not any(r["kind"] == "approval.decided" and r["request_id"] == job.request_id
-                      for r in hstack.journal_rows()):
+        while not any(
+            r["kind"] == "approval.decided" and r["request_id"] == job.request_id for r in hstack.journal_rows()
+        ):
             assert time.monotonic() < deadline, "the rule's decision was never journaled"
             time.sleep(0.05)
         assert hstack.cli("hold", "--reason", "race").returncode == 0
@@ -166,7 +167,9 @@ def test_a_rule_s_ticket_issued_just_before_a_hold_is_not_redeemed(hstack: Stack
         assert reply["ok"] is False and reply["error"]["code"] == "denied", reply
         assert "hold" in reply["error"]["message"]
         assert not marker.exists()
-        refused = [r for r in hstack.journal_rows() if r["kind"] == "exec.refused" and r["request_id"] == job.request_id]
+        refused = [
+            r for r in hstack.journal_rows() if r["kind"] == "exec.refused" and r["request_id"] == job.request_id
+        ]
         assert refused, "the runner's refusal was not journaled"
     finally:
         release(hstack)

@@ -45,13 +45,21 @@ print(json.dumps([json.loads(line) for line in buf.splitlines() if line.strip()]
 
 
 def operator_call(
-    socket_path: str, user: pwd.struct_passwd, verb: str, args: dict[str, Any] | None = None, *, groups: tuple[int, ...] = ()
+    socket_path: str,
+    user: pwd.struct_passwd,
+    verb: str,
+    args: dict[str, Any] | None = None,
+    *,
+    groups: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """One native request on operator.sock from a process of ``user`` (with extra ``groups``)."""
     request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args or {}, "token": None}
     done = subprocess.run(
         ["/usr/bin/python3", "-I", "-c", _CLIENT],
-        input=json.dumps({"socket": socket_path, "request": request}), capture_output=True, text=True, timeout=60,
+        input=json.dumps({"socket": socket_path, "request": request}),
+        capture_output=True,
+        text=True,
+        timeout=60,
         **(as_user(user) | {"extra_groups": list(groups)}),
     )
     assert done.returncode == 0, done.stderr
@@ -120,8 +128,7 @@ def test_an_observer_holding_the_operators_group_still_only_reads() -> None:
     """The relay's case: it holds the socket's group to open the file, and is named an observer."""
     with throwaway_group() as group, throwaway_user("alobs") as observer, throwaway_user("alop") as member:
         config = (
-            f"operators:\n  groups: [{group.gr_name}]\n  users: [root]\n"
-            f"  observers: {{users: [{observer.pw_name}]}}\n"
+            f"operators:\n  groups: [{group.gr_name}]\n  users: [root]\n  observers: {{users: [{observer.pw_name}]}}\n"
         )
         for user in (observer, member):
             subprocess.run(["usermod", "-aG", group.gr_name, user.pw_name], check=True, capture_output=True)
@@ -133,8 +140,12 @@ def test_an_observer_holding_the_operators_group_still_only_reads() -> None:
             assert operator_call(stack.operator, observer, "pending", groups=gid)["ok"]
             refused = operator_call(stack.operator, observer, "approve", {"id": bg.request_id}, groups=gid)
             assert refused["error"]["code"] == "unauthorized", refused
-            assert [p["request_id"] for p in stack.native("pending", path=stack.operator)["data"]["pending"]] == [bg.request_id]
+            assert [p["request_id"] for p in stack.native("pending", path=stack.operator)["data"]["pending"]] == [
+                bg.request_id
+            ]
             # Control: a member of the same group who is not named an observer decides.
-            approved = operator_call(stack.operator, member, "approve", {"id": bg.request_id, "reason": "member"}, groups=gid)
+            approved = operator_call(
+                stack.operator, member, "approve", {"id": bg.request_id, "reason": "member"}, groups=gid
+            )
             assert approved["ok"], approved
             assert bg.result()["ok"], bg.reply

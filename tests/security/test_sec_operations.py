@@ -90,9 +90,20 @@ def test_another_agent_cannot_claim_a_derived_operation_id_first(
     a, b = users
     word = f"derived-{uuid.uuid4()}"
     # B computes the ID A's request will derive (the spec holds A's uid: public).
-    spec = {"mode": "exec", "stages": [["echo", word]], "privileged": False, "uid": a.pw_uid, "env": {},
-            "protected_names": [], "cwd": None, "stdin": None, "timeout_ms": None, "deadline_ms": None,
-            "max_output_bytes": None, "forward_agent": False}
+    spec = {
+        "mode": "exec",
+        "stages": [["echo", word]],
+        "privileged": False,
+        "uid": a.pw_uid,
+        "env": {},
+        "protected_names": [],
+        "cwd": None,
+        "stdin": None,
+        "timeout_ms": None,
+        "deadline_ms": None,
+        "max_output_bytes": None,
+        "forward_agent": False,
+    }
     canonical = json.dumps({"spec": spec, "session": ""}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     derived = "op-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
     assert agent_exec(ostack.agent, b, _echo("squat", derived))["ok"] is True

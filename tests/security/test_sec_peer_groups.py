@@ -58,7 +58,9 @@ policy:
         yield stack
 
 
-def test_a_group_the_process_has_counts_for_policy(gstack: Stack, agent: pwd.struct_passwd, group: grp.struct_group) -> None:
+def test_a_group_the_process_has_counts_for_policy(
+    gstack: Stack, agent: pwd.struct_passwd, group: grp.struct_group
+) -> None:
     assert agent.pw_name not in group.gr_mem  # the user database does not put the agent in the group
     # Control: without the group, the rule does not apply and the default denies.
     denied = agent_exec(gstack.agent, agent, {"argv": ["/usr/bin/true"], "privileged": False})

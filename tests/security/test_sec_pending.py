@@ -48,8 +48,9 @@ policy:
 
 def test_a_privileged_file_operation_is_shown_as_root(pstack: Stack, agent: pwd.struct_passwd) -> None:
     request_id = f"rq-{uuid.uuid4()}"
-    proc = agent_request(pstack.agent, agent, "files_read", {"path": "/etc/hostname", "privileged": True},
-                         request_id=request_id)
+    proc = agent_request(
+        pstack.agent, agent, "files_read", {"path": "/etc/hostname", "privileged": True}, request_id=request_id
+    )
     try:
         item = wait_pending(pstack, request_id, timeout=30)
         # Control: a file request carries no "spec", which is all the view used to read.
@@ -66,8 +67,9 @@ def test_a_privileged_file_operation_is_shown_as_root(pstack: Stack, agent: pwd.
 
 def test_an_unprivileged_file_operation_is_shown_as_the_agent(pstack: Stack, agent: pwd.struct_passwd) -> None:
     request_id = f"rq-{uuid.uuid4()}"
-    proc = agent_request(pstack.agent, agent, "files_read", {"path": "/etc/hostname", "privileged": False},
-                         request_id=request_id)
+    proc = agent_request(
+        pstack.agent, agent, "files_read", {"path": "/etc/hostname", "privileged": False}, request_id=request_id
+    )
     try:
         item = wait_pending(pstack, request_id, timeout=30)
         assert item["privileged"] is False and item["run_as"] == {"uid": agent.pw_uid, "user": agent.pw_name}

@@ -23,14 +23,18 @@ import pytest
 
 from support import Background, Stack, custom_stack, wait_pending
 
-pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen is not installed (openssh-client)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("ssh-keygen") is None, reason="ssh-keygen is not installed (openssh-client)"
+)
 
 
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = Path(tmp_path_factory.mktemp("seckeys"))
     for name in ("alice", "agent"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(folder / name)], check=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(folder / name)], check=True
+        )
     pub = (folder / "alice.pub").read_text().split()
     (folder / "allowed_signers").write_text(f"alice {pub[0]} {pub[1]}\n")
     return folder
@@ -38,14 +42,21 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def sstack(tmp_path_factory: pytest.TempPathFactory, keys: Path) -> Iterator[Stack]:
-    config = f"approval:\n  timeout_seconds: 60\n  allowed_signers: {keys / 'allowed_signers'}\npolicy:\n  default: ask\n"
+    config = (
+        f"approval:\n  timeout_seconds: 60\n  allowed_signers: {keys / 'allowed_signers'}\npolicy:\n  default: ask\n"
+    )
     with custom_stack(Path(tmp_path_factory.mktemp("ssa")), config) as s:
         yield s
 
 
 def sign(keys: Path, name: str, text: str) -> str:
-    return subprocess.run(["ssh-keygen", "-Y", "sign", "-n", "airlock-approval", "-f", str(keys / name)],
-                          input=text.encode(), capture_output=True, check=True, timeout=30).stdout.decode()
+    return subprocess.run(
+        ["ssh-keygen", "-Y", "sign", "-n", "airlock-approval", "-f", str(keys / name)],
+        input=text.encode(),
+        capture_output=True,
+        check=True,
+        timeout=30,
+    ).stdout.decode()
 
 
 def statement(stack: Stack, request_id: str) -> str:
@@ -60,9 +71,13 @@ def carry(stack: Stack, request_id: str, signature: str, **extra: str) -> dict[s
 
 
 def refusals(stack: Stack, request_id: str) -> list[str]:
-    return [json.loads(r["payload"])["code"] for r in stack.journal_rows()
-            if r["request_id"] == request_id and r["kind"] == "operator.action"
-            and json.loads(r["payload"]).get("action") == "signature.refused"]
+    return [
+        json.loads(r["payload"])["code"]
+        for r in stack.journal_rows()
+        if r["request_id"] == request_id
+        and r["kind"] == "operator.action"
+        and json.loads(r["payload"]).get("action") == "signature.refused"
+    ]
 
 
 def test_the_agents_own_key_claiming_a_principal_is_refused(sstack: Stack, keys: Path, tmp_path: Path) -> None:

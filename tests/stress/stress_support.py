@@ -58,15 +58,28 @@ def write_config(path: Path, **sections: dict[str, Any]) -> Path:
     """
     user = pwd.getpwuid(os.getuid()).pw_name
     config: dict[str, Any] = {
-        "limits": {"read_timeout_seconds": 2, "request_timeout_seconds": 4,
-                   "max_connections_per_agent": 64},  # every client here is one agent (one uid)
+        "limits": {
+            "read_timeout_seconds": 2,
+            "request_timeout_seconds": 4,
+            "max_connections_per_agent": 64,
+        },  # every client here is one agent (one uid)
         "policy": {
             "default": "deny",
-            "rules": [{
-                "name": "stress-allowed", "decision": "allow", "users": [user], "privileged": False,
-                "commands": [["/usr/bin/true"], ["/usr/bin/false"], ["/usr/bin/touch", "..."],
-                             ["/usr/bin/head", "..."], ["/usr/bin/sleep", "..."]],
-            }],
+            "rules": [
+                {
+                    "name": "stress-allowed",
+                    "decision": "allow",
+                    "users": [user],
+                    "privileged": False,
+                    "commands": [
+                        ["/usr/bin/true"],
+                        ["/usr/bin/false"],
+                        ["/usr/bin/touch", "..."],
+                        ["/usr/bin/head", "..."],
+                        ["/usr/bin/sleep", "..."],
+                    ],
+                }
+            ],
         },
     }
     for name, values in sections.items():
@@ -212,7 +225,8 @@ async def _client(path: str, queue: asyncio.Queue[Planned | None], results: list
         try:
             if writer is None:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_unix_connection(path, limit=64 * 1024 * 1024), timeout)
+                    asyncio.open_unix_connection(path, limit=64 * 1024 * 1024), timeout
+                )
             assert reader is not None
             writer.write(planned.line())
             await writer.drain()
@@ -233,8 +247,9 @@ async def _client(path: str, queue: asyncio.Queue[Planned | None], results: list
         writer.close()
 
 
-async def run_load(path: str, planned: list[Planned], clients: int, *, timeout: float = 120,
-                   results: list[Result] | None = None) -> list[Result]:
+async def run_load(
+    path: str, planned: list[Planned], clients: int, *, timeout: float = 120, results: list[Result] | None = None
+) -> list[Result]:
     """Send every planned request once; ``results`` (if given) fills in as answers come."""
     queue: asyncio.Queue[Planned | None] = asyncio.Queue()
     for p in planned:
@@ -300,7 +315,9 @@ def verify_chain(stack: Stack) -> dict[str, Any]:
 class Tally:
     rows: list[tuple[str, int, int, Counter[str], int, int]] = field(default_factory=list)
 
-    def add(self, test: str, results: list[Result], found: Audit | None = None, *, extra: Counter[str] | None = None) -> None:
+    def add(
+        self, test: str, results: list[Result], found: Audit | None = None, *, extra: Counter[str] | None = None
+    ) -> None:
         codes: Counter[str] = Counter()
         answers = 0
         for r in results:
@@ -310,8 +327,9 @@ class Tally:
             answers += 1
             codes["ok" if r.reply.get("ok") else r.reply["error"]["code"]] += 1
         codes.update(extra or Counter())
-        self.rows.append((test, len(results), answers, codes, len(found.lost) if found else 0,
-                          len(found.unaudited) if found else 0))
+        self.rows.append(
+            (test, len(results), answers, codes, len(found.lost) if found else 0, len(found.unaudited) if found else 0)
+        )
 
     def render(self) -> str:
         lines = [f"{'test':<34} {'requests':>8} {'answers':>8} {'lost':>5} {'unaudited':>9}  by code"]
@@ -328,8 +346,9 @@ def mount_tmpfs(where: Path, size: str) -> str | None:
     if not ROOT:
         return "needs root to mount a small tmpfs"
     where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)], capture_output=True, text=True
+    )
     return None if done.returncode == 0 else f"cannot mount a tmpfs: {done.stderr.strip()}"
 
 

@@ -44,8 +44,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield s
 
 
-def exchange(path: str, data: bytes, *, drip: float | None = None, half_close: bool = True,
-             timeout: float = 20) -> tuple[list[Any], str]:
+def exchange(
+    path: str, data: bytes, *, drip: float | None = None, half_close: bool = True, timeout: float = 20
+) -> tuple[list[Any], str]:
     """Send ``data`` on a fresh connection (all at once or byte by byte) and read to EOF.
 
     Returns the answer lines (parsed, or the raw bytes if not JSON) and how the
@@ -61,7 +62,7 @@ def exchange(path: str, data: bytes, *, drip: float | None = None, half_close: b
                 sock.sendall(data)
             else:
                 for i in range(len(data)):
-                    sock.sendall(data[i:i + 1])
+                    sock.sendall(data[i : i + 1])
                     time.sleep(drip)
             if half_close:
                 sock.shutdown(socket.SHUT_WR)
@@ -115,15 +116,24 @@ def corpus() -> Iterator[tuple[str, bytes]]:
     yield "2 MiB line", b'{"v":1,"id":"big","verb":"ping","args":{"x":"' + b"a" * (2 * MiB) + b'"}}\n'
     yield "2 MiB without newline", b"x" * (2 * MiB)
     for depth in (100, 1000, 100_000):
-        yield f"nesting {depth}", b'{"v":1,"id":"deep","verb":"ping","args":{"x":' + b"[" * depth + b"]" * depth + b"}}\n"
-        yield f"object nesting {depth}", b'{"v":1,"id":"deepo","verb":"exec","args":' + b'{"a":' * depth + b"1" + b"}" * depth + b"}\n"
+        yield (
+            f"nesting {depth}",
+            b'{"v":1,"id":"deep","verb":"ping","args":{"x":' + b"[" * depth + b"]" * depth + b"}}\n",
+        )
+        yield (
+            f"object nesting {depth}",
+            b'{"v":1,"id":"deepo","verb":"exec","args":' + b'{"a":' * depth + b"1" + b"}" * depth + b"}\n",
+        )
     for number in (b"1" * 5000, b"1e999999", b"-1e999999", b"1" * 400 + b".5", b"NaN", b"Infinity"):
         yield f"number {number[:12]!r}", b'{"v":' + number + b',"id":"n","verb":"ping","args":{}}\n'
         yield f"timeout {number[:12]!r}", json.dumps(_native()).encode()[:-1] + b',"x":' + number + b"}\n"
         yield f"legacy timeout {number[:12]!r}", b'{"id":"l","pipeline":[["true"]],"timeout":' + number + b"}\n"
     yield "invalid utf-8", b'{"v":1,"id":"\xff\xfe","verb":"ping","args":{}}\n'
     yield "invalid utf-8 in argv", b'{"v":1,"id":"u8","verb":"exec","args":{"argv":["\xc3\x28"]}}\n'
-    yield "lone surrogate escape", b'{"v":1,"id":"sur","verb":"exec","args":{"argv":["\\ud800"],"time":"' + now_iso().encode() + b'"}}\n'
+    yield (
+        "lone surrogate escape",
+        b'{"v":1,"id":"sur","verb":"exec","args":{"argv":["\\ud800"],"time":"' + now_iso().encode() + b'"}}\n',
+    )
     yield "raw NUL", b'{"v":1,"id":"a\x00b","verb":"ping","args":{}}\n'
     yield "NUL only", b"\x00" * 100 + b"\n"
     yield "escaped NUL in argv", json.dumps(_native(argv=["tr\u0000ue"])).encode() + b"\n"
@@ -140,17 +150,47 @@ def corpus() -> Iterator[tuple[str, bytes]]:
     for key in ("v", "id", "verb", "args", "token"):
         for value in WRONG:
             yield f"native {key}={value!r:.20}", json.dumps(_native() | {key: value}).encode() + b"\n"
-    for key in ("pipeline", "argv", "command", "privileged", "env", "protected_env", "cwd", "stdin", "timeout_ms",
-                "deadline_ms", "max_output_bytes", "operation_id", "reason", "session", "host", "time",
-                "forward_agent", "stream"):
+    for key in (
+        "pipeline",
+        "argv",
+        "command",
+        "privileged",
+        "env",
+        "protected_env",
+        "cwd",
+        "stdin",
+        "timeout_ms",
+        "deadline_ms",
+        "max_output_bytes",
+        "operation_id",
+        "reason",
+        "session",
+        "host",
+        "time",
+        "forward_agent",
+        "stream",
+    ):
         for value in WRONG:
             request = _native()
             request["args"][key] = value
             if key in ("pipeline", "command"):
                 del request["args"]["argv"]
             yield f"args.{key}={value!r:.20}", json.dumps(request).encode() + b"\n"
-    for key in ("id", "action", "pipeline", "privileged", "env", "timeout", "stdin", "cwd", "reason", "session",
-                "host", "time", "forward_agent"):
+    for key in (
+        "id",
+        "action",
+        "pipeline",
+        "privileged",
+        "env",
+        "timeout",
+        "stdin",
+        "cwd",
+        "reason",
+        "session",
+        "host",
+        "time",
+        "forward_agent",
+    ):
         for value in WRONG:
             yield f"legacy {key}={value!r:.20}", json.dumps(_legacy(**{key: value})).encode() + b"\n"
 
@@ -203,7 +243,9 @@ def _as_results(prefix: str, sent: int, codes: Counter[str]) -> list[Result]:
 
 
 @pytest.mark.parametrize("door", ["agent", "operator"])
-def test_fuzz_corpus_gets_one_answer_per_line_and_nothing_dies(stack: Stack, tally: Tally, door: str, tmp_path: Path) -> None:
+def test_fuzz_corpus_gets_one_answer_per_line_and_nothing_dies(
+    stack: Stack, tally: Tally, door: str, tmp_path: Path
+) -> None:
     pids = {name: stack.find_service_pid(name) for name in SERVICES}
     path = stack.agent if door == "agent" else stack.operator
     sent, codes, problems = _replay_corpus(path)
@@ -243,7 +285,9 @@ def test_slow_drip_clients_are_cut_off_and_others_are_served(stack: Stack, tally
     during = _check_healthy(stack, maker)  # served while the drips hold their connections
     for t in threads:
         t.join(60)
-    codes = Counter(str(r[0].get("error", {}).get("code") if r and isinstance(r[0], dict) else end) for r, end in outcomes)
+    codes = Counter(
+        str(r[0].get("error", {}).get("code") if r and isinstance(r[0], dict) else end) for r, end in outcomes
+    )
     tally.add("slow drip (8) + served meanwhile", during, extra=codes)
     assert len(outcomes) == 8
     for replies, end in outcomes:

@@ -154,8 +154,9 @@ def test_stopped_service_fails_closed_and_nothing_runs(tmp_path: Path, tally: Ta
         os.kill(pid, signal.SIGSTOP)
         try:
             started = time.monotonic()
-            results = asyncio.run(run_load(
-                stack.agent, [maker.make("marker", timeout_ms=1000) for _ in range(4)], 4, timeout=90))
+            results = asyncio.run(
+                run_load(stack.agent, [maker.make("marker", timeout_ms=1000) for _ in range(4)], 4, timeout=90)
+            )
             waited = time.monotonic() - started
             ran_while_stopped = sorted(os.listdir(maker.markers))
         finally:

@@ -55,7 +55,9 @@ def test_mixed_load_every_request_one_correct_answer_and_all_audited(tmp_path: P
         tally.add("load", results, found)
 
     assert len(results) == n
-    malformed = [r.planned.request_id for r in results if r.reply is None or not well_formed(r.reply, r.planned.request_id)]
+    malformed = [
+        r.planned.request_id for r in results if r.reply is None or not well_formed(r.reply, r.planned.request_id)
+    ]
     assert not malformed, f"{len(malformed)} requests without one well-formed answer, e.g. {malformed[:5]}"
     wrong = [(r.planned.kind, why) for r in results if (why := expected(r)) is not None]
     assert not wrong, f"{len(wrong)} wrong answers, e.g. {wrong[:5]}"
@@ -66,4 +68,3 @@ def test_mixed_load_every_request_one_correct_answer_and_all_audited(tmp_path: P
     for name in fds_before:
         assert fds_after[name] <= fds_before[name] + FD_GROWTH_BOUND, (name, fds_before, fds_after)
         assert rss_after[name] <= rss_before[name] + RSS_GROWTH_BOUND_MIB, (name, rss_before, rss_after)
-

@@ -26,7 +26,13 @@ from nspawn import Container, Unavailable, booted, host_tools
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT, OPERATOR, OUTSIDER = "agent1", "op1", "outsider"
-SOCKETS = ("airlock.socket", "airlock-operator.socket", "airlock-approval.socket", "airlock-runner.socket", "airlock-journal.socket")
+SOCKETS = (
+    "airlock.socket",
+    "airlock-operator.socket",
+    "airlock-approval.socket",
+    "airlock-runner.socket",
+    "airlock-journal.socket",
+)
 SERVICES = ("airlock-intake.service", "airlock-approval.service", "airlock-runner.service", "airlock-journal.service")
 
 # Allow rules for what the tests run; everything else keeps the shipped
@@ -85,10 +91,19 @@ class System:
     def airlock(self, *args: str, user: str = AGENT, check: bool = False, timeout: float = 60.0):
         return self.c.run(["airlock", *args], user=user, check=check, timeout=timeout)
 
-    def run_json(self, *argv: str, user: str = AGENT, privileged: bool = False, extra: tuple[str, ...] = (), timeout: float = 60.0):
+    def run_json(
+        self,
+        *argv: str,
+        user: str = AGENT,
+        privileged: bool = False,
+        extra: tuple[str, ...] = (),
+        timeout: float = 60.0,
+    ):
         """`airlock run --json`: (exit code, the response envelope)."""
         opts = [] if privileged else ["--no-privilege"]
-        r = self.c.run(["airlock", "run", "--json", *opts, *extra, "--", *argv], user=user, check=False, timeout=timeout)
+        r = self.c.run(
+            ["airlock", "run", "--json", *opts, *extra, "--", *argv], user=user, check=False, timeout=timeout
+        )
         lines = [line for line in r.stdout.splitlines() if line.strip()]
         try:
             envelope = json.loads(lines[-1]) if lines else {}
@@ -138,7 +153,9 @@ def system() -> Iterator[System]:
         with booted(keep=os.environ.get("AIRLOCK_SYSTEST_KEEP") == "1") as container:
             system = System(container, deb)
             shutil.copy(deb, container.root / "root" / deb.name)
-            r = container.run(["apt-get", "install", "-y", "--no-install-recommends", system.deb_inside], check=False, timeout=300)
+            r = container.run(
+                ["apt-get", "install", "-y", "--no-install-recommends", system.deb_inside], check=False, timeout=300
+            )
             if r.returncode != 0:  # a dependency is not in the cached root: fetch the lists once
                 container.run(["apt-get", "update", "-qq"], timeout=300)
                 container.run(["apt-get", "install", "-y", "--no-install-recommends", system.deb_inside], timeout=300)
@@ -150,4 +167,3 @@ def system() -> Iterator[System]:
             yield system
     except Unavailable as exc:
         pytest.skip(str(exc))
-

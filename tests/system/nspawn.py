@@ -123,13 +123,32 @@ def cached_variant(packages: Sequence[str]) -> Path:
         script = f"{apt} || {{ apt-get update -q && {apt}; }}; rc=$?; apt-get clean; exit $rc"
         with open(log, "w") as out:
             proc = subprocess.run(
-                ["systemd-nspawn", "-q", "-D", str(partial), "-M", f"airlock-variant-{os.getpid()}", "--register=no",
-                 "--keep-unit", "--pipe", "--", "sh", "-c", script],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}, check=False, timeout=900,
+                [
+                    "systemd-nspawn",
+                    "-q",
+                    "-D",
+                    str(partial),
+                    "-M",
+                    f"airlock-variant-{os.getpid()}",
+                    "--register=no",
+                    "--keep-unit",
+                    "--pipe",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+                check=False,
+                timeout=900,
             )
         if proc.returncode != 0:
-            raise Unavailable(f"installing {wanted} into a copy of the cached root failed ({proc.returncode}); see {log}")
+            raise Unavailable(
+                f"installing {wanted} into a copy of the cached root failed ({proc.returncode}); see {log}"
+            )
         partial.rename(root)
         stamp.write_text(expected + "\n")
         return root
@@ -168,8 +187,10 @@ class Container:
             self.proc = subprocess.Popen(
                 [
                     "systemd-nspawn",
-                    "-D", str(self.root),
-                    "-M", self.name,
+                    "-D",
+                    str(self.root),
+                    "-M",
+                    self.name,
                     "--register=no",
                     "--keep-unit",
                     "--console=read-only",
@@ -185,7 +206,9 @@ class Container:
         deadline = time.monotonic() + timeout
         while not self.leader:
             if self.proc.poll() is not None:
-                raise Unavailable(f"systemd-nspawn could not boot the container:\n{self.console.read_text(errors='replace')[-3000:]}")
+                raise Unavailable(
+                    f"systemd-nspawn could not boot the container:\n{self.console.read_text(errors='replace')[-3000:]}"
+                )
             if time.monotonic() > deadline:
                 raise Unavailable("the container's PID 1 never appeared")
             self.leader = self._find_leader(self.proc.pid)
@@ -258,7 +281,9 @@ class Container:
             )
         except subprocess.TimeoutExpired as exc:
             raise CommandFailed(f"$ {shlex.join(argv)} (as {user or 'root'}) timed out after {timeout:.0f}s") from exc
-        result = Result(list(argv), proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
+        result = Result(
+            list(argv), proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+        )
         if check and result.returncode != 0:
             raise CommandFailed(f"as {user or 'root'}:\n{result}")
         return result
@@ -267,11 +292,15 @@ class Container:
         return self.run(["sh", "-c", script], **kwargs)  # type: ignore[arg-type]
 
     def popen(self, argv: Sequence[str], *, user: str | None = None) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.argv(argv, user), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            self.argv(argv, user), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None:
         """Write a file inside the container (through the container, not the host path)."""
-        self.run(["sh", "-c", f"umask 022; cat > {shlex.quote(path)} && chmod {mode:o} {shlex.quote(path)}"], input=text)
+        self.run(
+            ["sh", "-c", f"umask 022; cat > {shlex.quote(path)} && chmod {mode:o} {shlex.quote(path)}"], input=text
+        )
 
     def wait_for(self, argv: Sequence[str], *, timeout: float = 30.0, **kwargs: object) -> Result:
         deadline = time.monotonic() + timeout

@@ -24,9 +24,18 @@ def test_install_started_no_service(system) -> None:
 
 def test_socket_files_owners_and_modes(system) -> None:
     out = system.c.run(
-        ["stat", "-c", "%n %a %U %G %F",
-         "/run/airlock", "/run/airlock/agent.sock", "/run/airlock/operator.sock", "/run/airlock/internal",
-         "/run/airlock/internal/approval.sock", "/run/airlock/internal/runner.sock", "/run/airlock/internal/journal.sock"]
+        [
+            "stat",
+            "-c",
+            "%n %a %U %G %F",
+            "/run/airlock",
+            "/run/airlock/agent.sock",
+            "/run/airlock/operator.sock",
+            "/run/airlock/internal",
+            "/run/airlock/internal/approval.sock",
+            "/run/airlock/internal/runner.sock",
+            "/run/airlock/internal/journal.sock",
+        ]
     ).stdout.splitlines()
     assert out == [
         "/run/airlock 755 root root directory",
@@ -66,7 +75,12 @@ def test_units_verify_clean_with_bookworms_systemd(system) -> None:
 
 
 def test_security_exposure_on_bookworm(system) -> None:
-    for service, limit in (("airlock-intake", 1.0), ("airlock-approval", 1.0), ("airlock-journal", 1.0), ("airlock-runner", 5.0)):
+    for service, limit in (
+        ("airlock-intake", 1.0),
+        ("airlock-approval", 1.0),
+        ("airlock-journal", 1.0),
+        ("airlock-runner", 5.0),
+    ):
         out = system.c.run(["systemd-analyze", "security", "--no-pager", f"{service}.service"]).stdout
         level = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", out).group(1))
         print(f"{service}: {level}")

@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 CONNECT = "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print('connected')"
-INTERNAL = ("/run/airlock/internal/approval.sock", "/run/airlock/internal/runner.sock", "/run/airlock/internal/journal.sock")
+INTERNAL = (
+    "/run/airlock/internal/approval.sock",
+    "/run/airlock/internal/runner.sock",
+    "/run/airlock/internal/journal.sock",
+)
 
 
 def connect(system, user: str, path: str):
@@ -46,8 +50,20 @@ def test_operator_can_open_operator_sock_but_not_agent_sock(system) -> None:
 def test_journal_user_cannot_reach_other_services(system) -> None:
     # airlock-journal is not in airlock-svc: it serves, it never calls out.
     for path in INTERNAL:
-        r = system.c.run(["setpriv", "--reuid=airlock-journal", "--regid=airlock-journal", "--init-groups", "--",
-                          "python3", "-c", CONNECT, path], check=False)
+        r = system.c.run(
+            [
+                "setpriv",
+                "--reuid=airlock-journal",
+                "--regid=airlock-journal",
+                "--init-groups",
+                "--",
+                "python3",
+                "-c",
+                CONNECT,
+                path,
+            ],
+            check=False,
+        )
         assert r.returncode != 0 and "PermissionError" in r.stderr, r
 
 

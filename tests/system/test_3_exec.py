@@ -24,7 +24,9 @@ def test_privileged_command_runs_as_root(system) -> None:
 
 
 def test_exit_code_and_streams_come_back(system) -> None:
-    r = system.airlock("run", "--no-privilege", "--operation-id", op(), "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3")
+    r = system.airlock(
+        "run", "--no-privilege", "--operation-id", op(), "--", "/bin/sh", "-c", "echo out; echo err >&2; exit 3"
+    )
     assert (r.returncode, r.stdout, r.stderr) == (3, "out\n", "err\n"), r
 
 
@@ -70,10 +72,16 @@ def test_audit_chain_verifies(system) -> None:
 
 def test_services_run_as_notify_services_with_a_watchdog(system) -> None:
     assert system.airlock("run", "--no-privilege", "--operation-id", op(), "--", "/usr/bin/true").returncode == 0
-    users = {"airlock-intake.service": "airlock-intake", "airlock-approval.service": "airlock-approval",
-             "airlock-journal.service": "airlock-journal", "airlock-runner.service": "root"}
+    users = {
+        "airlock-intake.service": "airlock-intake",
+        "airlock-approval.service": "airlock-approval",
+        "airlock-journal.service": "airlock-journal",
+        "airlock-runner.service": "root",
+    }
     for service, user in users.items():
-        show = system.c.run(["systemctl", "show", "-p", "Type,NotifyAccess,WatchdogUSec,StatusText,MainPID", service]).stdout
+        show = system.c.run(
+            ["systemctl", "show", "-p", "Type,NotifyAccess,WatchdogUSec,StatusText,MainPID", service]
+        ).stdout
         props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
         assert (props["Type"], props["NotifyAccess"], props["WatchdogUSec"]) == ("notify", "main", "30s"), props
         assert props["StatusText"], props  # STATUS= from sd_notify

@@ -18,7 +18,9 @@ def _pending(system) -> list[dict]:
 def _ask(system, *argv: str):
     """Start `airlock run` for a command no rule covers; return the process and its request ID."""
     marker = uuid.uuid4().hex
-    proc = system.c.popen(["airlock", "run", "--reason", marker, "--operation-id", f"systest-{marker}", "--", *argv], user=system.AGENT)
+    proc = system.c.popen(
+        ["airlock", "run", "--reason", marker, "--operation-id", f"systest-{marker}", "--", *argv], user=system.AGENT
+    )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         for item in _pending(system):
@@ -62,7 +64,9 @@ def test_nobody_decides_and_the_request_times_out(system) -> None:
     system.restart_services()
     try:
         started = time.monotonic()
-        r = system.airlock("run", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/hostname", timeout=60)
+        r = system.airlock(
+            "run", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/hostname", timeout=60
+        )
         assert r.returncode == 124, r
         assert 2.5 < time.monotonic() - started < 30
         assert r.stdout == ""
@@ -73,15 +77,18 @@ def test_nobody_decides_and_the_request_times_out(system) -> None:
 
 def test_reload_applies_a_policy_change_and_refuses_a_bad_one(system) -> None:
     def run_uname():
-        return system.airlock("run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--",
-                              "/usr/bin/uname", "-s")
+        return system.airlock(
+            "run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/uname", "-s"
+        )
 
     system.set_config("approval:\n  timeout_seconds: 2\n")
     system.restart_services()
     try:
         assert run_uname().returncode == 124  # no rule: ask, and nobody answers
-        system.c.write("/etc/airlock/policy.d/60-systest-reload.yaml",
-                       "rules:\n  - name: systest-reload\n    decision: allow\n    commands: [[/usr/bin/uname, \"...\"]]\n")
+        system.c.write(
+            "/etc/airlock/policy.d/60-systest-reload.yaml",
+            'rules:\n  - name: systest-reload\n    decision: allow\n    commands: [[/usr/bin/uname, "..."]]\n',
+        )
         assert system.active("airlock-approval.service") == "active"
         pid = system.main_pid("airlock-approval.service")
         system.c.run(["systemctl", "reload", "airlock-approval.service"])
@@ -97,7 +104,9 @@ def test_reload_applies_a_policy_change_and_refuses_a_bad_one(system) -> None:
         assert system.active("airlock-approval.service") == "active"
         assert run_uname().returncode == 0
     finally:
-        system.c.run(["rm", "-f", "/etc/airlock/policy.d/60-systest-reload.yaml", "/etc/airlock/policy.d/61-systest-broken.yaml"])
+        system.c.run(
+            ["rm", "-f", "/etc/airlock/policy.d/60-systest-reload.yaml", "/etc/airlock/policy.d/61-systest-broken.yaml"]
+        )
         system.restore_config()
         system.restart_services()
 
@@ -110,7 +119,9 @@ def test_the_example_notify_hook_works_inside_the_sandbox(system) -> None:
     system.restart_services()
     try:
         marker = uuid.uuid4().hex
-        r = system.airlock("run", "--reason", marker, "--operation-id", f"systest-{marker}", "--", "/usr/bin/hostname", timeout=60)
+        r = system.airlock(
+            "run", "--reason", marker, "--operation-id", f"systest-{marker}", "--", "/usr/bin/hostname", timeout=60
+        )
         assert r.returncode == 124, r
         deadline = time.monotonic() + 15
         while True:
@@ -130,8 +141,10 @@ def test_session_tokens_name_the_session_and_die_with_the_service(system) -> Non
     assert r.returncode == 0, r
     token = r.stdout.strip()
     assert token and "\n" not in token
-    code, envelope, r = system.run_json("/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token,
-                                                               "--session", "claimed-by-the-agent"))
+    code, envelope, r = system.run_json(
+        "/usr/bin/true",
+        extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token, "--session", "claimed-by-the-agent"),
+    )
     assert code == 0, r
     out = system.c.run(["journalctl", "--no-pager", "-o", "json", f"AIRLOCK_REQUEST_ID={envelope['id']}"]).stdout
     sessions = {json.loads(line).get("AIRLOCK_SESSION") for line in out.splitlines() if line.strip()} - {None}
@@ -139,5 +152,7 @@ def test_session_tokens_name_the_session_and_die_with_the_service(system) -> Non
 
     # The token store lives in airlock-approval's memory: a restart revokes all (fail closed).
     system.c.run(["systemctl", "restart", "airlock-approval.service"])
-    code, envelope, r = system.run_json("/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token))
+    code, envelope, r = system.run_json(
+        "/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token)
+    )
     assert code == 125 and envelope.get("error", {}).get("code") == "unauthorized", r

@@ -10,7 +10,9 @@ def test_services_exit_when_idle_and_come_back(system) -> None:
     system.set_config("services:\n  idle_exit_seconds: 2\n")
     system.restart_services()
     try:
-        r = system.airlock("run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/true")
+        r = system.airlock(
+            "run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/true"
+        )
         assert r.returncode == 0, r
         first = {s: system.main_pid(s) for s in system.SERVICES}
         assert all(first.values()), first  # the request started all four
@@ -26,7 +28,9 @@ def test_services_exit_when_idle_and_come_back(system) -> None:
         for socket in system.SOCKETS:
             assert system.active(socket) == "active", socket
 
-        r = system.airlock("run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/id", "-un")
+        r = system.airlock(
+            "run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/id", "-un"
+        )
         assert (r.returncode, r.stdout.strip()) == (0, system.AGENT), r
         again = {s: system.main_pid(s) for s in system.SERVICES}
         assert all(again.values()) and all(again[s] != first[s] for s in system.SERVICES), (first, again)

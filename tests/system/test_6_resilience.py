@@ -13,7 +13,7 @@ import pytest
 
 # Runs inside the container as the agent: N requests from W workers, one JSON
 # line per request with its exit code and what came back.
-STREAM = r'''
+STREAM = r"""
 import json, subprocess, sys, threading
 tag, workers, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 lock = threading.Lock()
@@ -21,8 +21,8 @@ def worker(w):
     for i in range(count):
         op = f"systest-{tag}-{w}-{i}"
         try:
-            p = subprocess.run(["airlock", "run", "--json", "--no-privilege", "--operation-id", op, "--", "/usr/bin/echo", op],
-                               capture_output=True, timeout=120)
+            argv = ["airlock", "run", "--json", "--no-privilege", "--operation-id", op, "--", "/usr/bin/echo", op]
+            p = subprocess.run(argv, capture_output=True, timeout=120)
             rc, out, err = p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
         except subprocess.TimeoutExpired:
             rc, out, err = "hang", "", ""
@@ -31,7 +31,7 @@ def worker(w):
 threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
 for t in threads: t.start()
 for t in threads: t.join()
-'''
+"""
 
 
 def _events(system) -> list[dict]:
@@ -78,11 +78,19 @@ def _disrupt(system, service: str, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["restart", "sigkill"])
-@pytest.mark.parametrize("service", ["airlock-intake.service", "airlock-approval.service", "airlock-runner.service", "airlock-journal.service"])
+@pytest.mark.parametrize(
+    "service",
+    ["airlock-intake.service", "airlock-approval.service", "airlock-runner.service", "airlock-journal.service"],
+)
 def test_every_request_gets_an_answer(system, stream_script: str, service: str, how: str) -> None:
     tag = f"{how}-{service.split('.')[0]}-{uuid.uuid4().hex[:8]}"
     # Warm up: every service running, so the disruption hits a live process.
-    assert system.airlock("run", "--no-privilege", "--operation-id", f"systest-warm-{tag}", "--", "/usr/bin/true").returncode == 0
+    assert (
+        system.airlock(
+            "run", "--no-privilege", "--operation-id", f"systest-warm-{tag}", "--", "/usr/bin/true"
+        ).returncode
+        == 0
+    )
     before = system.main_pid(service)
     proc = system.c.popen(["python3", stream_script, tag, "3", "12"], user=system.AGENT)
     time.sleep(1.0)
@@ -98,7 +106,9 @@ def test_every_request_gets_an_answer(system, stream_script: str, service: str, 
     # Service is back: a request after the disruption succeeds.
     deadline = time.monotonic() + 20
     while True:
-        r = system.airlock("run", "--no-privilege", "--operation-id", f"systest-after-{tag}-{time.monotonic()}", "--", "/usr/bin/true")
+        r = system.airlock(
+            "run", "--no-privilege", "--operation-id", f"systest-after-{tag}-{time.monotonic()}", "--", "/usr/bin/true"
+        )
         if r.returncode == 0 or time.monotonic() > deadline:
             break
         time.sleep(0.5)

@@ -17,7 +17,7 @@ DB = "/var/lib/airlock/journal.sqlite"
 ANCHORS = "/var/lib/airlock/journal.anchors"
 
 # Run as root inside the container with the journal stopped: cut CUT records off the end.
-CUT_TAIL = r'''
+CUT_TAIL = r"""
 import json, sqlite3, sys
 cut = int(sys.argv[1])
 conn = sqlite3.connect("/var/lib/airlock/journal.sqlite", isolation_level=None)
@@ -33,7 +33,7 @@ lines = [l for l in open(path).read().splitlines() if l and json.loads(l)["seq"]
 with open(path, "w") as f:  # keeps the file's owner
     f.write("".join(l + "\n" for l in lines))
 print(keep, head)
-'''
+"""
 
 
 def _anchors_in_journald(system) -> list[dict]:
@@ -90,8 +90,9 @@ def test_anchors_reach_journald_and_catch_a_cut_database(system) -> None:
     # Acknowledge (root, journal stopped), then it verifies again with the segment shown.
     system.c.run(["systemctl", "stop", "airlock-journal.socket", "airlock-journal.service"])
     try:
-        ack = system.airlock("audit", "acknowledge", "--anchors", "journald", "--reason", "systest: cut on purpose",
-                             user=None)
+        ack = system.airlock(
+            "audit", "acknowledge", "--anchors", "journald", "--reason", "systest: cut on purpose", user=None
+        )
         assert ack.returncode == 0, ack
     finally:
         system.c.run(["systemctl", "start", "airlock-journal.socket"])

@@ -9,17 +9,30 @@ import uuid
 
 def test_timeout_kills_the_whole_scope(system) -> None:
     marker = uuid.uuid4().hex[:12]
-    script = (
-        "sleep 1001 & setsid sleep 1002 & (setsid sh -c 'sleep 1003 & sleep 1004' &) ; "
-        "sleep 1005"
+    script = "sleep 1001 & setsid sleep 1002 & (setsid sh -c 'sleep 1003 & sleep 1004' &) ; sleep 1005"
+    proc = system.c.popen(
+        [
+            "airlock",
+            "run",
+            "--no-privilege",
+            "--timeout",
+            "4",
+            "--operation-id",
+            f"systest-{marker}",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ],
+        user=system.AGENT,
     )
-    proc = system.c.popen(["airlock", "run", "--no-privilege", "--timeout", "4", "--operation-id", f"systest-{marker}",
-                           "--", "/bin/sh", "-c", script], user=system.AGENT)
     # While it runs, the jobs slice lists its scope and every process in it.
     deadline = time.monotonic() + 3.5
     status = ""
     while time.monotonic() < deadline:
-        status = system.c.run(["systemctl", "status", "--no-pager", "--lines=0", "airlock-jobs.slice"], check=False).stdout
+        status = system.c.run(
+            ["systemctl", "status", "--no-pager", "--lines=0", "airlock-jobs.slice"], check=False
+        ).stdout
         if all(f"sleep {n}" in status for n in (1001, 1002, 1003, 1004)):
             break
         time.sleep(0.2)
@@ -39,8 +52,20 @@ def test_timeout_kills_the_whole_scope(system) -> None:
 
 def test_operator_cancel_kills_the_whole_scope(system) -> None:
     operation = f"systest-cancel-{uuid.uuid4().hex[:12]}"
-    proc = system.c.popen(["airlock", "run", "--no-privilege", "--operation-id", operation,
-                           "--", "/bin/sh", "-c", "setsid sleep 1007 & sleep 1008"], user=system.AGENT)
+    proc = system.c.popen(
+        [
+            "airlock",
+            "run",
+            "--no-privilege",
+            "--operation-id",
+            operation,
+            "--",
+            "/bin/sh",
+            "-c",
+            "setsid sleep 1007 & sleep 1008",
+        ],
+        user=system.AGENT,
+    )
     # Anchored: before exec, the unit's exec helper also carries "sleep 1007"
     # in its command line; the job runs once sleep itself does.
     system.c.wait_for(["pgrep", "-f", "^sleep 1008"], timeout=20)

@@ -65,7 +65,9 @@ def units_policy(system):
 
 
 def test_a_job_is_a_transient_service_with_its_evidence(system) -> None:
-    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/self/status", privileged=True, extra=("--operation-id", op()))
+    code, envelope, r = system.run_json(
+        "/usr/bin/cat", "/proc/self/status", privileged=True, extra=("--operation-id", op())
+    )
     assert code == 0 and envelope.get("ok"), r
     data = envelope["data"]
     assert data["containment"] == "service", data
@@ -80,7 +82,9 @@ def test_a_job_is_a_transient_service_with_its_evidence(system) -> None:
 def test_a_root_job_is_a_full_root_job_by_default(system) -> None:
     import base64
 
-    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/self/status", privileged=True, extra=("--operation-id", op()))
+    code, envelope, r = system.run_json(
+        "/usr/bin/cat", "/proc/self/status", privileged=True, extra=("--operation-id", op())
+    )
     assert code == 0, r
     status = base64.b64decode(envelope["data"]["stdout"]).decode()
     init = system.c.run(["cat", "/proc/1/status"]).stdout
@@ -99,8 +103,15 @@ def test_a_root_job_is_a_full_root_job_by_default(system) -> None:
 def test_an_approved_mount_works(system) -> None:
     system.c.run(["mkdir", "-p", "/mnt/airlock-systest"])
     try:
-        code, envelope, r = system.run_json("/usr/bin/mount", "-t", "tmpfs", "none", "/mnt/airlock-systest",
-                                            privileged=True, extra=("--operation-id", op()))
+        code, envelope, r = system.run_json(
+            "/usr/bin/mount",
+            "-t",
+            "tmpfs",
+            "none",
+            "/mnt/airlock-systest",
+            privileged=True,
+            extra=("--operation-id", op()),
+        )
         assert code == 0 and envelope["data"]["stages"][0]["exit_code"] == 0, r
         fs = system.c.run(["findmnt", "-n", "-o", "FSTYPE", "/mnt/airlock-systest"], check=False).stdout.strip()
         assert fs == "tmpfs"
@@ -110,10 +121,14 @@ def test_an_approved_mount_works(system) -> None:
 
 def test_read_only_sandbox_cannot_write_etc(system) -> None:
     system.c.run(["rm", "-f", "/etc/airlock-systest-rw", "/etc/airlock-systest-ro"])
-    code, _envelope, r = system.run_json("/usr/bin/touch", "/etc/airlock-systest-rw", privileged=True, extra=("--operation-id", op()))
+    code, _envelope, r = system.run_json(
+        "/usr/bin/touch", "/etc/airlock-systest-rw", privileged=True, extra=("--operation-id", op())
+    )
     assert code == 0, r  # the control: a rule without a sandbox writes /etc
     assert system.c.run(["test", "-e", "/etc/airlock-systest-rw"], check=False).returncode == 0
-    code, envelope, r = system.run_json("/usr/bin/touch", "/etc/airlock-systest-ro", privileged=True, extra=("--operation-id", op()))
+    code, envelope, r = system.run_json(
+        "/usr/bin/touch", "/etc/airlock-systest-ro", privileged=True, extra=("--operation-id", op())
+    )
     assert code != 0, r
     import base64
 
@@ -129,33 +144,76 @@ def test_private_network_sandbox_has_only_lo(system) -> None:
         text = base64.b64decode(envelope["data"]["stdout"]).decode()
         return sorted(line.split(":", 1)[0].strip() for line in text.splitlines() if ":" in line)
 
-    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/self/net/dev", privileged=True, extra=("--operation-id", op()))
+    code, envelope, r = system.run_json(
+        "/usr/bin/cat", "/proc/self/net/dev", privileged=True, extra=("--operation-id", op())
+    )
     assert code == 0, r
     control = interfaces(envelope)
     assert "lo" in control and len(control) > 1, control  # the control: the machine has other interfaces
-    code, envelope, r = system.run_json("/usr/bin/cat", "/proc/net/dev", privileged=True, extra=("--operation-id", op()))
+    code, envelope, r = system.run_json(
+        "/usr/bin/cat", "/proc/net/dev", privileged=True, extra=("--operation-id", op())
+    )
     assert code == 0, r
     assert interfaces(envelope) == ["lo"], envelope["data"]
 
 
 def test_policy_check_shows_the_sandbox(system) -> None:
-    r = system.airlock("policy", "check", "--user", system.AGENT, "--", "/usr/bin/touch", "/etc/airlock-systest-ro",
-                       user=system.OPERATOR)
+    r = system.airlock(
+        "policy",
+        "check",
+        "--user",
+        system.AGENT,
+        "--",
+        "/usr/bin/touch",
+        "/etc/airlock-systest-ro",
+        user=system.OPERATOR,
+    )
     assert r.returncode == 0, r
     assert "sandbox: read_only=True" in r.stdout, r.stdout
-    r = system.airlock("policy", "check", "--user", system.AGENT, "--", "/usr/bin/touch", "/etc/airlock-systest-rw",
-                       user=system.OPERATOR)
+    r = system.airlock(
+        "policy",
+        "check",
+        "--user",
+        system.AGENT,
+        "--",
+        "/usr/bin/touch",
+        "/etc/airlock-systest-rw",
+        user=system.OPERATOR,
+    )
     assert "sandbox: none (a full job, as with sudo)" in r.stdout, r.stdout
 
 
 def test_timeout_and_cancel_stop_the_unit_and_leave_nothing(system) -> None:
     timed = op()
-    r = system.airlock("run", "--no-privilege", "--timeout", "2", "--operation-id", timed, "--",
-                       "/usr/bin/dash", "-c", "setsid sleep 1011 & sleep 1012", timeout=60)
+    r = system.airlock(
+        "run",
+        "--no-privilege",
+        "--timeout",
+        "2",
+        "--operation-id",
+        timed,
+        "--",
+        "/usr/bin/dash",
+        "-c",
+        "setsid sleep 1011 & sleep 1012",
+        timeout=60,
+    )
     assert r.returncode in (128 + 15, 128 + 9), r
     cancelled = op()
-    proc = system.c.popen(["airlock", "run", "--no-privilege", "--operation-id", cancelled, "--",
-                           "/usr/bin/dash", "-c", "setsid sleep 1013 & sleep 1014"], user=system.AGENT)
+    proc = system.c.popen(
+        [
+            "airlock",
+            "run",
+            "--no-privilege",
+            "--operation-id",
+            cancelled,
+            "--",
+            "/usr/bin/dash",
+            "-c",
+            "setsid sleep 1013 & sleep 1014",
+        ],
+        user=system.AGENT,
+    )
     system.c.wait_for(["pgrep", "-f", "^sleep 1014"], timeout=20)
     assert cancelled in _job_units(system)  # running as its own unit
     r = system.airlock("cancel", cancelled, "--reason", "systest", user=system.OPERATOR)
@@ -163,8 +221,9 @@ def test_timeout_and_cancel_stop_the_unit_and_leave_nothing(system) -> None:
     proc.communicate(timeout=30)
     assert proc.returncode != 0
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and (_job_units(system) or
-                                           system.c.run(["pgrep", "-f", "^sleep 101[1-4]"], check=False).returncode == 0):
+    while time.monotonic() < deadline and (
+        _job_units(system) or system.c.run(["pgrep", "-f", "^sleep 101[1-4]"], check=False).returncode == 0
+    ):
         time.sleep(0.2)
     assert system.c.run(["pgrep", "-a", "-f", "^sleep 101[1-4]"], check=False).returncode == 1
     assert _job_units(system) == ""

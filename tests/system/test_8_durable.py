@@ -32,7 +32,17 @@ def _waits_for_an_operator(system) -> None:
     """A policy-allowed command now waits (rule `hold`); deny it so nothing runs."""
     marker = uuid.uuid4().hex
     proc = system.c.popen(
-        ["airlock", "run", "--no-privilege", "--reason", marker, "--operation-id", f"systest-{marker}", "--", "/usr/bin/true"],
+        [
+            "airlock",
+            "run",
+            "--no-privilege",
+            "--reason",
+            marker,
+            "--operation-id",
+            f"systest-{marker}",
+            "--",
+            "/usr/bin/true",
+        ],
         user=system.AGENT,
     )
     deadline = time.monotonic() + 30

@@ -54,7 +54,9 @@ def _wait_for(system, match, timeout: float = 20.0) -> dict:
 def test_the_relay_ships_disabled_and_within_its_exposure(system) -> None:
     assert system.c.run(["systemctl", "is-enabled", "airlock-notify.service"], check=False).stdout.strip() == "disabled"
     assert system.active("airlock-notify.service") == "inactive"
-    r = system.c.run(["systemd-analyze", "verify", "--man=no", "/lib/systemd/system/airlock-notify.service"], check=False)
+    r = system.c.run(
+        ["systemd-analyze", "verify", "--man=no", "/lib/systemd/system/airlock-notify.service"], check=False
+    )
     assert (r.returncode, r.stdout + r.stderr) == (0, ""), r
     out = system.c.run(["systemd-analyze", "security", "--no-pager", "airlock-notify.service"]).stdout
     level = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", out).group(1))
@@ -65,7 +67,8 @@ def test_the_relay_reaches_a_webhook_and_its_user_cannot_approve(system) -> None
     receiver = system.c.popen(["timeout", "300", "python3", "-c", RECEIVER])
     system.set_config(
         "approval:\n  timeout_seconds: 60\n"
-        f"notify:\n  host: systest\n  channels:\n    - {{type: webhook, url: 'http://127.0.0.1:{PORT}/hook', secret: {SECRET}}}\n"
+        "notify:\n  host: systest\n  channels:\n    - "
+        f"{{type: webhook, url: 'http://127.0.0.1:{PORT}/hook', secret: {SECRET}}}\n"
     )
     system.restart_services()
     try:
@@ -77,7 +80,14 @@ def test_the_relay_reaches_a_webhook_and_its_user_cannot_approve(system) -> None
         assert message["user"] == system.AGENT and message["what"] == "/usr/bin/hostname"
 
         # The relay's own credentials (its unit's user and supplementary group): read yes, approve no.
-        as_relay = ["setpriv", "--reuid=airlock-notify", "--regid=airlock-notify", "--groups=airlock-admin", "--", "airlock"]
+        as_relay = [
+            "setpriv",
+            "--reuid=airlock-notify",
+            "--regid=airlock-notify",
+            "--groups=airlock-admin",
+            "--",
+            "airlock",
+        ]
         assert system.c.run([*as_relay, "pending", "--json"], check=False).returncode == 0
         refused = system.c.run([*as_relay, "approve", request_id, "--reason", "relay"], check=False)
         assert refused.returncode != 0 and "unauthorized" in refused.stdout + refused.stderr, refused
@@ -86,8 +96,17 @@ def test_the_relay_reaches_a_webhook_and_its_user_cannot_approve(system) -> None
         proc.communicate(timeout=30)
         decided = _wait_for(system, lambda m: m.get("request_id") == request_id and m.get("event") == "decided")
         assert decided["decision"] == "deny" and decided["by"] == system.OPERATOR
-        journal = system.c.run(["journalctl", "--no-pager", "-o", "json", "-u", "airlock-notify.service",
-                                "MESSAGE_ID=5b0f6f0e2c8a4d7e9a51c3b7d2e86f14"]).stdout
+        journal = system.c.run(
+            [
+                "journalctl",
+                "--no-pager",
+                "-o",
+                "json",
+                "-u",
+                "airlock-notify.service",
+                "MESSAGE_ID=5b0f6f0e2c8a4d7e9a51c3b7d2e86f14",
+            ]
+        ).stdout
         assert request_id in journal
     finally:
         system.c.run(["systemctl", "disable", "--now", "airlock-notify.service"], check=False)

@@ -11,8 +11,19 @@ LOCAL = "\n# local change (systest)\nlog:\n  level: debug\n"
 
 
 def _reinstall(system) -> None:
-    system.c.run(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--reinstall",
-                  "--no-install-recommends", system.deb_inside], timeout=300)
+    system.c.run(
+        [
+            "env",
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "install",
+            "-y",
+            "--reinstall",
+            "--no-install-recommends",
+            system.deb_inside,
+        ],
+        timeout=300,
+    )
 
 
 def test_the_session_left_no_crash_in_the_journal(system) -> None:
@@ -26,7 +37,12 @@ def test_the_session_left_no_crash_in_the_journal(system) -> None:
 def test_upgrade_keeps_local_config_and_restarts_running_services(system) -> None:
     original = system.c.run(["cat", "/etc/airlock/airlock.yaml"]).stdout
     system.c.write("/etc/airlock/airlock.yaml", original + LOCAL)
-    assert system.airlock("run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/true").returncode == 0
+    assert (
+        system.airlock(
+            "run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/true"
+        ).returncode
+        == 0
+    )
     running = {s: system.main_pid(s) for s in system.SERVICES}
     assert all(running.values()), running
 
@@ -40,15 +56,28 @@ def test_upgrade_keeps_local_config_and_restarts_running_services(system) -> Non
     for socket in system.SOCKETS:
         assert system.c.run(["systemctl", "is-enabled", socket]).stdout.strip() == "enabled"
         assert system.active(socket) == "active", socket
-    r = system.airlock("run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/id", "-un")
+    r = system.airlock(
+        "run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}", "--", "/usr/bin/id", "-un"
+    )
     assert (r.returncode, r.stdout.strip()) == (0, system.AGENT), r
     system.audit_verify()
 
 
 def test_purge_leaves_no_process_no_socket_no_state(system) -> None:
     # A job is running when the package goes.
-    proc = system.c.popen(["airlock", "run", "--no-privilege", "--operation-id", f"systest-{uuid.uuid4().hex}",
-                           "--", "/usr/bin/sleep", "1006"], user=system.AGENT)
+    proc = system.c.popen(
+        [
+            "airlock",
+            "run",
+            "--no-privilege",
+            "--operation-id",
+            f"systest-{uuid.uuid4().hex}",
+            "--",
+            "/usr/bin/sleep",
+            "1006",
+        ],
+        user=system.AGENT,
+    )
     system.c.wait_for(["pgrep", "-f", "sleep 1006"], timeout=20)
 
     system.c.run(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "airlock"], timeout=300)

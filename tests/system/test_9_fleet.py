@@ -54,6 +54,7 @@ def _network(name: str, ip: str):
         (root / "etc/systemd/network/10-host0.network").write_text(
             f"[Match]\nName=host0\n\n[Network]\nAddress={ip}/24\nLinkLocalAddressing=no\nIPv6AcceptRA=no\n"
         )
+
     return prepare
 
 
@@ -65,12 +66,43 @@ def make_certificates(where: Path) -> None:
     """A throwaway CA and a certificate for each side (SAN: its address), EC P-256."""
     where.mkdir()
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=airlock fleet test CA", cwd=where)
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=airlock fleet test CA",
+        cwd=where,
+    )
     for name, ip in (("collector", COLLECTOR_IP), ("host", HOST_IP)):
         _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=where)
-        (where / f"{name}.ext").write_text(f"subjectAltName=IP:{ip},DNS:{name}\nextendedKeyUsage=serverAuth,clientAuth\n")
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=where)
+        (where / f"{name}.ext").write_text(
+            f"subjectAltName=IP:{ip},DNS:{name}\nextendedKeyUsage=serverAuth,clientAuth\n"
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            f"{name}.ext",
+            cwd=where,
+        )
 
 
 def _install(c: Container, deb: Path) -> None:
@@ -101,12 +133,19 @@ class Fleet:
         self.host = host
 
     def collector_verify(self, *args: str) -> Result:
-        return self.collector.run(["airlock", "audit", "verify", "--journal", REMOTE_DIR, *args], user="auditor",
-                                  check=False, timeout=120)
+        return self.collector.run(
+            ["airlock", "audit", "verify", "--journal", REMOTE_DIR, *args], user="auditor", check=False, timeout=120
+        )
 
     def host_head(self) -> int:
-        out = self.host.run(["python3", "-c", "import sqlite3; print(sqlite3.connect('file:/var/lib/airlock/journal.sqlite"
-                                             "?mode=ro', uri=True).execute('SELECT max(seq) FROM events').fetchone()[0])"])
+        out = self.host.run(
+            [
+                "python3",
+                "-c",
+                "import sqlite3; print(sqlite3.connect('file:/var/lib/airlock/journal.sqlite"
+                "?mode=ro', uri=True).execute('SELECT max(seq) FROM events').fetchone()[0])",
+            ]
+        )
         return int(out.stdout.strip())
 
     def wait_collected(self, seq: int, timeout: float = 90.0) -> dict:
@@ -119,8 +158,12 @@ class Fleet:
             if hosts and (hosts[0].get("last_seq") or 0) >= seq:
                 return report
             if time.monotonic() > deadline:
-                upload = self.host.run(["journalctl", "-u", "systemd-journal-upload", "--no-pager", "-n", "30"], check=False)
-                remote = self.collector.run(["journalctl", "-u", "systemd-journal-remote", "--no-pager", "-n", "30"], check=False)
+                upload = self.host.run(
+                    ["journalctl", "-u", "systemd-journal-upload", "--no-pager", "-n", "30"], check=False
+                )
+                remote = self.collector.run(
+                    ["journalctl", "-u", "systemd-journal-remote", "--no-pager", "-n", "30"], check=False
+                )
                 raise AssertionError(f"the collector never held seq {seq}:\n{r}\n{upload}\n{remote}")
             time.sleep(1)
 
@@ -131,10 +174,14 @@ def _pair(certs: Path) -> Iterator[Fleet]:
     # (INCLUDE again: a base cached before a dependency joined INCLUDE lacks it).
     packages = ("systemd-journal-remote", *INCLUDE)
     zone = [f"--network-zone={ZONE}"]
-    with booted(packages=packages, nspawn_args=zone, name="collector", before_boot=_network("fleet-collector", COLLECTOR_IP)) as collector:
+    with booted(
+        packages=packages, nspawn_args=zone, name="collector", before_boot=_network("fleet-collector", COLLECTOR_IP)
+    ) as collector:
         # The zone's bridge exists once a container is in it; no networkd on this host brings it up.
         subprocess.run(["ip", "link", "set", f"vz-{ZONE}", "up"], check=True, timeout=30)
-        with booted(packages=packages, nspawn_args=zone, name="host", before_boot=_network("fleet-host", HOST_IP)) as host:
+        with booted(
+            packages=packages, nspawn_args=zone, name="host", before_boot=_network("fleet-host", HOST_IP)
+        ) as host:
             yield Fleet(collector, host)
 
 
@@ -158,23 +205,39 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 _install(side, deb)
             # The collector: journal-remote over HTTPS, client certificates from the test CA only.
             _put(c, certs, "collector", "systemd-journal-remote")
-            c.write("/etc/systemd/journal-remote.conf",
-                    "[Remote]\nSplitMode=host\nServerKeyFile=/etc/airlock-fleet/collector.key\n"
-                    "ServerCertificateFile=/etc/airlock-fleet/collector.pem\n"
-                    "TrustedCertificateFile=/etc/airlock-fleet/ca.pem\n")
+            c.write(
+                "/etc/systemd/journal-remote.conf",
+                "[Remote]\nSplitMode=host\nServerKeyFile=/etc/airlock-fleet/collector.key\n"
+                "ServerCertificateFile=/etc/airlock-fleet/collector.pem\n"
+                "TrustedCertificateFile=/etc/airlock-fleet/ca.pem\n",
+            )
             c.run(["systemctl", "enable", "--now", "systemd-journal-remote.socket"])
             # No airlock service runs on the collector: verify needs none.
-            c.run(["systemctl", "disable", "--now", "airlock.target", "airlock.socket", "airlock-operator.socket",
-                   "airlock-approval.socket", "airlock-runner.socket", "airlock-journal.socket"], check=False)
+            c.run(
+                [
+                    "systemctl",
+                    "disable",
+                    "--now",
+                    "airlock.target",
+                    "airlock.socket",
+                    "airlock-operator.socket",
+                    "airlock-approval.socket",
+                    "airlock-runner.socket",
+                    "airlock-journal.socket",
+                ],
+                check=False,
+            )
             c.run(["useradd", "--create-home", "--groups", "systemd-journal-remote", "auditor"])
             # The host: airlock, and journal-upload to the collector.
             h.run(["useradd", "--create-home", "--groups", "airlock", "agent1"])
             h.run(["useradd", "--create-home", "--groups", "airlock-admin", "op1"])
             h.write("/etc/airlock/policy.d/50-fleet.yaml", POLICY)
             _put(h, certs, "host", "systemd-journal")
-            h.write("/etc/systemd/journal-upload.conf",
-                    f"[Upload]\nURL=https://{COLLECTOR_IP}:{PORT}\nServerKeyFile=/etc/airlock-fleet/host.key\n"
-                    "ServerCertificateFile=/etc/airlock-fleet/host.pem\nTrustedCertificateFile=/etc/airlock-fleet/ca.pem\n")
+            h.write(
+                "/etc/systemd/journal-upload.conf",
+                f"[Upload]\nURL=https://{COLLECTOR_IP}:{PORT}\nServerKeyFile=/etc/airlock-fleet/host.key\n"
+                "ServerCertificateFile=/etc/airlock-fleet/host.pem\nTrustedCertificateFile=/etc/airlock-fleet/ca.pem\n",
+            )
             h.run(["systemctl", "enable", "--now", "systemd-journal-upload.service"])
             print(f"[systest] fleet pair ready in {time.monotonic() - started:.1f}s", flush=True)
             yield f
@@ -202,12 +265,16 @@ def test_requests_on_the_host_are_verified_on_the_collector(fleet: Fleet) -> Non
     assert text.returncode == 0 and text.stdout.rstrip().endswith("ok: 1 host check out"), text
     # That request's records are there, complete: the big one byte for byte as hashed.
     found = fleet.collector.run(
-        ["python3", "-c",
-         "import sys, json; from systemd import journal\n"
-         f"r = journal.Reader(path={REMOTE_DIR!r}); r.add_match(MESSAGE_ID={RECORD_MESSAGE_ID!r})\n"
-         f"r.add_match(AIRLOCK_REQUEST_ID={request_id!r})\n"
-         "print(json.dumps([[e['AIRLOCK_KIND'], len(e['AIRLOCK_RECORD'])] for e in r]))"],
-        user="auditor")
+        [
+            "python3",
+            "-c",
+            "import sys, json; from systemd import journal\n"
+            f"r = journal.Reader(path={REMOTE_DIR!r}); r.add_match(MESSAGE_ID={RECORD_MESSAGE_ID!r})\n"
+            f"r.add_match(AIRLOCK_REQUEST_ID={request_id!r})\n"
+            "print(json.dumps([[e['AIRLOCK_KIND'], len(e['AIRLOCK_RECORD'])] for e in r]))",
+        ],
+        user="auditor",
+    )
     kinds = json.loads(found.stdout)
     assert {"request.received", "exec.started", "exec.finished", "request.replied"} <= {k for k, _ in kinds}, kinds
     assert max(n for _, n in kinds) > 64000
@@ -217,8 +284,17 @@ def test_a_truncated_host_database_is_reported_by_compare(fleet: Fleet) -> None:
     h, c = fleet.host, fleet.collector
     h.run(["airlock", "run", "--no-privilege", "--", "/usr/bin/true"], user="agent1")
     # Stop airlock (the stop's own records and anchor are shipped too), then wait for the collector.
-    h.run(["systemctl", "stop", "airlock.socket", "airlock-operator.socket", "airlock-approval.socket",
-           "airlock-runner.socket", "airlock-journal.socket"])
+    h.run(
+        [
+            "systemctl",
+            "stop",
+            "airlock.socket",
+            "airlock-operator.socket",
+            "airlock-approval.socket",
+            "airlock-runner.socket",
+            "airlock-journal.socket",
+        ]
+    )
     head = fleet.host_head()
     fleet.wait_collected(head)
     copy = h.root / "root" / "collector"
@@ -228,14 +304,21 @@ def test_a_truncated_host_database_is_reported_by_compare(fleet: Fleet) -> None:
     same = h.run(compare, check=False)
     assert same.returncode == 0 and same.stdout.startswith("ok:"), same
     cut = head - 4
-    h.run(["python3", "-c",
-           "import sqlite3\nc = sqlite3.connect('/var/lib/airlock/journal.sqlite')\n"
-           "for (n,) in c.execute(\"SELECT name FROM sqlite_master WHERE type='trigger'\").fetchall():\n"
-           "    c.execute('DROP TRIGGER ' + n)\n"
-           f"c.execute('DELETE FROM events WHERE seq > {cut}')\nc.commit()\n"])
+    h.run(
+        [
+            "python3",
+            "-c",
+            "import sqlite3\nc = sqlite3.connect('/var/lib/airlock/journal.sqlite')\n"
+            "for (n,) in c.execute(\"SELECT name FROM sqlite_master WHERE type='trigger'\").fetchall():\n"
+            "    c.execute('DROP TRIGGER ' + n)\n"
+            f"c.execute('DELETE FROM events WHERE seq > {cut}')\nc.commit()\n",
+        ]
+    )
     differs = h.run(compare, check=False)
     assert differs.returncode == 1, differs
-    assert differs.stdout.startswith(f"DIFFERS at seq {cut + 1}:") and f"cut short after seq {cut}" in differs.stdout, differs
+    assert differs.stdout.startswith(f"DIFFERS at seq {cut + 1}:") and f"cut short after seq {cut}" in differs.stdout, (
+        differs
+    )
     # The collector's own copy still checks out: the host cannot take back what it shipped.
     assert fleet.collector_verify().returncode == 0
 
@@ -247,8 +330,17 @@ def test_an_acknowledged_cut_is_a_new_segment_on_the_collector(fleet: Fleet) -> 
     h = fleet.host
     done = h.run(["airlock", "audit", "acknowledge", "--json", "--reason", "fleet system test"])
     ack = json.loads(done.stdout)
-    h.run(["systemctl", "start", "airlock.socket", "airlock-operator.socket", "airlock-approval.socket",
-           "airlock-runner.socket", "airlock-journal.socket"])
+    h.run(
+        [
+            "systemctl",
+            "start",
+            "airlock.socket",
+            "airlock-operator.socket",
+            "airlock-approval.socket",
+            "airlock-runner.socket",
+            "airlock-journal.socket",
+        ]
+    )
     h.run(["airlock", "run", "--no-privilege", "--", "/usr/bin/true"], user="agent1")
     report = fleet.wait_collected(fleet.host_head())
     (host,) = report["hosts"]
@@ -271,7 +363,8 @@ def test_forged_records_on_the_host_do_not_count_on_the_collector(fleet: Fleet) 
         "from systemd import journal\n"
         "from airlock.journal import chain, fleet\n"
         "r = {'seq': 1, 'time': '2026-01-01T00:00:00.000Z', 'kind': 'exec.started', 'request_id': None,\n"
-        "     'operation_id': None, 'peer_uid': 0, 'session': None, 'writer': 'runner', 'payload': {}, 'prev_hash': chain.GENESIS}\n"
+        "     'operation_id': None, 'peer_uid': 0, 'session': None, 'writer': 'runner', 'payload': {}, 'prev_hash': "
+        "chain.GENESIS}\n"
         "fields = fleet.record_fields(r, chain.compute_hash(r), 'forger/' + '0' * 32)\n"
         "journal.send('forged', **fields)\n"
     )

@@ -72,7 +72,9 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
                 module = ".".join([*base, node.module] if node.module else base)
             else:
                 module = node.module or ""
-            targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module for alias in node.names]
+            targets = [
+                f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module for alias in node.names
+            ]
         for target in targets:
             if target == PACKAGE or target.startswith(PACKAGE + "."):
                 while target not in known and "." in target:

@@ -1,1 +1,2 @@
-"""airlock-approval: policy decisions, operators' approvals, single-use tickets and session tokens (the approval and operator doors)."""
+"""airlock-approval: policy decisions, operators' approvals, single-use tickets and session tokens (the approval and
+operator doors)."""

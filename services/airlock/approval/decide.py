@@ -101,33 +101,56 @@ class Deciding(Tickets, Votes):
             await self.audit.record(
                 "approval.decided",
                 common,
-                payload={"decision": "allow", "rule": rule, "by": "grant", "grant_id": granted.grant_id,
-                         "grant_scope": granted.scope, "granted_by": granted.made_by, "policy": decision.to_dict()},
+                payload={
+                    "decision": "allow",
+                    "rule": rule,
+                    "by": "grant",
+                    "grant_id": granted.grant_id,
+                    "grant_scope": granted.scope,
+                    "granted_by": granted.made_by,
+                    "policy": decision.to_dict(),
+                },
                 log_fields={"decision": "allow", "rule": rule},
                 after=after,
             )
             # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
-            return {"decision": "allow", "rule": rule, "decided_by": f"grant {granted.grant_id}",
-                    "ticket": self._issue(digest, bound, by_policy=True), "bound": bound}
+            return {
+                "decision": "allow",
+                "rule": rule,
+                "decided_by": f"grant {granted.grant_id}",
+                "ticket": self._issue(digest, bound, by_policy=True),
+                "bound": bound,
+            }
         if verdict == "ask":
             if isinstance(spec, FileSpec):
                 request = await fileop_review.operator_view(self.runner, request, spec)
                 reviewed = fileop_review.bound_file(request)
                 if reviewed is not None:
                     bound["file"] = reviewed
-            return await self._wait_for_operator(call, request, peer, decision, digest, bound, common, spec, requirement,
-                                                 after=after)
+            return await self._wait_for_operator(
+                call, request, peer, decision, digest, bound, common, spec, requirement, after=after
+            )
         payload = {"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()}
         if verdict == "deny":
-            await self.audit.record("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule},
-                                    after=after)
-            raise AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
+            await self.audit.record(
+                "approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule}, after=after
+            )
+            raise AirlockError(
+                ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"}
+            )
         # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
         # names this mark (intake passes it on, and redeem hands it to the runner itself).
-        mark = await self.audit.defer("approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule},
-                                      after=after)
-        return {"decision": "allow", "rule": rule, "decided_by": "policy",
-                "ticket": self._issue(digest, bound, by_policy=True, mark=mark), "bound": bound, "mark": mark}
+        mark = await self.audit.defer(
+            "approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule}, after=after
+        )
+        return {
+            "decision": "allow",
+            "rule": rule,
+            "decided_by": "policy",
+            "ticket": self._issue(digest, bound, by_policy=True, mark=mark),
+            "bound": bound,
+            "mark": mark,
+        }
 
     async def _wait_for_operator(
         self,
@@ -179,7 +202,9 @@ class Deciding(Tickets, Votes):
         # (the agent went away or cancelled), the request is withdrawn.
         watch = asyncio.ensure_future(_withdraw_when_gone(call, entry))
         try:
-            await call.emit("pending_approval", {"request_id": entry.request_id, "rule": rule, "timeout_seconds": timeout})
+            await call.emit(
+                "pending_approval", {"request_id": entry.request_id, "rule": rule, "timeout_seconds": timeout}
+            )
             verdict, by, operator_uid, reason = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
         except TimeoutError:
             verdict, by, operator_uid, reason = "timeout", "timeout", None, ""
@@ -189,7 +214,9 @@ class Deciding(Tickets, Votes):
             if entry.published is not None:
                 self.ledger.settle(entry.published, _SETTLED.get(verdict, "decided"))
         if verdict == "interrupted":
-            raise AirlockError(ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending")
+            raise AirlockError(
+                ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"
+            )
         await self.audit.record(
             "approval.decided",
             common,
@@ -198,17 +225,22 @@ class Deciding(Tickets, Votes):
             log_fields={"decision": verdict, "rule": rule},
         )
         if verdict == "timeout":
-            raise AirlockError(
-                ErrorCode.APPROVAL_TIMEOUT, f"no operator decided within {timeout:g}s", {"rule": rule}
-            )
+            raise AirlockError(ErrorCode.APPROVAL_TIMEOUT, f"no operator decided within {timeout:g}s", {"rule": rule})
         if verdict == "withdrawn":
             raise AirlockError(ErrorCode.WITHDRAWN, reason, {"rule": rule})
         if verdict == "deny":
             raise AirlockError(
-                ErrorCode.DENIED, f"denied by operator {by}" + (f": {reason}" if reason else ""), {"rule": rule, "decided_by": by}
+                ErrorCode.DENIED,
+                f"denied by operator {by}" + (f": {reason}" if reason else ""),
+                {"rule": rule, "decided_by": by},
             )
-        return {"decision": "allow", "rule": rule, "decided_by": by, "ticket": self._issue(entry.digest, entry.bound, by_policy=False),
-                "bound": entry.bound}
+        return {
+            "decision": "allow",
+            "rule": rule,
+            "decided_by": by,
+            "ticket": self._issue(entry.digest, entry.bound, by_policy=False),
+            "bound": entry.bound,
+        }
 
     async def withdraw(self, call: Call) -> dict[str, Any]:
         """intake: the agent went away or cancelled; the pending request is withdrawn at once."""

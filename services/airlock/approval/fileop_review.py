@@ -36,8 +36,11 @@ async def operator_view(runner: Client, request: dict[str, Any], spec: FileSpec)
     if not preview.get("ok"):
         return view | {"diff": None, "preview_error": preview.get("error")}
     before = preview.get("before_sha256")
-    return view | {"diff": preview.get("diff"), "before_sha256": before if before is not None else ABSENT,
-                   "after_sha256": preview.get("after_sha256")}
+    return view | {
+        "diff": preview.get("diff"),
+        "before_sha256": before if before is not None else ABSENT,
+        "after_sha256": preview.get("after_sha256"),
+    }
 
 
 def bound_file(view: dict[str, Any]) -> dict[str, Any] | None:

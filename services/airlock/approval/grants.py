@@ -49,18 +49,31 @@ class Grant:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "grant_id": self.grant_id, "uid": self.uid, "session": self.session, "scope": self.scope,
-            "digest": self.digest, "rule": self.rule, "expires": self.expires, "made_by": self.made_by,
-            "request_id": self.request_id, "command": self.command,
+            "grant_id": self.grant_id,
+            "uid": self.uid,
+            "session": self.session,
+            "scope": self.scope,
+            "digest": self.digest,
+            "rule": self.rule,
+            "expires": self.expires,
+            "made_by": self.made_by,
+            "request_id": self.request_id,
+            "command": self.command,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Grant:
         session = d.get("session")
         return cls(
-            grant_id=str(d["grant_id"]), uid=int(d["uid"]), session=str(session) if session is not None else None,
-            scope=str(d["scope"]), digest=str(d.get("digest") or ""), rule=str(d.get("rule") or ""),
-            expires=float(d["expires"]), made_by=str(d.get("made_by") or ""), request_id=str(d.get("request_id") or ""),
+            grant_id=str(d["grant_id"]),
+            uid=int(d["uid"]),
+            session=str(session) if session is not None else None,
+            scope=str(d["scope"]),
+            digest=str(d.get("digest") or ""),
+            rule=str(d.get("rule") or ""),
+            expires=float(d["expires"]),
+            made_by=str(d.get("made_by") or ""),
+            request_id=str(d.get("request_id") or ""),
             command=str(d.get("command") or ""),
         )
 
@@ -82,7 +95,9 @@ class Grants:
         """Grants whose time is up (still in the store: the caller journals their end, then removes them)."""
         return [g for g in self._live.values() if g.expires <= now]
 
-    def find(self, now: float, uid: int, session: str | None, digest: str, rule: str, stage_rules: Iterable[str]) -> Grant | None:
+    def find(
+        self, now: float, uid: int, session: str | None, digest: str, rule: str, stage_rules: Iterable[str]
+    ) -> Grant | None:
         rules = tuple(stage_rules)
         for grant in sorted(self._live.values(), key=lambda g: g.grant_id):
             if grant.expires > now and grant.covers(uid, session, digest, rule, rules):

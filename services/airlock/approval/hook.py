@@ -22,7 +22,8 @@ MAX_RUNNING = 16
 
 
 class NotifyCommand:
-    """`approval.notify_command`, started for each newly pending request (not sd_notify: that is `common.notify.Notifier`)."""
+    """`approval.notify_command`, started for each newly pending request (not sd_notify: that is
+    `common.notify.Notifier`)."""
 
     def __init__(self, argv: tuple[str, ...], timeout: float, operator_socket: str) -> None:
         self.argv = argv

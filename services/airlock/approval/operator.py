@@ -84,7 +84,8 @@ class Operating(Tickets, Votes):
             "operator.action",
             ids,
             payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason}
-            | self._vote_progress(entry, verdict) | ({"grant_id": grant.grant_id} if grant else {}),
+            | self._vote_progress(entry, verdict)
+            | ({"grant_id": grant.grant_id} if grant else {}),
         )
         if grant is not None and not entry.future.done():
             await self._add_grant(grant, ids, operator.user, reason)
@@ -115,7 +116,11 @@ class Operating(Tickets, Votes):
             "tokens": self.tokens.live(now),
             "grants": len(self.grants.live(now)),
             "services": await self._services(),
-            "policy": {"default": self.policy.default, "rules": len(self.policy.rules), "sources": list(self.policy.sources)},
+            "policy": {
+                "default": self.policy.default,
+                "rules": len(self.policy.rules),
+                "sources": list(self.policy.sources),
+            },
         }
 
     async def _services(self) -> dict[str, Any]:
@@ -149,7 +154,9 @@ class Operating(Tickets, Votes):
             raise validate.bad("argv", "give argv or pipeline")
         stages = tuple(validate.argv(f"pipeline[{i}]", s) for i, s in enumerate(pipeline))
         spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
-        decision = self.policy.decide(subject_of(peer, spec, validate.optional_text("session", a.get("session"))), stages)
+        decision = self.policy.decide(
+            subject_of(peer, spec, validate.optional_text("session", a.get("session"))), stages
+        )
         await self._hold_restored()
         return decision.to_dict() | {"hold": self.hold_reason is not None}
 
@@ -165,7 +172,9 @@ class Operating(Tickets, Votes):
         for entry in self.pending.values():
             if ref in (entry.request_id, entry.operation_id):
                 return await self._show_pending(entry, now)
-        prefixed = [p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)]
+        prefixed = [
+            p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)
+        ]
         events = await self.lookup.request_events(ref)
         if not events:
             events = await self.lookup.operation_events(ref)
@@ -173,7 +182,11 @@ class Operating(Tickets, Votes):
             request_ids, operation_ids = await self.lookup.prefixed(ref)
             found = sorted(request_ids | operation_ids)
             if len(found) > 1:
-                raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(found)} requests; give more of the ID", {"matches": found[:16]})
+                raise AirlockError(
+                    ErrorCode.CONFLICT,
+                    f"{ref!r} matches {len(found)} requests; give more of the ID",
+                    {"matches": found[:16]},
+                )
             if request_ids:
                 events = await self.lookup.request_events(found[0])
             elif operation_ids:
@@ -181,7 +194,9 @@ class Operating(Tickets, Votes):
         elif not events and len(prefixed) == 1:
             return await self._show_pending(prefixed[0], now)
         elif not events:
-            raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(prefixed)} pending requests; give more of the ID")
+            raise AirlockError(
+                ErrorCode.CONFLICT, f"{ref!r} matches {len(prefixed)} pending requests; give more of the ID"
+            )
         if not events:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no request or operation {ref!r} in the journal")
         return trail.summarise(events)
@@ -234,8 +249,13 @@ class Operating(Tickets, Votes):
         await self.audit.record(
             "operator.action",
             Ids(peer_uid=call.peer.uid, session=session),
-            payload={"action": "token.issue", "operator": call.peer.user, "reason": reason,
-                     "token_id": token_hash(token)[:16], "expires_at": expires_at},
+            payload={
+                "action": "token.issue",
+                "operator": call.peer.user,
+                "reason": reason,
+                "token_id": token_hash(token)[:16],
+                "expires_at": expires_at,
+            },
         )
         self.tokens.issue(token, session, float(ttl), now)
         return {"token": token, "token_id": token_hash(token)[:16], "session": session, "expires_at": expires_at}
@@ -334,4 +354,3 @@ def _peer_for_user(user: str) -> Peer:
     except KeyError:
         raise validate.bad("user", f"no such user {user!r}") from None
     return identify(0, entry.pw_uid, entry.pw_gid)
-

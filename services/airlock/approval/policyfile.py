@@ -28,8 +28,21 @@ from airlock.common.yamlnodes import BOOL, INT, STR, is_null, where
 
 # Pseudo-rule names a decision can carry (rules.py); no real rule may take them.
 _RESERVED = frozenset({DEFAULT_RULE, UNRESOLVED_RULE})
-_RULE_KEYS = ("approvals", "approvers", "commands", "decision", "description", "files", "groups", "name", "privileged",
-              "reason", "sandbox", "sessions", "users")
+_RULE_KEYS = (
+    "approvals",
+    "approvers",
+    "commands",
+    "decision",
+    "description",
+    "files",
+    "groups",
+    "name",
+    "privileged",
+    "reason",
+    "sandbox",
+    "sessions",
+    "users",
+)
 MAX_APPROVALS = 16
 _MAIN_KEYS = ("default", "rules")
 
@@ -193,7 +206,9 @@ class _Reader:
         )
         return rule, (name, where(self.path, name_node), key)
 
-    def quorum(self, values: Mapping[str, yaml.Node], key: str, decision: Verdict) -> tuple[int, Approvers | None, bool]:
+    def quorum(
+        self, values: Mapping[str, yaml.Node], key: str, decision: Verdict
+    ) -> tuple[int, Approvers | None, bool]:
         """A rule's ``approvals``, ``approvers`` and ``reason`` (issue 18)."""
         approvals, approvers, reason_required = 1, None, False
         for name in ("approvals", "approvers"):
@@ -201,8 +216,12 @@ class _Reader:
                 raise self.fail(values[name], f"{key}.{name}", "applies only to a rule with decision: ask", got=False)
         if "approvals" in values:
             node = values["approvals"]
-            if not isinstance(node, yaml.ScalarNode) or node.tag != INT or not node.value.isdigit() \
-                    or not 1 <= int(node.value) <= MAX_APPROVALS:
+            if (
+                not isinstance(node, yaml.ScalarNode)
+                or node.tag != INT
+                or not node.value.isdigit()
+                or not 1 <= int(node.value) <= MAX_APPROVALS
+            ):
                 raise self.fail(node, f"{key}.approvals", f"expected a number of approvers from 1 to {MAX_APPROVALS}")
             approvals = int(node.value)
         if "approvers" in values:
@@ -212,8 +231,9 @@ class _Reader:
             found: dict[str, frozenset[str]] = {}
             for item, item_key, item_value in self.items(node, f"{key}.approvers"):
                 if item not in ("users", "groups", "principals"):
-                    raise self.fail(item_key, f"{key}.approvers.{item}", "unknown key (known: groups, principals, users)",
-                                    got=False)
+                    raise self.fail(
+                        item_key, f"{key}.approvers.{item}", "unknown key (known: groups, principals, users)", got=False
+                    )
                 found[item] = self.names(item_value, f"{key}.approvers.{item}", numbers=item == "users")
             if not found:
                 raise self.fail(node, f"{key}.approvers", "must name users, groups or principals")
@@ -234,8 +254,11 @@ class _Reader:
             try:
                 sandbox.properties({name: value[name]}, key)
             except AirlockError as exc:
-                raise self.fail(key_node if name not in sandbox.KEYS else item, f"{key}.{name}",
-                                exc.message.split(": ", 1)[-1].rsplit(" (got ", 1)[0]) from None
+                raise self.fail(
+                    key_node if name not in sandbox.KEYS else item,
+                    f"{key}.{name}",
+                    exc.message.split(": ", 1)[-1].rsplit(" (got ", 1)[0],
+                ) from None
         return dict(value)
 
     def _warn_untrusted(self, node: yaml.Node, key: str, commands: tuple[tuple[str, ...], ...]) -> None:
@@ -387,7 +410,8 @@ def _parse_dropin(root: yaml.Node | None, path: str) -> PolicyFile:
                     raise reader.fail(
                         key_node,
                         name,
-                        "not allowed here: a policy.d file holds rules: only (default belongs under policy: in airlock.yaml)",
+                        "not allowed here: a policy.d file holds rules: only (default belongs under policy: in "
+                        "airlock.yaml)",
                         got=False,
                     )
                 else:
@@ -413,7 +437,9 @@ def parse_policy_text(text: str, path: str, *, main: bool) -> PolicyFile:
         return PolicyFile(path, None, ())
     assert root is not None
     if not isinstance(root, yaml.MappingNode):
-        raise PolicyError([f"{where(path, root)}: (top level): the file must be a mapping of sections{yamlnodes.got(root)}"])
+        raise PolicyError(
+            [f"{where(path, root)}: (top level): the file must be a mapping of sections{yamlnodes.got(root)}"]
+        )
     keys = {k.value: (k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode)}
     if "policy" in keys:
         return parse_policy_node(keys["policy"][1], path)
@@ -423,4 +449,3 @@ def parse_policy_text(text: str, path: str, *, main: bool) -> PolicyFile:
         if stray in keys:
             raise PolicyError([f"{where(path, keys[stray][0])}: {stray}: belongs under policy: in airlock.yaml"])
     return PolicyFile(path, None, ())
-

@@ -110,14 +110,18 @@ class Tally:
 
     def check(self, voter: Voter, *, self_approval: bool) -> None:
         """Raise `VoteRefused` if ``voter``'s approval may not count."""
-        requester = voter.uid == self.requester_uid if voter.principal is None else voter.principal == self.requester_user
+        requester = (
+            voter.uid == self.requester_uid if voter.principal is None else voter.principal == self.requester_user
+        )
         if requester and (self.requirement.approvals > 1 or not self_approval):
             raise VoteRefused("the requester never counts towards the approvals")
         if not self.requirement.admits(voter):
             raise VoteRefused(f"{voter.label} is not among this rule's approvers")
         for vote in self.votes:
             if vote.key == voter.key or (voter.fingerprint is not None and vote.fingerprint == voter.fingerprint):
-                raise VoteRefused(f"{vote.label} already approved; a second approval by the same approver does not count")
+                raise VoteRefused(
+                    f"{vote.label} already approved; a second approval by the same approver does not count"
+                )
 
     def add(self, voter: Voter) -> bool:
         """Count an approval (checked first); True once the quorum is met."""

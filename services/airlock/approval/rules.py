@@ -253,4 +253,3 @@ class Policy:
             "rules": [r.to_dict() for r in sorted(self.rules, key=lambda r: r.name)],
             "sources": list(self.sources),
         }
-

@@ -48,19 +48,29 @@ class Approval(Deciding, Operating):
         self.policy = policy
         self.config_path = config_path
         self.audit = Audit(config, "approval")
-        self.journal = Client(config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
-        self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
+        self.journal = Client(
+            config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE
+        )
+        self.runner = Client(
+            config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
+        )
         self.pending: dict[str, Pending] = {}
         self.tickets: dict[str, Ticket] = {}
         # Held until the journal says otherwise (restore_hold at start): fail closed.
         self.hold_reason: str | None = "restoring the hold state from the journal"
-        self.hold_by: dict[str, Any] = {"operator": "airlock-approval", "uid": None, "since": iso_utc(timespec="seconds")}
+        self.hold_by: dict[str, Any] = {
+            "operator": "airlock-approval",
+            "uid": None,
+            "since": iso_utc(timespec="seconds"),
+        }
         self._hold_known = asyncio.Event()
         self.tokens = TokenStore()
         self.notifier = hook.NotifyCommand(
             config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
         )
-        self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
+        self.runner = Client(
+            config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
+        )
         self.intake_uid = uid_of(config.services.intake_user)
         self.lookup = JournalLookup(self.journal)
         self.log = log.get()
@@ -85,7 +95,8 @@ class Approval(Deciding, Operating):
             return
         self.policy = policy
         await self.audit.record(
-            "policy.reloaded", payload={"default": policy.default, "rules": len(policy.rules), "sources": list(policy.sources)}
+            "policy.reloaded",
+            payload={"default": policy.default, "rules": len(policy.rules), "sources": list(policy.sources)},
         )
 
 
@@ -105,8 +116,13 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     internal = Door(
         "approval",
         allow=AllowList.of([s.intake_user, s.runner_user], []),
-        verbs={"decide": approval.decide, "redeem": approval.redeem, "token.check": approval.token_check,
-               "withdraw": approval.withdraw, "approve_signed": approval.approve_signed},
+        verbs={
+            "decide": approval.decide,
+            "redeem": approval.redeem,
+            "token.check": approval.token_check,
+            "withdraw": approval.withdraw,
+            "approve_signed": approval.approve_signed,
+        },
         max_line=config.limits.max_request_bytes * 2,
     )
     observers = config.operators.observers

@@ -74,7 +74,9 @@ class Ledger:
     @staticmethod
     def read(text: object) -> Signature:
         if not isinstance(text, str) or not text:
-            raise AirlockError(ErrorCode.INVALID_ARGUMENTS, "signature: must be an armoured SSH signature", {"field": "signature"})
+            raise AirlockError(
+                ErrorCode.INVALID_ARGUMENTS, "signature: must be an armoured SSH signature", {"field": "signature"}
+            )
         try:
             signature = read_signature(text)
         except StatementError as exc:
@@ -97,14 +99,22 @@ class Ledger:
         if principal is not None:
             if principal not in found:
                 if not self.signers.principal_known(principal):
-                    raise AirlockError(ErrorCode.SIGNER_UNKNOWN, f"no principal {principal!r} in allowed_signers",
-                                       details | {"principal": principal})
-                raise AirlockError(ErrorCode.SIGNATURE_WRONG_KEY,
-                                   f"the key that signed ({signature.fingerprint}) is not {principal!r}'s",
-                                   details | {"principal": principal})
+                    raise AirlockError(
+                        ErrorCode.SIGNER_UNKNOWN,
+                        f"no principal {principal!r} in allowed_signers",
+                        details | {"principal": principal},
+                    )
+                raise AirlockError(
+                    ErrorCode.SIGNATURE_WRONG_KEY,
+                    f"the key that signed ({signature.fingerprint}) is not {principal!r}'s",
+                    details | {"principal": principal},
+                )
         elif not found:
-            raise AirlockError(ErrorCode.SIGNATURE_WRONG_KEY,
-                               f"no allowed_signers line lists the key that signed ({signature.fingerprint})", details)
+            raise AirlockError(
+                ErrorCode.SIGNATURE_WRONG_KEY,
+                f"no allowed_signers line lists the key that signed ({signature.fingerprint})",
+                details,
+            )
         return Signer(principal or found[0], signature.fingerprint, signature.key_type)
 
     async def check(
@@ -118,13 +128,18 @@ class Ledger:
                 statement = target.statements[decision]
                 if await self.signers.verify(signature, signer.principal, statement.to_bytes()):
                     if statement.expires <= now:
-                        raise AirlockError(ErrorCode.STATEMENT_EXPIRED, "the statement this signature signs has expired", details)
+                        raise AirlockError(
+                            ErrorCode.STATEMENT_EXPIRED, "the statement this signature signs has expired", details
+                        )
                     return decision
             others = [d for d in target.statements if d not in decisions]
             for decision in others:
                 if await self.signers.verify(signature, signer.principal, target.statements[decision].to_bytes()):
-                    raise AirlockError(ErrorCode.SIGNATURE_INVALID,
-                                       f"this signature signs the {decision} statement, not {' or '.join(decisions)}", details)
+                    raise AirlockError(
+                        ErrorCode.SIGNATURE_INVALID,
+                        f"this signature signs the {decision} statement, not {' or '.join(decisions)}",
+                        details,
+                    )
         for probe in list(reversed(self._published.values()))[:MAX_PROBES]:
             if probe is target:
                 continue
@@ -132,17 +147,28 @@ class Ledger:
                 if not await self.signers.verify(signature, signer.principal, statement.to_bytes()):
                     continue
                 if target is not None and probe.request_id != target.request_id:
-                    raise AirlockError(ErrorCode.SIGNATURE_OTHER_REQUEST,
-                                       f"this signature is for request {probe.request_id!r}, not {target.request_id!r}",
-                                       details | {"signed_request_id": probe.request_id})
+                    raise AirlockError(
+                        ErrorCode.SIGNATURE_OTHER_REQUEST,
+                        f"this signature is for request {probe.request_id!r}, not {target.request_id!r}",
+                        details | {"signed_request_id": probe.request_id},
+                    )
                 if probe.state == "expired" or statement.expires <= now:
-                    raise AirlockError(ErrorCode.STATEMENT_EXPIRED, "the statement this signature signs has expired",
-                                       details | {"signed_request_id": probe.request_id})
+                    raise AirlockError(
+                        ErrorCode.STATEMENT_EXPIRED,
+                        "the statement this signature signs has expired",
+                        details | {"signed_request_id": probe.request_id},
+                    )
                 if probe.state != "pending":
-                    raise AirlockError(ErrorCode.SIGNATURE_REPLAYED,
-                                       f"this signature is for request {probe.request_id!r}, which was already {probe.state}",
-                                       details | {"signed_request_id": probe.request_id})
-                raise AirlockError(ErrorCode.SIGNATURE_OTHER_REQUEST,
-                                   f"this signature is for request {probe.request_id!r}",
-                                   details | {"signed_request_id": probe.request_id})
-        raise AirlockError(ErrorCode.SIGNATURE_INVALID, "the signature does not verify over this request's statement", details)
+                    raise AirlockError(
+                        ErrorCode.SIGNATURE_REPLAYED,
+                        f"this signature is for request {probe.request_id!r}, which was already {probe.state}",
+                        details | {"signed_request_id": probe.request_id},
+                    )
+                raise AirlockError(
+                    ErrorCode.SIGNATURE_OTHER_REQUEST,
+                    f"this signature is for request {probe.request_id!r}",
+                    details | {"signed_request_id": probe.request_id},
+                )
+        raise AirlockError(
+            ErrorCode.SIGNATURE_INVALID, "the signature does not verify over this request's statement", details
+        )

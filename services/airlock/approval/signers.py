@@ -92,7 +92,9 @@ class Signers:
             os.lseek(fd, 0, os.SEEK_SET)
             import fcntl
 
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+            fcntl.fcntl(
+                fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+            )
             argv = [SSH_KEYGEN, *args, "-s", f"/proc/self/fd/{fd}"]
             async with self._slots:
                 proc = await asyncio.create_subprocess_exec(
@@ -111,13 +113,16 @@ class Signers:
                         proc.kill()
                     await proc.wait()
                     self.log.error("approval.signature.timed_out", verb=args[1], seconds=RUN_SECONDS)
-                    raise AirlockError(ErrorCode.INTERNAL, f"ssh-keygen did not answer within {RUN_SECONDS:g}s") from None
+                    raise AirlockError(
+                        ErrorCode.INTERNAL, f"ssh-keygen did not answer within {RUN_SECONDS:g}s"
+                    ) from None
         except OSError as exc:
             self.log.error("approval.signature.spawn_failed", error=str(exc))
             raise AirlockError(ErrorCode.INTERNAL, f"could not run {SSH_KEYGEN}: {exc.strerror}") from None
         finally:
             os.close(fd)
         code = proc.returncode if proc.returncode is not None else -1
-        self.log.info("approval.signature.checked", verb=args[1], exit_code=code,
-                      stderr=err.decode("utf-8", "replace")[:512])
+        self.log.info(
+            "approval.signature.checked", verb=args[1], exit_code=code, stderr=err.decode("utf-8", "replace")[:512]
+        )
         return code, out.decode("utf-8", "replace")

@@ -39,7 +39,18 @@ SIGN_COMMAND: Final = f"ssh-keygen -Y sign -n {NAMESPACE} -f ~/.ssh/id_ed25519 <
 HEADER: Final = "airlock approval statement v1"
 DECISIONS: Final = ("allow", "deny")
 # Field order is part of the format.
-FIELDS: Final = ("host", "request", "binding", "decision", "expires", "nonce", "requester", "run_as", "command", "reason")
+FIELDS: Final = (
+    "host",
+    "request",
+    "binding",
+    "decision",
+    "expires",
+    "nonce",
+    "requester",
+    "run_as",
+    "command",
+    "reason",
+)
 MAX_SIGNATURE_BYTES: Final = 16 * 1024
 _YEAR_10000: Final = 253_402_300_800
 
@@ -103,7 +114,7 @@ def parse(text: str) -> Statement:
         prefix = f"{name}: "
         if not line.startswith(prefix):
             raise StatementError(f"expected the field {name!r}")
-        raw = line[len(prefix):]
+        raw = line[len(prefix) :]
         if name == "expires":
             raw = raw.rsplit(" (", 1)[0]
         try:
@@ -119,7 +130,6 @@ def parse(text: str) -> Statement:
     if statement.render() != text:
         raise StatementError("not in canonical form")
     return statement
-
 
 
 # --- the armoured signature -------------------------------------------------------------
@@ -142,7 +152,9 @@ def read_signature(text: str) -> Signature:
         raise StatementError(f"a signature is at most {MAX_SIGNATURE_BYTES} bytes")
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if len(lines) < 3 or lines[0] != _BEGIN or lines[-1] != _END:
-        raise StatementError("not an armoured SSH signature (-----BEGIN SSH SIGNATURE----- ... -----END SSH SIGNATURE-----)")
+        raise StatementError(
+            "not an armoured SSH signature (-----BEGIN SSH SIGNATURE----- ... -----END SSH SIGNATURE-----)"
+        )
     body = "".join(lines[1:-1])
     try:
         blob = base64.b64decode(body, validate=True)
@@ -152,7 +164,7 @@ def read_signature(text: str) -> Signature:
         raise StatementError("the signature does not start with SSHSIG")
     try:
         offset = 6
-        (version,) = struct.unpack(">I", blob[offset:offset + 4])
+        (version,) = struct.unpack(">I", blob[offset : offset + 4])
         offset += 4
         public_key, offset = _string(blob, offset)
         namespace, offset = _string(blob, offset)
@@ -167,7 +179,7 @@ def read_signature(text: str) -> Signature:
     if offset != len(blob):
         raise StatementError("the signature has trailing bytes")
     fingerprint = "SHA256:" + base64.b64encode(hashlib.sha256(public_key).digest()).decode().rstrip("=")
-    armored = "\n".join([_BEGIN, *(body[i:i + 70] for i in range(0, len(body), 70)), _END]) + "\n"
+    armored = "\n".join([_BEGIN, *(body[i : i + 70] for i in range(0, len(body), 70)), _END]) + "\n"
     return Signature(
         armored=armored,
         namespace=namespace.decode("utf-8", "replace"),
@@ -178,11 +190,11 @@ def read_signature(text: str) -> Signature:
 
 
 def _string(blob: bytes, offset: int) -> tuple[bytes, int]:
-    (length,) = struct.unpack(">I", blob[offset:offset + 4])
+    (length,) = struct.unpack(">I", blob[offset : offset + 4])
     start = offset + 4
     if start + length > len(blob):
         raise IndexError("string past the end")
-    return blob[start:start + length], start + length
+    return blob[start : start + length], start + length
 
 
 def allowed_principals(text: str) -> tuple[str, ...]:

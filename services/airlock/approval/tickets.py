@@ -64,8 +64,9 @@ class Tickets:
             raise AirlockError(ErrorCode.INVALID_TICKET, "the approval ticket is not valid for this request")
         if entry.by_policy and self.hold_reason is not None:
             # A rule allowed it just before the hold: the brake wins (the model's property P4).
-            raise AirlockError(ErrorCode.DENIED, "airlock is on hold: a rule's approval is not redeemed while held",
-                               {"rule": "hold"})
+            raise AirlockError(
+                ErrorCode.DENIED, "airlock is on hold: a rule's approval is not redeemed while held", {"rule": "hold"}
+            )
         return {"valid": True, "mark": entry.mark}
 
     async def hold(self, call: Call) -> dict[str, Any]:
@@ -88,7 +89,9 @@ class Tickets:
     async def release(self, call: Call) -> dict[str, Any]:
         await self._hold_restored()
         # Durable first, then lifted: a release that cannot be journaled leaves it held.
-        await self.audit.record("operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user})
+        await self.audit.record(
+            "operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user}
+        )
         self.hold_reason = None
         return {"hold": False}
 

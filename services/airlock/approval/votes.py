@@ -60,8 +60,14 @@ class Votes:
         raise NotImplementedError  # Approval's
 
     def _granted(
-        self, verdict: str, spec: ExecSpec | FileSpec, peer: Peer, session: str | None, digest: str,
-        decision: Decision, requirement: quorum.Requirement,
+        self,
+        verdict: str,
+        spec: ExecSpec | FileSpec,
+        peer: Peer,
+        session: str | None,
+        digest: str,
+        decision: Decision,
+        requirement: quorum.Requirement,
     ) -> Grant | None:
         """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum rule)."""
         if verdict != "ask" or decision.decision != "ask" or self.hold_reason is not None:
@@ -80,7 +86,9 @@ class Votes:
             return None
         limit = self.config.approval.max_grant_seconds
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= limit:
-            raise validate.bad("grant_seconds", f"must be a number of seconds from 1 to {limit:g} (approval.max_grant_seconds)")
+            raise validate.bad(
+                "grant_seconds", f"must be a number of seconds from 1 to {limit:g} (approval.max_grant_seconds)"
+            )
         scope = args.get("scope") or "command"
         if scope not in SCOPES:
             raise validate.bad("scope", "must be command or rule")
@@ -89,9 +97,13 @@ class Votes:
         if entry.tally is not None and entry.tally.requirement.approvals > 1:
             raise AirlockError(ErrorCode.CONFLICT, "a rule that needs several approvers takes no grant")
         if entry.decision.decision != "ask" or entry.rule == "hold":
-            raise AirlockError(ErrorCode.CONFLICT, "only a request a rule sent to an operator takes a grant (not one held)")
+            raise AirlockError(
+                ErrorCode.CONFLICT, "only a request a rule sent to an operator takes a grant (not one held)"
+            )
         if scope == "rule" and entry.decision.rule in ("default", "unresolved"):
-            raise AirlockError(ErrorCode.CONFLICT, "scope rule needs a named rule; this request was decided by the default")
+            raise AirlockError(
+                ErrorCode.CONFLICT, "scope rule needs a named rule; this request was decided by the default"
+            )
         assert entry.published is not None
         return Grant(
             grant_id="g-" + secrets.token_hex(6),
@@ -111,8 +123,14 @@ class Votes:
         await self.audit.record(
             "operator.action",
             ids,
-            payload={"action": "grant", "operator": operator, "reason": reason, "grant_id": grant.grant_id,
-                     "grant": grant.to_dict(), "expires_at": iso_utc(grant.expires, timespec="seconds")},
+            payload={
+                "action": "grant",
+                "operator": operator,
+                "reason": reason,
+                "grant_id": grant.grant_id,
+                "grant": grant.to_dict(),
+                "expires_at": iso_utc(grant.expires, timespec="seconds"),
+            },
         )
         self._schedule(grant)
 
@@ -121,7 +139,8 @@ class Votes:
         delay = max(0.0, grant.expires - time.time())
         loop = asyncio.get_running_loop()
         self._grant_timers[grant.grant_id] = loop.call_later(
-            delay, lambda: asyncio.ensure_future(self._end_grant(grant.grant_id, "grant.expired", None, "")))
+            delay, lambda: asyncio.ensure_future(self._end_grant(grant.grant_id, "grant.expired", None, ""))
+        )
 
     async def _end_grant(self, grant_id: str, action: str, operator: Peer | None, reason: str) -> Grant | None:
         grant = self.grants.remove(grant_id)  # out first: from now on it lets nothing through
@@ -134,8 +153,12 @@ class Votes:
             await self.audit.record(
                 "operator.action",
                 Ids(grant.request_id, None, operator.uid if operator else None, grant.session),
-                payload={"action": action, "grant_id": grant_id, "operator": operator.user if operator else "airlock-approval",
-                         "reason": reason},
+                payload={
+                    "action": action,
+                    "grant_id": grant_id,
+                    "operator": operator.user if operator else "airlock-approval",
+                    "reason": reason,
+                },
             )
         except AirlockError as exc:
             # The grant is gone from memory either way; the next start sees it expired or journals the revoke again.
@@ -146,8 +169,13 @@ class Votes:
 
     async def list_grants(self, call: Call) -> dict[str, Any]:
         now = time.time()
-        return {"grants": [g.to_dict() | {"seconds_left": round(g.expires - now, 1), "expires_at": iso_utc(g.expires, timespec="seconds")}
-                           for g in self.grants.live(now)]}
+        return {
+            "grants": [
+                g.to_dict()
+                | {"seconds_left": round(g.expires - now, 1), "expires_at": iso_utc(g.expires, timespec="seconds")}
+                for g in self.grants.live(now)
+            ]
+        }
 
     async def revoke_grant(self, call: Call) -> dict[str, Any]:
         grant_id = validate.text("grant_id", call.args.get("grant_id"), max_len=64, allow_empty=False)
@@ -210,10 +238,16 @@ class Votes:
         return {"request_id": entry.request_id, "decision": verdict}
 
     async def _require_reason(
-        self, request: Mapping[str, Any], requirement: quorum.Requirement, decision: Decision, common: Ids,
-        *, after: list[str] | None = None,
+        self,
+        request: Mapping[str, Any],
+        requirement: quorum.Requirement,
+        decision: Decision,
+        common: Ids,
+        *,
+        after: list[str] | None = None,
     ) -> None:
-        """A rule's ``reason: required``: a request without a long enough reason is denied before an operator sees it."""
+        """A rule's ``reason: required``: a request without a long enough reason is denied
+        before an operator sees it."""
         if not requirement.reason:
             return
         problem = quorum.reason_problem(request.get("reason"), self.config.approval.min_reason_length)
@@ -222,12 +256,20 @@ class Votes:
         await self.audit.record(
             "approval.decided",
             common,
-            payload={"decision": "deny", "rule": decision.rule, "by": "policy", "code": ErrorCode.REASON_REQUIRED.value,
-                     "reason": problem, "policy": decision.to_dict()},
+            payload={
+                "decision": "deny",
+                "rule": decision.rule,
+                "by": "policy",
+                "code": ErrorCode.REASON_REQUIRED.value,
+                "reason": problem,
+                "policy": decision.to_dict(),
+            },
             log_fields={"decision": "deny", "rule": decision.rule},
             after=after,
         )
-        raise AirlockError(ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"})
+        raise AirlockError(
+            ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"}
+        )
 
     def _require_operator_reason(self, entry: Pending, reason: str) -> None:
         if self.config.approval.operator_reason != "required":
@@ -236,7 +278,9 @@ class Votes:
             return
         problem = quorum.reason_problem(reason, self.config.approval.min_reason_length)
         if problem is not None:
-            raise AirlockError(ErrorCode.REASON_REQUIRED, f"approving privileged work needs --reason: {problem}", {"field": "reason"})
+            raise AirlockError(
+                ErrorCode.REASON_REQUIRED, f"approving privileged work needs --reason: {problem}", {"field": "reason"}
+            )
 
     def _statements(self, entry: Pending) -> dict[str, statements.Statement]:
         raw_spec = entry.request.get("spec")
@@ -270,9 +314,14 @@ class Votes:
         assert entry.published is not None
         text = entry.published.statements[decision].render()
         return entry.quorum_dict() | {
-            "request_id": entry.request_id, "decision": decision, "statement": text,
-            "expires": entry.published.statements[decision].expires, "namespace": statements.NAMESPACE,
-            "sign_command": SIGN_COMMAND, "signatures": self.ledger.signers.enabled()}
+            "request_id": entry.request_id,
+            "decision": decision,
+            "statement": text,
+            "expires": entry.published.statements[decision].expires,
+            "namespace": statements.NAMESPACE,
+            "sign_command": SIGN_COMMAND,
+            "signatures": self.ledger.signers.enabled(),
+        }
 
     async def approve_signed(self, call: Call) -> dict[str, Any]:
         """intake: an agent carried a signature (agent verb approve_signed); the signature decides."""
@@ -285,7 +334,9 @@ class Votes:
         ref = validate.text("id", ref, max_len=256, allow_empty=False)
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         # Only an operator may name the principal: on the agent door it would tell which principals exist.
-        principal = validate.optional_text("principal", call.args.get("principal"), max_len=256) if via == "operator" else None
+        principal = (
+            validate.optional_text("principal", call.args.get("principal"), max_len=256) if via == "operator" else None
+        )
         if call.args.get("grant_seconds") is not None:
             raise validate.bad("grant_seconds", "a grant is given by an operator's own approve, not with a signature")
         submitter = call.peer if via == "operator" else None
@@ -306,15 +357,21 @@ class Votes:
                 if gone is None:
                     raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r}")
                 await self.ledger.check(signature, signer, gone, decisions, time.time())
-                raise AirlockError(ErrorCode.STATEMENT_EXPIRED if gone.state == "expired" else ErrorCode.SIGNATURE_REPLAYED,
-                                   f"request {ref!r} is no longer pending ({gone.state})",
-                                   {"fingerprint": signer.fingerprint, "principal": signer.principal})
+                raise AirlockError(
+                    ErrorCode.STATEMENT_EXPIRED if gone.state == "expired" else ErrorCode.SIGNATURE_REPLAYED,
+                    f"request {ref!r} is no longer pending ({gone.state})",
+                    {"fingerprint": signer.fingerprint, "principal": signer.principal},
+                )
             assert entry.published is not None
             verdict = await self.ledger.check(signature, signer, entry.published, decisions, time.time())
             if entry.future.done():
                 raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
-            voter = quorum.Voter(submitter.uid if submitter else None, signer.principal, principal=signer.principal,
-                                 fingerprint=signer.fingerprint)
+            voter = quorum.Voter(
+                submitter.uid if submitter else None,
+                signer.principal,
+                principal=signer.principal,
+                fingerprint=signer.fingerprint,
+            )
             if verdict == "allow":
                 self._require_operator_reason(entry, reason)
                 self._check_vote(entry, voter)
@@ -323,10 +380,15 @@ class Votes:
                 await self.audit.record(
                     "operator.action",
                     ids,
-                    payload={"action": "signature.refused", "via": via, "code": exc.code.value, "message": exc.message,
-                             "operator": submitter.user if submitter else None,
-                             "fingerprint": signature.fingerprint if signature else None,
-                             "principal": exc.details.get("principal")},
+                    payload={
+                        "action": "signature.refused",
+                        "via": via,
+                        "code": exc.code.value,
+                        "message": exc.message,
+                        "operator": submitter.user if submitter else None,
+                        "fingerprint": signature.fingerprint if signature else None,
+                        "principal": exc.details.get("principal"),
+                    },
                 )
             raise
         assert entry is not None
@@ -334,9 +396,16 @@ class Votes:
         await self.audit.record(
             "operator.action",
             ids,
-            payload={"action": "approve" if verdict == "allow" else "deny", "via": via, "signed": True,
-                     "principal": signer.principal, "fingerprint": signer.fingerprint, "key_type": signer.key_type,
-                     "operator": submitter.user if submitter else None, "reason": reason}
+            payload={
+                "action": "approve" if verdict == "allow" else "deny",
+                "via": via,
+                "signed": True,
+                "principal": signer.principal,
+                "fingerprint": signer.fingerprint,
+                "key_type": signer.key_type,
+                "operator": submitter.user if submitter else None,
+                "reason": reason,
+            }
             | self._vote_progress(entry, verdict),
         )
         return self._count(entry, verdict, voter, reason) | {"signer": voter.to_dict()}

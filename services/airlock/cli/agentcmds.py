@@ -1,4 +1,5 @@
-"""`airlock run`: the agent's command (the full path; cli/quick.py is the short one, with the same output and exit codes)."""
+"""`airlock run`: the agent's command (the full path; cli/quick.py is the short one, with the same output and exit
+codes)."""
 
 from __future__ import annotations
 

@@ -79,8 +79,10 @@ def _journald(ns: argparse.Namespace, *, required: bool) -> list[Any] | int:
             return 2
         return []
     if required and not found:
-        _err("no anchors in journald (is airlock-journal running under systemd here, "
-             "and may you read the system journal?)")
+        _err(
+            "no anchors in journald (is airlock-journal running under systemd here, "
+            "and may you read the system journal?)"
+        )
         return 2
     return found
 
@@ -212,7 +214,11 @@ def lifecycle_check(ns: argparse.Namespace) -> dict[str, Any] | int:
                 try:
                     stories[key] = lifecycle.step(stories.get(key, lifecycle.Story()), event)
                 except lifecycle.LifecycleError as exc:
-                    broken[key] = {"request_id": request_id, "peer_uid": uid, "operation_id": operations.get(key)} | exc.to_dict()
+                    broken[key] = {
+                        "request_id": request_id,
+                        "peer_uid": uid,
+                        "operation_id": operations.get(key),
+                    } | exc.to_dict()
                     stories.pop(key, None)
     except client.ClientError as exc:
         _err(str(exc))
@@ -254,7 +260,7 @@ def _batch(found: list[Any], number: int) -> list[dict[str, Any]]:
     """Batch ``number`` of the anchors; every batch carries the ack anchors (they confirm acknowledgements)."""
     acks = [a.to_dict() for a in found if a.ack]
     rest = [a.to_dict() for a in found if not a.ack]
-    return acks + rest[number * BATCH:(number + 1) * BATCH]
+    return acks + rest[number * BATCH : (number + 1) * BATCH]
 
 
 def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -276,12 +282,16 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
 def render(data: dict[str, Any]) -> str:
     lines = []
     if data.get("chain_ok", data.get("ok")):
-        lines.append(f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}")
+        lines.append(
+            f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}"
+        )
     else:
         lines.append(f"FAILED at record {data.get('first_bad_seq')}: {sanitise(str(data.get('reason')))}")
     anchors = data.get("anchors") or {}
-    lines.append(f"anchors: {anchors.get('checked', 0)} checked, {anchors.get('acknowledged', 0)} acknowledged "
-                 f"(from {anchors.get('source')})")
+    lines.append(
+        f"anchors: {anchors.get('checked', 0)} checked, {anchors.get('acknowledged', 0)} acknowledged "
+        f"(from {anchors.get('source')})"
+    )
     for seg in data.get("segments") or []:
         confirmed = "" if seg.get("confirmed") else " [no ack anchor in this source]"
         lines.append(
@@ -350,9 +360,11 @@ def acknowledge(ns: argparse.Namespace) -> int:
     if ns.json:
         print(json.dumps(result, separators=(",", ":")))
     else:
-        print(f"acknowledged: a new chain segment begins at seq {event.seq} "
-              f"(previous head {previous.get('seq')}; first contradiction at seq "
-              f"{done.mismatch.first_bad_seq}: {done.mismatch.reason})")
+        print(
+            f"acknowledged: a new chain segment begins at seq {event.seq} "
+            f"(previous head {previous.get('seq')}; first contradiction at seq "
+            f"{done.mismatch.first_bad_seq}: {done.mismatch.reason})"
+        )
         print("now start the journal again: systemctl start airlock-journal.socket (or airlock dev up)")
     return 0
 

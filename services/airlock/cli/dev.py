@@ -182,12 +182,24 @@ class Supervisor:
         # LISTEN_PID must be the service's own pid, known only after fork:
         # sh sets it to $$ and execs the service in the same process.
         argv = [
-            "/bin/sh", "-c", 'LISTEN_PID=$$ exec "$0" "$@"',
-            sys.executable, "-m", child.module or f"airlock.{child.name}", "--config", str(self.config_path),
+            "/bin/sh",
+            "-c",
+            'LISTEN_PID=$$ exec "$0" "$@"',
+            sys.executable,
+            "-m",
+            child.module or f"airlock.{child.name}",
+            "--config",
+            str(self.config_path),
         ]
         child.proc = subprocess.Popen(  # noqa: S603  our own interpreter and module; the config path is ours
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            pass_fds=tuple(range(3, 3 + len(fds))), preexec_fn=place_fds, close_fds=True,
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=tuple(range(3, 3 + len(fds))),
+            preexec_fn=place_fds,
+            close_fds=True,
         )
         log.close()
         child.ready = False
@@ -249,7 +261,10 @@ class Supervisor:
                 if proc.returncode == 0:
                     # An idle exit (or a clean stop from outside) is not a failure: as with
                     # systemd's socket units, the next connection starts it again.
-                    print(f"airlock dev: {child.name} exited cleanly; it starts again on its next connection", file=sys.stderr)
+                    print(
+                        f"airlock dev: {child.name} exited cleanly; it starts again on its next connection",
+                        file=sys.stderr,
+                    )
                     child.idle = True
                     continue
                 now = time.monotonic()
@@ -298,7 +313,11 @@ def up(runtime_dir: Path, user_config: Path | None) -> int:
         flush=True,
     )
     if os.geteuid() != 0:
-        print("airlock dev: not root: privileged requests will be refused (use --no-privilege)", file=sys.stderr, flush=True)
+        print(
+            "airlock dev: not root: privileged requests will be refused (use --no-privilege)",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         supervisor.supervise()
     finally:

@@ -1,4 +1,5 @@
-"""`airlock events` (the audit feed) and the `airlock audit` subcommands' dispatch (export, head; verify and acknowledge are in cli/audit.py)."""
+"""`airlock events` (the audit feed) and the `airlock audit` subcommands' dispatch (export, head; verify and
+acknowledge are in cli/audit.py)."""
 
 from __future__ import annotations
 

@@ -32,34 +32,63 @@ def _err(message: str) -> None:
 
 def add_verify_arguments(sp: argparse.ArgumentParser) -> None:
     """`airlock audit verify`'s options for a collector's journal files."""
-    sp.add_argument("--journal", action="append", metavar="PATH",
-                    help="check the records in these journal files or directories (a collector's "
-                         "systemd-journal-remote output) instead of the local journal; repeatable")
-    sp.add_argument("--host", dest="journal_host", metavar="H",
-                    help="with --journal: only this host (its AIRLOCK_HOST, hostname or machine ID)")
+    sp.add_argument(
+        "--journal",
+        action="append",
+        metavar="PATH",
+        help="check the records in these journal files or directories (a collector's "
+        "systemd-journal-remote output) instead of the local journal; repeatable",
+    )
+    sp.add_argument(
+        "--host",
+        dest="journal_host",
+        metavar="H",
+        help="with --journal: only this host (its AIRLOCK_HOST, hostname or machine ID)",
+    )
 
 
 def add_global_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", dest="remote_hosts", action="append", metavar="[USER@]HOST",
-                   help="run the command on this host through OpenSSH (its own airlock and peer checks decide); "
-                        "with watch, repeat it to watch several hosts")
+    p.add_argument(
+        "--host",
+        dest="remote_hosts",
+        action="append",
+        metavar="[USER@]HOST",
+        help="run the command on this host through OpenSSH (its own airlock and peer checks decide); "
+        "with watch, repeat it to watch several hosts",
+    )
     p.add_argument("--ssh-config", metavar="FILE", help="with --host: the ssh_config(5) file to use (ssh -F)")
 
 
 def add_watch_arguments(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--host", dest="watch_hosts", action="append", metavar="[USER@]HOST",
-                    help="watch this host over SSH; repeat for several (each request is labelled with its host)")
-    sp.add_argument("--ssh-config", dest="watch_ssh_config", metavar="FILE", help="ssh_config(5) file for --host (ssh -F)")
+    sp.add_argument(
+        "--host",
+        dest="watch_hosts",
+        action="append",
+        metavar="[USER@]HOST",
+        help="watch this host over SSH; repeat for several (each request is labelled with its host)",
+    )
+    sp.add_argument(
+        "--ssh-config", dest="watch_ssh_config", metavar="FILE", help="ssh_config(5) file for --host (ssh -F)"
+    )
 
 
 def register_audit(audit_sub: Any) -> None:
     """`airlock audit compare`."""
     text = "compare this host's audit database with its records on a collector (journal files)"
     sp = audit_sub.add_parser("compare", help=text, description=text)
-    sp.add_argument("--journal", action="append", required=True, metavar="PATH",
-                    help="the collector's journal files or directories (copied here, or mounted)")
-    sp.add_argument("--host", dest="journal_host", metavar="H",
-                    help="whose records to compare with (default: this host's AIRLOCK_HOST)")
+    sp.add_argument(
+        "--journal",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="the collector's journal files or directories (copied here, or mounted)",
+    )
+    sp.add_argument(
+        "--host",
+        dest="journal_host",
+        metavar="H",
+        help="whose records to compare with (default: this host's AIRLOCK_HOST)",
+    )
     sp.add_argument("--database", help="the journal database (default: the configured state_dir's)")
     sp.add_argument("--config", help="airlock.yaml to read (default /etc/airlock/airlock.yaml)")
     sp.add_argument("--json", action="store_true")
@@ -76,8 +105,10 @@ def _entries(ns: argparse.Namespace) -> list[dict[str, Any]] | int:
             return 2
         files = sorted(path.rglob("*.journal")) if path.is_dir() else [path]
         if files and not any(os.access(f, os.R_OK) for f in files):
-            _err(f"--journal: cannot read the journal files in {path} (on a collector: be root, or in the "
-                 "group that owns them, e.g. systemd-journal-remote)")
+            _err(
+                f"--journal: cannot read the journal files in {path} (on a collector: be root, or in the "
+                "group that owns them, e.g. systemd-journal-remote)"
+            )
             return 2
     try:
         return list(journalfiles.read_entries(paths))
@@ -95,8 +126,10 @@ def verify_journal(ns: argparse.Namespace) -> int:
     from airlock.journal import fleet
 
     if ns.from_seq is not None or ns.anchor or ns.lifecycle or getattr(ns, "anchors", None):
-        _err("--journal checks the collector's copy as it is: --from, --anchor, --anchors and --lifecycle "
-             "are for the local journal")
+        _err(
+            "--journal checks the collector's copy as it is: --from, --anchor, --anchors and --lifecycle "
+            "are for the local journal"
+        )
         return 2
     entries = _entries(ns)
     if isinstance(entries, int):
@@ -108,8 +141,10 @@ def verify_journal(ns: argparse.Namespace) -> int:
         for host in report.hosts.values():
             print(_host_line(host))
         if report.ignored:
-            print(f"ignored: {len(report.ignored)} entr{'y' if len(report.ignored) == 1 else 'ies'} "
-                  f"not usable as records or anchors (first: {sanitise(report.ignored[0])})")
+            print(
+                f"ignored: {len(report.ignored)} entr{'y' if len(report.ignored) == 1 else 'ies'} "
+                f"not usable as records or anchors (first: {sanitise(report.ignored[0])})"
+            )
         if not report.hosts:
             wanted = f" of host {ns.journal_host!r}" if ns.journal_host else ""
             print(f"FAILED: no airlock records{wanted} in {', '.join(ns.journal)}")
@@ -123,8 +158,11 @@ def verify_journal(ns: argparse.Namespace) -> int:
 
 
 def _host_line(host: Any) -> str:
-    summary = (f"{host.records} records, {_range(host.first_seq, host.last_seq)}, "
-               f"{host.first_time} to {host.last_time}") if host.records else "no records"
+    summary = (
+        (f"{host.records} records, {_range(host.first_seq, host.last_seq)}, {host.first_time} to {host.last_time}")
+        if host.records
+        else "no records"
+    )
     if host.duplicates:
         summary += f", {host.duplicates} duplicate entries"
     if host.anchors is not None:
@@ -192,19 +230,27 @@ def compare(ns: argparse.Namespace) -> int:
     if len(report.hosts) > 1:
         _err(f"--host {host!r} names {len(report.hosts)} hosts: {', '.join(report.hosts)}; give the whole AIRLOCK_HOST")
         return 2
-    (name, held), = report.hosts.items()
+    ((name, held),) = report.hosts.items()
     collected = _collected(entries, name)
     cuts = [(seg["cut"][0], seg["cut"][1]) for seg in held.segments if seg.get("cut")]
     result = fleet.compare(local, collected, cuts)
     if ns.json:
-        print(json.dumps(result.to_dict() | {"host": name, "database": str(database),
-                                             "collector": held.to_dict()}, separators=(",", ":")))
+        print(
+            json.dumps(
+                result.to_dict() | {"host": name, "database": str(database), "collector": held.to_dict()},
+                separators=(",", ":"),
+            )
+        )
     else:
         tail = "".join(f"; not on the collector yet: {_range(lo, hi)}" for lo, hi in result.not_collected[-3:])
-        tail += "".join(f"; {_range(lo, hi)} cut and acknowledged (kept on the collector)" for lo, hi in result.acknowledged)
+        tail += "".join(
+            f"; {_range(lo, hi)} cut and acknowledged (kept on the collector)" for lo, hi in result.acknowledged
+        )
         if result.ok:
-            print(f"ok: the database ({result.local_head} as head) holds the {result.compared} records the "
-                  f"collector has of {name}{tail}")
+            print(
+                f"ok: the database ({result.local_head} as head) holds the {result.compared} records the "
+                f"collector has of {name}{tail}"
+            )
         else:
             print(f"DIFFERS at seq {result.first_differing_seq}: {result.reason}")
         if not held.ok:

@@ -45,13 +45,17 @@ def parser() -> argparse.ArgumentParser:
     # reference/004: "`--json` on any command" -- so also before the command
     # (`airlock --json status`); a dest of its own, since a subcommand's
     # default would overwrite a shared one.
-    p.add_argument("--json", dest="global_json", action="store_true", help="print the daemon's response envelopes verbatim")
+    p.add_argument(
+        "--json", dest="global_json", action="store_true", help="print the daemon's response envelopes verbatim"
+    )
     fleet.add_global_arguments(p)
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
 
     def op(name: str, help_text: str) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_text, description=help_text)
-        sp.add_argument("--socket", help="operator socket (default: $AIRLOCK_OPERATOR_SOCKET, else /run/airlock/operator.sock)")
+        sp.add_argument(
+            "--socket", help="operator socket (default: $AIRLOCK_OPERATOR_SOCKET, else /run/airlock/operator.sock)"
+        )
         sp.add_argument("--json", action="store_true", help="print the daemon's response envelope verbatim")
         return sp
 
@@ -69,8 +73,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--cwd", help="working directory (absolute)")
     run.add_argument("--env", action="append", metavar="NAME=VALUE", help="set an allowed environment variable")
     run.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the command after this long")
-    run.add_argument("--operation-id", help="a stable ID: a retry with the same ID replays instead of running twice "
-                     "(default: a fresh ID for each call, so the same command typed twice runs twice)")
+    run.add_argument(
+        "--operation-id",
+        help="a stable ID: a retry with the same ID replays instead of running twice "
+        "(default: a fresh ID for each call, so the same command typed twice runs twice)",
+    )
     run.add_argument("--token", help="a session token from an operator (default: $AIRLOCK_TOKEN)")
     run.add_argument("--json", action="store_true", help="print the response envelope verbatim")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
@@ -83,16 +90,29 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("id", help="request ID (or a unique prefix)")
         sp.add_argument("--reason", help="recorded in the audit journal")
         signed = sp.add_mutually_exclusive_group()
-        signed.add_argument("--sign", metavar="KEYFILE",
-                            help="sign the request's statement with this OpenSSH key (ssh-keygen -Y sign) and submit it")
-        signed.add_argument("--signature", metavar="FILE",
-                            help="submit a signature made elsewhere over `airlock statement ID` ('-': stdin)")
+        signed.add_argument(
+            "--sign",
+            metavar="KEYFILE",
+            help="sign the request's statement with this OpenSSH key (ssh-keygen -Y sign) and submit it",
+        )
+        signed.add_argument(
+            "--signature",
+            metavar="FILE",
+            help="submit a signature made elsewhere over `airlock statement ID` ('-': stdin)",
+        )
         sp.add_argument("--principal", help="the signer's principal in allowed_signers (default: found from the key)")
         if verb == "approve":
-            sp.add_argument("--grant", metavar="DURATION",
-                            help="also let the same requester run this again without asking for this long (90s, 30m, 8h)")
-            sp.add_argument("--scope", choices=("command", "rule"), default="command",
-                            help="what the grant covers: the exact same command (default) or anything the rule allows")
+            sp.add_argument(
+                "--grant",
+                metavar="DURATION",
+                help="also let the same requester run this again without asking for this long (90s, 30m, 8h)",
+            )
+            sp.add_argument(
+                "--scope",
+                choices=("command", "rule"),
+                default="command",
+                help="what the grant covers: the exact same command (default) or anything the rule allows",
+            )
         sp.set_defaults(func=operator.cmd_decide, verb=verb)
     sp = op("grants", "list live time-boxed grants, or revoke one (grants revoke GRANT_ID)")
     sp.add_argument("action", nargs="?", choices=("list", "revoke"), default="list")
@@ -132,8 +152,10 @@ def parser() -> argparse.ArgumentParser:
 
     token = sub.add_parser("token", help="issue and revoke agents' session tokens")
     token_sub = token.add_subparsers(dest="token_command", metavar="SUBCOMMAND", required=True)
-    for name, text in (("issue", "issue a token for a session (printed alone on stdout)"),
-                       ("revoke", "revoke one token, or every token of a session")):
+    for name, text in (
+        ("issue", "issue a token for a session (printed alone on stdout)"),
+        ("revoke", "revoke one token, or every token of a session"),
+    ):
         sp = token_sub.add_parser(name, help=text, description=text)
         sp.add_argument("--socket", help="operator socket")
         sp.add_argument("--json", action="store_true", help="print the daemon's response envelope verbatim")
@@ -148,8 +170,9 @@ def parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="verify and inspect the audit journal")
     audit_sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
-    anchors_help = ("journald, an anchors file, or none (default: journald if readable, and the anchors "
-                    "file beside the database)")
+    anchors_help = (
+        "journald, an anchors file, or none (default: journald if readable, and the anchors file beside the database)"
+    )
     for name, text in (
         ("verify", "check the whole hash chain, and the database against its anchors; name the first bad record"),
         ("head", "print the newest sequence number and hash (keep them off the host)"),
@@ -164,9 +187,12 @@ def parser() -> argparse.ArgumentParser:
         if name == "verify":
             sp.add_argument("--from", dest="from_seq", type=int, help="start at this sequence number")
             sp.add_argument("--anchor", help="the hash `airlock audit head` printed for the record at --from")
-            sp.add_argument("--lifecycle", action="store_true",
-                            help="also fold every request's events through the lifecycle table and name each "
-                                 "request whose story it forbids")
+            sp.add_argument(
+                "--lifecycle",
+                action="store_true",
+                help="also fold every request's events through the lifecycle table and name each "
+                "request whose story it forbids",
+            )
             fleet.add_verify_arguments(sp)
         if name in ("verify", "acknowledge"):
             sp.add_argument("--anchors", metavar="journald|FILE|none", help=anchors_help)

@@ -1,4 +1,5 @@
-"""The operator's commands on operator.sock: status, pending, approve/deny, grants, statement, hold, release, show, cancel, wait, watch."""
+"""The operator's commands on operator.sock: status, pending, approve/deny, grants, statement, hold, release, show,
+cancel, wait, watch."""
 
 from __future__ import annotations
 
@@ -50,8 +51,7 @@ def cmd_pending(ns: argparse.Namespace) -> int:
             command = " | ".join(command_line(stage) for stage in spec.get("stages", []))
             command = command or f"{p['request'].get('tool', '')} {p['request'].get('path', '')}"  # a file operation
             as_user = (p.get("run_as") or {}).get("user") or ("root" if p.get("privileged") else "user")
-            rows.append([p["request_id"], p["peer"]["user"], as_user,
-                         render.duration(p["seconds_left"]), command[:60]])
+            rows.append([p["request_id"], p["peer"]["user"], as_user, render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
         for p in data.get("pending", []):
             extra = render.quorum_line(p)
@@ -67,8 +67,10 @@ def cmd_pending(ns: argparse.Namespace) -> int:
                 print(render.fields(review))
             if p["request"].get("diff"):
                 # The diff shows file content, which the agent may have chosen: sanitised like the rest.
-                print(f"{render.sanitise(p['request'].get('tool'), strict=True)} would change "
-                      f"{render.sanitise(p['request'].get('path'), strict=True)}:")
+                print(
+                    f"{render.sanitise(p['request'].get('tool'), strict=True)} would change "
+                    f"{render.sanitise(p['request'].get('path'), strict=True)}:"
+                )
                 print(render.diff_lines(p["request"]["diff"]), end="")
     return rc
 
@@ -111,8 +113,10 @@ def cmd_decide(ns: argparse.Namespace) -> int:
             outcome += f" ({data.get('progress')})"
         grant = data.get("grant") or {}
         if grant:
-            outcome += (f"; grant {sanitise(grant.get('grant_id'), strict=True)} ({sanitise(grant.get('scope'))})"
-                        f" until {iso_utc(float(grant.get('expires') or 0), timespec='seconds')}")
+            outcome += (
+                f"; grant {sanitise(grant.get('grant_id'), strict=True)} ({sanitise(grant.get('scope'))})"
+                f" until {iso_utc(float(grant.get('expires') or 0), timespec='seconds')}"
+            )
         signer = data.get("signer") or {}
         if signer.get("principal"):
             outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
@@ -134,11 +138,22 @@ def cmd_grants(ns: argparse.Namespace) -> int:
         return rc
     rc, data = _operator(ns, "grants", {})
     if rc == 0 and not ns.json:
-        rows = [[g["grant_id"], str(g["uid"]) + (f"/{g['session']}" if g.get("session") else ""), g["scope"],
-                 g["rule"] if g["scope"] == "rule" else g["command"][:50], g["made_by"], render.duration(g["seconds_left"])]
-                for g in data.get("grants", [])]
-        print(_table([[sanitise(c) for c in r] for r in rows], ["GRANT", "UID/SESSION", "SCOPE", "COVERS", "BY", "LEFT"])
-              if rows else "no live grants")
+        rows = [
+            [
+                g["grant_id"],
+                str(g["uid"]) + (f"/{g['session']}" if g.get("session") else ""),
+                g["scope"],
+                g["rule"] if g["scope"] == "rule" else g["command"][:50],
+                g["made_by"],
+                render.duration(g["seconds_left"]),
+            ]
+            for g in data.get("grants", [])
+        ]
+        print(
+            _table([[sanitise(c) for c in r] for r in rows], ["GRANT", "UID/SESSION", "SCOPE", "COVERS", "BY", "LEFT"])
+            if rows
+            else "no live grants"
+        )
     return rc
 
 
@@ -182,7 +197,11 @@ def cmd_show(ns: argparse.Namespace) -> int:
         ("request", sanitise(data.get("request_id"), strict=True)),
         ("operation", sanitise(data.get("operation_id") or "-", strict=True)),
         ("state", style.bold(sanitise(data.get("state")))),
-        ("from", f"{sanitise(peer.get('user', '?'))} (uid {peer.get('uid', data.get('peer_uid'))}), pid {peer.get('pid', '?')}"),
+        (
+            "from",
+            f"{sanitise(peer.get('user', '?'))} (uid {peer.get('uid', data.get('peer_uid'))}), pid "
+            f"{peer.get('pid', '?')}",
+        ),
         ("session", sanitise(data.get("session") or "-")),
         ("host", sanitise(request.get("host") or "-")),
         ("reason", sanitise(data.get("reason") or "-")),
@@ -199,9 +218,20 @@ def cmd_show(ns: argparse.Namespace) -> int:
             text += f": {decision.get('reason')}"
         pairs.append(("decision", sanitise(text)))
     if decision.get("approvers"):
-        pairs.append(("approvers", sanitise(", ".join(
-            f"{a.get('principal')} ({a.get('fingerprint')})" if a.get("principal") else f"{a.get('user')} (uid {a.get('uid')})"
-            for a in decision["approvers"]) + f" [{decision.get('quorum')}]")))
+        pairs.append(
+            (
+                "approvers",
+                sanitise(
+                    ", ".join(
+                        f"{a.get('principal')} ({a.get('fingerprint')})"
+                        if a.get("principal")
+                        else f"{a.get('user')} (uid {a.get('uid')})"
+                        for a in decision["approvers"]
+                    )
+                    + f" [{decision.get('quorum')}]"
+                ),
+            )
+        )
     waiting = render.quorum_line(data.get("detail") or {}) if data.get("pending") else ""
     if waiting:
         pairs.append(("waiting", waiting))
@@ -218,9 +248,17 @@ def cmd_show(ns: argparse.Namespace) -> int:
         pairs.append(("outcome", sanitise(text)))
     broken = data.get("lifecycle_error") or {}
     if broken:
-        pairs.append(("lifecycle", style.bold(sanitise(
-            f"FORBIDDEN at seq {broken.get('seq')}: {broken.get('kind')} in state {broken.get('state')}: {broken.get('reason')}"
-        ))))
+        pairs.append(
+            (
+                "lifecycle",
+                style.bold(
+                    sanitise(
+                        f"FORBIDDEN at seq {broken.get('seq')}: {broken.get('kind')} in state "
+                        f"{broken.get('state')}: {broken.get('reason')}"
+                    )
+                ),
+            )
+        )
     print(fields(pairs))
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")

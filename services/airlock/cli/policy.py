@@ -23,7 +23,10 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "policy.check", args)
     if rc == 0 and not ns.json:
         for stage in data.get("stages", []):
-            print(f"{' '.join(stage.get('argv', []))}: {stage.get('decision')} (rule {stage.get('rule')}; binary {stage.get('resolved')})")
+            print(
+                f"{' '.join(stage.get('argv', []))}: {stage.get('decision')} (rule {stage.get('rule')}; binary "
+                f"{stage.get('resolved')})"
+            )
             if stage.get("decision") != "deny":
                 print(f"  sandbox: {sandbox.describe(stage.get('sandbox'))}")
         print(f"decision: {data.get('decision')} (rule {data.get('rule')})")

@@ -33,8 +33,16 @@ EXIT_AIRLOCK_ERROR = 125
 MAX_REPLY = 128 * 1024 * 1024  # as client.MAX_REPLY
 
 # Flags the short path takes: name -> the request key (None: a switch handled below).
-_VALUED = {"--reason": "reason", "--session": "session", "--cwd": "cwd", "--operation-id": "operation_id",
-           "--token": "token", "--socket": "socket", "--timeout": "timeout", "--env": "env"}
+_VALUED = {
+    "--reason": "reason",
+    "--session": "session",
+    "--cwd": "cwd",
+    "--operation-id": "operation_id",
+    "--token": "token",
+    "--socket": "socket",
+    "--timeout": "timeout",
+    "--env": "env",
+}
 _SWITCHES = ("--no-privilege", "--json")
 
 
@@ -155,9 +163,13 @@ def _call(path: str, line: bytes, quiet: bool) -> tuple[bytes | None, dict[str, 
         try:
             sock.connect(path)
         except FileNotFoundError:
-            return None, {"message": f"no airlock socket at {path} (is airlock running? see `systemctl status airlock.socket`)"}
+            return None, {
+                "message": f"no airlock socket at {path} (is airlock running? see `systemctl status airlock.socket`)"
+            }
         except PermissionError:
-            return None, {"message": f"permission denied on {path} (agents need group 'airlock', operators 'airlock-admin')"}
+            return None, {
+                "message": f"permission denied on {path} (agents need group 'airlock', operators 'airlock-admin')"
+            }
         except OSError as exc:
             return None, {"message": f"cannot connect to {path}: {exc.strerror or exc}"}
         try:
@@ -179,7 +191,7 @@ def _call(path: str, line: bytes, quiet: bool) -> tuple[bytes | None, dict[str, 
                     return None, {"message": "the daemon closed the connection without answering"}
                 buffer += chunk
                 continue
-            frame, buffer = buffer[:end], buffer[end + 1:]
+            frame, buffer = buffer[:end], buffer[end + 1 :]
             try:
                 obj = json.loads(frame)
             except ValueError:
@@ -189,7 +201,10 @@ def _call(path: str, line: bytes, quiet: bool) -> tuple[bytes | None, dict[str, 
             if "event" in obj:
                 if obj.get("event") == "pending_approval" and not noticed and not quiet:
                     noticed = True
-                    _err(f"waiting for an operator to approve (rule {obj.get('rule')!r}, up to {obj.get('timeout_seconds')}s)")
+                    _err(
+                        f"waiting for an operator to approve (rule {obj.get('rule')!r}, up to "
+                        f"{obj.get('timeout_seconds')}s)"
+                    )
                 continue
             return frame, obj
     finally:

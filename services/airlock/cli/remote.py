@@ -56,11 +56,27 @@ def check_host(host: str) -> str:
     return host
 
 
-def ssh_argv(host: str, remote: Sequence[str], *, config: str | None = None, control: str | None = None,
-             connect_timeout: int = CONNECT_TIMEOUT) -> list[str]:
+def ssh_argv(
+    host: str,
+    remote: Sequence[str],
+    *,
+    config: str | None = None,
+    control: str | None = None,
+    connect_timeout: int = CONNECT_TIMEOUT,
+) -> list[str]:
     """``ssh -T -o BatchMode=yes … HOST -- airlock ARGS`` (each argument quoted for the remote shell)."""
-    argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}",
-            "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
+    argv = [
+        "ssh",
+        "-T",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={connect_timeout}",
+        "-o",
+        "ServerAliveInterval=5",
+        "-o",
+        "ServerAliveCountMax=3",
+    ]
     if config:
         argv += ["-F", config]
     if control:
@@ -128,8 +144,14 @@ class Remote:
         """The remote envelope; SSH trouble becomes an ``unreachable`` envelope, never an exception."""
         argv = ssh_argv(self.host, self.command(verb, args), config=self.config, control=self.control)
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=CALL_TIMEOUT, stdin=subprocess.DEVNULL,  # noqa: S603  ssh, argv from ssh_argv
-                                  check=False)
+            proc = subprocess.run(  # noqa: S603  ssh, argv from ssh_argv
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=CALL_TIMEOUT,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             return _unreachable(f"no answer within {CALL_TIMEOUT:g}s")
         except FileNotFoundError:
@@ -233,8 +255,12 @@ class FleetConsole(watch.Console):
         while True:
             waiting = self.pending()
             if not waiting:
-                screen = watch.CLEAR + "airlock watch: no pending requests on any host; waiting (Ctrl-C quits)\n" \
-                    + self.status() + "\n"
+                screen = (
+                    watch.CLEAR
+                    + "airlock watch: no pending requests on any host; waiting (Ctrl-C quits)\n"
+                    + self.status()
+                    + "\n"
+                )
                 if screen != shown:
                     self.write(screen)
                     shown = screen

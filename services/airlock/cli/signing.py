@@ -36,7 +36,8 @@ def read_signature_file(name: str) -> str:
 
 
 def sign(
-    ns: argparse.Namespace, operator: Callable[[argparse.Namespace, str, dict[str, Any]], tuple[int, dict[str, Any]]],
+    ns: argparse.Namespace,
+    operator: Callable[[argparse.Namespace, str, dict[str, Any]], tuple[int, dict[str, Any]]],
     decision: str,
 ) -> str:
     quiet = argparse.Namespace(**{**vars(ns), "json": False})

@@ -24,7 +24,10 @@ def cmd_token(ns: argparse.Namespace) -> int:
         if rc == 0 and not ns.json:
             # The token alone on stdout, so `TOKEN=$(airlock token issue ...)` works.
             print(data.get("token"))
-            _err(f"token {data.get('token_id')} for session {sanitise(data.get('session'))}, expires {data.get('expires_at')}")
+            _err(
+                f"token {data.get('token_id')} for session {sanitise(data.get('session'))}, expires "
+                f"{data.get('expires_at')}"
+            )
         return rc
     if (ns.token is None) == (ns.session is None):
         _err("token revoke: give a TOKEN or --session S (not both)")

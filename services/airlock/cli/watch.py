@@ -37,7 +37,8 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     peer = p.get("peer") or {}
     privileged = bool(p.get("privileged"))
     lines = [
-        style.bold(f"request {sanitise(p.get('request_id'), strict=True)}") + style.dim(f"   ({index} of {total} pending)"),
+        style.bold(f"request {sanitise(p.get('request_id'), strict=True)}")
+        + style.dim(f"   ({index} of {total} pending)"),
         "",
     ]
     pairs: list[tuple[str, object]] = [
@@ -98,7 +99,9 @@ class Console:
     def pending(self) -> list[dict[str, Any]]:
         reply = self.call("pending", {})
         if not reply.get("ok"):
-            raise client.ClientError(f"{(reply.get('error') or {}).get('code')}: {(reply.get('error') or {}).get('message')}")
+            raise client.ClientError(
+                f"{(reply.get('error') or {}).get('code')}: {(reply.get('error') or {}).get('message')}"
+            )
         items: list[dict[str, Any]] = (reply.get("data") or {}).get("pending") or []
         return items
 
@@ -109,7 +112,8 @@ class Console:
         return "".join(
             f"  grant {sanitise(g.get('grant_id'), strict=True)}: uid {g.get('uid')}, {sanitise(g.get('scope'))} "
             f"{sanitise(g.get('rule') if g.get('scope') == 'rule' else g.get('command'))}, "
-            f"about {max(1, round(float(g.get('seconds_left') or 0) / 60))} min left (by {sanitise(g.get('made_by'))})\n"
+            f"about {max(1, round(float(g.get('seconds_left') or 0) / 60))} min left (by "
+            f"{sanitise(g.get('made_by'))})\n"
             for g in items
         )
 
@@ -121,8 +125,11 @@ class Console:
                 grants = self.grants()
                 # Redrawn when the grants change (time left in whole minutes: no redraw every second).
                 if grants != idle_shown:
-                    self.write(CLEAR + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n"
-                               + (f"\nlive grants (airlock grants revoke ID ends one):\n{grants}" if grants else ""))
+                    self.write(
+                        CLEAR
+                        + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n"
+                        + (f"\nlive grants (airlock grants revoke ID ends one):\n{grants}" if grants else "")
+                    )
                     idle_shown = grants
                 time.sleep(POLL_SECONDS)
                 continue
@@ -147,12 +154,16 @@ class Console:
         data = reply.get("data") or {}
         if reply.get("ok") and data.get("complete") is False:
             self.voted.add(request_id)
-            self.write("\n" + self.style.green("approval counted") + f" ({sanitise(data.get('progress'))}); "
-                       f"{sanitise(request_id, strict=True)} waits for more approvers\n")
+            self.write(
+                "\n" + self.style.green("approval counted") + f" ({sanitise(data.get('progress'))}); "
+                f"{sanitise(request_id, strict=True)} waits for more approvers\n"
+            )
         elif reply.get("ok"):
             word = self.style.green("approved") if verb == "approve" else self.style.red("denied")
             grant = data.get("grant") or {}
-            extra = f" with grant {sanitise(grant.get('grant_id'), strict=True)} (30 min, this command)" if grant else ""
+            extra = (
+                f" with grant {sanitise(grant.get('grant_id'), strict=True)} (30 min, this command)" if grant else ""
+            )
             self.write(f"\n{word} {sanitise(request_id, strict=True)}{extra}\n")
         else:
             error = reply.get("error") or {}

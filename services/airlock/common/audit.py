@@ -58,8 +58,12 @@ def lifecycle(service: Service, audit: Audit) -> None:
             await audit.record(
                 "connection.dropped",
                 Ids(peer_uid=conn.peer.uid),
-                payload={"door": conn.door.name, "reason": reason, "peer_pid": conn.peer.pid,
-                         "write_timeout_seconds": write_timeout(service.config, conn.door)},
+                payload={
+                    "door": conn.door.name,
+                    "reason": reason,
+                    "peer_pid": conn.peer.pid,
+                    "write_timeout_seconds": write_timeout(service.config, conn.door),
+                },
             )
         except AirlockError as exc:
             audit.log.warning(f"{service.name}.audit.unavailable", error=exc.message)
@@ -72,7 +76,9 @@ def lifecycle(service: Service, audit: Audit) -> None:
 class Audit:
     def __init__(self, config: Config, writer: str) -> None:
         self.writer = writer
-        self.client = Client(config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
+        self.client = Client(
+            config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE
+        )
         self.log = log.get()
 
     def event(self, kind: str, ids: Ids | None = None, payload: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -178,10 +184,17 @@ class Audit:
         mine = canonical_json(event["payload"])
         for found in page.get("events") or []:
             if (found.get("kind"), found.get("writer"), found.get("operation_id")) == (
-                event["kind"], event["writer"], event["operation_id"]
+                event["kind"],
+                event["writer"],
+                event["operation_id"],
             ) and canonical_json(found.get("payload")) == mine:
-                self.log.info(f"{self.writer}.append.settled", kind=event["kind"], request_id=event["request_id"],
-                              seq=found.get("seq"), found=True)
+                self.log.info(
+                    f"{self.writer}.append.settled",
+                    kind=event["kind"],
+                    request_id=event["request_id"],
+                    seq=found.get("seq"),
+                    found=True,
+                )
                 return {"seq": found.get("seq"), "hash": found.get("hash")}
         self.log.info(f"{self.writer}.append.settled", kind=event["kind"], request_id=event["request_id"], found=False)
         return await self.client.call("append", event)

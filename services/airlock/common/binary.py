@@ -71,8 +71,11 @@ def trust_problem(st: os.stat_result, *, is_dir: bool, next_owner: int | None = 
     if st.st_mode & _WRITABLE_BY_OTHERS:
         if is_dir and st.st_mode & stat.S_ISVTX and next_owner == 0:
             return None
-        who = "group and others" if st.st_mode & _WRITABLE_BY_OTHERS == _WRITABLE_BY_OTHERS else (
-            "its group" if st.st_mode & stat.S_IWGRP else "others")
+        who = (
+            "group and others"
+            if st.st_mode & _WRITABLE_BY_OTHERS == _WRITABLE_BY_OTHERS
+            else ("its group" if st.st_mode & stat.S_IWGRP else "others")
+        )
         return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 

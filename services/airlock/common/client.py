@@ -26,9 +26,13 @@ def connect(path: str, timeout: float | None = None) -> socket.socket:
     try:
         sock.connect(path)
     except FileNotFoundError:
-        raise ClientError(f"no airlock socket at {path} (is airlock running? see `systemctl status airlock.socket`)") from None
+        raise ClientError(
+            f"no airlock socket at {path} (is airlock running? see `systemctl status airlock.socket`)"
+        ) from None
     except PermissionError:
-        raise ClientError(f"permission denied on {path} (agents need group 'airlock', operators 'airlock-admin')") from None
+        raise ClientError(
+            f"permission denied on {path} (agents need group 'airlock', operators 'airlock-admin')"
+        ) from None
     except OSError as exc:
         raise ClientError(f"cannot connect to {path}: {exc.strerror or exc}") from None
     return sock

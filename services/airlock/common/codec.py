@@ -48,9 +48,7 @@ def parse_object(line: bytes) -> dict[str, Any]:
     except ValueError as exc:
         raise AirlockError(ErrorCode.INVALID_JSON, f"request is not valid JSON: {_short(exc)}") from None
     if not isinstance(value, dict):
-        raise AirlockError(
-            ErrorCode.INVALID_REQUEST, f"request must be a JSON object, not {_json_type(value)}"
-        )
+        raise AirlockError(ErrorCode.INVALID_REQUEST, f"request must be a JSON object, not {_json_type(value)}")
     return value
 
 
@@ -122,14 +120,14 @@ def request_from_object(untrusted: dict[str, Any]) -> Request:
     if isinstance(version, bool) or not isinstance(version, int) or version not in SUPPORTED_VERSIONS:
         raise AirlockError(
             ErrorCode.UNSUPPORTED_VERSION,
-            "missing field 'v' (protocol version)" if version is None else f"protocol version {version!r} is not supported",
+            "missing field 'v' (protocol version)"
+            if version is None
+            else f"protocol version {version!r} is not supported",
             {"supported": list(SUPPORTED_VERSIONS), "received": version},
         )
     unknown = sorted(set(untrusted) - _ENVELOPE_KEYS)
     if unknown:
-        raise AirlockError(
-            ErrorCode.INVALID_REQUEST, f"unknown envelope field '{unknown[0]}'", {"fields": unknown}
-        )
+        raise AirlockError(ErrorCode.INVALID_REQUEST, f"unknown envelope field '{unknown[0]}'", {"fields": unknown})
     if "verb" not in untrusted:
         raise AirlockError(ErrorCode.INVALID_REQUEST, "missing field 'verb'")
     args = untrusted.get("args", {})

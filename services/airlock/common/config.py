@@ -325,7 +325,9 @@ def channels(node: yaml.Node) -> tuple[dict[str, Any], ...]:
             raise NodeError(item, prefix, "give both username and password (or password_file), or neither")
         channel["name"] = channel["name"] or f"{kind}-{index}"
         if channel["name"] in names:
-            raise NodeError(items["name"][1] if "name" in items else item, f"{prefix}.name", "channel names must be unique")
+            raise NodeError(
+                items["name"][1] if "name" in items else item, f"{prefix}.name", "channel names must be unique"
+            )
         names.add(channel["name"])
         out.append(channel)
     return tuple(out)
@@ -505,9 +507,18 @@ _SECRET_CHANNEL_KEYS = frozenset({"secret", "password", "token"})
 def _public(value: Any) -> Any:
     """A list item for to_dict(): channel secrets are masked, everything else as is."""
     if isinstance(value, dict):
-        return {k: ("[set]" if k in _SECRET_CHANNEL_KEYS and v is not None
-                    else list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
-                for k, v in value.items()}
+        return {
+            k: (
+                "[set]"
+                if k in _SECRET_CHANNEL_KEYS and v is not None
+                else list(v)
+                if isinstance(v, tuple)
+                else str(v)
+                if isinstance(v, Path)
+                else v
+            )
+            for k, v in value.items()
+        }
     return value
 
 
@@ -524,63 +535,206 @@ MiB = 1024 * 1024
 SETTINGS: tuple[Setting, ...] = (
     Setting("paths.runtime_dir", absolute_path, Path("/run/airlock"), "Where the sockets live."),
     Setting("paths.state_dir", absolute_path, Path("/var/lib/airlock"), "The journal's database lives here."),
-    Setting("paths.policy_dir", absolute_path, Path("/etc/airlock/policy.d"), "Extra policy files (*.yaml), read in name order."),
-    Setting("agents.users", string_list, (), "Users (names or uids) allowed on agent.sock; empty with no groups means anyone who can open it."),
+    Setting(
+        "paths.policy_dir",
+        absolute_path,
+        Path("/etc/airlock/policy.d"),
+        "Extra policy files (*.yaml), read in name order.",
+    ),
+    Setting(
+        "agents.users",
+        string_list,
+        (),
+        "Users (names or uids) allowed on agent.sock; empty with no groups means anyone who can open it.",
+    ),
     Setting("agents.groups", string_list, (), "Groups whose members are allowed on agent.sock."),
     Setting("agents.require_token", parse_bool, False, "Refuse agent requests that carry no valid session token."),
     Setting("operators.users", string_list, (), "Users (names or uids) allowed on operator.sock; root always is."),
     Setting("operators.groups", string_list, ("airlock-admin",), "Groups whose members are operators."),
-    Setting("operators.observers", observers, Observers(), "Read-only operators ({users: [...], groups: [...]}): status, pending, show and events only; every other operator verb answers unauthorized."),
+    Setting(
+        "operators.observers",
+        observers,
+        Observers(),
+        "Read-only operators ({users: [...], groups: [...]}): status, pending, show and events only; every other "
+        "operator verb answers unauthorized.",
+    ),
     Setting("services.intake_user", string, "airlock-intake", "The user airlock-intake runs as."),
     Setting("services.approval_user", string, "airlock-approval", "The user airlock-approval runs as."),
     Setting("services.journal_user", string, "airlock-journal", "The user airlock-journal runs as."),
     Setting("services.runner_user", string, "root", "The user airlock-runner runs as."),
-    Setting("services.idle_exit_seconds", non_negative_float, 300.0, "A socket-activated service exits after this long without work (0: never)."),
-    Setting("services.stop_timeout_seconds", positive_float, 20.0, "On stop, how long in-flight work may take to finish."),
+    Setting(
+        "services.idle_exit_seconds",
+        non_negative_float,
+        300.0,
+        "A socket-activated service exits after this long without work (0: never).",
+    ),
+    Setting(
+        "services.stop_timeout_seconds", positive_float, 20.0, "On stop, how long in-flight work may take to finish."
+    ),
     Setting("limits.max_request_bytes", positive_int, 1 * MiB, "Longest request line, newline included."),
     Setting("limits.max_connections", positive_int, 64, "Agent connections handled at once; more get 'busy'."),
-    Setting("limits.max_connections_per_agent", non_negative_int, 0, "Connections one agent (peer uid) may hold at once; more get 'busy' (0: a quarter of limits.max_connections, at least 1)."),
+    Setting(
+        "limits.max_connections_per_agent",
+        non_negative_int,
+        0,
+        "Connections one agent (peer uid) may hold at once; more get 'busy' (0: a quarter of "
+        "limits.max_connections, at least 1).",
+    ),
     Setting("limits.read_timeout_seconds", positive_float, 10.0, "Longest wait for the next bytes of a request."),
-    Setting("limits.write_timeout_seconds", positive_float, 10.0, "A client that does not take its reply's bytes within this long is disconnected."),
+    Setting(
+        "limits.write_timeout_seconds",
+        positive_float,
+        10.0,
+        "A client that does not take its reply's bytes within this long is disconnected.",
+    ),
     Setting("limits.request_timeout_seconds", positive_float, 30.0, "Longest time to receive a whole request."),
     Setting("limits.freshness_seconds", positive_float, 60.0, "Requests whose time is older than this are rejected."),
     Setting("limits.clock_skew_seconds", non_negative_float, 5.0, "How far in the future a request's time may be."),
-    Setting("limits.replay_window_seconds", positive_float, 300.0, "How long a request ID is remembered (at least twice freshness_seconds)."),
+    Setting(
+        "limits.replay_window_seconds",
+        positive_float,
+        300.0,
+        "How long a request ID is remembered (at least twice freshness_seconds).",
+    ),
     Setting("limits.default_timeout_seconds", positive_float, 300.0, "A job's timeout when the request names none."),
     Setting("limits.max_output_bytes", positive_int, 16 * MiB, "Default and ceiling for captured bytes per stream."),
     Setting("limits.kill_grace_seconds", non_negative_float, 1.0, "Between SIGTERM and SIGKILL of a job."),
-    Setting("limits.search_cpu_seconds", positive_int, 5, "CPU seconds (RLIMIT_CPU) one files_search may use before it is stopped with limit_exceeded."),
-    Setting("env.allow", env_patterns, ("LANG", "TZ", "DEBIAN_FRONTEND", "TERM", "LC_*"), "Environment variables a request may set (a trailing * matches a prefix)."),
+    Setting(
+        "limits.search_cpu_seconds",
+        positive_int,
+        5,
+        "CPU seconds (RLIMIT_CPU) one files_search may use before it is stopped with limit_exceeded.",
+    ),
+    Setting(
+        "env.allow",
+        env_patterns,
+        ("LANG", "TZ", "DEBIAN_FRONTEND", "TERM", "LC_*"),
+        "Environment variables a request may set (a trailing * matches a prefix).",
+    ),
     Setting("approval.timeout_seconds", positive_float, 60.0, "How long a request may wait for an operator."),
     Setting("approval.allow_self_approval", parse_bool, False, "Whether an operator may approve their own request."),
     Setting("approval.ticket_ttl_seconds", positive_float, 10.0, "How long an approval ticket stays redeemable."),
-    Setting("approval.notify_command", command, (), "Run (argv, absolute path first) with each pending request as JSON on stdin."),
+    Setting(
+        "approval.notify_command",
+        command,
+        (),
+        "Run (argv, absolute path first) with each pending request as JSON on stdin.",
+    ),
     Setting("approval.notify_timeout_seconds", positive_float, 10.0, "How long the notify command may run."),
-    Setting("approval.allowed_signers", absolute_path, Path("/etc/airlock/allowed_signers"), "An OpenSSH allowed_signers file: whose ssh-keygen signatures (namespace airlock-approval) approve or deny; absent: signed approvals are off. Must be readable by airlock-approval."),
-    Setting("approval.min_reason_length", non_negative_int, 10, "Characters (after trimming) a reason must have where one is required (a rule's reason: required, approval.operator_reason)."),
-    Setting("approval.operator_reason", choice("optional", "required"), "optional", "required: an operator approving privileged work must give a reason of approval.min_reason_length characters."),
-    Setting("approval.max_grant_seconds", positive_float, 8 * 3600.0, "The longest time-boxed grant an operator may give (airlock approve --grant)."),
+    Setting(
+        "approval.allowed_signers",
+        absolute_path,
+        Path("/etc/airlock/allowed_signers"),
+        "An OpenSSH allowed_signers file: whose ssh-keygen signatures (namespace airlock-approval) approve or deny; "
+        "absent: signed approvals are off. Must be readable by airlock-approval.",
+    ),
+    Setting(
+        "approval.min_reason_length",
+        non_negative_int,
+        10,
+        "Characters (after trimming) a reason must have where one is required (a rule's reason: required, "
+        "approval.operator_reason).",
+    ),
+    Setting(
+        "approval.operator_reason",
+        choice("optional", "required"),
+        "optional",
+        "required: an operator approving privileged work must give a reason of approval.min_reason_length characters.",
+    ),
+    Setting(
+        "approval.max_grant_seconds",
+        positive_float,
+        8 * 3600.0,
+        "The longest time-boxed grant an operator may give (airlock approve --grant).",
+    ),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
     Setting("journal.operation_capacity", positive_int, 256, "Completed operations kept for replay, oldest out."),
-    Setting("journal.output_head_bytes", non_negative_int, 0, "Bytes of each output stream kept in the audit record (0: digest and size only)."),
-    Setting("journal.anchor_every_records", non_negative_int, 1000, "Anchor the chain head outside the database after this many records (0: only at start and stop)."),
-    Setting("journal.anchor_every_seconds", non_negative_float, 300.0, "Anchor the chain head at least this often while records are written (0: only at start and stop)."),
-    Setting("runner.containment", choice("auto", "service", "scope", "process-group"), "auto", "service: each job stage a transient systemd service (a rule's sandbox applies); scope: a transient scope around the runner's children; auto: service when systemd runs and the runner is root, else a process group."),
+    Setting(
+        "journal.output_head_bytes",
+        non_negative_int,
+        0,
+        "Bytes of each output stream kept in the audit record (0: digest and size only).",
+    ),
+    Setting(
+        "journal.anchor_every_records",
+        non_negative_int,
+        1000,
+        "Anchor the chain head outside the database after this many records (0: only at start and stop).",
+    ),
+    Setting(
+        "journal.anchor_every_seconds",
+        non_negative_float,
+        300.0,
+        "Anchor the chain head at least this often while records are written (0: only at start and stop).",
+    ),
+    Setting(
+        "runner.containment",
+        choice("auto", "service", "scope", "process-group"),
+        "auto",
+        "service: each job stage a transient systemd service (a rule's sandbox applies); scope: a transient scope "
+        "around the runner's children; auto: service when systemd runs and the runner is root, else a process group.",
+    ),
     Setting("runner.slice", string, "airlock-jobs.slice", "The slice job scopes are placed in."),
     Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job scope (e.g. 2G)."),
     Setting("runner.tasks_max", non_negative_int, 0, "TasksMax= of each job scope (0: systemd's default)."),
     Setting("runner.cpu_quota", optional_string, None, "CPUQuota= of each job scope (e.g. 200%)."),
     Setting("log.level", choice("debug", "info", "warning", "error"), "info", "The lowest level logged."),
-    Setting("log.target", choice("auto", "journal", "stderr"), "auto", "auto: journald when stderr is the journal, else JSON lines on stderr."),
-    Setting("notify.channels", channels, (), "Where airlock-notify sends pending requests and their outcome: a list of {type: webhook|ntfy|slack|email, ...} (docs/configuration.md lists each type's keys)."),
-    Setting("notify.user", string, "airlock-notify", "The user airlock-notify runs as (make it an operators.observers user, not an operator)."),
-    Setting("notify.state_dir", absolute_path, Path("/var/lib/airlock-notify"), "airlock-notify keeps its delivery cursors here."),
-    Setting("notify.host", optional_string, None, "The host name messages give (and the ssh line uses); null: this machine's name."),
+    Setting(
+        "log.target",
+        choice("auto", "journal", "stderr"),
+        "auto",
+        "auto: journald when stderr is the journal, else JSON lines on stderr.",
+    ),
+    Setting(
+        "notify.channels",
+        channels,
+        (),
+        "Where airlock-notify sends pending requests and their outcome: a list of "
+        "{type: webhook|ntfy|slack|email, ...} (docs/configuration.md lists each type's keys).",
+    ),
+    Setting(
+        "notify.user",
+        string,
+        "airlock-notify",
+        "The user airlock-notify runs as (make it an operators.observers user, not an operator).",
+    ),
+    Setting(
+        "notify.state_dir",
+        absolute_path,
+        Path("/var/lib/airlock-notify"),
+        "airlock-notify keeps its delivery cursors here.",
+    ),
+    Setting(
+        "notify.host",
+        optional_string,
+        None,
+        "The host name messages give (and the ssh line uses); null: this machine's name.",
+    ),
     Setting("notify.poll_seconds", positive_float, 0.5, "How often airlock-notify reads the events feed."),
-    Setting("notify.digest_seconds", non_negative_float, 0.0, "Pending requests that arrive within this long of each other go as one digest message (0: one message each)."),
-    Setting("notify.remind_seconds", non_negative_float, 0.0, "Send a reminder when a pending request has this long left (0: no reminders)."),
-    Setting("notify.rate_per_minute", positive_int, 30, "Messages one channel may send per minute; more wait (a channel's rate_per_minute overrides it)."),
-    Setting("notify.backoff_max_seconds", positive_float, 300.0, "The longest wait between retries of a failed delivery (it doubles from 1 s)."),
+    Setting(
+        "notify.digest_seconds",
+        non_negative_float,
+        0.0,
+        "Pending requests that arrive within this long of each other go as one digest message (0: one message each).",
+    ),
+    Setting(
+        "notify.remind_seconds",
+        non_negative_float,
+        0.0,
+        "Send a reminder when a pending request has this long left (0: no reminders).",
+    ),
+    Setting(
+        "notify.rate_per_minute",
+        positive_int,
+        30,
+        "Messages one channel may send per minute; more wait (a channel's rate_per_minute overrides it).",
+    ),
+    Setting(
+        "notify.backoff_max_seconds",
+        positive_float,
+        300.0,
+        "The longest wait between retries of a failed delivery (it doubles from 1 s).",
+    ),
 )
 
 _BY_KEY = {s.key: s for s in SETTINGS}
@@ -634,7 +788,9 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
             policy_node = section_node
             continue
         if section not in _SECTIONS:
-            raise _fail(path, key_node, section, f"unknown section (known: {', '.join(sorted([*_SECTIONS, 'policy']))})")
+            raise _fail(
+                path, key_node, section, f"unknown section (known: {', '.join(sorted([*_SECTIONS, 'policy']))})"
+            )
         if is_null(section_node):
             continue
         if not isinstance(section_node, yaml.MappingNode):

@@ -19,18 +19,62 @@ RESET_NAMES = ("HOME", "LOGNAME", "PATH", "SHELL", "USER")
 DANGEROUS_NAMES = frozenset(
     {
         # shells: start-up files, word splitting, prompts, functions
-        "BASH_ENV", "ENV", "IFS", "CDPATH", "PS4", "GLOBIGNORE", "BASHOPTS", "SHELLOPTS", "FPATH",
-        "NULLCMD", "READNULLCMD", "ZDOTDIR", "TMPPREFIX", "PROMPT_COMMAND",
+        "BASH_ENV",
+        "ENV",
+        "IFS",
+        "CDPATH",
+        "PS4",
+        "GLOBIGNORE",
+        "BASHOPTS",
+        "SHELLOPTS",
+        "FPATH",
+        "NULLCMD",
+        "READNULLCMD",
+        "ZDOTDIR",
+        "TMPPREFIX",
+        "PROMPT_COMMAND",
         # glibc's unsecure variables (ignored for setuid programs, not for root jobs)
-        "GCONV_PATH", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "NIS_PATH", "NLSPATH",
-        "PATH_LOCALE", "RES_OPTIONS", "RESOLV_HOST_CONF", "TMPDIR", "TZDIR",
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "NIS_PATH",
+        "NLSPATH",
+        "PATH_LOCALE",
+        "RES_OPTIONS",
+        "RESOLV_HOST_CONF",
+        "TMPDIR",
+        "TZDIR",
         # terminal databases
-        "TERMINFO", "TERMINFO_DIRS", "TERMPATH", "TERMCAP",
+        "TERMINFO",
+        "TERMINFO_DIRS",
+        "TERMPATH",
+        "TERMCAP",
         # interpreters' start-up code
-        "JAVA_TOOL_OPTIONS", "PERLIO_DEBUG", "PERLLIB", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS", "NODE_PATH",
+        "JAVA_TOOL_OPTIONS",
+        "PERLIO_DEBUG",
+        "PERLLIB",
+        "RUBYLIB",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "NODE_PATH",
         # Kerberos and helpers that run a command named in the environment
-        "KRB5_CONFIG", "KRB5_KTNAME", "PAGER", "EDITOR", "VISUAL", "BROWSER", "LESSOPEN", "LESSCLOSE",
-        "MANPAGER", "SSH_ASKPASS", "SUDO_ASKPASS", "OPENSSL_CONF", "CURL_HOME", "WGETRC", "XDG_CONFIG_HOME",
+        "KRB5_CONFIG",
+        "KRB5_KTNAME",
+        "PAGER",
+        "EDITOR",
+        "VISUAL",
+        "BROWSER",
+        "LESSOPEN",
+        "LESSCLOSE",
+        "MANPAGER",
+        "SSH_ASKPASS",
+        "SUDO_ASKPASS",
+        "OPENSSL_CONF",
+        "CURL_HOME",
+        "WGETRC",
+        "XDG_CONFIG_HOME",
     }
 )
 DANGEROUS_PREFIXES = ("LD_", "_RLD", "DYLD_", "MALLOC_", "PYTHON", "PERL5", "BASH_FUNC_", "GIT_")
@@ -39,7 +83,10 @@ DANGEROUS_PREFIXES = ("LD_", "_RLD", "DYLD_", "MALLOC_", "PYTHON", "PERL5", "BAS
 def refusal(name: str) -> str | None:
     """Why a request may not set ``name`` for a root job, or None if it may."""
     if name in RESET_NAMES:
-        return "is set from the target user's passwd entry and the secure path for privileged jobs; a request cannot set it"
+        return (
+            "is set from the target user's passwd entry and the secure path for privileged jobs; "
+            "a request cannot set it"
+        )
     if name in DANGEROUS_NAMES or name.startswith(DANGEROUS_PREFIXES):
         return "changes what a program loads or runs; a request cannot set it for a privileged job"
     return None

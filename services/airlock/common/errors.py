@@ -48,7 +48,9 @@ class ErrorCode(enum.StrEnum):
     LIMIT_EXCEEDED = "limit_exceeded"
     # Signed approvals, quorum and reasons (issue 18).
     SIGNATURE_INVALID = "signature_invalid"  # unreadable, or does not verify over this request's statement
-    SIGNATURE_WRONG_KEY = "signature_wrong_key"  # the key that signed is not in allowed_signers (or not the principal's)
+    SIGNATURE_WRONG_KEY = (
+        "signature_wrong_key"  # the key that signed is not in allowed_signers (or not the principal's)
+    )
     SIGNER_UNKNOWN = "signer_unknown"  # the principal is not in allowed_signers, or not among the rule's approvers
     SIGNATURE_WRONG_NAMESPACE = "signature_wrong_namespace"  # not signed with -n airlock-approval
     SIGNATURE_OTHER_REQUEST = "signature_other_request"  # a good signature over another request's statement
@@ -108,6 +110,4 @@ def within_reference_004(error: AirlockError) -> AirlockError:
 
 
 _CONFLICTS = frozenset({ErrorCode.OPERATION_ID_CONFLICT, ErrorCode.OPERATION_IN_PROGRESS, ErrorCode.BUSY})
-_UNAVAILABLE = frozenset(
-    {ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.RUNNER_UNAVAILABLE, ErrorCode.APPROVAL_UNAVAILABLE}
-)
+_UNAVAILABLE = frozenset({ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.RUNNER_UNAVAILABLE, ErrorCode.APPROVAL_UNAVAILABLE})

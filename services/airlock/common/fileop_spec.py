@@ -20,7 +20,15 @@ from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
 
 # The file tools, in the order they are listed to agents and operators; the one list of them.
-TOOL_NAMES: Final = ("files_read", "files_inspect", "files_list", "files_find", "files_search", "files_write", "files_edit")
+TOOL_NAMES: Final = (
+    "files_read",
+    "files_inspect",
+    "files_list",
+    "files_find",
+    "files_search",
+    "files_write",
+    "files_edit",
+)
 WRITE_TOOLS: Final = frozenset({"files_write", "files_edit"})
 FILE_TOOLS: Final = frozenset(TOOL_NAMES)
 READ_TOOLS: Final = FILE_TOOLS - WRITE_TOOLS
@@ -66,7 +74,9 @@ def _param(tool: str, name: str, kind: str, value: Any, default: Any) -> Any:
         # Permission bits only: setuid, setgid and sticky (and anything above) are never created.
         mode = validate.integer(where, value, minimum=0)
         if mode is None or mode > 0o777:
-            raise validate.bad(where, f"must be permission bits 0 to 0o777; setuid, setgid and sticky are refused (got {oct(value)})")
+            raise validate.bad(
+                where, f"must be permission bits 0 to 0o777; setuid, setgid and sticky are refused (got {oct(value)})"
+            )
         return mode
     if kind in ("uint", "length", "limit", "depth"):
         maximum = {"uint": None, "length": MAX_READ_BYTES, "limit": MAX_LIMIT, "depth": MAX_DEPTH}[kind]
@@ -144,8 +154,14 @@ class FileSpec:
         return self.tool in WRITE_TOOLS
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "files", "tool": self.tool, "path": self.path, "privileged": self.privileged, "uid": self.uid,
-                "params": dict(sorted(self.params.items()))}
+        return {
+            "kind": "files",
+            "tool": self.tool,
+            "path": self.path,
+            "privileged": self.privileged,
+            "uid": self.uid,
+            "params": dict(sorted(self.params.items())),
+        }
 
     def describe(self) -> dict[str, Any]:
         """What an operator and the audit record see: write content only as its digest and size."""

@@ -4,7 +4,8 @@ A frame is one line ending in exactly ``\\n``; the cap (newline included) is
 checked before anything is parsed, and a final line without its newline is
 its own error.  The sockets stop at an overlong line; a stream that goes on
 after one (the gateway's and the MCP server's stdin) asks `FrameDecoder` to
-skip it instead, and each turns the error into its own dialect.  Kept apart from the codec so the `airlock` command can read
+skip it instead, and each turns the error into its own dialect.  Kept apart from the codec so the `airlock` command
+can read
 replies without importing the envelope's dataclasses (start-up time).
 """
 

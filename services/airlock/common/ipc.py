@@ -62,8 +62,13 @@ class Unreachable(AirlockError):
     """
 
     def __init__(
-        self, code: ErrorCode, message: str, details: dict[str, Any], cause: BaseException | None = None,
-        *, maybe_done: bool = False,
+        self,
+        code: ErrorCode,
+        message: str,
+        details: dict[str, Any],
+        cause: BaseException | None = None,
+        *,
+        maybe_done: bool = False,
     ) -> None:
         super().__init__(code, message, details)
         self.cause = cause
@@ -85,8 +90,13 @@ class Client:
         self._sweep: asyncio.TimerHandle | None = None
 
     def _down(self, why: str, cause: BaseException | None = None, *, maybe_done: bool = False) -> Unreachable:
-        return Unreachable(self.unavailable, f"{self.service} is unavailable: {why}", {"service": self.service}, cause,
-                           maybe_done=maybe_done)
+        return Unreachable(
+            self.unavailable,
+            f"{self.service} is unavailable: {why}",
+            {"service": self.service},
+            cause,
+            maybe_done=maybe_done,
+        )
 
     async def call(
         self,
@@ -163,7 +173,9 @@ class Client:
                 conn.close()
         return await self._exchange(await self._connect(), line, on_event, reused=False)
 
-    async def _exchange(self, conn: _Conn, line: bytes, on_event: EventHandler | None, *, reused: bool) -> dict[str, Any]:
+    async def _exchange(
+        self, conn: _Conn, line: bytes, on_event: EventHandler | None, *, reused: bool
+    ) -> dict[str, Any]:
         replied = False
         keep = False
         try:

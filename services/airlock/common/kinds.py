@@ -53,7 +53,9 @@ class KindInfo:
         if not self.writers or unknown:
             raise ValueError(f"kind {self.name!r}: unknown writers {sorted(unknown)}")
         if not lifecycle.classified(self.name):
-            raise ValueError(f"kind {self.name!r}: common/lifecycle.py neither gives its transitions nor puts it outside")
+            raise ValueError(
+                f"kind {self.name!r}: common/lifecycle.py neither gives its transitions nor puts it outside"
+            )
 
     @property
     def transitions(self) -> tuple[lifecycle.Transition, ...]:
@@ -74,46 +76,108 @@ def _table(*infos: KindInfo) -> Mapping[str, KindInfo]:
 
 KINDS: Final[Mapping[str, KindInfo]] = _table(
     # intake: the agents' front door.
-    KindInfo("request.received", frozenset({"intake"}), "1883c9d330514159b1a4910aaf9db7e1",
-             "An agent's request was read, validated and accepted for processing."),
-    KindInfo("request.rejected", frozenset({"intake"}), "8e55b7fc30fe48c08361f064cb6579ad",
-             "An agent's request was refused before anything ran."),
-    KindInfo("request.replied", frozenset({"intake"}), "3103dd987dd94592a13704fa5be7e545",
-             "The final response to an agent's request was sent."),
-    KindInfo("operation.replayed", frozenset({"intake"}), "e63232b5710e44e0b24e80a3cee14732",
-             "A retried operation was answered with its stored outcome; nothing ran again."),
+    KindInfo(
+        "request.received",
+        frozenset({"intake"}),
+        "1883c9d330514159b1a4910aaf9db7e1",
+        "An agent's request was read, validated and accepted for processing.",
+    ),
+    KindInfo(
+        "request.rejected",
+        frozenset({"intake"}),
+        "8e55b7fc30fe48c08361f064cb6579ad",
+        "An agent's request was refused before anything ran.",
+    ),
+    KindInfo(
+        "request.replied",
+        frozenset({"intake"}),
+        "3103dd987dd94592a13704fa5be7e545",
+        "The final response to an agent's request was sent.",
+    ),
+    KindInfo(
+        "operation.replayed",
+        frozenset({"intake"}),
+        "e63232b5710e44e0b24e80a3cee14732",
+        "A retried operation was answered with its stored outcome; nothing ran again.",
+    ),
     # approval: policy and operators.
-    KindInfo("approval.pending", frozenset({"approval"}), "6eab29827b0f44899182a35f64032392",
-             "A request waits for an operator's decision."),
-    KindInfo("approval.decided", frozenset({"approval"}), "463c78718af842bd97eac7e136969a60",
-             "A request was allowed or denied by a rule, an operator or the approval timeout."),
-    KindInfo("operator.action", frozenset({"approval", "operator"}), "f434a8a62ab5497cad81e7b4fc28b696",
-             "An operator used a verb on the operator socket."),
-    KindInfo("policy.reloaded", frozenset({"approval"}), "c7c2485f233b496b8391cec2c534043c",
-             "The approval policy was loaded again from /etc/airlock/policy.d."),
+    KindInfo(
+        "approval.pending",
+        frozenset({"approval"}),
+        "6eab29827b0f44899182a35f64032392",
+        "A request waits for an operator's decision.",
+    ),
+    KindInfo(
+        "approval.decided",
+        frozenset({"approval"}),
+        "463c78718af842bd97eac7e136969a60",
+        "A request was allowed or denied by a rule, an operator or the approval timeout.",
+    ),
+    KindInfo(
+        "operator.action",
+        frozenset({"approval", "operator"}),
+        "f434a8a62ab5497cad81e7b4fc28b696",
+        "An operator used a verb on the operator socket.",
+    ),
+    KindInfo(
+        "policy.reloaded",
+        frozenset({"approval"}),
+        "c7c2485f233b496b8391cec2c534043c",
+        "The approval policy was loaded again from /etc/airlock/policy.d.",
+    ),
     # runner: the only privileged process.
-    KindInfo("exec.started", frozenset({"runner"}), "d82c1a4b180b46478e2da2a8621231de",
-             "An approved command is about to be spawned (durable before the spawn)."),
-    KindInfo("exec.finished", frozenset({"runner"}), "6c4ba951e9604ebb927281dd9e5fbc30",
-             "An approved command ended; its exit and output digests are recorded."),
-    KindInfo("exec.cancelled", frozenset({"runner"}), "1c27c00e6cba4485a28193cf7e4197ad",
-             "A running command was stopped before it ended on its own."),
-    KindInfo("exec.refused", frozenset({"runner"}), "015c15663fe34cdcb3c5784c72208a0b",
-             "The runner refused work: a bad ticket, a failed re-check, or a program it could not start."),
-    KindInfo("files.started", frozenset({"runner"}), "5b0e3f2c8d7a4e61a9c4f1d2b3e4a5c6",
-             "An approved file operation is about to run (durable before the file is touched)."),
-    KindInfo("files.finished", frozenset({"runner"}), "a7d94c1e2b3f4a5d8e6c0b9a1f2e3d4c",
-             "An approved file operation ended; its outcome and, for writes, the before and after hashes are recorded."),
+    KindInfo(
+        "exec.started",
+        frozenset({"runner"}),
+        "d82c1a4b180b46478e2da2a8621231de",
+        "An approved command is about to be spawned (durable before the spawn).",
+    ),
+    KindInfo(
+        "exec.finished",
+        frozenset({"runner"}),
+        "6c4ba951e9604ebb927281dd9e5fbc30",
+        "An approved command ended; its exit and output digests are recorded.",
+    ),
+    KindInfo(
+        "exec.cancelled",
+        frozenset({"runner"}),
+        "1c27c00e6cba4485a28193cf7e4197ad",
+        "A running command was stopped before it ended on its own.",
+    ),
+    KindInfo(
+        "exec.refused",
+        frozenset({"runner"}),
+        "015c15663fe34cdcb3c5784c72208a0b",
+        "The runner refused work: a bad ticket, a failed re-check, or a program it could not start.",
+    ),
+    KindInfo(
+        "files.started",
+        frozenset({"runner"}),
+        "5b0e3f2c8d7a4e61a9c4f1d2b3e4a5c6",
+        "An approved file operation is about to run (durable before the file is touched).",
+    ),
+    KindInfo(
+        "files.finished",
+        frozenset({"runner"}),
+        "a7d94c1e2b3f4a5d8e6c0b9a1f2e3d4c",
+        "An approved file operation ended; its outcome and, for writes, the before and after hashes are recorded.",
+    ),
     # Every service, about itself.
-    KindInfo("connection.dropped", _ANY, "0e36b421495d487f94856ad4548ac2b5",
-             "A service disconnected a client that did not take its reply in time (limits.write_timeout_seconds)."),
-    KindInfo("service.started", _ANY, "b5807ad9adf641479602a79da5d8d4fc",
-             "An airlock service started and is ready."),
-    KindInfo("service.stopping", _ANY, "9c661fc9e8264b6cb513c97eccb91b40",
-             "An airlock service is stopping."),
+    KindInfo(
+        "connection.dropped",
+        _ANY,
+        "0e36b421495d487f94856ad4548ac2b5",
+        "A service disconnected a client that did not take its reply in time (limits.write_timeout_seconds).",
+    ),
+    KindInfo("service.started", _ANY, "b5807ad9adf641479602a79da5d8d4fc", "An airlock service started and is ready."),
+    KindInfo("service.stopping", _ANY, "9c661fc9e8264b6cb513c97eccb91b40", "An airlock service is stopping."),
     # The journal, about its own chain (written only by `airlock audit acknowledge`).
-    KindInfo("chain.acknowledged", frozenset({"journal"}), "121ea6510d604b5392be20b7f3dd9086",
-             "An operator acknowledged a mismatch between the audit journal and its anchors; a new chain segment began."),
+    KindInfo(
+        "chain.acknowledged",
+        frozenset({"journal"}),
+        "121ea6510d604b5392be20b7f3dd9086",
+        "An operator acknowledged a mismatch between the audit journal and its anchors; a new chain segment began.",
+    ),
 )
 
 if (lifecycle.LIFECYCLE_KINDS | set(lifecycle.OUTSIDE)) - set(KINDS):
@@ -121,18 +185,20 @@ if (lifecycle.LIFECYCLE_KINDS | set(lifecycle.OUTSIDE)) - set(KINDS):
 
 # journald messages that are not audit records (the chain's anchors and its
 # health at start), with MESSAGE_IDs as fixed as the kinds'.
-NOTICES: Final[Mapping[str, str]] = MappingProxyType({
-    "journal.chain.anchored": "d95f3306ee3b4488bba7c5125f73ec62",
-    "journal.chain.mismatched": "bf4b97f7a56d42f9ace8b36d1b309c23",
-    "journal.trigger.restored": "be9444cd68d24201acabd5278e3d4f8f",
-    # Every committed record, complete, for systemd-journal-upload (journal/fleet.py).
-    "journal.record.appended": "7f3c2a9e5b1d4c8e9a6f0d2b4e8c1a57",
-    "journal.record.unshipped": "3e8d1f6a2c9b4d07b5a4e6c8f0d2a1b9",
-    # airlock-notify (the relay): deliveries to operators' channels.
-    "notify.delivery.succeeded": "5b0f6f0e2c8a4d7e9a51c3b7d2e86f14",
-    "notify.delivery.failed": "c7e2a94d1f3b4e6a8d05b9f2e1a7c3d8",
-    "notify.feed.failed": "2d9e8b7a6c5f4e3d9b1a0c8e7f6d5a49",
-})
+NOTICES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "journal.chain.anchored": "d95f3306ee3b4488bba7c5125f73ec62",
+        "journal.chain.mismatched": "bf4b97f7a56d42f9ace8b36d1b309c23",
+        "journal.trigger.restored": "be9444cd68d24201acabd5278e3d4f8f",
+        # Every committed record, complete, for systemd-journal-upload (journal/fleet.py).
+        "journal.record.appended": "7f3c2a9e5b1d4c8e9a6f0d2b4e8c1a57",
+        "journal.record.unshipped": "3e8d1f6a2c9b4d07b5a4e6c8f0d2a1b9",
+        # airlock-notify (the relay): deliveries to operators' channels.
+        "notify.delivery.succeeded": "5b0f6f0e2c8a4d7e9a51c3b7d2e86f14",
+        "notify.delivery.failed": "c7e2a94d1f3b4e6a8d05b9f2e1a7c3d8",
+        "notify.feed.failed": "2d9e8b7a6c5f4e3d9b1a0c8e7f6d5a49",
+    }
+)
 if set(NOTICES.values()) & {info.message_id for info in KINDS.values()}:
     raise ValueError("notice and kind MESSAGE_IDs must differ")
 

@@ -58,22 +58,24 @@ from typing import Any, Final
 
 NEW: Final = "new"
 
-STATES: Final[Mapping[str, str]] = MappingProxyType({
-    "new": "nothing journaled yet",
-    "received": "intake accepted the request (request.received)",
-    "pending": "waiting for an operator (approval.pending)",
-    "approved": "a rule or an operator allowed it; a ticket was issued",
-    "denied": "a rule or an operator denied it",
-    "expired": "no operator decided within approval.timeout_seconds",
-    "withdrawn": "the agent left or cancelled before a decision",
-    "running": "the runner journaled the start; the work runs",
-    "cancelled": "the work was stopped before it ended on its own (its end record follows)",
-    "ended": "the work ended; its outcome is journaled, intake's reply follows",
-    "refused": "the runner refused the work: nothing ran (or the program could not be started)",
-    "finished": "intake replied ok: the work ran and its outcome was returned",
-    "failed": "intake replied with an error (denied, expired, withdrawn, refused, interrupted, ...)",
-    "replayed": "a retried operation was answered from its stored outcome; nothing ran",
-})
+STATES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "new": "nothing journaled yet",
+        "received": "intake accepted the request (request.received)",
+        "pending": "waiting for an operator (approval.pending)",
+        "approved": "a rule or an operator allowed it; a ticket was issued",
+        "denied": "a rule or an operator denied it",
+        "expired": "no operator decided within approval.timeout_seconds",
+        "withdrawn": "the agent left or cancelled before a decision",
+        "running": "the runner journaled the start; the work runs",
+        "cancelled": "the work was stopped before it ended on its own (its end record follows)",
+        "ended": "the work ended; its outcome is journaled, intake's reply follows",
+        "refused": "the runner refused the work: nothing ran (or the program could not be started)",
+        "finished": "intake replied ok: the work ran and its outcome was returned",
+        "failed": "intake replied with an error (denied, expired, withdrawn, refused, interrupted, ...)",
+        "replayed": "a retried operation was answered from its stored outcome; nothing ran",
+    }
+)
 
 # No lifecycle event may follow these.
 TERMINAL: Final = frozenset({"finished", "failed", "replayed"})
@@ -105,10 +107,12 @@ def _t(kind: str, when: str | None, sources: str, target: str, family: str | Non
 
 
 # Whose payload field picks the row, for the kinds that have more than one.
-SELECTORS: Final[Mapping[str, str]] = MappingProxyType({
-    "approval.decided": "decision",
-    "request.replied": "status",
-})
+SELECTORS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "approval.decided": "decision",
+        "request.replied": "status",
+    }
+)
 
 _OPEN_AFTER_RECEIVED = "received pending approved denied expired withdrawn running cancelled ended refused"
 
@@ -135,14 +139,16 @@ TRANSITIONS: Final[tuple[Transition, ...]] = (
 )
 
 # Journal kinds that do not move a request's lifecycle, and why.
-OUTSIDE: Final[Mapping[str, str]] = MappingProxyType({
-    "operator.action": "an operator's verb; a cancel's effect is journaled by approval or the runner",
-    "policy.reloaded": "the policy, not a request",
-    "connection.dropped": "a client connection, not a request",
-    "service.started": "a service, not a request",
-    "service.stopping": "a service, not a request",
-    "chain.acknowledged": "the journal's chain, not a request",
-})
+OUTSIDE: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "operator.action": "an operator's verb; a cancel's effect is journaled by approval or the runner",
+        "policy.reloaded": "the policy, not a request",
+        "connection.dropped": "a client connection, not a request",
+        "service.started": "a service, not a request",
+        "service.stopping": "a service, not a request",
+        "chain.acknowledged": "the journal's chain, not a request",
+    }
+)
 
 
 def _index(rows: tuple[Transition, ...]) -> Mapping[tuple[str, str | None], Transition]:
@@ -278,5 +284,7 @@ def table_markdown() -> str:
 def states_markdown() -> str:
     lines = ["| state | meaning | terminal | settled |", "|---|---|---|---|"]
     for name, meaning in STATES.items():
-        lines.append(f"| `{name}` | {meaning} | {'yes' if name in TERMINAL else ''} | {'yes' if name in SETTLED else ''} |")
+        lines.append(
+            f"| `{name}` | {meaning} | {'yes' if name in TERMINAL else ''} | {'yes' if name in SETTLED else ''} |"
+        )
     return "\n".join(lines)

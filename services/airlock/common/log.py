@@ -83,7 +83,9 @@ class JournaldRenderer:
         raise structlog.DropEvent
 
 
-def configure(service: str, *, level: str = "info", target: str = "auto", environ: Mapping[str, str] | None = None) -> None:
+def configure(
+    service: str, *, level: str = "info", target: str = "auto", environ: Mapping[str, str] | None = None
+) -> None:
     """Configure logging once, at start-up, for the whole process."""
     environ = os.environ if environ is None else environ
     use_journal = target == "journal" or (target == "auto" and stderr_is_journal(environ))

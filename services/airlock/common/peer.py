@@ -31,8 +31,14 @@ class Peer:
     groups: frozenset[str]
 
     def to_dict(self) -> dict[str, object]:
-        return {"pid": self.pid, "uid": self.uid, "gid": self.gid, "user": self.user, "groups": sorted(self.groups),
-                "group_ids": list(self.group_ids)}
+        return {
+            "pid": self.pid,
+            "uid": self.uid,
+            "gid": self.gid,
+            "user": self.user,
+            "groups": sorted(self.groups),
+            "group_ids": list(self.group_ids),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> Peer:
@@ -48,8 +54,11 @@ class Peer:
         ids = data.get("group_ids")
         if ids is None:
             return identify(pid, uid, gid)
-        if not (isinstance(ids, list) and len(ids) <= _MAX_GROUPS
-                and all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 2**32 for g in ids)):
+        if not (
+            isinstance(ids, list)
+            and len(ids) <= _MAX_GROUPS
+            and all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < 2**32 for g in ids)
+        ):
             raise ValueError("peer group_ids must be a list of group numbers")
         return identify(pid, uid, gid, ids)
 
@@ -107,7 +116,9 @@ class AllowList:
     root: bool = False
 
     @classmethod
-    def of(cls, users: Iterable[str], groups: Iterable[str], *, empty_means_all: bool = False, root: bool = False) -> AllowList:
+    def of(
+        cls, users: Iterable[str], groups: Iterable[str], *, empty_means_all: bool = False, root: bool = False
+    ) -> AllowList:
         users, groups = frozenset(users), frozenset(groups)
         return cls(users, groups, open_to_all=empty_means_all and not users and not groups, root=root)
 
@@ -133,13 +144,31 @@ def uid_of(user: str) -> int | None:
 # checks the two agree).  Intake refuses each one it does not serve itself to an
 # agent, with the refusal a bad token gets: a probe learns nothing about the door.
 OPERATOR_VERBS: Final = frozenset(
-    {"status", "pending", "show", "approve", "deny", "cancel", "hold", "release", "events", "policy.check",
-     "audit.verify", "audit.head", "token.issue", "token.revoke",
-     "statement", "grants", "grant.revoke"}
+    {
+        "status",
+        "pending",
+        "show",
+        "approve",
+        "deny",
+        "cancel",
+        "hold",
+        "release",
+        "events",
+        "policy.check",
+        "audit.verify",
+        "audit.head",
+        "token.issue",
+        "token.revoke",
+        "statement",
+        "grants",
+        "grant.revoke",
+    }
 )
 
 
-def may_decide(peer: Peer, operator_users: Iterable[str], operator_groups: Iterable[str], observer_users: Iterable[str]) -> bool:
+def may_decide(
+    peer: Peer, operator_users: Iterable[str], operator_groups: Iterable[str], observer_users: Iterable[str]
+) -> bool:
     """Whether a peer on operator.sock is a full operator, not a read-only observer.
 
     root always is.  A user named in ``operators.users`` is; a user named in

@@ -143,7 +143,9 @@ def file_review(request: dict[str, object]) -> list[tuple[str, str]]:
             code = error.get("code") if isinstance(error, dict) else None
             pairs.append(("against", f"(no preview: {sanitise(code)}; the write is not bound to a reviewed content)"))
         else:
-            pairs.append(("against", f"sha256 {sanitise(before, strict=True)}" if before != "absent" else "absent (a new file)"))
+            pairs.append(
+                ("against", f"sha256 {sanitise(before, strict=True)}" if before != "absent" else "absent (a new file)")
+            )
             pairs.append(("after", f"sha256 {sanitise(request.get('after_sha256'), strict=True)}"))
     return pairs
 

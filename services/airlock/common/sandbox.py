@@ -38,13 +38,47 @@ _SUFFIXES = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
 
 # Capabilities by number (linux/capability.h).
 CAPABILITIES = (
-    "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
-    "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE", "CAP_NET_BIND_SERVICE",
-    "CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_IPC_LOCK", "CAP_IPC_OWNER", "CAP_SYS_MODULE",
-    "CAP_SYS_RAWIO", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE", "CAP_SYS_PACCT", "CAP_SYS_ADMIN", "CAP_SYS_BOOT",
-    "CAP_SYS_NICE", "CAP_SYS_RESOURCE", "CAP_SYS_TIME", "CAP_SYS_TTY_CONFIG", "CAP_MKNOD", "CAP_LEASE",
-    "CAP_AUDIT_WRITE", "CAP_AUDIT_CONTROL", "CAP_SETFCAP", "CAP_MAC_OVERRIDE", "CAP_MAC_ADMIN", "CAP_SYSLOG",
-    "CAP_WAKE_ALARM", "CAP_BLOCK_SUSPEND", "CAP_AUDIT_READ", "CAP_PERFMON", "CAP_BPF", "CAP_CHECKPOINT_RESTORE",
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_DAC_READ_SEARCH",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETPCAP",
+    "CAP_LINUX_IMMUTABLE",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_NET_BROADCAST",
+    "CAP_NET_ADMIN",
+    "CAP_NET_RAW",
+    "CAP_IPC_LOCK",
+    "CAP_IPC_OWNER",
+    "CAP_SYS_MODULE",
+    "CAP_SYS_RAWIO",
+    "CAP_SYS_CHROOT",
+    "CAP_SYS_PTRACE",
+    "CAP_SYS_PACCT",
+    "CAP_SYS_ADMIN",
+    "CAP_SYS_BOOT",
+    "CAP_SYS_NICE",
+    "CAP_SYS_RESOURCE",
+    "CAP_SYS_TIME",
+    "CAP_SYS_TTY_CONFIG",
+    "CAP_MKNOD",
+    "CAP_LEASE",
+    "CAP_AUDIT_WRITE",
+    "CAP_AUDIT_CONTROL",
+    "CAP_SETFCAP",
+    "CAP_MAC_OVERRIDE",
+    "CAP_MAC_ADMIN",
+    "CAP_SYSLOG",
+    "CAP_WAKE_ALARM",
+    "CAP_BLOCK_SUSPEND",
+    "CAP_AUDIT_READ",
+    "CAP_PERFMON",
+    "CAP_BPF",
+    "CAP_CHECKPOINT_RESTORE",
 )
 _FLAGS = {
     "no_new_privileges": "NoNewPrivileges",
@@ -52,8 +86,17 @@ _FLAGS = {
     "private_tmp": "PrivateTmp",
     "read_only": "ProtectSystem",
 }
-KEYS = ("capabilities", "cpu_quota", "memory_max", "no_new_privileges", "private_network", "private_tmp",
-        "read_only", "read_write_paths", "tasks_max")
+KEYS = (
+    "capabilities",
+    "cpu_quota",
+    "memory_max",
+    "no_new_privileges",
+    "private_network",
+    "private_tmp",
+    "read_only",
+    "read_write_paths",
+    "tasks_max",
+)
 _MAX_PATHS = 64
 
 
@@ -99,8 +142,13 @@ def _paths(key: str, value: Any) -> list[str]:
     if not isinstance(value, list) or not value or len(value) > _MAX_PATHS:
         raise _invalid(key, value, f"expected a list of 1 to {_MAX_PATHS} absolute paths")
     for path in value:
-        if (not isinstance(path, str) or not path.startswith("/") or "\0" in path or any(c.isspace() for c in path)
-                or any(part in (".", "..") for part in path.split("/"))):
+        if (
+            not isinstance(path, str)
+            or not path.startswith("/")
+            or "\0" in path
+            or any(c.isspace() for c in path)
+            or any(part in (".", "..") for part in path.split("/"))
+        ):
             raise _invalid(key, path, "expected an absolute path without '.', '..' or spaces")
     return list(value)
 

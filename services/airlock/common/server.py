@@ -62,7 +62,9 @@ def write_timeout(config: Config, door: Door) -> float:
 class Connection:
     """One accepted client: its peer, and helpers to read lines and write replies."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer, door: Door, config: Config) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer, door: Door, config: Config
+    ) -> None:
         self.reader = reader
         self.writer = writer
         self.peer = peer
@@ -327,12 +329,17 @@ class Service:
         door.by_peer[peer.uid] += 1
         try:
             if door.max_connections is not None and door.active > door.max_connections:
-                await _send_quietly(writer, door.refusal(AirlockError(ErrorCode.BUSY, "too many requests in flight; retry shortly")))
+                await _send_quietly(
+                    writer, door.refusal(AirlockError(ErrorCode.BUSY, "too many requests in flight; retry shortly"))
+                )
                 return
             if door.max_per_peer is not None and door.by_peer[peer.uid] > door.max_per_peer:
                 self.log.info(f"{self.name}.peer.capped", door=door.name, peer_uid=peer.uid, limit=door.max_per_peer)
                 await _send_quietly(
-                    writer, door.refusal(AirlockError(ErrorCode.BUSY, "too many requests in flight from this user; retry shortly"))
+                    writer,
+                    door.refusal(
+                        AirlockError(ErrorCode.BUSY, "too many requests in flight from this user; retry shortly")
+                    ),
                 )
                 return
             if not door.allow.allows(peer):

@@ -40,7 +40,9 @@ class ExecSpec:
             raise validate.bad("mode", "must be exec or shell")
         if not self.stages:
             raise validate.bad("pipeline", "must not be empty")
-        if self.mode == "shell" and (len(self.stages) != 1 or self.stages[0][:2] != (SHELL, "-c") or len(self.stages[0]) != 3):
+        if self.mode == "shell" and (
+            len(self.stages) != 1 or self.stages[0][:2] != (SHELL, "-c") or len(self.stages[0]) != 3
+        ):
             raise validate.bad("command", "shell form must be a single /bin/sh -c stage")
         if self.forward_agent and self.privileged:
             raise validate.bad("forward_agent", "is only allowed with privileged: false")

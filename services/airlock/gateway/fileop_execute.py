@@ -26,22 +26,55 @@ _ARGS: Final[dict[str, dict[str, str]]] = {
     "files_list": {"limit": "limit"},
     "files_find": {"pattern": "pattern", "maxDepth": "max_depth", "limit": "limit"},
     "files_search": {"query": "query", "regex": "regex", "glob": "glob", "maxDepth": "max_depth", "limit": "limit"},
-    "files_write": {"content": "content", "contentBase64": "content", "create": "create", "mode": "mode",
-                    "expectedSha256": "expected_sha256"},
-    "files_edit": {"oldText": "old_text", "newText": "new_text", "oldString": "old_text", "newString": "new_text",
-                   "expectedSha256": "expected_sha256"},
+    "files_write": {
+        "content": "content",
+        "contentBase64": "content",
+        "create": "create",
+        "mode": "mode",
+        "expectedSha256": "expected_sha256",
+    },
+    "files_edit": {
+        "oldText": "old_text",
+        "newText": "new_text",
+        "oldString": "old_text",
+        "newString": "new_text",
+        "expectedSha256": "expected_sha256",
+    },
 }
 
 # Native outcome field -> dialect field.
 _RESULT: Final = {
-    "offset_bytes": "offsetBytes", "length_bytes": "lengthBytes", "size_bytes": "sizeBytes",
-    "next_offset_bytes": "nextOffsetBytes", "eof": "eof", "type": "type", "mode": "mode", "owner_uid": "ownerUid",
-    "owner_gid": "ownerGid", "owner": "owner", "group": "group", "mtime": "mtime", "sha256": "sha256",
-    "link_target": "linkTarget", "entries": "entries", "paths": "paths", "matches": "matches",
-    "files_scanned": "filesScanned", "truncated": "truncated", "before_sha256": "beforeSha256",
-    "after_sha256": "afterSha256", "created": "created", "diff": "diff", "started_at": "startedAt",
-    "ended_at": "endedAt", "duration_ms": "durationMs", "uid": "uid", "gid": "gid", "hostname": "hostname",
-    "decision": "decision", "path": "path",
+    "offset_bytes": "offsetBytes",
+    "length_bytes": "lengthBytes",
+    "size_bytes": "sizeBytes",
+    "next_offset_bytes": "nextOffsetBytes",
+    "eof": "eof",
+    "type": "type",
+    "mode": "mode",
+    "owner_uid": "ownerUid",
+    "owner_gid": "ownerGid",
+    "owner": "owner",
+    "group": "group",
+    "mtime": "mtime",
+    "sha256": "sha256",
+    "link_target": "linkTarget",
+    "entries": "entries",
+    "paths": "paths",
+    "matches": "matches",
+    "files_scanned": "filesScanned",
+    "truncated": "truncated",
+    "before_sha256": "beforeSha256",
+    "after_sha256": "afterSha256",
+    "created": "created",
+    "diff": "diff",
+    "started_at": "startedAt",
+    "ended_at": "endedAt",
+    "duration_ms": "durationMs",
+    "uid": "uid",
+    "gid": "gid",
+    "hostname": "hostname",
+    "decision": "decision",
+    "path": "path",
 }
 
 
@@ -119,7 +152,9 @@ def result(outcome: dict[str, Any]) -> dict[str, Any]:
         if native in outcome:
             out[name] = outcome[native]
     if "entries" in out:
-        out["entries"] = [{"name": e.get("name"), "type": e.get("type"), "sizeBytes": e.get("size_bytes")} for e in out["entries"]]
+        out["entries"] = [
+            {"name": e.get("name"), "type": e.get("type"), "sizeBytes": e.get("size_bytes")} for e in out["entries"]
+        ]
     if "content" in outcome:
         text, raw = _text(outcome["content"])
         out["content"] = text

@@ -77,7 +77,9 @@ _NATIVE_TO_DIALECT: Final[dict[ErrorCode, str]] = {
 class GatewayError(Exception):
     """A refusal reported to the controller as ``{"code","message","details"}``."""
 
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None, request_id: RequestId = None) -> None:
+    def __init__(
+        self, code: str, message: str, details: dict[str, Any] | None = None, request_id: RequestId = None
+    ) -> None:
         super().__init__(message)
         self.code = str(code)
         self.message = message
@@ -114,8 +116,9 @@ class Request:
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.id is not None and (isinstance(self.id, bool) or not isinstance(self.id, (str, int))
-                                    or len(str(self.id)) > 1024):
+        if self.id is not None and (
+            isinstance(self.id, bool) or not isinstance(self.id, (str, int)) or len(str(self.id)) > 1024
+        ):
             raise GatewayError(Code.INVALID_REQUEST, "id must be a string (or integer) of at most 1024 characters")
         if not isinstance(self.method, str) or not self.method:
             raise GatewayError(Code.INVALID_REQUEST, "method must be a non-empty string", request_id=self.id)
@@ -144,12 +147,18 @@ def parse_request(line: bytes) -> Request:
         text = line.decode("utf-8")
         untrusted = json.loads(text, parse_constant=reject_constant)
     except RecursionError:
-        raise GatewayError(Code.INVALID_JSON, "request JSON is nested too deeply", request_id=recover_id(line)) from None
+        raise GatewayError(
+            Code.INVALID_JSON, "request JSON is nested too deeply", request_id=recover_id(line)
+        ) from None
     except UnicodeDecodeError as exc:
-        raise GatewayError(Code.INVALID_JSON, f"request is not valid UTF-8 (byte {exc.start})", request_id=recover_id(line)) from None
+        raise GatewayError(
+            Code.INVALID_JSON, f"request is not valid UTF-8 (byte {exc.start})", request_id=recover_id(line)
+        ) from None
     except ValueError as exc:
         reason = str(exc).splitlines()[0][:200] if str(exc) else "malformed"
-        raise GatewayError(Code.INVALID_JSON, f"request is not valid JSON: {reason}", request_id=recover_id(line)) from None
+        raise GatewayError(
+            Code.INVALID_JSON, f"request is not valid JSON: {reason}", request_id=recover_id(line)
+        ) from None
     if not isinstance(untrusted, dict):
         raise GatewayError(Code.INVALID_REQUEST, "request must be a JSON object")
     raw_id = untrusted.get("id")
@@ -177,7 +186,9 @@ class LineReader:
             frame = self._decoder.next_frame()
         except AirlockError:
             return GatewayError(
-                Code.REQUEST_TOO_LARGE, f"request exceeds {self.max_bytes} bytes", {"limitBytes": self.max_bytes},
+                Code.REQUEST_TOO_LARGE,
+                f"request exceeds {self.max_bytes} bytes",
+                {"limitBytes": self.max_bytes},
                 request_id=recover_id(self._decoder.peek(4096)),
             )
         if frame is NEED_DATA:
@@ -252,7 +263,9 @@ class TraceContext:
     def __post_init__(self) -> None:
         match = _TRACEPARENT.fullmatch(self.traceparent)
         if match is None:
-            raise invalid("traceContext.traceparent", "must be 00-<32 hex>-<16 hex>-<2 hex> (lowercase, W3C version 00)")
+            raise invalid(
+                "traceContext.traceparent", "must be 00-<32 hex>-<16 hex>-<2 hex> (lowercase, W3C version 00)"
+            )
         if set(match.group(1)) == {"0"} or set(match.group(2)) == {"0"}:
             raise invalid("traceContext.traceparent", "trace ID and parent ID must not be all zeros")
         if self.tracestate is not None and (
@@ -314,13 +327,21 @@ def parse_telemetry(params: dict[str, Any]) -> Telemetry:
         raise invalid("enabled", "must be true or false")
     endpoint = params.get("endpoint")
     if endpoint is not None or enabled:
-        if not isinstance(endpoint, str) or not re.fullmatch(r"https?://[^\s/@]+(/[^\s]*)?", endpoint) or len(endpoint) > 2048:
+        if (
+            not isinstance(endpoint, str)
+            or not re.fullmatch(r"https?://[^\s/@]+(/[^\s]*)?", endpoint)
+            or len(endpoint) > 2048
+        ):
             raise invalid("endpoint", "must be an http(s) URL without credentials")
     headers = params.get("headers")
     if headers is None:
         headers = {}
     if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k) and isinstance(v, str) and "\n" not in v and "\r" not in v
+        isinstance(k, str)
+        and re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", k)
+        and isinstance(v, str)
+        and "\n" not in v
+        and "\r" not in v
         for k, v in headers.items()
     ):
         raise invalid("headers", "must be an object of header names to string values")
@@ -466,6 +487,7 @@ def encode_result(request_id: RequestId, result: dict[str, Any]) -> bytes:
 
 def encode_event(event: str, request_id: RequestId, fields: dict[str, Any]) -> bytes | None:
     """An event frame; None when it cannot fit (the caller reports it in the response)."""
+
     def build(f: dict[str, Any]) -> bytes:
         return _encode({"type": "event", "event": event, "requestId": request_id} | f)
 
@@ -482,7 +504,12 @@ def encode_accepted(request_id: RequestId, operation_id: str, extra: dict[str, A
     )
 
 
-_TEXT_FIELDS: Final = (("stdout", "stdoutSha256"), ("stderr", "stderrSha256"), ("data", None), ("content", "contentSha256"))
+_TEXT_FIELDS: Final = (
+    ("stdout", "stdoutSha256"),
+    ("stderr", "stderrSha256"),
+    ("data", None),
+    ("content", "contentSha256"),
+)
 
 
 def sha256_text(text: str) -> str:

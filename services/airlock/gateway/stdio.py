@@ -90,7 +90,9 @@ class Gateway:
             return
         except Exception as exc:  # the shell's last line of defence for one request
             self.log.exception("gateway.request.failed", request_id=request.id, error=repr(exc))
-            await self.write(p.encode_error(request.id, p.GatewayError(p.Code.INTERNAL, "internal error; see the gateway log")))
+            await self.write(
+                p.encode_error(request.id, p.GatewayError(p.Code.INTERNAL, "internal error; see the gateway log"))
+            )
             return
         if result is not None:
             await self.write(p.encode_result(request.id, result))
@@ -103,8 +105,11 @@ class Gateway:
             return p.health(self.active_ids(), shutting_down=self.shutting_down)
         if method == "telemetry.configure":
             self.telemetry = p.parse_telemetry(params)
-            self.log.info("gateway.telemetry.configured", enabled=self.telemetry.enabled,
-                          headers_configured=bool(self.telemetry.headers))
+            self.log.info(
+                "gateway.telemetry.configured",
+                enabled=self.telemetry.enabled,
+                headers_configured=bool(self.telemetry.headers),
+            )
             return self.telemetry.status()
         if method == "process.exec":
             return await self.process_exec(request)
@@ -133,7 +138,9 @@ class Gateway:
         if params.trace is not None:
             # Transport context only: logged (journald fields under systemd), never
             # forwarded to the child, never part of the operation ID.
-            self.log.info("gateway.trace.received", request_id=request.id, method=request.method, **params.trace.log_fields())
+            self.log.info(
+                "gateway.trace.received", request_id=request.id, method=request.method, **params.trace.log_fields()
+            )
         args = params.to_native(privileged=self.settings.privileged, default_cwd=self.settings.cwd, time=iso_utc())
         active = _Active(request.id, params.operation_id)
         output = evidence.OutputStream(params.max_output_bytes)
@@ -157,7 +164,9 @@ class Gateway:
                 if output.overflowed:
                     self._start_cancel(active, reason="max_output_bytes")
             elif event.event == "pending_approval":
-                await send_event("approval.pending", {"rule": f.get("rule"), "timeoutSeconds": f.get("timeout_seconds")})
+                await send_event(
+                    "approval.pending", {"rule": f.get("rule"), "timeoutSeconds": f.get("timeout_seconds")}
+                )
             elif event.event == "approved" and active.cancel_requested:
                 self._start_cancel(active, reason="cancel")
 
@@ -174,27 +183,43 @@ class Gateway:
         if not accepted:  # a replay: the door answered from the journal at once
             await self.write(p.encode_accepted(request.id, active.operation_id, {"replayed": True}))
         result = evidence.terminal(native, params, overflowed=output.overflowed)
-        self.log.info("gateway.process.finished", request_id=request.id, operation_id=active.operation_id,
-                      exit_code=result["exitCode"], replayed=result["replayed"])
+        self.log.info(
+            "gateway.process.finished",
+            request_id=request.id,
+            operation_id=active.operation_id,
+            exit_code=result["exitCode"],
+            replayed=result["replayed"],
+        )
         await send_event("process.terminal", result)
         return result
 
     async def filesystem_execute(self, request: p.Request) -> dict[str, Any] | None:
         params = fileop_execute.parse(request.params)
         if params.trace is not None:
-            self.log.info("gateway.trace.received", request_id=request.id, method=request.method, **params.trace.log_fields())
+            self.log.info(
+                "gateway.trace.received", request_id=request.id, method=request.method, **params.trace.log_fields()
+            )
         active = _Active(request.id, params.operation_id)
         self._active.append(active)
         try:
-            outcome = await door.call(self.settings.socket, params.tool,
-                                      params.to_native(privileged=self.settings.privileged, time=iso_utc()))
+            outcome = await door.call(
+                self.settings.socket, params.tool, params.to_native(privileged=self.settings.privileged, time=iso_utc())
+            )
         finally:
             self._active.remove(active)
         result = fileop_execute.result(outcome)
-        await self.write(p.encode_accepted(request.id, str(result["operationId"]),
-                                           {"replayed": True} if result["replayed"] else None))
-        self.log.info("gateway.filesystem.finished", request_id=request.id, operation_id=result["operationId"],
-                      tool=params.tool, ok=result["ok"])
+        await self.write(
+            p.encode_accepted(
+                request.id, str(result["operationId"]), {"replayed": True} if result["replayed"] else None
+            )
+        )
+        self.log.info(
+            "gateway.filesystem.finished",
+            request_id=request.id,
+            operation_id=result["operationId"],
+            tool=params.tool,
+            ok=result["ok"],
+        )
         return result
 
     # --- cancel ----------------------------------------------------------------------

@@ -45,9 +45,12 @@ class FileRequest:
         }
 
 
-
-def native_files(verb: str, request_id: str | None, args: dict[str, Any], peer: Peer, config: Config, now: float) -> FileRequest:
-    rid = validate.text("id", request_id, max_len=256, allow_empty=False) if request_id is not None else str(uuid.uuid4())
+def native_files(
+    verb: str, request_id: str | None, args: dict[str, Any], peer: Peer, config: Config, now: float
+) -> FileRequest:
+    rid = (
+        validate.text("id", request_id, max_len=256, allow_empty=False) if request_id is not None else str(uuid.uuid4())
+    )
     params = {k: v for k, v in args.items() if k not in ENVELOPE_FIELDS}
     spec = FileSpec(
         tool=verb,

@@ -23,9 +23,24 @@ from airlock.common.spec import SHELL, ExecSpec
 
 NATIVE_EXEC_FIELDS = frozenset(
     {
-        "pipeline", "argv", "command", "privileged", "env", "protected_env", "cwd", "stdin", "timeout_ms",
-        "deadline_ms", "max_output_bytes", "operation_id", "reason", "session", "host", "time",
-        "forward_agent", "stream",
+        "pipeline",
+        "argv",
+        "command",
+        "privileged",
+        "env",
+        "protected_env",
+        "cwd",
+        "stdin",
+        "timeout_ms",
+        "deadline_ms",
+        "max_output_bytes",
+        "operation_id",
+        "reason",
+        "session",
+        "host",
+        "time",
+        "forward_agent",
+        "stream",
     }
 )
 
@@ -134,8 +149,14 @@ def _stdin(value: Any) -> str | None:
 
 
 def _build(
-    args: dict[str, Any], *, request_id: str, stages: tuple[tuple[str, ...], ...], mode: str, peer: Peer,
-    config: Config, now: float,
+    args: dict[str, Any],
+    *,
+    request_id: str,
+    stages: tuple[tuple[str, ...], ...],
+    mode: str,
+    peer: Peer,
+    config: Config,
+    now: float,
 ) -> ExecRequest:
     # Validation order: the cheap shape checks first, freshness after them.
     reason = validate.text("reason", args.get("reason") or "", max_len=4096)
@@ -176,8 +197,15 @@ def _build(
     check_env("env", env, config, privileged=spec.run_as == 0)
     check_env("protected_env", protected, config, privileged=spec.run_as == 0)
     return ExecRequest(
-        request_id=request_id, spec=spec, protected_env=protected, operation_id=operation_id, reason=reason,
-        session=session, host=host, time=when, stream=stream,
+        request_id=request_id,
+        spec=spec,
+        protected_env=protected,
+        operation_id=operation_id,
+        reason=reason,
+        session=session,
+        host=host,
+        time=when,
+        stream=stream,
     )
 
 
@@ -185,7 +213,9 @@ def native_exec(request_id: str | None, args: dict[str, Any], peer: Peer, config
     unknown = sorted(set(args) - NATIVE_EXEC_FIELDS)
     if unknown:
         raise validate.bad(unknown[0], "unknown field", ErrorCode.INVALID_ARGUMENTS)
-    rid = validate.text("id", request_id, max_len=256, allow_empty=False) if request_id is not None else str(uuid.uuid4())
+    rid = (
+        validate.text("id", request_id, max_len=256, allow_empty=False) if request_id is not None else str(uuid.uuid4())
+    )
     mode, stages = _stages_from_native(args)
     return _build(args, request_id=rid, stages=stages, mode=mode, peer=peer, config=config, now=now)
 

@@ -77,8 +77,18 @@ class Intake:
         self.service = service
         self.audit = Audit(config, "intake")
         self.journal = self.audit.client
-        self.approval = Client(config.socket_path("approval"), service="airlock-approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE, timeout=None)
-        self.runner = Client(config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE, timeout=None)
+        self.approval = Client(
+            config.socket_path("approval"),
+            service="airlock-approval",
+            unavailable=ErrorCode.APPROVAL_UNAVAILABLE,
+            timeout=None,
+        )
+        self.runner = Client(
+            config.socket_path("runner"),
+            service="airlock-runner",
+            unavailable=ErrorCode.RUNNER_UNAVAILABLE,
+            timeout=None,
+        )
         self.operations: dict[tuple[int, str], int] = {}  # (uid, running operation) -> the uid that started it
         # Operations waiting for their decision, by (uid, operation) -> the uid that asked, set to withdraw it.
         self.deciding: dict[tuple[int, str], _Deciding] = {}
@@ -158,7 +168,9 @@ class Intake:
         return await self.run(exec_request, call.peer, call if exec_request.stream else None, conn=call.connection)
 
     async def _files(self, call: Call) -> dict[str, Any]:
-        file_request = fileop_request.native_files(call.request.verb, call.request.id, call.args, call.peer, self.config, time.time())
+        file_request = fileop_request.native_files(
+            call.request.verb, call.request.id, call.args, call.peer, self.config, time.time()
+        )
         return await self.drive(file_work(file_request, self.config), call.peer, None, conn=call.connection)
 
     async def _approve_signed(self, call: Call) -> dict[str, Any]:
@@ -256,15 +268,21 @@ class Intake:
             return sudo_proxy.encode_error(request_id, exc)
         except Exception as exc:
             self.log.exception("intake.request.failed", request_id=request_id, error=repr(exc))
-            return sudo_proxy.encode_error(request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log"))
+            return sudo_proxy.encode_error(
+                request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log")
+            )
 
     # --- the life of a request: journal -> approval -> runner -> journal -----------------
 
-    async def run(self, req: ExecRequest, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
+    async def run(
+        self, req: ExecRequest, peer: Peer, call: Call | None, *, conn: Connection | None = None
+    ) -> dict[str, Any]:
         """An exec request."""
         return await self.drive(exec_work(req, peer, self.config), peer, call, conn=conn)
 
-    async def drive(self, work: Work, peer: Peer, call: Call | None, *, conn: Connection | None = None) -> dict[str, Any]:
+    async def drive(
+        self, work: Work, peer: Peer, call: Call | None, *, conn: Connection | None = None
+    ) -> dict[str, Any]:
         """Drive one request through the other services; the one path for exec and file work.
 
         ``conn`` is the agent's connection: the request belongs to it until it
@@ -289,7 +307,8 @@ class Intake:
                 "claim": self._claim_args(work.request_id, peer),
                 "event": self.audit.event(
                     "request.received", ids, {"request": work.describe, "peer": peer.to_dict(), "digest": digest}
-                ) | {"durable": False},
+                )
+                | {"durable": False},
             },
         )
         if not began.get("claimed"):
@@ -352,8 +371,12 @@ class Intake:
                 outcome = await self.runner.call(
                     work.runner_verb,
                     work.runner_args
-                    | {"ticket": decision["ticket"], "bound": decision.get("bound") or {}, "operation_id": op,
-                       "after": marks},
+                    | {
+                        "ticket": decision["ticket"],
+                        "bound": decision.get("bound") or {},
+                        "operation_id": op,
+                        "after": marks,
+                    },
                     on_event=forward,
                     timeout=work.runner_timeout,
                 )
@@ -361,7 +384,10 @@ class Intake:
                 self.operations.pop((peer.uid, op), None)
             # The runner's exec.finished, deferred: request.replied commits only with it.
             finished = outcome.pop("audit_mark", None)
-            outcome = outcome | {"replay": False, "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")}}
+            outcome = outcome | {
+                "replay": False,
+                "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")},
+            }
         except AirlockError as exc:
             await self._abandon(key, ids, exc, marks)
             raise
@@ -430,7 +456,12 @@ class Intake:
             pass  # the finally cancels the decide call: approval sees its connection close
 
     async def _settle(
-        self, op: str, digest: str, outcome: dict[str, Any], thin: Callable[[dict[str, Any]], dict[str, Any]], ids: Ids,
+        self,
+        op: str,
+        digest: str,
+        outcome: dict[str, Any],
+        thin: Callable[[dict[str, Any]], dict[str, Any]],
+        ids: Ids,
         after: list[str] | None = None,
     ) -> None:
         """Keep the settled outcome for replay and journal request.replied, in one round trip.
@@ -442,10 +473,17 @@ class Intake:
         if after:
             event["after"] = after
         try:
-            done = await self.journal.call("op.complete", {"operation_id": op, "digest": digest, "outcome": stored, "event": event})
+            done = await self.journal.call(
+                "op.complete", {"operation_id": op, "digest": digest, "outcome": stored, "event": event}
+            )
         except AirlockError as exc:
-            self.log.error("intake.outcome.unstored", request_id=ids.request_id, operation_id=ids.operation_id, code=exc.code.value,
-                           error=exc.message)
+            self.log.error(
+                "intake.outcome.unstored",
+                request_id=ids.request_id,
+                operation_id=ids.operation_id,
+                code=exc.code.value,
+                error=exc.message,
+            )
             return
         self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "ok"})
 
@@ -463,7 +501,9 @@ class Intake:
         except AirlockError:
             return  # the reply goes out either way; the journal's outage is reported by the next append
         if exc is not None:
-            self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "error", "code": exc.code.value})
+            self.audit.logged(
+                "request.replied", ids, done.get("event", {}).get("seq"), {"status": "error", "code": exc.code.value}
+            )
 
     async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:
         op = validate.text("operation_id", request.args.get("operation_id"), max_len=256, allow_empty=False)
@@ -478,7 +518,6 @@ class Intake:
         if owner is None or owner != peer.uid:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
         return await self.runner.call("cancel", {"operation_id": op, "uid": peer.uid})
-
 
     async def approve_signed(self, request: Request) -> dict[str, Any]:
         """An agent carries an operator's signature (issue 18): approval checks it; the agent cannot forge one."""

@@ -69,8 +69,12 @@ def acknowledge(
                     {"first_bad_seq": walked.first_bad_seq},
                 )
             mismatch = chain.check_anchors(
-                given, stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
-                acks={seq: h for seq, (h, _) in facts.acks.items()}, before=facts.before,
+                given,
+                stored=facts.stored,
+                head_seq=facts.head[0],
+                high_water=facts.high,
+                acks={seq: h for seq, (h, _) in facts.acks.items()},
+                before=facts.before,
             )
             if mismatch.ok:
                 raise AirlockError(ErrorCode.CONFLICT, "nothing to acknowledge: the journal matches every anchor")
@@ -87,9 +91,16 @@ def acknowledge(
             normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
             when = iso_utc(clock())
             record = {
-                "seq": seq, "time": when, "kind": chain.ACK_KIND, "request_id": None,
-                "operation_id": None, "peer_uid": uid, "session": None, "writer": "journal",
-                "payload": normalized, "prev_hash": head_hash,
+                "seq": seq,
+                "time": when,
+                "kind": chain.ACK_KIND,
+                "request_id": None,
+                "operation_id": None,
+                "peer_uid": uid,
+                "session": None,
+                "writer": "journal",
+                "payload": normalized,
+                "prev_hash": head_hash,
             }
             digest = chain.compute_hash(record)
             conn.execute(

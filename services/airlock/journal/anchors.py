@@ -52,7 +52,7 @@ def append(path: Path, anchor: Anchor, reason: str, when: float, *, owner: tuple
             os.fchown(fd, *owner)
         data = line(anchor, reason, when)
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -159,7 +159,9 @@ def read_journald(writer_uids: Iterable[int]) -> list[Anchor]:
             if (uid != 0) if ack else (entry.get("_SYSTEMD_UNIT") != JOURNAL_UNIT):
                 continue
             try:
-                found.append(Anchor(int(str(entry.get("AIRLOCK_CHAIN_SEQ"))), str(entry.get("AIRLOCK_CHAIN_HASH")), ack))
+                found.append(
+                    Anchor(int(str(entry.get("AIRLOCK_CHAIN_SEQ"))), str(entry.get("AIRLOCK_CHAIN_HASH")), ack)
+                )
             except ValueError:
                 continue
     finally:

@@ -262,5 +262,7 @@ class Appends(Writer):
             or not isinstance(window_seconds, int | float)
             or not 0 < window_seconds <= MAX_CLAIM_WINDOW
         ):
-            raise _invalid(f"window_seconds must be a number above 0 and at most {MAX_CLAIM_WINDOW:g}", "window_seconds")
+            raise _invalid(
+                f"window_seconds must be a number above 0 and at most {MAX_CLAIM_WINDOW:g}", "window_seconds"
+            )
         return _Claim(key, self._clock(), float(window_seconds), asyncio.get_running_loop().create_future())

@@ -361,14 +361,24 @@ def check_anchors(
         checked += 1
         actual = stored.get(anchor.seq)
         if anchor.seq > head_seq:
-            problems.append((head_seq + 1, f"an anchor names seq {anchor.seq} but the journal ends at seq "
-                                           f"{head_seq}: records after {head_seq} are gone"))
+            problems.append(
+                (
+                    head_seq + 1,
+                    f"an anchor names seq {anchor.seq} but the journal ends at seq "
+                    f"{head_seq}: records after {head_seq} are gone",
+                )
+            )
         elif actual is None:
             start = (before or {}).get(anchor.seq, anchor.seq - 1) + 1
             problems.append((start, f"seq {anchor.seq} is anchored but missing (records from seq {start} are gone)"))
         elif actual != anchor.hash:
-            problems.append((anchor.seq, f"seq {anchor.seq}: hash differs from its anchor (a record after "
-                                         f"seq {last_good}, the last that matched, was rewritten)"))
+            problems.append(
+                (
+                    anchor.seq,
+                    f"seq {anchor.seq}: hash differs from its anchor (a record after "
+                    f"seq {last_good}, the last that matched, was rewritten)",
+                )
+            )
         else:
             last_good = max(last_good, anchor.seq)
     if not problems:

@@ -165,8 +165,11 @@ def parse_record(entry: Mapping[str, Any]) -> Shipped:
     digest = _text(entry, "AIRLOCK_HASH")
     if not chain.is_hash(digest):
         raise Unusable(f"seq {seq}: AIRLOCK_HASH is not 64 lowercase hex digits")
-    for name, value in (("AIRLOCK_SEQ", str(seq)), ("AIRLOCK_PREV_HASH", record["prev_hash"]),
-                        ("AIRLOCK_KIND", record["kind"])):
+    for name, value in (
+        ("AIRLOCK_SEQ", str(seq)),
+        ("AIRLOCK_PREV_HASH", record["prev_hash"]),
+        ("AIRLOCK_KIND", record["kind"]),
+    ):
         if _text(entry, name) != value:
             raise Unusable(f"seq {seq}: {name} disagrees with AIRLOCK_RECORD")
     return Shipped(host, seq, digest, dict(record, hash=digest))
@@ -247,8 +250,12 @@ class FleetReport:
         return bool(self.hosts) and all(h.ok for h in self.hosts.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "hosts": [h.to_dict() for h in self.hosts.values()],
-                "ignored": len(self.ignored), "ignored_reasons": self.ignored[:20]}
+        return {
+            "ok": self.ok,
+            "hosts": [h.to_dict() for h in self.hosts.values()],
+            "ignored": len(self.ignored),
+            "ignored_reasons": self.ignored[:20],
+        }
 
 
 def _ranges(seqs: list[int]) -> list[tuple[int, int]]:
@@ -308,7 +315,9 @@ def verify_host(host: str, shipped: Iterable[Shipped], anchors: Iterable[Anchor]
             link = seq_of.get(item.row["prev_hash"])
             if link is None or link >= seq:
                 report.unlinked.append(seq)
-                report.problems.append(f"seq {seq}: an acknowledgement that links to no earlier record on the collector")
+                report.problems.append(
+                    f"seq {seq}: an acknowledgement that links to no earlier record on the collector"
+                )
             else:
                 end = runs[-1][-1].seq
                 report.segments.append({"seq": seq, "after": link, "cut": [link + 1, end] if end > link else None})
@@ -335,8 +344,9 @@ def verify_host(host: str, shipped: Iterable[Shipped], anchors: Iterable[Anchor]
         stored = {seq: item.hash for seq, item in by_seq.items()}
         before = {a.seq: max((s for s in seqs if s < a.seq), default=0) for a in wanted if a.seq not in stored}
         acks = {seq: item.hash for seq, item in by_seq.items() if item.row["kind"] == ACK_KIND}
-        check = chain.check_anchors(wanted, stored=stored, head_seq=seqs[-1], high_water=seqs[-1], acks=acks,
-                                    before=before)
+        check = chain.check_anchors(
+            wanted, stored=stored, head_seq=seqs[-1], high_water=seqs[-1], acks=acks, before=before
+        )
         report.anchors = check
         if not check.ok:
             report.problems.append(f"anchors: {check.reason}")
@@ -402,8 +412,9 @@ class Comparison:
         }
 
 
-def compare(local: Mapping[int, str], collected: Mapping[int, str],
-            acknowledged: Iterable[tuple[int, int]] = ()) -> Comparison:
+def compare(
+    local: Mapping[int, str], collected: Mapping[int, str], acknowledged: Iterable[tuple[int, int]] = ()
+) -> Comparison:
     """Compare seq -> hash of the local database with seq -> hash on the collector.
 
     Every record the collector holds must be in the database with the same
@@ -425,8 +436,13 @@ def compare(local: Mapping[int, str], collected: Mapping[int, str],
         have = local.get(seq)
         if have is None:
             if seq > local_head:
-                problems.append((seq, f"the database ends at seq {local_head} but the collector holds records "
-                                      f"up to seq {collected_last}: the database was cut short after seq {local_head}"))
+                problems.append(
+                    (
+                        seq,
+                        f"the database ends at seq {local_head} but the collector holds records "
+                        f"up to seq {collected_last}: the database was cut short after seq {local_head}",
+                    )
+                )
             else:
                 problems.append((seq, f"seq {seq} is on the collector but not in the database (deleted)"))
             break

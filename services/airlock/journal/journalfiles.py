@@ -40,8 +40,11 @@ class RecordSender:
         """``events``: committed `airlock.journal.store.Event`s; an ``OSError`` from journald propagates."""
         for event in events:
             record = event.to_dict()
-            self._send(fleet.record_message(record), SYSLOG_IDENTIFIER="airlock-journal",
-                       **fleet.record_fields(record, event.hash, self.host))
+            self._send(
+                fleet.record_message(record),
+                SYSLOG_IDENTIFIER="airlock-journal",
+                **fleet.record_fields(record, event.hash, self.host),
+            )
 
 
 def _keep_bytes(value: bytes) -> bytes:
@@ -69,7 +72,9 @@ def read_entries(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
         try:
             reader = journal.Reader(converters={"AIRLOCK_RECORD": _keep_bytes}, **how)
         except OSError as exc:
-            raise Unreadable(f"cannot open {how.get('path') or ', '.join(how['files'])}: {exc.strerror or exc}") from exc
+            raise Unreadable(
+                f"cannot open {how.get('path') or ', '.join(how['files'])}: {exc.strerror or exc}"
+            ) from exc
         try:
             reader.add_match(MESSAGE_ID=fleet.RECORD_MESSAGE_ID)
             reader.add_match(MESSAGE_ID=fleet.ANCHOR_MESSAGE_ID)

@@ -132,8 +132,12 @@ class Reader:
         finally:
             conn.close()
         checked = chain.check_anchors(
-            given, stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
-            acks={seq: h for seq, (h, _) in facts.acks.items()}, before=facts.before,
+            given,
+            stored=facts.stored,
+            head_seq=facts.head[0],
+            high_water=facts.high,
+            acks={seq: h for seq, (h, _) in facts.acks.items()},
+            before=facts.before,
         )
         confirmed = {a.seq for a in given if a.ack and facts.acks.get(a.seq, ("",))[0] == a.hash}
         bad = [(r.first_bad_seq, r.reason) for r in (walked, checked) if r is not None and not r.ok]
@@ -164,8 +168,12 @@ class Reader:
             conn.execute("BEGIN")
             facts = _facts(conn, [last.seq] if last else [], acks=False)
             result = chain.check_anchors(
-                [last] if last else [], stored=facts.stored, head_seq=facts.head[0], high_water=facts.high,
-                acks={}, before=facts.before,
+                [last] if last else [],
+                stored=facts.stored,
+                head_seq=facts.head[0],
+                high_water=facts.high,
+                acks={},
+                before=facts.before,
             )
             if result.ok and last is not None:
                 walked = _verify_chain(conn, last.seq, last.hash)
@@ -195,7 +203,7 @@ def _facts(conn: sqlite3.Connection, seqs: Iterable[int], *, acks: bool = True) 
     wanted = sorted(set(seqs))
     stored: dict[int, str] = {}
     for start in range(0, len(wanted), 500):
-        chunk = wanted[start:start + 500]
+        chunk = wanted[start : start + 500]
         marks = ",".join("?" * len(chunk))
         for seq, digest in conn.execute(f"SELECT seq, hash FROM events WHERE seq IN ({marks})", chunk):
             stored[int(seq)] = str(digest)

@@ -75,13 +75,13 @@ INSERT OR IGNORE INTO chain_high (id, seq) SELECT 1, COALESCE(MAX(seq), 0) FROM 
 # if missing (`Store.restored_triggers` names them).
 _TRIGGERS: Final[Mapping[str, str]] = {
     "events_no_update": "CREATE TRIGGER events_no_update BEFORE UPDATE ON events\n"
-                        "BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;",
+    "BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;",
     "events_no_delete": "CREATE TRIGGER events_no_delete BEFORE DELETE ON events\n"
-                        "BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;",
+    "BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;",
     "chain_high_no_lower": "CREATE TRIGGER chain_high_no_lower BEFORE UPDATE ON chain_high WHEN NEW.seq < OLD.seq\n"
-                           "BEGIN SELECT RAISE(ABORT, 'the high-water mark never goes down'); END;",
+    "BEGIN SELECT RAISE(ABORT, 'the high-water mark never goes down'); END;",
     "chain_high_no_delete": "CREATE TRIGGER chain_high_no_delete BEFORE DELETE ON chain_high\n"
-                            "BEGIN SELECT RAISE(ABORT, 'the high-water mark never goes down'); END;",
+    "BEGIN SELECT RAISE(ABORT, 'the high-water mark never goes down'); END;",
 }
 
 

@@ -82,7 +82,8 @@ def latest_hold(database: Path) -> dict[str, Any] | None:
 
 
 def grant_records(database: Path, limit: int = 4096) -> list[dict[str, Any]]:
-    """The newest grant records (made, revoked, expired; issue 18), oldest first: approval rebuilds its grants from them.
+    """The newest grant records (made, revoked, expired; issue 18), oldest first: approval rebuilds its grants from
+    them.
 
     Like `latest_hold`: a read-only connection of its own, approval's own records only.
     """
@@ -100,8 +101,14 @@ def grant_records(database: Path, limit: int = 4096) -> list[dict[str, Any]]:
     out = []
     for seq, payload in reversed(rows):
         record = json.loads(payload)
-        out.append({"seq": seq, "action": record.get("action"), "grant_id": record.get("grant_id"),
-                    "grant": record.get("grant")})
+        out.append(
+            {
+                "seq": seq,
+                "action": record.get("action"),
+                "grant_id": record.get("grant_id"),
+                "grant": record.get("grant"),
+            }
+        )
     return out
 
 
@@ -367,9 +374,14 @@ class Anchoring:
         before = memory.rss_kib()
         trimmed = memory.trim()
         after = memory.rss_kib()
-        self.log.info("journal.memory.sampled", trimmed=trimmed, rss_kib=after.get("VmRSS"),
-                      anon_kib=after.get("RssAnon"), released_kib=before.get("RssAnon", 0) - after.get("RssAnon", 0),
-                      **{f"sqlite_{k}": v for k, v in memory.sqlite_status().items()})
+        self.log.info(
+            "journal.memory.sampled",
+            trimmed=trimmed,
+            rss_kib=after.get("VmRSS"),
+            anon_kib=after.get("RssAnon"),
+            released_kib=before.get("RssAnon", 0) - after.get("RssAnon", 0),
+            **{f"sqlite_{k}": v for k, v in memory.sqlite_status().items()},
+        )
 
     def start(self) -> None:
         if self.every_seconds > 0:
@@ -394,8 +406,12 @@ def check_at_start(store: Store, path: Path) -> None:
     """Re-created triggers are reported; a chain that does not match its newest anchor is refused."""
     logger = log.get()
     for name in store.restored_triggers:
-        logger.warning("journal.trigger.restored", message_id=NOTICES["journal.trigger.restored"], trigger=name,
-                       database=str(store.path))
+        logger.warning(
+            "journal.trigger.restored",
+            message_id=NOTICES["journal.trigger.restored"],
+            trigger=name,
+            database=str(store.path),
+        )
     last = None
     try:
         last = anchors.last_in_file(path)
@@ -441,13 +457,20 @@ def shipping() -> tuple[Callable[[list[Any]], None] | None, str | None]:
             send(events)
         except Exception as exc:
             with contextlib.suppress(Exception):  # the log goes to the same journald
-                logger.error("journal.record.unshipped", message_id=NOTICES["journal.record.unshipped"],
-                             first_seq=events[0].seq if events else None, count=len(events), error=str(exc))
+                logger.error(
+                    "journal.record.unshipped",
+                    message_id=NOTICES["journal.record.unshipped"],
+                    first_seq=events[0].seq if events else None,
+                    count=len(events),
+                    error=str(exc),
+                )
 
     return ship, send.host
 
 
-def _refusing(store: Store, verb: Callable[[Call], Awaitable[dict[str, Any]]]) -> Callable[[Call], Awaitable[dict[str, Any]]]:
+def _refusing(
+    store: Store, verb: Callable[[Call], Awaitable[dict[str, Any]]]
+) -> Callable[[Call], Awaitable[dict[str, Any]]]:
     async def guarded(call: Call) -> dict[str, Any]:
         if store.refusal is not None:
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, store.refusal)

@@ -344,17 +344,44 @@ class Writer:
                         "prev_hash": prev,
                     }
                     digest = chain.compute_hash_with(record, work.payload_json)  # one encoding of the payload
-                    events.append(Event(seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
-                                        work.session, work.writer, work.payload, prev, digest))
-                    rows.append((seq, work.time, work.kind, work.request_id, work.operation_id, work.peer_uid,
-                                 work.session, work.writer, work.payload_json, prev, digest))
+                    events.append(
+                        Event(
+                            seq,
+                            work.time,
+                            work.kind,
+                            work.request_id,
+                            work.operation_id,
+                            work.peer_uid,
+                            work.session,
+                            work.writer,
+                            work.payload,
+                            prev,
+                            digest,
+                        )
+                    )
+                    rows.append(
+                        (
+                            seq,
+                            work.time,
+                            work.kind,
+                            work.request_id,
+                            work.operation_id,
+                            work.peer_uid,
+                            work.session,
+                            work.writer,
+                            work.payload_json,
+                            prev,
+                            digest,
+                        )
+                    )
                     prev = digest
                 if rows:
                     conn.executemany(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
                     _raise_high(conn, seq)
                 if settles:
                     conn.executemany(
-                        "INSERT OR REPLACE INTO operations (operation_id, digest, outcome, completed_at) VALUES (?,?,?,?)",
+                        "INSERT OR REPLACE INTO operations (operation_id, digest, outcome, completed_at) VALUES "
+                        "(?,?,?,?)",
                         [(s.operation_id, s.digest, s.outcome_json, s.completed_at) for s in settles],
                     )
                     _prune_operations(conn, self._ops.expiry_cutoff(), self._ops.capacity)

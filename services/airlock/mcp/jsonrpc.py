@@ -138,7 +138,9 @@ def decode(line: bytes) -> Message:
         raise RemoteProtocolError(ErrorCode.INVALID_REQUEST, 'invalid request: missing "method"', request_id)
     method = untrusted["method"]
     if not isinstance(method, str) or not method:
-        raise RemoteProtocolError(ErrorCode.INVALID_REQUEST, 'invalid request: "method" must be a non-empty string', request_id)
+        raise RemoteProtocolError(
+            ErrorCode.INVALID_REQUEST, 'invalid request: "method" must be a non-empty string', request_id
+        )
     if "id" in untrusted and request_id is None:
         raise RemoteProtocolError(ErrorCode.INVALID_REQUEST, 'invalid request: "id" must be a string or an integer')
     params = untrusted.get("params", {})

@@ -87,7 +87,12 @@ class DoorClient:
         self._door = doorclient.DoorClient(path)
 
     async def call(
-        self, verb: str, args: dict[str, Any], on_event: Callable[[Event], None] | None = None, *, request_id: str | None = None
+        self,
+        verb: str,
+        args: dict[str, Any],
+        on_event: Callable[[Event], None] | None = None,
+        *,
+        request_id: str | None = None,
     ) -> Response:
         """The final response; `OSError` when the socket cannot be used, `AirlockError` on a malformed reply."""
         rid = request_id or str(uuid.uuid4())
@@ -106,7 +111,9 @@ def _why(exc: BaseException, *, operator: bool = False) -> str:
     if isinstance(exc, FileNotFoundError):
         return "no such socket" if operator else "no such socket (is airlock running?)"
     if isinstance(exc, PermissionError):
-        return f"permission denied ({'operators need group airlock-admin' if operator else 'agents need group airlock'})"
+        return (
+            f"permission denied ({'operators need group airlock-admin' if operator else 'agents need group airlock'})"
+        )
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused" if operator else "connection refused (is airlock running?)"
     if isinstance(exc, AirlockError):
@@ -155,7 +162,9 @@ class AgentDoor:
         # means to run it twice, so airlock's derived-ID replay must not apply.
         run = _Run(operation_id=f"mcp-{uuid.uuid4()}", request_id=str(uuid.uuid4()))
         try:
-            args = tools.exec_args(arguments, now=iso_utc(), operation_id=run.operation_id, session=self.settings.session)
+            args = tools.exec_args(
+                arguments, now=iso_utc(), operation_id=run.operation_id, session=self.settings.session
+            )
         except tools.ArgumentError as exc:
             return tools.argument_error(exc)
 
@@ -200,7 +209,9 @@ class AgentDoor:
             if run.approved:
                 # Not running yet (the runner registers it after journaling
                 # `started`): asked again until it is, or until the call settled.
-                if await cancel_until_running(lambda: self._cancel(run), retry_seconds=CANCEL_RETRY, stop=lambda: run.final):
+                if await cancel_until_running(
+                    lambda: self._cancel(run), retry_seconds=CANCEL_RETRY, stop=lambda: run.final
+                ):
                     _say("mcp.call.cancelled", operation_id=run.operation_id)
                 return
             if run.pending is not None and not tried_deny:
@@ -208,9 +219,12 @@ class AgentDoor:
                 if await self._deny(run):
                     _say("mcp.call.withdrawn", request_id=run.request_id)
                     return
-                _say("mcp.call.still_pending", request_id=run.request_id,
-                     note="cannot withdraw a pending request without the operator socket; "
-                          "it will be cancelled if approved while airlock mcp runs")
+                _say(
+                    "mcp.call.still_pending",
+                    request_id=run.request_id,
+                    note="cannot withdraw a pending request without the operator socket; "
+                    "it will be cancelled if approved while airlock mcp runs",
+                )
             await run.changed.wait()
 
     async def _cancel(self, run: _Run) -> bool:
@@ -256,14 +270,21 @@ class AgentDoor:
             except (OSError, AirlockError) as exc:
                 operator_problem = _why(exc, operator=True)
         return tools.render_status(
-            self.agent.path, hello, agent_problem, self.operator.path if self.operator else None, operator, operator_problem
+            self.agent.path,
+            hello,
+            agent_problem,
+            self.operator.path if self.operator else None,
+            operator,
+            operator_problem,
         )
 
 
 class Server:
     """Reads client lines, writes session output, runs and withdraws calls."""
 
-    def __init__(self, session: Session, handlers: Mapping[str, Handler], out: BinaryIO, progress_interval: float) -> None:
+    def __init__(
+        self, session: Session, handlers: Mapping[str, Handler], out: BinaryIO, progress_interval: float
+    ) -> None:
         self.session = session
         self.handlers = handlers
         self.out = out
@@ -322,7 +343,9 @@ class Server:
             result = await self.handlers[start.tool](start.arguments, ctx)
         except Exception as exc:  # the shell's last line of defence: a tool error, never a dead server
             _say("mcp.call.failed", tool=start.tool, error=repr(exc))
-            result = ToolResult(f"NOT RUN: airlock mcp failed internally ({type(exc).__name__}); see its stderr.", is_error=True)
+            result = ToolResult(
+                f"NOT RUN: airlock mcp failed internally ({type(exc).__name__}); see its stderr.", is_error=True
+            )
         finally:
             if ticker is not None:
                 ticker.cancel()

@@ -93,7 +93,13 @@ class Session:
 
     def too_long(self) -> list[Action]:
         """The client sent a line over the cap (it was skipped)."""
-        return [Send(jsonrpc.encode_error(None, ErrorCode.INVALID_REQUEST, f"invalid request: message longer than {jsonrpc.MAX_LINE} bytes"))]
+        return [
+            Send(
+                jsonrpc.encode_error(
+                    None, ErrorCode.INVALID_REQUEST, f"invalid request: message longer than {jsonrpc.MAX_LINE} bytes"
+                )
+            )
+        ]
 
     # --- requests -----------------------------------------------------------------
 
@@ -115,9 +121,13 @@ class Session:
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         requested = params.get("protocolVersion")
         if not isinstance(requested, str):
-            raise jsonrpc.RemoteProtocolError(ErrorCode.INVALID_PARAMS, 'invalid params: "protocolVersion" must be a string')
+            raise jsonrpc.RemoteProtocolError(
+                ErrorCode.INVALID_PARAMS, 'invalid params: "protocolVersion" must be a string'
+            )
         if self.protocol_version is not None:
-            raise jsonrpc.RemoteProtocolError(ErrorCode.INVALID_REQUEST, "invalid request: the session is already initialized")
+            raise jsonrpc.RemoteProtocolError(
+                ErrorCode.INVALID_REQUEST, "invalid request: the session is already initialized"
+            )
         version = requested if requested in SUPPORTED_VERSIONS else LATEST_VERSION
         self.protocol_version = version
         info: dict[str, Any] = {"name": "airlock", "version": self.server_version}
@@ -137,14 +147,18 @@ class Session:
             raise jsonrpc.RemoteProtocolError(ErrorCode.INVALID_PARAMS, 'invalid params: "name" must be a string')
         if name not in {spec.name for spec in self.tools}:
             known = ", ".join(spec.name for spec in self.tools)
-            raise jsonrpc.RemoteProtocolError(ErrorCode.INVALID_PARAMS, f"invalid params: unknown tool {name!r} (tools: {known})")
+            raise jsonrpc.RemoteProtocolError(
+                ErrorCode.INVALID_PARAMS, f"invalid params: unknown tool {name!r} (tools: {known})"
+            )
         arguments = params.get("arguments", {})
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
             raise jsonrpc.RemoteProtocolError(ErrorCode.INVALID_PARAMS, 'invalid params: "arguments" must be an object')
         if request.id in self._calls:
-            raise jsonrpc.RemoteProtocolError(ErrorCode.INVALID_REQUEST, f"invalid request: id {request.id!r} is already in use")
+            raise jsonrpc.RemoteProtocolError(
+                ErrorCode.INVALID_REQUEST, f"invalid request: id {request.id!r} is already in use"
+            )
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         if not (isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool))):
@@ -161,8 +175,11 @@ class Session:
             request_id = note.params.get("requestId")
             reason = note.params.get("reason")
             # Unknown or finished requests are ignored, as the spec allows.
-            if (isinstance(request_id, (str, int)) and not isinstance(request_id, bool)
-                    and self._calls.pop(request_id, None) is not None):
+            if (
+                isinstance(request_id, (str, int))
+                and not isinstance(request_id, bool)
+                and self._calls.pop(request_id, None) is not None
+            ):
                 return [CancelCall(request_id, reason if isinstance(reason, str) else "cancelled by the client")]
         return []  # other notifications need nothing from a tools-only server
 

@@ -34,7 +34,11 @@ class ToolSpec:
     annotations: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self, protocol_version: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "description": self.description, "inputSchema": dict(self.input_schema)}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": dict(self.input_schema),
+        }
         # Protocol versions are dates, so they compare as strings.
         if protocol_version >= _TITLE_SINCE:
             out["title"] = self.title
@@ -71,7 +75,8 @@ audited. Use your own shell for ordinary unprivileged work in your workspace.
 
 How to give the command - exactly one of:
 - argv: one program and its arguments, no shell (preferred), e.g. ["systemctl", "restart", "nginx"]
-- pipeline: several argv lists joined by pipes, no shell, e.g. [["journalctl", "-u", "nginx", "-n", "200"], ["grep", "error"]]
+- pipeline: several argv lists joined by pipes, no shell, e.g. [["journalctl", "-u", "nginx", "-n", "200"], ["grep",
+"error"]]
 - command: a string run by /bin/sh -c, only when you need shell syntax (redirection, &&, globbing)
 
 Approval: many commands are decided at once by policy, but some wait for a human \
@@ -110,24 +115,32 @@ EXECUTE: Final = ToolSpec(
             "privileged": {
                 "type": "boolean",
                 "default": True,
-                "description": "Run as root (default). false runs it as your own user, which policy may approve more easily.",
+                "description": "Run as root (default). false runs it as your own user, which policy may approve "
+                "more easily.",
             },
             "reason": {
                 "type": "string",
-                "description": "Why you need this, in one sentence. Shown to the operator who approves it and kept in the audit journal.",
+                "description": "Why you need this, in one sentence. Shown to the operator who approves it and kept "
+                "in the audit journal.",
             },
             "env": {
                 "type": "object",
                 "additionalProperties": {"type": "string"},
-                "description": "Environment variables to set. Only names allowed by airlock's env.allow list are accepted; "
-                "a privileged run never takes HOME, USER, LOGNAME, SHELL, PATH or loader/interpreter variables (LD_*, PYTHON*, ...).",
+                "description": "Environment variables to set. Only names allowed by airlock's env.allow list are "
+                "accepted; "
+                "a privileged run never takes HOME, USER, LOGNAME, SHELL, PATH or loader/interpreter variables "
+                "(LD_*, PYTHON*, ...).",
             },
-            "cwd": {"type": "string", "description": "Absolute working directory (default: / for root, else your home)."},
+            "cwd": {
+                "type": "string",
+                "description": "Absolute working directory (default: / for root, else your home).",
+            },
             "stdin": {"type": "string", "description": "Text fed to the first stage's standard input (default: none)."},
             "timeout": {
                 "type": "integer",
                 "minimum": 1,
-                "description": "Kill the command after this many milliseconds (default: airlock's limits.default_timeout_seconds). Does not include time waiting for approval.",
+                "description": "Kill the command after this many milliseconds (default: airlock's "
+                "limits.default_timeout_seconds). Does not include time waiting for approval.",
             },
         },
         "additionalProperties": False,
@@ -149,7 +162,9 @@ def _string_list(name: str, value: Any) -> list[str]:
     return list(value)
 
 
-def exec_args(untrusted: Mapping[str, Any], *, now: str, operation_id: str, session: str | None = None) -> dict[str, Any]:
+def exec_args(
+    untrusted: Mapping[str, Any], *, now: str, operation_id: str, session: str | None = None
+) -> dict[str, Any]:
     """Check `execute`'s arguments and build the agent door's native `exec` args.
 
     Only shapes are checked here; airlock itself validates every value (and its
@@ -212,7 +227,9 @@ def exec_args(untrusted: Mapping[str, Any], *, now: str, operation_id: str, sess
 
 
 def argument_error(exc: ArgumentError) -> ToolResult:
-    return ToolResult(f"NOT RUN: invalid arguments for execute: {exc}. Fix the arguments and call again.", is_error=True)
+    return ToolResult(
+        f"NOT RUN: invalid arguments for execute: {exc}. Fix the arguments and call again.", is_error=True
+    )
 
 
 # --- rendering what airlock answered ----------------------------------------------
@@ -276,9 +293,7 @@ def render_evidence(data: Mapping[str, Any]) -> ToolResult:
         lines.append(f"The command was CANCELLED before it finished ({_stage_status(last)}).")
     elif data.get("timed_out"):
         reason = data.get("timeout_reason")
-        lines.append(
-            f"The command TIMED OUT{f' ({reason})' if reason else ''} and was killed ({_stage_status(last)})."
-        )
+        lines.append(f"The command TIMED OUT{f' ({reason})' if reason else ''} and was killed ({_stage_status(last)}).")
     else:
         lines.append(f"The command ran: {_stage_status(last)}.")
     if len(stages) > 1:
@@ -318,7 +333,11 @@ def render_refusal(code: str, message: str, details: Mapping[str, Any]) -> ToolR
             is_error=True,
         )
     if code == "denied":
-        who = f"policy rule {rule!r}" if by in (None, "policy") else f"operator {by}" + (f" (rule {rule!r})" if rule else "")
+        who = (
+            f"policy rule {rule!r}"
+            if by in (None, "policy")
+            else f"operator {by}" + (f" (rule {rule!r})" if rule else "")
+        )
         # airlock's message is "denied by <who>[: <reason>]": keep only what it adds.
         said = message.partition(": ")[2] if message.startswith("denied by") else message
         return ToolResult(
@@ -341,10 +360,13 @@ def render_refusal(code: str, message: str, details: Mapping[str, Any]) -> ToolR
         "privilege_unavailable": "Run it with privileged: false, or ask the user to run airlock as root.",
         "busy": "airlock is busy; wait a little and try again.",
         "spawn_failed": "Check the program name and path.",
-        "binary_changed": "The program changed on disk since it was approved; it did not run. Ask again if the change is expected.",
-        "unsafe_binary": "A privileged run needs a program that only root can change; use a system binary or ask the user.",
+        "binary_changed": "The program changed on disk since it was approved; it did not run. Ask again if the "
+        "change is expected.",
+        "unsafe_binary": "A privileged run needs a program that only root can change; use a system binary or ask "
+        "the user.",
         "unauthorized": "This user may not use airlock; ask the user to check the `agents` setting.",
-        "approval_interrupted": "The approval service restarted while the command waited; it did not run. You may try again.",
+        "approval_interrupted": "The approval service restarted while the command waited; it did not run. You may "
+        "try again.",
     }.get(code, "The command did not run.")
     where = f" (field {field})" if isinstance(field, str) else ""
     return ToolResult(f"NOT RUN: airlock refused the request: {code}{where}: {message}. {hint}", is_error=True)
@@ -383,7 +405,9 @@ def render_status(
     operator_problem: str | None,
 ) -> ToolResult:
     if hello is None:
-        return ToolResult(f"airlock is NOT reachable at {agent_path}: {agent_problem}. execute will not work until it is.")
+        return ToolResult(
+            f"airlock is NOT reachable at {agent_path}: {agent_problem}. execute will not work until it is."
+        )
     lines = [f"airlock is reachable at {agent_path} (airlock {hello.get('version')}, native protocol v1)."]
     if operator is not None:
         if operator.get("hold"):
@@ -396,7 +420,9 @@ def render_status(
             lines.append(f"Policy: default {policy.get('default')}, {policy.get('rules')} rule(s).")
     else:
         where = f" at {operator_path}" if operator_path else ""
-        lines.append(f"Hold state and pending approvals: unknown (operator socket{where} not usable: {operator_problem}).")
+        lines.append(
+            f"Hold state and pending approvals: unknown (operator socket{where} not usable: {operator_problem})."
+        )
     return ToolResult("\n".join(lines))
 
 

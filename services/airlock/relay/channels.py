@@ -41,7 +41,8 @@ class SecretError(Exception):
 
 
 def with_secrets(channel: dict[str, Any]) -> dict[str, Any]:
-    """The channel with each ``<key>_file`` read into ``<key>`` (once, at start; the file is not followed if a symlink)."""
+    """The channel with each ``<key>_file`` read into ``<key>`` (once, at start; the file is not followed if a
+    symlink)."""
     out = dict(channel)
     for key in SECRET_FILE_KEYS.get(channel["type"], ()):
         path = channel.get(f"{key}_file")
@@ -58,9 +59,13 @@ def with_secrets(channel: dict[str, Any]) -> dict[str, Any]:
         except UnicodeDecodeError:
             value = ""
         if not value or len(raw) > 4096 or "\n" in value:
-            raise SecretError(f"channel {channel['name']}: {key}_file {path}: must hold one line of text (at most 4 KiB)")
+            raise SecretError(
+                f"channel {channel['name']}: {key}_file {path}: must hold one line of text (at most 4 KiB)"
+            )
         if key == "secret" and len(value) < 16:
-            raise SecretError(f"channel {channel['name']}: {key}_file {path}: the secret must be at least 16 characters")
+            raise SecretError(
+                f"channel {channel['name']}: {key}_file {path}: the secret must be at least 16 characters"
+            )
         out[key] = value
     return out
 

@@ -103,8 +103,11 @@ def _signing(payload: dict[str, Any], request_id: str) -> dict[str, Any]:
     statement = payload.get("statement")
     if not isinstance(statement, str) or not all(" " <= c <= "~" for c in statement.replace("\n", "")):
         return {}
-    out: dict[str, Any] = {"statement": statement, "sign": SIGN_LINE,
-                           "submit": f"airlock approve {request_id} --signature statement.sig"}
+    out: dict[str, Any] = {
+        "statement": statement,
+        "sign": SIGN_LINE,
+        "submit": f"airlock approve {request_id} --signature statement.sig",
+    }
     requirement = payload.get("requirement")
     if isinstance(requirement, dict) and isinstance(requirement.get("approvals"), int) and requirement["approvals"] > 1:
         out["approvals_needed"] = requirement["approvals"]
@@ -189,8 +192,12 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
     if m.get("approvals_needed"):
         lines.append(f"needs {m['approvals_needed']} distinct approvers")
     if m.get("statement"):
-        lines += ["or sign this statement (save it as statement.txt, exactly, final newline included):",
-                  m["statement"].rstrip("\n"), f"sign: {m['sign']}", f"then: {m['submit']}"]
+        lines += [
+            "or sign this statement (save it as statement.txt, exactly, final newline included):",
+            m["statement"].rstrip("\n"),
+            f"sign: {m['sign']}",
+            f"then: {m['submit']}",
+        ]
     lines.append(f"(event {m['seq']})")
     return {"title": title, "text": "\n".join(lines)}
 

@@ -91,7 +91,9 @@ class RateLimit:
 
 
 class Worker(threading.Thread):
-    def __init__(self, config: Config, channel: dict[str, Any], socket_path: str, host: str, stop: threading.Event) -> None:
+    def __init__(
+        self, config: Config, channel: dict[str, Any], socket_path: str, host: str, stop: threading.Event
+    ) -> None:
         super().__init__(name=f"notify-{channel['name']}", daemon=True)
         self.config = config
         self.channel = channel
@@ -118,8 +120,13 @@ class Worker(threading.Thread):
         except FeedError as exc:
             self.failed_feed += 1
             delay = min(self.config.notify.backoff_max_seconds, 2.0 ** min(self.failed_feed - 1, 16))
-            self.log.warning("notify.feed.failed", message_id=NOTICES["notify.feed.failed"], error=str(exc),
-                             socket=self.socket_path, retry_in=delay)
+            self.log.warning(
+                "notify.feed.failed",
+                message_id=NOTICES["notify.feed.failed"],
+                error=str(exc),
+                socket=self.socket_path,
+                retry_in=delay,
+            )
             self.stop.wait(delay)
             return None
         self.failed_feed = 0
@@ -176,12 +183,23 @@ class Worker(threading.Thread):
                 note = channels.send(self.channel, message)
             except channels.DeliveryError as exc:
                 delay = min(self.config.notify.backoff_max_seconds, 2.0 ** min(attempt - 1, 16))
-                self.log.warning("notify.delivery.failed", message_id=NOTICES["notify.delivery.failed"],
-                                 error=str(exc), attempt=attempt, retry_in=delay, **fields)
+                self.log.warning(
+                    "notify.delivery.failed",
+                    message_id=NOTICES["notify.delivery.failed"],
+                    error=str(exc),
+                    attempt=attempt,
+                    retry_in=delay,
+                    **fields,
+                )
                 self.stop.wait(delay)
                 continue
-            self.log.info("notify.delivery.succeeded", message_id=NOTICES["notify.delivery.succeeded"],
-                          attempts=attempt, result=note, **fields)
+            self.log.info(
+                "notify.delivery.succeeded",
+                message_id=NOTICES["notify.delivery.succeeded"],
+                attempts=attempt,
+                result=note,
+                **fields,
+            )
             return True
         return False
 
@@ -218,7 +236,9 @@ class Worker(threading.Thread):
                 self.stop.wait(min(self.config.notify.poll_seconds, max(0.0, deadline - time.monotonic())))
                 continue
             event = self.buffer[0]
-            if event.get("kind") == "approval.decided" or (event.get("kind") == "approval.pending" and len(items) >= 50):
+            if event.get("kind") == "approval.decided" or (
+                event.get("kind") == "approval.pending" and len(items) >= 50
+            ):
                 break  # the follow-up goes after the digest, in order
             self.buffer.popleft()
             last = event["seq"]
@@ -286,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         "and delivers pending requests and their outcome to the channels in notify.channels.",
     )
     parser.add_argument("--config", default=None, help="configuration file (default: /etc/airlock/airlock.yaml)")
-    parser.add_argument("--socket", default=None, help="operator.sock to follow (default: the configured runtime_dir's)")
+    parser.add_argument(
+        "--socket", default=None, help="operator.sock to follow (default: the configured runtime_dir's)"
+    )
     ns = parser.parse_args(argv)
     try:
         config = load(Path(ns.config) if ns.config else None)
@@ -297,11 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     logger = log.get()
     if not config.notify.channels:
         logger.error("notify.start.failed", error="notify.channels is empty: there is nowhere to deliver to")
-        print("airlock-notify: notify.channels is empty: configure a channel first (docs/operations.md)", file=sys.stderr)
+        print(
+            "airlock-notify: notify.channels is empty: configure a channel first (docs/operations.md)", file=sys.stderr
+        )
         return EX_CONFIG
     me = identify(os.getpid(), os.geteuid(), os.getegid(), os.getgroups())
-    if me.user == config.notify.user and may_decide(me, config.operators.users, config.operators.groups,
-                                                     config.operators.observers.users):
+    if me.user == config.notify.user and may_decide(
+        me, config.operators.users, config.operators.groups, config.operators.observers.users
+    ):
         # Least privilege: the relay reads; a relay that could approve is refused outright.
         error = f"{me.user} may decide on operator.sock: name it in operators.observers.users, not as an operator"
         logger.error("notify.start.failed", error=error)

@@ -59,7 +59,7 @@ def main() -> int:
     data = json.dumps(outcome, separators=(",", ":")).encode()
     view = memoryview(data)
     while view:
-        view = view[os.write(1, view):]
+        view = view[os.write(1, view) :]
     return 0
 
 

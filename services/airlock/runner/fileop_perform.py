@@ -308,7 +308,9 @@ def list_dir(spec: FileSpec) -> dict[str, Any]:
     return {"entries": entries, "truncated": truncated}
 
 
-def _walk(dir_fd: int, path: str, depth: int, max_depth: int) -> Generator[tuple[int, str, os.DirEntry[str]], None, None]:
+def _walk(
+    dir_fd: int, path: str, depth: int, max_depth: int
+) -> Generator[tuple[int, str, os.DirEntry[str]], None, None]:
     """(directory fd, directory path, entry) below a held directory, not following symlinks.
 
     Entries of a directory in name order, then its subdirectories, depth
@@ -373,8 +375,11 @@ def search(spec: FileSpec) -> dict[str, Any]:
         if stat.S_ISDIR(st.st_mode):
             dir_fd = _open_dir(parent, name, spec.path, stack)
             walk = stack.enter_context(contextlib.closing(_walk(dir_fd, spec.path, 1, spec.params["max_depth"])))
-            files = ((fd, e.name, _join(d, e.name)) for fd, d, e in walk
-                     if e.is_file(follow_symlinks=False) and fnmatch.fnmatchcase(e.name, spec.params["glob"]))
+            files = (
+                (fd, e.name, _join(d, e.name))
+                for fd, d, e in walk
+                if e.is_file(follow_symlinks=False) and fnmatch.fnmatchcase(e.name, spec.params["glob"])
+            )
         else:
             _require_regular(st, spec.path)
             files = iter([(parent, name, spec.path)])
@@ -406,7 +411,9 @@ def search(spec: FileSpec) -> dict[str, Any]:
 # --- writes -------------------------------------------------------------------------------
 
 
-def _current(parent: int, name: str, path: str, stack: contextlib.ExitStack) -> tuple[int, bytes, os.stat_result] | None:
+def _current(
+    parent: int, name: str, path: str, stack: contextlib.ExitStack
+) -> tuple[int, bytes, os.stat_result] | None:
     """The existing file as a held fd, its content and fstat; None if there is none."""
     try:
         st = os.stat(name, dir_fd=parent, follow_symlinks=False)
@@ -439,7 +446,9 @@ def _rename_new(parent: int, temp: str, name: str, path: str) -> None:
         return
     except OSError as exc:
         if exc.errno == errno.EEXIST:
-            raise FileOpError("file_changed", f"{path}: was approved as absent but exists now; nothing was written") from None
+            raise FileOpError(
+                "file_changed", f"{path}: was approved as absent but exists now; nothing was written"
+            ) from None
         if exc.errno not in (errno.EINVAL, errno.ENOSYS):
             raise
     except AttributeError:
@@ -461,7 +470,9 @@ def _still(parent: int, name: str, path: str, held: tuple[int, bytes, os.stat_re
     """Refuse with ``file_changed`` unless the target is still what ``expect`` names."""
     if held is None:
         if expect != ABSENT:
-            raise FileOpError("file_changed", f"{path}: does not exist, but was approved with content {expect}; nothing was written")
+            raise FileOpError(
+                "file_changed", f"{path}: does not exist, but was approved with content {expect}; nothing was written"
+            )
         return  # checked atomically by the rename (RENAME_NOREPLACE)
     fd, _before, st = held
     if expect == ABSENT:
@@ -474,12 +485,21 @@ def _still(parent: int, name: str, path: str, held: tuple[int, bytes, os.stat_re
         raise FileOpError("file_changed", f"{path}: was replaced since it was read; nothing was written")
     current = _sha256(_read_fd(fd))
     if current != expect:
-        raise FileOpError("file_changed", f"{path}: its content is {current}, not the approved {expect}; nothing was written")
+        raise FileOpError(
+            "file_changed", f"{path}: its content is {current}, not the approved {expect}; nothing was written"
+        )
 
 
 def atomic_write(
-    parent: int, name: str, path: str, data: bytes, existing: os.stat_result | None, mode: int | None,
-    *, before_rename: Callable[[], None] | None = None, replace: bool = True,
+    parent: int,
+    name: str,
+    path: str,
+    data: bytes,
+    existing: os.stat_result | None,
+    mode: int | None,
+    *,
+    before_rename: Callable[[], None] | None = None,
+    replace: bool = True,
 ) -> None:
     """Replace ``name`` in the held directory ``parent`` with ``data``.
 
@@ -495,7 +515,7 @@ def atomic_write(
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             if existing is not None:
                 if (existing.st_uid, existing.st_gid) != (os.geteuid(), os.getegid()):
                     try:
@@ -503,7 +523,8 @@ def atomic_write(
                     except PermissionError:
                         raise FileOpError(
                             "permission_denied",
-                            f"{path}: cannot keep its owner {existing.st_uid}:{existing.st_gid} (only root can); nothing was written",
+                            f"{path}: cannot keep its owner {existing.st_uid}:{existing.st_gid} (only root can); "
+                            "nothing was written",
                         ) from None
                 os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)
             else:
@@ -559,7 +580,10 @@ def _check_preconditions(spec: FileSpec, before: bytes | None, wanted: list[str]
     state = ABSENT if before is None else _sha256(before)
     for expected in wanted:
         if state != expected:
-            raise FileOpError("file_changed", f"{spec.path}: the current content ({state}) is not the expected {expected}; nothing was written")
+            raise FileOpError(
+                "file_changed",
+                f"{spec.path}: the current content ({state}) is not the expected {expected}; nothing was written",
+            )
     if spec.tool == "files_write" and before is None and not spec.params["create"]:
         raise FileOpError("not_found", f"{spec.path}: no such file (create is false)")
 
@@ -586,8 +610,16 @@ def write(spec: FileSpec, expect: str | None = None) -> dict[str, Any]:
             for expected in wanted:
                 _still(parent, name, spec.path, held, expected)
 
-        atomic_write(parent, name, spec.path, after, None if held is None else held[2], spec.params.get("mode"),
-                     before_rename=recheck if wanted else None, replace=held is not None or not wanted)
+        atomic_write(
+            parent,
+            name,
+            spec.path,
+            after,
+            None if held is None else held[2],
+            spec.params.get("mode"),
+            before_rename=recheck if wanted else None,
+            replace=held is not None or not wanted,
+        )
     out = {
         "before_sha256": None if before is None else _sha256(before),
         "after_sha256": _sha256(after),
@@ -619,8 +651,11 @@ def preview(spec: FileSpec) -> dict[str, Any]:
         before = None if held is None else held[1]
         _check_preconditions(spec, before, _expectations(spec, None))
         after = _new_content(spec, before)
-    return {"before_sha256": None if before is None else _sha256(before), "after_sha256": _sha256(after),
-            "diff": unified_diff(spec.path, before, after)}
+    return {
+        "before_sha256": None if before is None else _sha256(before),
+        "after_sha256": _sha256(after),
+        "diff": unified_diff(spec.path, before, after),
+    }
 
 
 OPERATIONS: dict[str, Callable[[FileSpec], dict[str, Any]]] = {

@@ -38,8 +38,20 @@ from airlock.runner.identity import Identity, resolve_identity
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key
 
 # Fields of an outcome kept in the audit record (never content).
-_AUDITED = ("ok", "error", "before_sha256", "after_sha256", "size_bytes", "created", "content_sha256", "length_bytes",
-            "offset_bytes", "uid", "gid", "duration_ms")
+_AUDITED = (
+    "ok",
+    "error",
+    "before_sha256",
+    "after_sha256",
+    "size_bytes",
+    "created",
+    "content_sha256",
+    "length_bytes",
+    "offset_bytes",
+    "uid",
+    "gid",
+    "duration_ms",
+)
 
 OUTPUT_CAP = 64 * 1024 * 1024  # one operation's JSON answer at most; more is limit_exceeded
 PREVIEW_TIMEOUT = 30.0
@@ -61,8 +73,9 @@ def bound_expectation(untrusted: Any) -> str | None:
     if not isinstance(untrusted, dict) or set(untrusted) != {"sha256"}:
         raise validate.bad("bound.file", "must be an object with sha256")
     value = untrusted["sha256"]
-    if value != "absent" and not (isinstance(value, str) and len(value) == 64
-                                  and all(c in "0123456789abcdef" for c in value)):
+    if value != "absent" and not (
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    ):
         raise validate.bad("bound.file.sha256", "must be absent or 64 lowercase hex digits")
     return str(value)
 
@@ -90,8 +103,12 @@ async def execute(
     A search that used up its CPU limit, or an answer over the output cap,
     is refused with ``limit_exceeded``.
     """
-    request = {"spec": spec.to_dict(), "preview": preview_only, "expect": expect,
-               "cpu_seconds": cpu_seconds if spec.tool == "files_search" else None}
+    request = {
+        "spec": spec.to_dict(),
+        "preview": preview_only,
+        "expect": expect,
+        "cpu_seconds": cpu_seconds if spec.tool == "files_search" else None,
+    }
     job = JobSpec(
         operation_id=operation_id or f"files-preview-{secrets.token_hex(8)}",
         mode="exec",
@@ -142,7 +159,9 @@ def _outcome(result: JobResult, timeout: float) -> dict[str, Any]:
         outcome = None
     if not isinstance(outcome, dict):
         detail = stage.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-        return _failed("io_error", f"the file operation failed (exit {stage.exit_code}, signal {stage.signal}) {detail[0]}".strip())
+        return _failed(
+            "io_error", f"the file operation failed (exit {stage.exit_code}, signal {stage.signal}) {detail[0]}".strip()
+        )
     return outcome
 
 
@@ -159,8 +178,11 @@ class FileVerbs:
 
     def _job_settings(self) -> dict[str, Any]:
         config = self.runner.config
-        return {"containment": self.runner.containment(), "kill_grace_seconds": config.limits.kill_grace_seconds,
-                "slice": config.runner.slice}
+        return {
+            "containment": self.runner.containment(),
+            "kill_grace_seconds": config.limits.kill_grace_seconds,
+            "slice": config.runner.slice,
+        }
 
     async def files(self, call: Call) -> dict[str, Any]:
         # Approval's uid reaches this socket too (files_preview, cancel); only intake may start work.
@@ -200,22 +222,38 @@ class FileVerbs:
         except AirlockError as exc:
             raise await self.runner._refuse(exc, ids, after) from None
         await self.runner.audit.record(
-            "files.started", ids,
-            payload={"digest": digest, "file": spec.describe(), "uid": identity.uid, "gid": identity.gid,
-                     "expect_sha256": expect},
+            "files.started",
+            ids,
+            payload={
+                "digest": digest,
+                "file": spec.describe(),
+                "uid": identity.uid,
+                "gid": identity.gid,
+                "expect_sha256": expect,
+            },
             after=after,
         )
         try:
             outcome = await execute(
-                spec, identity, timeout=self._timeout(), expect=expect,
-                cpu_seconds=self.runner.config.limits.search_cpu_seconds, operation_id=operation_id, cancel=cancel,
-                owner_uid=spec.uid, **self._job_settings(),
+                spec,
+                identity,
+                timeout=self._timeout(),
+                expect=expect,
+                cpu_seconds=self.runner.config.limits.search_cpu_seconds,
+                operation_id=operation_id,
+                cancel=cancel,
+                owner_uid=spec.uid,
+                **self._job_settings(),
             )
         except AirlockError as exc:
             # The scope could not be created or the interpreter not started: nothing was touched.
             raise await self.runner._refuse(exc, ids) from None
-        outcome = outcome | {"operation_id": operation_id, "tool": spec.tool, "path": spec.path,
-                             "hostname": socket.gethostname()}
+        outcome = outcome | {
+            "operation_id": operation_id,
+            "tool": spec.tool,
+            "path": spec.path,
+            "hostname": socket.gethostname(),
+        }
         error = outcome.get("error") or {}
         await self.runner.audit.record(
             "files.finished",
@@ -234,5 +272,6 @@ class FileVerbs:
         if not spec.writes:
             raise validate.bad("spec", "only writes and edits have a preview")
         identity = self._identity(spec)
-        return await execute(spec, identity, timeout=min(self._timeout(), PREVIEW_TIMEOUT), preview_only=True,
-                             **self._job_settings())
+        return await execute(
+            spec, identity, timeout=min(self._timeout(), PREVIEW_TIMEOUT), preview_only=True, **self._job_settings()
+        )

@@ -87,7 +87,11 @@ def _lookup_identity(uid: int) -> Identity:
         raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"no user with uid {uid}", {"uid": uid}) from None
     groups = sorted(set(os.getgrouplist(entry.pw_name, entry.pw_gid)) | {entry.pw_gid})
     return Identity(
-        uid=uid, gid=entry.pw_gid, groups=tuple(groups), user=entry.pw_name, home=entry.pw_dir,
+        uid=uid,
+        gid=entry.pw_gid,
+        groups=tuple(groups),
+        user=entry.pw_name,
+        home=entry.pw_dir,
         shell=entry.pw_shell or "/bin/sh",
     )
 

@@ -110,7 +110,9 @@ async def _busctl(args: list[str]) -> None:
     busctl = resolve_executable("busctl", ROOT_PATH)
     if busctl is None:
         raise AirlockError(ErrorCode.SPAWN_FAILED, "scope containment needs busctl, which was not found")
-    done = await child.run([busctl, *args], env=child.environment(), timeout=_BUSCTL_TIMEOUT_SECONDS, capture_stdout=False)
+    done = await child.run(
+        [busctl, *args], env=child.environment(), timeout=_BUSCTL_TIMEOUT_SECONDS, capture_stdout=False
+    )
     if done.timed_out:
         raise AirlockError(ErrorCode.SPAWN_FAILED, f"busctl {method} timed out")
     if done.returncode != 0:

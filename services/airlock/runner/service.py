@@ -61,8 +61,9 @@ class Runner:
 
     async def _refuse(self, exc: AirlockError, ids: Ids, after: list[str] | None = None) -> AirlockError:
         try:
-            await self.audit.record("exec.refused", ids, payload={"code": exc.code.value, "message": exc.message},
-                                    after=after)
+            await self.audit.record(
+                "exec.refused", ids, payload={"code": exc.code.value, "message": exc.message}, after=after
+            )
         except AirlockError:
             pass  # the refusal stands whether or not it could be journaled
         return exc
@@ -81,7 +82,9 @@ class Runner:
         # operation of the same ID is neither blocked nor revealed.
         key = running_key(a.get("spec"), operation_id)
         if key in self.running:
-            raise await self._refuse(AirlockError(ErrorCode.OPERATION_IN_PROGRESS, "this operation is already running"), ids)
+            raise await self._refuse(
+                AirlockError(ErrorCode.OPERATION_IN_PROGRESS, "this operation is already running"), ids
+            )
         # Registered before the first await, so that a cancel arriving while the
         # ticket is redeemed or the scope created is not lost: the job then never starts.
         cancel = asyncio.Event()
@@ -113,10 +116,17 @@ class Runner:
             ids,
             # Variables the runner added are journaled by name only: the agent socket's
             # path is a value from the peer's own environment.
-            payload={"digest": digest, "spec": spec.to_dict(), "uid": job.identity.uid, "gid": job.identity.gid,
-                     "cwd": job.cwd, "containment": job.containment, "added_env": added,
-                     "binaries": [dict(b) for b in job.binaries or ()],
-                     "sandbox": [dict(sb) for sb in job.sandboxes] if job.sandboxes else None},
+            payload={
+                "digest": digest,
+                "spec": spec.to_dict(),
+                "uid": job.identity.uid,
+                "gid": job.identity.gid,
+                "cwd": job.cwd,
+                "containment": job.containment,
+                "added_env": added,
+                "binaries": [dict(b) for b in job.binaries or ()],
+                "sandbox": [dict(sb) for sb in job.sandboxes] if job.sandboxes else None,
+            },
             after=after,
         )
 
@@ -157,7 +167,9 @@ class Runner:
             finished = self.audit.event("exec.finished", ids, summary)
             try:
                 mark = await self.audit.defer(
-                    "exec.finished", ids, payload=summary,
+                    "exec.finished",
+                    ids,
+                    payload=summary,
                     log_fields={"exit_code": summary["exit_codes"][-1], "timed_out": result.timed_out},
                 )
             except AirlockError:
@@ -169,16 +181,19 @@ class Runner:
             # The work ran: its evidence goes back whatever the journal says.  An
             # error here would make intake abandon the operation, and a retry would
             # run the command a second time.
-            self.log.error("runner.audit.unrecorded", operation_id=operation_id, code=exc.code.value,
-                           error=exc.message)
+            self.log.error("runner.audit.unrecorded", operation_id=operation_id, code=exc.code.value, error=exc.message)
         return evidence
 
     def _unconfirmed(self, mark: str, event: dict[str, Any]) -> None:
         if len(self.unconfirmed) >= MAX_UNCONFIRMED:  # the journal has not answered for long: bounded
             dropped = next(iter(self.unconfirmed))
             gone = self.unconfirmed.pop(dropped)
-            self.log.error("runner.audit.unrecorded", operation_id=gone.get("operation_id"), code="audit_unavailable",
-                           error="too many end records waiting for the journal's confirmation")
+            self.log.error(
+                "runner.audit.unrecorded",
+                operation_id=gone.get("operation_id"),
+                code="audit_unavailable",
+                error="too many end records waiting for the journal's confirmation",
+            )
         self.unconfirmed[mark] = event
         self._confirm_wake.set()
         if self._confirmer is None or self._confirmer.done():
@@ -212,8 +227,12 @@ class Runner:
                 try:
                     await self.audit.ensure(event)
                 except AirlockError as exc:
-                    self.log.error("runner.audit.unrecorded", operation_id=event.get("operation_id"),
-                                   code=exc.code.value, error=exc.message)
+                    self.log.error(
+                        "runner.audit.unrecorded",
+                        operation_id=event.get("operation_id"),
+                        code=exc.code.value,
+                        error=exc.message,
+                    )
 
     async def _prepare(
         self, spec: ExecSpec, a: Mapping[str, Any], operation_id: str
@@ -327,8 +346,12 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         # approval's uid: an operator's cancel, and files_preview (the operator's diff of a
         # pending write); exec and files refuse every peer but intake's.
         allow=AllowList.of([config.services.intake_user, config.services.approval_user], []),
-        verbs={"exec": runner.exec, "cancel": runner.cancel, "files": file_verbs.files,
-               "files_preview": file_verbs.files_preview},
+        verbs={
+            "exec": runner.exec,
+            "cancel": runner.cancel,
+            "files": file_verbs.files,
+            "files_preview": file_verbs.files_preview,
+        },
         max_line=config.limits.max_request_bytes * 2,
     )
     service = Service(NAME, config, [door])

@@ -372,8 +372,9 @@ def _write_env_file(name: str, env: Mapping[str, str]) -> str:
     """A root-only file for the unit's EnvironmentFile= (never a unit property: those are world-readable)."""
     dirfd = os.open(units.ENV_DIR, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        fd = os.open(f"{name}.env", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=dirfd)
+        fd = os.open(
+            f"{name}.env", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirfd
+        )
     finally:
         os.close(dirfd)
     with os.fdopen(fd, "wb") as f:
@@ -620,9 +621,13 @@ class _Job:
                 limits=(*containment.limits, *containment.stage_limits[index]),
             )
             try:
-                service = await units.start_stage(stage, (next_in.fd if next_in is not None else None, write_out.fd, write_err.fd))
+                service = await units.start_stage(
+                    stage, (next_in.fd if next_in is not None else None, write_out.fd, write_err.fd)
+                )
             except AirlockError as exc:
-                raise AirlockError(exc.code, f"stage {index + 1}: {exc.message}", exc.details | {"stage": index}) from None
+                raise AirlockError(
+                    exc.code, f"stage {index + 1}: {exc.message}", exc.details | {"stage": index}
+                ) from None
             containment.stages.append(service)
             self.services.append(service)
             if containment.unit is None:
@@ -649,8 +654,9 @@ class _Job:
         async def unit(index: int, service: units.StageService) -> None:
             self.returncodes[index] = await service.wait()
 
-        await asyncio.gather(*(one(i, p) for i, p in enumerate(self.procs)),
-                             *(unit(i, s) for i, s in enumerate(self.services)))
+        await asyncio.gather(
+            *(one(i, p) for i, p in enumerate(self.procs)), *(unit(i, s) for i, s in enumerate(self.services))
+        )
 
     async def supervise(self, budget: float, cancel: asyncio.Event | None) -> None:
         exits = asyncio.ensure_future(self._wait_all())
@@ -827,12 +833,20 @@ def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *,
         exit_code, signum = describe_exit(returncode) if returncode is not None else (None, None)
         data, truncated, digest = stderr.get(index, (b"", False, sha256_hex(b"")))
         service = job.services[index] if index < len(job.services) else None
-        stages.append(StageResult(
-            argv, resolved, exit_code, signum, data, truncated, digest,
-            cpu_usec=service.cpu_nsec // 1000 if service is not None and service.cpu_nsec is not None else None,
-            memory_peak_bytes=service.memory_peak if service is not None else None,
-            unit=service.name if service is not None else None,
-        ))
+        stages.append(
+            StageResult(
+                argv,
+                resolved,
+                exit_code,
+                signum,
+                data,
+                truncated,
+                digest,
+                cpu_usec=service.cpu_nsec // 1000 if service is not None and service.cpu_nsec is not None else None,
+                memory_peak_bytes=service.memory_peak if service is not None else None,
+                unit=service.name if service is not None else None,
+            )
+        )
     ended_wall = time.time()
     return JobResult(
         operation_id=spec.operation_id,

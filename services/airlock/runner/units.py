@@ -220,7 +220,9 @@ def _dbus() -> Any:
     try:
         import dbus  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
-        raise AirlockError(ErrorCode.SPAWN_FAILED, "service containment needs python3-dbus, which is not installed") from None
+        raise AirlockError(
+            ErrorCode.SPAWN_FAILED, "service containment needs python3-dbus, which is not installed"
+        ) from None
     return dbus
 
 
@@ -261,11 +263,16 @@ def _start(name: str, props: Sequence[Property], stdio: tuple[int | None, int, i
     wire.append(("StandardErrorFileDescriptor", dbus.types.UnixFd(stderr)))
     try:
         manager.StartTransientUnit(
-            name, "fail", dbus.Array(wire, signature="(sv)"), dbus.Array([], signature="(sa(sv))"),
+            name,
+            "fail",
+            dbus.Array(wire, signature="(sv)"),
+            dbus.Array([], signature="(sa(sv))"),
             timeout=_CALL_TIMEOUT_SECONDS,
         )
     except dbus.DBusException as exc:
-        raise AirlockError(ErrorCode.SPAWN_FAILED, f"systemd refused job unit {name}: {exc.get_dbus_message()}") from None
+        raise AirlockError(
+            ErrorCode.SPAWN_FAILED, f"systemd refused job unit {name}: {exc.get_dbus_message()}"
+        ) from None
     finally:
         del wire  # UnixFd holds duplicates: drop them now, or the pipes never see EOF
 
@@ -321,7 +328,10 @@ def _call(method: str, *args: Any) -> None:
     try:
         getattr(_manager(), method)(*args, timeout=_CALL_TIMEOUT_SECONDS)
     except dbus.DBusException as exc:
-        if exc.get_dbus_name() not in ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.DBus.Error.UnknownObject"):
+        if exc.get_dbus_name() not in (
+            "org.freedesktop.systemd1.NoSuchUnit",
+            "org.freedesktop.DBus.Error.UnknownObject",
+        ):
             structlog.get_logger().warning("runner.unit.call_failed", method=method, error=exc.get_dbus_message())
 
 

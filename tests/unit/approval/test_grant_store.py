@@ -9,8 +9,18 @@ from airlock.common.validate import parse_duration
 
 
 def grant(**changes: object) -> Grant:
-    values: dict[str, object] = dict(grant_id="g-1", uid=1000, session="s1", scope="command", digest="d" * 64, rule="touchy",
-                                     expires=2000.0, made_by="root", request_id="r-1", command="touch /x")
+    values: dict[str, object] = dict(
+        grant_id="g-1",
+        uid=1000,
+        session="s1",
+        scope="command",
+        digest="d" * 64,
+        rule="touchy",
+        expires=2000.0,
+        made_by="root",
+        request_id="r-1",
+        command="touch /x",
+    )
     values.update(changes)
     return Grant(**values)  # type: ignore[arg-type]
 

@@ -27,7 +27,9 @@ def script(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-def notify(argv: tuple[str, ...], *, timeout: float = 10, requests: int = 1, settle: float = 10) -> list[dict[str, Any]]:
+def notify(
+    argv: tuple[str, ...], *, timeout: float = 10, requests: int = 1, settle: float = 10
+) -> list[dict[str, Any]]:
     """Start the hook for ``requests`` pending requests, wait until each has logged its end; the events."""
 
     async def body() -> None:
@@ -46,7 +48,7 @@ def notify(argv: tuple[str, ...], *, timeout: float = 10, requests: int = 1, set
 
 def test_the_hook_gets_the_request_on_stdin_and_a_rebuilt_environment(tmp_path: Path) -> None:
     out = tmp_path / "seen"
-    argv = (script(tmp_path, f'cat > {out}.json; env | sort > {out}.env; pwd > {out}.pwd; echo hook-ran\n'),)
+    argv = (script(tmp_path, f"cat > {out}.json; env | sort > {out}.env; pwd > {out}.pwd; echo hook-ran\n"),)
     events = notify(argv)
     sent = json.loads((tmp_path / "seen.json").read_text())
     assert sent == REQUEST | {"request_id": "r-0"}
@@ -54,8 +56,12 @@ def test_the_hook_gets_the_request_on_stdin_and_a_rebuilt_environment(tmp_path: 
     env.pop("PWD", None)  # the shell's own
     env.pop("SHLVL", None)
     env.pop("_", None)
-    assert env == {"PATH": ROOT_PATH, "LANG": "C.UTF-8", "AIRLOCK_REQUEST_ID": "r-0",
-                   "AIRLOCK_OPERATOR_SOCKET": "/run/airlock/operator.sock"}
+    assert env == {
+        "PATH": ROOT_PATH,
+        "LANG": "C.UTF-8",
+        "AIRLOCK_REQUEST_ID": "r-0",
+        "AIRLOCK_OPERATOR_SOCKET": "/run/airlock/operator.sock",
+    }
     assert (tmp_path / "seen.pwd").read_text() == "/\n"
     [finished] = [e for e in events if e["event"] == "approval.notify.finished"]
     assert finished["request_id"] == "r-0" and finished["exit_code"] == 0 and finished["exit"] == "exit status 0"

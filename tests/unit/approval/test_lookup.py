@@ -25,7 +25,7 @@ def feed(events: list[dict[str, Any]], args: dict[str, Any], calls: list[dict[st
     calls.append(args)
     latest = events[-1]["seq"] if events else 0
     if "tail" in args:
-        return {"events": events[-args["tail"]:] if args["tail"] else [], "next_cursor": latest, "latest": latest}
+        return {"events": events[-args["tail"] :] if args["tail"] else [], "next_cursor": latest, "latest": latest}
     scope = args.get("scope") or {}
     matching = [e for e in events if e["seq"] > args["after"] and all(e.get(k) == v for k, v in scope.items())]
     page = matching[: args["limit"]]
@@ -70,8 +70,10 @@ def test_scoped_reads_at_most_the_pages_it_is_given(tmp_path: Path) -> None:
 
 def test_an_operation_is_told_by_its_newest_request_that_ran_not_one_that_replayed(tmp_path: Path) -> None:
     events = [
-        event(1, "request.received", "r-a", "op"), event(2, "exec.finished", "r-a", "op"),
-        event(3, "request.received", "r-b", "op"), event(4, "operation.replayed", "r-b", "op"),
+        event(1, "request.received", "r-a", "op"),
+        event(2, "exec.finished", "r-a", "op"),
+        event(3, "request.received", "r-b", "op"),
+        event(4, "operation.replayed", "r-b", "op"),
         event(5, "request.received", "r-other", "op-2"),
     ]
     found, _ = with_journal(tmp_path, events, lambda j: j.operation_events("op"))

@@ -146,7 +146,8 @@ def test_rules_not_a_list() -> None:
 
 def test_commands_not_a_list_and_command_written_as_a_string() -> None:
     assert dropin_error("rules:\n- {name: x, decision: allow, commands: /usr/bin/ls}\n") == (
-        f"{D}:2:40: rules[0] (x).commands: expected a list of commands, each a list like [/usr/bin/apt-get, update] (got '/usr/bin/ls')"
+        f"{D}:2:40: rules[0] (x).commands: expected a list of commands, each a list like [/usr/bin/apt-get, update] "
+        "(got '/usr/bin/ls')"
     )
     text = "rules:\n  - name: x\n    decision: allow\n    commands:\n      - /usr/bin/apt-get update\n"
     assert dropin_error(text) == (
@@ -156,7 +157,10 @@ def test_commands_not_a_list_and_command_written_as_a_string() -> None:
 
 
 def test_non_absolute_head() -> None:
-    text = "rules:\n  - name: apt-refresh\n    decision: allow\n    commands:\n      - [/usr/bin/apt-get, update]\n      - [apt-get, install]\n"
+    text = (
+        "rules:\n  - name: apt-refresh\n    decision: allow\n    commands:\n"
+        "      - [/usr/bin/apt-get, update]\n      - [apt-get, install]\n"
+    )
     assert dropin_error(text) == (
         f"{D}:6:10: rules[0] (apt-refresh).commands[1][0]: the first element must be an absolute path (got 'apt-get')"
     )
@@ -205,14 +209,16 @@ def test_unknown_rule_key() -> None:
     text = "rules:\n  - name: x\n    decision: allow\n    command: [[/usr/bin/true]]\n"
     assert dropin_error(text) == (
         f"{D}:4:5: rules[0] (x).command: unknown key"
-        " (known: approvals, approvers, commands, decision, description, files, groups, name, privileged, reason, sandbox,"
-            " sessions, users)"
+        " (known: approvals, approvers, commands, decision, description, files, groups, name, privileged, reason, "
+        "sandbox,"
+        " sessions, users)"
     )
 
 
 def test_policy_d_holds_rules_only() -> None:
     assert dropin_error("default: allow\nrules: []\n") == (
-        f"{D}:1:1: default: not allowed here: a policy.d file holds rules: only (default belongs under policy: in airlock.yaml)"
+        f"{D}:1:1: default: not allowed here: a policy.d file holds rules: only (default belongs under policy: in "
+        "airlock.yaml)"
     )
     assert dropin_error("rules: []\nextra: 1\n") == f"{D}:2:1: extra: unknown key (a policy.d file holds rules: only)"
     assert (
@@ -262,8 +268,9 @@ def test_every_bad_rule_is_reported_and_the_policy_rejected_whole() -> None:
         parse_policy_text(text, D, main=False)
     assert info.value.errors == (
         f"{D}:3:25: rules[1] (a).decision: must be one of allow, ask, deny (got 'nope')",
-        f"{D}:4:32: rules[2] (b).x: unknown key (known: approvals, approvers, commands, decision, description, files, groups, name, privileged, reason, "
-            "sandbox, sessions, users)",
+        f"{D}:4:32: rules[2] (b).x: unknown key (known: approvals, approvers, commands, decision, description, "
+        "files, groups, name, privileged, reason, "
+        "sandbox, sessions, users)",
     )
 
 
@@ -319,13 +326,15 @@ def test_files_section_errors() -> None:
         == f"{D}:4:41: rules[0] (f).files[0].paths[0]: must be an absolute path (got 'etc/x')"
     )
     assert bad("[{tools: [files_read], paths: ['/var/log/*.log']}]") == (
-        f"{D}:4:41: rules[0] (f).files[0].paths[0]: no globs: name a file, or a subtree with a trailing /... (got '/var/log/*.log')"
+        f"{D}:4:41: rules[0] (f).files[0].paths[0]: no globs: name a file, or a subtree with a trailing /... (got "
+        "'/var/log/*.log')"
     )
     assert bad("[{tools: [files_read], paths: [/a/.../b]}]") == (
         f"{D}:4:41: rules[0] (f).files[0].paths[0]: \"...\" is only allowed as the last path segment (got '/a/.../b')"
     )
     assert bad("[{tools: [files_read], paths: [/a/../b]}]") == (
-        f"{D}:4:41: rules[0] (f).files[0].paths[0]: must be a normalised path (no empty, . or .. segments, no trailing /) (got '/a/../b')"
+        f"{D}:4:41: rules[0] (f).files[0].paths[0]: must be a normalised path (no empty, . or .. segments, no "
+        "trailing /) (got '/a/../b')"
     )
     assert bad("[{tools: [rm], paths: [/a]}]").startswith(
         f"{D}:4:20: rules[0] (f).files[0].tools[0]: unknown tool (known: files_edit,"

@@ -448,10 +448,14 @@ def test_a_link_flipping_while_a_file_path_is_decided_is_a_denial_not_an_error(t
     (tmp_path / "d").mkdir()
     (tmp_path / "L").symlink_to(tmp_path / "d-target")
     (tmp_path / "d-target").mkdir()
-    p = policy(f"- {{name: work, decision: allow, files: [{{tools: [files_read], paths: [{tmp_path}/...]}}]}}",
-               default="deny")
-    flipper = subprocess.Popen([sys.executable, "-I", "-c", _FLIPPER, str(tmp_path / "d"), str(tmp_path / "L")],
-                               stdout=subprocess.PIPE, text=True)
+    p = policy(
+        f"- {{name: work, decision: allow, files: [{{tools: [files_read], paths: [{tmp_path}/...]}}]}}", default="deny"
+    )
+    flipper = subprocess.Popen(
+        [sys.executable, "-I", "-c", _FLIPPER, str(tmp_path / "d"), str(tmp_path / "L")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     raised = 0
     rules = set()
     try:

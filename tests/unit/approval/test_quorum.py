@@ -56,7 +56,11 @@ def test_approvers_restrict_who_counts() -> None:
     t.check(Voter(5, "ops1"), self_approval=False)
     t.check(Voter(6, "x", groups=frozenset({"sre"})), self_approval=False)
     t.check(Voter(None, "alice", principal="alice", fingerprint="f"), self_approval=False)
-    for stranger in (Voter(7, "eve"), Voter(None, "bob", principal="bob", fingerprint="g"), Voter(None, "ops1", principal="ops1", fingerprint="h")):
+    for stranger in (
+        Voter(7, "eve"),
+        Voter(None, "bob", principal="bob", fingerprint="g"),
+        Voter(None, "ops1", principal="ops1", fingerprint="h"),
+    ):
         with pytest.raises(VoteRefused, match="not among"):
             t.check(stranger, self_approval=False)
 
@@ -68,7 +72,9 @@ def test_a_pipeline_joins_its_rules_requirements() -> None:
     assert join([]) == Requirement()
 
 
-@pytest.mark.parametrize(("reason", "ok"), [(None, False), ("", False), ("   short   ", False), ("  ten chars!  ", True)])
+@pytest.mark.parametrize(
+    ("reason", "ok"), [(None, False), ("", False), ("   short   ", False), ("  ten chars!  ", True)]
+)
 def test_a_reason_is_measured_after_trimming(reason: str | None, ok: bool) -> None:
     assert (reason_problem(reason, 10) is None) is ok
 
@@ -76,12 +82,14 @@ def test_a_reason_is_measured_after_trimming(reason: str | None, ok: bool) -> No
 def test_policy_reads_approvals_approvers_and_reason() -> None:
     text = (
         "rules:\n"
-        "  - name: pair\n    decision: ask\n    approvals: 2\n    approvers: {users: [ops1, 0], groups: [sre], principals: [alice]}\n"
+        "  - name: pair\n    decision: ask\n    approvals: 2\n    approvers: "
+        "{users: [ops1, 0], groups: [sre], principals: [alice]}\n"
         "  - name: why\n    decision: allow\n    reason: required\n"
     )
     rules = {r.name: r for r in parse_policy_text(text, "/p.yaml", main=False).rules}
     assert rules["pair"].approvals == 2 and rules["pair"].approvers == Approvers(
-        frozenset({"ops1", "0"}), frozenset({"sre"}), frozenset({"alice"}))
+        frozenset({"ops1", "0"}), frozenset({"sre"}), frozenset({"alice"})
+    )
     assert rules["why"].reason_required and rules["why"].approvals == 1
     assert rules["pair"].to_dict()["approvals"] == 2 and rules["why"].to_dict()["reason"] == "required"
 
@@ -90,9 +98,15 @@ def test_policy_reads_approvals_approvers_and_reason() -> None:
     ("rule", "message"),
     [
         ("decision: allow\n    approvals: 2", "rules[0] (r).approvals: applies only to a rule with decision: ask"),
-        ("decision: ask\n    approvals: 0", "rules[0] (r).approvals: expected a number of approvers from 1 to 16 (got '0')"),
+        (
+            "decision: ask\n    approvals: 0",
+            "rules[0] (r).approvals: expected a number of approvers from 1 to 16 (got '0')",
+        ),
         ("decision: ask\n    approvals: '2'", "expected a number of approvers"),
-        ("decision: ask\n    approvers: {people: [x]}", "rules[0] (r).approvers.people: unknown key (known: groups, principals, users)"),
+        (
+            "decision: ask\n    approvers: {people: [x]}",
+            "rules[0] (r).approvers.people: unknown key (known: groups, principals, users)",
+        ),
         ("decision: ask\n    approvers: {}", "rules[0] (r).approvers: must name users, groups or principals"),
         ("decision: ask\n    reason: please", "rules[0] (r).reason: must be required or optional (got 'please')"),
     ],

@@ -39,8 +39,18 @@ statements = st.builds(
 
 
 def example(**changes: object) -> Statement:
-    base = Statement("web1", "req-1", "a" * 64, "allow", 1_900_000_000, "0" * 32, "agent (uid 1000)", "root (uid 0)",
-                     "apt-get update", "patch Tuesday")
+    base = Statement(
+        "web1",
+        "req-1",
+        "a" * 64,
+        "allow",
+        1_900_000_000,
+        "0" * 32,
+        "agent (uid 1000)",
+        "root (uid 0)",
+        "apt-get update",
+        "patch Tuesday",
+    )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -78,7 +88,17 @@ def test_a_value_cannot_forge_another_field() -> None:
     assert sneaky.render().count("\ndecision:") == 1
 
 
-@pytest.mark.parametrize("change", [{"decision": "maybe"}, {"binding": "A" * 64}, {"nonce": "x"}, {"expires": -1}, {"expires": 10**12}, {"request": ""}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"decision": "maybe"},
+        {"binding": "A" * 64},
+        {"nonce": "x"},
+        {"expires": -1},
+        {"expires": 10**12},
+        {"request": ""},
+    ],
+)
 def test_a_bad_field_is_refused(change: dict[str, object]) -> None:
     with pytest.raises(StatementError):
         example(**change)
@@ -111,8 +131,12 @@ def test_the_armour_gives_namespace_key_type_and_fingerprint() -> None:
         ("-----BEGIN SSH SIGNATURE-----\n!!!\n-----END SSH SIGNATURE-----", "not base64"),
         ("-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----", "SSHSIG"),
         (_blob(b"x", trailing=b"junk"), "trailing bytes"),
-        ("-----BEGIN SSH SIGNATURE-----\n" + base64.b64encode(b"SSHSIG\0\0\0\1\0\0\1\0").decode() + "\n-----END SSH SIGNATURE-----",
-         "truncated"),
+        (
+            "-----BEGIN SSH SIGNATURE-----\n"
+            + base64.b64encode(b"SSHSIG\0\0\0\1\0\0\1\0").decode()
+            + "\n-----END SSH SIGNATURE-----",
+            "truncated",
+        ),
         ("x" * 20000, "at most"),
     ],
 )
@@ -123,7 +147,11 @@ def test_bad_armour_is_refused_with_a_reason(text: str, message: str) -> None:
 
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_are_a_signature_or_a_statement_error(data: bytes) -> None:
-    text = "-----BEGIN SSH SIGNATURE-----\n" + base64.b64encode(b"SSHSIG" + data).decode() + "\n-----END SSH SIGNATURE-----"
+    text = (
+        "-----BEGIN SSH SIGNATURE-----\n"
+        + base64.b64encode(b"SSHSIG" + data).decode()
+        + "\n-----END SSH SIGNATURE-----"
+    )
     try:
         read_signature(text)
     except StatementError:
@@ -134,13 +162,22 @@ def test_arbitrary_bytes_are_a_signature_or_a_statement_error(data: bytes) -> No
 def test_a_real_signature_reads_like_ssh_keygen_says(tmp_path: Path) -> None:
     key = tmp_path / "k"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    signed = subprocess.run(["ssh-keygen", "-Y", "sign", "-n", "airlock-approval", "-f", str(key)],
-                            input=b"text\n", capture_output=True, check=True).stdout.decode()
-    listed = subprocess.run(["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True, check=True).stdout.split()
+    signed = subprocess.run(
+        ["ssh-keygen", "-Y", "sign", "-n", "airlock-approval", "-f", str(key)],
+        input=b"text\n",
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    listed = subprocess.run(
+        ["ssh-keygen", "-lf", f"{key}.pub"], capture_output=True, text=True, check=True
+    ).stdout.split()
     sig = read_signature(signed)
     assert (sig.namespace, sig.key_type, sig.fingerprint) == ("airlock-approval", "ssh-ed25519", listed[1])
 
 
 def test_allowed_principals_reads_the_first_field() -> None:
-    text = '# comment\n\nalice ssh-ed25519 AAAA\nbob,carol@example.org namespaces="airlock-approval" ssh-ed25519 BBBB\n"d e" ssh-ed25519 C\n'
+    text = (
+        "# comment\n\nalice ssh-ed25519 AAAA\n"
+        'bob,carol@example.org namespaces="airlock-approval" ssh-ed25519 BBBB\n"d e" ssh-ed25519 C\n'
+    )
     assert allowed_principals(text) == ("alice", "bob", "carol@example.org", "d e")

@@ -21,7 +21,11 @@ def test_a_token_stands_for_its_session_until_it_expires() -> None:
     assert store.check(token, 1059.9) == "nightly"
     assert store.live(1059.9) == 1
     expired = refusal(store, token, 1060)
-    assert expired == refusal(store, "alt_unknown", 1000) == {"code": "unauthorized", "message": "unauthorized", "details": {}}
+    assert (
+        expired
+        == refusal(store, "alt_unknown", 1000)
+        == {"code": "unauthorized", "message": "unauthorized", "details": {}}
+    )
     assert store.live(1060) == 0
 
 

@@ -9,13 +9,22 @@ from airlock.journal.chain import Anchor
 
 
 def _answer(ok: bool, bad: int | None = None, checked: int = 0, acknowledged: int = 0) -> dict[str, Any]:
-    return {"ok": ok, "first_bad_seq": bad, "reason": None if ok else f"bad at {bad}", "checked": 10,
-            "head_seq": 10, "head_hash": "0" * 64, "segments": [],
-            "anchors": {"ok": ok, "checked": checked, "acknowledged": acknowledged, "given": checked + acknowledged}}
+    return {
+        "ok": ok,
+        "first_bad_seq": bad,
+        "reason": None if ok else f"bad at {bad}",
+        "checked": 10,
+        "head_seq": 10,
+        "head_hash": "0" * 64,
+        "segments": [],
+        "anchors": {"ok": ok, "checked": checked, "acknowledged": acknowledged, "given": checked + acknowledged},
+    }
 
 
 def test_merge_keeps_the_lowest_bad_seq_and_sums_the_counts() -> None:
-    merged = merge([_answer(True, checked=3), _answer(False, 9, checked=2), _answer(False, 4, checked=1, acknowledged=5)])
+    merged = merge(
+        [_answer(True, checked=3), _answer(False, 9, checked=2), _answer(False, 4, checked=1, acknowledged=5)]
+    )
     assert (merged["ok"], merged["first_bad_seq"], merged["reason"]) == (False, 4, "bad at 4")
     assert merged["anchors"]["checked"] == 6 and merged["anchors"]["acknowledged"] == 5
     assert merge([_answer(True, checked=1), _answer(True, checked=1)])["ok"] is True
@@ -30,8 +39,11 @@ def test_every_batch_carries_the_ack_anchors() -> None:
 
 
 def test_render_names_the_first_bad_record_and_the_segments() -> None:
-    data = _answer(False, 4) | {"segments": [{"seq": 12, "operator": "alice", "reason": "restored\x1b[2J",
-                                              "previous_seq": 7, "confirmed": False}]}
+    data = _answer(False, 4) | {
+        "segments": [
+            {"seq": 12, "operator": "alice", "reason": "restored\x1b[2J", "previous_seq": 7, "confirmed": False}
+        ]
+    }
     data["anchors"]["source"] = "journald"
     text = render(data)
     assert text.startswith("FAILED at record 4: bad at 4")

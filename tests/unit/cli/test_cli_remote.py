@@ -19,7 +19,11 @@ def test_the_host_options_stay_here_and_the_rest_runs_there() -> None:
 def test_ssh_gets_batch_mode_bounds_and_one_quoted_remote_command() -> None:
     argv = remote.ssh_argv("op@web1", ["approve", "--reason", "it's fine; rm -rf /", "abc"], config="/etc/fleet.conf")
     assert argv[:4] == ["ssh", "-T", "-o", "BatchMode=yes"]
-    assert "ConnectTimeout=10" in argv and "ServerAliveInterval=5" in argv and argv[argv.index("-F") + 1] == "/etc/fleet.conf"
+    assert (
+        "ConnectTimeout=10" in argv
+        and "ServerAliveInterval=5" in argv
+        and argv[argv.index("-F") + 1] == "/etc/fleet.conf"
+    )
     assert argv[-3:-1] == ["op@web1", "--"]
     # the remote shell sees exactly the arguments given, nothing more
     assert shlex.split(argv[-1]) == ["airlock", "approve", "--reason", "it's fine; rm -rf /", "abc"]

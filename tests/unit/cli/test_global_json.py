@@ -64,9 +64,13 @@ class _Fixed:
 
 @pytest.mark.parametrize(
     ("argv", "status"),
-    [(["status", "--json", "--socket", "SOCK"], 1), (["--json", "events", "--tail", "1", "--socket", "SOCK"], 1),
-     (["show", "x", "--json", "--socket", "SOCK"], 1), (["wait", "op-x", "--json", "--socket", "SOCK"], 1),
-     (["run", "--json", "--socket", "SOCK", "--", "true"], 125)],
+    [
+        (["status", "--json", "--socket", "SOCK"], 1),
+        (["--json", "events", "--tail", "1", "--socket", "SOCK"], 1),
+        (["show", "x", "--json", "--socket", "SOCK"], 1),
+        (["wait", "op-x", "--json", "--socket", "SOCK"], 1),
+        (["run", "--json", "--socket", "SOCK", "--", "true"], 125),
+    ],
 )
 def test_an_unreachable_daemon_is_a_daemon_unavailable_envelope_with_json(
     argv: list[str], status: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -83,7 +87,9 @@ def test_an_unreachable_daemon_is_a_daemon_unavailable_envelope_with_json(
     assert "no airlock socket" in err
 
 
-def test_an_unreachable_daemon_without_json_prints_nothing_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unreachable_daemon_without_json_prints_nothing_on_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["status", "--socket", str(tmp_path / "absent.sock")]) == 1
     out, err = capsys.readouterr()
     assert out == "" and "no airlock socket" in err

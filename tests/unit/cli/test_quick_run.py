@@ -24,11 +24,18 @@ CASES = [
     ["run", "echo", "--json", "--no-privilege"],  # after the command word, everything is the command's
 ]
 
-OK = {"ok": True, "data": {"stdout": base64.b64encode(b"out\n").decode(),
-                           "stages": [{"exit_code": 3, "stderr": base64.b64encode(b"err\n").decode()}]}}
+OK = {
+    "ok": True,
+    "data": {
+        "stdout": base64.b64encode(b"out\n").decode(),
+        "stages": [{"exit_code": 3, "stderr": base64.b64encode(b"err\n").decode()}],
+    },
+}
 
 
-def _sent_by_full(argv: list[str], monkeypatch: pytest.MonkeyPatch, reply: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def _sent_by_full(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, reply: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
     sent: dict[str, Any] = {}
 
     def call(path: str, verb: str, args: dict[str, Any], **kw: Any) -> tuple[bytes, dict[str, Any]]:
@@ -39,7 +46,9 @@ def _sent_by_full(argv: list[str], monkeypatch: pytest.MonkeyPatch, reply: dict[
     return sent, full.main(argv)
 
 
-def _sent_by_quick(argv: list[str], monkeypatch: pytest.MonkeyPatch, reply: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def _sent_by_quick(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, reply: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
     sent: dict[str, Any] = {}
 
     def call(path: str, line: bytes, quiet: bool) -> tuple[bytes, dict[str, Any]]:
@@ -71,8 +80,9 @@ def test_the_short_path_sends_prints_and_exits_as_the_full_cli(
 
 
 @pytest.mark.parametrize(("code", "rc"), [("denied", 126), ("approval_timeout", 124), ("runner_unavailable", 125)])
-def test_errors_exit_alike(code: str, rc: int, monkeypatch: pytest.MonkeyPatch,
-                           capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_errors_exit_alike(
+    code: str, rc: int, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
     reply = {"ok": False, "error": {"code": code, "message": "no"}}
     _, want_rc = _sent_by_full(["run", "--", "true"], monkeypatch, reply)
     want = capsysbinary.readouterr()
@@ -81,22 +91,36 @@ def test_errors_exit_alike(code: str, rc: int, monkeypatch: pytest.MonkeyPatch,
     assert want_rc == got_rc == rc and got.err == want.err
 
 
-@pytest.mark.parametrize("argv", [
-    ["status"], ["run"], ["run", "--"], ["run", "--help"], ["run", "--no-priv", "--", "true"],
-    ["run", "--env", "NOEQUALS", "--", "true"], ["run", "--timeout", "soon", "--", "true"], ["--json", "run", "true"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["run"],
+        ["run", "--"],
+        ["run", "--help"],
+        ["run", "--no-priv", "--", "true"],
+        ["run", "--env", "NOEQUALS", "--", "true"],
+        ["run", "--timeout", "soon", "--", "true"],
+        ["--json", "run", "true"],
+    ],
+)
 def test_anything_else_goes_to_the_full_cli(argv: list[str]) -> None:
     assert quick._parse_run(argv) is None
 
 
 def test_the_short_path_imports_neither_argparse_nor_the_cli() -> None:
-    code = ("import sys; from airlock.cli import quick; quick._parse_run(['run', '--', 'true']); "
-            "print(sorted(m for m in sys.modules if m in ('argparse', 'typing', 'uuid', 'airlock.cli.main', 'yaml')))")
+    code = (
+        "import sys; from airlock.cli import quick; quick._parse_run(['run', '--', 'true']); "
+        "print(sorted(m for m in sys.modules if m in ('argparse', 'typing', 'uuid', 'airlock.cli.main', 'yaml')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     # Control: the full CLI does import them.
     code = "import sys; import airlock.cli.main; print('argparse' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "True"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "True"
+    )
 
 
 def test_an_unreachable_socket_is_reported_as_the_full_cli_does(capsys: pytest.CaptureFixture[str]) -> None:

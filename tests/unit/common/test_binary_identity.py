@@ -33,7 +33,9 @@ def test_any_changed_field_is_named(field: str) -> None:
 
 def test_an_unprivileged_binding_does_not_cover_a_root_job() -> None:
     # Bound without owner and mode (an unprivileged job), presented for a root one.
-    assert binary.mismatch({"path": "/x", "dev": 2, "ino": 1}, {"path": "/x", "dev": 2, "ino": 1, "uid": 0, "mode": 1}) == [
+    assert binary.mismatch(
+        {"path": "/x", "dev": 2, "ino": 1}, {"path": "/x", "dev": 2, "ino": 1, "uid": 0, "mode": 1}
+    ) == [
         "uid",
         "mode",
     ]
@@ -42,12 +44,25 @@ def test_an_unprivileged_binding_does_not_cover_a_root_job() -> None:
 def test_identity_of_records_owner_and_mode_only_for_root_jobs() -> None:
     st = _stat(uid=0)
     assert binary.identity_of("/x", st, privileged=False) == {"path": "/x", "dev": 2, "ino": 1}
-    assert binary.identity_of("/x", st, privileged=True) == {"path": "/x", "dev": 2, "ino": 1, "uid": 0, "mode": 0o100755}
+    assert binary.identity_of("/x", st, privileged=True) == {
+        "path": "/x",
+        "dev": 2,
+        "ino": 1,
+        "uid": 0,
+        "mode": 0o100755,
+    }
 
 
 @pytest.mark.parametrize(
     "bound",
-    [None, [], [{"path": "/x", "dev": 1}], [{"path": "/x", "dev": True, "ino": 1}], ["x"], [{"path": 1, "dev": 1, "ino": 1}]],
+    [
+        None,
+        [],
+        [{"path": "/x", "dev": 1}],
+        [{"path": "/x", "dev": True, "ino": 1}],
+        ["x"],
+        [{"path": 1, "dev": 1, "ino": 1}],
+    ],
 )
 def test_parse_bound_refuses_what_is_not_one_identity_per_stage(bound: object) -> None:
     with pytest.raises(AirlockError) as caught:
@@ -114,8 +129,24 @@ def test_a_root_job_refuses_a_binary_others_can_change(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["HOME", "USER", "LOGNAME", "SHELL", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PERL5OPT",
-             "BASH_ENV", "ENV", "IFS", "GCONV_PATH", "GIT_CONFIG_GLOBAL", "BASH_FUNC_x%%"]
+    "name",
+    [
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "PATH",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "PERL5OPT",
+        "BASH_ENV",
+        "ENV",
+        "IFS",
+        "GCONV_PATH",
+        "GIT_CONFIG_GLOBAL",
+        "BASH_FUNC_x%%",
+    ],
 )
 def test_root_jobs_refuse_variables_that_change_what_runs(name: str) -> None:
     assert envrule.refusal(name) is not None
@@ -140,4 +171,7 @@ def test_a_racing_path_is_refused_not_an_internal_error(monkeypatch: pytest.Monk
     assert resolve.resolve_executable("/usr/bin/true", "") is None  # policy: unresolved, denied
     with pytest.raises(AirlockError) as caught:
         match.canonical_head("/etc/hostname")
-    assert caught.value.code is ErrorCode.INVALID_ARGUMENTS and "changed while it was being resolved" in caught.value.message
+    assert (
+        caught.value.code is ErrorCode.INVALID_ARGUMENTS
+        and "changed while it was being resolved" in caught.value.message
+    )

@@ -18,7 +18,11 @@ from airlock.common.resolve import ROOT_PATH
 def test_the_environment_is_rebuilt_from_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LISTEN_FDS", "3")
     monkeypatch.setenv("SECRET_OF_THE_PARENT", "x")
-    assert child.environment(AIRLOCK_REQUEST_ID="r1") == {"PATH": ROOT_PATH, "LANG": "C.UTF-8", "AIRLOCK_REQUEST_ID": "r1"}
+    assert child.environment(AIRLOCK_REQUEST_ID="r1") == {
+        "PATH": ROOT_PATH,
+        "LANG": "C.UTF-8",
+        "AIRLOCK_REQUEST_ID": "r1",
+    }
     done = asyncio.run(child.run(["/usr/bin/env"], env=child.environment(), timeout=10))
     assert sorted(done.stdout.decode().splitlines()) == ["LANG=C.UTF-8", f"PATH={ROOT_PATH}"]
 
@@ -41,7 +45,9 @@ def test_an_exit_is_described_one_way(returncode: int, described: tuple[int | No
 
 
 def test_stdin_goes_in_and_output_comes_back() -> None:
-    done = asyncio.run(child.run(["/bin/sh", "-c", "cat; echo oops >&2; exit 4"], env=child.environment(), stdin=b"hi\n", timeout=10))
+    done = asyncio.run(
+        child.run(["/bin/sh", "-c", "cat; echo oops >&2; exit 4"], env=child.environment(), stdin=b"hi\n", timeout=10)
+    )
     assert (done.stdout, done.stderr, done.exit_code, done.timed_out) == (b"hi\n", b"oops\n", 4, False)
     assert done.text() == "exit status 4"
 
@@ -97,7 +103,14 @@ def test_a_missing_command_raises_oserror() -> None:
 
 def test_stop_all_terminates_then_kills() -> None:
     polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE)
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
     assert stubborn.stdout is not None and stubborn.stdout.readline()  # its handler is set
     started = time.monotonic()
     child.stop_all([polite, stubborn], grace=1.0)

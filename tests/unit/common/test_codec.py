@@ -113,8 +113,15 @@ def test_a_missing_version_is_unsupported_version_too() -> None:
 
 @pytest.mark.parametrize(
     "line",
-    [b'{"id":"x","verb":"ping"}', b'{"v":1,"id":"x"}', b'{"v":1,"verb":""}', b'{"v":1,"verb":"p","args":[]}',
-     b'{"v":1,"verb":"p","token":5}', b'{"v":1,"verb":"p","extra":1}', b'{"v":true,"verb":"p"}'],
+    [
+        b'{"id":"x","verb":"ping"}',
+        b'{"v":1,"id":"x"}',
+        b'{"v":1,"verb":""}',
+        b'{"v":1,"verb":"p","args":[]}',
+        b'{"v":1,"verb":"p","token":5}',
+        b'{"v":1,"verb":"p","extra":1}',
+        b'{"v":true,"verb":"p"}',
+    ],
 )
 def test_envelope_shape_errors(line: bytes) -> None:
     with pytest.raises(AirlockError) as err:
@@ -144,7 +151,9 @@ json_values = st.recursive(
     args=st.dictionaries(st.text(max_size=10), json_values, max_size=5),
     token=st.none() | st.text(max_size=20),
 )
-def test_decode_of_encode_is_identity(request_id: str | None, verb: str, args: dict[str, Any], token: str | None) -> None:
+def test_decode_of_encode_is_identity(
+    request_id: str | None, verb: str, args: dict[str, Any], token: str | None
+) -> None:
     request = Request(id=request_id, verb=verb, args=args, token=token)
     line = encode_request(request)
     assert line.endswith(b"\n") and line.count(b"\n") == 1

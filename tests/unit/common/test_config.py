@@ -21,17 +21,42 @@ def test_a_missing_default_file_is_the_defaults_but_a_named_one_is_an_error(tmp_
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("limits:\n  max_request_bytes: -3\n", "/x.yaml:2:22: limits.max_request_bytes: must be a positive integer (got '-3')"),
-        ("limits:\n  max_request_bytes: lots\n", "/x.yaml:2:22: limits.max_request_bytes: expected an integer (got 'lots')"),
-        ("limitz: {}\n", "/x.yaml:1:1: limitz: unknown section (known: agents, approval, env, journal, limits, log, notify, operators, paths, policy, runner, services) (got 'limitz')"),
-        ("agents:\n  userz: []\n", "/x.yaml:2:3: agents.userz: unknown key (known in agents: groups, require_token, users) (got 'userz')"),
-        ("agents:\n  require_token: maybe\n", "/x.yaml:2:18: agents.require_token: expected true or false (got 'maybe')"),
+        (
+            "limits:\n  max_request_bytes: -3\n",
+            "/x.yaml:2:22: limits.max_request_bytes: must be a positive integer (got '-3')",
+        ),
+        (
+            "limits:\n  max_request_bytes: lots\n",
+            "/x.yaml:2:22: limits.max_request_bytes: expected an integer (got 'lots')",
+        ),
+        (
+            "limitz: {}\n",
+            "/x.yaml:1:1: limitz: unknown section (known: agents, approval, env, journal, limits, log, notify, "
+            "operators, paths, policy, runner, services) (got 'limitz')",
+        ),
+        (
+            "agents:\n  userz: []\n",
+            "/x.yaml:2:3: agents.userz: unknown key (known in agents: groups, require_token, users) (got 'userz')",
+        ),
+        (
+            "agents:\n  require_token: maybe\n",
+            "/x.yaml:2:18: agents.require_token: expected true or false (got 'maybe')",
+        ),
         ("agents:\n  users: bob\n", "/x.yaml:2:10: agents.users: expected a list of strings (got 'bob')"),
         ("paths:\n  state_dir: var/lib\n", "/x.yaml:2:14: paths.state_dir: must be an absolute path (got 'var/lib')"),
-        ("runner:\n  containment: jail\n", "/x.yaml:2:16: runner.containment: must be one of auto, service, scope, process-group (got 'jail')"),
-        ("env:\n  allow: [GOOD, 'BAD-NAME']\n", "/x.yaml:2:10: env.allow: 'BAD-NAME' is not a variable name (a trailing * is allowed) (got a list)"),
+        (
+            "runner:\n  containment: jail\n",
+            "/x.yaml:2:16: runner.containment: must be one of auto, service, scope, process-group (got 'jail')",
+        ),
+        (
+            "env:\n  allow: [GOOD, 'BAD-NAME']\n",
+            "/x.yaml:2:10: env.allow: 'BAD-NAME' is not a variable name (a trailing * is allowed) (got a list)",
+        ),
         ("limits: [1]\n", "/x.yaml:1:9: limits: expected a mapping (got a list)"),
-        ("limits:\n  freshness_seconds: 1\n  freshness_seconds: 2\n", "/x.yaml:3:3: limits.freshness_seconds: duplicate key (got 'freshness_seconds')"),
+        (
+            "limits:\n  freshness_seconds: 1\n  freshness_seconds: 2\n",
+            "/x.yaml:3:3: limits.freshness_seconds: duplicate key (got 'freshness_seconds')",
+        ),
         ("a: [\n", "/x.yaml:2:1: not valid YAML: expected the node content, but found '<stream end>'"),
     ],
 )
@@ -96,18 +121,39 @@ def test_the_configuration_doc_has_the_settings_table() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("operators: {observers: {users: bob}}\n", "/x.yaml:1:32: operators.observers.users: expected a list of strings (got 'bob')"),
-        ("operators: {observers: {people: [bob]}}\n", "/x.yaml:1:25: operators.observers.people: unknown key (known: users, groups) (got 'people')"),
-        ("notify:\n  channels:\n    - {type: pigeon}\n", "/x.yaml:3:14: notify.channels[0].type: must be one of webhook, ntfy, slack, email (got 'pigeon')"),
-        ("notify:\n  channels:\n    - {type: slack}\n", "/x.yaml:3:7: notify.channels[0].url: a slack channel needs url (got a mapping)"),
-        ("notify:\n  channels:\n    - {type: webhook, url: 'ftp://h/', secret: 0123456789abcdef}\n",
-         "/x.yaml:3:28: notify.channels[0].url: must be an http:// or https:// URL (got 'ftp://h/')"),
-        ("notify:\n  channels:\n    - {type: webhook, url: 'http://h/', secret: short}\n",
-         "/x.yaml:3:49: notify.channels[0].secret: must be at least 16 characters (got 'short')"),
-        ("notify:\n  channels:\n    - {type: email, from: a@h, to: [b@h], port: 70000}\n",
-         "/x.yaml:3:49: notify.channels[0].port: must be a TCP port (1-65535) (got '70000')"),
-        ("notify:\n  channels:\n    - {type: slack, url: 'http://h/', name: a}\n    - {type: slack, url: 'http://h/', name: a}\n",
-         "/x.yaml:4:45: notify.channels[1].name: channel names must be unique (got 'a')"),
+        (
+            "operators: {observers: {users: bob}}\n",
+            "/x.yaml:1:32: operators.observers.users: expected a list of strings (got 'bob')",
+        ),
+        (
+            "operators: {observers: {people: [bob]}}\n",
+            "/x.yaml:1:25: operators.observers.people: unknown key (known: users, groups) (got 'people')",
+        ),
+        (
+            "notify:\n  channels:\n    - {type: pigeon}\n",
+            "/x.yaml:3:14: notify.channels[0].type: must be one of webhook, ntfy, slack, email (got 'pigeon')",
+        ),
+        (
+            "notify:\n  channels:\n    - {type: slack}\n",
+            "/x.yaml:3:7: notify.channels[0].url: a slack channel needs url (got a mapping)",
+        ),
+        (
+            "notify:\n  channels:\n    - {type: webhook, url: 'ftp://h/', secret: 0123456789abcdef}\n",
+            "/x.yaml:3:28: notify.channels[0].url: must be an http:// or https:// URL (got 'ftp://h/')",
+        ),
+        (
+            "notify:\n  channels:\n    - {type: webhook, url: 'http://h/', secret: short}\n",
+            "/x.yaml:3:49: notify.channels[0].secret: must be at least 16 characters (got 'short')",
+        ),
+        (
+            "notify:\n  channels:\n    - {type: email, from: a@h, to: [b@h], port: 70000}\n",
+            "/x.yaml:3:49: notify.channels[0].port: must be a TCP port (1-65535) (got '70000')",
+        ),
+        (
+            "notify:\n  channels:\n    - {type: slack, url: 'http://h/', name: a}\n    - "
+            "{type: slack, url: 'http://h/', name: a}\n",
+            "/x.yaml:4:45: notify.channels[1].name: channel names must be unique (got 'a')",
+        ),
     ],
 )
 def test_nested_errors_point_at_the_inner_value(text: str, message: str) -> None:
@@ -138,7 +184,7 @@ def test_channels_and_observers_parse_and_secrets_stay_out_of_show() -> None:
 def test_the_reaching_operators_examples_parse() -> None:
     """Every YAML example under "Reaching operators" in docs/operations.md is a valid configuration."""
     doc = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
-    section = doc[doc.index("### Reaching operators"):doc.index("### Hearing about pending work")]
+    section = doc[doc.index("### Reaching operators") : doc.index("### Hearing about pending work")]
     blocks = section.split("```yaml\n")[1:]
     assert len(blocks) >= 4
     types = set()

@@ -80,7 +80,11 @@ def test_an_error_reply_is_raised_as_it_came(tmp_path: Path) -> None:
             with pytest.raises(AirlockError) as caught:
                 await client.call("fail", {})
             assert not isinstance(caught.value, Unreachable)
-            assert (caught.value.code, caught.value.message, caught.value.details) == (ErrorCode.DENIED, "no", {"rule": "r"})
+            assert (caught.value.code, caught.value.message, caught.value.details) == (
+                ErrorCode.DENIED,
+                "no",
+                {"rule": "r"},
+            )
             client.close()
 
     run(body)

@@ -13,10 +13,18 @@ from airlock.common.kinds import KINDS, NOTICES, WRITERS, check_writer, message_
 CATALOG = Path(__file__).resolve().parents[3] / "units" / "airlock.catalog"
 
 REQUIRED = {
-    "request.received": "intake", "request.rejected": "intake", "request.replied": "intake",
-    "operation.replayed": "intake", "approval.pending": "approval", "approval.decided": "approval",
-    "operator.action": "approval", "policy.reloaded": "approval", "exec.started": "runner",
-    "exec.finished": "runner", "exec.cancelled": "runner", "exec.refused": "runner",
+    "request.received": "intake",
+    "request.rejected": "intake",
+    "request.replied": "intake",
+    "operation.replayed": "intake",
+    "approval.pending": "approval",
+    "approval.decided": "approval",
+    "operator.action": "approval",
+    "policy.reloaded": "approval",
+    "exec.started": "runner",
+    "exec.finished": "runner",
+    "exec.cancelled": "runner",
+    "exec.refused": "runner",
 }
 
 
@@ -42,11 +50,18 @@ def test_unknown_kind_is_invalid_arguments() -> None:
     assert info.value.code is ErrorCode.INVALID_ARGUMENTS
 
 
-@pytest.mark.parametrize(("writer", "kind"), [
-    ("intake", "exec.finished"), ("intake", "approval.decided"), ("approval", "exec.started"),
-    ("runner", "request.replied"), ("journal", "exec.finished"), ("operator", "exec.started"),
-    ("nobody", "service.started"),
-])
+@pytest.mark.parametrize(
+    ("writer", "kind"),
+    [
+        ("intake", "exec.finished"),
+        ("intake", "approval.decided"),
+        ("approval", "exec.started"),
+        ("runner", "request.replied"),
+        ("journal", "exec.finished"),
+        ("operator", "exec.started"),
+        ("nobody", "service.started"),
+    ],
+)
 def test_writer_cannot_append_others_kinds(writer: str, kind: str) -> None:
     with pytest.raises(AirlockError) as info:
         check_writer(writer, kind)
@@ -94,8 +109,9 @@ def test_journalctl_accepts_the_catalog(tmp_path: Path) -> None:
     (tmp_path / "var/lib/systemd/catalog").mkdir(parents=True)
     shutil.copy(CATALOG, catalog_dir)
     subprocess.run(["journalctl", f"--root={tmp_path}", "--update-catalog"], check=True, capture_output=True)
-    listed = subprocess.run(["journalctl", f"--root={tmp_path}", "--list-catalog"], check=True,
-                            capture_output=True, text=True).stdout
+    listed = subprocess.run(
+        ["journalctl", f"--root={tmp_path}", "--list-catalog"], check=True, capture_output=True, text=True
+    ).stdout
     for info in KINDS.values():
         assert info.message_id in listed
     for mid in NOTICES.values():

@@ -30,41 +30,89 @@ def story(*steps: str | tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
 # approval/decide.py decide, runner/service.py exec, runner/fileop_verbs.py files).
 LEGAL = {
     "policy allow, command ran": (
-        ["request.received", "approval.decided:allow", "exec.started", "exec.finished", "request.replied:ok"], "finished"),
+        ["request.received", "approval.decided:allow", "exec.started", "exec.finished", "request.replied:ok"],
+        "finished",
+    ),
     "operator allow, file operation ran": (
-        ["request.received", "approval.pending", "approval.decided:allow", "files.started", "files.finished",
-         "request.replied:ok"], "finished"),
+        [
+            "request.received",
+            "approval.pending",
+            "approval.decided:allow",
+            "files.started",
+            "files.finished",
+            "request.replied:ok",
+        ],
+        "finished",
+    ),
     "file operation refused after it ran (file_changed)": (
         ["request.received", "approval.decided:allow", "files.started", "files.finished", "request.replied:error"],
-        "failed"),
+        "failed",
+    ),
     "cancelled while running": (
-        ["request.received", "approval.decided:allow", "exec.started", "exec.cancelled", "exec.finished",
-         "request.replied:ok"], "finished"),
+        [
+            "request.received",
+            "approval.decided:allow",
+            "exec.started",
+            "exec.cancelled",
+            "exec.finished",
+            "request.replied:ok",
+        ],
+        "finished",
+    ),
     "denied by policy": (["request.received", "approval.decided:deny", "request.replied:error"], "failed"),
     "denied by an operator": (
-        ["request.received", "approval.pending", "approval.decided:deny", "request.replied:error"], "failed"),
-    "expired": (["request.received", "approval.pending", "approval.decided:timeout", "request.replied:error"], "failed"),
-    "withdrawn": (["request.received", "approval.pending", "approval.decided:withdrawn", "request.replied:error"],
-                  "failed"),
+        ["request.received", "approval.pending", "approval.decided:deny", "request.replied:error"],
+        "failed",
+    ),
+    "expired": (
+        ["request.received", "approval.pending", "approval.decided:timeout", "request.replied:error"],
+        "failed",
+    ),
+    "withdrawn": (
+        ["request.received", "approval.pending", "approval.decided:withdrawn", "request.replied:error"],
+        "failed",
+    ),
     "approved as the agent left": (["request.received", "approval.decided:allow", "request.replied:error"], "failed"),
     "ticket refused (invalid_ticket, hold)": (
-        ["request.received", "approval.decided:allow", "exec.refused", "request.replied:error"], "failed"),
+        ["request.received", "approval.decided:allow", "exec.refused", "request.replied:error"],
+        "failed",
+    ),
     "binary changed after the start": (
         ["request.received", "approval.decided:allow", "exec.started", "exec.refused", "request.replied:error"],
-        "failed"),
+        "failed",
+    ),
     "approval interrupted while pending": (["request.received", "approval.pending", "request.replied:error"], "failed"),
     "runner lost while running": (
-        ["request.received", "approval.decided:allow", "exec.started", "request.replied:error"], "failed"),
+        ["request.received", "approval.decided:allow", "exec.started", "request.replied:error"],
+        "failed",
+    ),
     "the end record lost to a journal crash": (
-        ["request.received", "approval.decided:allow", "files.started", "request.replied:ok"], "finished"),
+        ["request.received", "approval.decided:allow", "files.started", "request.replied:ok"],
+        "finished",
+    ),
     "replayed": (["request.received", "operation.replayed"], "replayed"),
     "rejected": (["request.received", "request.rejected"], "failed"),
     "intake killed after the job ended": (
-        ["request.received", "approval.decided:allow", "exec.started", "exec.finished"], "ended"),
+        ["request.received", "approval.decided:allow", "exec.started", "exec.finished"],
+        "ended",
+    ),
     "operator and service records in between": (
-        ["request.received", "operator.action", "approval.pending", "service.started", "connection.dropped",
-         "approval.decided:allow", "policy.reloaded", "exec.started", "exec.finished", "request.replied:ok",
-         "service.stopping", "chain.acknowledged"], "finished"),
+        [
+            "request.received",
+            "operator.action",
+            "approval.pending",
+            "service.started",
+            "connection.dropped",
+            "approval.decided:allow",
+            "policy.reloaded",
+            "exec.started",
+            "exec.finished",
+            "request.replied:ok",
+            "service.stopping",
+            "chain.acknowledged",
+        ],
+        "finished",
+    ),
 }
 
 
@@ -98,35 +146,91 @@ FORBIDDEN = {
     # name: (steps, index of the forbidden step, its label, the state it met)
     "a start without approval": (["request.received", "exec.started"], 1, "exec.started", "received"),
     "a start while pending": (["request.received", "approval.pending", "files.started"], 2, "files.started", "pending"),
-    "a start after a denial": (["request.received", "approval.decided:deny", "exec.started"], 2, "exec.started", "denied"),
-    "a start after expiry": (["request.received", "approval.pending", "approval.decided:timeout", "exec.started"], 3,
-                             "exec.started", "expired"),
-    "a start after withdrawal": (["request.received", "approval.pending", "approval.decided:withdrawn", "files.started"],
-                                 3, "files.started", "withdrawn"),
-    "two starts": (["request.received", "approval.decided:allow", "exec.started", "exec.started"], 3, "exec.started",
-                   "running"),
-    "a start after a refusal": (["request.received", "approval.decided:allow", "exec.refused", "exec.started"], 3,
-                                "exec.started", "refused"),
-    "a second decision": (["request.received", "approval.decided:allow", "approval.decided:deny"], 2,
-                          "approval.decided[deny]", "approved"),
-    "a policy timeout without pending": (["request.received", "approval.decided:timeout"], 1,
-                                         "approval.decided[timeout]", "received"),
+    "a start after a denial": (
+        ["request.received", "approval.decided:deny", "exec.started"],
+        2,
+        "exec.started",
+        "denied",
+    ),
+    "a start after expiry": (
+        ["request.received", "approval.pending", "approval.decided:timeout", "exec.started"],
+        3,
+        "exec.started",
+        "expired",
+    ),
+    "a start after withdrawal": (
+        ["request.received", "approval.pending", "approval.decided:withdrawn", "files.started"],
+        3,
+        "files.started",
+        "withdrawn",
+    ),
+    "two starts": (
+        ["request.received", "approval.decided:allow", "exec.started", "exec.started"],
+        3,
+        "exec.started",
+        "running",
+    ),
+    "a start after a refusal": (
+        ["request.received", "approval.decided:allow", "exec.refused", "exec.started"],
+        3,
+        "exec.started",
+        "refused",
+    ),
+    "a second decision": (
+        ["request.received", "approval.decided:allow", "approval.decided:deny"],
+        2,
+        "approval.decided[deny]",
+        "approved",
+    ),
+    "a policy timeout without pending": (
+        ["request.received", "approval.decided:timeout"],
+        1,
+        "approval.decided[timeout]",
+        "received",
+    ),
     "an event before request.received": (["approval.decided:allow"], 0, "approval.decided[allow]", "new"),
-    "events after the reply": (["request.received", "approval.decided:deny", "request.replied:error",
-                                "approval.pending"], 3, "approval.pending", "failed"),
-    "a start after a replay": (["request.received", "operation.replayed", "exec.started"], 2, "exec.started",
-                               "replayed"),
-    "a second reply": (["request.received", "approval.decided:deny", "request.replied:error", "request.replied:error"],
-                       3, "request.replied[error]", "failed"),
-    "ok with nothing run": (["request.received", "approval.decided:allow", "request.replied:ok"], 2,
-                            "request.replied[ok]", "approved"),
+    "events after the reply": (
+        ["request.received", "approval.decided:deny", "request.replied:error", "approval.pending"],
+        3,
+        "approval.pending",
+        "failed",
+    ),
+    "a start after a replay": (
+        ["request.received", "operation.replayed", "exec.started"],
+        2,
+        "exec.started",
+        "replayed",
+    ),
+    "a second reply": (
+        ["request.received", "approval.decided:deny", "request.replied:error", "request.replied:error"],
+        3,
+        "request.replied[error]",
+        "failed",
+    ),
+    "ok with nothing run": (
+        ["request.received", "approval.decided:allow", "request.replied:ok"],
+        2,
+        "request.replied[ok]",
+        "approved",
+    ),
     "a file operation ended as a command": (
-        ["request.received", "approval.decided:allow", "files.started", "exec.finished"], 3, "exec.finished", "running"),
+        ["request.received", "approval.decided:allow", "files.started", "exec.finished"],
+        3,
+        "exec.finished",
+        "running",
+    ),
     "a command cancelled as a file operation": (
-        ["request.received", "approval.decided:allow", "files.started", "exec.cancelled"], 3, "exec.cancelled",
-        "running"),
-    "finished twice": (["request.received", "approval.decided:allow", "exec.started", "exec.finished", "exec.finished"],
-                       4, "exec.finished", "ended"),
+        ["request.received", "approval.decided:allow", "files.started", "exec.cancelled"],
+        3,
+        "exec.cancelled",
+        "running",
+    ),
+    "finished twice": (
+        ["request.received", "approval.decided:allow", "exec.started", "exec.finished", "exec.finished"],
+        4,
+        "exec.finished",
+        "ended",
+    ),
     "a second request.received": (["request.received", "request.received"], 1, "request.received", "received"),
 }
 
@@ -144,14 +248,17 @@ def test_every_forbidden_step_is_named(name: str) -> None:
     assert before == fold(events[:index])
 
 
-@pytest.mark.parametrize(("event", "reason"), [
-    (ev(2, "approval.decided"), "no decision"),
-    (ev(2, "approval.decided", decision="ask"), "'ask' is not in the table"),
-    (ev(2, "request.replied", status=7), "no status"),
-    (ev(2, "no.such_kind"), "does not know"),
-    ({"seq": 2, "payload": {}}, "without a kind"),
-    ({"seq": 2, "kind": "approval.decided", "payload": "junk"}, "no decision"),
-])
+@pytest.mark.parametrize(
+    ("event", "reason"),
+    [
+        (ev(2, "approval.decided"), "no decision"),
+        (ev(2, "approval.decided", decision="ask"), "'ask' is not in the table"),
+        (ev(2, "request.replied", status=7), "no status"),
+        (ev(2, "no.such_kind"), "does not know"),
+        ({"seq": 2, "payload": {}}, "without a kind"),
+        ({"seq": 2, "kind": "approval.decided", "payload": "junk"}, "no decision"),
+    ],
+)
 def test_malformed_events_are_forbidden_steps(event: dict[str, Any], reason: str) -> None:
     with pytest.raises(LifecycleError, match=reason):
         step(fold(story("request.received")), event)
@@ -174,15 +281,22 @@ def test_terminal_states_have_no_way_out_and_every_state_is_reachable() -> None:
 
 _KINDS = sorted(set(kinds.KINDS) | {"bogus.kind"})
 _PAYLOADS = st.one_of(
-    st.none(), st.integers(), st.text(max_size=4),
-    st.fixed_dictionaries({}, optional={
-        "decision": st.sampled_from(["allow", "deny", "timeout", "withdrawn", "ask", 3]),
-        "status": st.sampled_from(["ok", "error", "", None]),
-    }),
+    st.none(),
+    st.integers(),
+    st.text(max_size=4),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "decision": st.sampled_from(["allow", "deny", "timeout", "withdrawn", "ask", 3]),
+            "status": st.sampled_from(["ok", "error", "", None]),
+        },
+    ),
 )
 _EVENTS = st.builds(
     lambda kind, payload, seq: {"kind": kind, "payload": payload, "seq": seq},
-    st.one_of(st.sampled_from(_KINDS), st.none(), st.integers()), _PAYLOADS, st.integers(0, 10**6),
+    st.one_of(st.sampled_from(_KINDS), st.none(), st.integers()),
+    _PAYLOADS,
+    st.integers(0, 10**6),
 )
 
 

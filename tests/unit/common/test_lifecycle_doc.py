@@ -12,7 +12,9 @@ from airlock.common import lifecycle
 DOC = Path(__file__).resolve().parents[3] / "docs" / "architecture.md"
 
 
-@pytest.mark.parametrize(("name", "render"), [("states", lifecycle.states_markdown), ("table", lifecycle.table_markdown)])
+@pytest.mark.parametrize(
+    ("name", "render"), [("states", lifecycle.states_markdown), ("table", lifecycle.table_markdown)]
+)
 def test_the_architecture_doc_prints_the_lifecycle_table(name: str, render: object) -> None:
     text = DOC.read_text()
     found = re.search(rf"<!-- lifecycle:{name} -->\n(.*?)\n<!-- /lifecycle:{name} -->", text, re.S)

@@ -76,14 +76,33 @@ def test_a_pending_file_write_shows_the_sha256_it_is_approved_against() -> None:
     from airlock.common.render import file_review
 
     digest = "ab" * 32
-    request = {"tool": "files_edit", "path": "/etc/app.conf", "privileged": True, "before_sha256": digest,
-               "after_sha256": "cd" * 32, "diff": "--- /etc/app.conf\n+++ /etc/app.conf\n-a\n+b\x1b[2J\n"}
+    request = {
+        "tool": "files_edit",
+        "path": "/etc/app.conf",
+        "privileged": True,
+        "before_sha256": digest,
+        "after_sha256": "cd" * 32,
+        "diff": "--- /etc/app.conf\n+++ /etc/app.conf\n-a\n+b\x1b[2J\n",
+    }
     pairs = dict(file_review(request))
     assert pairs["against"] == f"sha256 {digest}" and pairs["after"] == f"sha256 {'cd' * 32}"
     assert dict(file_review(request | {"before_sha256": "absent"}))["against"].startswith("absent")
-    unbound = dict(file_review({"tool": "files_write", "path": "/x", "diff": None, "preview_error": {"code": "too_large"}}))
+    unbound = dict(
+        file_review({"tool": "files_write", "path": "/x", "diff": None, "preview_error": {"code": "too_large"}})
+    )
     assert "too_large" in unbound["against"] and "not bound" in unbound["against"]
     assert file_review({"spec": {"stages": []}}) == []  # a command: nothing to add
-    shown = describe({"request_id": "r1", "peer": {"user": "a", "uid": 1, "pid": 2}, "privileged": True,
-                      "request": request, "rule": "ask-edits", "operation_id": "op"}, Style(False), 1, 1)
+    shown = describe(
+        {
+            "request_id": "r1",
+            "peer": {"user": "a", "uid": 1, "pid": 2},
+            "privileged": True,
+            "request": request,
+            "rule": "ask-edits",
+            "operation_id": "op",
+        },
+        Style(False),
+        1,
+        1,
+    )
     assert f"sha256 {digest}" in shown and "+b\\x1b[2J" in shown and "\x1b" not in shown

@@ -8,18 +8,34 @@ from airlock.common.trail import ran_and_succeeded, summarise
 
 
 def ev(seq: int, kind: str, **payload: Any) -> dict[str, Any]:
-    return {"seq": seq, "kind": kind, "request_id": "r1", "operation_id": "op-1", "peer_uid": 1000,
-            "session": "s", "writer": "x", "payload": payload}
+    return {
+        "seq": seq,
+        "kind": kind,
+        "request_id": "r1",
+        "operation_id": "op-1",
+        "peer_uid": 1000,
+        "session": "s",
+        "writer": "x",
+        "payload": payload,
+    }
 
 
-RECEIVED = ev(1, "request.received", request={"reason": "why", "stages": [["true"]], "privileged": False},
-              peer={"uid": 1000, "pid": 5, "user": "dev"})
+RECEIVED = ev(
+    1,
+    "request.received",
+    request={"reason": "why", "stages": [["true"]], "privileged": False},
+    peer={"uid": 1000, "pid": 5, "user": "dev"},
+)
 
 
 def test_a_finished_request() -> None:
-    events = [RECEIVED, ev(2, "approval.decided", decision="allow", rule="r", by="policy"),
-              ev(3, "exec.started"), ev(4, "exec.finished", exit_codes=[0], timed_out=False, cancelled=False),
-              ev(5, "request.replied", status="ok", code=None, message=None)]
+    events = [
+        RECEIVED,
+        ev(2, "approval.decided", decision="allow", rule="r", by="policy"),
+        ev(3, "exec.started"),
+        ev(4, "exec.finished", exit_codes=[0], timed_out=False, cancelled=False),
+        ev(5, "request.replied", status="ok", code=None, message=None),
+    ]
     shown = summarise(events)
     assert shown["state"] == "finished" and shown["settled"] is True
     assert shown["reason"] == "why" and shown["peer"]["user"] == "dev" and shown["operation_id"] == "op-1"
@@ -36,16 +52,27 @@ def test_states_along_the_way() -> None:
 
 
 def test_denied_and_failed_requests_are_settled_but_not_successful() -> None:
-    denied = summarise([RECEIVED, ev(2, "approval.decided", decision="deny", by="alice", reason="no"),
-                        ev(3, "request.replied", status="error", code="denied", message="denied")])
+    denied = summarise(
+        [
+            RECEIVED,
+            ev(2, "approval.decided", decision="deny", by="alice", reason="no"),
+            ev(3, "request.replied", status="error", code="denied", message="denied"),
+        ]
+    )
     assert denied["state"] == "failed" and denied["settled"] and not ran_and_succeeded(denied)
     assert denied["outcome"]["code"] == "denied"
     assert denied["decision"]["decision"] == "deny"
     ran = [RECEIVED, ev(2, "approval.decided", decision="allow"), ev(3, "exec.started")]
     nonzero = summarise([*ran, ev(4, "exec.finished", exit_codes=[0, 3]), ev(5, "request.replied", status="ok")])
     assert nonzero["state"] == "finished" and not ran_and_succeeded(nonzero)
-    cancelled = summarise([*ran, ev(4, "exec.cancelled"), ev(5, "exec.finished", exit_codes=[0], cancelled=True),
-                           ev(6, "request.replied", status="ok")])
+    cancelled = summarise(
+        [
+            *ran,
+            ev(4, "exec.cancelled"),
+            ev(5, "exec.finished", exit_codes=[0], cancelled=True),
+            ev(6, "request.replied", status="ok"),
+        ]
+    )
     assert cancelled["state"] == "finished" and not ran_and_succeeded(cancelled)
 
 
@@ -75,14 +102,24 @@ def test_a_failed_file_operation_did_not_succeed() -> None:
     shown = summarise([*changed, ev(5, "request.replied", status="error", code="file_changed", message="m")])
     assert shown["state"] == "failed" and not ran_and_succeeded(shown) and shown["outcome"]["code"] == "file_changed"
     # an error the operation itself answered (not a refusal): replied ok, but the operation did not do it
-    missing = summarise([*FILE_RAN, ev(4, "files.finished", ok=False, error={"code": "not_found"}),
-                         ev(5, "request.replied", status="ok")])
+    missing = summarise(
+        [
+            *FILE_RAN,
+            ev(4, "files.finished", ok=False, error={"code": "not_found"}),
+            ev(5, "request.replied", status="ok"),
+        ]
+    )
     assert missing["state"] == "finished" and not ran_and_succeeded(missing)
 
 
 def test_a_forbidden_story_is_settled_named_and_never_a_success() -> None:
-    shown = summarise([RECEIVED, ev(2, "exec.started"), ev(3, "exec.finished", exit_codes=[0]),
-                       ev(4, "request.replied", status="ok")])
-    assert shown["lifecycle_error"] == {"seq": 2, "kind": "exec.started", "state": "received",
-                                        "reason": "allowed only in approved"}
+    shown = summarise(
+        [RECEIVED, ev(2, "exec.started"), ev(3, "exec.finished", exit_codes=[0]), ev(4, "request.replied", status="ok")]
+    )
+    assert shown["lifecycle_error"] == {
+        "seq": 2,
+        "kind": "exec.started",
+        "state": "received",
+        "reason": "allowed only in approved",
+    }
     assert shown["state"] == "received" and shown["settled"] and not ran_and_succeeded(shown)

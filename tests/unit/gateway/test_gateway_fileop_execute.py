@@ -20,7 +20,9 @@ def test_tools_with_or_without_prefix_and_camel_case_arguments() -> None:
     assert read.tool == "files_read" and read.arguments == {"offset_bytes": 4, "length_bytes": 10}
     native = read.to_native(privileged=False, time="T")
     assert native == {"path": "/etc/hosts", "privileged": False, "time": "T", "offset_bytes": 4, "length_bytes": 10}
-    write = fileop_execute.parse({"operationId": "w1", "tool": "files_write", "arguments": {"path": "/tmp/x", "content": "héllo"}})
+    write = fileop_execute.parse(
+        {"operationId": "w1", "tool": "files_write", "arguments": {"path": "/tmp/x", "content": "héllo"}}
+    )
     assert base64.b64decode(write.arguments["content"]) == "héllo".encode()
     assert write.to_native(privileged=True, time="T")["operation_id"] == "w1"
     edit = fileop_execute.parse({"tool": "edit", "arguments": {"path": "/a", "oldString": "x", "newString": "y"}})
@@ -55,9 +57,20 @@ def test_refused(params: dict[str, Any]) -> None:
 
 
 def test_read_result_is_text_with_the_digest_of_what_is_delivered() -> None:
-    outcome = {"ok": True, "error": None, "operation_id": "op-1", "tool": "files_read", "path": "/a",
-               "content": base64.b64encode(b"hi \xff").decode(), "content_sha256": hashlib.sha256(b"hi \xff").hexdigest(),
-               "offset_bytes": 0, "length_bytes": 4, "size_bytes": 9, "next_offset_bytes": 4, "eof": False}
+    outcome = {
+        "ok": True,
+        "error": None,
+        "operation_id": "op-1",
+        "tool": "files_read",
+        "path": "/a",
+        "content": base64.b64encode(b"hi \xff").decode(),
+        "content_sha256": hashlib.sha256(b"hi \xff").hexdigest(),
+        "offset_bytes": 0,
+        "length_bytes": 4,
+        "size_bytes": 9,
+        "next_offset_bytes": 4,
+        "eof": False,
+    }
     result = fileop_execute.result(outcome)
     assert result["content"] == "hi \ufffd" and result["lossy"] is True and result["ok"] is True
     assert result["contentSha256"] == hashlib.sha256("hi \ufffd".encode()).hexdigest()
@@ -66,8 +79,16 @@ def test_read_result_is_text_with_the_digest_of_what_is_delivered() -> None:
 
 def test_a_read_too_big_for_a_frame_is_shortened_and_marked_incomplete() -> None:
     big = ("\x01" * (1024 * 1024)).encode()
-    outcome = {"ok": True, "operation_id": "op", "tool": "files_read", "content": base64.b64encode(big).decode(),
-               "content_sha256": "f", "next_offset_bytes": 1024 * 1024, "offset_bytes": 0, "eof": False}
+    outcome = {
+        "ok": True,
+        "operation_id": "op",
+        "tool": "files_read",
+        "content": base64.b64encode(big).decode(),
+        "content_sha256": "f",
+        "next_offset_bytes": 1024 * 1024,
+        "offset_bytes": 0,
+        "eof": False,
+    }
     frame = p.encode_result("r", fileop_execute.result(outcome))
     assert len(frame) <= p.MAX_FRAME_BYTES
     result = json.loads(frame)["result"]
@@ -77,14 +98,27 @@ def test_a_read_too_big_for_a_frame_is_shortened_and_marked_incomplete() -> None
 
 
 def test_error_outcomes_stay_results() -> None:
-    result = fileop_execute.result({"ok": False, "error": {"code": "permission_denied", "message": "x"}, "operation_id": "op",
-                        "tool": "files_read", "replay": True})
+    result = fileop_execute.result(
+        {
+            "ok": False,
+            "error": {"code": "permission_denied", "message": "x"},
+            "operation_id": "op",
+            "tool": "files_read",
+            "replay": True,
+        }
+    )
     assert result["ok"] is False and result["error"]["code"] == "permission_denied" and result["replayed"] is True
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["tool", "arguments", "operationId", "traceContext"]),
-                       st.none() | st.text(max_size=12) | st.dictionaries(st.text(max_size=12), st.text(max_size=8) | st.integers(), max_size=4)))
+@given(
+    st.dictionaries(
+        st.sampled_from(["tool", "arguments", "operationId", "traceContext"]),
+        st.none()
+        | st.text(max_size=12)
+        | st.dictionaries(st.text(max_size=12), st.text(max_size=8) | st.integers(), max_size=4),
+    )
+)
 def test_random_params_parse_or_refuse(params: dict[str, Any]) -> None:
     try:
         fileop_execute.parse(params)

@@ -100,11 +100,30 @@ def test_random_bytes_yield_a_request_or_a_gateway_error(data: bytes) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["executable", "args", "command", "cwd", "env", "timeoutMs", "deadlineMs",
-                                        "maxOutputBytes", "operationId", "protectedValues", "traceContext"]),
-                       st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
-                                    max_leaves=8)))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "executable",
+                "args",
+                "command",
+                "cwd",
+                "env",
+                "timeoutMs",
+                "deadlineMs",
+                "maxOutputBytes",
+                "operationId",
+                "protectedValues",
+                "traceContext",
+            ]
+        ),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+            lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+            max_leaves=8,
+        ),
+    )
+)
 def test_random_exec_params_validate_or_refuse(params: dict[str, Any]) -> None:
     try:
         parsed = p.parse_exec(params)
@@ -119,7 +138,9 @@ def test_random_exec_params_validate_or_refuse(params: dict[str, Any]) -> None:
 
 
 def test_exec_defaults_and_native_mapping() -> None:
-    e = p.parse_exec({"executable": "ls", "args": ["-l"], "env": {"TZ": 1, "LANG": True}, "protectedValues": {"LC_X": "s"}})
+    e = p.parse_exec(
+        {"executable": "ls", "args": ["-l"], "env": {"TZ": 1, "LANG": True}, "protectedValues": {"LC_X": "s"}}
+    )
     assert e.timeout_ms == 30_000 and e.max_output_bytes == 1024 * 1024
     assert e.env == {"TZ": "1", "LANG": "true"}
     native = e.to_native(privileged=False, default_cwd="/srv", time="T")
@@ -187,8 +208,12 @@ def test_telemetry() -> None:
     assert t.status() == {"enabled": True, "endpoint": "http://collector:4318/v1/traces", "headersConfigured": True}
     assert "'v'" not in repr(t)
     assert p.parse_telemetry({"enabled": False}).status()["headersConfigured"] is False
-    for bad in ({"enabled": 1}, {"enabled": True}, {"enabled": True, "endpoint": "https://u:p@h"},
-                {"enabled": True, "endpoint": "http://h", "headers": {"bad name": "v"}}):
+    for bad in (
+        {"enabled": 1},
+        {"enabled": True},
+        {"enabled": True, "endpoint": "https://u:p@h"},
+        {"enabled": True, "endpoint": "http://h", "headers": {"bad name": "v"}},
+    ):
         with pytest.raises(p.GatewayError):
             p.parse_telemetry(bad)
 
@@ -199,7 +224,10 @@ def test_telemetry() -> None:
 def test_error_mapping() -> None:
     assert p.from_native(AirlockError(ErrorCode.OPERATION_ID_CONFLICT, "x")).code == "operation_id_conflict"
     assert p.from_native(AirlockError(ErrorCode.INVALID_ARGUMENTS, "x")).code == "invalid_params"
-    assert p.from_native(AirlockError(ErrorCode.PROTECTED_REDELIVERY_FORBIDDEN, "x")).code == "protected_redelivery_forbidden"
+    assert (
+        p.from_native(AirlockError(ErrorCode.PROTECTED_REDELIVERY_FORBIDDEN, "x")).code
+        == "protected_redelivery_forbidden"
+    )
     assert p.from_native(AirlockError(ErrorCode.DENIED, "x")).code == "denied"
 
 
@@ -217,10 +245,21 @@ def test_frames_never_exceed_the_limit() -> None:
 
 def _evidence(stdout: bytes, stderr: bytes, **extra: Any) -> dict[str, Any]:
     return {
-        "operation_id": "op-1", "started_at": "A", "ended_at": "B", "duration_ms": 5, "cwd": "/", "uid": 0, "gid": 0,
-        "hostname": "h", "cancelled": False, "timed_out": False, "stdout": base64.b64encode(stdout).decode(),
+        "operation_id": "op-1",
+        "started_at": "A",
+        "ended_at": "B",
+        "duration_ms": 5,
+        "cwd": "/",
+        "uid": 0,
+        "gid": 0,
+        "hostname": "h",
+        "cancelled": False,
+        "timed_out": False,
+        "stdout": base64.b64encode(stdout).decode(),
         "stdout_truncated": False,
-        "stages": [{"exit_code": None, "signal": 15, "stderr": base64.b64encode(stderr).decode(), "stderr_truncated": False}],
+        "stages": [
+            {"exit_code": None, "signal": 15, "stderr": base64.b64encode(stderr).decode(), "stderr_truncated": False}
+        ],
     } | extra
 
 

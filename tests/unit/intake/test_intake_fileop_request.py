@@ -21,7 +21,9 @@ NOW = time.time()
 
 
 def request(verb: str = "files_read", rid: str | None = "r-1", **args: Any) -> fileop_request.FileRequest:
-    return fileop_request.native_files(verb, rid, {"path": "/etc/hostname", "time": iso_utc(NOW)} | args, PEER, config.defaults(), NOW)
+    return fileop_request.native_files(
+        verb, rid, {"path": "/etc/hostname", "time": iso_utc(NOW)} | args, PEER, config.defaults(), NOW
+    )
 
 
 def refused(verb: str = "files_read", rid: str | None = "r-1", **args: Any) -> AirlockError:
@@ -37,7 +39,13 @@ def test_the_agent_door_offers_every_file_tool_and_nothing_else() -> None:
 
 def test_a_request_keeps_the_envelope_apart_from_the_tool_parameters() -> None:
     req = request(operation_id="op-7", reason="check it", session="s", host="web1", length_bytes=10, privileged=False)
-    assert (req.request_id, req.operation_id, req.reason, req.session, req.host) == ("r-1", "op-7", "check it", "s", "web1")
+    assert (req.request_id, req.operation_id, req.reason, req.session, req.host) == (
+        "r-1",
+        "op-7",
+        "check it",
+        "s",
+        "web1",
+    )
     spec = req.spec
     assert (spec.tool, spec.path, spec.privileged, spec.uid) == ("files_read", "/etc/hostname", False, 1000)
     assert spec.params == {"offset_bytes": 0, "length_bytes": 10}  # defaults filled in, envelope fields out

@@ -21,8 +21,13 @@ def _decode(line: bytes) -> dict[str, object]:
 
 @pytest.mark.parametrize(
     ("obj", "is_legacy"),
-    [({"id": "a", "pipeline": [["true"]]}, True), ({"v": 1, "verb": "ping"}, False), ({"verb": "ping"}, False),
-     ({"v": 1}, False), ({}, True)],
+    [
+        ({"id": "a", "pipeline": [["true"]]}, True),
+        ({"v": 1, "verb": "ping"}, False),
+        ({"verb": "ping"}, False),
+        ({"v": 1}, False),
+        ({}, True),
+    ],
 )
 def test_a_request_without_v_or_verb_is_the_sudo_proxy_dialect(obj: dict[str, object], is_legacy: bool) -> None:
     assert sudo_proxy.is_legacy(obj) is is_legacy
@@ -53,12 +58,22 @@ def test_every_answer_carries_the_dialect_version_with_airlock_as_build_metadata
 
 @pytest.mark.parametrize(
     ("code", "status"),
-    [(ErrorCode.DENIED, "denied"), (ErrorCode.APPROVAL_TIMEOUT, "timeout"), (ErrorCode.INVALID_ARGUMENTS, "error"),
-     (ErrorCode.UNAUTHORIZED, "error")],
+    [
+        (ErrorCode.DENIED, "denied"),
+        (ErrorCode.APPROVAL_TIMEOUT, "timeout"),
+        (ErrorCode.INVALID_ARGUMENTS, "error"),
+        (ErrorCode.UNAUTHORIZED, "error"),
+    ],
 )
 def test_an_error_maps_to_the_dialects_status(code: ErrorCode, status: str) -> None:
     body = _decode(sudo_proxy.encode_error("r-1", AirlockError(code, "because")))
-    assert body == {"id": "r-1", "status": status, "message": "because", "code": code.value, "version": sudo_proxy.VERSION}
+    assert body == {
+        "id": "r-1",
+        "status": status,
+        "message": "because",
+        "code": code.value,
+        "version": sudo_proxy.VERSION,
+    }
 
 
 def test_an_error_without_an_id_answers_with_an_empty_one() -> None:
@@ -71,7 +86,12 @@ def test_a_denial_without_a_message_has_no_message_field() -> None:
 
 
 def test_ok_with_and_without_a_message() -> None:
-    assert _decode(sudo_proxy.encode_ok("r", "pong")) == {"id": "r", "status": "ok", "message": "pong", "version": sudo_proxy.VERSION}
+    assert _decode(sudo_proxy.encode_ok("r", "pong")) == {
+        "id": "r",
+        "status": "ok",
+        "message": "pong",
+        "version": sudo_proxy.VERSION,
+    }
     assert _decode(sudo_proxy.encode_ok("r")) == {"id": "r", "status": "ok", "version": sudo_proxy.VERSION}
 
 
@@ -104,8 +124,14 @@ def test_a_result_is_ok_whatever_its_exit_codes_and_hoists_the_last_stdout() -> 
 def test_an_undetermined_error_speaks_both_dialects() -> None:
     error = AirlockError(ErrorCode.BUSY, "too many connections", {"limit": 4})
     body = _decode(sudo_proxy.encode_undetermined(None, error))
-    assert body == {"id": "", "ok": False, "error": error.to_dict(), "status": "error",
-                    "message": "too many connections", "version": sudo_proxy.VERSION}
+    assert body == {
+        "id": "",
+        "ok": False,
+        "error": error.to_dict(),
+        "status": "error",
+        "message": "too many connections",
+        "version": sudo_proxy.VERSION,
+    }
 
 
 def test_answers_keep_non_ascii_text_as_utf8() -> None:

@@ -28,8 +28,9 @@ class FakeClock:
         return self.now
 
 
-async def fill(store: Store, count: int, *, writer: str = "intake", kind: str = "request.received",
-               **fields: Any) -> list[Event]:
+async def fill(
+    store: Store, count: int, *, writer: str = "intake", kind: str = "request.received", **fields: Any
+) -> list[Event]:
     """Append ``count`` events one after another (seq 1..count on an empty store)."""
     out = []
     for i in range(count):

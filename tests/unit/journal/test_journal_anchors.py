@@ -20,12 +20,19 @@ from airlock.journal.chain import (
 H = [f"{i:064x}" for i in range(20)]  # stand-in hashes: hash of record i is H[i]
 
 
-def check(anchors: list[Anchor], *, head: int = 10, high: int | None = None,
-          stored: dict[int, str] | None = None, acks: dict[int, str] | None = None,
-          before: dict[int, int] | None = None) -> Any:
+def check(
+    anchors: list[Anchor],
+    *,
+    head: int = 10,
+    high: int | None = None,
+    stored: dict[int, str] | None = None,
+    acks: dict[int, str] | None = None,
+    before: dict[int, int] | None = None,
+) -> Any:
     stored = {i: H[i] for i in range(1, head + 1)} if stored is None else stored
-    return check_anchors(anchors, stored=stored, head_seq=head, high_water=head if high is None else high,
-                         acks=acks or {}, before=before)
+    return check_anchors(
+        anchors, stored=stored, head_seq=head, high_water=head if high is None else high, acks=acks or {}, before=before
+    )
 
 
 def test_matching_anchors_are_ok() -> None:
@@ -95,8 +102,17 @@ def test_anchors_after_an_acknowledgement_still_count() -> None:
     assert not result.ok and result.first_bad_seq == 12
 
 
-@pytest.mark.parametrize("bad", [{"seq": 0, "hash": H[1]}, {"seq": True, "hash": H[1]}, {"seq": 3, "hash": "xyz"},
-                                 {"seq": "3", "hash": H[1]}, {"seq": 3, "hash": H[1], "ack": "yes"}, [3, H[1]]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"seq": 0, "hash": H[1]},
+        {"seq": True, "hash": H[1]},
+        {"seq": 3, "hash": "xyz"},
+        {"seq": "3", "hash": H[1]},
+        {"seq": 3, "hash": H[1], "ack": "yes"},
+        [3, H[1]],
+    ],
+)
 def test_malformed_anchor_lines_are_counted_not_trusted(bad: object) -> None:
     text = json.dumps({"seq": 1, "hash": H[1]}) + "\n" + json.dumps(bad) + "\nnot json\n"
     anchors, unreadable = parse_anchor_lines(text)
@@ -110,10 +126,20 @@ def test_a_torn_last_line_is_neither_anchor_nor_unreadable() -> None:
 
 # -- verify_rows: the one gap it accepts ------------------------------------
 
+
 def _row(seq: int, prev: str, kind: str = "request.received") -> dict[str, Any]:
-    record = {"seq": seq, "time": "2026-12-03T00:00:00.000Z", "kind": kind, "request_id": None,
-              "operation_id": None, "peer_uid": 0, "session": None, "writer": "journal", "payload": {"n": seq},
-              "prev_hash": prev}
+    record = {
+        "seq": seq,
+        "time": "2026-12-03T00:00:00.000Z",
+        "kind": kind,
+        "request_id": None,
+        "operation_id": None,
+        "peer_uid": 0,
+        "session": None,
+        "writer": "journal",
+        "payload": {"n": seq},
+        "prev_hash": prev,
+    }
     record["hash"] = compute_hash(record)
     return record
 

@@ -14,9 +14,18 @@ def make_chain(payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     prev: str = GENESIS
     for seq, payload in enumerate(payloads, start=1):
-        record: dict[str, Any] = {"seq": seq, "time": "2026-12-02T12:00:00.000Z", "kind": "request.received", "request_id": f"r{seq}",
-                  "operation_id": None, "peer_uid": 1000, "session": None, "writer": "intake",
-                  "payload": payload, "prev_hash": prev}
+        record: dict[str, Any] = {
+            "seq": seq,
+            "time": "2026-12-02T12:00:00.000Z",
+            "kind": "request.received",
+            "request_id": f"r{seq}",
+            "operation_id": None,
+            "peer_uid": 1000,
+            "session": None,
+            "writer": "intake",
+            "payload": payload,
+            "prev_hash": prev,
+        }
         record["hash"] = compute_hash(record)
         rows.append(record)
         prev = record["hash"]
@@ -126,7 +135,9 @@ def test_any_single_field_edit_names_its_row(payloads: list[dict[str, Any]], dat
     field = data.draw(st.sampled_from(FIELDS))
     original = rows[index][field]
     replacement = {
-        "payload": {"tampered": True}, "peer_uid": 0, "prev_hash": "f" * 64,
+        "payload": {"tampered": True},
+        "peer_uid": 0,
+        "prev_hash": "f" * 64,
     }.get(field, "tampered")
     if replacement == original:
         return
@@ -142,7 +153,16 @@ def test_the_hash_with_the_payload_text_spliced_in_is_the_records_hash() -> None
 
     tricky = {"a": 'x"payload":null', "payload": None, "z": [1, 2.5, "é", {"payload": "null"}]}
     for kind in ("exec.started", 'k"payload":null'):
-        record = {"seq": 7, "time": "2026-12-03T09:00:00.000Z", "kind": kind, "request_id": '"payload":null',
-                  "operation_id": None, "peer_uid": 1000, "session": None, "writer": "runner",
-                  "payload": tricky, "prev_hash": "0" * 64}
+        record = {
+            "seq": 7,
+            "time": "2026-12-03T09:00:00.000Z",
+            "kind": kind,
+            "request_id": '"payload":null',
+            "operation_id": None,
+            "peer_uid": 1000,
+            "session": None,
+            "writer": "runner",
+            "payload": tricky,
+            "prev_hash": "0" * 64,
+        }
         assert ch.compute_hash_with(record, canonical_json(tricky).decode()) == ch.compute_hash(record)

@@ -85,7 +85,10 @@ def test_claims_share_transactions_with_appends(db: Path) -> None:
     async def body(store: Store) -> None:
         await asyncio.gather(
             *(store.claim_request_id(f"0:r{i}", 60) for i in range(20)),
-            *(store.append(writer="intake", kind="request.received", request_id=f"r{i}", payload={}) for i in range(20)),
+            *(
+                store.append(writer="intake", kind="request.received", request_id=f"r{i}", payload={})
+                for i in range(20)
+            ),
         )
         assert store.stats.transactions < 40
         assert store.verify().ok
@@ -96,8 +99,9 @@ def test_claims_share_transactions_with_appends(db: Path) -> None:
 def test_a_claimed_append_is_written_only_when_its_claim_wins(db: Path) -> None:
     async def body(store: Store) -> list[object]:
         def received(n: int) -> Awaitable[object]:
-            return store.append_claimed("0:same", 60, writer="intake", kind="request.received",
-                                        request_id="same", payload={"n": n})
+            return store.append_claimed(
+                "0:same", 60, writer="intake", kind="request.received", request_id="same", payload={"n": n}
+            )
 
         results = list(await asyncio.gather(*(received(n) for n in range(16))))
         assert await store.append_claimed("0:same", 60, writer="intake", kind="request.received", payload={}) is None
@@ -112,10 +116,21 @@ def test_a_claimed_append_is_written_only_when_its_claim_wins(db: Path) -> None:
     assert len(rows) == 1
 
 
-@pytest.mark.parametrize(("key", "window"), [
-    ("", 60), ("x" * 10_000, 60), (7, 60), ("0:\udc80", 60),
-    ("0:r", 0), ("0:r", -1), ("0:r", True), ("0:r", "60"), ("0:r", 10**9), ("0:r", float("nan")),
-])
+@pytest.mark.parametrize(
+    ("key", "window"),
+    [
+        ("", 60),
+        ("x" * 10_000, 60),
+        (7, 60),
+        ("0:\udc80", 60),
+        ("0:r", 0),
+        ("0:r", -1),
+        ("0:r", True),
+        ("0:r", "60"),
+        ("0:r", 10**9),
+        ("0:r", float("nan")),
+    ],
+)
 def test_claim_validates_its_arguments(db: Path, key: object, window: object) -> None:
     async def body(store: Store) -> None:
         with pytest.raises(AirlockError) as info:

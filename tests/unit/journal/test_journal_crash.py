@@ -47,8 +47,12 @@ asyncio.run(main())
 
 def test_sigkill_under_load_loses_no_acknowledged_event(tmp_path: Path) -> None:
     db = tmp_path / "journal.db"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(db)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert child.stdout is not None
     acked: dict[int, str] = {}
     settled: list[str] = []
@@ -59,6 +63,7 @@ def test_sigkill_under_load_loses_no_acknowledged_event(tmp_path: Path) -> None:
             settled.append(second)
         else:
             acked[int(first)] = second
+
     deadline = time.monotonic() + 20
     try:
         while len(acked) < 1500 and time.monotonic() < deadline:

@@ -38,8 +38,13 @@ def test_a_request_its_decision_and_exec_started_cost_one_commit(db: Path) -> No
         received = _defer(store, "request.received", "intake", claim=("1000:r1", 300))
         decided = _defer(store, "approval.decided", "approval")
         assert received and decided and received.startswith(store.boot + ":")
-        started = await store.append(writer="runner", kind="exec.started", request_id="r1", payload={},
-                                     after=store.parse_marks([received, decided]))
+        started = await store.append(
+            writer="runner",
+            kind="exec.started",
+            request_id="r1",
+            payload={},
+            after=store.parse_marks([received, decided]),
+        )
         assert store.stats.transactions - before == 1  # one fsync for all three
         assert started.seq == 3
         assert await store.sync([received, decided]) == []
@@ -65,8 +70,9 @@ def test_a_failed_transaction_fails_the_durable_append_that_names_its_marks(db: 
         assert received is not None
         assert await store.sync([received]) == [received]  # its transaction failed
         with pytest.raises(AirlockError) as err:
-            await store.append(writer="runner", kind="exec.started", request_id="r1", payload={},
-                               after=store.parse_marks([received]))
+            await store.append(
+                writer="runner", kind="exec.started", request_id="r1", payload={}, after=store.parse_marks([received])
+            )
         assert err.value.code is ErrorCode.AUDIT_UNAVAILABLE
         # Control: the same append without the lost mark commits (the store itself works again).
         await store.append(writer="runner", kind="exec.refused", request_id="r1", payload={})
@@ -170,8 +176,9 @@ def test_a_deferred_record_naming_a_lost_mark_is_not_written_and_its_own_mark_is
         received = _defer(store, "request.received", "intake")
         assert received is not None
         await asyncio.sleep(DEFER_LINGER + 0.1)  # in the writer's (failing) transaction now
-        decided = store.append_deferred(writer="approval", kind="approval.decided", request_id="r1", payload={},
-                                        after=store.parse_marks([received]))
+        decided = store.append_deferred(
+            writer="approval", kind="approval.decided", request_id="r1", payload={}, after=store.parse_marks([received])
+        )
         other = store.append_deferred(writer="approval", kind="approval.decided", request_id="r1", payload={"x": 1})
         assert decided is not None and other is not None
         release.set()

@@ -19,9 +19,18 @@ HOST_B = fleet.host_identity(MID_B + "\n", "web2")
 def make_chain(n: int, *, start: int = 1, prev: str = GENESIS, kind: str = "request.received") -> list[dict[str, Any]]:
     out = []
     for seq in range(start, start + n):
-        record = {"seq": seq, "time": f"2026-12-03T09:00:{seq % 60:02d}.000Z", "kind": kind, "request_id": f"r{seq}",
-                  "operation_id": None, "peer_uid": 1000, "session": None, "writer": "intake",
-                  "payload": {"argv": ["true"], "n": seq}, "prev_hash": prev}
+        record = {
+            "seq": seq,
+            "time": f"2026-12-03T09:00:{seq % 60:02d}.000Z",
+            "kind": kind,
+            "request_id": f"r{seq}",
+            "operation_id": None,
+            "peer_uid": 1000,
+            "session": None,
+            "writer": "intake",
+            "payload": {"argv": ["true"], "n": seq},
+            "prev_hash": prev,
+        }
         digest = chain.compute_hash(record)
         out.append(record | {"hash": digest})
         prev = digest
@@ -35,8 +44,14 @@ def entry(record: dict[str, Any], host: str = HOST_A, **extra: Any) -> dict[str,
 
 
 def anchor_entry(seq: int, digest: str, host: str = HOST_A, **extra: Any) -> dict[str, Any]:
-    return {"MESSAGE_ID": fleet.ANCHOR_MESSAGE_ID, "AIRLOCK_CHAIN_SEQ": str(seq), "AIRLOCK_CHAIN_HASH": digest,
-            "AIRLOCK_HOST": host, "_SYSTEMD_UNIT": "airlock-journal.service", "_UID": 998} | extra
+    return {
+        "MESSAGE_ID": fleet.ANCHOR_MESSAGE_ID,
+        "AIRLOCK_CHAIN_SEQ": str(seq),
+        "AIRLOCK_CHAIN_HASH": digest,
+        "AIRLOCK_HOST": host,
+        "_SYSTEMD_UNIT": "airlock-journal.service",
+        "_UID": 998,
+    } | extra
 
 
 def test_host_identity_is_hostname_and_machine_id() -> None:
@@ -44,7 +59,9 @@ def test_host_identity_is_hostname_and_machine_id() -> None:
     assert HOST_B == f"web2/{MID_B}"
     with pytest.raises(ValueError, match="machine ID"):
         fleet.host_identity("not-a-machine-id", "web1")
-    assert fleet.host_matches(HOST_A, "web1") and fleet.host_matches(HOST_A, MID_A) and fleet.host_matches(HOST_A, HOST_A)
+    assert (
+        fleet.host_matches(HOST_A, "web1") and fleet.host_matches(HOST_A, MID_A) and fleet.host_matches(HOST_A, HOST_A)
+    )
     assert not fleet.host_matches(HOST_A, "web")
 
 
@@ -52,12 +69,19 @@ def test_the_record_field_holds_exactly_the_hashed_bytes() -> None:
     (record,) = make_chain(1)
     fields = fleet.record_fields(record, record["hash"], HOST_A)
     assert fields["AIRLOCK_RECORD"] == chain.record_bytes(record)
-    assert fields["AIRLOCK_SEQ"] == "1" and fields["AIRLOCK_PREV_HASH"] == GENESIS and fields["AIRLOCK_KIND"] == "request.received"
+    assert (
+        fields["AIRLOCK_SEQ"] == "1"
+        and fields["AIRLOCK_PREV_HASH"] == GENESIS
+        and fields["AIRLOCK_KIND"] == "request.received"
+    )
     assert fields["AIRLOCK_HOST"] == HOST_A and fields["MESSAGE_ID"] == fleet.RECORD_MESSAGE_ID
     # Anyone holding the entry recomputes the hash from the fields alone.
     import hashlib
 
-    assert hashlib.sha256(bytes.fromhex(str(fields["AIRLOCK_PREV_HASH"])) + fields["AIRLOCK_RECORD"]).hexdigest() == record["hash"]
+    assert (
+        hashlib.sha256(bytes.fromhex(str(fields["AIRLOCK_PREV_HASH"])) + fields["AIRLOCK_RECORD"]).hexdigest()
+        == record["hash"]
+    )
     assert "hash" not in json.loads(fields["AIRLOCK_RECORD"])
 
 
@@ -219,8 +243,12 @@ def test_the_store_hands_every_committed_record_to_the_shipper_in_order(tmp_path
 
     async def body(store: Store) -> None:
         store.on_records = lambda events: shipped.extend((e, store.head()[0]) for e in events)
-        await asyncio.gather(*(store.append(writer="intake", kind="request.received", request_id=f"r{i}",
-                                            payload={"i": i}) for i in range(20)))
+        await asyncio.gather(
+            *(
+                store.append(writer="intake", kind="request.received", request_id=f"r{i}", payload={"i": i})
+                for i in range(20)
+            )
+        )
 
     with_store(tmp_path / "journal.db", body)
     assert [e.seq for e, _ in shipped] == list(range(1, 21))

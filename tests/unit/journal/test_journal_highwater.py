@@ -100,8 +100,10 @@ async def _tail(store: Store, last: Anchor | None):  # type: ignore[no-untyped-d
 def test_a_refusing_store_fails_every_write_closed(db: Path) -> None:
     async def body(store: Store) -> None:
         store.refuse("chain mismatch")
-        for attempt in (store.append(writer="intake", kind="request.received", payload={}),
-                        store.claim_request_id("0:x", 60)):
+        for attempt in (
+            store.append(writer="intake", kind="request.received", payload={}),
+            store.claim_request_id("0:x", 60),
+        ):
             with pytest.raises(AirlockError) as info:
                 await attempt
             assert info.value.code is ErrorCode.AUDIT_UNAVAILABLE
@@ -122,8 +124,10 @@ def _rehash_from(db: Path, seq: int) -> None:
                 row["payload"] = '{"i":999}'
             record = dict(row) | {"payload": json.loads(row["payload"]), "prev_hash": prev}
             digest = compute_hash(record)
-            conn.execute("UPDATE events SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?",
-                         (row["payload"], prev, digest, row["seq"]))
+            conn.execute(
+                "UPDATE events SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?",
+                (row["payload"], prev, digest, row["seq"]),
+            )
             prev = digest
     finally:
         conn.close()

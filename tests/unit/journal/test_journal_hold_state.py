@@ -15,18 +15,33 @@ def test_the_newest_hold_or_release_wins_and_other_records_do_not_count(tmp_path
 
     async def body(store: Store) -> None:
         assert latest_hold(db) is None  # never held: not held
-        await store.append(writer="approval", kind="operator.action", peer_uid=1001,
-                           payload={"action": "hold", "operator": "op1", "reason": "incident", "since": "T1"})
-        await store.append(writer="approval", kind="operator.action", peer_uid=1001,
-                           payload={"action": "approve", "operator": "op1", "reason": ""})
-        await store.append(writer="intake", kind="request.received", operation_id="hold",
-                           payload={"action": "release"})  # an agent's words are not an operator's action
+        await store.append(
+            writer="approval",
+            kind="operator.action",
+            peer_uid=1001,
+            payload={"action": "hold", "operator": "op1", "reason": "incident", "since": "T1"},
+        )
+        await store.append(
+            writer="approval",
+            kind="operator.action",
+            peer_uid=1001,
+            payload={"action": "approve", "operator": "op1", "reason": ""},
+        )
+        await store.append(
+            writer="intake", kind="request.received", operation_id="hold", payload={"action": "release"}
+        )  # an agent's words are not an operator's action
         held = latest_hold(db)
         assert held is not None
         assert (held["action"], held["operator"], held["peer_uid"], held["reason"], held["since"]) == (
-            "hold", "op1", 1001, "incident", "T1")
-        await store.append(writer="approval", kind="operator.action", peer_uid=0,
-                           payload={"action": "release", "operator": "root"})
+            "hold",
+            "op1",
+            1001,
+            "incident",
+            "T1",
+        )
+        await store.append(
+            writer="approval", kind="operator.action", peer_uid=0, payload={"action": "release", "operator": "root"}
+        )
         released = latest_hold(db)
         assert released is not None and released["action"] == "release" and released["seq"] > held["seq"]
 

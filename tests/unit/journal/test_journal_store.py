@@ -32,8 +32,15 @@ def test_empty_store(db: Path) -> None:
 
 def test_append_returns_the_chained_event(db: Path) -> None:
     async def body(store: Store) -> None:
-        first = await store.append(writer="intake", kind="request.received", request_id="r1", operation_id="op1",
-                                   peer_uid=1000, session="s1", payload={"argv": ["id"], "n": (1, 2)})
+        first = await store.append(
+            writer="intake",
+            kind="request.received",
+            request_id="r1",
+            operation_id="op1",
+            peer_uid=1000,
+            session="s1",
+            payload={"argv": ["id"], "n": (1, 2)},
+        )
         assert (first.seq, first.prev_hash, first.writer) == (1, GENESIS, "intake")
         assert first.payload == {"argv": ["id"], "n": [1, 2]}  # as it will read back
         assert first.time.endswith("Z") and len(first.time) == len("2026-12-02T13:00:00.000Z")
@@ -74,13 +81,16 @@ def test_storage_settings(db: Path) -> None:
     assert "PRAGMA synchronous=FULL" in source
 
 
-@pytest.mark.parametrize(("writer", "kind", "code"), [
-    ("intake", "exec.finished", ErrorCode.UNAUTHORIZED),
-    ("runner", "approval.decided", ErrorCode.UNAUTHORIZED),
-    ("approval", "request.received", ErrorCode.UNAUTHORIZED),
-    ("mallory", "service.started", ErrorCode.UNAUTHORIZED),
-    ("intake", "no.such", ErrorCode.INVALID_ARGUMENTS),
-])
+@pytest.mark.parametrize(
+    ("writer", "kind", "code"),
+    [
+        ("intake", "exec.finished", ErrorCode.UNAUTHORIZED),
+        ("runner", "approval.decided", ErrorCode.UNAUTHORIZED),
+        ("approval", "request.received", ErrorCode.UNAUTHORIZED),
+        ("mallory", "service.started", ErrorCode.UNAUTHORIZED),
+        ("intake", "no.such", ErrorCode.INVALID_ARGUMENTS),
+    ],
+)
 def test_append_refuses_foreign_and_unknown_kinds(db: Path, writer: str, kind: str, code: ErrorCode) -> None:
     async def body(store: Store) -> None:
         with pytest.raises(AirlockError) as info:
@@ -91,18 +101,21 @@ def test_append_refuses_foreign_and_unknown_kinds(db: Path, writer: str, kind: s
     with_store(db, body)
 
 
-@pytest.mark.parametrize("fields", [
-    {"payload": {"x": "a" * MAX_PAYLOAD_BYTES}},
-    {"payload": {"x": float("nan")}},
-    {"payload": {"x": object()}},
-    {"payload": ["not", "an", "object"]},
-    {"payload": {}, "request_id": ""},
-    {"payload": {}, "request_id": "x" * 257},
-    {"payload": {}, "session": 5},
-    {"payload": {}, "peer_uid": -1},
-    {"payload": {}, "peer_uid": True},
-    {"payload": {"s": "\ud800"}},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"payload": {"x": "a" * MAX_PAYLOAD_BYTES}},
+        {"payload": {"x": float("nan")}},
+        {"payload": {"x": object()}},
+        {"payload": ["not", "an", "object"]},
+        {"payload": {}, "request_id": ""},
+        {"payload": {}, "request_id": "x" * 257},
+        {"payload": {}, "session": 5},
+        {"payload": {}, "peer_uid": -1},
+        {"payload": {}, "peer_uid": True},
+        {"payload": {"s": "\ud800"}},
+    ],
+)
 def test_append_validates_fields(db: Path, fields: dict[str, object]) -> None:
     async def body(store: Store) -> None:
         with pytest.raises(AirlockError) as info:
@@ -164,8 +177,10 @@ def test_closed_store_refuses_appends(db: Path) -> None:
 def test_close_commits_what_was_queued(db: Path) -> None:
     async def body() -> None:
         store = Store.open(db)
-        tasks = [asyncio.create_task(store.append(writer="intake", kind="request.received", payload={"i": i}))
-                 for i in range(50)]
+        tasks = [
+            asyncio.create_task(store.append(writer="intake", kind="request.received", payload={"i": i}))
+            for i in range(50)
+        ]
         await asyncio.sleep(0)
         await store.close()
         assert all(t.done() and t.exception() is None for t in tasks)
@@ -179,6 +194,7 @@ async def _verify(store: Store):  # type: ignore[no-untyped-def]
 
 
 # -- tampering: the chain names the first bad row ---------------------------
+
 
 def _tampered(db: Path, *statements: str):  # type: ignore[no-untyped-def]
     with_store(db, lambda store: fill(store, 8))
@@ -201,15 +217,18 @@ def test_triggers_refuse_updates(db: Path) -> None:
     conn.close()
 
 
-@pytest.mark.parametrize("statement", [
-    """UPDATE events SET payload = '{"i":42}' WHERE seq = 5""",
-    "UPDATE events SET kind = 'request.rejected' WHERE seq = 5",
-    "UPDATE events SET peer_uid = 0 WHERE seq = 5",
-    "UPDATE events SET writer = 'runner' WHERE seq = 5",
-    "UPDATE events SET time = '2020-01-01T00:00:00.000Z' WHERE seq = 5",
-    "UPDATE events SET request_id = NULL WHERE seq = 5",
-    """UPDATE events SET payload = '{"i": 4}' WHERE seq = 5""",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        """UPDATE events SET payload = '{"i":42}' WHERE seq = 5""",
+        "UPDATE events SET kind = 'request.rejected' WHERE seq = 5",
+        "UPDATE events SET peer_uid = 0 WHERE seq = 5",
+        "UPDATE events SET writer = 'runner' WHERE seq = 5",
+        "UPDATE events SET time = '2020-01-01T00:00:00.000Z' WHERE seq = 5",
+        "UPDATE events SET request_id = NULL WHERE seq = 5",
+        """UPDATE events SET payload = '{"i": 4}' WHERE seq = 5""",
+    ],
+)
 def test_edited_row_is_named(db: Path, statement: str) -> None:
     result = _tampered(db, statement)
     assert (result.ok, result.first_bad_seq, result.head_seq) == (False, 5, 4)
@@ -267,6 +286,7 @@ def test_verify_from_anchor(db: Path) -> None:
 
 # -- events feed ---------------------------------------------------------------
 
+
 def test_events_paging(db: Path) -> None:
     async def body(store: Store) -> None:
         await fill(store, 10)
@@ -303,9 +323,15 @@ def test_events_tail(db: Path) -> None:
 def test_events_scope(db: Path) -> None:
     async def body(store: Store) -> None:
         for i in range(12):
-            await store.append(writer="intake", kind="request.received", request_id=f"r{i % 3}",
-                               operation_id=f"op{i % 4}", session="s-even" if i % 2 == 0 else None,
-                               peer_uid=1000 + i % 2, payload={"i": i})
+            await store.append(
+                writer="intake",
+                kind="request.received",
+                request_id=f"r{i % 3}",
+                operation_id=f"op{i % 4}",
+                session="s-even" if i % 2 == 0 else None,
+                peer_uid=1000 + i % 2,
+                payload={"i": i},
+            )
         assert [e.payload["i"] for e in store.events(scope={"request_id": "r1"}).events] == [1, 4, 7, 10]
         assert [e.payload["i"] for e in store.events(scope={"operation_id": "op2"}).events] == [2, 6, 10]
         assert [e.payload["i"] for e in store.events(scope={"session": "s-even"}, tail=2).events] == [8, 10]
@@ -315,16 +341,29 @@ def test_events_scope(db: Path) -> None:
         # A short scoped page has seen everything up to `latest`.
         assert both.next_cursor == both.latest == 12
         full = store.events(scope={"request_id": "r1"}, limit=2)
-        assert full.next_cursor == 5 and [e.seq for e in store.events(scope={"request_id": "r1"},
-                                                                     after=full.next_cursor).events] == [8, 11]
+        assert full.next_cursor == 5 and [
+            e.seq for e in store.events(scope={"request_id": "r1"}, after=full.next_cursor).events
+        ] == [8, 11]
 
     with_store(db, body)
 
 
-@pytest.mark.parametrize("arguments", [
-    {"limit": 0}, {"limit": 257}, {"limit": True}, {"tail": -1}, {"tail": 300}, {"after": -1}, {"after": "3"},
-    {"scope": {"kind": "x"}}, {"scope": {"peer_uid": "1000"}}, {"scope": {"request_id": 5}}, {"scope": "r1"},
-])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"limit": 0},
+        {"limit": 257},
+        {"limit": True},
+        {"tail": -1},
+        {"tail": 300},
+        {"after": -1},
+        {"after": "3"},
+        {"scope": {"kind": "x"}},
+        {"scope": {"peer_uid": "1000"}},
+        {"scope": {"request_id": 5}},
+        {"scope": "r1"},
+    ],
+)
 def test_events_rejects_bad_arguments(db: Path, arguments: dict[str, object]) -> None:
     async def body(store: Store) -> None:
         with pytest.raises(AirlockError) as info:
@@ -336,14 +375,14 @@ def test_events_rejects_bad_arguments(db: Path, arguments: dict[str, object]) ->
 
 # -- failure: the disk is full -------------------------------------------------
 
+
 @pytest.fixture
 def tiny_fs(tmp_path: Path):  # type: ignore[no-untyped-def]
     mount = tmp_path / "tiny"
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount)],
-                          capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount)], capture_output=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
     try:
@@ -423,7 +462,8 @@ def test_pure_modules_do_no_io() -> None:
     forbidden = {"asyncio", "os", "socket", "sqlite3", "subprocess", "threading"}
     for name in ("chain.py", "operations.py"):
         tree = ast.parse((package / name).read_text())
-        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                    for alias in node.names}
+        imported = {
+            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
         imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert not imported & forbidden, (name, imported & forbidden)

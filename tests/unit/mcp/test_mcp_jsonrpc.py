@@ -103,7 +103,9 @@ def test_requests_notifications_and_responses() -> None:
     assert decode(b'{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{"cursor":null}}') == Request(
         "a", "tools/list", {"cursor": None}
     )
-    assert decode(b'{"jsonrpc":"2.0","method":"notifications/initialized"}') == Notification("notifications/initialized")
+    assert decode(b'{"jsonrpc":"2.0","method":"notifications/initialized"}') == Notification(
+        "notifications/initialized"
+    )
     assert decode(b'{"jsonrpc":"2.0","id":5,"result":{}}') == Response(5, {}, None)
 
 
@@ -142,7 +144,9 @@ def test_encoded_messages_are_single_lines_of_ascii_json() -> None:
     assert data.endswith(b"\n") and data.count(b"\n") == 1 and data.isascii()
     assert json.loads(data) == {"jsonrpc": "2.0", "id": 1, "result": {"text": "a\nb\u2028c\u00e9"}}
     assert json.loads(jsonrpc.encode_error(None, ErrorCode.PARSE_ERROR, "bad")) == {
-        "jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "bad"}
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": "bad"},
     }
 
 

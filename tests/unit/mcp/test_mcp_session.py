@@ -23,8 +23,21 @@ def sent(actions: list[Action]) -> dict[str, Any]:
 
 
 def initialize(session: Session, version: str = "2025-06-18") -> dict[str, Any]:
-    reply = sent(session.receive(line({"id": 0, "method": "initialize", "params": {
-        "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})))
+    reply = sent(
+        session.receive(
+            line(
+                {
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": version,
+                        "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"},
+                    },
+                }
+            )
+        )
+    )
     session.receive(line({"method": "notifications/initialized"}))
     return reply
 
@@ -35,7 +48,9 @@ def ready(version: str = "2025-06-18") -> Session:
     return session
 
 
-def call(session: Session, request_id: Any, name: str = "execute", arguments: Any = None, **params: Any) -> list[Action]:
+def call(
+    session: Session, request_id: Any, name: str = "execute", arguments: Any = None, **params: Any
+) -> list[Action]:
     body: dict[str, Any] = {"name": name} | params
     if arguments is not None:
         body["arguments"] = arguments
@@ -54,7 +69,9 @@ def test_a_supported_version_is_echoed(version: str) -> None:
 
 @pytest.mark.parametrize("version", ["2026-07-28", "1999-01-01", "latest"])
 def test_an_unknown_version_gets_the_latest(version: str) -> None:
-    assert initialize(Session(tools=BUILTIN, server_version="1"), version)["result"]["protocolVersion"] == LATEST_VERSION
+    assert (
+        initialize(Session(tools=BUILTIN, server_version="1"), version)["result"]["protocolVersion"] == LATEST_VERSION
+    )
 
 
 def test_initialize_needs_a_version_and_happens_once() -> None:
@@ -137,7 +154,9 @@ def test_complete_answers_once() -> None:
 def test_a_cancelled_call_gets_no_response() -> None:
     session = ready()
     call(session, 4, _meta={"progressToken": 1})
-    actions = session.receive(line({"method": "notifications/cancelled", "params": {"requestId": 4, "reason": "timeout"}}))
+    actions = session.receive(
+        line({"method": "notifications/cancelled", "params": {"requestId": 4, "reason": "timeout"}})
+    )
     assert actions == [CancelCall(4, "timeout")]
     assert session.complete(4, ToolResult("late")) is None
     assert session.progress(4, 1.0, "late") is None
@@ -178,17 +197,27 @@ def test_progress_has_no_message_before_2025_03_26() -> None:
 def test_malformed_lines_get_errors_and_the_session_goes_on() -> None:
     session = ready()
     assert sent(session.receive(b"{oops"))["error"]["code"] == -32700
-    assert sent(session.receive(b'{"jsonrpc":"2.0","id":3,"method":"tools/list","params":[]}'))["error"]["code"] == -32602
+    assert (
+        sent(session.receive(b'{"jsonrpc":"2.0","id":3,"method":"tools/list","params":[]}'))["error"]["code"] == -32602
+    )
     assert sent(session.too_long())["error"]["code"] == -32600
     assert "result" in sent(session.receive(line({"id": 4, "method": "tools/list"})))
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.binary(max_size=200) | st.sampled_from([
-    line({"id": 1, "method": "tools/call", "params": {"name": "execute"}}),
-    line({"method": "notifications/cancelled", "params": {"requestId": 1}}),
-    line({"id": 2, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}),
-]), max_size=8))
+@given(
+    st.lists(
+        st.binary(max_size=200)
+        | st.sampled_from(
+            [
+                line({"id": 1, "method": "tools/call", "params": {"name": "execute"}}),
+                line({"method": "notifications/cancelled", "params": {"requestId": 1}}),
+                line({"id": 2, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}}),
+            ]
+        ),
+        max_size=8,
+    )
+)
 def test_any_input_yields_actions_never_an_exception(chunks: list[bytes]) -> None:
     session = Session(tools=BUILTIN, server_version="1")
     for chunk in chunks:

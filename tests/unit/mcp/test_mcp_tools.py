@@ -21,15 +21,28 @@ def b64(text: str | bytes) -> str:
 
 def test_argv_becomes_a_streamed_native_exec_with_its_own_operation() -> None:
     assert args(argv=["id", "-u"]) == {
-        "argv": ["id", "-u"], "privileged": True, "time": "2026-01-01T00:00:00Z", "operation_id": "mcp-1", "stream": True
+        "argv": ["id", "-u"],
+        "privileged": True,
+        "time": "2026-01-01T00:00:00Z",
+        "operation_id": "mcp-1",
+        "stream": True,
     }
 
 
 def test_every_field_maps_to_the_agent_door() -> None:
     got = exec_args(
-        {"pipeline": [["cat"], ["wc", "-l"]], "privileged": False, "reason": "r", "env": {"LANG": "C"}, "cwd": "/tmp",
-         "stdin": "héllo\n", "timeout": 1500},
-        now="t", operation_id="op", session="s1",
+        {
+            "pipeline": [["cat"], ["wc", "-l"]],
+            "privileged": False,
+            "reason": "r",
+            "env": {"LANG": "C"},
+            "cwd": "/tmp",
+            "stdin": "héllo\n",
+            "timeout": 1500,
+        },
+        now="t",
+        operation_id="op",
+        session="s1",
     )
     assert got["pipeline"] == [["cat"], ["wc", "-l"]] and got["privileged"] is False
     assert got["reason"] == "r" and got["env"] == {"LANG": "C"} and got["cwd"] == "/tmp"
@@ -81,11 +94,26 @@ def test_the_schema_is_flat_and_closed() -> None:
 
 
 EVIDENCE = {
-    "operation_id": "mcp-1", "replay": False, "duration_ms": 4, "cwd": "/", "uid": 0, "timed_out": False,
-    "timeout_reason": None, "cancelled": False,
-    "stages": [{"argv": ["sh", "-c", "echo hi; exit 3"], "exit_code": 3, "signal": None, "stderr": b64("oops\n"),
-                "stderr_truncated": False}],
-    "stdout": b64("hi\n"), "stdout_truncated": False, "decision": {"rule": "harmless", "decided_by": "policy"},
+    "operation_id": "mcp-1",
+    "replay": False,
+    "duration_ms": 4,
+    "cwd": "/",
+    "uid": 0,
+    "timed_out": False,
+    "timeout_reason": None,
+    "cancelled": False,
+    "stages": [
+        {
+            "argv": ["sh", "-c", "echo hi; exit 3"],
+            "exit_code": 3,
+            "signal": None,
+            "stderr": b64("oops\n"),
+            "stderr_truncated": False,
+        }
+    ],
+    "stdout": b64("hi\n"),
+    "stdout_truncated": False,
+    "decision": {"rule": "harmless", "decided_by": "policy"},
 }
 
 
@@ -106,7 +134,9 @@ def test_a_pipeline_shows_every_stage() -> None:
             {"argv": ["cat", "/etc/hosts"], "exit_code": 0, "stderr": ""},
             {"argv": ["grep", "x"], "exit_code": None, "signal": 13, "stderr": b64("broken"), "stderr_truncated": True},
         ],
-        "stdout": "", "stdout_truncated": True, "decision": {"rule": "ask-all", "decided_by": "alice"},
+        "stdout": "",
+        "stdout_truncated": True,
+        "decision": {"rule": "ask-all", "decided_by": "alice"},
     }
     text = render_evidence(evidence).text
     assert text.startswith("The command ran: killed by signal 13.\n")
@@ -118,10 +148,17 @@ def test_a_pipeline_shows_every_stage() -> None:
 
 
 def test_timeouts_cancellations_replays_and_binary_output_are_said_plainly() -> None:
-    assert "TIMED OUT (timeout_ms) and was killed (killed by signal 15)" in render_evidence(
-        EVIDENCE | {"timed_out": True, "timeout_reason": "timeout_ms",
-                    "stages": [{"argv": ["sleep"], "exit_code": None, "signal": 15, "stderr": ""}]}
-    ).text
+    assert (
+        "TIMED OUT (timeout_ms) and was killed (killed by signal 15)"
+        in render_evidence(
+            EVIDENCE
+            | {
+                "timed_out": True,
+                "timeout_reason": "timeout_ms",
+                "stages": [{"argv": ["sleep"], "exit_code": None, "signal": 15, "stderr": ""}],
+            }
+        ).text
+    )
     assert render_evidence(EVIDENCE | {"cancelled": True}).text.startswith("The command was CANCELLED")
     assert "did not run again" in render_evidence(EVIDENCE | {"replay": True}).text
     binary = render_evidence(EVIDENCE | {"stdout": b64(b"\xff\xfeok")}).text
@@ -133,12 +170,16 @@ def test_a_denial_names_the_rule_and_says_not_to_retry() -> None:
     assert result.is_error
     assert result.text.startswith("DENIED by policy rule 'never-dd'. The command did not run.")
     assert "Do not retry" in result.text
-    by_operator = render_refusal("denied", "denied by operator bob: not today", {"rule": "default", "decided_by": "bob"})
+    by_operator = render_refusal(
+        "denied", "denied by operator bob: not today", {"rule": "default", "decided_by": "bob"}
+    )
     assert by_operator.text.startswith("DENIED by operator bob (rule 'default'): not today. The command did not run.")
 
 
 def test_a_program_that_cannot_be_found_is_not_called_a_denial() -> None:
-    result = render_refusal("denied", "denied by policy rule 'unresolved'", {"rule": "unresolved", "decided_by": "policy"})
+    result = render_refusal(
+        "denied", "denied by policy rule 'unresolved'", {"rule": "unresolved", "decided_by": "policy"}
+    )
     assert result.is_error and result.text.startswith("NOT RUN: airlock could not find the program")
     assert "DENIED" not in result.text
 
@@ -160,8 +201,14 @@ def test_other_refusals_name_the_code_and_field() -> None:
 
 
 def test_status_texts() -> None:
-    up = render_status("/run/airlock/agent.sock", {"version": "1.2"}, None, "/run/airlock/operator.sock",
-                       {"hold": True, "hold_reason": "incident", "pending": 2, "policy": {"default": "ask", "rules": 4}}, None)
+    up = render_status(
+        "/run/airlock/agent.sock",
+        {"version": "1.2"},
+        None,
+        "/run/airlock/operator.sock",
+        {"hold": True, "hold_reason": "incident", "pending": 2, "policy": {"default": "ask", "rules": 4}},
+        None,
+    )
     assert up.text == (
         "airlock is reachable at /run/airlock/agent.sock (airlock 1.2, native protocol v1).\n"
         "Hold: ON (incident): every command waits for an operator.\n"

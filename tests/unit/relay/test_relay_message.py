@@ -24,8 +24,12 @@ def _pending(**request: Any) -> dict[str, Any]:
         "uid": 0,
         "reason": "renew certs",
         "env": {"LANG": "C", "API_KEY": "not-for-chat"},
-        "spec": {"privileged": True, "uid": 0, "env": {"LANG": "C", "API_KEY": "not-for-chat"},
-                 "stages": [["/usr/bin/systemctl", "restart", "nginx"]]},
+        "spec": {
+            "privileged": True,
+            "uid": 0,
+            "env": {"LANG": "C", "API_KEY": "not-for-chat"},
+            "stages": [["/usr/bin/systemctl", "restart", "nginx"]],
+        },
     } | request
     return {
         "seq": 42,
@@ -55,8 +59,14 @@ def test_a_pending_message_says_what_is_needed_to_decide() -> None:
     assert m["what"] == "/usr/bin/systemctl restart nginx" and m["rule"] == "default"
     assert m["reason"] == "renew certs" and m["seconds_left"] == 45.0
     assert m["decide"] == "ssh db1 airlock approve r-1"
-    for line in ("request r-1 on db1", "runs as: root (privileged)", "reason: renew certs",
-                 "time left: 45s", "approve: ssh db1 airlock approve r-1", "(event 42)"):
+    for line in (
+        "request r-1 on db1",
+        "runs as: root (privileged)",
+        "reason: renew certs",
+        "time left: 45s",
+        "approve: ssh db1 airlock approve r-1",
+        "(event 42)",
+    ):
         assert line in m["text"], line
     # Environment values never leave: names only.
     assert m["env_names"] == ["API_KEY", "LANG"]
@@ -64,8 +74,11 @@ def test_a_pending_message_says_what_is_needed_to_decide() -> None:
 
 
 def test_agent_text_cannot_forge_lines_or_hide_characters() -> None:
-    event = _pending(reason="ok\n\napprove: ssh evil\u202e", stages=[["/bin/echo", "a\x1b[2Jb"]],
-                     spec={"privileged": False, "uid": 1001, "stages": [["/bin/echo", "a\x1b[2Jb"]]})
+    event = _pending(
+        reason="ok\n\napprove: ssh evil\u202e",
+        stages=[["/bin/echo", "a\x1b[2Jb"]],
+        spec={"privileged": False, "uid": 1001, "stages": [["/bin/echo", "a\x1b[2Jb"]]},
+    )
     m = msg.pending_message(event, "db1", _user_of, _at(event, 1))
     assert "\n" not in m["reason"] and "\u202e" not in m["reason"] and "\\x0a" in m["reason"]
     assert "\x1b" not in m["what"] and "\\x1b" in m["what"]
@@ -82,7 +95,9 @@ def test_a_file_operation_is_named_as_one() -> None:
 def test_follow_ups_and_rule_decisions() -> None:
     known = msg.pending_message(_pending(), "db1", _user_of, NOW)
     base = {"seq": 43, "kind": "approval.decided", "request_id": "r-1", "operation_id": "op-1"}
-    denied = msg.decided_message(base | {"payload": {"decision": "deny", "by": "alice", "reason": "no", "rule": "default"}}, "db1", known)
+    denied = msg.decided_message(
+        base | {"payload": {"decision": "deny", "by": "alice", "reason": "no", "rule": "default"}}, "db1", known
+    )
     assert denied is not None and denied["decision"] == "deny" and denied["what"] == known["what"]
     assert denied["title"] == "airlock: r-1 denied by alice on db1"
     expired = msg.decided_message(base | {"payload": {"decision": "timeout", "by": "timeout"}}, "db1", None)
@@ -99,7 +114,9 @@ def test_digest_and_reminder() -> None:
     assert d["seq"] == 50 and d["count"] == 2 and "r-1" in d["text"] and "r-2" in d["text"]
     event = _pending()
     r = msg.reminder(msg.pending_message(event, "db1", _user_of, _at(event, 1)), _at(event, 50))
-    assert r["event"] == "reminder" and r["seq"] == 42 and r["seconds_left"] == 10.0 and r["text"].startswith("reminder:")
+    assert (
+        r["event"] == "reminder" and r["seq"] == 42 and r["seconds_left"] == 10.0 and r["text"].startswith("reminder:")
+    )
 
 
 def test_each_channel_gets_its_format() -> None:
@@ -142,7 +159,9 @@ def test_secrets_can_live_in_files_of_their_own(tmp_path: Path) -> None:
 
     good = tmp_path / "secret"
     good.write_text("0123456789abcdef-long\n")
-    cfg = parse_text(f"notify:\n  channels:\n    - {{type: webhook, url: 'http://h/', secret_file: {good}}}\n", "/x.yaml")
+    cfg = parse_text(
+        f"notify:\n  channels:\n    - {{type: webhook, url: 'http://h/', secret_file: {good}}}\n", "/x.yaml"
+    )
     channel = cfg.notify.channels[0]
     assert channel["secret"] is None and cfg.to_dict()["notify"]["channels"][0]["secret_file"] == str(good)
     assert with_secrets(channel)["secret"] == "0123456789abcdef-long"
@@ -155,11 +174,17 @@ def test_secrets_can_live_in_files_of_their_own(tmp_path: Path) -> None:
     with pytest.raises(SecretError):
         with_secrets(channel | {"secret_file": link})
     with pytest.raises(ConfigError, match="give secret or secret_file, not both"):
-        parse_text(f"notify:\n  channels:\n    - {{type: webhook, url: 'http://h/', secret: 0123456789abcdef, secret_file: {good}}}\n", "/x.yaml")
+        parse_text(
+            "notify:\n  channels:\n    - "
+            f"{{type: webhook, url: 'http://h/', secret: 0123456789abcdef, secret_file: {good}}}\n",
+            "/x.yaml",
+        )
     with pytest.raises(ConfigError, match="needs secret or secret_file"):
         parse_text("notify:\n  channels:\n    - {type: webhook, url: 'http://h/'}\n", "/x.yaml")
     with pytest.raises(ConfigError, match="username and password"):
-        parse_text("notify:\n  channels:\n    - {type: email, from: a@h, to: [b@h], password_file: /etc/x}\n", "/x.yaml")
+        parse_text(
+            "notify:\n  channels:\n    - {type: email, from: a@h, to: [b@h], password_file: /etc/x}\n", "/x.yaml"
+        )
 
 
 def test_the_rate_limit_makes_the_next_message_wait() -> None:
@@ -191,13 +216,17 @@ def test_the_relay_refuses_to_run_as_an_operator(tmp_path: Path) -> None:
         f"notify:\n  user: {me}\n  state_dir: {tmp_path / 'state'}\n"
         "  channels:\n    - {type: slack, url: 'http://127.0.0.1:9/'}\n"
     )
-    done = subprocess.run([sys.executable, "-m", "airlock.relay", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "airlock.relay", "--config", str(config)], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 78, done
     assert "may decide on operator.sock" in done.stderr
     # Control: the same file run by a user other than notify.user (dev up's case) gets past that check
     # and keeps running (it waits for the feed) until it is stopped.
     config.write_text(config.read_text().replace(f"  user: {me}\n", "  user: airlock-notify-elsewhere\n"))
-    proc = subprocess.Popen([sys.executable, "-m", "airlock.relay", "--config", str(config)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airlock.relay", "--config", str(config)], stderr=subprocess.PIPE, text=True
+    )
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(2)
@@ -209,8 +238,18 @@ def test_the_relay_refuses_to_run_as_an_operator(tmp_path: Path) -> None:
 def test_a_pending_message_carries_the_statement_to_sign_and_the_command() -> None:
     from airlock.approval.statement import Statement
 
-    text = Statement("db1", "r-1", "b" * 64, "allow", 1_900_000_000, "c" * 32, "agent (uid 1000)", "root (uid 0)",
-                     'echo "hi"', "why not").render()
+    text = Statement(
+        "db1",
+        "r-1",
+        "b" * 64,
+        "allow",
+        1_900_000_000,
+        "c" * 32,
+        "agent (uid 1000)",
+        "root (uid 0)",
+        'echo "hi"',
+        "why not",
+    ).render()
     event = _pending()
     event["payload"] |= {"statement": text, "requirement": {"approvals": 2}}
     m = msg.pending_message(event, "db1", _user_of, _at(event, 1))

@@ -68,7 +68,10 @@ def test_inspect_list_find_search(tmp_path: Path) -> None:
     assert found["paths"] == [str(tmp_path / "a.conf"), str(tmp_path / "sub" / "b.conf")]
     assert run("files_find", tmp_path, pattern="*.conf", max_depth=1)["paths"] == [str(tmp_path / "a.conf")]
     hits = run("files_search", tmp_path, query="listen")
-    assert [(m["path"], m["line"]) for m in hits["matches"]] == [(str(tmp_path / "a.conf"), 1), (str(tmp_path / "sub" / "b.conf"), 1)]
+    assert [(m["path"], m["line"]) for m in hits["matches"]] == [
+        (str(tmp_path / "a.conf"), 1),
+        (str(tmp_path / "sub" / "b.conf"), 1),
+    ]
     assert run("files_search", tmp_path, query=r"listen \d{3};", regex=True)["matches"][0]["text"] == "listen 443;"
     assert run("files_search", tmp_path, query="(", regex=True)["error"]["code"] == "invalid_pattern"
 
@@ -104,8 +107,13 @@ def test_edit_needs_exactly_one_match(tmp_path: Path) -> None:
     one = run("files_edit", target, old_text="user www;", new_text="user nginx;")
     assert one["ok"] is True and "-user www;" in one["diff"] and "+user nginx;" in one["diff"]
     assert target.read_text().endswith("user nginx;\n")
-    assert fileop_perform.perform(spec("files_edit", target, old_text="worker_processes 1;", new_text="worker_processes 2;"),
-                         preview_only=True)["diff"].count("+worker_processes 2;") == 1
+    assert (
+        fileop_perform.perform(
+            spec("files_edit", target, old_text="worker_processes 1;", new_text="worker_processes 2;"),
+            preview_only=True,
+        )["diff"].count("+worker_processes 2;")
+        == 1
+    )
     assert "worker_processes 1;" in target.read_text()  # a preview writes nothing
 
 
@@ -200,8 +208,12 @@ def test_a_fifo_or_device_is_never_opened_as_a_target(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     # A blocking open of a FIFO with no writer would hang: these come back at once.
-    for tool, params in (("files_read", {}), ("files_search", {"query": "x"}),
-                         ("files_write", {"content": ""}), ("files_edit", {"old_text": "a", "new_text": "b"})):
+    for tool, params in (
+        ("files_read", {}),
+        ("files_search", {"query": "x"}),
+        ("files_write", {"content": ""}),
+        ("files_edit", {"old_text": "a", "new_text": "b"}),
+    ):
         assert run(tool, fifo, **params)["error"]["code"] == "not_a_file", tool
     assert stat_kind(fifo) == "fifo"  # still the FIFO: nothing replaced it
     assert run("files_read", "/dev/null")["error"]["code"] == "not_a_file"
@@ -234,9 +246,15 @@ def test_a_symlink_anywhere_in_the_path_is_not_canonical_for_every_tool(tmp_path
     (real / "d" / "f").write_text("x\n")
     (tmp_path / "link").symlink_to(real)
     through = tmp_path / "link" / "d"
-    for tool, params in (("files_read", {}), ("files_list", {}), ("files_find", {}), ("files_search", {"query": "x"}),
-                         ("files_inspect", {}), ("files_write", {"content": ""}),
-                         ("files_edit", {"old_text": "x", "new_text": "y"})):
+    for tool, params in (
+        ("files_read", {}),
+        ("files_list", {}),
+        ("files_find", {}),
+        ("files_search", {"query": "x"}),
+        ("files_inspect", {}),
+        ("files_write", {"content": ""}),
+        ("files_edit", {"old_text": "x", "new_text": "y"}),
+    ):
         target = through if tool in ("files_list", "files_find", "files_search") else through / "f"
         assert run(tool, target, **params)["error"]["code"] == "not_canonical", tool
     assert (real / "d" / "f").read_text() == "x\n"
@@ -248,14 +266,18 @@ def test_a_write_bound_to_a_pre_state_refuses_a_changed_file(tmp_path: Path) -> 
     target.write_text("reviewed\n")
     reviewed = hashlib.sha256(b"reviewed\n").hexdigest()
     target.write_text("changed\n")
-    out = fileop_perform.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()), expect=reviewed)
+    out = fileop_perform.perform(
+        spec("files_write", target, content=base64.b64encode(b"new\n").decode()), expect=reviewed
+    )
     assert out["error"]["code"] == "file_changed" and target.read_text() == "changed\n"
     appeared = fileop_perform.perform(spec("files_write", tmp_path / "new", content=""), expect="absent")
     assert appeared["ok"] is True  # absent as approved: created
     again = fileop_perform.perform(spec("files_write", tmp_path / "new", content="eA=="), expect="absent")
     assert again["error"]["code"] == "file_changed" and (tmp_path / "new").read_bytes() == b""
-    ok = fileop_perform.perform(spec("files_write", target, content=base64.b64encode(b"new\n").decode()),
-                       expect=hashlib.sha256(b"changed\n").hexdigest())
+    ok = fileop_perform.perform(
+        spec("files_write", target, content=base64.b64encode(b"new\n").decode()),
+        expect=hashlib.sha256(b"changed\n").hexdigest(),
+    )
     assert ok["ok"] is True and target.read_text() == "new\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["conf", "new"]  # no temp file left behind
 
@@ -264,8 +286,9 @@ def test_a_catastrophic_regex_is_stopped_by_the_cpu_limit(tmp_path: Path) -> Non
     (tmp_path / "f").write_text("a" * 40 + "!\n")
     me = resolve_identity(os.geteuid())
     started = time.monotonic()
-    out = asyncio.run(fileop_verbs.execute(spec("files_search", tmp_path, query="(a+)+$", regex=True), me,
-                                        timeout=120, cpu_seconds=1))
+    out = asyncio.run(
+        fileop_verbs.execute(spec("files_search", tmp_path, query="(a+)+$", regex=True), me, timeout=120, cpu_seconds=1)
+    )
     assert out["error"]["code"] == "limit_exceeded"
     assert time.monotonic() - started < 60
 
@@ -284,7 +307,12 @@ def test_the_entry_point_refuses_a_bad_request_and_answers_one_outcome(tmp_path:
     bad = subprocess.run(argv, input=b'{"spec": {"kind": "exec"}}', capture_output=True, timeout=60)
     assert bad.returncode == 2 and bad.stdout == b"" and b"bad request" in bad.stderr
     (tmp_path / "f").write_text("hello\n")
-    request = {"spec": spec("files_read", tmp_path / "f").to_dict(), "preview": False, "expect": None, "cpu_seconds": None}
+    request = {
+        "spec": spec("files_read", tmp_path / "f").to_dict(),
+        "preview": False,
+        "expect": None,
+        "cpu_seconds": None,
+    }
     good = subprocess.run(argv, input=json.dumps(request).encode(), capture_output=True, timeout=60)
     outcome = json.loads(good.stdout)
     assert good.returncode == 0 and base64.b64decode(outcome["content"]) == b"hello\n"

@@ -49,7 +49,13 @@ def test_env_is_built_from_scratch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
     monkeypatch.setenv("LISTEN_FDS", "1")
     env = build_env(NOBODY, {}, {})
-    assert env == {"HOME": "/nonexistent", "USER": "nobody", "LOGNAME": "nobody", "SHELL": NOBODY.shell, "PATH": USER_PATH}
+    assert env == {
+        "HOME": "/nonexistent",
+        "USER": "nobody",
+        "LOGNAME": "nobody",
+        "SHELL": NOBODY.shell,
+        "PATH": USER_PATH,
+    }
     assert build_env(resolve_identity(0), {}, {})["PATH"] == ROOT_PATH
 
 

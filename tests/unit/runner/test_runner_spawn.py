@@ -118,7 +118,7 @@ def test_stdin_defaults_to_dev_null() -> None:
 
 
 def test_only_the_standard_fds_reach_the_job() -> None:
-    result = run(make_spec(sh("for fd in /proc/self/fd/*; do echo \"${fd##*/} $(readlink $fd)\"; done")))
+    result = run(make_spec(sh('for fd in /proc/self/fd/*; do echo "${fd##*/} $(readlink $fd)"; done')))
     fds = dict(line.split(" ", 1) for line in result.stdout.decode().splitlines())
     # 0, 1, 2, the binary the runner opened, checked and executed (kept open so
     # that a #! script's interpreter can read it), and the glob's own directory.
@@ -217,7 +217,11 @@ def test_argv0_never_resolves_on_the_request_path(world_dir: str, test_user: Scr
         f.write("#!/bin/sh\necho tool\n")
     os.chmod(tool, 0o755)
     with pytest.raises(AirlockError) as caught:
-        run(make_spec(("airlock-test-tool",), identity=test_user.identity, cwd=world_dir, request_env={"PATH": world_dir}))
+        run(
+            make_spec(
+                ("airlock-test-tool",), identity=test_user.identity, cwd=world_dir, request_env={"PATH": world_dir}
+            )
+        )
     assert caught.value.code is ErrorCode.SPAWN_FAILED and "command not found" in caught.value.message
     # By its path it runs, also as root: a #! script through the fd the runner holds.
     assert run(make_spec((tool,), identity=test_user.identity, cwd=world_dir)).stdout == b"tool\n"
@@ -497,7 +501,8 @@ def test_non_root_cannot_run_as_another_user(test_user: ScratchUser, world_dir: 
         "from airlock.runner.identity import resolve_identity, build_env\n"
         "from airlock.runner.spawn import JobSpec, run_job\n"
         "root = resolve_identity(0)\n"
-        "spec = JobSpec('op', 'exec', (('true',),), root, build_env(root, {}, {}), '/', None, 5, None, 10, 0.1, (), 'process-group')\n"
+        "spec = JobSpec('op', 'exec', (('true',),), root, build_env(root, {}, {}), '/', None, 5, None, 10, 0.1, (), "
+        "'process-group')\n"
         "try:\n"
         "    asyncio.run(run_job(spec))\n"
         "except AirlockError as exc:\n"

@@ -21,13 +21,28 @@ from airlock.common.errors import AirlockError
 from airlock.runner import units
 
 
-def _helper(path: str, st: os.stat_result, *argv: str, env: dict[str, str] | None = None,
-            privileged: bool = False) -> subprocess.CompletedProcess[bytes]:
+def _helper(
+    path: str, st: os.stat_result, *argv: str, env: dict[str, str] | None = None, privileged: bool = False
+) -> subprocess.CompletedProcess[bytes]:
     unit = units.StageUnit(
-        name="x.service", description="d", slice="s.slice", python=os.path.realpath(sys.executable), path=path,
-        dev=st.st_dev, ino=st.st_ino, owner=st.st_uid if privileged else None,
-        mode=stat.S_IMODE(st.st_mode) if privileged else None, argv=(path, *argv), uid=0, gid=0, groups=(),
-        cwd="/", umask=0o022, env_file="/run/x.env", stop_timeout_seconds=1, runtime_max_seconds=10,
+        name="x.service",
+        description="d",
+        slice="s.slice",
+        python=os.path.realpath(sys.executable),
+        path=path,
+        dev=st.st_dev,
+        ino=st.st_ino,
+        owner=st.st_uid if privileged else None,
+        mode=stat.S_IMODE(st.st_mode) if privileged else None,
+        argv=(path, *argv),
+        uid=0,
+        gid=0,
+        groups=(),
+        cwd="/",
+        umask=0o022,
+        env_file="/run/x.env",
+        stop_timeout_seconds=1,
+        runtime_max_seconds=10,
     )
     # What systemd does: load the EnvironmentFile, exec ExecStart's argv.
     text = units.env_file_text(env or {}).decode()
@@ -101,10 +116,24 @@ def test_unit_names_are_distinct_for_distinct_keys() -> None:
 
 def test_unit_properties_carry_identity_and_never_the_environment() -> None:
     unit = units.StageUnit(
-        name="airlock-job-x.u5.service", description="airlock job x", slice="airlock-jobs.slice",
-        python="/usr/bin/python3.11", path="/usr/bin/id", dev=1, ino=2, owner=None, mode=None,
-        argv=("/usr/bin/id", "-u"), uid=1000, gid=1000, groups=(1000, 27), cwd="/home/u", umask=0o022,
-        env_file="/run/airlock-runner/airlock-job-x.u5.service.env", stop_timeout_seconds=2, runtime_max_seconds=30,
+        name="airlock-job-x.u5.service",
+        description="airlock job x",
+        slice="airlock-jobs.slice",
+        python="/usr/bin/python3.11",
+        path="/usr/bin/id",
+        dev=1,
+        ino=2,
+        owner=None,
+        mode=None,
+        argv=("/usr/bin/id", "-u"),
+        uid=1000,
+        gid=1000,
+        groups=(1000, 27),
+        cwd="/home/u",
+        umask=0o022,
+        env_file="/run/airlock-runner/airlock-job-x.u5.service.env",
+        stop_timeout_seconds=2,
+        runtime_max_seconds=30,
         limits=(("PrivateNetwork", "b", True),),
     )
     props = {name: value for name, _sig, value in units.unit_properties(unit)}
@@ -115,7 +144,7 @@ def test_unit_properties_carry_identity_and_never_the_environment() -> None:
     assert props["RuntimeMaxUSec"] == 30_000_000 and props["TimeoutStopUSec"] == 2_000_000
     assert props["KillMode"] == "control-group" and props["AddRef"] is True
     assert props["PrivateNetwork"] is True
-    (python, argv, _ignore), = props["ExecStart"]
+    ((python, argv, _ignore),) = props["ExecStart"]
     assert python == "/usr/bin/python3.11" and argv[-2:] == ["/usr/bin/id", "-u"]
     root = units.unit_properties(units.StageUnit(**{**{f: getattr(unit, f) for f in unit.__slots__}, "uid": 0}))
     assert "User" not in {name for name, _s, _v in root}  # a root job: systemd's own default
@@ -128,16 +157,30 @@ def test_returncode_from_exec_main_code() -> None:
 
 
 def test_sandbox_properties() -> None:
-    props = sandbox.properties({
-        "read_only": True, "read_write_paths": ["/var/lib/app"], "private_network": True, "private_tmp": True,
-        "memory_max": "512M", "cpu_quota": "50%", "tasks_max": 64, "capabilities": ["CAP_NET_ADMIN", "CAP_CHOWN"],
-        "no_new_privileges": True,
-    })
+    props = sandbox.properties(
+        {
+            "read_only": True,
+            "read_write_paths": ["/var/lib/app"],
+            "private_network": True,
+            "private_tmp": True,
+            "memory_max": "512M",
+            "cpu_quota": "50%",
+            "tasks_max": 64,
+            "capabilities": ["CAP_NET_ADMIN", "CAP_CHOWN"],
+            "no_new_privileges": True,
+        }
+    )
     got = {name: value for name, _sig, value in props}
     assert got == {
-        "ProtectSystem": "strict", "ReadWritePaths": ["/var/lib/app"], "PrivateNetwork": True, "PrivateTmp": True,
-        "MemoryMax": 512 * 1024**2, "CPUQuotaPerSecUSec": 500_000, "TasksMax": 64,
-        "CapabilityBoundingSet": (1 << 12) | 1, "NoNewPrivileges": True,
+        "ProtectSystem": "strict",
+        "ReadWritePaths": ["/var/lib/app"],
+        "PrivateNetwork": True,
+        "PrivateTmp": True,
+        "MemoryMax": 512 * 1024**2,
+        "CPUQuotaPerSecUSec": 500_000,
+        "TasksMax": 64,
+        "CapabilityBoundingSet": (1 << 12) | 1,
+        "NoNewPrivileges": True,
     }
     assert sandbox.properties({}) == []
 
