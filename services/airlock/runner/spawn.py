@@ -14,38 +14,46 @@ setsid() itself escapes, as in reference/001); or ``scope``, a transient
 systemd scope around everything the job starts, with the stages waiting
 before exec until they are inside it; or ``service`` (units.py), every stage
 its own transient service started by systemd, confined by the rule's sandbox.
+
+Its parts: the spec (jobspec.py), the binaries held by fd (binaries.py), the
+pipes and output streams (streams.py), the containment chosen (containment.py)
+and the scope stages' gate (gate.py); this module starts and supervises.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import math
 import os
 import signal
 import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any
 
 import structlog
 
-from airlock.common import binary, sandbox
 from airlock.common.child import describe_exit, terminate
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.resolve import default_path, resolve_executable
-from airlock.common.sandbox import cpu_quota_property, memory_property
 from airlock.common.spec import check_privilege
 from airlock.runner import units
+from airlock.runner.binaries import _Binary, _close_all, _is_own_identity, _open_all
+from airlock.runner.containment import (
+    _SCOPE_BACKSTOP_SLACK_SECONDS,
+    ServiceContainment,
+    _containment_for,
+    _write_env_file,
+    systemd_is_running,
+)
 from airlock.runner.evidence import JobResult, StageResult, sha256_hex
-from airlock.runner.identity import Identity, check_cwd, check_executable, encodable
-from airlock.runner.redact import Capture, StreamRedactor
-from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings
+from airlock.runner.gate import _GATE_SHIM, _gate_payload
+from airlock.runner.identity import check_cwd
+from airlock.runner.jobspec import JobSpec, running_key
+from airlock.runner.scope import ProcessGroups
+from airlock.runner.streams import OutputCallback, _Fd, _feed, _grow_pipe, _pump, _Stream, _wait_exit
 
 __all__ = [
     "JobResult",
@@ -54,425 +62,16 @@ __all__ = [
     "StageResult",
     "describe_exit",
     "run_job",
+    "running_key",
     "systemd_is_running",
 ]
 
-OutputCallback = Callable[[str, int, bytes], None]
-
-_READ_SIZE = 256 * 1024
-_PIPE_SIZE = 1024 * 1024  # fewer wake-ups while draining a fast producer
-_WRITE_SIZE = 64 * 1024
 _DRAIN_SECONDS = 2.0  # reading output after every process we can reach is gone
 _SWEEP_POLL_SECONDS = 0.02
 _SWEEP_KILL_WAIT_SECONDS = 1.0
-_SCOPE_BACKSTOP_SLACK_SECONDS = 10.0
-
-# Runs in each stage of a scope job: wait at the gate until the stage is inside
-# the scope, then exec the real binary with the caller's argv[0].  The gate
-# also carries the job's environment: the shim itself starts with an empty one,
-# because Python's locale coercion (PEP 538) would add or rewrite LC_CTYPE.
-# Python ignores SIGPIPE and SIGXFSZ at start-up and exec keeps ignored signals
-# ignored, so they are reset first (subprocess's restore_signals does the same).
-_GATE_SHIM = """\
-import os, signal, sys
-gate = int(sys.argv[1])
-chunks = []
-while True:
-    chunk = os.read(gate, 65536)
-    if not chunk:
-        break
-    chunks.append(chunk)
-os.close(gate)
-data = b"".join(chunks)
-if data[:1] != b"1":
-    os._exit(125)
-env = dict(item.split(b"=", 1) for item in data[1:].split(b"\\0") if item)
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-try:
-    os.execve(sys.argv[2], sys.argv[3:], env)
-except OSError as exc:
-    os.write(2, ("airlock: cannot execute %s: %s\\n" % (sys.argv[2], exc.strerror)).encode())
-    os._exit(127 if exc.errno == 2 else 126)
-"""
-
-
-def _gate_payload(env: Mapping[str, str]) -> bytes:
-    """What opens a gate: the go byte, then NAME=value entries separated by NUL."""
-    return b"1" + b"\0".join(os.fsencode(f"{name}={value}") for name, value in env.items())
-
-
-def _invalid(message: str) -> AirlockError:
-    return AirlockError(ErrorCode.INVALID_ARGUMENTS, message)
-
-
-def running_key(untrusted_spec: Any, operation_id: str) -> tuple[int, str]:
-    """The key of a running job: operation IDs belong to their agent (issue 14), exec and files alike."""
-    owner = untrusted_spec.get("uid") if isinstance(untrusted_spec, dict) else None
-    return (owner if isinstance(owner, int) and not isinstance(owner, bool) else -1, operation_id)
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    operation_id: str
-    mode: Literal["exec", "shell"]
-    stages: tuple[tuple[str, ...], ...]  # shell mode: (("/bin/sh", "-c", command),)
-    identity: Identity
-    env: Mapping[str, str]
-    cwd: str
-    stdin: bytes | None  # None: /dev/null
-    timeout_seconds: float
-    deadline: float | None  # absolute, epoch seconds
-    max_output_bytes: int  # per stream
-    kill_grace_seconds: float
-    protected_values: tuple[str, ...]
-    containment: Literal["service", "scope", "process-group"]
-    slice: str = "airlock-jobs.slice"
-    memory_max: str | None = None
-    tasks_max: int = 0
-    cpu_quota: str | None = None
-    umask: int = 0o022  # the job's, not the daemon's (which may be stricter)
-    # The identities approval bound (bound["binaries"], one per stage): the
-    # runner executes these paths' files and nothing else.  None (tests, tools):
-    # argv[0] is resolved here, on the target user's default PATH.
-    binaries: tuple[Mapping[str, Any], ...] | None = None
-    owner_uid: int | None = None  # who asked: operation IDs are per agent, so is the scope's name
-    # Each stage's rule's sandbox as approval bound it (bound["sandbox"]); service containment only.
-    sandboxes: tuple[Mapping[str, Any], ...] | None = None
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("exec", "shell"):
-            raise _invalid(f"mode must be exec or shell (got {self.mode!r})")
-        if not self.stages or any(not stage for stage in self.stages):
-            raise _invalid("a job needs at least one stage, and every stage an argv")
-        if any(not isinstance(arg, str) or "\0" in arg for stage in self.stages for arg in stage):
-            raise _invalid("argv entries must be strings without NUL bytes")
-        strings = [arg for stage in self.stages for arg in stage] + [self.cwd, *self.env.keys(), *self.env.values()]
-        if not all(encodable(text) for text in strings):
-            raise _invalid("argv, cwd and environment must be encodable (no lone surrogates)")
-        if self.mode == "shell" and len(self.stages) != 1:
-            raise _invalid("a shell job has exactly one stage")
-        if self.containment not in ("service", "scope", "process-group"):
-            raise _invalid(f"containment must be service, scope or process-group (got {self.containment!r})")
-        if self.sandboxes is not None and len(self.sandboxes) != len(self.stages):
-            raise _invalid("a job needs one sandbox (empty: none) per stage")
-        if any(self.sandboxes or ()) and self.containment != "service":
-            raise AirlockError(
-                ErrorCode.SPAWN_FAILED,
-                "this rule's sandbox needs runner.containment: service (systemd), not " + self.containment,
-            )
-        if any(not k or "=" in k or "\0" in k or "\0" in v for k, v in self.env.items()):
-            raise _invalid("environment names must be non-empty without '=' or NUL, values without NUL")
-        if self.deadline is not None and not math.isfinite(self.deadline):
-            raise _invalid(f"deadline must be a finite time (got {self.deadline})")
-        if not self.timeout_seconds > 0:
-            raise _invalid(f"timeout must be positive (got {self.timeout_seconds})")
-        if self.max_output_bytes < 0 or self.kill_grace_seconds < 0 or self.tasks_max < 0:
-            raise _invalid("output cap, kill grace and tasks_max must not be negative")
-        if self.binaries is not None and len(self.binaries) != len(self.stages):
-            raise _invalid("a job needs one bound binary identity per stage")
-
-
-def systemd_is_running() -> bool:
-    """True when systemd is PID 1 (the test sd_booted() makes)."""
-    return os.path.isdir("/run/systemd/system")
-
-
-# --- file descriptors owned by one job ------------------------------------------
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class _Fd:
-    """One pipe end the job owns, closable from anywhere, exactly once.
-
-    A task waiting on it may be cancelled after the job closed it; it then
-    must not unregister a later, unrelated user of the same fd number.
-    """
-
-    __slots__ = ("fd", "watched")
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.watched = False  # ever registered with the event loop
-
-    async def wait(self, *, write: bool) -> None:
-        loop = asyncio.get_running_loop()
-        self.watched = True
-        future: asyncio.Future[None] = loop.create_future()
-        fd = self.fd
-        if write:
-            loop.add_writer(fd, _wake, future)
-        else:
-            loop.add_reader(fd, _wake, future)
-        try:
-            await future
-        finally:
-            if self.fd == fd and write:  # still ours
-                loop.remove_writer(fd)
-            elif self.fd == fd:
-                loop.remove_reader(fd)
-
-    def close(self) -> None:
-        if self.fd < 0:
-            return
-        if self.watched:  # only then is there a loop to tell (spawning runs in a thread)
-            loop = asyncio.get_running_loop()
-            loop.remove_reader(self.fd)
-            loop.remove_writer(self.fd)
-        os.close(self.fd)
-        self.fd = -1
-
-
-async def _wait_exit(proc: subprocess.Popen[bytes]) -> int:
-    """Wait for a stage to exit and reap it, without a thread (pidfd)."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except OSError:  # a kernel before 5.3
-        return await asyncio.to_thread(proc.wait)
-    holder = _Fd(pidfd)
-    try:
-        while proc.poll() is None:
-            await holder.wait(write=False)
-    finally:
-        holder.close()
-    assert proc.returncode is not None
-    return proc.returncode
-
-
-# --- output streams --------------------------------------------------------------
-
-
-class _Stream:
-    """One captured stream: redact, then cap, then deliver."""
-
-    __slots__ = ("_callback", "_capture", "_redactor", "name", "stage")
-
-    def __init__(self, name: str, stage: int, spec: JobSpec, on_output: OutputCallback | None) -> None:
-        self.name = name
-        self.stage = stage
-        self._callback = on_output
-        self._redactor = StreamRedactor(spec.protected_values)
-        self._capture = Capture(spec.max_output_bytes, self._deliver if on_output is not None else None)
-
-    def _deliver(self, data: bytes) -> None:
-        if self._callback is None:
-            return
-        try:
-            self._callback(self.name, self.stage, data)
-        except Exception as exc:
-            # A broken listener (say, a client that went away) must not stop the
-            # draining that keeps the job from blocking; the evidence is complete.
-            structlog.get_logger().warning("runner.output.listener_failed", stream=self.name, error=type(exc).__name__)
-            self._callback = None
-
-    def feed(self, data: bytes) -> None:
-        if not self._capture.truncated:  # past the cap the bytes are only drained
-            self._capture.add(self._redactor.feed(data))
-
-    def finish(self) -> tuple[bytes, bool, str]:
-        self._capture.add(self._redactor.flush())
-        data = self._capture.finish()
-        return data, self._capture.truncated, sha256_hex(data)
-
-
-async def _pump(fd: _Fd, stream: _Stream) -> None:
-    while fd.fd >= 0:
-        try:
-            data = os.read(fd.fd, _READ_SIZE)
-        except BlockingIOError:
-            await fd.wait(write=False)
-            continue
-        if not data:
-            break
-        stream.feed(data)
-    fd.close()
-
-
-async def _feed(fd: _Fd, data: bytes) -> None:
-    """Write all of ``data`` without blocking the loop, then close (EOF for the reader)."""
-    view = memoryview(data)
-    try:
-        while view and fd.fd >= 0:
-            try:
-                written = os.write(fd.fd, view[:_WRITE_SIZE])
-            except BlockingIOError:
-                await fd.wait(write=True)
-                continue
-            view = view[written:]
-    except BrokenPipeError:
-        pass  # the reader is gone (a stage that does not read stdin); its business
-    finally:
-        fd.close()
-
-
-def _scope_containment(spec: JobSpec) -> ScopeContainment:
-    settings = ScopeSettings(
-        slice=spec.slice,
-        description=f"airlock job {ascii(spec.operation_id)[1:-1]}",  # printable ASCII for systemctl
-        stop_timeout_seconds=spec.kill_grace_seconds,
-        memory_max=spec.memory_max,
-        tasks_max=spec.tasks_max,
-        cpu_quota=spec.cpu_quota,
-        # Never before our own timeout, termination and sweep have had their turn.
-        runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
-    )
-    return ScopeContainment(units.unit_name(spec.operation_id, spec.owner_uid, None, suffix=".scope"), settings)
-
-
-class ServiceContainment(ProcessGroups):
-    """Every stage in its own transient service (units.py); systemd kills what is left."""
-
-    def __init__(self, spec: JobSpec) -> None:
-        super().__init__()
-        self.limits: list[sandbox.Property] = []
-        if spec.memory_max is not None:
-            self.limits.append(memory_property(spec.memory_max))
-        if spec.tasks_max > 0:
-            self.limits.append(("TasksMax", "t", spec.tasks_max))
-        if spec.cpu_quota is not None:
-            self.limits.append(cpu_quota_property(spec.cpu_quota))
-        # Bad settings fail before anything starts.
-        self.stage_limits = [sandbox.properties(sb) for sb in spec.sandboxes or [{}] * len(spec.stages)]
-        self.stages: list[units.StageService] = []
-        self.env_files: list[str] = []
-
-    async def attach(self, pids: Sequence[int]) -> None:
-        pass
-
-    async def signal(self, signum: int) -> None:
-        for stage in self.stages:
-            if stage.returncode is None:
-                await stage.kill(signum)
-
-    def signal_now(self, signum: int) -> None:
-        for stage in self.stages:
-            if stage.returncode is None:
-                stage.kill_now(signum)
-
-    async def occupied(self) -> bool:
-        return False  # a stage's unit stops only once systemd killed everything in it
-
-    async def release(self) -> None:
-        for stage in self.stages:
-            await stage.release()
-        self.remove_env_files()
-
-    def remove_env_files(self) -> None:
-        for path in self.env_files:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        self.env_files.clear()
-
-
-def _write_env_file(name: str, env: Mapping[str, str]) -> str:
-    """A root-only file for the unit's EnvironmentFile= (never a unit property: those are world-readable)."""
-    dirfd = os.open(units.ENV_DIR, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        fd = os.open(
-            f"{name}.env", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirfd
-        )
-    finally:
-        os.close(dirfd)
-    with os.fdopen(fd, "wb") as f:
-        f.write(units.env_file_text(env))
-    return os.path.join(units.ENV_DIR, f"{name}.env")
-
-
-def _containment_for(spec: JobSpec) -> ProcessGroups:
-    if spec.containment == "process-group":
-        return ProcessGroups()
-    if not systemd_is_running():
-        raise AirlockError(
-            ErrorCode.SPAWN_FAILED, f"{spec.containment} containment needs systemd as PID 1, which is not running"
-        )
-    if spec.containment == "service":
-        return ServiceContainment(spec)
-    return _scope_containment(spec)
 
 
 # --- the job ----------------------------------------------------------------------------
-
-
-def _is_own_identity(identity: Identity) -> bool:
-    own_groups = set(os.getgroups()) | {os.getegid()}
-    return (
-        identity.uid == os.geteuid() == os.getuid()
-        and identity.gid == os.getegid() == os.getgid()
-        and set(identity.groups) | {identity.gid} == own_groups
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Binary:
-    """One stage's binary, held open: its canonical path (the argv[0] the job
-    sees) and the O_PATH fd that is executed (``/proc/self/fd/N``)."""
-
-    path: str
-    fd: int
-    st: os.stat_result
-
-
-def _stage_error(exc: AirlockError, index: int, argv0: str) -> AirlockError:
-    return AirlockError(exc.code, f"stage {index + 1}: {exc.message}", exc.details | {"stage": index, "argv0": argv0})
-
-
-def _open_all(spec: JobSpec) -> list[_Binary]:
-    """Open every stage's binary and check it, before anything starts.
-
-    With bound identities (the runner service) the path is approval's and the
-    open file must be the file approval saw: same device and inode, and for a
-    root job the same owner and mode, and root's alone (``unsafe_binary``).  A
-    bare name is never looked up on the request's PATH.
-    """
-    trusted = spec.identity.uid == 0
-    opened: list[_Binary] = []
-    try:
-        for index, argv in enumerate(spec.stages):
-            if spec.binaries is not None:
-                expected = spec.binaries[index]
-                path: str | None = str(expected.get("path", ""))
-            else:
-                expected = None
-                path = resolve_executable(argv[0], default_path(spec.identity.uid))
-            if path is None:
-                raise AirlockError(
-                    ErrorCode.SPAWN_FAILED,
-                    f"stage {index + 1}: {argv[0]}: command not found",
-                    {"stage": index, "argv0": argv[0]},
-                )
-            try:
-                fd, st = binary.open_binary(path, trusted=trusted)
-                opened.append(_Binary(path, fd, st))
-                if expected is not None:
-                    differs = binary.mismatch(expected, binary.identity_of(path, st, privileged=trusted))
-                    if differs:
-                        raise AirlockError(
-                            ErrorCode.BINARY_CHANGED,
-                            f"{path} is not the file that was approved (changed: {', '.join(differs)})",
-                            {"path": path, "changed": differs},
-                        )
-                check_executable(spec.identity, path, st)
-            except AirlockError as exc:
-                raise _stage_error(exc, index, argv[0]) from None
-    except BaseException:
-        _close_all(opened)
-        raise
-    return opened
-
-
-def _close_all(opened: Sequence[_Binary]) -> None:
-    for item in opened:
-        with contextlib.suppress(OSError):
-            os.close(item.fd)
-
-
-def _grow_pipe(fd: int) -> None:
-    with contextlib.suppress(OSError):  # the per-user pipe quota may say no
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
 
 
 class _Job:

@@ -11,7 +11,8 @@ import pytest
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.sandbox import cpu_quota_property, memory_property
-from airlock.runner import spawn, units
+from airlock.runner import units
+from airlock.runner.containment import _scope_containment
 from airlock.runner.scope import (
     Scope,
     ScopeSettings,
@@ -105,12 +106,12 @@ def test_scope_without_systemd_fails_closed() -> None:
 
 
 def test_scope_containment_checks_limits_when_built() -> None:
-    containment = spawn._scope_containment(make_spec(("true",), operation_id="op 1", tasks_max=5))
+    containment = _scope_containment(make_spec(("true",), operation_id="op 1", tasks_max=5))
     # Named like a job's service units (one scheme), with the scope's suffix.
     assert containment.unit == units.unit_name("op 1", None, None, suffix=".scope") == "airlock-job-op_201.u.scope"
     assert containment.gated
     with pytest.raises(AirlockError) as caught:
-        spawn._scope_containment(make_spec(("true",), cpu_quota="fast"))
+        _scope_containment(make_spec(("true",), cpu_quota="fast"))
     assert caught.value.code is ErrorCode.INVALID_ARGUMENTS
 
 
@@ -121,7 +122,7 @@ def test_scope_containment_falls_back_to_the_cgroup_when_busctl_fails(tmp_path: 
         (tmp_path / "cgroup.procs").write_text(f"{sleeper.pid}\n")
         (tmp_path / "cgroup.events").write_text("populated 1\nfrozen 0\n")
         (tmp_path / "cgroup.kill").write_text("")
-        containment = spawn._scope_containment(make_spec(("true",)))
+        containment = _scope_containment(make_spec(("true",)))
         containment.created = Scope(unit=containment.unit or "", cgroup_dir=str(tmp_path))
         assert asyncio.run(containment.occupied())
         containment.signal_now(signal.SIGKILL)  # a real cgroup.kill kills everything at once

@@ -1,0 +1,109 @@
+"""Which containment a job gets (scope.py, units.py): process groups, a
+transient scope, or one transient service per stage, and whether systemd is
+there to provide the last two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+
+from airlock.common import sandbox
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.sandbox import cpu_quota_property, memory_property
+from airlock.runner import units
+from airlock.runner.jobspec import JobSpec
+from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings
+
+_SCOPE_BACKSTOP_SLACK_SECONDS = 10.0
+
+
+def systemd_is_running() -> bool:
+    """True when systemd is PID 1 (the test sd_booted() makes)."""
+    return os.path.isdir("/run/systemd/system")
+
+
+def _scope_containment(spec: JobSpec) -> ScopeContainment:
+    settings = ScopeSettings(
+        slice=spec.slice,
+        description=f"airlock job {ascii(spec.operation_id)[1:-1]}",  # printable ASCII for systemctl
+        stop_timeout_seconds=spec.kill_grace_seconds,
+        memory_max=spec.memory_max,
+        tasks_max=spec.tasks_max,
+        cpu_quota=spec.cpu_quota,
+        # Never before our own timeout, termination and sweep have had their turn.
+        runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
+    )
+    return ScopeContainment(units.unit_name(spec.operation_id, spec.owner_uid, None, suffix=".scope"), settings)
+
+
+class ServiceContainment(ProcessGroups):
+    """Every stage in its own transient service (units.py); systemd kills what is left."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        super().__init__()
+        self.limits: list[sandbox.Property] = []
+        if spec.memory_max is not None:
+            self.limits.append(memory_property(spec.memory_max))
+        if spec.tasks_max > 0:
+            self.limits.append(("TasksMax", "t", spec.tasks_max))
+        if spec.cpu_quota is not None:
+            self.limits.append(cpu_quota_property(spec.cpu_quota))
+        # Bad settings fail before anything starts.
+        self.stage_limits = [sandbox.properties(sb) for sb in spec.sandboxes or [{}] * len(spec.stages)]
+        self.stages: list[units.StageService] = []
+        self.env_files: list[str] = []
+
+    async def attach(self, pids: Sequence[int]) -> None:
+        pass
+
+    async def signal(self, signum: int) -> None:
+        for stage in self.stages:
+            if stage.returncode is None:
+                await stage.kill(signum)
+
+    def signal_now(self, signum: int) -> None:
+        for stage in self.stages:
+            if stage.returncode is None:
+                stage.kill_now(signum)
+
+    async def occupied(self) -> bool:
+        return False  # a stage's unit stops only once systemd killed everything in it
+
+    async def release(self) -> None:
+        for stage in self.stages:
+            await stage.release()
+        self.remove_env_files()
+
+    def remove_env_files(self) -> None:
+        for path in self.env_files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self.env_files.clear()
+
+
+def _write_env_file(name: str, env: Mapping[str, str]) -> str:
+    """A root-only file for the unit's EnvironmentFile= (never a unit property: those are world-readable)."""
+    dirfd = os.open(units.ENV_DIR, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(
+            f"{name}.env", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirfd
+        )
+    finally:
+        os.close(dirfd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(units.env_file_text(env))
+    return os.path.join(units.ENV_DIR, f"{name}.env")
+
+
+def _containment_for(spec: JobSpec) -> ProcessGroups:
+    if spec.containment == "process-group":
+        return ProcessGroups()
+    if not systemd_is_running():
+        raise AirlockError(
+            ErrorCode.SPAWN_FAILED, f"{spec.containment} containment needs systemd as PID 1, which is not running"
+        )
+    if spec.containment == "service":
+        return ServiceContainment(spec)
+    return _scope_containment(spec)
