@@ -4,14 +4,19 @@ codes)."""
 from __future__ import annotations
 
 import argparse
+import base64
 import os
+import sys
 import uuid
 from typing import Any
 
 from airlock.cli.base import _err, _unreachable
-from airlock.cli.quick import EXIT_AIRLOCK_ERROR, report
 from airlock.common import client
 from airlock.common.codec import iso_utc
+
+EXIT_DENIED = 126
+EXIT_APPROVAL_TIMEOUT = 124
+EXIT_AIRLOCK_ERROR = 125
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
@@ -33,7 +38,29 @@ def cmd_run(ns: argparse.Namespace) -> int:
     except client.ClientError as exc:
         _unreachable(ns, exc)
         return EXIT_AIRLOCK_ERROR
-    return report(raw, reply, ns.json)
+    if ns.json:
+        sys.stdout.buffer.write(raw + b"\n")
+        sys.stdout.flush()
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        code = error.get("code")
+        if not ns.json:
+            _err(f"{code}: {error.get('message')}")
+        if code == "denied":
+            return EXIT_DENIED
+        if code == "approval_timeout":
+            return EXIT_APPROVAL_TIMEOUT
+        return EXIT_AIRLOCK_ERROR
+    data = reply.get("data") or {}
+    if not ns.json:
+        for stage in data.get("stages", []):
+            sys.stderr.buffer.write(base64.b64decode(stage.get("stderr") or ""))
+        sys.stderr.flush()
+        sys.stdout.buffer.write(base64.b64decode(data.get("stdout") or ""))
+        sys.stdout.flush()
+        if data.get("timed_out"):
+            _err(f"the command timed out ({data.get('timeout_reason')})")
+    return exit_status(data)
 
 
 def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
@@ -66,3 +93,13 @@ def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
     args["operation_id"] = ns.operation_id or f"cli-{uuid.uuid4()}"
     args["stream"] = True
     return args
+
+
+def exit_status(evidence: dict[str, Any]) -> int:
+    """The last stage's exit code, or 128+N for signal N (as a shell reports it)."""
+    stages = evidence.get("stages") or [{}]
+    last = stages[-1]
+    if isinstance(last.get("signal"), int) and last.get("exit_code") is None:
+        return 128 + int(last["signal"])
+    code = last.get("exit_code")
+    return int(code) if isinstance(code, int) else EXIT_AIRLOCK_ERROR

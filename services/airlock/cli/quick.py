@@ -129,18 +129,13 @@ def _run(opts: dict[str, Any], request: dict[str, Any]) -> int:
             sys.stdout.write(json.dumps({"id": None, "ok": False, "error": error}, separators=(",", ":")) + "\n")
             sys.stdout.flush()
         return EXIT_AIRLOCK_ERROR
-    return report(raw, reply, opts["json"])
-
-
-def report(raw: bytes, reply: dict[str, Any], as_json: bool) -> int:
-    """What `airlock run` prints of the final reply, and its exit status (cli/agentcmds.py uses it too)."""
-    if as_json:
+    if opts["json"]:
         sys.stdout.buffer.write(raw + b"\n")
         sys.stdout.flush()
     if not reply.get("ok"):
         error = reply.get("error") or {}
         code = error.get("code")
-        if not as_json:
+        if not opts["json"]:
             _err(f"{code}: {error.get('message')}")
         if code == "denied":
             return EXIT_DENIED
@@ -148,7 +143,7 @@ def report(raw: bytes, reply: dict[str, Any], as_json: bool) -> int:
             return EXIT_APPROVAL_TIMEOUT
         return EXIT_AIRLOCK_ERROR
     data = reply.get("data") or {}
-    if not as_json:
+    if not opts["json"]:
         from binascii import a2b_base64
 
         for stage in data.get("stages", []):
@@ -158,7 +153,7 @@ def report(raw: bytes, reply: dict[str, Any], as_json: bool) -> int:
         sys.stdout.flush()
         if data.get("timed_out"):
             _err(f"the command timed out ({data.get('timeout_reason')})")
-    return exit_status(data)
+    return _exit_status(data)
 
 
 def _call(path: str, line: bytes, quiet: bool) -> tuple[bytes | None, dict[str, Any]]:
@@ -216,8 +211,8 @@ def _call(path: str, line: bytes, quiet: bool) -> tuple[bytes | None, dict[str, 
         sock.close()
 
 
-def exit_status(evidence: dict[str, Any]) -> int:
-    """The last stage's exit code, or 128+N for signal N (as a shell reports it)."""
+def _exit_status(evidence: dict[str, Any]) -> int:
+    """As agentcmds.exit_status: the last stage's exit code, or 128+N for signal N."""
     stages = evidence.get("stages") or [{}]
     last = stages[-1]
     if isinstance(last.get("signal"), int) and last.get("exit_code") is None:
