@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from airlock.approval import quorum
 from airlock.approval.rules import Decision
 from airlock.approval.signed import Published
 from airlock.approval.statement import SIGN_COMMAND
-from airlock.common import binary
+from airlock.common import binary, interp
 from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
@@ -64,6 +65,8 @@ class Pending:
             "stages": self.binaries,
             "binaries": list(self.bound.get("binaries") or []),
             "sandbox": list(self.bound.get("sandbox") or []),
+            # Issue 27: path arguments someone other than root can change, as bound (flagged to people).
+            "arguments": list(self.bound.get("arguments") or []),
             "rule": self.rule,
             "request": self.request,
             "policy": self.decision.to_dict(),
@@ -110,14 +113,31 @@ def bind_binaries(decision: Decision, *, privileged: bool) -> list[dict[str, Any
     """The identity of each stage's canonical binary, as the runner must find it (issue 14).
 
     Opened like the runner opens it (component by component, no symlink
-    followed); a root job's binary must also be root's alone (``unsafe_binary``).
+    followed); a root job's binary must also be root's alone (``unsafe_binary``),
+    and so must its interpreter chain where approval can read the file.
     """
     out = []
     for stage in decision.stages:
         if stage.resolved is None:  # the policy denies an unresolved stage; nothing to bind
             raise AirlockError(ErrorCode.SPAWN_FAILED, f"{stage.argv[0] if stage.argv else ''}: command not found")
         out.append(binary.bind(stage.resolved, privileged=privileged))
+        if privileged:
+            _check_chain(stage.resolved)
     return out
+
+
+def _check_chain(path: str) -> None:
+    """Refuse early a root job whose interpreter chain others can change (the runner checks again).
+
+    Approval may not be able to read a root-only binary; then only the runner checks.
+    """
+    fd, _st = binary.open_binary(path, trusted=True)
+    try:
+        interp.check(path, fd)
+    except OSError:  # unreadable here (a root-only binary): the runner, root, checks it
+        pass
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,9 @@ class Rule:
     approvals: int = 1
     approvers: Approvers | None = None
     reason_required: bool = False
+    # Issue 27: a root job's path argument someone other than root can change makes an allow ask,
+    # unless the rule says ``writable_arguments: allow``.
+    writable_arguments: bool = False
 
     def __post_init__(self) -> None:
         # Rules built in code (tests, tools) get the same guarantees as parsed
@@ -133,6 +136,8 @@ class Rule:
             out["approvers"] = self.approvers.to_dict()
         if self.reason_required:
             out["reason"] = "required"
+        if self.writable_arguments:
+            out["writable_arguments"] = "allow"
         return out
 
 
@@ -246,6 +251,12 @@ class Policy:
         by_name = {r.name: r for r in self.rules}
         deciding = [by_name[s.rule] for s in decision.stages if s.rule in by_name]
         return join((r.approvals, r.approvers, r.reason_required) for r in deciding)
+
+    def allows_writable(self, decision: Decision, stages: Iterable[int]) -> bool:
+        """Whether the deciding rule of each of these stages says ``writable_arguments: allow``."""
+        by_name = {r.name: r for r in self.rules}
+        deciding = [by_name.get(decision.stages[i].rule) for i in stages if i < len(decision.stages)]
+        return all(rule is not None and rule.writable_arguments for rule in deciding)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -28,6 +28,7 @@ from airlock.approval.rules import Decision
 from airlock.approval.signed import Ledger
 from airlock.approval.statement import SIGN_COMMAND
 from airlock.common import validate
+from airlock.common.arguments import describe as describe_argument
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config
@@ -68,9 +69,13 @@ class Votes:
         digest: str,
         decision: Decision,
         requirement: quorum.Requirement,
+        bound: Mapping[str, Any],
     ) -> Grant | None:
-        """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum rule)."""
+        """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum
+        rule, never a request whose path arguments someone other than root can change: issue 27)."""
         if verdict != "ask" or decision.decision != "ask" or self.hold_reason is not None:
+            return None
+        if bound.get("arguments"):
             return None
         if not isinstance(spec, ExecSpec) or requirement.approvals > 1:
             return None
@@ -96,6 +101,13 @@ class Votes:
             raise AirlockError(ErrorCode.CONFLICT, "grants cover commands only, not file operations")
         if entry.tally is not None and entry.tally.requirement.approvals > 1:
             raise AirlockError(ErrorCode.CONFLICT, "a rule that needs several approvers takes no grant")
+        if entry.bound.get("arguments"):
+            raise AirlockError(
+                ErrorCode.CONFLICT,
+                "no grant for a request whose path arguments someone other than root can change "
+                "(approve it without --grant: each run is then decided again)",
+                {"arguments": [a.get("path") for a in entry.bound["arguments"]]},
+            )
         if entry.decision.decision != "ask" or entry.rule == "hold":
             raise AirlockError(
                 ErrorCode.CONFLICT, "only a request a rule sent to an operator takes a grant (not one held)"
@@ -301,6 +313,7 @@ class Votes:
                 run_as=f"{entry.run_as_user} (uid {entry.run_as})",
                 command=command,
                 reason=str(entry.request.get("reason") or ""),
+                arguments="; ".join(describe_argument(a) for a in entry.bound.get("arguments") or []),
             )
             for decision in statements.DECISIONS
         }
