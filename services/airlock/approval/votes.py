@@ -217,6 +217,8 @@ class Votes:
             out["requirement"] = entry.tally.requirement.to_dict()
         if entry.published is not None and self.ledger.signers.enabled():
             out["statement"] = entry.published.statements["allow"].render()
+        if entry.bound.get("arguments"):  # issue 27: flagged for people (watch, relay, show)
+            out["arguments"] = entry.bound["arguments"]
         return out
 
     def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from airlock.cli.base import _err, _operator, _table, _unreachable
 from airlock.cli.events import _event_line
-from airlock.common import client, render, sandbox
+from airlock.common import arguments, client, render, sandbox
 from airlock.common.codec import iso_utc
 from airlock.common.render import Style, command_line, fields, sanitise, use_colour
 
@@ -58,6 +58,8 @@ def cmd_pending(ns: argparse.Namespace) -> int:
             if extra:
                 print(f"{render.sanitise(p['request_id'], strict=True)} {extra}")
         for p in data.get("pending", []):
+            for line in arguments.flagged(p.get("arguments")):  # issue 27: others can change what it reads
+                print(f"{render.sanitise(p['request_id'], strict=True)} {arguments.FLAG}: {render.sanitise(line)}")
             if p.get("sandbox"):  # shown only when a rule confines the job; none means a full job
                 confined = "; ".join(f"stage {i}: {sandbox.describe(sb)}" for i, sb in enumerate(p["sandbox"], start=1))
                 print(f"{render.sanitise(p['request_id'], strict=True)} sandbox: {render.sanitise(confined)}")
@@ -209,6 +211,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
     ]
     for i, stage in enumerate(request.get("stages") or [], start=1):
         pairs.append((f"stage {i}", command_line(stage)))
+    for line in arguments.flagged(_bound_arguments(data)):
+        pairs.append((style.bold(arguments.FLAG), sanitise(line)))
     if decision:
         who = decision.get("by")
         if decision.get("grant_id"):
@@ -263,6 +267,18 @@ def cmd_show(ns: argparse.Namespace) -> int:
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
     return 0
+
+
+def _bound_arguments(data: dict[str, Any]) -> Any:
+    """A request's changeable path arguments: from the pending entry, else from its approval.pending record."""
+    detail = data.get("detail") or {}
+    if detail.get("arguments"):
+        return detail["arguments"]
+    for event in data.get("events") or []:
+        payload = event.get("payload") if isinstance(event, dict) else None
+        if event.get("kind") == "approval.pending" and isinstance(payload, dict) and payload.get("arguments"):
+            return payload["arguments"]
+    return []
 
 
 def cmd_cancel(ns: argparse.Namespace) -> int:

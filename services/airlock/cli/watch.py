@@ -22,7 +22,7 @@ import tty
 from collections.abc import Callable
 from typing import Any
 
-from airlock.common import client, sandbox
+from airlock.common import arguments, client, sandbox
 from airlock.common.render import Style, command_line, diff_lines, duration, fields, file_review, sanitise, use_colour
 
 POLL_SECONDS = 1.0
@@ -60,6 +60,8 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
         pairs.append(("  binary", shown))
         confined = (p.get("sandbox") or [])[i - 1] if len(p.get("sandbox") or []) >= i else None
         pairs.append(("  sandbox", sanitise(sandbox.describe(confined))))
+    for line in arguments.flagged(p.get("arguments")):  # issue 27: others can change what the job reads
+        pairs.append((style.red(arguments.FLAG), sanitise(line)))
     request = p.get("request") or {}
     pairs.extend(file_review(request))
     env = p.get("env_names") or []

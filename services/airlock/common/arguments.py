@@ -163,6 +163,16 @@ def describe(item: dict[str, Any]) -> str:
     return f"stage {int(item.get('stage', 0)) + 1} arg {item.get('index')} {item.get('path')} ({', '.join(bits)})"
 
 
+FLAG = "CHANGEABLE"  # how every surface marks such an argument
+
+
+def flagged(items: Any) -> list[str]:
+    """Each bound argument as one line for a person (unsanitised: each surface escapes it its own way)."""
+    if not isinstance(items, list):
+        return []
+    return [describe(item) for item in items if isinstance(item, dict)]
+
+
 def _int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 
+from airlock.common import arguments
 from airlock.common.codec import iso_utc
 from airlock.common.render import command_line, duration, sanitise
 
@@ -81,6 +82,8 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) 
         "mode": mode,
         "what": what,
         "env_names": sorted(_s(n, strict=True) for n in (spec.get("env") or request.get("env") or {})),
+        # Issue 27: path arguments someone other than root can change (bound to the approval, no grant).
+        "changeable": [_clip(_s(line), 500) for line in arguments.flagged(payload.get("arguments"))],
         "rule": _s(payload.get("rule")),
         "reason": _clip(_s(request.get("reason")), 500),
         "seconds_left": round(max(0.0, expires - now), 1),
@@ -183,6 +186,7 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
         f"from: {m['user']} (uid {m['uid']})",
         f"runs as: {m['run_as']}" + (" (privileged)" if m["privileged"] else ""),
         f"{'command' if m['mode'] == 'exec' else 'file'}: {m['what']}",
+        *(f"{arguments.FLAG} by others (bound to this approval): {line}" for line in m.get("changeable") or []),
         f"rule: {m['rule']}",
         f"reason: {m['reason'] or '(none given)'}",
         f"time left: {duration(m['seconds_left'])} (until {m['expires_at']})",
