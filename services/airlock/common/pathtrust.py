@@ -59,13 +59,18 @@ def _parts(path: str) -> list[str]:
     return [p for p in path.split("/") if p and p != "."]
 
 
-def walk(path: str) -> Found:
-    """Walk the absolute ``path`` on fds (see the module's docstring); the caller closes ``fd``."""
+def walk(path: str, root: str = "/") -> Found:
+    """Walk the absolute ``path`` on fds (see the module's docstring); the caller closes ``fd``.
+
+    ``root`` is where ``/`` is: ``/proc/1/root`` sees the files as PID 1 (and
+    the jobs it starts) sees them, not through the caller's own mount
+    namespace (the runner's private ``/tmp``).
+    """
     if not path.startswith("/") or "\0" in path:
         raise WalkError(errno.EINVAL, "not an absolute path", path)
     todo = _parts(path)
-    root = os.open("/", _DIR_FLAGS)
-    stack: list[tuple[int, os.stat_result, str]] = [(root, os.fstat(root), "/")]
+    root_fd = os.open(root, _DIR_FLAGS)
+    stack: list[tuple[int, os.stat_result, str]] = [(root_fd, os.fstat(root_fd), "/")]
     problem: tuple[str, str] | None = None
     links = 0
     try:

@@ -31,6 +31,7 @@ from airlock.common import pathtrust
 from airlock.common.arguments import candidates
 from airlock.common.errors import AirlockError, ErrorCode
 
+HOST_ROOT = "/proc/1/root"  # the files as PID 1 sees them (CAP_SYS_PTRACE; docs/security.md)
 HASH_LIMIT = 64 * 1024 * 1024  # per file: bigger files are bound by size and times
 TOTAL_HASH_LIMIT = 256 * 1024 * 1024  # per request
 _CHUNK = 1024 * 1024
@@ -82,17 +83,24 @@ def _hash(fd: int, limit: int) -> str | None:
         os.close(readable)
 
 
+def view(containment: str) -> str:
+    """Where ``/`` is for a job's files: a service job is started by PID 1 and sees its mounts,
+    not the runner's own (``PrivateTmp=``); other jobs are the runner's children."""
+    return HOST_ROOT if containment == "service" else "/"
+
+
 def inspect(
-    stages: Sequence[Sequence[str]], programs: Sequence[str], cwd: str, *, cwd_given: bool
+    stages: Sequence[Sequence[str]], programs: Sequence[str], cwd: str, *, cwd_given: bool, root: str = "/"
 ) -> list[dict[str, Any]]:
-    """The changeable path arguments of a root job, each with what identifies it now."""
+    """The changeable path arguments of a root job, each with what identifies it now (``root``: `view`)."""
+    _can_see(root)
     out: list[dict[str, Any]] = []
     budget = TOTAL_HASH_LIMIT
     scripted: set[int] = set()  # stages whose first path argument was found
     for cand in candidates(stages, programs, cwd_given=cwd_given):
         path = cand.text if cand.text.startswith("/") else posixpath.join(cwd, cand.text)
         try:
-            found = pathtrust.walk(path)
+            found = pathtrust.walk(path, root)
         except (pathtrust.WalkError, OSError):
             continue  # not a path the job could open either (a loop, a name too long)
         try:
@@ -138,6 +146,16 @@ def inspect(
     return out
 
 
+def _can_see(root: str) -> None:
+    """Fail closed when the job's view of the files is out of reach (the walk would see other files)."""
+    try:
+        os.close(os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+    except OSError as exc:
+        raise AirlockError(
+            ErrorCode.SPAWN_FAILED, f"cannot see the job's files through {root} ({exc.strerror}); nothing was run"
+        ) from None
+
+
 def _head(fd: int) -> bytes:
     readable = pathtrust.reopen(fd)
     try:
@@ -155,12 +173,13 @@ def changed(item: Mapping[str, Any], why: str) -> AirlockError:
     )
 
 
-def check(bound: Sequence[Mapping[str, Any]]) -> list[Script]:
+def check(bound: Sequence[Mapping[str, Any]], root: str = "/") -> list[Script]:
     """Every bound argument is still what was approved (``argument_changed`` otherwise); the scripts' bytes."""
+    _can_see(root)
     scripts: list[Script] = []
     for item in bound:
         try:
-            found = pathtrust.walk(str(item["path"]))
+            found = pathtrust.walk(str(item["path"]), root)
         except OSError as exc:
             raise changed(item, f"cannot be walked ({exc.strerror})") from None
         try:

@@ -325,7 +325,14 @@ class Runner:
         if not spec.privileged:
             return {"arguments": []}
         cwd = spec.cwd or default_cwd(resolve_identity(spec.run_as))
-        found = await asyncio.to_thread(arguments.inspect, spec.stages, programs, cwd, cwd_given=spec.cwd is not None)
+        found = await asyncio.to_thread(
+            arguments.inspect,
+            spec.stages,
+            programs,
+            cwd,
+            cwd_given=spec.cwd is not None,
+            root=arguments.view(self.containment()),
+        )
         return {"arguments": found}
 
     async def cancel(self, call: Call) -> dict[str, Any]:

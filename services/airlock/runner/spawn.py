@@ -376,7 +376,8 @@ async def run_job(
     opened = _open_all(spec)
     try:
         # A root job's changeable path arguments: still what approval bound, or nothing runs.
-        scripts = await asyncio.to_thread(arguments.check, spec.arguments) if spec.arguments else []
+        view = arguments.view(spec.containment)
+        scripts = await asyncio.to_thread(arguments.check, spec.arguments, view) if spec.arguments else []
         return await _execute(spec, _containment_for(spec), opened, on_output, cancel, scripts)
     finally:
         _close_all(opened)
