@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from airlock.approval import fileop_review, hook, quorum
-from airlock.approval.pending import Pending, bind_binaries, describe_binaries
+from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
 from airlock.approval.rules import Decision, Policy, Subject
 from airlock.approval.tickets import Tickets
 from airlock.approval.votes import Votes
@@ -92,6 +92,8 @@ class Deciding(Tickets, Votes):
                 if decision.decision == "allow" and not self.policy.allows_writable(decision, touched):
                     # What the job reads can change after this check: a person decides, unless the rule said so.
                     decision = dataclasses.replace(decision, decision="ask")
+            if spec.privileged and decision.decision == "ask":
+                check_chains(decision)  # not worth an operator's time if the runner will refuse it
         await self._hold_restored()
         verdict, rule = decision.decision, decision.rule
         if self.hold_reason is not None and verdict == "allow":

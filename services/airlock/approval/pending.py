@@ -113,24 +113,28 @@ def bind_binaries(decision: Decision, *, privileged: bool) -> list[dict[str, Any
     """The identity of each stage's canonical binary, as the runner must find it (issue 14).
 
     Opened like the runner opens it (component by component, no symlink
-    followed); a root job's binary must also be root's alone (``unsafe_binary``),
-    and so must its interpreter chain where approval can read the file.
+    followed); a root job's binary must also be root's alone (``unsafe_binary``).
     """
     out = []
     for stage in decision.stages:
         if stage.resolved is None:  # the policy denies an unresolved stage; nothing to bind
             raise AirlockError(ErrorCode.SPAWN_FAILED, f"{stage.argv[0] if stage.argv else ''}: command not found")
         out.append(binary.bind(stage.resolved, privileged=privileged))
-        if privileged:
-            _check_chain(stage.resolved)
     return out
 
 
-def _check_chain(path: str) -> None:
-    """Refuse early a root job whose interpreter chain others can change (the runner checks again).
+def check_chains(decision: Decision) -> None:
+    """Refuse early a root job whose interpreter chain others can change, before an operator
+    spends time on it (the runner checks every root job again, and alone for a rule's allow).
 
     Approval may not be able to read a root-only binary; then only the runner checks.
     """
+    for stage in decision.stages:
+        if stage.resolved is not None:
+            _check_chain(stage.resolved)
+
+
+def _check_chain(path: str) -> None:
     fd, _st = binary.open_binary(path, trusted=True)
     try:
         interp.check(path, fd)
