@@ -308,7 +308,10 @@ def test_shebang_interpreter_under_an_agent_folder_is_unsafe(
     assert reply["ok"] is False and reply["error"]["code"] == "unsafe_binary", reply
     assert reply["error"]["details"]["path"] == str(home)
     assert not mark.exists()
-    assert not [r for r in _journal(astack, op) if r["kind"] == "exec.started"]
+    trail = _journal(astack, op)
+    refused = [r["payload"] for r in trail if r["kind"] == "exec.refused"]
+    assert refused and refused[0]["code"] == "unsafe_binary"  # the runner refused before spawning
+    assert not [r for r in trail if r["kind"] == "exec.finished"]
 
     # Control: the same kind of tool with a root-owned interpreter runs.
     reply = agent_exec(astack.agent, agent, {"argv": [str(rootdir / "report-ok")], "privileged": True})
