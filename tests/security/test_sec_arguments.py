@@ -206,6 +206,12 @@ def test_agent_script_gets_no_grant_and_a_rewrite_asks_again(
     assert final(replies(proc))["ok"] is True
     again = agent_exec(astack.agent, agent, {"argv": ["sh", str(trusted)], "privileged": True})
     assert again["ok"] is True and again["data"]["decision"]["decided_by"].startswith("grant "), again
+    # ... and no grant matches once someone else can change the script: the same request asks again.
+    os.chown(trusted, agent.pw_uid, agent.pw_gid)
+    proc, request_id, _op = _ask(astack, agent, ["sh", str(trusted)])
+    assert wait_pending(astack, request_id, timeout=30)["arguments"][0]["path"] == str(trusted)
+    assert astack.native("deny", {"id": request_id}, path=astack.operator)["ok"] is True
+    assert final(replies(proc))["error"]["code"] == "denied"
 
 
 def test_script_rewritten_while_pending_is_refused_and_runs_from_the_reviewed_bytes(

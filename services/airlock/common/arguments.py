@@ -87,13 +87,16 @@ def candidates(stages: Sequence[Sequence[str]], programs: Sequence[str], *, cwd_
             or _SHELL.fullmatch(posixpath.basename(argv[0])) is not None
         )
         wraps = wrapper(program) or wrapper(argv[0])
-        command_mode = False
+        command_mode = code_next = False
         for index, element in enumerate(argv[1:], start=1):
             if element in ("", "-", "--") or len(element) > 4096:
                 continue
+            if code_next and not element.startswith("-"):
+                code_next = False  # the program text of -c/-e (or -m's module): code, not a path
+                continue
             if element.startswith("-"):
                 if runs_code and _command_mode(element, shell):
-                    command_mode = True
+                    command_mode = code_next = True
                 value = element.split("=", 1)[1] if "=" in element else element[element.find("/") :]
                 if "/" in element and "/" in value:
                     out.append(Candidate(stage, index, value, option=True, script=False))

@@ -50,6 +50,11 @@ def test_command_mode_has_no_script(argv: list[str]) -> None:
     assert all(not script for _t, _o, script in texts(argv, f"/usr/bin/{argv[0]}"))
 
 
+def test_the_program_text_of_command_mode_is_not_a_path() -> None:
+    assert texts(["sh", "-c", "cat /etc/x", "/h/x"], "/usr/bin/dash", cwd_given=True) == [("/h/x", False, False)]
+    assert texts(["python3", "-c", "import os; os.remove('/h/y')"], "/usr/bin/python3.11") == []
+
+
 def test_a_wrappers_first_path_may_be_a_script_if_it_starts_with_shebang() -> None:
     found = candidates([["timeout", "5", "/h/x.sh"]], ["/usr/bin/timeout"], cwd_given=False)
     assert found == [Candidate(0, 2, "/h/x.sh", option=False, script=True, exec_only=True)]
