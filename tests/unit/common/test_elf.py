@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from airlock.common.elf import ElfError, ElfInfo, read_elf
 
 
-def _reader(data: bytes):  # type: ignore[no-untyped-def]
+def _reader(data: bytes) -> Callable[[int, int], bytes]:
     return lambda offset, size: data[offset : offset + size]
 
 
