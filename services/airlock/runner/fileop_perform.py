@@ -19,8 +19,12 @@ and the open is non-blocking).  Directories are walked with
 
 Writes are atomic: a temporary file created with ``O_EXCL`` in the parent's
 fd, written and fsynced, given the old file's owner, group and permission
-bits (never setuid, setgid or sticky), renamed over the target relative to
-the same fd, and the directory fsynced.  A reader (or a crash, or SIGKILL at
+bits (never setuid, setgid or sticky), its ACL and its ``security.*`` and
+``user.*`` extended attributes (`_keep_xattrs`: a write that cannot keep
+them is refused with ``metadata_not_kept`` and nothing is written), renamed
+over the target relative to the same fd, and the directory fsynced.  A new
+file is created with the requested mode, so the kernel applies the
+directory's default ACL (or the umask) as it does for any new file.  A reader (or a crash, or SIGKILL at
 any moment) sees the old content or the new, never a mix.  When the content
 the write was approved against is known (the operator reviewed it, or the
 agent sent ``expected_sha256``), the held file is hashed again right before
@@ -59,6 +63,14 @@ _PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _READ_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 _RENAME_NOREPLACE = 1
+_ACL = "system.posix_acl_access"
+# Never carried over to new content: file capabilities grant privilege (like setuid, which is
+# dropped too), and IMA/EVM values are computed from the old content and metadata.
+_NOT_KEPT = frozenset({"security.capability", "security.ima", "security.evm"})
+# Names a fresh temporary file may get on its own (the directory's default ACL); removed
+# when the file being replaced does not have them.  An LSM label (security.selinux) stays.
+_FRESH_REMOVABLE = (_ACL,)
+BINARY_EXCERPT = 64  # bytes of hex shown on each side of a binary change
 
 
 class FileOpError(Exception):
@@ -426,12 +438,6 @@ def _current(
     return fd, _read_fd(fd), held
 
 
-def _umask() -> int:
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
 def _renameat2(src_dir: int, src: str, dst_dir: int, dst: str, flags: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.renameat2(src_dir, os.fsencode(src), dst_dir, os.fsencode(dst), flags) != 0:
@@ -490,6 +496,74 @@ def _still(parent: int, name: str, path: str, held: tuple[int, bytes, os.stat_re
         )
 
 
+def _xattr_names(fd: int, path: str) -> list[str]:
+    try:
+        return sorted(os.listxattr(fd))
+    except OSError as exc:
+        if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return []  # a filesystem without extended attributes: nothing to keep
+        raise _os_error(exc, path) from None
+
+
+def _xattrs(fd: int, path: str) -> dict[str, bytes]:
+    """The extended attributes a replacement must keep (ACL, ``security.*``, ``user.*``, others seen)."""
+    out: dict[str, bytes] = {}
+    for name in _xattr_names(fd, path):
+        if name in _NOT_KEPT:
+            continue
+        try:
+            out[name] = os.getxattr(fd, name)
+        except OSError as exc:
+            if exc.errno == errno.ENODATA:
+                continue  # removed meanwhile
+            raise FileOpError(
+                "metadata_not_kept", f"{path}: cannot read its attribute {name} ({exc.strerror})"
+            ) from None
+    return out
+
+
+def _keep_xattrs(fd: int, wanted: dict[str, bytes], path: str) -> None:
+    """Give the temporary file ``fd`` exactly the kept attributes of the file it replaces.
+
+    Before the final ``fchmod``: setting the ACL sets the group bits to its
+    mask, and the ``fchmod`` with the old mode then leaves both as they were.
+    A filesystem (or LSM) that refuses one is ``metadata_not_kept``: a write
+    that would silently drop what protects the file is not made.
+    """
+    for name in _FRESH_REMOVABLE:
+        if name not in wanted:
+            with contextlib.suppress(OSError):
+                os.removexattr(fd, name)  # inherited from the directory's default ACL
+    for name, value in wanted.items():
+        try:
+            if _getxattr(fd, name) != value:
+                os.setxattr(fd, name, value)
+        except OSError as exc:
+            raise FileOpError(
+                "metadata_not_kept",
+                f"{path}: cannot keep its attribute {name} ({exc.strerror}); nothing was written",
+            ) from None
+
+
+def _getxattr(fd: int, name: str) -> bytes | None:
+    try:
+        return os.getxattr(fd, name)
+    except OSError:
+        return None
+
+
+def _check_kept(fd: int, wanted: dict[str, bytes], mode: int, path: str) -> None:
+    """After the last change of the temporary file: it has the old mode and attributes, or nothing is written."""
+    now = stat.S_IMODE(os.fstat(fd).st_mode)
+    if now != mode:
+        raise FileOpError(
+            "metadata_not_kept", f"{path}: its mode {mode:04o} came out as {now:04o}; nothing was written"
+        )
+    for name, value in wanted.items():
+        if _getxattr(fd, name) != value:
+            raise FileOpError("metadata_not_kept", f"{path}: its attribute {name} was not kept; nothing was written")
+
+
 def atomic_write(
     parent: int,
     name: str,
@@ -500,17 +574,23 @@ def atomic_write(
     *,
     before_rename: Callable[[], None] | None = None,
     replace: bool = True,
+    existing_fd: int | None = None,
 ) -> None:
     """Replace ``name`` in the held directory ``parent`` with ``data``.
 
-    Temp file (``O_EXCL``, same directory), fsync, owner, group and permission
-    bits kept (setuid, setgid and sticky never), ``before_rename`` (the
-    pre-state check), rename, fsync of the directory.  ``replace=False``
-    renames only if nothing is there.
+    Temp file (``O_EXCL``, same directory), fsync, owner, group, permission
+    bits (setuid, setgid and sticky never), ACL and extended attributes of
+    the held ``existing_fd`` kept, ``before_rename`` (the pre-state check),
+    rename, fsync of the directory.  ``replace=False`` renames only if
+    nothing is there.  A new file (``existing`` None) is created with
+    ``mode``: the kernel applies the directory's default ACL or the umask.
     """
     stem = os.fsdecode(os.fsencode(name)[:200])  # NAME_MAX is 255 bytes, not characters
     temp = f".{stem}.airlock-{secrets.token_hex(6)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
+    # Read before anything is created: a write that cannot see what it must keep is not made.
+    kept = _xattrs(existing_fd, path) if existing is not None and existing_fd is not None else {}
+    create_mode = 0o600 if existing is not None else (mode if mode is not None else 0o644) & 0o777
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, create_mode, dir_fd=parent)
     try:
         try:
             view = memoryview(data)
@@ -526,9 +606,10 @@ def atomic_write(
                             f"{path}: cannot keep its owner {existing.st_uid}:{existing.st_gid} (only root can); "
                             "nothing was written",
                         ) from None
-                os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)
-            else:
-                os.fchmod(fd, (mode if mode is not None else 0o644) & 0o777 & ~_umask())
+                keep_mode = stat.S_IMODE(existing.st_mode) & 0o777
+                _keep_xattrs(fd, kept, path)
+                os.fchmod(fd, keep_mode)
+                _check_kept(fd, kept, keep_mode, path)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -589,12 +670,67 @@ def _check_preconditions(spec: FileSpec, before: bytes | None, wanted: list[str]
 
 
 def unified_diff(path: str, before: bytes | None, after: bytes) -> str:
-    old = (before or b"").decode("utf-8", errors="replace").splitlines(keepends=True)
-    new = after.decode("utf-8", errors="replace").splitlines(keepends=True)
-    diff = "".join(difflib.unified_diff(old, new, fromfile=path if before is not None else "/dev/null", tofile=path))
+    """What a write changes, for an operator: a unified diff, or a binary change with hex excerpts.
+
+    Content that is not strict UTF-8 is never decoded with replacement
+    characters (two different byte strings would then show as the same
+    text, and a real change as an empty diff): it is shown as a binary
+    change.  A last line without a newline is marked as diff(1) marks it.
+    """
+    fromfile = path if before is not None else "/dev/null"
+    try:
+        old = (before or b"").decode("utf-8").splitlines(keepends=True)
+        new = after.decode("utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError:
+        diff = binary_diff(fromfile, path, before or b"", after)
+    else:
+        diff = "".join(_ended(line) for line in difflib.unified_diff(old, new, fromfile=fromfile, tofile=path))
     if len(diff) > DIFF_LIMIT:
         diff = diff[:DIFF_LIMIT] + "\n[diff truncated]\n"
     return diff
+
+
+def _ended(line: str) -> str:
+    # difflib leaves a last line without its newline, which would run into the next line.
+    return line if line.endswith(("\n", "\r")) else line + "\n\\ No newline at end of file\n"
+
+
+def binary_diff(fromfile: str, tofile: str, before: bytes, after: bytes) -> str:
+    """A change to content that is not UTF-8 text: sizes, the changed byte range, hex excerpts of both sides."""
+    head = f"--- {fromfile}\n+++ {tofile}\n"
+    if before == after:
+        return ""
+    start = 0
+    limit = min(len(before), len(after))
+    while start < limit and before[start] == after[start]:
+        start += 1
+    end = 0  # bytes equal at the end of both, not overlapping the start
+    while end < limit - start and before[-1 - end] == after[-1 - end]:
+        end += 1
+    old_changed, new_changed = len(before) - start - end, len(after) - start - end
+    at = start - start % 16
+    lines = [
+        f"binary change (not UTF-8 text): {len(before)} -> {len(after)} bytes; "
+        f"from byte {start} (0x{start:x}), {old_changed} bytes replaced by {new_changed}\n"
+    ]
+    lines += [f"-{row}\n" for row in _hexdump(before, at, start + old_changed)]
+    lines += [f"+{row}\n" for row in _hexdump(after, at, start + new_changed)]
+    return head + "".join(lines)
+
+
+def _hexdump(data: bytes, at: int, changed_end: int) -> list[str]:
+    """``xxd``-like rows of ``data`` from offset ``at``: up to `BINARY_EXCERPT` bytes, through the change if shorter."""
+    stop = min(len(data), at + BINARY_EXCERPT, max(changed_end, at + 16))
+    rows = []
+    for offset in range(at, stop, 16):
+        chunk = data[offset : min(offset + 16, stop)]
+        text = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
+        rows.append(f"{offset:08x}  {chunk.hex(' ', 1):<47}  |{text}|")
+    if not rows:
+        rows.append(f"{at:08x}  (end of file)")
+    elif stop < changed_end:
+        rows.append(f"{stop:08x}  [{changed_end - stop} more changed bytes]")
+    return rows
 
 
 def write(spec: FileSpec, expect: str | None = None) -> dict[str, Any]:
@@ -619,6 +755,7 @@ def write(spec: FileSpec, expect: str | None = None) -> dict[str, Any]:
             spec.params.get("mode"),
             before_rename=recheck if wanted else None,
             replace=held is not None or not wanted,
+            existing_fd=None if held is None else held[0],
         )
     out = {
         "before_sha256": None if before is None else _sha256(before),
