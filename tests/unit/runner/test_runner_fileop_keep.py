@@ -36,7 +36,11 @@ def write(path: Path, content: bytes, **params: Any) -> dict[str, Any]:
 
 def preview(path: Path, content: bytes) -> dict[str, Any]:
     spec = FileSpec(
-        tool="files_write", path=str(path), privileged=True, uid=0, params={"content": base64.b64encode(content).decode()}
+        tool="files_write",
+        path=str(path),
+        privileged=True,
+        uid=0,
+        params={"content": base64.b64encode(content).decode()},
     )
     return fileop_perform.perform(spec, preview_only=True)
 
