@@ -133,7 +133,7 @@ def test_an_attribute_the_filesystem_refuses_refuses_the_write(tmp_path: Path, m
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
 
-    monkeypatch.setattr(fileop_perform.os, "setxattr", refuse)
+    monkeypatch.setattr(os, "setxattr", refuse)
     out = write(target, b"new")
     assert out["ok"] is False and out["error"]["code"] == "metadata_not_kept", out
     assert "user.keep" in out["error"]["message"] and "nothing was written" in out["error"]["message"]
