@@ -562,6 +562,12 @@ def _check_kept(fd: int, wanted: dict[str, bytes], mode: int, path: str) -> None
     for name, value in wanted.items():
         if _getxattr(fd, name) != value:
             raise FileOpError("metadata_not_kept", f"{path}: its attribute {name} was not kept; nothing was written")
+    for name in _FRESH_REMOVABLE:
+        if name not in wanted and _getxattr(fd, name) is not None:
+            # An inherited default ACL the old file did not have could widen who may read it.
+            raise FileOpError(
+                "metadata_not_kept", f"{path}: the new file would get an ACL it did not have; nothing was written"
+            )
 
 
 def atomic_write(

@@ -125,6 +125,27 @@ def test_a_file_without_an_acl_does_not_get_the_directorys_default(tmp_path: Pat
 
 
 @needs_root
+@needs_acl
+def test_an_inherited_acl_that_cannot_be_removed_refuses_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    target = shared / "plain"
+    target.write_bytes(b"old")
+    setfacl("-d", "-m", "u:65534:rw", str(shared))
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "removexattr", refuse)
+    out = write(target, b"new")
+    assert out["ok"] is False and out["error"]["code"] == "metadata_not_kept", out
+    assert target.read_bytes() == b"old" and fileop_perform._ACL not in os.listxattr(target)
+    assert sorted(p.name for p in shared.iterdir()) == ["plain"]
+
+
+@needs_root
 def test_an_attribute_the_filesystem_refuses_refuses_the_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "f"
     target.write_bytes(b"old")
