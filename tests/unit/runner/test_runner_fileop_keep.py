@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from airlock.common.fileop_spec import FileSpec
-from airlock.runner import fileop_perform
+from airlock.runner import fileop_diff, fileop_perform
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="keeping owners and security.* attributes needs root")
 needs_acl = pytest.mark.skipif(
@@ -182,7 +182,7 @@ def test_a_change_of_bytes_that_are_not_utf8_is_a_binary_change_never_an_empty_d
 
 def test_binary_excerpts_are_bounded_and_say_what_is_left_out() -> None:
     before, after = bytes(range(256)) * 4, bytes(range(256)) * 2 + b"\x00" * 512
-    diff = fileop_perform.unified_diff("/b", before, after)
+    diff = fileop_diff.unified_diff("/b", before, after)
     assert "from byte 513 (0x201), 511 bytes replaced by 511" in diff
     rows = diff.splitlines()
     assert [r[:9] for r in rows if r[:1] in "-+" and "  " in r][:2] == ["-00000200", "-00000210"]
@@ -190,9 +190,9 @@ def test_binary_excerpts_are_bounded_and_say_what_is_left_out() -> None:
 
 
 def test_a_new_binary_file_and_text_diffs() -> None:
-    created = fileop_perform.unified_diff("/n", None, b"\x00\xff")
+    created = fileop_diff.unified_diff("/n", None, b"\x00\xff")
     assert created.startswith("--- /dev/null\n+++ /n\n") and "+00000000  00 ff" in created
     # Text stays a unified diff; a missing last newline is marked, not run into the next line.
-    text = fileop_perform.unified_diff("/t", b"a\nb\n", b"a\nb")
+    text = fileop_diff.unified_diff("/t", b"a\nb\n", b"a\nb")
     assert text.endswith("-b\n+b\n\\ No newline at end of file\n"), text
-    assert fileop_perform.unified_diff("/t", b"same\n", b"same\n") == ""
+    assert fileop_diff.unified_diff("/t", b"same\n", b"same\n") == ""
