@@ -9,6 +9,7 @@ from typing import Any
 
 from airlock.approval import fileop_review
 from airlock.approval.rules import DEFAULT_RULE, Decision, StageDecision
+from airlock.common import render
 from airlock.common.fileop_spec import FileSpec
 
 DIFF = "--- /etc/app.conf\n+++ /etc/app.conf\n@@ -1 +1 @@\n-password = hunter2\n+password = changed\n"
@@ -72,3 +73,16 @@ def test_the_diff_is_for_operators_its_hash_and_size_for_everyone() -> None:
     observed = fileop_review.for_observer(shown)
     assert "hunter2" not in repr(observed) and observed["detail"]["rule"] == "x"
     assert shown["request"]["diff"] == DIFF  # the operator's copy is untouched
+
+
+def test_an_observer_is_told_the_diff_exists_and_whose_eyes_previewed() -> None:
+    request = {"request_id": "r1", "tool": "files_write", "path": "/etc/app.conf"}
+    view = asyncio.run(fileop_review.operator_view(FakeRunner(), request, _spec()))  # type: ignore[arg-type]
+    lines = dict(render.file_review(fileop_review.without_content(view)))
+    assert lines["diff"] == f"sha256 {view['diff_sha256']}, {len(DIFF)} bytes (shown to operators only)"
+    assert "diff" not in dict(render.file_review(view))  # operators get the diff itself
+    refused: dict[str, object] = request | {"preview_as": "requester", "preview_error": {"code": "permission_denied"}}
+    assert (
+        "as the requesting agent (no rule names this path): permission_denied"
+        in dict(render.file_review(refused))["against"]
+    )
