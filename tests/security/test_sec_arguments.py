@@ -184,7 +184,7 @@ def test_agent_script_gets_no_grant_and_a_rewrite_asks_again(
     shown = astack.cli("pending")
     assert "CHANGEABLE" in shown.stdout and str(script) in shown.stdout  # the operator sees it flagged
     assert "CHANGEABLE" in astack.cli("show", request_id).stdout
-    assert "arguments: \"stage 1 arg 1 " + str(script) in astack.cli("statement", request_id).stdout
+    assert 'arguments: "stage 1 arg 1 ' + str(script) in astack.cli("statement", request_id).stdout
     refused = astack.cli("approve", request_id, "--grant", "30m")
     assert refused.returncode != 0 and "no grant" in refused.stderr, refused
     assert astack.cli("approve", request_id).returncode == 0  # approving this one run is still possible
