@@ -146,7 +146,9 @@ def test_tz_cannot_point_a_root_job_at_the_agents_file(hstack: Stack, agent: pwd
         assert reply["ok"] is False and reply["error"]["details"]["field"] == "env.TZ", reply
 
     # A time zone by name still reaches a root job.
-    reply = agent_exec(hstack.agent, agent, {"argv": ["/usr/bin/date", "+%Z"], "env": {"TZ": "Asia/Kolkata"}, "privileged": True})
+    reply = agent_exec(
+        hstack.agent, agent, {"argv": ["/usr/bin/date", "+%Z"], "env": {"TZ": "Asia/Kolkata"}, "privileged": True}
+    )
     assert reply["ok"] is True, reply
     assert reply["data"]["stages"][0]["exit_code"] == 0
 

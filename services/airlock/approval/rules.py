@@ -23,8 +23,8 @@ from airlock.approval import match
 from airlock.approval.match import FileGrant
 from airlock.approval.quorum import Approvers, Requirement, join
 from airlock.common.errors import AirlockError
-from airlock.common.sandbox import merge as merge_sandboxes
 from airlock.common.resolve import default_path, resolve_executable
+from airlock.common.sandbox import merge as merge_sandboxes
 
 Verdict = Literal["allow", "ask", "deny"]
 VERDICTS: tuple[Verdict, ...] = ("allow", "ask", "deny")

@@ -274,11 +274,12 @@ def _writable(given: list[dict[str, Any]]) -> list[str] | None:
 
 
 def _memory_bytes(value: str, all_values: list[str], physical_memory: int | None) -> float:
-    name, _sig, amount = memory_property(value)
+    name, _sig, raw = memory_property(value)
+    amount = float(raw)
     if name == "MemoryMax":
-        return float(amount)
+        return amount
     if all(memory_property(v)[0] == "MemoryMaxScale" for v in all_values):
-        return float(amount)  # all percentages: compared as they are
+        return amount  # all percentages: compared as they are
     total = physical_memory if physical_memory is not None else _physical_memory()
     return amount / _UINT32_MAX * total
 
@@ -286,7 +287,7 @@ def _memory_bytes(value: str, all_values: list[str], physical_memory: int | None
 def _physical_memory() -> int:
     import os
 
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
 
 
 def describe(sandbox: Mapping[str, Any] | None) -> str:

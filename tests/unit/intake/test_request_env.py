@@ -101,4 +101,6 @@ def test_locale_and_terminal_names_may_not_hold_a_path_for_a_root_job(name: str,
     with pytest.raises(AirlockError) as err:
         _exec({name: value}, privileged=True, cfg=_wider("LANG", "LC_*", "TERM"))
     assert err.value.details == {"field": f"env.{name}"}
-    _exec({name: "C.UTF-8" if name != "TERM" else "xterm-256color"}, privileged=True, cfg=_wider("LANG", "LC_*", "TERM"))
+    _exec(
+        {name: "C.UTF-8" if name != "TERM" else "xterm-256color"}, privileged=True, cfg=_wider("LANG", "LC_*", "TERM")
+    )
