@@ -59,7 +59,9 @@ def test_pending_approve_and_deny(ops: Stack) -> None:
     assert listing.returncode == 0
     assert listing.stdout.splitlines()[0].split() == ["ID", "USER", "AS", "LEFT", "COMMAND"]
     assert bg.request_id in listing.stdout and "echo from-cli" in listing.stdout
-    approved = ops.cli("approve", bg.request_id[:14], "--reason", "ok by me")
+    line = next(ln for ln in listing.stdout.splitlines() if ln.startswith(f"{bg.request_id}: airlock approve "))
+    assert line.split(": ", 1)[1].split()[2:4] == [bg.request_id, "--expect"]  # the line to paste
+    approved = ops.cli(*line.split(": ", 1)[1].split()[1:], "--reason", "ok by me")
     assert approved.returncode == 0 and "approved" in approved.stdout
     assert bg.result()["ok"] is True
 

@@ -59,6 +59,9 @@ class Votes:
     def _find(self, ref: Any) -> Pending:
         raise NotImplementedError  # Approval's
 
+    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
+        raise NotImplementedError  # Approval's
+
     def _granted(
         self,
         verdict: str,
@@ -199,8 +202,9 @@ class Votes:
         self.log.info("approval.grants.restored", live=sum(1 for g in live if g.expires > now))
 
     def _pending_extra(self, entry: Pending) -> dict[str, Any]:
-        """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign."""
-        out: dict[str, Any] = {}
+        """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign;
+        and issue 27's ``expect``, which every approve line made from the event carries."""
+        out: dict[str, Any] = {"expect": entry.expect}
         if entry.tally is not None and entry.tally.requirement != quorum.Requirement():
             out["requirement"] = entry.tally.requirement.to_dict()
         if entry.published is not None and self.ledger.signers.enabled():
@@ -311,6 +315,7 @@ class Votes:
         decision = call.args.get("decision", "allow")
         if decision not in statements.DECISIONS:
             raise validate.bad("decision", "must be allow or deny")
+        await self._check_expected(call, entry, "statement")  # --sign: never sign another request's statement
         assert entry.published is not None
         text = entry.published.statements[decision].render()
         return entry.quorum_dict() | {
@@ -346,6 +351,8 @@ class Votes:
         except AirlockError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise
+        if entry is not None and via == "operator":
+            await self._check_expected(call, entry, "approve" if decisions == ("allow",) else "deny")
         request_id = entry.request_id if entry is not None else ref
         ids = Ids(request_id, entry.operation_id if entry else None, submitter.uid if submitter else None)
         signature = None

@@ -258,3 +258,16 @@ def test_a_pending_message_carries_the_statement_to_sign_and_the_command() -> No
     assert text.rstrip("\n") in m["text"] and "needs 2 distinct approvers" in m["text"]
     plain = msg.pending_message(_pending(), "db1", _user_of, NOW)
     assert "statement" not in plain and "sign" not in plain["text"]
+
+
+def test_approve_and_deny_lines_carry_the_statement_binding() -> None:
+    # Issue 27: the line acts only on the request this message shows (approval refuses request_changed).
+    event = _pending()
+    event["payload"]["expect"] = "0123456789ab"
+    m = msg.pending_message(event, "db1", _user_of, _at(event, 15))
+    assert m["decide"].endswith(" airlock approve r-1 --expect 0123456789ab")
+    assert m["deny"].endswith(" airlock deny r-1 --expect 0123456789ab")
+    assert "approve: " + m["decide"] in m["text"]
+    # Anything but the 12 hex digits approval writes is left out, never passed on.
+    event["payload"]["expect"] = "0123456789ab; rm -rf /"
+    assert "--expect" not in msg.pending_message(event, "db1", _user_of, _at(event, 15))["decide"]
