@@ -28,6 +28,7 @@ import pytest
 from secsupport import agent_request, final, needs_root, red_stack, replies, root_dir, throwaway_user
 
 from airlock.relay import message
+
 from support import Stack, wait_pending
 
 pytestmark = needs_root
