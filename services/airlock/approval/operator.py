@@ -52,9 +52,9 @@ class Operating(Tickets, Votes):
     runner: Client
     intake_uid: int | None
 
-    def _find(self, ref: Any) -> Pending:
+    def _find(self, ref: Any, expect: str | None = None) -> Pending:
         """The request pending now under exactly this ID (refs.py: no prefix, no operation ID)."""
-        return refs.exact(validate.text("id", ref, max_len=256, allow_empty=False), self.pending.values())
+        return refs.exact(validate.text("id", ref, max_len=256, allow_empty=False), self.pending.values(), expect)
 
     async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
         """``expect`` (an approve line's --expect) must name the request pending now; else journaled, refused."""
@@ -78,7 +78,7 @@ class Operating(Tickets, Votes):
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
             return await self._settle_signed(call, (verdict,), via="operator")
-        entry = self._find(call.args.get("id"))
+        entry = self._find(call.args.get("id"), refs.expected(call.args))
         await self._check_expected(call, entry, "approve" if verdict == "allow" else "deny")
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         operator = call.peer

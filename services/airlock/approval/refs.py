@@ -39,16 +39,27 @@ def window(timeout_seconds: float) -> float:
     return max(MIN_WINDOW, timeout_seconds)
 
 
-def exact(ref: str, pending: Iterable[Pending]) -> Pending:
-    """The request pending now under exactly ``ref``; ``not_found`` otherwise."""
+def exact(ref: str, pending: Iterable[Pending], expect: str | None = None) -> Pending:
+    """The request pending now under exactly ``ref``; ``not_found`` otherwise.
+
+    Request IDs are each agent's own, so two agents may have one ID pending at
+    once: then ``expect`` says which, and without it the answer is ``conflict``.
+    """
     found = [p for p in pending if p.request_id == ref]
+    if len(found) > 1 and expect is not None:
+        found = [p for p in found if p.expect == expect] or found
     if not found:
         raise AirlockError(
             ErrorCode.NOT_FOUND,
             f"no request {ref!r} is pending (give the whole request ID, as `airlock pending` shows it)",
         )
     if len(found) > 1:
-        raise AirlockError(ErrorCode.CONFLICT, f"{len(found)} requests {ref!r} are pending")
+        raise AirlockError(
+            ErrorCode.CONFLICT,
+            f"{len(found)} requests {ref!r} are pending (from different agents); "
+            "give --expect from `airlock pending` to say which",
+            {"expect": sorted(p.expect for p in found)},
+        )
     return found[0]
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.approval import quorum
+from airlock.approval import quorum, refs
 from airlock.approval import statement as statements
 from airlock.approval.grants import SCOPES, Grant, Grants
 from airlock.approval.grants import restore as restore_grants
@@ -56,7 +56,7 @@ class Votes:
     _grant_timers: dict[str, asyncio.TimerHandle]
     host: str
 
-    def _find(self, ref: Any) -> Pending:
+    def _find(self, ref: Any, expect: str | None = None) -> Pending:
         raise NotImplementedError  # Approval's
 
     async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
@@ -311,7 +311,7 @@ class Votes:
 
     async def statement(self, call: Call) -> dict[str, Any]:
         """The exact text a signer signs to approve (or deny) a pending request."""
-        entry = self._find(call.args.get("id"))
+        entry = self._find(call.args.get("id"), refs.expected(call.args))
         decision = call.args.get("decision", "allow")
         if decision not in statements.DECISIONS:
             raise validate.bad("decision", "must be allow or deny")
@@ -347,7 +347,7 @@ class Votes:
         submitter = call.peer if via == "operator" else None
         entry: Pending | None = None
         try:
-            entry = self._find(ref)
+            entry = self._find(ref, refs.expected(call.args) if via == "operator" else None)
         except AirlockError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise

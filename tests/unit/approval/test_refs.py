@@ -115,3 +115,11 @@ def test_the_ledger_remembers_settled_ids_and_says_when_it_forgot_some() -> None
     assert "r-0" not in found and f"r-{signed.RECENT}" in found and len(found) == signed.RECENT
     assert unsure  # r-0 settled within the window and was forgotten: prefixes are refused
     assert ledger.settled_since(1e12) == (set(), False)
+
+
+def test_two_agents_one_id_expect_says_which() -> None:
+    mine, theirs = _pending("deploy-1", nonce="1" * 32), _pending("deploy-1", nonce="2" * 32)
+    with pytest.raises(AirlockError) as err:
+        refs.exact("deploy-1", [mine, theirs])
+    assert err.value.code is ErrorCode.CONFLICT
+    assert refs.exact("deploy-1", [mine, theirs], theirs.expect) is theirs
