@@ -77,7 +77,8 @@ class Votes:
             return None
         if not isinstance(spec, ExecSpec) or requirement.approvals > 1:
             return None
-        asking = [s.rule for s in decision.stages if s.decision != "allow"]
+        # Every rule that decided an asking stage (issue 27: not only the one whose name sorts first).
+        asking = [name for s in decision.stages if s.decision != "allow" for name in (s.deciding or (s.rule,))]
         return self.grants.find(time.time(), peer.uid, session, digest, decision.rule, asking)
 
     def _grant_for(self, entry: Pending, operator: Peer, args: Mapping[str, Any]) -> Grant | None:
