@@ -114,7 +114,7 @@ def _signing(payload: dict[str, Any], request_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "statement": statement,
         "sign": SIGN_LINE,
-        "submit": f"airlock approve {request_id} --signature statement.sig",
+        "submit": f"airlock approve {request_id}{_expect(payload)} --signature statement.sig",
     }
     requirement = payload.get("requirement")
     if isinstance(requirement, dict) and isinstance(requirement.get("approvals"), int) and requirement["approvals"] > 1:
