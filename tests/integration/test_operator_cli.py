@@ -75,6 +75,9 @@ def test_pending_approve_and_deny(ops: Stack) -> None:
 
 def test_show_prints_the_story(ops: Stack) -> None:
     bg = ask(ops, ["echo", "story"], reason="tell it")
+    expect = wait_pending(ops, bg.request_id)["expect"]
+    pending = ops.cli("show", bg.request_id)
+    assert f"airlock approve {bg.request_id} --expect {expect}" in pending.stdout, pending.stdout
     ops.cli("approve", bg.request_id)
     bg.result()
     shown = ops.cli("show", bg.operation_id)

@@ -285,6 +285,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
     waiting = render.quorum_line(data.get("detail") or {}) if data.get("pending") else ""
     if waiting:
         pairs.append(("waiting", waiting))
+    if data.get("pending") and data.get("expect"):
+        pairs.append(("approve", approve_line(data.get("request_id"), data.get("expect"))))
     if outcome:
         text = f"{outcome.get('status')}"
         if outcome.get("exit_codes") is not None:
