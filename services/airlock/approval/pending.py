@@ -49,12 +49,21 @@ class Pending:
     tally: quorum.Tally | None = None
     published: Published | None = None
 
+    @property
+    def expect(self) -> str:
+        """What approve lines carry as ``--expect`` (approval/refs.py): a short digest of this
+        pending request's allow statement (its ticket binding and its fresh nonce)."""
+        if self.published is None:
+            return ""
+        return expect_of(self.published.statements["allow"].to_bytes())
+
     def to_dict(self, now: float) -> dict[str, Any]:
         raw_spec = self.request.get("spec")
         spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
         return {
             "request_id": self.request_id,
             "operation_id": self.operation_id,
+            "expect": self.expect,
             "peer": self.peer.to_dict(),
             "session": self.request.get("session") or "",
             "host": self.request.get("host") or "",
@@ -84,6 +93,14 @@ class Pending:
             out["statement"] = self.published.statements["allow"].render()
             out["sign_command"] = SIGN_COMMAND
         return out
+
+
+EXPECT_HEX = 12  # 48 bits: an agent cannot make two pending requests share one by trying
+
+
+def expect_of(statement: bytes) -> str:
+    """The short digest an approve line carries (``--expect``): of a pending request's allow statement."""
+    return hashlib.sha256(b"airlock expect v1\n" + statement).hexdigest()[:EXPECT_HEX]
 
 
 def describe_binaries(

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.approval import quorum
+from airlock.approval import quorum, refs
 from airlock.approval import statement as statements
 from airlock.approval.grants import SCOPES, Grant, Grants
 from airlock.approval.grants import restore as restore_grants
@@ -57,7 +57,10 @@ class Votes:
     _grant_timers: dict[str, asyncio.TimerHandle]
     host: str
 
-    def _find(self, ref: Any) -> Pending:
+    def _find(self, ref: Any, expect: str | None = None) -> Pending:
+        raise NotImplementedError  # Approval's
+
+    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
         raise NotImplementedError  # Approval's
 
     def _granted(
@@ -79,7 +82,8 @@ class Votes:
             return None
         if not isinstance(spec, ExecSpec) or requirement.approvals > 1:
             return None
-        asking = [s.rule for s in decision.stages if s.decision != "allow"]
+        # Every rule that decided an asking stage (issue 27: not only the one whose name sorts first).
+        asking = [name for s in decision.stages if s.decision != "allow" for name in (s.deciding or (s.rule,))]
         return self.grants.find(time.time(), peer.uid, session, digest, decision.rule, asking)
 
     def _grant_for(self, entry: Pending, operator: Peer, args: Mapping[str, Any]) -> Grant | None:
@@ -211,8 +215,9 @@ class Votes:
         self.log.info("approval.grants.restored", live=sum(1 for g in live if g.expires > now))
 
     def _pending_extra(self, entry: Pending) -> dict[str, Any]:
-        """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign."""
-        out: dict[str, Any] = {}
+        """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign;
+        and issue 27's ``expect``, which every approve line made from the event carries."""
+        out: dict[str, Any] = {"expect": entry.expect}
         if entry.tally is not None and entry.tally.requirement != quorum.Requirement():
             out["requirement"] = entry.tally.requirement.to_dict()
         if entry.published is not None and self.ledger.signers.enabled():
@@ -322,10 +327,11 @@ class Votes:
 
     async def statement(self, call: Call) -> dict[str, Any]:
         """The exact text a signer signs to approve (or deny) a pending request."""
-        entry = self._find(call.args.get("id"))
+        entry = self._find(call.args.get("id"), refs.expected(call.args))
         decision = call.args.get("decision", "allow")
         if decision not in statements.DECISIONS:
             raise validate.bad("decision", "must be allow or deny")
+        await self._check_expected(call, entry, "statement")  # --sign: never sign another request's statement
         assert entry.published is not None
         text = entry.published.statements[decision].render()
         return entry.quorum_dict() | {
@@ -357,10 +363,12 @@ class Votes:
         submitter = call.peer if via == "operator" else None
         entry: Pending | None = None
         try:
-            entry = self._find(ref)
+            entry = self._find(ref, refs.expected(call.args) if via == "operator" else None)
         except AirlockError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise
+        if entry is not None and via == "operator":
+            await self._check_expected(call, entry, "approve" if decisions == ("allow",) else "deny")
         request_id = entry.request_id if entry is not None else ref
         ids = Ids(request_id, entry.operation_id if entry else None, submitter.uid if submitter else None)
         signature = None

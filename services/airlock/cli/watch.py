@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import select
+import shlex
 import sys
 import termios
 import time
@@ -72,6 +73,9 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
         who = ", ".join(sanitise(v.get("principal") or v.get("user")) for v in quorum.get("approvers") or [])
         pairs.append(("approvals", f"{sanitise(quorum.get('progress'))}" + (f" so far ({who})" if who else "")))
     pairs.append(("operation", sanitise(p.get("operation_id"), strict=True)))
+    if p.get("expect"):  # issue 27: decides this request only, from any other terminal
+        request_id, expect = sanitise(p.get("request_id"), strict=True), sanitise(p.get("expect"), strict=True)
+        pairs.append(("approve line", f"airlock approve {shlex.quote(request_id)} --expect {shlex.quote(expect)}"))
     diff = diff_lines(request["diff"]) if request.get("diff") else ""
     return "\n".join(lines) + "\n" + fields(pairs) + ("\n\n" + diff if diff else "")
 
@@ -150,6 +154,8 @@ class Console:
             return
         verb = "approve" if key in (b"y", b"Y", b"G") else "deny"
         args: dict[str, Any] = {"id": request_id, "reason": "airlock watch"}
+        if p.get("expect"):
+            args["expect"] = p["expect"]  # the key decides what was on the screen, or nothing (request_changed)
         if key == b"G":
             args["grant_seconds"] = GRANT_SECONDS
         reply = self.call(verb, args)

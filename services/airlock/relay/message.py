@@ -88,10 +88,18 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) 
         "reason": _clip(_s(request.get("reason")), 500),
         "seconds_left": round(max(0.0, expires - now), 1),
         "expires_at": iso_utc(expires, timespec="seconds"),
-        "decide": f"ssh {host} airlock approve {request_id}",
-        "deny": f"ssh {host} airlock deny {request_id}",
+        "decide": f"ssh {host} airlock approve {request_id}{_expect(payload)}",
+        "deny": f"ssh {host} airlock deny {request_id}{_expect(payload)}",
     }
     return message | _signing(payload, request_id) | _texts(message | _signing(payload, request_id))
+
+
+def _expect(payload: dict[str, Any]) -> str:
+    """Issue 27: `` --expect DIGEST``, so the line acts only on the request this message shows."""
+    digest = payload.get("expect")
+    if isinstance(digest, str) and len(digest) == 12 and all(c in "0123456789abcdef" for c in digest):
+        return f" --expect {digest}"
+    return ""
 
 
 SIGN_LINE = "ssh-keygen -Y sign -n airlock-approval -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
@@ -109,7 +117,7 @@ def _signing(payload: dict[str, Any], request_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "statement": statement,
         "sign": SIGN_LINE,
-        "submit": f"airlock approve {request_id} --signature statement.sig",
+        "submit": f"airlock approve {request_id}{_expect(payload)} --signature statement.sig",
     }
     requirement = payload.get("requirement")
     if isinstance(requirement, dict) and isinstance(requirement.get("approvals"), int) and requirement["approvals"] > 1:

@@ -282,3 +282,20 @@ def test_a_changeable_argument_is_flagged_and_cannot_forge_lines() -> None:
         t.startswith("approve: ssh db1 airlock approve other") for t in m["text"].splitlines()
     )
     assert "changeable" not in msg.pending_message(_pending(), "db1", _user_of, NOW)["text"].lower()
+
+
+def test_approve_and_deny_lines_carry_the_statement_binding() -> None:
+    # Issue 27: the line acts only on the request this message shows (approval refuses request_changed).
+    event = _pending()
+    event["payload"]["expect"] = "0123456789ab"
+    m = msg.pending_message(event, "db1", _user_of, _at(event, 15))
+    assert m["decide"].endswith(" airlock approve r-1 --expect 0123456789ab")
+    assert m["deny"].endswith(" airlock deny r-1 --expect 0123456789ab")
+    assert "approve: " + m["decide"] in m["text"]
+    event["payload"]["statement"] = "airlock approval statement v1\n"
+    assert msg.pending_message(event, "db1", _user_of, _at(event, 15))["submit"] == (
+        "airlock approve r-1 --expect 0123456789ab --signature statement.sig"
+    )
+    # Anything but the 12 hex digits approval writes is left out, never passed on.
+    event["payload"]["expect"] = "0123456789ab; rm -rf /"
+    assert "--expect" not in msg.pending_message(event, "db1", _user_of, _at(event, 15))["decide"]
