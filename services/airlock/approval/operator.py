@@ -46,7 +46,7 @@ class Operating(Tickets, Votes):
     """The operators' side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
-    pending: dict[str, Pending]
+    pending: dict[tuple[int, str], Pending]
     tokens: TokenStore
     lookup: JournalLookup
     runner: Client
@@ -54,18 +54,46 @@ class Operating(Tickets, Votes):
 
     def _find(self, ref: Any) -> Pending:
         ref = validate.text("id", ref, max_len=256, allow_empty=False)
-        if ref in self.pending:
-            return self.pending[ref]
-        matches = [p for key, p in self.pending.items() if key.startswith(ref) or (p.operation_id or "") == ref]
+        exact = self._named(ref)
+        if exact is not None:
+            return exact
+        matches = [p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "") == ref]
         if len(matches) == 1:
             return matches[0]
         if not matches:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r}")
         raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(matches)} pending requests; give more of the ID")
 
+    def _named(self, ref: str) -> Pending | None:
+        """The pending request ``ref`` names exactly: its ID, or ``AGENT/ID`` (a user name or uid) when
+        agents share the ID (pending requests are keyed by (uid, ID)); a shared ID alone is refused."""
+        found = [p for p in self.pending.values() if p.request_id == ref]
+        if not found and "/" in ref:
+            owner, _, request_id = ref.partition("/")
+            found = [
+                p
+                for p in self.pending.values()
+                if p.request_id == request_id and owner in (p.peer.user, str(p.peer.uid))
+            ]
+        if len(found) > 1:
+            owners = sorted(found, key=lambda p: p.peer.uid)
+            raise AirlockError(
+                ErrorCode.CONFLICT,
+                f"request ID {ref!r} is pending for {len(found)} agents ("
+                + ", ".join(f"{p.peer.user} uid {p.peer.uid}" for p in owners)
+                + "); name one as AGENT/ID: "
+                + ", ".join(f"{p.peer.user}/{ref}" for p in owners),
+                {
+                    "owners": [{"user": p.peer.user, "uid": p.peer.uid} for p in owners],
+                    "references": [f"{p.peer.user}/{ref}" for p in owners],
+                },
+            )
+        return found[0] if found else None
+
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
-            return await self._settle_signed(call, (verdict,), via="operator")
+            # The self-approval check is the signer's person's (`quorum.Tally.check`), not the submitter's.
+            return await self._settle_signed(call, (verdict,), via="operator", carrier=call.peer)
         entry = self._find(call.args.get("id"))
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         operator = call.peer
@@ -73,7 +101,7 @@ class Operating(Tickets, Votes):
             raise AirlockError(ErrorCode.UNAUTHORIZED, "operators cannot approve their own requests")
         if entry.future.done():
             raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
-        voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))
+        voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))  # the person is the account
         grant = None
         if verdict == "allow":
             self._require_operator_reason(entry, reason)
@@ -169,8 +197,11 @@ class Operating(Tickets, Votes):
     async def show(self, call: Call) -> dict[str, Any]:
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
         now = time.time()
+        named = self._named(ref)
+        if named is not None:
+            return await self._show_pending(named, now)
         for entry in self.pending.values():
-            if ref in (entry.request_id, entry.operation_id):
+            if ref == entry.operation_id:
                 return await self._show_pending(entry, now)
         prefixed = [
             p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)
@@ -223,6 +254,18 @@ class Operating(Tickets, Votes):
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         operator = call.peer
         waiting = [p for p in self.pending.values() if p.operation_id == op]
+        if not waiting and "/" in op:  # AGENT/OPERATION, when agents share an operation ID
+            owner, _, bare = op.partition("/")
+            waiting = [
+                p for p in self.pending.values() if p.operation_id == bare and owner in (p.peer.user, str(p.peer.uid))
+            ]
+        if len(waiting) > 1:
+            raise AirlockError(
+                ErrorCode.CONFLICT,
+                f"operation {op!r} is pending for {len(waiting)} agents; name one as AGENT/OPERATION: "
+                + ", ".join(f"{p.peer.user}/{op}" for p in waiting),
+                {"owners": [{"user": p.peer.user, "uid": p.peer.uid} for p in waiting]},
+            )
         await self.audit.record(
             "operator.action",
             Ids(waiting[0].request_id if waiting else None, op, operator.uid),

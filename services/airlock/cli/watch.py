@@ -23,7 +23,17 @@ from collections.abc import Callable
 from typing import Any
 
 from airlock.common import client, sandbox
-from airlock.common.render import Style, command_line, diff_lines, duration, fields, file_review, sanitise, use_colour
+from airlock.common.render import (
+    Style,
+    command_line,
+    diff_lines,
+    duration,
+    fields,
+    file_review,
+    person,
+    sanitise,
+    use_colour,
+)
 
 POLL_SECONDS = 1.0
 GRANT_SECONDS = 30 * 60  # G: approve and grant the same command for 30 minutes
@@ -67,7 +77,7 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     pairs.append(("rule", f"{sanitise(p.get('rule'))} (ask)"))
     quorum = p.get("quorum") or {}
     if quorum.get("needed", 1) > 1:
-        who = ", ".join(sanitise(v.get("principal") or v.get("user")) for v in quorum.get("approvers") or [])
+        who = ", ".join(sanitise(person(v)) for v in quorum.get("approvers") or [])
         pairs.append(("approvals", f"{sanitise(quorum.get('progress'))}" + (f" so far ({who})" if who else "")))
     pairs.append(("operation", sanitise(p.get("operation_id"), strict=True)))
     diff = diff_lines(request["diff"]) if request.get("diff") else ""

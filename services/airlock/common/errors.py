@@ -57,6 +57,7 @@ class ErrorCode(enum.StrEnum):
     STATEMENT_EXPIRED = "statement_expired"  # the statement's expiry passed (the request timed out)
     SIGNATURE_REPLAYED = "signature_replayed"  # this signature was already used
     REASON_REQUIRED = "reason_required"  # the rule (or approval.operator_reason) wants a reason of min length
+    RATE_LIMITED = "rate_limited"  # a per-uid limit (e.g. refused signatures) is used up; retry later
     # Operations (reference/001).
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"
