@@ -98,7 +98,7 @@ def test_approvers_restrict_who_counts() -> None:
         signed(8, "bob", "bob", "g"),
         signed(None, "ops1", "ops1", "h"),  # unmapped: only its principal could admit it
     ):
-        with pytest.raises(VoteRefused, match="not among|no operator account"):
+        with pytest.raises(VoteRefused, match=r"not among|no operator account"):
             t.check(stranger, self_approval=False)
 
 
