@@ -155,13 +155,14 @@ def diff_lines(diff: object) -> str:
     return "".join(sanitise(line) + "\n" for line in str(diff).splitlines())
 
 
-def person(voter: dict[str, Any]) -> str:
+def person(voter: dict[str, Any], *, fingerprint: bool = False) -> str:
     """An approver as a person (issue 27): the account, and the key's principal when they signed."""
+    key = f" {voter.get('fingerprint')}" if fingerprint else ""
     if voter.get("principal") is None:
         return str(voter.get("user"))
     if voter.get("uid") is None:  # a principal mapped to no account
-        return str(voter.get("principal"))
-    return f"{voter.get('user')} (key {voter.get('principal')})"
+        return f"{voter.get('principal')} (unmapped key{key})"
+    return f"{voter.get('user')} (key {voter.get('principal')}{key})"
 
 
 def quorum_line(pending: dict[str, Any]) -> str:
