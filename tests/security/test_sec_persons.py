@@ -159,7 +159,10 @@ def pending_of(stack: Stack, request_id: str, count: int, timeout: float = 15) -
 
 # --- attack 1: one person, one vote ------------------------------------------------
 
-TWO_PERSON = "  rules:\n    - name: two-person\n      decision: ask\n      approvals: 2\n      commands: [[/usr/bin/touch, '...']]\n"
+TWO_PERSON = (
+    "  rules:\n    - name: two-person\n      decision: ask\n      approvals: 2\n"
+    "      commands: [[/usr/bin/touch, '...']]\n"
+)
 
 
 def test_one_operator_cannot_meet_a_two_person_rule_alone(tmp_path: Path) -> None:

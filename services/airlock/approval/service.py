@@ -147,6 +147,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     journal_stopping = service.on_stop
 
     async def started() -> None:
+        approval.warn_unmapped()
         await approval.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
         await approval.restore_hold()
         if journal_started is not None:

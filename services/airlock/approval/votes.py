@@ -204,6 +204,19 @@ class Votes:
             self._schedule(grant)  # an expired one ends (and is journaled) at once
         self.log.info("approval.grants.restored", live=sum(1 for g in live if g.expires > now))
 
+    def warn_unmapped(self) -> None:
+        """At start: name the allowed_signers principals no account is mapped to (their votes count only
+        where no quorum and no self-approval check applies; docs/policy.md)."""
+        path = self.config.approval.allowed_signers
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return  # off, or unreadable: Signers.require says so at the first signature
+        mapped = self.config.approval.signer_accounts
+        unmapped = sorted({p for p in statements.allowed_principals(text) if mapped.account(p) is None})
+        if unmapped:
+            self.log.warning("approval.signers.unmapped", path=str(path), principals=unmapped[:32], count=len(unmapped))
+
     def _pending_extra(self, entry: Pending) -> dict[str, Any]:
         """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign."""
         out: dict[str, Any] = {}
@@ -277,11 +290,18 @@ class Votes:
             ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"}
         )
 
-    def _require_operator_reason(self, entry: Pending, reason: str) -> None:
+    def _require_operator_reason(self, entry: Pending, reason: str, *, carried: bool = False) -> None:
         if self.config.approval.operator_reason != "required":
             return
         if not (entry.privileged or entry.run_as != entry.peer.uid):
             return
+        if carried:  # an agent's reason is never an operator's (issue 27)
+            raise AirlockError(
+                ErrorCode.REASON_REQUIRED,
+                "approving privileged work needs an operator's --reason (approval.operator_reason): "
+                "submit the signature on operator.sock with airlock approve --signature --reason",
+                {"field": "reason"},
+            )
         problem = quorum.reason_problem(reason, self.config.approval.min_reason_length)
         if problem is not None:
             raise AirlockError(
@@ -423,7 +443,9 @@ class Votes:
             if via == "operator" and voter.uid == carrier.uid:
                 approver_reason = reason
             if verdict == "allow":
-                self._require_operator_reason(entry, approver_reason)
+                # An operator who submits someone's signature vouches with their own reason (journaled
+                # as the carrier's); an agent's reason never stands for an operator's.
+                self._require_operator_reason(entry, reason, carried=via == "agent")
                 self._check_vote(entry, voter)
         except AirlockError as exc:
             if owner is not None:
