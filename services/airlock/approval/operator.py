@@ -259,6 +259,7 @@ class Operating(Tickets, Votes):
             waiting = [
                 p for p in self.pending.values() if p.operation_id == bare and owner in (p.peer.user, str(p.peer.uid))
             ]
+            op = bare if waiting else op
         if len(waiting) > 1:
             raise AirlockError(
                 ErrorCode.CONFLICT,
