@@ -37,7 +37,7 @@ from airlock.common.audit import Ids
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import Peer, identify
+from airlock.common.peer import Peer, identify, uid_of, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 
@@ -286,6 +286,7 @@ class Operating(Tickets, Votes):
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= MAX_TTL_SECONDS:
             raise validate.bad("ttl_seconds", f"must be a number of seconds from 1 to {MAX_TTL_SECONDS}")
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        user, uid = _token_holder(call.args.get("user"))
         token = new_token()
         now = time.time()
         expires_at = iso_utc(now + ttl, timespec="seconds")
@@ -299,10 +300,19 @@ class Operating(Tickets, Votes):
                 "reason": reason,
                 "token_id": token_hash(token)[:16],
                 "expires_at": expires_at,
+                "user": user,
+                "uid": uid,
             },
         )
-        self.tokens.issue(token, session, float(ttl), now)
-        return {"token": token, "token_id": token_hash(token)[:16], "session": session, "expires_at": expires_at}
+        self.tokens.issue(token, session, uid, float(ttl), now)
+        return {
+            "token": token,
+            "token_id": token_hash(token)[:16],
+            "session": session,
+            "user": user,
+            "uid": uid,
+            "expires_at": expires_at,
+        }
 
     async def token_revoke(self, call: Call) -> dict[str, Any]:
         token, session = call.args.get("token"), call.args.get("session")
@@ -324,13 +334,19 @@ class Operating(Tickets, Votes):
         return {"revoked": revoked} | target
 
     async def token_check(self, call: Call) -> dict[str, Any]:
-        """intake asks: which session does this token stand for? (`unauthorized` for any failure)"""
+        """intake asks: which session does this token stand for, presented by this uid?
+
+        ``uid`` is the agent's, from the kernel at intake's accept.  Any failure,
+        a token presented by another uid included, is `unauthorized`.
+        """
         if self.intake_uid is None or call.peer.uid != self.intake_uid:
             raise unauthorized()
-        token = call.args.get("token")
+        token, uid = call.args.get("token"), call.args.get("uid")
         if not isinstance(token, str) or not token or len(token) > 256:
             raise unauthorized()
-        return {"session": self.tokens.check(token, time.time())}
+        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
+            raise unauthorized()
+        return {"session": self.tokens.check(token, uid, time.time())}
 
     async def audit_verify(self, call: Call) -> dict[str, Any]:
         return await self.journal.call("verify", call.args, timeout=600)
@@ -398,3 +414,12 @@ def _peer_for_user(user: str) -> Peer:
     except KeyError:
         raise validate.bad("user", f"no such user {user!r}") from None
     return identify(0, entry.pw_uid, entry.pw_gid)
+
+
+def _token_holder(raw: object) -> tuple[str, int]:
+    """The agent account a token is issued for: a user name or uid that exists here."""
+    text = validate.text("user", raw, max_len=256, allow_empty=False)
+    uid = uid_of(text)
+    if uid is None:
+        raise validate.bad("user", f"no such user {text!r}: a token is issued for an existing agent account")
+    return user_name(uid), uid
