@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airlock.approval import quorum
+from airlock.approval import fileop_review, quorum
 from airlock.approval.decide import subject_of
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.pending import Pending
@@ -37,7 +37,7 @@ from airlock.common.audit import Ids
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import Peer, identify, uid_of, user_name
+from airlock.common.peer import Peer, identify, may_decide, uid_of, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 
@@ -126,9 +126,20 @@ class Operating(Tickets, Votes):
     async def deny(self, call: Call) -> dict[str, Any]:
         return await self._settle(call, "deny")
 
+    def _shown(self, call: Call, shown: dict[str, Any]) -> dict[str, Any]:
+        """A pending request as this peer may see it: file content (a write's diff) only for operators."""
+        o = self.config.operators
+        if may_decide(call.peer, o.users, o.groups, o.observers.users):
+            return shown
+        return fileop_review.for_observer(shown)
+
     async def list_pending(self, call: Call) -> dict[str, Any]:
         now = time.time()
-        return {"pending": [p.to_dict(now) for p in sorted(self.pending.values(), key=lambda p: p.created)]}
+        return {
+            "pending": [
+                self._shown(call, p.to_dict(now)) for p in sorted(self.pending.values(), key=lambda p: p.created)
+            ]
+        }
 
     async def status(self, call: Call) -> dict[str, Any]:
         await self._hold_restored()
@@ -199,10 +210,10 @@ class Operating(Tickets, Votes):
         now = time.time()
         named = self._named(ref)
         if named is not None:
-            return await self._show_pending(named, now)
+            return self._shown(call, await self._show_pending(named, now))
         for entry in self.pending.values():
             if ref == entry.operation_id:
-                return await self._show_pending(entry, now)
+                return self._shown(call, await self._show_pending(entry, now))
         prefixed = [
             p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)
         ]
@@ -223,7 +234,7 @@ class Operating(Tickets, Votes):
             elif operation_ids:
                 events = await self.lookup.operation_events(found[0])
         elif not events and len(prefixed) == 1:
-            return await self._show_pending(prefixed[0], now)
+            return self._shown(call, await self._show_pending(prefixed[0], now))
         elif not events:
             raise AirlockError(
                 ErrorCode.CONFLICT, f"{ref!r} matches {len(prefixed)} pending requests; give more of the ID"
