@@ -273,6 +273,13 @@ def test_two_agents_may_use_the_same_request_id_and_each_sees_only_its_own(tmp_p
             assert sorted((d["_peer_uid"], d["decision"]) for d in decided) == sorted(
                 [(a.pw_uid, "withdrawn"), (b.pw_uid, "allow")]
             )
+            # Settled, the ID still names two stories: show refuses the bare ID and tells each apart.
+            shown = stack.native("show", {"ref": rid}, path=stack.operator)
+            assert shown["ok"] is False and "2 agents" in shown["error"]["message"], shown
+            mine = stack.native("show", {"ref": f"{b.pw_name}/{rid}"}, path=stack.operator)["data"]
+            theirs = stack.native("show", {"ref": f"{a.pw_uid}/{rid}"}, path=stack.operator)["data"]
+            assert mine["peer"]["uid"] == b.pw_uid and mine["decision"]["decision"] == "allow", mine
+            assert theirs["peer"]["uid"] == a.pw_uid and theirs["decision"]["decision"] == "withdrawn", theirs
 
 
 # --- attack 8: approve_signed is attributed to its carrier, and bounded ----------------------

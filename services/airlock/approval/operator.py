@@ -111,7 +111,12 @@ class Operating(Tickets, Votes):
         await self.audit.record(
             "operator.action",
             ids,
-            payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason}
+            payload={
+                "action": "approve" if verdict == "allow" else "deny",
+                "operator": operator.user,
+                "reason": reason,
+                "agent_uid": entry.peer.uid,  # whose request: request IDs are each agent's own
+            }
             | self._vote_progress(entry, verdict)
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
@@ -217,7 +222,7 @@ class Operating(Tickets, Votes):
         prefixed = [
             p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)
         ]
-        events = await self.lookup.request_events(ref)
+        events = await self._one_agents_events(ref)
         if not events:
             events = await self.lookup.operation_events(ref)
         if not events and not prefixed:
@@ -243,8 +248,42 @@ class Operating(Tickets, Votes):
             raise AirlockError(ErrorCode.NOT_FOUND, f"no request or operation {ref!r} in the journal")
         return trail.summarise(events)
 
+    async def _one_agents_events(self, ref: str) -> list[dict[str, Any]]:
+        """The journal events of the request ``ref`` names: an ID one agent used, or ``AGENT/ID``.
+
+        Request IDs are each agent's own (issue 27): an ID several agents used
+        names several stories, and is refused with their owners.
+        """
+        events = await self.lookup.request_events(ref)
+        if not events and "/" in ref:
+            owner, _, bare = ref.partition("/")
+            uid = _agent_uid(owner)
+            return [e for e in await self.lookup.request_events(bare) if _agents(e, uid)] if uid is not None else []
+        owners: list[int] = sorted(
+            {
+                e["peer_uid"]
+                for e in events
+                if e.get("kind") == "request.received" and isinstance(e.get("peer_uid"), int)
+            }
+        )
+        if len(owners) > 1:
+            names = [user_name(uid) for uid in owners]
+            raise AirlockError(
+                ErrorCode.CONFLICT,
+                f"request ID {ref!r} was used by {len(owners)} agents ("
+                + ", ".join(f"{n} uid {u}" for n, u in zip(names, owners, strict=True))
+                + "); name one as AGENT/ID: "
+                + ", ".join(f"{n}/{ref}" for n in names),
+                {
+                    "owners": [{"user": n, "uid": u} for n, u in zip(names, owners, strict=True)],
+                    "references": [f"{n}/{ref}" for n in names],
+                },
+            )
+        return events
+
     async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
-        events = await self.lookup.request_events(entry.request_id)
+        # Only this agent's story: another agent may have used the same request ID.
+        events = [e for e in await self.lookup.request_events(entry.request_id) if _agents(e, entry.peer.uid)]
         shown = trail.summarise(events) if events else {}
         return shown | {
             "request_id": entry.request_id,
@@ -281,7 +320,8 @@ class Operating(Tickets, Votes):
         await self.audit.record(
             "operator.action",
             Ids(waiting[0].request_id if waiting else None, op, operator.uid),
-            payload={"action": "cancel", "operator": operator.user, "reason": reason},
+            payload={"action": "cancel", "operator": operator.user, "reason": reason}
+            | ({"agent_uid": waiting[0].peer.uid} if waiting else {}),
         )
         if waiting and not waiting[0].future.done():
             # Not running yet: cancelling a pending request is denying it.
@@ -415,6 +455,21 @@ def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
         return await verb(call)
 
     return checked
+
+
+def _agent_uid(owner: str) -> int | None:
+    """The uid an ``AGENT/ID`` reference's agent part names (a user name or uid); None if no such user."""
+    return int(owner) if owner.isdigit() else uid_of(owner)
+
+
+def _agents(event: dict[str, Any], uid: int) -> bool:
+    """Whether a journal event belongs to agent ``uid``'s request: an operator's action names the
+    agent it acted for (``agent_uid``); every other record of a request carries the agent's uid."""
+    if event.get("kind") == "operator.action":
+        payload = event.get("payload")
+        agent = payload.get("agent_uid") if isinstance(payload, dict) else None
+        return agent is None or agent == uid  # older records name no agent: kept
+    return event.get("peer_uid") in (None, uid)
 
 
 def _peer_for_user(user: str) -> Peer:

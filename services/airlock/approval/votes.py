@@ -464,6 +464,7 @@ class Votes:
                         "carrier_reason": reason,
                         "fingerprint": signature.fingerprint if signature else None,
                         "principal": exc.details.get("principal"),
+                        "agent_uid": entry.peer.uid if entry is not None else owner,
                     },
                 )
             raise
@@ -480,6 +481,7 @@ class Votes:
             "operator_uid": voter.uid,
             "reason": approver_reason,
             "carrier": {"uid": carrier.uid, "user": carrier.user},
+            "agent_uid": entry.peer.uid,  # whose request: request IDs are each agent's own
         }
         if reason and not approver_reason:
             payload["carrier_reason"] = reason
