@@ -40,6 +40,17 @@
  *   BROKEN_WITHDRAW      a request whose agent hung up stays approvable
  *   BROKEN_DEFER         exec.started commits without checking that the
  *                        request's deferred records survived (its marks' boot)
+ *
+ * Persons (issue 27) are a second configuration of this file, compiled with
+ * -DPERSONS (its own init, at the end): one pending request under a rule of
+ * N approvals, and operators voting concurrently by uid or by any of their
+ * keys.  Its property:
+ *   P6 N approvals are N distinct persons, none of them the requester.
+ * and its broken variant (compiled with -DPERSONS -DBROKEN_KEYS):
+ *   BROKEN_KEYS          the tally counts credentials (a uid, a key) instead
+ *                        of the persons they belong to
+ *   BROKEN_RECHECK       a vote is checked only before it is journaled, not
+ *                        again when it is counted (two votes of one person race)
  */
 
 #define R 2          /* requests */
@@ -346,6 +357,7 @@ proctype Swap() {
   bin_id = 1
 }
 
+#ifndef PERSONS
 init {
   atomic {
     run Runner(); run Runner();
@@ -353,3 +365,100 @@ init {
     run Intake(0); run Intake(1)
   }
 }
+#endif
+
+#ifdef PERSONS
+/* --- persons: one person, one vote (issue 27) ----------------------------------
+ *
+ * Person 0 is the requester: an operator who is also the agent that asked.
+ * Every person may vote by uid (operator.sock) and with each of their keys
+ * (a signature, on the operator door or carried by an agent: the same step
+ * here).  A key belongs to one person (approval.signer_accounts); person 1
+ * has two keys.  Each vote is checked (quorum.Tally.check), journaled (an
+ * await: other votes may be counted meanwhile), then checked again and
+ * counted (votes.py _count); the N-th counted vote issues the ticket.
+ * Deny, the timeout and crashes are the main model's: a vote that is not
+ * counted changes nothing here.
+ */
+#define P 3          /* persons (operator accounts); 0 is the requester */
+#define K 4          /* keys */
+#define N 2          /* the rule's approvals */
+#define NOKEY 255
+
+byte key_owner[K];   /* the person each key is mapped to */
+byte counted;        /* votes counted so far */
+byte vote_person[N]; /* the person of each counted vote */
+byte vote_who[N];    /* what the tally compared for it */
+byte vote_key[N];    /* its key (NOKEY for a vote by uid) */
+bool issued;         /* the quorum was met: the ticket is issued */
+
+/* Whether the vote (compared as w, key k) may count now: not after the
+   ticket, never the requester, never a second vote of the same identity or
+   the same key. */
+inline admissible(w, k, ok) {
+  ok = !issued && w != 0;
+  i = 0;
+  do
+  :: i < counted ->
+     if :: vote_who[i] == w || (k != NOKEY && vote_key[i] == k) -> ok = 0 :: else -> skip fi;
+     i++
+  :: else -> break
+  od
+}
+
+/* A credential c votes: c < P is person c's uid, c >= P is key c - P. */
+proctype Vote(byte c) {
+  byte person; byte w; byte k; byte i; byte j; bool ok;
+  atomic {
+    if
+    :: c < P -> person = c; k = NOKEY
+    :: else -> person = key_owner[c - P]; k = c - P
+    fi;
+#ifndef BROKEN_KEYS
+    w = person;                                  /* the person, however they voted */
+#else
+    w = c;                                       /* a uid and each key are voters of their own */
+#endif
+    admissible(w, k, ok)                         /* checked before the vote is journaled */
+  };
+  if :: !ok -> goto done :: else -> skip fi;
+  /* the vote's operator.action is journaled: an await */
+  atomic {
+#ifndef BROKEN_RECHECK
+    admissible(w, k, ok);                        /* checked again as it is counted */
+#endif
+    if
+    :: ok && counted < N ->                      /* (the bound keeps a broken variant's arrays in range) */
+       vote_person[counted] = person; vote_who[counted] = w; vote_key[counted] = k; counted++;
+       if
+       :: counted == N ->
+          issued = 1;
+          i = 0;
+          do
+          :: i < N ->
+             assert(vote_person[i] != 0);        /* P6: the requester never counts */
+             j = i + 1;
+             do
+             :: j < N -> assert(vote_person[i] != vote_person[j]); j++   /* P6: distinct persons */
+             :: else -> break
+             od;
+             i++
+          :: else -> break
+          od
+       :: else -> skip
+       fi
+    :: else -> skip
+    fi
+  };
+done:
+  skip
+}
+
+init {
+  atomic {
+    key_owner[0] = 0; key_owner[1] = 1; key_owner[2] = 1; key_owner[3] = 2;
+    run Vote(0); run Vote(1); run Vote(2);                       /* by uid */
+    run Vote(P + 0); run Vote(P + 1); run Vote(P + 2); run Vote(P + 3)   /* by key */
+  }
+}
+#endif

@@ -62,10 +62,14 @@ def make_keys(folder: Path) -> Keys:
 
 
 def config(allowed: Path, timeout: int) -> str:
+    # Every signer is a person (issue 27): alice is the operator account daemon, bob is bin.
     return f"""
+operators:
+  users: [daemon, bin]
 approval:
   timeout_seconds: {timeout}
   allowed_signers: {allowed}
+  signer_accounts: {{alice: daemon, bob: bin}}
   min_reason_length: 12
 policy:
   default: ask
@@ -240,7 +244,7 @@ def test_two_distinct_signers_are_needed_and_the_same_signer_counts_once(
     pending = sstack.cli("pending")
     assert "1 of 2" in pending.stdout, pending.stdout
     waiting = sstack.cli("show", job.request_id)
-    assert "approvals: 1 of 2 (alice)" in waiting.stdout, waiting.stdout
+    assert "approvals: 1 of 2 (daemon (key alice))" in waiting.stdout, waiting.stdout
     # alice's second key is still alice: it does not count.
     twice = submit(sstack, job.request_id, keys.sign("alice2", text), tmp_path)
     assert twice.returncode == 1 and "already approved" in twice.stderr, twice.stderr
@@ -257,7 +261,10 @@ def test_two_distinct_signers_are_needed_and_the_same_signer_counts_once(
     ]
     assert [a["principal"] for a in decided[0]["approvers"]] == ["alice", "bob"]
     shown_text = sstack.cli("show", job.request_id).stdout
-    assert f"alice ({keys.fingerprint('alice')}), bob ({keys.fingerprint('bob')}) [2 of 2]" in shown_text, shown_text
+    assert (
+        f"daemon (key alice {keys.fingerprint('alice')}), bin (key bob {keys.fingerprint('bob')}) [2 of 2]"
+        in shown_text
+    ), shown_text
 
 
 def test_one_deny_denies_a_quorum_rule(sstack: Stack, keys: Keys, tmp_path: Path) -> None:

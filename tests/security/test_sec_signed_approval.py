@@ -43,7 +43,9 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def sstack(tmp_path_factory: pytest.TempPathFactory, keys: Path) -> Iterator[Stack]:
     config = (
-        f"approval:\n  timeout_seconds: 60\n  allowed_signers: {keys / 'allowed_signers'}\npolicy:\n  default: ask\n"
+        "operators:\n  users: [daemon]\n"  # alice is the operator account daemon (issue 27)
+        f"approval:\n  timeout_seconds: 60\n  allowed_signers: {keys / 'allowed_signers'}\n"
+        "  signer_accounts: {alice: daemon}\npolicy:\n  default: ask\n"
     )
     with custom_stack(Path(tmp_path_factory.mktemp("ssa")), config) as s:
         yield s

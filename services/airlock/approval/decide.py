@@ -4,6 +4,8 @@
 intake's ``decide`` (the policy decides; a grant may stand in for an
 operator; an ``ask`` waits as a `Pending` request for operators or a quorum,
 within ``approval.timeout_seconds``) and ``withdraw`` (the agent went away).
+Pending requests are keyed by (agent uid, request ID): one agent's IDs
+neither collide with nor reveal another's (issue 27).
 A decision is journaled before it is returned; an allow carries a ticket
 (`tickets`).
 """
@@ -45,7 +47,7 @@ class Deciding(Tickets, Votes):
     """intake's side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
-    pending: dict[str, Pending]
+    pending: dict[tuple[int, str], Pending]
     notifier: hook.NotifyCommand
     runner: Client
     intake_uid: int | None
@@ -192,14 +194,15 @@ class Deciding(Tickets, Votes):
             expires=now + timeout,
             future=asyncio.get_running_loop().create_future(),
         )
-        if entry.request_id in self.pending:
+        key = (peer.uid, entry.request_id)
+        if key in self.pending:  # the same agent's: another agent's ID is no concern of this one's
             raise AirlockError(ErrorCode.CONFLICT, "a request with this ID is already pending")
         rule = "hold" if self.hold_reason is not None and decision.decision == "allow" else decision.rule
         entry.rule = rule
         entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, _user_name(spec.run_as)
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
         entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
-        entry.published = self.ledger.publish(entry.request_id, self._statements(entry))
+        entry.published = self.ledger.publish(entry.request_id, self._statements(entry), peer.uid)
         await self.audit.record(
             "approval.pending",
             common,
@@ -214,7 +217,7 @@ class Deciding(Tickets, Votes):
             log_fields={"decision": "ask", "rule": rule},
             after=after,  # durable: request.received is too once this returns
         )
-        self.pending[entry.request_id] = entry
+        self.pending[key] = entry
         self.notifier.pending(fileop_review.for_observer(entry.to_dict(now)) | {"event": "pending"})
         # The request belongs to a live client: when intake's call is gone
         # (the agent went away or cancelled), the request is withdrawn.
@@ -228,7 +231,8 @@ class Deciding(Tickets, Votes):
             verdict, by, operator_uid, reason = "timeout", "timeout", None, ""
         finally:
             watch.cancel()
-            self.pending.pop(entry.request_id, None)
+            if self.pending.get(key) is entry:
+                del self.pending[key]
             if entry.published is not None:
                 self.ledger.settle(entry.published, _SETTLED.get(verdict, "decided"))
         if verdict == "interrupted":
@@ -281,12 +285,19 @@ class Deciding(Tickets, Votes):
         if self.intake_uid is None or call.peer.uid != self.intake_uid:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         request_id = validate.text("request_id", call.args.get("request_id"), max_len=256, allow_empty=False)
-        entry = self.pending.get(request_id)
+        uid = call.args.get("uid")
+        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
+            raise validate.bad("uid", "must be the requesting agent's uid")
+        entry = self._find_own(uid, request_id)  # only that agent's own request
         if entry is None or entry.future.done():
             return {"withdrawn": False}
-        del self.pending[request_id]  # from now on an approve finds nothing
+        del self.pending[(uid, request_id)]  # from now on an approve finds nothing
         entry.future.set_result(("withdrawn", "agent", None, "withdrawn by the agent before a decision"))
         return {"withdrawn": True}
+
+    def _find_own(self, uid: int, request_id: str) -> Pending | None:
+        """Agent ``uid``'s own pending request ``request_id`` (an agent names only its own)."""
+        return self.pending.get((uid, request_id))
 
 
 async def _withdraw_when_gone(call: Call, entry: Pending) -> None:

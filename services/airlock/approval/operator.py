@@ -46,15 +46,17 @@ class Operating(Tickets, Votes):
     """The operators' side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
-    pending: dict[str, Pending]
+    pending: dict[tuple[int, str], Pending]
     tokens: TokenStore
     lookup: JournalLookup
     runner: Client
     intake_uid: int | None
 
     def _find(self, ref: Any, expect: str | None = None) -> Pending:
-        """The request pending now under exactly this ID (refs.py: no prefix, no operation ID)."""
-        return refs.exact(validate.text("id", ref, max_len=256, allow_empty=False), self.pending.values(), expect)
+        """The request pending now under exactly this ID or ``AGENT/ID`` (refs.py: no prefix, no
+        operation ID); an ID several agents have pending needs ``AGENT/ID`` or ``expect``."""
+        ref = validate.text("id", ref, max_len=256, allow_empty=False)
+        return refs.exact(ref, self.pending.values(), expect)
 
     async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
         """``expect`` (an approve line's --expect) must name the request pending now; else journaled, refused."""
@@ -71,13 +73,20 @@ class Operating(Tickets, Votes):
                 "operator": call.peer.user,
                 "expected": refused.details["expected"],
                 "pending": refused.details["pending"],
+                "agent_uid": entry.peer.uid,  # whose request: request IDs are each agent's own
             },
         )
         raise refused
 
+    def _named(self, ref: str) -> Pending | None:
+        """The pending request ``ref`` names exactly: its ID, or ``AGENT/ID`` (a user name or uid) when
+        agents share the ID (pending requests are keyed by (uid, ID)); a shared ID alone is refused."""
+        return refs.named(ref, self.pending.values())
+
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
-            return await self._settle_signed(call, (verdict,), via="operator")
+            # The self-approval check is the signer's person's (`quorum.Tally.check`), not the submitter's.
+            return await self._settle_signed(call, (verdict,), via="operator", carrier=call.peer)
         entry = self._find(call.args.get("id"), refs.expected(call.args))
         await self._check_expected(call, entry, "approve" if verdict == "allow" else "deny")
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
@@ -86,7 +95,7 @@ class Operating(Tickets, Votes):
             raise AirlockError(ErrorCode.UNAUTHORIZED, "operators cannot approve their own requests")
         if entry.future.done():
             raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
-        voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))
+        voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))  # the person is the account
         grant = None
         if verdict == "allow":
             self._require_operator_reason(entry, reason)
@@ -96,7 +105,12 @@ class Operating(Tickets, Votes):
         await self.audit.record(
             "operator.action",
             ids,
-            payload={"action": "approve" if verdict == "allow" else "deny", "operator": operator.user, "reason": reason}
+            payload={
+                "action": "approve" if verdict == "allow" else "deny",
+                "operator": operator.user,
+                "reason": reason,
+                "agent_uid": entry.peer.uid,  # whose request: request IDs are each agent's own
+            }
             | self._vote_progress(entry, verdict)
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
@@ -195,10 +209,13 @@ class Operating(Tickets, Votes):
         request pending now (refs.py), never of an operation ID or a settled request."""
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
         now = time.time()
+        named = self._named(ref)
+        if named is not None:
+            return self._shown(call, await self._show_pending(named, now))
         for entry in self.pending.values():
-            if ref in (entry.request_id, entry.operation_id):
+            if ref == entry.operation_id:
                 return self._shown(call, await self._show_pending(entry, now))
-        events = await self.lookup.request_events(ref)
+        events = await self._one_agents_events(ref)
         if not events:
             events = await self.lookup.operation_events(ref)
         if events:
@@ -207,8 +224,42 @@ class Operating(Tickets, Votes):
         entry = refs.by_prefix(ref, self.pending.values(), settled, unsure)
         return self._shown(call, await self._show_pending(entry, now))
 
+    async def _one_agents_events(self, ref: str) -> list[dict[str, Any]]:
+        """The journal events of the request ``ref`` names: an ID one agent used, or ``AGENT/ID``.
+
+        Request IDs are each agent's own (issue 27): an ID several agents used
+        names several stories, and is refused with their owners.
+        """
+        events = await self.lookup.request_events(ref)
+        if not events and "/" in ref:
+            owner, _, bare = ref.partition("/")
+            uid = _agent_uid(owner)
+            return [e for e in await self.lookup.request_events(bare) if _agents(e, uid)] if uid is not None else []
+        owners: list[int] = sorted(
+            {
+                e["peer_uid"]
+                for e in events
+                if e.get("kind") == "request.received" and isinstance(e.get("peer_uid"), int)
+            }
+        )
+        if len(owners) > 1:
+            names = [user_name(uid) for uid in owners]
+            raise AirlockError(
+                ErrorCode.CONFLICT,
+                f"request ID {ref!r} was used by {len(owners)} agents ("
+                + ", ".join(f"{n} uid {u}" for n, u in zip(names, owners, strict=True))
+                + "); name one as AGENT/ID: "
+                + ", ".join(f"{n}/{ref}" for n in names),
+                {
+                    "owners": [{"user": n, "uid": u} for n, u in zip(names, owners, strict=True)],
+                    "references": [f"{n}/{ref}" for n in names],
+                },
+            )
+        return events
+
     async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
-        events = await self.lookup.request_events(entry.request_id)
+        # Only this agent's story: another agent may have used the same request ID.
+        events = [e for e in await self.lookup.request_events(entry.request_id) if _agents(e, entry.peer.uid)]
         shown = trail.summarise(events) if events else {}
         return shown | {
             "request_id": entry.request_id,
@@ -230,10 +281,24 @@ class Operating(Tickets, Votes):
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         operator = call.peer
         waiting = [p for p in self.pending.values() if p.operation_id == op]
+        if not waiting and "/" in op:  # AGENT/OPERATION, when agents share an operation ID
+            owner, _, bare = op.partition("/")
+            waiting = [
+                p for p in self.pending.values() if p.operation_id == bare and owner in (p.peer.user, str(p.peer.uid))
+            ]
+            op = bare if waiting else op
+        if len(waiting) > 1:
+            raise AirlockError(
+                ErrorCode.CONFLICT,
+                f"operation {op!r} is pending for {len(waiting)} agents; name one as AGENT/OPERATION: "
+                + ", ".join(f"{p.peer.user}/{op}" for p in waiting),
+                {"owners": [{"user": p.peer.user, "uid": p.peer.uid} for p in waiting]},
+            )
         await self.audit.record(
             "operator.action",
             Ids(waiting[0].request_id if waiting else None, op, operator.uid),
-            payload={"action": "cancel", "operator": operator.user, "reason": reason},
+            payload={"action": "cancel", "operator": operator.user, "reason": reason}
+            | ({"agent_uid": waiting[0].peer.uid} if waiting else {}),
         )
         if waiting and not waiting[0].future.done():
             # Not running yet: cancelling a pending request is denying it.
@@ -367,6 +432,21 @@ def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
         return await verb(call)
 
     return checked
+
+
+def _agent_uid(owner: str) -> int | None:
+    """The uid an ``AGENT/ID`` reference's agent part names (a user name or uid); None if no such user."""
+    return int(owner) if owner.isdigit() else uid_of(owner)
+
+
+def _agents(event: dict[str, Any], uid: int) -> bool:
+    """Whether a journal event belongs to agent ``uid``'s request: an operator's action names the
+    agent it acted for (``agent_uid``); every other record of a request carries the agent's uid."""
+    if event.get("kind") == "operator.action":
+        payload = event.get("payload")
+        agent = payload.get("agent_uid") if isinstance(payload, dict) else None
+        return agent is None or agent == uid  # older records name no agent: kept
+    return event.get("peer_uid") in (None, uid)
 
 
 def _peer_for_user(user: str) -> Peer:

@@ -2,7 +2,9 @@
 
 ``approve``, ``deny``, ``statement`` and a signature act only on the exact ID
 of a request pending *now* (`exact`): never a prefix, never an operation ID,
-never a request that is no longer pending.  A command that carries
+never a request that is no longer pending.  Request IDs are each agent's
+own: when agents share an ID, ``AGENT/ID`` or ``expect`` names one, and a
+bare ID is refused with the owners (`named`).  A command that carries
 ``expect`` (every approve line airlock prints or sends: ``airlock approve ID
 --expect DIGEST``) acts only if the request pending under that ID is the one
 the line was made for (`mismatch`): `Pending.expect` is a short digest of the
@@ -39,28 +41,50 @@ def window(timeout_seconds: float) -> float:
     return max(MIN_WINDOW, timeout_seconds)
 
 
-def exact(ref: str, pending: Iterable[Pending], expect: str | None = None) -> Pending:
-    """The request pending now under exactly ``ref``; ``not_found`` otherwise.
+def named(ref: str, pending: Iterable[Pending], expect: str | None = None) -> Pending | None:
+    """The request pending now that ``ref`` names exactly, or None if none.
 
-    Request IDs are each agent's own, so two agents may have one ID pending at
-    once: then ``expect`` says which, and without it the answer is ``conflict``.
+    ``ref`` is a whole request ID, or ``AGENT/ID`` (the agent by user name or
+    uid).  Request IDs are each agent's own (approval keys pending requests by
+    (uid, ID)), so two agents may have one ID pending at once: then ``AGENT/ID``
+    or ``expect`` (the digest the request's approve line carries) says which,
+    and a bare ID without either is ``conflict``, naming the owners.
     """
+    pending = list(pending)
     found = [p for p in pending if p.request_id == ref]
+    if not found and "/" in ref:
+        owner, _, request_id = ref.partition("/")
+        found = [p for p in pending if p.request_id == request_id and owner in (p.peer.user, str(p.peer.uid))]
     if len(found) > 1 and expect is not None:
+        # A digest no one has falls through to the conflict: `mismatch` could not say which one changed.
         found = [p for p in found if p.expect == expect] or found
-    if not found:
+    if len(found) > 1:
+        owners = sorted(found, key=lambda p: (p.peer.uid, p.expect))
+        raise AirlockError(
+            ErrorCode.CONFLICT,
+            f"request ID {ref!r} is pending for {len(found)} agents ("
+            + ", ".join(f"{p.peer.user} uid {p.peer.uid}" for p in owners)
+            + "); name one as AGENT/ID: "
+            + ", ".join(f"{p.peer.user}/{p.request_id}" for p in owners)
+            + " (or give the --expect its approve line carries)",
+            {
+                "owners": [{"user": p.peer.user, "uid": p.peer.uid, "expect": p.expect} for p in owners],
+                "references": [f"{p.peer.user}/{p.request_id}" for p in owners],
+                "expect": [p.expect for p in owners],
+            },
+        )
+    return found[0] if found else None
+
+
+def exact(ref: str, pending: Iterable[Pending], expect: str | None = None) -> Pending:
+    """The request pending now under exactly ``ref`` (`named`: its ID or ``AGENT/ID``); ``not_found`` otherwise."""
+    found = named(ref, pending, expect)
+    if found is None:
         raise AirlockError(
             ErrorCode.NOT_FOUND,
             f"no request {ref!r} is pending (give the whole request ID, as `airlock pending` shows it)",
         )
-    if len(found) > 1:
-        raise AirlockError(
-            ErrorCode.CONFLICT,
-            f"{len(found)} requests {ref!r} are pending (from different agents); "
-            "give --expect from `airlock pending` to say which",
-            {"expect": sorted(p.expect for p in found)},
-        )
-    return found[0]
+    return found
 
 
 def by_prefix(ref: str, pending: Iterable[Pending], settled: set[str], unsure: bool) -> Pending:
@@ -72,6 +96,8 @@ def by_prefix(ref: str, pending: Iterable[Pending], settled: set[str], unsure: b
     found = [p for p in pending if p.request_id.startswith(ref)]
     if not found:
         raise AirlockError(ErrorCode.NOT_FOUND, f"no request or operation {ref!r}, and no pending request starts so")
+    if len(found) > 1 and len({p.request_id for p in found}) == 1:
+        named(found[0].request_id, found)  # one ID several agents have pending: refused with the owners
     if len(found) > 1:
         raise AirlockError(
             ErrorCode.CONFLICT,

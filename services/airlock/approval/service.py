@@ -27,7 +27,7 @@ from airlock.approval.operator import Operating
 from airlock.approval.pending import Pending, Ticket
 from airlock.approval.policy import PolicyError, load_policy
 from airlock.approval.rules import Policy
-from airlock.approval.signed import Ledger
+from airlock.approval.signed import Ledger, RefusalLimit
 from airlock.approval.signers import Signers
 from airlock.approval.tokens import TokenStore
 from airlock.common import daemon, log
@@ -54,7 +54,7 @@ class Approval(Deciding, Operating):
         self.runner = Client(
             config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
         )
-        self.pending: dict[str, Pending] = {}
+        self.pending: dict[tuple[int, str], Pending] = {}  # by (agent uid, request ID)
         self.tickets: dict[str, Ticket] = {}
         # Held until the journal says otherwise (restore_hold at start): fail closed.
         self.hold_reason: str | None = "restoring the hold state from the journal"
@@ -75,6 +75,7 @@ class Approval(Deciding, Operating):
         self.lookup = JournalLookup(self.journal)
         self.log = log.get()
         self.ledger = Ledger(Signers(config.approval.allowed_signers))
+        self.refusals = RefusalLimit()  # refused signatures an agent carried, per uid
         self.grants = grants.Grants()
         self._grant_timers: dict[str, asyncio.TimerHandle] = {}
         self.host = config.notify.host or socket.gethostname()
@@ -146,6 +147,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     journal_stopping = service.on_stop
 
     async def started() -> None:
+        approval.warn_unmapped()
         await approval.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
         await approval.restore_hold()
         if journal_started is not None:

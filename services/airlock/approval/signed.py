@@ -14,6 +14,11 @@ a `Signer` or refuses it with the one code that says why:
 - ``signature_other_request``: good over another request's statement.
 
 Only ``ssh-keygen`` (`airlock.approval.signers`) says a signature is good.
+
+Publications carry their requester's uid: an agent carrying a signature
+(``approve_signed``) is told only about its own requests.  `RefusalLimit`
+bounds how many refused signatures one agent uid may send (each costs
+``ssh-keygen`` runs and a journal record): past it, ``rate_limited``.
 """
 
 from __future__ import annotations
@@ -30,12 +35,15 @@ from airlock.common.errors import AirlockError, ErrorCode
 RECENT = 256  # settled requests whose statements are kept to explain a late or replayed signature
 USED = 4096  # signature digests kept to refuse a replay
 MAX_PROBES = 16  # other statements tried to explain a signature that is not this request's
+REFUSALS = 5  # refused signatures one agent uid may send per REFUSAL_WINDOW seconds
+REFUSAL_WINDOW = 60.0
 
 
 @dataclass(slots=True)
 class Published:
     request_id: str
     statements: dict[str, Statement]  # by decision: allow, deny
+    uid: int | None = None  # the requester's: request IDs are each agent's own
     state: str = "pending"  # pending, decided, expired, withdrawn, interrupted
     settled_at: float = field(default=0.0)
 
@@ -47,8 +55,8 @@ class Ledger:
         self._used: OrderedDict[str, float] = OrderedDict()
         self._dropped_at = 0.0  # when the newest settled publication forgotten (past RECENT) was settled
 
-    def publish(self, request_id: str, statements: dict[str, Statement]) -> Published:
-        entry = Published(request_id, statements)
+    def publish(self, request_id: str, statements: dict[str, Statement], uid: int | None = None) -> Published:
+        entry = Published(request_id, statements, uid)
         self._published[id(entry)] = entry
         return entry
 
@@ -72,10 +80,11 @@ class Ledger:
         while len(self._used) > USED:
             self._used.popitem(last=False)
 
-    def latest(self, request_id: str) -> Published | None:
-        """The newest settled publication of ``request_id`` (to explain a signature for a request gone)."""
+    def latest(self, request_id: str, owner: int | None = None) -> Published | None:
+        """The newest settled publication of ``request_id`` (to explain a signature for a request gone),
+        of ``owner``'s requests only when given."""
         for entry in reversed(self._published.values()):
-            if entry.request_id == request_id and entry.state != "pending":
+            if entry.request_id == request_id and entry.state != "pending" and owner in (None, entry.uid):
                 return entry
         return None
 
@@ -126,9 +135,20 @@ class Ledger:
         return Signer(principal or found[0], signature.fingerprint, signature.key_type)
 
     async def check(
-        self, signature: Signature, signer: Signer, target: Published | None, decisions: Iterable[str], now: float
+        self,
+        signature: Signature,
+        signer: Signer,
+        target: Published | None,
+        decisions: Iterable[str],
+        now: float,
+        *,
+        owner: int | None = None,
     ) -> str:
-        """The decision ``signature`` signs for ``target`` (a pending request), or the refusal that says why not."""
+        """The decision ``signature`` signs for ``target`` (a pending request), or the refusal that says why not.
+
+        With ``owner`` (an agent carried it) only that uid's other requests are
+        probed to explain a refusal: another agent's request IDs stay unnamed.
+        """
         details = {"fingerprint": signer.fingerprint, "principal": signer.principal}
         decisions = tuple(decisions)
         if target is not None:
@@ -149,7 +169,7 @@ class Ledger:
                         details,
                     )
         for probe in list(reversed(self._published.values()))[:MAX_PROBES]:
-            if probe is target:
+            if probe is target or owner not in (None, probe.uid):
                 continue
             for statement in probe.statements.values():
                 if not await self.signers.verify(signature, signer.principal, statement.to_bytes()):
@@ -180,3 +200,37 @@ class Ledger:
         raise AirlockError(
             ErrorCode.SIGNATURE_INVALID, "the signature does not verify over this request's statement", details
         )
+
+
+class RefusalLimit:
+    """At most `REFUSALS` refused signatures per uid per `REFUSAL_WINDOW` seconds (a sliding window)."""
+
+    def __init__(self, limit: int = REFUSALS, window: float = REFUSAL_WINDOW) -> None:
+        self.limit = limit
+        self.window = window
+        self._times: dict[int, list[float]] = {}
+
+    def _recent(self, uid: int, now: float) -> list[float]:
+        times = [t for t in self._times.get(uid, ()) if now - t < self.window]
+        if times:
+            self._times[uid] = times
+        else:
+            self._times.pop(uid, None)  # forgotten once quiet: the map stays as small as the active uids
+        return times
+
+    def check(self, uid: int, now: float | None = None) -> None:
+        """Refuse (``rate_limited``) a uid that used up its refusals, before any work is done for it."""
+        now = time.monotonic() if now is None else now
+        times = self._recent(uid, now)
+        if len(times) >= self.limit:
+            retry = max(0.0, self.window - (now - times[0]))
+            raise AirlockError(
+                ErrorCode.RATE_LIMITED,
+                f"too many refused signatures ({len(times)} in {self.window:g}s); try again in {retry:.0f}s",
+                {"retry_after_seconds": round(retry, 1)},
+            )
+
+    def refused(self, uid: int, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        self._times.setdefault(uid, []).append(now)
+        self._recent(uid, now)

@@ -25,7 +25,8 @@ from airlock.approval.grants import SCOPES, Grant, Grants
 from airlock.approval.grants import restore as restore_grants
 from airlock.approval.pending import Pending, ticket_binding
 from airlock.approval.rules import Decision
-from airlock.approval.signed import Ledger
+from airlock.approval.signed import Ledger, RefusalLimit
+from airlock.approval.signers import Signer
 from airlock.approval.statement import SIGN_COMMAND
 from airlock.common import validate
 from airlock.common.arguments import describe as describe_argument
@@ -35,7 +36,7 @@ from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
-from airlock.common.peer import Peer
+from airlock.common.peer import Peer, identify
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
 
@@ -57,10 +58,15 @@ class Votes:
     _grant_timers: dict[str, asyncio.TimerHandle]
     host: str
 
+    refusals: RefusalLimit
+
     def _find(self, ref: Any, expect: str | None = None) -> Pending:
         raise NotImplementedError  # Approval's
 
     async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
+        raise NotImplementedError  # Approval's
+
+    def _find_own(self, uid: int, request_id: str) -> Pending | None:
         raise NotImplementedError  # Approval's
 
     def _granted(
@@ -214,6 +220,19 @@ class Votes:
             self._schedule(grant)  # an expired one ends (and is journaled) at once
         self.log.info("approval.grants.restored", live=sum(1 for g in live if g.expires > now))
 
+    def warn_unmapped(self) -> None:
+        """At start: name the allowed_signers principals no account is mapped to (their votes count only
+        where no quorum and no self-approval check applies; docs/policy.md)."""
+        path = self.config.approval.allowed_signers
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return  # off, or unreadable: Signers.require says so at the first signature
+        mapped = self.config.approval.signer_accounts
+        unmapped = sorted({p for p in statements.allowed_principals(text) if mapped.account(p) is None})
+        if unmapped:
+            self.log.warning("approval.signers.unmapped", path=str(path), principals=unmapped[:32], count=len(unmapped))
+
     def _pending_extra(self, entry: Pending) -> dict[str, Any]:
         """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign;
         and issue 27's ``expect``, which every approve line made from the event carries."""
@@ -232,7 +251,7 @@ class Votes:
         try:
             entry.tally.check(voter, self_approval=self.config.approval.allow_self_approval)
         except quorum.VoteRefused as exc:
-            raise AirlockError(ErrorCode.CONFLICT, str(exc), {"quorum": entry.tally.progress()}) from None
+            raise AirlockError(ErrorCode(exc.code), str(exc), {"quorum": entry.tally.progress()}) from None
 
     def _vote_progress(self, entry: Pending, verdict: str) -> dict[str, Any]:
         """What an approve's record says about the quorum: this vote makes it "N of M"."""
@@ -290,11 +309,18 @@ class Votes:
             ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"}
         )
 
-    def _require_operator_reason(self, entry: Pending, reason: str) -> None:
+    def _require_operator_reason(self, entry: Pending, reason: str, *, carried: bool = False) -> None:
         if self.config.approval.operator_reason != "required":
             return
         if not (entry.privileged or entry.run_as != entry.peer.uid):
             return
+        if carried:  # an agent's reason is never an operator's (issue 27)
+            raise AirlockError(
+                ErrorCode.REASON_REQUIRED,
+                "approving privileged work needs an operator's --reason (approval.operator_reason): "
+                "submit the signature on operator.sock with airlock approve --signature --reason",
+                {"field": "reason"},
+            )
         problem = quorum.reason_problem(reason, self.config.approval.min_reason_length)
         if problem is not None:
             raise AirlockError(
@@ -345,12 +371,49 @@ class Votes:
         }
 
     async def approve_signed(self, call: Call) -> dict[str, Any]:
-        """intake: an agent carried a signature (agent verb approve_signed); the signature decides."""
+        """intake: an agent carried a signature (agent verb approve_signed); the signature decides.
+
+        intake names the carrier (``peer``): the request must be the carrier's
+        own (keyed by (uid, ID): another agent's answers ``not_found``), and
+        the carrier's refusals are rate-limited.
+        """
         if self.intake_uid is None or call.peer.uid != self.intake_uid:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
-        return await self._settle_signed(call, statements.DECISIONS, via="agent")
+        raw = call.args.get("peer")
+        if not isinstance(raw, dict):
+            raise validate.bad("peer", "must be an object")
+        try:
+            carrier = Peer.from_dict(raw)
+        except ValueError as exc:
+            raise validate.bad("peer", str(exc)) from None
+        return await self._settle_signed(call, statements.DECISIONS, via="agent", carrier=carrier)
 
-    async def _settle_signed(self, call: Call, decisions: tuple[str, ...], *, via: str) -> dict[str, Any]:
+    def _signed_voter(self, signer: Signer, carrier: Peer) -> quorum.Voter:
+        """The person a signature is (``approval.signer_accounts``), carried by ``carrier``."""
+        account = self.config.approval.signer_accounts.account(signer.principal)
+        person = _account(account) if account is not None else None
+        if person is None:  # unmapped (or its account is gone): it counts only where no check needs the person
+            return quorum.Voter(
+                None,
+                signer.principal,
+                principal=signer.principal,
+                fingerprint=signer.fingerprint,
+                carrier_uid=carrier.uid,
+                carrier_user=carrier.user,
+            )
+        return quorum.Voter(
+            person.uid,
+            person.user,
+            frozenset(person.groups),
+            principal=signer.principal,
+            fingerprint=signer.fingerprint,
+            carrier_uid=carrier.uid,
+            carrier_user=carrier.user,
+        )
+
+    async def _settle_signed(
+        self, call: Call, decisions: tuple[str, ...], *, via: str, carrier: Peer
+    ) -> dict[str, Any]:
         ref = call.args.get("id") if via == "operator" else call.args.get("request_id")
         ref = validate.text("id", ref, max_len=256, allow_empty=False)
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
@@ -360,45 +423,57 @@ class Votes:
         )
         if call.args.get("grant_seconds") is not None:
             raise validate.bad("grant_seconds", "a grant is given by an operator's own approve, not with a signature")
-        submitter = call.peer if via == "operator" else None
+        # An agent addresses its own requests only, and its refusals are bounded (each is journaled).
+        owner = carrier.uid if via == "agent" else None
+        if owner is not None:
+            self.refusals.check(owner)
         entry: Pending | None = None
         try:
-            entry = self._find(ref, refs.expected(call.args) if via == "operator" else None)
+            # An operator names a request exactly (ID or AGENT/ID, and --expect); an agent only its own.
+            entry = self._find(ref, refs.expected(call.args)) if owner is None else self._find_own(owner, ref)
         except AirlockError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise
+        if entry is None and owner is not None and self.ledger.latest(ref, owner) is None:
+            # Not the carrier's (or no such request): nothing is journaled, nothing is revealed.
+            self.refusals.refused(owner)
+            raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r} of yours")
         if entry is not None and via == "operator":
             await self._check_expected(call, entry, "approve" if decisions == ("allow",) else "deny")
         request_id = entry.request_id if entry is not None else ref
-        ids = Ids(request_id, entry.operation_id if entry else None, submitter.uid if submitter else None)
+        ids = Ids(request_id, entry.operation_id if entry else None, carrier.uid)
         signature = None
+        approver_reason = ""
         try:
             signature = self.ledger.read(call.args.get("signature"))
             signer = await self.ledger.signer(signature, principal)
             if entry is None:
-                gone = self.ledger.latest(ref)
+                gone = self.ledger.latest(ref, owner)
                 if gone is None:
                     raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r}")
-                await self.ledger.check(signature, signer, gone, decisions, time.time())
+                await self.ledger.check(signature, signer, gone, decisions, time.time(), owner=owner)
                 raise AirlockError(
                     ErrorCode.STATEMENT_EXPIRED if gone.state == "expired" else ErrorCode.SIGNATURE_REPLAYED,
                     f"request {ref!r} is no longer pending ({gone.state})",
                     {"fingerprint": signer.fingerprint, "principal": signer.principal},
                 )
             assert entry.published is not None
-            verdict = await self.ledger.check(signature, signer, entry.published, decisions, time.time())
+            verdict = await self.ledger.check(signature, signer, entry.published, decisions, time.time(), owner=owner)
             if entry.future.done():
                 raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
-            voter = quorum.Voter(
-                submitter.uid if submitter else None,
-                signer.principal,
-                principal=signer.principal,
-                fingerprint=signer.fingerprint,
-            )
+            voter = self._signed_voter(signer, carrier)
+            # The reason is the approver's only when the person submits it on their own door;
+            # an agent's (or another operator's) is the carrier's, journaled apart.
+            if via == "operator" and voter.uid == carrier.uid:
+                approver_reason = reason
             if verdict == "allow":
-                self._require_operator_reason(entry, reason)
+                # An operator who submits someone's signature vouches with their own reason (journaled
+                # as the carrier's); an agent's reason never stands for an operator's.
+                self._require_operator_reason(entry, reason, carried=via == "agent")
                 self._check_vote(entry, voter)
         except AirlockError as exc:
+            if owner is not None:
+                self.refusals.refused(owner)
             if exc.code is not ErrorCode.NOT_FOUND:
                 await self.audit.record(
                     "operator.action",
@@ -408,27 +483,42 @@ class Votes:
                         "via": via,
                         "code": exc.code.value,
                         "message": exc.message,
-                        "operator": submitter.user if submitter else None,
+                        "operator": carrier.user if via == "operator" else None,
+                        "carrier": {"uid": carrier.uid, "user": carrier.user},
+                        "carrier_reason": reason,
                         "fingerprint": signature.fingerprint if signature else None,
                         "principal": exc.details.get("principal"),
+                        "agent_uid": entry.peer.uid if entry is not None else owner,
                     },
                 )
             raise
         assert entry is not None
         self.ledger.used(signature)
-        await self.audit.record(
-            "operator.action",
-            ids,
-            payload={
-                "action": "approve" if verdict == "allow" else "deny",
-                "via": via,
-                "signed": True,
-                "principal": signer.principal,
-                "fingerprint": signer.fingerprint,
-                "key_type": signer.key_type,
-                "operator": submitter.user if submitter else None,
-                "reason": reason,
-            }
-            | self._vote_progress(entry, verdict),
-        )
-        return self._count(entry, verdict, voter, reason) | {"signer": voter.to_dict()}
+        payload: dict[str, Any] = {
+            "action": "approve" if verdict == "allow" else "deny",
+            "via": via,
+            "signed": True,
+            "principal": signer.principal,
+            "fingerprint": signer.fingerprint,
+            "key_type": signer.key_type,
+            "operator": voter.user if voter.uid is not None else None,  # the person who approved
+            "operator_uid": voter.uid,
+            "reason": approver_reason,
+            "carrier": {"uid": carrier.uid, "user": carrier.user},
+            "agent_uid": entry.peer.uid,  # whose request: request IDs are each agent's own
+        }
+        if reason and not approver_reason:
+            payload["carrier_reason"] = reason
+        await self.audit.record("operator.action", ids, payload=payload | self._vote_progress(entry, verdict))
+        return self._count(entry, verdict, voter, approver_reason) | {"signer": voter.to_dict()}
+
+
+def _account(account: str) -> Peer | None:
+    """The operator account a principal maps to, as a peer (its uid and groups now); None if it is gone."""
+    import pwd
+
+    try:
+        entry = pwd.getpwuid(int(account)) if account.isdigit() else pwd.getpwnam(account)
+    except KeyError:
+        return None
+    return identify(0, entry.pw_uid, entry.pw_gid)

@@ -277,7 +277,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
                 "approvers",
                 sanitise(
                     ", ".join(
-                        f"{a.get('principal')} ({a.get('fingerprint')})"
+                        render.person(a, fingerprint=True)
                         if a.get("principal")
                         else f"{a.get('user')} (uid {a.get('uid')})"
                         for a in decision["approvers"]

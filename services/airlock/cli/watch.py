@@ -24,7 +24,17 @@ from collections.abc import Callable
 from typing import Any
 
 from airlock.common import arguments, client, sandbox
-from airlock.common.render import Style, command_line, diff_lines, duration, fields, file_review, sanitise, use_colour
+from airlock.common.render import (
+    Style,
+    command_line,
+    diff_lines,
+    duration,
+    fields,
+    file_review,
+    person,
+    sanitise,
+    use_colour,
+)
 
 POLL_SECONDS = 1.0
 GRANT_SECONDS = 30 * 60  # G: approve and grant the same command for 30 minutes
@@ -70,7 +80,7 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     pairs.append(("rule", f"{sanitise(p.get('rule'))} (ask)"))
     quorum = p.get("quorum") or {}
     if quorum.get("needed", 1) > 1:
-        who = ", ".join(sanitise(v.get("principal") or v.get("user")) for v in quorum.get("approvers") or [])
+        who = ", ".join(sanitise(person(v)) for v in quorum.get("approvers") or [])
         pairs.append(("approvals", f"{sanitise(quorum.get('progress'))}" + (f" so far ({who})" if who else "")))
     pairs.append(("operation", sanitise(p.get("operation_id"), strict=True)))
     if p.get("expect"):  # issue 27: decides this request only, from any other terminal
@@ -85,6 +95,11 @@ def _left(p: dict[str, Any]) -> float:
     return float(expires) - time.time() if isinstance(expires, (int, float)) else float(p.get("seconds_left") or 0)
 
 
+def _whose(p: dict[str, Any]) -> tuple[Any, str]:
+    """A pending request's key: (agent uid, request ID), as approval keys it."""
+    return (p.get("peer") or {}).get("uid"), str(p.get("request_id"))
+
+
 class Console:
     def __init__(self, call: Call, fd: int, out: Any) -> None:
         self.call = call
@@ -92,7 +107,8 @@ class Console:
         self.out = out
         self.style = Style(use_colour(out))
         # Requests this console approved towards a quorum: not shown again (its vote counts once).
-        self.voted: set[str] = set()
+        # Keyed by (agent uid, request ID): request IDs are each agent's own (issue 27).
+        self.voted: set[tuple[Any, str]] = set()
 
     def write(self, text: str) -> None:
         self.out.write(text)
@@ -126,7 +142,7 @@ class Console:
     def run(self) -> int:
         idle_shown: str | None = None
         while True:
-            waiting = [p for p in self.pending() if p.get("request_id") not in self.voted]
+            waiting = [p for p in self.pending() if _whose(p) not in self.voted]
             if not waiting:
                 grants = self.grants()
                 # Redrawn when the grants change (time left in whole minutes: no redraw every second).
@@ -161,7 +177,7 @@ class Console:
         reply = self.call(verb, args)
         data = reply.get("data") or {}
         if reply.get("ok") and data.get("complete") is False:
-            self.voted.add(request_id)
+            self.voted.add(_whose(p))
             self.write(
                 "\n" + self.style.green("approval counted") + f" ({sanitise(data.get('progress'))}); "
                 f"{sanitise(request_id, strict=True)} waits for more approvers\n"
@@ -183,7 +199,7 @@ class Console:
 
     def ask(self, p: dict[str, Any]) -> bytes | None:
         """The first key pressed, or None when the request stopped waiting."""
-        request_id = p.get("request_id")
+        whose = _whose(p)
         last_poll = time.monotonic()
         while True:
             self.write(
@@ -198,7 +214,7 @@ class Console:
                     return data[:1]
             if time.monotonic() - last_poll >= POLL_SECONDS:
                 last_poll = time.monotonic()
-                if not any(q.get("request_id") == request_id for q in self.pending()):
+                if not any(_whose(q) == whose for q in self.pending()):
                     return None
 
 

@@ -13,6 +13,7 @@ The ``policy:`` section is not parsed here: the policy engine reads its node
 from __future__ import annotations
 
 import dataclasses
+import pwd
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any
 import yaml
 
 from airlock.common import envrule
+from airlock.common.peer import identify, may_decide
 from airlock.common.yamlnodes import BOOL, FLOAT, INT, STR, got, is_null, syntax_error, where
 
 DEFAULT_CONFIG_PATH = Path("/etc/airlock/airlock.yaml")
@@ -226,6 +228,52 @@ def observers(node: yaml.Node) -> Observers:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SignerAccounts:
+    """``approval.signer_accounts``: the operator account (the person) each allowed_signers principal is.
+
+    One person, one vote (issue 27): a signed vote counts as its account's,
+    so the same person approving by uid and by key is one approval.  A
+    principal maps to one account; several principals may map to the same one.
+    """
+
+    pairs: tuple[tuple[str, str], ...] = ()  # (principal, account: a user name or uid)
+    nodes: tuple[yaml.Node, ...] = dataclasses.field(default=(), compare=False, repr=False)  # each account's node
+
+    def account(self, principal: str) -> str | None:
+        return next((account for p, account in self.pairs if p == principal), None)
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self.pairs)
+
+
+def signer_accounts(node: yaml.Node) -> SignerAccounts:
+    """A mapping principal -> account; the account must exist here (checked again as an operator in `_check`)."""
+    if is_null(node):
+        return SignerAccounts()
+    if not isinstance(node, yaml.MappingNode):
+        raise ValueError("expected a mapping of allowed_signers principal to operator account ({principal: user})")
+
+    pairs: list[tuple[str, str]] = []
+    nodes: list[yaml.Node] = []
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != STR or not key_node.value:
+            raise NodeError(key_node, "", "keys must be principals (non-empty strings)")
+        principal = str(key_node.value)
+        if any(principal == p for p, _ in pairs):
+            raise NodeError(key_node, f".{principal}", "duplicate mapping: a principal is one person")
+        if not isinstance(value_node, yaml.ScalarNode) or value_node.tag not in (STR, INT) or not value_node.value:
+            raise NodeError(value_node, f".{principal}", "expected an operator account (a user name or uid)")
+        account = str(value_node.value)
+        try:
+            pwd.getpwuid(int(account)) if account.isdigit() else pwd.getpwnam(account)
+        except KeyError:
+            raise NodeError(value_node, f".{principal}", f"unknown account {account!r} (no such user)") from None
+        pairs.append((principal, account))
+        nodes.append(value_node)
+    return SignerAccounts(tuple(pairs), tuple(nodes))
+
+
 # Channel types and their keys: (key, parser, default); a default of REQUIRED must be given.
 REQUIRED: Any = object()
 
@@ -415,6 +463,7 @@ class Approval:
     min_reason_length: int = 10
     operator_reason: str = "optional"
     max_grant_seconds: float = 8 * 3600.0
+    signer_accounts: SignerAccounts = SignerAccounts()
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,7 +527,7 @@ class Config:
             value = getattr(getattr(self, section), name)
             if isinstance(value, Path):
                 value = str(value)
-            elif isinstance(value, Observers):
+            elif isinstance(value, (Observers, SignerAccounts)):
                 value = value.to_dict()
             elif isinstance(value, tuple):
                 value = [_public(v) for v in value]
@@ -633,6 +682,13 @@ SETTINGS: tuple[Setting, ...] = (
         Path("/etc/airlock/allowed_signers"),
         "An OpenSSH allowed_signers file: whose ssh-keygen signatures (namespace airlock-approval) approve or deny; "
         "absent: signed approvals are off. Must be readable by airlock-approval.",
+    ),
+    Setting(
+        "approval.signer_accounts",
+        signer_accounts,
+        SignerAccounts(),
+        "The operator account each allowed_signers principal is ({principal: user}): a signed vote is that "
+        "person's vote. An unmapped principal counts only where no quorum and no self-approval check applies.",
     ),
     Setting(
         "approval.min_reason_length",
@@ -819,6 +875,7 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
 
 
 def _check(config: Config, path: str) -> None:
+    _check_signer_accounts(config, path)
     limits = config.limits
     if limits.replay_window_seconds < 2 * limits.freshness_seconds:
         raise ConfigError(
@@ -827,6 +884,23 @@ def _check(config: Config, path: str) -> None:
         )
     if limits.clock_skew_seconds >= limits.replay_window_seconds - limits.freshness_seconds:
         raise ConfigError(f"{path}: limits.clock_skew_seconds: must be smaller than the replay window minus freshness")
+
+
+def _check_signer_accounts(config: Config, path: str) -> None:
+    """Every mapped account must be a full operator (one who may approve by uid), not an observer."""
+    mapped = config.approval.signer_accounts
+    ops = config.operators
+    for (principal, account), node in zip(mapped.pairs, mapped.nodes, strict=False):
+        entry = pwd.getpwuid(int(account)) if account.isdigit() else pwd.getpwnam(account)
+        peer = identify(0, entry.pw_uid, entry.pw_gid)
+        if not may_decide(peer, ops.users, ops.groups, ops.observers.users):
+            raise _fail(
+                path,
+                node,
+                f"approval.signer_accounts.{principal}",
+                f"{account!r} is not an operator (operators.users, operators.groups): every approver is an "
+                "operator account",
+            )
 
 
 def load(path: Path | None = None, *, base: Config | None = None, missing_ok: bool = True) -> Config:

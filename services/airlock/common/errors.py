@@ -60,6 +60,8 @@ class ErrorCode(enum.StrEnum):
     REASON_REQUIRED = "reason_required"  # the rule (or approval.operator_reason) wants a reason of min length
     # Exact references (issue 27).
     REQUEST_CHANGED = "request_changed"  # --expect does not match the request pending now under that ID
+    # Persons and attribution (issue 27).
+    RATE_LIMITED = "rate_limited"  # a per-uid limit (e.g. refused signatures) is used up; retry later
     # Operations (reference/001).
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"

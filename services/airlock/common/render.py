@@ -167,12 +167,22 @@ def diff_lines(diff: object) -> str:
     return "".join(sanitise(line) + "\n" for line in str(diff).splitlines())
 
 
+def person(voter: dict[str, Any], *, fingerprint: bool = False) -> str:
+    """An approver as a person (issue 27): the account, and the key's principal when they signed."""
+    key = f" {voter.get('fingerprint')}" if fingerprint else ""
+    if voter.get("principal") is None:
+        return str(voter.get("user"))
+    if voter.get("uid") is None:  # a principal mapped to no account
+        return f"{voter.get('principal')} (unmapped key{key})"
+    return f"{voter.get('user')} (key {voter.get('principal')}{key})"
+
+
 def quorum_line(pending: dict[str, Any]) -> str:
     """Issue 18: "approvals: 1 of 2 (alice)" and the agent's reason, for pending, show and watch."""
     parts = []
     q = pending.get("quorum") or {}
     if q.get("needed", 1) > 1 or q.get("approvals"):
-        who = ", ".join(str(v.get("principal") or v.get("user")) for v in q.get("approvers") or [])
+        who = ", ".join(person(v) for v in q.get("approvers") or [])
         parts.append(f"approvals: {q.get('progress')}" + (f" ({who})" if who else ""))
     if pending.get("reason"):
         parts.append(f"reason: {pending['reason']}")

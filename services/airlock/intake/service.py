@@ -192,7 +192,7 @@ class Intake:
         return await self.drive(file_work(file_request, self.config), call.peer, None, conn=call.connection)
 
     async def _approve_signed(self, call: Call) -> dict[str, Any]:
-        return await self.approve_signed(call.request)
+        return await self.approve_signed(call.request, call.peer)
 
     async def _cancel(self, call: Call) -> dict[str, Any]:
         return await self.cancel(call.request, call.peer)
@@ -466,7 +466,7 @@ class Intake:
                 return decide.result()
             by = "cancel" if state.withdraw.is_set() else "close"
             self.log.info("intake.request.withdrawn", request_id=request_id, operation_id=op, peer_uid=peer.uid, by=by)
-            await self._withdraw(request_id, decide)
+            await self._withdraw(request_id, peer.uid, decide)
             if by == "cancel":
                 raise _withdrawn("withdrawn by the agent's cancel before a decision")
             raise _withdrawn("the requesting agent went away before a decision")
@@ -480,10 +480,13 @@ class Intake:
             with contextlib.suppress(asyncio.CancelledError, AirlockError):
                 await decide
 
-    async def _withdraw(self, request_id: str, decide: asyncio.Future[dict[str, Any]]) -> None:
-        """Tell approval the request is withdrawn, and let it answer the decide call (both bounded)."""
+    async def _withdraw(self, request_id: str, uid: int, decide: asyncio.Future[dict[str, Any]]) -> None:
+        """Tell approval the request is withdrawn, and let it answer the decide call (both bounded).
+
+        Approval keys pending requests by (uid, ID): the uid says whose request it is.
+        """
         try:
-            await self.approval.call("withdraw", {"request_id": request_id}, timeout=10)
+            await self.approval.call("withdraw", {"request_id": request_id, "uid": uid}, timeout=10)
             await asyncio.wait_for(asyncio.shield(decide), 10)
         except (AirlockError, TimeoutError):
             pass  # the finally cancels the decide call: approval sees its connection close
@@ -552,8 +555,12 @@ class Intake:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
         return await self.runner.call("cancel", {"operation_id": op, "uid": peer.uid})
 
-    async def approve_signed(self, request: Request) -> dict[str, Any]:
-        """An agent carries an operator's signature (issue 18): approval checks it; the agent cannot forge one."""
+    async def approve_signed(self, request: Request, peer: Peer) -> dict[str, Any]:
+        """An agent carries an operator's signature (issue 18): approval checks it; the agent cannot forge one.
+
+        The carrier (``peer``) goes with it: approval finds only the carrier's own
+        request, and journals the carrier apart from the signer (issue 27).
+        """
         unknown = sorted(set(request.args) - {"request_id", "signature", "reason"})
         signature = request.args.get("signature")
         if not isinstance(signature, str) or not signature or len(signature) > 16 * 1024:
@@ -565,6 +572,7 @@ class Intake:
             # Armoured (several lines): approval reads it strictly (approval/statement.py).
             "signature": request.args.get("signature"),
             "reason": validate.text("reason", request.args.get("reason") or "", max_len=4096),
+            "peer": peer.to_dict(),
         }
         return await self.approval.call("approve_signed", args, timeout=60)
 

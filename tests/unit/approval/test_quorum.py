@@ -1,4 +1,4 @@
-"""Quorum (issue 18): distinct approvers, the requester never counts, approvers restrict, reasons measured."""
+"""Quorum (issues 18, 27): distinct persons, the requester never counts, approvers restrict, reasons measured."""
 
 from __future__ import annotations
 
@@ -12,11 +12,19 @@ def tally(approvals: int = 2, approvers: tuple[Approvers, ...] = ()) -> Tally:
     return Tally(Requirement(approvals, approvers), requester_uid=1000, requester_user="agent")
 
 
-def test_two_distinct_approvers_meet_a_quorum_of_two() -> None:
+def signed(uid: int | None, user: str, principal: str, fingerprint: str) -> Voter:
+    """A signed vote: ``uid``/``user`` the account approval.signer_accounts maps the principal to (None: unmapped)."""
+    return Voter(uid, user, principal=principal, fingerprint=fingerprint, carrier_uid=1000, carrier_user="agent")
+
+
+ALICE_KEY = signed(1001, "alice", "alice@example.org", "SHA256:a")
+
+
+def test_two_distinct_persons_meet_a_quorum_of_two() -> None:
     t = tally()
-    alice, bob = Voter(None, "alice", principal="alice", fingerprint="SHA256:a"), Voter(0, "root")
-    t.check(alice, self_approval=False)
-    assert t.add(alice) is False and t.progress() == "1 of 2"
+    bob = Voter(0, "root")
+    t.check(ALICE_KEY, self_approval=False)
+    assert t.add(ALICE_KEY) is False and t.progress() == "1 of 2"
     t.check(bob, self_approval=False)
     assert t.add(bob) is True and t.progress() == "2 of 2"
 
@@ -24,15 +32,24 @@ def test_two_distinct_approvers_meet_a_quorum_of_two() -> None:
 @pytest.mark.parametrize(
     "second",
     [
-        Voter(None, "alice", principal="alice", fingerprint="SHA256:other-key"),  # the same principal
-        Voter(None, "alias", principal="alias", fingerprint="SHA256:a"),  # the same key under another name
+        signed(1001, "alice", "alice@example.org", "SHA256:other-key"),  # alice's second key
+        signed(1001, "alice", "alice-laptop", "SHA256:b"),  # another principal mapped to alice's account
+        Voter(1001, "alice"),  # alice by uid on operator.sock
+        signed(1002, "bob", "bob@example.org", "SHA256:a"),  # the same key under another name
     ],
 )
-def test_the_same_approver_counts_once(second: Voter) -> None:
+def test_the_same_person_counts_once_however_they_vote(second: Voter) -> None:
     t = tally()
-    t.add(Voter(None, "alice", principal="alice", fingerprint="SHA256:a"))
+    t.add(ALICE_KEY)
     with pytest.raises(VoteRefused, match="already approved"):
         t.check(second, self_approval=False)
+
+
+def test_a_uid_vote_then_a_signed_vote_of_the_same_person_is_one() -> None:
+    t = tally()
+    t.add(Voter(1001, "alice"))
+    with pytest.raises(VoteRefused, match="same person"):
+        t.check(ALICE_KEY, self_approval=True)
 
 
 def test_the_same_operator_uid_counts_once() -> None:
@@ -45,9 +62,28 @@ def test_the_same_operator_uid_counts_once() -> None:
 def test_the_requester_never_counts_towards_a_quorum_even_with_self_approval() -> None:
     with pytest.raises(VoteRefused, match="requester"):
         tally().check(Voter(1000, "agent"), self_approval=True)
+    # By key: the principal's account is the requester's (issue 27: it was compared with the user name).
+    own_key = signed(1000, "agent", "op@example.org", "SHA256:x")
     with pytest.raises(VoteRefused, match="requester"):
-        tally().check(Voter(None, "agent", principal="agent", fingerprint="SHA256:x"), self_approval=True)
+        tally().check(own_key, self_approval=True)
     tally(1).check(Voter(1000, "agent"), self_approval=True)  # one approval: allow_self_approval still decides
+    tally(1).check(own_key, self_approval=True)
+
+
+def test_self_approval_by_key_is_refused_without_allow_self_approval() -> None:
+    with pytest.raises(VoteRefused, match="own requests") as info:
+        tally(1).check(signed(1000, "agent", "op@example.org", "SHA256:x"), self_approval=False)
+    assert info.value.code == "unauthorized"
+    tally(1).check(ALICE_KEY, self_approval=False)  # control: another person's key counts
+
+
+def test_an_unmapped_principal_counts_only_where_no_check_needs_the_person() -> None:
+    stranger = signed(None, "carol@example.org", "carol@example.org", "SHA256:c")
+    for t, self_approval in ((tally(2), True), (tally(1), False)):
+        with pytest.raises(VoteRefused, match="no operator account") as info:
+            t.check(stranger, self_approval=self_approval)
+        assert info.value.code == "signer_unknown"
+    tally(1).check(stranger, self_approval=True)
 
 
 def test_approvers_restrict_who_counts() -> None:
@@ -55,13 +91,14 @@ def test_approvers_restrict_who_counts() -> None:
     t = tally(approvers=(rule,))
     t.check(Voter(5, "ops1"), self_approval=False)
     t.check(Voter(6, "x", groups=frozenset({"sre"})), self_approval=False)
-    t.check(Voter(None, "alice", principal="alice", fingerprint="f"), self_approval=False)
+    t.check(signed(7, "al", "alice", "f"), self_approval=False)  # admitted by its principal
+    t.check(signed(5, "ops1", "ops1-key", "k"), self_approval=False)  # a person admitted by account, however they vote
     for stranger in (
         Voter(7, "eve"),
-        Voter(None, "bob", principal="bob", fingerprint="g"),
-        Voter(None, "ops1", principal="ops1", fingerprint="h"),
+        signed(8, "bob", "bob", "g"),
+        signed(None, "ops1", "ops1", "h"),  # unmapped: only its principal could admit it
     ):
-        with pytest.raises(VoteRefused, match="not among"):
+        with pytest.raises(VoteRefused, match=r"not among|no operator account"):
             t.check(stranger, self_approval=False)
 
 

@@ -208,3 +208,37 @@ def test_the_reaching_operators_examples_parse() -> None:
 def test_env_allow_takes_wildcards_that_admit_no_denied_name_and_exact_names(pattern: str) -> None:
     # An exact name stays the operator's choice: it serves unprivileged jobs, a root job is refused it per request.
     assert pattern in config.parse_text(f"env:\n  allow: [{pattern}]\n", "/x.yaml").env.allow
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        (
+            "{a@x: nosuchuser-al}",
+            "/x.yaml:3:26: approval.signer_accounts.a@x: unknown account 'nosuchuser-al' (no such user)",
+        ),
+        (
+            "{a@x: root, a@x: 0}",
+            "/x.yaml:3:32: approval.signer_accounts.a@x: duplicate mapping: a principal is one person",
+        ),
+        ("{a@x: daemon}", "/x.yaml:3:26: approval.signer_accounts.a@x: 'daemon' is not an operator"),
+        ("[root]", "/x.yaml:3:20: approval.signer_accounts: expected a mapping of allowed_signers principal"),
+    ],
+)
+def test_signer_accounts_are_checked_at_load(mapping: str, message: str) -> None:
+    text = f"operators: {{users: [], groups: []}}\napproval:\n  signer_accounts: {mapping}\n"
+    with pytest.raises(config.ConfigError) as info:
+        config.parse_text(text, "/x.yaml")
+    assert message in str(info.value)
+
+
+def test_signer_accounts_map_principals_to_operator_accounts() -> None:
+    text = "operators: {users: [daemon]}\napproval:\n  signer_accounts: {a@x: daemon, a-laptop: daemon, r@x: 0}\n"
+    mapped = config.parse_text(text, "/x.yaml").approval.signer_accounts
+    assert mapped.account("a@x") == "daemon" and mapped.account("a-laptop") == "daemon" and mapped.account("r@x") == "0"
+    assert mapped.account("b@x") is None
+    assert config.parse_text(text, "/x.yaml").to_dict()["approval"]["signer_accounts"] == {
+        "a@x": "daemon",
+        "a-laptop": "daemon",
+        "r@x": "0",
+    }
