@@ -282,6 +282,40 @@ def test_two_agents_may_use_the_same_request_id_and_each_sees_only_its_own(tmp_p
             assert theirs["peer"]["uid"] == a.pw_uid and theirs["decision"]["decision"] == "withdrawn", theirs
 
 
+def test_two_agents_one_id_each_approve_line_decides_its_own_request() -> None:
+    """Exact references over (uid, ID) keys: the --expect of each approve line picks that agent's request."""
+    with persons("alexa", "alexb") as (a, b):
+        agents = f"agents:\n  users: [{a.pw_name}, {b.pw_name}]\n"
+        with red_stack(agents + "approval:\n  timeout_seconds: 60\npolicy:\n  default: ask\n") as stack:
+            folder = root_dir()
+            rid = f"deploy-{secrets.token_hex(4)}"
+            a_job = exec_as(stack, a, ["/usr/bin/touch", str(folder / "a")], rid)
+            pending_of(stack, rid, 1)
+            b_job = exec_as(stack, b, ["/usr/bin/touch", str(folder / "b")], rid)
+            expect = {p["peer"]["uid"]: p["expect"] for p in pending_of(stack, rid, 2)}
+            assert len(set(expect.values())) == 2, expect  # each pending request has its own digest
+            bare = stack.native("approve", {"id": rid}, path=stack.operator)
+            assert bare["ok"] is False and bare["error"]["code"] == "conflict", bare
+            assert {o["uid"]: o["expect"] for o in bare["error"]["details"]["owners"]} == expect
+            # A's approve line (as `airlock pending` prints it) approves A's request only.
+            ok = stack.native("approve", {"id": rid, "expect": expect[a.pw_uid]}, path=stack.operator)
+            assert ok["ok"] is True, ok
+            assert final(replies(a_job))["ok"] is True and (folder / "a").exists()
+            assert [p["peer"]["uid"] for p in pending_of(stack, rid, 1)] == [b.pw_uid]
+            # B's request named by agent with A's digest: not the request the line was made for.
+            crossed = stack.native(
+                "approve", {"id": f"{b.pw_name}/{rid}", "expect": expect[a.pw_uid]}, path=stack.operator
+            )
+            assert crossed["ok"] is False and crossed["error"]["details"].get("reason") == "request_changed", crossed
+            assert not (folder / "b").exists()
+            # Control: B's own line (by uid, with B's digest) approves B's request.
+            ok = stack.native("approve", {"id": f"{b.pw_uid}/{rid}", "expect": expect[b.pw_uid]}, path=stack.operator)
+            assert ok["ok"] is True, ok
+            assert final(replies(b_job))["ok"] is True and (folder / "b").exists()
+            refused = [r for r in records(stack, rid, "operator.action") if r["action"] == "refused"]
+            assert [(r["code"], r["agent_uid"]) for r in refused] == [("request_changed", b.pw_uid)], refused
+
+
 # --- attack 8: approve_signed is attributed to its carrier, and bounded ----------------------
 
 

@@ -19,12 +19,12 @@ from airlock.common.peer import Peer
 PEER = Peer(pid=1, uid=1000, gid=1000, user="agent", group_ids=(1000,), groups=frozenset({"agent"}))
 
 
-def _pending(request_id: str, nonce: str = "0" * 32, command: str = "id -u") -> Pending:
+def _pending(request_id: str, nonce: str = "0" * 32, command: str = "id -u", peer: Peer = PEER) -> Pending:
     loop = asyncio.new_event_loop()
     entry = Pending(
         request_id=request_id,
         operation_id=f"op-{request_id}",
-        peer=PEER,
+        peer=peer,
         request={},
         decision=Decision("ask", "default", ()),
         digest="d" * 64,
@@ -123,3 +123,40 @@ def test_two_agents_one_id_expect_says_which() -> None:
         refs.exact("deploy-1", [mine, theirs])
     assert err.value.code is ErrorCode.CONFLICT
     assert refs.exact("deploy-1", [mine, theirs], theirs.expect) is theirs
+
+
+OTHER = Peer(pid=2, uid=1001, gid=1001, user="other", group_ids=(1001,), groups=frozenset({"other"}))
+
+
+def test_an_id_two_agents_have_pending_is_named_by_agent_or_by_expect_never_bare() -> None:
+    mine = _pending("deploy-1", nonce="1" * 32)
+    theirs = _pending("deploy-1", nonce="2" * 32, peer=OTHER)
+    both = [theirs, mine]
+    with pytest.raises(AirlockError) as err:
+        refs.exact("deploy-1", both)
+    assert err.value.code is ErrorCode.CONFLICT and "agent/deploy-1, other/deploy-1" in err.value.message
+    assert err.value.details["references"] == ["agent/deploy-1", "other/deploy-1"]
+    assert err.value.details["owners"] == [
+        {"user": "agent", "uid": 1000, "expect": mine.expect},
+        {"user": "other", "uid": 1001, "expect": theirs.expect},
+    ]
+    assert refs.exact("other/deploy-1", both) is theirs and refs.exact("1000/deploy-1", both) is mine
+    assert refs.exact("deploy-1", both, mine.expect) is mine
+    with pytest.raises(AirlockError) as err:
+        refs.exact("deploy-1", both, "0" * 12)  # a digest neither has: still which one is unknown
+    assert err.value.code is ErrorCode.CONFLICT
+    for ref in ("nobody/deploy-1", "other/deploy-2", "other/op-deploy-1"):
+        with pytest.raises(AirlockError) as err:
+            refs.exact(ref, both)
+        assert err.value.code is ErrorCode.NOT_FOUND
+    # A qualified reference names one request: its --expect is then checked (`mismatch`), not used to choose.
+    assert refs.exact("other/deploy-1", both, mine.expect) is theirs
+    assert refs.named("deploy-9", both) is None
+
+
+def test_a_prefix_of_an_id_two_agents_have_pending_is_refused_with_the_owners() -> None:
+    both = [_pending("deploy-1", nonce="1" * 32), _pending("deploy-1", nonce="2" * 32, peer=OTHER)]
+    with pytest.raises(AirlockError) as err:
+        refs.by_prefix("deploy", both, set(), False)
+    assert err.value.code is ErrorCode.CONFLICT
+    assert err.value.details["references"] == ["agent/deploy-1", "other/deploy-1"]
