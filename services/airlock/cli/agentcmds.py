@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from airlock.cli.base import _err, _unreachable
+from airlock.cli.waiting import waiting_message
 from airlock.common import client
 from airlock.common.codec import iso_utc
 from airlock.common.tokenfile import TokenFileError, read_token_file
@@ -30,8 +31,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         nonlocal noticed
         if event.get("event") == "pending_approval" and not noticed and not ns.json:
             noticed = True
-            wait = event.get("timeout_seconds")
-            _err(f"waiting for an operator to approve (rule {event.get('rule')!r}, up to {wait}s)")
+            _err(waiting_message(event))
 
     token = os.environ.get("AIRLOCK_TOKEN") or None
     if ns.token_file:

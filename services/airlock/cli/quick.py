@@ -209,10 +209,9 @@ def _call(path: str, line: bytes, quiet: bool) -> tuple[bytes | None, dict[str, 
             if "event" in obj:
                 if obj.get("event") == "pending_approval" and not noticed and not quiet:
                     noticed = True
-                    _err(
-                        f"waiting for an operator to approve (rule {obj.get('rule')!r}, up to "
-                        f"{obj.get('timeout_seconds')}s)"
-                    )
+                    from airlock.cli.waiting import waiting_message
+
+                    _err(waiting_message(obj))
                 continue
             return frame, obj
     finally:
