@@ -16,7 +16,7 @@ from typing import Any
 
 from airlock.approval import fileop_review, hook, quorum
 from airlock.approval.pending import Pending, bind_binaries, describe_binaries
-from airlock.approval.rules import Decision, Policy, Subject
+from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
 from airlock.approval.tickets import Tickets
 from airlock.approval.votes import Votes
 from airlock.common import validate
@@ -25,6 +25,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import Peer
+from airlock.common.resolve import default_path
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
 
@@ -37,6 +38,29 @@ def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Su
         session=session or None,
         privileged=spec.privileged,
         target_uid=spec.run_as,
+    )
+
+
+def not_found(decision: Decision, spec: ExecSpec) -> AirlockError:
+    """A program that is not there: said as a shell says it, not as a policy decision (issue 32).
+
+    Still journaled as the ``unresolved`` pseudo-rule's deny: nothing ran, and a
+    program that appears there later was never approved.
+    """
+    missing = next(stage for stage in decision.stages if stage.resolved is None)
+    program = missing.argv[0]
+    searched = default_path(spec.run_as)
+    where = (
+        f"an absolute path is needed; {program!r} is relative"
+        if "/" in program and not program.startswith("/")
+        else f"no such executable file {program!r}"
+        if "/" in program
+        else f"searched {'root' if spec.run_as == 0 else 'the user'}'s secure PATH {searched}"
+    )
+    return AirlockError(
+        ErrorCode.COMMAND_NOT_FOUND,
+        f"{program}: command not found ({where}); nothing ran",
+        {"program": program, "searched": searched, "rule": UNRESOLVED_RULE, "decided_by": "policy"},
     )
 
 
@@ -136,6 +160,8 @@ class Deciding(Tickets, Votes):
             await self.audit.record(
                 "approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule}, after=after
             )
+            if rule == UNRESOLVED_RULE and isinstance(spec, ExecSpec):
+                raise not_found(decision, spec)
             raise AirlockError(
                 ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"}
             )

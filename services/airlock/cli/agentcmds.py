@@ -10,6 +10,7 @@ import sys
 import uuid
 from typing import Any
 
+from airlock.cli import exitcodes
 from airlock.cli.base import _err, _unreachable
 from airlock.cli.waiting import waiting_message
 from airlock.common import client
@@ -53,11 +54,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         code = error.get("code")
         if not ns.json:
             _err(f"{code}: {error.get('message')}")
-        if code == "denied":
-            return EXIT_DENIED
-        if code == "approval_timeout":
-            return EXIT_APPROVAL_TIMEOUT
-        return EXIT_AIRLOCK_ERROR
+        return exitcodes.for_error(code)
     data = reply.get("data") or {}
     if not ns.json:
         for stage in data.get("stages", []):

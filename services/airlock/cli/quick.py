@@ -145,11 +145,9 @@ def _run(opts: dict[str, Any], request: dict[str, Any]) -> int:
         code = error.get("code")
         if not opts["json"]:
             _err(f"{code}: {error.get('message')}")
-        if code == "denied":
-            return EXIT_DENIED
-        if code == "approval_timeout":
-            return EXIT_APPROVAL_TIMEOUT
-        return EXIT_AIRLOCK_ERROR
+        from airlock.cli.exitcodes import for_error
+
+        return for_error(code)
     data = reply.get("data") or {}
     if not opts["json"]:
         from binascii import a2b_base64
