@@ -45,8 +45,8 @@ def test_a_reloaded_approval_timeout_is_the_one_a_waiting_agent_gets(day: Stack)
     what intake used to allow itself (its own stale copy, 2 + 30 s), until an operator approves."""
     reload_approval(day, "timeout_seconds: 2", "timeout_seconds: 45")
     request_id = f"late-{uuid.uuid4()}"
-    line = {"v": 1, "id": request_id, "verb": "exec", "args": {"argv": ["echo", "late"], "privileged": False}}
-    line["args"] |= {"time": now_iso(), "stream": True}
+    args = {"argv": ["echo", "late"], "privileged": False, "time": now_iso(), "stream": True}
+    line = {"v": 1, "id": request_id, "verb": "exec", "args": args}
     replies: list[list[dict[str, Any]]] = []
     waiter = threading.Thread(
         target=lambda: replies.append(day.send_raw(json.dumps(line).encode() + b"\n", timeout=90))

@@ -42,6 +42,13 @@ def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Su
     )
 
 
+def policy_refusal(decision: Decision, spec: ExecSpec | FileSpec, rule: str) -> AirlockError:
+    """What the agent is told of a policy's deny: a missing program as a shell says it, else the rule."""
+    if rule == UNRESOLVED_RULE and isinstance(spec, ExecSpec):
+        return not_found(decision, spec)
+    return AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
+
+
 def not_found(decision: Decision, spec: ExecSpec) -> AirlockError:
     """A program that is not there: said as a shell says it, not as a policy decision (issue 32).
 
@@ -171,11 +178,7 @@ class Deciding(Tickets, Votes):
             await self.audit.record(
                 "approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule}, after=after
             )
-            if rule == UNRESOLVED_RULE and isinstance(spec, ExecSpec):
-                raise not_found(decision, spec)
-            raise AirlockError(
-                ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"}
-            )
+            raise policy_refusal(decision, spec, rule)
         # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
         # names this mark (intake passes it on, and redeem hands it to the runner itself).
         mark = await self.audit.defer(
