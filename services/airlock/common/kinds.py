@@ -30,6 +30,11 @@ from airlock.common.errors import AirlockError, ErrorCode
 # may append exactly what approval may.
 WRITERS: Final = ("intake", "approval", "runner", "journal", "operator")
 
+# The journal's cap on one record's payload (canonical JSON bytes).  Here, not in
+# the journal, because the runner must know it too: it checks that a job's end
+# record fits before the job may start (issue 29).
+MAX_PAYLOAD_BYTES: Final = 64 * 1024
+
 # Writers that stand in for another writer's permissions.
 _ACTS_AS: Final[Mapping[str, str]] = MappingProxyType({"operator": "approval"})
 
