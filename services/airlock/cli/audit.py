@@ -34,8 +34,8 @@ import os
 import pwd
 import sys
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from airlock.common import client

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from airlock.common import binary, daemon, log, sandbox, validate
 from airlock.common.audit import Audit, Ids, lifecycle, marks_of
-from airlock.common.config import Config
 from airlock.common.codec import canonical_json
+from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.kinds import MAX_PAYLOAD_BYTES
