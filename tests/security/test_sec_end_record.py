@@ -18,6 +18,7 @@ import hashlib
 import json
 import pwd
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from secsupport import agent_request, final, needs_root, red_stack, throwaway_user
@@ -53,13 +54,13 @@ policy:
         yield stack
 
 
-def _story(stack: Stack, request_id: str) -> dict[str, dict[str, object]]:
+def _story(stack: Stack, request_id: str) -> dict[str, Any]:
     return {r["kind"]: json.loads(r["payload"]) for r in stack.journal_rows() if r["request_id"] == request_id}
 
 
-def _lifecycle(stack: Stack) -> dict[str, object]:
+def _lifecycle(stack: Stack) -> dict[str, Any]:
     r = stack.cli("audit", "verify", "--lifecycle", "--json")
-    data: dict[str, object] = json.loads(r.stdout)["data"]["lifecycle"]
+    data: dict[str, Any] = json.loads(r.stdout)["data"]["lifecycle"]
     return data
 
 
@@ -75,9 +76,9 @@ def test_a_padded_argv_never_loses_the_end_record(estack: Stack, agent: pwd.stru
     assert reply["ok"] is True, reply  # it ran
     story = _story(estack, request_id)
     # request.received holds argv whole (show reads it there); the end record is in the journal
-    assert story["request.received"]["request"]["stages"] == [argv]  # type: ignore[index]
+    assert story["request.received"]["request"]["stages"] == [argv]
     assert "exec.finished" in story, sorted(story)  # 64,800: missing before the fix
-    (stage,) = story["exec.finished"]["stages"]  # type: ignore[misc]
+    (stage,) = story["exec.finished"]["stages"]
     assert stage["argv_sha256"] == hashlib.sha256(canonical_json(argv)).hexdigest()
     assert "argv" not in stage
     checked = _lifecycle(estack)
