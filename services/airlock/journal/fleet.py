@@ -427,8 +427,9 @@ def verify_hosts(
     they name, each with that key's fingerprint (`checkpoints_in` finds them;
     the caller runs ssh-keygen).  With it, a host's chain is what its own key
     vouches for (`prove`): only records on the hash chain a verified checkpoint
-    signs count as the host's, the checkpoints must extend one another, and
-    everything else that claims the host is reported in ``unproven``.  Without
+    signs count as the host's (and records past the newest one, not signed
+    yet, except an acknowledgement), the checkpoints must extend one another,
+    and everything else that claims the host is reported in ``unproven``.  Without
     it, ``AIRLOCK_HOST`` is taken as it comes (any host's root can write it).
     """
     records: dict[str, list[Shipped]] = {}
@@ -526,7 +527,8 @@ def prove(
     proven_seqs = {by_hash[h].seq for h in proven}
     kept: list[Shipped] = []
     for item in shipped:
-        if item.hash in proven or (item.seq > top and item.seq not in proven_seqs):
+        tail = item.seq > top and item.seq not in proven_seqs and item.row["kind"] != ACK_KIND
+        if item.hash in proven or tail:  # an acknowledgement rewrites history: it counts only once signed for
             kept.append(item)
             continue
         what = "acknowledgement" if item.row["kind"] == ACK_KIND else "record"
