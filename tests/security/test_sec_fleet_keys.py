@@ -22,6 +22,7 @@ files are written by the real systemd-journal-remote (tests/fleet_support.py).
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import tempfile
@@ -149,6 +150,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         f"{web1} {web1_pub[0]} {web1_pub[1]}\nweb2/{'b' * 32} {web2_pub[0]} {web2_pub[1]}\n", encoding="ascii"
     )
     yield World(stack, web1, keys, where / "remote", forged["seq"], ack["seq"])
+    shutil.rmtree(stack.runtime_dir.parent, ignore_errors=True)
 
 
 def test_forged_records_do_not_verify_as_the_host_they_name(world: World) -> None:
