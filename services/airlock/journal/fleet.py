@@ -555,26 +555,41 @@ def _disagreements(
     gives another hash.  Where the records between two checkpoints are held,
     `prove` and the chain check find the same thing from the records.
     """
+    good = sorted({s.checkpoint for s in signed if (s.statement, s.signature) in verified}, key=lambda c: c.seq)
     known: dict[int, set[str]] = {}
-    for s in signed:
-        if (s.statement, s.signature) not in verified:
-            continue
-        known.setdefault(s.checkpoint.seq, set()).add(s.checkpoint.hash)
-    held = {item.seq: item.hash for item in kept}
+    for cp in good:
+        known.setdefault(cp.seq, set()).add(cp.hash)
+    by_hash = {item.hash: item for item in kept}
     problems = []
     for seq, hashes in sorted(known.items()):
         if len(hashes) > 1:
             problems.append(f"seq {seq}: this host signed two different heads (its history was rewritten)")
-    for s in signed:
-        if (s.statement, s.signature) not in verified or s.checkpoint.prev is None:
-            continue
-        pseq, phash = s.checkpoint.prev
-        other = known.get(pseq, set()) | ({held[pseq]} if pseq in held else set())
-        if other and phash not in other:
-            problems.append(
-                f"seq {s.checkpoint.seq}: the checkpoint does not extend this host's earlier one at seq {pseq} "
-                "(its history was rewritten after it was shipped)"
+    found: set[tuple[int, int]] = set()
+    for later in good:
+        # The chain this checkpoint signs, walked back through the records held (to an acknowledgement:
+        # a cut the host declared, reported as a segment).
+        path: dict[int, str] = {}
+        digest: str | None = later.hash
+        while digest is not None and digest in by_hash:
+            item = by_hash[digest]
+            path[item.seq] = item.hash
+            if item.row["kind"] == ACK_KIND:
+                break
+            digest = item.row["prev_hash"]
+        claims = [(earlier.seq, earlier.hash) for earlier in good if earlier.seq < later.seq]
+        if later.prev is not None:
+            claims.append(later.prev)
+        for seq, digest_at in claims:
+            other = known.get(seq, set())
+            wrong = (seq in path and path[seq] != digest_at) or (
+                (seq, digest_at) == later.prev and other and digest_at not in other
             )
+            if wrong and (seq, later.seq) not in found:
+                found.add((seq, later.seq))
+                problems.append(
+                    f"seq {later.seq}: the checkpoint does not extend this host's earlier one at seq {seq} "
+                    "(its history was rewritten after it was shipped)"
+                )
     return problems
 
 
