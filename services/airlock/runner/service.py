@@ -128,7 +128,7 @@ class Runner:
             # path is a value from the peer's own environment.
             payload={
                 "digest": digest,
-                "spec": spec.to_dict(),
+                "spec": spec_record(spec.to_dict()),
                 "uid": job.identity.uid,
                 "gid": job.identity.gid,
                 "cwd": job.cwd,
@@ -334,6 +334,29 @@ def _peer_process(untrusted: Any, uid: int) -> tuple[int, int]:
     return pid, peer_uid
 
 
+# A stage's argv (or stdin) past this many bytes is named by digest in exec.started:
+# request.received holds it whole, and a record need not repeat it (issue 29, issue 39 item 7).
+SPELLED_OUT_BYTES = 1024
+
+
+def spec_record(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as ``exec.started`` journals it: a large argv or stdin by digest and size, the rest as it is.
+
+    ``digest`` (of the whole spec) next to it binds it to ``request.received``'s.
+    """
+    out = dict(spec)
+    out["stages"] = [
+        list(argv)
+        if len(canonical_json(list(argv))) <= SPELLED_OUT_BYTES
+        else {"argv_sha256": argv_digest(argv), "argv_bytes": len(canonical_json(list(argv)))}
+        for argv in spec["stages"]
+    ]
+    stdin = spec.get("stdin")
+    if isinstance(stdin, str) and len(stdin) > SPELLED_OUT_BYTES:
+        out["stdin"] = {"sha256": hashlib.sha256(stdin.encode()).hexdigest(), "bytes": len(stdin)}
+    return out
+
+
 def argv_digest(argv: Any) -> str:
     """The SHA-256 of a stage's argv as canonical JSON: how records after ``request.received`` name it."""
     return hashlib.sha256(canonical_json(list(argv))).hexdigest()
@@ -368,6 +391,7 @@ def _audit_summary(evidence: dict[str, Any], head: int, result: JobResult) -> di
 _WORST_INT = -(2**63)
 _WORST_UNIT = "u" * 256  # systemd's longest unit name
 _WORST_TIME = "2026-01-01T00:00:00.000000+00:00"
+_MARGIN = 512
 
 
 def end_record_fits(job: JobSpec, head: int) -> int:
@@ -419,7 +443,8 @@ def end_record_fits(job: JobSpec, head: int) -> int:
         "gid": _WORST_INT,
         "hostname": "h" * 64,  # HOST_NAME_MAX
     }
-    size = len(canonical_json(_audit_summary(evidence, head, result)))
+    # Room for a small field the evidence may gain before this stand-in learns of it.
+    size = len(canonical_json(_audit_summary(evidence, head, result))) + _MARGIN
     if size > MAX_PAYLOAD_BYTES:
         raise AirlockError(
             ErrorCode.INVALID_ARGUMENTS,

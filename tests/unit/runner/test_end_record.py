@@ -49,3 +49,16 @@ def test_an_end_record_that_could_overflow_is_refused_naming_its_size() -> None:
     assert exc.code is ErrorCode.INVALID_ARGUMENTS
     assert exc.details["end_record_bytes"] > MAX_PAYLOAD_BYTES == exc.details["limit_bytes"]
     assert f"over the audit journal's limit of {MAX_PAYLOAD_BYTES}" in exc.message
+
+
+def test_exec_started_spells_out_a_small_argv_and_names_a_large_one_by_digest() -> None:
+    from airlock.common.codec import canonical_json
+    from airlock.runner.service import argv_digest, spec_record
+
+    big = ["/usr/bin/true", "x" * 2000]
+    spec = {"stages": [["/usr/bin/echo", "hi"], big], "stdin": "A" * 4000, "cwd": "/"}
+    record = spec_record(spec)
+    assert record["stages"][0] == ["/usr/bin/echo", "hi"]
+    assert record["stages"][1] == {"argv_sha256": argv_digest(big), "argv_bytes": len(canonical_json(big))}
+    assert record["stdin"]["bytes"] == 4000 and record["cwd"] == "/"
+    assert spec_record({"stages": [["true"]], "stdin": None}) == {"stages": [["true"]], "stdin": None}
