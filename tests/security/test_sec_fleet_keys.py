@@ -198,3 +198,70 @@ def test_host_key_prints_the_line_for_the_collector(world: World) -> None:
     assert r.returncode == 0, r.stderr
     line = r.stdout.strip()
     assert line.startswith(f"{world.web1} ssh-ed25519 ") and line.split()[:3] == world.keys.read_text().split()[:3]
+
+
+def _rewrite_and_rehash(db: Path, seq: int) -> None:
+    """Root on the host: change record ``seq`` and recompute every later hash, triggers dropped first."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    try:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            conn.execute(f"DROP TRIGGER {name}")
+        rows = [dict(r) for r in conn.execute("SELECT * FROM events WHERE seq >= ? ORDER BY seq", (seq - 1,))]
+        prev = rows[0]["hash"]
+        for row in rows[1:]:
+            payload = json.loads(row["payload"]) | ({"forged": True} if row["seq"] == seq else {})
+            text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            digest = chain.compute_hash(row | {"payload": payload, "prev_hash": prev})
+            conn.execute(
+                "UPDATE events SET payload = ?, prev_hash = ?, hash = ? WHERE seq = ?", (text, prev, digest, row["seq"])
+            )
+            prev = digest
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("rewrite", [False, True], ids=["control", "rewritten"])
+def test_a_host_that_rewrites_its_shipped_history_is_caught_though_it_holds_its_key(rewrite: bool) -> None:
+    """Root on web1 rewrites records it already shipped, removes the anchors that would stop the
+    journal, starts it again and ships the new history, signed with web1's own key: the collector
+    finds web1's checkpoints do not extend one another.  Control: the same restart, no rewrite."""
+    runtime = Path(tempfile.mkdtemp(prefix="alrw", dir="/tmp")) / "rt"
+    web1 = journalfiles.local_host()
+    anchors_file = runtime / "state" / "journal.anchors"
+    try:
+        stack = start_stack(runtime)
+        try:
+            for _ in range(2):
+                assert stack.exec({"argv": ["true"], "privileged": False})["ok"]
+        finally:
+            stop_stack(stack)
+        before = _rows(stack.database)
+        shipped = _shipped(before, web1) + anchor_entries(anchors_file, web1)
+        if rewrite:
+            _rewrite_and_rehash(stack.database, 3)
+            anchors_file.unlink()
+        stack = start_stack(runtime)
+        try:
+            assert stack.exec({"argv": ["true"], "privileged": False})["ok"]
+        finally:
+            stop_stack(stack)
+        after = _rows(stack.database)
+        changed = [r for r in after if r["seq"] > before[-1]["seq"] or r not in before]
+        shipped += _shipped(changed, web1) + anchor_entries(anchors_file, web1)[-2:]  # the restart's anchors
+        write_collector(runtime.parent / "remote", shipped)
+        keys = runtime.parent / "host-keys"
+        public = (runtime / "checkpoint_ed25519_key.pub").read_text().split()
+        keys.write_text(f"{web1} {public[0]} {public[1]}\n", encoding="ascii")
+        r = stack.cli(
+            "audit", "verify", "--journal", str(runtime.parent / "remote"), "--host-keys", str(keys), "--json"
+        )
+        (host,) = json.loads(r.stdout)["hosts"]
+        if not rewrite:
+            assert r.returncode == 0 and host["ok"] and host["proven_to"] == host["last_seq"], r.stdout
+            return
+        assert r.returncode == 1 and not host["ok"], r.stdout
+        assert any("does not extend this host's earlier one" in p for p in host["problems"]), host["problems"]
+        assert 3 in host["conflicts"], host  # both histories carry web1's own signature
+    finally:
+        shutil.rmtree(runtime.parent, ignore_errors=True)
