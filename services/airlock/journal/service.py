@@ -485,6 +485,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         config.paths.state_dir / "journal.sqlite",
         operation_retention=config.journal.operation_retention,
         operation_capacity=config.journal.operation_capacity,
+        operation_capacity_per_agent=config.journal.operation_capacity_per_agent,
     )
     journal = Journal(config, store)
     anchor_path = anchors.path_beside(store.path)

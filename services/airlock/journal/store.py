@@ -139,6 +139,7 @@ class Store(Appends, Reader):
         *,
         operation_retention: float = 300,
         operation_capacity: int = 256,
+        operation_capacity_per_agent: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> Store:
         """Open (creating if needed) the database at ``path``, mode 0600.
@@ -147,7 +148,12 @@ class Store(Appends, Reader):
         a schema this version does not know.
         """
         path = Path(path)
-        operations = OperationTable(retention=operation_retention, capacity=operation_capacity, clock=clock)
+        operations = OperationTable(
+            retention=operation_retention,
+            capacity=operation_capacity,
+            clock=clock,
+            per_owner=operation_capacity_per_agent,
+        )
         wconn: sqlite3.Connection | None = None
         rconn: sqlite3.Connection | None = None
         try:
