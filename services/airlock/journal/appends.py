@@ -11,6 +11,7 @@ its input, builds one work item and hands it to `Writer._submit`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Final
 
 from airlock.common.codec import iso_utc
@@ -38,6 +39,8 @@ MAX_CLAIM_KEY_CHARS: Final = MAX_ID_CHARS + 16
 
 class Appends(Writer):
     """`Store`'s write verbs; the queue and the transaction are `Writer`'s."""
+
+    meter: Callable[[int | None, int], None] | None
 
     # -- appending ------------------------------------------------------------
 
@@ -181,6 +184,8 @@ class Appends(Writer):
     ) -> _Append:
         check_writer(writer, kind)
         normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
+        if self.meter is not None:  # the agent's share of the journal (journal/quota.py)
+            self.meter(peer_uid, len(text))
         return _Append(
             time=iso_utc(self._clock()),
             kind=kind,

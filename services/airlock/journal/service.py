@@ -29,6 +29,7 @@ from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.journal import anchors, journalfiles, memory
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
+from airlock.journal.quota import JournalQuota
 from airlock.journal.store import Store
 
 # Anchors one verify call may carry (the CLI sends more in several calls).
@@ -118,6 +119,11 @@ class Journal:
         self.store = store
         self.database = config.paths.state_dir / "journal.sqlite"
         self.writers = writers_by_uid(config)
+        # Each agent's share of the journal's bytes: charged for every record, checked at op.begin.
+        self.quota = JournalQuota(
+            config.journal.agent_bytes_per_second, config.journal.agent_burst_bytes, time.monotonic
+        )
+        store.meter = self.quota.charge
 
     def writer_for(self, peer: Peer, claimed: Any) -> str:
         allowed = self.writers.get(peer.uid, set())
@@ -181,6 +187,9 @@ class Journal:
         has_protected = validate.boolean("has_protected", a.get("has_protected"), False)
         claim = a.get("claim")
         event = a.get("event")
+        # A new request of an agent over its journal quota is refused before anything of it is written.
+        uid = event.get("peer_uid") if isinstance(event, dict) else None
+        self.quota.admit(uid if isinstance(uid, int) and not isinstance(uid, bool) else None)
         if claim is not None:
             key, window = self._claim_args(claim)
             if isinstance(event, dict):

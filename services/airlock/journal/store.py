@@ -102,6 +102,8 @@ class Store(Appends, Reader):
         self.on_commit: Callable[[], None] | None = None
         # Called with every committed batch's events, before on_commit (journal/fleet.py ships them to journald).
         self.on_records: Callable[[list[Event]], None] | None = None
+        # Called with (peer_uid, payload bytes) for every record taken (journal/quota.py charges the agent).
+        self.meter: Callable[[int | None, int], None] | None = None
         self._ops = operations
         self._clock = clock
         # One thread, so the writer connection is only ever used from it.
