@@ -214,6 +214,10 @@ class Appends(Writer):
         protected redelivery forbidden.  Active state is memory only (reference/001)."""
         return self._ops.begin(operation_id, digest, has_protected=has_protected)
 
+    def op_room(self, operation_id: str) -> None:
+        """Raise ``busy`` now if ``op_begin`` of a new operation would (checked before anything is written)."""
+        self._ops.check_room(check_id("operation_id", operation_id))
+
     async def op_complete(
         self, operation_id: str, digest: str, outcome: dict[str, Any], after: tuple[int, ...] = ()
     ) -> None:

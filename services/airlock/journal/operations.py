@@ -146,20 +146,26 @@ class OperationTable:
                 f"operation {operation_id!r} is in progress",
                 {"operation_id": operation_id},
             )
-        if len(self._settled) + len(self._active) >= self.capacity:
-            self._expire()
-            owner = owner_of(operation_id)
-            if len(self._settled) + len(self._active) >= self.capacity and not self.owned(owner):
-                # Full, and this owner has nothing of its own to give up: refuse the new work
-                # rather than evict another agent's outcome (its retry would run again).
-                raise AirlockError(
-                    ErrorCode.BUSY,
-                    f"the replay store is full ({self.capacity} operations kept for "
-                    f"{self.retention:g} s); retry when older outcomes expire",
-                    {"capacity": self.capacity},
-                )
+        self.check_room(operation_id)
         self._active[operation_id] = digest
         return OpBegin("new")
+
+    def check_room(self, operation_id: str) -> None:
+        """Raises ``busy`` when the table is full and the owner has no outcome of its own to give up:
+        new work is refused rather than another agent's outcome evicted (its retry would run again).
+        A settled or running operation (a replay, a conflict) always has room."""
+        if len(self._settled) + len(self._active) < self.capacity:
+            return
+        if operation_id in self._active or self._lookup(operation_id) is not None:
+            return
+        self._expire()
+        if len(self._settled) + len(self._active) >= self.capacity and not self.owned(owner_of(operation_id)):
+            raise AirlockError(
+                ErrorCode.BUSY,
+                f"the replay store is full ({self.capacity} operations kept for "
+                f"{self.retention:g} s); retry when older outcomes expire",
+                {"capacity": self.capacity},
+            )
 
     def check_complete(self, operation_id: str, digest: str) -> bool:
         """May this outcome be stored?  False: it already is (a repeated

@@ -187,9 +187,11 @@ class Journal:
         has_protected = validate.boolean("has_protected", a.get("has_protected"), False)
         claim = a.get("claim")
         event = a.get("event")
-        # A new request of an agent over its journal quota is refused before anything of it is written.
+        # A new request of an agent over its journal quota, or one the full replay store has no room
+        # for, is refused before anything of it is written.
         uid = event.get("peer_uid") if isinstance(event, dict) else None
         self.quota.admit(uid if isinstance(uid, int) and not isinstance(uid, bool) else None)
+        self.store.op_room(operation_id)
         if claim is not None:
             key, window = self._claim_args(claim)
             if isinstance(event, dict):
@@ -235,12 +237,17 @@ class Journal:
         return await self._event(call.peer, call.args.get("event"))
 
     async def request_claim(self, call: Call) -> dict[str, Any]:
-        """Intake's replay guard: claim a request ID for the replay window, durably."""
-        self.writer_for(call.peer, "intake")
-        return await self._claim(call.args)
+        """Intake's replay guard: claim a request ID for the replay window, durably.
 
-    async def _claim(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"claimed": await self.store.claim_request_id(*self._claim_args(a))}
+        A claim (a control action's: ping or hello with a time) is a row too: charged to the agent's
+        journal quota like a record, and refused when the agent is over it."""
+        self.writer_for(call.peer, "intake")
+        key, window = self._claim_args(call.args)
+        uid, colon, _ = key.partition(":")
+        if colon and uid.isdigit() and len(uid) <= 10:
+            self.quota.admit(int(uid))
+            self.quota.charge(int(uid), len(key))
+        return {"claimed": await self.store.claim_request_id(key, window)}
 
     @staticmethod
     def _claim_args(a: Any) -> tuple[str, float]:

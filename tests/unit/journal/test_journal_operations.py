@@ -237,3 +237,16 @@ def test_in_progress_while_the_outcome_commits(db: Path) -> None:
         assert (await store.op_begin("op-1", "d")).state == "replay"
 
     with_store(db, body)
+
+
+def test_a_full_store_says_busy_before_anything_is_written(db: Path) -> None:
+    async def body(store: Store) -> None:
+        await store.op_begin("u1:a", "d")
+        await store.op_complete("u1:a", "d", OUTCOME)
+        with pytest.raises(AirlockError) as refused:
+            store.op_room("u2:b")  # journal.service checks this before the claim and request.received
+        assert _code(refused) is ErrorCode.BUSY
+        store.op_room("u1:a")  # control: a replay always has room
+        store.op_room("u1:c")  # and an owner with an outcome of its own to give up
+
+    with_store(db, body, operation_capacity=1, operation_capacity_per_agent=1)
