@@ -34,6 +34,8 @@ class JournalQuota:
         self.burst = burst
         self._clock = clock
         self._buckets: dict[int, tuple[float, float]] = {}  # uid -> (tokens, when)
+        self._limited: set[int] = set()  # refused since they were last admitted (logged once per spell)
+        self.newly_limited = False  # the last refusal was the first of its spell
 
     def _tokens(self, uid: int, now: float) -> float:
         tokens, when = self._buckets.get(uid, (float(self.burst), now))
@@ -52,11 +54,13 @@ class JournalQuota:
             return
         now = self._clock()
         tokens = self._tokens(uid, now)
-        if tokens >= self.burst:
-            self._buckets.pop(uid, None)  # full again: nothing to remember
-            return
         if tokens > 0:
+            self._limited.discard(uid)
+            if tokens >= self.burst:
+                self._buckets.pop(uid, None)  # full again: nothing to remember
             return
+        self.newly_limited = uid not in self._limited
+        self._limited.add(uid)
         wait = -tokens / self.rate
         raise AirlockError(
             ErrorCode.RATE_LIMITED,

@@ -190,7 +190,7 @@ class Journal:
         # A new request of an agent over its journal quota, or one the full replay store has no room
         # for, is refused before anything of it is written.
         uid = event.get("peer_uid") if isinstance(event, dict) else None
-        self.quota.admit(uid if isinstance(uid, int) and not isinstance(uid, bool) else None)
+        self._admit(uid if isinstance(uid, int) and not isinstance(uid, bool) else None)
         self.store.op_room(operation_id)
         if claim is not None:
             key, window = self._claim_args(claim)
@@ -208,6 +208,21 @@ class Journal:
             out = await self._event(call.peer, event)
         result = await self.store.op_begin(operation_id, digest, has_protected=has_protected)
         return out | {"claimed": True, "state": result.state, "outcome": result.outcome}
+
+    def _admit(self, uid: int | None) -> None:
+        """The agent's journal quota; the first refusal of a spell is logged for the operator."""
+        try:
+            self.quota.admit(uid)
+        except AirlockError as exc:
+            if self.quota.newly_limited:
+                log.get().warning(
+                    "journal.quota.exceeded",
+                    peer_uid=uid,
+                    retry_after_seconds=exc.details.get("retry_after_seconds"),
+                    bytes_per_second=self.quota.rate,
+                    burst_bytes=self.quota.burst,
+                )
+            raise
 
     async def op_complete(self, call: Call) -> dict[str, Any]:
         self.writer_for(call.peer, "intake")
@@ -245,7 +260,7 @@ class Journal:
         key, window = self._claim_args(call.args)
         uid, colon, _ = key.partition(":")
         if colon and uid.isdigit() and len(uid) <= 10:
-            self.quota.admit(int(uid))
+            self._admit(int(uid))
             self.quota.charge(int(uid), len(key))
         return {"claimed": await self.store.claim_request_id(key, window)}
 

@@ -25,6 +25,10 @@ def test_an_agent_in_debt_is_refused_until_it_is_paid_back_and_others_are_not() 
         quota.admit(1)
     assert refused.value.code is ErrorCode.RATE_LIMITED
     assert refused.value.details["retry_after_seconds"] == 10.0
+    assert quota.newly_limited  # the first refusal of the spell is the one logged
+    with pytest.raises(AirlockError):
+        quota.admit(1)
+    assert not quota.newly_limited
     quota.admit(2)  # another agent's bucket is its own
     clock.now += 10.5
     quota.admit(1)  # paid back
