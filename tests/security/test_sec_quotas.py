@@ -40,16 +40,14 @@ job = json.load(sys.stdin)
 s = socket.socket(socket.AF_UNIX)
 s.settimeout(job["timeout"])
 s.connect(job["socket"])
-buf, out = b"", []
+f = s.makefile("rb")
+out = []
 for request in job["requests"]:
     s.sendall(json.dumps(request).encode() + b"\n")
     while True:
-        while b"\n" not in buf:
-            chunk = s.recv(1 << 20)
-            if not chunk:
-                raise SystemExit("connection closed")
-            buf += chunk
-        line, buf = buf.split(b"\n", 1)
+        line = f.readline()
+        if not line.endswith(b"\n"):
+            raise SystemExit("connection closed")
         message = json.loads(line)
         if "event" not in message:
             out.append(message)
