@@ -14,6 +14,7 @@ at most ``capacity`` in all, where a new operation of an owner that has no
 outcome of its own to give up is refused with ``busy``.  Nothing evicts
 another owner's unexpired outcome, so one agent's flood cannot make another
 agent's retry run again.
+
 Active work lives only in memory: after a restart an operation that was
 running is simply unknown, as reference/001 describes.
 
@@ -198,10 +199,15 @@ class OperationTable:
         """Outcomes completed at or before this time have expired."""
         return self._clock() - self.retention
 
-    def take_evicted(self, settling: Iterable[Settled] = ()) -> list[str]:
-        """Keys to delete from the stored table: those evicted so far, and those that storing
-        ``settling`` will evict past their owner's share (so the table and memory agree at once)."""
+    def take_evicted(self) -> list[str]:
+        """Keys evicted from memory so far, to delete from the stored table."""
         taken, self.evicted = self.evicted, []
+        return taken
+
+    def planned_evictions(self, settling: Iterable[Settled]) -> list[str]:
+        """Keys that storing ``settling`` will evict past their owner's share: deleted from the stored
+        table in the same transaction, so the table and memory agree at once."""
+        taken: list[str] = []
         adding: dict[str, int] = {}
         for entry in settling:
             if entry.operation_id not in self._settled:

@@ -204,19 +204,20 @@ class Writer:
             return
         # Outcomes the replay table let go of (its owner's share was full) leave the database with this batch.
         settling = [w.entry for w in batch if isinstance(w, _Settle)]
-        evicted = self._ops.take_evicted(settling) if settling else []
+        earlier = self._ops.take_evicted() if settling else []
+        evicted = earlier + self._ops.planned_evictions(settling)
         try:
             events, claimed, head = await loop.run_in_executor(
                 self._executor, self._write, batch, self._head, self._high, evicted
             )
         except (sqlite3.Error, OSError) as exc:
-            self._ops.evicted.extend(evicted)  # the next settle deletes them (a restart's load trims them too)
+            self._ops.evicted.extend(earlier)  # the next settle deletes them (a restart's load trims them too)
             self._failed += 1
             await self._reload_head(loop)
             self._failed_batch(batch, _unavailable(exc))
             return
         except Exception as exc:  # the writer must outlive any one batch; its callers get the error
-            self._ops.evicted.extend(evicted)
+            self._ops.evicted.extend(earlier)
             self._failed += 1
             await self._reload_head(loop)
             self._failed_batch(batch, exc)
