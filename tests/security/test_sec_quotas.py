@@ -3,7 +3,8 @@
 6. A pipeline of 64 stages, each printing a lot, must not make the root
    runner hold 64 streams' worth of output (one total cap, spent while
    reading), and a job that ran is settled whatever its reply's size: a retry
-   with the same operation_id replays, it does not run the job again.
+   with the same operation_id replays, it does not run the job again (also
+   when a reply outgrows what intake reads: a stand-in runner sends one).
 7. One agent flooding large requests cannot fill the audit journal: past its
    quota it gets ``rate_limited`` (nothing of the refused request is
    written), while another agent's requests still run.
@@ -16,8 +17,10 @@ from __future__ import annotations
 import base64
 import json
 import pwd
+import socket
 import sqlite3
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -162,6 +165,73 @@ def test_a_64_stage_flood_of_output_stays_bounded_and_a_retry_does_not_run_it_ag
         assert kept <= 8 * MiB and data["total_output_truncated"] is True
         assert any(s["stderr_truncated"] for s in data["stages"])
         assert all(s["exit_code"] == 0 for s in data["stages"])
+
+
+class _LoudRunner:
+    """Stands in for the runner on its socket path: answers every exec with a reply of ``size`` bytes."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.size = size
+        self.execs = 0
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as lines:
+            for line in lines:
+                request = json.loads(line)
+                if request.get("verb") != "exec":
+                    continue
+                self.execs += 1
+                data = {"operation_id": request["args"]["operation_id"], "stages": [], "stdout": "A" * self.size}
+                try:
+                    conn.sendall(json.dumps({"id": request["id"], "ok": True, "data": data}).encode() + b"\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    return  # intake stops reading past its limit and hangs up
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def test_a_reply_too_large_for_intake_is_settled_not_run_again(
+    users: tuple[pwd.struct_passwd, pwd.struct_passwd],
+) -> None:
+    """The runner's own caps keep its reply inside what intake reads; should one still not fit, the
+    work ran all the same: intake settles it (without output) and a retry replays."""
+    a, b = users
+    with red_stack(_config(a, b)) as stack:
+        runner_sock = stack.runtime_dir / "internal" / "runner.sock"
+        runner_sock.unlink()
+        fake = _LoudRunner(runner_sock, 100 * MiB)  # past intake's 96 MiB
+        try:
+            op = f"big-{uuid.uuid4()}"
+            request = {"argv": ["/usr/bin/true"], "privileged": False, "operation_id": op}
+            first = flood(stack, a, [request])[0]
+            again = flood(stack, a, [request])[0]
+            # Control: the same stand-in with a reply that fits is read and settled as usual.
+            fake.size = 1000
+            small = {"argv": ["/usr/bin/true"], "privileged": False, "operation_id": f"small-{uuid.uuid4()}"}
+            fits = flood(stack, a, [small, small])
+        finally:
+            fake.close()
+        assert fake.execs == 2, f"the runner was asked {fake.execs} times (the retry ran the work again)"
+        assert first["ok"] is True and first["data"]["reply_too_large"] is True, first
+        assert first["data"]["output_retained"] is False and first["data"]["stdout_truncated"] is True
+        assert again["ok"] is True and again["data"]["replay"] is True, again
+        assert [r["data"]["replay"] for r in fits] == [False, True]
+        assert len(fits[0]["data"]["stdout"]) == 1000
 
 
 # --- item 7: a per-agent quota on journal bytes ------------------------------------------
