@@ -54,6 +54,9 @@ class JobSpec:
     sandboxes: tuple[Mapping[str, Any], ...] | None = None
     # All streams of all stages together (limits.max_total_output_bytes); None: only the per-stream cap.
     max_total_output_bytes: int | None = None
+    # A root job's changeable path arguments as approval bound them (bound["arguments"],
+    # common/arguments.py): checked again just before the job starts; scripts run from sealed copies.
+    arguments: tuple[Mapping[str, Any], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("exec", "shell"):
