@@ -29,6 +29,7 @@ class ErrorCode(enum.StrEnum):
     READ_TIMEOUT = "read_timeout"
     # The life of a request.
     BUSY = "busy"
+    RATE_LIMITED = "rate_limited"  # a per-agent (uid) quota is used up; retry later
     STALE_REQUEST = "stale_request"
     REPLAYED_REQUEST = "replayed_request"
     DENIED = "denied"
