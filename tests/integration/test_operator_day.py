@@ -78,3 +78,43 @@ def test_the_waiting_message_names_the_request_and_the_approve_command(day: Stac
     assert line.startswith("airlock: waiting for an operator to approve request "), line
     request_id = line.split("request ", 1)[1].split(" ", 1)[0]
     assert "s left" in line and f"an operator approves it with: airlock approve {request_id}" in line, line
+
+
+def run_cli(stack: Stack, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "airlock", *argv], capture_output=True, text=True, timeout=60)
+
+
+def test_a_missing_program_is_command_not_found_with_exit_127(day: Stack) -> None:
+    """`airlock run -- sytemctl ...` used to say `denied by policy rule 'unresolved'`: a typo is no policy decision."""
+    for argv in (["run", "--socket", str(day.agent), "--no-privilege", "--", "sytemctl", "restart", "nginx"],):
+        done = run_cli(day, *argv)
+        assert done.returncode == 127, done
+        assert "command_not_found: sytemctl: command not found" in done.stderr and "/usr/bin" in done.stderr, done
+    reply = day.exec({"argv": ["sytemctl"], "privileged": False})
+    assert reply["error"]["code"] == "command_not_found" and reply["error"]["details"]["program"] == "sytemctl"
+    decided = [r for r in day.journal_rows() if r["request_id"] == reply["id"] and r["kind"] == "approval.decided"]
+    assert decided and '"unresolved"' in decided[0]["payload"]  # still journaled as the policy's refusal
+
+
+def test_durations_take_units_everywhere(day: Stack) -> None:
+    done = run_cli(day, "run", "--socket", str(day.agent), "--no-privilege", "--timeout", "5m", "--", "true")
+    assert done.returncode == 0, done
+    bad = run_cli(day, "run", "--socket", str(day.agent), "--no-privilege", "--timeout", "5 fortnights", "--", "true")
+    assert bad.returncode == 2 and "not a duration" in bad.stderr, bad
+
+
+def test_the_wrong_socket_is_named_with_the_right_one(day: Stack) -> None:
+    run = run_cli(day, "run", "--socket", str(day.operator), "--no-privilege", "--", "true")
+    assert run.returncode == 125 and "is not an agent socket" in run.stderr and "agent.sock" in run.stderr, run
+    pending = run_cli(day, "pending", "--socket", str(day.agent))
+    assert pending.returncode == 1 and "is the agent socket; operator commands use operator.sock" in pending.stderr
+
+
+def test_root_is_told_why_it_is_refused(tmp_path: Path) -> None:
+    """Root is no agent on an installed box (agents.groups: [airlock]); it used to read `unauthorized: unauthorized`."""
+    for stack in stack_with(tmp_path / "rt", "agents:\n  users: [nobody]\n"):
+        reply = stack.exec({"argv": ["true"], "privileged": False})
+        if os.geteuid() == 0:
+            assert reply["error"]["code"] == "unauthorized" and "root is not an agent here" in reply["error"]["message"]
+        else:
+            assert reply["error"]["message"] == "unauthorized"  # anyone else learns nothing

@@ -54,6 +54,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
         code = error.get("code")
         if not ns.json:
             _err(f"{code}: {error.get('message')}")
+            hint = exitcodes.wrong_door(code, client.agent_socket(ns.socket), operator_command=False)
+            if hint is not None:
+                _err(hint)
         return exitcodes.for_error(code)
     data = reply.get("data") or {}
     if not ns.json:

@@ -143,10 +143,13 @@ def _run(opts: dict[str, Any], request: dict[str, Any]) -> int:
     if not reply.get("ok"):
         error = reply.get("error") or {}
         code = error.get("code")
+        from airlock.cli.exitcodes import for_error, wrong_door
+
         if not opts["json"]:
             _err(f"{code}: {error.get('message')}")
-        from airlock.cli.exitcodes import for_error
-
+            hint = wrong_door(code, path, operator_command=False)
+            if hint is not None:
+                _err(hint)
         return for_error(code)
     data = reply.get("data") or {}
     if not opts["json"]:
