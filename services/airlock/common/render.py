@@ -61,6 +61,19 @@ def command_line(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(sanitise(arg, strict=True)) for arg in argv)
 
 
+def shell_line(words: Sequence[str], *, ssh_host: str | None = None) -> str:
+    """A command line an operator may paste into a POSIX shell: each word stays one word, nothing runs.
+
+    With ``ssh_host`` the line is ``ssh HOST WORDS...``: ssh joins the words
+    after the host with spaces and the remote shell parses them again, so each
+    is quoted twice (once for each shell).  A word that needs no quoting is
+    left as it is, so ``ssh db1 airlock approve r-1`` reads as it always did.
+    """
+    if ssh_host is None:
+        return " ".join(shlex.quote(w) for w in words)
+    return " ".join(["ssh", shlex.quote(ssh_host), *(shlex.quote(shlex.quote(w)) for w in words)])
+
+
 def use_colour(stream: IO[str]) -> bool:
     # https://no-color.org: NO_COLOR set to anything but "" turns colour off.
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
