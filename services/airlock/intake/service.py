@@ -209,7 +209,8 @@ class Intake:
         try:
             data = await self.approval.call("token.check", {"token": request.token}, timeout=10)
         except AirlockError as exc:
-            if exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
+            # Approval could not answer (or could not tell who asked): that is not a bad token.
+            if exc.code in (ErrorCode.APPROVAL_UNAVAILABLE, ErrorCode.IDENTITY_UNAVAILABLE):
                 raise
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized") from None
         session = data.get("session")
