@@ -108,9 +108,9 @@ def cmd_decide(ns: argparse.Namespace) -> int:
     if rc == 0 and not ns.json:
         outcome = "approved" if data.get("decision") == "allow" else "denied"
         if data.get("decision") == "allow" and data.get("complete") is False:
-            outcome = f"approval counted ({data.get('progress')}); waiting for more approvers"
+            outcome = f"approval counted ({sanitise(data.get('progress'))}); waiting for more approvers"
         elif data.get("needed", 1) > 1:
-            outcome += f" ({data.get('progress')})"
+            outcome += f" ({sanitise(data.get('progress'))})"
         grant = data.get("grant") or {}
         if grant:
             outcome += (
@@ -120,7 +120,7 @@ def cmd_decide(ns: argparse.Namespace) -> int:
         signer = data.get("signer") or {}
         if signer.get("principal"):
             outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
-        print(f"{data.get('request_id')}: {outcome}")
+        print(f"{sanitise(data.get('request_id'), strict=True)}: {outcome}")
     return rc
 
 
@@ -134,7 +134,7 @@ def cmd_grants(ns: argparse.Namespace) -> int:
             args["reason"] = ns.reason
         rc, _ = _operator(ns, "grant.revoke", args)
         if rc == 0 and not ns.json:
-            print(f"{ns.grant_id}: revoked")
+            print(f"{sanitise(ns.grant_id, strict=True)}: revoked")
         return rc
     rc, data = _operator(ns, "grants", {})
     if rc == 0 and not ns.json:
