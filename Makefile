@@ -14,6 +14,8 @@ DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-syst
 	python3-dbus python3-aiosmtpd
 # ssh-keygen verifies signed approvals (issue 18); issue 19's tests: collector files (systemd-journal-remote), a loopback sshd and tmux (airlock --host, watch)
 DEB_PACKAGES += systemd-journal-remote openssh-server openssh-client tmux
+# setfacl/getfacl: a privileged write keeps the ACL of the file it replaces (issue 39)
+DEB_PACKAGES += acl
 
 .PHONY: all run test test-unit test-integration lint fmt deps clean bench stress
 
