@@ -227,8 +227,12 @@ def test_control_without_the_cap_the_flood_takes_approvals_descriptors(observer:
         flood = Flood(stack, observer)
         try:
             report = flood.report
-            assert report["busy"] == 0 and report["held"] >= unit_nofile() - 150, report
-            assert open_fds(approval) >= unit_nofile() - 150
+            assert report["busy"] == 0 and report["held"] >= unit_nofile() // 2, report
+            # The flood is kept up: approval's descriptors fill up (nearly) to the unit's limit.
+            deadline = time.monotonic() + 30
+            while open_fds(approval) < unit_nofile() - 150:
+                assert time.monotonic() < deadline, open_fds(approval)
+                time.sleep(0.1)
             assert report["reasons"].get("identity_unavailable", 0) > 0, report
             assert "unauthorized" not in report["reasons"], report
         finally:
