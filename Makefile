@@ -48,7 +48,7 @@ run: $(BIN)/airlock
 # Coverage is measured in the test process (unit tests, clients, the CLI run in
 # it); the services `airlock dev up` starts run in child processes and are not.
 test: $(BIN)/airlock
-	$(BIN)/python -m coverage run -m pytest -q tests/unit tests/integration tests/security
+	$(BIN)/python -m coverage run -m pytest -q tests/unit tests/integration tests/security tests/conformance
 	@echo "coverage: $$($(BIN)/python -m coverage report --format=total)% of services/airlock's lines ran in the test process (see 'coverage report')"
 
 test-unit: $(BIN)/airlock

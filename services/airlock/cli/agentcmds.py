@@ -100,9 +100,9 @@ def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
                 return None
             env[name] = value
         args["env"] = env
-    # Each `airlock run` is a new intent: without --operation-id it gets an ID
-    # of its own, so typing the same command twice runs it twice instead of
-    # replaying the first outcome (the protocol's derived IDs suit retries).
+    # Each `airlock run` is a new intent with an ID of its own (typing the same
+    # command twice runs it twice); the CLI names it so its own retry after a
+    # lost connection replays instead of running again.
     args["operation_id"] = ns.operation_id or f"cli-{uuid.uuid4()}"
     args["stream"] = True
     return args

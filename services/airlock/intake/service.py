@@ -55,7 +55,7 @@ REPLAY_OUTPUT_LIMIT = 512 * 1024
 def _replayed(request_id: str) -> AirlockError:
     return AirlockError(
         ErrorCode.REPLAYED_REQUEST,
-        f"id: request {request_id!r} was already received within the replay window",
+        f"id: duplicate request id: {request_id!r} was already received within the replay window",
         {"field": "id"},
     )
 
@@ -133,7 +133,11 @@ class Intake:
             except AirlockError:
                 pass
         self.log.info("intake.request.rejected", peer_uid=conn.peer.uid, code=exc.code.value)
-        reply = encode_error(rid, exc) if dialect == "native" else sudo_proxy.encode_error(rid, exc)
+        if not raw:
+            # Nothing was sent (the handshake deadline): either dialect's client may be waiting.
+            reply = sudo_proxy.encode_undetermined(None, exc)
+        else:
+            reply = encode_error(rid, exc) if dialect == "native" else sudo_proxy.encode_error(rid, exc)
         try:
             await conn.send(reply)
         except ConnectionError:

@@ -157,8 +157,8 @@ class AgentDoor:
     # --- execute ------------------------------------------------------------------
 
     async def execute(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
-        # Each call is its own operation: a model calling the same command twice
-        # means to run it twice, so airlock's derived-ID replay must not apply.
+        # Each call is its own operation, named here so a retry of this call
+        # (a cancel, a lost connection) reaches it and nothing else.
         run = _Run(operation_id=f"mcp-{uuid.uuid4()}", request_id=str(uuid.uuid4()))
         try:
             args = tools.exec_args(
