@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from airlock.common import envrule
 from airlock.common.yamlnodes import BOOL, FLOAT, INT, STR, got, is_null, syntax_error, where
 
 DEFAULT_CONFIG_PATH = Path("/etc/airlock/airlock.yaml")
@@ -155,6 +156,11 @@ def env_patterns(node: yaml.Node) -> tuple[str, ...]:
     for value in values:
         if not _ENV_NAME.match(value):
             raise ValueError(f"{value!r} is not a variable name (a trailing * is allowed)")
+    for index, value in enumerate(values):
+        # env.allow serves root jobs too: a wildcard may not admit a name no root job may take.
+        refused = envrule.wildcard_refusal(value)
+        if refused is not None:
+            raise NodeError(node.value[index], f"[{index}]", refused)
     return values
 
 

@@ -1,6 +1,7 @@
 """airlock-runner: executes approved work, and nothing else.
 
-Its verbs are a small fixed table (``exec``, ``cancel``).  The socket admits
+Its verbs are a small fixed table (``exec``, ``cancel``, the file verbs, and
+approval's ``inspect`` of a root job's path arguments at decide time).  The socket admits
 intake's uid and approval's (an operator's ``cancel`` arrives through
 approval), and ``exec`` accepts only intake's.  Each re-checks its inputs even though intake validated them,
 redeems the approval ticket (single use, bound to the spec's digest) before
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from airlock.common import binary, daemon, log, sandbox, validate
+from airlock.common.arguments import parse_bound as argparse_bound
 from airlock.common.audit import Audit, Ids, lifecycle, marks_of
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
@@ -25,7 +27,7 @@ from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec, check_privilege
-from airlock.runner import agent
+from airlock.runner import agent, arguments
 from airlock.runner.fileop_verbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key, systemd_is_running
@@ -47,6 +49,7 @@ class Runner:
         )
         self.running: dict[tuple[int, str], asyncio.Event] = {}  # (requesting uid, operation ID)
         self.intake_uid = uid_of(config.services.intake_user)
+        self.approval_uid = uid_of(config.services.approval_user)
         self.log = log.get()
         # Deferred exec.finished records not yet confirmed durable: mark -> the event (issue 21).
         self.unconfirmed: dict[str, dict[str, Any]] = {}
@@ -126,7 +129,8 @@ class Runner:
                 "added_env": added,
                 "binaries": [dict(b) for b in job.binaries or ()],
                 "sandbox": [dict(sb) for sb in job.sandboxes] if job.sandboxes else None,
-            },
+            }
+            | ({"arguments": [dict(a) for a in job.arguments]} if job.arguments else {}),
             after=after,
         )
 
@@ -251,8 +255,12 @@ class Runner:
         bound = validate.mapping("bound", a.get("bound"))
         redeemed = await self.approval.call("redeem", {"ticket": ticket, "digest": spec.digest(), "bound": bound})
         decided = redeemed.get("mark") if isinstance(redeemed.get("mark"), str) else None
-        # What approval resolved, now redeemed: the files to run (checked again when opened).
+        # What approval resolved, now redeemed: the files to run (checked again when opened),
+        # and a root job's changeable path arguments (checked again just before it starts).
         binaries = binary.parse_bound(bound.get("binaries"), len(spec.stages))
+        bound_arguments = argparse_bound(bound.get("arguments"), spec.stages)
+        if bound_arguments and not spec.privileged:
+            raise validate.bad("bound.arguments", "are bound for root jobs only")
 
         check_privilege(spec.run_as, os.geteuid(), privileged=spec.privileged)
         identity = resolve_identity(spec.run_as)
@@ -296,8 +304,36 @@ class Runner:
             binaries=tuple(binaries),
             owner_uid=spec.uid,
             sandboxes=sandbox.parse_bound(bound.get("sandbox"), len(spec.stages)),
+            arguments=tuple(bound_arguments) or None,
         )
         return job, added, decided
+
+    async def inspect(self, call: Call) -> dict[str, Any]:
+        """approval, at decide time: a root job's path arguments that someone other than root can change.
+
+        The runner answers because it is root (approval may not see the files)
+        and because it is the one that must find the same files before the job
+        starts (runner/arguments.py).
+        """
+        if self.approval_uid is None or call.peer.uid != self.approval_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        spec = ExecSpec.from_dict(call.args.get("spec"))
+        programs = call.args.get("programs")
+        if not isinstance(programs, list) or len(programs) != len(spec.stages):
+            raise validate.bad("programs", "must name each stage's canonical binary")
+        programs = [validate.text(f"programs[{i}]", p, max_len=4096) for i, p in enumerate(programs)]
+        if not spec.privileged:
+            return {"arguments": []}
+        cwd = spec.cwd or default_cwd(resolve_identity(spec.run_as))
+        found = await asyncio.to_thread(
+            arguments.inspect,
+            spec.stages,
+            programs,
+            cwd,
+            cwd_given=spec.cwd is not None,
+            root=arguments.view(self.containment()),
+        )
+        return {"arguments": found}
 
     async def cancel(self, call: Call) -> dict[str, Any]:
         operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
@@ -349,6 +385,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         verbs={
             "exec": runner.exec,
             "cancel": runner.cancel,
+            "inspect": runner.inspect,
             "files": file_verbs.files,
             "files_preview": file_verbs.files_preview,
         },
