@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from airlock.common import render
 from airlock.relay import cursor
 from airlock.relay import message as msg
 
@@ -345,9 +346,9 @@ def test_the_pasted_approve_lines_run_nothing_but_airlock(tmp_path: Path, reques
     _fake_bin(bin_dir, "ssh", 'host="$1"; shift; exec /bin/sh -c "$*"\n')
     _fake_bin(bin_dir, "airlock", f'for a in "$@"; do printf "%s\\0" "$a"; done > {log}\n')
     lines = {
-        "decide": msg.decision_line("approve", request_id, host="db1"),
-        "deny": msg.decision_line("deny", request_id, host="db1"),
-        "submit": msg.decision_line("approve", request_id, options=("--signature", "statement.sig")),
+        "decide": render.decision_line("approve", request_id, host="db1"),
+        "deny": render.decision_line("deny", request_id, host="db1"),
+        "submit": render.decision_line("approve", request_id, options=("--signature", "statement.sig")),
     }
     for name, line in lines.items():
         log.unlink(missing_ok=True)
