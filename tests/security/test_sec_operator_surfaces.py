@@ -161,7 +161,7 @@ def test_a_hostile_request_is_inert_in_every_channel_and_on_the_console(tmp_path
                 (text_lines[1].removeprefix("deny: "), "deny"),
             ):
                 _paste(line, tmp_path, rid, verb)
-            assert hook["decide"] == f"ssh testhost airlock approve {rid}"
+            assert hook["decide"].startswith(f"ssh testhost airlock approve {rid} --expect ")  # issue 27's binding
 
             # The console: every screen an operator reads is inert too.
             for argv in (("pending",), ("show", rid), ("show", fid), ("events", "--tail", "60")):
