@@ -265,10 +265,19 @@ class Policy:
         return join((by_name[n].approvals, by_name[n].approvers, by_name[n].reason_required) for n in names)
 
     def allows_writable(self, decision: Decision, stages: Iterable[int]) -> bool:
-        """Whether the deciding rule of each of these stages says ``writable_arguments: allow``."""
+        """Whether every deciding rule of each of these stages says ``writable_arguments: allow``.
+
+        Every one, not the first by name: among rules with the same decision the
+        most restrictive reading wins, whatever the rules are called (issue 27).
+        """
         by_name = {r.name: r for r in self.rules}
-        deciding = [by_name.get(decision.stages[i].rule) for i in stages if i < len(decision.stages)]
-        return all(rule is not None and rule.writable_arguments for rule in deciding)
+        deciding = [
+            by_name.get(name)
+            for i in stages
+            if i < len(decision.stages)
+            for name in (decision.stages[i].deciding or (decision.stages[i].rule,))
+        ]
+        return bool(deciding) and all(rule is not None and rule.writable_arguments for rule in deciding)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -431,6 +431,7 @@ class Journal:
     output_head_bytes: int
     anchor_every_records: int
     anchor_every_seconds: float
+    checkpoint_key: Path = Path("/etc/airlock/checkpoint_ed25519_key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -692,6 +693,14 @@ SETTINGS: tuple[Setting, ...] = (
         non_negative_float,
         300.0,
         "Anchor the chain head at least this often while records are written (0: only at start and stop).",
+    ),
+    Setting(
+        "journal.checkpoint_key",
+        absolute_path,
+        Path("/etc/airlock/checkpoint_ed25519_key"),
+        "The host's checkpoint key (OpenSSH ed25519, made at install, readable only by airlock-journal): every "
+        "anchor is signed with it (ssh-keygen -Y sign, namespace airlock-checkpoint); `airlock audit host-key` "
+        "prints its public half. Absent: anchors go unsigned (logged).",
     ),
     Setting(
         "runner.containment",
