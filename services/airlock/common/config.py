@@ -354,6 +354,13 @@ class Principals:
     users: tuple[str, ...]
     groups: tuple[str, ...]
     observers: Observers
+    max_connections: int
+    max_connections_per_user: int
+
+    @property
+    def connections_per_user(self) -> int:
+        """The per-user cap on operator.sock in force: 0 stands for a quarter of max_connections, at least 1."""
+        return self.max_connections_per_user or max(1, self.max_connections // 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -573,6 +580,19 @@ SETTINGS: tuple[Setting, ...] = (
         Observers(),
         "Read-only operators ({users: [...], groups: [...]}): status, pending, show and events only; every other "
         "operator verb answers unauthorized.",
+    ),
+    Setting(
+        "operators.max_connections",
+        positive_int,
+        64,
+        "Connections operator.sock handles at once (operators and observers together); more get 'busy'.",
+    ),
+    Setting(
+        "operators.max_connections_per_user",
+        non_negative_int,
+        0,
+        "Connections one user (peer uid, root included) may hold on operator.sock; more get 'busy' (0: a quarter "
+        "of operators.max_connections, at least 1).",
     ),
     Setting("services.intake_user", string, "airlock-intake", "The user airlock-intake runs as."),
     Setting("services.approval_user", string, "airlock-approval", "The user airlock-approval runs as."),

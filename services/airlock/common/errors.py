@@ -41,6 +41,7 @@ class ErrorCode(enum.StrEnum):
     AUDIT_UNAVAILABLE = "audit_unavailable"
     RUNNER_UNAVAILABLE = "runner_unavailable"
     PRIVILEGE_UNAVAILABLE = "privilege_unavailable"
+    IDENTITY_UNAVAILABLE = "identity_unavailable"  # the user database could not be read: who asks is unknown
     INVALID_TICKET = "invalid_ticket"
     SPAWN_FAILED = "spawn_failed"
     BINARY_CHANGED = "binary_changed"  # the binary is no longer the file approval saw
@@ -117,4 +118,11 @@ def within_reference_004(error: AirlockError) -> AirlockError:
 _CONFLICTS = frozenset(
     {ErrorCode.OPERATION_ID_CONFLICT, ErrorCode.OPERATION_IN_PROGRESS, ErrorCode.BUSY, ErrorCode.REQUEST_CHANGED}
 )
-_UNAVAILABLE = frozenset({ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.RUNNER_UNAVAILABLE, ErrorCode.APPROVAL_UNAVAILABLE})
+_UNAVAILABLE = frozenset(
+    {
+        ErrorCode.AUDIT_UNAVAILABLE,
+        ErrorCode.RUNNER_UNAVAILABLE,
+        ErrorCode.APPROVAL_UNAVAILABLE,
+        ErrorCode.IDENTITY_UNAVAILABLE,
+    }
+)

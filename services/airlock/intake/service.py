@@ -233,7 +233,8 @@ class Intake:
         try:
             data = await self.approval.call("token.check", {"token": request.token, "uid": peer.uid}, timeout=10)
         except AirlockError as exc:
-            if exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
+            # Approval could not answer (or could not tell who asked): that is not a bad token.
+            if exc.code in (ErrorCode.APPROVAL_UNAVAILABLE, ErrorCode.IDENTITY_UNAVAILABLE):
                 raise
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized") from None
         session = data.get("session")
@@ -273,7 +274,7 @@ class Intake:
 
     async def _legacy(self, conn: Connection, obj: dict[str, Any]) -> bytes:
         raw_id = obj.get("id")
-        request_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= 256 else None
+        request_id = raw_id if validate.is_request_id(raw_id) else None  # a refused ID is not echoed
         try:
             request_id = legacy_id(obj)
             if self.config.agents.require_token:
@@ -600,7 +601,7 @@ class Intake:
         if unknown:
             raise validate.bad(unknown[0], "unknown argument (known: request_id, signature, reason)")
         args = {
-            "request_id": validate.text("request_id", request.args.get("request_id"), max_len=256, allow_empty=False),
+            "request_id": validate.request_id("request_id", request.args.get("request_id")),
             # Armoured (several lines): approval reads it strictly (approval/statement.py).
             "signature": request.args.get("signature"),
             "reason": validate.text("reason", request.args.get("reason") or "", max_len=4096),
