@@ -402,6 +402,13 @@ class Principals:
     users: tuple[str, ...]
     groups: tuple[str, ...]
     observers: Observers
+    max_connections: int
+    max_connections_per_user: int
+
+    @property
+    def connections_per_user(self) -> int:
+        """The per-user cap on operator.sock in force: 0 stands for a quarter of max_connections, at least 1."""
+        return self.max_connections_per_user or max(1, self.max_connections // 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,6 +443,7 @@ class Limits:
     max_output_bytes: int
     kill_grace_seconds: float
     search_cpu_seconds: int
+    max_total_output_bytes: int = 32 * 1024 * 1024
 
     @property
     def connections_per_agent(self) -> int:
@@ -473,6 +481,10 @@ class Journal:
     output_head_bytes: int
     anchor_every_records: int
     anchor_every_seconds: float
+    checkpoint_key: Path = Path("/etc/airlock/checkpoint_ed25519_key")
+    operation_capacity_per_agent: int = 256
+    agent_bytes_per_second: int = 1024 * 1024
+    agent_burst_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -586,6 +598,11 @@ class Setting:
 
 
 MiB = 1024 * 1024
+# The approval window when operators are reached off the box (notify.channels) and
+# approval.timeout_seconds is not set: 60 s fits a person at the console, not a phone.
+RELAYED_APPROVAL_TIMEOUT = 600.0
+# The most limits.max_total_output_bytes may be: base64 (4/3) of it and a 64-stage reply fit in common/ipc.py's 96 MiB.
+MAX_TOTAL_OUTPUT = 48 * MiB
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("paths.runtime_dir", absolute_path, Path("/run/airlock"), "Where the sockets live."),
@@ -612,6 +629,19 @@ SETTINGS: tuple[Setting, ...] = (
         Observers(),
         "Read-only operators ({users: [...], groups: [...]}): status, pending, show and events only; every other "
         "operator verb answers unauthorized.",
+    ),
+    Setting(
+        "operators.max_connections",
+        positive_int,
+        64,
+        "Connections operator.sock handles at once (operators and observers together); more get 'busy'.",
+    ),
+    Setting(
+        "operators.max_connections_per_user",
+        non_negative_int,
+        0,
+        "Connections one user (peer uid, root included) may hold on operator.sock; more get 'busy' (0: a quarter "
+        "of operators.max_connections, at least 1).",
     ),
     Setting("services.intake_user", string, "airlock-intake", "The user airlock-intake runs as."),
     Setting("services.approval_user", string, "airlock-approval", "The user airlock-approval runs as."),
@@ -653,6 +683,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("limits.default_timeout_seconds", positive_float, 300.0, "A job's timeout when the request names none."),
     Setting("limits.max_output_bytes", positive_int, 16 * MiB, "Default and ceiling for captured bytes per stream."),
+    Setting(
+        "limits.max_total_output_bytes",
+        positive_int,
+        32 * MiB,
+        "Captured bytes of one request across all stages and streams (stdout and every stage's stderr); "
+        "past it the rest is read and dropped, and the streams that lost bytes are marked truncated "
+        f"(at most {MAX_TOTAL_OUTPUT // MiB} MiB, so the reply always fits).",
+    ),
     Setting("limits.kill_grace_seconds", non_negative_float, 1.0, "Between SIGTERM and SIGKILL of a job."),
     Setting(
         "limits.search_cpu_seconds",
@@ -666,7 +704,13 @@ SETTINGS: tuple[Setting, ...] = (
         ("LANG", "TZ", "DEBIAN_FRONTEND", "TERM", "LC_*"),
         "Environment variables a request may set (a trailing * matches a prefix).",
     ),
-    Setting("approval.timeout_seconds", positive_float, 60.0, "How long a request may wait for an operator."),
+    Setting(
+        "approval.timeout_seconds",
+        positive_float,
+        60.0,
+        f"How long a request may wait for an operator; when unset and notify.channels is not empty, "
+        f"{RELAYED_APPROVAL_TIMEOUT:g} (a phone notification, an SSH login or a signature round trip fits).",
+    ),
     Setting("approval.allow_self_approval", parse_bool, False, "Whether an operator may approve their own request."),
     Setting("approval.ticket_ttl_seconds", positive_float, 10.0, "How long an approval ticket stays redeemable."),
     Setting(
@@ -710,7 +754,32 @@ SETTINGS: tuple[Setting, ...] = (
         "The longest time-boxed grant an operator may give (airlock approve --grant).",
     ),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
-    Setting("journal.operation_capacity", positive_int, 256, "Completed operations kept for replay, oldest out."),
+    Setting(
+        "journal.operation_capacity",
+        positive_int,
+        4096,
+        "Completed operations kept for replay, all agents together; when full, a new operation of an agent with "
+        "no outcome of its own to give up gets 'busy' (another agent's unexpired outcome is never evicted).",
+    ),
+    Setting(
+        "journal.operation_capacity_per_agent",
+        positive_int,
+        256,
+        "Completed operations kept for replay per agent (peer uid); past it the agent's own oldest goes.",
+    ),
+    Setting(
+        "journal.agent_bytes_per_second",
+        non_negative_int,
+        1 * MiB,
+        "Audit journal bytes one agent's (peer uid's) requests may write per second, sustained; a new request "
+        "past the quota gets 'rate_limited' and nothing of it is written (0: no quota).",
+    ),
+    Setting(
+        "journal.agent_burst_bytes",
+        positive_int,
+        256 * MiB,
+        "Audit journal bytes one agent's requests may write in a burst above journal.agent_bytes_per_second.",
+    ),
     Setting(
         "journal.output_head_bytes",
         non_negative_int,
@@ -728,6 +797,14 @@ SETTINGS: tuple[Setting, ...] = (
         non_negative_float,
         300.0,
         "Anchor the chain head at least this often while records are written (0: only at start and stop).",
+    ),
+    Setting(
+        "journal.checkpoint_key",
+        absolute_path,
+        Path("/etc/airlock/checkpoint_ed25519_key"),
+        "The host's checkpoint key (OpenSSH ed25519, made at install, readable only by airlock-journal): every "
+        "anchor is signed with it (ssh-keygen -Y sign, namespace airlock-checkpoint); `airlock audit host-key` "
+        "prints its public half. Absent: anchors go unsigned (logged).",
     ),
     Setting(
         "runner.containment",
@@ -802,6 +879,16 @@ SETTINGS: tuple[Setting, ...] = (
 _BY_KEY = {s.key: s for s in SETTINGS}
 
 
+def applies(key: str) -> str:
+    """When a changed setting takes effect: ``reload`` or ``restart`` (docs/configuration.md).
+
+    ``systemctl reload airlock-approval`` (SIGHUP) re-reads the file and applies
+    the policy and every ``approval.*`` setting to new requests; every other
+    setting is read once at start, so its service must be restarted.
+    """
+    return "reload" if key.startswith("approval.") else "restart"
+
+
 def _build(values: dict[str, Any], source: str, policy_node: yaml.Node | None) -> Config:
     sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
@@ -836,6 +923,7 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
     for setting in SETTINGS:
         section, name = setting.key.split(".", 1)
         values[setting.key] = getattr(getattr(base, section), name)
+    given: set[str] = set()
     policy_node = base.policy_node
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -869,6 +957,9 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
                 raise _fail(path, exc.node, f"{key}{exc.key}", str(exc)) from None
             except ValueError as exc:
                 raise _fail(path, value_node, key, str(exc)) from None
+            given.add(key)
+    if values["notify.channels"] and "approval.timeout_seconds" not in given and base == defaults():
+        values["approval.timeout_seconds"] = RELAYED_APPROVAL_TIMEOUT
     config = _build(values, path, policy_node)
     _check(config, path)
     return config
@@ -884,6 +975,12 @@ def _check(config: Config, path: str) -> None:
         )
     if limits.clock_skew_seconds >= limits.replay_window_seconds - limits.freshness_seconds:
         raise ConfigError(f"{path}: limits.clock_skew_seconds: must be smaller than the replay window minus freshness")
+    if limits.max_total_output_bytes > MAX_TOTAL_OUTPUT:
+        # The runner's reply carries the output base64-encoded and must fit what intake reads (common/ipc.py).
+        raise ConfigError(
+            f"{path}: limits.max_total_output_bytes: must be at most {MAX_TOTAL_OUTPUT} "
+            f"(got {limits.max_total_output_bytes})"
+        )
 
 
 def _check_signer_accounts(config: Config, path: str) -> None:

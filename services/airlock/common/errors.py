@@ -29,9 +29,11 @@ class ErrorCode(enum.StrEnum):
     READ_TIMEOUT = "read_timeout"
     # The life of a request.
     BUSY = "busy"
+    RATE_LIMITED = "rate_limited"  # a per-agent (uid) quota or limit (journal bytes, refused signatures) is used up
     STALE_REQUEST = "stale_request"
     REPLAYED_REQUEST = "replayed_request"
     DENIED = "denied"
+    COMMAND_NOT_FOUND = "command_not_found"  # argv[0] is no executable on the job's secure PATH
     APPROVAL_TIMEOUT = "approval_timeout"
     APPROVAL_INTERRUPTED = "approval_interrupted"
     WITHDRAWN = "withdrawn"
@@ -39,6 +41,7 @@ class ErrorCode(enum.StrEnum):
     AUDIT_UNAVAILABLE = "audit_unavailable"
     RUNNER_UNAVAILABLE = "runner_unavailable"
     PRIVILEGE_UNAVAILABLE = "privilege_unavailable"
+    IDENTITY_UNAVAILABLE = "identity_unavailable"  # the user database could not be read: who asks is unknown
     INVALID_TICKET = "invalid_ticket"
     SPAWN_FAILED = "spawn_failed"
     BINARY_CHANGED = "binary_changed"  # the binary is no longer the file approval saw
@@ -60,8 +63,6 @@ class ErrorCode(enum.StrEnum):
     REASON_REQUIRED = "reason_required"  # the rule (or approval.operator_reason) wants a reason of min length
     # Exact references (issue 27).
     REQUEST_CHANGED = "request_changed"  # --expect does not match the request pending now under that ID
-    # Persons and attribution (issue 27).
-    RATE_LIMITED = "rate_limited"  # a per-uid limit (e.g. refused signatures) is used up; retry later
     # Operations (reference/001).
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"
@@ -117,4 +118,11 @@ def within_reference_004(error: AirlockError) -> AirlockError:
 _CONFLICTS = frozenset(
     {ErrorCode.OPERATION_ID_CONFLICT, ErrorCode.OPERATION_IN_PROGRESS, ErrorCode.BUSY, ErrorCode.REQUEST_CHANGED}
 )
-_UNAVAILABLE = frozenset({ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.RUNNER_UNAVAILABLE, ErrorCode.APPROVAL_UNAVAILABLE})
+_UNAVAILABLE = frozenset(
+    {
+        ErrorCode.AUDIT_UNAVAILABLE,
+        ErrorCode.RUNNER_UNAVAILABLE,
+        ErrorCode.APPROVAL_UNAVAILABLE,
+        ErrorCode.IDENTITY_UNAVAILABLE,
+    }
+)
