@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -118,3 +119,16 @@ def test_root_is_told_why_it_is_refused(tmp_path: Path) -> None:
             assert reply["error"]["code"] == "unauthorized" and "root is not an agent here" in reply["error"]["message"]
         else:
             assert reply["error"]["message"] == "unauthorized"  # anyone else learns nothing
+
+
+def test_the_runner_log_says_who_ran_what_in_one_line(day: Stack) -> None:
+    """`journalctl -u airlock-runner` alone answers "who ran what": under dev up the same events are JSON lines."""
+    reply = day.exec({"argv": ["true"], "privileged": False})  # allowed by the stack's policy
+    assert reply["ok"] is True, reply
+    me = pwd.getpwuid(os.getuid()).pw_name
+    lines = [json.loads(line) for line in (day.runtime_dir / "logs" / "runner.log").read_text().splitlines()]
+    said = {line["kind"]: line.get("message") for line in lines if line.get("request_id") == reply["id"]}
+    started = said["exec.started"]
+    assert started.startswith(f"{me} : USER={me} ; CWD=/"), started
+    assert started.endswith(f" ; COMMAND=/usr/bin/true ; REQUEST={reply['id']}"), started
+    assert said["exec.finished"].startswith(f"{me} : finished ; EXIT=0 ; TOOK=")
