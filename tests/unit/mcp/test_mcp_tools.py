@@ -26,6 +26,8 @@ def test_argv_becomes_a_streamed_native_exec_with_its_own_operation() -> None:
         "time": "2026-01-01T00:00:00Z",
         "operation_id": "mcp-1",
         "stream": True,
+        # The runner captures 4 MiB a stream, not airlock's 16 MiB default (issue 31).
+        "max_output_bytes": 4 * 1024 * 1024,
     }
 
 
@@ -134,7 +136,7 @@ def test_a_pipeline_shows_every_stage() -> None:
             {"argv": ["cat", "/etc/hosts"], "exit_code": 0, "stderr": ""},
             {"argv": ["grep", "x"], "exit_code": None, "signal": 13, "stderr": b64("broken"), "stderr_truncated": True},
         ],
-        "stdout": "",
+        "stdout": b64("x" * 10),
         "stdout_truncated": True,
         "decision": {"rule": "ask-all", "decided_by": "alice"},
     }
@@ -142,9 +144,10 @@ def test_a_pipeline_shows_every_stage() -> None:
     assert text.startswith("The command ran: killed by signal 13.\n")
     assert "Pipeline: stage 1 (cat /etc/hosts): exit code 0; stage 2 (grep x): killed by signal 13." in text
     assert "approved by operator alice (rule 'ask-all')" in text
-    assert "--- stdout (TRUNCATED by airlock's output cap) ---\n(empty)" in text
+    assert "--- stdout (CUT: showing the first 10 of more than 10 bytes (airlock captured the first 10);" in text
     assert "--- stderr of stage 1 (cat /etc/hosts) ---\n(empty)" in text
-    assert "--- stderr of stage 2 (grep x) (TRUNCATED by airlock's output cap) ---\nbroken" in text
+    assert "--- stderr of stage 2 (grep x) (CUT: showing the first 6 of more than 6 bytes" in text
+    assert "airlock stopped capturing stdout, stderr of stage 2 (grep x) at 4194304 bytes" in text
 
 
 def test_timeouts_cancellations_replays_and_binary_output_are_said_plainly() -> None:
