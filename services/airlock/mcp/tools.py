@@ -28,8 +28,10 @@ _TITLE_SINCE: Final = "2025-06-18"
 
 KiB: Final = 1024
 # Output shown per stream (stdout, each stage's stderr): the default keeps a
-# result a small part of a model's context; a call may ask for up to the maximum.
-OUTPUT_DEFAULT: Final = 256 * KiB
+# result a small part of a model's context (64 KiB of text is some 16,000
+# tokens; Claude Code refuses a tool result over 25,000 tokens unless
+# MAX_MCP_OUTPUT_TOKENS says otherwise); a call may ask for up to the maximum.
+OUTPUT_DEFAULT: Final = 64 * KiB
 OUTPUT_MAX: Final = 1024 * KiB
 # What the runner captures per stream (the agent door's max_output_bytes): more
 # than is shown, so the size and sha256 of most outputs are known whole, and far
@@ -121,7 +123,7 @@ Result: each stage's exit code, stdout, each stage's stderr, whether the command
 out, and the airlock operation id. A non-zero exit code is a normal result (the command \
 ran), not a tool error. Every call runs the command again; nothing is cached.
 
-Large output: each stream shows at most max_output_bytes (256 KiB by default, up to 1 MiB); \
+Large output: each stream shows at most max_output_bytes (64 KiB by default, up to 1 MiB); \
 a note gives the full size and sha256 of what was cut. airlock keeps no copy of the output, \
 so prefer commands that print what you need (head, tail, grep, journalctl -n) over raising \
 the limit. Binary output is not shown (pipe it through base64 or xxd if you need it).
@@ -201,7 +203,7 @@ EXECUTE: Final = ToolSpec(
                 "maximum": OUTPUT_MAX,
                 "default": OUTPUT_DEFAULT,
                 "description": "Show at most this many bytes of each output stream (stdout, each stderr); the "
-                "rest is cut, with a note giving its size and sha256. Default 262144 (256 KiB), at most 1048576.",
+                "rest is cut, with a note giving its size and sha256. Default 65536 (64 KiB), at most 1048576.",
             },
         },
         "additionalProperties": False,
