@@ -38,7 +38,7 @@ from airlock.mcp import jsonrpc, tools
 from airlock.mcp.session import CancelCall, Send, Session, StartCall
 from airlock.mcp.tools import ToolResult
 
-# Replies carry up to 16 MiB of output per stream, base64-encoded (as common.ipc).
+# exec replies carry at most tools.CAPTURE_BYTES of output per stream (base64): 4 MiB, not 16.
 # After the input ends, how long withdrawals may take before the process exits.
 # The official SDK's stdio client waits 2 s after closing our stdin, then sends
 # SIGTERM and waits 2 s more: cancelling a running command takes milliseconds.

@@ -450,8 +450,9 @@ def _cut_note(cuts: list[_Cut], limit: int) -> list[str]:
     lines = [
         "",
         f"Output was cut ({names}): each stream shows at most {limit} bytes. airlock keeps no copy of the "
-        "output: its audit journal records each stream's size and sha256 only (the operator's `airlock log` "
-        "shows them), so what was cut cannot be fetched later. To see more, run a command that prints less "
+        "output: its audit journal records each stream's size and sha256 (an operator sees them with "
+        "`airlock audit export`, by operation id), so what was cut cannot be fetched later. To see more, run "
+        "a command that prints less "
         "(head, tail, grep, sed -n 'A,Bp', journalctl -n), or call again with a larger max_output_bytes (at "
         f"most {OUTPUT_MAX}).",
     ]
