@@ -617,3 +617,22 @@ def test_a_cancelled_call_waiting_for_approval_is_withdrawn(mstack: Stack) -> No
     assert "exec.started" not in kinds, kinds
     decided = [r for r in mstack.journal_rows() if r["request_id"] == rid and r["kind"] == "approval.decided"]
     assert decided and json.loads(decided[0]["payload"])["decision"] == "withdrawn", decided
+
+
+def test_a_lower_capture_ceiling_set_by_the_operator_still_runs_and_says_so(tmp_path: Path) -> None:
+    # airlock mcp asks the runner to capture 4 MiB a stream; an operator's lower
+    # limits.max_output_bytes refuses that, and the call runs with the ceiling instead.
+    config = CONFIG.replace("approval:\n", "limits:\n  max_output_bytes: 100000\napproval:\n", 1)
+    with custom_stack(tmp_path / "rt", config) as stack:
+
+        async def main() -> None:
+            async with connected(stack) as session:
+                result = await session.call_tool(
+                    "execute", {"pipeline": [["yes", "x"], ["head", "-c", "300000"]], "max_output_bytes": 1000}
+                )
+                text = text_of(result)
+                assert field(result, "is_error") is False, text
+                assert "showing the first 1000 of more than 100000 bytes (airlock captured the first 100000)" in text
+                assert "airlock stopped capturing stdout at 100000 bytes; the rest was discarded" in text
+
+        run(main)

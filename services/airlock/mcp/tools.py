@@ -446,7 +446,7 @@ def _cut_note(cuts: list[_Cut], limit: int) -> list[str]:
     if not cuts:
         return []
     names = ", ".join(c.title for c in cuts)
-    lost = [c.title for c in cuts if not c.captured_all]
+    lost = [f"{c.title} at {c.size} bytes" for c in cuts if not c.captured_all]
     lines = [
         "",
         f"Output was cut ({names}): each stream shows at most {limit} bytes. airlock keeps no copy of the "
@@ -458,7 +458,7 @@ def _cut_note(cuts: list[_Cut], limit: int) -> list[str]:
     ]
     if lost:
         lines.append(
-            f"airlock stopped capturing {', '.join(lost)} at {CAPTURE_BYTES} bytes; the rest was discarded "
+            f"airlock stopped capturing {', '.join(lost)}; the rest was discarded "
             "unread, so its full size is not known."
         )
     return lines
