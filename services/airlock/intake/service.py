@@ -33,7 +33,7 @@ from airlock.common.codec import (
 )
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client
+from airlock.common.ipc import Client, Unreachable
 from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, may_decide, uid_of
 from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
@@ -413,6 +413,14 @@ class Intake:
                     on_event=forward,
                     timeout=work.runner_timeout,
                 )
+            except Unreachable as exc:
+                if not exc.details.get("reply_too_large"):
+                    raise
+                # The work ran and its reply outgrew what we read: settle it without its output, so a
+                # retry replays this instead of running the work again (the runner's own cap makes this rare).
+                self.log.error("intake.reply.too_large", request_id=work.request_id, operation_id=op)
+                outcome = {"operation_id": op, "stages": [], "stdout": "", "stdout_truncated": True}
+                outcome |= {"output_retained": False, "reply_too_large": True}
             finally:
                 self.operations.pop((peer.uid, op), None)
             # The runner's exec.finished, deferred: request.replied commits only with it.

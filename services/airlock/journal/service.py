@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from airlock import __version__
-from airlock.common import daemon, log, validate
+from airlock.common import checkpoint, daemon, log, sshsig, validate
+from airlock.common.codec import iso_utc
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.kinds import NOTICES
@@ -29,6 +30,7 @@ from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.journal import anchors, journalfiles, memory
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
+from airlock.journal.quota import JournalQuota
 from airlock.journal.store import Store
 
 # Anchors one verify call may carry (the CLI sends more in several calls).
@@ -118,6 +120,11 @@ class Journal:
         self.store = store
         self.database = config.paths.state_dir / "journal.sqlite"
         self.writers = writers_by_uid(config)
+        # Each agent's share of the journal's bytes: charged for every record, checked at op.begin.
+        self.quota = JournalQuota(
+            config.journal.agent_bytes_per_second, config.journal.agent_burst_bytes, time.monotonic
+        )
+        store.meter = self.quota.charge
 
     def writer_for(self, peer: Peer, claimed: Any) -> str:
         allowed = self.writers.get(peer.uid, set())
@@ -181,6 +188,11 @@ class Journal:
         has_protected = validate.boolean("has_protected", a.get("has_protected"), False)
         claim = a.get("claim")
         event = a.get("event")
+        # A new request of an agent over its journal quota, or one the full replay store has no room
+        # for, is refused before anything of it is written.
+        uid = event.get("peer_uid") if isinstance(event, dict) else None
+        self._admit(uid if isinstance(uid, int) and not isinstance(uid, bool) else None)
+        self.store.op_room(operation_id)
         if claim is not None:
             key, window = self._claim_args(claim)
             if isinstance(event, dict):
@@ -197,6 +209,21 @@ class Journal:
             out = await self._event(call.peer, event)
         result = await self.store.op_begin(operation_id, digest, has_protected=has_protected)
         return out | {"claimed": True, "state": result.state, "outcome": result.outcome}
+
+    def _admit(self, uid: int | None) -> None:
+        """The agent's journal quota; the first refusal of a spell is logged for the operator."""
+        try:
+            self.quota.admit(uid)
+        except AirlockError as exc:
+            if self.quota.newly_limited:
+                log.get().warning(
+                    "journal.quota.exceeded",
+                    peer_uid=uid,
+                    retry_after_seconds=exc.details.get("retry_after_seconds"),
+                    bytes_per_second=self.quota.rate,
+                    burst_bytes=self.quota.burst,
+                )
+            raise
 
     async def op_complete(self, call: Call) -> dict[str, Any]:
         self.writer_for(call.peer, "intake")
@@ -226,12 +253,17 @@ class Journal:
         return await self._event(call.peer, call.args.get("event"))
 
     async def request_claim(self, call: Call) -> dict[str, Any]:
-        """Intake's replay guard: claim a request ID for the replay window, durably."""
-        self.writer_for(call.peer, "intake")
-        return await self._claim(call.args)
+        """Intake's replay guard: claim a request ID for the replay window, durably.
 
-    async def _claim(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"claimed": await self.store.claim_request_id(*self._claim_args(a))}
+        A claim (a control action's: ping or hello with a time) is a row too: charged to the agent's
+        journal quota like a record, and refused when the agent is over it."""
+        self.writer_for(call.peer, "intake")
+        key, window = self._claim_args(call.args)
+        uid, colon, _ = key.partition(":")
+        if colon and uid.isdigit() and len(uid) <= 10:
+            self._admit(int(uid))
+            self.quota.charge(int(uid), len(key))
+        return {"claimed": await self.store.claim_request_id(key, window)}
 
     @staticmethod
     def _claim_args(a: Any) -> tuple[str, float]:
@@ -321,38 +353,91 @@ def _anchor_args(value: Any) -> list[Anchor]:
 class Anchoring:
     """Writes the chain head outside the database: at start, at stop, every N records and every T seconds.
 
+    Each anchor is a signed checkpoint (issue 29) when the host's checkpoint key
+    is there: the head, this host's identity, the time and the previous anchor,
+    signed with ``ssh-keygen -Y sign`` (`airlock.common.checkpoint`).  Signing
+    runs here, in the anchoring task, never on a request's path: at most one
+    at a time (the lock) and bounded (`sshsig.RUN_SECONDS`); an anchor whose
+    signature fails is written unsigned and says why in the log.
+
     File first (fsynced), then journald through the structured logger.  Never
     while the journal refuses to serve: that would vouch for a bad head.
     """
 
-    def __init__(self, store: Store, path: Path, every_records: int, every_seconds: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        path: Path,
+        every_records: int,
+        every_seconds: float,
+        *,
+        key: Path | None = None,
+        identity: str | None = None,
+    ) -> None:
         self.store = store
         self.path = path
         self.every_records = every_records
         self.every_seconds = every_seconds
         self.last: tuple[int, str] | None = None
         self.host: str | None = None  # AIRLOCK_HOST on its journald entries, when records go there too
+        self.key = key  # the checkpoint key; None: anchors are not signed
+        self.identity = identity  # this host's <hostname>/<machine-id>, which checkpoints name
+        self.signed = 0
+        self.sign_seconds = 0.0  # time spent signing, for `airlock` benchmarks (docs/benchmarks.md)
         self.log = log.get()
         self._lock = asyncio.Lock()
         self._pending: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
 
-    def write(self, reason: str) -> None:
-        """Anchor the current head now (blocking: file append and fsync)."""
-        seq, digest = self.store.head()
+    def write(self, reason: str, head: tuple[int, str] | None = None, signed: dict[str, Any] | None = None) -> None:
+        """Anchor ``head`` (default: the current head) now (blocking: file append and fsync)."""
+        seq, digest = head if head is not None else self.store.head()
         if seq == 0 or self.store.refusal is not None or self.last == (seq, digest):
             return
         anchor = Anchor(seq, digest)
+        when = time.time()
         try:
-            anchors.append(self.path, anchor, reason, time.time())
+            anchors.append(self.path, anchor, reason, when, extra=signed)
         except OSError as exc:
             self.log.error("journal.anchor.failed", path=str(self.path), error=str(exc))
         self.last = (seq, digest)
-        self.log.info("journal.chain.anchored", **anchors.journald_fields(anchor, reason), host=self.host)
+        self.log.info(
+            "journal.chain.anchored", **anchors.journald_fields(anchor, reason), host=self.host, **(signed or {})
+        )
+
+    async def _sign(self, seq: int, digest: str) -> dict[str, Any] | None:
+        """The signed checkpoint of this head (``checkpoint``: the statement, ``signature``), or None."""
+        if self.key is None or self.identity is None:
+            return None
+        if self.last is None:
+            previous = await asyncio.to_thread(anchors.last_in_file, self.path)
+            if previous is not None:
+                self.last = (previous.seq, previous.hash)
+        prev = self.last if self.last is not None and self.last[0] <= seq else None
+        try:
+            made = checkpoint.Checkpoint(self.identity, seq, digest, iso_utc(time.time()), prev)
+            started = time.perf_counter()
+            signature = await sshsig.sign(self.key, checkpoint.NAMESPACE, made.statement())
+            self.sign_seconds += time.perf_counter() - started
+        except (sshsig.SigningError, ValueError) as exc:
+            self.log.error(
+                "journal.checkpoint.unsigned",
+                message_id=NOTICES["journal.checkpoint.unsigned"],
+                chain_seq=seq,
+                key=str(self.key),
+                error=str(exc),
+            )
+            return None
+        self.signed += 1
+        return {"checkpoint": made.statement().decode(), "signature": signature}
 
     async def anchor(self, reason: str) -> None:
         async with self._lock:
-            await asyncio.to_thread(self.write, reason)
+            seq, digest = self.store.head()
+            if seq == 0 or self.store.refusal is not None or self.last == (seq, digest):
+                return
+            signed = await self._sign(seq, digest)
+            await asyncio.to_thread(self.write, reason, (seq, digest), signed)
 
     def committed(self) -> None:
         """After each commit: anchor once ``every_records`` records have gone by."""
@@ -468,6 +553,17 @@ def shipping() -> tuple[Callable[[list[Any]], None] | None, str | None]:
     return ship, send.host
 
 
+def _identity() -> str | None:
+    """This host's ``<hostname>/<machine-id>``, which its checkpoints name; None without a machine ID."""
+    try:
+        return journalfiles.local_host()
+    except (OSError, ValueError) as exc:
+        log.get().error(
+            "journal.checkpoint.unsigned", message_id=NOTICES["journal.checkpoint.unsigned"], error=str(exc)
+        )
+        return None
+
+
 def _refusing(
     store: Store, verb: Callable[[Call], Awaitable[dict[str, Any]]]
 ) -> Callable[[Call], Awaitable[dict[str, Any]]]:
@@ -485,11 +581,19 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         config.paths.state_dir / "journal.sqlite",
         operation_retention=config.journal.operation_retention,
         operation_capacity=config.journal.operation_capacity,
+        operation_capacity_per_agent=config.journal.operation_capacity_per_agent,
     )
     journal = Journal(config, store)
     anchor_path = anchors.path_beside(store.path)
     await asyncio.to_thread(check_at_start, store, anchor_path)
-    anchoring = Anchoring(store, anchor_path, config.journal.anchor_every_records, config.journal.anchor_every_seconds)
+    anchoring = Anchoring(
+        store,
+        anchor_path,
+        config.journal.anchor_every_records,
+        config.journal.anchor_every_seconds,
+        key=config.journal.checkpoint_key,
+        identity=_identity(),
+    )
     store.on_commit = anchoring.committed
     store.on_records, anchoring.host = shipping()
     s = config.services
