@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import json
+import os
 import queue
 import re
 import signal
@@ -30,7 +31,7 @@ from support import Stack, custom_stack
 
 mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.client.stdio import get_default_environment, stdio_client  # noqa: E402
 
 T = TypeVar("T")
 MCP_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])
@@ -68,9 +69,12 @@ def mstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def server_params(stack: Stack, *extra: str) -> StdioServerParameters:
+    # The SDK passes a server only a few variables (HOME, PATH...): add the test's own PYTHONPATH, if any.
+    env = get_default_environment() | {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "airlock", "mcp", "--socket", stack.agent, "--progress-interval", "0.3", *extra],
+        env=env,
     )
 
 
@@ -289,7 +293,10 @@ def test_large_output_is_cut_with_its_size_and_sha256_and_the_session_survives(m
             assert "--- stdout (CUT: showing the first 65536 of more than 4194304 bytes" in text
             assert "airlock keeps no copy of the output" in text and "max_output_bytes" in text
             assert len(text.encode()) < 70_000
-            binary = await session.call_tool("execute", {"argv": ["head", "-c", str(3 * 1024 * 1024), "/dev/urandom"]})
+            # 3 MiB of 0xff bytes (yes/tr/head: no file argument, which policy would ask about).
+            binary = await session.call_tool(
+                "execute", {"pipeline": [["yes", ""], ["tr", "\\n", "\\377"], ["head", "-c", str(3 * 1024 * 1024)]]}
+            )
             assert f"--- stdout (binary, {3 * 1024 * 1024} bytes, sha256 " in text_of(binary)
             assert "airlock is reachable" in text_of(await session.call_tool("status", {}))
 

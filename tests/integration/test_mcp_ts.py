@@ -37,6 +37,9 @@ if not (TS_DIR / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
         "the MCP TypeScript SDK is not installed (make test runs npm ci in tests/mcp_ts)", allow_module_level=True
     )
 
+# 3 MiB of 0xff bytes: not UTF-8 (no file argument, which policy would ask an operator about).
+BINARY = [["yes", ""], ["tr", "\\n", "\\377"], ["head", "-c", str(3 * MiB)]]
+
 CONFIG = """
 approval:
   timeout_seconds: 30
@@ -190,7 +193,10 @@ def test_a_cancelled_call_stops_the_command_and_the_session_goes_on(tstack: Stac
         # Control characters cost six bytes each in JSON: the result still fits one line.
         (
             "control",
-            {"pipeline": [["head", "-c", str(11 * MiB), "/dev/zero"], ["tr", "\\0", "\\1"]], "max_output_bytes": MiB},
+            {
+                "pipeline": [["yes", ""], ["tr", "\\n", "\\001"], ["head", "-c", str(11 * MiB)]],
+                "max_output_bytes": MiB,
+            },
             None,
         ),
     ],
@@ -213,7 +219,7 @@ def test_large_text_output_is_cut_and_the_session_survives(
 def test_binary_output_is_not_shown_and_the_session_survives(tstack: Stack) -> None:
     out = drive(
         tstack,
-        [{"tool": "execute", "arguments": {"argv": ["head", "-c", str(3 * MiB), "/dev/urandom"]}}, {"tool": "ping"}],
+        [{"tool": "execute", "arguments": {"pipeline": BINARY}}, {"tool": "ping"}],
     )
     assert not out["closed"] and not out["transportErrors"]
     result = text(out["steps"][0])
