@@ -21,6 +21,8 @@ from airlock.common.codec import reject_constant
 # (stdin at most 32 KiB, see tools.py), so 1 MiB is generous; it also bounds
 # what a reply can echo back (an id), far under the clients' 10 MiB line limit.
 MAX_LINE: Final = 1024 * 1024
+# The longest string id taken (the SDKs send small integers).
+MAX_ID_CHARS: Final = 1024
 # How much of an over-long line is kept to find its id: the official Python
 # SDK writes "id" before "params", the TypeScript SDK after it (at the end).
 _SNIFF_BYTES: Final = 64 * 1024
@@ -201,7 +203,10 @@ def _head_id(head: bytes) -> RequestId | None:
 
 def _valid_id(value: Any) -> bool:
     # MCP: a string or an integer, never null; a bool is not an integer here.
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    # Every reply echoes the id: bounded, so no reply line can grow with it.
+    if isinstance(value, str):
+        return len(value) <= MAX_ID_CHARS
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63
 
 
 def decode(line: bytes) -> Message:
@@ -244,7 +249,10 @@ def decode(line: bytes) -> Message:
             ErrorCode.INVALID_REQUEST, 'invalid request: "method" must be a non-empty string', request_id
         )
     if "id" in untrusted and request_id is None:
-        raise RemoteProtocolError(ErrorCode.INVALID_REQUEST, 'invalid request: "id" must be a string or an integer')
+        raise RemoteProtocolError(
+            ErrorCode.INVALID_REQUEST,
+            f'invalid request: "id" must be a string of at most {MAX_ID_CHARS} characters or an integer',
+        )
     params = untrusted.get("params", {})
     if params is None:
         params = {}

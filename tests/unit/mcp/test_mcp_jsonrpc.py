@@ -207,3 +207,11 @@ def test_arbitrary_json_objects_decode_or_raise_a_protocol_error(obj: dict[str, 
         decode(json.dumps(obj).encode())
     except RemoteProtocolError:
         pass
+
+
+def test_an_id_is_bounded_since_every_reply_echoes_it() -> None:
+    assert decode(b'{"jsonrpc":"2.0","id":"' + b"i" * 1024 + b'","method":"ping"}') == Request("i" * 1024, "ping", {})
+    with pytest.raises(RemoteProtocolError) as err:
+        decode(b'{"jsonrpc":"2.0","id":"' + b"i" * 1025 + b'","method":"ping"}')
+    assert err.value.code is ErrorCode.INVALID_REQUEST and err.value.request_id is None
+    assert "at most 1024 characters" in err.value.message
