@@ -15,6 +15,8 @@ and stop, and `build` (the two doors).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import resource
 import socket
 import time
 from collections.abc import Mapping
@@ -87,6 +89,12 @@ class Approval(Deciding, Operating):
                 entry.future.set_result(("interrupted", "shutdown", None, ""))
 
     async def reload(self) -> None:
+        """``systemctl reload``: the policy and every ``approval.*`` setting, live.
+
+        A request already pending keeps the deadline it was given (its agent
+        was told it); new requests get the new settings.  Everything else in
+        the file needs a restart (docs/configuration.md's "applies" column).
+        """
         try:
             config = load(_path(self.config_path))
             policy = load_policy(config)
@@ -94,10 +102,28 @@ class Approval(Deciding, Operating):
             self.log.error("approval.policy.rejected", error=str(exc))
             return
         self.policy = policy
+        old, new = dataclasses.asdict(self.config.approval), dataclasses.asdict(config.approval)
+        changed = sorted(k for k, v in new.items() if old.get(k) != v)
+        if changed:
+            self.apply_approval_settings(dataclasses.replace(self.config, approval=config.approval))
         await self.audit.record(
             "policy.reloaded",
-            payload={"default": policy.default, "rules": len(policy.rules), "sources": list(policy.sources)},
+            payload={
+                "default": policy.default,
+                "rules": len(policy.rules),
+                "sources": list(policy.sources),
+                "settings_changed": [f"approval.{k}" for k in changed],
+            },
         )
+
+    def apply_approval_settings(self, config: Config) -> None:
+        """Take the ``approval.*`` settings of ``config``, rebuilding what is made from them."""
+        self.config = config
+        self.notifier = hook.NotifyCommand(
+            config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
+        )
+        # The ledger keeps its memory (published statements, used signatures): only the keys change.
+        self.ledger.signers = Signers(config.approval.allowed_signers)
 
 
 def _path(value: str | None) -> Any:
@@ -106,12 +132,33 @@ def _path(value: str | None) -> Any:
     return Path(value) if value and value != "<built-in>" else None
 
 
+def fd_budget(config: Config) -> int:
+    """File descriptors approval may need at once with these caps (units/airlock-approval.service's
+    LimitNOFILE= must be at least this; a lower limit is logged at start).
+
+    operator.sock's connections; intake's (each agent connection may have a
+    decide and a token check open here, the runner its redeem); one accept
+    batch of refused connections (asyncio accepts up to 100 per turn) and a
+    reserve for the journal client, the notify hook's pipes, logging and
+    the name service's files.
+    """
+    return config.operators.max_connections + 3 * config.limits.max_connections + 100 + 92
+
+
+def _check_fd_limit(config: Config) -> None:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = fd_budget(config)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.get().warning("approval.fd_limit.low", limit=soft, needed=needed)
+
+
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
     try:
         policy = load_policy(config)
     except PolicyError as exc:
         raise ConfigError(str(exc)) from None
     approval = Approval(config, policy, config.source)
+    _check_fd_limit(config)
     s = config.services
     internal = Door(
         "approval",
@@ -137,6 +184,10 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         ),
         errors=within_reference_004,
         verbs=approval.operator_verbs(decides),
+        # Issue 28: one observer's flood of connections cannot use up approval's
+        # file descriptors (LimitNOFILE in the unit fits these caps; fd_budget).
+        max_connections=config.operators.max_connections,
+        max_per_peer=config.operators.connections_per_user,
     )
     service = Service(NAME, config, [internal, operator])
     service.on_reload = approval.reload

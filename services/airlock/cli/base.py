@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from airlock.cli import exitcodes
 from airlock.common import client, render
 
 
@@ -24,12 +25,14 @@ def _unreachable(ns: argparse.Namespace, exc: client.ClientError) -> None:
 
 
 def _err(message: str) -> None:
-    print(f"airlock: {message}", file=sys.stderr)
+    # A daemon's message may quote what an agent sent: neutralised like every other terminal line.
+    print(f"airlock: {render.sanitise(message)}", file=sys.stderr)
 
 
 def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    path = client.operator_socket(ns.socket)
     try:
-        raw, reply = client.call(client.operator_socket(ns.socket), verb, args)
+        raw, reply = client.call(path, verb, args)
     except client.ClientError as exc:
         _unreachable(ns, exc)
         return 1, {}
@@ -43,6 +46,9 @@ def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[
             precise = (error.get("details") or {}).get("reason")
             code = f"{error.get('code')} ({precise})" if isinstance(precise, str) else error.get("code")
             _err(f"{code}: {error.get('message')}")
+            hint = exitcodes.wrong_door(error.get("code"), path, operator_command=True)
+            if hint is not None:
+                _err(hint)
         return 1, {}
     return 0, reply.get("data") or {}
 

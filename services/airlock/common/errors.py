@@ -33,6 +33,7 @@ class ErrorCode(enum.StrEnum):
     STALE_REQUEST = "stale_request"
     REPLAYED_REQUEST = "replayed_request"
     DENIED = "denied"
+    COMMAND_NOT_FOUND = "command_not_found"  # argv[0] is no executable on the job's secure PATH
     APPROVAL_TIMEOUT = "approval_timeout"
     APPROVAL_INTERRUPTED = "approval_interrupted"
     WITHDRAWN = "withdrawn"
@@ -40,6 +41,7 @@ class ErrorCode(enum.StrEnum):
     AUDIT_UNAVAILABLE = "audit_unavailable"
     RUNNER_UNAVAILABLE = "runner_unavailable"
     PRIVILEGE_UNAVAILABLE = "privilege_unavailable"
+    IDENTITY_UNAVAILABLE = "identity_unavailable"  # the user database could not be read: who asks is unknown
     INVALID_TICKET = "invalid_ticket"
     SPAWN_FAILED = "spawn_failed"
     BINARY_CHANGED = "binary_changed"  # the binary is no longer the file approval saw
@@ -116,4 +118,11 @@ def within_reference_004(error: AirlockError) -> AirlockError:
 _CONFLICTS = frozenset(
     {ErrorCode.OPERATION_ID_CONFLICT, ErrorCode.OPERATION_IN_PROGRESS, ErrorCode.BUSY, ErrorCode.REQUEST_CHANGED}
 )
-_UNAVAILABLE = frozenset({ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.RUNNER_UNAVAILABLE, ErrorCode.APPROVAL_UNAVAILABLE})
+_UNAVAILABLE = frozenset(
+    {
+        ErrorCode.AUDIT_UNAVAILABLE,
+        ErrorCode.RUNNER_UNAVAILABLE,
+        ErrorCode.APPROVAL_UNAVAILABLE,
+        ErrorCode.IDENTITY_UNAVAILABLE,
+    }
+)
