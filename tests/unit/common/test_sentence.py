@@ -34,14 +34,14 @@ def test_a_decision_names_the_rule_or_the_operator() -> None:
         1000,
         user_of,
     )
-    assert by_operator.startswith("deploy : deny by operator alice ; ")
+    assert by_operator is not None and by_operator.startswith("deploy : deny by operator alice ; ")
 
 
 def test_the_end_says_how_it_ended() -> None:
     ended = sentence("exec.finished", {"exit_codes": [0, 3], "duration_ms": 12}, "r-4", 1000, user_of)
     assert ended == "deploy : finished ; EXIT=3 ; TOOK=12 ms ; REQUEST=r-4"
     stopped = sentence("exec.finished", {"exit_codes": [143], "timed_out": True}, "r-5", 1000, user_of)
-    assert "STOPPED=timed out" in stopped
+    assert stopped is not None and "STOPPED=timed out" in stopped
 
 
 def test_other_kinds_keep_their_summary() -> None:
