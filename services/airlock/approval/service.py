@@ -103,6 +103,7 @@ class Approval(Deciding, Operating):
             self.log.error("approval.policy.rejected", error=str(exc))
             return
         self.policy = policy
+        self.log_policy_warnings()
         # Field by field with each value's own equality (asdict would compare signer_accounts' yaml nodes).
         old, new = self.config.approval, config.approval
         changed = sorted(f.name for f in dataclasses.fields(new) if getattr(old, f.name) != getattr(new, f.name))
@@ -117,6 +118,11 @@ class Approval(Deciding, Operating):
                 "settings_changed": [f"approval.{k}" for k in changed],
             },
         )
+
+    def log_policy_warnings(self) -> None:
+        """What the policy loaded with but will not do as written (a missing user, group or binary)."""
+        for warning in self.policy.warnings:
+            self.log.warning("approval.policy.warning", warning=warning)
 
     def apply_approval_settings(self, config: Config) -> None:
         """Take the ``approval.*`` settings of ``config``, rebuilding what is made from them."""
@@ -161,6 +167,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     except PolicyError as exc:
         raise ConfigError(str(exc)) from None
     approval = Approval(config, policy, config.source)
+    approval.log_policy_warnings()
     _check_fd_limit(config)
     s = config.services
     internal = Door(
