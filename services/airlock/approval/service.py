@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from airlock.approval import grants, hook
-from airlock.approval.decide import Deciding
+from airlock.approval.decide import AskLimits, Deciding
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
 from airlock.approval.pending import Pending, Ticket
@@ -55,6 +55,7 @@ class Approval(Deciding, Operating):
             config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
         )
         self.pending: dict[str, Pending] = {}
+        self.asks = AskLimits()
         self.tickets: dict[str, Ticket] = {}
         # Held until the journal says otherwise (restore_hold at start): fail closed.
         self.hold_reason: str | None = "restoring the hold state from the journal"

@@ -61,6 +61,8 @@ class ErrorCode(enum.StrEnum):
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"
     PROTECTED_REDELIVERY_FORBIDDEN = "protected_redelivery_forbidden"
+    # Per-uid limits (issue 28): too many requests waiting for an operator, or asks too often.
+    RATE_LIMITED = "rate_limited"
 
 
 class AirlockError(Exception):
@@ -109,5 +111,7 @@ def within_reference_004(error: AirlockError) -> AirlockError:
     return AirlockError(mapped, error.message, {"reason": error.code.value, **error.details})
 
 
-_CONFLICTS = frozenset({ErrorCode.OPERATION_ID_CONFLICT, ErrorCode.OPERATION_IN_PROGRESS, ErrorCode.BUSY})
+_CONFLICTS = frozenset(
+    {ErrorCode.OPERATION_ID_CONFLICT, ErrorCode.OPERATION_IN_PROGRESS, ErrorCode.BUSY, ErrorCode.RATE_LIMITED}
+)
 _UNAVAILABLE = frozenset({ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.RUNNER_UNAVAILABLE, ErrorCode.APPROVAL_UNAVAILABLE})
