@@ -103,7 +103,7 @@ def relay_lines(relay: dict[str, Any]) -> list[tuple[str, object]]:
         text += f", lag {c.get('lag')} event(s)" if c.get("lag") is not None else ""
         text += f", {c.get('queued')} queued" if c.get("queued") else ""
         if c.get("failing_since"):
-            text += f"; FAILING since {sanitise(c['failing_since'])} ({c.get('failures')} tries)"
+            text += f"; FAILING since {sanitise(c['failing_since'])} ({c.get('failures')} failed tries)"
         if c.get("last_error"):
             text += f"; last error {sanitise(c.get('last_error_at'))}: {sanitise(c['last_error'])}"
         pairs.append((f"  {sanitise(c.get('name'), strict=True)}", text))

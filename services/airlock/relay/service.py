@@ -247,6 +247,11 @@ class Worker(threading.Thread):
         if self.latest < self.fetched:
             self._journal_replaced()
             return False
+        if self.journal is None and self.latest > 0:
+            found = self._journal_id()  # it was empty at start: bind the cursor to it now
+            if found is not None and found[0] is not None:
+                self.journal = found[0]
+                self._save()
         events = [e for e in data.get("events") or [] if isinstance(e, dict) and isinstance(e.get("seq"), int)]
         events = [e for e in events if e["seq"] > self.fetched]
         for event in events:
