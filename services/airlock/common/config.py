@@ -716,7 +716,7 @@ SETTINGS: tuple[Setting, ...] = (
         "notify.state_dir",
         absolute_path,
         Path("/var/lib/airlock-notify"),
-        "airlock-notify keeps its delivery cursors here.",
+        "airlock-notify keeps its delivery cursors and status.json (for airlock status) here.",
     ),
     Setting(
         "notify.host",
