@@ -77,8 +77,10 @@ def save(path: Path, cursor: Cursor) -> None:
     write_atomically(path, json.dumps(body).encode() + b"\n", 0o600)
 
 
-def write_atomically(path: Path, data: bytes, mode: int) -> None:
-    """Replace ``path`` with ``data`` (mode ``mode``): the old or the new file after a crash, never a torn one."""
+def write_atomically(path: Path, data: bytes, mode: int, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` (mode ``mode``): the old or the new file after a crash, never a torn one.
+
+    ``durable=False`` skips the fsyncs (a file rewritten every few seconds that a crash may set back)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
@@ -86,10 +88,13 @@ def write_atomically(path: Path, data: bytes, mode: int) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    if not durable:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(dir_fd)

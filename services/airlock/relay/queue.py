@@ -31,7 +31,8 @@ class Item:
     lane: Lane
     request_id: str | None
     kind: str  # the message's event: pending, decided
-    superseded: bool = False  # in flight when its request settled: stop retrying it
+    superseded: bool = False  # in flight when its request settled (or its journal went): stop retrying it
+    generation: int = 0  # which journal the relay followed when it was read (see Worker._journal_replaced)
     details: dict[str, Any] | None = field(default=None, repr=False)  # a pending message, for its outcome
 
 

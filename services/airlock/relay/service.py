@@ -122,6 +122,8 @@ class Worker(threading.Thread):
         self.reminders: dict[str, dict[str, Any]] = {}
         self.failed_feed = 0
         self.crashed = False
+        self.generation = 0  # counts journals followed: an item of an earlier one is not the cursor's
+        self.filled = 0.0  # when the feed was last read
         # What `airlock status` shows (relay/state.py); read by the main thread.
         self.delivered_seq: int | None = None
         self.delivered_at: str | None = None
@@ -240,6 +242,9 @@ class Worker(threading.Thread):
         """Read the next page after what was read and queue its messages; True when something new came."""
         if len(self.queue) >= READ_AHEAD:
             return False
+        if self.queue and time.monotonic() - self.filled < self.config.notify.poll_seconds:
+            return False  # work queued: read the feed once a poll, not once a message
+        self.filled = time.monotonic()
         data = self._feed("events", {"after": self.fetched, "limit": PAGE})
         if data is None:
             return False
@@ -278,6 +283,9 @@ class Worker(threading.Thread):
             latest=latest,
             path=str(self.cursor_path),
         )
+        self.generation += 1  # what is queued or in flight belongs to the old journal
+        for item in self.queue.waiting.values():
+            item.superseded = True
         self.queue = FairQueue()
         self.open.clear()
         self.done.clear()
@@ -293,7 +301,7 @@ class Worker(threading.Thread):
         seqs = [seq] if tracked else []
         if kind == "approval.pending":
             message = msg.pending_message(event, self.host, user_of, time.time())
-            self.queue.push(Item(message, seqs, lane, message["request_id"], "pending"))
+            self.queue.push(Item(message, seqs, lane, message["request_id"], "pending", generation=self.generation))
             self.open.update(seqs)
             return
         if kind != "approval.decided":
@@ -315,10 +323,12 @@ class Worker(threading.Thread):
         details = waiting.message if waiting is not None else self.known.get(request_id)
         if details is not None:
             outcome = msg.decided_message(event, self.host, details) or outcome
-        self.queue.push(Item(outcome, seqs, lane, request_id, "decided"))
+        self.queue.push(Item(outcome, seqs, lane, request_id, "decided", generation=self.generation))
         self.open.update(seqs)
 
     def _handled(self, item: Item) -> None:
+        if item.generation != self.generation:
+            return  # read from a journal that is gone: its seqs mean nothing to the cursor now
         self.queue.delivered(item)
         self.open.difference_update(item.seqs)
         self.done.update(item.seqs)

@@ -31,7 +31,8 @@ MAX_BYTES = 256 * 1024
 
 
 def write(state_dir: Path, body: dict[str, Any]) -> None:
-    write_atomically(state_dir / STATUS_FILE, json.dumps(body, sort_keys=True).encode() + b"\n", 0o640)
+    # Not fsync'd: rewritten every few seconds, and a crash that sets it back is corrected by the next one.
+    write_atomically(state_dir / STATUS_FILE, json.dumps(body, sort_keys=True).encode() + b"\n", 0o640, durable=False)
 
 
 def read(state_dir: Path) -> dict[str, Any] | None:
