@@ -14,6 +14,8 @@ DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-syst
 	python3-dbus python3-aiosmtpd
 # ssh-keygen verifies signed approvals (issue 18); issue 19's tests: collector files (systemd-journal-remote), a loopback sshd and tmux (airlock --host, watch)
 DEB_PACKAGES += systemd-journal-remote openssh-server openssh-client tmux
+# setfacl/getfacl: a privileged write keeps the ACL of the file it replaces (issue 39)
+DEB_PACKAGES += acl
 
 .PHONY: all run test test-unit test-integration lint fmt deps clean bench stress
 
@@ -46,7 +48,7 @@ run: $(BIN)/airlock
 # Coverage is measured in the test process (unit tests, clients, the CLI run in
 # it); the services `airlock dev up` starts run in child processes and are not.
 test: $(BIN)/airlock
-	$(BIN)/python -m coverage run -m pytest -q tests/unit tests/integration tests/security
+	$(BIN)/python -m coverage run -m pytest -q tests/unit tests/integration tests/security tests/conformance
 	@echo "coverage: $$($(BIN)/python -m coverage report --format=total)% of services/airlock's lines ran in the test process (see 'coverage report')"
 
 test-unit: $(BIN)/airlock

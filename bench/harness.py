@@ -278,9 +278,8 @@ def now_iso() -> str:
 class Requests:
     """Native request lines with fresh IDs, times and operation IDs.
 
-    Each exec carries its own ``operation_id``: without one, intake derives it
-    from the canonical request, and a second identical `true` would be
-    answered from the replay store instead of running.
+    Each exec carries its own ``operation_id``, as a client that retries
+    safely does (it costs the same as an unnamed one: intake names those).
     """
 
     def __init__(self) -> None:

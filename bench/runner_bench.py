@@ -128,8 +128,7 @@ class Client:
         self.buf = b""
 
     def exec(self, args: dict[str, Any]) -> dict[str, Any]:
-        # A fresh operation_id each time: without one, intake derives it from the
-        # request, and an identical retry within the window replays instead of running.
+        # A fresh operation_id each time, as a client that retries safely names it.
         now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         request = {
             "v": 1,

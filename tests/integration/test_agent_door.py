@@ -408,10 +408,13 @@ def test_operation_replay_and_conflict(door: Stack) -> None:
     )
 
 
-def test_a_derived_operation_id_makes_an_identical_retry_replay(door: Stack) -> None:
-    first = door.exec({"command": "echo derived-$$", "privileged": False, "session": "retry-test"})["data"]
-    second = door.exec({"command": "echo derived-$$", "privileged": False, "session": "retry-test"})["data"]
-    assert second["replay"] is True and second["operation_id"] == first["operation_id"]
+def test_identical_requests_without_an_operation_id_both_run(door: Stack) -> None:
+    """Issue 30: only a named operation replays; each unnamed request is its own operation."""
+    first = door.exec({"command": "echo $$", "privileged": False, "session": "retry-test"})["data"]
+    second = door.exec({"command": "echo $$", "privileged": False, "session": "retry-test"})["data"]
+    assert first["replay"] is False and second["replay"] is False
+    assert second["operation_id"] != first["operation_id"]
+    assert base64.b64decode(second["stdout"]) != base64.b64decode(first["stdout"])  # it ran again
 
 
 def test_cancel_from_the_starting_peer(door: Stack) -> None:

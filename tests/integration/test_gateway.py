@@ -216,13 +216,24 @@ def test_in_progress(gw: Gateway) -> None:
     assert done["ok"] is True
 
 
-def test_derived_operation_id_is_stable_and_ignores_trace_context(gw: Gateway) -> None:
-    marker = uuid.uuid4().hex
-    first = gw.call("process.exec", {"command": f"echo {marker}"})
-    second = gw.call("process.exec", {"command": f"echo {marker}", "traceContext": {"traceparent": TRACEPARENT}})
+def test_without_an_operation_id_identical_requests_both_run(gw: Gateway) -> None:
+    """Issue 30: replay only by name; reference/001 allows deriving an ID, airlock does not (docs/protocol.md)."""
+    first = gw.call("process.exec", {"command": "date +%s%N"})
+    second = gw.call("process.exec", {"command": "date +%s%N", "traceContext": {"traceparent": TRACEPARENT}})
     assert first["ok"] and second["ok"]
-    assert first["result"]["operationId"] == second["result"]["operationId"]
-    assert second["result"]["replayed"] is True
+    assert first["result"]["operationId"] != second["result"]["operationId"]
+    assert first["result"]["replayed"] is False and second["result"]["replayed"] is False
+    assert first["result"]["stdout"] != second["result"]["stdout"]
+
+
+def test_a_named_operation_replays_whatever_the_trace_context(gw: Gateway) -> None:
+    op = op_id()
+    first = gw.call("process.exec", {"operationId": op, "command": "date +%s%N"})
+    second = gw.call(
+        "process.exec", {"operationId": op, "command": "date +%s%N", "traceContext": {"traceparent": TRACEPARENT}}
+    )
+    assert first["ok"] and second["ok"]
+    assert second["result"]["replayed"] is True and second["result"]["stdout"] == first["result"]["stdout"]
 
 
 def test_protected_values_are_redacted_and_never_redelivered(gw: Gateway) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -141,10 +142,11 @@ def test_events_tail_after_and_follow(ops: Stack) -> None:
 
 
 def test_token_issue_and_revoke(ops: Stack) -> None:
-    issued = ops.cli("token", "issue", "--session", "ci", "--ttl", "2m")
+    me = pwd.getpwuid(os.getuid()).pw_name
+    issued = ops.cli("token", "issue", "--session", "ci", "--user", me, "--ttl", "2m")
     assert issued.returncode == 0, issued.stderr
     token = issued.stdout.strip()
-    assert token.startswith("alt_") and "session ci" in issued.stderr
+    assert token.startswith("alt_") and "session ci" in issued.stderr and me in issued.stderr
     reply = ops.exec({"argv": ["true"], "privileged": False, "operation_id": f"op-tok-{time.time()}"}, token=token)
     assert reply["ok"] is True
     run = ops.cli(
@@ -160,13 +162,13 @@ def test_token_issue_and_revoke(ops: Stack) -> None:
     assert run.returncode == 0, run.stderr
     shown = json.loads(ops.cli("show", json.loads(run.stdout)["id"], "--json").stdout)
     assert shown["data"]["session"] == "ci"
-    bad = ops.cli("run", "--no-privilege", "--token", "alt_bogus", "--", "true")
+    bad = ops.cli("run", "--no-privilege", "--", "true", env={"AIRLOCK_TOKEN": "alt_bogus"})
     assert bad.returncode == 125 and "unauthorized" in bad.stderr
     revoked = ops.cli("token", "revoke", token)
     assert revoked.returncode == 0 and "revoked 1" in revoked.stdout
-    ops.cli("token", "issue", "--session", "ci2")
+    ops.cli("token", "issue", "--session", "ci2", "--user", me)
     assert "revoked 1" in ops.cli("token", "revoke", "--session", "ci2").stdout
-    envelope = json.loads(ops.cli("token", "issue", "--session", "ci3", "--ttl", "90", "--json").stdout)
+    envelope = json.loads(ops.cli("token", "issue", "--session", "ci3", "--user", me, "--ttl", "90", "--json").stdout)
     assert envelope["data"]["session"] == "ci3"
 
 

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import pwd
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,14 +44,15 @@ def op(stack: Stack, verb: str, args: dict[str, Any] | None = None, **envelope: 
 
 
 def issue(stack: Stack, session: str, ttl: float = 600) -> str:
-    reply = op(stack, "token.issue", {"session": session, "ttl_seconds": ttl, "reason": "test"})
+    user = pwd.getpwuid(os.getuid()).pw_name
+    reply = op(stack, "token.issue", {"session": session, "user": user, "ttl_seconds": ttl, "reason": "test"})
     assert reply["ok"] is True, reply
     token: str = reply["data"]["token"]
     return token
 
 
 def test_issue_returns_the_token_session_and_expiry_and_journals_only_a_hash(strict: Stack) -> None:
-    reply = op(strict, "token.issue", {"session": "nightly", "ttl_seconds": 120})
+    reply = op(strict, "token.issue", {"session": "nightly", "user": "root", "ttl_seconds": 120})
     data = reply["data"]
     assert data["session"] == "nightly" and data["token"].startswith("alt_")
     assert data["expires_at"].endswith("Z")
@@ -65,24 +67,36 @@ def test_issue_returns_the_token_session_and_expiry_and_journals_only_a_hash(str
     "args",
     [
         {},
-        {"session": ""},
-        {"session": "s", "ttl_seconds": 0},
-        {"session": "s", "ttl_seconds": "1h"},
-        {"session": "s", "ttl_seconds": 10**9},
+        {"session": "", "user": "root"},
+        {"session": "s"},
+        {"session": "s", "user": ""},
+        {"session": "s", "user": "no-such-user-here"},
+        {"session": "s", "user": "root", "ttl_seconds": 0},
+        {"session": "s", "user": "root", "ttl_seconds": "1h"},
+        {"session": "s", "user": "root", "ttl_seconds": 10**9},
     ],
 )
 def test_issue_checks_its_arguments(strict: Stack, args: dict[str, Any]) -> None:
     assert op(strict, "token.issue", args)["error"]["code"] == "invalid_arguments"
 
 
-def test_a_valid_token_runs_and_its_session_replaces_the_requests(strict: Stack) -> None:
+def test_a_valid_token_runs_in_its_session_and_another_session_is_refused(strict: Stack) -> None:
     token = issue(strict, "nightly")
-    reply = strict.exec(
-        {"argv": ["true"], "privileged": False, "session": "forged", "operation_id": f"op-t-{time.time()}"}, token=token
-    )
+    reply = strict.exec({"argv": ["true"], "privileged": False, "operation_id": f"op-t-{time.time()}"}, token=token)
     assert reply["ok"] is True, reply
     rows = [r for r in strict.journal_rows() if r["request_id"] == reply["id"]]
     assert {r["session"] for r in rows} == {"nightly"}
+    same = strict.exec(
+        {"argv": ["true"], "privileged": False, "session": "nightly", "operation_id": f"op-t2-{time.time()}"},
+        token=token,
+    )
+    assert same["ok"] is True, same
+    forged = strict.exec(
+        {"argv": ["true"], "privileged": False, "session": "forged", "operation_id": f"op-t3-{time.time()}"},
+        token=token,
+    )
+    assert forged["error"]["code"] == "invalid_arguments" and forged["error"]["details"] == {"field": "session"}
+    assert not [r for r in strict.journal_rows() if r["request_id"] == forged["id"]]
 
 
 def test_require_token_refuses_requests_without_one_in_both_dialects(strict: Stack) -> None:

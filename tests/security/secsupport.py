@@ -94,9 +94,17 @@ def agent_request(
     on_event: str = "approved",
     timeout: float = 60,
     groups: list[int] | None = None,
+    token: str | None = None,
 ) -> subprocess.Popen[str]:
     """Start one request on agent.sock from a process of ``user``; `replies` collects it."""
-    request = {"v": 1, "id": request_id or str(uuid.uuid4()), "verb": verb, "args": {"time": now_iso()} | args}
+    request: dict[str, Any] = {
+        "v": 1,
+        "id": request_id or str(uuid.uuid4()),
+        "verb": verb,
+        "args": {"time": now_iso()} | args,
+    }
+    if token is not None:
+        request["token"] = token
     job = {"socket": socket_path, "request": request, "rename": rename, "on_event": on_event, "timeout": timeout}
     proc: subprocess.Popen[str] = subprocess.Popen(
         ["/usr/bin/python3", "-I", "-c", _AGENT_CLIENT],

@@ -95,7 +95,7 @@ def test_an_observer_reads_but_cannot_decide() -> None:
                 ("cancel", {"operation_id": bg.operation_id}),
                 ("hold", {"reason": "observer"}),
                 ("release", {}),
-                ("token.issue", {"session": "s1"}),
+                ("token.issue", {"session": "s1", "user": "root"}),
                 ("token.revoke", {"session": "s1"}),
                 ("policy.check", {"argv": ["/usr/bin/id"]}),
                 ("audit.verify", {}),

@@ -84,12 +84,14 @@ def test_another_agent_cannot_squat_or_probe_an_operation_id(
     assert again["ok"] is True and again["data"]["replay"] is True and _stdout(again) == "mine\n"
 
 
-def test_another_agent_cannot_claim_a_derived_operation_id_first(
+def test_another_agent_cannot_make_my_unnamed_request_replay(
     ostack: Stack, users: tuple[pwd.struct_passwd, pwd.struct_passwd]
 ) -> None:
+    """Before issue 30 an unnamed request's operation ID was derived from its command, so
+    it was computable by anyone; now an unnamed request is always its own operation."""
     a, b = users
     word = f"derived-{uuid.uuid4()}"
-    # B computes the ID A's request will derive (the spec holds A's uid: public).
+    # B claims the ID A's request used to derive (the spec holds A's uid: public).
     spec = {
         "mode": "exec",
         "stages": [["echo", word]],
@@ -108,5 +110,10 @@ def test_another_agent_cannot_claim_a_derived_operation_id_first(
     derived = "op-" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
     assert agent_exec(ostack.agent, b, _echo("squat", derived))["ok"] is True
     mine = agent_exec(ostack.agent, a, _echo(word))
-    assert mine["ok"] is True and _stdout(mine) == f"{word}\n", mine
-    assert mine["data"]["operation_id"] == derived  # control: B did claim exactly A's derived ID
+    assert mine["ok"] is True and _stdout(mine) == f"{word}\n" and mine["data"]["replay"] is False, mine
+    again = agent_exec(ostack.agent, a, _echo(word))
+    assert again["data"]["replay"] is False and again["data"]["operation_id"] != mine["data"]["operation_id"]
+    # Control: a named operation still replays for its own agent.
+    op = f"op-{uuid.uuid4()}"
+    assert agent_exec(ostack.agent, a, _echo(word, op))["data"]["replay"] is False
+    assert agent_exec(ostack.agent, a, _echo(word, op))["data"]["replay"] is True

@@ -137,13 +137,23 @@ def test_the_example_notify_hook_works_inside_the_sandbox(system) -> None:
 
 
 def test_session_tokens_name_the_session_and_die_with_the_service(system) -> None:
-    r = system.airlock("token", "issue", "--session", "systest-nightly", "--ttl", "10m", user=system.OPERATOR)
+    r = system.airlock(
+        "token", "issue", "--session", "systest-nightly", "--user", system.AGENT, "--ttl", "10m", user=system.OPERATOR
+    )
     assert r.returncode == 0, r
     token = r.stdout.strip()
     assert token and "\n" not in token
-    code, envelope, r = system.run_json(
+    # The agent keeps it in a file of its own (a token is never taken from argv).
+    path = f"/tmp/systest-token-{uuid.uuid4().hex}"
+    system.c.write(path, token + "\n", mode=0o600)
+    system.c.run(["chown", system.AGENT, path])
+    claimed = system.run_json(
         "/usr/bin/true",
-        extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token, "--session", "claimed-by-the-agent"),
+        extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token-file", path, "--session", "claimed"),
+    )
+    assert claimed[0] == 125 and claimed[1].get("error", {}).get("code") == "invalid_arguments", claimed[2]
+    code, envelope, r = system.run_json(
+        "/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token-file", path)
     )
     assert code == 0, r
     out = system.c.run(["journalctl", "--no-pager", "-o", "json", f"AIRLOCK_REQUEST_ID={envelope['id']}"]).stdout
@@ -153,6 +163,6 @@ def test_session_tokens_name_the_session_and_die_with_the_service(system) -> Non
     # The token store lives in airlock-approval's memory: a restart revokes all (fail closed).
     system.c.run(["systemctl", "restart", "airlock-approval.service"])
     code, envelope, r = system.run_json(
-        "/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token", token)
+        "/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token-file", path)
     )
     assert code == 125 and envelope.get("error", {}).get("code") == "unauthorized", r

@@ -73,11 +73,11 @@ def test_mypy_strict_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("directory", ["tests/unit", "tests/integration", "tests/security"])
+@pytest.mark.parametrize("directory", ["tests/unit", "tests/integration", "tests/security", "tests/conformance"])
 def test_mypy_strict_is_clean_on_the_tests(directory: str) -> None:
     # The test directories hold no packages: each support module is found through MYPYPATH
     # (one directory per run: each has a conftest of its own).
-    support = "services:tests:tests/unit/journal:tests/unit/runner:tests/integration:tests/security"
+    support = "services:tests:tests/unit/journal:tests/unit/runner:tests/integration:tests/security:tests/conformance"
     result = subprocess.run(
         [_tool("mypy"), "--strict", "--explicit-package-bases", "--no-warn-unused-ignores", directory],
         cwd=REPO,

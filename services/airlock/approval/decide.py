@@ -200,7 +200,8 @@ class Deciding(Tickets, Votes):
             admission = self._admit_ask(peer, common)  # before a file's preview: a refused ask costs nothing
             try:
                 if isinstance(spec, FileSpec):
-                    request = await fileop_review.operator_view(self.runner, request, spec)
+                    named = fileop_review.names_path(decision)
+                    request = await fileop_review.operator_view(self.runner, request, spec, named=named)
                     reviewed = fileop_review.bound_file(request)
                     if reviewed is not None:
                         bound["file"] = reviewed
@@ -301,7 +302,13 @@ class Deciding(Tickets, Votes):
         await self.audit.record(
             "approval.pending",
             common,
-            payload={"rule": rule, "policy": decision.to_dict(), "timeout_seconds": timeout, "request": request}
+            # The diff is file content: operators get it from `pending`, never from the journal (issue 39).
+            payload={
+                "rule": rule,
+                "policy": decision.to_dict(),
+                "timeout_seconds": timeout,
+                "request": fileop_review.without_content(request),
+            }
             | self._pending_extra(entry),
             log_fields={"decision": "ask", "rule": rule},
             after=after,  # durable: request.received is too once this returns
@@ -309,7 +316,7 @@ class Deciding(Tickets, Votes):
         self.pending[entry.request_id] = entry
         if admission is not None:
             admission.release()  # counted in pending from now on
-        self.notifier.pending(entry.to_dict(now) | {"event": "pending"})
+        self.notifier.pending(fileop_review.for_observer(entry.to_dict(now)) | {"event": "pending"})
         # The request belongs to a live client: when intake's call is gone
         # (the agent went away or cancelled), the request is withdrawn.
         watch = asyncio.ensure_future(_withdraw_when_gone(call, entry))

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airlock.approval import quorum
+from airlock.approval import fileop_review, quorum
 from airlock.approval.decide import subject_of
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.pending import Pending
@@ -37,7 +37,7 @@ from airlock.common.audit import Ids
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import Peer, identify
+from airlock.common.peer import Peer, identify, may_decide, uid_of, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 
@@ -98,9 +98,20 @@ class Operating(Tickets, Votes):
     async def deny(self, call: Call) -> dict[str, Any]:
         return await self._settle(call, "deny")
 
+    def _shown(self, call: Call, shown: dict[str, Any]) -> dict[str, Any]:
+        """A pending request as this peer may see it: file content (a write's diff) only for operators."""
+        o = self.config.operators
+        if may_decide(call.peer, o.users, o.groups, o.observers.users):
+            return shown
+        return fileop_review.for_observer(shown)
+
     async def list_pending(self, call: Call) -> dict[str, Any]:
         now = time.time()
-        return {"pending": [p.to_dict(now) for p in sorted(self.pending.values(), key=lambda p: p.created)]}
+        return {
+            "pending": [
+                self._shown(call, p.to_dict(now)) for p in sorted(self.pending.values(), key=lambda p: p.created)
+            ]
+        }
 
     async def status(self, call: Call) -> dict[str, Any]:
         await self._hold_restored()
@@ -176,7 +187,7 @@ class Operating(Tickets, Votes):
         now = time.time()
         for entry in self.pending.values():
             if ref in (entry.request_id, entry.operation_id):
-                return await self._show_pending(entry, now)
+                return self._shown(call, await self._show_pending(entry, now))
         prefixed = [
             p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)
         ]
@@ -197,7 +208,7 @@ class Operating(Tickets, Votes):
             elif operation_ids:
                 events = await self.lookup.operation_events(found[0])
         elif not events and len(prefixed) == 1:
-            return await self._show_pending(prefixed[0], now)
+            return self._shown(call, await self._show_pending(prefixed[0], now))
         elif not events:
             raise AirlockError(
                 ErrorCode.CONFLICT, f"{ref!r} matches {len(prefixed)} pending requests; give more of the ID"
@@ -247,6 +258,7 @@ class Operating(Tickets, Votes):
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= MAX_TTL_SECONDS:
             raise validate.bad("ttl_seconds", f"must be a number of seconds from 1 to {MAX_TTL_SECONDS}")
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        user, uid = _token_holder(call.args.get("user"))
         token = new_token()
         now = time.time()
         expires_at = iso_utc(now + ttl, timespec="seconds")
@@ -260,10 +272,19 @@ class Operating(Tickets, Votes):
                 "reason": reason,
                 "token_id": token_hash(token)[:16],
                 "expires_at": expires_at,
+                "user": user,
+                "uid": uid,
             },
         )
-        self.tokens.issue(token, session, float(ttl), now)
-        return {"token": token, "token_id": token_hash(token)[:16], "session": session, "expires_at": expires_at}
+        self.tokens.issue(token, session, uid, float(ttl), now)
+        return {
+            "token": token,
+            "token_id": token_hash(token)[:16],
+            "session": session,
+            "user": user,
+            "uid": uid,
+            "expires_at": expires_at,
+        }
 
     async def token_revoke(self, call: Call) -> dict[str, Any]:
         token, session = call.args.get("token"), call.args.get("session")
@@ -285,13 +306,19 @@ class Operating(Tickets, Votes):
         return {"revoked": revoked} | target
 
     async def token_check(self, call: Call) -> dict[str, Any]:
-        """intake asks: which session does this token stand for? (`unauthorized` for any failure)"""
+        """intake asks: which session does this token stand for, presented by this uid?
+
+        ``uid`` is the agent's, from the kernel at intake's accept.  Any failure,
+        a token presented by another uid included, is `unauthorized`.
+        """
         if self.intake_uid is None or call.peer.uid != self.intake_uid:
             raise unauthorized()
-        token = call.args.get("token")
+        token, uid = call.args.get("token"), call.args.get("uid")
         if not isinstance(token, str) or not token or len(token) > 256:
             raise unauthorized()
-        return {"session": self.tokens.check(token, time.time())}
+        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
+            raise unauthorized()
+        return {"session": self.tokens.check(token, uid, time.time())}
 
     async def audit_verify(self, call: Call) -> dict[str, Any]:
         return await self.journal.call("verify", call.args, timeout=600)
@@ -359,3 +386,12 @@ def _peer_for_user(user: str) -> Peer:
     except KeyError:
         raise validate.bad("user", f"no such user {user!r}") from None
     return identify(0, entry.pw_uid, entry.pw_gid)
+
+
+def _token_holder(raw: object) -> tuple[str, int]:
+    """The agent account a token is issued for: a user name or uid that exists here."""
+    text = validate.text("user", raw, max_len=256, allow_empty=False)
+    uid = uid_of(text)
+    if uid is None:
+        raise validate.bad("user", f"no such user {text!r}: a token is issued for an existing agent account")
+    return user_name(uid), uid

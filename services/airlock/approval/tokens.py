@@ -1,7 +1,10 @@
 """Session tokens: issued by an operator, presented by an agent (reference/004's worker side).
 
-Only the SHA-256 of a token is kept, with its session, expiry and a revoked
-flag, so a memory dump yields no usable token.  The store lives in
+A token belongs to the agent account it was issued for: it is accepted only
+from a peer with that uid (SO_PEERCRED), so a token read out of another
+process (a command line, a leaked file) is worth nothing to another agent.
+Only the SHA-256 of a token is kept, with its session, uid, expiry and a
+revoked flag, so a memory dump yields no usable token.  The store lives in
 airlock-approval's memory and nowhere else: a restart of the service revokes
 every token (fail closed; operators issue new ones).  Pure: the caller passes
 the clock and the random token.
@@ -32,6 +35,7 @@ def unauthorized() -> AirlockError:
 @dataclass(slots=True)
 class TokenEntry:
     session: str
+    uid: int  # the agent account the token was issued for
     expires: float  # Unix time
     revoked: bool = False
 
@@ -40,16 +44,20 @@ class TokenStore:
     def __init__(self) -> None:
         self._by_hash: dict[str, TokenEntry] = {}
 
-    def issue(self, token: str, session: str, ttl: float, now: float) -> TokenEntry:
+    def issue(self, token: str, session: str, uid: int, ttl: float, now: float) -> TokenEntry:
         self._expire(now)
-        entry = TokenEntry(session, now + ttl)
+        entry = TokenEntry(session, uid, now + ttl)
         self._by_hash[token_hash(token)] = entry
         return entry
 
-    def check(self, token: str, now: float) -> str:
-        """The session a token stands for, or `unauthorized`."""
+    def check(self, token: str, uid: int, now: float) -> str:
+        """The session a token stands for when ``uid`` presents it, or `unauthorized`.
+
+        Another uid gets the refusal an unknown token gets: a thief learns
+        nothing, not even that the token exists.
+        """
         entry = self._by_hash.get(token_hash(token))
-        if entry is None or entry.revoked or entry.expires <= now:
+        if entry is None or entry.revoked or entry.expires <= now or entry.uid != uid:
             raise unauthorized()
         return entry.session
 

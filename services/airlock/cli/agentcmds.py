@@ -13,6 +13,7 @@ from typing import Any
 from airlock.cli.base import _err, _unreachable
 from airlock.common import client
 from airlock.common.codec import iso_utc
+from airlock.common.tokenfile import TokenFileError, read_token_file
 
 EXIT_DENIED = 126
 EXIT_APPROVAL_TIMEOUT = 124
@@ -32,8 +33,14 @@ def cmd_run(ns: argparse.Namespace) -> int:
             wait = event.get("timeout_seconds")
             _err(f"waiting for an operator to approve (rule {event.get('rule')!r}, up to {wait}s)")
 
+    token = os.environ.get("AIRLOCK_TOKEN") or None
+    if ns.token_file:
+        try:
+            token = read_token_file(ns.token_file)
+        except TokenFileError as exc:
+            _err(str(exc))
+            return EXIT_AIRLOCK_ERROR
     try:
-        token = ns.token or os.environ.get("AIRLOCK_TOKEN") or None
         raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event, token=token)
     except client.ClientError as exc:
         _unreachable(ns, exc)
@@ -65,6 +72,12 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
 def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
     """The exec request's arguments from the command line; None after reporting a usage error."""
+    if ns.token is not None:
+        _err(
+            "run: --token is not accepted: a command line is readable by every local user; "
+            "put the token in $AIRLOCK_TOKEN or in a file of your own (chmod 600) given with --token-file"
+        )
+        return None
     if not ns.command:
         _err("run: give a command after --, e.g. airlock run -- systemctl status nginx")
         return None
@@ -87,9 +100,9 @@ def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
                 return None
             env[name] = value
         args["env"] = env
-    # Each `airlock run` is a new intent: without --operation-id it gets an ID
-    # of its own, so typing the same command twice runs it twice instead of
-    # replaying the first outcome (the protocol's derived IDs suit retries).
+    # Each `airlock run` is a new intent with an ID of its own (typing the same
+    # command twice runs it twice); the CLI names it so its own retry after a
+    # lost connection replays instead of running again.
     args["operation_id"] = ns.operation_id or f"cli-{uuid.uuid4()}"
     args["stream"] = True
     return args

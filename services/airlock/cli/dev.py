@@ -21,16 +21,26 @@ Built-in dev config: the invoking user is agent and operator and runs every
 service; unprivileged requests from that user are allowed.  A ``--config``
 file overrides it key by key, but state, logs and sockets always stay under
 the runtime folder.
+
+The runtime folder is trusted with root's power when dev up runs as root, so
+it must be safe in a shared ``/tmp`` (issue 39): dev up creates it 0700, or
+accepts an existing one only if it is a real directory of the invoking user's
+that nobody else may write to (OpenSSH's StrictModes rule); every file it
+writes there is opened with ``O_NOFOLLOW`` (the config by ``O_EXCL`` and a
+rename, so a planted link is replaced, never followed) and is 0600, as are its
+folders and logs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pwd
 import select
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -81,6 +91,69 @@ def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+class UnsafeRuntimeDir(Exception):
+    """The runtime folder is not one dev up can trust; the message says why and what to do."""
+
+
+def _own_dir(path: Path, mode: int) -> None:
+    """Make ``path`` a folder of ours (``mode``), or check an existing one is ours and closed to writers.
+
+    `os.lstat`: a symlink is refused, never followed.  Group- or other-writable,
+    or another user's, is refused: whoever could write there could plant the
+    config or a socket that root then trusts.
+    """
+    try:
+        os.mkdir(path, mode)
+        return
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeRuntimeDir(f"{path} exists and is not a directory (a symlink?); remove it or choose another")
+    if st.st_uid != os.geteuid():
+        raise UnsafeRuntimeDir(
+            f"{path} belongs to uid {st.st_uid}, not to you: another user made it, and could swap what is in it; "
+            "choose a directory of your own"
+        )
+    if st.st_mode & 0o022:
+        raise UnsafeRuntimeDir(
+            f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}): anyone who can write "
+            f"there could replace its config or sockets; chmod go-w {path}, or choose another"
+        )
+
+
+def prepare_runtime_dir(runtime_dir: Path) -> None:
+    """The runtime folder and its logs/ and internal/ folders, created 0700 or checked (`UnsafeRuntimeDir`)."""
+    runtime_dir.parent.mkdir(parents=True, exist_ok=True)
+    _own_dir(runtime_dir, 0o700)
+    for sub in ("logs", "internal"):
+        _own_dir(runtime_dir / sub, 0o700)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``path`` 0600 without following a link: a fresh file (O_EXCL|O_NOFOLLOW), renamed into place."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)  # replaces a link at ``path`` itself, never its target
+
+
+def open_log(path: Path) -> int:
+    """A service's log for appending: ours, 0600, never through a link."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        raise UnsafeRuntimeDir(f"{path} is not a regular file of yours")
+    os.fchmod(fd, 0o600)  # a log left by an older dev up may be 0644
+    return fd
 
 
 def check_policy(cfg: configuration.Config, user_file: Path | None) -> None:
@@ -143,8 +216,6 @@ class Supervisor:
         self.logs = runtime_dir / "logs"
 
     def bind(self, cfg: configuration.Config) -> None:
-        (self.runtime_dir / "internal").mkdir(parents=True, exist_ok=True, mode=0o750)
-        self.logs.mkdir(exist_ok=True)
         listening: dict[str, socket.socket] = {}
         for names in DOORS.values():
             for name in names:
@@ -172,13 +243,15 @@ class Supervisor:
         env = environment(LISTEN_FDS=str(len(fds)), LISTEN_FDNAMES=names, NOTIFY_SOCKET=str(self.notify_path))
 
         def place_fds() -> None:
-            # In the child: move the sockets to 3, 4, ... as systemd does.
+            # In the child: move the sockets to 3, 4, ... as systemd does, with
+            # systemd's default UMask (dev up's own 077 is for its files).
+            os.umask(0o022)
             high = [os.dup(fd) for fd in fds]
             for i, fd in enumerate(high):
                 os.dup2(fd, 3 + i, inheritable=True)
                 os.close(fd)
 
-        log = open(self.logs / f"{child.name}.log", "ab")
+        log = open_log(self.logs / f"{child.name}.log")
         # LISTEN_PID must be the service's own pid, known only after fork:
         # sh sets it to $$ and execs the service in the same process.
         argv = [
@@ -201,7 +274,7 @@ class Supervisor:
             preexec_fn=place_fds,
             close_fds=True,
         )
-        log.close()
+        os.close(log)
         child.ready = False
 
     def wait_ready(self, timeout: float) -> bool:
@@ -279,19 +352,20 @@ class Supervisor:
 
 def up(runtime_dir: Path, user_config: Path | None) -> int:
     runtime_dir = runtime_dir.absolute()
-    runtime_dir.mkdir(parents=True, exist_ok=True)
+    os.umask(0o077)  # the config (it may hold notify secrets), logs and folders are the invoking user's alone
     config_path = runtime_dir / "airlock.yaml"
     from airlock.approval.policy import PolicyError
 
     try:
+        prepare_runtime_dir(runtime_dir)
         text = compose_config(runtime_dir, user_config)
         cfg = configuration.parse_text(text, str(config_path))
         check_policy(cfg, user_config)
-    except (configuration.ConfigError, PolicyError, OSError) as exc:
+        write_private(config_path, text)
+    except (configuration.ConfigError, PolicyError, OSError, UnsafeRuntimeDir) as exc:
         for line in str(exc).splitlines():
             print(f"airlock dev: {line}", file=sys.stderr)
         return 2
-    config_path.write_text(text, encoding="utf-8")
     supervisor = Supervisor(runtime_dir, config_path)
 
     def on_signal(signum: int, _frame: Any) -> None:

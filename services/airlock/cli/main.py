@@ -78,7 +78,13 @@ def parser() -> argparse.ArgumentParser:
         help="a stable ID: a retry with the same ID replays instead of running twice "
         "(default: a fresh ID for each call, so the same command typed twice runs twice)",
     )
-    run.add_argument("--token", help="a session token from an operator (default: $AIRLOCK_TOKEN)")
+    run.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="read the session token from FILE (yours, mode 600); default: $AIRLOCK_TOKEN",
+    )
+    # Refused with an explanation: a token on the command line is readable by every local user.
+    run.add_argument("--token", help=argparse.SUPPRESS)
     run.add_argument("--json", action="store_true", help="print the response envelope verbatim")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     run.set_defaults(func=agentcmds.cmd_run)
@@ -162,6 +168,11 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--reason", help="recorded in the audit journal")
         if name == "issue":
             sp.add_argument("--session", required=True, help="the session name the token stands for")
+            sp.add_argument(
+                "--user",
+                required=True,
+                help="the agent account (name or uid) the token is for; no other uid can use it",
+            )
             sp.add_argument("--ttl", default="1h", help="lifetime: 90s, 30m, 1h, 2d (default 1h)")
         else:
             sp.add_argument("token", nargs="?", help="the token to revoke")

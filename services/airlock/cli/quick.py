@@ -38,7 +38,7 @@ _VALUED = {
     "--session": "session",
     "--cwd": "cwd",
     "--operation-id": "operation_id",
-    "--token": "token",
+    "--token-file": "token_file",
     "--socket": "socket",
     "--timeout": "timeout",
     "--env": "env",
@@ -119,7 +119,15 @@ def _parse_run(args: list[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
 
 def _run(opts: dict[str, Any], request: dict[str, Any]) -> int:
     path = opts.get("socket") or os.environ.get("AIRLOCK_SOCKET") or AGENT_SOCKET
-    token = opts.get("token") or os.environ.get("AIRLOCK_TOKEN") or None
+    token = os.environ.get("AIRLOCK_TOKEN") or None
+    if opts.get("token_file"):
+        from airlock.common.tokenfile import TokenFileError, read_token_file
+
+        try:
+            token = read_token_file(opts["token_file"])
+        except TokenFileError as exc:
+            _err(str(exc))
+            return EXIT_AIRLOCK_ERROR
     envelope = {"v": 1, "id": _uuid4(), "verb": "exec", "args": request, "token": token}
     raw, reply = _call(path, json.dumps(envelope, separators=(",", ":")).encode() + b"\n", opts["json"])
     if raw is None:

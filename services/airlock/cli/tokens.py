@@ -17,7 +17,7 @@ def cmd_token(ns: argparse.Namespace) -> int:
         except ValueError as exc:
             _err(f"token issue: --ttl: {exc}")
             return 2
-        args: dict[str, Any] = {"session": ns.session, "ttl_seconds": ttl}
+        args: dict[str, Any] = {"session": ns.session, "user": ns.user, "ttl_seconds": ttl}
         if ns.reason:
             args["reason"] = ns.reason
         rc, data = _operator(ns, "token.issue", args)
@@ -25,7 +25,8 @@ def cmd_token(ns: argparse.Namespace) -> int:
             # The token alone on stdout, so `TOKEN=$(airlock token issue ...)` works.
             print(data.get("token"))
             _err(
-                f"token {data.get('token_id')} for session {sanitise(data.get('session'))}, expires "
+                f"token {data.get('token_id')} for {sanitise(data.get('user'))} in session "
+                f"{sanitise(data.get('session'))}, expires "
                 f"{data.get('expires_at')}"
             )
         return rc

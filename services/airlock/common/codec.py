@@ -46,7 +46,7 @@ def parse_object(line: bytes) -> dict[str, Any]:
     except RecursionError:
         raise AirlockError(ErrorCode.INVALID_JSON, "request JSON is nested too deeply") from None
     except ValueError as exc:
-        raise AirlockError(ErrorCode.INVALID_JSON, f"request is not valid JSON: {_short(exc)}") from None
+        raise AirlockError(ErrorCode.INVALID_JSON, f"invalid JSON: {_short(exc)}") from None
     if not isinstance(value, dict):
         raise AirlockError(ErrorCode.INVALID_REQUEST, f"request must be a JSON object, not {_json_type(value)}")
     return value

@@ -141,12 +141,24 @@ def file_review(request: dict[str, object]) -> list[tuple[str, str]]:
         if before is None:
             error = request.get("preview_error")
             code = error.get("code") if isinstance(error, dict) else None
-            pairs.append(("against", f"(no preview: {sanitise(code)}; the write is not bound to a reviewed content)"))
+            requester = request.get("preview_as") == "requester"
+            whose = " as the requesting agent (no rule names this path)" if requester else ""
+            pairs.append(
+                ("against", f"(no preview{whose}: {sanitise(code)}; the write is not bound to a reviewed content)")
+            )
         else:
             pairs.append(
                 ("against", f"sha256 {sanitise(before, strict=True)}" if before != "absent" else "absent (a new file)")
             )
             pairs.append(("after", f"sha256 {sanitise(request.get('after_sha256'), strict=True)}"))
+            if request.get("diff_sha256") is not None and request.get("diff") is None:
+                pairs.append(
+                    (
+                        "diff",
+                        f"sha256 {sanitise(request.get('diff_sha256'), strict=True)}, "
+                        f"{sanitise(request.get('diff_bytes'))} bytes (shown to operators only)",
+                    )
+                )
     return pairs
 
 

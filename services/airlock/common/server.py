@@ -72,38 +72,47 @@ class Connection:
         self.decoder = FrameDecoder(door.max_line)
         self._read_timeout = config.limits.read_timeout_seconds
         self._request_timeout = config.limits.request_timeout_seconds
+        # A client door's first request must be whole within read_timeout_seconds of
+        # connecting, however its bytes are paced (sudo-proxy's HANDSHAKE_DEADLINE):
+        # a silent or trickling client gets an error line, not a silent close.
+        self._handshake_deadline = time.monotonic() + self._read_timeout if door.name in CLIENT_DOORS else None
         self._write_timeout = write_timeout(config, door)
         self.closed_by_peer = False
         # Set when the server gave up on this client (it did not take its bytes in time).
         self.dropped: str | None = None
         self.on_dropped: Callable[[Connection, str], None] | None = None
 
-    async def read_line(self, *, first_wait: float | None = None) -> bytes | None:
+    async def read_line(self) -> bytes | None:
         """The next request line, or None on a clean EOF between requests.
 
         Raises `AirlockError` for an over-long line, a line without its
         newline, or a client too slow to send one (per-read and whole-line
-        deadlines, so a slow drip cannot hold a slot for ever).
+        deadlines, so a slow drip cannot hold a slot for ever; on a client
+        door the first line has one wall-clock deadline from connecting).
         """
         started = time.monotonic()
+        handshake = self._handshake_deadline
         while True:
             frame = self.decoder.next_frame()
             if frame is not NEED_DATA:
                 assert isinstance(frame, bytes)
+                self._handshake_deadline = None  # later lines: the per-read and whole-line deadlines
                 return frame
-            waited = time.monotonic() - started
-            if self.decoder.buffered:
-                budget = min(self._read_timeout, self._request_timeout - waited)
+            now = time.monotonic()
+            if handshake is not None:
+                budget = handshake - now
+            elif self.decoder.buffered:
+                budget = min(self._read_timeout, self._request_timeout - (now - started))
             else:
-                budget = first_wait if first_wait is not None else self._read_timeout
+                budget = self._read_timeout
             if budget <= 0:
-                raise AirlockError(ErrorCode.READ_TIMEOUT, "request not received in time")
+                raise self._too_slow(handshake)
             try:
                 chunk = await asyncio.wait_for(self.reader.read(64 * 1024), budget)
             except TimeoutError:
-                if not self.decoder.buffered:
+                if handshake is None and not self.decoder.buffered:
                     return None  # an idle client between requests: just close
-                raise AirlockError(ErrorCode.READ_TIMEOUT, "request not received in time") from None
+                raise self._too_slow(handshake) from None
             except ConnectionError:
                 self.closed_by_peer = True
                 return None
@@ -112,6 +121,16 @@ class Connection:
                 self.decoder.end_of_stream()
                 return None
             self.decoder.feed(chunk)
+
+    def _too_slow(self, handshake: float | None) -> AirlockError:
+        if handshake is not None:
+            # sudo-proxy's words ("handshake deadline exceeded"), with airlock's detail.
+            return AirlockError(
+                ErrorCode.READ_TIMEOUT,
+                f"handshake deadline exceeded: no complete request line within {self._read_timeout:g}s "
+                "of connecting (limits.read_timeout_seconds)",
+            )
+        return AirlockError(ErrorCode.READ_TIMEOUT, "request not received in time")
 
     async def send(self, data: bytes) -> None:
         """Write one reply line; a client that does not take it within
@@ -330,7 +349,10 @@ class Service:
         try:
             if door.max_connections is not None and door.active > door.max_connections:
                 await _send_quietly(
-                    writer, door.refusal(AirlockError(ErrorCode.BUSY, "too many requests in flight; retry shortly"))
+                    writer,
+                    door.refusal(
+                        AirlockError(ErrorCode.BUSY, "server busy: too many requests in flight; retry shortly")
+                    ),
                 )
                 return
             if door.max_per_peer is not None and door.by_peer[peer.uid] > door.max_per_peer:
@@ -338,7 +360,9 @@ class Service:
                 await _send_quietly(
                     writer,
                     door.refusal(
-                        AirlockError(ErrorCode.BUSY, "too many requests in flight from this user; retry shortly")
+                        AirlockError(
+                            ErrorCode.BUSY, "server busy: too many requests in flight from this user; retry shortly"
+                        )
                     ),
                 )
                 return

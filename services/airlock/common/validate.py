@@ -27,7 +27,12 @@ def bad(field: str, message: str, code: ErrorCode = ErrorCode.INVALID_ARGUMENTS)
     return AirlockError(code, f"{field}: {message}", {"field": field})
 
 
-def text(field: str, value: Any, *, max_len: int = 4096, allow_empty: bool = True) -> str:
+def text(field: str, value: Any, *, max_len: int = 4096, allow_empty: bool = True, noun: str = "") -> str:
+    """A string field: typed, bounded, free of control, bidi and zero-width characters.
+
+    ``noun`` (e.g. "env value ") starts the forbidden-character message, so a
+    sudo-proxy client matching its daemon's phrase finds it (docs/protocol.md).
+    """
     if not isinstance(value, str):
         raise bad(field, "must be a string")
     if not allow_empty and not value:
@@ -36,7 +41,7 @@ def text(field: str, value: Any, *, max_len: int = 4096, allow_empty: bool = Tru
         raise bad(field, f"longer than {max_len} characters")
     found = _FORBIDDEN.search(value)
     if found:
-        raise bad(field, f"contains a forbidden character U+{ord(found.group()):04X} at position {found.start()}")
+        raise bad(field, f"{noun}contains a forbidden character U+{ord(found.group()):04X} at position {found.start()}")
     return value
 
 
@@ -99,7 +104,7 @@ def env_map(field: str, value: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, val in value.items():
         env_name(f"{field} key", name)
-        out[name] = text(f"{field}.{name}", val, max_len=128 * 1024)
+        out[name] = text(f"{field}.{name}", val, max_len=128 * 1024, noun="env value ")
     return out
 
 

@@ -73,7 +73,9 @@ def parse_time(value: Any, config: Config, now: float) -> str:
     """Freshness: ISO 8601, not older than freshness_seconds, not beyond the skew allowance."""
     raw = validate.text("time", value, max_len=64) if value is not None else ""
     if not raw:
-        raise validate.bad("time", "is required (ISO 8601, e.g. 2026-02-13T14:30:00Z)", ErrorCode.STALE_REQUEST)
+        raise validate.bad(
+            "time", "missing time field (ISO 8601 is required, e.g. 2026-02-13T14:30:00Z)", ErrorCode.STALE_REQUEST
+        )
     try:
         parsed = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -85,7 +87,7 @@ def parse_time(value: Any, config: Config, now: float) -> str:
     if age > limits.freshness_seconds:
         raise AirlockError(
             ErrorCode.STALE_REQUEST,
-            f"time: request is {age:.0f}s old; the limit is {limits.freshness_seconds:g}s",
+            f"time: request too old: {age:.0f}s (max {limits.freshness_seconds:g}s)",
             {"field": "time", "age_seconds": round(age, 3)},
         )
     if -age > limits.clock_skew_seconds:
@@ -105,7 +107,8 @@ def check_env(field_name: str, env: dict[str, str], config: Config, *, privilege
         if name == "SSH_AUTH_SOCK":
             raise validate.bad(
                 f"{field_name}.SSH_AUTH_SOCK",
-                "is not allowed; set forward_agent: true (unprivileged only) to use your SSH agent",
+                "SSH_AUTH_SOCK cannot be set in request env; use forward_agent: true (unprivileged only) "
+                "to reach your SSH agent",
             )
         if not validate.env_allowed(name, config.env.allow):
             raise validate.bad(
@@ -134,6 +137,10 @@ def _pipeline(value: Any) -> tuple[tuple[str, ...], ...]:
         raise AirlockError(ErrorCode.INVALID_ARGUMENTS, "pipeline must not be empty", {"field": "pipeline"})
     if len(value) > 64:
         raise validate.bad("pipeline", "has more than 64 stages")
+    for i, stage in enumerate(value):
+        if stage == []:
+            # The peer's words too (sudo-proxy clients match on the stage number).
+            raise validate.bad(f"pipeline[{i}]", f"pipeline stage {i} must not be empty")
     return tuple(validate.argv(f"pipeline[{i}]", stage) for i, stage in enumerate(value))
 
 
@@ -165,7 +172,9 @@ def _build(
     privileged = validate.boolean("privileged", args.get("privileged"), True)
     forward_agent = validate.boolean("forward_agent", args.get("forward_agent"), False)
     if forward_agent and privileged:
-        raise validate.bad("forward_agent", "is only allowed with privileged: false")
+        raise validate.bad(
+            "forward_agent", "forward_agent is only allowed for unprivileged commands (privileged: false)"
+        )
     env = validate.env_map("env", args.get("env"))
     protected = validate.env_map("protected_env", args.get("protected_env"))
     for name, value in protected.items():

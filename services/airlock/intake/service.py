@@ -34,7 +34,7 @@ from airlock.common.codec import (
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, uid_of
+from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, may_decide, uid_of
 from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
 from airlock.intake import fileop_request, sudo_proxy
@@ -43,6 +43,8 @@ from airlock.intake.work import Work, exec_work, file_work
 
 NAME = "intake"
 NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *fileop_request.VERBS, "approve_signed")
+# The verbs whose work runs in a session (policy matches it): a token's session replaces theirs.
+SESSION_VERBS = frozenset(("exec", *fileop_request.VERBS))
 # A decision not back within this long is watched for the agent's withdrawal
 # (a closed connection, a cancel); quicker ones are checked once, after it.
 WATCH_AFTER_SECONDS = 0.05
@@ -53,7 +55,7 @@ REPLAY_OUTPUT_LIMIT = 512 * 1024
 def _replayed(request_id: str) -> AirlockError:
     return AirlockError(
         ErrorCode.REPLAYED_REQUEST,
-        f"id: request {request_id!r} was already received within the replay window",
+        f"id: duplicate request id: {request_id!r} was already received within the replay window",
         {"field": "id"},
     )
 
@@ -131,7 +133,11 @@ class Intake:
             except AirlockError:
                 pass
         self.log.info("intake.request.rejected", peer_uid=conn.peer.uid, code=exc.code.value)
-        reply = encode_error(rid, exc) if dialect == "native" else sudo_proxy.encode_error(rid, exc)
+        if not raw:
+            # Nothing was sent (the handshake deadline): either dialect's client may be waiting.
+            reply = sudo_proxy.encode_undetermined(None, exc)
+        else:
+            reply = encode_error(rid, exc) if dialect == "native" else sudo_proxy.encode_error(rid, exc)
         try:
             await conn.send(reply)
         except ConnectionError:
@@ -152,14 +158,26 @@ class Intake:
 
         An operator verb gets the refusal a bad token gets, so a probe learns
         nothing about what the operator door offers.  A token's session is the
-        only one that counts for exec: the request's own is replaced.
+        only one that counts, for every verb: a request naming another session
+        is refused (silently replacing it would hide the agent's confusion or
+        probe), and exec and the file verbs run in the token's.
         """
         if request.verb in OPERATOR_VERBS and request.verb not in NATIVE_VERBS:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         if request.verb not in NATIVE_VERBS:
             raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
-        session = await self._check_token(request)
-        if session is not None and request.verb == "exec":
+        session = await self._check_token(request, conn.peer)
+        if session is None:
+            return request
+        claimed = request.args.get("session")
+        if claimed not in (None, "", session):
+            raise AirlockError(
+                ErrorCode.INVALID_ARGUMENTS,
+                "session: the request names a session other than its token's; a token's session is the only one "
+                "its requests may use (leave session out)",
+                {"field": "session"},
+            )
+        if request.verb in SESSION_VERBS:
             return dataclasses.replace(request, args=request.args | {"session": session})
         return request
 
@@ -196,18 +214,19 @@ class Intake:
             "dialects": ["native-v1", "sudo-proxy"],
         }
 
-    async def _check_token(self, request: Request) -> str | None:
-        """The session of a valid token (approval holds the tokens), or None without one.
+    async def _check_token(self, request: Request, peer: Peer) -> str | None:
+        """The session of a valid token of this peer's (approval holds the tokens), or None without one.
 
-        A missing required token and a wrong, expired or revoked one all get the
-        same refusal as any other, so a probe learns nothing.
+        A missing required token and a wrong, expired, revoked or another
+        agent's token all get the same refusal as any other, so a probe learns
+        nothing.
         """
         if request.token is None:
             if self.config.agents.require_token:
                 raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
             return None
         try:
-            data = await self.approval.call("token.check", {"token": request.token}, timeout=10)
+            data = await self.approval.call("token.check", {"token": request.token, "uid": peer.uid}, timeout=10)
         except AirlockError as exc:
             if exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
                 raise
@@ -216,6 +235,11 @@ class Intake:
         if not isinstance(session, str) or not session:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         return session
+
+    def _may_stop(self, peer: Peer) -> bool:
+        """Only root or a full operator (not an observer) may stop the shared intake."""
+        operators = self.config.operators
+        return may_decide(peer, operators.users, operators.groups, operators.observers.users)
 
     async def _control_gates(self, request_id: str | None, args: dict[str, Any], peer: Peer, *, native: bool) -> None:
         """Control actions pass the same gates as exec: fields, freshness, replay."""
@@ -253,6 +277,15 @@ class Intake:
             if action in ("ping", "stop"):
                 if obj.get("pipeline") not in (None, []):
                     raise validate.bad("pipeline", f"must be empty for the {action} action")
+                if action == "stop" and not self._may_stop(conn.peer):
+                    # sudo-proxy's daemon serves one user, so its stop is that user's; airlock's
+                    # intake serves every agent: stopping it cuts the others' requests.
+                    self.log.warning("intake.stop.refused", peer_uid=conn.peer.uid, peer_pid=conn.peer.pid)
+                    raise AirlockError(
+                        ErrorCode.UNAUTHORIZED,
+                        "the stop action is an operator's: this intake serves every agent on the host "
+                        "(an operator runs `systemctl stop airlock-intake`)",
+                    )
                 await self._control_gates(request_id, obj, conn.peer, native=False)
                 if action == "stop":
                     self.log.info("intake.stop.requested", peer_uid=conn.peer.uid, peer_pid=conn.peer.pid)

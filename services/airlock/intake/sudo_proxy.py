@@ -65,7 +65,14 @@ def encode_ok(request_id: str, message: str | None = None) -> bytes:
 
 
 def encode_result(request_id: str, evidence: dict[str, Any]) -> bytes:
-    """A request that ran: status ok whatever its exit codes (reference/000)."""
+    """A request that ran: status ok whatever its exit codes (reference/000).
+
+    A job stopped by its timeout (or deadline), or cancelled by an operator,
+    is not a result the client asked for: sudo-proxy answers a timeout with
+    ``status: error`` and "command timed out after Ns", and so does airlock
+    (the stages and the output it captured stay in the answer, as fields a
+    sudo-proxy client ignores).
+    """
     stages = []
     for stage in evidence.get("stages", []):
         exit_code = stage.get("exit_code")
@@ -79,8 +86,24 @@ def encode_result(request_id: str, evidence: dict[str, Any]) -> bytes:
     body: dict[str, Any] = {"id": request_id, "status": "ok", "stages": stages, "stdout": evidence.get("stdout", "")}
     if evidence.get("stdout_truncated"):
         body["stdout_truncated"] = True
+    stopped = _stopped(evidence)
+    if stopped is not None:
+        body["status"] = "error"
+        body["message"] = stopped
     body["version"] = VERSION
     return _line(body)
+
+
+def _stopped(evidence: dict[str, Any]) -> str | None:
+    """The error message for a job airlock stopped before it ended by itself, or None."""
+    seconds = evidence.get("duration_ms")
+    after = f" after {seconds / 1000:.0f}s" if isinstance(seconds, int | float) else ""
+    if evidence.get("timed_out"):
+        why = "its deadline" if evidence.get("timeout_reason") == "deadline" else "its timeout"
+        return f"command timed out{after} ({why}); the processes were stopped"
+    if evidence.get("cancelled"):
+        return f"command cancelled by an operator{after}; the processes were stopped"
+    return None
 
 
 def encode_undetermined(request_id: str | None, error: AirlockError) -> bytes:

@@ -12,12 +12,11 @@ a non-zero exit, it is evidence, and it replays.
 
 from __future__ import annotations
 
-import hashlib
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airlock.common.codec import canonical_json
 from airlock.common.config import Config
 from airlock.common.peer import Peer
 from airlock.intake.fileop_request import FileRequest
@@ -43,9 +42,16 @@ class Work:
     thin: Callable[[dict[str, Any]], dict[str, Any]]  # the outcome as kept for replay when it is large
 
 
-def derived_operation_id(kind: str, spec: dict[str, Any], session: str) -> str:
-    """Without an explicit ID, one derived from the canonical request, so an identical retry replays."""
-    return "op-" + hashlib.sha256(canonical_json({kind: spec, "session": session})).hexdigest()[:32]
+def own_operation_id() -> str:
+    """The operation of a request that names none: its own, never another request's.
+
+    A request is answered from another request's outcome only when the client
+    named the same operation ID (issue 30).  Two identical commands with
+    distinct request IDs are two intents: both run.  (On the sudo-proxy
+    dialect, which has no operation field, the request is its own operation;
+    its id cannot be reused anyway: the replay gate refuses it.)
+    """
+    return f"req-{uuid.uuid4()}"
 
 
 def thin_exec_outcome(evidence: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +86,7 @@ def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
     describe = req.describe()
     return Work(
         request_id=req.request_id,
-        operation_id=req.operation_id or derived_operation_id("spec", spec_dict, req.session),
+        operation_id=req.operation_id or own_operation_id(),
         session=req.session,
         digest=spec.digest(),
         run_as=spec.run_as,
@@ -107,7 +113,7 @@ def file_work(req: FileRequest, config: Config) -> Work:
     spec = req.spec
     return Work(
         request_id=req.request_id,
-        operation_id=req.operation_id or derived_operation_id("file", spec.to_dict(), req.session),
+        operation_id=req.operation_id or own_operation_id(),
         session=req.session,
         digest=spec.digest(),
         run_as=spec.run_as,

@@ -6,11 +6,11 @@ request).  stdout carries MCP messages only; diagnostics go to stderr.
 
 A call the client gives up on must not leave a command running that the agent
 believes abandoned: on `notifications/cancelled`, on end of input and on
-SIGTERM, each running `execute` is withdrawn.  Once approved it is cancelled
-on the agent door (`cancel {operation_id}`, retried until the runner has it);
-while it waits for an operator it is denied through the operator socket when
-that socket is usable, and otherwise cancelled the moment it is approved, for
-as long as this process lives.
+SIGTERM, each running `execute` is withdrawn, on the agent door alone, as any
+agent withdraws its own work (`cancel {operation_id}`): while it waits for an
+operator that withdraws it (it is decided ``withdrawn`` and never runs); once
+approved it stops the job (retried until the runner has it).  The operator
+socket is used only to show ``status``: an agent needs no operator rights.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from airlock.mcp.tools import ToolResult
 # SIGTERM and waits 2 s more: cancelling a running command takes milliseconds.
 SHUTDOWN_GRACE: Final = 3.0
 CANCEL_RETRY: Final = 0.1
-WITHDRAW_REASON: Final = "withdrawn by airlock mcp: the MCP client cancelled the call or went away"
 
 
 def _say(event: str, **fields: Any) -> None:
@@ -158,8 +157,8 @@ class AgentDoor:
     # --- execute ------------------------------------------------------------------
 
     async def execute(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
-        # Each call is its own operation: a model calling the same command twice
-        # means to run it twice, so airlock's derived-ID replay must not apply.
+        # Each call is its own operation, named here so a retry of this call
+        # (a cancel, a lost connection) reaches it and nothing else.
         run = _Run(operation_id=f"mcp-{uuid.uuid4()}", request_id=str(uuid.uuid4()))
         try:
             args = tools.exec_args(
@@ -203,7 +202,6 @@ class AgentDoor:
     async def _withdraw_when_abandoned(self, run: _Run, ctx: CallContext) -> None:
         await ctx.abandoned.wait()
         _say("mcp.call.withdrawing", operation_id=run.operation_id, request_id=run.request_id)
-        tried_deny = False
         while not run.final:
             run.changed.clear()
             if run.approved:
@@ -214,31 +212,17 @@ class AgentDoor:
                 ):
                     _say("mcp.call.cancelled", operation_id=run.operation_id)
                 return
-            if run.pending is not None and not tried_deny:
-                tried_deny = True
-                if await self._deny(run):
+            if run.pending is not None:
+                # Waiting for an operator: the agent door's cancel withdraws it (decided
+                # `withdrawn`; an operator's later approve finds nothing to approve).
+                if await self._cancel(run):
                     _say("mcp.call.withdrawn", request_id=run.request_id)
                     return
-                _say(
-                    "mcp.call.still_pending",
-                    request_id=run.request_id,
-                    note="cannot withdraw a pending request without the operator socket; "
-                    "it will be cancelled if approved while airlock mcp runs",
-                )
             await run.changed.wait()
 
     async def _cancel(self, run: _Run) -> bool:
         try:
             reply = await self.agent.call("cancel", {"operation_id": run.operation_id})
-        except (OSError, AirlockError):
-            return False
-        return reply.ok
-
-    async def _deny(self, run: _Run) -> bool:
-        if self.operator is None:
-            return False
-        try:
-            reply = await self.operator.call("deny", {"id": run.request_id, "reason": WITHDRAW_REASON})
         except (OSError, AirlockError):
             return False
         return reply.ok

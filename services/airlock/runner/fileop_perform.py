@@ -19,8 +19,12 @@ and the open is non-blocking).  Directories are walked with
 
 Writes are atomic: a temporary file created with ``O_EXCL`` in the parent's
 fd, written and fsynced, given the old file's owner, group and permission
-bits (never setuid, setgid or sticky), renamed over the target relative to
-the same fd, and the directory fsynced.  A reader (or a crash, or SIGKILL at
+bits (never setuid, setgid or sticky), its ACL and its ``security.*`` and
+``user.*`` extended attributes (`_keep_xattrs`: a write that cannot keep
+them is refused with ``metadata_not_kept`` and nothing is written), renamed
+over the target relative to the same fd, and the directory fsynced.  A new
+file is created with the requested mode, so the kernel applies the
+directory's default ACL (or the umask) as it does for any new file.  A reader (or a crash, or SIGKILL at
 any moment) sees the old content or the new, never a mix.  When the content
 the write was approved against is known (the operator reviewed it, or the
 agent sent ``expected_sha256``), the held file is hashed again right before
@@ -33,7 +37,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
-import difflib
 import errno
 import fnmatch
 import grp
@@ -47,18 +50,25 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from airlock.common.fileop_spec import FileSpec
+from airlock.runner.fileop_diff import unified_diff
 
 HASH_LIMIT = 256 * 1024 * 1024  # files_inspect hashes regular files up to this size
 SEARCH_FILE_LIMIT = 16 * 1024 * 1024  # files_search skips larger files
 SEARCH_OUTPUT_LIMIT = 4 * 1024 * 1024  # bytes of matched text one search returns at most
 PREVIEW_LIMIT = 4 * 1024 * 1024  # files larger than this get no diff in the approval view
-DIFF_LIMIT = 64 * 1024
 ABSENT = "absent"  # the pre-state of a file that does not exist
 
 _PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _READ_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
 _RENAME_NOREPLACE = 1
+_ACL = "system.posix_acl_access"
+# Never carried over to new content: file capabilities grant privilege (like setuid, which is
+# dropped too), and IMA/EVM values are computed from the old content and metadata.
+_NOT_KEPT = frozenset({"security.capability", "security.ima", "security.evm"})
+# Names a fresh temporary file may get on its own (the directory's default ACL); removed
+# when the file being replaced does not have them.  An LSM label (security.selinux) stays.
+_FRESH_REMOVABLE = (_ACL,)
 
 
 class FileOpError(Exception):
@@ -426,12 +436,6 @@ def _current(
     return fd, _read_fd(fd), held
 
 
-def _umask() -> int:
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
 def _renameat2(src_dir: int, src: str, dst_dir: int, dst: str, flags: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.renameat2(src_dir, os.fsencode(src), dst_dir, os.fsencode(dst), flags) != 0:
@@ -490,6 +494,80 @@ def _still(parent: int, name: str, path: str, held: tuple[int, bytes, os.stat_re
         )
 
 
+def _xattr_names(fd: int, path: str) -> list[str]:
+    try:
+        return sorted(os.listxattr(fd))
+    except OSError as exc:
+        if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return []  # a filesystem without extended attributes: nothing to keep
+        raise _os_error(exc, path) from None
+
+
+def _xattrs(fd: int, path: str) -> dict[str, bytes]:
+    """The extended attributes a replacement must keep (ACL, ``security.*``, ``user.*``, others seen)."""
+    out: dict[str, bytes] = {}
+    for name in _xattr_names(fd, path):
+        if name in _NOT_KEPT:
+            continue
+        try:
+            out[name] = os.getxattr(fd, name)
+        except OSError as exc:
+            if exc.errno == errno.ENODATA:
+                continue  # removed meanwhile
+            raise FileOpError(
+                "metadata_not_kept", f"{path}: cannot read its attribute {name} ({exc.strerror})"
+            ) from None
+    return out
+
+
+def _keep_xattrs(fd: int, wanted: dict[str, bytes], path: str) -> None:
+    """Give the temporary file ``fd`` exactly the kept attributes of the file it replaces.
+
+    Before the final ``fchmod``: setting the ACL sets the group bits to its
+    mask, and the ``fchmod`` with the old mode then leaves both as they were.
+    A filesystem (or LSM) that refuses one is ``metadata_not_kept``: a write
+    that would silently drop what protects the file is not made.
+    """
+    for name in _FRESH_REMOVABLE:
+        if name not in wanted:
+            with contextlib.suppress(OSError):
+                os.removexattr(fd, name)  # inherited from the directory's default ACL
+    for name, value in wanted.items():
+        try:
+            if _getxattr(fd, name) != value:
+                os.setxattr(fd, name, value)
+        except OSError as exc:
+            raise FileOpError(
+                "metadata_not_kept",
+                f"{path}: cannot keep its attribute {name} ({exc.strerror}); nothing was written",
+            ) from None
+
+
+def _getxattr(fd: int, name: str) -> bytes | None:
+    try:
+        return os.getxattr(fd, name)
+    except OSError:
+        return None
+
+
+def _check_kept(fd: int, wanted: dict[str, bytes], mode: int, path: str) -> None:
+    """After the last change of the temporary file: it has the old mode and attributes, or nothing is written."""
+    now = stat.S_IMODE(os.fstat(fd).st_mode)
+    if now != mode:
+        raise FileOpError(
+            "metadata_not_kept", f"{path}: its mode {mode:04o} came out as {now:04o}; nothing was written"
+        )
+    for name, value in wanted.items():
+        if _getxattr(fd, name) != value:
+            raise FileOpError("metadata_not_kept", f"{path}: its attribute {name} was not kept; nothing was written")
+    for name in _FRESH_REMOVABLE:
+        if name not in wanted and _getxattr(fd, name) is not None:
+            # An inherited default ACL the old file did not have could widen who may read it.
+            raise FileOpError(
+                "metadata_not_kept", f"{path}: the new file would get an ACL it did not have; nothing was written"
+            )
+
+
 def atomic_write(
     parent: int,
     name: str,
@@ -500,17 +578,23 @@ def atomic_write(
     *,
     before_rename: Callable[[], None] | None = None,
     replace: bool = True,
+    existing_fd: int | None = None,
 ) -> None:
     """Replace ``name`` in the held directory ``parent`` with ``data``.
 
-    Temp file (``O_EXCL``, same directory), fsync, owner, group and permission
-    bits kept (setuid, setgid and sticky never), ``before_rename`` (the
-    pre-state check), rename, fsync of the directory.  ``replace=False``
-    renames only if nothing is there.
+    Temp file (``O_EXCL``, same directory), fsync, owner, group, permission
+    bits (setuid, setgid and sticky never), ACL and extended attributes of
+    the held ``existing_fd`` kept, ``before_rename`` (the pre-state check),
+    rename, fsync of the directory.  ``replace=False`` renames only if
+    nothing is there.  A new file (``existing`` None) is created with
+    ``mode``: the kernel applies the directory's default ACL or the umask.
     """
     stem = os.fsdecode(os.fsencode(name)[:200])  # NAME_MAX is 255 bytes, not characters
     temp = f".{stem}.airlock-{secrets.token_hex(6)}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
+    # Read before anything is created: a write that cannot see what it must keep is not made.
+    kept = _xattrs(existing_fd, path) if existing is not None and existing_fd is not None else {}
+    create_mode = 0o600 if existing is not None else (mode if mode is not None else 0o644) & 0o777
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, create_mode, dir_fd=parent)
     try:
         try:
             view = memoryview(data)
@@ -526,9 +610,10 @@ def atomic_write(
                             f"{path}: cannot keep its owner {existing.st_uid}:{existing.st_gid} (only root can); "
                             "nothing was written",
                         ) from None
-                os.fchmod(fd, stat.S_IMODE(existing.st_mode) & 0o777)
-            else:
-                os.fchmod(fd, (mode if mode is not None else 0o644) & 0o777 & ~_umask())
+                keep_mode = stat.S_IMODE(existing.st_mode) & 0o777
+                _keep_xattrs(fd, kept, path)
+                os.fchmod(fd, keep_mode)
+                _check_kept(fd, kept, keep_mode, path)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -588,15 +673,6 @@ def _check_preconditions(spec: FileSpec, before: bytes | None, wanted: list[str]
         raise FileOpError("not_found", f"{spec.path}: no such file (create is false)")
 
 
-def unified_diff(path: str, before: bytes | None, after: bytes) -> str:
-    old = (before or b"").decode("utf-8", errors="replace").splitlines(keepends=True)
-    new = after.decode("utf-8", errors="replace").splitlines(keepends=True)
-    diff = "".join(difflib.unified_diff(old, new, fromfile=path if before is not None else "/dev/null", tofile=path))
-    if len(diff) > DIFF_LIMIT:
-        diff = diff[:DIFF_LIMIT] + "\n[diff truncated]\n"
-    return diff
-
-
 def write(spec: FileSpec, expect: str | None = None) -> dict[str, Any]:
     wanted = _expectations(spec, expect)
     with contextlib.ExitStack() as stack:
@@ -619,6 +695,7 @@ def write(spec: FileSpec, expect: str | None = None) -> dict[str, Any]:
             spec.params.get("mode"),
             before_rename=recheck if wanted else None,
             replace=held is not None or not wanted,
+            existing_fd=None if held is None else held[0],
         )
     out = {
         "before_sha256": None if before is None else _sha256(before),

@@ -11,9 +11,12 @@ with the containment, timeout, cancel and output cap of exec jobs
 for writes the before and after hashes.
 
 ``files_preview`` is asked by approval for a write or edit that waits for an
-operator: it computes, as the target identity, the unified diff the operation
-would make now and the current content's sha256, and writes nothing.  Its
-answer goes to operators only; the sha256 comes back bound to the ticket.
+operator: it computes the unified diff the operation would make now and the
+current content's sha256, and writes nothing.  It runs as the target
+identity, or with ``as_requester`` as the agent that asked (approval asks so
+for a privileged write to a path no rule names: an unapproved request must
+not copy anything out of a file its agent cannot read).  The diff goes to
+operators only; the sha256 comes back bound to the ticket.
 """
 
 from __future__ import annotations
@@ -271,7 +274,11 @@ class FileVerbs:
         spec = FileSpec.from_dict(call.args.get("spec"))
         if not spec.writes:
             raise validate.bad("spec", "only writes and edits have a preview")
-        identity = self._identity(spec)
+        if validate.boolean("as_requester", call.args.get("as_requester"), False):
+            check_privilege(spec.uid, os.geteuid(), privileged=False)
+            identity = resolve_identity(spec.uid)
+        else:
+            identity = self._identity(spec)
         return await execute(
             spec, identity, timeout=min(self._timeout(), PREVIEW_TIMEOUT), preview_only=True, **self._job_settings()
         )

@@ -6,6 +6,7 @@ import base64
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ CASES = [
     ["run", "--no-privilege", "--", "ls", "-l", "/"],
     ["run", "--reason", "disk check", "--session=s1", "--cwd", "/tmp", "--", "df", "-h"],
     ["run", "--env", "LANG=C", "--env=TZ=UTC", "--timeout", "2.5", "--", "date"],
-    ["run", "--operation-id", "op-1", "--token", "tok", "--json", "--", "uptime"],
+    ["run", "--operation-id", "op-1", "--token-file", "@TOKEN_FILE@", "--json", "--", "uptime"],
     ["run", "echo", "--json", "--no-privilege"],  # after the command word, everything is the command's
 ]
 
@@ -63,8 +64,12 @@ def _sent_by_quick(
 
 @pytest.mark.parametrize("argv", CASES, ids=[" ".join(c) for c in CASES])
 def test_the_short_path_sends_prints_and_exits_as_the_full_cli(
-    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes], tmp_path: Path
 ) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("alt_tok\n")
+    token_file.chmod(0o600)
+    argv = [str(token_file) if word == "@TOKEN_FILE@" else word for word in argv]
     monkeypatch.delenv("AIRLOCK_TOKEN", raising=False)
     monkeypatch.setenv("AIRLOCK_SOCKET", "/nonexistent/agent.sock")
     want, want_rc = _sent_by_full(argv, monkeypatch, OK)
