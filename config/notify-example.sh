@@ -35,10 +35,19 @@ print("%s wants to run %r %s: %r" % (who, argv, how, why))
 logger -t airlock-notify -- "pending $id: $summary" || true
 echo "notified: pending $id: $summary"
 
+# The digest every approve line carries (issue 27): the line then decides this request and no
+# other asked later under the same ID. Twelve hex digits, or nothing.
+expect=$(printf '%s' "$request" | python3 -c '
+import json, re, sys
+e = json.load(sys.stdin).get("expect") or ""
+print(e if re.fullmatch("[0-9a-f]{12}", e) else "")
+' 2>/dev/null || true)
+expect=${expect:+ --expect $expect}
+
 # 2. Mail, when a mailer is installed (bsd-mailx or mailutils).
 if command -v mail >/dev/null 2>&1; then
-    printf '%s\n\nairlock show %s\nairlock approve %s   |   airlock deny %s\n' \
-        "$summary" "$id" "$id" "$id" | mail -s "airlock: approval needed ($id)" root
+    printf '%s\n\nairlock show %s\nairlock approve %s%s   |   airlock deny %s%s\n' \
+        "$summary" "$id" "$id" "$expect" "$id" "$expect" | mail -s "airlock: approval needed ($id)" root
 fi
 
 # 3. Chat: uncomment and set a webhook URL (curl must be installed).

@@ -43,3 +43,29 @@ def write_collector(directory: Path, entries: list[dict[str, Any]]) -> None:
         check=False,
     )
     assert r.returncode == 0, r.stderr.decode(errors="replace")
+
+
+def anchor_entries(anchors_file: Path, host: str) -> list[dict[str, Any]]:
+    """The journald entries airlock-journal.service logs for each line of its anchors file
+    (``journal.chain.anchored``: the head, and a signed checkpoint's statement and signature)."""
+    import json
+
+    entries = []
+    for line in anchors_file.read_text().splitlines():
+        a = json.loads(line)
+        fields: dict[str, Any] = {
+            "MESSAGE_ID": "d95f3306ee3b4488bba7c5125f73ec62",
+            "MESSAGE": f"journal.chain.anchored chain_seq={a['seq']}",
+            "AIRLOCK_EVENT": "journal.chain.anchored",
+            "AIRLOCK_CHAIN_SEQ": str(a["seq"]),
+            "AIRLOCK_CHAIN_HASH": a["hash"],
+            "AIRLOCK_HOST": host,
+            "_SYSTEMD_UNIT": "airlock-journal.service",
+            "_UID": "998",
+        }
+        if a.get("ack"):
+            fields |= {"AIRLOCK_CHAIN_ACK": "true", "_UID": "0"}
+        if "checkpoint" in a:
+            fields |= {"AIRLOCK_CHECKPOINT": a["checkpoint"], "AIRLOCK_SIGNATURE": a["signature"]}
+        entries.append(fields)
+    return entries

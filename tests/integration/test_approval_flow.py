@@ -61,7 +61,9 @@ def test_ask_then_an_operator_denies(astack: Stack, tmp_path: Path) -> None:
     marker = tmp_path / "denied"
     job = Background(astack, {"argv": ["touch", str(marker)], "privileged": False})
     wait_pending(astack, job.request_id)
-    assert astack.cli("deny", job.request_id[:12], "--reason", "not today").returncode == 0  # a unique prefix works
+    # Issue 27: not a prefix (without a terminal nobody reads back what it found), the whole ID.
+    assert astack.cli("deny", job.request_id[:12], "--reason", "not today").returncode == 1
+    assert astack.cli("deny", job.request_id, "--reason", "not today").returncode == 0
     reply = job.result()
     assert reply["error"]["code"] == "denied" and "not today" in reply["error"]["message"]
     assert not marker.exists()

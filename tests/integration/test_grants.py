@@ -33,6 +33,9 @@ policy:
       decision: ask
       approvals: 2
       commands: [[/usr/bin/mkdir, "..."]]
+    - name: zz-careful
+      decision: ask
+      commands: [[/usr/bin/touch, -c, "..."]]
 """
 
 
@@ -111,6 +114,9 @@ def test_a_rule_grant_covers_the_rule_and_not_other_rules(gstack: Stack, tmp_pat
     other = run(gstack, ["touch", str(tmp_path / "b")])
     assert other["ok"] is True and (tmp_path / "b").exists()
     assert asks(gstack, ["rmdir", str(tmp_path / "nothing")])  # the default's ask, not the rule's
+    # Issue 27: touchy and zz-careful both ask for `touch -c`; touchy's name sorts first, but
+    # zz-careful decides too, and a grant of touchy alone does not answer for it.
+    assert asks(gstack, ["touch", "-c", str(tmp_path / "c")])
     assert gstack.cli("grants", "revoke", grant_id).returncode == 0
 
 

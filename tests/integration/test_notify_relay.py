@@ -120,7 +120,7 @@ def test_a_pending_request_reaches_every_channel_within_2s_and_its_outcome_follo
             assert hook["what"] == "/usr/bin/id -u" and hook["mode"] == "exec"
             assert hook["reason"] == "restart nginx after the cert renewal" and hook["rule"] == "default"
             assert hook["user"] == "root" and 0 < hook["seconds_left"] <= 8
-            assert hook["decide"] == f"ssh testhost airlock approve {rid}"
+            assert hook["decide"].startswith(f"ssh testhost airlock approve {rid} --expect ")
             assert isinstance(hook["seq"], int)
             assert ntfy.headers["priority"] == "5" and ntfy.headers["tags"] == "lock,warning"
             assert rid in ntfy.headers["title"] or "approve?" in ntfy.headers["title"]

@@ -60,7 +60,9 @@ def test_pending_approve_and_deny(ops: Stack) -> None:
     assert listing.returncode == 0
     assert listing.stdout.splitlines()[0].split() == ["ID", "USER", "AS", "LEFT", "COMMAND"]
     assert bg.request_id in listing.stdout and "echo from-cli" in listing.stdout
-    approved = ops.cli("approve", bg.request_id[:14], "--reason", "ok by me")
+    line = next(ln for ln in listing.stdout.splitlines() if ln.startswith(f"{bg.request_id}: airlock approve "))
+    assert line.split(": ", 1)[1].split()[2:4] == [bg.request_id, "--expect"]  # the line to paste
+    approved = ops.cli(*line.split(": ", 1)[1].split()[1:], "--reason", "ok by me")
     assert approved.returncode == 0 and "approved" in approved.stdout
     assert bg.result()["ok"] is True
 
@@ -73,6 +75,9 @@ def test_pending_approve_and_deny(ops: Stack) -> None:
 
 def test_show_prints_the_story(ops: Stack) -> None:
     bg = ask(ops, ["echo", "story"], reason="tell it")
+    expect = wait_pending(ops, bg.request_id)["expect"]
+    pending = ops.cli("show", bg.request_id)
+    assert f"airlock approve {bg.request_id} --expect {expect}" in pending.stdout, pending.stdout
     ops.cli("approve", bg.request_id)
     bg.result()
     shown = ops.cli("show", bg.operation_id)

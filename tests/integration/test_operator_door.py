@@ -241,7 +241,9 @@ def test_pending_shows_what_a_reviewer_needs_then_approve_runs_it(ops: Stack) ->
     assert stage["resolved"] == os.path.realpath(stage["binary"])
     assert stage["symlink"] == (stage["binary"] != stage["resolved"])
     assert 0 < item["seconds_left"] <= 60
-    reply = op(ops, "approve", {"id": bg.request_id[:12], "reason": "looks fine"})
+    # Issue 27: approve acts on the whole ID of a request pending now, never a prefix.
+    assert op(ops, "approve", {"id": bg.request_id[:12], "reason": "looks fine"})["error"]["code"] == "not_found"
+    reply = op(ops, "approve", {"id": bg.request_id, "reason": "looks fine", "expect": item["expect"]})
     assert reply["data"] == {"request_id": bg.request_id, "decision": "allow"}
     result = bg.result()
     assert result["ok"] is True, result
@@ -273,9 +275,14 @@ def test_show_finds_a_request_by_id_operation_and_prefix(ops: Stack) -> None:
     pending = op(ops, "show", {"ref": bg.request_id})["data"]
     assert pending["state"] == "pending" and pending["pending"] is True and pending["settled"] is False
     assert pending["detail"]["stages"][0]["argv"] == ["echo", "shown"]
+    # A pending request is found by a prefix a person types; a settled one only by its whole ID.
+    assert op(ops, "show", {"ref": bg.request_id[:10]})["data"]["request_id"] == bg.request_id
+    assert op(ops, "show", {"ref": bg.operation_id[:12]})["error"]["code"] == "not_found"
     op(ops, "approve", {"id": bg.request_id})
     assert bg.result()["ok"] is True
-    for ref in (bg.request_id, bg.operation_id, bg.request_id[:10], bg.operation_id[:12]):
+    for prefix in (bg.request_id[:10], bg.operation_id[:12]):
+        assert op(ops, "show", {"ref": prefix})["error"]["code"] == "not_found", prefix
+    for ref in (bg.request_id, bg.operation_id):
         data = op(ops, "show", {"ref": ref})["data"]
         assert data["request_id"] == bg.request_id, ref
         assert data["operation_id"] == bg.operation_id

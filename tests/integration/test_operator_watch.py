@@ -162,3 +162,13 @@ def test_shift_g_approves_with_a_grant_for_the_same_command(ops: Stack, console:
     screen = console.wait_for("live grants")
     assert grants[0]["grant_id"] in screen and "about 30 min left" in screen, screen
     assert ops.cli("grants", "revoke", grants[0]["grant_id"]).returncode == 0
+
+
+def test_the_console_shows_the_exact_approve_line(ops: Stack, console: Console) -> None:
+    # Issue 27: the line for another terminal names this request and its --expect digest.
+    bg = ask(ops)
+    expect = wait_pending(ops, bg.request_id)["expect"]
+    screen = console.wait_for("approve?")
+    assert f"airlock approve {bg.request_id} --expect {expect}" in screen
+    console.keys("n")
+    assert bg.result()["error"]["code"] == "denied"

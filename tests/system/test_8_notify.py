@@ -76,7 +76,7 @@ def test_the_relay_reaches_a_webhook_and_its_user_cannot_approve(system) -> None
         assert system.active("airlock-notify.service") == "active"
         proc, request_id = _ask(system, "/usr/bin/hostname")
         message = _wait_for(system, lambda m: m.get("request_id") == request_id and m.get("event") == "pending")
-        assert message["decide"] == f"ssh systest airlock approve {request_id}"
+        assert message["decide"].startswith(f"ssh systest airlock approve {request_id} --expect ")
         assert message["user"] == system.AGENT and message["what"] == "/usr/bin/hostname"
 
         # The relay's own credentials (its unit's user and supplementary group): read yes, approve no.

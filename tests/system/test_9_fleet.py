@@ -1,7 +1,10 @@
 """Many servers (issue 19): a host ships its audit with systemd-journal-upload to a collector
 running systemd-journal-remote over HTTPS, on a private network of two booted Debian 12
 containers; the collector verifies the host's chain from the shipped entries alone, and the
-host finds its own database cut short by comparing it with the collector's copy.
+host finds its own database cut short by comparing it with the collector's copy.  Issue 29:
+the collector ships its own journal to itself too, so it plays the second host, whose root
+forges a record under the first host's name; with both hosts' checkpoint keys it is reported
+and does not verify as the first host's.
 
 Both containers boot a copy of the cached root plus systemd-journal-remote (which also
 holds systemd-journal-upload), cached once beside the base (`nspawn.cached_variant`).
@@ -172,7 +175,8 @@ class Fleet:
 def _pair(certs: Path) -> Iterator[Fleet]:
     # The containers have no way out: whatever the .deb needs must be in the variant already
     # (INCLUDE again: a base cached before a dependency joined INCLUDE lacks it).
-    packages = ("systemd-journal-remote", *INCLUDE)
+    # openssh-client: ssh-keygen makes and uses the hosts' checkpoint keys (issue 29).
+    packages = ("systemd-journal-remote", "openssh-client", *INCLUDE)
     zone = [f"--network-zone={ZONE}"]
     with booted(
         packages=packages, nspawn_args=zone, name="collector", before_boot=_network("fleet-collector", COLLECTOR_IP)
@@ -378,3 +382,109 @@ def test_forged_records_on_the_host_do_not_count_on_the_collector(fleet: Fleet) 
             raise CommandFailed(f"the forged entry never reached the collector: {after}")
         time.sleep(1)
     assert after["ok"] and len(after["hosts"]) == 1, after
+
+
+FORGE = """\
+import json, subprocess
+from systemd import journal
+from airlock.common import checkpoint
+from airlock.journal import chain, fleet
+job = json.load(open("/etc/airlock-fleet/forge.json"))
+record = {"seq": job["seq"], "time": "2026-12-03T12:00:00.000Z", "kind": "exec.finished",
+          "request_id": "forged", "operation_id": None, "peer_uid": 0, "session": None,
+          "writer": "runner", "payload": {"exit_codes": [0]}, "prev_hash": job["prev"]}
+digest = chain.compute_hash(record)
+journal.send("forged record", **fleet.record_fields(record, digest, job["host"]))
+claim = checkpoint.Checkpoint(job["host"], job["seq"], digest, "2026-12-03T12:00:01.000Z")
+signature = subprocess.run(["/usr/bin/ssh-keygen", "-q", "-Y", "sign", "-f", "/etc/airlock/checkpoint_ed25519_key",
+                            "-n", checkpoint.NAMESPACE], input=claim.statement(), capture_output=True,
+                           check=True).stdout.decode()
+journal.send("forged checkpoint", MESSAGE_ID=fleet.ANCHOR_MESSAGE_ID, AIRLOCK_CHAIN_SEQ=str(job["seq"]),
+             AIRLOCK_CHAIN_HASH=digest, AIRLOCK_HOST=job["host"], AIRLOCK_CHECKPOINT=claim.statement(),
+             AIRLOCK_SIGNATURE=signature)
+"""
+
+
+def _collected_head(fleet: Fleet) -> tuple[str, int, str]:
+    """(host, seq, hash) of the newest record the collector holds of the first host."""
+    out = fleet.collector.run(
+        [
+            "python3",
+            "-c",
+            "import json; from systemd import journal\n"
+            f"r = journal.Reader(path={REMOTE_DIR!r}); r.add_match(MESSAGE_ID={RECORD_MESSAGE_ID!r})\n"
+            "e = max((e for e in r if str(e.get('_SYSTEMD_UNIT')) == 'airlock-journal.service'),"
+            " key=lambda e: int(e['AIRLOCK_SEQ']))\n"
+            "print(json.dumps([e['AIRLOCK_HOST'], int(e['AIRLOCK_SEQ']), e['AIRLOCK_HASH']]))",
+        ],
+        user="auditor",
+    )
+    host, seq, digest = json.loads(out.stdout)
+    return host, seq, digest
+
+
+def test_a_record_the_second_host_forges_under_the_first_hosts_name_is_reported(fleet: Fleet) -> None:
+    """Root on the second host (the collector, now shipping its own journal to itself) sends, from a
+    unit it names airlock-journal.service, a record that extends the first host's chain, and a
+    checkpoint for it signed with its own checkpoint key.  With both hosts' keys the collector
+    reports both and keeps the first host's chain as its own key signed it."""
+    h, c = fleet.host, fleet.collector
+    # The second host ships too: journal-upload to the collector (itself), with its own certificate.
+    c.run(["cp", "/etc/airlock-fleet/collector.key", "/etc/airlock-fleet/upload.key"])
+    c.run(["chgrp", "systemd-journal", "/etc/airlock-fleet/upload.key"])
+    c.write(
+        "/etc/systemd/journal-upload.conf",
+        f"[Upload]\nURL=https://{COLLECTOR_IP}:{PORT}\nServerKeyFile=/etc/airlock-fleet/upload.key\n"
+        "ServerCertificateFile=/etc/airlock-fleet/collector.pem\nTrustedCertificateFile=/etc/airlock-fleet/ca.pem\n",
+    )
+    c.run(["systemctl", "enable", "--now", "systemd-journal-upload.service"])
+    # Both hosts' checkpoint keys, as an operator collects them (`airlock audit host-key` on each).
+    lines = [side.run(["airlock", "audit", "host-key"]).stdout.strip() for side in (h, c)]
+    c.write("/etc/airlock-fleet/host-keys", "\n".join(lines) + "\n")
+    first, seq, head = _collected_head(fleet)
+    assert first.startswith("fleet-host/") and lines[0].startswith(first + " ssh-ed25519 "), (first, lines)
+    # The forgery: the second host's root runs its script as airlock-journal.service, so journald
+    # stamps it _SYSTEMD_UNIT=airlock-journal.service there.
+    c.write("/etc/airlock-fleet/forge.py", FORGE)
+    c.write("/etc/airlock-fleet/forge.json", json.dumps({"host": first, "seq": seq + 1, "prev": head}))
+    c.run(["mkdir", "-p", "/run/systemd/system/airlock-journal.service.d"])
+    c.write(
+        "/run/systemd/system/airlock-journal.service.d/forge.conf",
+        "[Service]\nType=oneshot\nRestart=no\nExecStart=\nExecStart=/usr/bin/python3 /etc/airlock-fleet/forge.py\n",
+    )
+    c.run(["systemctl", "daemon-reload"])
+    c.run(["systemctl", "start", "airlock-journal.service"], timeout=120)
+    # The first host goes on: its own record at that seq, and a signed checkpoint at its stop.
+    h.run(["airlock", "run", "--no-privilege", "--", "/usr/bin/true"], user="agent1")
+    h.run(
+        [
+            "systemctl",
+            "stop",
+            "airlock.socket",
+            "airlock-operator.socket",
+            "airlock-approval.socket",
+            "airlock-runner.socket",
+            "airlock-journal.socket",
+        ]
+    )
+    fleet.wait_collected(fleet.host_head())
+    keys = ["--host-keys", "/etc/airlock-fleet/host-keys"]
+    deadline = time.monotonic() + 90
+    while True:
+        r = fleet.collector_verify("--json", *keys)
+        report = json.loads(r.stdout)
+        if len(report["unproven"]) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    claims = {(u["what"], u["seq"], u["host"]) for u in report["unproven"]}
+    assert claims == {("record", seq + 1, first), ("checkpoint", seq + 1, first)}, report
+    assert r.returncode == 1, r
+    (host,) = report["hosts"]
+    assert host["host"] == first and host["ok"] and host["key"].startswith("SHA256:"), host
+    assert host["proven_to"] == host["last_seq"] and host["conflicts"] == [], host
+    text = fleet.collector_verify(*keys)
+    assert f"UNPROVEN: 1 record (seq {seq + 1}) claim host {first}" in text.stdout, text
+    # control: read by claimed name, the forged record is filed as the first host's
+    plain = json.loads(fleet.collector_verify("--json").stdout)
+    (claimed,) = plain["hosts"]
+    assert seq + 1 in claimed["conflicts"], claimed

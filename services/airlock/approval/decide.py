@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import time
 from typing import Any
 
 from airlock.approval import fileop_review, hook, quorum
-from airlock.approval.pending import Pending, bind_binaries, describe_binaries
+from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
 from airlock.approval.rules import Decision, Policy, Subject
 from airlock.approval.tickets import Tickets
 from airlock.approval.votes import Votes
-from airlock.common import validate
+from airlock.common import arguments, validate
 from airlock.common.audit import Ids, marks_of
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
@@ -158,6 +159,16 @@ class Deciding(Tickets, Votes):
             if any(stage.sandbox for stage in decision.stages):
                 # The runner applies exactly the confinement approval saw (issue 22).
                 bound["sandbox"] = [dict(stage.sandbox or {}) for stage in decision.stages]
+            changeable = await self._inspect_arguments(spec, bound["binaries"]) if spec.privileged else []
+            if changeable:
+                # Bound by identity and content, checked again by the runner (issue 27).
+                bound["arguments"] = changeable
+                touched = {int(item["stage"]) for item in changeable}
+                if decision.decision == "allow" and not self.policy.allows_writable(decision, touched):
+                    # What the job reads can change after this check: a person decides, unless the rule said so.
+                    decision = dataclasses.replace(decision, decision="ask")
+            if spec.privileged and decision.decision == "ask":
+                check_chains(decision)  # not worth an operator's time if the runner will refuse it
         await self._hold_restored()
         verdict, rule = decision.decision, decision.rule
         if self.hold_reason is not None and verdict == "allow":
@@ -169,7 +180,7 @@ class Deciding(Tickets, Votes):
         requirement = self.policy.requirement(decision)
         if verdict != "deny":
             await self._require_reason(request, requirement, decision, common, after=after)
-        granted = self._granted(verdict, spec, peer, session, digest, decision, requirement)
+        granted = self._granted(verdict, spec, peer, session, digest, decision, requirement, bound)
         if granted is not None:
             # Durable (not deferred like a rule's allow): a grant's use is an operator's
             # decision standing in, and it costs one commit only where a grant applies.
@@ -361,6 +372,22 @@ class Deciding(Tickets, Votes):
             "bound": entry.bound,
         }
 
+    async def _inspect_arguments(self, spec: ExecSpec, binaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A root job's path arguments that someone other than root can change (issue 27).
+
+        The runner classifies them: it is root and sees every file, which
+        approval (its own unprivileged user, no /home) cannot; it must also find
+        the same files before the job starts.  A job with no argument that may
+        name a path (a plain ``true``) costs nothing here.
+        """
+        programs = [str(b.get("path") or "") for b in binaries]
+        if not arguments.worth_inspecting(spec.stages, programs, cwd_given=spec.cwd is not None):
+            return []
+        found = await self.runner.call(
+            "inspect", {"spec": spec.to_dict(), "programs": programs}, timeout=INSPECT_SECONDS
+        )
+        return arguments.parse_bound(found.get("arguments"), spec.stages)
+
     async def withdraw(self, call: Call) -> dict[str, Any]:
         """intake: the agent went away or cancelled; the pending request is withdrawn at once."""
         if self.intake_uid is None or call.peer.uid != self.intake_uid:
@@ -380,6 +407,9 @@ async def _withdraw_when_gone(call: Call, entry: Pending) -> None:
     if not entry.future.done():
         entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))
 
+
+# How long approval waits for the runner to classify a root job's arguments (hashing included).
+INSPECT_SECONDS = 30.0
 
 # How a pending request ended, as the ledger of statements remembers it.
 _SETTLED = {"timeout": "expired", "withdrawn": "withdrawn", "interrupted": "interrupted"}

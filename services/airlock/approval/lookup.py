@@ -1,7 +1,9 @@
 """Reading a request's trail back from the journal, for `show` and `airlock wait`.
 
-The journal's feed matches scopes exactly; prefixes are found by reading the
-newest events.  Every read is one bounded page (reference/004 paging).
+The journal's feed matches scopes exactly, and so do these reads: a prefix is
+never looked up in the journal (issue 27: a prefix names only a request
+pending now, approval/refs.py).  Every read is one bounded page (reference/004
+paging).
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from typing import Any
 from airlock.common.ipc import Client
 
 PAGE = 256
-MIN_PREFIX = 4
 
 
 class JournalLookup:
@@ -42,22 +43,3 @@ class JournalLookup:
         ran = [g for g in groups if not any(e.get("kind") == "operation.replayed" for e in g)]
         chosen: list[dict[str, Any]] = (ran or groups or [[]])[-1]
         return chosen
-
-    async def prefixed(self, prefix: str, window: int = 4096) -> tuple[set[str], set[str]]:
-        """Request and operation IDs starting with ``prefix`` among the newest ``window`` events."""
-        if len(prefix) < MIN_PREFIX:
-            return set(), set()
-        head = await self.journal.call("events", {"tail": 0})
-        after = max(0, int(head["latest"]) - window)
-        request_ids: set[str] = set()
-        operation_ids: set[str] = set()
-        while True:
-            page = await self.journal.call("events", {"after": after, "limit": PAGE})
-            for event in page["events"]:
-                if (event.get("request_id") or "").startswith(prefix):
-                    request_ids.add(event["request_id"])
-                if (event.get("operation_id") or "").startswith(prefix):
-                    operation_ids.add(event["operation_id"])
-            if len(page["events"]) < PAGE:
-                return request_ids, operation_ids
-            after = page["next_cursor"]

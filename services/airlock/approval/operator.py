@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airlock.approval import fileop_review, quorum
+from airlock.approval import fileop_review, quorum, refs
 from airlock.approval.decide import subject_of
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.pending import Pending
@@ -52,21 +52,34 @@ class Operating(Tickets, Votes):
     runner: Client
     intake_uid: int | None
 
-    def _find(self, ref: Any) -> Pending:
-        ref = validate.text("id", ref, max_len=256, allow_empty=False)
-        if ref in self.pending:
-            return self.pending[ref]
-        matches = [p for key, p in self.pending.items() if key.startswith(ref) or (p.operation_id or "") == ref]
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r}")
-        raise AirlockError(ErrorCode.CONFLICT, f"{ref!r} matches {len(matches)} pending requests; give more of the ID")
+    def _find(self, ref: Any, expect: str | None = None) -> Pending:
+        """The request pending now under exactly this ID (refs.py: no prefix, no operation ID)."""
+        return refs.exact(validate.text("id", ref, max_len=256, allow_empty=False), self.pending.values(), expect)
+
+    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
+        """``expect`` (an approve line's --expect) must name the request pending now; else journaled, refused."""
+        refused = refs.mismatch(entry, refs.expected(call.args))
+        if refused is None:
+            return
+        await self.audit.record(
+            "operator.action",
+            Ids(entry.request_id, entry.operation_id, call.peer.uid),
+            payload={
+                "action": "refused",
+                "refused": action,
+                "code": refused.code.value,
+                "operator": call.peer.user,
+                "expected": refused.details["expected"],
+                "pending": refused.details["pending"],
+            },
+        )
+        raise refused
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
             return await self._settle_signed(call, (verdict,), via="operator")
-        entry = self._find(call.args.get("id"))
+        entry = self._find(call.args.get("id"), refs.expected(call.args))
+        await self._check_expected(call, entry, "approve" if verdict == "allow" else "deny")
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         operator = call.peer
         if operator.uid == entry.peer.uid and not self.config.approval.allow_self_approval and verdict == "allow":
@@ -183,39 +196,21 @@ class Operating(Tickets, Votes):
         return await self.journal.call("events", call.args)
 
     async def show(self, call: Call) -> dict[str, Any]:
+        """A request's story by its request or operation ID; a person may type a unique prefix of a
+        request pending now (refs.py), never of an operation ID or a settled request."""
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
         now = time.time()
         for entry in self.pending.values():
             if ref in (entry.request_id, entry.operation_id):
                 return self._shown(call, await self._show_pending(entry, now))
-        prefixed = [
-            p for p in self.pending.values() if p.request_id.startswith(ref) or (p.operation_id or "").startswith(ref)
-        ]
         events = await self.lookup.request_events(ref)
         if not events:
             events = await self.lookup.operation_events(ref)
-        if not events and not prefixed:
-            request_ids, operation_ids = await self.lookup.prefixed(ref)
-            found = sorted(request_ids | operation_ids)
-            if len(found) > 1:
-                raise AirlockError(
-                    ErrorCode.CONFLICT,
-                    f"{ref!r} matches {len(found)} requests; give more of the ID",
-                    {"matches": found[:16]},
-                )
-            if request_ids:
-                events = await self.lookup.request_events(found[0])
-            elif operation_ids:
-                events = await self.lookup.operation_events(found[0])
-        elif not events and len(prefixed) == 1:
-            return self._shown(call, await self._show_pending(prefixed[0], now))
-        elif not events:
-            raise AirlockError(
-                ErrorCode.CONFLICT, f"{ref!r} matches {len(prefixed)} pending requests; give more of the ID"
-            )
-        if not events:
-            raise AirlockError(ErrorCode.NOT_FOUND, f"no request or operation {ref!r} in the journal")
-        return trail.summarise(events)
+        if events:
+            return trail.summarise(events)
+        settled, unsure = self.ledger.settled_since(now - refs.window(self.config.approval.timeout_seconds))
+        entry = refs.by_prefix(ref, self.pending.values(), settled, unsure)
+        return self._shown(call, await self._show_pending(entry, now))
 
     async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
         events = await self.lookup.request_events(entry.request_id)
@@ -223,6 +218,7 @@ class Operating(Tickets, Votes):
         return shown | {
             "request_id": entry.request_id,
             "operation_id": entry.operation_id,
+            "expect": entry.expect,
             "state": "pending",
             "settled": False,
             "pending": True,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from airlock.approval import quorum
 from airlock.approval.rules import Decision
 from airlock.approval.signed import Published
 from airlock.approval.statement import SIGN_COMMAND
-from airlock.common import binary
+from airlock.common import binary, interp
 from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
@@ -48,12 +49,21 @@ class Pending:
     tally: quorum.Tally | None = None
     published: Published | None = None
 
+    @property
+    def expect(self) -> str:
+        """What approve lines carry as ``--expect`` (approval/refs.py): a short digest of this
+        pending request's allow statement (its ticket binding and its fresh nonce)."""
+        if self.published is None:
+            return ""
+        return expect_of(self.published.statements["allow"].to_bytes())
+
     def to_dict(self, now: float) -> dict[str, Any]:
         raw_spec = self.request.get("spec")
         spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
         return {
             "request_id": self.request_id,
             "operation_id": self.operation_id,
+            "expect": self.expect,
             "peer": self.peer.to_dict(),
             "session": self.request.get("session") or "",
             "host": self.request.get("host") or "",
@@ -64,6 +74,8 @@ class Pending:
             "stages": self.binaries,
             "binaries": list(self.bound.get("binaries") or []),
             "sandbox": list(self.bound.get("sandbox") or []),
+            # Issue 27: path arguments someone other than root can change, as bound (flagged to people).
+            "arguments": list(self.bound.get("arguments") or []),
             "rule": self.rule,
             "request": self.request,
             "policy": self.decision.to_dict(),
@@ -81,6 +93,14 @@ class Pending:
             out["statement"] = self.published.statements["allow"].render()
             out["sign_command"] = SIGN_COMMAND
         return out
+
+
+EXPECT_HEX = 12  # 48 bits: an agent cannot make two pending requests share one by trying
+
+
+def expect_of(statement: bytes) -> str:
+    """The short digest an approve line carries (``--expect``): of a pending request's allow statement."""
+    return hashlib.sha256(b"airlock expect v1\n" + statement).hexdigest()[:EXPECT_HEX]
 
 
 def describe_binaries(
@@ -118,6 +138,27 @@ def bind_binaries(decision: Decision, *, privileged: bool) -> list[dict[str, Any
             raise AirlockError(ErrorCode.SPAWN_FAILED, f"{stage.argv[0] if stage.argv else ''}: command not found")
         out.append(binary.bind(stage.resolved, privileged=privileged))
     return out
+
+
+def check_chains(decision: Decision) -> None:
+    """Refuse early a root job whose interpreter chain others can change, before an operator
+    spends time on it (the runner checks every root job again, and alone for a rule's allow).
+
+    Approval may not be able to read a root-only binary; then only the runner checks.
+    """
+    for stage in decision.stages:
+        if stage.resolved is not None:
+            _check_chain(stage.resolved)
+
+
+def _check_chain(path: str) -> None:
+    fd, _st = binary.open_binary(path, trusted=True)
+    try:
+        interp.check(path, fd)
+    except OSError:  # unreadable here (a root-only binary): the runner, root, checks it
+        pass
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)

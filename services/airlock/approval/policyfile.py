@@ -42,6 +42,7 @@ _RULE_KEYS = (
     "sandbox",
     "sessions",
     "users",
+    "writable_arguments",
 )
 MAX_APPROVALS = 16
 _MAIN_KEYS = ("default", "rules")
@@ -188,6 +189,16 @@ class _Reader:
         description = self.string(values["description"], f"{key}.description") if "description" in values else ""
         confined = self.sandbox(values["sandbox"], f"{key}.sandbox") if "sandbox" in values else None
         approvals, approvers, reason_required = self.quorum(values, key, decision)
+        writable = False
+        if "writable_arguments" in values:
+            node = values["writable_arguments"]
+            if not isinstance(node, yaml.ScalarNode) or node.tag != STR or node.value not in ("allow", "ask"):
+                raise self.fail(node, f"{key}.writable_arguments", "must be allow or ask")
+            if node.value == "allow" and decision != "allow":
+                raise self.fail(
+                    node, f"{key}.writable_arguments", "allow applies only to a rule with decision: allow", got=False
+                )
+            writable = node.value == "allow"
         rule = Rule(
             name=name,
             decision=decision,
@@ -203,6 +214,7 @@ class _Reader:
             approvals=approvals,
             approvers=approvers,
             reason_required=reason_required,
+            writable_arguments=writable,
         )
         return rule, (name, where(self.path, name_node), key)
 

@@ -3,9 +3,13 @@
 Pure: no sockets, no asyncio.  The filesystem is read only to resolve
 binaries (the same `resolve_executable` the runner uses).
 
-Deciding never depends on order: for each stage the most restrictive matching
-rule wins (deny > ask > allow), the pipeline takes its most restrictive stage,
-and ties are broken by rule name.  docs/policy.md is the reference.
+Deciding never depends on order or names: for each stage the most restrictive
+matching decision wins (deny > ask > allow), the pipeline takes its most
+restrictive stage, and everything the rules with that decision carry is
+combined: their ``sandbox:`` settings, most restrictive per key
+(`airlock.common.sandbox.merge`), and their quorum and reason requirements
+(`Policy.requirement`).  A rule's name only labels a decision (the first
+name in sort order among the deciding rules).  docs/policy.md is the reference.
 `policyfile` reads rules from YAML; `policy` loads and assembles the policy.
 """
 
@@ -20,6 +24,7 @@ from airlock.approval.match import FileGrant
 from airlock.approval.quorum import Approvers, Requirement, join
 from airlock.common.errors import AirlockError
 from airlock.common.resolve import default_path, resolve_executable
+from airlock.common.sandbox import merge as merge_sandboxes
 
 Verdict = Literal["allow", "ask", "deny"]
 VERDICTS: tuple[Verdict, ...] = ("allow", "ask", "deny")
@@ -62,6 +67,9 @@ class Rule:
     approvals: int = 1
     approvers: Approvers | None = None
     reason_required: bool = False
+    # Issue 27: a root job's path argument someone other than root can change makes an allow ask,
+    # unless the rule says ``writable_arguments: allow``.
+    writable_arguments: bool = False
 
     def __post_init__(self) -> None:
         # Rules built in code (tests, tools) get the same guarantees as parsed
@@ -133,6 +141,8 @@ class Rule:
             out["approvers"] = self.approvers.to_dict()
         if self.reason_required:
             out["reason"] = "required"
+        if self.writable_arguments:
+            out["writable_arguments"] = "allow"
         return out
 
 
@@ -143,7 +153,9 @@ class StageDecision:
     decision: Verdict
     rule: str  # the deciding rule, DEFAULT_RULE or UNRESOLVED_RULE
     matched: tuple[str, ...] = ()  # every rule that matched, by name
-    sandbox: Mapping[str, Any] | None = field(default=None, compare=False)  # the deciding rule's; None: none
+    # The deciding rules' sandboxes merged (common/sandbox.merge); None: none of them has one.
+    sandbox: Mapping[str, Any] | None = field(default=None, compare=False)
+    deciding: tuple[str, ...] = ()  # every matched rule with the winning decision, by name
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -152,6 +164,7 @@ class StageDecision:
             "decision": self.decision,
             "rule": self.rule,
             "matched": list(self.matched),
+            "deciding": list(self.deciding),
             "sandbox": dict(self.sandbox) if self.sandbox is not None else None,
         }
 
@@ -214,8 +227,10 @@ class Policy:
             default: Verdict = self.default if resolved is not None else "deny"
             unmatched = DEFAULT_RULE if resolved is not None else UNRESOLVED_RULE
             verdict, rule, names = _decide_one(hits, default, unmatched)
-            confined = next((r.sandbox for r in hits if r.name == rule), None)
-            out.append(StageDecision(argv, resolved, verdict, rule, names, confined))
+            deciding = [r for r in hits if r.decision == verdict]
+            confined = merge_sandboxes(r.sandbox for r in deciding)
+            deciding_names = tuple(sorted(r.name for r in deciding))
+            out.append(StageDecision(argv, resolved, verdict, rule, names, confined, deciding_names))
         return _combine(tuple(out))
 
     def decide_file(self, subject: Subject, tool: str, path: str) -> Decision:
@@ -238,14 +253,31 @@ class Policy:
             return Decision("deny", UNRESOLVED_RULE, (stage,))
         hits = [r for r in self.rules if r.applies_to(subject) and r.matches_file(tool, canonical)]
         verdict, rule, names = _decide_one(hits, self.default, DEFAULT_RULE)
-        stage = StageDecision((tool, path), canonical, verdict, rule, names)
+        deciding = tuple(sorted(r.name for r in hits if r.decision == verdict))
+        stage = StageDecision((tool, path), canonical, verdict, rule, names, deciding=deciding)
         return Decision(verdict, rule, (stage,))
 
     def requirement(self, decision: Decision) -> Requirement:
-        """What a request needs beyond the verdict: joined over every stage's deciding rule (quorum.py)."""
+        """What a request needs beyond the verdict: joined over every stage's deciding rules (quorum.py),
+        all of them, not the one whose name sorts first."""
         by_name = {r.name: r for r in self.rules}
-        deciding = [by_name[s.rule] for s in decision.stages if s.rule in by_name]
-        return join((r.approvals, r.approvers, r.reason_required) for r in deciding)
+        names = sorted({name for s in decision.stages for name in (s.deciding or (s.rule,)) if name in by_name})
+        return join((by_name[n].approvals, by_name[n].approvers, by_name[n].reason_required) for n in names)
+
+    def allows_writable(self, decision: Decision, stages: Iterable[int]) -> bool:
+        """Whether every deciding rule of each of these stages says ``writable_arguments: allow``.
+
+        Every one, not the first by name: among rules with the same decision the
+        most restrictive reading wins, whatever the rules are called (issue 27).
+        """
+        by_name = {r.name: r for r in self.rules}
+        deciding = [
+            by_name.get(name)
+            for i in stages
+            if i < len(decision.stages)
+            for name in (decision.stages[i].deciding or (decision.stages[i].rule,))
+        ]
+        return bool(deciding) and all(rule is not None and rule.writable_arguments for rule in deciding)
 
     def to_dict(self) -> dict[str, Any]:
         return {

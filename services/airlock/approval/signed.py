@@ -45,6 +45,7 @@ class Ledger:
         self.signers = signers
         self._published: OrderedDict[int, Published] = OrderedDict()  # by id(): a request ID may come back
         self._used: OrderedDict[str, float] = OrderedDict()
+        self._dropped_at = 0.0  # when the newest settled publication forgotten (past RECENT) was settled
 
     def publish(self, request_id: str, statements: dict[str, Statement]) -> Published:
         entry = Published(request_id, statements)
@@ -57,7 +58,14 @@ class Ledger:
         self._published.move_to_end(id(published))
         settled = [k for k, p in self._published.items() if p.state != "pending"]
         for key in settled[: max(0, len(settled) - RECENT)]:
+            self._dropped_at = max(self._dropped_at, self._published[key].settled_at)
             del self._published[key]
+
+    def settled_since(self, since: float) -> tuple[set[str], bool]:
+        """The request IDs settled at ``since`` or later, and whether that list may be short
+        (one settled since then was forgotten to keep RECENT): `refs` then refuses prefixes."""
+        found = {p.request_id for p in self._published.values() if p.state != "pending" and p.settled_at >= since}
+        return found, self._dropped_at >= since
 
     def used(self, signature: Signature) -> None:
         self._used[signature.digest] = time.time()

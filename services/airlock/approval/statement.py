@@ -7,8 +7,9 @@ reviewed file's hash, the confinement), the decision, an expiry, and a nonce
 fresh for each pending request.  The nonce makes a signature good for exactly
 one pending request: the same request ID asked again, or after a restart, gets
 a new statement and an old signature verifies over none of it.  The command,
-the run-as user and the requester are repeated for the human reading it on a
-phone; they are covered by the binding anyway.
+the run-as user, the requester and the path arguments someone other than root
+can change (flagged, with the bound hash) are repeated for the human reading
+it on a phone; they are covered by the binding anyway.
 
 Every value is written as a JSON string (ASCII only), so no value can add a
 line, and `render` is injective: two statements differ in bytes whenever they
@@ -50,6 +51,7 @@ FIELDS: Final = (
     "run_as",
     "command",
     "reason",
+    "arguments",
 )
 MAX_SIGNATURE_BYTES: Final = 16 * 1024
 _YEAR_10000: Final = 253_402_300_800
@@ -76,6 +78,8 @@ class Statement:
     run_as: str
     command: str
     reason: str
+    # Issue 27: path arguments someone other than root can change, each with what is bound ("" if none).
+    arguments: str = ""
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.approval import quorum
+from airlock.approval import quorum, refs
 from airlock.approval import statement as statements
 from airlock.approval.grants import SCOPES, Grant, Grants
 from airlock.approval.grants import restore as restore_grants
@@ -28,6 +28,7 @@ from airlock.approval.rules import Decision
 from airlock.approval.signed import Ledger
 from airlock.approval.statement import SIGN_COMMAND
 from airlock.common import validate
+from airlock.common.arguments import describe as describe_argument
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config
@@ -56,7 +57,10 @@ class Votes:
     _grant_timers: dict[str, asyncio.TimerHandle]
     host: str
 
-    def _find(self, ref: Any) -> Pending:
+    def _find(self, ref: Any, expect: str | None = None) -> Pending:
+        raise NotImplementedError  # Approval's
+
+    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
         raise NotImplementedError  # Approval's
 
     def _granted(
@@ -68,13 +72,18 @@ class Votes:
         digest: str,
         decision: Decision,
         requirement: quorum.Requirement,
+        bound: Mapping[str, Any],
     ) -> Grant | None:
-        """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum rule)."""
+        """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum
+        rule, never a request whose path arguments someone other than root can change: issue 27)."""
         if verdict != "ask" or decision.decision != "ask" or self.hold_reason is not None:
+            return None
+        if bound.get("arguments"):
             return None
         if not isinstance(spec, ExecSpec) or requirement.approvals > 1:
             return None
-        asking = [s.rule for s in decision.stages if s.decision != "allow"]
+        # Every rule that decided an asking stage (issue 27: not only the one whose name sorts first).
+        asking = [name for s in decision.stages if s.decision != "allow" for name in (s.deciding or (s.rule,))]
         return self.grants.find(time.time(), peer.uid, session, digest, decision.rule, asking)
 
     def _grant_for(self, entry: Pending, operator: Peer, args: Mapping[str, Any]) -> Grant | None:
@@ -96,6 +105,13 @@ class Votes:
             raise AirlockError(ErrorCode.CONFLICT, "grants cover commands only, not file operations")
         if entry.tally is not None and entry.tally.requirement.approvals > 1:
             raise AirlockError(ErrorCode.CONFLICT, "a rule that needs several approvers takes no grant")
+        if entry.bound.get("arguments"):
+            raise AirlockError(
+                ErrorCode.CONFLICT,
+                "no grant for a request whose path arguments someone other than root can change "
+                "(approve it without --grant: each run is then decided again)",
+                {"arguments": [a.get("path") for a in entry.bound["arguments"]]},
+            )
         if entry.decision.decision != "ask" or entry.rule == "hold":
             raise AirlockError(
                 ErrorCode.CONFLICT, "only a request a rule sent to an operator takes a grant (not one held)"
@@ -199,12 +215,15 @@ class Votes:
         self.log.info("approval.grants.restored", live=sum(1 for g in live if g.expires > now))
 
     def _pending_extra(self, entry: Pending) -> dict[str, Any]:
-        """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign."""
-        out: dict[str, Any] = {}
+        """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign;
+        and issue 27's ``expect``, which every approve line made from the event carries."""
+        out: dict[str, Any] = {"expect": entry.expect}
         if entry.tally is not None and entry.tally.requirement != quorum.Requirement():
             out["requirement"] = entry.tally.requirement.to_dict()
         if entry.published is not None and self.ledger.signers.enabled():
             out["statement"] = entry.published.statements["allow"].render()
+        if entry.bound.get("arguments"):  # issue 27: flagged for people (watch, relay, show)
+            out["arguments"] = entry.bound["arguments"]
         return out
 
     def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:
@@ -301,16 +320,18 @@ class Votes:
                 run_as=f"{entry.run_as_user} (uid {entry.run_as})",
                 command=command,
                 reason=str(entry.request.get("reason") or ""),
+                arguments="; ".join(describe_argument(a) for a in entry.bound.get("arguments") or []),
             )
             for decision in statements.DECISIONS
         }
 
     async def statement(self, call: Call) -> dict[str, Any]:
         """The exact text a signer signs to approve (or deny) a pending request."""
-        entry = self._find(call.args.get("id"))
+        entry = self._find(call.args.get("id"), refs.expected(call.args))
         decision = call.args.get("decision", "allow")
         if decision not in statements.DECISIONS:
             raise validate.bad("decision", "must be allow or deny")
+        await self._check_expected(call, entry, "statement")  # --sign: never sign another request's statement
         assert entry.published is not None
         text = entry.published.statements[decision].render()
         return entry.quorum_dict() | {
@@ -342,10 +363,12 @@ class Votes:
         submitter = call.peer if via == "operator" else None
         entry: Pending | None = None
         try:
-            entry = self._find(ref)
+            entry = self._find(ref, refs.expected(call.args) if via == "operator" else None)
         except AirlockError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise
+        if entry is not None and via == "operator":
+            await self._check_expected(call, entry, "approve" if decisions == ("allow",) else "deny")
         request_id = entry.request_id if entry is not None else ref
         ids = Ids(request_id, entry.operation_id if entry else None, submitter.uid if submitter else None)
         signature = None

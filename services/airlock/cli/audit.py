@@ -34,6 +34,7 @@ import os
 import pwd
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,65 +184,26 @@ def lifecycle_check(ns: argparse.Namespace) -> dict[str, Any] | int:
     """Fold every request in the journal through the lifecycle table (the events feed, paged)."""
     from airlock.common import lifecycle
 
-    # A request is its ID *and* its agent: request IDs are each agent's own (the replay
-    # guard claims "<uid>:<id>"), so two agents' requests may share one.  A record
-    # without the uid (a runner refusal before it parsed the spec) goes with the ID's
-    # only story.
-    stories: dict[tuple[str, Any], lifecycle.Story] = {}
-    operations: dict[tuple[str, Any], Any] = {}
-    broken: dict[tuple[str, Any], dict[str, Any]] = {}
-    uids: dict[str, list[Any]] = {}
-    read = 0
+    def events() -> Iterator[dict[str, Any]]:
+        for page in client.event_pages(client.operator_socket(ns.socket)):
+            yield from page
+
     try:
-        for events in client.event_pages(client.operator_socket(ns.socket)):
-            for event in events:
-                read += 1
-                request_id = event.get("request_id")
-                if not isinstance(request_id, str) or not request_id:
-                    continue
-                uid = event.get("peer_uid")
-                known = uids.setdefault(request_id, [])
-                if uid is None and len(known) == 1:
-                    uid = known[0]
-                key = (request_id, uid)
-                if key in broken:
-                    continue
-                if event.get("kind") in lifecycle.OUTSIDE and key not in stories:
-                    continue  # e.g. an operator's action naming a request: not a story of its own
-                if uid not in known:
-                    known.append(uid)
-                operations.setdefault(key, event.get("operation_id"))
-                try:
-                    stories[key] = lifecycle.step(stories.get(key, lifecycle.Story()), event)
-                except lifecycle.LifecycleError as exc:
-                    broken[key] = {
-                        "request_id": request_id,
-                        "peer_uid": uid,
-                        "operation_id": operations.get(key),
-                    } | exc.to_dict()
-                    stories.pop(key, None)
+        return lifecycle.check_journal(events(), listed=MAX_VIOLATIONS)
     except client.ClientError as exc:
         _err(str(exc))
         return 1
-    states: dict[str, int] = {}
-    for story in stories.values():
-        states[story.state] = states.get(story.state, 0) + 1
-    violations = sorted(broken.values(), key=lambda v: v["seq"] if isinstance(v["seq"], int) else 0)
-    return {
-        "ok": not violations,
-        "events": read,
-        "requests": len(stories) + len(broken),
-        "states": dict(sorted(states.items())),
-        "open": sum(n for state, n in states.items() if state not in lifecycle.TERMINAL),
-        "violations": violations[:MAX_VIOLATIONS],
-        "violation_count": len(violations),
-    }
 
 
 def render_lifecycle(checked: dict[str, Any]) -> list[str]:
     states = ", ".join(f"{state} {n}" for state, n in (checked.get("states") or {}).items()) or "none"
     head = "ok" if checked.get("ok") else f"FAILED, {checked.get('violation_count')} request(s) break the table"
     lines = [f"lifecycle: {head}; {checked.get('requests')} request(s) in {checked.get('events')} event(s) ({states})"]
+    for u in checked.get("unrecorded_ends") or []:
+        lines.append(
+            f"lifecycle note: request {sanitise(str(u.get('request_id')))} was answered ok at seq {u.get('seq')} "
+            f"with no end record; the journal restarted in between (seq {u.get('restart')}), which may have lost it"
+        )
     for v in checked.get("violations") or []:
         lines.append(
             f"lifecycle violation: request {sanitise(str(v.get('request_id')))} "

@@ -78,6 +78,8 @@ def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
             "idle_exit_seconds": 0,  # stay up; with --config setting it, dev up restarts on demand
         },
         "approval": {"allow_self_approval": True},
+        # The checkpoint key, made here at the first start (the package makes /etc/airlock's at install).
+        "journal": {"checkpoint_key": str(runtime_dir / "checkpoint_ed25519_key")},
         "runner": {"containment": "process-group"},
         "policy": {
             "default": "ask",
@@ -350,6 +352,27 @@ class Supervisor:
                 self.start(child)
 
 
+def make_checkpoint_key(key: Path) -> None:
+    """The journal's checkpoint key (ed25519, 0600, the invoking user's, who runs every service here), if missing.
+
+    Like the package's postinst for /etc/airlock's key; without ssh-keygen the
+    journal's anchors go unsigned and its log says so.
+    """
+    from airlock.common import sshsig
+
+    if key.exists() or not sshsig.available():
+        return
+    comment = f"airlock-checkpoint@{socket.gethostname()}"
+    subprocess.run(  # noqa: S603  ssh-keygen by absolute path; the key path is our own runtime folder's
+        [sshsig.SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+        timeout=30,
+        check=False,
+    )
+
+
 def up(runtime_dir: Path, user_config: Path | None) -> int:
     runtime_dir = runtime_dir.absolute()
     os.umask(0o077)  # the config (it may hold notify secrets), logs and folders are the invoking user's alone
@@ -366,6 +389,7 @@ def up(runtime_dir: Path, user_config: Path | None) -> int:
         for line in str(exc).splitlines():
             print(f"airlock dev: {line}", file=sys.stderr)
         return 2
+    make_checkpoint_key(cfg.journal.checkpoint_key)  # in the runtime folder prepared above: ours alone
     supervisor = Supervisor(runtime_dir, config_path)
 
     def on_signal(signum: int, _frame: Any) -> None:

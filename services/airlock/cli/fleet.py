@@ -45,6 +45,12 @@ def add_verify_arguments(sp: argparse.ArgumentParser) -> None:
         metavar="H",
         help="with --journal: only this host (its AIRLOCK_HOST, hostname or machine ID)",
     )
+    sp.add_argument(
+        "--host-keys",
+        metavar="FILE",
+        help="with --journal: the hosts' checkpoint keys (allowed_signers format, one `airlock audit host-key` "
+        "line per host): a host's records count only on the chain its own key's checkpoints sign",
+    )
 
 
 def add_global_arguments(p: argparse.ArgumentParser) -> None:
@@ -90,9 +96,92 @@ def register_audit(audit_sub: Any) -> None:
         help="whose records to compare with (default: this host's AIRLOCK_HOST)",
     )
     sp.add_argument("--database", help="the journal database (default: the configured state_dir's)")
+    sp.add_argument(
+        "--host-keys",
+        metavar="FILE",
+        help="the hosts' checkpoint keys (default: this host's own, from journal.checkpoint_key's .pub): only "
+        "records this host's key vouches for are held against the database",
+    )
     sp.add_argument("--config", help="airlock.yaml to read (default /etc/airlock/airlock.yaml)")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=compare)
+
+    text = "print this host's checkpoint key as a line for a collector's host-keys file"
+    sp = audit_sub.add_parser("host-key", help=text, description=text)
+    sp.add_argument("--config", help="airlock.yaml to read (default /etc/airlock/airlock.yaml)")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=host_key)
+
+
+def _key_path(ns: argparse.Namespace) -> Path:
+    from airlock.common import config as configuration
+
+    return configuration.load(Path(ns.config) if getattr(ns, "config", None) else None).journal.checkpoint_key
+
+
+def host_key(ns: argparse.Namespace) -> int:
+    """`airlock audit host-key`: ``<host identity> <key type> <base64> [comment]``, for the collector's file."""
+    from airlock.common import checkpoint, sshsig
+    from airlock.journal import journalfiles
+
+    try:
+        key = _key_path(ns)
+        host = journalfiles.local_host()
+        public = sshsig.public_line(key)
+    except sshsig.SigningError as exc:
+        _err(f"{exc} (the package makes the key at install: see docs/fleet.md)")
+        return 1
+    except Exception as exc:  # a bad config or no machine ID: the message says which
+        _err(str(exc))
+        return 2
+    line = checkpoint.host_key_line(host, public)
+    if ns.json:
+        print(json.dumps({"host": host, "key": public, "line": line, "path": f"{key}.pub"}, separators=(",", ":")))
+    else:
+        print(line)
+    return 0
+
+
+# Signatures checked at once (each one is an ssh-keygen process).
+_PARALLEL = 4
+
+
+def check_signatures(entries: list[dict[str, Any]], host_keys: Path) -> dict[tuple[bytes, str], str]:
+    """(statement, signature) -> key fingerprint of every checkpoint whose signature is by the key
+    ``host_keys`` lists for the host it names (ssh-keygen -Y verify, namespace airlock-checkpoint)."""
+    import asyncio
+
+    from airlock.common import checkpoint, sshsig
+    from airlock.journal import fleet
+
+    found = fleet.checkpoints_in(entries)
+
+    async def run() -> dict[tuple[bytes, str], str]:
+        slots = asyncio.Semaphore(_PARALLEL)
+        good: dict[tuple[bytes, str], str] = {}
+
+        async def one(item: fleet.Signed) -> None:
+            async with slots:
+                key = await sshsig.verify(
+                    host_keys, item.checkpoint.host, checkpoint.NAMESPACE, item.statement, item.signature
+                )
+            if key is not None:
+                good[(item.statement, item.signature)] = key
+
+        await asyncio.gather(*(one(item) for item in found))
+        return good
+
+    return asyncio.run(run())
+
+
+def _host_keys(ns: argparse.Namespace) -> Path | int | None:
+    if not getattr(ns, "host_keys", None):
+        return None
+    path = Path(ns.host_keys)
+    if not path.is_file() or not os.access(path, os.R_OK):
+        _err(f"--host-keys: cannot read {str(path)!r}")
+        return 2
+    return path
 
 
 def _entries(ns: argparse.Namespace) -> list[dict[str, Any]] | int:
@@ -131,15 +220,23 @@ def verify_journal(ns: argparse.Namespace) -> int:
             "are for the local journal"
         )
         return 2
+    keys = _host_keys(ns)
+    if isinstance(keys, int):
+        return keys
     entries = _entries(ns)
     if isinstance(entries, int):
         return entries
-    report = fleet.verify_hosts(entries, host=ns.journal_host)
+    verified = check_signatures(entries, keys) if keys is not None else None
+    report = fleet.verify_hosts(entries, host=ns.journal_host, verified=verified)
     if ns.json:
         print(json.dumps(report.to_dict(), separators=(",", ":")))
     else:
         for host in report.hosts.values():
             print(_host_line(host))
+        for line in _unproven_lines(report):
+            print(line)
+        if not report.keyed:
+            print("note: hosts as their records claim them (no --host-keys: any host's root can claim any name)")
         if report.ignored:
             print(
                 f"ignored: {len(report.ignored)} entr{'y' if len(report.ignored) == 1 else 'ies'} "
@@ -157,6 +254,29 @@ def verify_journal(ns: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _unproven_lines(report: Any) -> list[str]:
+    """What claims a host it cannot prove, grouped: ``UNPROVEN: 3 records (seqs 5-7) claim host web1/…: why``."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for item in report.unproven:
+        groups.setdefault((item["host"], item["what"], item["why"]), []).append(int(item["seq"]))
+    lines = []
+    for (host, what, why), seqs in sorted(groups.items()):
+        spans = ", ".join(_range(lo, hi) for lo, hi in _spans(sorted(seqs)))
+        plural = "s" if len(seqs) != 1 else ""
+        lines.append(f"UNPROVEN: {len(seqs)} {what}{plural} ({spans}) claim host {sanitise(host)}: {why}")
+    return lines
+
+
+def _spans(seqs: list[int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s in seqs:
+        if out and out[-1][1] >= s - 1:
+            out[-1] = (out[-1][0], s)
+        else:
+            out.append((s, s))
+    return out
+
+
 def _host_line(host: Any) -> str:
     summary = (
         (f"{host.records} records, {_range(host.first_seq, host.last_seq)}, {host.first_time} to {host.last_time}")
@@ -165,7 +285,13 @@ def _host_line(host: Any) -> str:
     )
     if host.duplicates:
         summary += f", {host.duplicates} duplicate entries"
-    if host.anchors is not None:
+    if host.key is not None:
+        summary += f"; proven by {host.checkpoints} checkpoints signed by its key {host.key}"
+        if host.proven_to is not None:
+            summary += f" (up to seq {host.proven_to})"
+        for lo, hi in host.unproven_tail:
+            summary += f"; {_range(lo, hi)} not covered by a checkpoint yet"
+    elif host.anchors is not None:
         summary += f"; anchors: {host.anchors.checked} checked"
     if host.first_seq is not None and host.first_seq > 1:
         summary += f"; records before seq {host.first_seq} are not on the collector (chain checked from there)"
@@ -220,10 +346,22 @@ def compare(ns: argparse.Namespace) -> int:
     except Exception as exc:  # a bad config: say so, no traceback
         _err(f"cannot read the configuration: {exc}")
         return 2
+    keys = _host_keys(ns)
+    if isinstance(keys, int):
+        return keys
     entries = _entries(ns)
     if isinstance(entries, int):
         return entries
-    report = fleet.verify_hosts(entries, host=host)
+    own = None
+    if keys is None and ns.journal_host is None:
+        own = _own_host_keys(ns, host)  # this host's own key: the records it signed are its own
+        keys = own
+    try:
+        verified = check_signatures(entries, keys) if keys is not None else None
+    finally:
+        if own is not None:
+            own.unlink(missing_ok=True)
+    report = fleet.verify_hosts(entries, host=host, verified=verified)
     if not report.hosts:
         _err(f"the collector's files hold no records of host {host!r}")
         return 1
@@ -232,6 +370,11 @@ def compare(ns: argparse.Namespace) -> int:
         return 2
     ((name, held),) = report.hosts.items()
     collected = _collected(entries, name)
+    unproven = {int(u["seq"]) for u in report.unproven if u["host"] == name and u["what"] != "checkpoint"}
+    if report.keyed:
+        # Only what this host's key vouches for is held against its database (issue 29): a
+        # record another host shipped under this name never makes the database look cut.
+        collected = {seq: digest for seq, digest in collected.items() if seq not in unproven}
     cuts = [(seg["cut"][0], seg["cut"][1]) for seg in held.segments if seg.get("cut")]
     result = fleet.compare(local, collected, cuts)
     if ns.json:
@@ -255,7 +398,25 @@ def compare(ns: argparse.Namespace) -> int:
             print(f"DIFFERS at seq {result.first_differing_seq}: {result.reason}")
         if not held.ok:
             print(f"note: the collector's own copy does not check out: {'; '.join(held.problems[:3])}")
+        for line in _unproven_lines(report):
+            print(f"note: {line} (not held against the database)")
     return 0 if result.ok else 1
+
+
+def _own_host_keys(ns: argparse.Namespace, host: str) -> Path | None:
+    """A host-keys file naming this host's own checkpoint key, or None when it has none."""
+    import tempfile
+
+    from airlock.common import checkpoint, sshsig
+
+    try:
+        public = sshsig.public_line(_key_path(ns))
+    except Exception:  # no key (an older install, or dev): compare as before, by claimed name
+        return None
+    fd, name = tempfile.mkstemp(prefix="airlock-host-keys-")
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(checkpoint.host_key_line(host, public) + "\n")
+    return Path(name)
 
 
 def _collected(entries: list[dict[str, Any]], host: str) -> dict[int, str]:

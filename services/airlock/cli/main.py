@@ -93,8 +93,16 @@ def parser() -> argparse.ArgumentParser:
     op("pending", "list requests waiting for an operator").set_defaults(func=operator.cmd_pending)
     for verb, text in (("approve", "approve a pending request"), ("deny", "deny a pending request")):
         sp = op(verb, text)
-        sp.add_argument("id", help="request ID (or a unique prefix)")
+        sp.add_argument(
+            "id", help="the whole request ID (on a terminal also a unique prefix of a pending one: shown, then asked)"
+        )
         sp.add_argument("--reason", help="recorded in the audit journal")
+        sp.add_argument(
+            "--expect",
+            metavar="DIGEST",
+            help="act only if the request pending under ID is the one this digest names (every approve line has it)",
+        )
+        sp.add_argument("--yes", "-y", action="store_true", help="on a terminal: do not show the request and ask")
         signed = sp.add_mutually_exclusive_group()
         signed.add_argument(
             "--sign",
@@ -126,7 +134,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--reason", help="recorded in the audit journal")
     sp.set_defaults(func=operator.cmd_grants)
     sp = op("statement", "print the exact statement a signer signs to approve (or deny) a pending request")
-    sp.add_argument("id", help="request ID (or a unique prefix)")
+    sp.add_argument("id", help="the whole request ID")
+    sp.add_argument("--expect", metavar="DIGEST", help="only if the request pending under ID is the one it names")
     sp.add_argument("--deny", action="store_true", help="the statement that denies it")
     sp.set_defaults(func=operator.cmd_statement)
     sp = op("hold", "make every request wait for an operator (emergency brake)")
@@ -141,7 +150,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
     sp.set_defaults(func=events.cmd_events)
     sp = op("show", "a request's whole story: who, what, why, decision, outcome, events")
-    sp.add_argument("ref", help="request ID, operation ID, or a unique prefix of either")
+    sp.add_argument("ref", help="request ID, operation ID, or a unique prefix of a pending request's ID")
     sp.set_defaults(func=operator.cmd_show)
     sp = op("cancel", "cancel an operation (deny it if pending, stop it if running)")
     sp.add_argument("operation_id")

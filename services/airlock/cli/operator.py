@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 
 from airlock.cli.base import _err, _operator, _table, _unreachable
 from airlock.cli.events import _event_line
-from airlock.common import client, render, sandbox
+from airlock.common import arguments, client, render, sandbox
 from airlock.common.codec import iso_utc
 from airlock.common.render import Style, command_line, fields, sanitise, use_colour
 from airlock.relay import state as relay_state
@@ -122,10 +124,15 @@ def cmd_pending(ns: argparse.Namespace) -> int:
             rows.append([p["request_id"], p["peer"]["user"], as_user, render.duration(p["seconds_left"]), command[:60]])
         print(_table(rows, ["ID", "USER", "AS", "LEFT", "COMMAND"]) if rows else "no pending requests")
         for p in data.get("pending", []):
+            # Issue 27: the exact line that decides this request and no other.
+            print(f"{render.sanitise(p['request_id'], strict=True)}: {approve_line(p['request_id'], p.get('expect'))}")
+        for p in data.get("pending", []):
             extra = render.quorum_line(p)
             if extra:
                 print(f"{render.sanitise(p['request_id'], strict=True)} {extra}")
         for p in data.get("pending", []):
+            for line in arguments.flagged(p.get("arguments")):  # issue 27: others can change what it reads
+                print(f"{render.sanitise(p['request_id'], strict=True)} {arguments.FLAG}: {render.sanitise(line)}")
             if p.get("sandbox"):  # shown only when a rule confines the job; none means a full job
                 confined = "; ".join(f"stage {i}: {sandbox.describe(sb)}" for i, sb in enumerate(p["sandbox"], start=1))
                 print(f"{render.sanitise(p['request_id'], strict=True)} sandbox: {render.sanitise(confined)}")
@@ -143,8 +150,52 @@ def cmd_pending(ns: argparse.Namespace) -> int:
     return rc
 
 
+def approve_line(request_id: object, expect: object, verb: str = "approve") -> str:
+    """The line that decides exactly this pending request (issue 27): whole ID, quoted, and its --expect."""
+    line = f"airlock {verb} {shlex.quote(sanitise(request_id, strict=True))}"
+    if isinstance(expect, str) and expect:
+        line += f" --expect {shlex.quote(sanitise(expect, strict=True))}"
+    return line
+
+
+def _confirmed(ns: argparse.Namespace) -> tuple[str, str] | None:
+    """On a terminal without --expect: find what the person typed (the whole ID or a unique prefix of a
+    pending request, `show`), show it, and ask; the answer acts on that exact ID and its digest only."""
+    from airlock.cli import watch
+
+    quiet = argparse.Namespace(**{**vars(ns), "json": False})
+    rc, data = _operator(quiet, "show", {"ref": ns.id})
+    if rc != 0:
+        return None
+    request_id = str(data.get("request_id") or "")
+    if not request_id.startswith(ns.id):
+        _err(f"{sanitise(ns.id, strict=True)} is not a request ID: give the request ID, not an operation ID")
+        return None
+    if not data.get("pending"):
+        _err(f"{sanitise(request_id, strict=True)} is no longer pending ({sanitise(data.get('state'))})")
+        return None
+    detail = data.get("detail") or {}
+    print(watch.describe(detail, Style(use_colour(sys.stdout)), 1, 1))
+    left = float(detail.get("seconds_left") or 0)
+    sys.stdout.write(f"\n{ns.verb} {sanitise(request_id, strict=True)}? [y/N] ")
+    sys.stdout.flush()
+    ready, _, _ = select.select([sys.stdin], [], [], max(1.0, left))  # it stops waiting then anyway
+    answer = sys.stdin.readline().strip().lower() if ready else ""
+    if answer not in ("y", "yes"):
+        _err("nothing decided" + ("" if ready else " (no answer before the request expired)"))
+        return None
+    return request_id, str(data.get("expect") or "")
+
+
 def cmd_decide(ns: argparse.Namespace) -> int:
+    if ns.expect is None and not ns.yes and not ns.json and sys.stdin.isatty() and sys.stdout.isatty():
+        found = _confirmed(ns)
+        if found is None:
+            return 1
+        ns.id, ns.expect = found
     args: dict[str, Any] = {"id": ns.id}
+    if ns.expect:
+        args["expect"] = ns.expect
     if ns.reason:
         args["reason"] = ns.reason
     if getattr(ns, "principal", None):
@@ -226,7 +277,8 @@ def cmd_grants(ns: argparse.Namespace) -> int:
 
 
 def cmd_statement(ns: argparse.Namespace) -> int:
-    rc, data = _operator(ns, "statement", {"id": ns.id, "decision": "deny" if ns.deny else "allow"})
+    args = {"id": ns.id, "decision": "deny" if ns.deny else "allow"} | ({"expect": ns.expect} if ns.expect else {})
+    rc, data = _operator(ns, "statement", args)
     if rc == 0 and not ns.json:
         # Exactly the bytes to sign: nothing before or after.
         sys.stdout.write(data.get("statement") or "")
@@ -277,6 +329,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
     ]
     for i, stage in enumerate(request.get("stages") or [], start=1):
         pairs.append((f"stage {i}", command_line(stage)))
+    for line in arguments.flagged(_bound_arguments(data)):
+        pairs.append((style.bold(arguments.FLAG), sanitise(line)))
     if decision:
         who = decision.get("by")
         if decision.get("grant_id"):
@@ -303,6 +357,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
     waiting = render.quorum_line(data.get("detail") or {}) if data.get("pending") else ""
     if waiting:
         pairs.append(("waiting", waiting))
+    if data.get("pending") and data.get("expect"):
+        pairs.append(("approve", approve_line(data.get("request_id"), data.get("expect"))))
     if outcome:
         text = f"{outcome.get('status')}"
         if outcome.get("exit_codes") is not None:
@@ -331,6 +387,18 @@ def cmd_show(ns: argparse.Namespace) -> int:
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
     return 0
+
+
+def _bound_arguments(data: dict[str, Any]) -> Any:
+    """A request's changeable path arguments: from the pending entry, else from its approval.pending record."""
+    detail = data.get("detail") or {}
+    if detail.get("arguments"):
+        return detail["arguments"]
+    for event in data.get("events") or []:
+        payload = event.get("payload") if isinstance(event, dict) else None
+        if event.get("kind") == "approval.pending" and isinstance(payload, dict) and payload.get("arguments"):
+            return payload["arguments"]
+    return []
 
 
 def cmd_cancel(ns: argparse.Namespace) -> int:

@@ -28,7 +28,9 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
                 f"{stage.get('resolved')})"
             )
             if stage.get("decision") != "deny":
-                print(f"  sandbox: {sandbox.describe(stage.get('sandbox'))}")
+                deciding = stage.get("deciding") or []
+                merged = f" (merged from rules {', '.join(deciding)})" if len(deciding) > 1 else ""
+                print(f"  sandbox: {sandbox.describe(stage.get('sandbox'))}{merged}")
         print(f"decision: {data.get('decision')} (rule {data.get('rule')})")
     return rc
 

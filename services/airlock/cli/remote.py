@@ -137,7 +137,16 @@ class Remote:
         if verb == "pending":
             return ["pending", "--json"]
         if verb in ("approve", "deny"):
-            return [verb, "--json", "--reason", str(args.get("reason") or "airlock watch"), "--", str(args["id"])]
+            expect = ["--expect", str(args["expect"])] if args.get("expect") else []
+            return [
+                verb,
+                "--json",
+                "--reason",
+                str(args.get("reason") or "airlock watch"),
+                *expect,
+                "--",
+                str(args["id"]),
+            ]
         raise ValueError(f"unknown verb {verb!r}")
 
     def call(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:

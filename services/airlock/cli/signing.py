@@ -41,7 +41,8 @@ def sign(
     decision: str,
 ) -> str:
     quiet = argparse.Namespace(**{**vars(ns), "json": False})
-    rc, data = operator(quiet, "statement", {"id": ns.id, "decision": decision})
+    expect = {"expect": ns.expect} if getattr(ns, "expect", None) else {}  # never sign another request's statement
+    rc, data = operator(quiet, "statement", {"id": ns.id, "decision": decision} | expect)
     if rc != 0:
         raise SigningError("could not fetch the statement to sign")
     statement = str(data.get("statement") or "")

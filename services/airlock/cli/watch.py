@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import select
+import shlex
 import sys
 import termios
 import time
@@ -22,7 +23,7 @@ import tty
 from collections.abc import Callable
 from typing import Any
 
-from airlock.common import client, sandbox
+from airlock.common import arguments, client, sandbox
 from airlock.common.render import Style, command_line, diff_lines, duration, fields, file_review, sanitise, use_colour
 
 POLL_SECONDS = 1.0
@@ -60,6 +61,8 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
         pairs.append(("  binary", shown))
         confined = (p.get("sandbox") or [])[i - 1] if len(p.get("sandbox") or []) >= i else None
         pairs.append(("  sandbox", sanitise(sandbox.describe(confined))))
+    for line in arguments.flagged(p.get("arguments")):  # issue 27: others can change what the job reads
+        pairs.append((style.red(arguments.FLAG), sanitise(line)))
     request = p.get("request") or {}
     pairs.extend(file_review(request))
     env = p.get("env_names") or []
@@ -70,6 +73,9 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
         who = ", ".join(sanitise(v.get("principal") or v.get("user")) for v in quorum.get("approvers") or [])
         pairs.append(("approvals", f"{sanitise(quorum.get('progress'))}" + (f" so far ({who})" if who else "")))
     pairs.append(("operation", sanitise(p.get("operation_id"), strict=True)))
+    if p.get("expect"):  # issue 27: decides this request only, from any other terminal
+        request_id, expect = sanitise(p.get("request_id"), strict=True), sanitise(p.get("expect"), strict=True)
+        pairs.append(("approve line", f"airlock approve {shlex.quote(request_id)} --expect {shlex.quote(expect)}"))
     diff = diff_lines(request["diff"]) if request.get("diff") else ""
     return "\n".join(lines) + "\n" + fields(pairs) + ("\n\n" + diff if diff else "")
 
@@ -148,6 +154,8 @@ class Console:
             return
         verb = "approve" if key in (b"y", b"Y", b"G") else "deny"
         args: dict[str, Any] = {"id": request_id, "reason": "airlock watch"}
+        if p.get("expect"):
+            args["expect"] = p["expect"]  # the key decides what was on the screen, or nothing (request_changed)
         if key == b"G":
             args["grant_seconds"] = GRANT_SECONDS
         reply = self.call(verb, args)

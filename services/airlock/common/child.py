@@ -108,12 +108,15 @@ async def run(
     stdin: bytes | None = None,
     capture_stdout: bool = True,
     grace: float = HELPER_GRACE_SECONDS,
+    pass_fds: Sequence[int] = (),
 ) -> Finished:
     """Run a helper command to its end, within ``timeout`` (then `terminate`, with ``grace``).
 
     Raises OSError when it cannot be started.  Cancelled, the command is killed
     and waited for before the cancellation goes on.  Output is captured in
-    memory: helpers say little (callers cap what they log).
+    memory: helpers say little (callers cap what they log).  ``pass_fds``: the
+    only descriptors the helper inherits (e.g. a sealed memfd it reads as
+    ``/proc/self/fd/N``).
     """
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -123,6 +126,7 @@ async def run(
         env=env,
         cwd="/",
         close_fds=True,
+        pass_fds=tuple(pass_fds),
         start_new_session=True,  # its own process group: a stop reaches what it started
     )
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from airlock.common import envrule
 from airlock.common.yamlnodes import BOOL, FLOAT, INT, STR, got, is_null, syntax_error, where
 
 DEFAULT_CONFIG_PATH = Path("/etc/airlock/airlock.yaml")
@@ -155,6 +156,11 @@ def env_patterns(node: yaml.Node) -> tuple[str, ...]:
     for value in values:
         if not _ENV_NAME.match(value):
             raise ValueError(f"{value!r} is not a variable name (a trailing * is allowed)")
+    for index, value in enumerate(values):
+        # env.allow serves root jobs too: a wildcard may not admit a name no root job may take.
+        refused = envrule.wildcard_refusal(value)
+        if refused is not None:
+            raise NodeError(node.value[index], f"[{index}]", refused)
     return values
 
 
@@ -420,6 +426,7 @@ class Journal:
     output_head_bytes: int
     anchor_every_records: int
     anchor_every_seconds: float
+    checkpoint_key: Path = Path("/etc/airlock/checkpoint_ed25519_key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -680,6 +687,14 @@ SETTINGS: tuple[Setting, ...] = (
         non_negative_float,
         300.0,
         "Anchor the chain head at least this often while records are written (0: only at start and stop).",
+    ),
+    Setting(
+        "journal.checkpoint_key",
+        absolute_path,
+        Path("/etc/airlock/checkpoint_ed25519_key"),
+        "The host's checkpoint key (OpenSSH ed25519, made at install, readable only by airlock-journal): every "
+        "anchor is signed with it (ssh-keygen -Y sign, namespace airlock-checkpoint); `airlock audit host-key` "
+        "prints its public half. Absent: anchors go unsigned (logged).",
     ),
     Setting(
         "runner.containment",

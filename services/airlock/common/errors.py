@@ -43,6 +43,7 @@ class ErrorCode(enum.StrEnum):
     SPAWN_FAILED = "spawn_failed"
     BINARY_CHANGED = "binary_changed"  # the binary is no longer the file approval saw
     UNSAFE_BINARY = "unsafe_binary"  # a root job's binary or a parent directory is not root's alone
+    ARGUMENT_CHANGED = "argument_changed"  # a root job's bound path argument is not the file approval saw
     # File operations (issue 15).
     FILE_CHANGED = "file_changed"
     LIMIT_EXCEEDED = "limit_exceeded"
@@ -57,6 +58,8 @@ class ErrorCode(enum.StrEnum):
     STATEMENT_EXPIRED = "statement_expired"  # the statement's expiry passed (the request timed out)
     SIGNATURE_REPLAYED = "signature_replayed"  # this signature was already used
     REASON_REQUIRED = "reason_required"  # the rule (or approval.operator_reason) wants a reason of min length
+    # Exact references (issue 27).
+    REQUEST_CHANGED = "request_changed"  # --expect does not match the request pending now under that ID
     # Operations (reference/001).
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"
@@ -112,6 +115,12 @@ def within_reference_004(error: AirlockError) -> AirlockError:
 
 
 _CONFLICTS = frozenset(
-    {ErrorCode.OPERATION_ID_CONFLICT, ErrorCode.OPERATION_IN_PROGRESS, ErrorCode.BUSY, ErrorCode.RATE_LIMITED}
+    {
+        ErrorCode.OPERATION_ID_CONFLICT,
+        ErrorCode.OPERATION_IN_PROGRESS,
+        ErrorCode.BUSY,
+        ErrorCode.REQUEST_CHANGED,
+        ErrorCode.RATE_LIMITED,
+    }
 )
 _UNAVAILABLE = frozenset({ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.RUNNER_UNAVAILABLE, ErrorCode.APPROVAL_UNAVAILABLE})

@@ -30,6 +30,11 @@ from airlock.common.errors import AirlockError, ErrorCode
 # may append exactly what approval may.
 WRITERS: Final = ("intake", "approval", "runner", "journal", "operator")
 
+# The journal's cap on one record's payload (canonical JSON bytes).  Here, not in
+# the journal, because the runner must know it too: it checks that a job's end
+# record fits before the job may start (issue 29).
+MAX_PAYLOAD_BYTES: Final = 64 * 1024
+
 # Writers that stand in for another writer's permissions.
 _ACTS_AS: Final[Mapping[str, str]] = MappingProxyType({"operator": "approval"})
 
@@ -193,6 +198,8 @@ NOTICES: Final[Mapping[str, str]] = MappingProxyType(
         # Every committed record, complete, for systemd-journal-upload (journal/fleet.py).
         "journal.record.appended": "7f3c2a9e5b1d4c8e9a6f0d2b4e8c1a57",
         "journal.record.unshipped": "3e8d1f6a2c9b4d07b5a4e6c8f0d2a1b9",
+        # An anchor written without its signature (issue 29): no key, or ssh-keygen failed.
+        "journal.checkpoint.unsigned": "bfbd27fa49584f37867987667d895f03",
         # airlock-notify (the relay): deliveries to operators' channels.
         "notify.delivery.succeeded": "5b0f6f0e2c8a4d7e9a51c3b7d2e86f14",
         "notify.delivery.failed": "c7e2a94d1f3b4e6a8d05b9f2e1a7c3d8",

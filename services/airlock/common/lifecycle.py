@@ -36,9 +36,12 @@ Records written before an effect (``request.received``, ``approval.decided``,
 them, the effect does not happen.  The first two are deferred appends
 (issue 21): durable together with ``exec.started``, which the journal refuses
 if either was lost; the order of records is unchanged.  The end record (``exec.finished``,
-``files.finished``) is written after the work, and a journal killed at that
-moment loses it (``runner.audit.unrecorded`` in journald), so intake's ``ok``
-reply may follow ``running`` directly.
+``files.finished``) is written after the work; the runner checks that it will
+fit before the work starts (issue 29), so only a journal that restarted at that
+moment can lose it (``runner.audit.unrecorded`` in journald).  The table lets
+intake's ``ok`` reply follow ``running`` directly, but `missing_end` names that
+step, and ``airlock audit verify --lifecycle`` holds it a violation unless the
+journal restarted between the start and the reply.
 
 A story may also stop in an open state for ever: a service was killed before
 it wrote the next record (intake killed while the job ran leaves ``ended``
@@ -248,6 +251,21 @@ def step(story: Story, event: Mapping[str, Any]) -> Story:
     return Story(row.target, row.family or story.family, seq)
 
 
+def missing_end(story: Story, event: Mapping[str, Any]) -> bool:
+    """Is ``event`` intake's ``ok`` reply to work whose end record the journal does not hold?
+
+    Allowed by the table (a journal that restarted between the work's start and
+    its end may have lost the record), a violation otherwise: the audit must
+    never lose a job's end (issue 29).  The caller knows whether the journal
+    restarted in between (a ``service.started`` record of the journal after
+    ``story.seq``).
+    """
+    if event.get("kind") != "request.replied" or story.state not in ("running", "cancelled"):
+        return False
+    payload = event.get("payload")
+    return isinstance(payload, Mapping) and payload.get("status") == "ok"
+
+
 def fold(events: Iterable[Mapping[str, Any]], story: Story | None = None) -> Story:
     """Fold one request's events (oldest first); raises `LifecycleError` at the first forbidden step."""
     current = story or Story()
@@ -265,6 +283,85 @@ def trace(events: Iterable[Mapping[str, Any]]) -> tuple[Story, LifecycleError | 
         except LifecycleError as exc:
             return current, exc
     return current, None
+
+
+# --- a whole journal ---------------------------------------------------------------
+
+
+def check_journal(events: Iterable[Mapping[str, Any]], *, listed: int = 1000) -> dict[str, Any]:
+    """Fold every request of a journal (its events, oldest first) through the table.
+
+    A request is its ID *and* its agent: request IDs are each agent's own (the
+    replay guard claims "<uid>:<id>"), so two agents' requests may share one.  A
+    record without the uid (a runner refusal before it parsed the spec) goes
+    with the ID's only story.  An ok reply with no end record (`missing_end`) is
+    a violation, unless the journal restarted in between (its own
+    ``service.started``): then it is listed in ``unrecorded_ends``, not held
+    against the journal.  ``listed``: violations listed in full; beyond, counted.
+    """
+    stories: dict[tuple[str, Any], Story] = {}
+    operations: dict[tuple[str, Any], Any] = {}
+    broken: dict[tuple[str, Any], dict[str, Any]] = {}
+    uids: dict[str, list[Any]] = {}
+    restarts: list[int] = []  # seqs of the journal's own service.started records
+    unrecorded: list[dict[str, Any]] = []
+    read = 0
+    for event in events:
+        read += 1
+        seq = event.get("seq")
+        if event.get("kind") == "service.started" and event.get("writer") == "journal" and isinstance(seq, int):
+            restarts.append(seq)
+        request_id = event.get("request_id")
+        if not isinstance(request_id, str) or not request_id:
+            continue
+        uid = event.get("peer_uid")
+        known = uids.setdefault(request_id, [])
+        if uid is None and len(known) == 1:
+            uid = known[0]
+        key = (request_id, uid)
+        if key in broken:
+            continue
+        if event.get("kind") in OUTSIDE and key not in stories:
+            continue  # e.g. an operator's action naming a request: not a story of its own
+        if uid not in known:
+            known.append(uid)
+        operations.setdefault(key, event.get("operation_id"))
+        story = stories.get(key, Story())
+        try:
+            if missing_end(story, event):
+                since = story.seq if isinstance(story.seq, int) else 0
+                until = seq if isinstance(seq, int) else 0
+                restart = next((r for r in restarts if since < r < until), None)
+                if restart is None:
+                    raise LifecycleError(
+                        "request.replied[ok]",
+                        seq,
+                        story.state,
+                        "intake replied ok but the journal holds no end record of the work (the runner's "
+                        "exec.finished); the journal did not restart in between",
+                    )
+                unrecorded.append({"request_id": request_id, "peer_uid": uid, "seq": seq, "restart": restart})
+            stories[key] = step(story, event)
+        except LifecycleError as exc:
+            broken[key] = {"request_id": request_id, "peer_uid": uid, "operation_id": operations.get(key)} | (
+                exc.to_dict()
+            )
+            stories.pop(key, None)
+    states: dict[str, int] = {}
+    for kept in stories.values():
+        states[kept.state] = states.get(kept.state, 0) + 1
+    violations = sorted(broken.values(), key=lambda v: v["seq"] if isinstance(v["seq"], int) else 0)
+    return {
+        "ok": not violations,
+        "events": read,
+        "requests": len(stories) + len(broken),
+        "states": dict(sorted(states.items())),
+        "open": sum(n for state, n in states.items() if state not in TERMINAL),
+        "violations": violations[:listed],
+        "violation_count": len(violations),
+        # Answered ok with no end record, but the journal restarted in between: said, not held against it.
+        "unrecorded_ends": unrecorded[:listed],
+    }
 
 
 # --- the table as text (docs/architecture.md prints it; a test compares) -----------

@@ -24,7 +24,7 @@ tasks_max            positive integer             TasksMax=
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airlock.common.errors import AirlockError, ErrorCode
@@ -192,6 +192,102 @@ def properties(sandbox: Mapping[str, Any], where: str = "sandbox") -> list[Prope
                 mask |= 1 << CAPABILITIES.index(name)
             props.append(("CapabilityBoundingSet", "t", mask))
     return props
+
+
+# --- several rules' sandboxes as one (issue 27: most restrictive per key) -------------------
+
+
+def merge(sandboxes: Iterable[Mapping[str, Any] | None], physical_memory: int | None = None) -> dict[str, Any] | None:
+    """The sandboxes of every rule that decided a stage, combined: the most restrictive per key.
+
+    None (a rule without ``sandbox:``) confines nothing and so adds nothing; all
+    None is None (a full job).  Per key, with each value already valid:
+
+    - ``read_only``, ``private_network``, ``private_tmp``, ``no_new_privileges``:
+      true if any rule says true;
+    - ``read_write_paths``: what every ``read_only`` rule leaves writable (the
+      intersection; a rule that is not read-only leaves everything writable);
+      none left under ``read_only`` means nothing stays writable;
+    - ``capabilities``: only those every rule that lists capabilities keeps;
+    - ``memory_max``, ``cpu_quota``, ``tasks_max``: the smallest (a percentage
+      of memory is compared in bytes of ``physical_memory``, read from the
+      system only when sizes and percentages meet).
+
+    Independent of the order of ``sandboxes`` (tests check it).  Pure unless a
+    percentage meets a size.
+    """
+    given = [dict(sb) for sb in sandboxes if sb is not None]
+    if not given:
+        return None
+    out: dict[str, Any] = {}
+    for flag in _FLAGS:
+        values = [sb[flag] for sb in given if flag in sb]
+        if values:
+            out[flag] = any(values)
+    writable = _writable(given)
+    if writable is not None:
+        out["read_write_paths"] = writable
+    if not out.get("read_write_paths"):
+        out.pop("read_write_paths", None)
+    lists = [set(sb["capabilities"]) for sb in given if "capabilities" in sb]
+    if lists:
+        kept = set.intersection(*lists)
+        out["capabilities"] = [c for c in CAPABILITIES if c in kept]
+    tasks = [sb["tasks_max"] for sb in given if "tasks_max" in sb]
+    if tasks:
+        out["tasks_max"] = min(tasks)
+    quotas = [sb["cpu_quota"] for sb in given if "cpu_quota" in sb]
+    if quotas:
+        out["cpu_quota"] = min(quotas, key=lambda q: (cpu_quota_property(q)[2], q))
+    memories = [sb["memory_max"] for sb in given if "memory_max" in sb]
+    if memories:
+        out["memory_max"] = min(memories, key=lambda m: (_memory_bytes(m, memories, physical_memory), m))
+    return {key: out[key] for key in sorted(out)}
+
+
+def _norm(path: str) -> str:
+    return "/" + "/".join(part for part in path.split("/") if part)
+
+
+def _under(path: str, top: str) -> bool:
+    return top == "/" or path == top or path.startswith(top + "/")
+
+
+def _writable(given: list[dict[str, Any]]) -> list[str] | None:
+    """``read_write_paths`` of the merge: the paths writable under every rule (None: no rule lists any)."""
+    if not any("read_write_paths" in sb for sb in given):
+        return None
+    read_only = any(sb.get("read_only") for sb in given)
+    # Under read_only a rule that is not read-only leaves everything writable; otherwise only the lists count.
+    sets = [
+        [_norm(p) for p in sb.get("read_write_paths") or []]
+        for sb in given
+        if (sb.get("read_only") if read_only else "read_write_paths" in sb)
+    ]
+    common: list[str] = sets[0] if sets else []
+    for other in sets[1:]:
+        common = [p for p in common if any(_under(p, q) for q in other)] + [
+            q for q in other if any(_under(q, p) for p in common)
+        ]
+    kept = sorted(set(common))
+    return [p for p in kept if not any(q != p and _under(p, q) for q in kept)]
+
+
+def _memory_bytes(value: str, all_values: list[str], physical_memory: int | None) -> float:
+    name, _sig, raw = memory_property(value)
+    amount = float(raw)
+    if name == "MemoryMax":
+        return amount
+    if all(memory_property(v)[0] == "MemoryMaxScale" for v in all_values):
+        return amount  # all percentages: compared as they are
+    total = physical_memory if physical_memory is not None else _physical_memory()
+    return amount / _UINT32_MAX * total
+
+
+def _physical_memory() -> int:
+    import os
+
+    return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
 
 
 def describe(sandbox: Mapping[str, Any] | None) -> str:

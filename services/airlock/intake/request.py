@@ -100,8 +100,8 @@ def parse_time(value: Any, config: Config, now: float) -> str:
 
 
 def check_env(field_name: str, env: dict[str, str], config: Config, *, privileged: bool = False) -> None:
-    for name in env:
-        refused = envrule.refusal(name) if privileged else None
+    for name, value in env.items():
+        refused = envrule.refusal(name, value) if privileged else None
         if refused is not None:
             raise validate.bad(f"{field_name}.{name}", refused)
         if name == "SSH_AUTH_SOCK":

@@ -35,12 +35,22 @@ def path_beside(database: Path) -> Path:
     return Path(database).with_name(FILE_NAME)
 
 
-def line(anchor: Anchor, reason: str, when: float) -> bytes:
+def line(anchor: Anchor, reason: str, when: float, extra: dict[str, Any] | None = None) -> bytes:
+    """One line of the anchors file; ``extra``: a signed checkpoint's ``checkpoint`` and ``signature``."""
     moment = iso_utc(when)
-    return (json.dumps(anchor.to_dict() | {"time": moment, "reason": reason}, separators=(",", ":")) + "\n").encode()
+    fields = anchor.to_dict() | {"time": moment, "reason": reason} | (extra or {})
+    return (json.dumps(fields, separators=(",", ":")) + "\n").encode()
 
 
-def append(path: Path, anchor: Anchor, reason: str, when: float, *, owner: tuple[int, int] | None = None) -> None:
+def append(
+    path: Path,
+    anchor: Anchor,
+    reason: str,
+    when: float,
+    *,
+    owner: tuple[int, int] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Append one anchor line and fsync it (creating the file 0600).
 
     ``owner``: when running as root (an acknowledgement), hand a file this
@@ -50,7 +60,7 @@ def append(path: Path, anchor: Anchor, reason: str, when: float, *, owner: tuple
     try:
         if owner is not None and os.geteuid() == 0:
             os.fchown(fd, *owner)
-        data = line(anchor, reason, when)
+        data = line(anchor, reason, when, extra)
         while data:
             data = data[os.write(fd, data) :]
         os.fsync(fd)

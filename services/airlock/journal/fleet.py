@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from airlock.common import checkpoint
 from airlock.common.codec import canonical_json
 from airlock.common.kinds import NOTICES
 from airlock.journal import chain
@@ -175,6 +176,47 @@ def parse_record(entry: Mapping[str, Any]) -> Shipped:
     return Shipped(host, seq, digest, dict(record, hash=digest))
 
 
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """A signed checkpoint as a collector holds it: what it says, its exact bytes, its signature."""
+
+    checkpoint: checkpoint.Checkpoint
+    statement: bytes
+    signature: str
+
+
+def parse_signed(entry: Mapping[str, Any]) -> Signed | None:
+    """The signed checkpoint an anchor entry carries (``AIRLOCK_CHECKPOINT``, ``AIRLOCK_SIGNATURE``);
+    None for an unsigned anchor, `Unusable` for one that does not say what its fields say."""
+    statement = entry.get("AIRLOCK_CHECKPOINT")
+    if statement is None:
+        return None
+    data = _raw(entry, "AIRLOCK_CHECKPOINT")
+    signature = _text(entry, "AIRLOCK_SIGNATURE")
+    try:
+        made = checkpoint.parse(data)
+    except ValueError as exc:
+        raise Unusable(f"not a checkpoint: {exc}") from None
+    if (_text_or_none(entry, "AIRLOCK_HOST"), _text_or_none(entry, "AIRLOCK_CHAIN_SEQ")) != (made.host, str(made.seq)):
+        raise Unusable(f"checkpoint at seq {made.seq}: its fields disagree with what was signed")
+    return Signed(made, data, signature)
+
+
+def checkpoints_in(entries: Iterable[Mapping[str, Any]]) -> list[Signed]:
+    """Every signed checkpoint among ``entries`` (once each), for the caller to check the signatures of."""
+    found: dict[tuple[bytes, str], Signed] = {}
+    for entry in entries:
+        if _text_or_none(entry, "MESSAGE_ID") != ANCHOR_MESSAGE_ID:
+            continue
+        try:
+            item = parse_signed(entry)
+        except Unusable:
+            continue
+        if item is not None:
+            found.setdefault((item.statement, item.signature), item)
+    return list(found.values())
+
+
 def parse_anchor(entry: Mapping[str, Any]) -> tuple[str | None, Anchor]:
     """(its AIRLOCK_HOST or None, the anchor) of an anchor entry, or `Unusable`."""
     host = _text_or_none(entry, "AIRLOCK_HOST")
@@ -208,6 +250,12 @@ class HostReport:
     # "cut": [first, last] seq the host cut and the collector still holds, or None}.
     segments: list[dict[str, Any]] = field(default_factory=list)
     unlinked: list[int] = field(default_factory=list)  # acknowledgements that link to nothing held
+    # With host keys (issue 29): the key its checkpoints are signed with, how many
+    # verify, and the records past the newest one (not proven yet, not held against it).
+    key: str | None = None
+    checkpoints: int = 0
+    proven_to: int | None = None
+    unproven_tail: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -237,6 +285,10 @@ class HostReport:
             "anchors": self.anchors.to_dict() if self.anchors is not None else None,
             "segments": self.segments,
             "problems": self.problems,
+            "key": self.key,
+            "checkpoints": self.checkpoints,
+            "proven_to": self.proven_to,
+            "unproven_tail": [{"from": lo, "to": hi} for lo, hi in self.unproven_tail],
         }
 
 
@@ -244,10 +296,14 @@ class HostReport:
 class FleetReport:
     hosts: dict[str, HostReport]
     ignored: list[str]  # entries not used, and why
+    # With host keys: True; records, acknowledgements and checkpoints that claim a
+    # host they cannot prove (forged elsewhere, or the host's own history rewritten).
+    keyed: bool = False
+    unproven: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return bool(self.hosts) and all(h.ok for h in self.hosts.values())
+        return bool(self.hosts) and all(h.ok for h in self.hosts.values()) and not self.unproven
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -255,6 +311,8 @@ class FleetReport:
             "hosts": [h.to_dict() for h in self.hosts.values()],
             "ignored": len(self.ignored),
             "ignored_reasons": self.ignored[:20],
+            "keyed": self.keyed,
+            "unproven": self.unproven,
         }
 
 
@@ -353,14 +411,30 @@ def verify_host(host: str, shipped: Iterable[Shipped], anchors: Iterable[Anchor]
     return report
 
 
-def verify_hosts(entries: Iterable[Mapping[str, Any]], *, host: str | None = None) -> FleetReport:
+def verify_hosts(
+    entries: Iterable[Mapping[str, Any]],
+    *,
+    host: str | None = None,
+    verified: Mapping[tuple[bytes, str], str] | None = None,
+) -> FleetReport:
     """Sort a collector's entries by host and check each host's chain on its own.
 
     ``entries`` are journald entries (field -> value) with the record or the
     anchor MESSAGE_ID; ``host`` keeps only the hosts it names (`host_matches`).
+
+    ``verified`` (issue 29): the signed checkpoints (statement, signature) whose
+    signature checked out against the key the host-keys file lists for the host
+    they name, each with that key's fingerprint (`checkpoints_in` finds them;
+    the caller runs ssh-keygen).  With it, a host's chain is what its own key
+    vouches for (`prove`): only records on the hash chain a verified checkpoint
+    signs count as the host's (and records past the newest one, not signed
+    yet, except an acknowledgement), the checkpoints must extend one another,
+    and everything else that claims the host is reported in ``unproven``.  Without
+    it, ``AIRLOCK_HOST`` is taken as it comes (any host's root can write it).
     """
     records: dict[str, list[Shipped]] = {}
     anchors: dict[str, list[Anchor]] = {}
+    signed: dict[str, list[Signed]] = {}
     ignored: list[str] = []
     for entry in entries:
         message_id = _text_or_none(entry, "MESSAGE_ID")
@@ -375,12 +449,148 @@ def verify_hosts(entries: Iterable[Mapping[str, Any]], *, host: str | None = Non
                 name, anchor = parse_anchor(entry)
                 if not trusted(entry, root_only=anchor.ack):
                     raise Unusable(f"anchor at seq {anchor.seq}: not written by {JOURNAL_UNIT}")
-                if name is not None:
+                cp = parse_signed(entry) if verified is not None else None
+                if cp is not None:
+                    signed.setdefault(cp.checkpoint.host, []).append(cp)
+                elif name is not None:
                     anchors.setdefault(name, []).append(anchor)
         except Unusable as exc:
             ignored.append(str(exc))
-    reports = {name: verify_host(name, items, anchors.get(name, ())) for name, items in sorted(records.items())}
-    return FleetReport(reports, ignored)
+    if verified is None:
+        reports = {name: verify_host(name, items, anchors.get(name, ())) for name, items in sorted(records.items())}
+        return FleetReport(reports, ignored)
+    report = FleetReport({}, ignored, keyed=True)
+    for name in sorted(set(records) | {h for h in signed if host is None or host_matches(h, host)}):
+        kept, proofs = prove(name, records.get(name, []), signed.get(name, []), anchors.get(name, []), verified, report)
+        result = verify_host(name, kept, proofs)
+        result.key, result.checkpoints = (
+            _key_of(name, signed.get(name, []), verified),
+            len([p for p in proofs if not p.ack]),
+        )
+        if not kept:
+            result.problems[:] = ["no record of this host is proven by a checkpoint signed by its key"]
+        result.proven_to = max((p.seq for p in proofs if not p.ack), default=None)
+        if result.proven_to is not None:
+            result.unproven_tail = _ranges(sorted(i.seq for i in kept if i.seq > result.proven_to))
+        elif kept:
+            result.problems.append("no checkpoint signed by this host's key: none of its records is proven")
+        result.problems.extend(_disagreements(name, signed.get(name, []), verified, kept))
+        report.hosts[name] = result
+    return report
+
+
+def _key_of(name: str, signed: list[Signed], verified: Mapping[tuple[bytes, str], str]) -> str | None:
+    return next((verified[(s.statement, s.signature)] for s in signed if (s.statement, s.signature) in verified), None)
+
+
+def prove(
+    name: str,
+    shipped: list[Shipped],
+    signed: list[Signed],
+    unsigned: list[Anchor],
+    verified: Mapping[tuple[bytes, str], str],
+    report: FleetReport,
+) -> tuple[list[Shipped], list[Anchor]]:
+    """Which of the records claiming host ``name`` its own key vouches for.
+
+    A record is proven when it lies on the hash chain that a checkpoint signed
+    by the host's key names: walk back from each verified checkpoint's hash
+    through ``prev_hash``.  Records past the newest verified checkpoint (not
+    signed yet) are kept too, unless they contradict a proven record at the
+    same seq.  Everything else -- a record at a seq the host's checkpoints cover
+    that is not on their chain, a checkpoint whose signature is not the host's
+    key's, an acknowledgement nobody's key vouches for -- goes to
+    ``report.unproven``.  Returns the records to check as the host's chain and
+    the anchors to check it against (the verified checkpoints, and the ack
+    anchors of proven acknowledgements).
+    """
+    good = [s for s in signed if (s.statement, s.signature) in verified]
+    for bad in (s for s in signed if (s.statement, s.signature) not in verified):
+        report.unproven.append(
+            {
+                "host": name,
+                "what": "checkpoint",
+                "seq": bad.checkpoint.seq,
+                "why": "its signature is not by the key the host-keys file lists for this host",
+            }
+        )
+    by_hash: dict[str, Shipped] = {}
+    for item in shipped:
+        by_hash.setdefault(item.hash, item)
+    proven: set[str] = set()
+    for cp in sorted(good, key=lambda s: -s.checkpoint.seq):
+        digest: str | None = cp.checkpoint.hash
+        while digest is not None and digest in by_hash and digest not in proven:
+            proven.add(digest)
+            digest = by_hash[digest].row["prev_hash"]
+    top = max((s.checkpoint.seq for s in good), default=0)
+    proven_seqs = {by_hash[h].seq for h in proven}
+    kept: list[Shipped] = []
+    for item in shipped:
+        tail = item.seq > top and item.seq not in proven_seqs and item.row["kind"] != ACK_KIND
+        if item.hash in proven or tail:  # an acknowledgement rewrites history: it counts only once signed for
+            kept.append(item)
+            continue
+        what = "acknowledgement" if item.row["kind"] == ACK_KIND else "record"
+        report.unproven.append(
+            {
+                "host": name,
+                "what": what,
+                "seq": item.seq,
+                "why": "not on the chain this host's signed checkpoints cover",
+            }
+        )
+    proofs = [Anchor(s.checkpoint.seq, s.checkpoint.hash) for s in good]
+    proofs += [a for a in unsigned if a.ack and a.hash in proven]
+    return kept, proofs
+
+
+def _disagreements(
+    name: str, signed: list[Signed], verified: Mapping[tuple[bytes, str], str], kept: list[Shipped]
+) -> list[str]:
+    """The host's own signed checkpoints that do not extend one another (history rewritten after shipping).
+
+    Two verified checkpoints for one seq with different hashes, or a checkpoint
+    whose ``prev`` names a seq another verified checkpoint (or a proven record)
+    gives another hash.  Where the records between two checkpoints are held,
+    `prove` and the chain check find the same thing from the records.
+    """
+    good = sorted({s.checkpoint for s in signed if (s.statement, s.signature) in verified}, key=lambda c: c.seq)
+    known: dict[int, set[str]] = {}
+    for cp in good:
+        known.setdefault(cp.seq, set()).add(cp.hash)
+    by_hash = {item.hash: item for item in kept}
+    problems = []
+    for seq, hashes in sorted(known.items()):
+        if len(hashes) > 1:
+            problems.append(f"seq {seq}: this host signed two different heads (its history was rewritten)")
+    found: set[tuple[int, int]] = set()
+    for later in good:
+        # The chain this checkpoint signs, walked back through the records held (to an acknowledgement:
+        # a cut the host declared, reported as a segment).
+        path: dict[int, str] = {}
+        digest: str | None = later.hash
+        while digest is not None and digest in by_hash:
+            item = by_hash[digest]
+            path[item.seq] = item.hash
+            if item.row["kind"] == ACK_KIND:
+                break
+            digest = item.row["prev_hash"]
+        claims = [(earlier.seq, earlier.hash) for earlier in good if earlier.seq < later.seq]
+        if later.prev is not None:
+            claims.append(later.prev)
+        for seq, digest_at in claims:
+            other = known.get(seq, set())
+            wrong = (seq in path and path[seq] != digest_at) or (
+                (seq, digest_at) == later.prev and other and digest_at not in other
+            )
+            if wrong and (seq, later.seq) not in found:
+                found.add((seq, later.seq))
+                problems.append(
+                    f"seq {later.seq}: the checkpoint does not extend this host's earlier one at seq {seq} "
+                    "(its history was rewritten after it was shipped)"
+                )
+    return problems
 
 
 # -- a host's database against the collector -----------------------------------

@@ -14,9 +14,9 @@ from typing import Any, Final
 
 from airlock.common.codec import canonical_json, reject_constant
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.kinds import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES  # re-exported: the journal's cap
 from airlock.journal.operations import MAX_ID_CHARS
 
-MAX_PAYLOAD_BYTES: Final = 64 * 1024
 MAX_OUTCOME_BYTES: Final = 1024 * 1024
 MAX_PAGE: Final = 256
 MAX_UID: Final = 2**32 - 1

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from airlock import __version__
-from airlock.common import daemon, log, validate
+from airlock.common import checkpoint, daemon, log, sshsig, validate
+from airlock.common.codec import iso_utc
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.kinds import NOTICES
@@ -321,38 +322,91 @@ def _anchor_args(value: Any) -> list[Anchor]:
 class Anchoring:
     """Writes the chain head outside the database: at start, at stop, every N records and every T seconds.
 
+    Each anchor is a signed checkpoint (issue 29) when the host's checkpoint key
+    is there: the head, this host's identity, the time and the previous anchor,
+    signed with ``ssh-keygen -Y sign`` (`airlock.common.checkpoint`).  Signing
+    runs here, in the anchoring task, never on a request's path: at most one
+    at a time (the lock) and bounded (`sshsig.RUN_SECONDS`); an anchor whose
+    signature fails is written unsigned and says why in the log.
+
     File first (fsynced), then journald through the structured logger.  Never
     while the journal refuses to serve: that would vouch for a bad head.
     """
 
-    def __init__(self, store: Store, path: Path, every_records: int, every_seconds: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        path: Path,
+        every_records: int,
+        every_seconds: float,
+        *,
+        key: Path | None = None,
+        identity: str | None = None,
+    ) -> None:
         self.store = store
         self.path = path
         self.every_records = every_records
         self.every_seconds = every_seconds
         self.last: tuple[int, str] | None = None
         self.host: str | None = None  # AIRLOCK_HOST on its journald entries, when records go there too
+        self.key = key  # the checkpoint key; None: anchors are not signed
+        self.identity = identity  # this host's <hostname>/<machine-id>, which checkpoints name
+        self.signed = 0
+        self.sign_seconds = 0.0  # time spent signing, for `airlock` benchmarks (docs/benchmarks.md)
         self.log = log.get()
         self._lock = asyncio.Lock()
         self._pending: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
 
-    def write(self, reason: str) -> None:
-        """Anchor the current head now (blocking: file append and fsync)."""
-        seq, digest = self.store.head()
+    def write(self, reason: str, head: tuple[int, str] | None = None, signed: dict[str, Any] | None = None) -> None:
+        """Anchor ``head`` (default: the current head) now (blocking: file append and fsync)."""
+        seq, digest = head if head is not None else self.store.head()
         if seq == 0 or self.store.refusal is not None or self.last == (seq, digest):
             return
         anchor = Anchor(seq, digest)
+        when = time.time()
         try:
-            anchors.append(self.path, anchor, reason, time.time())
+            anchors.append(self.path, anchor, reason, when, extra=signed)
         except OSError as exc:
             self.log.error("journal.anchor.failed", path=str(self.path), error=str(exc))
         self.last = (seq, digest)
-        self.log.info("journal.chain.anchored", **anchors.journald_fields(anchor, reason), host=self.host)
+        self.log.info(
+            "journal.chain.anchored", **anchors.journald_fields(anchor, reason), host=self.host, **(signed or {})
+        )
+
+    async def _sign(self, seq: int, digest: str) -> dict[str, Any] | None:
+        """The signed checkpoint of this head (``checkpoint``: the statement, ``signature``), or None."""
+        if self.key is None or self.identity is None:
+            return None
+        if self.last is None:
+            previous = await asyncio.to_thread(anchors.last_in_file, self.path)
+            if previous is not None:
+                self.last = (previous.seq, previous.hash)
+        prev = self.last if self.last is not None and self.last[0] <= seq else None
+        try:
+            made = checkpoint.Checkpoint(self.identity, seq, digest, iso_utc(time.time()), prev)
+            started = time.perf_counter()
+            signature = await sshsig.sign(self.key, checkpoint.NAMESPACE, made.statement())
+            self.sign_seconds += time.perf_counter() - started
+        except (sshsig.SigningError, ValueError) as exc:
+            self.log.error(
+                "journal.checkpoint.unsigned",
+                message_id=NOTICES["journal.checkpoint.unsigned"],
+                chain_seq=seq,
+                key=str(self.key),
+                error=str(exc),
+            )
+            return None
+        self.signed += 1
+        return {"checkpoint": made.statement().decode(), "signature": signature}
 
     async def anchor(self, reason: str) -> None:
         async with self._lock:
-            await asyncio.to_thread(self.write, reason)
+            seq, digest = self.store.head()
+            if seq == 0 or self.store.refusal is not None or self.last == (seq, digest):
+                return
+            signed = await self._sign(seq, digest)
+            await asyncio.to_thread(self.write, reason, (seq, digest), signed)
 
     def committed(self) -> None:
         """After each commit: anchor once ``every_records`` records have gone by."""
@@ -468,6 +522,17 @@ def shipping() -> tuple[Callable[[list[Any]], None] | None, str | None]:
     return ship, send.host
 
 
+def _identity() -> str | None:
+    """This host's ``<hostname>/<machine-id>``, which its checkpoints name; None without a machine ID."""
+    try:
+        return journalfiles.local_host()
+    except (OSError, ValueError) as exc:
+        log.get().error(
+            "journal.checkpoint.unsigned", message_id=NOTICES["journal.checkpoint.unsigned"], error=str(exc)
+        )
+        return None
+
+
 def _refusing(
     store: Store, verb: Callable[[Call], Awaitable[dict[str, Any]]]
 ) -> Callable[[Call], Awaitable[dict[str, Any]]]:
@@ -489,7 +554,14 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     journal = Journal(config, store)
     anchor_path = anchors.path_beside(store.path)
     await asyncio.to_thread(check_at_start, store, anchor_path)
-    anchoring = Anchoring(store, anchor_path, config.journal.anchor_every_records, config.journal.anchor_every_seconds)
+    anchoring = Anchoring(
+        store,
+        anchor_path,
+        config.journal.anchor_every_records,
+        config.journal.anchor_every_seconds,
+        key=config.journal.checkpoint_key,
+        identity=_identity(),
+    )
     store.on_commit = anchoring.committed
     store.on_records, anchoring.host = shipping()
     s = config.services

@@ -16,6 +16,7 @@ from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 
+from airlock.common import arguments
 from airlock.common.codec import iso_utc
 from airlock.common.render import command_line, duration, sanitise
 
@@ -81,14 +82,24 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) 
         "mode": mode,
         "what": what,
         "env_names": sorted(_s(n, strict=True) for n in (spec.get("env") or request.get("env") or {})),
+        # Issue 27: path arguments someone other than root can change (bound to the approval, no grant).
+        "changeable": [_clip(_s(line), 500) for line in arguments.flagged(payload.get("arguments"))],
         "rule": _s(payload.get("rule")),
         "reason": _clip(_s(request.get("reason")), 500),
         "seconds_left": round(max(0.0, expires - now), 1),
         "expires_at": iso_utc(expires, timespec="seconds"),
-        "decide": f"ssh {host} airlock approve {request_id}",
-        "deny": f"ssh {host} airlock deny {request_id}",
+        "decide": f"ssh {host} airlock approve {request_id}{_expect(payload)}",
+        "deny": f"ssh {host} airlock deny {request_id}{_expect(payload)}",
     }
     return message | _signing(payload, request_id) | _texts(message | _signing(payload, request_id))
+
+
+def _expect(payload: dict[str, Any]) -> str:
+    """Issue 27: `` --expect DIGEST``, so the line acts only on the request this message shows."""
+    digest = payload.get("expect")
+    if isinstance(digest, str) and len(digest) == 12 and all(c in "0123456789abcdef" for c in digest):
+        return f" --expect {digest}"
+    return ""
 
 
 SIGN_LINE = "ssh-keygen -Y sign -n airlock-approval -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
@@ -106,7 +117,7 @@ def _signing(payload: dict[str, Any], request_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "statement": statement,
         "sign": SIGN_LINE,
-        "submit": f"airlock approve {request_id} --signature statement.sig",
+        "submit": f"airlock approve {request_id}{_expect(payload)} --signature statement.sig",
     }
     requirement = payload.get("requirement")
     if isinstance(requirement, dict) and isinstance(requirement.get("approvals"), int) and requirement["approvals"] > 1:
@@ -183,6 +194,7 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
         f"from: {m['user']} (uid {m['uid']})",
         f"runs as: {m['run_as']}" + (" (privileged)" if m["privileged"] else ""),
         f"{'command' if m['mode'] == 'exec' else 'file'}: {m['what']}",
+        *(f"{arguments.FLAG} by others (bound to this approval): {line}" for line in m.get("changeable") or []),
         f"rule: {m['rule']}",
         f"reason: {m['reason'] or '(none given)'}",
         f"time left: {duration(m['seconds_left'])} (until {m['expires_at']})",

@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airlock.common import binary
+from airlock.common import binary, interp
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import default_path, resolve_executable
 from airlock.runner.identity import Identity, check_executable
@@ -44,7 +44,8 @@ def _open_all(spec: JobSpec) -> list[_Binary]:
 
     With bound identities (the runner service) the path is approval's and the
     open file must be the file approval saw: same device and inode, and for a
-    root job the same owner and mode, and root's alone (``unsafe_binary``).  A
+    root job the same owner and mode, and root's alone (``unsafe_binary``), and
+    so is its interpreter chain (`airlock.common.interp`).  A
     bare name is never looked up on the request's PATH.
     """
     trusted = spec.identity.uid == 0
@@ -75,6 +76,13 @@ def _open_all(spec: JobSpec) -> list[_Binary]:
                             {"path": path, "changed": differs},
                         )
                 check_executable(spec.identity, path, st)
+                if trusted:
+                    # What runs before the binary's own code (#! interpreter, loader, RUNPATH) is root's alone too.
+                    try:
+                        interp.check(path, fd)
+                    except OSError as exc:  # fail closed: a chain we cannot read is not one we trust
+                        why = f"cannot be read to check its interpreter ({exc.strerror})"
+                        raise interp.unsafe(path, path, why) from None
             except AirlockError as exc:
                 raise _stage_error(exc, index, argv[0]) from None
     except BaseException:

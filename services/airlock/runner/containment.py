@@ -13,6 +13,7 @@ from airlock.common import sandbox
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.sandbox import cpu_quota_property, memory_property
 from airlock.runner import units
+from airlock.runner.arguments import Script
 from airlock.runner.jobspec import JobSpec
 from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings
 
@@ -83,18 +84,35 @@ class ServiceContainment(ProcessGroups):
         self.env_files.clear()
 
 
-def _write_env_file(name: str, env: Mapping[str, str]) -> str:
-    """A root-only file for the unit's EnvironmentFile= (never a unit property: those are world-readable)."""
+def _write_root_file(filename: str, data: bytes) -> str:
+    """A new root-only (0600) file in the runner's runtime directory."""
     dirfd = os.open(units.ENV_DIR, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        fd = os.open(
-            f"{name}.env", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirfd
-        )
+        fd = os.open(filename, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dirfd)
     finally:
         os.close(dirfd)
     with os.fdopen(fd, "wb") as f:
-        f.write(units.env_file_text(env))
-    return os.path.join(units.ENV_DIR, f"{name}.env")
+        f.write(data)
+    return os.path.join(units.ENV_DIR, filename)
+
+
+def _write_env_file(name: str, env: Mapping[str, str], scripts: Sequence[units.ScriptCopy] = ()) -> str:
+    """A root-only file for the unit's EnvironmentFile= (never a unit property: those are world-readable)."""
+    return _write_root_file(f"{name}.env", units.env_file_text(env, scripts))
+
+
+def _write_script_copies(name: str, scripts: Sequence[Script], written: list[str]) -> list[units.ScriptCopy]:
+    """A stage's reviewed scripts as root-only copies; the unit's helper seals them into memfds.
+
+    A unit cannot be handed the runner's memfd (systemd 252 passes only stdio
+    fds), so it gets a copy only root can change, and checks its hash again.
+    """
+    out = []
+    for script in scripts:
+        path = _write_root_file(f"{name}.script{script.index}", script.data)
+        written.append(path)  # removed with the environment files
+        out.append(units.ScriptCopy(script.index, script.sha256, path))
+    return out
 
 
 def _containment_for(spec: JobSpec) -> ProcessGroups:

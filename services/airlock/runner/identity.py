@@ -136,7 +136,7 @@ def build_env(identity: Identity, request_env: Mapping[str, str], protected_env:
     for source in (request_env, protected_env):
         for name, value in source.items():
             _check_env_name(name)
-            refused = envrule.refusal(name) if identity.uid == 0 else None
+            refused = envrule.refusal(name, value) if identity.uid == 0 else None
             if refused is not None:
                 raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"env.{name}: {refused}", {"field": f"env.{name}"})
             if "\0" in value or not encodable(value):

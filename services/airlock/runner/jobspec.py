@@ -52,6 +52,9 @@ class JobSpec:
     owner_uid: int | None = None  # who asked: operation IDs are per agent, so is the scope's name
     # Each stage's rule's sandbox as approval bound it (bound["sandbox"]); service containment only.
     sandboxes: tuple[Mapping[str, Any], ...] | None = None
+    # A root job's changeable path arguments as approval bound them (bound["arguments"],
+    # common/arguments.py): checked again just before the job starts; scripts run from sealed copies.
+    arguments: tuple[Mapping[str, Any], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("exec", "shell"):

@@ -1,6 +1,7 @@
 """airlock-runner: executes approved work, and nothing else.
 
-Its verbs are a small fixed table (``exec``, ``cancel``).  The socket admits
+Its verbs are a small fixed table (``exec``, ``cancel``, the file verbs, and
+approval's ``inspect`` of a root job's path arguments at decide time).  The socket admits
 intake's uid and approval's (an operator's ``cancel`` arrives through
 approval), and ``exec`` accepts only intake's.  Each re-checks its inputs even though intake validated them,
 redeems the approval ticket (single use, bound to the spec's digest) before
@@ -12,20 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 import socket
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from airlock.common import binary, daemon, log, sandbox, validate
+from airlock.common.arguments import parse_bound as argparse_bound
 from airlock.common.audit import Audit, Ids, lifecycle, marks_of
+from airlock.common.codec import canonical_json
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
+from airlock.common.kinds import MAX_PAYLOAD_BYTES
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec, check_privilege
-from airlock.runner import agent
+from airlock.runner import agent, arguments
+from airlock.runner.evidence import StageResult
 from airlock.runner.fileop_verbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key, systemd_is_running
@@ -47,6 +53,7 @@ class Runner:
         )
         self.running: dict[tuple[int, str], asyncio.Event] = {}  # (requesting uid, operation ID)
         self.intake_uid = uid_of(config.services.intake_user)
+        self.approval_uid = uid_of(config.services.approval_user)
         self.log = log.get()
         # Deferred exec.finished records not yet confirmed durable: mark -> the event (issue 21).
         self.unconfirmed: dict[str, dict[str, Any]] = {}
@@ -110,6 +117,12 @@ class Runner:
             raise await self._refuse(exc, ids, after) from None
         if decided is not None and decided not in after:
             after.append(decided)  # from approval itself, whatever intake passed on
+        try:
+            # The end record must fit, or the job never starts (issue 29): checked before
+            # exec.started, so a request can never run without its exec.finished.
+            end_record_fits(job, self.config.journal.output_head_bytes)
+        except AirlockError as exc:
+            raise await self._refuse(exc, ids, after) from None
         digest = spec.digest()
         await self.audit.record(
             "exec.started",
@@ -118,7 +131,7 @@ class Runner:
             # path is a value from the peer's own environment.
             payload={
                 "digest": digest,
-                "spec": spec.to_dict(),
+                "spec": spec_record(spec.to_dict()),
                 "uid": job.identity.uid,
                 "gid": job.identity.gid,
                 "cwd": job.cwd,
@@ -126,7 +139,8 @@ class Runner:
                 "added_env": added,
                 "binaries": [dict(b) for b in job.binaries or ()],
                 "sandbox": [dict(sb) for sb in job.sandboxes] if job.sandboxes else None,
-            },
+            }
+            | ({"arguments": [dict(a) for a in job.arguments]} if job.arguments else {}),
             after=after,
         )
 
@@ -251,8 +265,12 @@ class Runner:
         bound = validate.mapping("bound", a.get("bound"))
         redeemed = await self.approval.call("redeem", {"ticket": ticket, "digest": spec.digest(), "bound": bound})
         decided = redeemed.get("mark") if isinstance(redeemed.get("mark"), str) else None
-        # What approval resolved, now redeemed: the files to run (checked again when opened).
+        # What approval resolved, now redeemed: the files to run (checked again when opened),
+        # and a root job's changeable path arguments (checked again just before it starts).
         binaries = binary.parse_bound(bound.get("binaries"), len(spec.stages))
+        bound_arguments = argparse_bound(bound.get("arguments"), spec.stages)
+        if bound_arguments and not spec.privileged:
+            raise validate.bad("bound.arguments", "are bound for root jobs only")
 
         check_privilege(spec.run_as, os.geteuid(), privileged=spec.privileged)
         identity = resolve_identity(spec.run_as)
@@ -296,8 +314,36 @@ class Runner:
             binaries=tuple(binaries),
             owner_uid=spec.uid,
             sandboxes=sandbox.parse_bound(bound.get("sandbox"), len(spec.stages)),
+            arguments=tuple(bound_arguments) or None,
         )
         return job, added, decided
+
+    async def inspect(self, call: Call) -> dict[str, Any]:
+        """approval, at decide time: a root job's path arguments that someone other than root can change.
+
+        The runner answers because it is root (approval may not see the files)
+        and because it is the one that must find the same files before the job
+        starts (runner/arguments.py).
+        """
+        if self.approval_uid is None or call.peer.uid != self.approval_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        spec = ExecSpec.from_dict(call.args.get("spec"))
+        programs = call.args.get("programs")
+        if not isinstance(programs, list) or len(programs) != len(spec.stages):
+            raise validate.bad("programs", "must name each stage's canonical binary")
+        programs = [validate.text(f"programs[{i}]", p, max_len=4096) for i, p in enumerate(programs)]
+        if not spec.privileged:
+            return {"arguments": []}
+        cwd = spec.cwd or default_cwd(resolve_identity(spec.run_as))
+        found = await asyncio.to_thread(
+            arguments.inspect,
+            spec.stages,
+            programs,
+            cwd,
+            cwd_given=spec.cwd is not None,
+            root=arguments.view(self.containment()),
+        )
+        return {"arguments": found}
 
     async def cancel(self, call: Call) -> dict[str, Any]:
         operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
@@ -324,18 +370,126 @@ def _peer_process(untrusted: Any, uid: int) -> tuple[int, int]:
     return pid, peer_uid
 
 
+# A stage's argv (or stdin) past this many bytes is named by digest in exec.started:
+# request.received holds it whole, and a record need not repeat it (issue 29, issue 39 item 7).
+SPELLED_OUT_BYTES = 1024
+
+
+def spec_record(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as ``exec.started`` journals it: a large argv or stdin by digest and size, the rest as it is.
+
+    ``digest`` (of the whole spec) next to it binds it to ``request.received``'s.
+    """
+    out = dict(spec)
+    out["stages"] = [
+        list(argv)
+        if len(canonical_json(list(argv))) <= SPELLED_OUT_BYTES
+        else {"argv_sha256": argv_digest(argv), "argv_bytes": len(canonical_json(list(argv)))}
+        for argv in spec["stages"]
+    ]
+    stdin = spec.get("stdin")
+    if isinstance(stdin, str) and len(stdin) > SPELLED_OUT_BYTES:
+        out["stdin"] = {"sha256": hashlib.sha256(stdin.encode()).hexdigest(), "bytes": len(stdin)}
+    return out
+
+
+def argv_digest(argv: Any) -> str:
+    """The SHA-256 of a stage's argv as canonical JSON: how records after ``request.received`` name it."""
+    return hashlib.sha256(canonical_json(list(argv))).hexdigest()
+
+
 def _audit_summary(evidence: dict[str, Any], head: int, result: JobResult) -> dict[str, Any]:
-    """The evidence without output bytes: digests and sizes (and a configured head)."""
+    """The evidence without output bytes: digests and sizes (and a configured head).
+
+    argv is named by digest (``argv_sha256``, ``argv_bytes``), not repeated
+    (issue 29): ``request.received`` holds it, so the end record's size does not
+    grow with the request and always fits the journal's payload cap
+    (`end_record_fits`); `airlock show` reads argv from the first record.
+    """
     out = {k: v for k, v in evidence.items() if k not in ("stdout", "stages")}
     out["stdout_bytes"] = len(result.stdout)
     out["stages"] = [
-        {k: v for k, v in stage.items() if k != "stderr"} | {"stderr_bytes": len(r.stderr)}
+        {k: v for k, v in stage.items() if k not in ("stderr", "argv")}
+        | {
+            "argv_sha256": argv_digest(r.argv),
+            "argv_bytes": len(canonical_json(list(r.argv))),
+            "stderr_bytes": len(r.stderr),
+        }
         for stage, r in zip(evidence["stages"], result.stages, strict=True)
     ]
     out["exit_codes"] = [s.exit_code for s in result.stages]
     if head:
         out["stdout_head"] = base64.b64encode(result.stdout[:head]).decode()
     return out
+
+
+# Stand-ins for what only the run tells: as long as any real value can be.
+_WORST_INT = -(2**63)
+_WORST_UNIT = "u" * 256  # systemd's longest unit name
+_WORST_TIME = "2026-01-01T00:00:00.000000+00:00"
+_MARGIN = 512
+
+
+def end_record_fits(job: JobSpec, head: int) -> int:
+    """The size of the largest ``exec.finished`` payload this job can produce; refused if it cannot fit.
+
+    The end record is built by the same code (`_audit_summary`) from a result
+    whose every run-time value is as long as it can be: so a job starts only
+    when its end record is known to fit the journal's `MAX_PAYLOAD_BYTES`.
+    """
+    stages = tuple(
+        StageResult(
+            argv=tuple(argv),
+            resolved=str((job.binaries[i] if job.binaries and i < len(job.binaries) else {}).get("path") or "/" * 4096),
+            exit_code=_WORST_INT,
+            signal=_WORST_INT,
+            stderr=b"",
+            stderr_truncated=True,
+            stderr_sha256="0" * 64,
+            cpu_usec=_WORST_INT,
+            memory_peak_bytes=_WORST_INT,
+            unit=_WORST_UNIT,
+        )
+        for i, argv in enumerate(job.stages)
+    )
+    result = JobResult(
+        operation_id=job.operation_id,
+        mode=job.mode,
+        stages=stages,
+        stdout=b"\xff" * head,
+        stdout_truncated=True,
+        stdout_sha256="0" * 64,
+        started_at=_WORST_TIME,
+        ended_at=_WORST_TIME,
+        duration_ms=_WORST_INT,
+        timed_out=True,
+        timeout_reason="deadline",
+        cancelled=True,
+        containment=job.containment,
+        scope_unit=_WORST_UNIT,
+        started=True,
+        cwd=job.cwd,
+        uid=_WORST_INT,
+        gid=_WORST_INT,
+    )
+    evidence = result.to_evidence() | {
+        "operation_id": job.operation_id,
+        "cwd": job.cwd,
+        "uid": _WORST_INT,
+        "gid": _WORST_INT,
+        "hostname": "h" * 64,  # HOST_NAME_MAX
+    }
+    # Room for a small field the evidence may gain before this stand-in learns of it.
+    size = len(canonical_json(_audit_summary(evidence, head, result))) + _MARGIN
+    if size > MAX_PAYLOAD_BYTES:
+        raise AirlockError(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"the request's end record (exec.finished) could be {size} bytes, over the audit journal's limit "
+            f"of {MAX_PAYLOAD_BYTES}: nothing ran (fewer stages, a shorter working directory or a smaller "
+            "journal.output_head_bytes)",
+            {"field": "pipeline", "end_record_bytes": size, "limit_bytes": MAX_PAYLOAD_BYTES},
+        )
+    return size
 
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
@@ -349,6 +503,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         verbs={
             "exec": runner.exec,
             "cancel": runner.cancel,
+            "inspect": runner.inspect,
             "files": file_verbs.files,
             "files_preview": file_verbs.files_preview,
         },

@@ -39,13 +39,14 @@ from airlock.common.child import describe_exit, terminate
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.spec import check_privilege
-from airlock.runner import units
+from airlock.runner import arguments, units
 from airlock.runner.binaries import _Binary, _close_all, _is_own_identity, _open_all
 from airlock.runner.containment import (
     _SCOPE_BACKSTOP_SLACK_SECONDS,
     ServiceContainment,
     _containment_for,
     _write_env_file,
+    _write_script_copies,
     systemd_is_running,
 )
 from airlock.runner.evidence import JobResult, StageResult, sha256_hex
@@ -78,9 +79,15 @@ class _Job:
     """The mutable runtime state of one job (the spec stays frozen)."""
 
     def __init__(
-        self, spec: JobSpec, containment: ProcessGroups, binaries: Sequence[_Binary], on_output: OutputCallback | None
+        self,
+        spec: JobSpec,
+        containment: ProcessGroups,
+        binaries: Sequence[_Binary],
+        on_output: OutputCallback | None,
+        scripts: Sequence[arguments.Script] = (),
     ) -> None:
         self.spec = spec
+        self.scripts = tuple(scripts)  # reviewed script bytes (runner/arguments.py), checked just now
         self.binaries = tuple(binaries)  # canonical path and open fd, one per stage
         self.executables = tuple(b.path for b in binaries)
         self.containment = containment
@@ -113,6 +120,17 @@ class _Job:
         self.fds.extend(ends)
         return ends
 
+    def _seal_scripts(self, stage: int, args: list[str]) -> list[int]:
+        """Put this stage's scripts in sealed memfds and point ``args`` at them; returns the fds to pass."""
+        fds = []
+        for script in self.scripts:
+            if script.stage == stage:
+                held = _Fd(arguments.seal(script))
+                self.fds.append(held)  # closed with the job's other fds
+                args[script.index] = arguments.held_path(held.fd)
+                fds.append(held.fd)
+        return fds
+
     def spawn(self) -> list[_Fd]:
         """Start every stage; returns the gates to open (scope mode) or none."""
         spec = self.spec
@@ -141,14 +159,16 @@ class _Job:
             args: list[str] = [executable, *argv[1:]]
             held = f"/proc/self/fd/{opened.fd}"
             program = held
-            pass_fds: tuple[int, ...] = (opened.fd,)
+            # A script runs from a sealed memfd of the reviewed bytes, never from its path.
+            sealed = self._seal_scripts(index, args)
+            pass_fds: tuple[int, ...] = (opened.fd, *sealed)
             env: dict[str, str] = dict(spec.env)
             if self.containment.gated:
                 gate_in, gate_out = self._pipe()
                 gates.append(gate_out)
-                pass_fds = (gate_in.fd, opened.fd)
+                pass_fds = (gate_in.fd, opened.fd, *sealed)
                 program = os.path.realpath(sys.executable)
-                args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), held, executable, *argv[1:]]
+                args = [program, "-I", "-S", "-c", _GATE_SHIM, str(gate_in.fd), held, *args]
                 env = {}  # the job's comes through the gate
             try:
                 proc = subprocess.Popen(  # noqa: S603  the held binary through our own shim; argv is the approved spec
@@ -197,7 +217,8 @@ class _Job:
         for index, (argv, opened) in enumerate(zip(spec.stages, self.binaries, strict=True)):
             read_out, write_out, write_err = self._stage_pipes(spec, index, last)
             name = units.unit_name(spec.operation_id, owner, index if last > 0 else None)
-            containment.env_files.append(_write_env_file(name, spec.env))
+            scripts = _write_script_copies(name, [s for s in self.scripts if s.stage == index], containment.env_files)
+            containment.env_files.append(_write_env_file(name, spec.env, scripts))
             stage = units.StageUnit(
                 name=name,
                 description=f"airlock job {ascii(spec.operation_id)[1:-1]}" + (f" stage {index + 1}" if last else ""),
@@ -345,14 +366,19 @@ async def run_job(
     Raises AirlockError before anything starts: PRIVILEGE_UNAVAILABLE,
     SPAWN_FAILED (binary not found, cwd not enterable, scope not created),
     BINARY_CHANGED (not the file approval bound), UNSAFE_BINARY (a root job's
-    binary that others could change) or INVALID_ARGUMENTS.  A passed deadline or an already-set ``cancel`` returns
-    a result with ``started=False`` and nothing run.
+    binary or its interpreter chain that others could change), ARGUMENT_CHANGED
+    (a bound path argument is not what approval saw) or INVALID_ARGUMENTS.
+    A passed deadline or an already-set ``cancel`` returns a result with
+    ``started=False`` and nothing run.
     """
     check_privilege(spec.identity.uid, os.geteuid(), privileged=False)
     check_cwd(spec.identity, spec.cwd)
     opened = _open_all(spec)
     try:
-        return await _execute(spec, _containment_for(spec), opened, on_output, cancel)
+        # A root job's changeable path arguments: still what approval bound, or nothing runs.
+        view = arguments.view(spec.containment)
+        scripts = await asyncio.to_thread(arguments.check, spec.arguments, view) if spec.arguments else []
+        return await _execute(spec, _containment_for(spec), opened, on_output, cancel, scripts)
     finally:
         _close_all(opened)
 
@@ -363,13 +389,14 @@ async def _execute(
     binaries: Sequence[_Binary],
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
+    scripts: Sequence[arguments.Script] = (),
 ) -> JobResult:
     log = structlog.get_logger().bind(operation_id=spec.operation_id)
     started_wall, started_mono = time.time(), time.monotonic()
     budget, reason = spec.timeout_seconds, "timeout"
     if spec.deadline is not None and spec.deadline - started_wall < budget:
         budget, reason = spec.deadline - started_wall, "deadline"
-    job = _Job(spec, containment, binaries, on_output)
+    job = _Job(spec, containment, binaries, on_output, scripts)
     if budget <= 0 or (cancel is not None and cancel.is_set()):
         job.timed_out = budget <= 0
         job.cancelled = not job.timed_out

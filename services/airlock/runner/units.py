@@ -68,9 +68,11 @@ HELPER_EXIT_CHANGED = 126
 
 # Runs as ExecStart of every job unit (python3 -I -S -c): argv is
 # [path, dev, ino, uid, mode, argv0, args...]; uid and mode are "-" for
-# unprivileged jobs.  The environment arrives hex-encoded in AIRLOCK_JOB_ENV.
+# unprivileged jobs.  The environment arrives hex-encoded in AIRLOCK_JOB_ENV;
+# reviewed scripts (index:sha256:root-only copy, hex-encoded) in AIRLOCK_JOB_SCRIPTS:
+# each is read, checked and sealed into a memfd that replaces argv[index].
 HELPER = """\
-import os, signal, stat, sys
+import fcntl, hashlib, os, signal, stat, sys
 path, dev, ino, uid, mode = sys.argv[1:6]
 def refuse(why):
     os.write(2, ("airlock: %s: %s since it was approved; not executed\\n" % (path, why)).encode())
@@ -95,11 +97,34 @@ if uid != "-" and (st.st_uid, stat.S_IMODE(st.st_mode)) != (int(uid), int(mode))
     refuse("changed owner or mode")
 data = bytes.fromhex(os.environ.get("AIRLOCK_JOB_ENV", ""))
 env = dict(item.split(b"=", 1) for item in data.split(b"\\0") if item)
+args = sys.argv[6:]
+for item in bytes.fromhex(os.environ.get("AIRLOCK_JOB_SCRIPTS", "")).decode().split(";"):
+    if not item:
+        continue
+    index, digest, copy = item.split(":", 2)
+    sfd = os.open(copy, os.O_RDONLY | os.O_NOFOLLOW)
+    chunks = []
+    while True:
+        chunk = os.read(sfd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(sfd)
+    script = b"".join(chunks)
+    if hashlib.sha256(script).hexdigest() != digest:
+        refuse("the script copy is not the reviewed script")
+    mfd = os.memfd_create("airlock-script", os.MFD_ALLOW_SEALING)
+    view = memoryview(script)
+    while view:
+        view = view[os.write(mfd, view):]
+    seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+    fcntl.fcntl(mfd, fcntl.F_ADD_SEALS, seals)
+    args[int(index)] = "/proc/self/fd/%d" % mfd
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 os.set_inheritable(fd, True)
 try:
-    os.execve("/proc/self/fd/%d" % fd, sys.argv[6:], env)
+    os.execve("/proc/self/fd/%d" % fd, args, env)
 except OSError as exc:
     os.write(2, ("airlock: cannot execute %s: %s\\n" % (path, exc.strerror)).encode())
     os._exit(127 if exc.errno == 2 else 126)
@@ -198,9 +223,22 @@ def unit_properties(unit: StageUnit) -> list[Property]:
     return props
 
 
-def env_file_text(env: Mapping[str, str]) -> bytes:
+@dataclass(frozen=True, slots=True)
+class ScriptCopy:
+    """A reviewed script for the helper: the argv index it replaces, its sha256, the root-only copy."""
+
+    index: int
+    sha256: str
+    path: str
+
+
+def env_file_text(env: Mapping[str, str], scripts: Sequence[ScriptCopy] = ()) -> bytes:
     payload = b"\0".join(os.fsencode(f"{k}={v}") for k, v in env.items())
-    return b"AIRLOCK_JOB_ENV=" + payload.hex().encode() + b"\n"
+    text = b"AIRLOCK_JOB_ENV=" + payload.hex().encode() + b"\n"
+    if scripts:
+        listed = ";".join(f"{s.index}:{s.sha256}:{s.path}" for s in scripts)
+        text += b"AIRLOCK_JOB_SCRIPTS=" + os.fsencode(listed).hex().encode() + b"\n"
+    return text
 
 
 def returncode_of(code: int, status: int) -> int:

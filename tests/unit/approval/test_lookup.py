@@ -89,16 +89,3 @@ def test_an_operation_only_ever_replayed_shows_its_newest_request(tmp_path: Path
 def test_an_unknown_operation_has_no_events(tmp_path: Path) -> None:
     found, _ = with_journal(tmp_path, [event(1, "x", "r", "op")], lambda j: j.operation_events("nope"))
     assert found == []
-
-
-def test_prefixes_are_found_among_the_newest_events_only(tmp_path: Path) -> None:
-    events = [event(1, "x", "abcd-old", "op-abcd-old")]
-    events += [event(i, "x", f"r-{i}", None) for i in range(2, 30)]
-    events += [event(30, "x", "abcd-1", "abcd-op"), event(31, "x", "abcdef", None)]
-    found, _ = with_journal(tmp_path, events, lambda j: j.prefixed("abcd", window=10))
-    assert found == ({"abcd-1", "abcdef"}, {"abcd-op"})  # seq 1 is outside the window
-
-
-def test_a_prefix_shorter_than_the_minimum_reads_nothing(tmp_path: Path) -> None:
-    found, calls = with_journal(tmp_path, [event(1, "x", "abc")], lambda j: j.prefixed("abc"))
-    assert found == (set(), set()) and calls == []

@@ -211,7 +211,7 @@ def test_unknown_rule_key() -> None:
         f"{D}:4:5: rules[0] (x).command: unknown key"
         " (known: approvals, approvers, commands, decision, description, files, groups, name, privileged, reason, "
         "sandbox,"
-        " sessions, users)"
+        " sessions, users, writable_arguments)"
     )
 
 
@@ -270,7 +270,7 @@ def test_every_bad_rule_is_reported_and_the_policy_rejected_whole() -> None:
         f"{D}:3:25: rules[1] (a).decision: must be one of allow, ask, deny (got 'nope')",
         f"{D}:4:32: rules[2] (b).x: unknown key (known: approvals, approvers, commands, decision, description, "
         "files, groups, name, privileged, reason, "
-        "sandbox, sessions, users)",
+        "sandbox, sessions, users, writable_arguments)",
     )
 
 

@@ -369,6 +369,7 @@ def test_to_dict_is_plain_json() -> None:
                 "decision": "allow",
                 "rule": "apt-refresh",
                 "matched": ["apt-refresh"],
+                "deciding": ["apt-refresh"],
                 "sandbox": None,
             }
         ],

@@ -67,6 +67,7 @@ def test_the_statement_reads_as_documented() -> None:
         'run_as: "root (uid 0)"\n'
         'command: "apt-get update"\n'
         'reason: "patch Tuesday"\n'
+        'arguments: ""\n'
     )
 
 

@@ -52,6 +52,16 @@ def test_a_missing_default_file_is_the_defaults_but_a_named_one_is_an_error(tmp_
             "env:\n  allow: [GOOD, 'BAD-NAME']\n",
             "/x.yaml:2:10: env.allow: 'BAD-NAME' is not a variable name (a trailing * is allowed) (got a list)",
         ),
+        (
+            "env:\n  allow: [LANG, LC_*,\n    APT_*]\n",
+            "/x.yaml:3:5: env.allow[2]: 'APT_*' admits names a privileged job may never set (APT_*); "
+            "list the exact names you need instead (got 'APT_*')",
+        ),
+        (
+            "env:\n  allow: [P*]\n",
+            "/x.yaml:2:11: env.allow[0]: 'P*' admits names a privileged job may never set (PAGER, PATH, "
+            "PATH_LOCALE, PHPRC, ...); list the exact names you need instead (got 'P*')",
+        ),
         ("limits: [1]\n", "/x.yaml:1:9: limits: expected a mapping (got a list)"),
         (
             "limits:\n  freshness_seconds: 1\n  freshness_seconds: 2\n",
@@ -192,3 +202,9 @@ def test_the_reaching_operators_examples_parse() -> None:
         cfg = config.parse_text(block.split("```", 1)[0], "operations.md")
         types |= {c["type"] for c in cfg.notify.channels}
     assert types == {"ntfy", "slack", "email", "webhook"}
+
+
+@pytest.mark.parametrize("pattern", ["LC_*", "DEBIAN_*", "LD_PRELOAD", "PYTHONPATH"])
+def test_env_allow_takes_wildcards_that_admit_no_denied_name_and_exact_names(pattern: str) -> None:
+    # An exact name stays the operator's choice: it serves unprivileged jobs, a root job is refused it per request.
+    assert pattern in config.parse_text(f"env:\n  allow: [{pattern}]\n", "/x.yaml").env.allow

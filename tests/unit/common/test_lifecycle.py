@@ -312,3 +312,43 @@ def test_random_stories_never_raise_anything_but_the_lifecycle_error(events: lis
     else:
         assert final.state in lifecycle.STATES
         assert trace(events) == (final, None)
+
+
+# --- issue 29: an ok reply with no end record -------------------------------------------
+
+
+def _request(rid: str, first: int, *, ended: bool, restart_between: bool = False) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = [
+        {"kind": "request.received", "payload": {}},
+        {"kind": "approval.decided", "payload": {"decision": "allow"}},
+        {"kind": "exec.started", "payload": {}},
+    ]
+    if restart_between:
+        events.append({"kind": "service.started", "writer": "journal", "payload": {}, "request_id": None})
+    if ended:
+        events.append({"kind": "exec.finished", "payload": {}})
+    events.append({"kind": "request.replied", "payload": {"status": "ok"}})
+    out = []
+    for n, e in enumerate(events):
+        out.append({"seq": first + n, "request_id": rid, "peer_uid": 1000, "writer": "intake"} | e)
+    return out
+
+
+def test_an_ok_reply_without_the_end_record_is_a_violation() -> None:
+    checked = lifecycle.check_journal([*_request("good", 1, ended=True), *_request("lost", 10, ended=False)])
+    assert checked["ok"] is False and checked["violation_count"] == 1
+    (v,) = checked["violations"]
+    assert v["request_id"] == "lost" and v["seq"] == 13 and v["state"] == "running"
+    assert "no end record" in v["reason"]
+
+
+def test_an_ok_reply_without_the_end_record_across_a_journal_restart_is_said_not_held() -> None:
+    checked = lifecycle.check_journal(_request("lost", 1, ended=False, restart_between=True))
+    assert checked["ok"] is True, checked
+    assert checked["unrecorded_ends"] == [{"request_id": "lost", "peer_uid": 1000, "seq": 5, "restart": 4}]
+
+
+def test_another_services_start_is_not_a_journal_restart() -> None:
+    events = _request("lost", 1, ended=False, restart_between=True)
+    events[3]["writer"] = "runner"
+    assert lifecycle.check_journal(events)["ok"] is False

@@ -106,3 +106,31 @@ def test_a_pending_file_write_shows_the_sha256_it_is_approved_against() -> None:
         1,
     )
     assert f"sha256 {digest}" in shown and "+b\\x1b[2J" in shown and "\x1b" not in shown
+
+
+def test_watch_flags_a_root_jobs_changeable_argument() -> None:
+    """Issue 27: the console names an argument the agent can change, with the bound hash, sanitised."""
+    from airlock.cli.watch import describe
+
+    item = {
+        "stage": 0,
+        "index": 1,
+        "path": "/home/a/task.sh\x1b[2J",
+        "kind": "file",
+        "script": True,
+        "sha256": "ef" * 32,
+        "changeable": {"path": "/home/a", "why": "is owned by uid 1000, not root"},
+    }
+    pending = {
+        "request_id": "r1",
+        "peer": {"user": "a", "uid": 1000, "pid": 2},
+        "privileged": True,
+        "request": {"spec": {"stages": [["sh", "/home/a/task.sh"]]}},
+        "stages": [{"argv": ["sh", "/home/a/task.sh"], "binary": "/usr/bin/dash", "resolved": "/usr/bin/dash"}],
+        "rule": "scripts",
+        "operation_id": "op",
+    }
+    shown = describe(pending | {"arguments": [item]}, Style(False), 1, 1)
+    assert "CHANGEABLE" in shown and "sha256 efefefefefefefef" in shown and "/home/a is owned by uid 1000" in shown
+    assert "\x1b" not in shown
+    assert "CHANGEABLE" not in describe(pending, Style(False), 1, 1)

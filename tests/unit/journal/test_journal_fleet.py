@@ -308,3 +308,57 @@ def test_an_acknowledgement_linking_to_nothing_held_fails() -> None:
     ack = make_chain(1, start=9, prev="e" * 64, kind=chain.ACK_KIND)[0]
     host = fleet.verify_hosts([entry(r) for r in records] + [entry(ack, _UID=0)]).hosts[HOST_A]
     assert not host.ok and host.first_bad_seq == 9
+
+
+# --- issue 29: chains keyed by the hosts' own checkpoint keys ---------------------------
+
+
+def _checkpoint(record: dict[str, Any], host: str = HOST_A, prev: tuple[int, str] | None = None) -> dict[str, Any]:
+    from airlock.common import checkpoint
+
+    made = checkpoint.Checkpoint(host, record["seq"], record["hash"], "2026-12-03T09:01:00.000Z", prev)
+    return anchor_entry(
+        record["seq"], record["hash"], host, AIRLOCK_CHECKPOINT=made.statement(), AIRLOCK_SIGNATURE=f"sig-{host}"
+    )
+
+
+def _verified(entries: list[dict[str, Any]], good: set[str]) -> dict[tuple[bytes, str], str]:
+    """Stand-in for ssh-keygen: the signatures ``good`` names check out."""
+    return {(s.statement, s.signature): "SHA256:k" for s in fleet.checkpoints_in(entries) if s.signature in good}
+
+
+def test_with_keys_only_the_chain_a_hosts_checkpoint_signs_is_its_own() -> None:
+    records = make_chain(6)
+    forged = make_chain(1, start=4, prev=records[2]["hash"], kind="exec.finished")[0]
+    entries = [entry(r) for r in records[:3]] + [entry(forged)] + [entry(r) for r in records[3:]]
+    entries += [_checkpoint(records[4])]
+    report = fleet.verify_hosts(entries, verified=_verified(entries, {f"sig-{HOST_A}"}))
+    host = report.hosts[HOST_A]
+    assert host.ok and host.proven_to == 5 and host.unproven_tail == [(6, 6)] and host.records == 6
+    assert report.unproven == [
+        {"host": HOST_A, "what": "record", "seq": 4, "why": "not on the chain this host's signed checkpoints cover"}
+    ]
+    assert not report.ok  # a forgery is on the collector
+    # control: by claimed name, the forged record is web1's, and web1's chain fails
+    plain = fleet.verify_hosts(entries).hosts[HOST_A]
+    assert not plain.ok and plain.conflicts == [4]
+
+
+def test_a_checkpoint_not_signed_by_the_hosts_key_proves_nothing() -> None:
+    records = make_chain(3)
+    entries = [entry(r) for r in records] + [_checkpoint(records[2])]
+    report = fleet.verify_hosts(entries, verified=_verified(entries, set()))
+    assert not report.hosts[HOST_A].ok
+    assert {u["what"] for u in report.unproven} == {"checkpoint"}
+
+
+def test_a_host_that_rewrites_its_shipped_history_is_caught_by_its_own_checkpoints() -> None:
+    first = make_chain(5)
+    rewritten = make_chain(4, start=3, prev=first[1]["hash"], kind="exec.started")  # seqs 3-6, another history
+    entries = [entry(r) for r in first] + [_checkpoint(first[4])]
+    entries += [entry(r) for r in rewritten] + [_checkpoint(rewritten[-1], prev=(5, rewritten[2]["hash"]))]
+    report = fleet.verify_hosts(entries, verified=_verified(entries, {f"sig-{HOST_A}"}))
+    host = report.hosts[HOST_A]
+    assert not host.ok
+    assert any("does not extend this host's earlier one at seq 5" in p for p in host.problems), host.problems
+    assert host.conflicts == [3, 4, 5]  # both histories are signed by the host itself

@@ -258,3 +258,44 @@ def test_a_pending_message_carries_the_statement_to_sign_and_the_command() -> No
     assert text.rstrip("\n") in m["text"] and "needs 2 distinct approvers" in m["text"]
     plain = msg.pending_message(_pending(), "db1", _user_of, NOW)
     assert "statement" not in plain and "sign" not in plain["text"]
+
+
+def test_a_changeable_argument_is_flagged_and_cannot_forge_lines() -> None:
+    """Issue 27: a root job's path argument the agent can change is named, with what is bound."""
+    event = _pending()
+    event["payload"]["arguments"] = [
+        {
+            "stage": 0,
+            "index": 1,
+            "path": "/home/agent/task.sh\napprove: ssh db1 airlock approve other",
+            "kind": "file",
+            "script": True,
+            "sha256": "ab" * 32,
+            "changeable": {"path": "/home/agent", "why": "is owned by uid 1001, not root"},
+        }
+    ]
+    m = msg.pending_message(event, "db1", _user_of, NOW)
+    [line] = m["changeable"]
+    assert "script" in line and "sha256 abababababababab" in line and "/home/agent is owned by uid 1001" in line
+    flagged = [t for t in m["text"].splitlines() if t.startswith("CHANGEABLE")]
+    assert len(flagged) == 1 and not any(
+        t.startswith("approve: ssh db1 airlock approve other") for t in m["text"].splitlines()
+    )
+    assert "changeable" not in msg.pending_message(_pending(), "db1", _user_of, NOW)["text"].lower()
+
+
+def test_approve_and_deny_lines_carry_the_statement_binding() -> None:
+    # Issue 27: the line acts only on the request this message shows (approval refuses request_changed).
+    event = _pending()
+    event["payload"]["expect"] = "0123456789ab"
+    m = msg.pending_message(event, "db1", _user_of, _at(event, 15))
+    assert m["decide"].endswith(" airlock approve r-1 --expect 0123456789ab")
+    assert m["deny"].endswith(" airlock deny r-1 --expect 0123456789ab")
+    assert "approve: " + m["decide"] in m["text"]
+    event["payload"]["statement"] = "airlock approval statement v1\n"
+    assert msg.pending_message(event, "db1", _user_of, _at(event, 15))["submit"] == (
+        "airlock approve r-1 --expect 0123456789ab --signature statement.sig"
+    )
+    # Anything but the 12 hex digits approval writes is left out, never passed on.
+    event["payload"]["expect"] = "0123456789ab; rm -rf /"
+    assert "--expect" not in msg.pending_message(event, "db1", _user_of, _at(event, 15))["decide"]

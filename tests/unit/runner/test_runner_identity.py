@@ -66,7 +66,7 @@ def test_request_home_wins_and_protected_overrides() -> None:
     assert env["B"] == "b"
 
 
-@pytest.mark.parametrize("name", ["HOME", "PATH", "SHELL", "LD_PRELOAD", "BASH_ENV"])
+@pytest.mark.parametrize("name", ["HOME", "PATH", "SHELL", "LD_PRELOAD", "BASH_ENV", "APT_CONFIG", "TZ", "LANG"])
 @pytest.mark.parametrize("source", ["request", "protected"])
 def test_a_root_job_refuses_what_env_reset_sets_or_a_dangerous_variable(name: str, source: str) -> None:
     # The runner's own re-check of intake's rule (defence in depth).

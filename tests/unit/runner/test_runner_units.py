@@ -6,6 +6,7 @@ the helper runs here for real, as systemd would run it in a job's unit.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import shutil
@@ -210,3 +211,48 @@ def test_bound_sandbox_is_one_valid_entry_per_stage() -> None:
         sandbox.parse_bound([{"read_only": True}], 2)
     with pytest.raises(AirlockError):
         sandbox.parse_bound([{}, {"private_network": 1}], 2)
+
+
+def _helper_with_scripts(tmp_path: Path, script: bytes, digest: str) -> subprocess.CompletedProcess[bytes]:
+    """The helper as systemd runs it for a root job whose argv[1] is a reviewed script (issue 27)."""
+    path = os.path.realpath("/bin/sh")
+    st = os.stat(path)
+    copy = tmp_path / "x.service.script1"
+    copy.write_bytes(script)
+    unit = units.StageUnit(
+        name="x.service",
+        description="d",
+        slice="s.slice",
+        python=os.path.realpath(sys.executable),
+        path=path,
+        dev=st.st_dev,
+        ino=st.st_ino,
+        owner=st.st_uid,
+        mode=stat.S_IMODE(st.st_mode),
+        argv=(path, "/home/agent/task.sh"),
+        uid=0,
+        gid=0,
+        groups=(),
+        cwd="/",
+        umask=0o022,
+        env_file="/run/x.env",
+        stop_timeout_seconds=1,
+        runtime_max_seconds=10,
+    )
+    text = units.env_file_text({"PATH": "/usr/bin"}, [units.ScriptCopy(1, digest, str(copy))]).decode()
+    env = dict(line.split("=", 1) for line in text.splitlines())
+    return subprocess.run(units.helper_argv(unit), env=env | {"LC_ALL": "C"}, capture_output=True, check=False)
+
+
+def test_helper_runs_a_reviewed_script_from_a_sealed_memfd(tmp_path: Path) -> None:
+    script = b'echo "$0"; printf x >> "$0" 2>/dev/null || echo sealed\n'
+    r = _helper_with_scripts(tmp_path, script, hashlib.sha256(script).hexdigest())
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith("/proc/self/fd/") and lines[1] == "sealed"  # not the path; not writable
+
+
+def test_helper_refuses_a_script_copy_that_is_not_the_reviewed_one(tmp_path: Path) -> None:
+    r = _helper_with_scripts(tmp_path, b"echo other\n", hashlib.sha256(b"echo reviewed\n").hexdigest())
+    assert r.returncode == units.HELPER_EXIT_CHANGED and b"not the reviewed script" in r.stderr
+    assert b"other" not in r.stdout
