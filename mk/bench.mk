@@ -6,6 +6,7 @@
 #         BENCH_ARGS=--quick for a short try-out run.
 # stress: tests/stress against live `airlock dev up` stacks.  Counts come from
 #         AIRLOCK_STRESS_N (default 20000) and AIRLOCK_STRESS_CLIENTS (32).
+#         test_flood.py (root): one agent floods output and journal bytes beside a victim agent.
 
 BENCH_ARGS ?=
 STRESS_ARGS ?=

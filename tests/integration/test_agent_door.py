@@ -220,9 +220,24 @@ def test_field_validation_names_the_field(door: Stack, args: dict[str, Any], fie
     assert reply["error"]["details"]["field"] == field
 
 
-def test_a_control_character_in_the_id_is_refused(door: Stack) -> None:
-    reply = door.exec({"argv": ["true"], "privileged": False}, id="bad\x1bid")
-    assert code(reply) == "invalid_arguments" and reply["error"]["details"]["field"] == "id"
+HOSTILE_IDS = ["bad\x1bid", "r1 $(touch /tmp/pwned)", "a`id`", "<!channel>", "x\u202ey", "caf\u00e9", "x" * 257]
+
+
+@pytest.mark.parametrize("bad_id", HOSTILE_IDS)
+def test_a_request_id_outside_the_safe_alphabet_is_refused_in_both_dialects(door: Stack, bad_id: str) -> None:
+    """Issue 28: an ID is 1-256 of [A-Za-z0-9._:-]; anything else is refused before it is journaled or echoed."""
+    before = len(door.journal_rows())
+    native = door.exec({"argv": ["true"], "privileged": False}, id=bad_id)
+    assert code(native) == "invalid_request" and native["error"]["details"]["field"] == "id", native
+    assert native["id"] is None and "[A-Za-z0-9._:-]" in native["error"]["details"]["allowed"]
+    old = legacy(door, id=bad_id, pipeline=[["true"]], privileged=False)
+    assert old["status"] == "error" and old["code"] == "invalid_arguments" and old["id"] == "", old
+    assert "request ID" in old["message"]
+    assert all(bad_id not in json.dumps(row) for row in door.journal_rows()[before:])
+    # Control: the same requests with an ID of the alphabet run.
+    good = f"ok.{uuid.uuid4()}:1_A-z"
+    assert door.exec({"argv": ["true"], "privileged": False}, id=good)["ok"] is True
+    assert legacy(door, id=f"l-{uuid.uuid4()}", pipeline=[["true"]], privileged=False)["status"] == "ok"
 
 
 # --- gate 6: freshness ---------------------------------------------------------------------------

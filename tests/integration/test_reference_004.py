@@ -122,9 +122,17 @@ def test_the_documented_request_gets_the_documented_response(stack: Stack) -> No
     assert_envelope(reply, "req-1")
 
 
-@pytest.mark.parametrize("request_id", ["1", "req-1", "a" * 200, "ünïcode-✓", None])
+@pytest.mark.parametrize("request_id", ["1", "req-1", "a" * 256, "A.z_0:9-", None])
 def test_the_id_is_echoed(stack: Stack, request_id: str | None) -> None:
     assert call(stack, "status", id=request_id)["id"] == request_id
+
+
+@pytest.mark.parametrize("request_id", ["ünïcode-✓", "a b", "", "a" * 257])
+def test_an_id_outside_the_alphabet_is_invalid_request_and_not_echoed(stack: Stack, request_id: str) -> None:
+    """airlock's request IDs are 1-256 of [A-Za-z0-9._:-] on every socket (docs/protocol.md)."""
+    reply = client(stack.operator, line(envelope("status", id=request_id)))[0]
+    assert_code(reply, "invalid_request")
+    assert reply["id"] is None and reply["error"]["details"]["field"] == "id"
 
 
 def test_token_and_args_may_be_omitted(stack: Stack) -> None:

@@ -143,7 +143,7 @@ class Deciding(Tickets, Votes):
             raise validate.bad("peer", str(exc)) from None
         if peer.uid != spec.uid:
             raise validate.bad("peer", "does not match the spec's uid")
-        request_id = validate.text("request_id", request.get("request_id"), max_len=256, allow_empty=False)
+        request_id = validate.request_id("request_id", request.get("request_id"))
         operation_id = validate.optional_text("operation_id", a.get("operation_id"), max_len=256)
         session = validate.optional_text("session", request.get("session"), max_len=256)
         digest = spec.digest()

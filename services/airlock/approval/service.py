@@ -15,6 +15,7 @@ and stop, and `build` (the two doors).
 from __future__ import annotations
 
 import asyncio
+import resource
 import socket
 import time
 from collections.abc import Mapping
@@ -107,12 +108,33 @@ def _path(value: str | None) -> Any:
     return Path(value) if value and value != "<built-in>" else None
 
 
+def fd_budget(config: Config) -> int:
+    """File descriptors approval may need at once with these caps (units/airlock-approval.service's
+    LimitNOFILE= must be at least this; a lower limit is logged at start).
+
+    operator.sock's connections; intake's (each agent connection may have a
+    decide and a token check open here, the runner its redeem); one accept
+    batch of refused connections (asyncio accepts up to 100 per turn) and a
+    reserve for the journal client, the notify hook's pipes, logging and
+    the name service's files.
+    """
+    return config.operators.max_connections + 3 * config.limits.max_connections + 100 + 92
+
+
+def _check_fd_limit(config: Config) -> None:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = fd_budget(config)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.get().warning("approval.fd_limit.low", limit=soft, needed=needed)
+
+
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
     try:
         policy = load_policy(config)
     except PolicyError as exc:
         raise ConfigError(str(exc)) from None
     approval = Approval(config, policy, config.source)
+    _check_fd_limit(config)
     s = config.services
     internal = Door(
         "approval",
@@ -138,6 +160,10 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         ),
         errors=within_reference_004,
         verbs=approval.operator_verbs(decides),
+        # Issue 28: one observer's flood of connections cannot use up approval's
+        # file descriptors (LimitNOFILE in the unit fits these caps; fd_budget).
+        max_connections=config.operators.max_connections,
+        max_per_peer=config.operators.connections_per_user,
     )
     service = Service(NAME, config, [internal, operator])
     service.on_reload = approval.reload

@@ -24,7 +24,8 @@ def _unreachable(ns: argparse.Namespace, exc: client.ClientError) -> None:
 
 
 def _err(message: str) -> None:
-    print(f"airlock: {message}", file=sys.stderr)
+    # A daemon's message may quote what an agent sent: neutralised like every other terminal line.
+    print(f"airlock: {render.sanitise(message)}", file=sys.stderr)
 
 
 def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -24,7 +24,7 @@ def _event_line(e: dict[str, Any]) -> str:
     return "  ".join(
         [
             f"{e.get('seq'):>6}",
-            str(e.get("time")),
+            sanitise(e.get("time")),
             f"{sanitise(e.get('kind')):<17}",
             f"{sanitise(e.get('request_id') or '-', strict=True):<36}",
             f"{sanitise(e.get('writer')):<8}",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import select
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -152,10 +151,8 @@ def cmd_pending(ns: argparse.Namespace) -> int:
 
 def approve_line(request_id: object, expect: object, verb: str = "approve") -> str:
     """The line that decides exactly this pending request (issue 27): whole ID, quoted, and its --expect."""
-    line = f"airlock {verb} {shlex.quote(sanitise(request_id, strict=True))}"
-    if isinstance(expect, str) and expect:
-        line += f" --expect {shlex.quote(sanitise(expect, strict=True))}"
-    return line
+    options = ("--expect", sanitise(expect, strict=True)) if isinstance(expect, str) and expect else ()
+    return render.decision_line(verb, sanitise(request_id, strict=True), options=options)
 
 
 def _confirmed(ns: argparse.Namespace) -> tuple[str, str] | None:
@@ -227,9 +224,9 @@ def cmd_decide(ns: argparse.Namespace) -> int:
     if rc == 0 and not ns.json:
         outcome = "approved" if data.get("decision") == "allow" else "denied"
         if data.get("decision") == "allow" and data.get("complete") is False:
-            outcome = f"approval counted ({data.get('progress')}); waiting for more approvers"
+            outcome = f"approval counted ({sanitise(data.get('progress'))}); waiting for more approvers"
         elif data.get("needed", 1) > 1:
-            outcome += f" ({data.get('progress')})"
+            outcome += f" ({sanitise(data.get('progress'))})"
         grant = data.get("grant") or {}
         if grant:
             outcome += (
@@ -239,7 +236,7 @@ def cmd_decide(ns: argparse.Namespace) -> int:
         signer = data.get("signer") or {}
         if signer.get("principal"):
             outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
-        print(f"{data.get('request_id')}: {outcome}")
+        print(f"{sanitise(data.get('request_id'), strict=True)}: {outcome}")
     return rc
 
 
@@ -253,7 +250,7 @@ def cmd_grants(ns: argparse.Namespace) -> int:
             args["reason"] = ns.reason
         rc, _ = _operator(ns, "grant.revoke", args)
         if rc == 0 and not ns.json:
-            print(f"{ns.grant_id}: revoked")
+            print(f"{sanitise(ns.grant_id, strict=True)}: revoked")
         return rc
     rc, data = _operator(ns, "grants", {})
     if rc == 0 and not ns.json:

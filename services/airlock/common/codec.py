@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from airlock.common import validate
 from airlock.common.errors import AirlockError, ErrorCode
 
 PROTOCOL_VERSION: Final = 1
@@ -71,11 +72,12 @@ def _json_type(value: Any) -> str:
 
 
 def recover_id(obj: Any) -> str | None:
-    """The request ID to echo in an error, when one can be recovered."""
+    """The request ID to echo in an error, when one can be recovered (and is a valid one: a refused ID
+    is not echoed)."""
     if isinstance(obj, dict):
         value = obj.get("id")
-        if isinstance(value, str) and len(value) <= 256:
-            return value
+        if validate.is_request_id(value):
+            return str(value)
     return None
 
 
@@ -96,8 +98,9 @@ class Request:
                 f"protocol version {self.v!r} is not supported",
                 {"supported": list(SUPPORTED_VERSIONS), "received": self.v},
             )
-        if self.id is not None and (not isinstance(self.id, str) or len(self.id) > 256):
-            raise AirlockError(ErrorCode.INVALID_REQUEST, "id must be a string of at most 256 characters")
+        if self.id is not None:
+            # Issue 28: one rule for every door, so no ID can be live in a shell line, markup or terminal.
+            validate.request_id("id", self.id, ErrorCode.INVALID_REQUEST)
         if not isinstance(self.verb, str) or not self.verb or len(self.verb) > 64:
             raise AirlockError(ErrorCode.INVALID_REQUEST, "verb must be a non-empty string")
         if not isinstance(self.args, dict):

@@ -354,6 +354,13 @@ class Principals:
     users: tuple[str, ...]
     groups: tuple[str, ...]
     observers: Observers
+    max_connections: int
+    max_connections_per_user: int
+
+    @property
+    def connections_per_user(self) -> int:
+        """The per-user cap on operator.sock in force: 0 stands for a quarter of max_connections, at least 1."""
+        return self.max_connections_per_user or max(1, self.max_connections // 4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,6 +395,7 @@ class Limits:
     max_output_bytes: int
     kill_grace_seconds: float
     search_cpu_seconds: int
+    max_total_output_bytes: int = 32 * 1024 * 1024
 
     @property
     def connections_per_agent(self) -> int:
@@ -427,6 +435,9 @@ class Journal:
     anchor_every_records: int
     anchor_every_seconds: float
     checkpoint_key: Path = Path("/etc/airlock/checkpoint_ed25519_key")
+    operation_capacity_per_agent: int = 256
+    agent_bytes_per_second: int = 1024 * 1024
+    agent_burst_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -540,6 +551,8 @@ class Setting:
 
 
 MiB = 1024 * 1024
+# The most limits.max_total_output_bytes may be: base64 (4/3) of it and a 64-stage reply fit in common/ipc.py's 96 MiB.
+MAX_TOTAL_OUTPUT = 48 * MiB
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("paths.runtime_dir", absolute_path, Path("/run/airlock"), "Where the sockets live."),
@@ -566,6 +579,19 @@ SETTINGS: tuple[Setting, ...] = (
         Observers(),
         "Read-only operators ({users: [...], groups: [...]}): status, pending, show and events only; every other "
         "operator verb answers unauthorized.",
+    ),
+    Setting(
+        "operators.max_connections",
+        positive_int,
+        64,
+        "Connections operator.sock handles at once (operators and observers together); more get 'busy'.",
+    ),
+    Setting(
+        "operators.max_connections_per_user",
+        non_negative_int,
+        0,
+        "Connections one user (peer uid, root included) may hold on operator.sock; more get 'busy' (0: a quarter "
+        "of operators.max_connections, at least 1).",
     ),
     Setting("services.intake_user", string, "airlock-intake", "The user airlock-intake runs as."),
     Setting("services.approval_user", string, "airlock-approval", "The user airlock-approval runs as."),
@@ -607,6 +633,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("limits.default_timeout_seconds", positive_float, 300.0, "A job's timeout when the request names none."),
     Setting("limits.max_output_bytes", positive_int, 16 * MiB, "Default and ceiling for captured bytes per stream."),
+    Setting(
+        "limits.max_total_output_bytes",
+        positive_int,
+        32 * MiB,
+        "Captured bytes of one request across all stages and streams (stdout and every stage's stderr); "
+        "past it the rest is read and dropped, and the streams that lost bytes are marked truncated "
+        f"(at most {MAX_TOTAL_OUTPUT // MiB} MiB, so the reply always fits).",
+    ),
     Setting("limits.kill_grace_seconds", non_negative_float, 1.0, "Between SIGTERM and SIGKILL of a job."),
     Setting(
         "limits.search_cpu_seconds",
@@ -669,7 +703,32 @@ SETTINGS: tuple[Setting, ...] = (
         "Requests one agent (peer uid) may put before operators in any 60 s; more are refused with rate_limited.",
     ),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
-    Setting("journal.operation_capacity", positive_int, 256, "Completed operations kept for replay, oldest out."),
+    Setting(
+        "journal.operation_capacity",
+        positive_int,
+        4096,
+        "Completed operations kept for replay, all agents together; when full, a new operation of an agent with "
+        "no outcome of its own to give up gets 'busy' (another agent's unexpired outcome is never evicted).",
+    ),
+    Setting(
+        "journal.operation_capacity_per_agent",
+        positive_int,
+        256,
+        "Completed operations kept for replay per agent (peer uid); past it the agent's own oldest goes.",
+    ),
+    Setting(
+        "journal.agent_bytes_per_second",
+        non_negative_int,
+        1 * MiB,
+        "Audit journal bytes one agent's (peer uid's) requests may write per second, sustained; a new request "
+        "past the quota gets 'rate_limited' and nothing of it is written (0: no quota).",
+    ),
+    Setting(
+        "journal.agent_burst_bytes",
+        positive_int,
+        256 * MiB,
+        "Audit journal bytes one agent's requests may write in a burst above journal.agent_bytes_per_second.",
+    ),
     Setting(
         "journal.output_head_bytes",
         non_negative_int,
@@ -850,6 +909,12 @@ def _check(config: Config, path: str) -> None:
         )
     if limits.clock_skew_seconds >= limits.replay_window_seconds - limits.freshness_seconds:
         raise ConfigError(f"{path}: limits.clock_skew_seconds: must be smaller than the replay window minus freshness")
+    if limits.max_total_output_bytes > MAX_TOTAL_OUTPUT:
+        # The runner's reply carries the output base64-encoded and must fit what intake reads (common/ipc.py).
+        raise ConfigError(
+            f"{path}: limits.max_total_output_bytes: must be at most {MAX_TOTAL_OUTPUT} "
+            f"(got {limits.max_total_output_bytes})"
+        )
 
 
 def load(path: Path | None = None, *, base: Config | None = None, missing_ok: bool = True) -> Config:

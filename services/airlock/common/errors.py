@@ -29,6 +29,7 @@ class ErrorCode(enum.StrEnum):
     READ_TIMEOUT = "read_timeout"
     # The life of a request.
     BUSY = "busy"
+    RATE_LIMITED = "rate_limited"  # a per-agent (uid) quota is used up; retry later
     STALE_REQUEST = "stale_request"
     REPLAYED_REQUEST = "replayed_request"
     DENIED = "denied"
@@ -39,6 +40,7 @@ class ErrorCode(enum.StrEnum):
     AUDIT_UNAVAILABLE = "audit_unavailable"
     RUNNER_UNAVAILABLE = "runner_unavailable"
     PRIVILEGE_UNAVAILABLE = "privilege_unavailable"
+    IDENTITY_UNAVAILABLE = "identity_unavailable"  # the user database could not be read: who asks is unknown
     INVALID_TICKET = "invalid_ticket"
     SPAWN_FAILED = "spawn_failed"
     BINARY_CHANGED = "binary_changed"  # the binary is no longer the file approval saw
@@ -64,8 +66,6 @@ class ErrorCode(enum.StrEnum):
     OPERATION_ID_CONFLICT = "operation_id_conflict"
     OPERATION_IN_PROGRESS = "operation_in_progress"
     PROTECTED_REDELIVERY_FORBIDDEN = "protected_redelivery_forbidden"
-    # Per-uid limits (issue 28): too many requests waiting for an operator, or asks too often.
-    RATE_LIMITED = "rate_limited"
 
 
 class AirlockError(Exception):
@@ -123,4 +123,11 @@ _CONFLICTS = frozenset(
         ErrorCode.RATE_LIMITED,
     }
 )
-_UNAVAILABLE = frozenset({ErrorCode.AUDIT_UNAVAILABLE, ErrorCode.RUNNER_UNAVAILABLE, ErrorCode.APPROVAL_UNAVAILABLE})
+_UNAVAILABLE = frozenset(
+    {
+        ErrorCode.AUDIT_UNAVAILABLE,
+        ErrorCode.RUNNER_UNAVAILABLE,
+        ErrorCode.APPROVAL_UNAVAILABLE,
+        ErrorCode.IDENTITY_UNAVAILABLE,
+    }
+)

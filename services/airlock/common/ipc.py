@@ -182,7 +182,19 @@ class Client:
             conn.writer.write(line)
             await conn.writer.drain()
             while True:
-                frame = conn.decoder.next_frame()
+                try:
+                    frame = conn.decoder.next_frame()
+                except AirlockError as exc:
+                    if exc.code is not ErrorCode.REQUEST_TOO_LARGE:
+                        raise
+                    # The server answered (it did the work) with more than we read: the
+                    # caller must not take this for "nothing happened" (intake settles it).
+                    raise Unreachable(
+                        self.unavailable,
+                        f"{self.service} replied with more than {conn.decoder.max_bytes} bytes",
+                        {"service": self.service, "reply_too_large": True},
+                        maybe_done=True,
+                    ) from None
                 if frame is NEED_DATA:
                     chunk = await conn.reader.read(256 * 1024)
                     if not chunk:

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from airlock.common.errors import AirlockError, ErrorCode
+
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13
 _UCRED = struct.Struct("3i")
 _MAX_GROUPS = 65536  # NGROUPS_MAX
@@ -63,10 +65,35 @@ class Peer:
         return identify(pid, uid, gid, ids)
 
 
+def identity_unavailable() -> AirlockError:
+    return AirlockError(
+        ErrorCode.IDENTITY_UNAVAILABLE, "the user database could not be read (name service unavailable); retry shortly"
+    )
+
+
+def _lookups_work() -> bool:
+    """Whether the user database answers at all: root (uid and gid 0) is in every one.
+
+    Python reports a failed lookup (no file descriptor left, an NSS module down)
+    as KeyError, exactly like an unknown uid.  Asking for root tells them apart:
+    a database that cannot name root is not answering, and a peer it could not
+    name must not be judged as a nameless stranger (issue 28).
+    """
+    try:
+        pwd.getpwuid(0)
+        grp.getgrgid(0)
+    except KeyError:
+        return False
+    return True
+
+
 def user_name(uid: int) -> str:
+    """``uid``'s name, its number when it has none; `identity_unavailable` when the database does not answer."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
+        if not _lookups_work():
+            raise identity_unavailable() from None
         return str(uid)
 
 
@@ -74,23 +101,34 @@ def group_name(gid: int) -> str:
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:
+        if not _lookups_work():
+            raise identity_unavailable() from None
         return str(gid)
 
 
 def identify(pid: int, uid: int, gid: int, group_ids: Iterable[int] | None = None) -> Peer:
+    """The peer with its names; raises `identity_unavailable` (never a nameless peer) when lookups fail."""
     user = user_name(uid)
     if group_ids is None:
         try:
             group_ids = os.getgrouplist(user, gid)
         except (KeyError, OSError):
+            if not _lookups_work():
+                raise identity_unavailable() from None
             group_ids = [gid]
     ids = tuple(sorted({gid, *group_ids}))
     return Peer(pid=pid, uid=uid, gid=gid, user=user, group_ids=ids, groups=frozenset(group_name(g) for g in ids))
 
 
-def peer_of(sock: socket.socket) -> Peer:
-    """The credentials of a connected AF_UNIX stream socket's peer."""
+def credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of a connected AF_UNIX stream socket's peer: the kernel's word, no lookup."""
     pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return pid, uid, gid
+
+
+def peer_of(sock: socket.socket, creds: tuple[int, int, int] | None = None) -> Peer:
+    """The credentials of a connected AF_UNIX stream socket's peer, with names (raises `identity_unavailable`)."""
+    pid, uid, gid = creds if creds is not None else credentials(sock)
     group_ids: list[int] | None
     try:
         # 1024 bytes (256 groups) is the most Python's getsockopt accepts; a peer

@@ -61,6 +61,37 @@ def command_line(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(sanitise(arg, strict=True)) for arg in argv)
 
 
+def shell_line(words: Sequence[str], *, ssh_host: str | None = None) -> str:
+    """A command line an operator may paste into a POSIX shell: each word stays one word, nothing runs.
+
+    With ``ssh_host`` the line is ``ssh HOST WORDS...``: ssh joins the words
+    after the host with spaces and the remote shell parses them again, so each
+    is quoted twice (once for each shell).  A word that needs no quoting is
+    left as it is, so ``ssh db1 airlock approve r-1`` reads as it always did.
+    """
+    if ssh_host is None:
+        return " ".join(shlex.quote(w) for w in words)
+    return " ".join(["ssh", shlex.quote(ssh_host), *(shlex.quote(shlex.quote(w)) for w in words)])
+
+
+def decision_line(verb: str, request_id: str, *, host: str | None = None, options: tuple[str, ...] = ()) -> str:
+    """The one place an ``airlock approve|deny ID [OPTIONS]`` line is built (issue 28): the relay's
+    messages, ``airlock pending`` and ``airlock show``.
+
+    Every word is quoted for the shell it is pasted into (twice after ``ssh
+    HOST``: the remote shell reads it again).  An ID that starts with ``-``
+    comes after ``--`` so it cannot be read as an option.  ``options`` are the
+    verb's flags (``--expect DIGEST``, ``--signature FILE``); add new ones here, not by formatting
+    another line elsewhere.
+    """
+    words = ["airlock", verb]
+    if request_id.startswith("-"):
+        words += [*options, "--", request_id]
+    else:
+        words += [request_id, *options]
+    return shell_line(words, ssh_host=host)
+
+
 def use_colour(stream: IO[str]) -> bool:
     # https://no-color.org: NO_COLOR set to anything but "" turns colour off.
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"

@@ -43,7 +43,7 @@ from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.framing import NEED_DATA, FrameDecoder
 from airlock.common.notify import Notifier
-from airlock.common.peer import AllowList, Peer, peer_of
+from airlock.common.peer import AllowList, Peer, credentials, peer_of
 
 # The doors clients use.  The others are service-to-service: their peers read
 # actively, but intake may be relaying an event to a slow agent (bounded by the
@@ -340,31 +340,47 @@ class Service:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, door: Door) -> None:
         sock = writer.get_extra_info("socket")
         try:
-            peer = peer_of(sock)
+            # The kernel's (pid, uid, gid) first: the caps cost no name lookup, so a
+            # flood is turned away before it can use what lookups need (issue 28).
+            creds = credentials(sock)
         except OSError:
             writer.close()
             return
+        uid = creds[1]
         door.active += 1
-        door.by_peer[peer.uid] += 1
+        door.by_peer[uid] += 1
         try:
             if door.max_connections is not None and door.active > door.max_connections:
                 await _send_quietly(
                     writer,
                     door.refusal(
-                        AirlockError(ErrorCode.BUSY, "server busy: too many requests in flight; retry shortly")
-                    ),
-                )
-                return
-            if door.max_per_peer is not None and door.by_peer[peer.uid] > door.max_per_peer:
-                self.log.info(f"{self.name}.peer.capped", door=door.name, peer_uid=peer.uid, limit=door.max_per_peer)
-                await _send_quietly(
-                    writer,
-                    door.refusal(
-                        AirlockError(
-                            ErrorCode.BUSY, "server busy: too many requests in flight from this user; retry shortly"
+                        door.errors(
+                            AirlockError(ErrorCode.BUSY, "server busy: too many requests in flight; retry shortly")
                         )
                     ),
                 )
+                return
+            if door.max_per_peer is not None and door.by_peer[uid] > door.max_per_peer:
+                self.log.info(f"{self.name}.peer.capped", door=door.name, peer_uid=uid, limit=door.max_per_peer)
+                await _send_quietly(
+                    writer,
+                    door.refusal(
+                        door.errors(
+                            AirlockError(
+                                ErrorCode.BUSY,
+                                "server busy: too many requests in flight from this user; retry shortly",
+                            )
+                        )
+                    ),
+                )
+                return
+            try:
+                peer = peer_of(sock, creds)
+            except AirlockError as exc:
+                # A lookup that failed says nothing about who this is: not `unauthorized`.
+                self.log.warning(f"{self.name}.peer.unidentified", door=door.name, peer_uid=uid, code=exc.code.value)
+                await _send_quietly(writer, door.refusal(door.errors(exc)))
+                await linger(reader, writer)
                 return
             if not door.allow.allows(peer):
                 self.log.warning(f"{self.name}.peer.refused", door=door.name, peer_uid=peer.uid, peer_pid=peer.pid)
@@ -383,9 +399,9 @@ class Service:
             self.log.exception(f"{self.name}.connection.failed", door=door.name, error=repr(exc))
         finally:
             door.active -= 1
-            door.by_peer[peer.uid] -= 1
-            if door.by_peer[peer.uid] <= 0:
-                del door.by_peer[peer.uid]
+            door.by_peer[uid] -= 1
+            if door.by_peer[uid] <= 0:
+                del door.by_peer[uid]
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -22,6 +22,15 @@ _FORBIDDEN = re.compile(
 )
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+# Request IDs (issue 28): an ID lands in copy-paste shell lines, chat markup and
+# terminals, so it is a word no shell, markup or terminal reads anything into.
+# UUIDs, ULIDs and "name-123" style IDs fit; 256 is the bound every door had.
+REQUEST_ID_MAX = 256
+REQUEST_ID_CHARS = "A-Z a-z 0-9 . _ : -"
+REQUEST_ID_PATTERN = f"[A-Za-z0-9._:-]{{1,{REQUEST_ID_MAX}}}"
+_REQUEST_ID = re.compile(REQUEST_ID_PATTERN)
+_REQUEST_ID_BAD = re.compile(r"[^A-Za-z0-9._:-]")
+
 
 def bad(field: str, message: str, code: ErrorCode = ErrorCode.INVALID_ARGUMENTS) -> AirlockError:
     return AirlockError(code, f"{field}: {message}", {"field": field})
@@ -43,6 +52,32 @@ def text(field: str, value: Any, *, max_len: int = 4096, allow_empty: bool = Tru
     if found:
         raise bad(field, f"{noun}contains a forbidden character U+{ord(found.group()):04X} at position {found.start()}")
     return value
+
+
+def is_request_id(value: Any) -> bool:
+    """Whether ``value`` is a request ID airlock accepts: 1-256 of ``[A-Za-z0-9._:-]``."""
+    return isinstance(value, str) and _REQUEST_ID.fullmatch(value) is not None
+
+
+def request_id(field: str, value: Any, code: ErrorCode = ErrorCode.INVALID_ARGUMENTS) -> str:
+    """A request ID, or a refusal that says which character (or length) is wrong."""
+    if is_request_id(value):
+        assert isinstance(value, str)
+        return value
+    rule = f"a request ID is 1 to {REQUEST_ID_MAX} characters of {REQUEST_ID_CHARS}"
+    if not isinstance(value, str):
+        message = f"must be a string ({rule})"
+    elif not value:
+        message = f"must not be empty ({rule})"
+    elif len(value) > REQUEST_ID_MAX:
+        message = f"longer than {REQUEST_ID_MAX} characters ({rule})"
+    else:
+        found = _REQUEST_ID_BAD.search(value)
+        assert found is not None
+        message = f"character U+{ord(found.group()):04X} at position {found.start()} is not allowed ({rule})"
+    error = bad(field, message, code)
+    error.details["allowed"] = REQUEST_ID_PATTERN
+    raise error
 
 
 def optional_text(field: str, value: Any, *, max_len: int = 4096) -> str | None:

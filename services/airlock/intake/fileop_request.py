@@ -48,9 +48,7 @@ class FileRequest:
 def native_files(
     verb: str, request_id: str | None, args: dict[str, Any], peer: Peer, config: Config, now: float
 ) -> FileRequest:
-    rid = (
-        validate.text("id", request_id, max_len=256, allow_empty=False) if request_id is not None else str(uuid.uuid4())
-    )
+    rid = validate.request_id("id", request_id) if request_id is not None else str(uuid.uuid4())
     params = {k: v for k, v in args.items() if k not in ENVELOPE_FIELDS}
     spec = FileSpec(
         tool=verb,

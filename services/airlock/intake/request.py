@@ -222,9 +222,7 @@ def native_exec(request_id: str | None, args: dict[str, Any], peer: Peer, config
     unknown = sorted(set(args) - NATIVE_EXEC_FIELDS)
     if unknown:
         raise validate.bad(unknown[0], "unknown field", ErrorCode.INVALID_ARGUMENTS)
-    rid = (
-        validate.text("id", request_id, max_len=256, allow_empty=False) if request_id is not None else str(uuid.uuid4())
-    )
+    rid = validate.request_id("id", request_id) if request_id is not None else str(uuid.uuid4())
     mode, stages = _stages_from_native(args)
     return _build(args, request_id=rid, stages=stages, mode=mode, peer=peer, config=config, now=now)
 
@@ -234,7 +232,7 @@ def legacy_id(obj: dict[str, Any]) -> str:
     value = obj.get("id")
     if value is None or value == "":
         return str(uuid.uuid4())
-    return validate.text("id", value, max_len=256)
+    return validate.request_id("id", value)
 
 
 def legacy_exec(obj: dict[str, Any], peer: Peer, config: Config, now: float) -> ExecRequest:

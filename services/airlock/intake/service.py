@@ -33,7 +33,7 @@ from airlock.common.codec import (
 )
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client
+from airlock.common.ipc import Client, Unreachable
 from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, may_decide, uid_of
 from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
@@ -228,7 +228,8 @@ class Intake:
         try:
             data = await self.approval.call("token.check", {"token": request.token, "uid": peer.uid}, timeout=10)
         except AirlockError as exc:
-            if exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
+            # Approval could not answer (or could not tell who asked): that is not a bad token.
+            if exc.code in (ErrorCode.APPROVAL_UNAVAILABLE, ErrorCode.IDENTITY_UNAVAILABLE):
                 raise
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized") from None
         session = data.get("session")
@@ -268,7 +269,7 @@ class Intake:
 
     async def _legacy(self, conn: Connection, obj: dict[str, Any]) -> bytes:
         raw_id = obj.get("id")
-        request_id = raw_id if isinstance(raw_id, str) and len(raw_id) <= 256 else None
+        request_id = raw_id if validate.is_request_id(raw_id) else None  # a refused ID is not echoed
         try:
             request_id = legacy_id(obj)
             if self.config.agents.require_token:
@@ -413,6 +414,14 @@ class Intake:
                     on_event=forward,
                     timeout=work.runner_timeout,
                 )
+            except Unreachable as exc:
+                if not exc.details.get("reply_too_large"):
+                    raise
+                # The work ran and its reply outgrew what we read: settle it without its output, so a
+                # retry replays this instead of running the work again (the runner's own cap makes this rare).
+                self.log.error("intake.reply.too_large", request_id=work.request_id, operation_id=op)
+                outcome = {"operation_id": op, "stages": [], "stdout": "", "stdout_truncated": True}
+                outcome |= {"output_retained": False, "reply_too_large": True}
             finally:
                 self.operations.pop((peer.uid, op), None)
             # The runner's exec.finished, deferred: request.replied commits only with it.
@@ -561,7 +570,7 @@ class Intake:
         if unknown:
             raise validate.bad(unknown[0], "unknown argument (known: request_id, signature, reason)")
         args = {
-            "request_id": validate.text("request_id", request.args.get("request_id"), max_len=256, allow_empty=False),
+            "request_id": validate.request_id("request_id", request.args.get("request_id")),
             # Armoured (several lines): approval reads it strictly (approval/statement.py).
             "signature": request.args.get("signature"),
             "reason": validate.text("reason", request.args.get("reason") or "", max_len=4096),

@@ -21,7 +21,8 @@ from airlock.common.errors import AirlockError, ErrorCode
 # it says so, with its own version as semver build metadata.
 VERSION = f"1.1.0+airlock.{__version__}"
 
-_ID = re.compile(rb'"id"\s*:\s*"([^"\\\x00-\x1f]{0,256})"')
+# Only an ID that passes the request-ID rule (common/validate.py) is echoed.
+_ID = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9._:-]{1,256})"')
 _NATIVE_HINT = re.compile(rb'"(v|verb)"\s*:')
 
 

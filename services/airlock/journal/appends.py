@@ -11,6 +11,7 @@ its input, builds one work item and hands it to `Writer._submit`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Final
 
 from airlock.common.codec import iso_utc
@@ -38,6 +39,8 @@ MAX_CLAIM_KEY_CHARS: Final = MAX_ID_CHARS + 16
 
 class Appends(Writer):
     """`Store`'s write verbs; the queue and the transaction are `Writer`'s."""
+
+    meter: Callable[[int | None, int], None] | None
 
     # -- appending ------------------------------------------------------------
 
@@ -181,6 +184,8 @@ class Appends(Writer):
     ) -> _Append:
         check_writer(writer, kind)
         normalized, text = _canonical_object("payload", payload, MAX_PAYLOAD_BYTES)
+        if self.meter is not None:  # the agent's share of the journal (journal/quota.py)
+            self.meter(peer_uid, len(text))
         return _Append(
             time=iso_utc(self._clock()),
             kind=kind,
@@ -208,6 +213,10 @@ class Appends(Writer):
         """new (now active) | replay (the settled outcome) | raise conflict / in progress /
         protected redelivery forbidden.  Active state is memory only (reference/001)."""
         return self._ops.begin(operation_id, digest, has_protected=has_protected)
+
+    def op_room(self, operation_id: str) -> None:
+        """Raise ``busy`` now if ``op_begin`` of a new operation would (checked before anything is written)."""
+        self._ops.check_room(check_id("operation_id", operation_id))
 
     async def op_complete(
         self, operation_id: str, digest: str, outcome: dict[str, Any], after: tuple[int, ...] = ()

@@ -185,8 +185,7 @@ def _read_operations(conn: sqlite3.Connection, cutoff: float) -> list[Settled]:
     return [Settled(str(r[0]), str(r[1]), str(r[2]), float(r[3])) for r in rows]
 
 
-def _prune_operations(conn: sqlite3.Connection, cutoff: float, capacity: int) -> None:
+def _prune_operations(conn: sqlite3.Connection, cutoff: float, evicted: list[str]) -> None:
+    """Expired outcomes, and those the replay table evicted (each agent's own oldest, past its share)."""
     conn.execute("DELETE FROM operations WHERE completed_at <= ?", (cutoff,))
-    conn.execute(
-        "DELETE FROM operations WHERE ord NOT IN (SELECT ord FROM operations ORDER BY ord DESC LIMIT ?)", (capacity,)
-    )
+    conn.executemany("DELETE FROM operations WHERE operation_id = ?", [(key,) for key in evicted])

@@ -30,6 +30,7 @@ from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.journal import anchors, journalfiles, memory
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
+from airlock.journal.quota import JournalQuota
 from airlock.journal.store import Store
 
 # Anchors one verify call may carry (the CLI sends more in several calls).
@@ -119,6 +120,11 @@ class Journal:
         self.store = store
         self.database = config.paths.state_dir / "journal.sqlite"
         self.writers = writers_by_uid(config)
+        # Each agent's share of the journal's bytes: charged for every record, checked at op.begin.
+        self.quota = JournalQuota(
+            config.journal.agent_bytes_per_second, config.journal.agent_burst_bytes, time.monotonic
+        )
+        store.meter = self.quota.charge
 
     def writer_for(self, peer: Peer, claimed: Any) -> str:
         allowed = self.writers.get(peer.uid, set())
@@ -182,6 +188,11 @@ class Journal:
         has_protected = validate.boolean("has_protected", a.get("has_protected"), False)
         claim = a.get("claim")
         event = a.get("event")
+        # A new request of an agent over its journal quota, or one the full replay store has no room
+        # for, is refused before anything of it is written.
+        uid = event.get("peer_uid") if isinstance(event, dict) else None
+        self._admit(uid if isinstance(uid, int) and not isinstance(uid, bool) else None)
+        self.store.op_room(operation_id)
         if claim is not None:
             key, window = self._claim_args(claim)
             if isinstance(event, dict):
@@ -198,6 +209,21 @@ class Journal:
             out = await self._event(call.peer, event)
         result = await self.store.op_begin(operation_id, digest, has_protected=has_protected)
         return out | {"claimed": True, "state": result.state, "outcome": result.outcome}
+
+    def _admit(self, uid: int | None) -> None:
+        """The agent's journal quota; the first refusal of a spell is logged for the operator."""
+        try:
+            self.quota.admit(uid)
+        except AirlockError as exc:
+            if self.quota.newly_limited:
+                log.get().warning(
+                    "journal.quota.exceeded",
+                    peer_uid=uid,
+                    retry_after_seconds=exc.details.get("retry_after_seconds"),
+                    bytes_per_second=self.quota.rate,
+                    burst_bytes=self.quota.burst,
+                )
+            raise
 
     async def op_complete(self, call: Call) -> dict[str, Any]:
         self.writer_for(call.peer, "intake")
@@ -227,12 +253,17 @@ class Journal:
         return await self._event(call.peer, call.args.get("event"))
 
     async def request_claim(self, call: Call) -> dict[str, Any]:
-        """Intake's replay guard: claim a request ID for the replay window, durably."""
-        self.writer_for(call.peer, "intake")
-        return await self._claim(call.args)
+        """Intake's replay guard: claim a request ID for the replay window, durably.
 
-    async def _claim(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"claimed": await self.store.claim_request_id(*self._claim_args(a))}
+        A claim (a control action's: ping or hello with a time) is a row too: charged to the agent's
+        journal quota like a record, and refused when the agent is over it."""
+        self.writer_for(call.peer, "intake")
+        key, window = self._claim_args(call.args)
+        uid, colon, _ = key.partition(":")
+        if colon and uid.isdigit() and len(uid) <= 10:
+            self._admit(int(uid))
+            self.quota.charge(int(uid), len(key))
+        return {"claimed": await self.store.claim_request_id(key, window)}
 
     @staticmethod
     def _claim_args(a: Any) -> tuple[str, float]:
@@ -550,6 +581,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         config.paths.state_dir / "journal.sqlite",
         operation_retention=config.journal.operation_retention,
         operation_capacity=config.journal.operation_capacity,
+        operation_capacity_per_agent=config.journal.operation_capacity_per_agent,
     )
     journal = Journal(config, store)
     anchor_path = anchors.path_beside(store.path)

@@ -102,6 +102,8 @@ class Store(Appends, Reader):
         self.on_commit: Callable[[], None] | None = None
         # Called with every committed batch's events, before on_commit (journal/fleet.py ships them to journald).
         self.on_records: Callable[[list[Event]], None] | None = None
+        # Called with (peer_uid, payload bytes) for every record taken (journal/quota.py charges the agent).
+        self.meter: Callable[[int | None, int], None] | None = None
         self._ops = operations
         self._clock = clock
         # One thread, so the writer connection is only ever used from it.
@@ -139,6 +141,7 @@ class Store(Appends, Reader):
         *,
         operation_retention: float = 300,
         operation_capacity: int = 256,
+        operation_capacity_per_agent: int | None = None,
         clock: Callable[[], float] = time.time,
     ) -> Store:
         """Open (creating if needed) the database at ``path``, mode 0600.
@@ -147,7 +150,12 @@ class Store(Appends, Reader):
         a schema this version does not know.
         """
         path = Path(path)
-        operations = OperationTable(retention=operation_retention, capacity=operation_capacity, clock=clock)
+        operations = OperationTable(
+            retention=operation_retention,
+            capacity=operation_capacity,
+            clock=clock,
+            per_owner=operation_capacity_per_agent,
+        )
         wconn: sqlite3.Connection | None = None
         rconn: sqlite3.Connection | None = None
         try:

@@ -202,16 +202,22 @@ class Writer:
                 if isinstance(work, _Sync) and not work.future.done():
                     work.future.set_result(None)
             return
+        # Outcomes the replay table let go of (its owner's share was full) leave the database with this batch.
+        settling = [w.entry for w in batch if isinstance(w, _Settle)]
+        earlier = self._ops.take_evicted() if settling else []
+        evicted = earlier + self._ops.planned_evictions(settling)
         try:
             events, claimed, head = await loop.run_in_executor(
-                self._executor, self._write, batch, self._head, self._high
+                self._executor, self._write, batch, self._head, self._high, evicted
             )
         except (sqlite3.Error, OSError) as exc:
+            self._ops.evicted.extend(earlier)  # the next settle deletes them (a restart's load trims them too)
             self._failed += 1
             await self._reload_head(loop)
             self._failed_batch(batch, _unavailable(exc))
             return
         except Exception as exc:  # the writer must outlive any one batch; its callers get the error
+            self._ops.evicted.extend(earlier)
             self._failed += 1
             await self._reload_head(loop)
             self._failed_batch(batch, exc)
@@ -299,7 +305,7 @@ class Writer:
             return _read_head(self._wconn), _read_high(self._wconn)
 
     def _write(
-        self, batch: list[_Work], head: tuple[int, str], high: int
+        self, batch: list[_Work], head: tuple[int, str], high: int, evicted: list[str] | None = None
     ) -> tuple[list[Event | None], list[bool], tuple[int, str]]:
         """Runs on the writer thread: chain the batch and commit it as one transaction.
 
@@ -384,7 +390,7 @@ class Writer:
                         "(?,?,?,?)",
                         [(s.operation_id, s.digest, s.outcome_json, s.completed_at) for s in settles],
                     )
-                    _prune_operations(conn, self._ops.expiry_cutoff(), self._ops.capacity)
+                    _prune_operations(conn, self._ops.expiry_cutoff(), evicted or [])
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:

@@ -18,7 +18,7 @@ from typing import Any
 
 from airlock.common import arguments
 from airlock.common.codec import iso_utc
-from airlock.common.render import command_line, duration, sanitise
+from airlock.common.render import command_line, decision_line, duration, sanitise
 
 # The audit event kinds the relay turns into messages.
 KINDS = frozenset({"approval.pending", "approval.decided"})
@@ -88,18 +88,18 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) 
         "reason": _clip(_s(request.get("reason")), 500),
         "seconds_left": round(max(0.0, expires - now), 1),
         "expires_at": iso_utc(expires, timespec="seconds"),
-        "decide": f"ssh {host} airlock approve {request_id}{_expect(payload)}",
-        "deny": f"ssh {host} airlock deny {request_id}{_expect(payload)}",
+        "decide": decision_line("approve", request_id, host=host, options=_expect(payload)),
+        "deny": decision_line("deny", request_id, host=host, options=_expect(payload)),
     }
     return message | _signing(payload, request_id) | _texts(message | _signing(payload, request_id))
 
 
-def _expect(payload: dict[str, Any]) -> str:
-    """Issue 27: `` --expect DIGEST``, so the line acts only on the request this message shows."""
+def _expect(payload: dict[str, Any]) -> tuple[str, ...]:
+    """Issue 27: ``--expect DIGEST``, so the line acts only on the request this message shows."""
     digest = payload.get("expect")
     if isinstance(digest, str) and len(digest) == 12 and all(c in "0123456789abcdef" for c in digest):
-        return f" --expect {digest}"
-    return ""
+        return ("--expect", digest)
+    return ()
 
 
 SIGN_LINE = "ssh-keygen -Y sign -n airlock-approval -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
@@ -117,7 +117,7 @@ def _signing(payload: dict[str, Any], request_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "statement": statement,
         "sign": SIGN_LINE,
-        "submit": f"airlock approve {request_id}{_expect(payload)} --signature statement.sig",
+        "submit": decision_line("approve", request_id, options=(*_expect(payload), "--signature", "statement.sig")),
     }
     requirement = payload.get("requirement")
     if isinstance(requirement, dict) and isinstance(requirement.get("approvals"), int) and requirement["approvals"] > 1:
@@ -246,14 +246,46 @@ def ntfy_request(message: dict[str, Any], channel: dict[str, Any]) -> tuple[byte
     return message["text"].encode(), headers
 
 
+def slack_escape(text: str) -> str:
+    """Text for Slack mrkdwn: ``& < >`` as Slack's entities, so ``<!channel>``, ``<@U1>`` and
+    ``<http://x|click>`` are shown, never acted on (api.slack.com, "Escaping text")."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def chat_text(text: str) -> str:
+    """The top-level ``text`` of a Slack or Mattermost message: markup off for both.
+
+    Mattermost renders it as Markdown (links, ``@channel``, emphasis), Slack as
+    mrkdwn and in notifications.  It goes in a code block, where neither renders
+    links or emphasis and Mattermost does not notify mentions; a backtick could
+    close the block, so it is shown as the visible escape ``\\x60`` (as control
+    characters are, render.sanitise: a backslash in the text is already doubled,
+    so the escape cannot be forged); ``& < >`` are escaped for Slack.
+    """
+    return "```\n" + slack_escape(text.replace("`", "\\x60")) + "\n```"
+
+
 def slack_body(message: dict[str, Any]) -> bytes:
+    """Slack (and Mattermost, which shows ``text``): every block but one is plain_text; the
+    mrkdwn "Decide:" line is escaped and its code span cannot be closed; link previews are off
+    (an agent's URL is never fetched by the chat service)."""
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _clip(message["title"], 150)}},
-        {"type": "section", "text": {"type": "plain_text", "text": _clip(message["text"], 2900)}},
+        {"type": "header", "text": {"type": "plain_text", "text": _clip(message["title"], 150), "emoji": False}},
+        {"type": "section", "text": {"type": "plain_text", "text": _clip(message["text"], 2900), "emoji": False}},
     ]
     if message["event"] in ("pending", "reminder"):
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"Decide: `{message['decide']}`"}})
-    return json.dumps({"text": f"{message['title']}\n{message['text']}", "blocks": blocks}, ensure_ascii=False).encode()
+        decide = str(message["decide"])
+        if "`" in decide:  # no escape exists inside a code span: show the line as plain text
+            blocks.append({"type": "section", "text": {"type": "plain_text", "text": f"Decide: {decide}"}})
+        else:
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"Decide: `{slack_escape(decide)}`"}})
+    body = {
+        "text": chat_text(f"{message['title']}\n{message['text']}"),
+        "blocks": blocks,
+        "unfurl_links": False,
+        "unfurl_media": False,
+    }
+    return json.dumps(body, ensure_ascii=False).encode()
 
 
 def email_message(message: dict[str, Any], channel: dict[str, Any]) -> EmailMessage:

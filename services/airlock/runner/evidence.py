@@ -47,10 +47,12 @@ class JobResult:
     cwd: str
     uid: int
     gid: int
+    # limits.max_total_output_bytes was reached: some stream lost bytes to the job's shared cap.
+    total_output_truncated: bool = False
 
     def to_evidence(self) -> dict[str, Any]:
         """The JSON-ready evidence (streams base64, digests of the delivered bytes)."""
-        return {
+        evidence: dict[str, Any] = {
             "operation_id": self.operation_id,
             "mode": self.mode,
             "containment": self.containment,
@@ -84,6 +86,9 @@ class JobResult:
             "stdout_truncated": self.stdout_truncated,
             "stdout_sha256": self.stdout_sha256,
         }
+        if self.total_output_truncated:
+            evidence["total_output_truncated"] = True
+        return evidence
 
 
 def sha256_hex(data: bytes) -> str:

@@ -52,6 +52,8 @@ class JobSpec:
     owner_uid: int | None = None  # who asked: operation IDs are per agent, so is the scope's name
     # Each stage's rule's sandbox as approval bound it (bound["sandbox"]); service containment only.
     sandboxes: tuple[Mapping[str, Any], ...] | None = None
+    # All streams of all stages together (limits.max_total_output_bytes); None: only the per-stream cap.
+    max_total_output_bytes: int | None = None
     # A root job's changeable path arguments as approval bound them (bound["arguments"],
     # common/arguments.py): checked again just before the job starts; scripts run from sealed copies.
     arguments: tuple[Mapping[str, Any], ...] | None = None
@@ -83,7 +85,12 @@ class JobSpec:
             raise _invalid(f"deadline must be a finite time (got {self.deadline})")
         if not self.timeout_seconds > 0:
             raise _invalid(f"timeout must be positive (got {self.timeout_seconds})")
-        if self.max_output_bytes < 0 or self.kill_grace_seconds < 0 or self.tasks_max < 0:
+        if (
+            self.max_output_bytes < 0
+            or (self.max_total_output_bytes or 0) < 0
+            or self.kill_grace_seconds < 0
+            or self.tasks_max < 0
+        ):
             raise _invalid("output cap, kill grace and tasks_max must not be negative")
         if self.binaries is not None and len(self.binaries) != len(self.stages):
             raise _invalid("a job needs one bound binary identity per stage")

@@ -129,11 +129,20 @@ class Capture:
         self._pending = b""
         self.truncated = False
 
-    def add(self, data: bytes) -> None:
+    @property
+    def held(self) -> int:
+        """Bytes kept so far, a held-back tail included."""
+        return len(self._kept) + len(self._pending)
+
+    def add(self, data: bytes, allowed: int | None = None) -> None:
+        """Keep ``data`` up to the cap; ``allowed``: at most this many of its bytes (a budget shared with
+        other streams), past which the capture is truncated as at its own cap."""
         if self.truncated or not data:
             return
         buffer = self._pending + data
         room = self._limit - len(self._kept)
+        if allowed is not None:
+            room = min(room, len(self._pending) + max(allowed, 0))
         if len(buffer) > room:
             self.truncated = True
             self._pending = b""

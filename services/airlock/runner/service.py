@@ -25,7 +25,7 @@ from airlock.common.audit import Audit, Ids, lifecycle, marks_of
 from airlock.common.codec import canonical_json
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client
+from airlock.common.ipc import MAX_REPLY_BYTES, Client
 from airlock.common.kinds import MAX_PAYLOAD_BYTES
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
@@ -42,6 +42,8 @@ NAME = "runner"
 CONFIRM_BATCH = 256
 CONFIRM_SECONDS = 60.0
 MAX_UNCONFIRMED = 10_000
+# What an exec reply may take of intake's reply limit; the rest is the envelope's.
+REPLY_ROOM = MAX_REPLY_BYTES - 64 * 1024
 
 
 class Runner:
@@ -173,6 +175,7 @@ class Runner:
             "hostname": socket.gethostname(),
         }
         summary = _audit_summary(evidence, self.config.journal.output_head_bytes, result)
+        evidence = fit_reply(evidence)
         try:
             if result.cancelled:
                 await self.audit.record("exec.cancelled", ids, payload={"digest": digest, "started": result.started})
@@ -304,6 +307,7 @@ class Runner:
             # 0 is an absolute time (the epoch, long past), not "no deadline".
             deadline=spec.deadline_ms / 1000 if spec.deadline_ms is not None else None,
             max_output_bytes=spec.max_output_bytes or ceiling,
+            max_total_output_bytes=self.config.limits.max_total_output_bytes,
             kill_grace_seconds=self.config.limits.kill_grace_seconds,
             protected_values=tuple(v for v in protected.values() if v),
             containment=containment,
@@ -398,6 +402,30 @@ def argv_digest(argv: Any) -> str:
     return hashlib.sha256(canonical_json(list(argv))).hexdigest()
 
 
+def fit_reply(evidence: dict[str, Any], room: int = REPLY_ROOM) -> dict[str, Any]:
+    """The evidence as it can be sent: without its output when the reply would not fit what intake reads.
+
+    limits.max_total_output_bytes keeps a reply well inside ``room``; this is the
+    last word, so that a job that ran always gets an answer intake can settle
+    (a reply intake could not read would leave the operation unsettled, and a
+    retry would run the job again).  Digests, sizes and exit codes stay.
+    """
+    output = len(evidence["stdout"]) + sum(len(stage["stderr"]) for stage in evidence["stages"])
+    rest = {k: v for k, v in evidence.items() if k not in ("stdout", "stages")}
+    rest["stages"] = [{k: v for k, v in stage.items() if k != "stderr"} for stage in evidence["stages"]]
+    if output + len(canonical_json(rest)) <= room:
+        return evidence
+    return evidence | {
+        "stdout": "",
+        "stdout_truncated": evidence["stdout_truncated"] or bool(evidence["stdout"]),
+        "stages": [
+            stage | {"stderr": "", "stderr_truncated": stage["stderr_truncated"] or bool(stage["stderr"])}
+            for stage in evidence["stages"]
+        ],
+        "output_retained": False,
+    }
+
+
 def _audit_summary(evidence: dict[str, Any], head: int, result: JobResult) -> dict[str, Any]:
     """The evidence without output bytes: digests and sizes (and a configured head).
 
@@ -471,6 +499,7 @@ def end_record_fits(job: JobSpec, head: int) -> int:
         cwd=job.cwd,
         uid=_WORST_INT,
         gid=_WORST_INT,
+        total_output_truncated=True,
     )
     evidence = result.to_evidence() | {
         "operation_id": job.operation_id,

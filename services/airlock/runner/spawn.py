@@ -4,9 +4,10 @@ A job is one argv pipeline (or ``/bin/sh -c`` for shell mode): stages joined
 by OS pipes, each running as the job's identity, in a clean environment, with
 stdin from the request's bytes or /dev/null.  The runner reads only the last
 stage's stdout and every stage's stderr, redacts protected values, caps each
-stream, and enforces timeout, deadline and cancel with the one stop of
-`airlock.common.child` (SIGTERM, a grace period, then SIGKILL), whose exit
-description it reports too.  Every child is always waited for.
+stream and all of them together (streams.py: while reading), and enforces
+timeout, deadline and cancel with the one stop of `airlock.common.child`
+(SIGTERM, a grace period, then SIGKILL), whose exit description it reports
+too.  Every child is always waited for.
 
 Containment (scope.py): ``process-group``, every stage leads its own session
 and process group and signals go to all of them (a process that calls
@@ -54,7 +55,7 @@ from airlock.runner.gate import _GATE_SHIM, _gate_payload
 from airlock.runner.identity import check_cwd
 from airlock.runner.jobspec import JobSpec, running_key
 from airlock.runner.scope import ProcessGroups
-from airlock.runner.streams import OutputCallback, _Fd, _feed, _grow_pipe, _pump, _Stream, _wait_exit
+from airlock.runner.streams import OutputBudget, OutputCallback, _Fd, _feed, _grow_pipe, _pump, _Stream, _wait_exit
 
 __all__ = [
     "JobResult",
@@ -96,6 +97,8 @@ class _Job:
         self.services: list[units.StageService] = []  # service containment: one per stage
         self.fds: list[_Fd] = []
         self.streams: list[tuple[_Fd, _Stream]] = []
+        # One budget for every stream of every stage (limits.max_total_output_bytes), spent while reading.
+        self.budget = OutputBudget(spec.max_total_output_bytes)
         self.stdin: tuple[_Fd, bytes] | None = None
         self.tasks: list[asyncio.Task[Any]] = []
         self.returncodes: list[int | None] = [None] * len(spec.stages)
@@ -109,9 +112,9 @@ class _Job:
         read_err, write_err = self._pipe()
         if index == last:
             _grow_pipe(read_out.fd)
-            self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output)))
+            self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output, self.budget)))
         _grow_pipe(read_err.fd)
-        self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output)))
+        self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output, self.budget)))
         return read_out, write_out, write_err
 
     def _pipe(self) -> tuple[_Fd, _Fd]:
@@ -493,4 +496,5 @@ def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *,
         cwd=spec.cwd,
         uid=spec.identity.uid,
         gid=spec.identity.gid,
+        total_output_truncated=job.budget.truncated,
     )

@@ -1,6 +1,12 @@
 """A job's pipe ends and output streams: fds owned by the job and closable
 exactly once, stages waited for by pidfd, output redacted, capped and
 delivered, stdin fed without blocking the event loop.
+
+Two caps hold while the pipes are read, never after: each stream's own
+(``max_output_bytes``) and one `OutputBudget` shared by every stream of the
+job (``limits.max_total_output_bytes``), so a 64-stage pipeline keeps no more
+than one request's worth of output in the root runner.  Past either, the
+bytes are read and dropped (the job never blocks on a full pipe).
 """
 
 from __future__ import annotations
@@ -93,15 +99,36 @@ async def _wait_exit(proc: subprocess.Popen[bytes]) -> int:
 # --- output streams --------------------------------------------------------------
 
 
+class OutputBudget:
+    """The bytes all of one job's streams may still keep together (None: no shared cap)."""
+
+    __slots__ = ("left", "total", "truncated")
+
+    def __init__(self, total: int | None) -> None:
+        self.total = total
+        self.left = total
+        self.truncated = False  # some stream lost bytes to this budget
+
+    def room(self, wanted: int) -> int:
+        return wanted if self.left is None else min(wanted, self.left)
+
+    def spend(self, used: int) -> None:
+        if self.left is not None:
+            self.left -= used
+
+
 class _Stream:
     """One captured stream: redact, then cap, then deliver."""
 
-    __slots__ = ("_callback", "_capture", "_redactor", "name", "stage")
+    __slots__ = ("_budget", "_callback", "_capture", "_redactor", "name", "stage")
 
-    def __init__(self, name: str, stage: int, spec: JobSpec, on_output: OutputCallback | None) -> None:
+    def __init__(
+        self, name: str, stage: int, spec: JobSpec, on_output: OutputCallback | None, budget: OutputBudget | None = None
+    ) -> None:
         self.name = name
         self.stage = stage
         self._callback = on_output
+        self._budget = budget or OutputBudget(None)
         self._redactor = StreamRedactor(spec.protected_values)
         self._capture = Capture(spec.max_output_bytes, self._deliver if on_output is not None else None)
 
@@ -118,10 +145,21 @@ class _Stream:
 
     def feed(self, data: bytes) -> None:
         if not self._capture.truncated:  # past the cap the bytes are only drained
-            self._capture.add(self._redactor.feed(data))
+            self._add(self._redactor.feed(data))
+
+    def _add(self, data: bytes) -> None:
+        """Keep what both caps allow: this stream's own and the job's shared budget."""
+        if not data:
+            return
+        room = self._budget.room(len(data))
+        before = self._capture.held
+        self._capture.add(data, room)
+        self._budget.spend(self._capture.held - before)
+        if room < len(data) and self._capture.truncated:
+            self._budget.truncated = True
 
     def finish(self) -> tuple[bytes, bool, str]:
-        self._capture.add(self._redactor.flush())
+        self._add(self._redactor.flush())
         data = self._capture.finish()
         return data, self._capture.truncated, sha256_hex(data)
 

@@ -20,6 +20,7 @@ from airlock.common.codec import (
     encode_ok,
     encode_request,
     parse_object,
+    recover_id,
 )
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.framing import NEED_DATA, FrameDecoder
@@ -145,8 +146,12 @@ json_values = st.recursive(
 )
 
 
+# Request IDs are words of [A-Za-z0-9._:-] (issue 28).
+request_ids = st.from_regex(r"[A-Za-z0-9._:-]{1,40}", fullmatch=True)
+
+
 @given(
-    request_id=st.none() | st.text(max_size=40),
+    request_id=st.none() | request_ids,
     verb=st.text(min_size=1, max_size=20),
     args=st.dictionaries(st.text(max_size=10), json_values, max_size=5),
     token=st.none() | st.text(max_size=20),
@@ -219,3 +224,21 @@ def test_a_strict_decoder_stops_at_an_overlong_line() -> None:
     assert _frames(decoder) == ["request_too_large"]
     with pytest.raises(AirlockError):
         decoder.next_frame()  # the stream has failed
+
+
+@pytest.mark.parametrize(
+    "bad_id",
+    ["r1 $(touch /tmp/pwned)", "a`b", "<!channel>", "x\u202ey", "new\nline", "", "x" * 257, 7, ["r1"], "caf\u00e9"],
+)
+def test_a_request_id_outside_the_safe_alphabet_is_refused_and_not_echoed(bad_id: object) -> None:
+    """Issue 28: an ID lands in shell lines, chat markup and terminals; only [A-Za-z0-9._:-]{1,256} gets in."""
+    line = json.dumps({"v": 1, "id": bad_id, "verb": "ping", "args": {}}).encode()
+    with pytest.raises(AirlockError) as caught:
+        decode_request(line)
+    assert caught.value.code is ErrorCode.INVALID_REQUEST
+    assert caught.value.details["field"] == "id" and caught.value.details["allowed"] == "[A-Za-z0-9._:-]{1,256}"
+    assert recover_id(json.loads(line)) is None
+    # Control: the same request with an ID of the alphabet (every character of it, and the longest) is read.
+    for good in ("550e8400-e29b-41d4-a716-446655440000", "A.z_0:9-", "x" * 256):
+        ok = json.dumps({"v": 1, "id": good, "verb": "ping", "args": {}}).encode()
+        assert decode_request(ok).id == good and recover_id(json.loads(ok)) == good

@@ -157,3 +157,20 @@ def test_a_server_that_hangs_up_without_answering_is_unavailable_and_may_have_ac
             client.close()
 
     run(body)
+
+
+def test_a_reply_larger_than_the_client_reads_is_told_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: the server did the work; the caller must know (intake settles it instead of abandoning)."""
+    monkeypatch.setattr("airlock.common.ipc.MAX_REPLY_BYTES", 4096)
+
+    async def body() -> None:
+        async with serving(tmp_path / "s.sock", echo):
+            client = Client(tmp_path / "s.sock", service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE)
+            assert await client.call("small", {"x": "y" * 100}) == {"verb": "small", "args": {"x": "y" * 100}}
+            with pytest.raises(Unreachable) as caught:
+                await client.call("large", {"x": "y" * 8192})
+            assert caught.value.code is ErrorCode.RUNNER_UNAVAILABLE
+            assert caught.value.details.get("reply_too_large") is True and caught.value.maybe_done
+            client.close()
+
+    run(body)

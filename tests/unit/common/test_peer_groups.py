@@ -60,3 +60,42 @@ def test_another_service_rebuilds_the_same_groups() -> None:
 def test_malformed_group_ids_are_refused(bad: object) -> None:
     with pytest.raises(ValueError, match="group_ids"):
         Peer.from_dict({"pid": 1, "uid": 0, "gid": 0, "group_ids": bad})
+
+
+EXHAUST = r"""
+import os, resource, sys
+from airlock.common.errors import AirlockError
+from airlock.common.peer import identify
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+try:
+    peer = identify(1, 65534, 65534)
+    print("named", peer.user, sorted(peer.groups))
+except AirlockError as exc:
+    print("refused", exc.code.value)
+for fd in held[:8]:
+    os.close(fd)
+peer = identify(1, 65534, 65534)
+print("named", peer.user)
+"""
+
+
+def test_a_lookup_that_fails_for_want_of_file_descriptors_is_identity_unavailable() -> None:
+    """Issue 28: with no descriptor left the user database cannot be read; the peer is not a nameless
+    stranger (which an allow-list would refuse as unauthorized) but identity_unavailable.  Control: with
+    a few descriptors back, the same uid is named."""
+    done = subprocess.run([sys.executable, "-c", EXHAUST], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    first, second = done.stdout.splitlines()
+    assert first == "refused identity_unavailable", done.stdout
+    assert second == "named nobody"
+
+
+def test_a_uid_without_a_name_is_still_its_number() -> None:
+    peer = identify(1, 4_000_000_007, 4_000_000_007)
+    assert peer.user == "4000000007" and peer.groups == frozenset({"4000000007"})

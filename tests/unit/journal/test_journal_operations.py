@@ -129,6 +129,51 @@ def test_capacity_evicts_oldest_first(db: Path) -> None:
     conn.close()
 
 
+def test_one_agents_operations_never_evict_anothers(db: Path) -> None:
+    """Issue 39 item 11: each agent (intake's u<uid>: key) has its own share; a flood evicts only its own."""
+    clock = FakeClock()
+
+    async def body(store: Store) -> None:
+        await store.op_begin("u1:a", "d")
+        await store.op_complete("u1:a", "d", {"who": "a"})
+        for i in range(6):
+            clock.now += 1
+            await store.op_begin(f"u2:{i}", "d")
+            await store.op_complete(f"u2:{i}", "d", {"i": i})
+        assert (await store.op_begin("u1:a", "d")).outcome == {"who": "a"}
+        assert [(await store.op_begin(f"u2:{i}", "d")).state for i in (4, 5)] == ["replay", "replay"]
+        assert (await store.op_begin("u2:3", "d")).state == "new"  # its own oldest went
+
+    with_store(db, body, operation_capacity=100, operation_capacity_per_agent=2, clock=clock)
+    conn = sqlite3.connect(db)
+    # The stored table holds what memory holds (u2:3 was begun again, not settled).
+    assert sorted(r[0] for r in conn.execute("SELECT operation_id FROM operations")) == ["u1:a", "u2:4", "u2:5"]
+    conn.close()
+
+
+def test_a_full_store_refuses_new_work_busy_instead_of_evicting(db: Path) -> None:
+    clock = FakeClock()
+
+    async def body(store: Store) -> None:
+        for i in range(3):
+            clock.now += 1
+            await store.op_begin(f"u1:{i}", "d")
+            await store.op_complete(f"u1:{i}", "d", {"i": i})
+        with pytest.raises(AirlockError) as refused:
+            await store.op_begin("u2:x", "d")  # nothing of its own to give up: busy
+        assert _code(refused) is ErrorCode.BUSY
+        assert (await store.op_begin("u1:0", "d")).state == "replay"  # nothing was evicted
+        # u1 may go on: its own oldest makes room.
+        await store.op_begin("u1:3", "d")
+        await store.op_complete("u1:3", "d", {"i": 3})
+        assert (await store.op_begin("u1:0", "d")).state == "new"
+        assert (await store.op_begin("u1:3", "d")).state == "replay"
+        clock.now += 400  # expired outcomes free the store
+        assert (await store.op_begin("u2:x", "d")).state == "new"
+
+    with_store(db, body, operation_capacity=3, operation_capacity_per_agent=3, clock=clock)
+
+
 def test_restart_keeps_settled_operations_not_active_ones(db: Path) -> None:
     clock = FakeClock()
 
@@ -192,3 +237,16 @@ def test_in_progress_while_the_outcome_commits(db: Path) -> None:
         assert (await store.op_begin("op-1", "d")).state == "replay"
 
     with_store(db, body)
+
+
+def test_a_full_store_says_busy_before_anything_is_written(db: Path) -> None:
+    async def body(store: Store) -> None:
+        await store.op_begin("u1:a", "d")
+        await store.op_complete("u1:a", "d", OUTCOME)
+        with pytest.raises(AirlockError) as refused:
+            store.op_room("u2:b")  # journal.service checks this before the claim and request.received
+        assert _code(refused) is ErrorCode.BUSY
+        store.op_room("u1:a")  # control: a replay always has room
+        store.op_room("u1:c")  # and an owner with an outcome of its own to give up
+
+    with_store(db, body, operation_capacity=1, operation_capacity_per_agent=1)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from airlock.common import render
 from airlock.relay import cursor
 from airlock.relay import message as msg
 
@@ -258,6 +259,108 @@ def test_a_pending_message_carries_the_statement_to_sign_and_the_command() -> No
     assert text.rstrip("\n") in m["text"] and "needs 2 distinct approvers" in m["text"]
     plain = msg.pending_message(_pending(), "db1", _user_of, NOW)
     assert "statement" not in plain and "sign" not in plain["text"]
+
+
+# --- issue 28: nothing an agent sends is live in any channel ------------------------------------
+
+HOSTILE_REASON = (
+    "fix `rm -rf /` <!channel> <@U123> <http://evil.example|click to approve> [approve](http://evil.example)"
+    " @channel @all *now* & $(touch /tmp/pwned)\n\napprove: ssh evil\x1b[2J\u202e\u200b"
+)
+HOSTILE_ARGV = ["/bin/echo", "`id`", "$(touch /tmp/pwned)", "<!here>", "a\x1b]8;;http://evil\x07b", "x\u2066y"]
+
+
+def _hostile() -> dict[str, Any]:
+    # Older journals (or a compromised intake) may hold what intake refuses today: the relay does not rely on it.
+    event = _pending(
+        reason=HOSTILE_REASON,
+        stages=[HOSTILE_ARGV],
+        spec={"privileged": True, "uid": 0, "stages": [HOSTILE_ARGV]},
+    )
+    return event | {"request_id": "r-1`<!channel>$(touch /tmp/pwned)", "operation_id": "op `x`"}
+
+
+def _no_controls(text: str) -> None:
+    bad = [c for c in text if (ord(c) < 32 and c != "\n") or 0x7F <= ord(c) < 0xA0 or c in "\u202e\u2066\u200b"]
+    assert not bad, bad
+
+
+def test_a_hostile_request_is_inert_in_every_channel() -> None:
+    event = _hostile()
+    m = msg.pending_message(event, "db1", _user_of, _at(event, 1))
+    # Plain text (email, ntfy): no control, bidi or zero-width character; no forged line.
+    _no_controls(m["text"])
+    assert m["text"].count("\napprove: ") == 1 and m["text"].count("\ndeny: ") == 1
+    # Slack: only the top-level text and one mrkdwn block are markup, and neither has a live sequence.
+    slack = json.loads(msg.slack_body(m))
+    assert slack["unfurl_links"] is False and slack["unfurl_media"] is False
+    markup = [slack["text"]] + [b["text"]["text"] for b in slack["blocks"] if b["text"]["type"] == "mrkdwn"]
+    for text in markup:
+        assert "<" not in text and ">" not in text, text  # no <!channel>, <@U..>, <http://..|..>
+        assert "&lt;!channel&gt;" in text or "Decide" in text
+    # Mattermost reads `text` as Markdown: all of it is inside one code block that nothing can close.
+    text = slack["text"]
+    assert text.startswith("```\n") and text.endswith("\n```") and text.count("`") == 6
+    assert "[approve](http://evil.example)" in text  # shown, inside the block, not a link
+    _no_controls(text)
+    for block in slack["blocks"]:
+        _no_controls(block["text"]["text"])
+    # ntfy: plain text, markdown never switched on; headers are one line of latin-1.
+    body, headers = msg.ntfy_request(m, {"priority": "high"})
+    assert not any(k.lower() in ("markdown", "x-markdown", "click", "actions", "attach") for k in headers)
+    _no_controls(body.decode())
+    for value in headers.values():
+        assert "\n" not in value and "\r" not in value
+        value.encode("latin-1")
+    # Email: text/plain only, one line per header.
+    mail = msg.email_message(m, {"from": "a@h", "to": ("b@h",)})
+    assert mail.get_content_type() == "text/plain" and not mail.is_multipart()
+    _no_controls(mail.get_content())
+    assert "\n" not in str(mail["Subject"])
+    # Webhook: JSON only; the receiver parses it (the values are the sanitised text above).
+    hook = json.loads(msg.webhook_body(m))
+    assert hook["reason"] == m["reason"]
+
+
+def _fake_bin(tmp: Path, name: str, script: str) -> None:
+    path = tmp / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "request_id",
+    ["r-1", "r1 $(touch PWNED)", "r1`touch PWNED`", "r1; touch PWNED", "r1' ; touch PWNED; '", "--grant=30d", "-rf"],
+)
+def test_the_pasted_approve_lines_run_nothing_but_airlock(tmp_path: Path, request_id: str) -> None:
+    """The relay's lines, pasted into sh: `ssh` (faked: it hands the words to a remote sh, as sshd does) and
+    `airlock` (faked: it records its argv) are the only programs that run, and the ID stays one word."""
+    import subprocess
+
+    from airlock.cli import main as cli_main
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "argv.log"
+    # ssh HOST WORDS...: the remote side joins the words with spaces and gives them to a shell.
+    _fake_bin(bin_dir, "ssh", 'host="$1"; shift; exec /bin/sh -c "$*"\n')
+    _fake_bin(bin_dir, "airlock", f'for a in "$@"; do printf "%s\\0" "$a"; done > {log}\n')
+    lines = {
+        "decide": render.decision_line("approve", request_id, host="db1"),
+        "deny": render.decision_line("deny", request_id, host="db1"),
+        "submit": render.decision_line("approve", request_id, options=("--signature", "statement.sig")),
+    }
+    for name, line in lines.items():
+        log.unlink(missing_ok=True)
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+        subprocess.run(["/bin/sh", "-c", line], cwd=tmp_path, env=env, check=True, timeout=10)
+        assert not (tmp_path / "PWNED").exists(), (name, line)
+        argv = log.read_bytes().split(b"\0")[:-1]
+        # Control: the line still names the request, as one word, to the right verb (read by airlock's own parser).
+        ns = cli_main.parser().parse_args([a.decode() for a in argv])
+        assert ns.verb == ("deny" if name == "deny" else "approve") and ns.id == request_id, (line, argv)
+        assert getattr(ns, "signature", None) == ("statement.sig" if name == "submit" else None)
+        assert getattr(ns, "grant", None) is None
 
 
 def test_a_changeable_argument_is_flagged_and_cannot_forge_lines() -> None:

@@ -245,6 +245,26 @@ def test_stderr_cap_is_per_stream() -> None:
     assert len(result.stages[0].stderr) == 1000 and result.stages[0].stderr_truncated
 
 
+def test_one_total_cap_across_every_stage_and_stream() -> None:
+    """Issue 39: 8 stages printing 3000 bytes each to stderr keep 10000 bytes in all, not 8 x 4000."""
+    loud = sh("head -c 3000 /dev/zero >&2; cat")
+    streamed: list[bytes] = []
+    result = run(
+        make_spec(*([loud] * 8), max_output_bytes=4000, max_total_output_bytes=10_000),
+        on_output=lambda stream, stage, data: streamed.append(data),
+    )
+    kept = [len(stage.stderr) for stage in result.stages]
+    assert sum(kept) == 10_000 and result.total_output_truncated
+    assert all(stage.exit_code == 0 for stage in result.stages)
+    assert [stage.stderr_truncated for stage in result.stages] == [n < 3000 for n in kept]
+    assert sum(map(len, streamed)) == 10_000  # the streamed copy is the evidence
+    assert "total_output_truncated" in result.to_evidence()
+    # Control: under the total cap nothing is cut and nothing says so.
+    whole = run(make_spec(*([loud] * 3), max_output_bytes=4000, max_total_output_bytes=10_000))
+    assert [len(s.stderr) for s in whole.stages] == [3000] * 3 and not whole.total_output_truncated
+    assert "total_output_truncated" not in whole.to_evidence()
+
+
 def test_truncation_never_splits_a_utf8_character() -> None:
     chunks: list[bytes] = []
     result = run(
@@ -647,3 +667,14 @@ def test_concurrent_jobs_do_not_mix() -> None:
             assert result.stdout == f"out{i}".encode()
             assert result.stages[0].stderr == f"err{i}".encode()
             assert not result.timed_out
+
+
+def test_a_reply_that_would_not_fit_goes_without_its_output() -> None:
+    from airlock.runner.service import fit_reply
+
+    evidence = run(make_spec(sh("echo out; echo err >&2"))).to_evidence()
+    assert fit_reply(evidence) is evidence  # control: it fits, untouched
+    thin = fit_reply(evidence, room=64)
+    assert thin["stdout"] == "" and thin["stdout_truncated"] and thin["output_retained"] is False
+    assert thin["stages"][0]["stderr"] == "" and thin["stages"][0]["stderr_truncated"]
+    assert thin["stdout_sha256"] == evidence["stdout_sha256"] and thin["stages"][0]["exit_code"] == 0
