@@ -18,7 +18,7 @@ from typing import Any
 
 from airlock.approval import fileop_review, hook, quorum
 from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
-from airlock.approval.rules import Decision, Policy, Subject
+from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
 from airlock.approval.tickets import Tickets
 from airlock.approval.votes import Votes
 from airlock.common import arguments, validate
@@ -27,6 +27,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import Peer
+from airlock.common.resolve import default_path
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
 
@@ -113,6 +114,36 @@ class Admission:
         if self.open:
             self.open = False
             self.limits.settled(self.uid)
+
+
+def policy_refusal(decision: Decision, spec: ExecSpec | FileSpec, rule: str) -> AirlockError:
+    """What the agent is told of a policy's deny: a missing program as a shell says it, else the rule."""
+    if rule == UNRESOLVED_RULE and isinstance(spec, ExecSpec):
+        return not_found(decision, spec)
+    return AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
+
+
+def not_found(decision: Decision, spec: ExecSpec) -> AirlockError:
+    """A program that is not there: said as a shell says it, not as a policy decision (issue 32).
+
+    Still journaled as the ``unresolved`` pseudo-rule's deny: nothing ran, and a
+    program that appears there later was never approved.
+    """
+    missing = next(stage for stage in decision.stages if stage.resolved is None)
+    program = missing.argv[0]
+    searched = default_path(spec.run_as)
+    where = (
+        f"an absolute path is needed; {program!r} is relative"
+        if "/" in program and not program.startswith("/")
+        else f"no such executable file {program!r}"
+        if "/" in program
+        else f"searched {'root' if spec.run_as == 0 else 'the user'}'s secure PATH {searched}"
+    )
+    return AirlockError(
+        ErrorCode.COMMAND_NOT_FOUND,
+        f"{program}: command not found ({where}); nothing ran",
+        {"program": program, "searched": searched, "rule": UNRESOLVED_RULE, "decided_by": "policy"},
+    )
 
 
 class Deciding(Tickets, Votes):
@@ -236,9 +267,7 @@ class Deciding(Tickets, Votes):
             await self.audit.record(
                 "approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule}, after=after
             )
-            raise AirlockError(
-                ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"}
-            )
+            raise policy_refusal(decision, spec, rule)
         # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
         # names this mark (intake passes it on, and redeem hands it to the runner itself).
         mark = await self.audit.defer(

@@ -15,6 +15,7 @@ and stop, and `build` (the two doors).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import resource
 import socket
 import time
@@ -89,6 +90,12 @@ class Approval(Deciding, Operating):
                 entry.future.set_result(("interrupted", "shutdown", None, ""))
 
     async def reload(self) -> None:
+        """``systemctl reload``: the policy and every ``approval.*`` setting, live.
+
+        A request already pending keeps the deadline it was given (its agent
+        was told it); new requests get the new settings.  Everything else in
+        the file needs a restart (docs/configuration.md's "applies" column).
+        """
         try:
             config = load(_path(self.config_path))
             policy = load_policy(config)
@@ -96,10 +103,28 @@ class Approval(Deciding, Operating):
             self.log.error("approval.policy.rejected", error=str(exc))
             return
         self.policy = policy
+        old, new = dataclasses.asdict(self.config.approval), dataclasses.asdict(config.approval)
+        changed = sorted(k for k, v in new.items() if old.get(k) != v)
+        if changed:
+            self.apply_approval_settings(dataclasses.replace(self.config, approval=config.approval))
         await self.audit.record(
             "policy.reloaded",
-            payload={"default": policy.default, "rules": len(policy.rules), "sources": list(policy.sources)},
+            payload={
+                "default": policy.default,
+                "rules": len(policy.rules),
+                "sources": list(policy.sources),
+                "settings_changed": [f"approval.{k}" for k in changed],
+            },
         )
+
+    def apply_approval_settings(self, config: Config) -> None:
+        """Take the ``approval.*`` settings of ``config``, rebuilding what is made from them."""
+        self.config = config
+        self.notifier = hook.NotifyCommand(
+            config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
+        )
+        # The ledger keeps its memory (published statements, used signatures): only the keys change.
+        self.ledger.signers = Signers(config.approval.allowed_signers)
 
 
 def _path(value: str | None) -> Any:

@@ -10,7 +10,9 @@ import sys
 import uuid
 from typing import Any
 
+from airlock.cli import exitcodes
 from airlock.cli.base import _err, _unreachable
+from airlock.cli.waiting import waiting_message
 from airlock.common import client
 from airlock.common.codec import iso_utc
 from airlock.common.tokenfile import TokenFileError, read_token_file
@@ -30,8 +32,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
         nonlocal noticed
         if event.get("event") == "pending_approval" and not noticed and not ns.json:
             noticed = True
-            wait = event.get("timeout_seconds")
-            _err(f"waiting for an operator to approve (rule {event.get('rule')!r}, up to {wait}s)")
+            _err(waiting_message(event))
 
     token = os.environ.get("AIRLOCK_TOKEN") or None
     if ns.token_file:
@@ -53,11 +54,10 @@ def cmd_run(ns: argparse.Namespace) -> int:
         code = error.get("code")
         if not ns.json:
             _err(f"{code}: {error.get('message')}")
-        if code == "denied":
-            return EXIT_DENIED
-        if code == "approval_timeout":
-            return EXIT_APPROVAL_TIMEOUT
-        return EXIT_AIRLOCK_ERROR
+            hint = exitcodes.wrong_door(code, client.agent_socket(ns.socket), operator_command=False)
+            if hint is not None:
+                _err(hint)
+        return exitcodes.for_error(code)
     data = reply.get("data") or {}
     if not ns.json:
         for stage in data.get("stages", []):

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from airlock.cli import exitcodes
 from airlock.common import client, render
 
 
@@ -29,8 +30,9 @@ def _err(message: str) -> None:
 
 
 def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    path = client.operator_socket(ns.socket)
     try:
-        raw, reply = client.call(client.operator_socket(ns.socket), verb, args)
+        raw, reply = client.call(path, verb, args)
     except client.ClientError as exc:
         _unreachable(ns, exc)
         return 1, {}
@@ -44,6 +46,9 @@ def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[
             precise = (error.get("details") or {}).get("reason")
             code = f"{error.get('code')} ({precise})" if isinstance(precise, str) else error.get("code")
             _err(f"{code}: {error.get('message')}")
+            hint = exitcodes.wrong_door(error.get("code"), path, operator_command=True)
+            if hint is not None:
+                _err(hint)
         return 1, {}
     return 0, reply.get("data") or {}
 

@@ -22,6 +22,7 @@ from airlock import __version__
 # agent's hot path, and each command imports the rest when it runs.
 from airlock.cli import agentcmds, events, fleet, operator, tokens
 from airlock.cli import policy as policy_cli
+from airlock.common.validate import parse_duration
 from airlock.gateway import cli as gateway_cli
 from airlock.mcp import cli as mcp_cli
 
@@ -72,7 +73,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--session", help="your session name (policy may match it)")
     run.add_argument("--cwd", help="working directory (absolute)")
     run.add_argument("--env", action="append", metavar="NAME=VALUE", help="set an allowed environment variable")
-    run.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the command after this long")
+    run.add_argument(
+        "--timeout", type=_duration, metavar="DURATION", help="kill the command after this long: 90, 90s, 5m, 2h"
+    )
     run.add_argument(
         "--operation-id",
         help="a stable ID: a retry with the same ID replays instead of running twice "
@@ -284,3 +287,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _duration(text: str) -> float:
+    """A duration as every airlock option takes it (90, 90s, 30m, 8h, 2d), or a usage error."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            return parse_duration(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (like 90s, 30m, 8h)")
+    return seconds

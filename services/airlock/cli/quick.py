@@ -143,13 +143,14 @@ def _run(opts: dict[str, Any], request: dict[str, Any]) -> int:
     if not reply.get("ok"):
         error = reply.get("error") or {}
         code = error.get("code")
+        from airlock.cli.exitcodes import for_error, wrong_door
+
         if not opts["json"]:
             _err(f"{code}: {error.get('message')}")
-        if code == "denied":
-            return EXIT_DENIED
-        if code == "approval_timeout":
-            return EXIT_APPROVAL_TIMEOUT
-        return EXIT_AIRLOCK_ERROR
+            hint = wrong_door(code, path, operator_command=False)
+            if hint is not None:
+                _err(hint)
+        return for_error(code)
     data = reply.get("data") or {}
     if not opts["json"]:
         from binascii import a2b_base64
@@ -209,10 +210,9 @@ def _call(path: str, line: bytes, quiet: bool) -> tuple[bytes | None, dict[str, 
             if "event" in obj:
                 if obj.get("event") == "pending_approval" and not noticed and not quiet:
                     noticed = True
-                    _err(
-                        f"waiting for an operator to approve (rule {obj.get('rule')!r}, up to "
-                        f"{obj.get('timeout_seconds')}s)"
-                    )
+                    from airlock.cli.waiting import waiting_message
+
+                    _err(waiting_message(obj))
                 continue
             return frame, obj
     finally:

@@ -551,6 +551,9 @@ class Setting:
 
 
 MiB = 1024 * 1024
+# The approval window when operators are reached off the box (notify.channels) and
+# approval.timeout_seconds is not set: 60 s fits a person at the console, not a phone.
+RELAYED_APPROVAL_TIMEOUT = 600.0
 # The most limits.max_total_output_bytes may be: base64 (4/3) of it and a 64-stage reply fit in common/ipc.py's 96 MiB.
 MAX_TOTAL_OUTPUT = 48 * MiB
 
@@ -654,7 +657,13 @@ SETTINGS: tuple[Setting, ...] = (
         ("LANG", "TZ", "DEBIAN_FRONTEND", "TERM", "LC_*"),
         "Environment variables a request may set (a trailing * matches a prefix).",
     ),
-    Setting("approval.timeout_seconds", positive_float, 60.0, "How long a request may wait for an operator."),
+    Setting(
+        "approval.timeout_seconds",
+        positive_float,
+        60.0,
+        f"How long a request may wait for an operator; when unset and notify.channels is not empty, "
+        f"{RELAYED_APPROVAL_TIMEOUT:g} (a phone notification, an SSH login or a signature round trip fits).",
+    ),
     Setting("approval.allow_self_approval", parse_bool, False, "Whether an operator may approve their own request."),
     Setting("approval.ticket_ttl_seconds", positive_float, 10.0, "How long an approval ticket stays redeemable."),
     Setting(
@@ -828,6 +837,16 @@ SETTINGS: tuple[Setting, ...] = (
 _BY_KEY = {s.key: s for s in SETTINGS}
 
 
+def applies(key: str) -> str:
+    """When a changed setting takes effect: ``reload`` or ``restart`` (docs/configuration.md).
+
+    ``systemctl reload airlock-approval`` (SIGHUP) re-reads the file and applies
+    the policy and every ``approval.*`` setting to new requests; every other
+    setting is read once at start, so its service must be restarted.
+    """
+    return "reload" if key.startswith("approval.") else "restart"
+
+
 def _build(values: dict[str, Any], source: str, policy_node: yaml.Node | None) -> Config:
     sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
@@ -862,6 +881,7 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
     for setting in SETTINGS:
         section, name = setting.key.split(".", 1)
         values[setting.key] = getattr(getattr(base, section), name)
+    given: set[str] = set()
     policy_node = base.policy_node
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -895,6 +915,9 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
                 raise _fail(path, exc.node, f"{key}{exc.key}", str(exc)) from None
             except ValueError as exc:
                 raise _fail(path, value_node, key, str(exc)) from None
+            given.add(key)
+    if values["notify.channels"] and "approval.timeout_seconds" not in given and base == defaults():
+        values["approval.timeout_seconds"] = RELAYED_APPROVAL_TIMEOUT
     config = _build(values, path, policy_node)
     _check(config, path)
     return config

@@ -33,6 +33,7 @@ class ErrorCode(enum.StrEnum):
     STALE_REQUEST = "stale_request"
     REPLAYED_REQUEST = "replayed_request"
     DENIED = "denied"
+    COMMAND_NOT_FOUND = "command_not_found"  # argv[0] is no executable on the job's secure PATH
     APPROVAL_TIMEOUT = "approval_timeout"
     APPROVAL_INTERRUPTED = "approval_interrupted"
     WITHDRAWN = "withdrawn"

@@ -51,6 +51,11 @@ from airlock.common.peer import AllowList, Peer, credentials, peer_of
 # internal door allows twice the timeout plus a margin: a slow agent never
 # cuts an internal connection first.
 CLIENT_DOORS = frozenset({"agent", "operator"})
+ROOT_IS_NO_AGENT = (
+    "unauthorized: root is not an agent here (agents.users and agents.groups decide who asks, and root "
+    "needs no gateway); run the agent as its own user (e.g. runuser -u deploy -- airlock run ...), "
+    "or decide requests as an operator: airlock pending"
+)
 
 
 def write_timeout(config: Config, door: Door) -> float:
@@ -384,7 +389,10 @@ class Service:
                 return
             if not door.allow.allows(peer):
                 self.log.warning(f"{self.name}.peer.refused", door=door.name, peer_uid=peer.uid, peer_pid=peer.pid)
-                await _send_quietly(writer, door.refusal(AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")))
+                # One word for everyone (a probe learns nothing), except root, who is no prober
+                # and is refused by design: say why and what to do instead (issue 32).
+                why = ROOT_IS_NO_AGENT if peer.uid == 0 and door.name == "agent" else "unauthorized"
+                await _send_quietly(writer, door.refusal(AirlockError(ErrorCode.UNAUTHORIZED, why)))
                 await linger(reader, writer)
                 return
             conn = Connection(reader, writer, peer, door, self.config)

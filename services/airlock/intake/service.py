@@ -48,6 +48,11 @@ SESSION_VERBS = frozenset(("exec", *fileop_request.VERBS))
 # A decision not back within this long is watched for the agent's withdrawal
 # (a closed connection, a cancel); quicker ones are checked once, after it.
 WATCH_AFTER_SECONDS = 0.05
+# How long approval has to answer `decide` or say the request is pending; then
+# (pending) its own deadline plus this margin.
+DECIDE_MARGIN_SECONDS = 30.0
+# The ipc client's per-call deadline, set out of the way where a window of its own bounds the call.
+NO_CALL_DEADLINE = 400 * 24 * 3600.0
 # Outcomes larger than this are kept for replay without their output bytes.
 REPLAY_OUTPUT_LIMIT = 512 * 1024
 
@@ -370,11 +375,9 @@ class Intake:
 
             try:
                 decision = await self._unless_withdrawn(
-                    self.approval.call(
-                        "decide",
+                    self._decide(
                         {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op, "after": marks},
-                        on_event=forward,
-                        timeout=self.config.approval.timeout_seconds + 30,
+                        forward,
                     ),
                     conn,
                     op,
@@ -440,6 +443,34 @@ class Intake:
         if emit is not None:
             await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
         return outcome
+
+    async def _decide(self, args: dict[str, Any], forward: Callable[[Event], Awaitable[None]]) -> dict[str, Any]:
+        """approval's ``decide``, waited for as long as approval says, and no longer.
+
+        Intake keeps no copy of approval's settings (issue 32): approval
+        answers at once or says the request is pending with its own deadline
+        (``timeout_seconds`` of the ``pending_approval`` event, which a
+        ``systemctl reload`` of approval changes for new requests); the wait
+        is that deadline plus a margin for the answer to arrive.  An approval
+        that neither answers nor says "pending" within the margin is
+        unavailable (fail closed).
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(DECIDE_MARGIN_SECONDS) as window:
+
+                async def on_event(event: Event) -> None:
+                    wait = event.fields.get("timeout_seconds")
+                    if event.event == "pending_approval" and isinstance(wait, int | float) and wait >= 0:
+                        window.reschedule(loop.time() + float(wait) + DECIDE_MARGIN_SECONDS)
+                    await forward(event)
+
+                # The client's own deadline stays out of the way: the window above is the bound.
+                return await self.approval.call("decide", args, on_event=on_event, timeout=NO_CALL_DEADLINE)
+        except TimeoutError:
+            raise AirlockError(
+                ErrorCode.APPROVAL_UNAVAILABLE, "approval did not decide within the deadline it gave"
+            ) from None
 
     async def _unless_withdrawn(
         self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, request_id: str, peer: Peer

@@ -324,7 +324,7 @@ def render_refusal(code: str, message: str, details: Mapping[str, Any]) -> ToolR
     """A request that did not run: denied, not approved in time, or refused by airlock."""
     rule = details.get("rule")
     by = details.get("decided_by")
-    if code == "denied" and rule == "unresolved" and by in (None, "policy"):
+    if code == "command_not_found" or (code == "denied" and rule == "unresolved" and by in (None, "policy")):
         # Not a judgement on the command: airlock could not find the program.
         return ToolResult(
             "NOT RUN: airlock could not find the program (policy rule 'unresolved' refuses a command whose "

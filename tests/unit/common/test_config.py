@@ -114,11 +114,11 @@ def _yaml_flow(value: object) -> str:
 
 
 def settings_table() -> str:
-    """docs/configuration.md's table of settings, made from the settings table (key, default, help)."""
-    rows = ["| key | default | meaning |", "|---|---|---|"]
+    """docs/configuration.md's table of settings, made from the settings table (key, default, applies, help)."""
+    rows = ["| key | default | applies | meaning |", "|---|---|---|---|"]
     for s in config.SETTINGS:
         meaning = s.help.replace("|", "\\|")
-        rows.append(f"| `{s.key}` | `{_yaml_flow(s.default)}` | {meaning} |")
+        rows.append(f"| `{s.key}` | `{_yaml_flow(s.default)}` | {config.applies(s.key)} | {meaning} |")
     return "\n".join(rows) + "\n"
 
 

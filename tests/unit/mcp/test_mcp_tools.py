@@ -182,6 +182,8 @@ def test_a_program_that_cannot_be_found_is_not_called_a_denial() -> None:
     )
     assert result.is_error and result.text.startswith("NOT RUN: airlock could not find the program")
     assert "DENIED" not in result.text
+    missing = render_refusal("command_not_found", "sytemctl: command not found", {"program": "sytemctl"})
+    assert missing.is_error and missing.text == result.text
 
 
 def test_an_approval_timeout_is_not_a_denial() -> None:

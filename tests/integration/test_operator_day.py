@@ -1,0 +1,120 @@
+"""Issue 32: the operator's day -- timeouts that mean what they say, and what a waiting agent is told."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_support import Stack, stack_with, wait_pending
+
+from support import now_iso
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    yield from stack_with(Path(tmp_path_factory.mktemp("day")), "approval:\n  timeout_seconds: 2\n")
+
+
+def reload_approval(stack: Stack, old: str, new: str) -> None:
+    config = stack.runtime_dir / "airlock.yaml"
+    text = config.read_text()
+    assert old in text
+    config.write_text(text.replace(old, new))
+    pid = stack.service_pid("approval")
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while not [
+        r for r in stack.journal_rows() if r["kind"] == "policy.reloaded" and "approval.timeout_seconds" in r["payload"]
+    ]:
+        assert time.monotonic() < deadline, "approval did not reload"
+        time.sleep(0.05)
+
+
+def test_a_reloaded_approval_timeout_is_the_one_a_waiting_agent_gets(day: Stack) -> None:
+    """Raised from 2 s to 45 s by `systemctl reload` (SIGHUP): the agent is told 45 s and waits past
+    what intake used to allow itself (its own stale copy, 2 + 30 s), until an operator approves."""
+    reload_approval(day, "timeout_seconds: 2", "timeout_seconds: 45")
+    request_id = f"late-{uuid.uuid4()}"
+    args = {"argv": ["echo", "late"], "privileged": False, "time": now_iso(), "stream": True}
+    line = {"v": 1, "id": request_id, "verb": "exec", "args": args}
+    replies: list[list[dict[str, Any]]] = []
+    waiter = threading.Thread(
+        target=lambda: replies.append(day.send_raw(json.dumps(line).encode() + b"\n", timeout=90))
+    )
+    waiter.start()
+    item = wait_pending(day, request_id)
+    assert 40 < item["seconds_left"] <= 45, item
+    time.sleep(33)  # past 2 + 30: the old intake cut the wait here with approval_interrupted
+    assert wait_pending(day, request_id, timeout=2)["request_id"] == request_id
+    assert day.native("approve", {"id": request_id}, path=day.operator)["ok"] is True
+    waiter.join(30)
+    events = replies[0]
+    told = [e for e in events if e.get("event") == "pending_approval"]
+    assert told and told[0]["timeout_seconds"] == 45, events
+    assert events[-1]["ok"] is True, events[-1]
+
+
+def test_the_waiting_message_names_the_request_and_the_approve_command(day: Stack) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airlock", "run", "--no-privilege", "--socket", str(day.agent), "--", "echo", "w"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    proc.kill()
+    proc.wait(10)
+    assert line.startswith("airlock: waiting for an operator to approve request "), line
+    request_id = line.split("request ", 1)[1].split(" ", 1)[0]
+    assert "s left" in line and f"an operator approves it with: airlock approve {request_id}" in line, line
+
+
+def run_cli(stack: Stack, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "airlock", *argv], capture_output=True, text=True, timeout=60)
+
+
+def test_a_missing_program_is_command_not_found_with_exit_127(day: Stack) -> None:
+    """`airlock run -- sytemctl ...` used to say `denied by policy rule 'unresolved'`: a typo is no policy decision."""
+    for argv in (["run", "--socket", str(day.agent), "--no-privilege", "--", "sytemctl", "restart", "nginx"],):
+        done = run_cli(day, *argv)
+        assert done.returncode == 127, done
+        assert "command_not_found: sytemctl: command not found" in done.stderr and "/usr/bin" in done.stderr, done
+    reply = day.exec({"argv": ["sytemctl"], "privileged": False})
+    assert reply["error"]["code"] == "command_not_found" and reply["error"]["details"]["program"] == "sytemctl"
+    decided = [r for r in day.journal_rows() if r["request_id"] == reply["id"] and r["kind"] == "approval.decided"]
+    assert decided and '"unresolved"' in decided[0]["payload"]  # still journaled as the policy's refusal
+
+
+def test_durations_take_units_everywhere(day: Stack) -> None:
+    done = run_cli(day, "run", "--socket", str(day.agent), "--no-privilege", "--timeout", "5m", "--", "true")
+    assert done.returncode == 0, done
+    bad = run_cli(day, "run", "--socket", str(day.agent), "--no-privilege", "--timeout", "5 fortnights", "--", "true")
+    assert bad.returncode == 2 and "not a duration" in bad.stderr, bad
+
+
+def test_the_wrong_socket_is_named_with_the_right_one(day: Stack) -> None:
+    run = run_cli(day, "run", "--socket", str(day.operator), "--no-privilege", "--", "true")
+    assert run.returncode == 125 and "is not an agent socket" in run.stderr and "agent.sock" in run.stderr, run
+    pending = run_cli(day, "pending", "--socket", str(day.agent))
+    assert pending.returncode == 1 and "is the agent socket; operator commands use operator.sock" in pending.stderr
+
+
+def test_root_is_told_why_it_is_refused(tmp_path: Path) -> None:
+    """Root is no agent on an installed box (agents.groups: [airlock]); it used to read `unauthorized: unauthorized`."""
+    for stack in stack_with(tmp_path / "rt", "agents:\n  users: [nobody]\n"):
+        reply = stack.exec({"argv": ["true"], "privileged": False})
+        if os.geteuid() == 0:
+            assert reply["error"]["code"] == "unauthorized" and "root is not an agent here" in reply["error"]["message"]
+        else:
+            assert reply["error"]["message"] == "unauthorized"  # anyone else learns nothing
