@@ -16,13 +16,19 @@ DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-syst
 DEB_PACKAGES += systemd-journal-remote openssh-server openssh-client tmux
 # setfacl/getfacl: a privileged write keeps the ACL of the file it replaces (issue 39)
 DEB_PACKAGES += acl
+# node and npm: the official MCP TypeScript SDK client drives `airlock mcp` in the tests (issue 31);
+# a node already on PATH (say from NodeSource, whose nodejs conflicts with Debian's npm) counts
+DEB_PACKAGES += nodejs npm
+# The SDK's pinned version (tests/mcp_ts/package-lock.json), installed like the Python test tools.
+MCP_TS := tests/mcp_ts
 
-.PHONY: all run test test-unit test-integration lint fmt deps clean bench stress
+.PHONY: all run test test-deps test-unit test-integration lint fmt deps clean bench stress
 
 all: test
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
+	  case $$p in nodejs) command -v node >/dev/null && continue;; npm) command -v npm >/dev/null && continue;; esac; \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -42,19 +48,25 @@ $(BIN)/airlock: pyproject.toml | deps
 
 venv: $(BIN)/airlock
 
+# npm ci installs exactly the lock file's versions (node_modules is not in git).
+$(MCP_TS)/node_modules/.package-lock.json: $(MCP_TS)/package.json $(MCP_TS)/package-lock.json | deps
+	npm ci --prefix $(MCP_TS) --no-audit --no-fund --loglevel=error
+
+test-deps: $(BIN)/airlock $(MCP_TS)/node_modules/.package-lock.json
+
 run: $(BIN)/airlock
 	$(BIN)/airlock dev up --runtime-dir ./run
 
 # Coverage is measured in the test process (unit tests, clients, the CLI run in
 # it); the services `airlock dev up` starts run in child processes and are not.
-test: $(BIN)/airlock
+test: test-deps
 	$(BIN)/python -m coverage run -m pytest -q tests/unit tests/integration tests/security tests/conformance
 	@echo "coverage: $$($(BIN)/python -m coverage report --format=total)% of services/airlock's lines ran in the test process (see 'coverage report')"
 
 test-unit: $(BIN)/airlock
 	$(BIN)/python -m pytest -q tests/unit
 
-test-integration: $(BIN)/airlock
+test-integration: test-deps
 	$(BIN)/python -m pytest -q tests/integration
 
 lint: $(BIN)/airlock
@@ -67,6 +79,6 @@ fmt: $(BIN)/airlock
 	$(BIN)/ruff format services tests bench
 
 clean:
-	rm -rf $(VENV) run dist build .pytest_cache .mypy_cache .ruff_cache .coverage
+	rm -rf $(VENV) run dist build .pytest_cache .mypy_cache .ruff_cache .coverage $(MCP_TS)/node_modules
 
 -include mk/*.mk

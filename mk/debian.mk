@@ -49,7 +49,7 @@ deb: deb-deps
 	src="$$tmp/airlock-$$ver"; mkdir -p "$$src"; \
 	tar --exclude-vcs --exclude=./.venv --exclude=./dist --exclude=./run --exclude=./build \
 	    --exclude='*.egg-info' --exclude=__pycache__ --exclude=.pytest_cache --exclude=.mypy_cache \
-	    --exclude=.ruff_cache --exclude=.hypothesis --exclude=./packaging \
+	    --exclude=.ruff_cache --exclude=.hypothesis --exclude=./packaging --exclude=./tests/mcp_ts/node_modules \
 	    -cf - . | tar -xf - -C "$$src"; \
 	cp -a packaging/debian "$$src/debian"; \
 	echo "deb: building airlock $$ver in $$src"; \

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import json
+import os
 import queue
 import re
 import signal
@@ -30,7 +31,7 @@ from support import Stack, custom_stack
 
 mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
-from mcp.client.stdio import stdio_client  # noqa: E402
+from mcp.client.stdio import get_default_environment, stdio_client  # noqa: E402
 
 T = TypeVar("T")
 MCP_MAJOR = int(importlib.metadata.version("mcp").split(".")[0])
@@ -52,6 +53,8 @@ policy:
         - [/usr/bin/cat]
         - [/usr/bin/sleep, "..."]
         - [/usr/bin/false]
+        - [/usr/bin/head, "..."]
+        - [/usr/bin/yes, "..."]
         - [/bin/sh, -c, "echo out; echo err >&2; exit 3"]
     - name: never-dd
       decision: deny
@@ -66,9 +69,12 @@ def mstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def server_params(stack: Stack, *extra: str) -> StdioServerParameters:
+    # The SDK passes a server only a few variables (HOME, PATH...): add the test's own PYTHONPATH, if any.
+    env = get_default_environment() | {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
     return StdioServerParameters(
         command=sys.executable,
         args=["-m", "airlock", "mcp", "--socket", stack.agent, "--progress-interval", "0.3", *extra],
+        env=env,
     )
 
 
@@ -238,6 +244,101 @@ def test_execute_bad_arguments_are_tool_errors_the_model_can_fix(mstack: Stack) 
             assert field(env, "is_error") is True and "env.LD_PRELOAD" in text_of(env)
 
     run(main)
+
+
+def test_arguments_over_their_limits_are_refused_by_the_argument_s_name(mstack: Stack) -> None:
+    # Issue 31: a large stdin was refused as "field payload" (the journal's cap);
+    # status ignored its arguments although its schema forbids any.
+    async def main() -> None:
+        async with connected(mstack) as session:
+            stdin = await session.call_tool("execute", {"argv": ["cat"], "stdin": "x" * 100_000})
+            assert field(stdin, "is_error") is True
+            assert "stdin: is 100000 bytes; the limit is 8192 bytes" in text_of(stdin)
+            assert "payload" not in text_of(stdin)
+            argv = await session.call_tool("execute", {"argv": ["echo", "y" * 20_000]})
+            assert field(argv, "is_error") is True and "argv: is 20006 bytes; the limit is 8192" in text_of(argv)
+            limit = await session.call_tool("execute", {"argv": ["echo"], "max_output_bytes": 2**30})
+            assert field(limit, "is_error") is True and "max_output_bytes: must be 1 to 1048576" in text_of(limit)
+            status = await session.call_tool("status", {"verbose": True})
+            assert field(status, "is_error") is True and "unknown argument 'verbose'" in text_of(status)
+            # Everything at its stated limit at once still fits airlock's audit record,
+            # even when an operator is asked (the largest record): it waits for one.
+            full = asyncio.create_task(
+                session.call_tool(
+                    "execute",
+                    {
+                        "argv": ["cat", "z" * (8192 - 5)],
+                        "stdin": "s" * 8192,
+                        "reason": "r" * 1024,
+                        "cwd": "/" + "d" * 1023,
+                        "env": {"LANG": "e" * (4096 - 6)},
+                    },
+                )
+            )
+            pending = await wait_pending(mstack, "zzzzzzzz")
+            await asyncio.to_thread(mstack.native, "deny", {"id": pending["request_id"]}, path=mstack.operator)
+            assert text_of(await full).startswith("DENIED by operator")
+
+    run(main)
+
+
+def test_large_output_is_cut_with_its_size_and_sha256_and_the_session_survives(mstack: Stack) -> None:
+    async def main() -> None:
+        async with connected(mstack) as session:
+            big = await session.call_tool(
+                "execute", {"pipeline": [["yes", "airlock text é"], ["head", "-c", str(11 * 1024 * 1024)]]}
+            )
+            text = text_of(big)
+            assert field(big, "is_error") is False
+            assert "--- stdout (CUT: showing the first 65536 of more than 4194304 bytes" in text
+            assert "airlock keeps no copy of the output" in text and "max_output_bytes" in text
+            assert len(text.encode()) < 70_000
+            # 3 MiB of 0xff bytes (yes/tr/head: no file argument, which policy would ask about).
+            binary = await session.call_tool(
+                "execute", {"pipeline": [["yes", ""], ["tr", "\\n", "\\377"], ["head", "-c", str(3 * 1024 * 1024)]]}
+            )
+            assert f"--- stdout (binary, {3 * 1024 * 1024} bytes, sha256 " in text_of(binary)
+            assert "airlock is reachable" in text_of(await session.call_tool("status", {}))
+
+    run(main)
+
+
+def test_an_over_long_request_is_answered_with_its_id(mstack: Stack) -> None:
+    # The Python SDK writes "id" before "params": the error names the call, at once.
+    async def main() -> None:
+        async with connected(mstack) as session:
+            started = time.monotonic()
+            # McpError in mcp 1.x, MCPError in 2.x: matched by its message.
+            with pytest.raises(Exception, match="longer than the limit of 1048576 bytes"):
+                await session.call_tool("execute", {"argv": ["cat"], "stdin": "x" * (2 * 1024 * 1024)})
+            assert time.monotonic() - started < 10
+            assert "airlock is reachable" in text_of(await session.call_tool("status", {}))
+
+    run(main)
+
+
+def test_an_unreadable_line_gets_an_error_without_id_and_the_session_goes_on(mstack: Stack) -> None:
+    client = RawClient(mstack)
+    try:
+        assert client.proc.stdin is not None
+        client.proc.stdin.write(b"this is not json\n" + b'{"jsonrpc":"2.0","id":7,"method":"ping"\n')
+        client.proc.stdin.flush()
+        unreadable = client.reply()
+        # No "id": null, which the TypeScript SDK drops (MCP 2025-11-25 makes it optional).
+        assert "id" not in unreadable and unreadable["error"]["code"] == -32700
+        assert client.reply() == {"jsonrpc": "2.0", "id": 7, "error": client_error(-32700)}
+        client.send({"id": 8, "method": "ping"})
+        assert client.reply() == {"jsonrpc": "2.0", "id": 8, "result": {}}
+    finally:
+        client.close()
+
+
+def client_error(code: int) -> Any:
+    class AnyMessage(dict[str, Any]):
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, dict) and other.get("code") == code and isinstance(other.get("message"), str)
+
+    return AnyMessage()
 
 
 def test_execute_timeout_is_reported(mstack: Stack) -> None:
@@ -523,3 +624,22 @@ def test_a_cancelled_call_waiting_for_approval_is_withdrawn(mstack: Stack) -> No
     assert "exec.started" not in kinds, kinds
     decided = [r for r in mstack.journal_rows() if r["request_id"] == rid and r["kind"] == "approval.decided"]
     assert decided and json.loads(decided[0]["payload"])["decision"] == "withdrawn", decided
+
+
+def test_a_lower_capture_ceiling_set_by_the_operator_still_runs_and_says_so(tmp_path: Path) -> None:
+    # airlock mcp asks the runner to capture 4 MiB a stream; an operator's lower
+    # limits.max_output_bytes refuses that, and the call runs with the ceiling instead.
+    config = CONFIG.replace("approval:\n", "limits:\n  max_output_bytes: 100000\napproval:\n", 1)
+    with custom_stack(tmp_path / "rt", config) as stack:
+
+        async def main() -> None:
+            async with connected(stack) as session:
+                result = await session.call_tool(
+                    "execute", {"pipeline": [["yes", "x"], ["head", "-c", "300000"]], "max_output_bytes": 1000}
+                )
+                text = text_of(result)
+                assert field(result, "is_error") is False, text
+                assert "showing the first 1000 of more than 100000 bytes (airlock captured the first 100000)" in text
+                assert "airlock stopped capturing stdout at 100000 bytes; the rest was discarded" in text
+
+        run(main)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from operator_support import Stack, stack_with, wait_pending
 
-from support import now_iso
+from support import custom_stack, now_iso
 
 
 @pytest.fixture(scope="module")
@@ -118,3 +119,35 @@ def test_root_is_told_why_it_is_refused(tmp_path: Path) -> None:
             assert reply["error"]["code"] == "unauthorized" and "root is not an agent here" in reply["error"]["message"]
         else:
             assert reply["error"]["message"] == "unauthorized"  # anyone else learns nothing
+
+
+def test_the_runner_log_says_who_ran_what_in_one_line(day: Stack) -> None:
+    """`journalctl -u airlock-runner` alone answers "who ran what": under dev up the same events are JSON lines."""
+    reply = day.exec({"argv": ["true"], "privileged": False})  # allowed by the stack's policy
+    assert reply["ok"] is True, reply
+    me = pwd.getpwuid(os.getuid()).pw_name
+    lines = [json.loads(line) for line in (day.runtime_dir / "logs" / "runner.log").read_text().splitlines()]
+    said = {line["kind"]: line.get("message") for line in lines if line.get("request_id") == reply["id"]}
+    started = said["exec.started"]
+    assert started.startswith(f"{me} : USER={me} ; CWD=/"), started
+    assert started.endswith(f" ; COMMAND=/usr/bin/true ; REQUEST={reply['id']}"), started
+    assert said["exec.finished"].startswith(f"{me} : finished ; EXIT=0 ; TOOK=")
+
+
+def test_a_rule_for_a_user_or_group_that_does_not_exist_is_warned_about(tmp_path: Path) -> None:
+    """A typo in a rule's group loaded without a word before (issue 32); now it loads with a warning."""
+    policy = """policy:
+  default: ask
+  rules:
+    - name: typo
+      decision: allow
+      groups: [agentz]
+      users: [nosuchuser-xyz]
+      commands: [[/usr/bin/true]]
+"""
+    with custom_stack(tmp_path / "rt", policy) as stack:
+        log = (stack.runtime_dir / "logs" / "approval.log").read_text()
+        assert "approval.policy.warning" in log and "no group 'agentz' on this host" in log, log
+        assert "no user 'nosuchuser-xyz' on this host" in log
+        check = run_cli(stack, "policy", "check", "--socket", str(stack.operator), "--no-privilege", "--", "true")
+        assert check.returncode == 0 and "policy warning:" in check.stderr and "agentz" in check.stderr, check

@@ -56,6 +56,18 @@ def test_journalctl_follows_one_request_across_units(system) -> None:
     assert all(e.get("MESSAGE_ID") for e in entries), entries
 
 
+def test_journalctl_u_runner_says_who_ran_what_as_root(system) -> None:
+    """Issue 32: `journalctl -u airlock-runner` reads like sudo's log: who, as whom, where, what."""
+    code, envelope, r = system.run_json("/usr/bin/id", "-u", privileged=True, extra=("--operation-id", op()))
+    assert code == 0, r
+    request_id = envelope["id"]
+    out = system.c.run(["journalctl", "--no-pager", "-o", "cat", "-u", "airlock-runner.service"]).stdout
+    said = [line for line in out.splitlines() if line.endswith(f"REQUEST={request_id}")]
+    started = [line for line in said if line.startswith(f"{system.AGENT} : USER=root ; CWD=")]
+    assert started and started[0].endswith(f" ; COMMAND=/usr/bin/id -u ; REQUEST={request_id}"), out[-3000:]
+    assert any(line.startswith(f"{system.AGENT} : finished ; EXIT=0 ;") for line in said), said
+
+
 def test_journalctl_x_shows_catalog_text(system) -> None:
     code, envelope, r = system.run_json("/usr/bin/true", extra=("--operation-id", op()))
     assert code == 0, r

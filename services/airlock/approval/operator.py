@@ -187,7 +187,7 @@ class Operating(Tickets, Votes):
             subject_of(peer, spec, validate.optional_text("session", a.get("session"))), stages
         )
         await self._hold_restored()
-        return decision.to_dict() | {"hold": self.hold_reason is not None}
+        return decision.to_dict() | {"hold": self.hold_reason is not None, "warnings": list(self.policy.warnings)}
 
     async def events(self, call: Call) -> dict[str, Any]:
         unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})

@@ -10,7 +10,9 @@ never run as root.
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -129,6 +131,11 @@ class _Reader:
                 raise self.fail(item, f"{key}[{index}]", "a uid is a plain decimal number")
             if not value or any(c.isspace() or not c.isprintable() for c in value):
                 raise self.fail(item, f"{key}[{index}]", "must be a non-empty name without spaces")
+            missing = _missing_account(key, value)
+            if missing is not None:
+                # Not an error (the account may come later: an LDAP outage, a user not yet made),
+                # but never silent: the rule cannot match it today (issue 32).
+                self.warnings.append(f"{where(self.path, item)}: {key}[{index}]: {missing}")
             values.add(value)
         return frozenset(values)
 
@@ -461,3 +468,21 @@ def parse_policy_text(text: str, path: str, *, main: bool) -> PolicyFile:
         if stray in keys:
             raise PolicyError([f"{where(path, keys[stray][0])}: {stray}: belongs under policy: in airlock.yaml"])
     return PolicyFile(path, None, ())
+
+
+def _missing_account(key: str, value: str) -> str | None:
+    """Why a rule's user or group name matches nobody on this host, or None if it exists."""
+    field = key.rsplit(".", 1)[-1]
+    if field == "users":
+        if value.isdigit():
+            return None  # a uid matches whoever has it, now or later
+        try:
+            pwd.getpwnam(value)
+        except KeyError:
+            return f"no user {value!r} on this host: the rule matches nobody by that name"
+    elif field == "groups":
+        try:
+            grp.getgrnam(value)
+        except KeyError:
+            return f"no group {value!r} on this host: the rule matches nobody through it"
+    return None

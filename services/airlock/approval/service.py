@@ -103,6 +103,7 @@ class Approval(Deciding, Operating):
             self.log.error("approval.policy.rejected", error=str(exc))
             return
         self.policy = policy
+        self.log_policy_warnings()
         old, new = dataclasses.asdict(self.config.approval), dataclasses.asdict(config.approval)
         changed = sorted(k for k, v in new.items() if old.get(k) != v)
         if changed:
@@ -116,6 +117,11 @@ class Approval(Deciding, Operating):
                 "settings_changed": [f"approval.{k}" for k in changed],
             },
         )
+
+    def log_policy_warnings(self) -> None:
+        """What the policy loaded with but will not do as written (a missing user, group or binary)."""
+        for warning in self.policy.warnings:
+            self.log.warning("approval.policy.warning", warning=warning)
 
     def apply_approval_settings(self, config: Config) -> None:
         """Take the ``approval.*`` settings of ``config``, rebuilding what is made from them."""
@@ -159,6 +165,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     except PolicyError as exc:
         raise ConfigError(str(exc)) from None
     approval = Approval(config, policy, config.source)
+    approval.log_policy_warnings()
     _check_fd_limit(config)
     s = config.services
     internal = Door(

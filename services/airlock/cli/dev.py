@@ -170,7 +170,8 @@ def check_policy(cfg: configuration.Config, user_file: Path | None) -> None:
         mine = configuration.parse_text(user_file.read_text(encoding="utf-8"), str(user_file))
         if mine.policy_node is not None:
             cfg = dataclasses.replace(cfg, source=mine.source, policy_node=mine.policy_node)
-    load_policy(cfg)
+    for warning in load_policy(cfg).warnings:
+        print(f"airlock dev: policy warning: {warning}", file=sys.stderr)
 
 
 def compose_config(runtime_dir: Path, user_file: Path | None) -> str:

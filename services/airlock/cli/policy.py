@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock.cli.base import _err, _operator
-from airlock.common import sandbox
+from airlock.common import render, sandbox
 
 
 def cmd_policy_check(ns: argparse.Namespace) -> int:
@@ -32,6 +32,8 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
                 merged = f" (merged from rules {', '.join(deciding)})" if len(deciding) > 1 else ""
                 print(f"  sandbox: {sandbox.describe(stage.get('sandbox'))}{merged}")
         print(f"decision: {data.get('decision')} (rule {data.get('rule')})")
+        for warning in data.get("warnings") or []:
+            _err(f"policy warning: {render.sanitise(warning)}")
     return rc
 
 

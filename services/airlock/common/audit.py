@@ -21,6 +21,8 @@ from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client, Unreachable
 from airlock.common.kinds import message_id
+from airlock.common.peer import user_name
+from airlock.common.sentence import sentence
 from airlock.common.server import Connection, Service, write_timeout
 
 # An append whose fate is unknown (see `Audit._settle`): how long to wait for the
@@ -94,11 +96,25 @@ class Audit:
             "payload": payload or {},
         }
 
-    def logged(self, kind: str, ids: Ids | None, seq: Any, log_fields: dict[str, Any] | None = None) -> None:
-        """Log an event the journal has committed: journald never runs ahead of the store."""
+    def logged(
+        self,
+        kind: str,
+        ids: Ids | None,
+        seq: Any,
+        log_fields: dict[str, Any] | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        """Log an event the journal has committed: journald never runs ahead of the store.
+
+        With its ``payload``, the entry's MESSAGE is a sentence a person reads
+        (`sentence.sentence`: who, as whom, what, who decided, the outcome);
+        the structured fields are the same either way.
+        """
         ids = ids or Ids()
+        said = sentence(kind, payload, ids.request_id, ids.peer_uid, user_name) if payload is not None else None
         self.log.info(
             kind if kind.startswith(self.writer + ".") else f"{self.writer}.{kind}",
+            **({"message": said} if said is not None else {}),
             message_id=message_id(kind),
             kind=kind,
             request_id=ids.request_id,
@@ -128,7 +144,7 @@ class Audit:
             if not exc.maybe_done or not event["request_id"]:
                 raise
             result = await self._settle(event, exc)
-        self.logged(kind, ids, result.get("seq"), log_fields)
+        self.logged(kind, ids, result.get("seq"), log_fields, payload or {})
         return result
 
     async def defer(
@@ -153,7 +169,7 @@ class Audit:
         mark = result.get("mark")
         if not isinstance(mark, str):
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the journal did not queue the record")
-        self.logged(kind, ids, None, (log_fields or {}) | {"durable": False})
+        self.logged(kind, ids, None, (log_fields or {}) | {"durable": False}, payload or {})
         return mark
 
     async def ensure(self, event: dict[str, Any]) -> dict[str, Any]:

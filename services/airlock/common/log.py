@@ -65,6 +65,7 @@ class JournaldRenderer:
         event = str(event_dict.pop("event", ""))
         level = str(event_dict.pop("level", name))
         message_id = event_dict.pop("message_id", None)
+        said = event_dict.pop("message", None)  # an audit record's sentence (common/sentence.py)
         event_dict.pop("timestamp", None)
         for key, value in event_dict.items():
             if value is None:
@@ -74,7 +75,7 @@ class JournaldRenderer:
             fields["MESSAGE_ID"] = str(message_id)
         summary = " ".join(f"{k}={v}" for k, v in event_dict.items() if v is not None and k != "service")
         self._send(
-            f"{event} {summary}".strip(),
+            str(said) if said else f"{event} {summary}".strip(),
             PRIORITY=str(_PRIORITY.get(level, 6)),
             SYSLOG_IDENTIFIER=self._identifier,
             AIRLOCK_EVENT=event,

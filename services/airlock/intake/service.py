@@ -354,7 +354,9 @@ class Intake:
             raise _replayed(work.request_id)
         received = began.get("event", {}).get("mark")
         marks: list[str] = [received] if isinstance(received, str) else []
-        self.audit.logged("request.received", ids, None, {"durable": False})
+        self.audit.logged(
+            "request.received", ids, None, {"durable": False}, {"request": work.describe, "digest": digest}
+        )
         if began["state"] == "replay":
             await self.audit.record("operation.replayed", ids, payload={"digest": digest}, after=marks)
             return dict(began["outcome"]) | {"replay": True}
@@ -558,7 +560,7 @@ class Intake:
                 error=exc.message,
             )
             return
-        self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "ok"})
+        self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "ok"}, {"status": "ok"})
 
     async def _abandon(self, op: str, ids: Ids, exc: AirlockError | None, after: list[str] | None = None) -> None:
         """The operation did not settle: free its ID and journal the refusal, in one round trip."""
@@ -575,7 +577,11 @@ class Intake:
             return  # the reply goes out either way; the journal's outage is reported by the next append
         if exc is not None:
             self.audit.logged(
-                "request.replied", ids, done.get("event", {}).get("seq"), {"status": "error", "code": exc.code.value}
+                "request.replied",
+                ids,
+                done.get("event", {}).get("seq"),
+                {"status": "error", "code": exc.code.value},
+                {"status": "error", "code": exc.code.value},
             )
 
     async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:

@@ -48,14 +48,15 @@ def register(sub: Any) -> None:
     sp = sub.add_parser(
         "mcp",
         help=text,
-        description=text + ". An MCP client starts it; see docs/mcp.md for the .mcp.json snippet. "
-        "Tools: execute (run a command through airlock) and status.",
+        description=text + ". An MCP client starts it, e.g. `claude mcp add --scope project airlock -- airlock mcp "
+        "--socket /run/airlock/agent.sock` (docs/mcp.md). Tools: execute (run a command through airlock; "
+        "64 KiB of each output stream shown by default) and status.",
     )
     sp.add_argument("--socket", help="agent socket (default: $AIRLOCK_SOCKET, else /run/airlock/agent.sock)")
     sp.add_argument(
         "--operator-socket",
-        help="operator socket, used if this user may: the status tool's hold state and pending count, and "
-        "withdrawing a pending request the client cancelled (default: $AIRLOCK_OPERATOR_SOCKET, else "
+        help="operator socket, used if this user may, and only for the status tool's hold state and pending "
+        "count (a cancelled call is withdrawn on the agent socket) (default: $AIRLOCK_OPERATOR_SOCKET, else "
         "operator.sock beside the agent socket)",
     )
     sp.add_argument("--no-operator-socket", action="store_true", help="never use the operator socket")

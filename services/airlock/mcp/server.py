@@ -38,7 +38,7 @@ from airlock.mcp import jsonrpc, tools
 from airlock.mcp.session import CancelCall, Send, Session, StartCall
 from airlock.mcp.tools import ToolResult
 
-# Replies carry up to 16 MiB of output per stream, base64-encoded (as common.ipc).
+# exec replies carry at most tools.CAPTURE_BYTES of output per stream (base64): 4 MiB, not 16.
 # After the input ends, how long withdrawals may take before the process exits.
 # The official SDK's stdio client waits 2 s after closing our stdin, then sends
 # SIGTERM and waits 2 s more: cancelling a running command takes milliseconds.
@@ -141,6 +141,16 @@ class _Run:
         self.changed.set()
 
 
+def _capture_refused(reply: Response) -> bool:
+    error = reply.error
+    return (
+        not reply.ok
+        and error is not None
+        and error.code == ErrorCode.INVALID_ARGUMENTS
+        and error.details.get("field") == "max_output_bytes"
+    )
+
+
 class AgentDoor:
     """The tools' handlers: requests on the agent door (and the operator door, read-mostly)."""
 
@@ -184,6 +194,13 @@ class AgentDoor:
         withdraw = asyncio.create_task(self._withdraw_when_abandoned(run, ctx))
         try:
             reply = await self.agent.call("exec", args, on_event, request_id=run.request_id)
+            if _capture_refused(reply):
+                # The operator set limits.max_output_bytes below what we ask to
+                # capture: that ceiling is then also airlock's default, so ask for
+                # nothing, as a new operation (the refused one is settled).
+                run.operation_id, run.request_id = f"mcp-{uuid.uuid4()}", str(uuid.uuid4())
+                args = {k: v for k, v in args.items() if k != "max_output_bytes"} | {"operation_id": run.operation_id}
+                reply = await self.agent.call("exec", args, on_event, request_id=run.request_id)
         except (OSError, AirlockError) as exc:
             return tools.unreachable(self.agent.path, _why(exc))
         finally:
@@ -195,7 +212,7 @@ class AgentDoor:
                 await withdraw
         if reply.ok:
             assert reply.data is not None
-            return tools.render_evidence(reply.data)
+            return tools.render_evidence(reply.data, tools.output_limit(arguments))
         assert reply.error is not None
         return tools.render_refusal(reply.error.code.value, reply.error.message, reply.error.details)
 
@@ -230,6 +247,10 @@ class AgentDoor:
     # --- status -------------------------------------------------------------------
 
     async def status(self, arguments: dict[str, Any], ctx: CallContext) -> ToolResult:
+        try:
+            tools.status_args(arguments)
+        except tools.ArgumentError as exc:
+            return tools.argument_error(exc, "status")
         hello: dict[str, Any] | None = None
         agent_problem = None
         try:
@@ -348,8 +369,8 @@ class Server:
                 break
             buffer.feed(chunk)
             while (line := buffer.next_line()) is not None:
-                if line is jsonrpc.TOO_LONG:
-                    self.dispatch(self.session.too_long())
+                if isinstance(line, jsonrpc.TooLong):
+                    self.dispatch(self.session.too_long(line))
                 else:
                     assert isinstance(line, bytes)
                     self.dispatch(self.session.receive(line))

@@ -37,6 +37,12 @@ INSTRUCTIONS: Final = (
 )
 
 
+def _clip(value: object) -> str:
+    """A client's value quoted in an error message, bounded (it is echoed to the client)."""
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 @dataclass(frozen=True, slots=True)
 class Send:
     data: bytes
@@ -91,15 +97,16 @@ class Session:
         except jsonrpc.RemoteProtocolError as exc:
             return [Send(jsonrpc.encode_error(message.id, exc.code, exc.message))]
 
-    def too_long(self) -> list[Action]:
-        """The client sent a line over the cap (it was skipped)."""
-        return [
-            Send(
-                jsonrpc.encode_error(
-                    None, ErrorCode.INVALID_REQUEST, f"invalid request: message longer than {jsonrpc.MAX_LINE} bytes"
-                )
-            )
-        ]
+    def too_long(self, line: jsonrpc.TooLong) -> list[Action]:
+        """The client sent a line over the cap (it was skipped); the error names its call when its id was read."""
+        limit = jsonrpc.MAX_LINE
+        message = (
+            f"invalid request: message of {line.length} bytes is longer than the limit of {limit} bytes "
+            "(tool arguments are far smaller: see the tool's input schema)"
+        )
+        if line.request_id is not None and line.request_id in self._calls:
+            line = jsonrpc.TooLong(line.length, None)  # never answer a running call with this error
+        return [Send(jsonrpc.encode_error(line.request_id, ErrorCode.INVALID_REQUEST, message))]
 
     # --- requests -----------------------------------------------------------------
 
@@ -110,7 +117,7 @@ class Session:
         if method == "initialize":
             return [Send(jsonrpc.encode_result(request.id, self._initialize(request.params)))]
         if method not in ("tools/list", "tools/call"):
-            raise jsonrpc.RemoteProtocolError(ErrorCode.METHOD_NOT_FOUND, f"method not found: {method!r}")
+            raise jsonrpc.RemoteProtocolError(ErrorCode.METHOD_NOT_FOUND, f"method not found: {_clip(method)}")
         if self.protocol_version is None:
             raise jsonrpc.RemoteProtocolError(ErrorCode.INVALID_REQUEST, "invalid request: send initialize first")
         if method == "tools/list":
@@ -148,7 +155,7 @@ class Session:
         if name not in {spec.name for spec in self.tools}:
             known = ", ".join(spec.name for spec in self.tools)
             raise jsonrpc.RemoteProtocolError(
-                ErrorCode.INVALID_PARAMS, f"invalid params: unknown tool {name!r} (tools: {known})"
+                ErrorCode.INVALID_PARAMS, f"invalid params: unknown tool {_clip(name)} (tools: {known})"
             )
         arguments = params.get("arguments", {})
         if arguments is None:
@@ -157,7 +164,7 @@ class Session:
             raise jsonrpc.RemoteProtocolError(ErrorCode.INVALID_PARAMS, 'invalid params: "arguments" must be an object')
         if request.id in self._calls:
             raise jsonrpc.RemoteProtocolError(
-                ErrorCode.INVALID_REQUEST, f"invalid request: id {request.id!r} is already in use"
+                ErrorCode.INVALID_REQUEST, f"invalid request: id {_clip(request.id)} is already in use"
             )
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -23,6 +25,34 @@ from typing import Any, Final
 # Versions at which the tool listing gained fields (older clients get none of them).
 _ANNOTATIONS_SINCE: Final = "2025-03-26"
 _TITLE_SINCE: Final = "2025-06-18"
+
+KiB: Final = 1024
+# Output shown per stream (stdout, each stage's stderr): the default keeps a
+# result a small part of a model's context (64 KiB of text is some 16,000
+# tokens; Claude Code refuses a tool result over 25,000 tokens unless
+# MAX_MCP_OUTPUT_TOKENS says otherwise); a call may ask for up to the maximum.
+OUTPUT_DEFAULT: Final = 64 * KiB
+OUTPUT_MAX: Final = 1024 * KiB
+# What the runner captures per stream (the agent door's max_output_bytes): more
+# than is shown, so the size and sha256 of most outputs are known whole, and far
+# less than airlock's 16 MiB default, which would only be thrown away here.
+CAPTURE_BYTES: Final = 4 * 1024 * KiB
+# The encoded text of one result at most: official clients reject a line over
+# 10 MiB (the TypeScript SDK's ReadBuffer) and close the session; a pipeline
+# with many stages is shown with smaller per-stream caps until it fits.
+RESULT_BUDGET: Final = 4 * 1024 * KiB
+# A request is journaled whole, and an audit record holds at most 64 KiB of
+# JSON.  The largest record is `approval.pending` (what the operator is asked
+# about): it carries argv three times (the request, its display, its argument
+# classification), stdin twice as base64, env and cwd twice.  So the arguments
+# are bounded up front, each by its own name, with all of them at their limits
+# still fitting (about 59 KiB); airlock's own refusal of a larger record is
+# translated to name the arguments (`render_refusal`).
+STDIN_MAX: Final = 8 * KiB
+COMMAND_MAX: Final = 8 * KiB
+ENV_MAX: Final = 4 * KiB
+REASON_MAX: Final = 1024
+CWD_MAX: Final = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +119,25 @@ Denials: if a policy rule or an operator denies the command, the result says DEN
 names the rule (or the operator). The command did not run. Do not retry it, or a reworded \
 variant meant to get around the rule; change approach or ask the user.
 
-Result: each stage's exit code, stdout, each stage's stderr, whether output was truncated \
-or the command timed out, and the airlock operation id. A non-zero exit code is a normal \
-result (the command ran), not a tool error. Every call runs the command again; nothing is \
-cached."""
+Result: each stage's exit code, stdout, each stage's stderr, whether the command timed \
+out, and the airlock operation id. A non-zero exit code is a normal result (the command \
+ran), not a tool error. Every call runs the command again; nothing is cached.
 
-_ARGV_SCHEMA: Final = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+Large output: each stream shows at most max_output_bytes (64 KiB by default, up to 1 MiB); \
+a note gives the full size and sha256 of what was cut. airlock keeps no copy of the output, \
+so prefer commands that print what you need (head, tail, grep, journalctl -n) over raising \
+the limit. Binary output is not shown (pipe it through base64 or xxd if you need it).
+
+Limits (airlock records every request whole): stdin at most 8 KiB; argv, pipeline or command \
+at most 8 KiB in all; env at most 4 KiB; reason and cwd at most 1024 characters. For more \
+input, have the command read a file."""
+
+_ARGV_SCHEMA: Final = {
+    "type": "array",
+    "items": {"type": "string", "maxLength": COMMAND_MAX},
+    "minItems": 1,
+    "maxItems": 4096,
+}
 
 EXECUTE: Final = ToolSpec(
     name="execute",
@@ -109,9 +152,14 @@ EXECUTE: Final = ToolSpec(
                 "type": "array",
                 "items": _ARGV_SCHEMA,
                 "minItems": 1,
+                "maxItems": 64,
                 "description": "Stages joined by pipes (stdout of one to stdin of the next), run without a shell.",
             },
-            "command": {"type": "string", "description": "A shell command line, run by /bin/sh -c."},
+            "command": {
+                "type": "string",
+                "maxLength": COMMAND_MAX,
+                "description": "A shell command line, run by /bin/sh -c.",
+            },
             "privileged": {
                 "type": "boolean",
                 "default": True,
@@ -120,6 +168,7 @@ EXECUTE: Final = ToolSpec(
             },
             "reason": {
                 "type": "string",
+                "maxLength": REASON_MAX,
                 "description": "Why you need this, in one sentence. Shown to the operator who approves it and kept "
                 "in the audit journal.",
             },
@@ -129,18 +178,32 @@ EXECUTE: Final = ToolSpec(
                 "description": "Environment variables to set. Only names allowed by airlock's env.allow list are "
                 "accepted; "
                 "a privileged run never takes HOME, USER, LOGNAME, SHELL, PATH or loader/interpreter variables "
-                "(LD_*, PYTHON*, ...).",
+                "(LD_*, PYTHON*, ...). At most 4 KiB of names and values in all.",
             },
             "cwd": {
                 "type": "string",
+                "maxLength": CWD_MAX,
                 "description": "Absolute working directory (default: / for root, else your home).",
             },
-            "stdin": {"type": "string", "description": "Text fed to the first stage's standard input (default: none)."},
+            "stdin": {
+                "type": "string",
+                "maxLength": STDIN_MAX,
+                "description": "Text fed to the first stage's standard input (default: none). At most 8 KiB "
+                "(8192 bytes of UTF-8); for more, have the command read a file.",
+            },
             "timeout": {
                 "type": "integer",
                 "minimum": 1,
                 "description": "Kill the command after this many milliseconds (default: airlock's "
                 "limits.default_timeout_seconds). Does not include time waiting for approval.",
+            },
+            "max_output_bytes": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": OUTPUT_MAX,
+                "default": OUTPUT_DEFAULT,
+                "description": "Show at most this many bytes of each output stream (stdout, each stderr); the "
+                "rest is cut, with a note giving its size and sha256. Default 65536 (64 KiB), at most 1048576.",
             },
         },
         "additionalProperties": False,
@@ -162,13 +225,64 @@ def _string_list(name: str, value: Any) -> list[str]:
     return list(value)
 
 
+def _utf8_size(value: str) -> int:
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def _at_most(name: str, size: int, limit: int, unit: str = "bytes") -> None:
+    if size > limit:
+        raise ArgumentError(f"{name}: is {size} {unit}; the limit is {limit} {unit}")
+
+
+def output_limit(untrusted: Mapping[str, Any]) -> int:
+    """`max_output_bytes`: how much of each stream the result shows."""
+    value = untrusted.get("max_output_bytes")
+    if value is None:
+        return OUTPUT_DEFAULT
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not value.is_integer())
+    ):
+        raise ArgumentError(f"max_output_bytes: must be a whole number of bytes, 1 to {OUTPUT_MAX}")
+    if not 1 <= value <= OUTPUT_MAX:
+        raise ArgumentError(f"max_output_bytes: must be 1 to {OUTPUT_MAX} (got {int(value)})")
+    return int(value)
+
+
+def _command_form(untrusted: Mapping[str, Any], form: str) -> dict[str, Any]:
+    """The one of argv, pipeline or command that was given, checked and sized."""
+    args: dict[str, Any] = {}
+    if form == "argv":
+        args["argv"] = _string_list("argv", untrusted["argv"])
+        if len(args["argv"]) > 4096:
+            raise ArgumentError("argv: has more than 4096 items")
+        _at_most("argv", sum(_utf8_size(a) + 1 for a in args["argv"]), COMMAND_MAX)
+    elif form == "pipeline":
+        pipeline = untrusted["pipeline"]
+        if not isinstance(pipeline, list) or not pipeline:
+            raise ArgumentError("pipeline: must be a non-empty list of argv lists")
+        if len(pipeline) > 64:
+            raise ArgumentError("pipeline: has more than 64 stages")
+        args["pipeline"] = [_string_list(f"pipeline[{i}]", stage) for i, stage in enumerate(pipeline)]
+        _at_most("pipeline", sum(_utf8_size(a) + 1 for stage in args["pipeline"] for a in stage), COMMAND_MAX)
+    else:
+        command = untrusted["command"]
+        if not isinstance(command, str) or not command.strip():
+            raise ArgumentError("command: must be a non-empty string")
+        _at_most("command", _utf8_size(command), COMMAND_MAX)
+        args["command"] = command
+    return args
+
+
 def exec_args(
     untrusted: Mapping[str, Any], *, now: str, operation_id: str, session: str | None = None
 ) -> dict[str, Any]:
     """Check `execute`'s arguments and build the agent door's native `exec` args.
 
-    Only shapes are checked here; airlock itself validates every value (and its
-    refusal names the field), so the two can never disagree on what is allowed.
+    Shapes and the sizes stated in the schema are checked here, each refusal
+    naming the argument the model sent; airlock itself validates every value
+    (and its refusal names the field), so the two never disagree on what is allowed.
     """
     unknown = sorted(set(untrusted) - _EXEC_KEYS)
     if unknown:
@@ -178,39 +292,40 @@ def exec_args(
         raise ArgumentError(
             "give exactly one of argv, pipeline or command" + (f" (got {' and '.join(given)})" if given else "")
         )
-    args: dict[str, Any] = {"time": now, "operation_id": operation_id, "stream": True}
-    if "argv" in given:
-        args["argv"] = _string_list("argv", untrusted["argv"])
-    elif "pipeline" in given:
-        pipeline = untrusted["pipeline"]
-        if not isinstance(pipeline, list) or not pipeline:
-            raise ArgumentError("pipeline: must be a non-empty list of argv lists")
-        args["pipeline"] = [_string_list(f"pipeline[{i}]", stage) for i, stage in enumerate(pipeline)]
-    else:
-        command = untrusted["command"]
-        if not isinstance(command, str) or not command.strip():
-            raise ArgumentError("command: must be a non-empty string")
-        args["command"] = command
+    output_limit(untrusted)
+    # The runner captures more than is shown (sizes and digests of most output
+    # known whole), never airlock's 16 MiB default per stream.
+    args: dict[str, Any] = {
+        "time": now,
+        "operation_id": operation_id,
+        "stream": True,
+        "max_output_bytes": CAPTURE_BYTES,
+    }
+    args |= _command_form(untrusted, given[0])
     privileged = untrusted.get("privileged", True)
     if not isinstance(privileged, bool):
         raise ArgumentError("privileged: must be true or false")
     args["privileged"] = privileged
-    for key in ("reason", "cwd"):
+    for key, limit in (("reason", REASON_MAX), ("cwd", CWD_MAX)):
         value = untrusted.get(key)
         if value is not None:
             if not isinstance(value, str):
                 raise ArgumentError(f"{key}: must be a string")
+            _at_most(key, len(value), limit, "characters")
             args[key] = value
     env = untrusted.get("env")
     if env is not None:
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise ArgumentError("env: must be an object of string values")
+        _at_most("env", sum(_utf8_size(k) + _utf8_size(v) + 2 for k, v in env.items()), ENV_MAX)
         args["env"] = dict(env)
     stdin = untrusted.get("stdin")
     if stdin is not None:
         if not isinstance(stdin, str):
             raise ArgumentError("stdin: must be a string")
-        args["stdin"] = base64.b64encode(stdin.encode("utf-8", "surrogatepass")).decode()
+        raw = stdin.encode("utf-8", "surrogatepass")
+        _at_most("stdin", len(raw), STDIN_MAX)
+        args["stdin"] = base64.b64encode(raw).decode()
     timeout = untrusted.get("timeout")
     if timeout is not None:
         if (
@@ -226,27 +341,50 @@ def exec_args(
     return args
 
 
-def argument_error(exc: ArgumentError) -> ToolResult:
-    return ToolResult(
-        f"NOT RUN: invalid arguments for execute: {exc}. Fix the arguments and call again.", is_error=True
-    )
+def status_args(untrusted: Mapping[str, Any]) -> None:
+    """`status` takes no arguments (its schema forbids extra properties)."""
+    if untrusted:
+        raise ArgumentError(f"unknown argument {sorted(untrusted)[0]!r} (status takes no arguments)")
+
+
+def argument_error(exc: ArgumentError, tool: str = "execute") -> ToolResult:
+    return ToolResult(f"NOT RUN: invalid arguments for {tool}: {exc}. Fix the arguments and call again.", is_error=True)
 
 
 # --- rendering what airlock answered ----------------------------------------------
 
 
-def _decode(data: Any) -> tuple[str, bool]:
-    """Base64 output to text; the flag says whether it was valid UTF-8."""
+def _raw(data: Any) -> bytes | None:
+    """Base64 output to bytes; None when airlock sent something else."""
     if not isinstance(data, str) or not data:
-        return "", True
+        return b""
     try:
-        raw = base64.b64decode(data, validate=True)
+        return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        return "[airlock sent output that is not base64]", False
-    try:
-        return raw.decode("utf-8"), True
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", "replace"), False
+        return None
+
+
+def _head(raw: bytes, limit: int) -> bytes:
+    """At most ``limit`` bytes, not ending inside a UTF-8 character."""
+    if len(raw) <= limit:
+        return raw
+    cut = raw[:limit]
+    # Back off over a character the cut split (at most 3 bytes of it).
+    for back in range(1, min(4, len(cut)) + 1):
+        byte = cut[-back]
+        if byte < 0x80:
+            break
+        if byte >= 0xC0:  # a lead byte: is its character complete?
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            if back < need:
+                cut = cut[:-back]
+            break
+    return cut
+
+
+def _looks_binary(raw: bytes, text: str) -> bool:
+    # NUL bytes, or a quarter of it not UTF-8: not text a model can use.
+    return b"\x00" in raw or (len(raw) >= 64 and text.count("\ufffd") * 4 > len(text))
 
 
 def _shown(argv: Any) -> str:
@@ -264,15 +402,66 @@ def _stage_status(stage: Mapping[str, Any]) -> str:
     return f"exit code {code}" if isinstance(code, int) else "no exit code"
 
 
-def _section(title: str, data: Any, truncated: bool) -> list[str]:
-    text, utf8 = _decode(data)
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """What one stream's section left out."""
+
+    title: str
+    shown: int
+    size: int
+    captured_all: bool
+
+
+def _section(title: str, data: Any, truncated: bool, sha256: Any, limit: int, cuts: list[_Cut]) -> list[str]:
+    raw = _raw(data)
+    if raw is None:
+        return [f"--- {title} ---", "[airlock sent output that is not base64]"]
+    digest = sha256 if isinstance(sha256, str) else hashlib.sha256(raw).hexdigest()
+    size = len(raw)
+    if not raw:
+        return [f"--- {title} ---", "(empty)"]
+    whole = f"{size} bytes" if not truncated else f"more than {size} bytes (airlock captured the first {size})"
+    probe = raw[: min(size, 64 * KiB)].decode("utf-8", "replace")
+    if _looks_binary(raw[: 64 * KiB], probe):
+        cuts.append(_Cut(title, 0, size, not truncated))
+        return [
+            f"--- {title} (binary, {whole}, sha256 {digest} of {size} bytes; not shown) ---",
+            "(binary output: pipe it through `base64` or `xxd | head` to see it as text)",
+        ]
+    head = _head(raw, limit)
+    text = head.decode("utf-8", "replace")
     notes = []
-    if truncated:
-        notes.append("TRUNCATED by airlock's output cap")
-    if not utf8:
+    if len(head) < size or truncated:
+        cuts.append(_Cut(title, len(head), size, not truncated))
+        notes.append(
+            f"CUT: showing the first {len(head)} of {whole}; sha256 {digest} of the {size} bytes airlock captured"
+        )
+    if text != head.decode("utf-8", "ignore"):
         notes.append("not valid UTF-8; undecodable bytes shown as U+FFFD")
-    head = f"--- {title}" + (f" ({'; '.join(notes)})" if notes else "") + " ---"
-    return [head, text.rstrip("\n") if text else "(empty)"]
+    title_line = f"--- {title}" + (f" ({'; '.join(notes)})" if notes else "") + " ---"
+    return [title_line, text.rstrip("\n")]
+
+
+def _cut_note(cuts: list[_Cut], limit: int) -> list[str]:
+    if not cuts:
+        return []
+    names = ", ".join(c.title for c in cuts)
+    lost = [f"{c.title} at {c.size} bytes" for c in cuts if not c.captured_all]
+    lines = [
+        "",
+        f"Output was cut ({names}): each stream shows at most {limit} bytes. airlock keeps no copy of the "
+        "output: its audit journal records each stream's size and sha256 (an operator sees them with "
+        "`airlock audit export`, by operation id), so what was cut cannot be fetched later. To see more, run "
+        "a command that prints less "
+        "(head, tail, grep, sed -n 'A,Bp', journalctl -n), or call again with a larger max_output_bytes (at "
+        f"most {OUTPUT_MAX}).",
+    ]
+    if lost:
+        lines.append(
+            f"airlock stopped capturing {', '.join(lost)}; the rest was discarded "
+            "unread, so its full size is not known."
+        )
+    return lines
 
 
 def _decision(decision: Any) -> str:
@@ -284,8 +473,24 @@ def _decision(decision: Any) -> str:
     return f"approved by operator {by}" + (f" (rule {rule!r})" if rule else "")
 
 
-def render_evidence(data: Mapping[str, Any]) -> ToolResult:
-    """The evidence of a command that ran, whatever its exit code."""
+def render_evidence(data: Mapping[str, Any], limit: int = OUTPUT_DEFAULT) -> ToolResult:
+    """The evidence of a command that ran, whatever its exit code.
+
+    Each stream shows at most ``limit`` bytes; when the whole text would still
+    be too large for one MCP message (many pipeline stages), the per-stream
+    limit is halved until it fits `RESULT_BUDGET`.
+    """
+    while True:
+        result = _render_evidence(data, limit)
+        if (
+            limit <= 1024
+            or len(json.dumps(result.text, ensure_ascii=False).encode("utf-8", "replace")) <= RESULT_BUDGET
+        ):
+            return result
+        limit //= 2
+
+
+def _render_evidence(data: Mapping[str, Any], limit: int) -> ToolResult:
     stages = [s for s in data.get("stages") or [] if isinstance(s, dict)]
     last = stages[-1] if stages else {}
     lines: list[str] = []
@@ -313,10 +518,21 @@ def render_evidence(data: Mapping[str, Any]) -> ToolResult:
     if data.get("output_retained") is False:
         lines.append("Its output was too large to keep for replay; only exit codes are known.")
     lines.append("")
-    lines += _section("stdout", data.get("stdout"), bool(data.get("stdout_truncated")))
+    cuts: list[_Cut] = []
+    lines += _section(
+        "stdout", data.get("stdout"), bool(data.get("stdout_truncated")), data.get("stdout_sha256"), limit, cuts
+    )
     for i, stage in enumerate(stages, 1):
         title = "stderr" if len(stages) == 1 else f"stderr of stage {i} ({_shown(stage.get('argv'))})"
-        lines += _section(title, stage.get("stderr"), bool(stage.get("stderr_truncated")))
+        lines += _section(
+            title,
+            stage.get("stderr"),
+            bool(stage.get("stderr_truncated")),
+            stage.get("stderr_sha256"),
+            limit,
+            cuts,
+        )
+    lines += _cut_note(cuts, limit)
     return ToolResult("\n".join(lines))
 
 
@@ -355,6 +571,14 @@ def render_refusal(code: str, message: str, details: Mapping[str, Any]) -> ToolR
             is_error=True,
         )
     field = details.get("field")
+    if code == "invalid_arguments" and field == "payload":
+        # The journal's cap on one audit record, which holds the whole request.
+        return ToolResult(
+            "NOT RUN: the request is too large for airlock's audit record, which holds it whole "
+            f"({message}). Make stdin, argv/pipeline/command, env or reason shorter (for a lot of input, have "
+            "the command read a file) and call again.",
+            is_error=True,
+        )
     hint = {
         "invalid_arguments": "Fix the named field and call again.",
         "privilege_unavailable": "Run it with privileged: false, or ask the user to run airlock as root.",

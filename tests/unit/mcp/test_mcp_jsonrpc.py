@@ -16,14 +16,15 @@ from hypothesis import strategies as st
 
 from airlock.mcp import jsonrpc
 from airlock.mcp.jsonrpc import (
-    TOO_LONG,
     ErrorCode,
     LineBuffer,
     Notification,
     RemoteProtocolError,
     Request,
     Response,
+    TooLong,
     decode,
+    sniff_id,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -77,16 +78,41 @@ def test_trailing_data_waits_for_its_newline_and_a_last_line_without_one_still_c
     assert b.end_of_stream() == PING
 
 
-def test_an_over_long_line_is_reported_once_and_skipped() -> None:
+def test_an_over_long_line_is_reported_once_at_its_end_and_skipped() -> None:
     b = LineBuffer(max_line=32)
     b.feed(b"x" * 40)
-    assert lines(b) == [TOO_LONG]
+    assert lines(b) == []  # reported when its newline comes: its id may be at the end
     b.feed(b"y" * 40)
-    assert lines(b) == []  # still the same line: discarded quietly
-    b.feed(b"z\n" + PING[:20])
     assert lines(b) == []
+    b.feed(b"z\n" + PING[:20])
+    assert lines(b) == [TooLong(81, None)]
     b.feed(b"\n")
     assert lines(b) == [PING[:20]]  # the stream is usable again
+
+
+@pytest.mark.parametrize(
+    ("line", "request_id"),
+    [
+        # The Python SDK's order (id before params) and the TypeScript SDK's (id last).
+        (b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"arguments":{"stdin":"' + b"a" * 200, 7),
+        (
+            b'{"method":"tools/call","params":{"arguments":{"stdin":"'
+            + b"a" * 200
+            + b'"}},"jsonrpc":"2.0","id":"x-1"}',
+            "x-1",
+        ),
+        # A nested "id" (a tool argument) is never taken for the call's.
+        (b'{"jsonrpc":"2.0","method":"tools/call","params":{"id":3,"arguments":{"x":"' + b"a" * 200, None),
+        (b'{"method":"tools/call","params":{"arguments":{"id":4}},"jsonrpc":"2.0"}', None),
+        (b'{"params":{"a":"\\"id\\":5"},"id":6,"method":"x","b":"' + b"b" * 64 + b'"}', 6),
+    ],
+)
+def test_an_over_long_line_keeps_the_id_of_its_call(line: bytes, request_id: object) -> None:
+    b = LineBuffer(max_line=64)
+    b.feed(line + b"\n" + PING + b"\n")
+    got = lines(b)
+    assert got == [TooLong(len(line), request_id), PING]  # type: ignore[arg-type]
+    assert sniff_id(line[:64], line[-64:]) == request_id
 
 
 def test_a_line_exactly_at_the_cap_is_fine() -> None:
@@ -113,9 +139,10 @@ def test_requests_notifications_and_responses() -> None:
     ("line", "code", "request_id"),
     [
         (b"not json", ErrorCode.PARSE_ERROR, None),
-        (b'{"jsonrpc":"2.0","id":1,"method":"ping"', ErrorCode.PARSE_ERROR, None),
+        # A line that does not parse still names its call when its id can be read.
+        (b'{"jsonrpc":"2.0","id":1,"method":"ping"', ErrorCode.PARSE_ERROR, 1),
         (b"\xff\xfe", ErrorCode.PARSE_ERROR, None),
-        (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":NaN}', ErrorCode.PARSE_ERROR, None),
+        (b'{"jsonrpc":"2.0","id":1,"method":"ping","params":NaN}', ErrorCode.PARSE_ERROR, 1),
         (b"[" * 100_000, ErrorCode.PARSE_ERROR, None),
         (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', ErrorCode.INVALID_REQUEST, None),
         (b"42", ErrorCode.INVALID_REQUEST, None),
@@ -139,13 +166,18 @@ def test_malformed_messages_get_their_json_rpc_code(line: bytes, code: ErrorCode
     assert err.value.request_id == request_id
 
 
-def test_encoded_messages_are_single_lines_of_ascii_json() -> None:
-    data = jsonrpc.encode_result(1, {"text": "a\nb\u2028c\u00e9"})
-    assert data.endswith(b"\n") and data.count(b"\n") == 1 and data.isascii()
-    assert json.loads(data) == {"jsonrpc": "2.0", "id": 1, "result": {"text": "a\nb\u2028c\u00e9"}}
+def test_encoded_messages_are_single_lines_of_utf8_json() -> None:
+    data = jsonrpc.encode_result(1, {"text": "a\nb\u2028c\u00e9\ufffd"})
+    assert data.endswith(b"\n") and data.count(b"\n") == 1
+    # UTF-8, not \\u escapes: a character costs its UTF-8 size (issue 31); only the
+    # line separators some JavaScript readers split on stay escaped.
+    assert "é\ufffd".encode() in data and b"\\u2028" in data and "\u2028".encode() not in data
+    assert json.loads(data) == {"jsonrpc": "2.0", "id": 1, "result": {"text": "a\nb\u2028c\u00e9\ufffd"}}
+    # Lone surrogates cannot be UTF-8: that line falls back to escapes.
+    assert json.loads(jsonrpc.encode_result(2, {"text": "x\udc80"}))["result"]["text"] == "x\udc80"
+    # Without a readable id the member is left out: the TypeScript SDK drops "id": null.
     assert json.loads(jsonrpc.encode_error(None, ErrorCode.PARSE_ERROR, "bad")) == {
         "jsonrpc": "2.0",
-        "id": None,
         "error": {"code": -32700, "message": "bad"},
     }
 
@@ -175,3 +207,11 @@ def test_arbitrary_json_objects_decode_or_raise_a_protocol_error(obj: dict[str, 
         decode(json.dumps(obj).encode())
     except RemoteProtocolError:
         pass
+
+
+def test_an_id_is_bounded_since_every_reply_echoes_it() -> None:
+    assert decode(b'{"jsonrpc":"2.0","id":"' + b"i" * 1024 + b'","method":"ping"}') == Request("i" * 1024, "ping", {})
+    with pytest.raises(RemoteProtocolError) as err:
+        decode(b'{"jsonrpc":"2.0","id":"' + b"i" * 1025 + b'","method":"ping"}')
+    assert err.value.code is ErrorCode.INVALID_REQUEST and err.value.request_id is None
+    assert "at most 1024 characters" in err.value.message

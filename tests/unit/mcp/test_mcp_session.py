@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airlock.mcp import jsonrpc
 from airlock.mcp.session import LATEST_VERSION, SUPPORTED_VERSIONS, Action, CancelCall, Send, Session, StartCall
 from airlock.mcp.tools import BUILTIN, ToolResult
 
@@ -200,7 +201,9 @@ def test_malformed_lines_get_errors_and_the_session_goes_on() -> None:
     assert (
         sent(session.receive(b'{"jsonrpc":"2.0","id":3,"method":"tools/list","params":[]}'))["error"]["code"] == -32602
     )
-    assert sent(session.too_long())["error"]["code"] == -32600
+    too_long = sent(session.too_long(jsonrpc.TooLong(2_000_000, 9)))
+    assert too_long["error"]["code"] == -32600 and too_long["id"] == 9
+    assert "id" not in sent(session.too_long(jsonrpc.TooLong(2_000_000, None)))
     assert "result" in sent(session.receive(line({"id": 4, "method": "tools/list"})))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -26,6 +27,8 @@ def test_argv_becomes_a_streamed_native_exec_with_its_own_operation() -> None:
         "time": "2026-01-01T00:00:00Z",
         "operation_id": "mcp-1",
         "stream": True,
+        # The runner captures 4 MiB a stream, not airlock's 16 MiB default (issue 31).
+        "max_output_bytes": 4 * 1024 * 1024,
     }
 
 
@@ -134,7 +137,7 @@ def test_a_pipeline_shows_every_stage() -> None:
             {"argv": ["cat", "/etc/hosts"], "exit_code": 0, "stderr": ""},
             {"argv": ["grep", "x"], "exit_code": None, "signal": 13, "stderr": b64("broken"), "stderr_truncated": True},
         ],
-        "stdout": "",
+        "stdout": b64("x" * 10),
         "stdout_truncated": True,
         "decision": {"rule": "ask-all", "decided_by": "alice"},
     }
@@ -142,9 +145,10 @@ def test_a_pipeline_shows_every_stage() -> None:
     assert text.startswith("The command ran: killed by signal 13.\n")
     assert "Pipeline: stage 1 (cat /etc/hosts): exit code 0; stage 2 (grep x): killed by signal 13." in text
     assert "approved by operator alice (rule 'ask-all')" in text
-    assert "--- stdout (TRUNCATED by airlock's output cap) ---\n(empty)" in text
+    assert "--- stdout (CUT: showing the first 10 of more than 10 bytes (airlock captured the first 10);" in text
     assert "--- stderr of stage 1 (cat /etc/hosts) ---\n(empty)" in text
-    assert "--- stderr of stage 2 (grep x) (TRUNCATED by airlock's output cap) ---\nbroken" in text
+    assert "--- stderr of stage 2 (grep x) (CUT: showing the first 6 of more than 6 bytes" in text
+    assert "airlock stopped capturing stdout at 10 bytes, stderr of stage 2 (grep x) at 6 bytes;" in text
 
 
 def test_timeouts_cancellations_replays_and_binary_output_are_said_plainly() -> None:
@@ -221,3 +225,85 @@ def test_status_texts() -> None:
     assert "unknown (operator socket at o.sock not usable: permission denied)" in unknown.text
     down = render_status("a.sock", None, "no such socket", None, None, None)
     assert down.text.startswith("airlock is NOT reachable at a.sock: no such socket")
+
+
+# --- sizes (issue 31) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"argv": ["cat"], "stdin": "é" * 4097}, "stdin: is 8194 bytes; the limit is 8192 bytes"),
+        ({"argv": ["echo", "y" * 8190]}, "argv: is 8196 bytes; the limit is 8192 bytes"),
+        ({"pipeline": [["echo", "y" * 4096], ["grep", "z" * 4096]]}, "pipeline: is 8204 bytes; the limit is 8192"),
+        ({"command": "x" * 8193}, "command: is 8193 bytes; the limit is 8192 bytes"),
+        ({"argv": ["id"], "env": {"LANG": "e" * 4096}}, "env: is 4102 bytes; the limit is 4096 bytes"),
+        ({"argv": ["id"], "reason": "r" * 1025}, "reason: is 1025 characters; the limit is 1024 characters"),
+        ({"argv": ["id"], "cwd": "/" * 1025}, "cwd: is 1025 characters; the limit is 1024 characters"),
+        ({"argv": ["id"], "max_output_bytes": 0}, "max_output_bytes: must be 1 to 1048576 (got 0)"),
+        ({"argv": ["id"], "max_output_bytes": "64k"}, "max_output_bytes: must be a whole number of bytes"),
+    ],
+)
+def test_sizes_over_the_schema_s_limits_are_refused_by_the_argument_s_name(given: dict[str, Any], message: str) -> None:
+    with pytest.raises(ArgumentError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        args(**given)
+
+
+def test_the_schema_states_every_limit_the_checks_apply() -> None:
+    props = tools.EXECUTE.input_schema["properties"]
+    assert props["stdin"]["maxLength"] == tools.STDIN_MAX == 8192
+    assert props["command"]["maxLength"] == props["argv"]["items"]["maxLength"] == tools.COMMAND_MAX
+    assert props["reason"]["maxLength"] == props["cwd"]["maxLength"] == 1024
+    assert props["pipeline"]["maxItems"] == 64
+    assert props["max_output_bytes"] == props["max_output_bytes"] | {"maximum": 1048576, "default": 65536}
+    # (That all of them at their limits at once fit airlock's audit record when an
+    # operator is asked, the largest record, test_mcp.py checks against a live stack.)
+
+
+def test_status_takes_no_arguments() -> None:
+    tools.status_args({})
+    with pytest.raises(ArgumentError, match="unknown argument 'verbose'"):
+        tools.status_args({"verbose": True})
+
+
+def test_a_too_large_record_is_explained_in_the_tool_s_terms() -> None:
+    result = render_refusal(
+        "invalid_arguments", "payload is 70000 bytes of canonical JSON; the limit is 65536", {"field": "payload"}
+    )
+    assert result.is_error and "too large for airlock's audit record" in result.text
+    assert "stdin, argv/pipeline/command, env or reason shorter" in result.text
+
+
+def test_long_output_is_cut_with_its_size_and_digest() -> None:
+    out = ("line of text é\n" * 10_000).encode()
+    evidence = EVIDENCE | {"stdout": b64(out), "stdout_sha256": "ab" * 32}
+    text = render_evidence(evidence, limit=1006).text
+    assert f"--- stdout (CUT: showing the first 1005 of {len(out)} bytes; sha256 {'ab' * 32} of the {len(out)}" in text
+    # The cut never splits a character: 1005, not 1006 (byte 1006 is the second of an é).
+    shown = text.split("of the 160000 bytes airlock captured) ---\n", 1)[1].split("\n--- stderr", 1)[0]
+    assert len(shown.encode()) == 1005 and shown.endswith("line of text ")
+    assert "\ufffd" not in text
+    assert "Output was cut (stdout): each stream shows at most 1006 bytes." in text
+    assert "airlock keeps no copy of the output" in text and "max_output_bytes" in text
+    assert "airlock stopped capturing" not in text  # it was captured whole: its size is known
+    beyond = render_evidence(evidence | {"stdout_truncated": True}, limit=1006).text
+    assert f"showing the first 1005 of more than {len(out)} bytes" in beyond
+    assert f"airlock stopped capturing stdout at {len(out)} bytes; the rest was discarded unread" in beyond
+    assert "Output was cut" not in render_evidence(evidence, limit=len(out)).text
+
+
+def test_binary_output_is_described_not_shown() -> None:
+    raw = bytes(range(256)) * 100
+    text = render_evidence(EVIDENCE | {"stdout": b64(raw)}).text
+    assert f"--- stdout (binary, {len(raw)} bytes, sha256 " in text and "not shown" in text
+    assert "\x00" not in text and "\ufffd" not in text
+
+
+def test_a_result_fits_one_message_however_many_stages_print() -> None:
+    # 64 stages, each with 1 MiB of control characters (six bytes each in JSON): the
+    # per-stream cap shrinks until the encoded text fits the result budget.
+    noise = b64(b"\x01" * (1024 * 1024))
+    stages = [{"argv": ["s", str(i)], "exit_code": 0, "stderr": noise} for i in range(64)]
+    result = render_evidence(EVIDENCE | {"stdout": noise, "stages": stages}, limit=tools.OUTPUT_MAX)
+    assert len(json.dumps(result.to_dict(), ensure_ascii=False).encode()) <= tools.RESULT_BUDGET + 4096
+    assert "each stream shows at most" in result.text

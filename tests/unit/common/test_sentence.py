@@ -1,0 +1,69 @@
+"""An audit record's journald MESSAGE reads like sudo's log line, and nothing in it is live (issue 32)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airlock.common.sentence import COMMAND_CHARS, command_text, sentence
+
+USERS = {1000: "deploy", 0: "root", 1001: "alice"}
+
+
+def user_of(uid: int) -> str:
+    return USERS.get(uid, str(uid))
+
+
+def test_exec_started_says_who_as_whom_where_and_what() -> None:
+    payload = {"spec": {"stages": [["/usr/bin/df", "-h"]], "privileged": True}, "uid": 0, "cwd": "/"}
+    assert sentence("exec.started", payload, "r-1", 1000, user_of) == (
+        "deploy : USER=root ; CWD=/ ; COMMAND=/usr/bin/df -h ; REQUEST=r-1"
+    )
+
+
+def test_a_decision_names_the_rule_or_the_operator() -> None:
+    policy = {"stages": [{"argv": ["/usr/bin/systemctl", "restart", "nginx"], "rule": "web"}]}
+    by_rule = sentence(
+        "approval.decided", {"decision": "allow", "rule": "web", "by": "policy", "policy": policy}, "r-2", 1000, user_of
+    )
+    assert by_rule == "deploy : allow by rule web ; COMMAND=/usr/bin/systemctl restart nginx ; REQUEST=r-2"
+    by_operator = sentence(
+        "approval.decided",
+        {"decision": "deny", "rule": "default", "by": "alice", "operator": "alice"},
+        "r-3",
+        1000,
+        user_of,
+    )
+    assert by_operator is not None and by_operator.startswith("deploy : deny by operator alice ; ")
+
+
+def test_the_end_says_how_it_ended() -> None:
+    ended = sentence("exec.finished", {"exit_codes": [0, 3], "duration_ms": 12}, "r-4", 1000, user_of)
+    assert ended == "deploy : finished ; EXIT=3 ; TOOK=12 ms ; REQUEST=r-4"
+    stopped = sentence("exec.finished", {"exit_codes": [143], "timed_out": True}, "r-5", 1000, user_of)
+    assert stopped is not None and "STOPPED=timed out" in stopped
+
+
+def test_other_kinds_keep_their_summary() -> None:
+    assert sentence("service.started", {"pid": 1}, None, None, user_of) is None
+
+
+def test_a_long_command_is_shortened_and_a_digest_named() -> None:
+    long = command_text([["echo", "x" * 1000]])
+    assert len(long) == COMMAND_CHARS and long.endswith("…")
+    assert command_text([{"argv_sha256": "ab" * 32, "argv_bytes": 70000}]).startswith("<argv sha256 abababababab")
+
+
+@given(st.lists(st.lists(st.text(min_size=1), min_size=1, max_size=4), min_size=1, max_size=3))
+def test_no_request_text_can_break_the_line_or_fake_a_field(stages: list[list[str]]) -> None:
+    said = sentence("exec.started", {"spec": {"stages": stages}, "uid": 0, "cwd": "/"}, "r-1", 1000, user_of)
+    assert said is not None
+    assert "\n" not in said and "\r" not in said and "\x1b" not in said
+    # The command is one shell-quoted field: a `;` or `=` inside a word cannot end it early.
+    head, _, rest = said.partition(" ; COMMAND=")
+    assert head == "deploy : USER=root ; CWD=/" and rest.endswith(" ; REQUEST=r-1")
+
+
+def test_exec_started_names_the_binary_that_runs() -> None:
+    payload = {"spec": {"stages": [["df", "-h"]]}, "uid": 0, "cwd": "/", "binaries": [{"path": "/usr/bin/df"}]}
+    assert "COMMAND=/usr/bin/df -h ;" in (sentence("exec.started", payload, "r-1", 1000, user_of) or "")
