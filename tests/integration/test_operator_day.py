@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_support import Stack, stack_with, wait_pending
+from operator_support import Background, Stack, stack_with, wait_pending
 
 from support import custom_stack, now_iso
 
@@ -185,3 +185,25 @@ def test_an_agent_can_ask_what_it_may_run(tmp_path: Path) -> None:
         assert missing.returncode == 127 and "command not found" in missing.stdout, missing
         # Nothing ran and nothing was journaled for any of these.
         assert not [r for r in stack.journal_rows() if r["kind"] in ("request.received", "exec.started")]
+
+
+def test_release_redecides_held_requests_at_once(tmp_path: Path) -> None:
+    """Issue 32: an allowed command held by `hold` stayed pending under rule `hold` after `release`."""
+    with custom_stack(
+        tmp_path / "rt",
+        "policy:\n  default: ask\n  rules:\n    - {name: ok, decision: allow, privileged: false, commands: [[/usr/bin/true]]}\n",
+    ) as stack:
+        assert stack.native("hold", {"reason": "maintenance"}, path=stack.operator)["ok"] is True
+        held = Background(stack, {"argv": ["true"]})
+        asks = Background(stack, {"argv": ["echo", "still-asks"]})
+        assert wait_pending(stack, held.request_id)["rule"] == "hold"
+        wait_pending(stack, asks.request_id)
+        released = stack.native("release", {}, path=stack.operator)
+        assert released["ok"] is True and released["data"]["released"] == [held.request_id], released
+        assert held.result()["ok"] is True  # ran, without an operator
+        pending = [p["request_id"] for p in stack.native("pending", path=stack.operator)["data"]["pending"]]
+        assert pending == [asks.request_id]  # its rule asks: it still waits for an operator
+        decided = [
+            r for r in stack.journal_rows() if r["request_id"] == held.request_id and r["kind"] == "approval.decided"
+        ]
+        assert decided and "release by" in decided[0]["payload"]
