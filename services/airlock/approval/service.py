@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import resource
 import socket
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.approval import grants, hook
+from airlock.approval import explain, grants, hook
 from airlock.approval.decide import AskLimits, Deciding
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
@@ -173,6 +174,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         allow=AllowList.of([s.intake_user, s.runner_user], []),
         verbs={
             "decide": approval.decide,
+            "explain": functools.partial(explain.explain, approval),
             "redeem": approval.redeem,
             "token.check": approval.token_check,
             "withdraw": approval.withdraw,

@@ -295,9 +295,10 @@ def cmd_hold(ns: argparse.Namespace) -> int:
 
 
 def cmd_release(ns: argparse.Namespace) -> int:
-    rc, _ = _operator(ns, "release", {})
+    rc, data = _operator(ns, "release", {})
     if rc == 0 and not ns.json:
-        print("released")
+        went = [sanitise(r) for r in data.get("released") or []]
+        print("released" + (f"; their rules allow, so these run now: {', '.join(went)}" if went else ""))
     return rc
 
 
