@@ -192,6 +192,8 @@ def test_one_console_for_two_hosts_approves_on_the_right_one(fleet: Fleet) -> No
         on1 = ask(fleet.web1, ["echo", "first-host"])
         console.wait_for("on host web1", on1.request_id, "approve?")
         console.tmux("send-keys", "-t", "watch", "n")
+        console.wait_for("reason for the agent")
+        console.tmux("send-keys", "-t", "watch", "Enter")
         reply = on1.result()
         assert reply["ok"] is False and reply["error"]["code"] == "denied", reply
         console.wait_for("no pending requests on any host")

@@ -114,9 +114,14 @@ def test_hold_and_release(ops: Stack) -> None:
 
 
 def test_events_tail_after_and_follow(ops: Stack) -> None:
-    ops.exec({"argv": ["true"], "privileged": False, "operation_id": f"op-cli-ev-{time.time()}"})
+    ran = ops.exec({"argv": ["true"], "privileged": False, "operation_id": f"op-cli-ev-{time.time()}"})
     tail = ops.cli("events", "--tail", "3")
     assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 3
+    # Who and what (issue 32): the exec.started line names the user and the command.
+    me = pwd.getpwuid(os.getuid()).pw_name
+    story = ops.cli("events", "--tail", "12").stdout.splitlines()
+    started = [line for line in story if " exec.started " in line and ran["id"] in line]
+    assert started and f" {me} " in started[0] and "COMMAND=/usr/bin/true" in started[0], story
     page = json.loads(ops.cli("events", "--after", "0", "--limit", "2", "--json").stdout)
     assert len(page["data"]["events"]) == 2 and page["data"]["next_cursor"] == page["data"]["events"][-1]["seq"]
     assert ops.cli("events", "--limit", "300").returncode == 1

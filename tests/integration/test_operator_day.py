@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_support import Stack, stack_with, wait_pending
+from operator_support import Background, Stack, stack_with, wait_pending
 
 from support import custom_stack, now_iso
 
@@ -151,3 +151,57 @@ def test_a_rule_for_a_user_or_group_that_does_not_exist_is_warned_about(tmp_path
         assert "no user 'nosuchuser-xyz' on this host" in log
         check = run_cli(stack, "policy", "check", "--socket", str(stack.operator), "--no-privilege", "--", "true")
         assert check.returncode == 0 and "policy warning:" in check.stderr and "agentz" in check.stderr, check
+
+
+def test_an_agent_can_ask_what_it_may_run(tmp_path: Path) -> None:
+    """Issue 32: agents had no `sudo -l`; `airlock can` explains the decision for the caller's own request."""
+    policy = """policy:
+  default: ask
+  rules:
+    - name: true-is-fine
+      decision: allow
+      privileged: false
+      description: harmless
+      commands: [[/usr/bin/true]]
+    - name: no-rm
+      decision: deny
+      commands: [[/usr/bin/rm, "..."]]
+    - name: someone-elses
+      decision: allow
+      users: [nobody]
+      commands: [[/usr/bin/echo, "..."]]
+"""
+    with custom_stack(tmp_path / "rt", policy) as stack:
+        base = ["can", "--socket", str(stack.agent), "--no-privilege", "--"]
+        allowed = run_cli(stack, *base, "true")
+        assert allowed.returncode == 0, allowed
+        assert "rule true-is-fine (harmless)" in allowed.stdout and "run it at once" in allowed.stdout
+        asks = run_cli(stack, *base, "echo", "hi")
+        assert asks.returncode == 1 and "the policy's default" in asks.stdout, asks
+        assert "someone-elses" not in asks.stdout  # another user's rule is not shown
+        refused = run_cli(stack, *base, "rm", "-rf", "/nonexistent-x")
+        assert refused.returncode == 126 and "rule no-rm" in refused.stdout, refused
+        missing = run_cli(stack, *base, "sytemctl")
+        assert missing.returncode == 127 and "command not found" in missing.stdout, missing
+        # Nothing ran and nothing was journaled for any of these.
+        assert not [r for r in stack.journal_rows() if r["kind"] in ("request.received", "exec.started")]
+
+
+def test_release_redecides_held_requests_at_once(tmp_path: Path) -> None:
+    """Issue 32: an allowed command held by `hold` stayed pending under rule `hold` after `release`."""
+    rule = "{name: ok, decision: allow, privileged: false, commands: [[/usr/bin/true]]}"
+    with custom_stack(tmp_path / "rt", f"policy:\n  default: ask\n  rules:\n    - {rule}\n") as stack:
+        assert stack.native("hold", {"reason": "maintenance"}, path=stack.operator)["ok"] is True
+        held = Background(stack, {"argv": ["true"]})
+        asks = Background(stack, {"argv": ["echo", "still-asks"]})
+        assert wait_pending(stack, held.request_id)["rule"] == "hold"
+        wait_pending(stack, asks.request_id)
+        released = stack.native("release", {}, path=stack.operator)
+        assert released["ok"] is True and released["data"]["released"] == [held.request_id], released
+        assert held.result()["ok"] is True  # ran, without an operator
+        pending = [p["request_id"] for p in stack.native("pending", path=stack.operator)["data"]["pending"]]
+        assert pending == [asks.request_id]  # its rule asks: it still waits for an operator
+        decided = [
+            r for r in stack.journal_rows() if r["request_id"] == held.request_id and r["kind"] == "approval.decided"
+        ]
+        assert decided and "release by" in decided[0]["payload"]

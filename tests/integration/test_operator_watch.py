@@ -93,12 +93,30 @@ def test_y_approves_and_the_screen_shows_what_a_reviewer_needs(ops: Stack, conso
     assert bg.result()["ok"] is True
 
 
-@pytest.mark.parametrize("key", ["n", "q", "Enter"])
-def test_any_other_key_denies(ops: Stack, console: Console, key: str) -> None:
+def test_n_denies_with_the_reason_typed_for_the_agent(ops: Stack, console: Console) -> None:
+    bg = ask(ops)
+    console.wait_for(bg.request_id)
+    console.wait_for("approve?")
+    console.keys("n")
+    console.wait_for("reason for the agent")
+    console.keys("not during the freeze", "Enter")
+    console.wait_for("denied")
+    error = bg.result()["error"]
+    assert error["code"] == "denied" and error["message"].endswith(": not during the freeze"), error
+
+
+@pytest.mark.parametrize("key", ["q", "Enter", "Space"])
+def test_other_keys_decide_nothing(ops: Stack, console: Console, key: str) -> None:
+    """Issue 32: Enter (any unlisted key) used to deny, and the agent read the reason 'airlock watch'."""
     bg = ask(ops)
     console.wait_for(bg.request_id)
     console.wait_for("approve?")
     console.keys(key)
+    console.wait_for("that key decides nothing")
+    assert wait_pending(ops, bg.request_id)["request_id"] == bg.request_id  # still waiting
+    console.keys("n")
+    console.wait_for("reason for the agent")
+    console.keys("Enter")
     console.wait_for("denied")
     assert bg.result()["error"]["code"] == "denied"
 
@@ -112,6 +130,8 @@ def test_type_ahead_is_discarded(ops: Stack, console: Console) -> None:
     time.sleep(1.5)
     assert wait_pending(ops, bg.request_id)["request_id"] == bg.request_id  # still waiting: the y's were dropped
     console.keys("n")
+    console.wait_for("reason for the agent")
+    console.keys("Enter")
     assert bg.result()["error"]["code"] == "denied"
 
 
@@ -143,6 +163,8 @@ def test_wide_characters_are_escaped_not_drawn(ops: Stack, console: Console) -> 
     assert "日" not in screen
     assert "\\u65e5\\u672c" in screen
     console.keys("n")
+    console.wait_for("reason for the agent")
+    console.keys("Enter")
     assert bg.result()["error"]["code"] == "denied"
 
 
@@ -171,4 +193,6 @@ def test_the_console_shows_the_exact_approve_line(ops: Stack, console: Console) 
     screen = console.wait_for("approve?")
     assert f"airlock approve {bg.request_id} --expect {expect}" in screen
     console.keys("n")
+    console.wait_for("reason for the agent")
+    console.keys("Enter")
     assert bg.result()["error"]["code"] == "denied"

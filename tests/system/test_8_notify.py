@@ -114,3 +114,81 @@ def test_the_relay_reaches_a_webhook_and_its_user_cannot_approve(system) -> None
         system.c.run(["sh", "-c", "kill $(cat /root/hook.pid); rm -f /root/hook.jsonl /root/hook.pid"], check=False)
         system.restore_config()
         system.restart_services()
+
+
+def _install(system, *extra: str) -> None:
+    system.c.run(
+        [
+            "env",
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "install",
+            "-y",
+            *extra,
+            "--no-install-recommends",
+            system.deb_inside,
+        ],
+        timeout=300,
+    )
+
+
+def _asked_and_delivered(system, label: str) -> int:
+    """One pending request reaches the receiver; deny it.  Returns its message's seq."""
+    proc, request_id = _ask(system, "/usr/bin/hostname")
+    try:
+        message = _wait_for(
+            system, lambda m: m.get("request_id") == request_id and m.get("event") == "pending", timeout=30
+        )
+    finally:
+        system.airlock("deny", request_id, "--reason", label, user=system.OPERATOR)
+        proc.communicate(timeout=30)
+    return int(message["seq"])
+
+
+def test_an_enabled_relay_runs_again_after_reinstall_and_after_remove_and_install(system) -> None:
+    """Issue 28: debhelper used to stop the relay in preinst on upgrade and never start it again."""
+    receiver = system.c.popen(["timeout", "600", "python3", "-c", RECEIVER])
+    system.set_config(
+        "approval:\n  timeout_seconds: 60\n"
+        "notify:\n  host: systest\n  channels:\n    - "
+        f"{{type: webhook, name: hook, url: 'http://127.0.0.1:{PORT}/hook', secret: {SECRET}}}\n"
+    )
+    system.restart_services()
+    try:
+        system.c.run(["systemctl", "enable", "--now", "airlock-notify.service"], timeout=60)
+        _asked_and_delivered(system, "before the reinstall")
+        before = system.main_pid("airlock-notify.service")
+
+        _install(system, "--reinstall")
+        assert system.active("airlock-notify.service") == "active"
+        assert system.main_pid("airlock-notify.service") not in (0, before)  # restarted: the new code runs
+        seq = _asked_and_delivered(system, "after the reinstall")
+
+        # What an operator sees: the relay running, the channel's last delivered event, no error.
+        deadline = time.monotonic() + 20
+        while True:
+            r = system.airlock("--json", "status", user=system.OPERATOR)
+            assert r.returncode == 0, r
+            relay = json.loads(r.stdout)["data"]["relay"]
+            hook = (relay.get("channels") or [{}])[0]
+            if relay["state"] == "running" and (hook.get("delivered_seq") or 0) >= seq:
+                break
+            assert time.monotonic() < deadline, relay
+            time.sleep(0.5)
+        assert hook["name"] == "hook" and hook["last_error"] is None and hook["failing_since"] is None
+        text = system.airlock("status", user=system.OPERATOR).stdout
+        assert "relay" in text and "running" in text and "delivered up to event" in text, text
+
+        # Removed (not purged) and installed again: still enabled, so it runs again.
+        system.c.run(["env", "DEBIAN_FRONTEND=noninteractive", "dpkg", "-r", "airlock"], timeout=300)
+        assert system.active("airlock-notify.service") != "active"
+        _install(system)
+        assert system.c.run(["systemctl", "is-enabled", "airlock-notify.service"]).stdout.strip() == "enabled"
+        assert system.active("airlock-notify.service") == "active"
+        _asked_and_delivered(system, "after remove and install")
+    finally:
+        system.c.run(["systemctl", "disable", "--now", "airlock-notify.service"], check=False)
+        receiver.kill()
+        system.c.run(["sh", "-c", "kill $(cat /root/hook.pid); rm -f /root/hook.jsonl /root/hook.pid"], check=False)
+        system.restore_config()
+        system.restart_services()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 import uuid
 
+from test_8_notify import PORT, RECEIVER, SECRET, _wait_for
+
 LOCAL = "\n# local change (systest)\nlog:\n  level: debug\n"
 
 
@@ -91,8 +93,48 @@ def test_purge_leaves_no_process_no_socket_no_state(system) -> None:
     assert sockets == "", sockets
     system.c.run(["test", "!", "-e", "/run/airlock"])
     system.c.run(["test", "!", "-e", "/var/lib/airlock"])
+    system.c.run(["test", "!", "-e", "/var/lib/airlock-notify"])  # the relay's cursors went with the journal
     system.c.run(["test", "!", "-e", "/etc/airlock/airlock.yaml"])
     units = system.c.run(["systemctl", "list-units", "--all", "--no-legend", "--plain", "airlock*"]).stdout
     assert all(" not-found " in line or " inactive " in line for line in units.splitlines()), units
     state = system.c.run(["dpkg-query", "-W", "-f=${db:Status-Status}", "airlock"], check=False).stdout
     assert state in ("", "not-installed"), state
+
+
+def test_after_purge_and_reinstall_the_relay_delivers_the_first_pending_request(system) -> None:
+    """Issue 28: purge kept the relay's cursor (seq N of the old journal) while the new journal
+    started again at 1, so the relay skipped everything until the new journal passed N."""
+    system.c.run(
+        [
+            "env",
+            "DEBIAN_FRONTEND=noninteractive",
+            "apt-get",
+            "install",
+            "-y",
+            "--no-install-recommends",
+            system.deb_inside,
+        ],
+        timeout=300,
+    )
+    receiver = system.c.popen(["timeout", "300", "python3", "-c", RECEIVER])
+    system.set_config(
+        "notify:\n  host: systest\n  channels:\n    - "
+        f"{{type: webhook, name: hook, url: 'http://127.0.0.1:{PORT}/hook', secret: {SECRET}}}\n"
+    )
+    system.restart_services()
+    try:
+        system.c.run(["systemctl", "enable", "--now", "airlock-notify.service"], timeout=60)
+        marker = uuid.uuid4().hex
+        proc = system.c.popen(
+            ["airlock", "run", "--reason", marker, "--operation-id", f"systest-{marker}", "--", "/usr/bin/hostname"],
+            user=system.AGENT,
+        )
+        message = _wait_for(system, lambda m: m.get("event") == "pending" and m.get("reason") == marker, timeout=30)
+        assert (
+            system.airlock("deny", message["request_id"], "--reason", "systest", user=system.OPERATOR).returncode == 0
+        )
+        proc.communicate(timeout=30)
+    finally:
+        system.c.run(["systemctl", "disable", "--now", "airlock-notify.service"], check=False)
+        receiver.kill()
+        system.c.run(["sh", "-c", "kill $(cat /root/hook.pid); rm -f /root/hook.jsonl /root/hook.pid"], check=False)

@@ -42,6 +42,8 @@ CLIENT_USES_SERVICE = {
     ("airlock.cli.fleet", "airlock.journal.journalfiles"),
     # `airlock dev up` checks the policy file before it starts the services.
     ("airlock.cli.dev", "airlock.approval.policy"),
+    # `airlock status` reads the relay's status file on this host (relay/state.py says why a file).
+    ("airlock.cli.operator", "airlock.relay.state"),
 }
 
 

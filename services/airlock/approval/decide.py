@@ -13,6 +13,7 @@ A decision is journaled before it is returned; an allow carries a ticket
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import time
 from typing import Any
@@ -42,6 +43,79 @@ def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Su
         privileged=spec.privileged,
         target_uid=spec.run_as,
     )
+
+
+ASK_WINDOW_SECONDS = 60.0
+
+
+class AskLimits:
+    """Per-uid bounds on asking an operator (issue 28): how many wait at once, how many a minute.
+
+    Checked before anything is journaled or shown, so a refused ask costs an
+    operator nothing: no ``approval.pending``, no relay message.  One agent
+    asking and withdrawing in a loop is held to ``approval.asks_per_minute``
+    and cannot push other agents' requests out of operators' sight.
+    """
+
+    def __init__(self) -> None:
+        self.windows: dict[int, collections.deque[float]] = {}
+        self.admitting: collections.Counter[int] = collections.Counter()  # admitted, not yet in pending
+        self.refused: collections.Counter[int] = collections.Counter()  # refusals not yet logged
+        self.logged: dict[int, float] = {}
+
+    def admit(self, uid: int, waiting: int, max_pending: int, per_minute: int, now: float) -> None:
+        """Count one ask of ``uid`` (``waiting`` of whose requests are pending now), or raise rate_limited."""
+        window = self.windows.setdefault(uid, collections.deque())
+        while window and window[0] <= now - ASK_WINDOW_SECONDS:
+            window.popleft()
+        if len(self.windows) > 4096:  # forget agents that have not asked for a minute
+            for other in [u for u, w in self.windows.items() if not w or w[-1] <= now - ASK_WINDOW_SECONDS]:
+                if other != uid:
+                    del self.windows[other]
+        waiting += self.admitting[uid]
+        if waiting >= max_pending:
+            raise AirlockError(
+                ErrorCode.RATE_LIMITED,
+                f"{waiting} of your requests already wait for an operator (approval.max_pending_per_agent is "
+                f"{max_pending}); wait for their decisions or withdraw one",
+                {"limit": "approval.max_pending_per_agent", "waiting": waiting, "max": max_pending},
+            )
+        if len(window) >= per_minute:
+            retry = max(0.1, round(window[0] + ASK_WINDOW_SECONDS - now, 1))
+            raise AirlockError(
+                ErrorCode.RATE_LIMITED,
+                f"you asked operators {len(window)} times in the last minute (approval.asks_per_minute is "
+                f"{per_minute}); retry in {retry:g}s",
+                {"limit": "approval.asks_per_minute", "max": per_minute, "retry_after_seconds": retry},
+            )
+        window.append(now)
+        self.admitting[uid] += 1
+
+    def settled(self, uid: int) -> None:
+        """An admitted ask is in ``pending`` now, or never will be (call once per admit)."""
+        self.admitting[uid] -= 1
+        if self.admitting[uid] <= 0:
+            del self.admitting[uid]
+
+    def should_log(self, uid: int, now: float) -> int:
+        """How many refusals to report now (0: not yet); at most one log line per agent a minute."""
+        self.refused[uid] += 1
+        if now - self.logged.get(uid, 0.0) < ASK_WINDOW_SECONDS:
+            return 0
+        self.logged[uid] = now
+        return self.refused.pop(uid)
+
+
+class Admission:
+    """One admitted ask: counted against its agent until it is in ``pending`` or gone (`release`, idempotent)."""
+
+    def __init__(self, limits: AskLimits, uid: int) -> None:
+        self.limits, self.uid, self.open = limits, uid, True
+
+    def release(self) -> None:
+        if self.open:
+            self.open = False
+            self.limits.settled(self.uid)
 
 
 def policy_refusal(decision: Decision, spec: ExecSpec | FileSpec, rule: str) -> AirlockError:
@@ -82,6 +156,7 @@ class Deciding(Tickets, Votes):
     notifier: hook.NotifyCommand
     runner: Client
     intake_uid: int | None
+    asks: AskLimits
 
     async def decide(self, call: Call) -> dict[str, Any]:
         a = call.args
@@ -166,15 +241,29 @@ class Deciding(Tickets, Votes):
                 "bound": bound,
             }
         if verdict == "ask":
-            if isinstance(spec, FileSpec):
-                named = fileop_review.names_path(decision)
-                request = await fileop_review.operator_view(self.runner, request, spec, named=named)
-                reviewed = fileop_review.bound_file(request)
-                if reviewed is not None:
-                    bound["file"] = reviewed
-            return await self._wait_for_operator(
-                call, request, peer, decision, digest, bound, common, spec, requirement, after=after
-            )
+            admission = self._admit_ask(peer, common)  # before a file's preview: a refused ask costs nothing
+            try:
+                if isinstance(spec, FileSpec):
+                    named = fileop_review.names_path(decision)
+                    request = await fileop_review.operator_view(self.runner, request, spec, named=named)
+                    reviewed = fileop_review.bound_file(request)
+                    if reviewed is not None:
+                        bound["file"] = reviewed
+                return await self._wait_for_operator(
+                    call,
+                    request,
+                    peer,
+                    decision,
+                    digest,
+                    bound,
+                    common,
+                    spec,
+                    requirement,
+                    after=after,
+                    admission=admission,
+                )
+            finally:
+                admission.release()
         payload = {"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()}
         if verdict == "deny":
             await self.audit.record(
@@ -195,6 +284,26 @@ class Deciding(Tickets, Votes):
             "mark": mark,
         }
 
+    def _admit_ask(self, peer: Peer, ids: Ids) -> Admission:
+        now = time.time()
+        waiting = sum(1 for entry in self.pending.values() if entry.peer.uid == peer.uid)
+        limits = self.config.approval
+        try:
+            self.asks.admit(peer.uid, waiting, limits.max_pending_per_agent, limits.asks_per_minute, now)
+        except AirlockError as exc:
+            count = self.asks.should_log(peer.uid, now)
+            if count:
+                self.log.warning(
+                    "approval.ask.limited",
+                    request_id=ids.request_id,
+                    peer_uid=peer.uid,
+                    limit=exc.details.get("limit"),
+                    refused=count,
+                    error=exc.message,
+                )
+            raise
+        return Admission(self.asks, peer.uid)
+
     async def _wait_for_operator(
         self,
         call: Call,
@@ -208,6 +317,7 @@ class Deciding(Tickets, Votes):
         requirement: quorum.Requirement | None = None,
         *,
         after: list[str] | None = None,
+        admission: Admission | None = None,
     ) -> dict[str, Any]:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
@@ -247,6 +357,8 @@ class Deciding(Tickets, Votes):
             after=after,  # durable: request.received is too once this returns
         )
         self.pending[key] = entry
+        if admission is not None:
+            admission.release()  # counted in pending from now on
         self.notifier.pending(fileop_review.for_observer(entry.to_dict(now)) | {"event": "pending"})
         # The request belongs to a live client: when intake's call is gone
         # (the agent went away or cancelled), the request is withdrawn.

@@ -159,6 +159,11 @@ class Operating(Tickets, Votes):
                 "rules": len(self.policy.rules),
                 "sources": list(self.policy.sources),
             },
+            # Where the relay reports (relay/state.py); `airlock status` reads it on this host.
+            "relay": {
+                "channels": [c["name"] for c in self.config.notify.channels],
+                "state_dir": str(self.config.notify.state_dir),
+            },
         }
 
     async def _services(self) -> dict[str, Any]:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import resource
 import socket
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.approval import grants, hook
-from airlock.approval.decide import Deciding
+from airlock.approval import explain, grants, hook
+from airlock.approval.decide import AskLimits, Deciding
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
 from airlock.approval.pending import Pending, Ticket
@@ -57,6 +58,7 @@ class Approval(Deciding, Operating):
             config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
         )
         self.pending: dict[tuple[int, str], Pending] = {}  # by (agent uid, request ID)
+        self.asks = AskLimits()
         self.tickets: dict[str, Ticket] = {}
         # Held until the journal says otherwise (restore_hold at start): fail closed.
         self.hold_reason: str | None = "restoring the hold state from the journal"
@@ -175,6 +177,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         allow=AllowList.of([s.intake_user, s.runner_user], []),
         verbs={
             "decide": approval.decide,
+            "explain": functools.partial(explain.explain, approval),
             "redeem": approval.redeem,
             "token.check": approval.token_check,
             "withdraw": approval.withdraw,

@@ -18,7 +18,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.approval.pending import Ticket, ticket_binding
+from airlock.approval.pending import Pending, Ticket, ticket_binding
+from airlock.approval.rules import Policy
 from airlock.common import validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
@@ -42,6 +43,8 @@ class Tickets:
     hold_reason: str | None
     hold_by: dict[str, Any]
     _hold_known: asyncio.Event
+    pending: dict[Any, Pending]
+    policy: Policy
 
     def _issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool, mark: str | None = None) -> str:
         now = time.monotonic()
@@ -93,7 +96,28 @@ class Tickets:
             "operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user}
         )
         self.hold_reason = None
-        return {"hold": False}
+        return {"hold": False, "released": self._redecide_held(call)}
+
+    def _redecide_held(self, call: Call) -> list[str]:
+        """Requests the hold alone kept waiting are decided by their rule at once (issue 32).
+
+        Only a request whose own policy decision was a plain ``allow`` (one
+        approval, nothing that made it ask) goes; everything else stays
+        pending for an operator, as it would have without the hold.
+        """
+        released = []
+        for entry in list(self.pending.values()):
+            decision = entry.decision
+            if entry.rule != "hold" or decision.decision != "allow" or entry.future.done():
+                continue
+            if self.policy.requirement(decision).approvals > 1:
+                continue
+            why = f"the hold was released; rule {decision.rule!r} allows it"
+            entry.future.set_result(("allow", f"release by {call.peer.user}", call.peer.uid, why))
+            released.append(entry.request_id)
+        if released:
+            self.log.info("approval.hold.released_waiting", count=len(released), operator=call.peer.user)
+        return released
 
     async def restore_hold(self) -> None:
         """At start: the hold state is the journal's newest hold or release (held if it cannot be read)."""

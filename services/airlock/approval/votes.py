@@ -203,7 +203,16 @@ class Votes:
         grant_id = validate.text("grant_id", call.args.get("grant_id"), max_len=64, allow_empty=False)
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         if self.grants.get(grant_id) is None:
-            raise AirlockError(ErrorCode.NOT_FOUND, f"no live grant {grant_id!r}")
+            # A person types it: a unique prefix of a live grant names it, as `airlock show` takes
+            # a prefix of a pending request (issue 32).  Revoking only takes a permission away.
+            found = [g.grant_id for g in self.grants.live(time.time()) if g.grant_id.startswith(grant_id)]
+            if len(found) > 1:
+                raise AirlockError(
+                    ErrorCode.CONFLICT, f"{grant_id!r} starts several live grants: {', '.join(found)}", {"ids": found}
+                )
+            if not found:
+                raise AirlockError(ErrorCode.NOT_FOUND, f"no live grant {grant_id!r} (see `airlock grants`)")
+            grant_id = found[0]
         await self._end_grant(grant_id, "grant.revoke", call.peer, reason)
         return {"grant_id": grant_id, "revoked": True}
 

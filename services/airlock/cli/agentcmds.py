@@ -13,7 +13,7 @@ from typing import Any
 from airlock.cli import exitcodes
 from airlock.cli.base import _err, _unreachable
 from airlock.cli.waiting import waiting_message
-from airlock.common import client
+from airlock.common import client, render
 from airlock.common.codec import iso_utc
 from airlock.common.tokenfile import TokenFileError, read_token_file
 
@@ -116,3 +116,72 @@ def exit_status(evidence: dict[str, Any]) -> int:
         return 128 + int(last["signal"])
     code = last.get("exit_code")
     return int(code) if isinstance(code, int) else EXIT_AIRLOCK_ERROR
+
+
+def cmd_can(ns: argparse.Namespace) -> int:
+    """`airlock can -- CMD`: the policy's answer for this request of yours, explained; nothing runs."""
+    args = _run_args(ns)
+    if args is None:
+        return 2
+    for key in ("operation_id", "stream"):
+        args.pop(key, None)
+    token = os.environ.get("AIRLOCK_TOKEN") or None
+    if ns.token_file:
+        try:
+            token = read_token_file(ns.token_file)
+        except TokenFileError as exc:
+            _err(str(exc))
+            return exitcodes.EXIT_AIRLOCK_ERROR
+    try:
+        raw, reply = client.call(client.agent_socket(ns.socket), "can", args, token=token)
+    except client.ClientError as exc:
+        _unreachable(ns, exc)
+        return exitcodes.EXIT_AIRLOCK_ERROR
+    if ns.json:
+        sys.stdout.buffer.write(raw + b"\n")
+        sys.stdout.flush()
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        if not ns.json:
+            _err(f"{error.get('code')}: {render.sanitise(error.get('message'))}")
+        return exitcodes.for_error(error.get("code"))
+    data = reply.get("data") or {}
+    if not ns.json:
+        print(explained(data))
+    return exitcodes.for_answer(data.get("decision"), any(s.get("not_found") for s in data.get("stages", [])))
+
+
+def explained(data: dict[str, Any]) -> str:
+    """`airlock can`'s answer as lines a person (or a model) reads."""
+    lines = []
+    for stage in data.get("stages", []):
+        command = render.sanitise(" ".join(stage.get("argv") or []))
+        if stage.get("not_found"):
+            lines.append(f"{command}: command not found (searched {data.get('searched')})")
+            continue
+        rules = stage.get("rules") or []
+        why = (
+            "no rule matches it: the policy's default"
+            if stage.get("default")
+            else "; ".join(
+                f"rule {render.sanitise(r.get('name'))}"
+                + (f" ({render.sanitise(r.get('description'))})" if r.get("description") else "")
+                for r in rules
+            )
+        )
+        verb = {"allow": "runs at once", "ask": "asks an operator", "deny": "is refused"}.get(stage.get("decision"))
+        lines.append(f"{command} -> {render.sanitise(stage.get('binary'))}: {verb} ({why})")
+    decision = data.get("decision")
+    as_whom = render.sanitise(data.get("run_as"))
+    if decision == "allow":
+        lines.append(f"airlock would run it at once, as {as_whom}.")
+    elif decision == "ask":
+        needed = data.get("approvals_needed") or 1
+        held = " (airlock is on hold: every request waits for an operator)" if data.get("held") else ""
+        lines.append(
+            f"airlock would ask an operator ({needed} approval{'s' if needed != 1 else ''}) before running it "
+            f"as {as_whom}{held}."
+        )
+    else:
+        lines.append("airlock would refuse it; nothing would run. Do not try variants to get around it.")
+    return "\n".join(lines)

@@ -13,22 +13,30 @@ from typing import Any
 from airlock.cli import fleet
 from airlock.cli.base import _err, _operator, _unreachable
 from airlock.common import client
+from airlock.common.peer import user_name
 from airlock.common.render import sanitise
+from airlock.common.sentence import sentence
 
 
 def _event_line(e: dict[str, Any]) -> str:
+    """One event: seq, time, kind, request, who asked, and what (issue 32: the journald sentence's words)."""
     payload = e.get("payload") or {}
-    note = payload.get("action") or payload.get("decision") or payload.get("status") or ""
-    if e.get("kind") == "exec.finished":
-        note = f"exit {payload.get('exit_codes')}"
+    peer_uid = e.get("peer_uid")
+    uid = peer_uid if isinstance(peer_uid, int) and not isinstance(peer_uid, bool) else None
+    said = sentence(str(e.get("kind")), payload, e.get("request_id"), uid, user_name)
+    if said is not None:
+        what = said.partition(" : ")[2]  # the sentence without its "who : " (the WHO column has it)
+    else:
+        what = sanitise(payload.get("action") or payload.get("decision") or payload.get("status") or "")
+    who = user_name(uid) if uid is not None else "-"
     return "  ".join(
         [
             f"{e.get('seq'):>6}",
             sanitise(e.get("time")),
             f"{sanitise(e.get('kind')):<17}",
             f"{sanitise(e.get('request_id') or '-', strict=True):<36}",
-            f"{sanitise(e.get('writer')):<8}",
-            sanitise(note),
+            f"{sanitise(who):<10}",
+            what,
         ]
     ).rstrip()
 

@@ -37,3 +37,14 @@ def wrong_door(code: object, socket_path: str, *, operator_command: bool) -> str
             "e.g. /run/airlock/operator.sock (or set AIRLOCK_OPERATOR_SOCKET)"
         )
     return None
+
+
+def for_answer(decision: object, not_found: bool) -> int:
+    """`airlock can`'s exit status: 0 runs at once, 1 asks an operator, 126 refused, 127 not found."""
+    if not_found:
+        return EXIT_NOT_FOUND
+    return (
+        {"allow": 0, "ask": 1, "deny": EXIT_DENIED}.get(decision, EXIT_AIRLOCK_ERROR)
+        if isinstance(decision, str)
+        else EXIT_AIRLOCK_ERROR
+    )

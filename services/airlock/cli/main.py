@@ -92,6 +92,24 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     run.set_defaults(func=agentcmds.cmd_run)
 
+    can = sub.add_parser(
+        "can",
+        help="ask what the policy would do with a command (an agent's `sudo -l`); nothing runs",
+        description="Ask airlock what it would do with this command if you ran it: run it at once, ask an "
+        "operator, refuse it, or not find it; which rule decides and why.  Nothing runs and nothing is "
+        "journaled.  Exit status: 0 it would run at once; 1 an operator would be asked; 126 it would be "
+        "refused; 127 a program was not found; 125 any airlock error.",
+    )
+    can.add_argument("--socket", help="agent socket (default: $AIRLOCK_SOCKET, else /run/airlock/agent.sock)")
+    can.add_argument("--no-privilege", action="store_true", help="ask about running it as yourself, not root")
+    can.add_argument("--session", help="your session name (policy may match it)")
+    can.add_argument("--cwd", help="working directory (absolute)")
+    can.add_argument("--env", action="append", metavar="NAME=VALUE", help="an environment variable you would set")
+    can.add_argument("--token-file", metavar="FILE", help="read the session token from FILE (default: $AIRLOCK_TOKEN)")
+    can.add_argument("--json", action="store_true", help="print the response envelope verbatim")
+    can.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
+    can.set_defaults(func=agentcmds.cmd_can, reason=None, timeout=None, operation_id=None, token=None)
+
     op("status", "show whether airlock is on hold and how much is pending").set_defaults(func=operator.cmd_status)
     op("pending", "list requests waiting for an operator").set_defaults(func=operator.cmd_pending)
     for verb, text in (("approve", "approve a pending request"), ("deny", "deny a pending request")):

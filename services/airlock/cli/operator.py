@@ -4,9 +4,11 @@ cancel, wait, watch."""
 from __future__ import annotations
 
 import argparse
+import json
 import select
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from airlock.cli.base import _err, _operator, _table, _unreachable
@@ -14,14 +16,32 @@ from airlock.cli.events import _event_line
 from airlock.common import arguments, client, render, sandbox
 from airlock.common.codec import iso_utc
 from airlock.common.render import Style, command_line, fields, sanitise, use_colour
+from airlock.relay import state as relay_state
 
 # `airlock wait` on an operation the journal does not know yet keeps asking this long.
 UNKNOWN_GRACE_SECONDS = 10.0
 
 
 def cmd_status(ns: argparse.Namespace) -> int:
-    rc, data = _operator(ns, "status", {})
-    if rc == 0 and not ns.json:
+    try:
+        raw, reply = client.call(client.operator_socket(ns.socket), "status", {})
+    except client.ClientError as exc:
+        _unreachable(ns, exc)
+        return 1
+    if not reply.get("ok"):
+        if ns.json:
+            sys.stdout.buffer.write(raw + b"\n")
+        else:
+            error = reply.get("error") or {}
+            _err(f"{error.get('code')}: {error.get('message')}")
+        return 1
+    rc, data = 0, dict(reply.get("data") or {})
+    # The relay's part is read here, on this host (relay/state.py says why).
+    data["relay"] = relay_status(data.get("relay"), time.time())
+    if ns.json:
+        print(json.dumps(reply | {"data": data}, separators=(",", ":")))
+        return rc
+    if rc == 0:
         hold = "accepting"
         if data.get("hold"):
             who = f" by {sanitise(data.get('hold_by'))}" if data.get("hold_by") else ""
@@ -39,8 +59,56 @@ def cmd_status(ns: argparse.Namespace) -> int:
         for name, info in sorted(services.items()):
             extra = f", {info['events']} events" if "events" in info else ""
             pairs.append((name, f"{info.get('state')}{extra}"))
+        pairs += relay_lines(data["relay"])
         print(fields(pairs))
     return rc
+
+
+def relay_status(hint: object, now: float) -> dict[str, Any]:
+    """The relay as `airlock status` shows it: approval says where it reports, its status file says the rest."""
+    if not isinstance(hint, dict) or not isinstance(hint.get("state_dir"), str):
+        return {"state": "unknown"}
+    configured = [str(c) for c in hint.get("channels") or []]
+    body = relay_state.read(Path(hint["state_dir"]))
+    if body is None:
+        return {"state": "not running" if configured else "not configured", "configured": configured, "channels": []}
+    if "error" in body and "state" not in body:
+        return {"state": "unknown", "error": body["error"], "configured": configured, "channels": []}
+    running = relay_state.running(body, now)
+    channels = [c for c in body.get("channels") or [] if isinstance(c, dict)]
+    return {
+        "state": "running" if running else "not running",
+        "pid": body.get("pid") if running else None,
+        "updated": body.get("updated"),
+        "journal_latest": body.get("journal_latest"),
+        "configured": configured,
+        "channels": channels,
+    }
+
+
+def relay_lines(relay: dict[str, Any]) -> list[tuple[str, object]]:
+    state = relay.get("state")
+    if state == "not configured":
+        return [("relay", "not configured (notify.channels is empty)")]
+    line = str(state)
+    if state == "running":
+        line += f" (pid {relay.get('pid')})"
+    elif isinstance(relay.get("updated"), int | float):
+        line += f" (last report {iso_utc(relay['updated'], timespec='seconds')})"
+    if relay.get("error"):
+        line += f": {sanitise(relay['error'])}"
+    pairs: list[tuple[str, object]] = [("relay", line)]
+    for c in relay.get("channels") or []:
+        delivered = c.get("delivered_seq")
+        text = f"delivered up to event {delivered}" if delivered is not None else "nothing delivered yet"
+        text += f", lag {c.get('lag')} event(s)" if c.get("lag") is not None else ""
+        text += f", {c.get('queued')} queued" if c.get("queued") else ""
+        if c.get("failing_since"):
+            text += f"; FAILING since {sanitise(c['failing_since'])} ({c.get('failures')} failed tries)"
+        if c.get("last_error"):
+            text += f"; last error {sanitise(c.get('last_error_at'))}: {sanitise(c['last_error'])}"
+        pairs.append((f"  {sanitise(c.get('name'), strict=True)}", text))
+    return pairs
 
 
 def cmd_pending(ns: argparse.Namespace) -> int:
@@ -227,9 +295,10 @@ def cmd_hold(ns: argparse.Namespace) -> int:
 
 
 def cmd_release(ns: argparse.Namespace) -> int:
-    rc, _ = _operator(ns, "release", {})
+    rc, data = _operator(ns, "release", {})
     if rc == 0 and not ns.json:
-        print("released")
+        went = [sanitise(r) for r in data.get("released") or []]
+        print("released" + (f"; their rules allow, so these run now: {', '.join(went)}" if went else ""))
     return rc
 
 

@@ -1,9 +1,11 @@
 """`airlock watch`: a live approval console on a plain terminal.
 
 It polls ``pending`` on the operator socket and puts each waiting request in
-front of the reviewer with everything needed to judge it.  One key decides:
-``y`` approves, ``G`` (shift-g) approves and grants the same command to the
-same requester for `GRANT_SECONDS` (issue 18), any other key denies.  Keys typed before the prompt appeared
+front of the reviewer with everything needed to judge it.  Only explicit keys
+decide (issue 32): ``y`` approves, ``G`` (shift-g) approves and grants the same
+command to the same requester for `GRANT_SECONDS` (issue 18), ``n`` denies
+and asks for the reason the agent will read (Enter for none); any other key
+(Enter included) decides nothing.  Keys typed before the prompt appeared
 are thrown away (``tcflush(TCIFLUSH)`` just before the prompt), so type-ahead
 meant for another window cannot approve anything.  Ctrl-C leaves without
 deciding (the terminal stays in cbreak mode, so the kernel still turns it
@@ -38,6 +40,7 @@ from airlock.common.render import (
 
 POLL_SECONDS = 1.0
 GRANT_SECONDS = 30 * 60  # G: approve and grant the same command for 30 minutes
+REASON_CHARS = 200  # a deny reason typed at the console
 CLEAR = "\x1b[H\x1b[2J"
 
 Call = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -169,7 +172,15 @@ class Console:
             time.sleep(1.0)
             return
         verb = "approve" if key in (b"y", b"Y", b"G") else "deny"
-        args: dict[str, Any] = {"id": request_id, "reason": "airlock watch"}
+        args: dict[str, Any] = {"id": request_id}
+        if verb == "deny":
+            reason = self.read_reason(p)
+            if reason is None:
+                self.write("\n" + self.style.yellow("decided elsewhere (or timed out)") + "\n")
+                time.sleep(1.0)
+                return
+            if reason:
+                args["reason"] = reason
         if p.get("expect"):
             args["expect"] = p["expect"]  # the key decides what was on the screen, or nothing (request_changed)
         if key == b"G":
@@ -198,20 +209,48 @@ class Console:
         time.sleep(1.0)
 
     def ask(self, p: dict[str, Any]) -> bytes | None:
-        """The first key pressed, or None when the request stopped waiting."""
-        whose = _whose(p)
-        last_poll = time.monotonic()
+        """The first deciding key pressed (y, Y, G, n, N), or None when the request stopped waiting."""
+        hint = ""
         while True:
             self.write(
                 "\r\x1b[K"
                 + self.style.bold("approve? ")
-                + f"[y] approve, [G] approve + grant 30m, any other key denies   ({duration(_left(p))} left) "
+                + f"[y] approve, [G] approve + grant 30m, [n] deny   ({duration(_left(p))} left) {hint}"
             )
+            data = self.keys_or_gone(p)
+            if data is None:
+                return None
+            if data[:1] in (b"y", b"Y", b"G", b"n", b"N"):
+                return data[:1]
+            hint = self.style.yellow("(that key decides nothing: y, G or n)")
+
+    def read_reason(self, p: dict[str, Any]) -> str | None:
+        """The deny reason the agent will read, typed on one line (Enter for none); None if it stopped waiting."""
+        typed = b""
+        while True:
+            shown = sanitise(typed.decode("utf-8", "replace"))
+            self.write("\r\x1b[K" + self.style.bold("reason for the agent (Enter for none): ") + shown)
+            data = self.keys_or_gone(p)
+            if data is None:
+                return None
+            for byte in data:
+                if byte in (0x0D, 0x0A):
+                    return sanitise(typed.decode("utf-8", "replace")).strip()[:REASON_CHARS]
+                if byte in (0x7F, 0x08):
+                    typed = typed[:-1]
+                elif byte >= 0x20:
+                    typed = (typed + bytes([byte]))[: REASON_CHARS * 4]
+
+    def keys_or_gone(self, p: dict[str, Any]) -> bytes | None:
+        """What was typed (at least one byte), or None once the request is no longer pending."""
+        whose = _whose(p)
+        last_poll = time.monotonic()
+        while True:
             ready, _, _ = select.select([self.fd], [], [], 0.5)
             if ready:
-                data = os.read(self.fd, 64)
+                data = os.read(self.fd, 256)
                 if data:
-                    return data[:1]
+                    return data
             if time.monotonic() - last_poll >= POLL_SECONDS:
                 last_poll = time.monotonic()
                 if not any(_whose(q) == whose for q in self.pending()):

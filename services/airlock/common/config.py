@@ -472,6 +472,8 @@ class Approval:
     operator_reason: str = "optional"
     max_grant_seconds: float = 8 * 3600.0
     signer_accounts: SignerAccounts = SignerAccounts()
+    max_pending_per_agent: int = 10
+    asks_per_minute: int = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -753,6 +755,18 @@ SETTINGS: tuple[Setting, ...] = (
         8 * 3600.0,
         "The longest time-boxed grant an operator may give (airlock approve --grant).",
     ),
+    Setting(
+        "approval.max_pending_per_agent",
+        positive_int,
+        10,
+        "Requests one agent (peer uid) may have waiting for an operator at once; more are refused with rate_limited.",
+    ),
+    Setting(
+        "approval.asks_per_minute",
+        positive_int,
+        20,
+        "Requests one agent (peer uid) may put before operators in any 60 s; more are refused with rate_limited.",
+    ),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
     Setting(
         "journal.operation_capacity",
@@ -841,7 +855,7 @@ SETTINGS: tuple[Setting, ...] = (
         "notify.state_dir",
         absolute_path,
         Path("/var/lib/airlock-notify"),
-        "airlock-notify keeps its delivery cursors here.",
+        "airlock-notify keeps its delivery cursors and status.json (for airlock status) here.",
     ),
     Setting(
         "notify.host",

@@ -116,7 +116,13 @@ def within_reference_004(error: AirlockError) -> AirlockError:
 
 
 _CONFLICTS = frozenset(
-    {ErrorCode.OPERATION_ID_CONFLICT, ErrorCode.OPERATION_IN_PROGRESS, ErrorCode.BUSY, ErrorCode.REQUEST_CHANGED}
+    {
+        ErrorCode.OPERATION_ID_CONFLICT,
+        ErrorCode.OPERATION_IN_PROGRESS,
+        ErrorCode.BUSY,
+        ErrorCode.REQUEST_CHANGED,
+        ErrorCode.RATE_LIMITED,
+    }
 )
 _UNAVAILABLE = frozenset(
     {

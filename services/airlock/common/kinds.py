@@ -204,6 +204,8 @@ NOTICES: Final[Mapping[str, str]] = MappingProxyType(
         "notify.delivery.succeeded": "5b0f6f0e2c8a4d7e9a51c3b7d2e86f14",
         "notify.delivery.failed": "c7e2a94d1f3b4e6a8d05b9f2e1a7c3d8",
         "notify.feed.failed": "2d9e8b7a6c5f4e3d9b1a0c8e7f6d5a49",
+        "notify.channel.failing": "8f4c2e1a9b7d4c3e8a6f5b2d1c9e7a40",
+        "notify.cursor.reset": "3a7e5c9b1d2f4e8a9c6b0d4f2e8a1c57",
     }
 )
 if set(NOTICES.values()) & {info.message_id for info in KINDS.values()}:

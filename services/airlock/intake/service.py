@@ -42,9 +42,9 @@ from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_e
 from airlock.intake.work import Work, exec_work, file_work
 
 NAME = "intake"
-NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *fileop_request.VERBS, "approve_signed")
+NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *fileop_request.VERBS, "approve_signed", "can")
 # The verbs whose work runs in a session (policy matches it): a token's session replaces theirs.
-SESSION_VERBS = frozenset(("exec", *fileop_request.VERBS))
+SESSION_VERBS = frozenset(("exec", "can", *fileop_request.VERBS))
 # A decision not back within this long is watched for the agent's withdrawal
 # (a closed connection, a cancel); quicker ones are checked once, after it.
 WATCH_AFTER_SECONDS = 0.05
@@ -156,7 +156,11 @@ class Intake:
     def verbs(self) -> dict[str, Verb]:
         """The agent door's verbs (served by `Service.dispatch`), in the order `hello` lists them."""
         table: dict[str, Verb] = {"exec": self._exec, "ping": self._ping, "hello": self._hello, "cancel": self._cancel}
-        return table | dict.fromkeys(fileop_request.VERBS, self._files) | {"approve_signed": self._approve_signed}
+        return (
+            table
+            | dict.fromkeys(fileop_request.VERBS, self._files)
+            | {"approve_signed": self._approve_signed, "can": self._can}
+        )
 
     async def guard(self, request: Request, conn: Connection) -> Request:
         """Every native request passes here before its verb runs: scope, then the token.
@@ -195,6 +199,18 @@ class Intake:
             call.request.verb, call.request.id, call.args, call.peer, self.config, time.time()
         )
         return await self.drive(file_work(file_request, self.config), call.peer, None, conn=call.connection)
+
+    async def _can(self, call: Call) -> dict[str, Any]:
+        """An agent's `sudo -l -- CMD` (issue 32): what the policy would do with this exec request, nothing run.
+
+        The request is checked exactly as ``exec`` checks it (fields, freshness,
+        the environment rules), so the answer is about the request the agent
+        would really send; approval explains only what decides it.
+        """
+        req = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
+        check_privilege(req.spec.run_as, self.runner_uid, privileged=req.spec.privileged)
+        request = req.describe() | {"spec": req.spec.to_dict()}
+        return await self.approval.call("explain", {"request": request, "peer": call.peer.to_dict()}, timeout=30)
 
     async def _approve_signed(self, call: Call) -> dict[str, Any]:
         return await self.approve_signed(call.request, call.peer)

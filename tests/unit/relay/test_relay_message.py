@@ -137,9 +137,9 @@ def test_each_channel_gets_its_format() -> None:
 def test_the_cursor_survives_and_refuses_to_guess(tmp_path: Path) -> None:
     path = cursor.path_for(tmp_path, "hook")
     assert cursor.load(path) is None
-    cursor.save(path, 7)
-    cursor.save(path, 9)
-    assert cursor.load(path) == 9
+    cursor.save(path, cursor.Cursor(7))
+    cursor.save(path, cursor.Cursor(9, "a" * 64, frozenset({12, 11})))
+    assert cursor.load(path) == cursor.Cursor(9, "a" * 64, frozenset({11, 12}))
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert [p.name for p in tmp_path.iterdir()] == ["cursor-hook.json"]  # no temporary file left
     path.write_text("{torn")
