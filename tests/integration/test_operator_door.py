@@ -361,7 +361,7 @@ def test_hold_makes_allowed_work_wait_and_release_lifts_it(ops: Stack) -> None:
         op(ops, "approve", {"id": bg.request_id})
         assert bg.result()["ok"] is True
     finally:
-        assert op(ops, "release")["data"] == {"hold": False}
+        assert op(ops, "release")["data"] == {"hold": False, "released": []}
     assert ops.exec({"argv": ["true"], "privileged": False, "operation_id": f"op-rel-{time.time()}"})["ok"] is True
     assert actions(ops, "hold")[-1]["payload"]["reason"] == "incident 42"
     assert actions(ops, "release")
