@@ -56,6 +56,8 @@ from airlock.common.child import environment, stop_all
 from airlock.common.daemon import DOORS
 
 SERVICES = ("journal", "approval", "runner", "intake")
+# The folder holding the `airlock` package this process imported (services/ in a checkout).
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _UCRED = struct.Struct("3i")
 # On stop, how long the services have between SIGTERM and SIGKILL (their own stop takes at most 20 s).
 STOP_GRACE_SECONDS = 25.0
@@ -243,7 +245,14 @@ class Supervisor:
         names = ":".join(name for name, _ in child.sockets)
         # Rebuilt, as systemd gives a service a clean environment: nothing of this shell's
         # (no JOURNAL_STREAM either: logs go to files here, not journald).
-        env = environment(LISTEN_FDS=str(len(fds)), LISTEN_FDNAMES=names, NOTIFY_SOCKET=str(self.notify_path))
+        env = environment(
+            LISTEN_FDS=str(len(fds)),
+            LISTEN_FDNAMES=names,
+            NOTIFY_SOCKET=str(self.notify_path),
+            # The services run the code this dev up runs (the same tree, whatever the venv's
+            # editable install points at): bench/exec_ab.py compares two trees this way.
+            PYTHONPATH=PACKAGE_ROOT,
+        )
 
         def place_fds() -> None:
             # In the child: move the sockets to 3, 4, ... as systemd does, with
