@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_support import Background, Stack, stack_with, wait_pending
+from operator_support import Background, Stack, ask, stack_with, wait_pending
 
 from support import custom_stack, now_iso
 
@@ -117,6 +117,8 @@ def test_root_is_told_why_it_is_refused(tmp_path: Path) -> None:
         reply = stack.exec({"argv": ["true"], "privileged": False})
         if os.geteuid() == 0:
             assert reply["error"]["code"] == "unauthorized" and "root is not an agent here" in reply["error"]["message"]
+            # the CLI prints "code: message": the message must not say the code again
+            assert reply["error"]["message"].startswith("root is not an agent here"), reply
         else:
             assert reply["error"]["message"] == "unauthorized"  # anyone else learns nothing
 
@@ -205,3 +207,50 @@ def test_release_redecides_held_requests_at_once(tmp_path: Path) -> None:
             r for r in stack.journal_rows() if r["request_id"] == held.request_id and r["kind"] == "approval.decided"
         ]
         assert decided and "release by" in decided[0]["payload"]
+
+
+# --- found walking the docs on a fresh Debian 12 (issue 32's last "Done when") ---------------------------
+
+
+@pytest.fixture(scope="module")
+def walk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    yield from stack_with(Path(tmp_path_factory.mktemp("walk")))
+
+
+def test_an_operators_decision_says_in_journald_who_decided_what_as_whom(walk: Stack) -> None:
+    """It read `deploy : allow by alice ; COMMAND=? ; ...`: approval's record of an operator's
+    decision carried neither the command nor whom it runs as."""
+    bg = ask(walk, ["echo", "walked"], privileged=False)
+    assert walk.native("deny", {"id": bg.request_id, "reason": "not now"}, path=walk.operator)["ok"] is True
+    assert bg.result()["error"]["code"] == "denied"
+    me = pwd.getpwuid(os.getuid()).pw_name
+    lines = [json.loads(line) for line in (walk.runtime_dir / "logs" / "approval.log").read_text().splitlines()]
+    said = [
+        line.get("message")
+        for line in lines
+        if line.get("request_id") == bg.request_id and line.get("kind") == "approval.decided"
+    ]
+    assert said == [f"{me} : deny by operator {me} ; USER={me} ; COMMAND=echo walked ; REQUEST={bg.request_id}"], said
+
+
+def test_cancel_given_a_pending_requests_id_names_the_operation_id_it_takes(walk: Stack) -> None:
+    """`airlock cancel REQUEST-ID` answered "operation ... is not running" while the request was pending."""
+    bg = ask(walk, ["echo", "cancel-me"], privileged=False, operation_id=f"op-{uuid.uuid4()}")
+    wrong = run_cli(walk, "cancel", "--socket", str(walk.operator), bg.request_id)
+    assert wrong.returncode == 1 and "is a pending request's ID; cancel takes its operation ID" in wrong.stderr, wrong
+    assert wait_pending(walk, bg.request_id, timeout=2)["request_id"] == bg.request_id  # nothing was decided
+    op = wait_pending(walk, bg.request_id)["operation_id"]
+    right = run_cli(walk, "cancel", "--socket", str(walk.operator), op)
+    assert right.returncode == 0, right
+    assert bg.result()["error"]["code"] == "denied"
+
+
+def test_a_refused_token_is_named_as_the_likely_cause(walk: Stack) -> None:
+    """A revoked token read `unauthorized: unauthorized`; the CLI knows it sent one and says so."""
+    argv = [sys.executable, "-m", "airlock", "run", "--socket", str(walk.agent), "--no-privilege", "--", "true"]
+    env = os.environ | {"AIRLOCK_TOKEN": "alt_not-a-token-anyone-issued"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 125 and "unauthorized" in done.stderr, done
+    assert "the session token (--token-file or $AIRLOCK_TOKEN) was refused" in done.stderr, done
+    plain = run_cli(walk, "run", "--socket", str(walk.agent), "--no-privilege", "--", "true")
+    assert plain.returncode == 0 and "session token" not in plain.stderr, plain  # the control: no token, no hint

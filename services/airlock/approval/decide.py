@@ -383,7 +383,10 @@ class Deciding(Tickets, Votes):
         await self.audit.record(
             "approval.decided",
             common,
+            # What was decided travels with the decision (as in a rule's or a grant's record), so the
+            # journald sentence says what an operator approved, as whom (issue 32's walk).
             payload={"decision": verdict, "rule": rule, "by": by, "operator_uid": operator_uid, "reason": reason}
+            | {"policy": decision.to_dict(), "privileged": entry.privileged, "run_as": entry.run_as}
             | _decided_quorum(entry),
             log_fields={"decision": verdict, "rule": rule},
         )

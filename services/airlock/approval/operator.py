@@ -299,6 +299,16 @@ class Operating(Tickets, Votes):
                 + ", ".join(f"{p.peer.user}/{op}" for p in waiting),
                 {"owners": [{"user": p.peer.user, "uid": p.peer.uid} for p in waiting]},
             )
+        named = next((p for p in self.pending.values() if p.request_id == op), None)
+        if not waiting and named is not None and not named.future.done():
+            # A person typed the request ID `airlock pending` shows: say which ID cancel takes,
+            # rather than the runner's "not running" (the walk of issue 32).  Nothing is decided.
+            raise AirlockError(
+                ErrorCode.NOT_FOUND,
+                f"{op!r} is a pending request's ID; cancel takes its operation ID {named.operation_id!r} "
+                f"(airlock cancel {named.operation_id}), or deny it: airlock deny {op}",
+                {"request_id": op, "operation_id": named.operation_id},
+            )
         await self.audit.record(
             "operator.action",
             Ids(waiting[0].request_id if waiting else None, op, operator.uid),

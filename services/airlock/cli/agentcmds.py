@@ -54,7 +54,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
         code = error.get("code")
         if not ns.json:
             _err(f"{code}: {error.get('message')}")
-            hint = exitcodes.wrong_door(code, client.agent_socket(ns.socket), operator_command=False)
+            hint = exitcodes.wrong_door(
+                code, client.agent_socket(ns.socket), operator_command=False
+            ) or exitcodes.refused_token(code, token is not None)
             if hint is not None:
                 _err(hint)
         return exitcodes.for_error(code)

@@ -39,6 +39,20 @@ def wrong_door(code: object, socket_path: str, *, operator_command: bool) -> str
     return None
 
 
+def refused_token(code: object, token_sent: bool) -> str | None:
+    """A hint when a request with a session token is refused: the door says only ``unauthorized``.
+
+    The CLI knows it sent a token; the agent's user is told where to look,
+    and nothing the server would not say is revealed.
+    """
+    if not token_sent or code != "unauthorized":
+        return None
+    return (
+        "the session token (--token-file or $AIRLOCK_TOKEN) was refused: it may be wrong, expired, "
+        "revoked, or issued for another user; ask an operator for a new one (airlock token issue)"
+    )
+
+
 def for_answer(decision: object, not_found: bool) -> int:
     """`airlock can`'s exit status: 0 runs at once, 1 asks an operator, 126 refused, 127 not found."""
     if not_found:

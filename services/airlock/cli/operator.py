@@ -248,9 +248,11 @@ def cmd_grants(ns: argparse.Namespace) -> int:
         args: dict[str, Any] = {"grant_id": ns.grant_id}
         if ns.reason:
             args["reason"] = ns.reason
-        rc, _ = _operator(ns, "grant.revoke", args)
+        rc, done = _operator(ns, "grant.revoke", args)
         if rc == 0 and not ns.json:
-            print(f"{sanitise(ns.grant_id, strict=True)}: revoked")
+            # the whole ID the prefix named, so the person sees which grant ended
+            revoked = done.get("grant_id")
+            print(f"{sanitise(revoked if isinstance(revoked, str) else ns.grant_id, strict=True)}: revoked")
         return rc
     rc, data = _operator(ns, "grants", {})
     if rc == 0 and not ns.json:

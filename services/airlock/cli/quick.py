@@ -143,11 +143,11 @@ def _run(opts: dict[str, Any], request: dict[str, Any]) -> int:
     if not reply.get("ok"):
         error = reply.get("error") or {}
         code = error.get("code")
-        from airlock.cli.exitcodes import for_error, wrong_door
+        from airlock.cli.exitcodes import for_error, refused_token, wrong_door
 
         if not opts["json"]:
             _err(f"{code}: {error.get('message')}")
-            hint = wrong_door(code, path, operator_command=False)
+            hint = wrong_door(code, path, operator_command=False) or refused_token(code, token is not None)
             if hint is not None:
                 _err(hint)
         return for_error(code)

@@ -97,15 +97,24 @@ def sentence(
     if kind == "approval.decided":
         decision = _text(payload.get("decision")) or "?"
         by = _text(payload.get("by"))
-        decider = f"rule {_text(payload.get('rule'))}" if by in (None, "policy") else f"{by}"
-        if by == "grant":
-            decider = f"grant {_text(payload.get('grant_id'))} (rule {_text(payload.get('rule'))})"
+        what = _fields(("USER", as_whom), ("COMMAND", command), ("REQUEST", request))
+        decider = f"by rule {_text(payload.get('rule'))}" if by in (None, "policy") else f"by {by}"
         operator = payload.get("operator")
-        if isinstance(operator, str) and by not in ("policy", "grant"):
-            decider = f"operator {sanitise(operator)}"
-        return f"{who} : {decision} by {decider} ; " + _fields(
-            ("USER", as_whom), ("COMMAND", command), ("REQUEST", request)
-        )
+        if by == "grant":
+            decider = f"by grant {_text(payload.get('grant_id'))} (rule {_text(payload.get('rule'))})"
+        elif by in (None, "policy") and payload.get("rule") == "unresolved":
+            decider = "(command not found)"  # the agent was told so, not that a rule said no (issue 32)
+        elif by == "timeout":
+            decider = "(no operator decided)"
+        elif by == "agent":
+            decider = "(by the agent, before a decision)"
+        elif by is not None and by.startswith("release by "):
+            decider = f"at the {by}"  # the hold alone kept it waiting; its rule allows it
+        elif isinstance(operator, str) and by != "policy":
+            decider = f"by operator {sanitise(operator)}"
+        elif isinstance(payload.get("operator_uid"), int) and by != "policy":
+            decider = f"by operator {by}"  # approval's record: `by` names the operator (or the voters)
+        return f"{who} : {decision} {decider} ; {what}"
     if kind == "exec.started":
         command = command_text(_resolved(_stages_of(payload), payload.get("binaries")))
         cwd = payload.get("cwd")

@@ -52,7 +52,7 @@ from airlock.common.peer import AllowList, Peer, credentials, peer_of
 # cuts an internal connection first.
 CLIENT_DOORS = frozenset({"agent", "operator"})
 ROOT_IS_NO_AGENT = (
-    "unauthorized: root is not an agent here (agents.users and agents.groups decide who asks, and root "
+    "root is not an agent here (agents.users and agents.groups decide who asks, and root "
     "needs no gateway); run the agent as its own user (e.g. runuser -u deploy -- airlock run ...), "
     "or decide requests as an operator: airlock pending"
 )

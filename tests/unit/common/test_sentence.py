@@ -67,3 +67,31 @@ def test_no_request_text_can_break_the_line_or_fake_a_field(stages: list[list[st
 def test_exec_started_names_the_binary_that_runs() -> None:
     payload = {"spec": {"stages": [["df", "-h"]]}, "uid": 0, "cwd": "/", "binaries": [{"path": "/usr/bin/df"}]}
     assert "COMMAND=/usr/bin/df -h ;" in (sentence("exec.started", payload, "r-1", 1000, user_of) or "")
+
+
+def test_approvals_own_record_of_an_operator_decision_names_the_operator_and_the_command() -> None:
+    # The payload airlock-approval journals when an operator decides (decide.py), as the walk saw it.
+    policy = {"stages": [{"argv": ["/usr/bin/apt-get", "install", "-y", "htop"], "rule": None}]}
+    payload = {"decision": "deny", "rule": "default", "by": "alice", "operator_uid": 1001, "reason": ""}
+    said = sentence(
+        "approval.decided", payload | {"policy": policy, "privileged": True, "run_as": 0}, "r-18", 1000, user_of
+    )
+    assert (
+        said == "deploy : deny by operator alice ; USER=root ; COMMAND=/usr/bin/apt-get install -y htop ; REQUEST=r-18"
+    )
+    timeout = payload | {"decision": "timeout", "by": "timeout", "operator_uid": None, "policy": policy}
+    assert sentence("approval.decided", timeout, "r-19", 1000, user_of) == (
+        "deploy : timeout (no operator decided) ; COMMAND=/usr/bin/apt-get install -y htop ; REQUEST=r-19"
+    )
+    released = payload | {"decision": "allow", "rule": "hold", "by": "release by alice", "policy": policy}
+    assert sentence("approval.decided", released, "r-20", 1000, user_of) == (
+        "deploy : allow at the release by alice ; COMMAND=/usr/bin/apt-get install -y htop ; REQUEST=r-20"
+    )
+
+
+def test_a_missing_program_is_not_said_as_a_policy_decision() -> None:
+    policy = {"stages": [{"argv": ["sytemctl", "restart", "nginx"], "rule": None}]}
+    payload = {"decision": "deny", "rule": "unresolved", "by": "policy", "policy": policy}
+    assert sentence("approval.decided", payload, "r-21", 1000, user_of) == (
+        "deploy : deny (command not found) ; COMMAND=sytemctl restart nginx ; REQUEST=r-21"
+    )
