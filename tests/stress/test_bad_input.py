@@ -337,8 +337,11 @@ def test_1000_idle_connections(stack: Stack, tally: Tally, tmp_path: Path) -> No
                     if time.monotonic() > give_up:
                         raise
                     time.sleep(0.001)
-        # The server closes what it will not serve: busy at once past the
-        # connection cap, idle ones after the read deadline (2 s here).
+        # The server answers what it will not serve: busy at once past the connection
+        # caps, and an idle client once the handshake deadline (the read deadline, 2 s
+        # here) has passed (issue 30).  The operator door says both in reference/004's
+        # codes, with the precise one in details.reason (busy: conflict; read_timeout:
+        # invalid_request).
         outcome: Counter[str] = Counter()
         deadline = time.monotonic() + 15
         for sock in held:
@@ -349,7 +352,8 @@ def test_1000_idle_connections(stack: Stack, tally: Tally, tmp_path: Path) -> No
                     outcome["closed idle"] += 1
                 else:
                     reply = json.loads(data.splitlines()[0])
-                    code = reply.get("code") or (reply.get("error") or {}).get("code")
+                    error = reply.get("error") or {}
+                    code = (error.get("details") or {}).get("reason") or reply.get("code") or error.get("code")
                     outcome[f"answered {code}"] += 1
             except TimeoutError:
                 outcome["still open"] += 1
@@ -362,7 +366,7 @@ def test_1000_idle_connections(stack: Stack, tally: Tally, tmp_path: Path) -> No
     after = _check_healthy(stack, maker)
     tally.add("1,000 idle connections + after", after, extra=outcome)
     assert outcome["still open"] == 0, outcome
-    assert set(outcome) <= {"closed idle", "answered busy", "reset"}, outcome
+    assert set(outcome) <= {"closed idle", "answered busy", "answered read_timeout", "reset"}, outcome
     _all_alive(stack, pids)
     verify = verify_chain(stack)
     assert verify.get("ok") is True, verify
