@@ -264,7 +264,15 @@ class Deciding(Tickets, Votes):
                 )
             finally:
                 admission.release()
-        payload = {"decision": verdict, "rule": rule, "by": "policy", "policy": decision.to_dict()}
+        # privileged and run_as: its journald sentence says as whom (`USER=root`), as sudo's line does.
+        payload = {
+            "decision": verdict,
+            "rule": rule,
+            "by": "policy",
+            "policy": decision.to_dict(),
+            "privileged": spec.privileged,
+            "run_as": spec.run_as,
+        }
         if verdict == "deny":
             await self.audit.record(
                 "approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule}, after=after

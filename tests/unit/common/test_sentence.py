@@ -27,6 +27,14 @@ def test_a_decision_names_the_rule_or_the_operator() -> None:
         "approval.decided", {"decision": "allow", "rule": "web", "by": "policy", "policy": policy}, "r-2", 1000, user_of
     )
     assert by_rule == "deploy : allow by rule web ; COMMAND=/usr/bin/systemctl restart nginx ; REQUEST=r-2"
+    as_root = sentence(
+        "approval.decided",
+        {"decision": "allow", "rule": "web", "by": "policy", "policy": policy, "privileged": True, "run_as": 0},
+        "r-2",
+        1000,
+        user_of,
+    )
+    assert as_root == "deploy : allow by rule web ; USER=root ; COMMAND=/usr/bin/systemctl restart nginx ; REQUEST=r-2"
     by_operator = sentence(
         "approval.decided",
         {"decision": "deny", "rule": "default", "by": "alice", "operator": "alice"},
