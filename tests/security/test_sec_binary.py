@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -28,7 +27,6 @@ from secsupport import (
     needs_root,
     red_stack,
     replies,
-    root_dir,
     run_as,
     throwaway_user,
 )
@@ -44,13 +42,6 @@ TRUE = os.path.realpath("/usr/bin/true")
 def agent() -> Iterator[pwd.struct_passwd]:
     with throwaway_user("albin") as user:
         yield user
-
-
-@pytest.fixture(scope="module")
-def marks() -> Iterator[Path]:
-    path = root_dir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from secsupport import agent_exec, needs_root, red_stack, root_dir, throwaway_user
+from secsupport import agent_exec, needs_root, red_stack, throwaway_user
 
 from support import Stack
 
@@ -48,13 +48,6 @@ HOOKED = [
 def agent() -> Iterator[pwd.struct_passwd]:
     with throwaway_user("alhook") as user:
         yield user
-
-
-@pytest.fixture(scope="module")
-def marks() -> Iterator[Path]:
-    path = root_dir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

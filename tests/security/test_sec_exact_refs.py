@@ -17,7 +17,6 @@ import json
 import pwd
 import secrets
 import shlex
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from secsupport import agent_request, final, needs_root, red_stack, replies, root_dir, throwaway_user
+from secsupport import agent_request, final, needs_root, red_stack, replies, throwaway_user
 
 from airlock.relay import message
 
@@ -38,13 +37,6 @@ pytestmark = needs_root
 def agents() -> Iterator[tuple[pwd.struct_passwd, pwd.struct_passwd]]:
     with throwaway_user("alref") as first, throwaway_user("alref") as second:
         yield first, second
-
-
-@pytest.fixture(scope="module")
-def marks() -> Iterator[Path]:
-    path = root_dir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

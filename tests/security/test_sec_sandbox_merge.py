@@ -13,12 +13,11 @@ Either way nothing is written.)
 from __future__ import annotations
 
 import pwd
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from secsupport import agent_exec, needs_root, red_stack, root_dir, throwaway_user
+from secsupport import agent_exec, needs_root, red_stack, throwaway_user
 
 from support import Stack
 
@@ -29,13 +28,6 @@ pytestmark = needs_root
 def agent() -> Iterator[pwd.struct_passwd]:
     with throwaway_user("alsbx") as user:
         yield user
-
-
-@pytest.fixture(scope="module")
-def marks() -> Iterator[Path]:
-    path = root_dir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

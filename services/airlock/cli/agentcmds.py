@@ -34,15 +34,12 @@ def cmd_run(ns: argparse.Namespace) -> int:
             noticed = True
             _err(waiting_message(event))
 
-    token = os.environ.get("AIRLOCK_TOKEN") or None
-    if ns.token_file:
-        try:
-            token = read_token_file(ns.token_file)
-        except TokenFileError as exc:
-            _err(str(exc))
-            return EXIT_AIRLOCK_ERROR
     try:
+        token = _token(ns)
         raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event, token=token)
+    except TokenFileError as exc:
+        _err(str(exc))
+        return EXIT_AIRLOCK_ERROR
     except client.ClientError as exc:
         _unreachable(ns, exc)
         return EXIT_AIRLOCK_ERROR
@@ -70,6 +67,13 @@ def cmd_run(ns: argparse.Namespace) -> int:
         if data.get("timed_out"):
             _err(f"the command timed out ({data.get('timeout_reason')})")
     return exit_status(data)
+
+
+def _token(ns: argparse.Namespace) -> str | None:
+    """The session token: --token-file, else $AIRLOCK_TOKEN, else None (`TokenFileError` for a bad file)."""
+    if not ns.token_file:
+        return os.environ.get("AIRLOCK_TOKEN") or None
+    return read_token_file(ns.token_file)
 
 
 def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
@@ -127,15 +131,12 @@ def cmd_can(ns: argparse.Namespace) -> int:
         return 2
     for key in ("operation_id", "stream"):
         args.pop(key, None)
-    token = os.environ.get("AIRLOCK_TOKEN") or None
-    if ns.token_file:
-        try:
-            token = read_token_file(ns.token_file)
-        except TokenFileError as exc:
-            _err(str(exc))
-            return exitcodes.EXIT_AIRLOCK_ERROR
     try:
+        token = _token(ns)
         raw, reply = client.call(client.agent_socket(ns.socket), "can", args, token=token)
+    except TokenFileError as exc:
+        _err(str(exc))
+        return exitcodes.EXIT_AIRLOCK_ERROR
     except client.ClientError as exc:
         _unreachable(ns, exc)
         return exitcodes.EXIT_AIRLOCK_ERROR
