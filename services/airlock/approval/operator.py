@@ -394,6 +394,9 @@ class Operating(Tickets, Votes):
     async def audit_verify(self, call: Call) -> dict[str, Any]:
         return await self.journal.call("verify", call.args, timeout=600)
 
+    async def audit_archive(self, call: Call) -> dict[str, Any]:
+        return await self.journal.call("archive", call.args, timeout=600)
+
     async def audit_head(self, call: Call) -> dict[str, Any]:
         return await self.journal.call("head", {})
 
@@ -417,6 +420,7 @@ class Operating(Tickets, Votes):
                 "events": self.events,
                 "audit.verify": self.audit_verify,
                 "audit.head": self.audit_head,
+                "audit.archive": self.audit_archive,
                 "token.issue": self.token_issue,
                 "token.revoke": self.token_revoke,
             }.items()

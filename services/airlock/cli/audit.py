@@ -142,6 +142,8 @@ def verify(ns: argparse.Namespace) -> int:
         base["from"] = ns.from_seq
     if ns.anchor:
         base["anchor"] = ns.anchor
+    if getattr(ns, "full", False):
+        base["full"] = True
     first = _call(ns, base | {"anchors": _batch(found, 0), "own_anchors": source is None})
     if isinstance(first, int):
         return first
@@ -155,6 +157,7 @@ def verify(ns: argparse.Namespace) -> int:
         numbers = range(_batches(found)) if found else range(0)
     else:
         numbers = range(1, _batches(found))  # the first batch went with the first call
+    base.pop("full", None)  # the segments are walked once
     for number in numbers:
         later = _call(ns, base | {"anchors": _batch(found, number), "chain": False})
         if isinstance(later, int):
@@ -260,9 +263,70 @@ def render(data: dict[str, Any]) -> str:
             f"segment: from seq {seg.get('seq')}, acknowledged by {sanitise(str(seg.get('operator')))}: "
             f"{sanitise(str(seg.get('reason')))} (previous head {seg.get('previous_seq')}){confirmed}"
         )
+    full = data.get("full")
+    if full:
+        lines.append(
+            f"segments: {full.get('segments')} sealed file(s), {len(full.get('deleted') or [])} deleted by retention; "
+            + ("linked into one chain" if full.get("ok") else f"FAILED: {sanitise(str(full.get('reason')))}")
+        )
     if data.get("lifecycle"):
         lines.extend(render_lifecycle(data["lifecycle"]))
     return "\n".join(lines)
+
+
+def verify_segment(ns: argparse.Namespace) -> int:
+    """`airlock audit verify --segment FILE`: one sealed segment on its own, read here (no daemon)."""
+    from airlock.journal import segments
+
+    path = Path(ns.segment)
+    if not path.is_file():
+        _err(f"--segment: no such file {ns.segment!r}")
+        return 2
+    result = segments.verify_file(path)
+    if ns.json:
+        print(json.dumps({"ok": True, "data": result}, separators=(",", ":")))
+    elif result["ok"]:
+        print(
+            f"ok: segment {result['segment']} ({sanitise(str(path))}): {result['checked']} record(s), seqs "
+            f"{result['first_seq']}-{result['last_seq']}, sealed {result['sealed_at']}; final hash "
+            f"{result['final_hash']}; links to {result['first_prev_hash']}"
+        )
+    else:
+        print(f"FAILED at record {result.get('first_bad_seq')}: {sanitise(str(result.get('reason')))}")
+    return 0 if result["ok"] else 1
+
+
+def archive(ns: argparse.Namespace) -> int:
+    """`airlock audit archive`: the segments, the archive and, with --confirm, deleting past the limits."""
+    args: dict[str, Any] = {"confirm": bool(ns.confirm)}
+    if ns.shipped:
+        args["shipped"] = ns.shipped
+    try:
+        _raw, reply = client.call(client.operator_socket(ns.socket), "audit.archive", args, timeout=600)
+    except client.ClientError as exc:
+        _err(str(exc))
+        return 1
+    if ns.json:
+        print(json.dumps(reply, separators=(",", ":")))
+        return 0 if reply.get("ok") else 1
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        _err(f"{error.get('code')}: {sanitise(str(error.get('message')))}")
+        return 1
+    data = reply.get("data") or {}
+    for label, key in (("sealed", "segments"), ("archived", "archive")):
+        for seg in data.get(key) or []:
+            print(
+                f"{label}: segment {seg['segment']} seqs {seg['first_seq']}-{seg['last_seq']} "
+                f"{seg['bytes']} bytes, sealed {seg['sealed_at']} ({sanitise(str(seg['file']))})"
+            )
+    for seg in data.get("archived") or []:
+        print(f"moved to the archive: segment {seg['segment']}")
+    for seg in data.get("deleted") or []:
+        print(f"deleted ({seg['reason']}): segment {seg['segment']} seqs {seg['first_seq']}-{seg['last_seq']}")
+    for seg in data.get("kept") or []:
+        print(f"past the archive's limits, kept: segment {seg['segment']}: {sanitise(str(seg['why']))}")
+    return 0
 
 
 def acknowledge(ns: argparse.Namespace) -> int:

@@ -115,6 +115,10 @@ def cmd_audit(ns: argparse.Namespace) -> int:
         return rc
     from airlock.cli import audit
 
+    if ns.audit_command == "archive":
+        return audit.archive(ns)
+    if ns.audit_command == "verify" and getattr(ns, "segment", None):
+        return audit.verify_segment(ns)
     if ns.audit_command == "verify" and getattr(ns, "journal", None):
         return fleet.verify_journal(ns)
     if ns.audit_command == "acknowledge":

@@ -235,6 +235,17 @@ def parser() -> argparse.ArgumentParser:
                 "request whose story it forbids",
             )
             fleet.add_verify_arguments(sp)
+            sp.add_argument(
+                "--full",
+                action="store_true",
+                help="also walk every sealed segment (beside the live one and archived), each on its own and "
+                "linked into one chain",
+            )
+            sp.add_argument(
+                "--segment",
+                metavar="FILE",
+                help="check one sealed segment file on its own (no daemon needed; read access to the file)",
+            )
         if name in ("verify", "acknowledge"):
             sp.add_argument("--anchors", metavar="journald|FILE|none", help=anchors_help)
             sp.add_argument("--config", help="airlock.yaml to read (default /etc/airlock/airlock.yaml)")
@@ -245,6 +256,23 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--since", help="only events at or after this ISO 8601 time")
             sp.add_argument("--format", choices=["jsonl"], default="jsonl", help="output format (jsonl)")
         sp.set_defaults(func=events.cmd_audit)
+    sp = audit_sub.add_parser(
+        "archive",
+        help="list sealed and archived segments; delete what is past the archive's limits (--confirm)",
+        description="list sealed and archived segments and what retention would do; with --confirm delete the "
+        "archived segments past the archive's limits (journal.archive_delete_when: confirmed), each deletion "
+        "journaled with the segment's range and final hash",
+    )
+    sp.add_argument("--socket", help="operator socket")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--confirm", action="store_true", help="delete the archived segments past the limits now")
+    sp.add_argument(
+        "--shipped",
+        metavar="SEQ:HASH",
+        help="the newest record a collector holds for this host (from `airlock fleet verify`): archived segments "
+        "up to it may go when journal.archive_delete_when is shipped",
+    )
+    sp.set_defaults(func=events.cmd_audit)
     fleet.register_audit(audit_sub)
 
     policy = sub.add_parser("policy", help="inspect the policy")

@@ -119,6 +119,10 @@ def absolute_path(node: yaml.Node) -> Path:
     return Path(value)
 
 
+def optional_absolute_path(node: yaml.Node) -> Path | None:
+    return None if is_null(node) else absolute_path(node)
+
+
 def string_list(node: yaml.Node) -> tuple[str, ...]:
     if is_null(node):
         return ()
@@ -487,6 +491,15 @@ class Journal:
     operation_capacity_per_agent: int = 256
     agent_bytes_per_second: int = 1024 * 1024
     agent_burst_bytes: int = 256 * 1024 * 1024
+    # Segments and retention (issue 38; journal/segments.py).
+    segment_max_bytes: int = 1024 * 1024 * 1024
+    segment_max_age: float = 31 * 86400.0
+    retention_max_age: float = 0.0
+    retention_max_bytes: int = 0
+    archive_dir: Path | None = None
+    archive_max_age: float = 0.0
+    archive_max_bytes: int = 0
+    archive_delete_when: str = "never"
 
 
 @dataclass(frozen=True, slots=True)
@@ -819,6 +832,59 @@ SETTINGS: tuple[Setting, ...] = (
         "The host's checkpoint key (OpenSSH ed25519, made at install, readable only by airlock-journal): every "
         "anchor is signed with it (ssh-keygen -Y sign, namespace airlock-checkpoint); `airlock audit host-key` "
         "prints its public half. Absent: anchors go unsigned (logged).",
+    ),
+    Setting(
+        "journal.segment_max_bytes",
+        non_negative_int,
+        1024 * MiB,
+        "Seal the live audit segment and start a new one once its database reaches this size (0: never by size).",
+    ),
+    Setting(
+        "journal.segment_max_age",
+        non_negative_float,
+        31 * 86400.0,
+        "Seal the live audit segment once its first record is this many seconds old (0: never by age).",
+    ),
+    Setting(
+        "journal.retention_max_age",
+        non_negative_float,
+        0.0,
+        "Move a sealed segment to the archive folder once it was sealed this many seconds ago (0: never by age).",
+    ),
+    Setting(
+        "journal.retention_max_bytes",
+        non_negative_int,
+        0,
+        "Move the oldest sealed segments to the archive folder while the sealed segments beside the live one "
+        "take more than this many bytes (0: no limit).",
+    ),
+    Setting(
+        "journal.archive_dir",
+        optional_absolute_path,
+        None,
+        "Where archived segments go (unset: journal-archive in the state folder).",
+    ),
+    Setting(
+        "journal.archive_max_age",
+        non_negative_float,
+        0.0,
+        "An archived segment sealed this many seconds ago may be deleted, if journal.archive_delete_when holds "
+        "(0: never by age).",
+    ),
+    Setting(
+        "journal.archive_max_bytes",
+        non_negative_int,
+        0,
+        "While the archive holds more than this many bytes its oldest segments may be deleted, if "
+        "journal.archive_delete_when holds (0: no limit).",
+    ),
+    Setting(
+        "journal.archive_delete_when",
+        choice("never", "shipped", "confirmed"),
+        "never",
+        "When an archived segment past its limit is deleted: never; shipped (the fleet collector's "
+        "acknowledgement covers its last record); confirmed (an operator ran `airlock audit archive --confirm`). "
+        "Each deletion is journaled with the segment's range and final hash.",
     ),
     Setting(
         "runner.containment",

@@ -183,6 +183,25 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
         "121ea6510d604b5392be20b7f3dd9086",
         "An operator acknowledged a mismatch between the audit journal and its anchors; a new chain segment began.",
     ),
+    # The journal's segments (issue 38, journal/segments.py): written by the journal itself.
+    KindInfo(
+        "segment.sealed",
+        frozenset({"journal"}),
+        "f86bfe54c3ca4773a6a1da5f1d1f3134",
+        "The live audit segment was sealed: this is its last record; the next segment's first record links to it.",
+    ),
+    KindInfo(
+        "segment.opened",
+        frozenset({"journal"}),
+        "98f7a771fb934a80ab372c6d1ae1e7b3",
+        "A new audit segment began; it names the sealed segment before it (file, range and final hash).",
+    ),
+    KindInfo(
+        "segment.deleted",
+        frozenset({"journal"}),
+        "b9be8b79bf2845c0b92c60f4f036534c",
+        "An archived audit segment was deleted under the retention rules; its range and final hash stay in the chain.",
+    ),
 )
 
 if (lifecycle.LIFECYCLE_KINDS | set(lifecycle.OUTSIDE)) - set(KINDS):

@@ -150,6 +150,9 @@ OUTSIDE: Final[Mapping[str, str]] = MappingProxyType(
         "service.started": "a service, not a request",
         "service.stopping": "a service, not a request",
         "chain.acknowledged": "the journal's chain, not a request",
+        "segment.sealed": "the journal's chain, not a request",
+        "segment.opened": "the journal's chain, not a request",
+        "segment.deleted": "the journal's chain, not a request",
     }
 )
 

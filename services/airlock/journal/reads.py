@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from airlock.journal import chain
+from airlock.journal import chain, segments
 from airlock.journal.chain import Anchor, VerifyResult
 from airlock.journal.records import MAX_PAGE, EventsPage, _event, _invalid, _optional_text, _optional_uid
 from airlock.journal.schema import _COLUMNS, _read_head, _read_high, _reader
@@ -84,10 +84,40 @@ class Reader:
                         f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND {where} ORDER BY seq LIMIT ?",
                         (start, *params, limit),
                     ).fetchall()
-                    cursor = rows[-1][0] if len(rows) == limit else max(start, latest)
+                    first = conn.execute("SELECT MIN(seq) FROM events").fetchone()[0]
             finally:
                 conn.execute("COMMIT")
+        if tail is None:
+            if first is not None and start < int(first) - 1:
+                # Earlier records are in sealed segments: read there first (one indexed query per sealed
+                # file that holds seqs after the cursor; docs/operations.md "The audit journal").
+                earlier = self._sealed_rows(start, int(first), where, params, limit)
+                rows = (earlier + rows)[:limit]
+            cursor = rows[-1][0] if len(rows) == limit else max(start, latest)
         return EventsPage([_event(row) for row in rows], cursor, latest)
+
+    def _sealed_rows(
+        self, start: int, before: int, where: str, params: tuple[Any, ...], limit: int
+    ) -> list[tuple[Any, ...]]:
+        """Rows with ``start < seq < before`` matching ``where``, oldest first, from the sealed files."""
+        out: list[tuple[Any, ...]] = []
+        for info in self.sealed():
+            if info.last_seq <= start or info.first_seq >= before or len(out) >= limit:
+                continue
+            try:
+                conn = segments.connect_sealed(info.path)
+            except sqlite3.Error:
+                continue
+            try:
+                out += conn.execute(
+                    f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND seq < ? AND {where} ORDER BY seq LIMIT ?",
+                    (start, before, *params, limit - len(out)),
+                ).fetchall()
+            except sqlite3.Error:
+                continue
+            finally:
+                conn.close()
+        return out
 
     def verify(self, *, from_seq: int | None = None, anchor: str | None = None) -> VerifyResult:
         """Check the chain (all of it, or from ``from_seq``, optionally against an
@@ -129,11 +159,12 @@ class Reader:
             conn.execute("BEGIN")
             walked = _verify_chain(conn, from_seq, anchor) if check_chain else None
             facts = _facts(conn, [a.seq for a in given])
+            given, sealed, retired = self._sealed_anchors(conn, given)
         finally:
             conn.close()
         checked = chain.check_anchors(
             given,
-            stored=facts.stored,
+            stored=facts.stored | sealed,
             head_seq=facts.head[0],
             high_water=facts.high,
             acks={seq: h for seq, (h, _) in facts.acks.items()},
@@ -151,7 +182,7 @@ class Reader:
             "head_hash": facts.head[1],
             "high_water": facts.high,
             "chain": walked.to_dict() if walked is not None else None,
-            "anchors": checked.to_dict() | {"given": len(given)},
+            "anchors": checked.to_dict() | {"given": len(given) + retired, "retired": retired},
             "segments": [
                 _segment(seq, h, payload, seq in confirmed) for seq, (h, payload) in sorted(facts.acks.items())
             ],
@@ -167,15 +198,24 @@ class Reader:
         try:
             conn.execute("BEGIN")
             facts = _facts(conn, [last.seq] if last else [], acks=False)
+            kept, sealed, _ = self._sealed_anchors(conn, [last] if last else [])
+            if last is not None and not kept:
+                last = None  # it names a segment retention deleted: the live chain is checked from its start
             result = chain.check_anchors(
-                [last] if last else [],
-                stored=facts.stored,
+                kept,
+                stored=facts.stored | sealed,
                 head_seq=facts.head[0],
                 high_water=facts.high,
                 acks={},
                 before=facts.before,
             )
-            if result.ok and last is not None:
+            if result.ok and last is not None and last.seq in sealed:
+                # The newest anchor is in a sealed segment (no anchor since the rollover): the live segment
+                # is checked from its start.
+                walked = _verify_chain(conn, None, None)
+                if not walked.ok:
+                    return chain.AnchorCheck(False, 1, 0, walked.first_bad_seq, walked.reason)
+            elif result.ok and last is not None:
                 walked = _verify_chain(conn, last.seq, last.hash)
                 if not walked.ok:
                     return chain.AnchorCheck(False, 1, 0, walked.first_bad_seq, walked.reason)
@@ -184,7 +224,104 @@ class Reader:
             conn.close()
 
 
+    archive_dir: Path | None = None
+    _sealed_cache: tuple[list[str], list[segments.SegmentInfo]] | None = None
+
+    def sealed(self) -> list[segments.SegmentInfo]:
+        """The sealed segments beside the live one and in the archive, oldest first."""
+        folders = [segments.segments_dir(self.path)]
+        if self.archive_dir is not None:
+            folders.append(self.archive_dir)
+        # Cached while the files are the same (sealed files never change; verify reads them afresh).
+        key = [str(p) for p in segments.list_files(*folders)]
+        cached = self._sealed_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        found = segments.scan(*folders)
+        self._sealed_cache = (key, found)
+        return found
+
+    def _sealed_anchors(
+        self, conn: sqlite3.Connection, given: list[Anchor]
+    ) -> tuple[list[Anchor], dict[int, str], int]:
+        """Anchors of seqs before the live segment: looked up in the sealed files.
+
+        Returns the anchors still to check, the sealed hashes at their seqs, and how many were dropped
+        because retention deleted their segment (its final hash stays in the live chain: `verify --full`).
+        """
+        row = conn.execute("SELECT MIN(seq) FROM events").fetchone()
+        live_first = int(row[0]) if row and row[0] is not None else None
+        older = [a for a in given if live_first is not None and a.seq < live_first]
+        if not older:
+            return given, {}, 0
+        gone = self._deletions(conn)
+        stored = segments.sealed_hashes(self.sealed(), [a.seq for a in older])
+        kept, retired = [], 0
+        for a in given:
+            if a.seq not in stored and any(d.first_seq <= a.seq <= d.last_seq for d in gone):
+                retired += 1
+                continue
+            kept.append(a)
+        return kept, stored, retired
+
+    def _deletions(self, conn: sqlite3.Connection) -> list[segments.Deletion]:
+        """The ``segment.deleted`` records of the live database and of every sealed file still here."""
+        found = segments.deletions(conn)
+        for info in self.sealed():
+            try:
+                sealed = segments.connect_sealed(info.path)
+            except sqlite3.Error:
+                continue
+            try:
+                found += segments.deletions(sealed)
+            except sqlite3.Error:
+                continue
+            finally:
+                sealed.close()
+        return sorted(found, key=lambda d: d.seq)
+
+    def hash_at(self, seq: int) -> str | None:
+        """The hash of record ``seq``, live or sealed; None if it is not here."""
+        conn = _reader(self.path)
+        try:
+            row = conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
+        finally:
+            conn.close()
+        if row is not None:
+            return str(row[0])
+        return segments.sealed_hashes(self.sealed(), [seq]).get(seq)
+
+    def verify_full(self) -> dict[str, Any]:
+        """Every sealed file on its own and linked, then the live segment (``airlock audit verify --full``)."""
+        conn = _reader(self.path)
+        try:
+            conn.execute("BEGIN")
+            walked = _verify_chain(conn, None, None)
+            row = conn.execute("SELECT seq, kind, prev_hash, payload FROM events ORDER BY seq LIMIT 1").fetchone()
+            gone = self._deletions(conn)
+        finally:
+            conn.close()
+        first = None if row is None else (int(row[0]), str(row[1]), str(row[2]), json.loads(row[3]))
+        folders = [segments.segments_dir(self.path)] + ([self.archive_dir] if self.archive_dir else [])
+        report = segments.verify_all(segments.list_files(*folders), first, gone)
+        report["live"] = walked.to_dict()
+        report["deleted"] = [
+            {"segment": d.number, "first_seq": d.first_seq, "last_seq": d.last_seq, "final_hash": d.final_hash}
+            for d in gone
+        ]
+        if report["ok"] and not walked.ok:
+            report |= {"ok": False, "first_bad_seq": walked.first_bad_seq, "reason": walked.reason}
+        report["checked"] = int(report["checked"]) + walked.checked
+        return report
+
+
 def _verify_chain(conn: sqlite3.Connection, from_seq: int | None, anchor: str | None) -> VerifyResult:
+    if from_seq is None:
+        # A live segment after a rollover begins with its opening record (journal/segments.py): its link
+        # to the sealed segment before it is `verify --full`'s to check.
+        first = conn.execute("SELECT seq, kind FROM events ORDER BY seq LIMIT 1").fetchone()
+        if first is not None and first[1] == segments.OPEN_KIND and int(first[0]) > 1:
+            from_seq = int(first[0])
     cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE seq >= ? ORDER BY seq", (from_seq or 1,))
     names = [d[0] for d in cursor.description]
     return chain.verify_rows((dict(zip(names, row, strict=True)) for row in cursor), from_seq=from_seq, anchor=anchor)

@@ -28,13 +28,16 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.kinds import NOTICES
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
-from airlock.journal import anchors, journalfiles, memory
+from airlock.journal import anchors, journalfiles, memory, retention, segments
+from airlock.journal import chain
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
 from airlock.journal.quota import JournalQuota
 from airlock.journal.store import Store
 
 # Anchors one verify call may carry (the CLI sends more in several calls).
 MAX_ANCHORS_PER_CALL: Final = 4096
+# Retention (journal/retention.py) runs after every rollover, at start and this often.
+RETENTION_EVERY_SECONDS: Final = 3600.0
 
 NAME = "journal"
 
@@ -125,6 +128,7 @@ class Journal:
             config.journal.agent_bytes_per_second, config.journal.agent_burst_bytes, time.monotonic
         )
         store.meter = self.quota.charge
+        self._retaining = asyncio.Lock()
 
     def writer_for(self, peer: Peer, claimed: Any) -> str:
         allowed = self.writers.get(peer.uid, set())
@@ -316,9 +320,91 @@ class Journal:
         seq, digest = self.store.head()
         return {"seq": seq, "hash": digest}
 
-    async def verify(self, call: Call) -> dict[str, Any]:
-        """The chain, and the database against anchors: those given and (``own_anchors``) the journal's file."""
+    def limits(self) -> retention.Limits:
+        j = self.config.journal
+        return retention.Limits(
+            j.retention_max_age, j.retention_max_bytes, j.archive_max_age, j.archive_max_bytes, j.archive_delete_when
+        )
+
+    async def retain(self, *, confirmed: bool = False, dry_run: bool = False) -> dict[str, Any]:
+        """Apply the retention rules (journal/retention.py) once; one run at a time."""
+
+        async def journal_deletion(payload: dict[str, Any]) -> None:
+            await self.store.append(writer="journal", kind="segment.deleted", payload=payload)
+
+        async with self._retaining:
+            assert self.store.archive_dir is not None
+            report = await retention.apply(
+                self.store.path,
+                self.store.archive_dir,
+                self.limits(),
+                time.time(),
+                journal_deletion,
+                confirmed=confirmed,
+                dry_run=dry_run,
+            )
+        logger = log.get()
+        for item in report["archived"]:
+            logger.info("journal.segment.archived", segment=item["segment"], file=item["file"], to=item["to"])
+        for item in report["deleted"]:
+            logger.warning(
+                "journal.segment.deleted", segment=item["segment"], last_seq=item["last_seq"], reason=item["reason"]
+            )
+        if report["kept"] and not dry_run:
+            logger.warning(
+                "journal.archive.over_limit",
+                segments=len(report["kept"]),
+                bytes=sum(int(k["bytes"]) for k in report["kept"]),
+                why=report["kept"][0]["why"],
+            )
+        return report
+
+    async def archive(self, call: Call) -> dict[str, Any]:
+        """``airlock audit archive``: the sealed segments, the archive, and (``confirm``) deleting what is
+        past the archive's limits; ``shipped`` "SEQ:HASH" records what a collector holds (checked here)."""
         a = call.args
+        confirm = validate.boolean("confirm", a.get("confirm"), False)
+        shipped = validate.optional_text("shipped", a.get("shipped"), max_len=128)
+        if shipped is not None:
+            seq_text, _, digest = shipped.partition(":")
+            if not seq_text.isdigit() or len(seq_text) > 18 or not chain.is_hash(digest):
+                raise validate.bad("shipped", "must be SEQ:HASH (a seq and its 64-hex-digit hash)")
+            seq = int(seq_text)
+            held = await asyncio.to_thread(self.store.hash_at, seq)
+            if held != digest:
+                raise AirlockError(
+                    ErrorCode.INVALID_ARGUMENTS,
+                    f"record {seq} here has another hash (or is not here): the collector does not hold this chain",
+                    {"field": "shipped"},
+                )
+            await asyncio.to_thread(retention.write_shipped, self.store.path, seq, digest)
+        if confirm and self.config.journal.archive_delete_when != "confirmed":
+            raise validate.bad("confirm", "journal.archive_delete_when is not 'confirmed'")
+        report = await self.retain(confirmed=confirm, dry_run=not confirm and shipped is None)
+        sealed = await asyncio.to_thread(self.store.sealed)
+        live_dir = segments.segments_dir(self.store.path)
+        return report | {
+            "segments": [s.to_dict() for s in sealed if s.path.parent == live_dir],
+            "archive": [s.to_dict() for s in sealed if s.path.parent != live_dir],
+            "archive_dir": str(self.store.archive_dir),
+            "shipped": retention.read_shipped(self.store.path),
+        }
+
+    async def verify(self, call: Call) -> dict[str, Any]:
+        """The chain, and the database against anchors: those given and (``own_anchors``) the journal's file.
+
+        ``full``: also every sealed segment, each on its own and linked into one chain (journal/segments.py).
+        """
+        a = call.args
+        result = await self._verify(a)
+        if validate.boolean("full", a.get("full"), False):
+            full = await asyncio.to_thread(self.store.verify_full)
+            result["full"] = full
+            if not full["ok"]:
+                result |= {"ok": False, "first_bad_seq": full["first_bad_seq"], "reason": full["reason"]}
+        return result
+
+    async def _verify(self, a: dict[str, Any]) -> dict[str, Any]:
         given = _anchor_args(a.get("anchors"))
         own = validate.boolean("own_anchors", a.get("own_anchors"), False)
         if own:
@@ -337,6 +423,16 @@ class Journal:
         target = self.config.log.target
         result["anchors_in_journald"] = target == "journal" or (target == "auto" and log.stderr_is_journal(os.environ))
         return result
+
+
+async def _logged(work: Awaitable[Any]) -> None:
+    """Background work: an error is logged, never raised into the event loop."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.get().error("journal.background.failed", error=str(exc)[:300])
 
 
 def _anchor_args(value: Any) -> list[Anchor]:
@@ -582,7 +678,10 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         operation_retention=config.journal.operation_retention,
         operation_capacity=config.journal.operation_capacity,
         operation_capacity_per_agent=config.journal.operation_capacity_per_agent,
+        segment_max_bytes=config.journal.segment_max_bytes,
+        segment_max_age=config.journal.segment_max_age,
     )
+    store.archive_dir = config.journal.archive_dir or segments.default_archive_dir(store.path)
     journal = Journal(config, store)
     anchor_path = anchors.path_beside(store.path)
     await asyncio.to_thread(check_at_start, store, anchor_path)
@@ -595,6 +694,20 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         identity=_identity(),
     )
     store.on_commit = anchoring.committed
+    background: set[asyncio.Task[Any]] = set()
+
+    def spawn(work: Awaitable[Any]) -> None:
+        task = asyncio.get_running_loop().create_task(_logged(work))
+        background.add(task)
+        task.add_done_callback(background.discard)
+
+    def rolled(events: list[Any]) -> None:
+        # The seal and the opening are anchored (and signed) at once; then retention runs.
+        log.get().info("journal.segment.sealed", segment=events[0].payload.get("segment"), last_seq=events[0].seq)
+        spawn(anchoring.anchor("rollover"))
+        spawn(journal.retain())
+
+    store.on_rollover = rolled
     store.on_records, anchoring.host = shipping()
     s = config.services
     door = Door(
@@ -613,6 +726,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "hold.state": _refusing(store, journal.hold_state),
             "grants.state": _refusing(store, journal.grants_state),
             "verify": journal.verify,
+            "archive": _refusing(store, journal.archive),
         },
         max_line=config.limits.max_request_bytes * 2,
     )
@@ -628,7 +742,16 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         await anchoring.anchor("start")
         anchoring.start()
 
+        async def hourly() -> None:
+            while True:
+                await _logged(journal.retain())
+                await asyncio.sleep(RETENTION_EVERY_SECONDS)
+
+        spawn(hourly())
+
     async def stop() -> None:
+        for task in list(background):
+            task.cancel()
         await anchoring.stop()
         try:
             if store.refusal is None:

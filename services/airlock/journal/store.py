@@ -35,6 +35,7 @@ from pathlib import Path
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.journal.acknowledge import Acknowledged, acknowledge, validate_reason
+from airlock.journal import segments
 from airlock.journal.appends import Appends
 from airlock.journal.chain import GENESIS, VerifyResult
 from airlock.journal.operations import OpBegin, OperationTable
@@ -86,8 +87,20 @@ class Store(Appends, Reader):
         clock: Callable[[], float],
         high_water: int = 0,
         restored_triggers: tuple[str, ...] = (),
+        segment: tuple[int | None, float | None] = (None, None),
+        segment_max_bytes: int = 0,
+        segment_max_age: float = 0.0,
     ) -> None:
         self.path = path
+        # Segments (journal/segments.py): the live one's first seq and opening time, and when to seal it.
+        self._segment_first, self._segment_opened = segment
+        self.archive_dir: Path | None = segments.default_archive_dir(path)
+        self.segment_max_bytes = segment_max_bytes
+        self.segment_max_age = segment_max_age
+        self._roll_after = 0.0
+        self._finish_pending = False
+        # Called on the event loop after each rollover with its records (the journal anchors and applies retention).
+        self.on_rollover: Callable[[list[Event]], None] | None = None
         # Triggers found missing at open and created again (for the service to report).
         self.restored_triggers = restored_triggers
         self._wconn = wconn
@@ -143,6 +156,8 @@ class Store(Appends, Reader):
         operation_capacity: int = 256,
         operation_capacity_per_agent: int | None = None,
         clock: Callable[[], float] = time.time,
+        segment_max_bytes: int = 0,
+        segment_max_age: float = 0.0,
     ) -> Store:
         """Open (creating if needed) the database at ``path``, mode 0600.
 
@@ -170,12 +185,17 @@ class Store(Appends, Reader):
             wconn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             _migrate(wconn)
             restored = _restore_triggers(wconn)
+            if segments.seal_pending(wconn):
+                # A rollover a crash interrupted: finish it before anything else is written.
+                wconn, _, _ = segments.finish(path, wconn, clock())
+            segments.tighten(segments.segments_dir(path))
             for suffix in ("-wal", "-shm"):
                 side = path.with_name(path.name + suffix)
                 if side.exists():
                     os.chmod(side, 0o600)
             head = _read_head(wconn)
             high = _read_high(wconn)
+            _, first, opened = segments.live_segment(wconn)
             operations.load(_read_operations(wconn, operations.expiry_cutoff()))
             rconn = _reader(path)
         except (sqlite3.Error, OSError) as exc:
@@ -185,7 +205,19 @@ class Store(Appends, Reader):
             raise AirlockError(
                 ErrorCode.AUDIT_UNAVAILABLE, f"cannot open the audit journal {path}: {exc}", {"path": str(path)}
             ) from exc
-        return cls(path, wconn, rconn, head, operations, clock, high, tuple(restored))
+        return cls(
+            path,
+            wconn,
+            rconn,
+            head,
+            operations,
+            clock,
+            high,
+            tuple(restored),
+            (first, opened),
+            segment_max_bytes,
+            segment_max_age,
+        )
 
     # -- state ----------------------------------------------------------------
 

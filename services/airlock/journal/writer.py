@@ -39,17 +39,21 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Final
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.journal import chain
+from airlock.common import log
+from airlock.journal import chain, segments
 from airlock.journal.operations import OperationTable, Settled
 from airlock.journal.records import Event, _unavailable
-from airlock.journal.schema import _COLUMNS, _prune_operations, _raise_high, _read_head, _read_high
+from airlock.journal.schema import _COLUMNS, _prune_operations, _raise_high, _read_head, _read_high, _reader
 
 # A batch this large already amortises the fsync; bigger ones only delay the
 # first caller in it.
@@ -57,6 +61,8 @@ MAX_BATCH: Final = 1024
 # Marks of failed deferred appends remembered; past it the oldest are
 # forgotten and every mark below the newest forgotten one counts as failed.
 MAX_FAILED_MARKS: Final = 65536
+# After a rollover that could not start (the database open elsewhere), wait this long before trying again.
+ROLL_RETRY_SECONDS: Final = 5.0
 # How long a batch of deferred appends alone waits for a durable one to share
 # its commit (an exec's path from request.received to exec.started takes a few
 # ms); past it they are committed on their own.
@@ -138,6 +144,15 @@ class Writer:
     _failed_floor: int
     _claims_queued: dict[str, int]
     _urgent: asyncio.Event
+    path: Path
+    # Segments (journal/segments.py): when to seal the live database, and what the live one is.
+    segment_max_bytes: int
+    segment_max_age: float
+    _segment_first: int | None
+    _segment_opened: float | None
+    _roll_after: float
+    on_rollover: Callable[[list[Event]], None] | None
+    _finish_pending: bool
 
     def _mark_failed(self, n: int) -> bool:
         return n in self._failed_marks or n < self._failed_floor
@@ -182,6 +197,89 @@ class Writer:
                     await asyncio.wait_for(self._urgent.wait(), DEFER_LINGER)
                 stop = self._drain(batch)
             await self._commit(loop, batch)
+            if self._roll_due():
+                await self._roll(loop)
+
+    def _roll_due(self) -> bool:
+        """Whether the live segment is past its size or age (checked between batches: a stat, no I/O wait)."""
+        if self._refusal is not None or time.monotonic() < self._roll_after:
+            return False
+        if self._finish_pending:
+            return True
+        if self._segment_first is None:  # the database was empty at open: it begins now
+            if self._head[0] == 0:
+                return False
+            self._segment_first, self._segment_opened = self._head[0], self._clock()
+        if self._head[0] <= self._segment_first:
+            return False
+        if self.segment_max_age > 0 and self._segment_opened is not None:
+            if self._clock() - self._segment_opened >= self.segment_max_age:
+                return True
+        if self.segment_max_bytes > 0:
+            size = 0
+            for suffix in ("", "-wal"):
+                try:
+                    size += os.stat(f"{self.path}{suffix}").st_size
+                except OSError:
+                    pass
+            return size >= self.segment_max_bytes
+        return False
+
+    async def _roll(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Seal the live segment and open the next, on the writer thread between two batches."""
+        try:
+            events = await loop.run_in_executor(self._executor, self._roll_locked)
+        except (sqlite3.Error, OSError, ValueError) as exc:
+            self._roll_after = time.monotonic() + ROLL_RETRY_SECONDS
+            log.get().warning("journal.segment.rollover_failed", database=str(self.path), error=str(exc))
+            await self._reload_head(loop)
+            return
+        self._transactions += 1
+        if self.on_records is not None:
+            self.on_records(events)
+        if self.on_commit is not None:
+            self.on_commit()
+        if self.on_rollover is not None:
+            self.on_rollover(events)
+
+    def _roll_locked(self) -> list[Event]:
+        # Readers wait on the lock: the store's read connection is closed (it would keep the file in
+        # WAL mode) and opened again on the new live file.
+        with self._rlock:
+            self._rconn.close()
+            try:
+                with self._wlock:
+                    try:
+                        if self._finish_pending:
+                            conn, events, head = segments.finish(self.path, self._live_conn(), self._clock())
+                        else:
+                            conn, events, head = segments.seal(
+                                self.path, self._wconn, self._head, self._high, self._clock()
+                            )
+                    except BaseException:
+                        # Sealed but not yet in place: nothing more is written until `finish` succeeds.
+                        try:
+                            self._finish_pending = segments.seal_pending(self._live_conn())
+                        except sqlite3.Error:
+                            self._finish_pending = True
+                        raise
+                    self._finish_pending = False
+                    self._wconn = conn
+                    self._head = head
+                    self._high = max(self._high, head[0])
+                    self._segment_first = head[0]
+                    self._segment_opened = self._clock()
+            finally:
+                self._rconn = _reader(self.path)
+        return events
+
+    def _live_conn(self) -> sqlite3.Connection:
+        """The writer connection, opened again if a failed rollover closed it."""
+        try:
+            self._wconn.execute("SELECT 1")
+        except sqlite3.ProgrammingError:
+            self._wconn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
+        return self._wconn
 
     def _drain(self, batch: list[_Work]) -> bool:
         """Move what is queued into ``batch`` (up to MAX_BATCH); True if the stop sentinel came."""
@@ -196,6 +294,13 @@ class Writer:
         return False
 
     async def _commit(self, loop: asyncio.AbstractEventLoop, batch: list[_Work]) -> None:
+        if self._finish_pending:
+            self._roll_after = 0.0
+            await self._roll(loop)
+            if self._finish_pending:  # sealed and not yet in place: fail closed, try again with the next batch
+                self._failed += 1
+                self._failed_batch(batch, _unavailable(OSError("the journal is between two segments")))
+                return
         batch = self._check_after(batch)
         if all(isinstance(w, _Sync) for w in batch):
             for work in batch:
