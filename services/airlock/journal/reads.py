@@ -257,8 +257,9 @@ class Reader:
         gone = self._deletions(conn)
         stored = segments.sealed_hashes(self.sealed(), [a.seq for a in older])
         kept, retired = [], 0
+        deleted_through = max((d.last_seq for d in gone), default=0)  # retention deletes the oldest first
         for a in given:
-            if a.seq not in stored and any(d.first_seq <= a.seq <= d.last_seq for d in gone):
+            if a.seq not in stored and a.seq <= deleted_through:
                 retired += 1
                 continue
             kept.append(a)
@@ -293,17 +294,20 @@ class Reader:
 
     def verify_full(self) -> dict[str, Any]:
         """Every sealed file on its own and linked, then the live segment (``airlock audit verify --full``)."""
-        conn = _reader(self.path)
-        try:
+        folders = [segments.segments_dir(self.path)] + ([self.archive_dir] if self.archive_dir else [])
+        # The live snapshot and the list of files are taken together: a rollover holds this lock.
+        with self._rlock:
+            conn = _reader(self.path)
             conn.execute("BEGIN")
-            walked = _verify_chain(conn, None, None)
             row = conn.execute("SELECT seq, kind, prev_hash, payload FROM events ORDER BY seq LIMIT 1").fetchone()
+            files = segments.list_files(*folders)
+        try:
+            walked = _verify_chain(conn, None, None)
             gone = self._deletions(conn)
         finally:
             conn.close()
         first = None if row is None else (int(row[0]), str(row[1]), str(row[2]), json.loads(row[3]))
-        folders = [segments.segments_dir(self.path)] + ([self.archive_dir] if self.archive_dir else [])
-        report = segments.verify_all(segments.list_files(*folders), first, gone)
+        report = segments.verify_all(files, first, gone)
         report["live"] = walked.to_dict()
         report["deleted"] = [
             {"segment": d.number, "first_seq": d.first_seq, "last_seq": d.last_seq, "final_hash": d.final_hash}

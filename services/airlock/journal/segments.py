@@ -263,28 +263,36 @@ def verify_all(files: Iterable[Path], live_first: tuple[int, str, str, dict[str,
     if bad:
         worst = min(bad, key=lambda r: r.get("first_bad_seq") or r.get("first_seq") or 0)
         return report | {"first_bad_seq": worst.get("first_bad_seq"), "reason": f"{worst['file']}: {worst['reason']}"}
-    # The history as (number, first, last, first_prev, final): files and deletions together.
-    pieces: dict[int, tuple[int, int, str | None, str, str]] = {}
+    # Retention deletes the oldest segments only, so the newest deletion record covers every segment
+    # up to its own: the history resumes after it (files of deleted segments still here are checked above).
+    pieces: dict[int, tuple[int, int, str, str, str]] = {}
     for r in sorted(results, key=lambda r: int(r["first_seq"])):
         if r["segment"] in pieces:
             return report | {"first_bad_seq": r["first_seq"], "reason": f"segment {r['segment']} is there twice"}
         pieces[r["segment"]] = (r["first_seq"], r["last_seq"], r["first_prev_hash"], r["final_hash"], r["file"])
-    for d in gone:
-        if d.number not in pieces:
-            pieces[d.number] = (d.first_seq, d.last_seq, None, d.final_hash, f"(deleted at seq {d.seq})")
     expected_seq, expected_prev, number = 1, GENESIS, 1
-    for n in sorted(pieces):
+    newest = max(gone, key=lambda d: d.number, default=None)
+    if newest is not None:
+        expected_seq, expected_prev, number = newest.last_seq + 1, newest.final_hash, newest.number + 1
+        report["deleted_through"] = {"segment": newest.number, "last_seq": newest.last_seq, "seq": newest.seq}
+    for n in sorted(k for k in pieces if k >= number):
         first, last, prev, final, name = pieces[n]
         if n != number:
-            return report | {"first_bad_seq": expected_seq, "reason": f"segment {number} is missing (no file, no "
-                             f"deletion record): seqs from {expected_seq} are unaccounted for"}
-        if first != expected_seq or (prev is not None and expected_prev is not None and prev != expected_prev):
-            return report | {"first_bad_seq": first, "reason": f"{name}: does not link to the segment before it "
-                             f"(expected seq {expected_seq} after hash {expected_prev})"}
+            return report | {
+                "first_bad_seq": expected_seq,
+                "reason": f"segment {number} is missing (no file, no deletion record): seqs from {expected_seq} "
+                "are unaccounted for",
+            }
+        if first != expected_seq or prev != expected_prev:
+            return report | {
+                "first_bad_seq": first,
+                "reason": f"{name}: does not link to the segment before it (expected seq {expected_seq} after "
+                f"hash {expected_prev})",
+            }
         expected_seq, expected_prev, number = last + 1, final, n + 1
     if live_first is not None:
         seq, kind, prev, payload = live_first
-        if seq != 1 or pieces:
+        if seq != 1 or number > 1:
             previous = payload.get("previous") if isinstance(payload, dict) else None
             if kind != OPEN_KIND or not isinstance(previous, dict) or previous.get("segment") != number - 1:
                 return report | {"first_bad_seq": seq, "reason": "the live segment does not open after the last "
