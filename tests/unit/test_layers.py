@@ -35,6 +35,8 @@ CLIENT_USES_SERVICE = {
     ("airlock.cli.audit", "airlock.journal.store"),
     ("airlock.cli.audit", "airlock.journal.chain"),
     ("airlock.cli.audit", "airlock.journal.journalfiles"),
+    # `airlock audit verify --segment FILE` checks one sealed segment file offline (journal/segments.py).
+    ("airlock.cli.audit", "airlock.journal.segments"),
     # `airlock audit verify --journal` and `audit compare` read a collector's journal files
     # and the local database offline (journal/fleet.py), without root or a running service.
     ("airlock.cli.fleet", "airlock.journal.chain"),

@@ -195,6 +195,7 @@ OPERATOR_VERBS: Final = frozenset(
         "policy.check",
         "audit.verify",
         "audit.head",
+        "audit.archive",
         "token.issue",
         "token.revoke",
         "statement",

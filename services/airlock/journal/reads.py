@@ -223,7 +223,6 @@ class Reader:
         finally:
             conn.close()
 
-
     archive_dir: Path | None = None
     _sealed_cache: tuple[list[str], list[segments.SegmentInfo]] | None = None
 

@@ -52,7 +52,7 @@ from airlock.common.codec import canonical_json, iso_utc
 from airlock.journal import chain
 from airlock.journal.chain import GENESIS
 from airlock.journal.records import Event
-from airlock.journal.schema import CACHE_KIB, _COLUMNS, _create_private, _migrate, _raise_high
+from airlock.journal.schema import _COLUMNS, CACHE_KIB, _create_private, _migrate, _raise_high
 
 SEAL_KIND: Final = "segment.sealed"
 OPEN_KIND: Final = "segment.opened"
@@ -238,8 +238,9 @@ def deletions(conn: sqlite3.Connection) -> list[Deletion]:
     return out
 
 
-def verify_all(files: Iterable[Path], live_first: tuple[int, str, str, dict[str, Any]] | None,
-               gone: Iterable[Deletion]) -> dict[str, Any]:
+def verify_all(
+    files: Iterable[Path], live_first: tuple[int, str, str, dict[str, Any]] | None, gone: Iterable[Deletion]
+) -> dict[str, Any]:
     """Walk every sealed segment and link them, and the live segment, into one chain.
 
     ``live_first``: the live database's first record (seq, kind, prev_hash,
@@ -295,11 +296,16 @@ def verify_all(files: Iterable[Path], live_first: tuple[int, str, str, dict[str,
         if seq != 1 or number > 1:
             previous = payload.get("previous") if isinstance(payload, dict) else None
             if kind != OPEN_KIND or not isinstance(previous, dict) or previous.get("segment") != number - 1:
-                return report | {"first_bad_seq": seq, "reason": "the live segment does not open after the last "
-                                 f"sealed one (segment {number - 1})"}
+                return report | {
+                    "first_bad_seq": seq,
+                    "reason": f"the live segment does not open after the last sealed one (segment {number - 1})",
+                }
             if seq != expected_seq or prev != expected_prev:
-                return report | {"first_bad_seq": seq, "reason": "the live segment does not link to the last sealed "
-                                 f"segment (expected seq {expected_seq} after hash {expected_prev})"}
+                return report | {
+                    "first_bad_seq": seq,
+                    "reason": "the live segment does not link to the last sealed "
+                    f"segment (expected seq {expected_seq} after hash {expected_prev})",
+                }
     return report | {"ok": True}
 
 
@@ -327,8 +333,16 @@ def live_segment(conn: sqlite3.Connection) -> tuple[int, int | None, float | Non
 def _record(seq: int, when: str, kind: str, payload: dict[str, Any], prev: str) -> tuple[tuple[Any, ...], Event]:
     text = canonical_json(payload).decode()
     record = {
-        "seq": seq, "time": when, "kind": kind, "request_id": None, "operation_id": None, "peer_uid": None,
-        "session": None, "writer": "journal", "payload": payload, "prev_hash": prev,
+        "seq": seq,
+        "time": when,
+        "kind": kind,
+        "request_id": None,
+        "operation_id": None,
+        "peer_uid": None,
+        "session": None,
+        "writer": "journal",
+        "payload": payload,
+        "prev_hash": prev,
     }
     digest = chain.compute_hash_with(record, text)
     row = (seq, when, kind, None, None, None, None, "journal", text, prev, digest)
@@ -346,8 +360,9 @@ def _open_live(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def seal(path: Path, wconn: sqlite3.Connection, head: tuple[int, str], high: int, now: float
-         ) -> tuple[sqlite3.Connection, list[Event], tuple[int, str]]:
+def seal(
+    path: Path, wconn: sqlite3.Connection, head: tuple[int, str], high: int, now: float
+) -> tuple[sqlite3.Connection, list[Event], tuple[int, str]]:
     """Seal the live database and open the next (steps 1-4 of the module doc).
 
     Returns the new writer connection, the records written (seal, opening)
@@ -381,13 +396,16 @@ def seal(path: Path, wconn: sqlite3.Connection, head: tuple[int, str], high: int
     return conn, [event, *opened], new_head
 
 
-def finish(path: Path, wconn: sqlite3.Connection, now: float) -> tuple[sqlite3.Connection, list[Event], tuple[int, str]]:
+def finish(
+    path: Path, wconn: sqlite3.Connection, now: float
+) -> tuple[sqlite3.Connection, list[Event], tuple[int, str]]:
     """Steps 3-4: the live file ends in its seal; build the next database and put it in place.
 
     Idempotent: a crash anywhere in it is finished by running it again.
     """
     last = wconn.execute("SELECT seq, kind, payload, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-    assert last is not None and last[1] == SEAL_KIND
+    if last is None or last[1] != SEAL_KIND:
+        raise ValueError("the live database does not end in a seal")
     sealed = json.loads(last[2])
     number = int(sealed["segment"])
     wconn.execute("PRAGMA journal_mode=DELETE")  # after a crash the file may be back in WAL mode

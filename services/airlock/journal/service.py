@@ -28,8 +28,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.kinds import NOTICES
 from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
-from airlock.journal import anchors, journalfiles, memory, retention, segments
-from airlock.journal import chain
+from airlock.journal import anchors, chain, journalfiles, memory, retention, segments
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
 from airlock.journal.quota import JournalQuota
 from airlock.journal.store import Store

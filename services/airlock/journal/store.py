@@ -34,8 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.journal.acknowledge import Acknowledged, acknowledge, validate_reason
 from airlock.journal import segments
+from airlock.journal.acknowledge import Acknowledged, acknowledge, validate_reason
 from airlock.journal.appends import Appends
 from airlock.journal.chain import GENESIS, VerifyResult
 from airlock.journal.operations import OpBegin, OperationTable

@@ -44,12 +44,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
-from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common import log
+from airlock.common.errors import AirlockError, ErrorCode
 from airlock.journal import chain, segments
 from airlock.journal.operations import OperationTable, Settled
 from airlock.journal.records import Event, _unavailable
@@ -294,13 +294,8 @@ class Writer:
         return False
 
     async def _commit(self, loop: asyncio.AbstractEventLoop, batch: list[_Work]) -> None:
-        if self._finish_pending:
-            self._roll_after = 0.0
-            await self._roll(loop)
-            if self._finish_pending:  # sealed and not yet in place: fail closed, try again with the next batch
-                self._failed += 1
-                self._failed_batch(batch, _unavailable(OSError("the journal is between two segments")))
-                return
+        if self._finish_pending and not await self._finish_first(loop, batch):
+            return
         batch = self._check_after(batch)
         if all(isinstance(w, _Sync) for w in batch):
             for work in batch:
@@ -357,6 +352,16 @@ class Writer:
                 self._ops.settle(work.entry)
                 if not work.future.done():
                     work.future.set_result(None)
+
+    async def _finish_first(self, loop: asyncio.AbstractEventLoop, batch: list[_Work]) -> bool:
+        """A sealed segment not yet in place is finished before anything else is written; else the batch fails."""
+        self._roll_after = 0.0
+        await self._roll(loop)
+        if not self._finish_pending:
+            return True
+        self._failed += 1
+        self._failed_batch(batch, _unavailable(OSError("the journal is between two segments")))
+        return False
 
     def _check_after(self, batch: list[_Work]) -> list[_Work]:
         """Fail, before the transaction, the work whose ``after`` marks failed; return the rest.

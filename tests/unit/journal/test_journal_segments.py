@@ -113,7 +113,7 @@ def test_a_tampered_sealed_segment_is_caught(db: Path) -> None:
     with_store(db, lambda s: _load(s, 4, 60), segment_max_bytes=SMALL)
     first = segments.list_files(segments.segments_dir(db))[0]
     assert segments.verify_file(first)["ok"]  # control
-    _edit_sealed(first, "UPDATE events SET payload = '{\"pad\":\"y\"}' WHERE seq = 5")
+    _edit_sealed(first, 'UPDATE events SET payload = \'{"pad":"y"}\' WHERE seq = 5')
     checked = segments.verify_file(first)
     assert not checked["ok"] and checked["first_bad_seq"] == 5
     full = with_store(db, lambda s: asyncio.to_thread(s.verify_full))
@@ -151,7 +151,7 @@ def test_a_rollover_cut_short_is_finished_and_nothing_is_written_between(
             raise OSError(28, "No space left on device")
         real(src, dst)
 
-    monkeypatch.setattr(segments.os, "rename", flaky)
+    monkeypatch.setattr(os, "rename", flaky)
 
     async def body(store: Store) -> None:
         await _load(store, 1, 200)  # the first rollover fails once after its seal; the next batch finishes it
@@ -175,9 +175,13 @@ def test_a_crash_after_the_seal_is_finished_at_open(db: Path) -> None:
     conn.execute("PRAGMA journal_mode=DELETE")
     from airlock.journal.schema import _COLUMNS
 
-    row, _ = segments._record(head[0] + 1, "2026-01-01T00:00:00.000Z", "segment.sealed",
-                              {"segment": 1, "file": "journal-000001.db", "first_seq": 1, "last_seq": head[0] + 1},
-                              head[1])
+    row, _ = segments._record(
+        head[0] + 1,
+        "2026-01-01T00:00:00.000Z",
+        "segment.sealed",
+        {"segment": 1, "file": "journal-000001.db", "first_seq": 1, "last_seq": head[0] + 1},
+        head[1],
+    )
     conn.execute(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", row)
     conn.close()
 
