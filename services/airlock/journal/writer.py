@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
 import sqlite3
 import threading
 import time
@@ -216,13 +215,15 @@ class Writer:
             if self._clock() - self._segment_opened >= self.segment_max_age:
                 return True
         if self.segment_max_bytes > 0:
-            size = 0
-            for suffix in ("", "-wal"):
+            # The database's own pages (committed, in the file or still in the WAL): the WAL file's size
+            # says nothing once it has grown, as SQLite reuses it without shrinking it.
+            with self._rlock:
                 try:
-                    size += os.stat(f"{self.path}{suffix}").st_size
-                except OSError:
-                    pass
-            return size >= self.segment_max_bytes
+                    pages = self._rconn.execute("PRAGMA page_count").fetchone()[0]
+                    size = self._rconn.execute("PRAGMA page_size").fetchone()[0]
+                except sqlite3.Error:
+                    return False
+            return int(pages) * int(size) >= self.segment_max_bytes
         return False
 
     async def _roll(self, loop: asyncio.AbstractEventLoop) -> None:

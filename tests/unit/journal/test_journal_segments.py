@@ -15,7 +15,7 @@ from journal_support import with_store
 from airlock.journal import retention, segments
 from airlock.journal.store import Store
 
-SMALL = 96 * 1024
+SMALL = 64 * 1024
 
 
 @pytest.fixture
