@@ -22,7 +22,7 @@ DEB_PACKAGES += nodejs npm
 # The SDK's pinned version (tests/mcp_ts/package-lock.json), installed like the Python test tools.
 MCP_TS := tests/mcp_ts
 
-.PHONY: all run test test-deps test-unit test-integration lint fmt deps clean bench stress
+.PHONY: all run test test-deps test-unit test-integration lint fmt deps clean bench stress soak
 
 all: test
 

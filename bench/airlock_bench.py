@@ -15,6 +15,7 @@ import base64
 import dataclasses
 import json as json_module
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -364,6 +365,42 @@ class Bench:
             )
         )
 
+    # -- journal bytes per exec (issue 38) -------------------------------------------------
+
+    def journal_bytes(self) -> None:
+        """Database bytes each exec of `true` adds (live and sealed segments together), and records per exec."""
+        n = self.plan.latency_requests * 4
+        samples, records = [], []
+        for _ in range(self.plan.rounds):
+            with BenchStack(self.config) as stack:
+                client = Persistent(stack.agent)
+                for _ in range(20):
+                    client.call(self.requests.exec_line(self.true_args))
+                before, seq_before = journal_size(stack.runtime_dir / "state")
+                for _ in range(n):
+                    if not client.call(self.requests.exec_line(self.true_args)).get("ok"):
+                        raise SystemExit("bench: exec of true failed")
+                client.close()
+                after, seq_after = journal_size(stack.runtime_dir / "state")
+            samples.append((after - before) / n)
+            records.append((seq_after - seq_before) / n)
+        value = median(samples)
+        self.add(
+            Figure(
+                "journal bytes per exec",
+                value,
+                "bytes",
+                "",
+                "",
+                None,
+                None,
+                None,
+                f"{n} execs of true x {self.plan.rounds} rounds, one connection; database pages used / exec; "
+                f"{median(records):.1f} records per exec",
+                samples,
+            )
+        )
+
     # -- resident memory ------------------------------------------------------------------
 
     def memory(self) -> None:
@@ -480,6 +517,26 @@ def _connect_when_bound(path: str, timeout: float) -> Persistent:
             time.sleep(0.002)
 
 
+def journal_size(state: Path) -> tuple[int, int]:
+    """Bytes of pages in use in the journal (the live database and every sealed segment), and its newest seq."""
+
+    used, head = 0, 0
+    paths = [state / "journal.sqlite", *sorted((state / "segments").glob("journal-*.db"))]
+    for path in paths:
+        if not path.exists():
+            continue
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            size = conn.execute("PRAGMA page_size").fetchone()[0]
+            used += (pages - free) * size
+            head = max(head, conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
+        finally:
+            conn.close()
+    return used, head
+
+
 STEPS: dict[str, str] = {
     "latency": "exec latency beside sudo and fork/exec",
     "cli": "airlock run -- true beside sudo",
@@ -488,6 +545,7 @@ STEPS: dict[str, str] = {
     "cold": "cold start",
     "journal": "journal appends",
     "memory": "resident memory after many requests",
+    "bytes": "journal bytes per exec",
 }
 
 
@@ -522,7 +580,12 @@ def main(argv: list[str] | None = None) -> int:
                         if name in wanted:
                             print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
                             step()
-        for name, step in (("cold", bench.cold_start), ("journal", bench.journal), ("memory", bench.memory)):
+        for name, step in (
+            ("cold", bench.cold_start),
+            ("journal", bench.journal),
+            ("memory", bench.memory),
+            ("bytes", bench.journal_bytes),
+        ):
             if name in wanted:
                 print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
                 step()

@@ -17,6 +17,11 @@ bench: $(BIN)/airlock
 stress: $(BIN)/airlock
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/stress $(STRESS_ARGS)
 
+# The journal's soak alone (issue 38; also part of `make stress`): AIRLOCK_SOAK_RECORDS (300000) records
+# into 4 MiB segments, and a live stack with 256 KiB segments; verify --full at the end, 0 lost, 0 unaudited.
+soak: $(BIN)/airlock
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider -rs tests/stress/test_soak.py $(STRESS_ARGS)
+
 # The agent door alone (issue 4): ping and exec with 1 and 16 clients beside fork/exec.
 bench-door: $(BIN)/airlock
 	$(BIN)/python bench/door_bench.py $(BENCH_ARGS)

@@ -265,11 +265,20 @@ async def run_load(
 
 
 def journal_index(stack: Stack) -> dict[str, set[str]]:
-    """request_id -> the kinds journaled for it (read-only, beside the live journal)."""
+    """request_id -> the kinds journaled for it (read-only, beside the live journal), sealed segments included."""
     index: dict[str, set[str]] = {}
-    with contextlib.closing(sqlite3.connect(f"file:{stack.database}?mode=ro", uri=True, timeout=30)) as conn:
-        for kind, rid in conn.execute("SELECT kind, request_id FROM events WHERE request_id IS NOT NULL"):
-            index.setdefault(rid, set()).add(kind)
+
+    def read(path: Path, query: str) -> None:
+        with contextlib.closing(sqlite3.connect(f"file:{path}{query}", uri=True, timeout=30)) as conn:
+            for kind, rid in conn.execute("SELECT kind, request_id FROM events WHERE request_id IS NOT NULL"):
+                index.setdefault(rid, set()).add(kind)
+
+    # The live file first, then the sealed ones: a rollover in between seals what was read into a file
+    # listed after it (read twice, which an index does not mind), never into one missed.
+    read(stack.database, "?mode=ro")
+    state = stack.database.parent
+    for path in sorted((state / "segments").glob("journal-*.db")) + sorted((state / "journal-archive").glob("*.db")):
+        read(path, "?mode=ro&immutable=1")
     return index
 
 
