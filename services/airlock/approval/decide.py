@@ -358,7 +358,7 @@ class Deciding(Tickets, Votes):
                 "rule": rule,
                 "policy": decision.to_dict(),
                 "timeout_seconds": timeout,
-                "request": fileop_review.without_content(request),
+                "request": _once(fileop_review.without_content(request)),
             }
             | self._pending_extra(entry),
             log_fields={"decision": "ask", "rule": rule},
@@ -485,3 +485,14 @@ def _user_name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def _once(request: Any) -> Any:
+    """The request as ``approval.pending`` journals it: without its ``spec`` when the spec only repeats the
+    request's own fields (issue 38: the spec is stored once per record; ``request.received``'s digest binds it)."""
+    if not isinstance(request, dict) or not isinstance(request.get("spec"), dict):
+        return request
+    spec = request["spec"]
+    if all(k in request and request[k] == v for k, v in spec.items()):
+        return {k: v for k, v in request.items() if k != "spec"}
+    return request
