@@ -215,7 +215,11 @@ def parser() -> argparse.ArgumentParser:
         "journald, an anchors file, or none (default: journald if readable, and the anchors file beside the database)"
     )
     for name, text in (
-        ("verify", "check the whole hash chain, and the database against its anchors; name the first bad record"),
+        (
+            "verify",
+            "check the hash chain (from the last verified point; --full: all of it) and the database against "
+            "its anchors; name the first bad record",
+        ),
         ("head", "print the newest sequence number and hash (keep them off the host)"),
         ("export", "print every audit event as JSON lines"),
         ("acknowledge", "accept a mismatch with the anchors and start a new chain segment (journal stopped; root)"),
@@ -228,6 +232,9 @@ def parser() -> argparse.ArgumentParser:
         if name == "verify":
             sp.add_argument("--from", dest="from_seq", type=int, help="start at this sequence number")
             sp.add_argument("--anchor", help="the hash `airlock audit head` printed for the record at --from")
+            sp.add_argument(
+                "--full", action="store_true", help="walk the whole chain (default: from the last verified point)"
+            )
             sp.add_argument(
                 "--lifecycle",
                 action="store_true",

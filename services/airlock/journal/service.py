@@ -31,6 +31,7 @@ from airlock.common.server import Call, Door, Service
 from airlock.journal import anchors, journalfiles, memory
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
 from airlock.journal.quota import JournalQuota
+from airlock.journal.reads import VERIFIED_KIND
 from airlock.journal.store import Store
 
 # Anchors one verify call may carry (the CLI sends more in several calls).
@@ -125,6 +126,7 @@ class Journal:
             config.journal.agent_bytes_per_second, config.journal.agent_burst_bytes, time.monotonic
         )
         store.meter = self.quota.charge
+        self.anchoring: Anchoring | None = None  # set by `build`: a verified point is anchored at once
 
     def writer_for(self, peer: Peer, claimed: Any) -> str:
         allowed = self.writers.get(peer.uid, set())
@@ -324,19 +326,48 @@ class Journal:
         if own:
             found, unreadable = await asyncio.to_thread(anchors.read_file, anchors.path_beside(self.store.path))
             given += found
+        check_chain = validate.boolean("chain", a.get("chain"), True)
         result = await asyncio.to_thread(
             self.store.audit,
             given,
             from_seq=validate.integer("from", a.get("from")),
             anchor=validate.optional_text("anchor", a.get("anchor"), max_len=128),
-            check_chain=validate.boolean("chain", a.get("chain"), True),
+            check_chain=check_chain,
+            incremental=not validate.boolean("full", a.get("full"), False),
         )
+        if check_chain and result["ok"]:
+            result["recorded"] = await self._record_verified(result)
         if own:
             result["anchors"] |= {"file": str(anchors.path_beside(self.store.path)), "unreadable": unreadable}
         # Whether this journal's anchors also go to journald (it runs under systemd).
         target = self.config.log.target
         result["anchors_in_journald"] = target == "journal" or (target == "auto" and log.stderr_is_journal(os.environ))
         return result
+
+    async def _record_verified(self, result: dict[str, Any]) -> dict[str, Any] | None:
+        """After a walk that checked out to the head: a `reads.VERIFIED_KIND` record naming that head, anchored
+        at once (the next verify starts there), or None when there is nothing new to record."""
+        walked = result.get("chain") or {}
+        seq, digest = walked.get("head_seq"), walked.get("head_hash")
+        point = result.get("verified") or {}
+        if self.store.refusal is not None or not seq or seq != result.get("head_seq"):
+            return None
+        if point.get("record_seq") == seq:
+            return None  # nothing since the last verified point but its own record
+        event = await self.store.append(
+            writer="journal",
+            kind=VERIFIED_KIND,
+            payload={
+                "seq": seq,
+                "hash": digest,
+                "checked": walked.get("checked"),
+                "mode": result.get("mode"),
+                "from_seq": point.get("seq", 1) if result.get("mode") == "incremental" else 1,
+            },
+        )
+        if self.anchoring is not None:
+            await self.anchoring.anchor_at("verified", (event.seq, event.hash))
+        return {"seq": event.seq, "hash": event.hash}
 
 
 def _anchor_args(value: Any) -> list[Anchor]:
@@ -430,6 +461,14 @@ class Anchoring:
             return None
         self.signed += 1
         return {"checkpoint": made.statement().decode(), "signature": signature}
+
+    async def anchor_at(self, reason: str, head: tuple[int, str]) -> None:
+        """Anchor one given record (a ``chain.verified`` record: it must be anchored itself, not a later head)."""
+        async with self._lock:
+            if self.store.refusal is not None:
+                return
+            signed = await self._sign(*head)
+            await asyncio.to_thread(self.write, reason, head, signed)
 
     async def anchor(self, reason: str) -> None:
         async with self._lock:
@@ -595,6 +634,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         identity=_identity(),
     )
     store.on_commit = anchoring.committed
+    journal.anchoring = anchoring
     store.on_records, anchoring.host = shipping()
     s = config.services
     door = Door(
