@@ -150,6 +150,7 @@ OUTSIDE: Final[Mapping[str, str]] = MappingProxyType(
         "service.started": "a service, not a request",
         "service.stopping": "a service, not a request",
         "chain.acknowledged": "the journal's chain, not a request",
+        "chain.verified": "the journal's chain, not a request",
     }
 )
 
