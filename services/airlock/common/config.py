@@ -487,6 +487,10 @@ class Journal:
     operation_capacity_per_agent: int = 256
     agent_bytes_per_second: int = 1024 * 1024
     agent_burst_bytes: int = 256 * 1024 * 1024
+    disk_warn_percent: float = 10.0
+    disk_warn_bytes: int = 1024 * 1024 * 1024
+    disk_check_seconds: float = 60.0
+    disk_warn_every_seconds: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -819,6 +823,30 @@ SETTINGS: tuple[Setting, ...] = (
         "The host's checkpoint key (OpenSSH ed25519, made at install, readable only by airlock-journal): every "
         "anchor is signed with it (ssh-keygen -Y sign, namespace airlock-checkpoint); `airlock audit host-key` "
         "prints its public half. Absent: anchors go unsigned (logged).",
+    ),
+    Setting(
+        "journal.disk_warn_percent",
+        non_negative_float,
+        10.0,
+        "Warn (journald, airlock status) when the journal's filesystem has less than this percent free (0: never).",
+    ),
+    Setting(
+        "journal.disk_warn_bytes",
+        non_negative_int,
+        1024 * 1024 * 1024,
+        "Warn when the journal's filesystem has fewer than this many bytes free (0: never); either threshold warns.",
+    ),
+    Setting(
+        "journal.disk_check_seconds",
+        positive_float,
+        60.0,
+        "How often the journal looks at its filesystem's free space.",
+    ),
+    Setting(
+        "journal.disk_warn_every_seconds",
+        positive_float,
+        3600.0,
+        "While space stays low the warning is repeated at most this often.",
     ),
     Setting(
         "runner.containment",

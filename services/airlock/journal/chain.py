@@ -33,8 +33,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
-from json.scanner import make_scanner  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
+from json.scanner import make_scanner
 from typing import Any, Final
 
 from airlock.common.codec import canonical_json
@@ -267,7 +267,7 @@ class _Walk:
 # The columns `verify_stored` takes, in this order (the journal's SELECT).
 STORED_COLUMNS: Final = (*RECORD_FIELDS, "hash")
 
-_scan = make_scanner(json.JSONDecoder())
+_scan = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # the C scanner takes the decoder
 _sorted_list = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, check_circular=False).encode
 _TEXT: Final = (str, type(None))
 

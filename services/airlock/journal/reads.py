@@ -294,7 +294,7 @@ def verified_point(
             continue
         point, digest = payload.get("seq"), payload.get("hash")
         if isinstance(point, int) and not isinstance(point, bool) and 1 <= point < seq and chain.is_hash(digest):
-            return VerifiedPoint(point, digest, seq, str(row[0]))
+            return VerifiedPoint(point, str(digest), seq, str(row[0]))
     return None
 
 

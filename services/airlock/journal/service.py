@@ -30,6 +30,7 @@ from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.journal import anchors, journalfiles, memory
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
+from airlock.journal.disk import DiskWatch
 from airlock.journal.quota import JournalQuota
 from airlock.journal.reads import VERIFIED_KIND
 from airlock.journal.store import Store
@@ -127,6 +128,7 @@ class Journal:
         )
         store.meter = self.quota.charge
         self.anchoring: Anchoring | None = None  # set by `build`: a verified point is anchored at once
+        self.disk_watch: DiskWatch | None = None  # set by `build`
 
     def writer_for(self, peer: Peer, claimed: Any) -> str:
         allowed = self.writers.get(peer.uid, set())
@@ -313,6 +315,17 @@ class Journal:
         except (sqlite3.Error, ValueError) as exc:
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"the journal could not be read: {exc}") from None
         return {"records": records}
+
+    async def disk(self, call: Call) -> dict[str, Any]:
+        """The journal's size, its filesystem's free space and growth rate (`airlock status`)."""
+        watch = self.disk_watch
+        if watch is None:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the disk watch is not running")
+        try:
+            found = await watch.check()
+        except OSError as exc:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"cannot measure the journal's filesystem: {exc}") from None
+        return found.to_dict()
 
     async def head(self, call: Call) -> dict[str, Any]:
         seq, digest = self.store.head()
@@ -635,6 +648,14 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     )
     store.on_commit = anchoring.committed
     journal.anchoring = anchoring
+    j = config.journal
+    journal.disk_watch = watch = DiskWatch(
+        store.path,
+        warn_percent=j.disk_warn_percent,
+        warn_bytes=j.disk_warn_bytes,
+        every=j.disk_check_seconds,
+        repeat=j.disk_warn_every_seconds,
+    )
     store.on_records, anchoring.host = shipping()
     s = config.services
     door = Door(
@@ -653,6 +674,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "hold.state": _refusing(store, journal.hold_state),
             "grants.state": _refusing(store, journal.grants_state),
             "verify": journal.verify,
+            "disk": journal.disk,
         },
         max_line=config.limits.max_request_bytes * 2,
     )
@@ -667,8 +689,10 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         await store.append(writer="journal", kind="service.started", payload=payload)
         await anchoring.anchor("start")
         anchoring.start()
+        watch.start()
 
     async def stop() -> None:
+        await watch.stop()
         await anchoring.stop()
         try:
             if store.refusal is None:
