@@ -22,10 +22,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-from stress_support import RequestMaker, Tally, audit, run_load, running_stack, stress_clients, stress_n, verify_chain
-
 from airlock.journal import segments
 from airlock.journal.store import Store
+
+from stress_support import RequestMaker, Tally, audit, run_load, running_stack, stress_clients, stress_n, verify_chain
 
 
 def soak_records() -> int:

@@ -179,6 +179,10 @@ class Operating(Tickets, Votes):
             out["journal"] = {"state": "up", "events": head.get("seq")}
         except AirlockError as exc:
             out["journal"] = {"state": "down", "error": exc.message}
+        try:
+            out["journal"]["disk"] = await self.journal.call("disk", {}, timeout=5)
+        except AirlockError as exc:
+            out["journal"]["disk"] = {"error": exc.message}
         for name, door in (("intake", "agent"), ("runner", "runner")):
             try:
                 listening = stat.S_ISSOCK(os.stat(self.config.socket_path(door)).st_mode)

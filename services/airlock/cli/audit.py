@@ -1,5 +1,9 @@
 """`airlock audit verify` against anchors, and `airlock audit acknowledge`.
 
+verify walks the chain from the last verified point the journal recorded
+(a ``chain.verified`` record, anchored) to the head; ``--full`` walks all of
+it.  The anchors are compared in full every time.
+
 verify asks the journal through the operator door (approval passes
 ``audit.verify`` on as the journal's ``verify``).  Anchors: the journal reads
 its own anchors file (``own_anchors``: only it may read it); journald's are
@@ -142,9 +146,8 @@ def verify(ns: argparse.Namespace) -> int:
         base["from"] = ns.from_seq
     if ns.anchor:
         base["anchor"] = ns.anchor
-    if getattr(ns, "full", False):
-        base["full"] = True
-    first = _call(ns, base | {"anchors": _batch(found, 0), "own_anchors": source is None})
+    full = {"full": True} if getattr(ns, "full", False) else {}
+    first = _call(ns, base | full | {"anchors": _batch(found, 0), "own_anchors": source is None})
     if isinstance(first, int):
         return first
     envelope_id, data = first
@@ -246,10 +249,18 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def render(data: dict[str, Any]) -> str:
     lines = []
+    point = data.get("verified") or {}
     if data.get("chain_ok", data.get("ok")):
-        lines.append(
-            f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}"
-        )
+        if data.get("mode") == "incremental":
+            lines.append(
+                f"ok: {data.get('checked')} record(s) verified from the last verified point (seq {point.get('seq')}, "
+                f"verified {sanitise(str(point.get('time')))}; --full walks all); "
+                f"head {data.get('head_seq')} {data.get('head_hash')}"
+            )
+        else:
+            lines.append(
+                f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}"
+            )
     else:
         lines.append(f"FAILED at record {data.get('first_bad_seq')}: {sanitise(str(data.get('reason')))}")
     anchors = data.get("anchors") or {}

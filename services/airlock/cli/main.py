@@ -215,7 +215,11 @@ def parser() -> argparse.ArgumentParser:
         "journald, an anchors file, or none (default: journald if readable, and the anchors file beside the database)"
     )
     for name, text in (
-        ("verify", "check the whole hash chain, and the database against its anchors; name the first bad record"),
+        (
+            "verify",
+            "check the hash chain (from the last verified point; --full: all of it) and the database against "
+            "its anchors; name the first bad record",
+        ),
         ("head", "print the newest sequence number and hash (keep them off the host)"),
         ("export", "print every audit event as JSON lines"),
         ("acknowledge", "accept a mismatch with the anchors and start a new chain segment (journal stopped; root)"),
@@ -229,18 +233,18 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--from", dest="from_seq", type=int, help="start at this sequence number")
             sp.add_argument("--anchor", help="the hash `airlock audit head` printed for the record at --from")
             sp.add_argument(
+                "--full",
+                action="store_true",
+                help="walk the whole chain (default: from the last verified point), every sealed segment too "
+                "(beside the live one and archived), each on its own and linked into one chain",
+            )
+            sp.add_argument(
                 "--lifecycle",
                 action="store_true",
                 help="also fold every request's events through the lifecycle table and name each "
                 "request whose story it forbids",
             )
             fleet.add_verify_arguments(sp)
-            sp.add_argument(
-                "--full",
-                action="store_true",
-                help="also walk every sealed segment (beside the live one and archived), each on its own and "
-                "linked into one chain",
-            )
             sp.add_argument(
                 "--segment",
                 metavar="FILE",

@@ -59,9 +59,49 @@ def cmd_status(ns: argparse.Namespace) -> int:
         for name, info in sorted(services.items()):
             extra = f", {info['events']} events" if "events" in info else ""
             pairs.append((name, f"{info.get('state')}{extra}"))
+            if name == "journal" and isinstance(info.get("disk"), dict):
+                pairs += disk_lines(info["disk"])
         pairs += relay_lines(data["relay"])
         print(fields(pairs))
     return rc
+
+
+def _size(n: object) -> str:
+    value = float(n) if isinstance(n, int | float) else 0.0
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def disk_lines(disk: dict[str, Any]) -> list[tuple[str, object]]:
+    """The journal's disk as `airlock status` shows it (journal/disk.py measures it)."""
+    if disk.get("error"):
+        return [("  disk", f"unknown: {sanitise(str(disk['error']))}")]
+    rate = disk.get("bytes_per_day")
+    days = disk.get("days_left")
+    growth = (
+        f"growing {_size(rate)}/day, full in ~{days:,.0f} day(s) at that rate"
+        if isinstance(rate, int | float) and rate > 0 and isinstance(days, int | float)
+        else "growth rate not known yet (under an hour of records)"
+        if rate is None
+        else "not growing"
+    )
+    free = (
+        f"{_size(disk.get('free_bytes'))} free of {_size(disk.get('filesystem_bytes'))} ({disk.get('free_percent')}%)"
+    )
+    if disk.get("low"):
+        free += (
+            f"; LOW: under journal.disk_warn_percent {disk.get('warn_percent')}% or "
+            f"journal.disk_warn_bytes {_size(disk.get('warn_bytes'))}"
+        )
+    return [
+        ("  size", f"{_size(disk.get('journal_bytes'))}, {disk.get('records')} record(s)"),
+        ("  segment", sanitise(str(disk.get("segment")))),
+        ("  free", free),
+        ("  growth", growth),
+    ]
 
 
 def relay_status(hint: object, now: float) -> dict[str, Any]:

@@ -500,6 +500,10 @@ class Journal:
     archive_max_age: float = 0.0
     archive_max_bytes: int = 0
     archive_delete_when: str = "never"
+    disk_warn_percent: float = 10.0
+    disk_warn_bytes: int = 1024 * 1024 * 1024
+    disk_check_seconds: float = 60.0
+    disk_warn_every_seconds: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -885,6 +889,30 @@ SETTINGS: tuple[Setting, ...] = (
         "When an archived segment past its limit is deleted: never; shipped (the fleet collector's "
         "acknowledgement covers its last record); confirmed (an operator ran `airlock audit archive --confirm`). "
         "Each deletion is journaled with the segment's range and final hash.",
+    ),
+    Setting(
+        "journal.disk_warn_percent",
+        non_negative_float,
+        10.0,
+        "Warn (journald, airlock status) when the journal's filesystem has less than this percent free (0: never).",
+    ),
+    Setting(
+        "journal.disk_warn_bytes",
+        non_negative_int,
+        1024 * 1024 * 1024,
+        "Warn when the journal's filesystem has fewer than this many bytes free (0: never); either threshold warns.",
+    ),
+    Setting(
+        "journal.disk_check_seconds",
+        positive_float,
+        60.0,
+        "How often the journal looks at its filesystem's free space.",
+    ),
+    Setting(
+        "journal.disk_warn_every_seconds",
+        positive_float,
+        3600.0,
+        "While space stays low the warning is repeated at most this often.",
     ),
     Setting(
         "runner.containment",

@@ -202,6 +202,13 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
         "b9be8b79bf2845c0b92c60f4f036534c",
         "An archived audit segment was deleted under the retention rules; its range and final hash stay in the chain.",
     ),
+    # The journal, after a verify that checked out to the head: where the next (incremental) verify starts.
+    KindInfo(
+        "chain.verified",
+        frozenset({"journal"}),
+        "6d1c0b7e94a84f2fb3c5e8a1d0f27c49",
+        "airlock audit verify checked the chain up to this head; the next verify starts here (--full: from seq 1).",
+    ),
 )
 
 if (lifecycle.LIFECYCLE_KINDS | set(lifecycle.OUTSIDE)) - set(KINDS):
@@ -225,6 +232,9 @@ NOTICES: Final[Mapping[str, str]] = MappingProxyType(
         "notify.feed.failed": "2d9e8b7a6c5f4e3d9b1a0c8e7f6d5a49",
         "notify.channel.failing": "8f4c2e1a9b7d4c3e8a6f5b2d1c9e7a40",
         "notify.cursor.reset": "3a7e5c9b1d2f4e8a9c6b0d4f2e8a1c57",
+        # The journal's filesystem runs low on space (journal.disk_warn_*), and has room again.
+        "journal.disk.low": "a4f0e7c2d95b4b1e8c3a6f9d2e7b0c15",
+        "journal.disk.recovered": "58e2b9d04c1f4a7e9b6d3c0a8f1e2d76",
     }
 )
 if set(NOTICES.values()) & {info.message_id for info in KINDS.values()}:

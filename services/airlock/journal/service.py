@@ -30,7 +30,9 @@ from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.journal import anchors, chain, journalfiles, memory, retention, segments
 from airlock.journal.chain import Anchor, AnchorCheck, parse_anchor
+from airlock.journal.disk import DiskWatch
 from airlock.journal.quota import JournalQuota
+from airlock.journal.reads import VERIFIED_KIND
 from airlock.journal.store import Store
 
 # Anchors one verify call may carry (the CLI sends more in several calls).
@@ -128,6 +130,8 @@ class Journal:
         )
         store.meter = self.quota.charge
         self._retaining = asyncio.Lock()
+        self.anchoring: Anchoring | None = None  # set by `build`: a verified point is anchored at once
+        self.disk_watch: DiskWatch | None = None  # set by `build`
 
     def writer_for(self, peer: Peer, claimed: Any) -> str:
         allowed = self.writers.get(peer.uid, set())
@@ -315,6 +319,17 @@ class Journal:
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"the journal could not be read: {exc}") from None
         return {"records": records}
 
+    async def disk(self, call: Call) -> dict[str, Any]:
+        """The journal's size, its filesystem's free space and growth rate (`airlock status`)."""
+        watch = self.disk_watch
+        if watch is None:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the disk watch is not running")
+        try:
+            found = await watch.check()
+        except OSError as exc:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, f"cannot measure the journal's filesystem: {exc}") from None
+        return found.to_dict()
+
     async def head(self, call: Call) -> dict[str, Any]:
         seq, digest = self.store.head()
         return {"seq": seq, "hash": digest}
@@ -409,19 +424,48 @@ class Journal:
         if own:
             found, unreadable = await asyncio.to_thread(anchors.read_file, anchors.path_beside(self.store.path))
             given += found
+        check_chain = validate.boolean("chain", a.get("chain"), True)
         result = await asyncio.to_thread(
             self.store.audit,
             given,
             from_seq=validate.integer("from", a.get("from")),
             anchor=validate.optional_text("anchor", a.get("anchor"), max_len=128),
-            check_chain=validate.boolean("chain", a.get("chain"), True),
+            check_chain=check_chain,
+            incremental=not validate.boolean("full", a.get("full"), False),
         )
+        if check_chain and result["ok"]:
+            result["recorded"] = await self._record_verified(result)
         if own:
             result["anchors"] |= {"file": str(anchors.path_beside(self.store.path)), "unreadable": unreadable}
         # Whether this journal's anchors also go to journald (it runs under systemd).
         target = self.config.log.target
         result["anchors_in_journald"] = target == "journal" or (target == "auto" and log.stderr_is_journal(os.environ))
         return result
+
+    async def _record_verified(self, result: dict[str, Any]) -> dict[str, Any] | None:
+        """After a walk that checked out to the head: a `reads.VERIFIED_KIND` record naming that head, anchored
+        at once (the next verify starts there), or None when there is nothing new to record."""
+        walked = result.get("chain") or {}
+        seq, digest = walked.get("head_seq"), walked.get("head_hash")
+        point = result.get("verified") or {}
+        if self.store.refusal is not None or not seq or seq != result.get("head_seq"):
+            return None
+        if point.get("record_seq") == seq:
+            return None  # nothing since the last verified point but its own record
+        event = await self.store.append(
+            writer="journal",
+            kind=VERIFIED_KIND,
+            payload={
+                "seq": seq,
+                "hash": digest,
+                "checked": walked.get("checked"),
+                "mode": result.get("mode"),
+                "from_seq": point.get("seq", 1) if result.get("mode") == "incremental" else 1,
+            },
+        )
+        if self.anchoring is not None:
+            await self.anchoring.anchor_at("verified", (event.seq, event.hash))
+        return {"seq": event.seq, "hash": event.hash}
 
 
 async def _logged(work: Awaitable[Any]) -> None:
@@ -525,6 +569,14 @@ class Anchoring:
             return None
         self.signed += 1
         return {"checkpoint": made.statement().decode(), "signature": signature}
+
+    async def anchor_at(self, reason: str, head: tuple[int, str]) -> None:
+        """Anchor one given record (a ``chain.verified`` record: it must be anchored itself, not a later head)."""
+        async with self._lock:
+            if self.store.refusal is not None:
+                return
+            signed = await self._sign(*head)
+            await asyncio.to_thread(self.write, reason, head, signed)
 
     async def anchor(self, reason: str) -> None:
         async with self._lock:
@@ -707,6 +759,15 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         spawn(journal.retain())
 
     store.on_rollover = rolled
+    journal.anchoring = anchoring
+    j = config.journal
+    journal.disk_watch = watch = DiskWatch(
+        store.path,
+        warn_percent=j.disk_warn_percent,
+        warn_bytes=j.disk_warn_bytes,
+        every=j.disk_check_seconds,
+        repeat=j.disk_warn_every_seconds,
+    )
     store.on_records, anchoring.host = shipping()
     s = config.services
     door = Door(
@@ -726,6 +787,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "grants.state": _refusing(store, journal.grants_state),
             "verify": journal.verify,
             "archive": _refusing(store, journal.archive),
+            "disk": journal.disk,
         },
         max_line=config.limits.max_request_bytes * 2,
     )
@@ -740,6 +802,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         await store.append(writer="journal", kind="service.started", payload=payload)
         await anchoring.anchor("start")
         anchoring.start()
+        watch.start()
 
         async def hourly() -> None:
             while True:
@@ -751,6 +814,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     async def stop() -> None:
         for task in list(background):
             task.cancel()
+        await watch.stop()
         await anchoring.stop()
         try:
             if store.refusal is None:
