@@ -329,17 +329,12 @@ def _verify_stored(walk: _Walk, batches: Iterable[Sequence[Sequence[Any]]]) -> V
                 and (peer_uid is None or type(peer_uid) is int)
             ):
                 text = (
-                    '{"kind":' + enc(kind)
-                    + ',"operation_id":' + ("null" if operation_id is None else enc(operation_id))
-                    + ',"payload":' + payload
-                    + ',"peer_uid":' + ("null" if peer_uid is None else str(peer_uid))
-                    + ',"prev_hash":"' + row_prev
-                    + '","request_id":' + ("null" if request_id is None else enc(request_id))
-                    + ',"seq":' + str(seq)
-                    + ',"session":' + ("null" if session is None else enc(session))
-                    + ',"time":' + enc(time_)
-                    + ',"writer":' + enc(writer) + "}"
-                )  # fmt: skip
+                    f'{{"kind":{enc(kind)},"operation_id":{"null" if operation_id is None else enc(operation_id)},'
+                    f'"payload":{payload},"peer_uid":{"null" if peer_uid is None else peer_uid},'
+                    f'"prev_hash":"{row_prev}","request_id":{"null" if request_id is None else enc(request_id)},'
+                    f'"seq":{seq},"session":{"null" if session is None else enc(session)},'
+                    f'"time":{enc(time_)},"writer":{enc(writer)}}}'
+                )
                 try:
                     body = text.encode()
                 except UnicodeEncodeError:
