@@ -257,7 +257,19 @@ class Reader:
         cached = self._sealed_cache
         if cached is not None and cached[0] == key:
             return cached[1]
-        found = segments.scan(*folders)
+        # Only new files are opened (a rollover adds one; a move to the archive renames one).
+        by_name = {i.path.name: i for i in (cached[1] if cached else [])}
+        found = []
+        for path in map(Path, key):
+            old = by_name.get(path.name)
+            if old is not None and old.path == path:
+                found.append(old)
+                continue
+            try:
+                found.append(segments.read_info(path))
+            except ValueError:
+                continue
+        found.sort(key=lambda i: i.first_seq)
         self._sealed_cache = (key, found)
         return found
 

@@ -30,6 +30,7 @@ Two steps, run by airlock-journal after every rollover, at start and hourly:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -139,14 +140,15 @@ async def apply(
 ) -> dict[str, Any]:
     """Both steps; what was archived, deleted, and what is past the limits but kept (and why)."""
     report: dict[str, Any] = {"archived": [], "deleted": [], "kept": [], "delete_when": limits.delete_when}
-    live = segments.scan(segments.segments_dir(database))
+    # File work runs off the event loop (a thread each): the journal keeps serving meanwhile.
+    live = await asyncio.to_thread(segments.scan, segments.segments_dir(database))
     for info in past(live, limits.retention_max_age, limits.retention_max_bytes, now):
         report["archived"].append(info.to_dict() | {"to": str(archive / info.path.name)})
         if not dry_run:
-            move(info, archive)
-    archived = segments.scan(archive)
+            await asyncio.to_thread(move, info, archive)
+    archived = await asyncio.to_thread(segments.scan, archive)
     candidates = past(archived, limits.archive_max_age, limits.archive_max_bytes, now)
-    shipped = read_shipped(database)
+    shipped = await asyncio.to_thread(read_shipped, database)
     holding = False  # once one is kept, every newer one is too: what is deleted stays the oldest run
     for info in candidates:
         if holding:
@@ -179,7 +181,11 @@ async def apply(
                     "reason": reason,
                 }
             )
-            os.unlink(info.path)
-            segments._fsync_dir(info.path.parent)
+            await asyncio.to_thread(_unlink, info.path)
         report["deleted"].append(entry)
     return report
+
+
+def _unlink(path: Path) -> None:
+    os.unlink(path)
+    segments._fsync_dir(path.parent)
