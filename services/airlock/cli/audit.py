@@ -337,6 +337,10 @@ def archive(ns: argparse.Namespace) -> int:
         print(f"deleted ({seg['reason']}): segment {seg['segment']} seqs {seg['first_seq']}-{seg['last_seq']}")
     for seg in data.get("kept") or []:
         print(f"past the archive's limits, kept: segment {seg['segment']}: {sanitise(str(seg['why']))}")
+    print(
+        f"{len(data.get('segments') or [])} sealed segment(s), {len(data.get('archive') or [])} archived in "
+        f"{sanitise(str(data.get('archive_dir')))}; deleting past the archive's limits: {data.get('delete_when')}"
+    )
     return 0
 
 
