@@ -270,3 +270,22 @@ def test_anchors_in_sealed_segments_still_check(db: Path) -> None:
         assert store.check_tail(Anchor(first.seq, first.hash)).ok
 
     with_store(db, body, segment_max_bytes=SMALL)
+
+
+def test_a_segment_is_sealed_by_age(db: Path) -> None:
+    from journal_support import FakeClock
+
+    clock = FakeClock()
+
+    async def body(store: Store) -> None:
+        await store.append(writer="intake", kind="request.received", payload={})
+        await store.append(writer="intake", kind="request.received", payload={})
+        await store.sync([])  # the writer has looked at the segment after those batches
+        assert segments.list_files(segments.segments_dir(db)) == []  # young: not sealed
+        clock.now += 61
+        await store.append(writer="intake", kind="request.received", payload={})
+        await store.sync([])
+        assert len(segments.list_files(segments.segments_dir(db))) == 1
+        assert store.verify_full()["ok"]
+
+    with_store(db, body, segment_max_age=60.0, clock=clock)
