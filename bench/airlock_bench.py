@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import journal_bench
+import verify_bench
 from harness import (
     REPO,
     SERVICES,
@@ -364,6 +365,42 @@ class Bench:
             )
         )
 
+    # -- audit chain verification (issue 38) ---------------------------------------------
+
+    def verify(self) -> None:
+        records = 200_000 if self.plan is not QUICK else 50_000
+        day = 60_000 if self.plan is not QUICK else 20_000
+        results = [verify_bench.measure(records, day, self.workdir) for _ in range(min(self.plan.rounds, 3))]
+        full = [r.full_rate for r in results]
+        reference = [r.reference_rate for r in results]
+        incremental = [r.incremental_seconds for r in results]
+        f, ref, inc = median(full), median(reference), median(incremental)
+        self.add(
+            Figure(
+                f"audit verify --full, {records:,} records",
+                f,
+                "records/s",
+                ">= 200,000 records/s",
+                "the reference walk (verify before issue 38)",
+                ref,
+                f / ref,
+                f >= 200_000,
+                "SQLite in batches of 2,048, stored payload text spliced once a batch is proven canonical",
+                full,
+            )
+        )
+        self.add(
+            Figure(
+                f"audit verify (incremental), {day:,} new records",
+                inc * 1000,
+                "ms",
+                "< 1 s",
+                met=inc < 1.0,
+                note=f"from the last verified point; the journal holds {records + day:,} records",
+                samples=[x * 1000 for x in incremental],
+            )
+        )
+
     # -- resident memory ------------------------------------------------------------------
 
     def memory(self) -> None:
@@ -488,6 +525,7 @@ STEPS: dict[str, str] = {
     "cold": "cold start",
     "journal": "journal appends",
     "memory": "resident memory after many requests",
+    "verify": "audit chain verify: full walk and incremental",
 }
 
 
@@ -522,7 +560,12 @@ def main(argv: list[str] | None = None) -> int:
                         if name in wanted:
                             print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
                             step()
-        for name, step in (("cold", bench.cold_start), ("journal", bench.journal), ("memory", bench.memory)):
+        for name, step in (
+            ("cold", bench.cold_start),
+            ("journal", bench.journal),
+            ("memory", bench.memory),
+            ("verify", bench.verify),
+        ):
             if name in wanted:
                 print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
                 step()
