@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import journal_bench
+import verify_bench
 from harness import (
     REPO,
     SERVICES,
@@ -401,6 +402,42 @@ class Bench:
             )
         )
 
+    # -- audit chain verification (issue 38) ---------------------------------------------
+
+    def verify(self) -> None:
+        records = 200_000 if self.plan is not QUICK else 50_000
+        day = 60_000 if self.plan is not QUICK else 20_000
+        results = [verify_bench.measure(records, day, self.workdir) for _ in range(min(self.plan.rounds, 3))]
+        full = [r.full_rate for r in results]
+        reference = [r.reference_rate for r in results]
+        incremental = [r.incremental_seconds for r in results]
+        f, ref, inc = median(full), median(reference), median(incremental)
+        self.add(
+            Figure(
+                f"audit verify --full, {records:,} records",
+                f,
+                "records/s",
+                ">= 200,000 records/s",
+                "the reference walk (verify before issue 38)",
+                ref,
+                f / ref,
+                f >= 200_000,
+                "SQLite in batches of 2,048, stored payload text spliced once a batch is proven canonical",
+                full,
+            )
+        )
+        self.add(
+            Figure(
+                f"audit verify (incremental), {day:,} new records",
+                inc * 1000,
+                "ms",
+                "< 1 s",
+                met=inc < 1.0,
+                note=f"from the last verified point; the journal holds {records + day:,} records",
+                samples=[x * 1000 for x in incremental],
+            )
+        )
+
     # -- resident memory ------------------------------------------------------------------
 
     def memory(self) -> None:
@@ -546,6 +583,7 @@ STEPS: dict[str, str] = {
     "journal": "journal appends",
     "memory": "resident memory after many requests",
     "bytes": "journal bytes per exec",
+    "verify": "audit chain verify: full walk and incremental",
 }
 
 
@@ -585,6 +623,7 @@ def main(argv: list[str] | None = None) -> int:
             ("journal", bench.journal),
             ("memory", bench.memory),
             ("bytes", bench.journal_bytes),
+            ("verify", bench.verify),
         ):
             if name in wanted:
                 print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)

@@ -106,7 +106,7 @@ def fmt(value: float | None, unit: str) -> str:
         return "n/a"
     if unit == "ms":
         return f"{value:.2f} ms" if value < 100 else f"{value:.0f} ms"
-    if unit in ("req/s", "appends/s", "MiB/s"):
+    if unit in ("req/s", "appends/s", "MiB/s", "records/s"):
         return f"{value:,.0f} {unit}"
     if unit == "MiB":
         return f"{value:.1f} MiB"
