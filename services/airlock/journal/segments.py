@@ -419,6 +419,7 @@ def finish(
         _migrate(nconn)
         nconn.execute("ATTACH DATABASE ? AS old", (str(path),))
         opened_payload = {
+            "carried": carry(wconn),
             "segment": number + 1,
             "previous": {
                 "segment": number,
@@ -507,3 +508,81 @@ def sealed_hashes(infos: Iterable[SegmentInfo], seqs: Iterable[int]) -> dict[int
         finally:
             conn.close()
     return found
+
+
+# -- what a new segment carries over: the operator state approval restores at start ----------------
+
+_OPERATOR_ROWS: Final = (
+    "SELECT seq, time, peer_uid, payload FROM events"
+    " WHERE kind = 'operator.action' AND writer IN ('approval', 'operator')"
+    " AND json_extract(payload, '$.action') IN ({actions})"
+)
+
+
+def _carried(conn: sqlite3.Connection) -> dict[str, Any]:
+    """The ``carried`` part of the live segment's opening record (empty before the first rollover)."""
+    row = conn.execute("SELECT kind, payload FROM events ORDER BY seq LIMIT 1").fetchone()
+    if row is None or row[0] != OPEN_KIND:
+        return {}
+    try:
+        carried = json.loads(row[1]).get("carried")
+    except (ValueError, AttributeError):
+        return {}
+    return carried if isinstance(carried, dict) else {}
+
+
+def latest_hold(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    """The newest hold or release (approval's own records) of the live database, or the one carried over."""
+    row = conn.execute(_OPERATOR_ROWS.format(actions="'hold', 'release'") + " ORDER BY seq DESC LIMIT 1").fetchone()
+    if row is None:
+        hold = _carried(conn).get("hold")
+        return hold if isinstance(hold, dict) else None
+    payload = json.loads(row[3])
+    return {
+        "seq": row[0],
+        "time": row[1],
+        "peer_uid": row[2],
+        "action": payload.get("action"),
+        "operator": payload.get("operator"),
+        "reason": payload.get("reason"),
+        "since": payload.get("since"),
+    }
+
+
+def grant_records(conn: sqlite3.Connection, limit: int = 4096) -> list[dict[str, Any]]:
+    """Grant records, oldest first: those carried over (the grants in force at the rollover), then the live ones."""
+    rows = conn.execute(
+        _OPERATOR_ROWS.format(actions="'grant', 'grant.revoke', 'grant.expired'") + " ORDER BY seq DESC LIMIT ?",
+        (limit,),
+    ).fetchall()
+    live = []
+    for seq, _, _, payload in reversed(rows):
+        record = json.loads(payload)
+        live.append(
+            {
+                "seq": seq,
+                "action": record.get("action"),
+                "grant_id": record.get("grant_id"),
+                "grant": record.get("grant"),
+            }
+        )
+    carried = _carried(conn).get("grants")
+    earlier = [g for g in carried if isinstance(g, dict)] if isinstance(carried, list) else []
+    return (earlier + live)[-limit:]
+
+
+def carry(conn: sqlite3.Connection) -> dict[str, Any]:
+    """What the next segment's opening record carries: the newest hold/release and the grants still in force."""
+    made: dict[str, dict[str, Any]] = {}
+    for record in grant_records(conn):
+        grant_id = record.get("grant_id")
+        if not isinstance(grant_id, str):
+            grant = record.get("grant")
+            grant_id = grant.get("grant_id") if isinstance(grant, dict) else None
+        if not isinstance(grant_id, str):
+            continue
+        if record.get("action") == "grant":
+            made[grant_id] = record
+        else:
+            made.pop(grant_id, None)
+    return {"hold": latest_hold(conn), "grants": list(made.values())}

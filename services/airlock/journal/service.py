@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import socket
 import sqlite3
@@ -61,61 +60,29 @@ def latest_hold(database: Path) -> dict[str, Any] | None:
 
     Read on a read-only connection of its own (the store's writer is not
     involved); only approval's own records count, so nothing an agent can
-    put in an ID or a session can stand in for one.
+    put in an ID or a session can stand in for one.  After a rollover the
+    live segment's opening record carries the newest one of the segments
+    before it (journal/segments.py `carried`).
     """
     conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
     try:
-        row = conn.execute(
-            "SELECT seq, time, peer_uid, payload FROM events"
-            " WHERE kind = 'operator.action' AND writer IN ('approval', 'operator')"
-            " AND json_extract(payload, '$.action') IN ('hold', 'release')"
-            " ORDER BY seq DESC LIMIT 1"
-        ).fetchone()
+        return segments.latest_hold(conn)
     finally:
         conn.close()
-    if row is None:
-        return None
-    payload = json.loads(row[3])
-    return {
-        "seq": row[0],
-        "time": row[1],
-        "peer_uid": row[2],
-        "action": payload.get("action"),
-        "operator": payload.get("operator"),
-        "reason": payload.get("reason"),
-        "since": payload.get("since"),
-    }
 
 
 def grant_records(database: Path, limit: int = 4096) -> list[dict[str, Any]]:
     """The newest grant records (made, revoked, expired; issue 18), oldest first: approval rebuilds its grants from
     them.
 
-    Like `latest_hold`: a read-only connection of its own, approval's own records only.
+    Like `latest_hold`: a read-only connection of its own, approval's own records only; the grants still in
+    force when the segments before were sealed come first, from the live segment's opening record.
     """
     conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
     try:
-        rows = conn.execute(
-            "SELECT seq, payload FROM events"
-            " WHERE kind = 'operator.action' AND writer IN ('approval', 'operator')"
-            " AND json_extract(payload, '$.action') IN ('grant', 'grant.revoke', 'grant.expired')"
-            " ORDER BY seq DESC LIMIT ?",
-            (limit,),
-        ).fetchall()
+        return segments.grant_records(conn, limit)
     finally:
         conn.close()
-    out = []
-    for seq, payload in reversed(rows):
-        record = json.loads(payload)
-        out.append(
-            {
-                "seq": seq,
-                "action": record.get("action"),
-                "grant_id": record.get("grant_id"),
-                "grant": record.get("grant"),
-            }
-        )
-    return out
 
 
 class Journal:

@@ -289,3 +289,33 @@ def test_a_segment_is_sealed_by_age(db: Path) -> None:
         assert store.verify_full()["ok"]
 
     with_store(db, body, segment_max_age=60.0, clock=clock)
+
+
+def test_the_hold_and_the_grants_in_force_survive_a_rollover(db: Path) -> None:
+    """approval restores the hold and its grants from the journal at start: a rollover must not lose them."""
+    from airlock.journal.service import grant_records, latest_hold
+
+    def grant(grant_id: str) -> dict[str, Any]:
+        return {"action": "grant", "grant_id": grant_id, "grant": {"grant_id": grant_id, "rule": "r"}}
+
+    async def body(store: Store) -> None:
+        await store.append(writer="approval", kind="operator.action", payload={"action": "hold", "reason": "x"})
+        for g in ("g1", "g2", "g3"):
+            await store.append(writer="approval", kind="operator.action", payload=grant(g))
+        await store.append(
+            writer="approval", kind="operator.action", payload={"action": "grant.revoke", "grant_id": "g2"}
+        )
+        before = (latest_hold(db), grant_records(db))
+        await _load(store, 4, 60)  # several rollovers
+        assert len(segments.list_files(segments.segments_dir(db))) >= 2
+        held = latest_hold(db)
+        assert held is not None and before[0] is not None
+        assert (held["action"], held["reason"], held["seq"]) == ("hold", "x", before[0]["seq"])
+        carried = grant_records(db)
+        assert {r["grant_id"] for r in carried if r["action"] == "grant"} == {"g1", "g3"}
+        # A release after the rollover is the newest again.
+        await store.append(writer="approval", kind="operator.action", payload={"action": "release"})
+        released = latest_hold(db)
+        assert released is not None and released["action"] == "release"
+
+    with_store(db, body, segment_max_bytes=SMALL)
