@@ -314,16 +314,22 @@ def _database(ns: argparse.Namespace) -> Path:
 
 
 def local_hashes(database: Path) -> dict[int, str]:
-    """seq -> hash of every record in the database, read-only."""
+    """seq -> hash of every record in the database and its sealed segments, read-only."""
     import sqlite3
 
     fd = os.open(database, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # no symlink, and it exists
     os.close(fd)
-    conn = sqlite3.connect(database.resolve().as_uri() + "?mode=ro", uri=True, timeout=10)
-    try:
-        return {int(seq): str(digest) for seq, digest in conn.execute("SELECT seq, hash FROM events")}
-    finally:
-        conn.close()
+    found: dict[int, str] = {}
+    # The live database, then the sealed segments beside it and in the default archive (journal/segments.py).
+    sealed = sorted(database.with_name("segments").glob("journal-*.db"))
+    sealed += sorted(database.with_name("journal-archive").glob("journal-*.db"))
+    for path, query in [(database, "?mode=ro"), *((p, "?mode=ro&immutable=1") for p in sealed)]:
+        conn = sqlite3.connect(path.resolve().as_uri() + query, uri=True, timeout=10)
+        try:
+            found.update((int(seq), str(digest)) for seq, digest in conn.execute("SELECT seq, hash FROM events"))
+        finally:
+            conn.close()
+    return found
 
 
 def compare(ns: argparse.Namespace) -> int:
