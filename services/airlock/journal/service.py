@@ -417,6 +417,8 @@ class Journal:
         point = result.get("verified") or {}
         if self.store.refusal is not None or not seq or seq != result.get("head_seq"):
             return None
+        if result.get("mode") not in ("full", "incremental"):
+            return None  # a walk from --from vouches for its part only: it is no start point for the next
         if point.get("record_seq") == seq:
             return None  # nothing since the last verified point but its own record
         event = await self.store.append(
@@ -427,7 +429,7 @@ class Journal:
                 "hash": digest,
                 "checked": walked.get("checked"),
                 "mode": result.get("mode"),
-                "from_seq": point.get("seq", 1) if result.get("mode") == "incremental" else 1,
+                "from_seq": point.get("seq", 1),
             },
         )
         if self.anchoring is not None:
