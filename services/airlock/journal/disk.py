@@ -63,10 +63,17 @@ class Disk:
         return asdict(self)
 
 
-def journal_bytes(database: Path) -> int:
-    """The database and its -wal and -shm files, as they take space on disk."""
+def journal_bytes(database: Path, *, sealed: bool = True) -> int:
+    """The database and its -wal and -shm files and (``sealed``) the sealed segments beside it
+    (journal/segments.py), as they take space on disk (an archive elsewhere is its own filesystem's affair)."""
     total = 0
-    for path in (database, database.with_name(database.name + "-wal"), database.with_name(database.name + "-shm")):
+    segments = sorted(database.with_name("segments").glob("journal-*.db")) if sealed else []
+    for path in (
+        database,
+        database.with_name(database.name + "-wal"),
+        database.with_name(database.name + "-shm"),
+        *segments,
+    ):
         try:
             total += os.stat(path).st_blocks * 512
         except OSError:
@@ -117,7 +124,8 @@ def measure(database: Path, warn_percent: float, warn_bytes: int, now: float | N
         recent = records = 0
     rate: float | None = None
     if records and window >= MIN_WINDOW:
-        rate = recent * (size / records) * DAY / window
+        # Bytes a record takes, from the live segment (whose records were counted).
+        rate = recent * (journal_bytes(database, sealed=False) / records) * DAY / window
     days = free / rate if rate else None
     low = (warn_percent > 0 and percent < warn_percent) or (warn_bytes > 0 and free < warn_bytes)
     return Disk(
