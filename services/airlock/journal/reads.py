@@ -80,6 +80,8 @@ class Reader:
                     ).fetchall()
                     rows.reverse()
                     cursor = latest
+                    first = conn.execute("SELECT MIN(seq) FROM events").fetchone()[0]
+                    start = 0
                 else:
                     start = after or 0
                     rows = conn.execute(
@@ -89,7 +91,12 @@ class Reader:
                     first = conn.execute("SELECT MIN(seq) FROM events").fetchone()[0]
             finally:
                 conn.execute("COMMIT")
-        if tail is None:
+        if tail is not None:
+            want = min(tail, limit)
+            if len(rows) < want and first is not None and int(first) > 1:
+                # Just after a rollover the live segment is short: the rest from the newest sealed files.
+                rows = self._sealed_tail(int(first), where, params, want - len(rows)) + rows
+        else:
             if first is not None and start < int(first) - 1:
                 # Earlier records are in sealed segments: read there first (one indexed query per sealed
                 # file that holds seqs after the cursor; docs/operations.md "The audit journal").
@@ -97,6 +104,28 @@ class Reader:
                 rows = (earlier + rows)[:limit]
             cursor = rows[-1][0] if len(rows) == limit else max(start, latest)
         return EventsPage([_event(row) for row in rows], cursor, latest)
+
+    def _sealed_tail(self, before: int, where: str, params: tuple[Any, ...], need: int) -> list[tuple[Any, ...]]:
+        """The newest ``need`` rows below ``before`` matching ``where``, oldest first, from the sealed files."""
+        out: list[tuple[Any, ...]] = []
+        for info in reversed(self.sealed()):
+            if info.first_seq >= before or len(out) >= need:
+                continue
+            try:
+                conn = segments.connect_sealed(info.path)
+            except sqlite3.Error:
+                continue
+            try:
+                out += conn.execute(
+                    f"SELECT {_COLUMNS} FROM events WHERE seq < ? AND {where} ORDER BY seq DESC LIMIT ?",
+                    (before, *params, need - len(out)),
+                ).fetchall()
+            except sqlite3.Error:
+                continue
+            finally:
+                conn.close()
+        out.reverse()
+        return out
 
     def _sealed_rows(
         self, start: int, before: int, where: str, params: tuple[Any, ...], limit: int

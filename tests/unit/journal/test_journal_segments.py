@@ -319,3 +319,20 @@ def test_the_hold_and_the_grants_in_force_survive_a_rollover(db: Path) -> None:
         assert released is not None and released["action"] == "release"
 
     with_store(db, body, segment_max_bytes=SMALL)
+
+
+def test_the_tail_reaches_into_sealed_segments_after_a_rollover(db: Path) -> None:
+    async def body(store: Store) -> None:
+        await _load(store, 4, 60)
+        await store.sync([])
+        first_live = int(sqlite3.connect(db).execute("SELECT MIN(seq) FROM events").fetchone()[0])
+        assert first_live > 1
+        head = store.head()[0]
+        want = head - first_live + 1 + 10  # more than the live segment holds
+        assert want <= 256
+        page = store.events(tail=want, limit=want)
+        assert [e.seq for e in page.events] == list(range(head - want + 1, head + 1))
+        scoped = store.events(tail=5, limit=5, scope={"request_id": "t0-0"}).events
+        assert [e.request_id for e in scoped] == ["t0-0"]
+
+    with_store(db, body, segment_max_bytes=SMALL)
