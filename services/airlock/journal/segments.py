@@ -42,12 +42,14 @@ import json
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+from airlock.common import log
 from airlock.common.codec import canonical_json, iso_utc
 from airlock.journal import chain
 from airlock.journal.chain import GENESIS
@@ -349,13 +351,27 @@ def _record(seq: int, when: str, kind: str, payload: dict[str, Any], prev: str) 
     return row, Event(seq, when, kind, None, None, None, None, "journal", payload, prev, digest)
 
 
+# Switching the new live file to WAL needs it to itself for a moment: a reader that opened it right after
+# the rename holds it briefly.  Tried this often, this far apart (bounded: 5 s).
+_WAL_TRIES: Final = 50
+_WAL_PAUSE: Final = 0.1
+
+
 def _open_live(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
-    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-    if str(mode).lower() != "wal":
-        conn.close()
-        raise sqlite3.OperationalError(f"cannot switch to WAL mode (got {mode!r})")
     conn.execute("PRAGMA synchronous=FULL")
+    mode = ""
+    for _ in range(_WAL_TRIES):
+        try:
+            mode = str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]).lower()
+        except sqlite3.OperationalError:
+            mode = ""
+        if mode == "wal":
+            break
+        time.sleep(_WAL_PAUSE)
+    if mode != "wal":
+        # Still durable (a rollback journal, synchronous=FULL); WAL again at the next start or rollover.
+        log.get().warning("journal.segment.not_wal", database=str(path))
     conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
     return conn
 

@@ -280,6 +280,7 @@ class Writer:
             self._wconn.execute("SELECT 1")
         except sqlite3.ProgrammingError:
             self._wconn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10)
+            self._wconn.execute("PRAGMA synchronous=FULL")
         return self._wconn
 
     def _drain(self, batch: list[_Work]) -> bool:
