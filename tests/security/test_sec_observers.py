@@ -99,6 +99,7 @@ def test_an_observer_reads_but_cannot_decide() -> None:
                 ("token.revoke", {"session": "s1"}),
                 ("policy.check", {"argv": ["/usr/bin/id"]}),
                 ("audit.verify", {}),
+                ("audit.archive", {"confirm": True}),
             )
             for verb, args in decide_verbs:
                 reply = operator_call(stack.operator, observer, verb, args)
