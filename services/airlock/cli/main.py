@@ -30,7 +30,7 @@ from airlock.mcp import cli as mcp_cli
 def cmd_dev_up(ns: argparse.Namespace) -> int:
     from airlock.cli import dev
 
-    return dev.up(Path(ns.runtime_dir), Path(ns.config) if ns.config else None)
+    return dev.up(Path(ns.runtime_dir), Path(ns.config) if ns.config else None, web=ns.web)
 
 
 # --- the parser -------------------------------------------------------------------
@@ -272,6 +272,13 @@ def parser() -> argparse.ArgumentParser:
     sp = dev_sub.add_parser("up", help="start all four services with sockets under a runtime folder")
     sp.add_argument("--runtime-dir", default="./run", help="sockets, state and logs go here (default ./run)")
     sp.add_argument("--config", help="a config file whose keys override the built-in dev config")
+    sp.add_argument(
+        "--web",
+        nargs="?",
+        const="127.0.0.1:8787",
+        metavar="HOST:PORT",
+        help="also run airlock-web there (default 127.0.0.1:8787; port 0: any free port), at http://localhost:PORT",
+    )
     sp.set_defaults(func=cmd_dev_up)
     mcp_cli.register(sub)
     gateway_cli.register(sub)

@@ -518,6 +518,15 @@ class Notify:
 
 
 @dataclass(frozen=True, slots=True)
+class Web:
+    url: str | None
+    rp_id: str | None
+    user: str
+    listen: str
+    session_minutes: float
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     paths: Paths
     agents: Agents
@@ -530,6 +539,7 @@ class Config:
     runner: Runner
     log: Log
     notify: Notify
+    web: Web
     # Where the config came from, and the raw ``policy:`` node for the policy engine.
     source: str = "<built-in>"
     policy_node: yaml.Node | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -567,6 +577,7 @@ _SECTIONS: dict[str, type] = {
     "runner": Runner,
     "log": Log,
     "notify": Notify,
+    "web": Web,
 }
 
 # Channel keys never shown by `airlock config show`.
@@ -887,6 +898,68 @@ SETTINGS: tuple[Setting, ...] = (
         positive_float,
         300.0,
         "The longest wait between retries of a failed delivery (it doubles from 1 s).",
+    ),
+)
+
+WEB_PORT = 8787  # airlock-web's default port on 127.0.0.1 (docs/operations.md)
+
+
+def web_listen(node: yaml.Node) -> str:
+    """``HOST:PORT`` (an IPv6 host in brackets) or an absolute Unix socket path for a reverse proxy."""
+    text = string(node)
+    if text.startswith("/"):
+        return text
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("expected HOST:PORT (e.g. 127.0.0.1:8787) or an absolute Unix socket path")
+    return text
+
+
+def web_url(node: yaml.Node) -> str | None:
+    """The console's public address (http:// or https://, no query), or null."""
+    text = optional_string(node)
+    if text is None:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError("expected an http:// or https:// address with a host and no query, e.g. https://host.example")
+    return text.rstrip("/")
+
+
+SETTINGS += (
+    Setting(
+        "web.url",
+        web_url,
+        None,
+        "airlock-web's address as browsers reach it (https:// behind a TLS proxy); relay messages link to "
+        "requests there; null: no links, and the WebAuthn origin is http://localhost:PORT.",
+    ),
+    Setting(
+        "web.rp_id",
+        optional_string,
+        None,
+        "The WebAuthn relying party ID passkeys are bound to; null: web.url's host name (else localhost).",
+    ),
+    Setting(
+        "web.user",
+        string,
+        "airlock-web",
+        "The user airlock-web runs as; an operators.observers user: it reads and carries signed decisions only.",
+    ),
+    Setting(
+        "web.listen",
+        web_listen,
+        f"127.0.0.1:{WEB_PORT}",
+        "Where airlock-web listens when started by hand: HOST:PORT or a Unix socket path for a reverse proxy "
+        "(under systemd, airlock-web.socket's ListenStream= decides).",
+    ),
+    Setting(
+        "web.session_minutes",
+        positive_float,
+        15.0,
+        "How long an airlock-web sign-in lasts; then the passkey signs in again.",
     ),
 )
 
