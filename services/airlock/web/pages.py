@@ -158,7 +158,7 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
     stages = detail.get("stages") or []
     if stages:
         items = []
-        for i, stage in enumerate(stages, start=1):
+        for stage in stages:
             argv = [str(a) for a in stage.get("argv") or []]
             binary = stage.get("binary") or "(not found)"
             resolved = stage.get("resolved")
@@ -277,7 +277,7 @@ def settled_view(shown: dict[str, Any]) -> Markup:
         if outcome.get("code"):
             text += f", {outcome.get('code')}: {outcome.get('message')}"
         pairs.append(("outcome", text))
-    return html('{note}{dl}', note=message("This request is no longer pending.", kind="note"), dl=_dl(pairs))
+    return html("{note}{dl}", note=message("This request is no longer pending.", kind="note"), dl=_dl(pairs))
 
 
 def grants_list(grants: Sequence[dict[str, Any]]) -> Markup:

@@ -77,9 +77,7 @@ class Web:
         # __Host-: the browser takes it only with Secure, Path=/ and no Domain (over TLS).
         self.cookie = "__Host-airlock" if self.secure else "airlock"
         self.log = log.get().bind(service="web")
-        self.static = {
-            name: resources.files("airlock.web").joinpath("static", name).read_bytes() for name in STATIC
-        }
+        self.static = {name: resources.files("airlock.web").joinpath("static", name).read_bytes() for name in STATIC}
 
     # --- plumbing -------------------------------------------------------------------
 
@@ -116,7 +114,7 @@ class Web:
             response = await handler(request)
         except web.HTTPException as exc:
             response = exc
-        except Exception as exc:  # noqa: BLE001  any bug becomes a plain 500, logged
+        except Exception as exc:  # any bug becomes a plain 500, logged; never a traceback to the browser
             self.log.error("web.request.failed", path=request.path, error=f"{type(exc).__name__}: {exc}")
             response = self.page("Error", pages.message("internal error; see the service's log"), None, 500)
         for key, value in HEADERS.items():
