@@ -119,6 +119,23 @@ def absolute_path(node: yaml.Node) -> Path:
     return Path(value)
 
 
+def web_url(node: yaml.Node) -> str:
+    """``web.url``: empty, or an http(s) URL with a host (WebAuthn needs https, or http on localhost)."""
+    from urllib.parse import urlsplit
+
+    value = string(node).strip()
+    if not value:
+        return ""
+    parts = urlsplit(value)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ValueError("must be an https:// URL with a host (http:// only for localhost)")
+    if parts.scheme == "http" and parts.hostname not in ("localhost", "127.0.0.1", "::1"):
+        raise ValueError("http:// is only for localhost: browsers allow passkeys on https:// origins")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("must be a plain URL (no user, query or fragment)")
+    return value
+
+
 def string_list(node: yaml.Node) -> tuple[str, ...]:
     if is_null(node):
         return ()
@@ -474,6 +491,35 @@ class Approval:
     signer_accounts: SignerAccounts = SignerAccounts()
     max_pending_per_agent: int = 10
     asks_per_minute: int = 20
+    passkeys: Path = Path("/etc/airlock/passkeys")
+    state_dir: Path = Path("/var/lib/airlock-approval")
+
+
+@dataclass(frozen=True, slots=True)
+class Web:
+    url: str = ""
+    rp_id: str = ""
+    user: str = "airlock-web"
+    enroll_minutes: float = 10.0
+    listen: str = "127.0.0.1:8787"
+    session_minutes: float = 15.0
+
+    @property
+    def origin(self) -> str:
+        """The WebAuthn origin: ``scheme://host[:port]`` of ``url`` ("" when the web console is off)."""
+        from urllib.parse import urlsplit
+
+        if not self.url:
+            return ""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    @property
+    def relying_party(self) -> str:
+        """The WebAuthn RP ID: ``rp_id``, else the host of ``url``."""
+        from urllib.parse import urlsplit
+
+        return self.rp_id or (urlsplit(self.url).hostname or "" if self.url else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,15 +564,6 @@ class Notify:
 
 
 @dataclass(frozen=True, slots=True)
-class Web:
-    url: str | None
-    rp_id: str | None
-    user: str
-    listen: str
-    session_minutes: float
-
-
-@dataclass(frozen=True, slots=True)
 class Config:
     paths: Paths
     agents: Agents
@@ -539,7 +576,7 @@ class Config:
     runner: Runner
     log: Log
     notify: Notify
-    web: Web
+    web: Web = Web()
     # Where the config came from, and the raw ``policy:`` node for the policy engine.
     source: str = "<built-in>"
     policy_node: yaml.Node | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -778,6 +815,20 @@ SETTINGS: tuple[Setting, ...] = (
         20,
         "Requests one agent (peer uid) may put before operators in any 60 s; more are refused with rate_limited.",
     ),
+    Setting(
+        "approval.passkeys",
+        absolute_path,
+        Path("/etc/airlock/passkeys"),
+        "The enrolled passkeys (one JSON object per line: credential ID, COSE public key, operator account, "
+        "created, revoked), root's, written only by the runner for approval (airlock passkey); read by approval "
+        "at every use, so an edit or a revocation applies at once. Absent: no passkey is enrolled.",
+    ),
+    Setting(
+        "approval.state_dir",
+        absolute_path,
+        Path("/var/lib/airlock-approval"),
+        "approval's own state (its unit's StateDirectory=): the passkeys' sign counters, kept across restarts.",
+    ),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
     Setting(
         "journal.operation_capacity",
@@ -899,6 +950,27 @@ SETTINGS: tuple[Setting, ...] = (
         300.0,
         "The longest wait between retries of a failed delivery (it doubles from 1 s).",
     ),
+    Setting(
+        "web.url",
+        web_url,
+        "",
+        "The public URL of airlock-web (https://host.example/); its scheme://host[:port] is the WebAuthn origin "
+        "passkeys are checked against. Empty: the web console and passkeys are off.",
+    ),
+    Setting("web.rp_id", string, "", "The WebAuthn relying party ID; empty: the host of web.url."),
+    Setting(
+        "web.user",
+        string,
+        "airlock-web",
+        "The user airlock-web runs as: admitted on operator.sock as an observer that may also carry passkey "
+        "verbs (it decides nothing by itself).",
+    ),
+    Setting(
+        "web.enroll_minutes",
+        positive_float,
+        10.0,
+        "How long an enrollment link (airlock passkey enroll) stays valid.",
+    ),
 )
 
 WEB_PORT = 8787  # airlock-web's default port on 127.0.0.1 (docs/operations.md)
@@ -915,39 +987,7 @@ def web_listen(node: yaml.Node) -> str:
     return text
 
 
-def web_url(node: yaml.Node) -> str | None:
-    """The console's public address (http:// or https://, no query), or null."""
-    text = optional_string(node)
-    if text is None:
-        return None
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise ValueError("expected an http:// or https:// address with a host and no query, e.g. https://host.example")
-    return text.rstrip("/")
-
-
 SETTINGS += (
-    Setting(
-        "web.url",
-        web_url,
-        None,
-        "airlock-web's address as browsers reach it (https:// behind a TLS proxy); relay messages link to "
-        "requests there; null: no links, and the WebAuthn origin is http://localhost:PORT.",
-    ),
-    Setting(
-        "web.rp_id",
-        optional_string,
-        None,
-        "The WebAuthn relying party ID passkeys are bound to; null: web.url's host name (else localhost).",
-    ),
-    Setting(
-        "web.user",
-        string,
-        "airlock-web",
-        "The user airlock-web runs as; an operators.observers user: it reads and carries signed decisions only.",
-    ),
     Setting(
         "web.listen",
         web_listen,

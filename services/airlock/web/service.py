@@ -31,7 +31,6 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -82,9 +81,8 @@ class Web:
     # --- plumbing -------------------------------------------------------------------
 
     def origin_of(self, request: web.Request) -> str:
-        if self.config.web.url:
-            parts = urlsplit(self.config.web.url)
-            return f"{parts.scheme}://{parts.netloc}"
+        if self.config.web.origin:
+            return self.config.web.origin
         return f"{request.scheme}://{request.host}"
 
     def same_origin(self, request: web.Request) -> bool:
@@ -282,8 +280,10 @@ class Web:
             args["reason"] = body.get("reason")
         grant = body.get("grant")
         if isinstance(grant, str) and grant:
+            # The form's "SCOPE:SECONDS" (pages.decide_form) as approve's grant_seconds and scope.
             scope, _, seconds = grant.partition(":")
-            args["grant"] = {"scope": scope, "seconds": int(seconds) if seconds.isdigit() else seconds}
+            args["grant_seconds"] = int(seconds) if seconds.isdigit() else seconds
+            args["scope"] = scope
         return args
 
     async def decide_begin(self, request: web.Request) -> web.StreamResponse:
