@@ -19,6 +19,9 @@ DEB_PACKAGES += acl
 # node and npm: the official MCP TypeScript SDK client drives `airlock mcp` in the tests (issue 31);
 # a node already on PATH (say from NodeSource, whose nodejs conflicts with Debian's npm) counts
 DEB_PACKAGES += nodejs npm
+# airlock-web (issue 33): aiohttp serves it (a runtime Depends), fido2 verifies passkeys in approval,
+# and Debian's chromium drives the browser test (tests/integration/test_web_browser.py) headless.
+DEB_PACKAGES += python3-aiohttp python3-fido2 chromium
 # The SDK's pinned version (tests/mcp_ts/package-lock.json), installed like the Python test tools.
 MCP_TS := tests/mcp_ts
 
