@@ -52,7 +52,7 @@ def chromium(profile: Path) -> Iterator[int]:
     ]
     if os.geteuid() == 0:
         argv.insert(1, "--no-sandbox")  # Chromium refuses to run as root with its sandbox
-    log = open(profile.parent / f"{profile.name}.log", "wb")  # noqa: SIM115  closed below
+    log = open(profile.parent / f"{profile.name}.log", "wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         port_file = profile / "DevToolsActivePort"

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from cdp import CHROMIUM, Page, chromium
+
 from support import Stack, now_iso, start_stack, stop_stack, wait_pending
 
 pytestmark = [
