@@ -179,7 +179,7 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             assert png.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(png[16:20], "big") == PHONE[0] * 2
             keep = os.environ.get("AIRLOCK_WEB_SCREENSHOT")
             if keep:
-                Path(keep).write_bytes(png)
+                await asyncio.to_thread(Path(keep).write_bytes, png)
 
             # Approve: the passkey signs this request's statement; approval verifies; the command runs.
             await page.evaluate("document.querySelector('#decide button.allow').click()")
