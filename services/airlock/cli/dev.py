@@ -84,7 +84,12 @@ def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
             "runner_user": user,
             "idle_exit_seconds": 0,  # stay up; with --config setting it, dev up restarts on demand
         },
-        "approval": {"allow_self_approval": True},
+        "approval": {
+            "allow_self_approval": True,
+            # Issue 33: the enrolled passkeys (written by the dev runner) and approval's counters.
+            "passkeys": str(runtime_dir / "passkeys"),
+            "state_dir": str(runtime_dir / "state" / "approval"),
+        },
         # The checkpoint key, made here at the first start (the package makes /etc/airlock's at install).
         "journal": {"checkpoint_key": str(runtime_dir / "checkpoint_ed25519_key")},
         "runner": {"containment": "process-group"},
@@ -200,6 +205,9 @@ def compose_config(runtime_dir: Path, user_file: Path | None, web_port: int | No
         runtime_dir=str(runtime_dir), state_dir=str(runtime_dir / "state"), policy_dir=str(runtime_dir / "policy.d")
     )
     merged.setdefault("notify", {}).update(state_dir=str(runtime_dir / "state" / "notify"))
+    merged.setdefault("approval", {}).update(
+        passkeys=str(runtime_dir / "passkeys"), state_dir=str(runtime_dir / "state" / "approval")
+    )
     return "# Written by `airlock dev up`; edit the file given with --config instead.\n" + yaml.safe_dump(
         merged, sort_keys=False
     )
