@@ -146,11 +146,20 @@ class Page:
         except CDPError as exc:
             return f"(no text: {exc})"
 
-    async def screenshot(self, width: int, height: int) -> bytes:
+    async def screenshot(self, width: int, height: int, *, full_page: bool = False) -> bytes:
+        """A PNG as a phone of ``width`` x ``height`` CSS pixels (2x) shows the page; ``full_page``: all of it."""
         await self.send(
             "Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=2, mobile=True
         )
-        shot = await self.send("Page.captureScreenshot", format="png")
+        options: dict[str, Any] = {"format": "png"}
+        if full_page:
+            metrics = await self.send("Page.getLayoutMetrics")
+            tall = max(height, int(metrics["cssContentSize"]["height"]))
+            options |= {
+                "captureBeyondViewport": True,
+                "clip": {"x": 0, "y": 0, "width": width, "height": tall, "scale": 1},
+            }
+        shot = await self.send("Page.captureScreenshot", **options)
         await self.send("Emulation.clearDeviceMetricsOverride")
         return base64.b64decode(shot["data"])
 

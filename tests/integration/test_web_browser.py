@@ -99,7 +99,9 @@ def ask_as(stack: Stack, user: pwd.struct_passwd, args: dict[str, Any]) -> tuple
 
 
 def final_reply(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    out, err = proc.communicate(timeout=120)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.wait(120)  # the agent's answers are a few lines: the pipe holds them meanwhile
+    out, err = proc.stdout.read(), proc.stderr.read()
     assert proc.returncode == 0, err
     finals = [line for line in json.loads(out) if "event" not in line]
     assert len(finals) == 1, out
@@ -175,7 +177,7 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             text = await page.text()
             assert f"touch {mark}" in text and agent.pw_name in text and "privileged" in text
             assert "/usr/bin/touch" in text  # the resolved binary
-            png = await page.screenshot(*PHONE)
+            png = await page.screenshot(*PHONE, full_page=True)
             assert png.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(png[16:20], "big") == PHONE[0] * 2
             keep = os.environ.get("AIRLOCK_WEB_SCREENSHOT")
             if keep:

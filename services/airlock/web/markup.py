@@ -32,6 +32,11 @@ def escape(value: object) -> Markup:
     return Markup(_html.escape(text, quote=True))
 
 
+def lines(text: object) -> Markup:
+    """Multi-line text for a ``<pre>`` (a diff, a statement): each line escaped, the line breaks kept."""
+    return Markup("\n".join(escape(line) for line in ("" if text is None else str(text)).splitlines()))
+
+
 class _Escaping(string.Formatter):
     def format_field(self, value: Any, format_spec: str) -> str:
         if isinstance(value, Markup):

@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import quote
 
 from airlock.common import arguments, sandbox
-from airlock.common.render import command_line, diff_lines, duration, file_review, person
-from airlock.web.markup import Markup, html, join
+from airlock.common.render import command_line, duration, file_review, person
+from airlock.web.markup import Markup, html, join, lines
 from airlock.web.sessions import Session
 
 # The grant lengths a person may choose on the approve form (approval checks approval.max_grant_seconds).
@@ -140,6 +140,20 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
         return settled_view(shown)
     peer = detail.get("peer") or {}
     request = detail.get("request") or {}
+    q = detail.get("quorum") or {}
+    # What a person decides on first, in one glance: the command, as whom, from whom, how long.
+    summary = html(
+        '<div class="summary"><p class="cmd"><code>{command}</code></p>'
+        '<p><span class="badge{root}">runs as {run_as}</span> from <b>{user}</b> (uid {uid}) · {left} left{quorum}</p>'
+        "</div>",
+        command=_command(detail),
+        root=" root" if detail.get("privileged") else "",
+        run_as=_run_as(detail),
+        user=peer.get("user"),
+        uid=peer.get("uid"),
+        left=duration(float(detail.get("seconds_left") or 0)),
+        quorum=_quorum_text(detail),
+    )
     pairs: list[tuple[str, object]] = [
         ("request", _code(detail.get("request_id"))),
         ("operation", _code(detail.get("operation_id") or "-")),
@@ -150,11 +164,10 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
         ("rule", detail.get("rule") or "-"),
         ("time left", f"{duration(float(detail.get('seconds_left') or 0))}"),
     ]
-    q = detail.get("quorum") or {}
     if q:
         who = ", ".join(person(v) for v in q.get("approvers") or [])
         pairs.append(("approvals", f"{q.get('progress')}" + (f" ({who})" if who else "")))
-    body: list[Markup] = [_dl(pairs)]
+    body: list[Markup] = [summary, _dl(pairs)]
     stages = detail.get("stages") or []
     if stages:
         items = []
@@ -177,7 +190,7 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
                     rule=stage.get("rule"),
                 )
             )
-        body.append(html('<h2>Command</h2><ol class="stages">{items}</ol>', items=join(items)))
+        body.append(html('<h2>Stages and binaries</h2><ol class="stages">{items}</ol>', items=join(items)))
     flagged = arguments.flagged(detail.get("arguments"))
     if flagged:
         body.append(
@@ -203,13 +216,13 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
     if review:
         body.append(html("<h2>File</h2>{dl}", dl=_dl(review)))
     if request.get("diff"):
-        body.append(html('<h2>Diff</h2><pre class="diff">{diff}</pre>', diff=diff_lines(request["diff"])))
+        body.append(html('<h2>Diff</h2><pre class="diff">{diff}</pre>', diff=lines(request["diff"])))
     if detail.get("statement"):
         body.append(
             html(
-                "<h2>Statement</h2><p>Your passkey signs a challenge derived from this statement "
-                '(the same one an SSH signature covers):</p><pre class="statement">{s}</pre>',
-                s=detail["statement"],
+                "<h2>Statement</h2><p>Approving, your passkey signs a challenge derived from this statement "
+                '(the one an SSH signature covers; a denial signs its deny twin):</p><pre class="statement">{s}</pre>',
+                s=lines(detail["statement"]),
             )
         )
     if session.decides:

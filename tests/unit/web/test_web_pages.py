@@ -7,7 +7,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from airlock.web import pages
-from airlock.web.markup import Markup, escape, html
+from airlock.web.markup import Markup, escape, html, lines
 from airlock.web.sessions import Session, Sessions
 
 HOSTILE = "<script>alert(\"x\")</script>' onmouseover='boom' \"&amp;"
@@ -107,3 +107,9 @@ def test_sessions_expire_and_sign_out() -> None:
     assert store.get(token, now=2001.0) is None
     assert store.get("x" * 500) is None
     assert made.csrf_ok(made.csrf) and not made.csrf_ok("") and not made.csrf_ok(None)
+
+
+def test_preformatted_text_keeps_its_lines_and_escapes_each() -> None:
+    shown = lines(f"a {HOSTILE}\n\x1b[2Jb\\")
+    assert shown.split("\n")[0] == escape(f"a {HOSTILE}") and "<script>" not in shown
+    assert shown.split("\n")[1] == "\\x1b[2Jb\\\\"  # a terminal escape is shown, never sent; \\ doubled once
