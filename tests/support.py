@@ -33,7 +33,8 @@ def now_iso(offset: float = 0.0) -> str:
 class Stack:
     runtime_dir: Path
     proc: subprocess.Popen[str]
-    web: str | None = None  # airlock-web's URL when started with web= (dev up --web)
+    web: str | None = None  # airlock-web's web.url when started with web= (dev up --web)
+    web_listen: str | None = None  # where it listens (HOST:PORT): web.url may name a proxy in front
 
     @property
     def agent(self) -> str:
@@ -166,8 +167,8 @@ def start_stack(runtime_dir: Path, config: Path | None = None, *, web: str | Non
             break
         seen.append(line)
         if "ready" in line:
-            url = next((w.removeprefix("web=") for w in line.split() if w.startswith("web=")), None)
-            return Stack(runtime_dir, proc, url)
+            words = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            return Stack(runtime_dir, proc, words.get("web"), words.get("web_listen"))
     proc.kill()
     logs = (
         "".join(p.read_text() for p in (runtime_dir / "logs").glob("*.log")) if (runtime_dir / "logs").exists() else ""

@@ -165,6 +165,11 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             await page.evaluate("document.querySelector('#signin button').click()")
             await page.wait_for(f"location.href === {json.dumps(web + '/')}")
             assert "root" in await page.text()
+            # The session cookie as the browser keeps it: script cannot read it, no other site sends it.
+            [cookie] = (await page.send("Network.getCookies", urls=[web + "/"]))["cookies"]
+            assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
+            assert not cookie["secure"]  # plain http://localhost here; behind TLS it is Secure (test_sec_web)
+            assert await page.evaluate("document.cookie") == ""
 
             # A root request from the agent waits; the console lists it and shows all of it.
             mark = marks / "approved"

@@ -448,7 +448,10 @@ def up(runtime_dir: Path, user_config: Path | None, web: str | None = None) -> i
         print(f"airlock dev: {', '.join(failed)} did not start; see {supervisor.logs}/", file=sys.stderr)
         supervisor.stop()
         return 1
-    web_at = f" web={cfg.web.url}" if web_socket is not None else ""
+    web_at = ""
+    if web_socket is not None:
+        host, port = web_socket.getsockname()[:2]
+        web_at = f" web={cfg.web.url or '-'} web_listen={host}:{port}"
     print(
         f"airlock dev: ready agent={cfg.socket_path('agent')} operator={cfg.socket_path('operator')}{web_at} "
         f"logs={supervisor.logs}/ (Ctrl-C stops)",

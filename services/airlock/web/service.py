@@ -130,15 +130,17 @@ class Web:
         """A state-changing request's session and body, or an HTTP refusal (origin, CSRF, size)."""
         if not self.same_origin(request):
             raise web.HTTPForbidden(text="refused: this request did not come from airlock-web's own pages")
-        body: dict[str, Any]
+        loaded: object
         try:
             if request.content_type == "application/json":
                 loaded = await request.json()
-                body = loaded if isinstance(loaded, dict) else {}
             else:
-                body = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
-        except (ValueError, web.HTTPRequestEntityTooLarge):
-            raise web.HTTPBadRequest(text="refused: the body is not a form or a JSON object") from None
+                loaded = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+        except ValueError:
+            loaded = None
+        if not isinstance(loaded, dict):
+            raise web.HTTPBadRequest(text="refused: the body is not a form or a JSON object")
+        body: dict[str, Any] = loaded
         session = self.session_of(request)
         if need_session:
             if session is None:
