@@ -250,7 +250,14 @@ def test_every_answer_carries_the_strict_csp_and_frame_refusal(world: World) -> 
 
 def test_every_page_needs_a_passkey_session(world: World) -> None:
     job = _pending(world, ["touch", str(root_dir() / "session")])
-    pages = ["/", f"/request?ref={quote(job.request_id)}", "/grants", "/decisions"]
+    # The relay's link names the request as AGENT/ID (uid 0: root's agent here).
+    pages = [
+        "/",
+        f"/request?ref={quote(job.request_id)}",
+        f"/request?ref=0%2F{quote(job.request_id)}",
+        "/grants",
+        "/decisions",
+    ]
     for cookies in ({}, {"__Host-airlock": "forged-session-token"}, {"airlock": "x"}):
         for path in pages:
             reply = Tab(world.base, dict(cookies)).call("GET", path)
@@ -261,6 +268,7 @@ def test_every_page_needs_a_passkey_session(world: World) -> None:
     for path in pages:
         assert tab.call("GET", path).status == 200, path
     assert job.request_id in tab.call("GET", "/").text
+    assert 'id="decide"' in tab.call("GET", pages[2]).text
     world.stack.native("deny", {"id": job.request_id, "reason": "test over"}, path=world.stack.operator)
 
 
