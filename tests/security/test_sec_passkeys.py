@@ -405,3 +405,38 @@ def test_a_replayed_assertion_is_refused_within_a_quorum(world: World) -> None:
     done = world.decide(job.request_id, begun, world.keys[world.op1.pw_name].sign(begun["challenge"]))
     assert done["ok"] is True and done["data"]["complete"] is True, done
     assert job.result()["ok"] is True and marker.exists()
+
+
+def test_the_enroll_command_prints_the_link_and_waits_for_the_registration(world: World) -> None:
+    import sys
+
+    environ = dict(os.environ) | {"AIRLOCK_OPERATOR_SOCKET": world.stack.operator}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airlock", "passkey", "enroll", world.op2.pw_name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environ,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith(f"{ORIGIN}/enroll/"), url
+        token = url.rsplit("/", 1)[1]
+        auth = SoftAuthenticator(ORIGIN, RP)
+        begun = world.web_call("passkey.register_begin", {"token": token})
+        done = world.web_call(
+            "passkey.register_finish", {"token": token, "credential": auth.register(begun["data"]["options"])}
+        )
+        assert done["ok"] is True, done
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert f"enrolled passkey {auth.id} for {world.op2.pw_name}" in out
+    listed = world.stack.cli("passkey", "list", world.op2.pw_name)
+    assert auth.id in listed.stdout and "in use" in listed.stdout, listed
+    revoked = world.stack.cli("passkey", "revoke", auth.id, "--reason", "lost phone")
+    assert revoked.returncode == 0, revoked.stderr
+    assert "revoked" in world.stack.cli("passkey", "list", world.op2.pw_name).stdout

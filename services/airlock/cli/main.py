@@ -20,7 +20,7 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import agentcmds, events, fleet, operator, tokens
+from airlock.cli import agentcmds, events, fleet, operator, passkey, tokens
 from airlock.cli import policy as policy_cli
 from airlock.common.validate import parse_duration
 from airlock.gateway import cli as gateway_cli
@@ -208,6 +208,26 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("token", nargs="?", help="the token to revoke")
             sp.add_argument("--session", help="revoke every token of this session")
         sp.set_defaults(func=tokens.cmd_token)
+
+    pk = sub.add_parser("passkey", help="operators' passkeys for the web console (enroll, list, revoke)")
+    pk_sub = pk.add_subparsers(dest="passkey_command", metavar="SUBCOMMAND", required=True)
+    for name, text in (
+        ("enroll", "print a one-time link to register a passkey for USER, wait until it is registered"),
+        ("list", "list enrolled passkeys (of USER)"),
+        ("revoke", "revoke a passkey at once (root, or its own account)"),
+    ):
+        sp = pk_sub.add_parser(name, help=text, description=text)
+        sp.add_argument("--socket", help="operator socket")
+        sp.add_argument("--json", action="store_true", help="print the daemon's response envelope verbatim")
+        if name == "enroll":
+            sp.add_argument("user", help="the operator (or observer) account the passkey will be")
+            sp.add_argument("--no-wait", action="store_true", help="print the link and return at once")
+        elif name == "list":
+            sp.add_argument("user", nargs="?", help="only this account's passkeys")
+        else:
+            sp.add_argument("credential_id", help="as `airlock passkey list` shows it")
+            sp.add_argument("--reason", help="recorded in the audit journal")
+        sp.set_defaults(func=passkey.cmd_passkey)
 
     audit = sub.add_parser("audit", help="verify and inspect the audit journal")
     audit_sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)

@@ -89,7 +89,8 @@ def test_each_assertion_check_refuses_with_its_reason() -> None:
 
 
 def test_malformed_credentials_are_refused_not_crashed() -> None:
-    for bad in (None, [], {"type": "other"}, {"id": "AA", "rawId": "AA"}, {"rawId": "AA", "response": {}}):
+    cases: list[object] = [None, [], {"type": "other"}, {"id": "AA", "rawId": "AA"}, {"rawId": "AA", "response": {}}]
+    for bad in cases:
         with pytest.raises(Refused):
             webauthn.parse_assertion(bad, ORIGIN)
     junk = {"rawId": "AA", "response": {"clientDataJSON": b64u(b"{"), "authenticatorData": "AA", "signature": "AA"}}
