@@ -22,7 +22,8 @@ class Keep(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *a, **k):
         return None
 try:
-    r = urllib.request.build_opener(Keep).open(urllib.request.Request(url, data=data, headers=headers, method=method), timeout=30)
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    r = urllib.request.build_opener(Keep).open(request, timeout=30)
     status, head, text = r.status, dict(r.headers), r.read().decode()
 except urllib.error.HTTPError as e:
     status, head, text = e.code, dict(e.headers), e.read().decode()
