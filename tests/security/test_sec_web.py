@@ -402,3 +402,22 @@ def test_bad_bodies_get_a_clear_refusal_and_no_traceback(world: World) -> None:
         assert "Traceback" not in reply.text
     assert Tab(world.base).call("GET", "/signin").status == 200  # the service is still there
     assert os.path.exists(world.stack.operator)
+
+
+def test_an_approval_with_a_grant_lets_the_same_command_run_again_and_shows_on_the_grants_page(world: World) -> None:
+    marker = root_dir() / "granted"
+    argv = ["touch", str(marker)]
+    job = _pending(world, argv)
+    tab = world.signed_in(world.op)
+    page = Page.of(tab.call("GET", f"/request?ref={quote(job.request_id)}").text)
+    assert ("option", {"value": "command:900"}) in page.tags  # this rule takes a grant: the form offers it
+    done = tab.decide(job.request_id, "allow", world.keys[world.op.pw_name], grant="command:900")
+    assert done.status == 200 and done.json()["result"]["grant"]["scope"] == "command", done.text
+    assert job.result()["ok"] is True
+    grant_id = done.json()["result"]["grant"]["grant_id"]
+    assert grant_id in tab.call("GET", "/grants").text
+    marker.unlink()
+    # The grant covers the same command again: it runs without asking anyone.
+    again = world.stack.exec({"argv": argv, "privileged": True})
+    assert again["ok"] is True and marker.exists()
+    world.stack.native("grant.revoke", {"grant_id": grant_id}, path=world.stack.operator)

@@ -376,8 +376,10 @@ async def serve(config: Config, sock: socket.socket, socket_path: str, host: str
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), interval or 3600)
         notifier.watchdog()
+    log.get().info("web.stopping")
     notifier.stopping()
     await runner.cleanup()
+    log.get().info("web.stopped")
 
 
 def main(argv: list[str] | None = None) -> int:
