@@ -80,6 +80,10 @@ def test_enabling_the_socket_serves_the_sign_in_page_on_localhost(system) -> Non
         assert system.c.run([*as_web, "pending", "--json"], check=False).returncode == 0
         refused = system.c.run([*as_web, "hold", "--reason", "web"], check=False)
         assert refused.returncode != 0 and "unauthorized" in refused.stdout + refused.stderr, refused
+        # Started as an operator's account instead of web.user, it refuses to run at all (78).
+        as_operator = ["setpriv", f"--reuid={system.OPERATOR}", f"--regid={system.OPERATOR}", "--init-groups"]
+        wrong = system.c.run([*as_operator, "/usr/libexec/airlock/airlock-web"], check=False, timeout=60)
+        assert wrong.returncode == 78 and "may decide" in wrong.stderr, wrong
     finally:
         system.c.run(["systemctl", "disable", "--now", "airlock-web.socket"], check=False)
         system.c.run(["systemctl", "stop", "airlock-web.service"], check=False)

@@ -223,6 +223,7 @@ class Child:
     restarts: list[float] = field(default_factory=list)
     # Exited cleanly: started again by the next connection to one of its sockets.
     idle: bool = False
+    args: tuple[str, ...] = ()  # after --config
 
 
 class Supervisor:
@@ -254,7 +255,7 @@ class Supervisor:
             self.children["notify"] = Child("notify", [], module="airlock.relay")
         if self.web is not None:
             # airlock-web, handed its TCP socket as airlock-web.socket would (restarted when it fails).
-            self.children["web"] = Child("web", [("web", self.web)], module="airlock.web")
+            self.children["web"] = Child("web", [("web", self.web)], module="airlock.web", args=("--dev",))
         self.notify_path.unlink(missing_ok=True)
         self.notify.bind(str(self.notify_path))
         self.notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -294,6 +295,7 @@ class Supervisor:
             child.module or f"airlock.{child.name}",
             "--config",
             str(self.config_path),
+            *child.args,
         ]
         child.proc = subprocess.Popen(  # noqa: S603  our own interpreter and module; the config path is ours
             argv,
