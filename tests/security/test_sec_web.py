@@ -10,9 +10,11 @@ Each refusal has its control: the same call with what was missing succeeds.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pwd
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -28,7 +30,7 @@ from secsupport import needs_root, red_stack, root_dir, throwaway_user
 from airlock.common.render import command_line
 
 from softauthn import SoftAuthenticator
-from support import Background, Stack, wait_pending
+from support import Background, Stack, now_iso, wait_pending
 
 pytestmark = [needs_root]
 
@@ -421,3 +423,31 @@ def test_an_approval_with_a_grant_lets_the_same_command_run_again_and_shows_on_t
     again = world.stack.exec({"argv": argv, "privileged": True})
     assert again["ok"] is True and marker.exists()
     world.stack.native("grant.revoke", {"grant_id": grant_id}, path=world.stack.operator)
+
+
+def test_a_file_edit_shows_its_hashes_and_its_diff_as_text(world: World) -> None:
+    folder = root_dir()
+    target = folder / "app.conf"
+    target.write_text("listen 80;\n<script>alert('diff')</script>\n")
+    request_id = f"web-file-{os.getpid()}"
+    args = {"path": str(target), "old_text": "listen 80;", "new_text": "listen 8080;", "reason": "move the port"}
+    reply: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: reply.update(world.stack.native("files_edit", {"time": now_iso()} | args, id=request_id))
+    )
+    thread.start()
+    pending = wait_pending(world.stack, request_id)
+    before = hashlib.sha256(target.read_bytes()).hexdigest()
+    assert pending["request"]["before_sha256"] == before
+    html = world.signed_in(world.op).call("GET", f"/request?ref={quote(request_id)}").text
+    page = Page.of(html)
+    # The file, the content it is bound to and what it becomes, as hashes to compare with `airlock show`.
+    assert f"files_edit {target}" in page.text and f"sha256 {before}" in page.text
+    assert f"sha256 {pending['request']['after_sha256']}" in page.text
+    # The diff (here the web reads as root, an operator; under systemd web.user is an observer and
+    # gets the diff's hash and size only): file content is text on the page, never markup.
+    assert "+listen 8080;" in page.text and " <script>alert('diff')</script>" in page.text
+    assert "<script>alert" not in html and [t for t, _ in page.tags if t == "script"] == ["script"]
+    world.stack.native("deny", {"id": request_id, "reason": "test over"}, path=world.stack.operator)
+    thread.join(30)
+    assert reply["ok"] is False and target.read_text().startswith("listen 80;")
