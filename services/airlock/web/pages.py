@@ -29,7 +29,8 @@ def request_href(ref: str) -> str:
     return "/request?ref=" + quote(ref, safe="")
 
 
-def layout(title: str, body: Markup, session: Session | None, host: str) -> Markup:
+def layout(title: str, body: Markup, session: Session | None, host: str, *, refresh: int = 0) -> Markup:
+    """A whole page; ``refresh``: reload every so many seconds (the pending list: a phone left open stays current)."""
     nav = Markup("")
     if session is not None:
         role = "operator" if session.decides else "observer (read only)"
@@ -46,7 +47,7 @@ def layout(title: str, body: Markup, session: Session | None, host: str) -> Mark
         "<!doctype html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        '<meta name="referrer" content="no-referrer">'
+        '<meta name="referrer" content="no-referrer">{refresh}'
         "<title>{title} · airlock on {host}</title>"
         '<link rel="stylesheet" href="/static/airlock-web.css">'
         '<script src="/static/airlock-web.js" defer></script></head>'
@@ -56,6 +57,7 @@ def layout(title: str, body: Markup, session: Session | None, host: str) -> Mark
         host=host,
         nav=nav,
         body=body,
+        refresh=html('<meta http-equiv="refresh" content="{s}">', s=refresh) if refresh else Markup(""),
     )
 
 

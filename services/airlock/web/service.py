@@ -45,6 +45,7 @@ from airlock.web.sessions import Session, Sessions
 
 EX_CONFIG = 78
 MAX_BODY = 64 * 1024  # a WebAuthn credential is a few KiB; nothing here needs more
+PENDING_REFRESH = 20  # seconds: the pending list reloads itself (a meta refresh: no script needed)
 RECENT_EVENTS = 256  # the journal's newest events the decisions page reads (one page)
 
 CSP = (
@@ -96,8 +97,10 @@ class Web:
     def session_of(self, request: web.Request) -> Session | None:
         return self.sessions.get(request.cookies.get(self.cookie))
 
-    def page(self, title: str, body: Markup, session: Session | None, status: int = 200) -> web.Response:
-        text = pages.layout(title, body, session, self.host)
+    def page(
+        self, title: str, body: Markup, session: Session | None, status: int = 200, *, refresh: int = 0
+    ) -> web.Response:
+        text = pages.layout(title, body, session, self.host, refresh=refresh)
         return web.Response(text=str(text), content_type="text/html", charset="utf-8", status=status)
 
     def refuse(self, request: web.Request, status: int, text: str, session: Session | None = None) -> web.Response:
@@ -162,7 +165,7 @@ class Web:
             data = await self.call("pending", {})
         except DoorError as exc:
             return self.page("Pending", pages.message(exc.message), session, 502)
-        return self.page("Pending", pages.pending_list(data.get("pending") or []), session)
+        return self.page("Pending", pages.pending_list(data.get("pending") or []), session, refresh=PENDING_REFRESH)
 
     async def request_page(self, request: web.Request) -> web.StreamResponse:
         session = await self.signed_in(request)
