@@ -128,6 +128,8 @@ def world() -> Iterator[World]:
         config = (
             f"agents:\n  users: [root, {own.pw_name}]\n"
             f"operators:\n  users: [{op1.pw_name}, {op2.pw_name}, {own.pw_name}]\n"
+            # The web user holds an operators' group (its own primary group): still it decides nothing.
+            f"  groups: [{web.pw_name}]\n"
             f"  observers: {{users: [{observer.pw_name}]}}\n"
             f"web:\n  url: {ORIGIN}/\n  rp_id: {RP}\n  user: {web.pw_name}\n"
             "approval:\n  timeout_seconds: 120\n  allow_self_approval: false\n"
@@ -369,6 +371,8 @@ def test_the_web_user_cannot_decide_without_an_assertion(world: World) -> None:
     _refused(world.decide(job.request_id, begun, claimed), "signature")
     for verb in ("hold", "cancel", "grant.revoke", "token.issue"):
         assert world.web_call(verb, {})["error"]["code"] == "unauthorized"
+    _refused(world.web_call("passkey.list", {}), "not_yours")
+    _refused(world.web_call("passkey.revoke", {"credential_id": world.keys[world.op1.pw_name].id}), "not_yours")
     assert wait_pending(world.stack, job.request_id) and not marker.exists()
     # Control: a real assertion carried by the same web user approves.
     ok = world.decide(job.request_id, begun, world.keys[world.op1.pw_name].sign(begun["challenge"]))

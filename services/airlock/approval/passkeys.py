@@ -527,8 +527,9 @@ class Passkeys:
     async def passkey_list(self, call: Call) -> dict[str, Any]:
         account = validate.optional_text("account", call.args.get("account"), max_len=64)
         o = self.config.operators
-        if not (call.peer.uid == 0 or may_decide(call.peer, o.users, o.groups, o.observers.users)):
-            if account not in (None, call.peer.user) or call.peer.user == self.config.web.user:
+        web = call.peer.user == self.config.web.user and call.peer.uid != 0  # an observer, whatever its groups
+        if web or not (call.peer.uid == 0 or may_decide(call.peer, o.users, o.groups, o.observers.users)):
+            if account not in (None, call.peer.user) or web:
                 raise _no("not_yours", "an observer may list only its own passkeys")
             account = call.peer.user
         return {
