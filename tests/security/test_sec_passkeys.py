@@ -444,3 +444,49 @@ def test_the_enroll_command_prints_the_link_and_waits_for_the_registration(world
     revoked = world.stack.cli("passkey", "revoke", auth.id, "--reason", "lost phone")
     assert revoked.returncode == 0, revoked.stderr
     assert "revoked" in world.stack.cli("passkey", "list", world.op2.pw_name).stdout
+
+
+def test_after_a_restart_old_assertions_and_old_counters_are_refused(world: World) -> None:
+    auth = world.keys[world.op1.pw_name]
+    first, _first_marker = _job(world, "before-restart")
+    before = world.begin(first.request_id)
+    kept = auth.sign(before["challenge"])  # made, never submitted
+    used = world.decide(first.request_id, before, auth.sign(before["challenge"]))  # control: this one counts
+    assert used["ok"] is True, used
+    assert first.result()["ok"] is True
+    stale_counter = auth.counter
+    world.stack.kill_service("approval")
+    job, marker = _job(world, "after-restart")
+    begun = world.begin(job.request_id)
+    # An assertion over a statement of before the restart verifies over nothing pending now.
+    _refused(world.decide(job.request_id, begun, kept), "challenge")
+    old = world.decide(job.request_id, before, kept)
+    assert old["ok"] is False and old["error"]["code"] in ("not_found", "conflict"), old
+    # The counter approval kept before the restart still stands: an equal one is refused.
+    newest, auth.counter = auth.counter, stale_counter
+    _refused(world.decide(job.request_id, begun, auth.sign(begun["challenge"], count=False)), "counter")
+    auth.counter = newest
+    ok = world.decide(job.request_id, begun, auth.sign(begun["challenge"]))
+    assert ok["ok"] is True, ok
+    assert job.result()["ok"] is True and marker.exists()
+
+
+def test_a_passkey_approval_may_carry_a_grant_the_challenge_covers(world: World) -> None:
+    marker = root_dir() / "granted"
+    argv = ["touch", str(marker)]
+    job = Background(world.stack, {"argv": argv, "privileged": True})
+    wait_pending(world.stack, job.request_id)
+    begun = world.begin(job.request_id, grant_seconds=300)
+    auth = world.keys[world.op2.pw_name]
+    # The grant is part of the challenge: dropping it, or changing it, is another challenge.
+    _refused(world.decide(job.request_id, begun, auth.sign(begun["challenge"])), "challenge")
+    _refused(world.decide(job.request_id, begun, auth.sign(begun["challenge"]), grant_seconds=3000), "challenge")
+    ok = world.decide(job.request_id, begun, auth.sign(begun["challenge"]), grant_seconds=300)
+    assert ok["ok"] is True and ok["data"]["grant"]["made_by"] == world.op2.pw_name, ok
+    assert job.result()["ok"] is True
+    again = world.stack.exec({"argv": argv, "privileged": True, "operation_id": f"op-{uuid.uuid4()}"})
+    assert again["ok"] is True, again  # the grant let it through without asking
+    revoked = world.stack.native(
+        "grant.revoke", {"grant_id": ok["data"]["grant"]["grant_id"]}, path=world.stack.operator
+    )
+    assert revoked["ok"] is True, revoked
