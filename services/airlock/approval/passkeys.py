@@ -37,6 +37,7 @@ from typing import Any
 from airlock.approval import quorum, refs, webauthn
 from airlock.approval.grants import Grant
 from airlock.approval.pending import Pending
+from airlock.approval.signed import RefusalLimit
 from airlock.approval.webauthn import Refused
 from airlock.common import passkeyfile, validate
 from airlock.common.audit import Audit, Ids
@@ -53,6 +54,9 @@ MAX_LOGINS = 1024  # outstanding sign-in challenges
 LOGIN_SECONDS = 300.0
 MAX_WAIT_SECONDS = 900.0
 USED = 4096  # assertion digests kept to refuse a replay
+# Refused passkey decisions one carrier (airlock-web's uid) may send per minute: each is journaled,
+# so a compromised web process cannot fill the journal with them.
+DECIDE_REFUSALS = 60
 
 
 @dataclass(slots=True)
@@ -132,6 +136,7 @@ class Passkeys:
     logins: OrderedDict[str, tuple[bytes, float]]
     used_assertions: OrderedDict[str, float]
     counters: CounterStore
+    passkey_refusals: RefusalLimit
 
     def _find(self, ref: Any, expect: str | None = None) -> Pending:
         raise NotImplementedError  # Approval's
@@ -448,6 +453,7 @@ class Passkeys:
     async def passkey_decide(self, call: Call) -> dict[str, Any]:
         """A decision carried by airlock-web: approval verifies the assertion over this request's statement."""
         self._web()
+        self.passkey_refusals.check(call.peer.uid)
         entry = self._find(call.args.get("id"), refs.expected(call.args))
         decision, reason, seconds, scope = self._decision_args(call)
         await self._check_expected(call, entry, "approve" if decision == "allow" else "deny")
@@ -483,6 +489,7 @@ class Passkeys:
                 grant = self._grant_for(entry, person, call.args)
                 self._check_vote(entry, voter)
         except AirlockError as exc:
+            self.passkey_refusals.refused(call.peer.uid)
             await self.audit.record(
                 "operator.action",
                 ids,
