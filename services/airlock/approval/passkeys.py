@@ -365,7 +365,23 @@ class Passkeys:
                     "carrier": {"uid": call.peer.uid, "user": call.peer.user},
                 },
             )
-            await self.runner.call("passkeys.write", {"op": "add", "credential": json.loads(credential.to_line())})
+            try:
+                await self.runner.call("passkeys.write", {"op": "add", "credential": json.loads(credential.to_line())})
+            except AirlockError as exc:
+                # The journal said "enrolled" first (a stored line must never be unjournaled): say it failed.
+                await self.audit.record(
+                    "operator.action",
+                    Ids(peer_uid=call.peer.uid),
+                    payload={
+                        "action": "passkey.enroll_failed",
+                        "operator": found.account,
+                        "account": found.account,
+                        "credential_id": credential.credential_id,
+                        "code": exc.code.value,
+                        "message": exc.message,
+                    },
+                )
+                raise
             if registered.sign_count:
                 self.counters.set(credential.credential_id, registered.sign_count)
         except AirlockError:
