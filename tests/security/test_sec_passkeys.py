@@ -128,6 +128,8 @@ def world() -> Iterator[World]:
         config = (
             f"agents:\n  users: [root, {own.pw_name}]\n"
             f"operators:\n  users: [{op1.pw_name}, {op2.pw_name}, {own.pw_name}]\n"
+            # The web user holds an operators' group (its own primary group): still it decides nothing.
+            f"  groups: [{web.pw_name}]\n"
             f"  observers: {{users: [{observer.pw_name}]}}\n"
             f"web:\n  url: {ORIGIN}/\n  rp_id: {RP}\n  user: {web.pw_name}\n"
             "approval:\n  timeout_seconds: 120\n  allow_self_approval: false\n"
@@ -369,6 +371,8 @@ def test_the_web_user_cannot_decide_without_an_assertion(world: World) -> None:
     _refused(world.decide(job.request_id, begun, claimed), "signature")
     for verb in ("hold", "cancel", "grant.revoke", "token.issue"):
         assert world.web_call(verb, {})["error"]["code"] == "unauthorized"
+    _refused(world.web_call("passkey.list", {}), "not_yours")
+    _refused(world.web_call("passkey.revoke", {"credential_id": world.keys[world.op1.pw_name].id}), "not_yours")
     assert wait_pending(world.stack, job.request_id) and not marker.exists()
     # Control: a real assertion carried by the same web user approves.
     ok = world.decide(job.request_id, begun, world.keys[world.op1.pw_name].sign(begun["challenge"]))
@@ -440,3 +444,49 @@ def test_the_enroll_command_prints_the_link_and_waits_for_the_registration(world
     revoked = world.stack.cli("passkey", "revoke", auth.id, "--reason", "lost phone")
     assert revoked.returncode == 0, revoked.stderr
     assert "revoked" in world.stack.cli("passkey", "list", world.op2.pw_name).stdout
+
+
+def test_after_a_restart_old_assertions_and_old_counters_are_refused(world: World) -> None:
+    auth = world.keys[world.op1.pw_name]
+    first, _first_marker = _job(world, "before-restart")
+    before = world.begin(first.request_id)
+    kept = auth.sign(before["challenge"])  # made, never submitted
+    used = world.decide(first.request_id, before, auth.sign(before["challenge"]))  # control: this one counts
+    assert used["ok"] is True, used
+    assert first.result()["ok"] is True
+    stale_counter = auth.counter
+    world.stack.kill_service("approval")
+    job, marker = _job(world, "after-restart")
+    begun = world.begin(job.request_id)
+    # An assertion over a statement of before the restart verifies over nothing pending now.
+    _refused(world.decide(job.request_id, begun, kept), "challenge")
+    old = world.decide(job.request_id, before, kept)
+    assert old["ok"] is False and old["error"]["code"] in ("not_found", "conflict"), old
+    # The counter approval kept before the restart still stands: an equal one is refused.
+    newest, auth.counter = auth.counter, stale_counter
+    _refused(world.decide(job.request_id, begun, auth.sign(begun["challenge"], count=False)), "counter")
+    auth.counter = newest
+    ok = world.decide(job.request_id, begun, auth.sign(begun["challenge"]))
+    assert ok["ok"] is True, ok
+    assert job.result()["ok"] is True and marker.exists()
+
+
+def test_a_passkey_approval_may_carry_a_grant_the_challenge_covers(world: World) -> None:
+    marker = root_dir() / "granted"
+    argv = ["touch", str(marker)]
+    job = Background(world.stack, {"argv": argv, "privileged": True})
+    wait_pending(world.stack, job.request_id)
+    begun = world.begin(job.request_id, grant_seconds=300)
+    auth = world.keys[world.op2.pw_name]
+    # The grant is part of the challenge: dropping it, or changing it, is another challenge.
+    _refused(world.decide(job.request_id, begun, auth.sign(begun["challenge"])), "challenge")
+    _refused(world.decide(job.request_id, begun, auth.sign(begun["challenge"]), grant_seconds=3000), "challenge")
+    ok = world.decide(job.request_id, begun, auth.sign(begun["challenge"]), grant_seconds=300)
+    assert ok["ok"] is True and ok["data"]["grant"]["made_by"] == world.op2.pw_name, ok
+    assert job.result()["ok"] is True
+    again = world.stack.exec({"argv": argv, "privileged": True, "operation_id": f"op-{uuid.uuid4()}"})
+    assert again["ok"] is True, again  # the grant let it through without asking
+    revoked = world.stack.native(
+        "grant.revoke", {"grant_id": ok["data"]["grant"]["grant_id"]}, path=world.stack.operator
+    )
+    assert revoked["ok"] is True, revoked

@@ -37,6 +37,7 @@ from typing import Any
 from airlock.approval import quorum, refs, webauthn
 from airlock.approval.grants import Grant
 from airlock.approval.pending import Pending
+from airlock.approval.signed import RefusalLimit
 from airlock.approval.webauthn import Refused
 from airlock.common import passkeyfile, validate
 from airlock.common.audit import Audit, Ids
@@ -53,6 +54,9 @@ MAX_LOGINS = 1024  # outstanding sign-in challenges
 LOGIN_SECONDS = 300.0
 MAX_WAIT_SECONDS = 900.0
 USED = 4096  # assertion digests kept to refuse a replay
+# Refused passkey decisions one carrier (airlock-web's uid) may send per minute: each is journaled,
+# so a compromised web process cannot fill the journal with them.
+DECIDE_REFUSALS = 60
 
 
 @dataclass(slots=True)
@@ -132,6 +136,7 @@ class Passkeys:
     logins: OrderedDict[str, tuple[bytes, float]]
     used_assertions: OrderedDict[str, float]
     counters: CounterStore
+    passkey_refusals: RefusalLimit
 
     def _find(self, ref: Any, expect: str | None = None) -> Pending:
         raise NotImplementedError  # Approval's
@@ -360,7 +365,23 @@ class Passkeys:
                     "carrier": {"uid": call.peer.uid, "user": call.peer.user},
                 },
             )
-            await self.runner.call("passkeys.write", {"op": "add", "credential": json.loads(credential.to_line())})
+            try:
+                await self.runner.call("passkeys.write", {"op": "add", "credential": json.loads(credential.to_line())})
+            except AirlockError as exc:
+                # The journal said "enrolled" first (a stored line must never be unjournaled): say it failed.
+                await self.audit.record(
+                    "operator.action",
+                    Ids(peer_uid=call.peer.uid),
+                    payload={
+                        "action": "passkey.enroll_failed",
+                        "operator": found.account,
+                        "account": found.account,
+                        "credential_id": credential.credential_id,
+                        "code": exc.code.value,
+                        "message": exc.message,
+                    },
+                )
+                raise
             if registered.sign_count:
                 self.counters.set(credential.credential_id, registered.sign_count)
         except AirlockError:
@@ -448,6 +469,7 @@ class Passkeys:
     async def passkey_decide(self, call: Call) -> dict[str, Any]:
         """A decision carried by airlock-web: approval verifies the assertion over this request's statement."""
         self._web()
+        self.passkey_refusals.check(call.peer.uid)
         entry = self._find(call.args.get("id"), refs.expected(call.args))
         decision, reason, seconds, scope = self._decision_args(call)
         await self._check_expected(call, entry, "approve" if decision == "allow" else "deny")
@@ -483,6 +505,7 @@ class Passkeys:
                 grant = self._grant_for(entry, person, call.args)
                 self._check_vote(entry, voter)
         except AirlockError as exc:
+            self.passkey_refusals.refused(call.peer.uid)
             await self.audit.record(
                 "operator.action",
                 ids,
@@ -527,8 +550,9 @@ class Passkeys:
     async def passkey_list(self, call: Call) -> dict[str, Any]:
         account = validate.optional_text("account", call.args.get("account"), max_len=64)
         o = self.config.operators
-        if not (call.peer.uid == 0 or may_decide(call.peer, o.users, o.groups, o.observers.users)):
-            if account not in (None, call.peer.user) or call.peer.user == self.config.web.user:
+        web = call.peer.user == self.config.web.user and call.peer.uid != 0  # an observer, whatever its groups
+        if web or not (call.peer.uid == 0 or may_decide(call.peer, o.users, o.groups, o.observers.users)):
+            if account not in (None, call.peer.user) or web:
                 raise _no("not_yours", "an observer may list only its own passkeys")
             account = call.peer.user
         return {

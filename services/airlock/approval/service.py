@@ -28,7 +28,7 @@ from airlock.approval import explain, grants, hook
 from airlock.approval.decide import AskLimits, Deciding
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
-from airlock.approval.passkeys import CounterStore, Enrollment
+from airlock.approval.passkeys import DECIDE_REFUSALS, CounterStore, Enrollment
 from airlock.approval.pending import Pending, Ticket
 from airlock.approval.policy import PolicyError, load_policy
 from airlock.approval.rules import Policy
@@ -90,6 +90,7 @@ class Approval(Deciding, Operating):
         self.logins: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
         self.used_assertions: OrderedDict[str, float] = OrderedDict()
         self.counters = CounterStore(config.approval.state_dir)
+        self.passkey_refusals = RefusalLimit(DECIDE_REFUSALS)
 
     # --- lifecycle ---------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -113,3 +114,21 @@ def test_a_passkeys_file_line_is_validated_and_bad_lines_are_skipped() -> None:
     found, bad = passkeyfile.parse(text)
     assert [c.account for c in found] == ["alice"] and bad == [2, 3, 4]
     assert passkeyfile.checked(json.loads(found[0].to_line())) == found[0]
+
+
+def test_the_passkeys_file_is_rewritten_atomically_and_never_through_a_symlink(tmp_path: Path) -> None:
+    auth = SoftAuthenticator(ORIGIN, RP)
+    line = passkeyfile.Credential(auth.id, b64u(auth.cose_key()), "alice", 1).to_line()
+    target = tmp_path / "passkeys"
+    passkeyfile.rewrite(target, lambda lines, found: [*lines, line])
+    assert target.read_text() == line + "\n" and (target.stat().st_mode & 0o777) == 0o644
+    assert [c.account for c in passkeyfile.read(target)[0]] == ["alice"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("")
+    target.unlink()
+    target.symlink_to(elsewhere)
+    with pytest.raises(OSError, match="symbolic links"):
+        passkeyfile.rewrite(target, lambda lines, found: [*lines, line])
+    with pytest.raises(OSError, match="symbolic links"):
+        passkeyfile.read(target)
+    assert elsewhere.read_text() == "" and sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "passkeys"]
