@@ -190,7 +190,7 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
 
             # Approve: the passkey signs this request's statement; approval verifies; the command runs.
             await page.evaluate("document.querySelector('#decide button.allow').click()")
-            await page.wait_for("document.querySelector('#decide-status').textContent.includes('Recorded')")
+            await page.wait_for("document.querySelector('#decide-status').textContent.includes('Recorded: approved')")
             reply = await asyncio.to_thread(final_reply, proc)
             assert reply["ok"] is True, reply
             assert mark.exists() and mark.stat().st_uid == 0 and stat.S_ISREG(mark.stat().st_mode)
@@ -203,7 +203,7 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             await page.wait_for("document.querySelector('#decide') !== null")
             await page.evaluate("document.querySelector('#reason').value = 'not during the freeze'")
             await page.evaluate("document.querySelector('#decide button.deny').click()")
-            await page.wait_for("document.querySelector('#decide-status').textContent.includes('Recorded')")
+            await page.wait_for("document.querySelector('#decide-status').textContent.includes('Recorded: denied')")
             reply = await asyncio.to_thread(final_reply, proc)
             assert reply["ok"] is False and reply["error"]["code"] == "denied", reply
             assert "not during the freeze" in reply["error"]["message"]

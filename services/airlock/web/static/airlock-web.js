@@ -109,8 +109,15 @@
       body.credential = credentialJSON(cred);
       const done = await post("/decide", body, csrf);
       const r = done.result || {};
-      const state = r.decision || r.state || body.decision;
-      say("decide-status", "Recorded: " + state + (r.progress ? " (" + r.progress + ")" : "") + ".", "ok");
+      let text;
+      if (r.complete === false) {
+        text = "Recorded: your approval counts (" + (r.progress || "") + "); it waits for another approver.";
+      } else if ((r.decision || body.decision) === "deny") {
+        text = "Recorded: denied. The agent reads your reason.";
+      } else {
+        text = "Recorded: approved. It runs now.";
+      }
+      say("decide-status", text, "ok");
     } finally {
       for (const b of form.querySelectorAll("button")) b.disabled = false;
     }
