@@ -451,3 +451,15 @@ def test_a_file_edit_shows_its_hashes_and_its_diff_as_text(world: World) -> None
     world.stack.native("deny", {"id": request_id, "reason": "test over"}, path=world.stack.operator)
     thread.join(30)
     assert reply["ok"] is False and target.read_text().startswith("listen 80;")
+
+
+def test_a_dns_rebound_host_name_reaches_nothing(world: World) -> None:
+    # A page at evil.example whose name now resolves to 127.0.0.1 talks to the console as its own origin.
+    evil = Tab(world.base, origin="http://evil.example:8787")
+    for method, path in (("GET", "/signin"), ("GET", "/static/airlock-web.js"), ("POST", "/signin/begin")):
+        reply = evil.call(method, path, body={} if method == "POST" else None, headers={"Host": "evil.example:8787"})
+        assert reply.status == 421 and "Sign in" not in reply.text, (path, reply.status)
+        assert reply.headers["Content-Security-Policy"] == CSP
+    # Control: web.url's host (behind the proxy) and the loopback names (an SSH tunnel) are served.
+    for host in ("airlock.test", "localhost:8787", "127.0.0.1", "[::1]:8787"):
+        assert Tab(world.base).call("GET", "/signin", headers={"Host": host}).status == 200, host

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -45,6 +46,7 @@ from airlock.web.sessions import Session, Sessions
 
 EX_CONFIG = 78
 MAX_BODY = 64 * 1024  # a WebAuthn credential is a few KiB; nothing here needs more
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PENDING_REFRESH = 20  # seconds: the pending list reloads itself (a meta refresh: no script needed)
 RECENT_EVENTS = 256  # the journal's newest events the decisions page reads (one page)
 
@@ -108,10 +110,21 @@ class Web:
             return web.json_response({"ok": False, "error": text}, status=status)
         return self.page("Refused", pages.message(text), session, status)
 
+    def known_host(self, request: web.Request) -> bool:
+        """``Host`` names web.url's host or a loopback name: a DNS-rebound name reaches nothing."""
+        host = (request.host or "").lower()
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        name = name.strip("[]")
+        if name in LOOPBACK_NAMES:
+            return True
+        return bool(self.config.web.url) and name == (urlsplit(self.config.web.url).hostname or "").lower()
+
     @web.middleware
     async def guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Security headers on every answer; no traceback ever leaves (a 500 page, the error in the log)."""
         try:
+            if not self.known_host(request):
+                raise web.HTTPMisdirectedRequest(text="refused: this is not airlock-web's host name (web.url)")
             response = await handler(request)
         except web.HTTPException as exc:
             response = exc
