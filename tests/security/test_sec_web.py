@@ -21,11 +21,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from http.cookies import SimpleCookie
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import pytest
-from secsupport import needs_root, red_stack, root_dir, throwaway_user
+from secsupport import needs_root, red_stack, throwaway_user
 
 from airlock.common.render import command_line
 
@@ -250,8 +251,8 @@ def test_every_answer_carries_the_strict_csp_and_frame_refusal(world: World) -> 
 # --- sessions ------------------------------------------------------------------------
 
 
-def test_every_page_needs_a_passkey_session(world: World) -> None:
-    job = _pending(world, ["touch", str(root_dir() / "session")])
+def test_every_page_needs_a_passkey_session(world: World, marks: Path) -> None:
+    job = _pending(world, ["touch", str(marks / "session")])
     # The relay's link names the request as AGENT/ID (uid 0: root's agent here).
     pages = [
         "/",
@@ -311,8 +312,8 @@ def test_a_failed_sign_in_makes_no_session(world: World) -> None:
 # --- CSRF and origin ---------------------------------------------------------------------
 
 
-def test_a_state_change_without_the_csrf_token_or_from_another_origin_is_refused(world: World) -> None:
-    job = _pending(world, ["touch", str(root_dir() / "csrf")])
+def test_a_state_change_without_the_csrf_token_or_from_another_origin_is_refused(world: World, marks: Path) -> None:
+    job = _pending(world, ["touch", str(marks / "csrf")])
     tab = world.signed_in(world.op)
     body = {"ref": job.request_id, "decision": "allow"}
     token = tab.csrf()
@@ -339,8 +340,8 @@ def test_a_state_change_without_the_csrf_token_or_from_another_origin_is_refused
 # --- who may decide ------------------------------------------------------------------------
 
 
-def test_an_observer_sees_the_request_but_cannot_decide_it(world: World) -> None:
-    marker = root_dir() / "observer"
+def test_an_observer_sees_the_request_but_cannot_decide_it(world: World, marks: Path) -> None:
+    marker = marks / "observer"
     job = _pending(world, ["touch", str(marker)])
     tab = world.signed_in(world.observer)
     page = tab.call("GET", f"/request?ref={quote(job.request_id)}")
@@ -365,8 +366,8 @@ def test_an_observer_sees_the_request_but_cannot_decide_it(world: World) -> None
     assert job.result()["ok"] is True and marker.exists() and marker.stat().st_uid == 0
 
 
-def test_a_denial_through_the_pages_reaches_the_agent_with_its_reason(world: World) -> None:
-    marker = root_dir() / "denied"
+def test_a_denial_through_the_pages_reaches_the_agent_with_its_reason(world: World, marks: Path) -> None:
+    marker = marks / "denied"
     job = _pending(world, ["touch", str(marker)])
     tab = world.signed_in(world.op)
     done = tab.decide(job.request_id, "deny", world.keys[world.op.pw_name], reason="not during the freeze")
@@ -406,8 +407,10 @@ def test_bad_bodies_get_a_clear_refusal_and_no_traceback(world: World) -> None:
     assert os.path.exists(world.stack.operator)
 
 
-def test_an_approval_with_a_grant_lets_the_same_command_run_again_and_shows_on_the_grants_page(world: World) -> None:
-    marker = root_dir() / "granted"
+def test_an_approval_with_a_grant_lets_the_same_command_run_again_and_shows_on_the_grants_page(
+    world: World, marks: Path
+) -> None:
+    marker = marks / "granted"
     argv = ["touch", str(marker)]
     job = _pending(world, argv)
     tab = world.signed_in(world.op)
@@ -425,9 +428,8 @@ def test_an_approval_with_a_grant_lets_the_same_command_run_again_and_shows_on_t
     world.stack.native("grant.revoke", {"grant_id": grant_id}, path=world.stack.operator)
 
 
-def test_a_file_edit_shows_its_hashes_and_its_diff_as_text(world: World) -> None:
-    folder = root_dir()
-    target = folder / "app.conf"
+def test_a_file_edit_shows_its_hashes_and_its_diff_as_text(world: World, marks: Path) -> None:
+    target = marks / "app.conf"
     target.write_text("listen 80;\n<script>alert('diff')</script>\n")
     request_id = f"web-file-{os.getpid()}"
     args = {"path": str(target), "old_text": "listen 80;", "new_text": "listen 8080;", "reason": "move the port"}
