@@ -16,9 +16,14 @@ DEB_PACKAGES := python3 python3-venv python3-yaml python3-structlog python3-syst
 DEB_PACKAGES += systemd-journal-remote openssh-server openssh-client tmux
 # setfacl/getfacl: a privileged write keeps the ACL of the file it replaces (issue 39)
 DEB_PACKAGES += acl
+# Issue 33: passkeys (WebAuthn) are checked by approval with Debian's python3-fido2 (0.9.1).
+DEB_PACKAGES += python3-fido2
 # node and npm: the official MCP TypeScript SDK client drives `airlock mcp` in the tests (issue 31);
 # a node already on PATH (say from NodeSource, whose nodejs conflicts with Debian's npm) counts
 DEB_PACKAGES += nodejs npm
+# airlock-web (issue 33): aiohttp serves it (a runtime Depends), and Debian's chromium drives
+# the browser test (tests/integration/test_web_browser.py) headless.
+DEB_PACKAGES += python3-aiohttp chromium
 # The SDK's pinned version (tests/mcp_ts/package-lock.json), installed like the Python test tools.
 MCP_TS := tests/mcp_ts
 

@@ -69,7 +69,7 @@ check-units-deps:
 # name: give it a small root with this machine's units, ours, and stub
 # executables.  verify exits 0 even on unknown keys, so any output fails.
 # Figures: exposure must stay <= 1.0 for intake, approval and journal,
-# <= 2.0 for notify (it needs the network) and <= 5.0 for the runner
+# <= 2.0 for notify (it needs the network), <= 1.5 for web (issue 33) and <= 5.0 for the runner
 # (docs/security.md says why they cannot go lower).
 check-units: check-units-deps
 	@set -eu; \
@@ -80,7 +80,7 @@ check-units: check-units-deps
 	cp -a /lib/systemd/system "$$root/lib/systemd/"; \
 	cp units/*.socket units/*.service units/*.slice "$$root/lib/systemd/system/"; \
 	cp /bin/kill "$$root/bin/"; \
-	for s in intake approval runner journal notify; do \
+	for s in intake approval runner journal notify web; do \
 	  printf '#!/bin/sh\n' >"$$root/usr/libexec/airlock/airlock-$$s"; chmod 0755 "$$root/usr/libexec/airlock/airlock-$$s"; \
 	done; \
 	units=$$(cd units && ls *.socket *.service *.slice); \
@@ -94,8 +94,8 @@ check-units: check-units-deps
 	  echo "sysusers: ok"; \
 	fi; \
 	fail=0; \
-	for s in intake approval journal runner notify; do \
-	  limit=10; [ $$s = runner ] && limit=25; [ $$s = notify ] && limit=20; \
+	for s in intake approval journal runner notify web; do \
+	  limit=10; [ $$s = runner ] && limit=25; [ $$s = notify ] && limit=20; [ $$s = web ] && limit=15; \
 	  line=$$(systemd-analyze security --offline=yes --root="$$root" --threshold=$$limit "airlock-$$s.service" 2>&1 | tail -n 1) || fail=1; \
 	  echo "security: $$line (limit $$((limit / 10)).$$((limit % 10)))" | sed 's/→ Overall exposure level for //'; \
 	done; \

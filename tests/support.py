@@ -33,6 +33,8 @@ def now_iso(offset: float = 0.0) -> str:
 class Stack:
     runtime_dir: Path
     proc: subprocess.Popen[str]
+    web: str | None = None  # airlock-web's web.url when started with web= (dev up --web)
+    web_listen: str | None = None  # where it listens (HOST:PORT): web.url may name a proxy in front
 
     @property
     def agent(self) -> str:
@@ -149,10 +151,12 @@ class Stack:
             return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY seq")]
 
 
-def start_stack(runtime_dir: Path, config: Path | None = None) -> Stack:
+def start_stack(runtime_dir: Path, config: Path | None = None, *, web: str | None = None) -> Stack:
     argv = [sys.executable, "-m", "airlock", "dev", "up", "--runtime-dir", str(runtime_dir)]
     if config is not None:
         argv += ["--config", str(config)]
+    if web is not None:
+        argv += ["--web", web]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
@@ -163,7 +167,8 @@ def start_stack(runtime_dir: Path, config: Path | None = None) -> Stack:
             break
         seen.append(line)
         if "ready" in line:
-            return Stack(runtime_dir, proc)
+            words = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            return Stack(runtime_dir, proc, words.get("web"), words.get("web_listen"))
     proc.kill()
     logs = (
         "".join(p.read_text() for p in (runtime_dir / "logs").glob("*.log")) if (runtime_dir / "logs").exists() else ""

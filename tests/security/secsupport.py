@@ -148,17 +148,17 @@ def run_as(user: pwd.struct_passwd, *argv: str) -> subprocess.CompletedProcess[s
 
 
 @contextlib.contextmanager
-def red_stack(config: str) -> Iterator[Stack]:
+def red_stack(config: str, *, web: str | None = None) -> Iterator[Stack]:
     """A live `airlock dev up` (as root) whose agent socket the throwaway users can reach.
 
     Not under pytest's 0700 tmp folder; ``agents.users`` in ``config`` still
-    decides who is served.
+    decides who is served.  ``web``: airlock-web too, listening there (dev up --web).
     """
     runtime = Path(tempfile.mkdtemp(prefix="alsec", dir="/tmp"))
     os.chmod(runtime, 0o755)
     cfg = runtime.parent / f"{runtime.name}.yaml"
     cfg.write_text(config, encoding="utf-8")
-    stack = start_stack(runtime, cfg)
+    stack = start_stack(runtime, cfg, web=web)
     os.chmod(stack.agent, 0o666)
     try:
         yield stack

@@ -5,7 +5,7 @@ Every ``import`` in the package counts, also those inside functions and under
 
 - ``common`` (and the package root, which holds only ``__version__``) is the
   bottom: it imports nothing above it.
-- The services (``journal``, ``approval``, ``runner``, ``intake``, ``relay``)
+- The services (``journal``, ``approval``, ``runner``, ``intake``, ``relay``, ``web``)
   import ``common`` and their own package, never one another and never a client.
 - The clients (``cli``, ``gateway``, ``mcp``) are the top; they import ``common``,
   one another, and no service internals except the few listed in
@@ -23,7 +23,7 @@ ROOT = REPO / "services"
 PACKAGE = "airlock"
 
 BOTTOM = {"", "common"}
-SERVICES = {"journal", "approval", "runner", "intake", "relay"}
+SERVICES = {"journal", "approval", "runner", "intake", "relay", "web"}
 CLIENTS = {"cli", "gateway", "mcp"}
 RANK = {**dict.fromkeys(BOTTOM, 0), **dict.fromkeys(SERVICES, 1), **dict.fromkeys(CLIENTS, 2), "__main__": 3}
 

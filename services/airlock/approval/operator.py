@@ -20,6 +20,7 @@ from typing import Any
 from airlock.approval import fileop_review, quorum, refs
 from airlock.approval.decide import subject_of
 from airlock.approval.lookup import JournalLookup
+from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
 from airlock.approval.tickets import Tickets
@@ -42,7 +43,7 @@ from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 
 
-class Operating(Tickets, Votes):
+class Operating(Tickets, Votes, Passkeys):
     """The operators' side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
@@ -427,6 +428,16 @@ class Operating(Tickets, Votes):
                 "audit.archive": self.audit_archive,
                 "token.issue": self.token_issue,
                 "token.revoke": self.token_revoke,
+                "passkey.enroll": self.passkey_enroll,
+                "passkey.enroll_wait": self.passkey_enroll_wait,
+                "passkey.register_begin": self.passkey_register_begin,
+                "passkey.register_finish": self.passkey_register_finish,
+                "passkey.login_begin": self.passkey_login_begin,
+                "passkey.login_finish": self.passkey_login_finish,
+                "passkey.decide_begin": self.passkey_decide_begin,
+                "passkey.decide": self.passkey_decide,
+                "passkey.list": self.passkey_list,
+                "passkey.revoke": self.passkey_revoke,
             }.items()
         }
 
@@ -443,7 +454,28 @@ def _operator_only(verb: Verb) -> Verb:
 
 
 # What a read-only operator (``operators.observers``) may call on operator.sock.
-OBSERVER_VERBS = frozenset({"status", "pending", "show", "events", "statement", "grants"})
+# The passkey verbs too (issue 33): each is decided by the token or the assertion it carries, or checks
+# its caller itself (enroll, list, revoke); airlock-web (web.user) is an observer that carries them.
+OBSERVER_VERBS = frozenset(
+    {
+        "status",
+        "pending",
+        "show",
+        "events",
+        "statement",
+        "grants",
+        "passkey.enroll",
+        "passkey.enroll_wait",
+        "passkey.register_begin",
+        "passkey.register_finish",
+        "passkey.login_begin",
+        "passkey.login_finish",
+        "passkey.decide_begin",
+        "passkey.decide",
+        "passkey.list",
+        "passkey.revoke",
+    }
+)
 
 
 def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:

@@ -20,6 +20,7 @@ import functools
 import resource
 import socket
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,6 +28,7 @@ from airlock.approval import explain, grants, hook
 from airlock.approval.decide import AskLimits, Deciding
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
+from airlock.approval.passkeys import DECIDE_REFUSALS, CounterStore, Enrollment
 from airlock.approval.pending import Pending, Ticket
 from airlock.approval.policy import PolicyError, load_policy
 from airlock.approval.rules import Policy
@@ -83,6 +85,12 @@ class Approval(Deciding, Operating):
         self.grants = grants.Grants()
         self._grant_timers: dict[str, asyncio.TimerHandle] = {}
         self.host = config.notify.host or socket.gethostname()
+        # Issue 33 (approval/passkeys.py): enrollment links, sign-in challenges, assertions used, counters.
+        self.enrollments: dict[str, Enrollment] = {}
+        self.logins: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
+        self.used_assertions: OrderedDict[str, float] = OrderedDict()
+        self.counters = CounterStore(config.approval.state_dir)
+        self.passkey_refusals = RefusalLimit(DECIDE_REFUSALS)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -188,12 +196,17 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     observers = config.operators.observers
 
     def decides(peer: Peer) -> bool:
+        # airlock-web's user is an observer whatever its groups: it carries passkey verbs, decides nothing.
+        if peer.user == config.web.user and peer.uid != 0:
+            return False
         return may_decide(peer, config.operators.users, config.operators.groups, observers.users)
 
     operator = Door(
         "operator",
         allow=AllowList.of(
-            [*config.operators.users, *observers.users], [*config.operators.groups, *observers.groups], root=True
+            [*config.operators.users, *observers.users, *([config.web.user] if config.web.url else [])],
+            [*config.operators.groups, *observers.groups],
+            root=True,
         ),
         errors=within_reference_004,
         verbs=approval.operator_verbs(decides),
@@ -225,7 +238,9 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
 
     service.on_stop = stop
     # An idle exit would revoke every session token (they live only in memory).
-    service.keep_alive = lambda: approval.tokens.live(time.time()) > 0 or bool(approval.grants.live(time.time()))
+    service.keep_alive = lambda: (
+        approval.tokens.live(time.time()) > 0 or bool(approval.grants.live(time.time())) or bool(approval.enrollments)
+    )
     return service
 
 

@@ -11,6 +11,11 @@ sockets has a connection waiting, as its systemd socket unit would.  Ctrl-C
 or SIGTERM stops them all.  The config and the policy are checked before
 anything starts: an error is printed here, with its ``path:line:col``.
 
+With ``--web HOST:PORT``, airlock-web (``airlock.web``) runs too, handed its
+listening TCP socket as systemd's airlock-web.socket would hand it; ``web.url``
+defaults to ``http://localhost:PORT`` (a secure context for WebAuthn without
+TLS, and the passkeys' relying party ID ``localhost``).
+
 When ``notify.channels`` is not empty, the relay (``airlock.relay``, the
 airlock-notify service) runs too, with no socket of its own, following the
 stack's own operator socket (it calls only the verbs an observer may; here it
@@ -79,7 +84,12 @@ def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
             "runner_user": user,
             "idle_exit_seconds": 0,  # stay up; with --config setting it, dev up restarts on demand
         },
-        "approval": {"allow_self_approval": True},
+        "approval": {
+            "allow_self_approval": True,
+            # Issue 33: the enrolled passkeys (written by the dev runner) and approval's counters.
+            "passkeys": str(runtime_dir / "passkeys"),
+            "state_dir": str(runtime_dir / "state" / "approval"),
+        },
         # The checkpoint key, made here at the first start (the package makes /etc/airlock's at install).
         "journal": {"checkpoint_key": str(runtime_dir / "checkpoint_ed25519_key")},
         "runner": {"containment": "process-group"},
@@ -176,9 +186,11 @@ def check_policy(cfg: configuration.Config, user_file: Path | None) -> None:
         print(f"airlock dev: policy warning: {warning}", file=sys.stderr)
 
 
-def compose_config(runtime_dir: Path, user_file: Path | None) -> str:
+def compose_config(runtime_dir: Path, user_file: Path | None, web_port: int | None = None) -> str:
     """The dev config as YAML: built-in dev values, the user's file over them key by key."""
     merged = dev_config_dict(runtime_dir, pwd.getpwuid(os.getuid()).pw_name)
+    if web_port is not None:
+        merged["web"] = {"url": f"http://localhost:{web_port}"}
     if user_file is not None:
         text = user_file.read_text(encoding="utf-8")
         configuration.parse_text(text, str(user_file))  # validate with exact messages first
@@ -193,6 +205,9 @@ def compose_config(runtime_dir: Path, user_file: Path | None) -> str:
         runtime_dir=str(runtime_dir), state_dir=str(runtime_dir / "state"), policy_dir=str(runtime_dir / "policy.d")
     )
     merged.setdefault("notify", {}).update(state_dir=str(runtime_dir / "state" / "notify"))
+    merged.setdefault("approval", {}).update(
+        passkeys=str(runtime_dir / "passkeys"), state_dir=str(runtime_dir / "state" / "approval")
+    )
     return "# Written by `airlock dev up`; edit the file given with --config instead.\n" + yaml.safe_dump(
         merged, sort_keys=False
     )
@@ -208,11 +223,13 @@ class Child:
     restarts: list[float] = field(default_factory=list)
     # Exited cleanly: started again by the next connection to one of its sockets.
     idle: bool = False
+    args: tuple[str, ...] = ()  # after --config
 
 
 class Supervisor:
-    def __init__(self, runtime_dir: Path, config_path: Path) -> None:
+    def __init__(self, runtime_dir: Path, config_path: Path, web: socket.socket | None = None) -> None:
         self.runtime_dir = runtime_dir
+        self.web = web
         self.config_path = config_path
         self.children: dict[str, Child] = {}
         self.stopping = False
@@ -236,6 +253,9 @@ class Supervisor:
         if cfg.notify.channels:
             # The relay (airlock-notify): no sockets, not socket-activated; restarted when it fails.
             self.children["notify"] = Child("notify", [], module="airlock.relay")
+        if self.web is not None:
+            # airlock-web, handed its TCP socket as airlock-web.socket would (restarted when it fails).
+            self.children["web"] = Child("web", [("web", self.web)], module="airlock.web", args=("--dev",))
         self.notify_path.unlink(missing_ok=True)
         self.notify.bind(str(self.notify_path))
         self.notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -275,6 +295,7 @@ class Supervisor:
             child.module or f"airlock.{child.name}",
             "--config",
             str(self.config_path),
+            *child.args,
         ]
         child.proc = subprocess.Popen(  # noqa: S603  our own interpreter and module; the config path is ours
             argv,
@@ -383,24 +404,38 @@ def make_checkpoint_key(key: Path) -> None:
     )
 
 
-def up(runtime_dir: Path, user_config: Path | None) -> int:
+def bind_web(listen: str) -> socket.socket:
+    """airlock-web's listening socket for dev up (``HOST:PORT``; port 0 picks a free one)."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, int(port)))
+    sock.listen(128)
+    return sock
+
+
+def up(runtime_dir: Path, user_config: Path | None, web: str | None = None) -> int:
     runtime_dir = runtime_dir.absolute()
     os.umask(0o077)  # the config (it may hold notify secrets), logs and folders are the invoking user's alone
     config_path = runtime_dir / "airlock.yaml"
     from airlock.approval.policy import PolicyError
 
+    web_socket = None
     try:
+        if web is not None:
+            web_socket = bind_web(web)
         prepare_runtime_dir(runtime_dir)
-        text = compose_config(runtime_dir, user_config)
+        text = compose_config(runtime_dir, user_config, web_socket.getsockname()[1] if web_socket else None)
         cfg = configuration.parse_text(text, str(config_path))
         check_policy(cfg, user_config)
         write_private(config_path, text)
-    except (configuration.ConfigError, PolicyError, OSError, UnsafeRuntimeDir) as exc:
+    except (configuration.ConfigError, PolicyError, OSError, UnsafeRuntimeDir, ValueError) as exc:
         for line in str(exc).splitlines():
             print(f"airlock dev: {line}", file=sys.stderr)
         return 2
     make_checkpoint_key(cfg.journal.checkpoint_key)  # in the runtime folder prepared above: ours alone
-    supervisor = Supervisor(runtime_dir, config_path)
+    supervisor = Supervisor(runtime_dir, config_path, web_socket)
 
     def on_signal(signum: int, _frame: Any) -> None:
         supervisor.stopping = True
@@ -415,8 +450,12 @@ def up(runtime_dir: Path, user_config: Path | None) -> int:
         print(f"airlock dev: {', '.join(failed)} did not start; see {supervisor.logs}/", file=sys.stderr)
         supervisor.stop()
         return 1
+    web_at = ""
+    if web_socket is not None:
+        host, port = web_socket.getsockname()[:2]
+        web_at = f" web={cfg.web.url or '-'} web_listen={host}:{port}"
     print(
-        f"airlock dev: ready agent={cfg.socket_path('agent')} operator={cfg.socket_path('operator')} "
+        f"airlock dev: ready agent={cfg.socket_path('agent')} operator={cfg.socket_path('operator')}{web_at} "
         f"logs={supervisor.logs}/ (Ctrl-C stops)",
         flush=True,
     )

@@ -20,7 +20,7 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import agentcmds, events, fleet, operator, tokens
+from airlock.cli import agentcmds, events, fleet, operator, passkey, tokens
 from airlock.cli import policy as policy_cli
 from airlock.common.validate import parse_duration
 from airlock.gateway import cli as gateway_cli
@@ -30,7 +30,7 @@ from airlock.mcp import cli as mcp_cli
 def cmd_dev_up(ns: argparse.Namespace) -> int:
     from airlock.cli import dev
 
-    return dev.up(Path(ns.runtime_dir), Path(ns.config) if ns.config else None)
+    return dev.up(Path(ns.runtime_dir), Path(ns.config) if ns.config else None, web=ns.web)
 
 
 # --- the parser -------------------------------------------------------------------
@@ -209,6 +209,26 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--session", help="revoke every token of this session")
         sp.set_defaults(func=tokens.cmd_token)
 
+    pk = sub.add_parser("passkey", help="operators' passkeys for the web console (enroll, list, revoke)")
+    pk_sub = pk.add_subparsers(dest="passkey_command", metavar="SUBCOMMAND", required=True)
+    for name, text in (
+        ("enroll", "print a one-time link to register a passkey for USER, wait until it is registered"),
+        ("list", "list enrolled passkeys (of USER)"),
+        ("revoke", "revoke a passkey at once (root, or its own account)"),
+    ):
+        sp = pk_sub.add_parser(name, help=text, description=text)
+        sp.add_argument("--socket", help="operator socket")
+        sp.add_argument("--json", action="store_true", help="print the daemon's response envelope verbatim")
+        if name == "enroll":
+            sp.add_argument("user", help="the operator (or observer) account the passkey will be")
+            sp.add_argument("--no-wait", action="store_true", help="print the link and return at once")
+        elif name == "list":
+            sp.add_argument("user", nargs="?", help="only this account's passkeys")
+        else:
+            sp.add_argument("credential_id", help="as `airlock passkey list` shows it")
+            sp.add_argument("--reason", help="recorded in the audit journal")
+        sp.set_defaults(func=passkey.cmd_passkey)
+
     audit = sub.add_parser("audit", help="verify and inspect the audit journal")
     audit_sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
     anchors_help = (
@@ -304,6 +324,13 @@ def parser() -> argparse.ArgumentParser:
     sp = dev_sub.add_parser("up", help="start all four services with sockets under a runtime folder")
     sp.add_argument("--runtime-dir", default="./run", help="sockets, state and logs go here (default ./run)")
     sp.add_argument("--config", help="a config file whose keys override the built-in dev config")
+    sp.add_argument(
+        "--web",
+        nargs="?",
+        const="127.0.0.1:8787",
+        metavar="HOST:PORT",
+        help="also run airlock-web there (default 127.0.0.1:8787; port 0: any free port), at http://localhost:PORT",
+    )
     sp.set_defaults(func=cmd_dev_up)
     mcp_cli.register(sub)
     gateway_cli.register(sub)

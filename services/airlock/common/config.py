@@ -123,6 +123,23 @@ def optional_absolute_path(node: yaml.Node) -> Path | None:
     return None if is_null(node) else absolute_path(node)
 
 
+def web_url(node: yaml.Node) -> str:
+    """``web.url``: empty, or an http(s) URL with a host (WebAuthn needs https, or http on localhost)."""
+    from urllib.parse import urlsplit
+
+    value = string(node).strip()
+    if not value:
+        return ""
+    parts = urlsplit(value)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ValueError("must be an https:// URL with a host (http:// only for localhost)")
+    if parts.scheme == "http" and parts.hostname not in ("localhost", "127.0.0.1", "::1"):
+        raise ValueError("http:// is only for localhost: browsers allow passkeys on https:// origins")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError("must be a plain URL (no user, query or fragment)")
+    return value
+
+
 def string_list(node: yaml.Node) -> tuple[str, ...]:
     if is_null(node):
         return ()
@@ -478,6 +495,35 @@ class Approval:
     signer_accounts: SignerAccounts = SignerAccounts()
     max_pending_per_agent: int = 10
     asks_per_minute: int = 20
+    passkeys: Path = Path("/etc/airlock/passkeys")
+    state_dir: Path = Path("/var/lib/airlock-approval")
+
+
+@dataclass(frozen=True, slots=True)
+class Web:
+    url: str = ""
+    rp_id: str = ""
+    user: str = "airlock-web"
+    enroll_minutes: float = 10.0
+    listen: str = "127.0.0.1:8787"
+    session_minutes: float = 15.0
+
+    @property
+    def origin(self) -> str:
+        """The WebAuthn origin: ``scheme://host[:port]`` of ``url`` ("" when the web console is off)."""
+        from urllib.parse import urlsplit
+
+        if not self.url:
+            return ""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    @property
+    def relying_party(self) -> str:
+        """The WebAuthn RP ID: ``rp_id``, else the host of ``url``."""
+        from urllib.parse import urlsplit
+
+        return self.rp_id or (urlsplit(self.url).hostname or "" if self.url else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,6 +593,7 @@ class Config:
     runner: Runner
     log: Log
     notify: Notify
+    web: Web = Web()
     # Where the config came from, and the raw ``policy:`` node for the policy engine.
     source: str = "<built-in>"
     policy_node: yaml.Node | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -584,6 +631,7 @@ _SECTIONS: dict[str, type] = {
     "runner": Runner,
     "log": Log,
     "notify": Notify,
+    "web": Web,
 }
 
 # Channel keys never shown by `airlock config show`.
@@ -784,6 +832,20 @@ SETTINGS: tuple[Setting, ...] = (
         20,
         "Requests one agent (peer uid) may put before operators in any 60 s; more are refused with rate_limited.",
     ),
+    Setting(
+        "approval.passkeys",
+        absolute_path,
+        Path("/etc/airlock/passkeys"),
+        "The enrolled passkeys (one JSON object per line: credential ID, COSE public key, operator account, "
+        "created, revoked), root's, written only by the runner for approval (airlock passkey); read by approval "
+        "at every use, so an edit or a revocation applies at once. Absent: no passkey is enrolled.",
+    ),
+    Setting(
+        "approval.state_dir",
+        absolute_path,
+        Path("/var/lib/airlock-approval"),
+        "approval's own state (its unit's StateDirectory=): the passkeys' sign counters, kept across restarts.",
+    ),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
     Setting(
         "journal.operation_capacity",
@@ -981,6 +1043,57 @@ SETTINGS: tuple[Setting, ...] = (
         positive_float,
         300.0,
         "The longest wait between retries of a failed delivery (it doubles from 1 s).",
+    ),
+    Setting(
+        "web.url",
+        web_url,
+        "",
+        "The public URL of airlock-web (https://host.example/); its scheme://host[:port] is the WebAuthn origin "
+        "passkeys are checked against. Empty: the web console and passkeys are off.",
+    ),
+    Setting("web.rp_id", string, "", "The WebAuthn relying party ID; empty: the host of web.url."),
+    Setting(
+        "web.user",
+        string,
+        "airlock-web",
+        "The user airlock-web runs as: admitted on operator.sock as an observer that may also carry passkey "
+        "verbs (it decides nothing by itself).",
+    ),
+    Setting(
+        "web.enroll_minutes",
+        positive_float,
+        10.0,
+        "How long an enrollment link (airlock passkey enroll) stays valid.",
+    ),
+)
+
+WEB_PORT = 8787  # airlock-web's default port on 127.0.0.1 (docs/operations.md)
+
+
+def web_listen(node: yaml.Node) -> str:
+    """``HOST:PORT`` (an IPv6 host in brackets) or an absolute Unix socket path for a reverse proxy."""
+    text = string(node)
+    if text.startswith("/"):
+        return text
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("expected HOST:PORT (e.g. 127.0.0.1:8787) or an absolute Unix socket path")
+    return text
+
+
+SETTINGS += (
+    Setting(
+        "web.listen",
+        web_listen,
+        f"127.0.0.1:{WEB_PORT}",
+        "Where airlock-web listens when started by hand: HOST:PORT or a Unix socket path for a reverse proxy "
+        "(under systemd, airlock-web.socket's ListenStream= decides).",
+    ),
+    Setting(
+        "web.session_minutes",
+        positive_float,
+        15.0,
+        "How long an airlock-web sign-in lasts; then the passkey signs in again.",
     ),
 )
 

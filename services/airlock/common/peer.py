@@ -201,6 +201,17 @@ OPERATOR_VERBS: Final = frozenset(
         "statement",
         "grants",
         "grant.revoke",
+        # Issue 33: passkeys (approval/passkeys.py); each decides by its token or assertion, not its caller.
+        "passkey.enroll",
+        "passkey.enroll_wait",
+        "passkey.register_begin",
+        "passkey.register_finish",
+        "passkey.login_begin",
+        "passkey.login_finish",
+        "passkey.decide_begin",
+        "passkey.decide",
+        "passkey.list",
+        "passkey.revoke",
     }
 )
 

@@ -15,6 +15,7 @@ import json
 from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
+from urllib.parse import quote
 
 from airlock.common import arguments
 from airlock.common.codec import iso_utc
@@ -54,8 +55,16 @@ def what_of(request: dict[str, Any]) -> tuple[str, str]:
     return "exec", _clip(" | ".join(lines) or "(no command)")
 
 
-def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) -> dict[str, Any]:
-    """The message for an ``approval.pending`` event.  ``user_of(uid)`` names a uid."""
+def request_link(web_url: str, request_id: str, uid: object) -> str | None:
+    """Issue 33: the request's page on airlock-web (``web.url``), exact: ``AGENT/ID`` by uid; None without a web."""
+    if not web_url or not request_id:
+        return None
+    ref = f"{uid}/{request_id}" if isinstance(uid, int) else request_id
+    return f"{web_url.rstrip('/')}/request?ref={quote(ref, safe='')}"
+
+
+def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float, web_url: str = "") -> dict[str, Any]:
+    """The message for an ``approval.pending`` event.  ``user_of(uid)`` names a uid; ``web_url``: web.url."""
     payload = event.get("payload") or {}
     request = payload.get("request") or {}
     spec = request.get("spec") or {}
@@ -88,6 +97,7 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) 
         "reason": _clip(_s(request.get("reason")), 500),
         "seconds_left": round(max(0.0, expires - now), 1),
         "expires_at": iso_utc(expires, timespec="seconds"),
+        "link": request_link(web_url, request_id, uid),
         "decide": decision_line("approve", request_id, host=host, options=_expect(payload)),
         "deny": decision_line("deny", request_id, host=host, options=_expect(payload)),
     }
@@ -198,6 +208,7 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
         f"rule: {m['rule']}",
         f"reason: {m['reason'] or '(none given)'}",
         f"time left: {duration(m['seconds_left'])} (until {m['expires_at']})",
+        *([f"open: {m['link']}"] if m.get("link") else []),
         f"approve: {m['decide']}",
         f"deny: {m['deny']}",
     ]

@@ -300,7 +300,7 @@ class Worker(threading.Thread):
         kind = event.get("kind")
         seqs = [seq] if tracked else []
         if kind == "approval.pending":
-            message = msg.pending_message(event, self.host, user_of, time.time())
+            message = msg.pending_message(event, self.host, user_of, time.time(), self.config.web.url)
             self.queue.push(Item(message, seqs, lane, message["request_id"], "pending", generation=self.generation))
             self.open.update(seqs)
             return

@@ -34,6 +34,7 @@ from airlock.runner import agent, arguments
 from airlock.runner.evidence import StageResult
 from airlock.runner.fileop_verbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
+from airlock.runner.passkeys import PasskeyWriter
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key, systemd_is_running
 
 NAME = "runner"
@@ -524,6 +525,7 @@ def end_record_fits(job: JobSpec, head: int) -> int:
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
     runner = Runner(config)
     file_verbs = FileVerbs(runner)
+    passkeys = PasskeyWriter(config)
     door = Door(
         "runner",
         # approval's uid: an operator's cancel, and files_preview (the operator's diff of a
@@ -535,6 +537,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "inspect": runner.inspect,
             "files": file_verbs.files,
             "files_preview": file_verbs.files_preview,
+            "passkeys.write": passkeys.write,
         },
         max_line=config.limits.max_request_bytes * 2,
     )

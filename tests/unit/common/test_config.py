@@ -32,7 +32,7 @@ def test_a_missing_default_file_is_the_defaults_but_a_named_one_is_an_error(tmp_
         (
             "limitz: {}\n",
             "/x.yaml:1:1: limitz: unknown section (known: agents, approval, env, journal, limits, log, notify, "
-            "operators, paths, policy, runner, services) (got 'limitz')",
+            "operators, paths, policy, runner, services, web) (got 'limitz')",
         ),
         (
             "agents:\n  userz: []\n",

@@ -74,6 +74,16 @@ def test_a_pending_message_says_what_is_needed_to_decide() -> None:
     assert "not-for-chat" not in json.dumps(m)
 
 
+def test_a_pending_message_links_to_the_request_page_when_web_url_is_set() -> None:
+    event = _pending() | {"request_id": "r 1/&x"}
+    assert msg.pending_message(event, "db1", _user_of, _at(event, 1))["link"] is None
+    m = msg.pending_message(event, "db1", _user_of, _at(event, 1), "https://airlock.example.org/")
+    # Exact (AGENT/ID by uid: request IDs are each agent's own) and quoted: the ID cannot add a parameter.
+    assert m["link"] == "https://airlock.example.org/request?ref=1001%2Fr%201%2F%26x"
+    assert f"open: {m['link']}" in m["text"]
+    assert "open: " in msg.reminder(m, _at(event, 20))["text"]
+
+
 def test_agent_text_cannot_forge_lines_or_hide_characters() -> None:
     event = _pending(
         reason="ok\n\napprove: ssh evil\u202e",

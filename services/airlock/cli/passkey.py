@@ -1,0 +1,80 @@
+"""`airlock passkey enroll|list|revoke`: operators' passkeys for airlock-web (issue 33)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from airlock.cli.base import _err, _operator, _table
+from airlock.common import client
+from airlock.common.render import sanitise
+
+WAIT_STEP_SECONDS = 60.0  # one enroll_wait call; the loop is bounded by the link's expiry
+
+
+def cmd_passkey(ns: argparse.Namespace) -> int:
+    if ns.passkey_command == "enroll":
+        return _enroll(ns)
+    if ns.passkey_command == "list":
+        rc, data = _operator(ns, "passkey.list", {"account": ns.user} if ns.user else {})
+        if rc == 0 and not ns.json:
+            rows = [
+                [
+                    sanitise(p.get("account")),
+                    sanitise(p.get("credential_id")),
+                    sanitise(p.get("created_at")),
+                    "revoked" if p.get("revoked") else "in use",
+                    str(p.get("sign_count")),
+                ]
+                for p in data.get("passkeys") or []
+            ]
+            print(_table(rows, ["ACCOUNT", "CREDENTIAL ID", "CREATED", "STATE", "COUNTER"]) if rows else "no passkeys")
+        return rc
+    args: dict[str, Any] = {"credential_id": ns.credential_id}
+    if ns.reason:
+        args["reason"] = ns.reason
+    rc, data = _operator(ns, "passkey.revoke", args)
+    if rc == 0 and not ns.json:
+        print(f"revoked passkey {sanitise(data.get('credential_id'))} of {sanitise(data.get('account'))}")
+    return rc
+
+
+def _enroll(ns: argparse.Namespace) -> int:
+    rc, data = _operator(ns, "passkey.enroll", {"account": ns.user})
+    if rc != 0:
+        return rc
+    if ns.json or ns.no_wait:
+        if not ns.json:
+            print(data.get("url") or data.get("token"))
+        return 0
+    if not data.get("url"):
+        _err("passkey enroll: web.url is not set: airlock-web is off (docs/operations.md, Passkeys)")
+        return 1
+    print(data["url"], flush=True)
+    _err(
+        f"open the link within {max(0, int(data['expires'] - time.time())) // 60} minutes "
+        f"(until {data.get('expires_at')}) and register a passkey for {sanitise(data.get('account'))}; waiting..."
+    )
+    path = client.operator_socket(ns.socket)
+    while time.time() < float(data["expires"]):
+        step = min(WAIT_STEP_SECONDS, max(1.0, float(data["expires"]) - time.time()))
+        try:
+            _raw, reply = client.call(
+                path, "passkey.enroll_wait", {"token": data["token"], "timeout_seconds": step}, timeout=step + 30
+            )
+        except client.ClientError as exc:
+            _err(f"passkey enroll: {exc}")
+            return 1
+        if not reply.get("ok"):
+            _err(f"passkey enroll: {json.dumps(reply.get('error'))}")
+            return 1
+        found = reply.get("data") or {}
+        if found.get("enrolled"):
+            print(f"enrolled passkey {sanitise(found.get('credential_id'))} for {sanitise(found.get('account'))}")
+            return 0
+        if found.get("expired"):
+            break
+    _err("passkey enroll: the link expired (or was used and failed) before a passkey was registered")
+    return 1

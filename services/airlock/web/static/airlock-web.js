@@ -1,0 +1,125 @@
+// airlock-web: the passkey steps (WebAuthn) of enrollment, sign-in and decisions.
+// Loaded from /static/ (the Content-Security-Policy allows no inline script).  The
+// server relays each step to airlock-approval, which makes the options and verifies
+// the results; this file only converts bytes (base64url) and calls the browser's API.
+"use strict";
+
+(function () {
+  function b64uToBuf(text) {
+    const b64 = text.replace(/-/g, "+").replace(/_/g, "/");
+    const pad = b64.length % 4 ? "=".repeat(4 - (b64.length % 4)) : "";
+    const bin = atob(b64 + pad);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out.buffer;
+  }
+
+  function bufToB64u(buf) {
+    const bytes = new Uint8Array(buf);
+    let bin = "";
+    for (let i = 0; i < bytes.length; i++) bin += String.fromCharCode(bytes[i]);
+    return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  // Options as approval sends them (bytes base64url), as the browser's API wants them.
+  function publicKeyOptions(options) {
+    const pk = Object.assign({}, options && options.publicKey ? options.publicKey : options);
+    if (typeof pk.challenge === "string") pk.challenge = b64uToBuf(pk.challenge);
+    if (pk.user && typeof pk.user.id === "string") pk.user = Object.assign({}, pk.user, { id: b64uToBuf(pk.user.id) });
+    for (const key of ["allowCredentials", "excludeCredentials"]) {
+      if (Array.isArray(pk[key])) {
+        pk[key] = pk[key].map(function (c) {
+          return Object.assign({}, c, { id: typeof c.id === "string" ? b64uToBuf(c.id) : c.id });
+        });
+      }
+    }
+    return pk;
+  }
+
+  // A PublicKeyCredential as JSON, every byte string base64url.
+  function credentialJSON(cred) {
+    const r = cred.response;
+    const response = { clientDataJSON: bufToB64u(r.clientDataJSON) };
+    if (r.attestationObject) response.attestationObject = bufToB64u(r.attestationObject);
+    if (r.authenticatorData) response.authenticatorData = bufToB64u(r.authenticatorData);
+    if (r.signature) response.signature = bufToB64u(r.signature);
+    if (r.userHandle) response.userHandle = bufToB64u(r.userHandle);
+    if (typeof r.getTransports === "function") response.transports = r.getTransports();
+    return { id: cred.id, rawId: bufToB64u(cred.rawId), type: cred.type, response: response };
+  }
+
+  async function post(path, body, csrf) {
+    const headers = { "Content-Type": "application/json", Accept: "application/json" };
+    if (csrf) headers["X-Airlock-CSRF"] = csrf;
+    const reply = await fetch(path, {
+      method: "POST", headers: headers, body: JSON.stringify(body), credentials: "same-origin",
+    });
+    let data = null;
+    try { data = await reply.json(); } catch (e) { data = { ok: false, error: await reply.text() }; }
+    if (!reply.ok || !data.ok) throw new Error((data && (data.error || data.code)) || ("HTTP " + reply.status));
+    return data;
+  }
+
+  function say(id, text, kind) {
+    const el = document.getElementById(id);
+    if (el) { el.textContent = text; el.className = "status " + (kind || ""); }
+  }
+
+  function on(id, handler) {
+    const form = document.getElementById(id);
+    if (!form) return;
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      handler(form, event.submitter).catch(function (err) { say(id + "-status", String(err.message || err), "error"); });
+    });
+  }
+
+  on("enroll", async function (form) {
+    const token = form.elements.token.value;
+    say("enroll-status", "Waiting for your passkey…");
+    const begun = await post("/enroll/begin", { token: token });
+    const cred = await navigator.credentials.create({ publicKey: publicKeyOptions(begun.options) });
+    const done = await post("/enroll/finish", { token: token, credential: credentialJSON(cred) });
+    say("enroll-status", "Passkey enrolled for " + (done.account || "your account") + ". You can sign in now.", "ok");
+  });
+
+  on("signin", async function () {
+    say("signin-status", "Waiting for your passkey…");
+    const begun = await post("/signin/begin", {});
+    const cred = await navigator.credentials.get({ publicKey: publicKeyOptions(begun.options) });
+    const done = await post("/signin/finish", { challenge_id: begun.challenge_id, credential: credentialJSON(cred) });
+    say("signin-status", "Signed in as " + done.account + ".", "ok");
+    window.location.assign(done.next || "/");
+  });
+
+  on("decide", async function (form, submitter) {
+    const csrf = form.elements.csrf.value;
+    const body = {
+      ref: form.elements.ref.value,
+      decision: submitter ? submitter.value : "allow",
+      reason: form.elements.reason.value,
+    };
+    if (form.elements.grant && form.elements.grant.value) body.grant = form.elements.grant.value;
+    for (const b of form.querySelectorAll("button")) b.disabled = true;
+    try {
+      say("decide-status", "Waiting for your passkey…");
+      const begun = await post("/decide/begin", body, csrf);
+      const cred = await navigator.credentials.get({ publicKey: publicKeyOptions(begun.options) });
+      body.statement = begun.statement;
+      body.credential = credentialJSON(cred);
+      const done = await post("/decide", body, csrf);
+      const r = done.result || {};
+      let text;
+      if (r.complete === false) {
+        text = "Recorded: your approval counts (" + (r.progress || "") + "); it waits for another approver.";
+      } else if ((r.decision || body.decision) === "deny") {
+        text = "Recorded: denied. The agent reads your reason.";
+      } else {
+        text = "Recorded: approved. It runs now.";
+      }
+      say("decide-status", text, "ok");
+    } finally {
+      for (const b of form.querySelectorAll("button")) b.disabled = false;
+    }
+  });
+})();
