@@ -18,7 +18,7 @@ from typing import Any
 
 from airlock.common import arguments
 from airlock.common.codec import iso_utc
-from airlock.common.render import command_line, decision_line, duration, sanitise
+from airlock.common.render import command_line, decision_line, duration, reviewer_line, sanitise
 
 # The audit event kinds the relay turns into messages.
 KINDS = frozenset({"approval.pending", "approval.decided"})
@@ -86,6 +86,8 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float) 
         "changeable": [_clip(_s(line), 500) for line in arguments.flagged(payload.get("arguments"))],
         "rule": _s(payload.get("rule")),
         "reason": _clip(_s(request.get("reason")), 500),
+        # Issue 34: the reviewer's opinion, escaped like every request value.
+        "reviewer": _clip(_s(reviewer_line(payload.get("reviewer"))), 700),
         "seconds_left": round(max(0.0, expires - now), 1),
         "expires_at": iso_utc(expires, timespec="seconds"),
         "decide": decision_line("approve", request_id, host=host, options=_expect(payload)),
@@ -197,6 +199,7 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
         *(f"{arguments.FLAG} by others (bound to this approval): {line}" for line in m.get("changeable") or []),
         f"rule: {m['rule']}",
         f"reason: {m['reason'] or '(none given)'}",
+        *([m["reviewer"]] if m.get("reviewer") else []),
         f"time left: {duration(m['seconds_left'])} (until {m['expires_at']})",
         f"approve: {m['decide']}",
         f"deny: {m['deny']}",
