@@ -170,7 +170,8 @@ def pending_entry(stack: Stack, request_id: str, timeout: float = 20) -> dict[st
     while time.monotonic() < deadline:
         for entry in operator(stack, "pending", {}).get("pending") or []:
             if entry.get("request_id") == request_id:
-                return entry
+                found: dict[str, Any] = entry
+                return found
         time.sleep(0.1)
     raise AssertionError(f"{request_id} never became pending")
 
