@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -220,3 +223,35 @@ def test_the_opinion_is_escaped_on_every_surface() -> None:
     assert "reviewer site: allow — ok \\x1b[2J<!channel>" in message["text"]
     slack = json.loads(msg.slack_body(message))
     assert "<!channel>" not in json.dumps(slack["text"])
+
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "docs" / "examples" / "reviewer-example.py"
+
+
+def example_says(stages: list[list[str]]) -> str:
+    """The shipped example reviewer's decision on a statement built as approval builds it."""
+    text = reviewer.statement(
+        request_id="r-1",
+        request={"reason": "look"},
+        spec={"stages": stages, "privileged": True, "env": {"LANG": "C"}},
+        peer={"uid": 1000, "user": "agent", "groups": []},
+        run_as={"uid": 0, "user": "root"},
+        policy={"stages": [{"resolved": "/usr/bin/" + stage[0]} for stage in stages]},
+        rule="ops",
+        may="allow",
+        bound={},
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", str(EXAMPLE)], input=json.dumps(text), capture_output=True, text=True, check=True
+    )
+    return str(json.loads(done.stdout)["decision"])
+
+
+def test_the_example_reviewer_does_what_the_docs_say() -> None:
+    assert example_says([["systemctl", "status", "nginx"]]) == "allow"
+    assert example_says([["journalctl", "-u", "nginx", "--since", "-1h"]]) == "allow"
+    assert example_says([["journalctl", "--vacuum-time=1s"]]) == "ask"
+    assert example_says([["systemctl", "restart", "nginx"]]) == "ask"
+    assert example_says([["cat", "/etc/shadow"]]) == "deny"
+    assert example_says([["grep", "root", "/etc/./shadow"]]) == "deny"
+    assert example_says([["journalctl", "-u", "x"], ["grep", "y"]]) == "ask"
