@@ -66,6 +66,9 @@ elif "sleep-me" in text:
 elif "crash-me" in text:
     say("allow", "then crashed")
     sys.exit(3)
+elif "flood-me" in text:
+    sys.stdout.write("x" * (8 << 20))
+    say("allow", "after a flood")
 elif "garbage-me" in text:
     print("sure, go ahead")
 elif "escape-me" in text:
@@ -230,7 +233,8 @@ def test_a_deny_refuses(rstack: Stack, users: Any, place: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("marker", "outcome"), [("sleep-me", "timeout"), ("crash-me", "crashed"), ("garbage-me", "garbage")]
+    ("marker", "outcome"),
+    [("sleep-me", "timeout"), ("crash-me", "crashed"), ("garbage-me", "garbage"), ("flood-me", "garbage")],
 )
 def test_a_failed_reviewer_asks_people(rstack: Stack, users: Any, place: Path, marker: str, outcome: str) -> None:
     alice, _ = users
@@ -240,6 +244,9 @@ def test_a_failed_reviewer_asks_people(rstack: Stack, users: Any, place: Path, m
     assert opinion["outcome"] == outcome
     assert opinion["decision"] == "ask"
     assert not target.exists()
+    # Nothing of it is left running (the sleeper was killed at its deadline).
+    _, reviewer = users
+    assert subprocess.run(["pgrep", "-u", str(reviewer.pw_uid)], capture_output=True).returncode == 1
 
 
 def test_a_quorum_rule_is_never_the_reviewers(rstack: Stack, users: Any, place: Path) -> None:
@@ -346,5 +353,13 @@ def test_escapes_in_its_reason_are_neutralised(rstack: Stack, users: Any, place:
     assert "reviewer site: allow" in shown
     assert "\x1b" not in shown  # ... and shown escaped
     assert "\\x1b[31mAPPROVED" in shown
+    detail = subprocess.run(
+        [sys.executable, "-m", "airlock", "show", "--socket", str(rstack.operator), request_id],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "site: allow — fine \\x1b[2J\\x1b[31mAPPROVED" in detail
+    assert "\x1b" not in detail
     operator(rstack, "deny", {"id": request_id})
     replies(proc)
