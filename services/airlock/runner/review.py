@@ -15,13 +15,14 @@ How it runs:
 - as ``approval.reviewer_user`` (never root: a missing user or uid 0 means
   there is no reviewer, and people are asked), no supplementary groups,
   ``/`` as working directory, an environment of ``PATH`` and ``LANG`` only;
-- with systemd as PID 1: a transient service ``airlock-reviewer-<n>.service``
-  with a tight sandbox (`PROPERTIES`: read-only system, no /home, private
+- where the runner's jobs get systemd units (``runner.containment`` service
+  or scope, or auto with systemd as PID 1 and a root runner): a transient service ``airlock-reviewer-<n>.service``
+  with a tight sandbox (`properties`: read-only system, no /home, private
   /tmp and devices, no capabilities, no new privileges, airlock's sockets,
   state and config out of sight, no network unless
   ``approval.reviewer_network``, memory and task caps); systemd kills its
   whole cgroup at the deadline;
-- without systemd (``airlock dev up``, containers): a child started through a
+- otherwise (``process-group``: ``airlock dev up``, containers): a child started through a
   small helper that, still root, leaves the network (a new, empty network
   namespace) and sets resource limits, then drops to the user, sets
   no-new-privileges and executes the program;
@@ -166,8 +167,12 @@ def helper_argv(config: Config, uid: int, gid: int) -> list[str]:
     ]
 
 
-async def review(config: Config, statement: Mapping[str, Any]) -> dict[str, Any]:
-    """Run the reviewer once on ``statement``: ``{"ran": False, "why"}`` or what it said and how it ended."""
+async def review(config: Config, statement: Mapping[str, Any], *, systemd: bool) -> dict[str, Any]:
+    """Run the reviewer once on ``statement``: ``{"ran": False, "why"}`` or what it said and how it ended.
+
+    ``systemd``: as a transient service (the runner's jobs get systemd units:
+    containment service or scope), else as a confined child (process-group).
+    """
     command = config.approval.reviewer_command
     if not command:
         return {"ran": False, "why": "no reviewer is configured (approval.reviewer_command)"}
@@ -188,7 +193,7 @@ async def review(config: Config, statement: Mapping[str, Any]) -> dict[str, Any]
     try:
         stdin = _memfd(data)
         try:
-            if systemd_is_running() and os.geteuid() == 0:
+            if systemd and systemd_is_running() and os.geteuid() == 0:
                 return await _as_service(config, who, stdin, deadline)
             return await _as_child(config, who, stdin, deadline)
         finally:

@@ -356,7 +356,7 @@ class Runner:
         statement = call.args.get("statement")
         if not isinstance(statement, dict):
             raise validate.bad("statement", "must be an object")
-        report = await review.review(self.config, statement)
+        report = await review.review(self.config, statement, systemd=self.containment() != "process-group")
         self.log.info(
             "runner.review.finished",
             request_id=statement.get("request_id") if isinstance(statement.get("request_id"), str) else None,
