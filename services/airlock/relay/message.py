@@ -130,8 +130,8 @@ def _signing(payload: dict[str, Any], request_id: str) -> dict[str, Any]:
 def decided_message(event: dict[str, Any], host: str, known: dict[str, Any] | None) -> dict[str, Any] | None:
     """The follow-up for an ``approval.decided`` event after a pending one (None for a rule's decision)."""
     payload = event.get("payload") or {}
-    if payload.get("by") == "policy":
-        return None
+    if payload.get("by") == "policy" or str(payload.get("by") or "").startswith("reviewer "):
+        return None  # nobody was asked (issue 34: the reviewer decides only before people are)
     request_id = _s(event.get("request_id"), strict=True)
     message: dict[str, Any] = {
         "seq": event.get("seq"),

@@ -255,3 +255,9 @@ def test_the_example_reviewer_does_what_the_docs_say() -> None:
     assert example_says([["cat", "/etc/shadow"]]) == "deny"
     assert example_says([["grep", "root", "/etc/./shadow"]]) == "deny"
     assert example_says([["journalctl", "-u", "x"], ["grep", "y"]]) == "ask"
+
+
+def test_a_reviewers_decision_sends_no_follow_up() -> None:
+    event = {"seq": 2, "kind": "approval.decided", "request_id": "r-1", "payload": {"decision": "allow"}}
+    assert msg.decided_message(event | {"payload": {"decision": "allow", "by": "reviewer site"}}, "db1", None) is None
+    assert msg.decided_message(event | {"payload": {"decision": "allow", "by": "root"}}, "db1", None) is not None
