@@ -304,6 +304,12 @@ def test_never_allows_what_a_person_denied(rstack: Stack, users: Any, place: Pat
     assert again["decision"] == "allow"
     assert "denied" in again["why_not"]
     assert not denied.exists()
+    # And after approval restarted (its memory gone): the journal still says a person denied it.
+    rstack.kill_service("approval")
+    proc, request_id = ask(rstack, alice, ["/usr/bin/touch", str(denied)])
+    after = people_decide(rstack, proc, request_id)
+    assert (after["decision"], after["decides"]) == ("allow", False)
+    assert not denied.exists()
     # Control: a request nobody denied, flipped the same way, is allowed the second time.
     other = place / "flip-me-other"
     proc, request_id = ask(rstack, alice, ["/usr/bin/touch", str(other)])
