@@ -86,6 +86,11 @@ def test_shadow_rules_never_decide_and_are_reported(sstack: Stack, tmp_path: Pat
     assert mkdir["outcomes"] == {"would allow": {"allowed": 2, "denied": 1}}
     assert [d["decision"] for d in mkdir["disagreements"]] == ["deny"]
 
+    checked = sstack.cli("policy", "check", "--no-privilege", "--", "/usr/bin/mkdir", "x")
+    assert checked.returncode == 0, checked.stderr
+    assert "decision: ask (rule default)" in checked.stdout
+    assert "shadow rule try-mkdir would decide: allow" in checked.stdout
+
     text = sstack.cli("policy", "shadow")
     assert text.returncode == 0, text.stderr
     assert "try-mkdir" in text.stdout

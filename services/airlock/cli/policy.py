@@ -36,6 +36,13 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
                 merged = f" (merged from rules {', '.join(deciding)})" if len(deciding) > 1 else ""
                 print(f"  sandbox: {sandbox.describe(stage.get('sandbox'))}{merged}")
         print(f"decision: {data.get('decision')} (rule {data.get('rule')})")
+        if data.get("reviewer_may"):  # issue 34
+            print(f"reviewer: may {data['reviewer_may']}")
+        for shadow in data.get("shadow") or []:
+            print(
+                f"shadow rule {render.sanitise(shadow.get('rule'), strict=True)} would decide: "
+                f"{render.sanitise(shadow.get('would'))}"
+            )
         for warning in data.get("warnings") or []:
             _err(f"policy warning: {render.sanitise(warning)}")
     return rc
