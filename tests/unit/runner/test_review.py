@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from airlock.common import config as cfg
 from airlock.runner import review
 
 
-def settings(**approval: object) -> cfg.Config:
+def settings(**approval: Any) -> cfg.Config:
     base = cfg.defaults()
     return dataclasses.replace(base, approval=dataclasses.replace(base.approval, **approval))
 
