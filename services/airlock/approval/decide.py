@@ -155,6 +155,7 @@ class Deciding(Tickets, Votes):
     pending: dict[tuple[int, str], Pending]
     notifier: hook.NotifyCommand
     runner: Client
+    journal: Client
     intake_uid: int | None
     asks: AskLimits
     denials: collections.OrderedDict[tuple[int, str], float]
@@ -355,13 +356,15 @@ class Deciding(Tickets, Votes):
         if result is not None and not result.get("ran"):
             self.log.warning("approval.reviewer.not_run", request_id=text["request_id"], why=result.get("why"))
             result = None
+        denied = self._denied_before(peer.uid, digest)
         opinion = reviewer.judge(
-            settings.reviewer_label,
-            result,
-            may=may,
-            flagged=bool(bound.get("arguments")),
-            denied_before=self._denied_before(peer.uid, digest),
+            settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=denied
         )
+        if opinion.decides and opinion.decision == "allow" and await self._denied_in_journal(peer.uid, spec):
+            # A person's deny from before a restart (the memory above is lost then): people decide.
+            opinion = reviewer.judge(
+                settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=True
+            )
         self.log.info(
             "approval.reviewer.answered",
             request_id=text["request_id"],
@@ -433,6 +436,36 @@ class Deciding(Tickets, Votes):
         except AirlockError:
             return {}
         return {"shadow": found} if found else {}
+
+    async def _denied_in_journal(self, uid: int, spec: ExecSpec | FileSpec) -> bool:
+        """Whether a person denied this agent the same command (stages, privilege, run-as) in its newest records.
+
+        Read from the journal (this agent's newest page of records), so it holds
+        across restarts; broader than the digest the memory keeps (environment
+        and directory aside), which only keeps more from the reviewer.  A journal
+        that cannot be read counts as a deny: people decide.
+        """
+        stages = [list(s) for s in spec.stages] if isinstance(spec, ExecSpec) else [[spec.tool, spec.path]]
+        try:
+            page = await self.journal.call(
+                "events", {"tail": DENIAL_PAGE, "limit": DENIAL_PAGE, "scope": {"peer_uid": uid}}, timeout=5.0
+            )
+        except (AirlockError, OSError, TimeoutError):
+            return True
+        for event in page.get("events") or []:
+            payload = event.get("payload") if isinstance(event, dict) else None
+            if event.get("kind") != "approval.decided" or not isinstance(payload, dict):
+                continue
+            by = str(payload.get("by") or "")
+            if payload.get("decision") != "deny" or by in _NOT_A_PERSON or by.startswith("reviewer "):
+                continue
+            policy = payload.get("policy")
+            if not isinstance(policy, dict):
+                continue
+            argvs = [stage.get("argv") for stage in policy.get("stages") or [] if isinstance(stage, dict)]
+            if argvs == stages and (payload.get("privileged"), payload.get("run_as")) == (spec.privileged, spec.run_as):
+                return True
+        return False
 
     def _denied_before(self, uid: int, digest: str) -> bool:
         cutoff = time.time() - DENIAL_MEMORY_SECONDS
@@ -624,6 +657,10 @@ REVIEW_MARGIN_SECONDS = 5.0
 # Requests people denied that a reviewer may not then allow: how many, for how long (in memory).
 DENIAL_MEMORY = 4096
 DENIAL_MEMORY_SECONDS = 7 * 86400.0
+# How many of the agent's newest journal records are searched for a person's deny (one page).
+DENIAL_PAGE = 256
+# approval.decided's ``by`` values that are no person's decision.
+_NOT_A_PERSON = frozenset({"policy", "grant", "timeout", "agent", "shutdown"})
 
 # How long approval waits for the runner to classify a root job's arguments (hashing included).
 INSPECT_SECONDS = 30.0
