@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import subprocess
 from typing import Any
 
 import pytest
@@ -45,3 +46,64 @@ def test_nothing_runs_without_a_command_or_a_safe_program() -> None:
     assert asyncio.run(review.review(settings(), {}, systemd=False))["ran"] is False
     missing = settings(reviewer_command=("/nonexistent/reviewer",), reviewer_user="nobody")
     assert asyncio.run(review.review(missing, {}, systemd=False))["ran"] is False
+
+
+class FakeUnit:
+    """systemd stood in for by a plain child: the unit's ExecStart with the stdio fds it was given."""
+
+    started: dict[str, subprocess.Popen[bytes]] = {}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @classmethod
+    def start(cls, name: str, props: Any, stdio: tuple[int, int, int]) -> None:
+        (path, argv, _), *_ = dict((n, v) for n, _, v in props)["ExecStart"]
+        cls.started[name] = subprocess.Popen(argv, executable=path, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2])
+
+    async def wait(self) -> int:
+        while (code := self.started[self.name].poll()) is None:
+            await asyncio.sleep(0.01)
+        return code
+
+    async def kill(self, signum: int) -> None:
+        self.started[self.name].send_signal(signum)
+
+    async def release(self) -> None:
+        self.started[self.name].wait()
+
+
+@pytest.fixture
+def fake_systemd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(review.units, "_start", FakeUnit.start)
+    monkeypatch.setattr(review.units, "StageService", FakeUnit)
+
+
+def run_service(script: str, timeout: float = 5.0) -> dict[str, Any]:
+    config = settings(reviewer_command=("/usr/bin/python3", "-c", script), reviewer_timeout_seconds=timeout)
+
+    async def go() -> dict[str, Any]:
+        stdin = review._memfd(b'{"v": 1}\n')
+        try:
+            deadline = asyncio.get_running_loop().time() + timeout
+            return await review._as_service(config, (65534, 65534), stdin, deadline)
+        finally:
+            os.close(stdin)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.usefixtures("fake_systemd")
+def test_the_unit_path_reads_the_answer_and_bounds_the_output() -> None:
+    said = run_service("import sys; sys.stdin.read(); print('{\"decision\": \"allow\"}'); sys.stderr.write('e' * 9000)")
+    assert (said["exit_code"], said["timed_out"], said["stdout"]) == (0, False, '{"decision": "allow"}\n')
+    assert len(said["stderr"]) == review.MAX_STDERR
+    flood = run_service("import sys; sys.stdout.write('x' * 100000)")
+    assert flood["truncated"] is True and len(flood["stdout"]) == review.MAX_STDOUT
+
+
+@pytest.mark.usefixtures("fake_systemd")
+def test_the_unit_path_kills_at_the_deadline() -> None:
+    said = run_service("import time; time.sleep(30)", timeout=0.5)
+    assert said["timed_out"] is True and said["exit_code"] is None
+    assert all(p.poll() is not None for p in FakeUnit.started.values())
