@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airlock.common import config as cfg
-from airlock.runner import review
+from airlock.runner import review, units
 
 
 def settings(**approval: Any) -> cfg.Config:
@@ -75,8 +75,8 @@ class FakeUnit:
 
 @pytest.fixture
 def fake_systemd(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(review.units, "_start", FakeUnit.start)
-    monkeypatch.setattr(review.units, "StageService", FakeUnit)
+    monkeypatch.setattr(units, "_start", FakeUnit.start)
+    monkeypatch.setattr(units, "StageService", FakeUnit)
 
 
 def run_service(script: str, timeout: float = 5.0) -> dict[str, Any]:
