@@ -261,3 +261,25 @@ def test_a_reviewers_decision_sends_no_follow_up() -> None:
     event = {"seq": 2, "kind": "approval.decided", "request_id": "r-1", "payload": {"decision": "allow"}}
     assert msg.decided_message(event | {"payload": {"decision": "allow", "by": "reviewer site"}}, "db1", None) is None
     assert msg.decided_message(event | {"payload": {"decision": "allow", "by": "root"}}, "db1", None) is not None
+
+
+def test_watch_shows_the_opinion_escaped() -> None:
+    from airlock.cli.watch import describe
+
+    opinion = {"name": "site", "decision": "deny", "reason": "no \x1b]8;;http://x\x07link", "outcome": "answered"}
+    shown = describe(
+        {
+            "request_id": "r1",
+            "peer": {"user": "a", "uid": 1, "pid": 2},
+            "privileged": False,
+            "request": {"spec": {"stages": [["/usr/bin/true"]]}},
+            "rule": "r",
+            "operation_id": "op",
+            "reviewer": opinion,
+        },
+        render.Style(False),
+        1,
+        1,
+    )
+    assert "site: deny — no \\x1b]8;;http://x\\x07link" in shown
+    assert "\x1b" not in shown and "\x07" not in shown
