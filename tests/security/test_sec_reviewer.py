@@ -21,13 +21,14 @@ What each test shows, with its control:
   on the plain rule / a root-owned file);
 - a request a person denied is not then allowed by the reviewer (control:
   another request the same script flips from ask to allow is allowed);
-- the reviewer runs as its own user and never sees an environment value or
-  a protected value;
+- the reviewer runs as its own user and never sees an environment value,
+  a protected value or a file write's content;
 - terminal escapes in its reason reach `airlock pending` escaped.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pwd
@@ -56,7 +57,7 @@ state = sys.argv[1]
 def say(decision, reason):
     print(json.dumps({"decision": decision, "reason": reason}))
 if "dump-me" in text:
-    with open(os.path.join(state, "dump.json"), "w") as f:
+    with open(os.path.join(state, "dump-file.json" if statement.get("file") else "dump.json"), "w") as f:
         json.dump({"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "statement": statement,
                    "environ": dict(os.environ)}, f)
     say("ask", "dumped")
@@ -144,6 +145,13 @@ policy:
       reviewer: allow
       privileged: true
       commands: [[/usr/bin/cat, "..."]]
+    - name: writes
+      decision: ask
+      reviewer: allow
+      privileged: false
+      files:
+        - tools: [files_write]
+          paths: [/tmp/...]
 """
     with red_stack(config) as stack:
         yield stack
@@ -369,3 +377,21 @@ def test_escapes_in_its_reason_are_neutralised(rstack: Stack, users: Any, place:
     assert "\x1b" not in detail
     operator(rstack, "deny", {"id": request_id})
     replies(proc)
+
+
+def test_a_file_write_is_shown_without_its_content(rstack: Stack, users: Any, place: Path, state: Path) -> None:
+    alice, _ = users
+    target = place / "dump-me-file"
+    secret = "file-content-5c3"
+    request_id = f"rv-{uuid.uuid4()}"
+    args = {"path": str(target), "privileged": False, "content": base64.b64encode(secret.encode()).decode()}
+    proc = agent_request(rstack.agent, alice, "files_write", args, request_id=request_id)
+    entry = pending_entry(rstack, request_id)
+    assert entry["reviewer"]["reason"] == "dumped"
+    operator(rstack, "deny", {"id": request_id})
+    replies(proc)
+    dump = json.loads((state / "dump-file.json").read_text())
+    assert dump["statement"]["file"] == {"tool": "files_write", "path": str(target)}
+    assert dump["statement"]["command"] == f"files_write {target}"
+    assert secret not in json.dumps(dump) and base64.b64encode(secret.encode()).decode() not in json.dumps(dump)
+    assert not target.exists()
