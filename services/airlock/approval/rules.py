@@ -294,12 +294,14 @@ class Policy:
     def reviewer_may(self, decision: Decision) -> str:
         """What the reviewer may do with this ask (issue 34): ``allow``, ``deny`` or ``advise``.
 
-        The least any deciding rule of any stage grants: a rule without the
+        The least any deciding rule of any asking stage grants: a rule without the
         key, a pseudo-rule (default, hold) or a quorum rule (more than one
         approver, or named approvers) gives ``advise``.
         """
         by_name = {r.name: r for r in self.rules}
-        names = {name for s in decision.stages for name in (s.deciding or (s.rule,))}
+        # The asking stages only: a stage a rule allows is allowed whatever the reviewer says.
+        asking = [s for s in decision.stages if s.decision == "ask"] or list(decision.stages)
+        names = {name for s in asking for name in (s.deciding or (s.rule,))}
         rank = {"advise": 0, "deny": 1, "allow": 2}
         least = "allow"
         for name in names or {""}:

@@ -111,6 +111,10 @@ def test_reviewer_may_is_the_least_any_deciding_rule_gives() -> None:
     assert unsaid.reviewer_may(decide(unsaid, ["/usr/bin/true"])) == "advise"
     default = Policy("ask", (), ())
     assert default.reviewer_may(decide(default, ["/usr/bin/true"])) == "advise"
+    # A pipeline: the stage a rule allows does not count, the asking stage's rule does.
+    piped = Policy("deny", (allow, rule("ok", decision="allow", commands=(("/usr/bin/cat",),))), ())
+    decision = piped.decide(ME, [["/usr/bin/cat"], ["/usr/bin/true"]], resolver=lambda n, p: n)
+    assert decision.decision == "ask" and piped.reviewer_may(decision) == "allow"
 
 
 def test_a_quorum_rule_is_advise_only_even_when_built_in_code() -> None:
