@@ -16,6 +16,7 @@ import dataclasses
 import json as json_module
 import os
 import sqlite3
+import pwd
 import subprocess
 import sys
 import tempfile
@@ -440,6 +441,83 @@ class Bench:
 
     # -- resident memory ------------------------------------------------------------------
 
+    def reviewer(self) -> None:
+        """Issue 34: an ask decided by the reviewer (a minimal script that allows), ask to decision.
+
+        The yardstick is the same request allowed by a rule in the same stack:
+        the difference is the reviewer's round trip (approval -> runner ->
+        its sandboxed process as ``nobody`` -> answer read -> journaled).
+        """
+        if not ROOT:
+            self.add(Figure("ask decided by the reviewer p50", None, "ms", note="needs root (reviewer user)"))
+            return
+        folder = self.workdir / "reviewer"
+        folder.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(self.workdir, 0o755)  # the reviewer user must reach its program
+        script = folder / "allow-all"
+        script.write_text(
+            "#!/usr/bin/python3 -I\nimport json, sys\njson.load(sys.stdin)\n"
+            'print(json.dumps({"decision": "allow", "reason": "bench"}))\n'
+        )
+        os.chmod(script, 0o755)
+        user = pwd.getpwuid(os.getuid()).pw_name
+        reviewed = {
+            "name": "bench-reviewed",
+            "decision": "ask",
+            "reviewer": "allow",
+            "users": [user],
+            "privileged": ROOT,
+            "commands": [["/usr/bin/true", "reviewed"]],
+        }
+        ruled = {
+            "name": "bench-ruled",
+            "decision": "allow",
+            "users": [user],
+            "privileged": ROOT,
+            "commands": [["/usr/bin/true", "ruled"]],
+        }
+        config = bench_config(
+            self.workdir / "reviewer.yaml",
+            root=ROOT,
+            extra={
+                "approval": {"reviewer_command": [str(script)], "reviewer_user": "nobody"},
+                "policy": {"default": "deny", "rules": [reviewed, ruled]},
+            },
+        )
+        n = max(5, self.plan.latency_requests // 10)
+        via, rule = [], []
+        with BenchStack(config) as stack:
+            client = Persistent(stack.agent)
+            for _ in range(3):
+                client.call(self.requests.exec_line({"argv": ["true", "reviewed"], "privileged": ROOT}))
+            for _ in range(self.plan.rounds):
+                for argv, into in ((["true", "reviewed"], via), (["true", "ruled"], rule)):
+                    samples = []
+                    for _ in range(n):
+                        line = self.requests.exec_line({"argv": argv, "privileged": ROOT})
+                        start = time.perf_counter()
+                        reply = client.call(line)
+                        samples.append(time.perf_counter() - start)
+                        if not reply.get("ok"):
+                            raise SystemExit(f"bench: {argv} failed: {reply}")
+                    into.append(percentile(samples, 50) * 1000)
+            client.close()
+        p50, yard = median(via), median(rule)
+        self.add(
+            Figure(
+                "ask decided by the reviewer p50",
+                p50,
+                "ms",
+                "",
+                "the same exec allowed by a rule",
+                yard,
+                p50 / yard if yard else None,
+                None,
+                f"{n} requests x {self.plan.rounds} rounds; reviewer: a python script that allows, as nobody",
+                via,
+            )
+        )
+
     def memory(self) -> None:
         total = self.plan.memory_requests
         half = total // 4  # issue 21: growth from 5,000 to 20,000
@@ -584,6 +662,7 @@ STEPS: dict[str, str] = {
     "memory": "resident memory after many requests",
     "bytes": "journal bytes per exec",
     "verify": "audit chain verify: full walk and incremental",
+    "reviewer": "an ask decided by the reviewer, beside a rule's allow",
 }
 
 
@@ -624,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
             ("memory", bench.memory),
             ("bytes", bench.journal_bytes),
             ("verify", bench.verify),
+            ("reviewer", bench.reviewer),
         ):
             if name in wanted:
                 print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ import dataclasses
 import time
 from typing import Any
 
-from airlock.approval import fileop_review, hook, quorum
+from airlock.approval import fileop_review, hook, quorum, reviewer
 from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
 from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
 from airlock.approval.tickets import Tickets
@@ -155,8 +155,10 @@ class Deciding(Tickets, Votes):
     pending: dict[tuple[int, str], Pending]
     notifier: hook.NotifyCommand
     runner: Client
+    journal: Client
     intake_uid: int | None
     asks: AskLimits
+    denials: collections.OrderedDict[tuple[int, str], float]
 
     async def decide(self, call: Call) -> dict[str, Any]:
         a = call.args
@@ -228,7 +230,8 @@ class Deciding(Tickets, Votes):
                     "grant_scope": granted.scope,
                     "granted_by": granted.made_by,
                     "policy": decision.to_dict(),
-                },
+                }
+                | self._shadow_of(spec, peer, session),
                 log_fields={"decision": "allow", "rule": rule},
                 after=after,
             )
@@ -244,11 +247,12 @@ class Deciding(Tickets, Votes):
             admission = self._admit_ask(peer, common)  # before a file's preview: a refused ask costs nothing
             try:
                 if isinstance(spec, FileSpec):
-                    named = fileop_review.names_path(decision)
-                    request = await fileop_review.operator_view(self.runner, request, spec, named=named)
-                    reviewed = fileop_review.bound_file(request)
-                    if reviewed is not None:
-                        bound["file"] = reviewed
+                    request = await self._file_view(request, spec, decision, bound)
+                opinion = await self._review(request, spec, peer, decision, rule, bound, digest)
+                if opinion is not None and opinion.decides:
+                    return await self._reviewer_decided(
+                        opinion, spec, peer, session, decision, rule, digest, bound, common, after
+                    )
                 return await self._wait_for_operator(
                     call,
                     request,
@@ -261,6 +265,7 @@ class Deciding(Tickets, Votes):
                     requirement,
                     after=after,
                     admission=admission,
+                    opinion=opinion,
                 )
             finally:
                 admission.release()
@@ -272,7 +277,7 @@ class Deciding(Tickets, Votes):
             "policy": decision.to_dict(),
             "privileged": spec.privileged,
             "run_as": spec.run_as,
-        }
+        } | self._shadow_of(spec, peer, session)
         if verdict == "deny":
             await self.audit.record(
                 "approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule}, after=after
@@ -291,6 +296,188 @@ class Deciding(Tickets, Votes):
             "bound": bound,
             "mark": mark,
         }
+
+    async def _file_view(
+        self, request: dict[str, Any], spec: FileSpec, decision: Decision, bound: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A file operation as operators see it (its preview), and the reviewed file bound to the ticket."""
+        named = fileop_review.names_path(decision)
+        request = await fileop_review.operator_view(self.runner, request, spec, named=named)
+        reviewed = fileop_review.bound_file(request)
+        if reviewed is not None:
+            bound["file"] = reviewed
+        return request
+
+    async def _review(
+        self,
+        request: dict[str, Any],
+        spec: ExecSpec | FileSpec,
+        peer: Peer,
+        decision: Decision,
+        rule: str,
+        bound: dict[str, Any],
+        digest: str,
+    ) -> reviewer.Opinion | None:
+        """Ask the reviewer, through the runner (runner/review.py), before any person is asked (issue 34).
+
+        None: no reviewer is configured.  Every failure is an opinion of "ask":
+        people decide.  Bounded by ``approval.reviewer_timeout_seconds`` (the
+        runner kills it then) plus a margin for the runner's own reply.
+        """
+        settings = self.config.approval
+        if not settings.reviewer_command:
+            return None
+        # During a hold nothing automatic allows: the reviewer only advises, as on a hold's own asks.
+        may = "advise" if rule == "hold" or self.hold_reason is not None else self.policy.reviewer_may(decision)
+        text = reviewer.statement(
+            request_id=str(request.get("request_id") or ""),
+            request=fileop_review.without_content(request),
+            spec=spec.to_dict() if isinstance(spec, ExecSpec) else {"privileged": spec.privileged},
+            peer=peer.to_dict(),
+            run_as={"uid": spec.run_as, "user": _user_name(spec.run_as)},
+            policy=decision.to_dict(),
+            rule=rule,
+            may=may,
+            bound=bound,
+        )
+        if isinstance(spec, FileSpec):
+            text["file"] = {"tool": spec.tool, "path": spec.path}
+            text["command"] = f"{spec.tool} {spec.path}"
+            text["stages"] = []
+        started = time.monotonic()
+        result: dict[str, Any] | None
+        try:
+            result = await self.runner.call(
+                "review", {"statement": text}, timeout=settings.reviewer_timeout_seconds + REVIEW_MARGIN_SECONDS
+            )
+        except (AirlockError, OSError, TimeoutError) as exc:
+            self.log.warning("approval.reviewer.unreachable", request_id=text["request_id"], error=str(exc))
+            result = None
+        if result is not None and not result.get("ran"):
+            self.log.warning("approval.reviewer.not_run", request_id=text["request_id"], why=result.get("why"))
+            result = None
+        denied = self._denied_before(peer.uid, digest)
+        opinion = reviewer.judge(
+            settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=denied
+        )
+        if opinion.decides and opinion.decision == "allow" and await self._denied_in_journal(peer.uid, spec):
+            # A person's deny from before a restart (the memory above is lost then): people decide.
+            opinion = reviewer.judge(
+                settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=True
+            )
+        self.log.info(
+            "approval.reviewer.answered",
+            request_id=text["request_id"],
+            reviewer=opinion.name,
+            opinion=opinion.decision,
+            outcome=opinion.outcome,
+            decides=opinion.decides,
+            seconds=round(time.monotonic() - started, 3),
+        )
+        return opinion
+
+    async def _reviewer_decided(
+        self,
+        opinion: reviewer.Opinion,
+        spec: ExecSpec | FileSpec,
+        peer: Peer,
+        session: str | None,
+        decision: Decision,
+        rule: str,
+        digest: str,
+        bound: dict[str, Any],
+        common: Ids,
+        after: list[str] | None,
+    ) -> dict[str, Any]:
+        """The reviewer's allow or deny where the rules let it decide: journaled (durable) as ``reviewer NAME``."""
+        by = f"reviewer {opinion.name}"
+        await self.audit.record(
+            "approval.decided",
+            common,
+            payload={
+                "decision": opinion.decision,
+                "rule": rule,
+                "by": by,
+                "reason": opinion.reason,
+                "reviewer": opinion.to_dict(),
+                "policy": decision.to_dict(),
+                "privileged": spec.privileged,
+                "run_as": spec.run_as,
+            }
+            | self._shadow_of(spec, peer, session),
+            log_fields={"decision": opinion.decision, "rule": rule},
+            after=after,
+        )
+        if opinion.decision == "deny":
+            raise AirlockError(
+                ErrorCode.DENIED,
+                f"denied by {by}" + (f": {opinion.reason}" if opinion.reason else ""),
+                {"rule": rule, "decided_by": by},
+            )
+        # Automatic like a rule's allow: a hold made before the runner redeems it stops it (by_policy).
+        return {
+            "decision": "allow",
+            "rule": rule,
+            "decided_by": by,
+            "ticket": self._issue(digest, bound, by_policy=True),
+            "bound": bound,
+        }
+
+    def _shadow_of(self, spec: ExecSpec | FileSpec, peer: Peer, session: str | None) -> dict[str, Any]:
+        """Issue 34: what each matching ``mode: shadow`` rule would have decided, beside the real decision."""
+        if not self.policy.shadow:
+            return {}
+        subject = subject_of(peer, spec, session)
+        try:
+            if isinstance(spec, FileSpec):
+                found = self.policy.shadow_verdicts(subject, file=(spec.tool, spec.path))
+            else:
+                found = self.policy.shadow_verdicts(subject, spec.stages)
+        except AirlockError:
+            return {}
+        return {"shadow": found} if found else {}
+
+    async def _denied_in_journal(self, uid: int, spec: ExecSpec | FileSpec) -> bool:
+        """Whether a person denied this agent the same command (stages, privilege, run-as) in its newest records.
+
+        Read from the journal (this agent's newest page of records), so it holds
+        across restarts; broader than the digest the memory keeps (environment
+        and directory aside), which only keeps more from the reviewer.  A journal
+        that cannot be read counts as a deny: people decide.
+        """
+        stages = [list(s) for s in spec.stages] if isinstance(spec, ExecSpec) else [[spec.tool, spec.path]]
+        try:
+            page = await self.journal.call(
+                "events", {"tail": DENIAL_PAGE, "limit": DENIAL_PAGE, "scope": {"peer_uid": uid}}, timeout=5.0
+            )
+        except (AirlockError, OSError, TimeoutError):
+            return True
+        for event in page.get("events") or []:
+            payload = event.get("payload") if isinstance(event, dict) else None
+            if event.get("kind") != "approval.decided" or not isinstance(payload, dict):
+                continue
+            by = str(payload.get("by") or "")
+            if payload.get("decision") != "deny" or by in _NOT_A_PERSON or by.startswith("reviewer "):
+                continue
+            policy = payload.get("policy")
+            if not isinstance(policy, dict):
+                continue
+            argvs = [stage.get("argv") for stage in policy.get("stages") or [] if isinstance(stage, dict)]
+            if argvs == stages and (payload.get("privileged"), payload.get("run_as")) == (spec.privileged, spec.run_as):
+                return True
+        return False
+
+    def _denied_before(self, uid: int, digest: str) -> bool:
+        cutoff = time.time() - DENIAL_MEMORY_SECONDS
+        seen = self.denials.get((uid, digest))
+        return seen is not None and seen >= cutoff
+
+    def _remember_denial(self, uid: int, digest: str) -> None:
+        """A person denied this agent's request: the reviewer may never allow the same one (issue 34)."""
+        self.denials[(uid, digest)] = time.time()
+        self.denials.move_to_end((uid, digest))
+        while len(self.denials) > DENIAL_MEMORY:
+            self.denials.popitem(last=False)
 
     def _admit_ask(self, peer: Peer, ids: Ids) -> Admission:
         now = time.time()
@@ -326,6 +513,7 @@ class Deciding(Tickets, Votes):
         *,
         after: list[str] | None = None,
         admission: Admission | None = None,
+        opinion: reviewer.Opinion | None = None,
     ) -> dict[str, Any]:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
@@ -349,6 +537,7 @@ class Deciding(Tickets, Votes):
         entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, _user_name(spec.run_as)
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
         entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
+        entry.opinion = opinion.to_dict() if opinion is not None else None
         entry.published = self.ledger.publish(entry.request_id, self._statements(entry), peer.uid)
         await self.audit.record(
             "approval.pending",
@@ -395,9 +584,13 @@ class Deciding(Tickets, Votes):
             # journald sentence says what an operator approved, as whom (issue 32's walk).
             payload={"decision": verdict, "rule": rule, "by": by, "operator_uid": operator_uid, "reason": reason}
             | {"policy": decision.to_dict(), "privileged": entry.privileged, "run_as": entry.run_as}
-            | _decided_quorum(entry),
+            | _decided_quorum(entry)
+            | ({"reviewer": entry.opinion} if entry.opinion else {})
+            | self._shadow_of(spec, peer, session_of(request)),
             log_fields={"decision": verdict, "rule": rule},
         )
+        if verdict == "deny" and by not in ("agent", "timeout"):
+            self._remember_denial(peer.uid, digest)
         if verdict == "timeout":
             raise AirlockError(ErrorCode.APPROVAL_TIMEOUT, f"no operator decided within {timeout:g}s", {"rule": rule})
         if verdict == "withdrawn":
@@ -459,6 +652,16 @@ async def _withdraw_when_gone(call: Call, entry: Pending) -> None:
         entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))
 
 
+# The runner's reply to ``review`` may come this long after the reviewer's own deadline.
+REVIEW_MARGIN_SECONDS = 5.0
+# Requests people denied that a reviewer may not then allow: how many, for how long (in memory).
+DENIAL_MEMORY = 4096
+DENIAL_MEMORY_SECONDS = 7 * 86400.0
+# How many of the agent's newest journal records are searched for a person's deny (one page).
+DENIAL_PAGE = 256
+# approval.decided's ``by`` values that are no person's decision.
+_NOT_A_PERSON = frozenset({"policy", "grant", "timeout", "agent", "shutdown"})
+
 # How long approval waits for the runner to classify a root job's arguments (hashing included).
 INSPECT_SECONDS = 30.0
 
@@ -471,6 +674,11 @@ def _decided_quorum(entry: Pending) -> dict[str, Any]:
     if entry.tally is None or not entry.tally.votes:
         return {}
     return {"approvers": [v.to_dict() for v in entry.tally.votes], "quorum": entry.tally.progress()}
+
+
+def session_of(request: dict[str, Any]) -> str | None:
+    session = request.get("session")
+    return session if isinstance(session, str) and session else None
 
 
 def request_id_of(ids: Ids) -> str:

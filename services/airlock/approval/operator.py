@@ -202,11 +202,16 @@ class Operating(Tickets, Votes, Passkeys):
             raise validate.bad("argv", "give argv or pipeline")
         stages = tuple(validate.argv(f"pipeline[{i}]", s) for i, s in enumerate(pipeline))
         spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
-        decision = self.policy.decide(
-            subject_of(peer, spec, validate.optional_text("session", a.get("session"))), stages
-        )
+        subject = subject_of(peer, spec, validate.optional_text("session", a.get("session")))
+        decision = self.policy.decide(subject, stages)
         await self._hold_restored()
-        return decision.to_dict() | {"hold": self.hold_reason is not None, "warnings": list(self.policy.warnings)}
+        # Issue 34: what the reviewer may do with it, and what each matching shadow rule would decide.
+        extra: dict[str, Any] = {"shadow": self.policy.shadow_verdicts(subject, stages)}
+        if decision.decision == "ask":
+            extra["reviewer_may"] = self.policy.reviewer_may(decision)
+        return (
+            decision.to_dict() | {"hold": self.hold_reason is not None, "warnings": list(self.policy.warnings)} | extra
+        )
 
     async def events(self, call: Call) -> dict[str, Any]:
         unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})

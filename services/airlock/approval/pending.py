@@ -48,6 +48,8 @@ class Pending:
     # Issue 18: the approvals collected so far, and the statements a signer signs.
     tally: quorum.Tally | None = None
     published: Published | None = None
+    # Issue 34: the reviewer's opinion (approval/reviewer.py), shown to operators.
+    opinion: dict[str, Any] | None = None
 
     @property
     def expect(self) -> str:
@@ -85,13 +87,15 @@ class Pending:
         } | self.quorum_dict()
 
     def quorum_dict(self) -> dict[str, Any]:
-        """Quorum progress ("1 of 2"), the reason rule, and the statement to sign (issue 18)."""
+        """Quorum progress ("1 of 2"), the reason rule, and the statement to sign (issue 18); the reviewer's opinion."""
         out: dict[str, Any] = {}
         if self.tally is not None:
             out["quorum"] = self.tally.to_dict()
         if self.published is not None:
             out["statement"] = self.published.statements["allow"].render()
             out["sign_command"] = SIGN_COMMAND
+        if self.opinion:  # issue 34: what the reviewer said, for the people who decide
+            out["reviewer"] = self.opinion
         return out
 
 

@@ -38,9 +38,10 @@ def assemble(files: Sequence[PolicyFile]) -> Policy:
     if errors:
         raise PolicyError(errors)
     default: Verdict = defaults[0].default if defaults and defaults[0].default else "ask"
-    rules = tuple(r for f in files for r in f.rules)
+    rules = tuple(r for f in files for r in f.rules if r.mode != "shadow")
+    shadow = tuple(r for f in files for r in f.rules if r.mode == "shadow")
     warnings = tuple(w for f in files for w in f.warnings)
-    return Policy(default, rules, tuple(f.path for f in files), warnings)
+    return Policy(default, rules, tuple(f.path for f in files), warnings, shadow)
 
 
 def load_policy(config: Config) -> Policy:

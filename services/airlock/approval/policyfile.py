@@ -38,9 +38,11 @@ _RULE_KEYS = (
     "description",
     "files",
     "groups",
+    "mode",
     "name",
     "privileged",
     "reason",
+    "reviewer",
     "sandbox",
     "sessions",
     "users",
@@ -206,6 +208,13 @@ class _Reader:
                     node, f"{key}.writable_arguments", "allow applies only to a rule with decision: allow", got=False
                 )
             writable = node.value == "allow"
+        reviewer = self.reviewer(values, key, decision, approvals, approvers)
+        mode = "enforce"
+        if "mode" in values:
+            node = values["mode"]
+            if not isinstance(node, yaml.ScalarNode) or node.tag != STR or node.value not in ("enforce", "shadow"):
+                raise self.fail(node, f"{key}.mode", "must be enforce or shadow")
+            mode = node.value
         rule = Rule(
             name=name,
             decision=decision,
@@ -222,8 +231,29 @@ class _Reader:
             approvers=approvers,
             reason_required=reason_required,
             writable_arguments=writable,
+            reviewer=reviewer,
+            mode=mode,
         )
         return rule, (name, where(self.path, name_node), key)
+
+    def reviewer(
+        self, values: Mapping[str, yaml.Node], key: str, decision: Verdict, approvals: int, approvers: Approvers | None
+    ) -> str | None:
+        """A rule's ``reviewer:`` (issue 34): what the reviewer may do with its asks."""
+        if "reviewer" not in values:
+            return None
+        node = values["reviewer"]
+        if not isinstance(node, yaml.ScalarNode) or node.tag != STR or node.value not in ("allow", "deny", "advise"):
+            raise self.fail(node, f"{key}.reviewer", "must be allow, deny or advise")
+        if decision != "ask":
+            raise self.fail(node, f"{key}.reviewer", "applies only to a rule with decision: ask", got=False)
+        if node.value != "advise" and (approvals > 1 or approvers is not None):
+            raise self.fail(
+                node,
+                f"{key}.reviewer",
+                "a quorum rule (approvals, approvers) is decided by people only: the reviewer may only advise",
+            )
+        return str(node.value)
 
     def quorum(
         self, values: Mapping[str, yaml.Node], key: str, decision: Verdict

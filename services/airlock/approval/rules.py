@@ -15,6 +15,7 @@ name in sort order among the deciding rules).  docs/policy.md is the reference.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -70,6 +71,11 @@ class Rule:
     # Issue 27: a root job's path argument someone other than root can change makes an allow ask,
     # unless the rule says ``writable_arguments: allow``.
     writable_arguments: bool = False
+    # Issue 34: what the reviewer may do on this rule's asks (allow: decide either way; deny: only
+    # refuse; advise: only show its opinion; None: the key is absent, which reads as advise).
+    reviewer: str | None = None
+    # Issue 34: "shadow": the rule never decides; the decision it would make is journaled.
+    mode: str = "enforce"
 
     def __post_init__(self) -> None:
         # Rules built in code (tests, tools) get the same guarantees as parsed
@@ -143,6 +149,10 @@ class Rule:
             out["reason"] = "required"
         if self.writable_arguments:
             out["writable_arguments"] = "allow"
+        if self.reviewer is not None:
+            out["reviewer"] = self.reviewer
+        if self.mode != "enforce":
+            out["mode"] = self.mode
         return out
 
 
@@ -203,6 +213,8 @@ class Policy:
     rules: tuple[Rule, ...]
     sources: tuple[str, ...]
     warnings: tuple[str, ...] = ()  # e.g. a rule for a binary that is not installed
+    # Issue 34: ``mode: shadow`` rules, kept apart so that nothing that decides ever sees them.
+    shadow: tuple[Rule, ...] = ()
 
     def decide(
         self, subject: Subject, stages: Sequence[Sequence[str]], *, resolver: Resolver | None = None
@@ -279,9 +291,65 @@ class Policy:
         ]
         return bool(deciding) and all(rule is not None and rule.writable_arguments for rule in deciding)
 
+    def reviewer_may(self, decision: Decision) -> str:
+        """What the reviewer may do with this ask (issue 34): ``allow``, ``deny`` or ``advise``.
+
+        The least any deciding rule of any asking stage grants: a rule without the
+        key, a pseudo-rule (default, hold) or a quorum rule (more than one
+        approver, or named approvers) gives ``advise``.
+        """
+        by_name = {r.name: r for r in self.rules}
+        # The asking stages only: a stage a rule allows is allowed whatever the reviewer says.
+        asking = [s for s in decision.stages if s.decision == "ask"] or list(decision.stages)
+        names = {name for s in asking for name in (s.deciding or (s.rule,))}
+        rank = {"advise": 0, "deny": 1, "allow": 2}
+        least = "allow"
+        for name in names or {""}:
+            rule = by_name.get(name)
+            may = "advise"
+            if rule is not None and rule.reviewer is not None and rule.approvals == 1 and rule.approvers is None:
+                may = rule.reviewer
+            if rank[may] < rank[least]:
+                least = may
+        return least
+
+    def shadow_verdicts(
+        self,
+        subject: Subject,
+        stages: Sequence[Sequence[str]] | None = None,
+        file: tuple[str, str] | None = None,
+        *,
+        resolver: Resolver | None = None,
+    ) -> list[dict[str, str]]:
+        """Each shadow rule that matches: the decision the policy would make were that rule live.
+
+        The policy decides again with the one rule added, so the answer is what
+        switching it on would change, combined with every other rule as usual.
+        """
+        out: list[dict[str, str]] = []
+        for rule in self.shadow:
+            if not rule.applies_to(subject):
+                continue
+            live = Policy(self.default, (*self.rules, dataclasses.replace(rule, mode="enforce")), self.sources)
+            try:
+                if file is not None:
+                    decision = live.decide_file(subject, *file)
+                elif stages:
+                    decision = live.decide(subject, stages, resolver=resolver)
+                else:
+                    continue
+            except ValueError:
+                continue
+            if any(rule.name in s.matched for s in decision.stages):
+                out.append({"rule": rule.name, "would": decision.decision, "by": decision.rule})
+        return out
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "default": self.default,
             "rules": [r.to_dict() for r in sorted(self.rules, key=lambda r: r.name)],
             "sources": list(self.sources),
         }
+        if self.shadow:
+            out["shadow"] = [r.to_dict() for r in sorted(self.shadow, key=lambda r: r.name)]
+        return out

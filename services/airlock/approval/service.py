@@ -15,6 +15,7 @@ and stop, and `build` (the two doors).
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import functools
 import resource
@@ -61,6 +62,7 @@ class Approval(Deciding, Operating):
         )
         self.pending: dict[tuple[int, str], Pending] = {}  # by (agent uid, request ID)
         self.asks = AskLimits()
+        self.denials: collections.OrderedDict[tuple[int, str], float] = collections.OrderedDict()
         self.tickets: dict[str, Ticket] = {}
         # Held until the journal says otherwise (restore_hold at start): fail closed.
         self.hold_reason: str | None = "restoring the hold state from the journal"

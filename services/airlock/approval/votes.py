@@ -252,6 +252,8 @@ class Votes:
             out["statement"] = entry.published.statements["allow"].render()
         if entry.bound.get("arguments"):  # issue 27: flagged for people (watch, relay, show)
             out["arguments"] = entry.bound["arguments"]
+        if entry.opinion:  # issue 34: the reviewer's opinion, for watch, show and the relay
+            out["reviewer"] = entry.opinion
         return out
 
     def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:

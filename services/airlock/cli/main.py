@@ -311,6 +311,15 @@ def parser() -> argparse.ArgumentParser:
     group.add_argument("--no-privilege", dest="privileged", action="store_false")
     sp.add_argument("command", nargs=argparse.REMAINDER)
     sp.set_defaults(func=policy_cli.cmd_policy_check)
+    sp = policy_sub.add_parser(
+        "shadow",
+        help="how each mode: shadow rule's decisions compare with the real ones (from the journal)",
+        description="how each mode: shadow rule's decisions compare with the real ones (from the journal)",
+    )
+    sp.add_argument("--socket", help="operator socket")
+    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--since", type=_duration, help="only requests decided in this last while: 24h, 7d")
+    sp.set_defaults(func=policy_cli.cmd_policy_shadow)
 
     cfg = sub.add_parser("config", help="show the effective configuration")
     cfg_sub = cfg.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)

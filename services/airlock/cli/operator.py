@@ -172,6 +172,9 @@ def cmd_pending(ns: argparse.Namespace) -> int:
         for p in data.get("pending", []):
             for line in arguments.flagged(p.get("arguments")):  # issue 27: others can change what it reads
                 print(f"{render.sanitise(p['request_id'], strict=True)} {arguments.FLAG}: {render.sanitise(line)}")
+            if p.get("reviewer"):  # issue 34: the reviewer's opinion, escaped like every request value
+                opinion = render.sanitise(render.reviewer_line(p["reviewer"]))
+                print(f"{render.sanitise(p['request_id'], strict=True)} {opinion}")
             if p.get("sandbox"):  # shown only when a rule confines the job; none means a full job
                 confined = "; ".join(f"stage {i}: {sandbox.describe(sb)}" for i, sb in enumerate(p["sandbox"], start=1))
                 print(f"{render.sanitise(p['request_id'], strict=True)} sandbox: {render.sanitise(confined)}")
@@ -371,6 +374,9 @@ def cmd_show(ns: argparse.Namespace) -> int:
         pairs.append((f"stage {i}", command_line(stage)))
     for line in arguments.flagged(_bound_arguments(data)):
         pairs.append((style.bold(arguments.FLAG), sanitise(line)))
+    opinion = _opinion(data)
+    if opinion:
+        pairs.append(("reviewer", sanitise(render.reviewer_line(opinion).removeprefix("reviewer "))))
     if decision:
         who = decision.get("by")
         if decision.get("grant_id"):
@@ -427,6 +433,19 @@ def cmd_show(ns: argparse.Namespace) -> int:
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
     return 0
+
+
+def _opinion(data: dict[str, Any]) -> Any:
+    """Issue 34: the reviewer's opinion: from the pending entry, else from the request's journal records."""
+    detail = data.get("detail") or {}
+    if detail.get("reviewer"):
+        return detail["reviewer"]
+    for event in reversed(data.get("events") or []):
+        payload = event.get("payload") if isinstance(event, dict) else None
+        if event.get("kind") in ("approval.pending", "approval.decided") and isinstance(payload, dict):
+            if isinstance(payload.get("reviewer"), dict):
+                return payload["reviewer"]
+    return None
 
 
 def _bound_arguments(data: dict[str, Any]) -> Any:

@@ -34,6 +34,7 @@ from airlock.common.render import (
     fields,
     file_review,
     person,
+    reviewer_line,
     sanitise,
     use_colour,
 )
@@ -76,6 +77,8 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
         pairs.append(("  sandbox", sanitise(sandbox.describe(confined))))
     for line in arguments.flagged(p.get("arguments")):  # issue 27: others can change what the job reads
         pairs.append((style.red(arguments.FLAG), sanitise(line)))
+    if p.get("reviewer"):  # issue 34: an opinion, escaped like every request value
+        pairs.append(("reviewer", sanitise(reviewer_line(p["reviewer"]).removeprefix("reviewer "))))
     request = p.get("request") or {}
     pairs.extend(file_review(request))
     env = p.get("env_names") or []

@@ -161,6 +161,14 @@ def command(node: yaml.Node) -> tuple[str, ...]:
     return values
 
 
+def label(node: yaml.Node) -> str:
+    """A short name: up to 64 of ``A-Z a-z 0-9 . _ -`` (empty allowed)."""
+    value = string(node)
+    if len(value) > 64 or any(not (c.isascii() and (c.isalnum() or c in "._-")) for c in value):
+        raise ValueError("expected up to 64 letters, digits, dots, underscores or hyphens")
+    return value
+
+
 def choice(*options: str) -> Parser:
     def parse(node: yaml.Node) -> str:
         value = string(node)
@@ -497,6 +505,20 @@ class Approval:
     asks_per_minute: int = 20
     passkeys: Path = Path("/etc/airlock/passkeys")
     state_dir: Path = Path("/var/lib/airlock-approval")
+    # Issue 34: the reviewer tier (approval/reviewer.py; the runner starts it, runner/review.py).
+    reviewer_command: tuple[str, ...] = ()
+    reviewer_user: str = "airlock-reviewer"
+    reviewer_timeout_seconds: float = 10.0
+    reviewer_name: str = ""
+    reviewer_network: bool = False
+
+    @property
+    def reviewer_label(self) -> str:
+        """The reviewer's name in records and messages: ``reviewer_name``, else its program's file name."""
+        if self.reviewer_name:
+            return self.reviewer_name
+        base = self.reviewer_command[0].rsplit("/", 1)[-1] if self.reviewer_command else ""
+        return "".join(c for c in base if c.isalnum() or c in "._-")[:64] or "reviewer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -846,6 +868,38 @@ SETTINGS: tuple[Setting, ...] = (
         Path("/var/lib/airlock-approval"),
         "approval's own state (its unit's StateDirectory=): the passkeys' sign counters, kept across restarts.",
     ),
+    Setting(
+        "approval.reviewer_command",
+        command,
+        (),
+        "The reviewer (argv, absolute path first): gets each request a person would be asked about as JSON on "
+        'stdin and answers {"decision": "allow|deny|ask", "reason": "..."}; rules\' reviewer: says where '
+        "its answer decides. Empty: no reviewer. Started by airlock-runner, sandboxed, as approval.reviewer_user.",
+    ),
+    Setting(
+        "approval.reviewer_user",
+        string,
+        "airlock-reviewer",
+        "The unprivileged user the reviewer runs as (never root; missing: the reviewer is off and people are asked).",
+    ),
+    Setting(
+        "approval.reviewer_timeout_seconds",
+        positive_float,
+        10.0,
+        "How long the reviewer may take; then it is killed and people are asked.",
+    ),
+    Setting(
+        "approval.reviewer_name",
+        label,
+        "",
+        "The reviewer's name in the journal and in messages (by: reviewer NAME); empty: its program's file name.",
+    ),
+    Setting(
+        "approval.reviewer_network",
+        parse_bool,
+        False,
+        "Whether the reviewer may use the network (a model-backed reviewer calling an API); off: no network at all.",
+    ),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
     Setting(
         "journal.operation_capacity",
@@ -1107,6 +1161,8 @@ def applies(key: str) -> str:
     the policy and every ``approval.*`` setting to new requests; every other
     setting is read once at start, so its service must be restarted.
     """
+    if key.startswith("approval.reviewer_"):
+        return "restart"  # the runner starts the reviewer with what it read at its own start (issue 34)
     return "reload" if key.startswith("approval.") else "restart"
 
 

@@ -218,3 +218,17 @@ def quorum_line(pending: dict[str, Any]) -> str:
     if pending.get("reason"):
         parts.append(f"reason: {pending['reason']}")
     return sanitise("; ".join(parts))
+
+
+def reviewer_line(opinion: object) -> str:
+    """Issue 34: ``reviewer NAME: allow — reason``, raw (each surface escapes it as it escapes request values)."""
+    if not isinstance(opinion, dict):
+        return ""
+    text = f"reviewer {opinion.get('name')}: {opinion.get('decision')}"
+    if opinion.get("outcome") not in (None, "answered"):
+        text += f" ({opinion.get('outcome')})"
+    if opinion.get("reason"):
+        text += f" — {opinion.get('reason')}"
+    if opinion.get("why_not") and opinion.get("decision") != "ask":
+        text += f" [not applied: {opinion.get('why_not')}]"
+    return text

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from airlock.common import arguments
 from airlock.common.codec import iso_utc
-from airlock.common.render import command_line, decision_line, duration, sanitise
+from airlock.common.render import command_line, decision_line, duration, reviewer_line, sanitise
 
 # The audit event kinds the relay turns into messages.
 KINDS = frozenset({"approval.pending", "approval.decided"})
@@ -95,6 +95,8 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float, 
         "changeable": [_clip(_s(line), 500) for line in arguments.flagged(payload.get("arguments"))],
         "rule": _s(payload.get("rule")),
         "reason": _clip(_s(request.get("reason")), 500),
+        # Issue 34: the reviewer's opinion, escaped like every request value.
+        "reviewer": _clip(_s(reviewer_line(payload.get("reviewer"))), 700),
         "seconds_left": round(max(0.0, expires - now), 1),
         "expires_at": iso_utc(expires, timespec="seconds"),
         "link": request_link(web_url, request_id, uid),
@@ -138,8 +140,8 @@ def _signing(payload: dict[str, Any], request_id: str) -> dict[str, Any]:
 def decided_message(event: dict[str, Any], host: str, known: dict[str, Any] | None) -> dict[str, Any] | None:
     """The follow-up for an ``approval.decided`` event after a pending one (None for a rule's decision)."""
     payload = event.get("payload") or {}
-    if payload.get("by") == "policy":
-        return None
+    if payload.get("by") == "policy" or str(payload.get("by") or "").startswith("reviewer "):
+        return None  # nobody was asked (issue 34: the reviewer decides only before people are)
     request_id = _s(event.get("request_id"), strict=True)
     message: dict[str, Any] = {
         "seq": event.get("seq"),
@@ -207,6 +209,7 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
         *(f"{arguments.FLAG} by others (bound to this approval): {line}" for line in m.get("changeable") or []),
         f"rule: {m['rule']}",
         f"reason: {m['reason'] or '(none given)'}",
+        *([m["reviewer"]] if m.get("reviewer") else []),
         f"time left: {duration(m['seconds_left'])} (until {m['expires_at']})",
         *([f"open: {m['link']}"] if m.get("link") else []),
         f"approve: {m['decide']}",

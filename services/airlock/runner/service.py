@@ -30,7 +30,7 @@ from airlock.common.kinds import MAX_PAYLOAD_BYTES
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec, check_privilege
-from airlock.runner import agent, arguments
+from airlock.runner import agent, arguments, review
 from airlock.runner.evidence import StageResult
 from airlock.runner.fileop_verbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
@@ -350,6 +350,24 @@ class Runner:
         )
         return {"arguments": found}
 
+    async def review(self, call: Call) -> dict[str, Any]:
+        """approval, for an ask: run the configured reviewer on the statement it sends (runner/review.py)."""
+        if self.approval_uid is None or call.peer.uid != self.approval_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        statement = call.args.get("statement")
+        if not isinstance(statement, dict):
+            raise validate.bad("statement", "must be an object")
+        report = await review.review(self.config, statement, systemd=self.containment() != "process-group")
+        self.log.info(
+            "runner.review.finished",
+            request_id=statement.get("request_id") if isinstance(statement.get("request_id"), str) else None,
+            ran=report.get("ran"),
+            exit_code=report.get("exit_code"),
+            timed_out=report.get("timed_out"),
+            why=report.get("why"),
+        )
+        return report
+
     async def cancel(self, call: Call) -> dict[str, Any]:
         operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
         # intake names the agent whose operation it is; an operator (through approval) may cancel any.
@@ -535,6 +553,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "exec": runner.exec,
             "cancel": runner.cancel,
             "inspect": runner.inspect,
+            "review": runner.review,
             "files": file_verbs.files,
             "files_preview": file_verbs.files_preview,
             "passkeys.write": passkeys.write,
