@@ -148,6 +148,12 @@ def parser() -> argparse.ArgumentParser:
                 default="command",
                 help="what the grant covers: the exact same command (default) or anything the rule allows",
             )
+            sp.add_argument(
+                "--uses",
+                type=_uses,
+                metavar="N",
+                help="with --grant: the grant is used up after N requests (it still ends at its time)",
+            )
         sp.set_defaults(func=operator.cmd_decide, verb=verb)
     sp = op("grants", "list live time-boxed grants, or revoke one (grants revoke GRANT_ID)")
     sp.add_argument("action", nargs="?", choices=("list", "revoke"), default="list")
@@ -305,6 +311,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _uses(text: str) -> int:
+    """--uses: a whole number of uses, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of uses: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("--uses must be 1 or more")
+    return value
 
 
 def _duration(text: str) -> float:

@@ -197,18 +197,10 @@ def cmd_decide(ns: argparse.Namespace) -> int:
         args["reason"] = ns.reason
     if getattr(ns, "principal", None):
         args["principal"] = ns.principal
-    if getattr(ns, "grant", None):
-        from airlock.common.validate import parse_duration
-
-        try:
-            args["grant_seconds"] = parse_duration(ns.grant)
-        except ValueError as exc:
-            _err(f"--grant: {exc}")
-            return 2
-        args["scope"] = ns.scope
-    elif getattr(ns, "scope", None) and ns.scope != "command":
-        _err("--scope needs --grant")
+    granting = _grant_args(ns)
+    if granting is None:
         return 2
+    args |= granting
     if getattr(ns, "signature", None) or getattr(ns, "sign", None):
         from airlock.cli import signing
 
@@ -232,12 +224,35 @@ def cmd_decide(ns: argparse.Namespace) -> int:
             outcome += (
                 f"; grant {sanitise(grant.get('grant_id'), strict=True)} ({sanitise(grant.get('scope'))})"
                 f" until {iso_utc(float(grant.get('expires') or 0), timespec='seconds')}"
+                + (f", {int(grant['uses'])} uses" if isinstance(grant.get("uses"), int) else "")
             )
         signer = data.get("signer") or {}
         if signer.get("principal"):
             outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
         print(f"{sanitise(data.get('request_id'), strict=True)}: {outcome}")
     return rc
+
+
+def _grant_args(ns: argparse.Namespace) -> dict[str, Any] | None:
+    """approve's --grant, --scope and --uses as arguments (None: a usage error, said)."""
+    if getattr(ns, "grant", None):
+        from airlock.common.validate import parse_duration
+
+        try:
+            args: dict[str, Any] = {"grant_seconds": parse_duration(ns.grant), "scope": ns.scope}
+        except ValueError as exc:
+            _err(f"--grant: {exc}")
+            return None
+        if getattr(ns, "uses", None) is not None:
+            args["uses"] = ns.uses
+        return args
+    if getattr(ns, "scope", None) and ns.scope != "command":
+        _err("--scope needs --grant")
+        return None
+    if getattr(ns, "uses", None) is not None:
+        _err("--uses needs --grant")
+        return None
+    return {}
 
 
 def cmd_grants(ns: argparse.Namespace) -> int:
@@ -264,11 +279,16 @@ def cmd_grants(ns: argparse.Namespace) -> int:
                 g["rule"] if g["scope"] == "rule" else g["command"][:50],
                 g["made_by"],
                 render.duration(g["seconds_left"]),
+                # issue 34: "1 of 2" uses left, or "-" for a grant bounded by time alone
+                f"{g['uses_left']} of {g['uses']}" if isinstance(g.get("uses"), int) else "-",
             ]
             for g in data.get("grants", [])
         ]
         print(
-            _table([[sanitise(c) for c in r] for r in rows], ["GRANT", "UID/SESSION", "SCOPE", "COVERS", "BY", "LEFT"])
+            _table(
+                [[sanitise(c) for c in r] for r in rows],
+                ["GRANT", "UID/SESSION", "SCOPE", "COVERS", "BY", "LEFT", "USES LEFT"],
+            )
             if rows
             else "no live grants"
         )
