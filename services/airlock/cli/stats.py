@@ -128,6 +128,8 @@ def compute(events: Iterable[Mapping[str, Any]], now: float, window: float) -> d
             continue
         rule = sanitise(payload.get("rule") or "(none)", strict=True)
         if kind == "approval.pending":
+            if payload.get("attached_to"):
+                continue  # attached to an identical request pending already: no question of its own
             asked[_key(event)] = at
             if at >= start and at <= now:
                 asks += 1
