@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from notify_receivers import HttpReceiver
 
 from support import Background, Stack, custom_stack, wait_pending
@@ -27,7 +28,8 @@ def stack(http: HttpReceiver, tmp_path: Path) -> Iterator[Stack]:
     config = (
         "approval: {timeout_seconds: 30}\npolicy: {default: ask}\n"
         "notify:\n  host: testhost\n  poll_seconds: 0.2\n  backoff_max_seconds: 2\n  rate_per_minute: 600\n"
-        f"  channels:\n    - {{type: webhook, name: hook, url: '{http.url('/hook')}', secret: relay-test-secret-0123456789}}\n"
+        "  channels:\n"
+        f"    - {{type: webhook, name: hook, url: '{http.url('/hook')}', secret: relay-test-secret-0123456789}}\n"
     )
     with custom_stack(tmp_path / "run", config) as s:
         yield s
