@@ -43,8 +43,8 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         yield s
 
 
-def approved(stack: Stack, argv: list[str]) -> dict[str, Any]:
-    job = Background(stack, {"argv": argv})
+def approved(stack: Stack, argv: list[str], **more: Any) -> dict[str, Any]:
+    job = Background(stack, {"argv": argv} | more)
     wait_pending(stack, job.request_id)
     assert stack.cli("approve", "-y", job.request_id).returncode == 0
     reply = job.result()
@@ -52,8 +52,8 @@ def approved(stack: Stack, argv: list[str]) -> dict[str, Any]:
     return reply
 
 
-def asks(stack: Stack, argv: list[str]) -> bool:
-    job = Background(stack, {"argv": argv})
+def asks(stack: Stack, argv: list[str], **more: Any) -> bool:
+    job = Background(stack, {"argv": argv} | more)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if job.reply is not None:
@@ -79,8 +79,8 @@ def reload_approval(stack: Stack) -> None:
 
 def test_suggested_rules_load_and_allow_the_requests_operators_approved(stack: Stack, tmp_path: Path) -> None:
     names = [f"f{n}" for n in range(5)]
-    for name in names:
-        approved(stack, ["touch", str(tmp_path / name)])
+    for name in names:  # a file name, not a path: a path never becomes a placeholder
+        approved(stack, ["touch", name], cwd=str(tmp_path))
     for _ in range(2):
         approved(stack, ["mkdir", "-p", str(tmp_path / "once")])  # below --min
     output = tmp_path / "50-suggested.yaml"
@@ -92,21 +92,21 @@ def test_suggested_rules_load_and_allow_the_requests_operators_approved(stack: S
     assert rules[0]["commands"] == [["/usr/bin/touch", "{arg1}"]]
     assert "# approved 5 times for root" in text and "approved by: root (5)" in text
     # Not applied: the same command still asks until an operator installs the file.
-    assert asks(stack, ["touch", str(tmp_path / "f0")])
+    assert asks(stack, ["touch", "f0"], cwd=str(tmp_path))
     # Install and reload as an operator would: the file loads, and the same requests are allowed by it.
     policy_d = stack.runtime_dir / "policy.d"
     policy_d.mkdir(exist_ok=True)
     (policy_d / output.name).write_text(text)
     reload_approval(stack)
-    check = stack.cli("--json", "policy", "check", "--no-privilege", "--", "touch", str(tmp_path / "f3"))
+    check = stack.cli("--json", "policy", "check", "--no-privilege", "--", "touch", "f3")
     assert check.returncode == 0, check.stderr
     decided = json.loads(check.stdout)["data"]
     assert decided["decision"] == "allow" and decided["rule"] == rules[0]["name"]
     for name in names:
-        again = stack.exec({"argv": ["touch", str(tmp_path / name)], "privileged": False})
+        again = stack.exec({"argv": ["touch", name], "privileged": False, "cwd": str(tmp_path)})
         assert again["ok"] is True and again["data"]["decision"]["rule"] == rules[0]["name"], again
     assert asks(stack, ["mkdir", "-p", str(tmp_path / "once")])  # approved twice only: still asks
-    assert asks(stack, ["touch", "-c", str(tmp_path / "f0")])  # another shape of touch: still asks
+    assert asks(stack, ["touch", "-c", "f0"], cwd=str(tmp_path))  # another shape of touch: still asks
 
 
 def test_stats_counts_a_known_sequence(stack: Stack, tmp_path: Path) -> None:

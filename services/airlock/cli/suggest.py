@@ -18,8 +18,9 @@ in the window.  Grants' uses and rules' allows are not approvals by a person.
 Grouping: agent, privileged or not, binary, number of arguments.  Where the
 approved requests agree on an argument it is a literal; where they differ
 and every value is one a ``{name}`` placeholder accepts (docs/policy.md:
-no option, no shell metacharacter, no ``..``) it becomes a placeholder;
-otherwise the group splits into its exact commands.  A group approved
+no option, no shell metacharacter, no ``..``) and none is a path (no
+``/``: a placeholder would take any path, ``/etc/shadow`` too) it becomes a
+placeholder; otherwise the group splits into its exact commands.  A group approved
 ``--min`` times or more becomes a rule; its comment says how often, when,
 and who approved.  The file is checked with the policy loader before it is
 written (the same parser approval uses), and a value that cannot be written
@@ -170,7 +171,7 @@ def _pattern(group: Sequence[Approved]) -> list[str] | None:
             if not _literal_ok(value):
                 return None
             pattern.append(value)
-        elif all(match.placeholder_accepts(v) for v in values):
+        elif all(match.placeholder_accepts(v) and "/" not in v for v in values):
             pattern.append(f"{{arg{index + 1}}}")
         else:
             return None

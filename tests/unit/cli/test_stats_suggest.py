@@ -166,3 +166,12 @@ def test_arguments_no_placeholder_takes_split_into_exact_commands_and_hostile_te
     assert sorted(r["users"][0] for r in rules) == ["1000", "deploy", "deploy"]  # a name not plain: the uid
     assert "\n- name: evil" not in text  # the newline is quoted inside the literal, not a line of YAML
     assert len(rules) == 3
+
+
+def test_a_path_that_varied_never_becomes_a_placeholder() -> None:
+    j = Journal()
+    for n in range(3):
+        j.request(n, ["cat", "/srv/a.log"], ask=1)
+        j.request(10 + n, ["cat", "/srv/b.log"], ask=1)
+    _text, rules = suggested(j)
+    assert sorted(r["commands"][0][1] for r in rules) == ["/srv/a.log", "/srv/b.log"]  # never {arg1}: any path
