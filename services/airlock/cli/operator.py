@@ -129,6 +129,9 @@ def cmd_pending(ns: argparse.Namespace) -> int:
             extra = render.quorum_line(p)
             if extra:
                 print(f"{render.sanitise(p['request_id'], strict=True)} {extra}")
+            attached = [render.sanitise(a, strict=True) for a in p.get("attached") or []]
+            if attached:  # issue 34: identical requests of the same agent, decided with it
+                print(f"{render.sanitise(p['request_id'], strict=True)} also decides: {', '.join(attached)}")
         for p in data.get("pending", []):
             for line in arguments.flagged(p.get("arguments")):  # issue 27: others can change what it reads
                 print(f"{render.sanitise(p['request_id'], strict=True)} {arguments.FLAG}: {render.sanitise(line)}")

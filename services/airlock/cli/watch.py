@@ -81,6 +81,11 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     env = p.get("env_names") or []
     pairs.append(("env", ", ".join(sanitise(n, strict=True) for n in env) or "-"))
     pairs.append(("rule", f"{sanitise(p.get('rule'))} (ask)"))
+    attached = [str(a) for a in p.get("attached") or []]
+    if attached:  # issue 34: identical requests of the same agent, decided with this one
+        pairs.append(
+            ("attached", f"{len(attached)} identical: " + ", ".join(sanitise(a, strict=True) for a in attached))
+        )
     quorum = p.get("quorum") or {}
     if quorum.get("needed", 1) > 1:
         who = ", ".join(sanitise(person(v)) for v in quorum.get("approvers") or [])
@@ -137,8 +142,9 @@ class Console:
         return "".join(
             f"  grant {sanitise(g.get('grant_id'), strict=True)}: uid {g.get('uid')}, {sanitise(g.get('scope'))} "
             f"{sanitise(g.get('rule') if g.get('scope') == 'rule' else g.get('command'))}, "
-            f"about {max(1, round(float(g.get('seconds_left') or 0) / 60))} min left (by "
-            f"{sanitise(g.get('made_by'))})\n"
+            f"about {max(1, round(float(g.get('seconds_left') or 0) / 60))} min left"
+            + (f", {g.get('uses_left')} of {g.get('uses')} uses left" if isinstance(g.get("uses"), int) else "")
+            + f" (by {sanitise(g.get('made_by'))})\n"
             for g in items
         )
 
