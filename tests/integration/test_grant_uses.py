@@ -100,7 +100,10 @@ def test_a_grant_of_two_uses_is_used_up_and_the_third_request_asks(ustack: Stack
     shown = listed(ustack, grant_id)
     assert shown is not None and shown["uses_left"] == 1
     assert "1 of 2" in ustack.cli("grants").stdout
-    assert run(ustack, ["touch", str(marker)])["ok"] is True
+    last = run(ustack, ["touch", str(marker)])
+    assert last["ok"] is True
+    shown = ustack.cli("show", last["data"]["operation_id"]).stdout
+    assert f"allow by grant {grant_id} (given by root), use 2 of 2" in shown, shown
     assert listed(ustack, grant_id) is None  # used up: no longer live
     assert asks(ustack, ["touch", str(marker)])  # the third asks a person
     assert grant_actions(ustack, grant_id) == ["approve", "grant", "used 1/2", "used 2/2", "grant.exhausted"]
@@ -162,6 +165,8 @@ def test_two_identical_pending_requests_are_decided_by_one_approve_and_both_run(
     assert records["approval.pending"]["attached_to"] == first.request_id
     assert records["approval.decided"]["decided_with"] == first.request_id
     assert records["approval.decided"]["decision"] == "allow" and records["approval.decided"]["by"] == "root"
+    shown = ustack.cli("show", second.operation_id).stdout
+    assert f"decided with the identical request {first.request_id}" in shown, shown
 
 
 def test_an_attached_request_keeps_waiting_when_the_first_goes_away(ustack: Stack, tmp_path: Path) -> None:

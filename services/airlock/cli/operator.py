@@ -358,7 +358,11 @@ def cmd_show(ns: argparse.Namespace) -> int:
         who = decision.get("by")
         if decision.get("grant_id"):
             who = f"grant {decision['grant_id']} (given by {decision.get('granted_by')})"
+            if decision.get("grant_uses") is not None:
+                who += f", use {decision.get('grant_use')} of {decision.get('grant_uses')}"
         text = f"{decision.get('decision')} by {who} (rule {decision.get('rule')})"
+        if decision.get("decided_with"):
+            text += f", decided with the identical request {decision['decided_with']}"
         if decision.get("reason"):
             text += f": {decision.get('reason')}"
         pairs.append(("decision", sanitise(text)))
