@@ -102,8 +102,8 @@ def test_a_grant_of_two_uses_is_used_up_and_the_third_request_asks(ustack: Stack
     assert "1 of 2" in ustack.cli("grants").stdout
     last = run(ustack, ["touch", str(marker)])
     assert last["ok"] is True
-    shown = ustack.cli("show", last["data"]["operation_id"]).stdout
-    assert f"allow by grant {grant_id} (given by root), use 2 of 2" in shown, shown
+    story = ustack.cli("show", last["data"]["operation_id"]).stdout
+    assert f"allow by grant {grant_id} (given by root), use 2 of 2" in story, story
     assert listed(ustack, grant_id) is None  # used up: no longer live
     assert asks(ustack, ["touch", str(marker)])  # the third asks a person
     assert grant_actions(ustack, grant_id) == ["approve", "grant", "used 1/2", "used 2/2", "grant.exhausted"]
