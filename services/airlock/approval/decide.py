@@ -375,7 +375,12 @@ class Deciding(Tickets, Votes):
         self.pending[key] = entry
         if admission is not None:
             admission.release()  # counted in pending from now on
-        if leader is None:  # an attached request is no new question: nobody is called for it
+        if entry.attached_to is not None and not self._leading(entry.attached_to):
+            # The first was decided, or left, while this one's record was written: its decision did not
+            # reach this one, which joins another identical request or is a question of its own.
+            other = self._leader_for(entry)
+            entry.attached_to = (other.peer.uid, other.request_id) if other is not None else None
+        if entry.attached_to is None:  # an attached request is no new question: nobody is called for it
             self.notifier.pending(fileop_review.for_observer(entry.to_dict(now)) | {"event": "pending"})
         # The request belongs to a live client: when intake's call is gone
         # (the agent went away or cancelled), the request is withdrawn.
@@ -440,7 +445,8 @@ class Deciding(Tickets, Votes):
         session = entry.request.get("session") or None
         for other in sorted(self.pending.values(), key=lambda p: p.created):
             if (
-                other.peer.uid == entry.peer.uid
+                other is not entry
+                and other.peer.uid == entry.peer.uid
                 and other.attached_to is None
                 and not other.future.done()
                 and (other.request.get("session") or None) == session
@@ -452,6 +458,11 @@ class Deciding(Tickets, Votes):
             ):
                 return other
         return None
+
+    def _leading(self, key: tuple[int, str]) -> bool:
+        """Whether the request under ``key`` is pending now, undecided, and leads (is attached to none)."""
+        leader = self.pending.get(key)
+        return leader is not None and not leader.future.done() and leader.attached_to is None
 
     def _settle_followers(
         self, entry: Pending, key: tuple[int, str], outcome: tuple[str, str, int | None, str]
