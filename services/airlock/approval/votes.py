@@ -466,8 +466,9 @@ class Votes:
         principal = (
             validate.optional_text("principal", call.args.get("principal"), max_len=256) if via == "operator" else None
         )
-        if call.args.get("grant_seconds") is not None:
-            raise validate.bad("grant_seconds", "a grant is given by an operator's own approve, not with a signature")
+        for name in ("grant_seconds", "uses"):
+            if call.args.get(name) is not None:
+                raise validate.bad(name, "a grant is given by an operator's own approve, not with a signature")
         # An agent addresses its own requests only, and its refusals are bounded (each is journaled).
         owner = carrier.uid if via == "agent" else None
         if owner is not None:
