@@ -148,9 +148,11 @@ def test_two_identical_pending_requests_are_decided_by_one_approve_and_both_run(
             break
         time.sleep(0.05)
     assert leader["attached"] == [second.request_id]
-    listing = ustack.native("pending", path=ustack.operator)["data"]["pending"]
-    assert second.request_id not in [p["request_id"] for p in listing]  # one question, not two
-    assert f"{first.request_id} also decides: {second.request_id}" in ustack.cli("pending").stdout
+    # One question, not two: the second is listed as attached, and the console's table names it on the first's line.
+    assert wait_pending(ustack, second.request_id)["attached_to"] == first.request_id
+    table = ustack.cli("pending").stdout
+    assert f"{first.request_id} also decides: {second.request_id}" in table
+    assert f"{second.request_id}: airlock approve" not in table
     assert ustack.cli("approve", first.request_id).returncode == 0
     a, b = first.result(), second.result()
     assert a["ok"] is True and b["ok"] is True, (a, b)

@@ -134,7 +134,8 @@ class Operating(Tickets, Votes):
 
     async def list_pending(self, call: Call) -> dict[str, Any]:
         now = time.time()
-        # Issue 34: a request attached to an identical one is listed under it (``attached``), not as a question.
+        # Issue 34: a request attached to an identical one is listed with ``attached_to`` (the console, the
+        # relay and the hook do not ask about it), and the first names it under ``attached``.
         attached: dict[tuple[int, str], list[str]] = {}
         for p in self.pending.values():
             if p.attached_to is not None:
@@ -143,7 +144,6 @@ class Operating(Tickets, Votes):
             "pending": [
                 self._shown(call, p.to_dict(now) | {"attached": sorted(attached.get((p.peer.uid, p.request_id), []))})
                 for p in sorted(self.pending.values(), key=lambda p: p.created)
-                if p.attached_to is None
             ]
         }
 

@@ -115,6 +115,8 @@ def cmd_pending(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "pending", {})
     if rc == 0 and not ns.json:
         rows = []
+        # Issue 34: an attached request is decided with its first; it is named on the first's line only.
+        data["pending"] = [p for p in data.get("pending", []) if not p.get("attached_to")]
         for p in data.get("pending", []):
             spec = p["request"].get("spec", {})
             command = " | ".join(command_line(stage) for stage in spec.get("stages", []))

@@ -133,7 +133,8 @@ class Console:
                 f"{(reply.get('error') or {}).get('code')}: {(reply.get('error') or {}).get('message')}"
             )
         items: list[dict[str, Any]] = (reply.get("data") or {}).get("pending") or []
-        return items
+        # Issue 34: an attached request is decided with its first (shown there as "attached"): no question.
+        return [p for p in items if not p.get("attached_to")]
 
     def grants(self) -> str:
         """The live time-boxed grants, one line each (issue 18); empty when there are none."""
