@@ -142,7 +142,12 @@ class Operating(Tickets, Votes):
                 attached.setdefault(p.attached_to, []).append(p.request_id)
         return {
             "pending": [
-                self._shown(call, p.to_dict(now) | {"attached": sorted(attached.get((p.peer.uid, p.request_id), []))})
+                self._shown(
+                    call,
+                    p.to_dict(now)
+                    | p.attachment()
+                    | {"attached": sorted(attached.get((p.peer.uid, p.request_id), []))},
+                )
                 for p in sorted(self.pending.values(), key=lambda p: p.created)
             ]
         }
@@ -284,7 +289,7 @@ class Operating(Tickets, Votes):
             "session": entry.request.get("session") or "",
             "reason": entry.request.get("reason") or "",
             "request": entry.request,
-            "detail": entry.to_dict(now),
+            "detail": entry.to_dict(now) | entry.attachment(),
             "events": events,
         }
 

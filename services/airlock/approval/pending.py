@@ -65,33 +65,33 @@ class Pending:
     def to_dict(self, now: float) -> dict[str, Any]:
         raw_spec = self.request.get("spec")
         spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
-        return (
-            {
-                "request_id": self.request_id,
-                "operation_id": self.operation_id,
-                "expect": self.expect,
-                "peer": self.peer.to_dict(),
-                "session": self.request.get("session") or "",
-                "host": self.request.get("host") or "",
-                "reason": self.request.get("reason") or "",
-                "privileged": self.privileged,
-                "run_as": {"uid": self.run_as, "user": self.run_as_user},
-                "env_names": sorted([*(spec.get("env") or {}), *(spec.get("protected_names") or [])]),
-                "stages": self.binaries,
-                "binaries": list(self.bound.get("binaries") or []),
-                "sandbox": list(self.bound.get("sandbox") or []),
-                # Issue 27: path arguments someone other than root can change, as bound (flagged to people).
-                "arguments": list(self.bound.get("arguments") or []),
-                "rule": self.rule,
-                "request": self.request,
-                "policy": self.decision.to_dict(),
-                "created": self.created,
-                "expires": self.expires,
-                "seconds_left": max(0.0, round(self.expires - now, 1)),
-            }
-            | self.quorum_dict()
-            | ({"attached_to": self.attached_to[1]} if self.attached_to else {})
-        )
+        return {
+            "request_id": self.request_id,
+            "operation_id": self.operation_id,
+            "expect": self.expect,
+            "peer": self.peer.to_dict(),
+            "session": self.request.get("session") or "",
+            "host": self.request.get("host") or "",
+            "reason": self.request.get("reason") or "",
+            "privileged": self.privileged,
+            "run_as": {"uid": self.run_as, "user": self.run_as_user},
+            "env_names": sorted([*(spec.get("env") or {}), *(spec.get("protected_names") or [])]),
+            "stages": self.binaries,
+            "binaries": list(self.bound.get("binaries") or []),
+            "sandbox": list(self.bound.get("sandbox") or []),
+            # Issue 27: path arguments someone other than root can change, as bound (flagged to people).
+            "arguments": list(self.bound.get("arguments") or []),
+            "rule": self.rule,
+            "request": self.request,
+            "policy": self.decision.to_dict(),
+            "created": self.created,
+            "expires": self.expires,
+            "seconds_left": max(0.0, round(self.expires - now, 1)),
+        } | self.quorum_dict()
+
+    def attachment(self) -> dict[str, Any]:
+        """Issue 34: the request this one is attached to and decided with, if any."""
+        return {"attached_to": self.attached_to[1]} if self.attached_to else {}
 
     def quorum_dict(self) -> dict[str, Any]:
         """Quorum progress ("1 of 2"), the reason rule, and the statement to sign (issue 18)."""
