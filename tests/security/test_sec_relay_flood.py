@@ -161,14 +161,19 @@ def test_one_agent_may_keep_only_so_many_requests_waiting(http: HttpReceiver, tm
         with red_stack(_config(http, [holder.pw_name, other.pw_name])) as stack:
             held = []
             try:
-                for _ in range(10):  # approval.max_pending_per_agent (shipped: 10)
+                for n in range(10):  # approval.max_pending_per_agent (shipped: 10)
                     rid = f"hold-{uuid.uuid4()}"
                     held.append(
                         agent_request(
                             stack.agent,
                             holder,
                             "exec",
-                            {"argv": ["/usr/bin/true"], "privileged": False, "operation_id": f"op-{uuid.uuid4()}"},
+                            # Ten different commands: identical ones would be one question (issue 34).
+                            {
+                                "argv": ["/usr/bin/true", str(n)],
+                                "privileged": False,
+                                "operation_id": f"op-{uuid.uuid4()}",
+                            },
                             request_id=rid,
                             timeout=120,
                         )

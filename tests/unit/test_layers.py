@@ -46,6 +46,10 @@ CLIENT_USES_SERVICE = {
     ("airlock.cli.dev", "airlock.approval.policy"),
     # `airlock status` reads the relay's status file on this host (relay/state.py says why a file).
     ("airlock.cli.operator", "airlock.relay.state"),
+    # `airlock policy suggest` writes patterns with the matcher's own rules (what a placeholder takes)
+    # and checks its file with the loader approval uses (issue 34): one truth, not a copy.
+    ("airlock.cli.suggest", "airlock.approval.match"),
+    ("airlock.cli.suggest", "airlock.approval.policyfile"),
 }
 
 

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from airlock.approval import fileop_review, hook, quorum, reviewer
-from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
+from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries, ticket_binding
 from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
 from airlock.approval.tickets import Tickets
 from airlock.approval.votes import Votes
@@ -215,8 +215,9 @@ class Deciding(Tickets, Votes):
         requirement = self.policy.requirement(decision)
         if verdict != "deny":
             await self._require_reason(request, requirement, decision, common, after=after)
-        granted = self._granted(verdict, spec, peer, session, digest, decision, requirement, bound)
-        if granted is not None:
+        use = self._granted(verdict, spec, peer, session, digest, decision, requirement, bound)
+        if use is not None:
+            granted, number = use
             # Durable (not deferred like a rule's allow): a grant's use is an operator's
             # decision standing in, and it costs one commit only where a grant applies.
             await self.audit.record(
@@ -229,12 +230,15 @@ class Deciding(Tickets, Votes):
                     "grant_id": granted.grant_id,
                     "grant_scope": granted.scope,
                     "granted_by": granted.made_by,
+                    "grant_use": number,  # issue 34: counted again from these records at start
+                    "grant_uses": granted.uses,
                     "policy": decision.to_dict(),
                 }
                 | self._shadow_of(spec, peer, session),
                 log_fields={"decision": "allow", "rule": rule},
                 after=after,
             )
+            await self._after_use(granted, number)
             # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
             return {
                 "decision": "allow",
@@ -539,6 +543,9 @@ class Deciding(Tickets, Votes):
         entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
         entry.opinion = opinion.to_dict() if opinion is not None else None
         entry.published = self.ledger.publish(entry.request_id, self._statements(entry), peer.uid)
+        leader = self._leader_for(entry)
+        if leader is not None:
+            entry.attached_to = (leader.peer.uid, leader.request_id)
         await self.audit.record(
             "approval.pending",
             common,
@@ -549,17 +556,25 @@ class Deciding(Tickets, Votes):
                 "timeout_seconds": timeout,
                 "request": _once(fileop_review.without_content(request)),
             }
-            | self._pending_extra(entry),
+            | self._pending_extra(entry)
+            | ({"attached_to": leader.request_id} if leader is not None else {}),
             log_fields={"decision": "ask", "rule": rule},
             after=after,  # durable: request.received is too once this returns
         )
         self.pending[key] = entry
         if admission is not None:
             admission.release()  # counted in pending from now on
-        self.notifier.pending(fileop_review.for_observer(entry.to_dict(now)) | {"event": "pending"})
+        if entry.attached_to is not None and not self._leading(entry.attached_to):
+            # The first was decided, or left, while this one's record was written: its decision did not
+            # reach this one, which joins another identical request or is a question of its own.
+            other = self._leader_for(entry)
+            entry.attached_to = (other.peer.uid, other.request_id) if other is not None else None
+        if entry.attached_to is None:  # an attached request is no new question: nobody is called for it
+            self.notifier.pending(fileop_review.for_observer(entry.to_dict(now)) | {"event": "pending"})
         # The request belongs to a live client: when intake's call is gone
         # (the agent went away or cancelled), the request is withdrawn.
         watch = asyncio.ensure_future(_withdraw_when_gone(call, entry))
+        verdict, by, operator_uid, reason = "interrupted", "", None, ""  # should the wait itself be cancelled
         try:
             await call.emit(
                 "pending_approval", {"request_id": entry.request_id, "rule": rule, "timeout_seconds": timeout}
@@ -571,6 +586,7 @@ class Deciding(Tickets, Votes):
             watch.cancel()
             if self.pending.get(key) is entry:
                 del self.pending[key]
+            self._settle_followers(entry, key, (verdict, by, operator_uid, reason))
             if entry.published is not None:
                 self.ledger.settle(entry.published, _SETTLED.get(verdict, "decided"))
         if verdict == "interrupted":
@@ -586,6 +602,7 @@ class Deciding(Tickets, Votes):
             | {"policy": decision.to_dict(), "privileged": entry.privileged, "run_as": entry.run_as}
             | _decided_quorum(entry)
             | ({"reviewer": entry.opinion} if entry.opinion else {})
+            | ({"decided_with": entry.decided_with} if entry.decided_with else {})
             | self._shadow_of(spec, peer, session_of(request)),
             log_fields={"decision": verdict, "rule": rule},
         )
@@ -608,6 +625,67 @@ class Deciding(Tickets, Votes):
             "ticket": self._issue(entry.digest, entry.bound, by_policy=False),
             "bound": entry.bound,
         }
+
+    def _leader_for(self, entry: Pending) -> Pending | None:
+        """Issue 34: the request pending now that ``entry`` is identical to, to be decided with it.
+
+        Only the same agent's (uid: another agent's request is never joined, whatever it asks), in the
+        same session, with the same ticket binding (the spec's digest and everything approval resolved:
+        binaries, sandbox, changeable arguments, a file's reviewed content) under the same rule and the
+        same quorum: an operator's decision of the leader is then exactly a decision of this one.
+        """
+        binding = ticket_binding(entry.digest, entry.bound)
+        session = entry.request.get("session") or None
+        for other in sorted(self.pending.values(), key=lambda p: p.created):
+            if (
+                other is not entry
+                and other.peer.uid == entry.peer.uid
+                and other.attached_to is None
+                and not other.future.done()
+                and (other.request.get("session") or None) == session
+                and other.rule == entry.rule
+                and other.tally is not None
+                and entry.tally is not None
+                and other.tally.requirement == entry.tally.requirement
+                and ticket_binding(other.digest, other.bound) == binding
+            ):
+                return other
+        return None
+
+    def _leading(self, key: tuple[int, str]) -> bool:
+        """Whether the request under ``key`` is pending now, undecided, and leads (is attached to none)."""
+        leader = self.pending.get(key)
+        return leader is not None and not leader.future.done() and leader.attached_to is None
+
+    def _settle_followers(
+        self, entry: Pending, key: tuple[int, str], outcome: tuple[str, str, int | None, str]
+    ) -> None:
+        """The leader ``entry`` left pending with ``outcome``: an operator's (or a quorum's) allow or deny decides
+        its attached requests too; otherwise (withdrawn, expired, interrupted, cancelled alone) the oldest
+        attached one becomes a pending question of its own and leads the rest.  Synchronous: nothing decides
+        a follower between the leader's decision and this."""
+        followers = sorted(
+            (p for p in self.pending.values() if p.attached_to == key and not p.future.done()), key=lambda p: p.created
+        )
+        if not followers:
+            return
+        if outcome[0] in ("allow", "deny") and not entry.solo:
+            for follower in followers:
+                follower.decided_with = entry.request_id
+                follower.tally = entry.tally  # who approved, for its own approval.decided
+                follower.future.set_result(outcome)
+            return
+        first = followers[0]
+        first.attached_to = None
+        for follower in followers[1:]:
+            follower.attached_to = (first.peer.uid, first.request_id)
+        self.log.info(
+            "approval.pending.promoted",
+            request_id=first.request_id,
+            was_attached_to=entry.request_id,
+            peer_uid=first.peer.uid,
+        )
+        self.notifier.pending(fileop_review.for_observer(first.to_dict(time.time())) | {"event": "pending"})
 
     async def _inspect_arguments(self, spec: ExecSpec, binaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A root job's path arguments that someone other than root can change (issue 27).

@@ -135,9 +135,21 @@ class Operating(Tickets, Votes, Passkeys):
 
     async def list_pending(self, call: Call) -> dict[str, Any]:
         now = time.time()
+        # Issue 34: a request attached to an identical one is listed with ``attached_to`` (the console, the
+        # relay and the hook do not ask about it), and the first names it under ``attached``.
+        attached: dict[tuple[int, str], list[str]] = {}
+        for p in self.pending.values():
+            if p.attached_to is not None:
+                attached.setdefault(p.attached_to, []).append(p.request_id)
         return {
             "pending": [
-                self._shown(call, p.to_dict(now)) for p in sorted(self.pending.values(), key=lambda p: p.created)
+                self._shown(
+                    call,
+                    p.to_dict(now)
+                    | p.attachment()
+                    | {"attached": sorted(attached.get((p.peer.uid, p.request_id), []))},
+                )
+                for p in sorted(self.pending.values(), key=lambda p: p.created)
             ]
         }
 
@@ -287,7 +299,7 @@ class Operating(Tickets, Votes, Passkeys):
             "session": entry.request.get("session") or "",
             "reason": entry.request.get("reason") or "",
             "request": entry.request,
-            "detail": entry.to_dict(now),
+            "detail": entry.to_dict(now) | entry.attachment(),
             "events": events,
         }
 
@@ -328,6 +340,7 @@ class Operating(Tickets, Votes, Passkeys):
         if waiting and not waiting[0].future.done():
             # Not running yet: cancelling a pending request is denying it.
             why = "cancelled by the operator" + (f": {reason}" if reason else "")
+            waiting[0].solo = True  # one operation: requests attached to it keep waiting (issue 34)
             waiting[0].future.set_result(("deny", operator.user, operator.uid, why))
             return {"operation_id": op, "cancelling": True, "was": "pending"}
         data = await self.runner.call("cancel", {"operation_id": op})

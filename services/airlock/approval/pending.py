@@ -50,6 +50,11 @@ class Pending:
     published: Published | None = None
     # Issue 34: the reviewer's opinion (approval/reviewer.py), shown to operators.
     opinion: dict[str, Any] | None = None
+    # Issue 34: an identical request of the same agent pending already (same uid, session, ticket
+    # binding, rule): this one is attached to it and decided with it (its key), and says so.
+    attached_to: tuple[int, str] | None = None
+    decided_with: str = ""  # the request whose decision decided this one
+    solo: bool = False  # decided for itself alone (an operator's cancel): its followers keep waiting
 
     @property
     def expect(self) -> str:
@@ -85,6 +90,10 @@ class Pending:
             "expires": self.expires,
             "seconds_left": max(0.0, round(self.expires - now, 1)),
         } | self.quorum_dict()
+
+    def attachment(self) -> dict[str, Any]:
+        """Issue 34: the request this one is attached to and decided with, if any."""
+        return {"attached_to": self.attached_to[1]} if self.attached_to else {}
 
     def quorum_dict(self) -> dict[str, Any]:
         """Quorum progress ("1 of 2"), the reason rule, and the statement to sign (issue 18); the reviewer's opinion."""

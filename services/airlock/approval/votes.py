@@ -21,7 +21,7 @@ from typing import Any
 
 from airlock.approval import quorum, refs
 from airlock.approval import statement as statements
-from airlock.approval.grants import SCOPES, Grant, Grants
+from airlock.approval.grants import MAX_USES, SCOPES, Grant, Grants
 from airlock.approval.grants import restore as restore_grants
 from airlock.approval.pending import Pending, ticket_binding
 from airlock.approval.rules import Decision
@@ -69,6 +69,9 @@ class Votes:
     def _find_own(self, uid: int, request_id: str) -> Pending | None:
         raise NotImplementedError  # Approval's
 
+    async def _hold_restored(self) -> None:
+        raise NotImplementedError  # Approval's (tickets)
+
     def _granted(
         self,
         verdict: str,
@@ -79,9 +82,10 @@ class Votes:
         decision: Decision,
         requirement: quorum.Requirement,
         bound: Mapping[str, Any],
-    ) -> Grant | None:
+    ) -> tuple[Grant, int] | None:
         """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum
-        rule, never a request whose path arguments someone other than root can change: issue 27)."""
+        rule, never a request whose path arguments someone other than root can change: issue 27), with the
+        number of the use this request takes of it (issue 34)."""
         if verdict != "ask" or decision.decision != "ask" or self.hold_reason is not None:
             return None
         if bound.get("arguments"):
@@ -90,15 +94,32 @@ class Votes:
             return None
         # Every rule that decided an asking stage (issue 27: not only the one whose name sorts first).
         asking = [name for s in decision.stages if s.decision != "allow" for name in (s.deciding or (s.rule,))]
-        return self.grants.find(time.time(), peer.uid, session, digest, decision.rule, asking)
+        found = self.grants.find(time.time(), peer.uid, session, digest, decision.rule, asking)
+        if found is None:
+            return None
+        # Taken now, before any await: two requests racing for the last use cannot both have it.
+        number, _last = self.grants.take(found)
+        return found, number
+
+    async def _after_use(self, grant: Grant, number: int) -> None:
+        """A grant's use is journaled: end the grant if that was its last (``grant.exhausted``)."""
+        if grant.uses is not None and number >= grant.uses:
+            await self._end_grant(
+                grant.grant_id, "grant.exhausted", None, f"used {number} of {grant.uses} times", grant
+            )
 
     def _grant_for(self, entry: Pending, operator: Peer, args: Mapping[str, Any]) -> Grant | None:
-        """The grant an approve asks for (``grant_seconds``, ``scope``), checked; None without one."""
+        """The grant an approve asks for (``grant_seconds``, ``scope``, ``uses``), checked; None without one."""
         seconds = args.get("grant_seconds")
         if seconds is None:
             if args.get("scope") is not None:
                 raise validate.bad("scope", "is only meaningful with grant_seconds")
+            if args.get("uses") is not None:
+                raise validate.bad("uses", "is only meaningful with grant_seconds")
             return None
+        uses = args.get("uses")
+        if uses is not None and (isinstance(uses, bool) or not isinstance(uses, int) or not 1 <= uses <= MAX_USES):
+            raise validate.bad("uses", f"must be a whole number of uses from 1 to {MAX_USES}")
         limit = self.config.approval.max_grant_seconds
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= limit:
             raise validate.bad(
@@ -138,6 +159,7 @@ class Votes:
             made_by=operator.user,
             request_id=entry.request_id,
             command=entry.published.statements["allow"].command,
+            uses=uses,
         )
 
     async def _add_grant(self, grant: Grant, ids: Ids, operator: str, reason: str) -> None:
@@ -156,16 +178,20 @@ class Votes:
         )
         self._schedule(grant)
 
-    def _schedule(self, grant: Grant) -> None:
-        self.grants.add(grant)
+    def _schedule(self, grant: Grant, used: int = 0) -> None:
+        self.grants.add(grant, used)
         delay = max(0.0, grant.expires - time.time())
         loop = asyncio.get_running_loop()
         self._grant_timers[grant.grant_id] = loop.call_later(
             delay, lambda: asyncio.ensure_future(self._end_grant(grant.grant_id, "grant.expired", None, ""))
         )
 
-    async def _end_grant(self, grant_id: str, action: str, operator: Peer | None, reason: str) -> Grant | None:
-        grant = self.grants.remove(grant_id)  # out first: from now on it lets nothing through
+    async def _end_grant(
+        self, grant_id: str, action: str, operator: Peer | None, reason: str, taken: Grant | None = None
+    ) -> Grant | None:
+        used = self.grants.used(grant_id)
+        # Out first: from now on it lets nothing through (``taken``: its last use already took it out).
+        grant = self.grants.remove(grant_id) or taken
         timer = self._grant_timers.pop(grant_id, None)
         if timer is not None:
             timer.cancel()
@@ -175,11 +201,19 @@ class Votes:
             await self.audit.record(
                 "operator.action",
                 Ids(grant.request_id, None, operator.uid if operator else None, grant.session),
+                # Who and what it covered, and how often it was used: the relay announces the end (issue 34).
                 payload={
                     "action": action,
                     "grant_id": grant_id,
                     "operator": operator.user if operator else "airlock-approval",
                     "reason": reason,
+                    "agent_uid": grant.uid,
+                    "command": grant.command,
+                    "scope": grant.scope,
+                    "rule": grant.rule,
+                    "granted_by": grant.made_by,
+                    "used": used,
+                    "uses": grant.uses,
                 },
             )
         except AirlockError as exc:
@@ -190,11 +224,13 @@ class Votes:
         return grant
 
     async def list_grants(self, call: Call) -> dict[str, Any]:
+        await self._hold_restored()  # restored after the grants: the listing right after a restart is whole
         now = time.time()
         return {
             "grants": [
                 g.to_dict()
                 | {"seconds_left": round(g.expires - now, 1), "expires_at": iso_utc(g.expires, timespec="seconds")}
+                | {"used": self.grants.used(g.grant_id), "uses_left": self.grants.uses_left(g)}
                 for g in self.grants.live(now)
             ]
         }
@@ -225,9 +261,9 @@ class Votes:
             self.log.error("approval.grants.unknown", error=exc.message, code=exc.code.value)
             return
         now = time.time()
-        for grant in live:
-            self._schedule(grant)  # an expired one ends (and is journaled) at once
-        self.log.info("approval.grants.restored", live=sum(1 for g in live if g.expires > now))
+        for grant, used in live:
+            self._schedule(grant, used)  # an expired one ends (and is journaled) at once
+        self.log.info("approval.grants.restored", live=sum(1 for g, _ in live if g.expires > now))
 
     def warn_unmapped(self) -> None:
         """At start: name the allowed_signers principals no account is mapped to (their votes count only
@@ -432,8 +468,9 @@ class Votes:
         principal = (
             validate.optional_text("principal", call.args.get("principal"), max_len=256) if via == "operator" else None
         )
-        if call.args.get("grant_seconds") is not None:
-            raise validate.bad("grant_seconds", "a grant is given by an operator's own approve, not with a signature")
+        for name in ("grant_seconds", "uses"):
+            if call.args.get(name) is not None:
+                raise validate.bad(name, "a grant is given by an operator's own approve, not with a signature")
         # An agent addresses its own requests only, and its refusals are bounded (each is journaled).
         owner = carrier.uid if via == "agent" else None
         if owner is not None:

@@ -27,6 +27,18 @@ from airlock.gateway import cli as gateway_cli
 from airlock.mcp import cli as mcp_cli
 
 
+def _stats(ns: argparse.Namespace) -> int:
+    from airlock.cli import stats
+
+    return stats.cmd_stats(ns)
+
+
+def _policy_suggest(ns: argparse.Namespace) -> int:
+    from airlock.cli import suggest
+
+    return suggest.cmd_policy_suggest(ns)
+
+
 def cmd_dev_up(ns: argparse.Namespace) -> int:
     from airlock.cli import dev
 
@@ -147,6 +159,12 @@ def parser() -> argparse.ArgumentParser:
                 choices=("command", "rule"),
                 default="command",
                 help="what the grant covers: the exact same command (default) or anything the rule allows",
+            )
+            sp.add_argument(
+                "--uses",
+                type=_uses,
+                metavar="N",
+                help="with --grant: the grant is used up after N requests (it still ends at its time)",
             )
         sp.set_defaults(func=operator.cmd_decide, verb=verb)
     sp = op("grants", "list live time-boxed grants, or revoke one (grants revoke GRANT_ID)")
@@ -320,6 +338,23 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--since", type=_duration, help="only requests decided in this last while: 24h, 7d")
     sp.set_defaults(func=policy_cli.cmd_policy_shadow)
+    sp = policy_sub.add_parser(
+        "suggest",
+        help="propose allow rules for commands operators approved repeatedly (a file to review; nothing is applied)",
+        description="Read the audit journal (root or an operator) and print a policy.d file of allow rules for "
+        "the commands operators approved at least --min times: placeholders where arguments varied, a comment "
+        "with the counts and who approved.  Never for file operations, pipelines, flagged path arguments or "
+        "anything denied in the window.",
+    )
+    sp.add_argument("--socket", help="operator socket")
+    sp.add_argument("--since", default="7d", help="approvals within this long (90m, 24h, 7d; default 7d)")
+    sp.add_argument("--min", type=int, default=5, help="approvals a command needs before it is suggested (default 5)")
+    sp.add_argument("--output", metavar="FILE", help="write the file here instead of stdout")
+    sp.set_defaults(func=_policy_suggest)
+
+    sp = op("stats", "numbers from the journal: decisions, who decided, asks per hour, time to a decision")
+    sp.add_argument("--since", default="24h", help="the window: 90m, 24h, 7d (default 24h)")
+    sp.set_defaults(func=_stats)
 
     cfg = sub.add_parser("config", help="show the effective configuration")
     cfg_sub = cfg.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
@@ -373,6 +408,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _uses(text: str) -> int:
+    """--uses: a whole number of uses, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of uses: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("--uses must be 1 or more")
+    return value
 
 
 def _duration(text: str) -> float:

@@ -155,6 +155,8 @@ def cmd_pending(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "pending", {})
     if rc == 0 and not ns.json:
         rows = []
+        # Issue 34: an attached request is decided with its first; it is named on the first's line only.
+        data["pending"] = [p for p in data.get("pending", []) if not p.get("attached_to")]
         for p in data.get("pending", []):
             spec = p["request"].get("spec", {})
             command = " | ".join(command_line(stage) for stage in spec.get("stages", []))
@@ -169,6 +171,9 @@ def cmd_pending(ns: argparse.Namespace) -> int:
             extra = render.quorum_line(p)
             if extra:
                 print(f"{render.sanitise(p['request_id'], strict=True)} {extra}")
+            attached = [render.sanitise(a, strict=True) for a in p.get("attached") or []]
+            if attached:  # issue 34: identical requests of the same agent, decided with it
+                print(f"{render.sanitise(p['request_id'], strict=True)} also decides: {', '.join(attached)}")
         for p in data.get("pending", []):
             for line in arguments.flagged(p.get("arguments")):  # issue 27: others can change what it reads
                 print(f"{render.sanitise(p['request_id'], strict=True)} {arguments.FLAG}: {render.sanitise(line)}")
@@ -240,18 +245,10 @@ def cmd_decide(ns: argparse.Namespace) -> int:
         args["reason"] = ns.reason
     if getattr(ns, "principal", None):
         args["principal"] = ns.principal
-    if getattr(ns, "grant", None):
-        from airlock.common.validate import parse_duration
-
-        try:
-            args["grant_seconds"] = parse_duration(ns.grant)
-        except ValueError as exc:
-            _err(f"--grant: {exc}")
-            return 2
-        args["scope"] = ns.scope
-    elif getattr(ns, "scope", None) and ns.scope != "command":
-        _err("--scope needs --grant")
+    granting = _grant_args(ns)
+    if granting is None:
         return 2
+    args |= granting
     if getattr(ns, "signature", None) or getattr(ns, "sign", None):
         from airlock.cli import signing
 
@@ -275,12 +272,35 @@ def cmd_decide(ns: argparse.Namespace) -> int:
             outcome += (
                 f"; grant {sanitise(grant.get('grant_id'), strict=True)} ({sanitise(grant.get('scope'))})"
                 f" until {iso_utc(float(grant.get('expires') or 0), timespec='seconds')}"
+                + (f", {int(grant['uses'])} uses" if isinstance(grant.get("uses"), int) else "")
             )
         signer = data.get("signer") or {}
         if signer.get("principal"):
             outcome += f" signed by {sanitise(signer['principal'])} ({sanitise(signer.get('fingerprint'))})"
         print(f"{sanitise(data.get('request_id'), strict=True)}: {outcome}")
     return rc
+
+
+def _grant_args(ns: argparse.Namespace) -> dict[str, Any] | None:
+    """approve's --grant, --scope and --uses as arguments (None: a usage error, said)."""
+    if getattr(ns, "grant", None):
+        from airlock.common.validate import parse_duration
+
+        try:
+            args: dict[str, Any] = {"grant_seconds": parse_duration(ns.grant), "scope": ns.scope}
+        except ValueError as exc:
+            _err(f"--grant: {exc}")
+            return None
+        if getattr(ns, "uses", None) is not None:
+            args["uses"] = ns.uses
+        return args
+    if getattr(ns, "scope", None) and ns.scope != "command":
+        _err("--scope needs --grant")
+        return None
+    if getattr(ns, "uses", None) is not None:
+        _err("--uses needs --grant")
+        return None
+    return {}
 
 
 def cmd_grants(ns: argparse.Namespace) -> int:
@@ -307,11 +327,16 @@ def cmd_grants(ns: argparse.Namespace) -> int:
                 g["rule"] if g["scope"] == "rule" else g["command"][:50],
                 g["made_by"],
                 render.duration(g["seconds_left"]),
+                # issue 34: "1 of 2" uses left, or "-" for a grant bounded by time alone
+                f"{g['uses_left']} of {g['uses']}" if isinstance(g.get("uses"), int) else "-",
             ]
             for g in data.get("grants", [])
         ]
         print(
-            _table([[sanitise(c) for c in r] for r in rows], ["GRANT", "UID/SESSION", "SCOPE", "COVERS", "BY", "LEFT"])
+            _table(
+                [[sanitise(c) for c in r] for r in rows],
+                ["GRANT", "UID/SESSION", "SCOPE", "COVERS", "BY", "LEFT", "USES LEFT"],
+            )
             if rows
             else "no live grants"
         )
@@ -381,7 +406,11 @@ def cmd_show(ns: argparse.Namespace) -> int:
         who = decision.get("by")
         if decision.get("grant_id"):
             who = f"grant {decision['grant_id']} (given by {decision.get('granted_by')})"
+            if decision.get("grant_uses") is not None:
+                who += f", use {decision.get('grant_use')} of {decision.get('grant_uses')}"
         text = f"{decision.get('decision')} by {who} (rule {decision.get('rule')})"
+        if decision.get("decided_with"):
+            text += f", decided with the identical request {decision['decided_with']}"
         if decision.get("reason"):
             text += f": {decision.get('reason')}"
         pairs.append(("decision", sanitise(text)))

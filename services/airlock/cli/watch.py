@@ -84,6 +84,11 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     env = p.get("env_names") or []
     pairs.append(("env", ", ".join(sanitise(n, strict=True) for n in env) or "-"))
     pairs.append(("rule", f"{sanitise(p.get('rule'))} (ask)"))
+    attached = [str(a) for a in p.get("attached") or []]
+    if attached:  # issue 34: identical requests of the same agent, decided with this one
+        pairs.append(
+            ("attached", f"{len(attached)} identical: " + ", ".join(sanitise(a, strict=True) for a in attached))
+        )
     quorum = p.get("quorum") or {}
     if quorum.get("needed", 1) > 1:
         who = ", ".join(sanitise(person(v)) for v in quorum.get("approvers") or [])
@@ -131,7 +136,8 @@ class Console:
                 f"{(reply.get('error') or {}).get('code')}: {(reply.get('error') or {}).get('message')}"
             )
         items: list[dict[str, Any]] = (reply.get("data") or {}).get("pending") or []
-        return items
+        # Issue 34: an attached request is decided with its first (shown there as "attached"): no question.
+        return [p for p in items if not p.get("attached_to")]
 
     def grants(self) -> str:
         """The live time-boxed grants, one line each (issue 18); empty when there are none."""
@@ -140,8 +146,9 @@ class Console:
         return "".join(
             f"  grant {sanitise(g.get('grant_id'), strict=True)}: uid {g.get('uid')}, {sanitise(g.get('scope'))} "
             f"{sanitise(g.get('rule') if g.get('scope') == 'rule' else g.get('command'))}, "
-            f"about {max(1, round(float(g.get('seconds_left') or 0) / 60))} min left (by "
-            f"{sanitise(g.get('made_by'))})\n"
+            f"about {max(1, round(float(g.get('seconds_left') or 0) / 60))} min left"
+            + (f", {g.get('uses_left')} of {g.get('uses')} uses left" if isinstance(g.get("uses"), int) else "")
+            + f" (by {sanitise(g.get('made_by'))})\n"
             for g in items
         )
 

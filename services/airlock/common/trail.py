@@ -57,6 +57,10 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
             decision |= {"approvers": decided["approvers"], "quorum": decided.get("quorum")}
         if decided.get("grant_id"):  # issue 18: let through by an operator's time-boxed grant
             decision |= {"grant_id": decided["grant_id"], "granted_by": decided.get("granted_by")}
+            if decided.get("grant_uses") is not None:  # issue 34: which use of how many
+                decision |= {"grant_use": decided.get("grant_use"), "grant_uses": decided["grant_uses"]}
+        if decided.get("decided_with"):  # issue 34: decided with an identical request pending before it
+            decision["decided_with"] = decided["decided_with"]
 
     outcome: dict[str, Any] | None = None
     if ended_event is not None or replied_event is not None:

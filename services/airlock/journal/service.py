@@ -80,9 +80,39 @@ def grant_records(database: Path, limit: int = 4096) -> list[dict[str, Any]]:
     """
     conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
     try:
-        return segments.grant_records(conn, limit)
+        out = segments.grant_records(conn, limit)
+        out += _grant_uses(conn, out)
     finally:
         conn.close()
+    return sorted(out, key=lambda r: int(r["seq"]))
+
+
+def _grant_uses(conn: sqlite3.Connection, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 34: each use of a grant with a number of uses (approval's ``approval.decided`` by that grant),
+    as ``grant.used`` records, so a restart gives no use back.  Only grants still live, read from the
+    first of them on (seq is the key: no scan of what came before)."""
+    ended = {r["grant_id"] for r in records if r["action"] != "grant"}
+    limited = {
+        str(r["grant"]["grant_id"]): int(r["seq"])
+        for r in records
+        if r["action"] == "grant"
+        and isinstance(r.get("grant"), dict)
+        and r["grant"].get("uses") is not None
+        and r["grant"].get("grant_id") not in ended
+    }
+    if not limited:
+        return []
+    rows = conn.execute(
+        "SELECT seq, json_extract(payload, '$.grant_id') FROM events"
+        " WHERE seq > ? AND kind = 'approval.decided' AND writer = 'approval'"
+        " AND json_extract(payload, '$.by') = 'grant'",
+        (min(limited.values()),),
+    ).fetchall()
+    return [
+        {"seq": seq, "action": "grant.used", "grant_id": grant_id, "grant": None}
+        for seq, grant_id in rows
+        if grant_id in limited and seq > limited[grant_id]
+    ]
 
 
 class Journal:

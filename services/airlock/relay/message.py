@@ -21,8 +21,10 @@ from airlock.common import arguments
 from airlock.common.codec import iso_utc
 from airlock.common.render import command_line, decision_line, duration, reviewer_line, sanitise
 
-# The audit event kinds the relay turns into messages.
-KINDS = frozenset({"approval.pending", "approval.decided"})
+# The audit event kinds the relay turns into messages (operator.action: a grant's end only, issue 34).
+KINDS = frozenset({"approval.pending", "approval.decided", "operator.action"})
+# The grant ends the relay announces: its time is up, or its uses are used up (a revoke is an operator's own act).
+GRANT_ENDS = {"grant.expired": "expired", "grant.exhausted": "used up"}
 
 _NTFY_PRIORITY = {"min": 1, "low": 2, "default": 3, "high": 4, "urgent": 5}
 _MAX_TEXT = 1500  # one argv can be long; a chat message should not be
@@ -160,6 +162,34 @@ def decided_message(event: dict[str, Any], host: str, known: dict[str, Any] | No
     return message | _texts(message)
 
 
+def grant_message(event: dict[str, Any], host: str, user_of: Any) -> dict[str, Any] | None:
+    """The message for a grant's end (issue 34): ``grant.expired`` or ``grant.exhausted`` (None for any
+    other operator action).  Only approval's own records (the feed names the writer) are announced."""
+    payload = event.get("payload") or {}
+    action = payload.get("action")
+    if action not in GRANT_ENDS or event.get("writer") not in (None, "approval"):
+        return None
+    uid = payload.get("agent_uid")
+    uses, used = payload.get("uses"), payload.get("used")
+    message: dict[str, Any] = {
+        "seq": event.get("seq"),
+        "event": "grant",
+        "host": _s(host, strict=True),
+        "grant_id": _s(payload.get("grant_id"), strict=True),
+        "ended": GRANT_ENDS[action],
+        "request_id": _s(event.get("request_id"), strict=True) or None,
+        "user": _s(user_of(uid)) if isinstance(uid, int) and not isinstance(uid, bool) else None,
+        "uid": uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
+        "what": _clip(_s(payload.get("command"))),
+        "scope": _s(payload.get("scope")),
+        "rule": _s(payload.get("rule")),
+        "granted_by": _s(payload.get("granted_by")),
+        "used": used if isinstance(used, int) and not isinstance(used, bool) else None,
+        "uses": uses if isinstance(uses, int) and not isinstance(uses, bool) else None,
+    }
+    return message | _texts(message)
+
+
 def reminder(message: dict[str, Any], now: float) -> dict[str, Any]:
     expires = _parse_time(message.get("expires_at")) or now
     out = message | {"event": "reminder", "seconds_left": round(max(0.0, expires - now), 1)}
@@ -188,6 +218,19 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
         title = f"airlock: {m['count']} requests wait for approval on {m['host']}"
         body = "\n\n".join(item["text"] for item in m["items"])
         return {"title": title, "text": body}
+    if kind == "grant":
+        title = f"airlock: grant {m['grant_id']} {m['ended']} on {m['host']}"
+        covers = f"rule {m['rule']}" if m.get("scope") == "rule" else m.get("what") or "(unknown)"
+        used = f"used {m['used']}" + (f" of {m['uses']}" if m.get("uses") is not None else "") + " times"
+        lines = [
+            title.removeprefix("airlock: "),
+            f"for: {m['user'] or '?'} (uid {m['uid']})",
+            f"covered: {covers}",
+            f"given by: {m['granted_by'] or '?'}; {used if m.get('used') is not None else ''}".rstrip("; "),
+            "the same request asks an operator again",
+            f"(event {m['seq']})",
+        ]
+        return {"title": title, "text": "\n".join(lines)}
     if kind == "decided":
         verdict = _VERDICT.get(m["decision"], m["decision"])
         by = f" by {m['by']}" if m.get("by") and m["decision"] in ("allow", "deny") else ""

@@ -299,10 +299,19 @@ class Worker(threading.Thread):
         lane = event.get("peer_uid") if isinstance(event.get("peer_uid"), int) else None
         kind = event.get("kind")
         seqs = [seq] if tracked else []
+        attached = (event.get("payload") or {}).get("attached_to") or (event.get("payload") or {}).get("decided_with")
+        if kind in ("approval.pending", "approval.decided") and attached:
+            return  # issue 34: attached to an identical request; its message and outcome speak for both
         if kind == "approval.pending":
             message = msg.pending_message(event, self.host, user_of, time.time(), self.config.web.url)
             self.queue.push(Item(message, seqs, lane, message["request_id"], "pending", generation=self.generation))
             self.open.update(seqs)
+            return
+        if kind == "operator.action":
+            ended = msg.grant_message(event, self.host, user_of)
+            if ended is not None:  # issue 34: a grant's end is news for the operators who gave it
+                self.queue.push(Item(ended, seqs, lane, None, "grant", generation=self.generation))
+                self.open.update(seqs)
             return
         if kind != "approval.decided":
             return  # makes no message: handled once read

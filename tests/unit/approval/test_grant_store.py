@@ -62,8 +62,37 @@ def test_restore_drops_revoked_and_expired_and_ignores_junk() -> None:
         {"action": "grant", "grant": "nonsense"},
     ]
     live, ended = restore(records)
-    assert [g.grant_id for g in live] == ["g-1"] and ended == {"g-2", "g-3"}
-    assert live[0] == grant()
+    assert [g.grant_id for g, _ in live] == ["g-1"] and ended == {"g-2", "g-3"}
+    assert live[0] == (grant(), 0)
+
+
+def test_a_grant_of_two_uses_is_used_up_by_the_second_and_leaves_the_live_set_at_once() -> None:
+    store = Grants()
+    g = grant(uses=2)
+    store.add(g)
+    assert store.uses_left(g) == 2
+    assert store.take(g) == (1, False) and store.uses_left(g) == 1
+    assert store.find(0.0, 1000, "s1", "d" * 64, "touchy", ["touchy"]) is g
+    assert store.take(g) == (2, True)
+    # Gone before anything is awaited: a request racing the last use finds nothing.
+    assert store.find(0.0, 1000, "s1", "d" * 64, "touchy", ["touchy"]) is None
+    unlimited = grant(grant_id="g-9")
+    store.add(unlimited)
+    assert store.take(unlimited) == (1, False) and store.uses_left(unlimited) is None
+
+
+def test_restore_counts_the_uses_journaled_and_ends_a_grant_used_up() -> None:
+    records: list[dict[str, object]] = [
+        {"action": "grant", "grant": grant(uses=3).to_dict()},
+        {"action": "grant.used", "grant_id": "g-1"},
+        {"action": "grant", "grant": grant(grant_id="g-2", uses=1).to_dict()},
+        {"action": "grant.used", "grant_id": "g-2"},  # stopped before its grant.exhausted record
+        {"action": "grant.used", "grant_id": "g-1"},
+    ]
+    live, ended = restore(records)
+    assert live == [(grant(uses=3), 2)] and ended == {"g-2"}
+    with pytest.raises(ValueError, match="uses"):
+        Grant.from_dict(grant().to_dict() | {"uses": 0})
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("8h", 28800), ("2d", 172800), ("45", 45)])

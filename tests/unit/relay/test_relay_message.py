@@ -412,3 +412,39 @@ def test_approve_and_deny_lines_carry_the_statement_binding() -> None:
     # Anything but the 12 hex digits approval writes is left out, never passed on.
     event["payload"]["expect"] = "0123456789ab; rm -rf /"
     assert "--expect" not in msg.pending_message(event, "db1", _user_of, _at(event, 15))["decide"]
+
+
+def _grant_end(action: str, **payload: Any) -> dict[str, Any]:
+    return {
+        "seq": 77,
+        "time": "2027-01-15T08:30:00Z",
+        "kind": "operator.action",
+        "writer": "approval",
+        "request_id": "r-1",
+        "payload": {
+            "action": action,
+            "grant_id": "g-abc",
+            "agent_uid": 1000,
+            "command": "touch /tmp/x\u202e",
+            "scope": "command",
+            "rule": "touchy",
+            "granted_by": "root",
+            "used": 2,
+            "uses": 2,
+        }
+        | payload,
+    }
+
+
+def test_a_grants_end_is_announced_expired_or_used_up_and_other_actions_are_not() -> None:
+    used_up = msg.grant_message(_grant_end("grant.exhausted"), "web1", lambda uid: "deploy")
+    assert used_up is not None and used_up["event"] == "grant"
+    assert used_up["title"] == "airlock: grant g-abc used up on web1"
+    assert "for: deploy (uid 1000)" in used_up["text"] and "used 2 of 2 times" in used_up["text"]
+    assert "\u202e" not in used_up["text"]  # the agent's argv is sanitised like every message's
+    expired = msg.grant_message(_grant_end("grant.expired", used=0, uses=None), "web1", lambda uid: "deploy")
+    assert expired is not None and expired["title"] == "airlock: grant g-abc expired on web1"
+    assert "used 0 times" in expired["text"]
+    assert msg.grant_message(_grant_end("grant.revoke"), "web1", str) is None  # an operator's own act
+    assert msg.grant_message(_grant_end("approve"), "web1", str) is None
+    assert msg.grant_message(_grant_end("grant.expired") | {"writer": "intake"}, "web1", str) is None
