@@ -305,6 +305,10 @@ def cmd_release(ns: argparse.Namespace) -> int:
 
 
 def cmd_show(ns: argparse.Namespace) -> int:
+    if getattr(ns, "output", False):
+        from airlock.cli.output import cmd_output  # issue 35: the job's stored output
+
+        return cmd_output(ns)
     rc, data = _operator(ns, "show", {"ref": ns.ref})
     if rc != 0 or ns.json:
         return rc

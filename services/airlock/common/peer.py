@@ -200,6 +200,8 @@ OPERATOR_VERBS: Final = frozenset(
         "statement",
         "grants",
         "grant.revoke",
+        "output",
+        "logs",
     }
 )
 

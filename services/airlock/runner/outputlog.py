@@ -83,7 +83,7 @@ def open_dir(path: Path) -> int:
     return fd
 
 
-@dataclass
+@dataclass(eq=False)  # followers are kept in a set, by identity
 class _Follower:
     queue: collections.deque[tuple[int, int, bytes]] = field(default_factory=collections.deque)
     queued: int = 0
