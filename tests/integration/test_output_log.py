@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from support import Stack, custom_stack
 
 POLICY = """

@@ -135,6 +135,11 @@ def cmd_pending(ns: argparse.Namespace) -> int:
             if p.get("sandbox"):  # shown only when a rule confines the job; none means a full job
                 confined = "; ".join(f"stage {i}: {sandbox.describe(sb)}" for i, sb in enumerate(p["sandbox"], start=1))
                 print(f"{render.sanitise(p['request_id'], strict=True)} sandbox: {render.sanitise(confined)}")
+            if any(p.get("credentials") or []):  # issue 35: what the job would receive (names only)
+                given = "; ".join(
+                    f"stage {i}: {', '.join(names)}" for i, names in enumerate(p["credentials"], start=1) if names
+                )
+                print(f"{render.sanitise(p['request_id'], strict=True)} credentials: {render.sanitise(given)}")
             review = render.file_review(p["request"])
             if review:
                 print(f"\n{render.sanitise(p['request_id'], strict=True)}:")
