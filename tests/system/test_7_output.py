@@ -57,7 +57,9 @@ def test_a_credential_reaches_the_job_redacted_for_the_agent_the_log_and_journal
 
     stdout = base64.b64decode(envelope["data"]["stdout"]).decode()
     # The job read the file systemd gave it (else cat fails and nothing is redacted): the agent sees the redaction.
-    assert "[redacted]" in stdout and "done" in stdout, stdout
+    stderr = base64.b64decode(envelope["data"]["stages"][0]["stderr"]).decode()
+    why = system.c.run(["journalctl", "--no-pager", "-n", "30", "-u", "airlock-approval"], check=False).stdout
+    assert "[redacted]" in stdout and "done" in stdout, (stdout, stderr, why)
     assert CREDENTIAL not in r.stdout and CREDENTIAL not in r.stderr
 
     shown = system.airlock("show", operation, "--output", user=system.OPERATOR)

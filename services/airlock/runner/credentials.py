@@ -138,14 +138,14 @@ def load(untrusted_bound: Any, job: JobSpec) -> Loaded:
     stages = parse_bound(bound, len(job.stages))
     if not any(stages):
         return Loaded()
+    items = []
+    for index, stage in enumerate(stages):  # an unsafe file is refused as such, in any containment
+        for name, path in sorted(stage.items()):
+            items.append((index, name, path, read_value(name, path)))
     if job.containment != "service":
         raise AirlockError(
             ErrorCode.SPAWN_FAILED,
             "this rule's credentials need runner.containment: service (systemd's LoadCredential=), not "
             + job.containment,
         )
-    items = []
-    for index, stage in enumerate(stages):
-        for name, path in sorted(stage.items()):
-            items.append((index, name, path, read_value(name, path)))
     return Loaded(tuple(items))
