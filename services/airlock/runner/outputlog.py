@@ -367,15 +367,18 @@ def prune(directory: Path, *, max_age: float, total: int, keep: frozenset[str] =
     removed: list[str] = []
     try:
         entries: list[tuple[float, int, str]] = []
+        used = 0  # running jobs' logs count, but stay
         for name in os.listdir(dirfd):
-            if not valid_name(name) or name in keep:
+            if not valid_name(name):
                 continue
             with contextlib.suppress(FileNotFoundError):
                 st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-                entries.append((st.st_mtime, st.st_blocks * 512 or st.st_size, name))
+                size = st.st_blocks * 512 or st.st_size
+                used += size
+                if name not in keep:
+                    entries.append((st.st_mtime, size, name))
         entries.sort()
         now = time.time()
-        used = sum(size for _, size, _ in entries)
         for mtime, size, name in entries:
             if now - mtime <= max_age and used <= total:
                 break
