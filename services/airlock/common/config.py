@@ -1010,6 +1010,7 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
 
 def _check(config: Config, path: str) -> None:
     _check_signer_accounts(config, path)
+    _check_output_log(config, path)
     limits = config.limits
     if limits.replay_window_seconds < 2 * limits.freshness_seconds:
         raise ConfigError(
@@ -1023,6 +1024,15 @@ def _check(config: Config, path: str) -> None:
         raise ConfigError(
             f"{path}: limits.max_total_output_bytes: must be at most {MAX_TOTAL_OUTPUT} "
             f"(got {limits.max_total_output_bytes})"
+        )
+
+
+def _check_output_log(config: Config, path: str) -> None:
+    if config.runner.output_log_max_bytes > MAX_TOTAL_OUTPUT:
+        # `airlock show --output` carries a whole log base64-encoded in one reply (common/ipc.py).
+        raise ConfigError(
+            f"{path}: runner.output_log_max_bytes: must be at most {MAX_TOTAL_OUTPUT} "
+            f"(got {config.runner.output_log_max_bytes})"
         )
 
 

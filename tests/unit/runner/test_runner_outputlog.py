@@ -128,3 +128,14 @@ def test_credentials_are_redacted_with_and_without_their_newline() -> None:
     loaded = credentials.Loaded(((0, "db", "/etc/x", b"hunter22-secret\n"),))
     assert set(loaded.redacted()) == {b"hunter22-secret\n", b"hunter22-secret"}
     assert loaded.record() == [{"stage": 0, "name": "db", "sha256": hashlib.sha256(b"hunter22-secret\n").hexdigest()}]
+
+
+def test_a_log_bound_past_what_one_reply_carries_is_refused() -> None:
+    from airlock.common.config import MAX_TOTAL_OUTPUT, ConfigError, parse_text
+
+    assert parse_text(f"runner: {{output_log_max_bytes: {MAX_TOTAL_OUTPUT}}}\n", "/x.yaml")
+    with pytest.raises(ConfigError) as info:
+        parse_text(f"runner: {{output_log_max_bytes: {MAX_TOTAL_OUTPUT + 1}}}\n", "/x.yaml")
+    assert str(info.value) == (
+        f"/x.yaml: runner.output_log_max_bytes: must be at most {MAX_TOTAL_OUTPUT} (got {MAX_TOTAL_OUTPUT + 1})"
+    )
