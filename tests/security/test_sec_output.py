@@ -111,12 +111,14 @@ policy:
             answer = _operator_call(stack, bob, verb, {"ref": request_id})
             assert "refused" in answer or not answer.get("ok"), answer
             assert private not in json.dumps(answer)
-        # ... and the runner's files are root's alone.
+        # ... and the runner's files are root's alone (by their own modes: the state folder above is opened up).
         directory = stack.runtime_dir / "state" / "output"
+        os.chmod(directory.parent, 0o755)
         done = subprocess.run(
             ["/usr/bin/sh", "-c", f"ls {directory}; cat {directory}/*.gz"],
             capture_output=True,
             text=True,
+            errors="replace",
             **as_user(bob),
         )
         assert done.returncode != 0 and "Permission denied" in done.stderr, done
