@@ -174,6 +174,17 @@ class OutputLog:
 
     def close(self) -> dict[str, Any]:
         """Finish the file (fsync'd) and end every follower; returns ``exec.finished``'s ``output_log``."""
+        kept = self.finish()
+        self.end_followers()
+        return kept
+
+    def end_followers(self) -> None:
+        for follower in self.followers:
+            follower.ended = True
+            follower.wake.set()
+
+    def finish(self) -> dict[str, Any]:
+        """Finish the file (fsync'd); touches no follower, so it may run in a thread."""
         compressed = 0
         if self._compressor is not None and self._fd >= 0:
             try:
@@ -186,9 +197,6 @@ class OutputLog:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        for follower in self.followers:
-            follower.ended = True
-            follower.wake.set()
         return self.summary(compressed)
 
     def summary(self, compressed: int = 0) -> dict[str, Any]:

@@ -182,7 +182,7 @@ class Runner:
             if forwarder is not None:
                 chunks.put_nowait(None)
                 await forwarder
-            kept = self._close_log(log)
+            kept = await self._close_log(log)
         evidence = result.to_evidence() | {
             "operation_id": operation_id,
             "cwd": job.cwd,
@@ -229,11 +229,13 @@ class Runner:
         self.logs[log.name] = log
         return log
 
-    def _close_log(self, log: outputlog.OutputLog | None) -> dict[str, Any] | None:
+    async def _close_log(self, log: outputlog.OutputLog | None) -> dict[str, Any] | None:
         if log is None:
             return None
+        # The fsync off the loop (other jobs' output keeps flowing); followers are ended on it.
+        kept = await asyncio.to_thread(log.finish) if log.stored else log.finish()
+        log.end_followers()
         self.logs.pop(log.name, None)
-        kept = log.close()
         if kept.get("failed"):
             self.log.error("runner.output_log.failed", file=log.name, error=kept["failed"])
         now = asyncio.get_running_loop().time()
