@@ -206,3 +206,33 @@ def test_the_runner_prunes_by_itself(tmp_path: Path) -> None:
         while old.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not old.exists()
+
+
+def test_pending_and_the_statement_name_the_credentials_a_request_would_receive(tmp_path: Path) -> None:
+    from support import Background, wait_pending
+
+    secret = tmp_path / "db.pass"
+    secret.write_text("credential-value-not-shown\n")
+    os.chmod(secret, 0o600)
+    config = f"""
+policy:
+  default: deny
+  rules:
+    - name: ask-with-credential
+      decision: ask
+      privileged: false
+      commands: [[/usr/bin/cat, "..."]]
+      credentials: {{db: {secret}, api: {secret}}}
+"""
+    with custom_stack(tmp_path / "rt", config) as s:
+        bg = Background(s, {"argv": ["cat", "/etc/hostname"]})
+        item = wait_pending(s, bg.request_id)
+        assert item["credentials"] == [["api", "db"]]
+        pending = s.cli("pending")
+        assert f"{bg.request_id} credentials: stage 1: api, db" in pending.stdout, pending.stdout
+        statement = s.native("statement", {"id": bg.request_id}, path=s.operator)["data"]["statement"]
+        assert 'credentials: "stage 1: api, db"' in statement
+        for text in (pending.stdout, statement, json.dumps(item)):
+            assert "credential-value-not-shown" not in text
+        s.cli("deny", bg.request_id, "--reason", "test over")
+        bg.result()

@@ -67,6 +67,9 @@ def test_a_credential_reaches_the_job_redacted_for_the_agent_the_log_and_journal
     assert "[redacted]" in shown.stdout and CREDENTIAL not in shown.stdout
     assert "matches exec.finished" in shown.stdout
 
+    story = system.airlock("show", operation, user=system.OPERATOR)
+    assert "stage 1: db" in story.stdout and CREDENTIAL not in story.stdout, story
+
     started = _records(system, operation, "exec.started")
     assert started and [c["name"] for c in started[0]["payload"]["credentials"]] == ["db"]
     # Only its name and digest: the value is nowhere in the journal's database, nor in journald.

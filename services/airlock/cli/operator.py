@@ -340,6 +340,9 @@ def cmd_show(ns: argparse.Namespace) -> int:
         pairs.append((f"stage {i}", command_line(stage)))
     for line in arguments.flagged(_bound_arguments(data)):
         pairs.append((style.bold(arguments.FLAG), sanitise(line)))
+    given = _credential_names(data)
+    if given:  # issue 35: what the job receives (or would), by name; never a value
+        pairs.append(("credentials", sanitise(given)))
     if decision:
         who = decision.get("by")
         if decision.get("grant_id"):
@@ -396,6 +399,21 @@ def cmd_show(ns: argparse.Namespace) -> int:
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
     return 0
+
+
+def _credential_names(data: dict[str, Any]) -> str:
+    """``stage 1: db`` for each stage given credentials: from the pending entry, else from ``exec.started``."""
+    stages = (data.get("detail") or {}).get("credentials") or []
+    if not any(stages):
+        stages = []
+        for event in data.get("events") or []:
+            payload = event.get("payload") if isinstance(event, dict) else None
+            if event.get("kind") == "exec.started" and isinstance(payload, dict):
+                for item in payload.get("credentials") or []:
+                    while len(stages) <= int(item.get("stage") or 0):
+                        stages.append([])
+                    stages[int(item.get("stage") or 0)].append(str(item.get("name")))
+    return "; ".join(f"stage {i}: {', '.join(names)}" for i, names in enumerate(stages, start=1) if names)
 
 
 def _bound_arguments(data: dict[str, Any]) -> Any:
