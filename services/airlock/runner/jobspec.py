@@ -81,6 +81,8 @@ class JobSpec:
                 ErrorCode.SPAWN_FAILED,
                 "this rule's sandbox needs runner.containment: service (systemd), not " + self.containment,
             )
+        if any(self.credentials or ()) and self.containment != "service":
+            raise AirlockError(ErrorCode.SPAWN_FAILED, "credentials need runner.containment: service")
         if any(not k or "=" in k or "\0" in k or "\0" in v for k, v in self.env.items()):
             raise _invalid("environment names must be non-empty without '=' or NUL, values without NUL")
         if self.deadline is not None and not math.isfinite(self.deadline):

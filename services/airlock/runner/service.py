@@ -7,6 +7,10 @@ approval), and ``exec`` accepts only intake's.  Each re-checks its inputs even t
 redeems the approval ticket (single use, bound to the spec's digest) before
 anything runs, and makes ``exec.started`` durable in the journal before the
 first process is spawned.  No ticket, no journal: nothing runs.
+
+Issue 35: every job's output is kept (outputlog.py) and a rule's credentials
+are checked and read before it starts (credentials.py); ``output`` (approval's
+uid only) reads a kept log for an operator, or follows a running job's.
 """
 
 from __future__ import annotations
