@@ -56,6 +56,11 @@ TAIL_BYTES = 64 * 1024  # what a new follower gets of the output so far
 FOLLOW_QUEUE_BYTES = 1024 * 1024  # per follower, before chunks are dropped
 # Reading a log back: decompress no more than this beyond the per-job bound (frames, notes).
 _READ_SLACK = 64 * 1024
+# Each delivered byte could be its own frame (a job alternating stdout and stderr): what reading may decompress.
+_FRAME_GROWTH = 1 + _FRAME.size
+_COALESCE = 64 * 1024  # consecutive chunks of one stream share a frame up to this size
+# A log read back keeps the order of at most this many stream switches; past it, the rest per stream.
+MAX_CHUNKS = 4096
 
 
 def valid_name(name: object) -> bool:
@@ -108,6 +113,7 @@ class OutputLog:
         self._fd = -1
         self._compressor: Any = None
         self._pending = bytearray()
+        self._open_frame: list[Any] | None = None  # [kind, stage, ms, bytearray]: not yet compressed
         self.failed: str | None = None  # the log could not be written (the job runs on regardless)
         self.tail: collections.deque[tuple[int, int, bytes]] = collections.deque()
         self._tail_bytes = 0
@@ -137,11 +143,30 @@ class OutputLog:
             self._frame(NOTE, 0, f"[airlock: output log cut at {self.limit} bytes]".encode())
 
     def _frame(self, kind: int, stage: int, data: bytes) -> None:
+        """Add ``data`` to the open frame of its stream, or close that frame and open another."""
+        current = self._open_frame
+        if (
+            current is not None
+            and (current[0], current[1]) == (kind, stage)
+            and len(current[3]) + len(data) <= _COALESCE
+        ):
+            current[3] += data
+            return
+        self._close_frame()
+        ms = min(int((time.monotonic() - self.started) * 1000), 0xFFFFFFFF)
+        self._open_frame = [kind, stage, ms, bytearray(data)]
+        if kind == NOTE:
+            self._close_frame()
+
+    def _close_frame(self) -> None:
+        current, self._open_frame = self._open_frame, None
+        if current is None or self.failed is not None:
+            return
+        kind, stage, ms, data = current
         try:
             if self._compressor is None:
                 self._open()
-            ms = min(int((time.monotonic() - self.started) * 1000), 0xFFFFFFFF)
-            self._pending += self._compressor.compress(_FRAME.pack(kind, stage, ms, len(data)) + data)
+            self._pending += self._compressor.compress(_FRAME.pack(kind, stage, ms, len(data)) + bytes(data))
             if len(self._pending) >= _WRITE_BATCH:
                 self._write()
         except (OSError, AirlockError) as exc:
@@ -185,6 +210,7 @@ class OutputLog:
 
     def finish(self) -> dict[str, Any]:
         """Finish the file (fsync'd); touches no follower, so it may run in a thread."""
+        self._close_frame()
         compressed = 0
         if self._compressor is not None and self._fd >= 0:
             try:
@@ -293,7 +319,7 @@ def read(directory: Path, name: str, limit: int) -> dict[str, Any]:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise AirlockError(ErrorCode.INTERNAL, f"output log {name} is not a regular file; not read")
-        raw = _decompress(fd, limit + _READ_SLACK)
+        raw = _decompress(fd, limit * _FRAME_GROWTH + _READ_SLACK)
     finally:
         os.close(fd)
     return parse(raw)
@@ -337,6 +363,12 @@ def parse(found: tuple[bytes, bool]) -> dict[str, Any]:
             sizes[(name, stage)] = sizes.get((name, stage), 0) + len(data)
         if chunks and chunks[-1][0] == name and chunks[-1][1] == stage and name != "note":
             chunks[-1][3] += data
+        elif len(chunks) >= MAX_CHUNKS:  # a bounded reply: the rest of each stream joins its last chunk
+            same = next((c for c in reversed(chunks) if c[0] == name and c[1] == stage), None)
+            if same is None:
+                chunks.append([name, stage, ms, bytearray(data)])
+            else:
+                same[3] += data
         else:
             chunks.append([name, stage, ms, bytearray(data)])
     return {

@@ -139,3 +139,16 @@ def test_a_log_bound_past_what_one_reply_carries_is_refused() -> None:
     assert str(info.value) == (
         f"/x.yaml: runner.output_log_max_bytes: must be at most {MAX_TOTAL_OUTPUT} (got {MAX_TOTAL_OUTPUT + 1})"
     )
+
+
+def test_a_job_alternating_streams_byte_by_byte_still_reads_back_whole_and_bounded(tmp_path: Path) -> None:
+    log = _log(tmp_path, limit=20000)
+    for i in range(20000):
+        log.add("stdout" if i % 2 else "stderr", 0, b"ab"[i % 2 : i % 2 + 1])
+    kept = log.close()
+    found = outputlog.read(tmp_path / "out", log.name, 20000)
+    assert found["complete"] and len(found["chunks"]) == outputlog.MAX_CHUNKS
+    assert {(s["stream"], s["sha256"]) for s in found["streams"]} == {
+        (s["stream"], s["sha256"]) for s in kept["streams"]
+    }
+    assert sum(len(c[3]) for c in found["chunks"]) == 20000
