@@ -71,6 +71,7 @@ class Runner:
         # Issue 35: running jobs' output logs by file name (followed live), and when retention last ran.
         self.logs: dict[str, outputlog.OutputLog] = {}
         self._pruned_at = -float("inf")
+        self._pruner: asyncio.Task[None] | None = None  # held: an unreferenced task may be collected
 
     def containment(self) -> str:
         mode = self.config.runner.containment
@@ -139,7 +140,8 @@ class Runner:
         except AirlockError as exc:
             raise await self._refuse(exc, ids, after) from None
         digest = spec.digest()
-        log = self._output_log(job, ids)
+        # The output log's name is journaled with the start; the log itself exists once that is durable.
+        log_name = outputlog.new_name() if self.config.runner.output_log_max_bytes > 0 else None
         await self.audit.record(
             "exec.started",
             ids,
@@ -158,9 +160,10 @@ class Runner:
             }
             | ({"arguments": [dict(a) for a in job.arguments]} if job.arguments else {})
             | ({"credentials": loaded.record()} if loaded.items else {})
-            | ({"output_log": log.name} if log is not None else {}),
+            | ({"output_log": log_name} if log_name is not None else {}),
             after=after,
         )
+        log = self._output_log(job, ids, log_name)
 
         # Output events go out in order through one queue, all before the final reply.
         chunks: asyncio.Queue[tuple[str, int, bytes] | None] = asyncio.Queue()
@@ -223,13 +226,13 @@ class Runner:
             self.log.error("runner.audit.unrecorded", operation_id=operation_id, code=exc.code.value, error=exc.message)
         return evidence
 
-    def _output_log(self, job: JobSpec, ids: Ids) -> outputlog.OutputLog | None:
+    def _output_log(self, job: JobSpec, ids: Ids, name: str | None) -> outputlog.OutputLog | None:
         """This job's output log (outputlog.py), or None when runner.output_log_max_bytes is 0."""
         settings = self.config.runner
-        if settings.output_log_max_bytes <= 0:
+        if name is None:
             return None
         header = {"operation_id": ids.operation_id, "request_id": ids.request_id, "uid": job.owner_uid}
-        log = outputlog.OutputLog(settings.output_dir, outputlog.new_name(), settings.output_log_max_bytes, header)
+        log = outputlog.OutputLog(settings.output_dir, name, settings.output_log_max_bytes, header)
         self.logs[log.name] = log
         return log
 
@@ -245,18 +248,22 @@ class Runner:
         now = asyncio.get_running_loop().time()
         if now - self._pruned_at >= PRUNE_EVERY_SECONDS:  # retention: at most once a minute, off the loop
             self._pruned_at = now
-            asyncio.get_running_loop().create_task(self._prune(), name="runner-prune")
+            self._pruner = asyncio.get_running_loop().create_task(self._prune(), name="runner-prune")
         return kept
 
     async def _prune(self) -> None:
         settings = self.config.runner
-        removed = await asyncio.to_thread(
-            outputlog.prune,
-            settings.output_dir,
-            max_age=settings.output_log_max_age_seconds,
-            total=settings.output_log_total_bytes,
-            keep=frozenset(self.logs),
-        )
+        try:
+            removed = await asyncio.to_thread(
+                outputlog.prune,
+                settings.output_dir,
+                max_age=settings.output_log_max_age_seconds,
+                total=settings.output_log_total_bytes,
+                keep=frozenset(self.logs),
+            )
+        except OSError as exc:  # retention tries again after the next job
+            self.log.error("runner.output_log.prune_failed", error=exc.strerror or type(exc).__name__)
+            return
         if removed:
             self.log.info("runner.output_log.pruned", count=len(removed))
 
