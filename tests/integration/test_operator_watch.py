@@ -198,15 +198,9 @@ def test_the_console_shows_the_exact_approve_line(ops: Stack, console: Console) 
     assert bg.result()["error"]["code"] == "denied"
 
 
-def test_an_approved_job_is_offered_for_logs_follow_while_it_runs(ops: Stack, console: Console) -> None:
-    bg = ask(ops, ["sh", "-c", "echo started; sleep 4"])
+def test_an_approved_job_is_offered_for_logs_follow(ops: Stack, console: Console) -> None:
+    bg = ask(ops, ["sh", "-c", "echo started"])
     console.wait_for("approve?")
     console.keys("y")
     console.wait_for(f"follow its output: airlock logs {bg.request_id} --follow")
-    screen = console.wait_for("running (follow its output):")
-    assert f"{bg.request_id}: airlock logs {bg.request_id} --follow" in screen
     assert bg.result()["ok"] is True
-    deadline = time.monotonic() + 10
-    while "running (follow its output)" in console.screen() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert "running (follow its output)" not in console.screen()  # offered only while it runs

@@ -39,7 +39,6 @@ from airlock.common.render import (
 )
 
 POLL_SECONDS = 1.0
-MAX_OFFERED = 8  # approved requests the idle screen checks (one `show` each per poll) while they run
 GRANT_SECONDS = 30 * 60  # G: approve and grant the same command for 30 minutes
 REASON_CHARS = 200  # a deny reason typed at the console
 CLEAR = "\x1b[H\x1b[2J"
@@ -116,20 +115,6 @@ class Console:
         # Requests this console approved towards a quorum: not shown again (its vote counts once).
         # Keyed by (agent uid, request ID): request IDs are each agent's own (issue 27).
         self.voted: set[tuple[Any, str]] = set()
-        # Issue 35: requests this console approved, newest last, offered for `airlock logs --follow` while they run.
-        self.approved: list[str] = []
-
-    def running(self) -> str:
-        """The requests this console approved that still run, one line each with how to follow them."""
-        lines = []
-        for request_id in list(self.approved):
-            reply = self.call("show", {"ref": request_id})
-            if (reply.get("data") or {}).get("state") == "running":
-                shown = sanitise(request_id, strict=True)
-                lines.append(f"  {shown}: airlock logs {shown} --follow\n")
-            elif reply.get("ok") and (reply.get("data") or {}).get("state") not in ("approved", "pending"):
-                self.approved.remove(request_id)  # settled: no longer offered
-        return "".join(lines)
 
     def write(self, text: str) -> None:
         self.out.write(text)
@@ -166,14 +151,14 @@ class Console:
             waiting = [p for p in self.pending() if _whose(p) not in self.voted]
             if not waiting:
                 grants = self.grants()
-                screen = f"\nlive grants (airlock grants revoke ID ends one):\n{grants}" if grants else ""
-                running = self.running()
-                if running:  # issue 35: what it prints, as it prints
-                    screen += f"\nrunning (follow its output):\n{running}"
                 # Redrawn when the grants change (time left in whole minutes: no redraw every second).
-                if screen != idle_shown:
-                    self.write(CLEAR + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n" + screen)
-                    idle_shown = screen
+                if grants != idle_shown:
+                    self.write(
+                        CLEAR
+                        + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n"
+                        + (f"\nlive grants (airlock grants revoke ID ends one):\n{grants}" if grants else "")
+                    )
+                    idle_shown = grants
                 time.sleep(POLL_SECONDS)
                 continue
             idle_shown = None
@@ -220,7 +205,6 @@ class Console:
             self.write(f"\n{word} {sanitise(request_id, strict=True)}{extra}\n")
             if verb == "approve":  # issue 35: the running job's output, from any terminal
                 self.write(f"follow its output: airlock logs {sanitise(request_id, strict=True)} --follow\n")
-                self.approved = [*self.approved[-(MAX_OFFERED - 1) :], request_id]
         else:
             error = reply.get("error") or {}
             if error.get("code") in ("conflict", "not_found"):
