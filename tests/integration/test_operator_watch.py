@@ -196,3 +196,11 @@ def test_the_console_shows_the_exact_approve_line(ops: Stack, console: Console) 
     console.wait_for("reason for the agent")
     console.keys("Enter")
     assert bg.result()["error"]["code"] == "denied"
+
+
+def test_an_approved_job_is_offered_for_logs_follow(ops: Stack, console: Console) -> None:
+    bg = ask(ops, ["sh", "-c", "echo started"])
+    console.wait_for("approve?")
+    console.keys("y")
+    console.wait_for(f"follow its output: airlock logs {bg.request_id} --follow")
+    assert bg.result()["ok"] is True

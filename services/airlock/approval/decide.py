@@ -194,6 +194,7 @@ class Deciding(Tickets, Votes):
             if any(stage.sandbox for stage in decision.stages):
                 # The runner applies exactly the confinement approval saw (issue 22).
                 bound["sandbox"] = [dict(stage.sandbox or {}) for stage in decision.stages]
+            bound |= credentials_bound(decision)  # issue 35: which files the job's units load
             changeable = await self._inspect_arguments(spec, bound["binaries"]) if spec.privileged else []
             if changeable:
                 # Bound by identity and content, checked again by the runner (issue 27).
@@ -782,3 +783,10 @@ def _once(request: Any) -> Any:
     if all(k in request and request[k] == v for k, v in spec.items()):
         return {k: v for k, v in request.items() if k != "spec"}
     return request
+
+
+def credentials_bound(decision: Decision) -> dict[str, Any]:
+    """``bound["credentials"]``: each stage's {name: path} (runner/credentials.py); empty when none has any."""
+    if not any(stage.credentials for stage in decision.stages):
+        return {}
+    return {"credentials": [dict(stage.credentials or {}) for stage in decision.stages]}

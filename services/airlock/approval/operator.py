@@ -21,6 +21,7 @@ from airlock.approval import fileop_review, quorum, refs
 from airlock.approval.decide import subject_of
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.passkeys import Passkeys
+from airlock.approval.output import OutputReads
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
 from airlock.approval.tickets import Tickets
@@ -43,7 +44,7 @@ from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 
 
-class Operating(Tickets, Votes, Passkeys):
+class Operating(Tickets, Votes, Passkeys, OutputReads):
     """The operators' side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
@@ -251,6 +252,10 @@ class Operating(Tickets, Votes, Passkeys):
         entry = refs.by_prefix(ref, self.pending.values(), settled, unsure)
         return self._shown(call, await self._show_pending(entry, now))
 
+    async def _request_events(self, ref: str) -> list[dict[str, Any]]:
+        """A request's events by request ID (or ``AGENT/ID``), else by operation ID: for output.py."""
+        return await self._one_agents_events(ref) or await self.lookup.operation_events(ref)
+
     async def _one_agents_events(self, ref: str) -> list[dict[str, Any]]:
         """The journal events of the request ``ref`` names: an ID one agent used, or ``AGENT/ID``.
 
@@ -456,6 +461,8 @@ class Operating(Tickets, Votes, Passkeys):
                 "passkey.decide": self.passkey_decide,
                 "passkey.list": self.passkey_list,
                 "passkey.revoke": self.passkey_revoke,
+                "output": self.output,
+                "logs": self.logs,
             }.items()
         }
 

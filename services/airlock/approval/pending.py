@@ -83,6 +83,8 @@ class Pending:
             "sandbox": list(self.bound.get("sandbox") or []),
             # Issue 27: path arguments someone other than root can change, as bound (flagged to people).
             "arguments": list(self.bound.get("arguments") or []),
+            # Issue 35: the credentials each stage would receive, by name (never a value).
+            "credentials": [sorted(stage) for stage in self.bound.get("credentials") or []],
             "rule": self.rule,
             "request": self.request,
             "policy": self.decision.to_dict(),

@@ -13,6 +13,8 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -34,6 +36,7 @@ _RULE_KEYS = (
     "approvals",
     "approvers",
     "commands",
+    "credentials",
     "decision",
     "description",
     "files",
@@ -197,6 +200,7 @@ class _Reader:
         files = self.files(values["files"], f"{key}.files") if "files" in values else None
         description = self.string(values["description"], f"{key}.description") if "description" in values else ""
         confined = self.sandbox(values["sandbox"], f"{key}.sandbox") if "sandbox" in values else None
+        secrets = self.credentials(values["credentials"], f"{key}.credentials") if "credentials" in values else None
         approvals, approvers, reason_required = self.quorum(values, key, decision)
         writable = False
         if "writable_arguments" in values:
@@ -233,6 +237,7 @@ class _Reader:
             writable_arguments=writable,
             reviewer=reviewer,
             mode=mode,
+            credentials=secrets,
         )
         return rule, (name, where(self.path, name_node), key)
 
@@ -309,6 +314,24 @@ class _Reader:
                     exc.message.split(": ", 1)[-1].rsplit(" (got ", 1)[0],
                 ) from None
         return dict(value)
+
+    def credentials(self, node: yaml.Node, key: str) -> dict[str, str]:
+        """A rule's credentials: ``{name: absolute path}``, each file root's alone (runner/credentials.py
+        checks again, on an fd, before every job)."""
+        if not isinstance(node, yaml.MappingNode) or not node.value:
+            raise self.fail(node, key, "expected a mapping of credential names to absolute file paths")
+        out: dict[str, str] = {}
+        for name, key_node, value in self.items(node, key):
+            if not CREDENTIAL_NAME.fullmatch(name):
+                raise self.fail(key_node, f"{key}.{name}", "a credential name is 1 to 64 of A-Z a-z 0-9 _ . -")
+            path = self.string(value, f"{key}.{name}", "an absolute file path")
+            if not path.startswith("/") or "\0" in path or ":" in path or os.path.normpath(path) != path:
+                raise self.fail(value, f"{key}.{name}", "must be an absolute, normalised path without ':'")
+            problem = _credential_problem(path)
+            if problem is not None:
+                raise self.fail(value, f"{key}.{name}", problem)
+            out[name] = path
+        return out
 
     def _warn_untrusted(self, node: yaml.Node, key: str, commands: tuple[tuple[str, ...], ...]) -> None:
         """A root-only rule for a binary that is not root's alone could never run (issue 14)."""
@@ -398,6 +421,26 @@ class _Reader:
         if not isinstance(node, yaml.SequenceNode) or not node.value:
             raise self.fail(node, key, "expected a non-empty list")
         return cast(list[yaml.Node], node.value)
+
+
+CREDENTIAL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+def _credential_problem(path: str) -> str | None:
+    """Why a credential file is unsafe as approval can see it (lstat), or None; the runner checks again."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot be examined ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link (name the file itself)"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != 0:
+        return f"is owned by uid {st.st_uid}, not root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by others than root (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def _executable(path: str) -> bool:

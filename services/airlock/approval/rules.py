@@ -76,6 +76,8 @@ class Rule:
     reviewer: str | None = None
     # Issue 34: "shadow": the rule never decides; the decision it would make is journaled.
     mode: str = "enforce"
+    # Issue 35: credentials the job receives ({name: root-owned file}), never the agent.
+    credentials: Mapping[str, str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # Rules built in code (tests, tools) get the same guarantees as parsed
@@ -153,6 +155,8 @@ class Rule:
             out["reviewer"] = self.reviewer
         if self.mode != "enforce":
             out["mode"] = self.mode
+        if self.credentials:
+            out["credentials"] = dict(self.credentials)
         return out
 
 
@@ -166,6 +170,8 @@ class StageDecision:
     # The deciding rules' sandboxes merged (common/sandbox.merge); None: none of them has one.
     sandbox: Mapping[str, Any] | None = field(default=None, compare=False)
     deciding: tuple[str, ...] = ()  # every matched rule with the winning decision, by name
+    # The deciding rules' credentials together ({name: path}; the first rule by name wins a name).
+    credentials: Mapping[str, str] | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,7 +182,7 @@ class StageDecision:
             "matched": list(self.matched),
             "deciding": list(self.deciding),
             "sandbox": dict(self.sandbox) if self.sandbox is not None else None,
-        }
+        } | ({"credentials": sorted(self.credentials)} if self.credentials else {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +248,11 @@ class Policy:
             deciding = [r for r in hits if r.decision == verdict]
             confined = merge_sandboxes(r.sandbox for r in deciding)
             deciding_names = tuple(sorted(r.name for r in deciding))
-            out.append(StageDecision(argv, resolved, verdict, rule, names, confined, deciding_names))
+            secrets: dict[str, str] = {}
+            for r in sorted(deciding, key=lambda r: r.name):
+                for name, path in (r.credentials or {}).items():
+                    secrets.setdefault(name, path)
+            out.append(StageDecision(argv, resolved, verdict, rule, names, confined, deciding_names, secrets or None))
         return _combine(tuple(out))
 
     def decide_file(self, subject: Subject, tool: str, path: str) -> Decision:

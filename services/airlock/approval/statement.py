@@ -52,6 +52,7 @@ FIELDS: Final = (
     "command",
     "reason",
     "arguments",
+    "credentials",
 )
 MAX_SIGNATURE_BYTES: Final = 16 * 1024
 _YEAR_10000: Final = 253_402_300_800
@@ -80,6 +81,8 @@ class Statement:
     reason: str
     # Issue 27: path arguments someone other than root can change, each with what is bound ("" if none).
     arguments: str = ""
+    # Issue 35: the credentials the job would receive, by name and stage ("" if none; never a value).
+    credentials: str = ""
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:

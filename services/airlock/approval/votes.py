@@ -394,6 +394,7 @@ class Votes:
                 command=command,
                 reason=str(entry.request.get("reason") or ""),
                 arguments="; ".join(describe_argument(a) for a in entry.bound.get("arguments") or []),
+                credentials=describe_credentials(entry.bound.get("credentials")),
             )
             for decision in statements.DECISIONS
         }
@@ -570,3 +571,14 @@ def _account(account: str) -> Peer | None:
     except KeyError:
         return None
     return identify(0, entry.pw_uid, entry.pw_gid)
+
+
+def describe_credentials(bound: Any) -> str:
+    """A statement's credentials line: ``stage 1: db, api`` per stage that receives any (names only)."""
+    if not isinstance(bound, list):
+        return ""
+    return "; ".join(
+        f"stage {i}: {', '.join(sorted(stage))}"
+        for i, stage in enumerate(bound, start=1)
+        if isinstance(stage, dict) and stage
+    )

@@ -92,7 +92,7 @@ def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
         },
         # The checkpoint key, made here at the first start (the package makes /etc/airlock's at install).
         "journal": {"checkpoint_key": str(runtime_dir / "checkpoint_ed25519_key")},
-        "runner": {"containment": "process-group"},
+        "runner": {"containment": "process-group", "output_dir": str(runtime_dir / "state" / "output")},
         "policy": {
             "default": "ask",
             "rules": [

@@ -21,6 +21,7 @@ from airlock import __version__
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
 from airlock.cli import agentcmds, events, fleet, operator, passkey, tokens
+from airlock.cli import output as output_cli
 from airlock.cli import policy as policy_cli
 from airlock.common.validate import parse_duration
 from airlock.gateway import cli as gateway_cli
@@ -190,7 +191,12 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=events.cmd_events)
     sp = op("show", "a request's whole story: who, what, why, decision, outcome, events")
     sp.add_argument("ref", help="request ID, operation ID, or a unique prefix of a pending request's ID")
+    sp.add_argument("--output", action="store_true", help="print the job's stored output (redacted, checked)")
     sp.set_defaults(func=operator.cmd_show)
+    sp = op("logs", "a job's output; with --follow, a running job's output as it comes, until it ends")
+    sp.add_argument("ref", help="request ID or operation ID")
+    sp.add_argument("--follow", "-f", action="store_true", help="stream a running job's output until it ends")
+    sp.set_defaults(func=output_cli.cmd_logs)
     sp = op("cancel", "cancel an operation (deny it if pending, stop it if running)")
     sp.add_argument("operation_id")
     sp.add_argument("--reason", help="recorded in the audit journal")

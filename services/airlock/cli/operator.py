@@ -183,6 +183,11 @@ def cmd_pending(ns: argparse.Namespace) -> int:
             if p.get("sandbox"):  # shown only when a rule confines the job; none means a full job
                 confined = "; ".join(f"stage {i}: {sandbox.describe(sb)}" for i, sb in enumerate(p["sandbox"], start=1))
                 print(f"{render.sanitise(p['request_id'], strict=True)} sandbox: {render.sanitise(confined)}")
+            if any(p.get("credentials") or []):  # issue 35: what the job would receive (names only)
+                given = "; ".join(
+                    f"stage {i}: {', '.join(names)}" for i, names in enumerate(p["credentials"], start=1) if names
+                )
+                print(f"{render.sanitise(p['request_id'], strict=True)} credentials: {render.sanitise(given)}")
             review = render.file_review(p["request"])
             if review:
                 print(f"\n{render.sanitise(p['request_id'], strict=True)}:")
@@ -373,6 +378,10 @@ def cmd_release(ns: argparse.Namespace) -> int:
 
 
 def cmd_show(ns: argparse.Namespace) -> int:
+    if getattr(ns, "output", False):
+        from airlock.cli.output import cmd_output  # issue 35: the job's stored output
+
+        return cmd_output(ns)
     rc, data = _operator(ns, "show", {"ref": ns.ref})
     if rc != 0 or ns.json:
         return rc
@@ -402,6 +411,9 @@ def cmd_show(ns: argparse.Namespace) -> int:
     opinion = _opinion(data)
     if opinion:
         pairs.append(("reviewer", sanitise(render.reviewer_line(opinion).removeprefix("reviewer "))))
+    given = _credential_names(data)
+    if given:  # issue 35: what the job receives (or would), by name; never a value
+        pairs.append(("credentials", sanitise(given)))
     if decision:
         who = decision.get("by")
         if decision.get("grant_id"):
@@ -475,6 +487,21 @@ def _opinion(data: dict[str, Any]) -> Any:
             if isinstance(payload.get("reviewer"), dict):
                 return payload["reviewer"]
     return None
+
+
+def _credential_names(data: dict[str, Any]) -> str:
+    """``stage 1: db`` for each stage given credentials: from the pending entry, else from ``exec.started``."""
+    stages = (data.get("detail") or {}).get("credentials") or []
+    if not any(stages):
+        stages = []
+        for event in data.get("events") or []:
+            payload = event.get("payload") if isinstance(event, dict) else None
+            if event.get("kind") == "exec.started" and isinstance(payload, dict):
+                for item in payload.get("credentials") or []:
+                    while len(stages) <= int(item.get("stage") or 0):
+                        stages.append([])
+                    stages[int(item.get("stage") or 0)].append(str(item.get("name")))
+    return "; ".join(f"stage {i}: {', '.join(names)}" for i, names in enumerate(stages, start=1) if names)
 
 
 def _bound_arguments(data: dict[str, Any]) -> Any:

@@ -75,6 +75,9 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
         pairs.append(("  binary", shown))
         confined = (p.get("sandbox") or [])[i - 1] if len(p.get("sandbox") or []) >= i else None
         pairs.append(("  sandbox", sanitise(sandbox.describe(confined))))
+        names = (p.get("credentials") or [])[i - 1] if len(p.get("credentials") or []) >= i else []
+        if names:  # issue 35: credentials the job would receive, by name
+            pairs.append(("  credentials", sanitise(", ".join(names))))
     for line in arguments.flagged(p.get("arguments")):  # issue 27: others can change what the job reads
         pairs.append((style.red(arguments.FLAG), sanitise(line)))
     if p.get("reviewer"):  # issue 34: an opinion, escaped like every request value
@@ -210,6 +213,8 @@ class Console:
                 f" with grant {sanitise(grant.get('grant_id'), strict=True)} (30 min, this command)" if grant else ""
             )
             self.write(f"\n{word} {sanitise(request_id, strict=True)}{extra}\n")
+            if verb == "approve":  # issue 35: the running job's output, from any terminal
+                self.write(f"follow its output: airlock logs {sanitise(request_id, strict=True)} --follow\n")
         else:
             error = reply.get("error") or {}
             if error.get("code") in ("conflict", "not_found"):

@@ -581,6 +581,11 @@ class Runner:
     memory_max: str | None
     tasks_max: int
     cpu_quota: str | None
+    # Issue 35: each job's output kept by the runner (runner/outputlog.py).
+    output_dir: Path = Path("/var/lib/airlock-runner/output")
+    output_log_max_bytes: int = 8 * 1024 * 1024
+    output_log_total_bytes: int = 1024 * 1024 * 1024
+    output_log_max_age_seconds: float = 30 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -1041,6 +1046,30 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job scope (e.g. 2G)."),
     Setting("runner.tasks_max", non_negative_int, 0, "TasksMax= of each job scope (0: systemd's default)."),
     Setting("runner.cpu_quota", optional_string, None, "CPUQuota= of each job scope (e.g. 200%)."),
+    Setting(
+        "runner.output_dir",
+        absolute_path,
+        Path("/var/lib/airlock-runner/output"),
+        "Where the runner keeps each job's output log (root only, gzip; `airlock show ID --output`).",
+    ),
+    Setting(
+        "runner.output_log_max_bytes",
+        non_negative_int,
+        8 * MiB,
+        "Output bytes (stdout and stderr, redacted) kept per job; past it the log is cut and says so (0: no logs).",
+    ),
+    Setting(
+        "runner.output_log_total_bytes",
+        positive_int,
+        1024 * MiB,
+        "Disk bytes all output logs may take together; the oldest are pruned first.",
+    ),
+    Setting(
+        "runner.output_log_max_age_seconds",
+        positive_float,
+        30 * 86400.0,
+        "Output logs older than this are pruned (30 days).",
+    ),
     Setting("log.level", choice("debug", "info", "warning", "error"), "info", "The lowest level logged."),
     Setting(
         "log.target",
@@ -1244,6 +1273,7 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
 
 def _check(config: Config, path: str) -> None:
     _check_signer_accounts(config, path)
+    _check_output_log(config, path)
     limits = config.limits
     if limits.replay_window_seconds < 2 * limits.freshness_seconds:
         raise ConfigError(
@@ -1257,6 +1287,15 @@ def _check(config: Config, path: str) -> None:
         raise ConfigError(
             f"{path}: limits.max_total_output_bytes: must be at most {MAX_TOTAL_OUTPUT} "
             f"(got {limits.max_total_output_bytes})"
+        )
+
+
+def _check_output_log(config: Config, path: str) -> None:
+    if config.runner.output_log_max_bytes > MAX_TOTAL_OUTPUT:
+        # `airlock show --output` carries a whole log base64-encoded in one reply (common/ipc.py).
+        raise ConfigError(
+            f"{path}: runner.output_log_max_bytes: must be at most {MAX_TOTAL_OUTPUT} "
+            f"(got {config.runner.output_log_max_bytes})"
         )
 
 

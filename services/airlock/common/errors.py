@@ -47,6 +47,7 @@ class ErrorCode(enum.StrEnum):
     BINARY_CHANGED = "binary_changed"  # the binary is no longer the file approval saw
     UNSAFE_BINARY = "unsafe_binary"  # a root job's binary or a parent directory is not root's alone
     ARGUMENT_CHANGED = "argument_changed"  # a root job's bound path argument is not the file approval saw
+    CREDENTIAL_UNSAFE = "credential_unsafe"  # a rule's credential file is missing, a symlink, or not root's alone
     # File operations (issue 15).
     FILE_CHANGED = "file_changed"
     LIMIT_EXCEEDED = "limit_exceeded"

@@ -212,6 +212,8 @@ OPERATOR_VERBS: Final = frozenset(
         "passkey.decide",
         "passkey.list",
         "passkey.revoke",
+        "output",
+        "logs",
     }
 )
 

@@ -53,6 +53,9 @@ class ServiceContainment(ProcessGroups):
             self.limits.append(cpu_quota_property(spec.cpu_quota))
         # Bad settings fail before anything starts.
         self.stage_limits = [sandbox.properties(sb) for sb in spec.sandboxes or [{}] * len(spec.stages)]
+        for limits, creds in zip(self.stage_limits, spec.credentials or (), strict=False):
+            if creds:  # runner/credentials.py checked each file; systemd copies it into $CREDENTIALS_DIRECTORY
+                limits.append(("LoadCredential", "a(ss)", [tuple(pair) for pair in creds]))
         self.stages: list[units.StageService] = []
         self.env_files: list[str] = []
 

@@ -38,7 +38,7 @@ class JobSpec:
     deadline: float | None  # absolute, epoch seconds
     max_output_bytes: int  # per stream
     kill_grace_seconds: float
-    protected_values: tuple[str, ...]
+    protected_values: tuple[str | bytes, ...]  # redacted from output (credentials' values are bytes)
     containment: Literal["service", "scope", "process-group"]
     slice: str = "airlock-jobs.slice"
     memory_max: str | None = None
@@ -57,6 +57,8 @@ class JobSpec:
     # A root job's changeable path arguments as approval bound them (bound["arguments"],
     # common/arguments.py): checked again just before the job starts; scripts run from sealed copies.
     arguments: tuple[Mapping[str, Any], ...] | None = None
+    # Each stage's credentials as (name, path) pairs (runner/credentials.py); service containment only.
+    credentials: tuple[tuple[tuple[str, str], ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("exec", "shell"):
@@ -79,6 +81,8 @@ class JobSpec:
                 ErrorCode.SPAWN_FAILED,
                 "this rule's sandbox needs runner.containment: service (systemd), not " + self.containment,
             )
+        if any(self.credentials or ()) and self.containment != "service":
+            raise AirlockError(ErrorCode.SPAWN_FAILED, "credentials need runner.containment: service")
         if any(not k or "=" in k or "\0" in k or "\0" in v for k, v in self.env.items()):
             raise _invalid("environment names must be non-empty without '=' or NUL, values without NUL")
         if self.deadline is not None and not math.isfinite(self.deadline):

@@ -7,6 +7,10 @@ approval), and ``exec`` accepts only intake's.  Each re-checks its inputs even t
 redeems the approval ticket (single use, bound to the spec's digest) before
 anything runs, and makes ``exec.started`` durable in the journal before the
 first process is spawned.  No ticket, no journal: nothing runs.
+
+Issue 35: every job's output is kept (outputlog.py) and a rule's credentials
+are checked and read before it starts (credentials.py); ``output`` (approval's
+uid only) reads a kept log for an operator, or follows a running job's.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from airlock.common.kinds import MAX_PAYLOAD_BYTES
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec, check_privilege
-from airlock.runner import agent, arguments, review
+from airlock.runner import agent, arguments, credentials, outputlog, review
 from airlock.runner.evidence import StageResult
 from airlock.runner.fileop_verbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
@@ -45,6 +49,9 @@ CONFIRM_SECONDS = 60.0
 MAX_UNCONFIRMED = 10_000
 # What an exec reply may take of intake's reply limit; the rest is the envelope's.
 REPLY_ROOM = MAX_REPLY_BYTES - 64 * 1024
+# Output logs (issue 35): retention runs at most this often; a follower hears from us at least this often.
+PRUNE_EVERY_SECONDS = 60.0
+FOLLOW_TICK_SECONDS = 10.0
 
 
 class Runner:
@@ -62,6 +69,10 @@ class Runner:
         self.unconfirmed: dict[str, dict[str, Any]] = {}
         self._confirm_wake = asyncio.Event()
         self._confirmer: asyncio.Task[None] | None = None
+        # Issue 35: running jobs' output logs by file name (followed live), and when retention last ran.
+        self.logs: dict[str, outputlog.OutputLog] = {}
+        self._pruned_at = -float("inf")
+        self._pruner: asyncio.Task[None] | None = None  # held: an unreferenced task may be collected
 
     def containment(self) -> str:
         mode = self.config.runner.containment
@@ -115,6 +126,9 @@ class Runner:
             ids = Ids(ids.request_id, ids.operation_id, spec.uid, ids.session)
             stream = validate.boolean("stream", a.get("stream"), False)
             job, added, decided = await self._prepare(spec, a, operation_id)
+            # A rule's credentials (issue 35): checked and read now, values only ever redacted.
+            loaded = credentials.load(a.get("bound"), job)
+            job = loaded.apply(job)
         except AirlockError as exc:
             # Every refusal before exec.started is journaled: nothing ran.
             raise await self._refuse(exc, ids, after) from None
@@ -127,6 +141,8 @@ class Runner:
         except AirlockError as exc:
             raise await self._refuse(exc, ids, after) from None
         digest = spec.digest()
+        # The output log's name is journaled with the start; the log itself exists once that is durable.
+        log_name = outputlog.new_name() if self.config.runner.output_log_max_bytes > 0 else None
         await self.audit.record(
             "exec.started",
             ids,
@@ -143,9 +159,12 @@ class Runner:
                 "binaries": [dict(b) for b in job.binaries or ()],
                 "sandbox": [dict(sb) for sb in job.sandboxes] if job.sandboxes else None,
             }
-            | ({"arguments": [dict(a) for a in job.arguments]} if job.arguments else {}),
+            | ({"arguments": [dict(a) for a in job.arguments]} if job.arguments else {})
+            | ({"credentials": loaded.record()} if loaded.items else {})
+            | ({"output_log": log_name} if log_name is not None else {}),
             after=after,
         )
+        log = self._output_log(job, ids, log_name)
 
         # Output events go out in order through one queue, all before the final reply.
         chunks: asyncio.Queue[tuple[str, int, bytes] | None] = asyncio.Queue()
@@ -158,7 +177,10 @@ class Runner:
         forwarder = asyncio.create_task(forward()) if stream else None
         try:
             result = await run_job(
-                job, on_output=(lambda n, i, c: chunks.put_nowait((n, i, c))) if stream else None, cancel=cancel
+                job,
+                on_output=(lambda n, i, c: chunks.put_nowait((n, i, c))) if stream else None,
+                cancel=cancel,
+                log=log,
             )
         except AirlockError as exc:
             # The binary vanished or became unexecutable since approval, or the scope
@@ -168,6 +190,7 @@ class Runner:
             if forwarder is not None:
                 chunks.put_nowait(None)
                 await forwarder
+            kept = await self._close_log(log)
         evidence = result.to_evidence() | {
             "operation_id": operation_id,
             "cwd": job.cwd,
@@ -176,6 +199,8 @@ class Runner:
             "hostname": socket.gethostname(),
         }
         summary = _audit_summary(evidence, self.config.journal.output_head_bytes, result)
+        if kept is not None:
+            summary["output_log"] = kept
         evidence = fit_reply(evidence)
         try:
             if result.cancelled:
@@ -201,6 +226,92 @@ class Runner:
             # run the command a second time.
             self.log.error("runner.audit.unrecorded", operation_id=operation_id, code=exc.code.value, error=exc.message)
         return evidence
+
+    def _output_log(self, job: JobSpec, ids: Ids, name: str | None) -> outputlog.OutputLog | None:
+        """This job's output log (outputlog.py), or None when runner.output_log_max_bytes is 0."""
+        settings = self.config.runner
+        if name is None:
+            return None
+        header = {"operation_id": ids.operation_id, "request_id": ids.request_id, "uid": job.owner_uid}
+        log = outputlog.OutputLog(settings.output_dir, name, settings.output_log_max_bytes, header)
+        self.logs[log.name] = log
+        return log
+
+    async def _close_log(self, log: outputlog.OutputLog | None) -> dict[str, Any] | None:
+        if log is None:
+            return None
+        # The fsync off the loop (other jobs' output keeps flowing); followers are ended on it.
+        kept = await asyncio.to_thread(log.finish) if log.stored else log.finish()
+        log.end_followers()
+        self.logs.pop(log.name, None)
+        if kept.get("failed"):
+            self.log.error("runner.output_log.failed", file=log.name, error=kept["failed"])
+        now = asyncio.get_running_loop().time()
+        if now - self._pruned_at >= PRUNE_EVERY_SECONDS:  # retention: at most once a minute, off the loop
+            self._pruned_at = now
+            self._pruner = asyncio.get_running_loop().create_task(self._prune(), name="runner-prune")
+        return kept
+
+    async def _prune(self) -> None:
+        settings = self.config.runner
+        try:
+            removed = await asyncio.to_thread(
+                outputlog.prune,
+                settings.output_dir,
+                max_age=settings.output_log_max_age_seconds,
+                total=settings.output_log_total_bytes,
+                keep=frozenset(self.logs),
+            )
+        except OSError as exc:  # retention tries again after the next job
+            self.log.error("runner.output_log.prune_failed", error=exc.strerror or type(exc).__name__)
+            return
+        if removed:
+            self.log.info("runner.output_log.pruned", count=len(removed))
+
+    async def output(self, call: Call) -> dict[str, Any]:
+        """approval, for an operator: a job's stored output log, or (``follow``) its output as it comes.
+
+        Only approval's uid (the operator door) may ask; the agent door has no such verb.
+        """
+        if self.approval_uid is None or call.peer.uid != self.approval_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        name = call.args.get("file")
+        if not outputlog.valid_name(name):
+            raise validate.bad("file", "is not an output log's name")
+        assert isinstance(name, str)
+        if validate.boolean("follow", call.args.get("follow"), False):
+            running = self.logs.get(name)
+            if running is not None:
+                return await self._follow(call, running)
+        settings = self.config.runner
+        found = await asyncio.to_thread(outputlog.read, settings.output_dir, name, settings.output_log_max_bytes)
+        return {
+            "file": name,
+            "running": False,
+            "complete": found["complete"],
+            "chunks": [
+                {"stream": n, "stage": s, "ms": ms, "data": base64.b64encode(d).decode()}
+                for n, s, ms, d in found["chunks"]
+            ],
+            "streams": found["streams"],
+        }
+
+    async def _follow(self, call: Call, log: outputlog.OutputLog) -> dict[str, Any]:
+        follower = log.follow()
+        try:
+            while True:
+                got, dropped, ended = await outputlog.next_chunks(log, follower, FOLLOW_TICK_SECONDS)
+                if dropped:
+                    await call.emit("dropped", {"bytes": dropped})
+                for kind, stage, data in got:
+                    name = outputlog.KINDS[kind]
+                    await call.emit(name, {"stream": name, "stage": stage, "data": base64.b64encode(data).decode()})
+                if ended:
+                    return {"file": log.name, "running": False, "ended": True}
+                if not got and not dropped:
+                    await call.emit("tick", {})  # the reader learns the job still runs (and its wait stays bounded)
+        finally:
+            log.followers.discard(follower)
 
     def _unconfirmed(self, mark: str, event: dict[str, Any]) -> None:
         if len(self.unconfirmed) >= MAX_UNCONFIRMED:  # the journal has not answered for long: bounded
@@ -529,6 +640,7 @@ def end_record_fits(job: JobSpec, head: int) -> int:
     }
     # Room for a small field the evidence may gain before this stand-in learns of it.
     size = len(canonical_json(_audit_summary(evidence, head, result))) + _MARGIN
+    size += outputlog.worst_summary_bytes(len(job.stages))  # exec.finished's output_log (issue 35)
     if size > MAX_PAYLOAD_BYTES:
         raise AirlockError(
             ErrorCode.INVALID_ARGUMENTS,
@@ -554,6 +666,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "cancel": runner.cancel,
             "inspect": runner.inspect,
             "review": runner.review,
+            "output": runner.output,
             "files": file_verbs.files,
             "files_preview": file_verbs.files_preview,
             "passkeys.write": passkeys.write,

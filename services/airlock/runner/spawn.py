@@ -54,6 +54,7 @@ from airlock.runner.evidence import JobResult, StageResult, sha256_hex
 from airlock.runner.gate import _GATE_SHIM, _gate_payload
 from airlock.runner.identity import check_cwd
 from airlock.runner.jobspec import JobSpec, running_key
+from airlock.runner.outputlog import OutputLog
 from airlock.runner.scope import ProcessGroups
 from airlock.runner.streams import OutputBudget, OutputCallback, _Fd, _feed, _grow_pipe, _pump, _Stream, _wait_exit
 
@@ -86,8 +87,10 @@ class _Job:
         binaries: Sequence[_Binary],
         on_output: OutputCallback | None,
         scripts: Sequence[arguments.Script] = (),
+        log: OutputLog | None = None,
     ) -> None:
         self.spec = spec
+        self.log = log  # the runner's output log of this job (outputlog.py), fed with the delivered bytes
         self.scripts = tuple(scripts)  # reviewed script bytes (runner/arguments.py), checked just now
         self.binaries = tuple(binaries)  # canonical path and open fd, one per stage
         self.executables = tuple(b.path for b in binaries)
@@ -112,9 +115,9 @@ class _Job:
         read_err, write_err = self._pipe()
         if index == last:
             _grow_pipe(read_out.fd)
-            self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output, self.budget)))
+            self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output, self.budget, self.log)))
         _grow_pipe(read_err.fd)
-        self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output, self.budget)))
+        self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output, self.budget, self.log)))
         return read_out, write_out, write_err
 
     def _pipe(self) -> tuple[_Fd, _Fd]:
@@ -363,8 +366,9 @@ async def run_job(
     *,
     on_output: OutputCallback | None = None,
     cancel: asyncio.Event | None = None,
+    log: OutputLog | None = None,
 ) -> JobResult:
-    """Run ``spec`` to completion and return its evidence.
+    """Run ``spec`` to completion and return its evidence (``log``: also kept there, outputlog.py).
 
     Raises AirlockError before anything starts: PRIVILEGE_UNAVAILABLE,
     SPAWN_FAILED (binary not found, cwd not enterable, scope not created),
@@ -381,7 +385,7 @@ async def run_job(
         # A root job's changeable path arguments: still what approval bound, or nothing runs.
         view = arguments.view(spec.containment)
         scripts = await asyncio.to_thread(arguments.check, spec.arguments, view) if spec.arguments else []
-        return await _execute(spec, _containment_for(spec), opened, on_output, cancel, scripts)
+        return await _execute(spec, _containment_for(spec), opened, on_output, cancel, scripts, log)
     finally:
         _close_all(opened)
 
@@ -393,13 +397,14 @@ async def _execute(
     on_output: OutputCallback | None,
     cancel: asyncio.Event | None,
     scripts: Sequence[arguments.Script] = (),
+    output_log: OutputLog | None = None,
 ) -> JobResult:
     log = structlog.get_logger().bind(operation_id=spec.operation_id)
     started_wall, started_mono = time.time(), time.monotonic()
     budget, reason = spec.timeout_seconds, "timeout"
     if spec.deadline is not None and spec.deadline - started_wall < budget:
         budget, reason = spec.deadline - started_wall, "deadline"
-    job = _Job(spec, containment, binaries, on_output, scripts)
+    job = _Job(spec, containment, binaries, on_output, scripts, output_log)
     if budget <= 0 or (cancel is not None and cancel.is_set()):
         job.timed_out = budget <= 0
         job.cancelled = not job.timed_out

@@ -22,6 +22,7 @@ import structlog
 
 from airlock.runner.evidence import sha256_hex
 from airlock.runner.jobspec import JobSpec
+from airlock.runner.outputlog import OutputLog
 from airlock.runner.redact import Capture, StreamRedactor
 
 OutputCallback = Callable[[str, int, bytes], None]
@@ -120,19 +121,29 @@ class OutputBudget:
 class _Stream:
     """One captured stream: redact, then cap, then deliver."""
 
-    __slots__ = ("_budget", "_callback", "_capture", "_redactor", "name", "stage")
+    __slots__ = ("_budget", "_callback", "_capture", "_log", "_redactor", "name", "stage")
 
     def __init__(
-        self, name: str, stage: int, spec: JobSpec, on_output: OutputCallback | None, budget: OutputBudget | None = None
+        self,
+        name: str,
+        stage: int,
+        spec: JobSpec,
+        on_output: OutputCallback | None,
+        budget: OutputBudget | None = None,
+        log: OutputLog | None = None,
     ) -> None:
         self.name = name
         self.stage = stage
         self._callback = on_output
+        self._log = log  # the runner's output log (outputlog.py): the same delivered bytes
         self._budget = budget or OutputBudget(None)
         self._redactor = StreamRedactor(spec.protected_values)
-        self._capture = Capture(spec.max_output_bytes, self._deliver if on_output is not None else None)
+        wanted = on_output is not None or log is not None
+        self._capture = Capture(spec.max_output_bytes, self._deliver if wanted else None)
 
     def _deliver(self, data: bytes) -> None:
+        if self._log is not None:
+            self._log.add(self.name, self.stage, data)
         if self._callback is None:
             return
         try:

@@ -97,6 +97,8 @@ if uid != "-" and (st.st_uid, stat.S_IMODE(st.st_mode)) != (int(uid), int(mode))
     refuse("changed owner or mode")
 data = bytes.fromhex(os.environ.get("AIRLOCK_JOB_ENV", ""))
 env = dict(item.split(b"=", 1) for item in data.split(b"\\0") if item)
+if os.environ.get("CREDENTIALS_DIRECTORY"):  # the rule's credentials (LoadCredential=, runner/credentials.py)
+    env[b"CREDENTIALS_DIRECTORY"] = os.environ["CREDENTIALS_DIRECTORY"].encode()
 args = sys.argv[6:]
 for item in bytes.fromhex(os.environ.get("AIRLOCK_JOB_SCRIPTS", "")).decode().split(";"):
     if not item:

@@ -209,8 +209,8 @@ def test_unknown_rule_key() -> None:
     text = "rules:\n  - name: x\n    decision: allow\n    command: [[/usr/bin/true]]\n"
     assert dropin_error(text) == (
         f"{D}:4:5: rules[0] (x).command: unknown key"
-        " (known: approvals, approvers, commands, decision, description, files, groups, mode, name, privileged, "
-        "reason, reviewer, sandbox,"
+        " (known: approvals, approvers, commands, credentials, decision, description, files, groups, mode, name, "
+        "privileged, reason, reviewer, sandbox,"
         " sessions, users, writable_arguments)"
     )
 
@@ -268,8 +268,8 @@ def test_every_bad_rule_is_reported_and_the_policy_rejected_whole() -> None:
         parse_policy_text(text, D, main=False)
     assert info.value.errors == (
         f"{D}:3:25: rules[1] (a).decision: must be one of allow, ask, deny (got 'nope')",
-        f"{D}:4:32: rules[2] (b).x: unknown key (known: approvals, approvers, commands, decision, description, "
-        "files, groups, mode, name, privileged, reason, "
+        f"{D}:4:32: rules[2] (b).x: unknown key (known: approvals, approvers, commands, credentials, decision, "
+        "description, files, groups, mode, name, privileged, reason, "
         "reviewer, sandbox, sessions, users, writable_arguments)",
     )
 

@@ -68,6 +68,7 @@ def test_the_statement_reads_as_documented() -> None:
         'command: "apt-get update"\n'
         'reason: "patch Tuesday"\n'
         'arguments: ""\n'
+        'credentials: ""\n'
     )
 
 

@@ -1,0 +1,151 @@
+"""A rule's credentials (issue 35): checked and read by the runner, handed to the job by systemd.
+
+A rule may name credentials (``credentials: {db: /etc/airlock/credentials/db.pass}``);
+approval binds each stage's to the ticket (``bound["credentials"]``).  Before
+the job starts the runner opens every file from ``/`` one component at a time
+with ``O_NOFOLLOW`` and refuses (``credential_unsafe``) unless the file and
+every directory above it are root's alone (common/binary.py's test), then
+reads the value through that fd.  The value never leaves the runner: the job's
+transient unit gets ``LoadCredential=NAME:PATH`` (systemd copies the file into
+the unit's private ``$CREDENTIALS_DIRECTORY``, readable by the job's user
+only), the value joins the protected values redacted from every output stream
+(streams.py: before the agent, the output log or a log sees it), and
+``exec.started`` records only each name and its SHA-256.
+
+Why ``LoadCredential=`` and not ``SetCredential=``: a transient unit's
+properties are written to ``/run/systemd/transient/`` and shown by
+``systemctl show`` to every local user; ``LoadCredential=`` passes a path.
+systemd opens that path again (it follows symlinks): safe because every
+component was just checked to be root's alone, so only root could swap it.
+
+Only service containment has a credentials directory: in scope or
+process-group mode a job with credentials is refused (a private tmpfs per
+job would need a mount namespace the runner does not make there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airlock.common import binary
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.runner.jobspec import JobSpec
+
+# systemd's credential names: no "/", at most 255; airlock keeps them plain.
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+MAX_BYTES = 1024 * 1024  # systemd's CREDENTIAL_SIZE_MAX
+MIN_BYTES = 4  # shorter values would be redacted out of ordinary output everywhere
+
+
+def unsafe(name: str, path: str, why: str) -> AirlockError:
+    return AirlockError(
+        ErrorCode.CREDENTIAL_UNSAFE,
+        f"credential {name!r} ({path}) {why}: a credential file must be a regular file that root alone can change",
+        {"credential": name, "path": path},
+    )
+
+
+def parse_bound(untrusted: Any, stages: int) -> list[dict[str, str]]:
+    """``bound["credentials"]``: one ``{name: absolute path}`` per stage, each checked again."""
+    if untrusted is None:
+        return []
+    if not isinstance(untrusted, list) or len(untrusted) != stages:
+        raise AirlockError(ErrorCode.INVALID_ARGUMENTS, "bound.credentials must name each stage's credentials")
+    out: list[dict[str, str]] = []
+    for stage in untrusted:
+        if not isinstance(stage, dict):
+            raise AirlockError(ErrorCode.INVALID_ARGUMENTS, "bound.credentials: each stage's is a mapping")
+        for name, path in stage.items():
+            if not isinstance(name, str) or not NAME.fullmatch(name):
+                raise AirlockError(ErrorCode.INVALID_ARGUMENTS, "bound.credentials: a credential name is invalid")
+            if not isinstance(path, str) or not path.startswith("/") or "\0" in path or ":" in path:
+                raise AirlockError(ErrorCode.INVALID_ARGUMENTS, "bound.credentials: a path is invalid")
+        out.append(dict(stage))
+    return out
+
+
+def read_value(name: str, path: str) -> bytes:
+    """The credential's bytes, read through an fd opened without following a symlink; refused if unsafe."""
+    try:
+        held, _st = binary.open_binary(path, trusted=True)
+    except AirlockError as exc:
+        # open_binary speaks of binaries: say it of a credential.
+        why = exc.message.split(": ", 1)[-1].split(";", 1)[0]
+        raise unsafe(name, path, why) from None
+    try:
+        fd = os.open(f"/proc/self/fd/{held}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise unsafe(name, path, f"cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(held)
+    try:
+        chunks = []
+        size = 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    value = b"".join(chunks)
+    if len(value) > MAX_BYTES:
+        raise unsafe(name, path, f"is larger than {MAX_BYTES} bytes")
+    if len(value.strip()) < MIN_BYTES:
+        raise unsafe(name, path, f"holds fewer than {MIN_BYTES} bytes (it could not be told apart from output)")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """Every stage's credentials as read: (stage, name, path, value)."""
+
+    items: tuple[tuple[int, str, str, bytes], ...] = ()
+
+    def record(self) -> list[dict[str, Any]]:
+        """What ``exec.started`` says: names and digests, never a value."""
+        return [
+            {"stage": stage, "name": name, "sha256": hashlib.sha256(value).hexdigest()}
+            for stage, name, _path, value in self.items
+        ]
+
+    def redacted(self) -> tuple[bytes, ...]:
+        """The values to redact: each whole and without its trailing newline (`$(cat file)` drops it)."""
+        values = {value for *_, value in self.items} | {value.rstrip(b"\r\n") for *_, value in self.items}
+        return tuple(sorted(v for v in values if v))
+
+    def apply(self, job: JobSpec) -> JobSpec:
+        if not self.items:
+            return job
+        per_stage: list[tuple[tuple[str, str], ...]] = [() for _ in job.stages]
+        for stage, name, path, _value in self.items:
+            per_stage[stage] += ((name, path),)
+        return dataclasses.replace(
+            job, protected_values=(*job.protected_values, *self.redacted()), credentials=tuple(per_stage)
+        )
+
+
+def load(untrusted_bound: Any, job: JobSpec) -> Loaded:
+    """Check and read the credentials approval bound for ``job``; refused outside service containment."""
+    bound = untrusted_bound.get("credentials") if isinstance(untrusted_bound, Mapping) else None
+    stages = parse_bound(bound, len(job.stages))
+    if not any(stages):
+        return Loaded()
+    items = []
+    for index, stage in enumerate(stages):  # an unsafe file is refused as such, in any containment
+        for name, path in sorted(stage.items()):
+            items.append((index, name, path, read_value(name, path)))
+    if job.containment != "service":
+        raise AirlockError(
+            ErrorCode.SPAWN_FAILED,
+            "this rule's credentials need runner.containment: service (systemd's LoadCredential=), not "
+            + job.containment,
+        )
+    return Loaded(tuple(items))

@@ -1,0 +1,104 @@
+"""Issue 35 with a real systemd: a rule's credential reaches the job through LoadCredential= and never the
+agent, the journal or journald; each job's output log is kept, cut at its bound, its digest in the chain."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+CREDENTIAL = f"systest-credential-{uuid.uuid4().hex}"
+SCRIPT = 'cat "$CREDENTIALS_DIRECTORY/db"; echo; echo done'
+POLICY = f"""\
+rules:
+  - name: systest-output-credential
+    decision: allow
+    groups: [airlock]
+    privileged: false
+    commands:
+      - [/usr/bin/dash, -c, '{SCRIPT}']
+    credentials:
+      db: /etc/airlock/credentials/db.pass
+"""
+
+
+def op() -> str:
+    return f"systest-output-{uuid.uuid4().hex[:16]}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def credential_policy(system):
+    system.c.run(["install", "-d", "-m", "0755", "-o", "root", "-g", "root", "/etc/airlock/credentials"])
+    system.c.write("/etc/airlock/credentials/db.pass", CREDENTIAL + "\n", mode=0o600)
+    system.c.write("/etc/airlock/policy.d/56-systest-output.yaml", POLICY)
+    system.c.run(["systemctl", "try-reload-or-restart", "airlock-approval.service"])
+    yield
+    system.c.run(["rm", "-f", "/etc/airlock/policy.d/56-systest-output.yaml", "/etc/airlock/credentials/db.pass"])
+    system.c.run(["systemctl", "try-reload-or-restart", "airlock-approval.service"])
+
+
+def _records(system, operation: str, kind: str) -> list[dict]:
+    r = system.airlock("events", "--tail", "200", "--json", user=system.OPERATOR)
+    found = []
+    for line in r.stdout.splitlines():
+        envelope = json.loads(line)
+        for event in (envelope.get("data") or {}).get("events") or []:
+            if event.get("operation_id") == operation and event.get("kind") == kind:
+                found.append(event)
+    return found
+
+
+def test_a_credential_reaches_the_job_redacted_for_the_agent_the_log_and_journald(system) -> None:
+    operation = op()
+    code, envelope, r = system.run_json("/bin/sh", "-c", SCRIPT, extra=("--operation-id", operation))
+    assert code == 0 and envelope.get("ok"), r
+    import base64
+
+    stdout = base64.b64decode(envelope["data"]["stdout"]).decode()
+    # The job read the file systemd gave it (else cat fails and nothing is redacted): the agent sees the redaction.
+    stderr = base64.b64decode(envelope["data"]["stages"][0]["stderr"]).decode()
+    why = system.c.run(["journalctl", "--no-pager", "-n", "30", "-u", "airlock-approval"], check=False).stdout
+    assert "[redacted]" in stdout and "done" in stdout, (stdout, stderr, why)
+    assert CREDENTIAL not in r.stdout and CREDENTIAL not in r.stderr
+
+    shown = system.airlock("show", operation, "--output", user=system.OPERATOR)
+    assert shown.returncode == 0, shown
+    assert "[redacted]" in shown.stdout and CREDENTIAL not in shown.stdout
+    assert "matches exec.finished" in shown.stdout
+
+    story = system.airlock("show", operation, user=system.OPERATOR)
+    assert "stage 1: db" in story.stdout and CREDENTIAL not in story.stdout, story
+
+    started = _records(system, operation, "exec.started")
+    assert started and [c["name"] for c in started[0]["payload"]["credentials"]] == ["db"]
+    # Only its name and digest: the value is nowhere in the journal's database, nor in journald.
+    db = system.c.run(["grep", "-rc", CREDENTIAL, "/var/lib/airlock"], check=False)
+    assert db.returncode == 1, db
+    journald = system.c.run(["journalctl", "--no-pager", "-o", "verbose", "--since", "-10min"], check=False)
+    assert CREDENTIAL not in journald.stdout
+    logs = system.c.run(["sh", "-c", "zcat /var/lib/airlock-runner/output/*.gz | grep -c " + CREDENTIAL], check=False)
+    assert logs.stdout.strip() == "0", logs
+
+
+def test_the_output_log_is_cut_at_its_bound_and_the_chain_holds_its_digest(system) -> None:
+    system.set_config("runner:\n  output_log_max_bytes: 2048\n")
+    system.restart_services()
+    try:
+        operation = op()
+        code, envelope, r = system.run_json("/bin/sh", "-c", "seq 1 3000", extra=("--operation-id", operation))
+        assert code == 0 and envelope.get("ok"), r
+        finished = _records(system, operation, "exec.finished")
+        kept = finished[0]["payload"]["output_log"]
+        assert kept["cut"] is True and kept["stored_bytes"] == 2048, kept
+        shown = system.airlock("show", operation, "--output", user=system.OPERATOR)
+        assert shown.returncode == 0, shown
+        assert "output log cut at 2048 bytes" in shown.stdout and "matches exec.finished" in shown.stdout
+        assert shown.stdout.startswith("--- stdout ---\n1\n2\n3\n")
+        # The agent still got all of it: the log's bound is the runner's, not the request's.
+        import base64
+
+        assert base64.b64decode(envelope["data"]["stdout"]).decode().endswith("3000\n")
+    finally:
+        system.restore_config()
+        system.restart_services()
