@@ -323,6 +323,36 @@ class Operating(Tickets, Votes):
         data = await self.runner.call("cancel", {"operation_id": op})
         return dict(data) | {"was": "running"}
 
+    async def kill(self, call: Call) -> dict[str, Any]:
+        """Signal a running job (issue 35): ``ref`` is its request or operation ID (``AGENT/ID`` when
+        agents share it), ``signal`` TERM by default.  Journaled (who, signal, why) before the signal goes."""
+        ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=1024)
+        signame = call.args.get("signal")
+        operator = call.peer
+        args: dict[str, Any] = {"ref": ref, "by": operator.user, "reason": reason}
+        if signame is not None:
+            args["signal"] = signame
+        owner, _, bare = ref.rpartition("/")
+        if owner:
+            uid = _agent_uid(owner)
+            if uid is None:
+                raise AirlockError(ErrorCode.NOT_FOUND, f"no such agent {owner!r}")
+            args |= {"ref": bare, "uid": uid}
+        job = await self.runner.call("kill", args | {"dry": True})
+        await self.audit.record(
+            "operator.action",
+            Ids(job.get("request_id"), job.get("operation_id"), operator.uid),
+            payload={
+                "action": "kill",
+                "operator": operator.user,
+                "reason": reason,
+                "signal": str(signame or "TERM"),
+                "agent_uid": job.get("agent_uid"),
+            },
+        )
+        return dict(await self.runner.call("kill", args))
+
     async def token_issue(self, call: Call) -> dict[str, Any]:
         session = validate.text("session", call.args.get("session"), max_len=256, allow_empty=False)
         ttl = call.args.get("ttl_seconds", DEFAULT_TTL_SECONDS)
@@ -411,6 +441,7 @@ class Operating(Tickets, Votes):
                 "approve": self.approve,
                 "deny": self.deny,
                 "cancel": self.cancel,
+                "kill": self.kill,
                 "hold": self.hold,
                 "release": self.release,
                 "policy.check": self.policy_check,

@@ -496,6 +496,7 @@ class Runner:
     memory_max: str | None
     tasks_max: int
     cpu_quota: str | None
+    exec_tree_max: int = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -831,6 +832,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job scope (e.g. 2G)."),
     Setting("runner.tasks_max", non_negative_int, 0, "TasksMax= of each job scope (0: systemd's default)."),
     Setting("runner.cpu_quota", optional_string, None, "CPUQuota= of each job scope (e.g. 200%)."),
+    Setting(
+        "runner.exec_tree_max",
+        non_negative_int,
+        256,
+        "Programs a job executed recorded in its exec.finished (its exec tree; the rest are counted as more; "
+        "0: no exec tree).",
+    ),
     Setting("log.level", choice("debug", "info", "warning", "error"), "info", "The lowest level logged."),
     Setting(
         "log.target",

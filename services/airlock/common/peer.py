@@ -189,6 +189,7 @@ OPERATOR_VERBS: Final = frozenset(
         "approve",
         "deny",
         "cancel",
+        "kill",
         "hold",
         "release",
         "events",

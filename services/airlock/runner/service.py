@@ -15,6 +15,7 @@ import asyncio
 import base64
 import hashlib
 import os
+import signal
 import socket
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -31,9 +32,11 @@ from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec, check_privilege
 from airlock.runner import agent, arguments
+from airlock.runner.control import JobControl, signal_name
 from airlock.runner.evidence import StageResult
 from airlock.runner.fileop_verbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
+from airlock.runner.proctree import ProcEvents
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key, systemd_is_running
 
 NAME = "runner"
@@ -44,6 +47,11 @@ CONFIRM_SECONDS = 60.0
 MAX_UNCONFIRMED = 10_000
 # What an exec reply may take of intake's reply limit; the rest is the envelope's.
 REPLY_ROOM = MAX_REPLY_BYTES - 64 * 1024
+# exec.finished's exec tree takes at most this much, and the room left after the rest of the record;
+# KILLED_BYTES is kept for an operator's kill (who, signal, a reason of KILL_REASON_CHARS at most).
+TREE_BYTES = 32 * 1024
+KILL_REASON_CHARS = 1024
+KILLED_BYTES = 8 * 1024
 
 
 class Runner:
@@ -61,6 +69,9 @@ class Runner:
         self.unconfirmed: dict[str, dict[str, Any]] = {}
         self._confirm_wake = asyncio.Event()
         self._confirmer: asyncio.Task[None] | None = None
+        # Exec trees (issue 35): one process-events listener for every job; live control per running job.
+        self.events = ProcEvents()
+        self.controls: dict[tuple[int, str], tuple[str | None, JobControl]] = {}  # key -> (request ID, control)
 
     def containment(self) -> str:
         mode = self.config.runner.containment
@@ -98,12 +109,17 @@ class Runner:
         # ticket is redeemed or the scope created is not lost: the job then never starts.
         cancel = asyncio.Event()
         self.running[key] = cancel
+        control = JobControl(self.events, self.config.runner.exec_tree_max, cancel)
+        self.controls[key] = (request_id, control)
         try:
-            return await self._exec(call, operation_id, ids, cancel)
+            return await self._exec(call, operation_id, ids, cancel, control)
         finally:
             self.running.pop(key, None)
+            self.controls.pop(key, None)
 
-    async def _exec(self, call: Call, operation_id: str, ids: Ids, cancel: asyncio.Event) -> dict[str, Any]:
+    async def _exec(
+        self, call: Call, operation_id: str, ids: Ids, cancel: asyncio.Event, control: JobControl
+    ) -> dict[str, Any]:
         a = call.args
         after: list[str] = []
         try:
@@ -122,7 +138,9 @@ class Runner:
         try:
             # The end record must fit, or the job never starts (issue 29): checked before
             # exec.started, so a request can never run without its exec.finished.
-            end_record_fits(job, self.config.journal.output_head_bytes)
+            # The exec tree takes what room is left (at most TREE_BYTES).
+            fits = end_record_fits(job, self.config.journal.output_head_bytes)
+            tree_room = min(TREE_BYTES, MAX_PAYLOAD_BYTES - fits - KILLED_BYTES)
         except AirlockError as exc:
             raise await self._refuse(exc, ids, after) from None
         digest = spec.digest()
@@ -157,7 +175,10 @@ class Runner:
         forwarder = asyncio.create_task(forward()) if stream else None
         try:
             result = await run_job(
-                job, on_output=(lambda n, i, c: chunks.put_nowait((n, i, c))) if stream else None, cancel=cancel
+                job,
+                on_output=(lambda n, i, c: chunks.put_nowait((n, i, c))) if stream else None,
+                cancel=cancel,
+                control=control,
             )
         except AirlockError as exc:
             # The binary vanished or became unexecutable since approval, or the scope
@@ -175,6 +196,12 @@ class Runner:
             "hostname": socket.gethostname(),
         }
         summary = _audit_summary(evidence, self.config.journal.output_head_bytes, result)
+        # What the job executed and who killed it go to the journal only: the agent's reply is as before.
+        tree = control.tree(tree_room)
+        if tree is not None:
+            summary["tree"] = tree
+        if control.killed is not None:
+            summary["killed"] = control.killed
         evidence = fit_reply(evidence)
         try:
             if result.cancelled:
@@ -349,6 +376,44 @@ class Runner:
         )
         return {"arguments": found}
 
+    async def kill(self, call: Call) -> dict[str, Any]:
+        """approval, for an operator: signal a running job (``ref``: its request or operation ID)."""
+        if self.approval_uid is None or call.peer.uid != self.approval_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        a = call.args
+        ref = validate.text("ref", a.get("ref"), max_len=256, allow_empty=False)
+        uid = validate.integer("uid", a.get("uid"))  # AGENT/ID: that agent's only
+        signum = kill_signal(a.get("signal"))
+        by = validate.text("by", a.get("by"), max_len=256, allow_empty=False)
+        reason = validate.text("reason", a.get("reason") or "", max_len=KILL_REASON_CHARS)
+        found = [
+            (key, request_id, control)
+            for key, (request_id, control) in self.controls.items()
+            if ref in (key[1], request_id) and uid in (None, key[0])
+        ]
+        if not found:
+            raise AirlockError(ErrorCode.NOT_FOUND, f"no running job has ID {ref!r}")
+        if len(found) > 1:
+            raise AirlockError(
+                ErrorCode.CONFLICT,
+                f"{len(found)} agents have a running job with ID {ref!r}; name one as AGENT/ID",
+                {"owners": sorted({key[0] for key, _, _ in found})},
+            )
+        (owner, operation_id), request_id, control = found[0]
+        if validate.boolean("dry", a.get("dry"), False):  # approval journals whom it kills first
+            return {"operation_id": operation_id, "request_id": request_id, "agent_uid": owner}
+        was = await control.kill(signum, by, reason)
+        self.log.info(
+            "runner.job.killed", operation_id=operation_id, request_id=request_id, signal=signal_name(signum), by=by
+        )
+        return {
+            "operation_id": operation_id,
+            "request_id": request_id,
+            "agent_uid": owner,
+            "signal": signal_name(signum),
+            "was": was,
+        }
+
     async def cancel(self, call: Call) -> dict[str, Any]:
         operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
         # intake names the agent whose operation it is; an operator (through approval) may cancel any.
@@ -359,6 +424,18 @@ class Runner:
         for event in events:
             event.set()
         return {"operation_id": operation_id, "cancelling": True}
+
+
+KILL_SIGNALS = frozenset({"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT"})
+
+
+def kill_signal(untrusted: Any) -> int:
+    """A signal an operator may send a job: a name from `KILL_SIGNALS` (with or without SIG), default TERM."""
+    name = "TERM" if untrusted is None else validate.text("signal", untrusted, max_len=16, allow_empty=False)
+    name = name.upper().removeprefix("SIG")
+    if name not in KILL_SIGNALS:
+        raise validate.bad("signal", "must be one of " + ", ".join(sorted(KILL_SIGNALS)))
+    return int(getattr(signal, "SIG" + name))
 
 
 def _peer_process(untrusted: Any, uid: int) -> tuple[int, int]:
@@ -523,6 +600,10 @@ def end_record_fits(job: JobSpec, head: int) -> int:
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
     runner = Runner(config)
+    if config.runner.exec_tree_max > 0:
+        runner.events.open()
+        if runner.events.unavailable is not None:
+            runner.log.warning("runner.tree.unavailable", error=runner.events.unavailable)
     file_verbs = FileVerbs(runner)
     door = Door(
         "runner",
@@ -532,6 +613,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         verbs={
             "exec": runner.exec,
             "cancel": runner.cancel,
+            "kill": runner.kill,
             "inspect": runner.inspect,
             "files": file_verbs.files,
             "files_preview": file_verbs.files_preview,
