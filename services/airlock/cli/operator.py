@@ -369,11 +369,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
             text += ", timed out"
         if outcome.get("cancelled"):
             text += ", cancelled"
-        killed = outcome.get("killed") or {}
-        if killed:
-            text += f", killed ({killed.get('signal')}) by {killed.get('by')}"
-            if killed.get("reason"):
-                text += f": {killed.get('reason')}"
+        text += _killed_text(outcome.get("killed") or {})
         pairs.append(("outcome", sanitise(text)))
     broken = data.get("lifecycle_error") or {}
     if broken:
@@ -395,6 +391,13 @@ def cmd_show(ns: argparse.Namespace) -> int:
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
     return 0
+
+
+def _killed_text(killed: dict[str, Any]) -> str:
+    if not killed:
+        return ""
+    text = f", killed ({killed.get('signal')}) by {killed.get('by')}"
+    return text + (f": {killed.get('reason')}" if killed.get("reason") else "")
 
 
 def tree_lines(tree: dict[str, Any]) -> list[str]:

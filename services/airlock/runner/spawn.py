@@ -42,7 +42,6 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.spec import check_privilege
 from airlock.runner import arguments, units
 from airlock.runner.binaries import _Binary, _close_all, _is_own_identity, _open_all
-from airlock.runner.control import JobControl
 from airlock.runner.containment import (
     _SCOPE_BACKSTOP_SLACK_SECONDS,
     ServiceContainment,
@@ -51,6 +50,7 @@ from airlock.runner.containment import (
     _write_script_copies,
     systemd_is_running,
 )
+from airlock.runner.control import JobControl
 from airlock.runner.evidence import JobResult, StageResult, sha256_hex
 from airlock.runner.gate import _GATE_SHIM, _gate_payload
 from airlock.runner.identity import check_cwd
