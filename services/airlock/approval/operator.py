@@ -353,6 +353,10 @@ class Operating(Tickets, Votes):
         )
         return dict(await self.runner.call("kill", args))
 
+    async def running(self, call: Call) -> dict[str, Any]:
+        """The commands running now (the runner's list): for `airlock watch`'s kill key and for reading."""
+        return dict(await self.runner.call("running", {}))
+
     async def token_issue(self, call: Call) -> dict[str, Any]:
         session = validate.text("session", call.args.get("session"), max_len=256, allow_empty=False)
         ttl = call.args.get("ttl_seconds", DEFAULT_TTL_SECONDS)
@@ -442,6 +446,7 @@ class Operating(Tickets, Votes):
                 "deny": self.deny,
                 "cancel": self.cancel,
                 "kill": self.kill,
+                "running": self.running,
                 "hold": self.hold,
                 "release": self.release,
                 "policy.check": self.policy_check,
@@ -466,7 +471,7 @@ def _operator_only(verb: Verb) -> Verb:
 
 
 # What a read-only operator (``operators.observers``) may call on operator.sock.
-OBSERVER_VERBS = frozenset({"status", "pending", "show", "events", "statement", "grants"})
+OBSERVER_VERBS = frozenset({"status", "pending", "show", "events", "statement", "grants", "running"})
 
 
 def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:

@@ -190,6 +190,7 @@ OPERATOR_VERBS: Final = frozenset(
         "deny",
         "cancel",
         "kill",
+        "running",
         "hold",
         "release",
         "events",

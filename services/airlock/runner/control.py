@@ -39,6 +39,7 @@ class JobControl:
         self.watch: Watch | None = None
         self.containment: Signallable | None = None
         self.killed: dict[str, Any] | None = None
+        self.summary: dict[str, Any] = {}  # what `running` lists: the command, as whom, since when
 
     # --- the exec tree (spawn.py calls these) ---
 

@@ -17,13 +17,14 @@ import hashlib
 import os
 import signal
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from airlock.common import binary, daemon, log, sandbox, validate
 from airlock.common.arguments import parse_bound as argparse_bound
 from airlock.common.audit import Audit, Ids, lifecycle, marks_of
-from airlock.common.codec import canonical_json
+from airlock.common.codec import canonical_json, iso_utc
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import MAX_REPLY_BYTES, Client
@@ -52,6 +53,7 @@ REPLY_ROOM = MAX_REPLY_BYTES - 64 * 1024
 TREE_BYTES = 32 * 1024
 KILL_REASON_CHARS = 1024
 KILLED_BYTES = 8 * 1024
+MAX_LISTED = 256  # running jobs one `running` lists
 
 
 class Runner:
@@ -144,6 +146,13 @@ class Runner:
         except AirlockError as exc:
             raise await self._refuse(exc, ids, after) from None
         digest = spec.digest()
+        control.summary = {
+            "stages": [list(argv) for argv in spec.stages],
+            "agent_uid": spec.uid,
+            "uid": job.identity.uid,
+            "containment": job.containment,
+            "started_at": iso_utc(time.time()),
+        }
         await self.audit.record(
             "exec.started",
             ids,
@@ -414,6 +423,17 @@ class Runner:
             "was": was,
         }
 
+    async def running_jobs(self, call: Call) -> dict[str, Any]:
+        """approval, for an operator's `running` (and `airlock watch`): the commands running now."""
+        if self.approval_uid is None or call.peer.uid != self.approval_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        jobs = [
+            {"operation_id": op, "request_id": request_id} | control.summary
+            for (_owner, op), (request_id, control) in list(self.controls.items())[:MAX_LISTED]
+            if control.summary
+        ]
+        return {"running": jobs}
+
     async def cancel(self, call: Call) -> dict[str, Any]:
         operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
         # intake names the agent whose operation it is; an operator (through approval) may cancel any.
@@ -614,6 +634,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             "exec": runner.exec,
             "cancel": runner.cancel,
             "kill": runner.kill,
+            "running": runner.running_jobs,
             "inspect": runner.inspect,
             "files": file_verbs.files,
             "files_preview": file_verbs.files_preview,
