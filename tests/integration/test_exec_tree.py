@@ -69,24 +69,26 @@ def test_the_tree_has_every_program_including_setsid_and_double_forked_children(
     shown = _show(tstack, rid)
     tree = shown["tree"]
     assert tree["source"] == "proc-connector" and tree["scope"] == "ancestry" and tree["complete"] is True
-    names = _programs(tree)
-    for wanted in ("dash", "setsid", "uname", "sleep"):
-        assert wanted in names, names
     procs = tree["processes"]
+    # Every program is there and is named by the file the kernel executed: read from /proc at its
+    # exec, or (one that exited within the instant, such as id) from the kernel's exit record.
+    inodes = {name: os.stat(f"/usr/bin/{name}").st_ino for name in ("dash", "id", "setsid", "uname", "sleep")}
+    seen = {p["exe_id"]["ino"] for p in procs}
+    assert set(inodes.values()) <= seen, (inodes, procs)
     root = procs[0]
     assert root["argv"][:2] == ["/usr/bin/dash", "-c"] and root["parent"] is None
-    # id lives for about a millisecond: read in time, or at least there with its pid and exit.
-    first = procs[1]
-    assert first["parent"] == 0 and first["exit_code"] == 0
-    assert first.get("exited_before_read") or first["argv"] == ["id"], first
-    uname = next(p for p in procs if p["exe"].endswith("/uname"))
-    assert uname["argv"] == ["uname", "-a"] and uname["uid"] == os.geteuid()
-    # uname's parent is the setsid'd sh, itself started (through a subshell's fork) by the job's sh.
+    uname = next(p for p in procs if p["exe_id"]["ino"] == inodes["uname"])
+    if uname.get("exited_before_read"):
+        assert uname["comm"] == "uname"
+    else:
+        assert uname["argv"] == ["uname", "-a"] and "size" in uname["exe_id"]
+    assert uname["uid"] == os.geteuid() and uname["exit_code"] == 0 and uname["end"] >= uname["start"]
+    # uname's parent is the setsid'd sh (setsid executed dash), started through a subshell's fork by the job's sh.
     parent = procs[uname["parent"]]
-    assert parent["argv"][:2] == ["sh", "-c"] and procs[parent["parent"]] is root
-    assert {"dev", "ino", "size", "mtime"} <= set(uname["exe_id"])
-    assert uname["exe_id"]["ino"] == os.stat(uname["exe"]).st_ino
-    assert uname["exit_code"] == 0 and uname["end"] >= uname["start"]
+    assert parent["exe_id"]["ino"] == inodes["dash"] and procs[parent["parent"]]["exe_id"]["ino"] == inodes["setsid"]
+    assert procs[procs[parent["parent"]]["parent"]] is root
+    ident = next(p for p in procs if p["exe_id"]["ino"] == inodes["id"])
+    assert ident["parent"] == 0 and ident["exit_code"] == 0
     text = tstack.cli("show", rid)
     assert text.returncode == 0
     assert "executed (" in text.stdout and "uname -a" in text.stdout
@@ -159,3 +161,34 @@ def test_kill_of_a_job_that_is_not_running_is_not_found_and_journals_nothing(tst
     bad = tstack.cli("kill", "x", "--signal", "SEGV")
     assert bad.returncode != 0 and "signal" in bad.stderr
     assert len(tstack.journal_rows()) == before
+
+
+def test_kill_reaches_a_child_that_left_the_process_group(tstack: Stack) -> None:
+    """Process-group mode: setsid() leaves the job's group, not its fork ancestry."""
+    marker = f"{600 + (uuid.uuid4().int % 1000)}.{uuid.uuid4().int % 10**6}"
+    rid = f"kill-{uuid.uuid4()}"
+    script = f"setsid sleep {marker} & sleep {marker}"
+    job = Background(tstack, {"argv": ["sh", "-c", script], "timeout_ms": 60000}, id=rid)
+    deadline = time.monotonic() + 20
+    while _count_with(marker) < 2:
+        assert time.monotonic() < deadline, "the job never started both sleeps"
+        time.sleep(0.05)
+    done = tstack.cli("kill", rid)
+    assert done.returncode == 0, done.stderr
+    job.result(30)
+    deadline = time.monotonic() + 5
+    while _count_with(marker):
+        assert time.monotonic() < deadline, "a process of the killed job is left"
+        time.sleep(0.05)
+
+
+def _count_with(marker: str) -> int:
+    found = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    found += f.read() == b"sleep\0" + marker.encode() + b"\0"
+            except OSError:
+                continue
+    return found

@@ -424,7 +424,11 @@ def tree_lines(tree: dict[str, Any]) -> list[str]:
         ident = p.get("exe_id") or {}
         text = f"{'  ' * depth}{p.get('pid')} {shown}"
         if p.get("exited_before_read"):
-            text += "  [exited before it could be read]"
+            text += "  [exited before it could be read"
+            if p.get("comm"):  # the kernel's accounting record: its name and file, no path
+                text += f"; was {sanitise(p.get('comm'), strict=True)} dev {ident.get('dev')} ino {ident.get('ino')}"
+                text += f" uid {p.get('uid')}"
+            text += "]"
         else:
             text += f"  [{sanitise(p.get('exe'), strict=True)} dev {ident.get('dev')} ino {ident.get('ino')}"
             text += f" uid {p.get('uid')}" + (f" euid {p.get('euid')}" if p.get("euid") != p.get("uid") else "")

@@ -11,6 +11,7 @@ cgroup) in service containment, the scope and the process groups otherwise.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from collections.abc import Iterable
@@ -70,4 +71,17 @@ class JobControl:
             self.cancel.set()
             return "not started"
         await self.containment.signal(signum)
+        self._signal_escaped(signum)
         return "running"
+
+    def _signal_escaped(self, signum: int) -> None:
+        """Process groups: what left them (setsid, a double fork) is still the job's by ancestry."""
+        if self.events is None or self.watch is None or self.watch.units:
+            return  # under a unit, KillUnit reached the whole cgroup
+        groups = set(getattr(self.containment, "pgids", ()))
+        for pid in self.events.live(self.watch):
+            try:
+                if os.getpgid(pid) not in groups:
+                    os.kill(pid, signum)
+            except OSError:
+                continue  # gone meanwhile

@@ -70,6 +70,7 @@ MAX_PATH_CHARS = 1024
 MAX_TRACKED = 65536
 # A runner child no job claimed within this long was one of the runner's own helpers.
 _UNCLAIMED_SECONDS = 30.0
+_EXITED_KEPT = 8192
 
 
 def _mono_to_wall(ns: int) -> float:
@@ -109,6 +110,124 @@ def read_process(pid: int) -> dict[str, Any]:
     return out
 
 
+# --- taskstats: what a program that ended too soon to be read was -------------------------
+#
+# The kernel's per-task accounting (generic netlink family TASKSTATS) sends a record for
+# every exit to a registered listener, with the task's comm, uid and (struct taskstats
+# version 11 on) the device and inode of the file it executed.  It names the programs that
+# exited before /proc could be read.  The offsets below are checked at start against the
+# runner's own record; a kernel whose record does not match is not used.
+_GENL_ID_CTRL, _CTRL_CMD_GETFAMILY, _CTRL_ATTR_FAMILY_ID, _CTRL_ATTR_FAMILY_NAME = 16, 3, 1, 2
+_TS_CMD_GET, _TS_CMD_NEW = 1, 2
+_TS_ATTR_PID, _TS_ATTR_REGISTER_CPUMASK = 1, 3
+_TS_TYPE_PID, _TS_TYPE_STATS, _TS_TYPE_AGGR_PID = 1, 3, 4
+_TS_COMM, _TS_UID, _TS_PID, _TS_EXE = slice(80, 112), 120, 128, 384
+
+
+def _nla(kind: int, data: bytes) -> bytes:
+    size = 4 + len(data)
+    return struct.pack("=HH", size, kind) + data + b"\0" * (-size % 4)
+
+
+def _nlas(buf: bytes, at: int, end: int) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    while at + 4 <= end:
+        size, kind = struct.unpack_from("=HH", buf, at)
+        if size < 4:
+            break
+        out[kind & 0x3FFF] = buf[at + 4 : at + size]
+        at += (size + 3) & ~3
+    return out
+
+
+def _genl(family: int, cmd: int, attrs: bytes) -> bytes:
+    body = struct.pack("=BBH", cmd, 1, 0) + attrs
+    return _NLMSG.pack(_NLMSG.size + len(body), family, 1, 0, 0) + body  # NLM_F_REQUEST
+
+
+def _stats_of(stats: bytes) -> dict[str, Any] | None:
+    if len(stats) < _TS_EXE + 16:
+        return None
+    dev, ino = struct.unpack_from("=QQ", stats, _TS_EXE)
+    return {
+        "comm": stats[_TS_COMM].split(b"\0", 1)[0].decode("utf-8", "backslashreplace"),
+        "uid": struct.unpack_from("=I", stats, _TS_UID)[0],
+        "pid": struct.unpack_from("=I", stats, _TS_PID)[0],
+        "dev": dev,
+        "ino": ino,
+    }
+
+
+class ExitStats:
+    """The TASKSTATS listener: (pid, what it was) for every process that exits."""
+
+    def __init__(self) -> None:
+        self.sock: socket.socket | None = None
+        self.family = 0
+
+    def open(self) -> str | None:
+        """Register for every CPU's exits; the reason when it cannot (then nothing is lost but names)."""
+        try:
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 16)  # NETLINK_GENERIC
+        except OSError as exc:
+            return f"no generic netlink: {exc.strerror or exc}"
+        try:
+            sock.settimeout(_ACK_SECONDS)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, 33, _RCVBUF)
+            sock.bind((0, 0))
+            sock.send(_genl(_GENL_ID_CTRL, _CTRL_CMD_GETFAMILY, _nla(_CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")))
+            reply = sock.recv(65536)
+            family_id = _nlas(reply, _NLMSG.size + 4, len(reply)).get(_CTRL_ATTR_FAMILY_ID)
+            if family_id is None:
+                raise OSError(errno.ENOENT, "no TASKSTATS family")
+            self.family = struct.unpack("=H", family_id[:2])[0]
+            # The layout check: our own record must name us, our uid and our executable.
+            sock.send(_genl(self.family, _TS_CMD_GET, _nla(_TS_ATTR_PID, struct.pack("=I", os.getpid()))))
+            mine = self._parse(sock.recv(65536))
+            exe = os.stat("/proc/self/exe")
+            if (
+                not mine
+                or mine[1]["pid"] != os.getpid()
+                or (mine[1]["dev"], mine[1]["ino"]) != (exe.st_dev, exe.st_ino)
+            ):
+                raise OSError(errno.EPROTO, "taskstats records are not laid out as expected")
+            cpus = f"0-{(os.cpu_count() or 1) - 1}".encode() + b"\0"
+            sock.send(_genl(self.family, _TS_CMD_GET, _nla(_TS_ATTR_REGISTER_CPUMASK, cpus)))
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            return f"taskstats unavailable: {getattr(exc, 'strerror', None) or exc}"
+        sock.setblocking(False)
+        self.sock = sock
+        return None
+
+    def _parse(self, data: bytes) -> tuple[int, dict[str, Any]] | None:
+        if len(data) < _NLMSG.size + 4 or _NLMSG.unpack_from(data, 0)[1] != self.family:
+            return None
+        top = _nlas(data, _NLMSG.size + 4, min(len(data), _NLMSG.unpack_from(data, 0)[0]))
+        aggr = top.get(_TS_TYPE_AGGR_PID)
+        if aggr is None:
+            return None
+        inner = _nlas(aggr, 0, len(aggr))
+        pid, stats = inner.get(_TS_TYPE_PID), inner.get(_TS_TYPE_STATS)
+        if pid is None or stats is None:
+            return None
+        info = _stats_of(stats)
+        return (struct.unpack("=I", pid[:4])[0], info) if info is not None else None
+
+    def pids(self, data: bytes) -> int | None:
+        """The pid an exit record is about, read cheaply (most are not a job's)."""
+        top = _nlas(data, _NLMSG.size + 4, len(data)) if len(data) > _NLMSG.size + 4 else {}
+        aggr = top.get(_TS_TYPE_AGGR_PID)
+        pid = _nlas(aggr, 0, len(aggr)).get(_TS_TYPE_PID) if aggr is not None else None
+        return struct.unpack("=I", pid[:4])[0] if pid is not None else None
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
 def cgroup_of(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/cgroup", "rb") as f:
@@ -127,6 +246,7 @@ class Watch:
         self.units = frozenset(units)  # by cgroup: the job's unit names
         self.limit = limit
         self.tracked: dict[int, int] = {}  # tgid -> the index of its newest exec (-1: none yet)
+        self.last: dict[int, int] = {}  # tgid -> the index of its newest exec, kept after it exited
         self.parents: dict[int, int] = {}  # tgid -> the tgid that forked it
         self.execs: list[dict[str, Any]] = []
         self.more = 0
@@ -157,11 +277,12 @@ class Watch:
             self.tracked[pid] = -1
             return
         entry: dict[str, Any] = {"pid": pid, "ppid": self.parents.get(pid), "start": iso_utc(at)}
-        parent = self._executed_ancestor(pid) if previous < 0 else self.execs[previous].get("parent")
+        # A program that executed another in its place (setsid, env, exec in sh) is its parent in the tree.
+        parent = self._executed_ancestor(pid) if previous < 0 else previous
         entry["parent"] = parent
         seen = read_process(pid)
         entry |= seen or {"exited_before_read": True}
-        self.tracked[pid] = len(self.execs)
+        self.tracked[pid] = self.last[pid] = len(self.execs)
         self.execs.append(entry)
 
     def _executed_ancestor(self, pid: int) -> int | None:
@@ -184,6 +305,17 @@ class Watch:
             else:
                 entry["exit_code"] = (code >> 8) & 0xFF
 
+    def post_mortem(self, pid: int, info: dict[str, Any]) -> None:
+        """What taskstats says of a program that exited before /proc could be read."""
+        index = self.last.get(pid)
+        if index is None or not self.execs[index].get("exited_before_read"):
+            return
+        self.execs[index] |= {
+            "comm": info["comm"],
+            "uid": info["uid"],
+            "exe_id": {"dev": info["dev"], "ino": info["ino"]},
+        }
+
     def absorb(self, other: Watch) -> None:
         """A runner child's events from before the job claimed it."""
         offset = len(self.execs)
@@ -197,6 +329,9 @@ class Watch:
         self.complete = self.complete and other.complete
         for pid, index in other.tracked.items():
             self.tracked[pid] = index + offset if 0 <= index + offset < len(self.execs) and index >= 0 else -1
+        for pid, index in other.last.items():
+            if index + offset < len(self.execs):
+                self.last[pid] = index + offset
         self.parents.update(other.parents)
 
     def record(self, max_bytes: int) -> dict[str, Any]:
@@ -232,6 +367,9 @@ class ProcEvents:
         self.watches: list[Watch] = []
         self.owner: dict[int, Watch] = {}  # tgid -> its job's watch (both modes)
         self.unclaimed: dict[int, Watch] = {}  # runner children not claimed yet, by pid
+        self.exits = ExitStats()
+        self.exited: dict[int, Watch] = {}  # a job's processes that exited lately (their taskstats may follow)
+        self.names: str | None = "not started"  # why programs that exit at once go unnamed, or None
         self.pid = os.getpid()
         self.log = structlog.get_logger()
         # A thread of its own reads the events: /proc must be read the moment a program starts
@@ -278,6 +416,9 @@ class ProcEvents:
         sock.setblocking(False)
         self.sock = sock
         self.unavailable = None
+        self.names = self.exits.open()
+        if self.names is not None:
+            self.log.warning("runner.tree.taskstats_unavailable", error=self.names)
         # The reader must get the GIL at once when an event arrives, not after the default 5 ms
         # the event loop may keep it: a program such as id(1) lives for about a millisecond.
         sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_SECONDS))
@@ -290,6 +431,8 @@ class ProcEvents:
             return
         poller = select.poll()
         poller.register(sock.fileno(), select.POLLIN)
+        if self.exits.sock is not None:
+            poller.register(self.exits.sock.fileno(), select.POLLIN)
         while not self._stop.is_set():
             if poller.poll(500):
                 with self.lock:
@@ -304,6 +447,7 @@ class ProcEvents:
             if self.sock is not None:
                 self.sock.close()
                 self.sock = None
+            self.exits.close()
 
     def watch(self, units: Iterable[str] = (), limit: int = 256) -> Watch:
         w = Watch(units, limit)
@@ -333,6 +477,12 @@ class ProcEvents:
             for tgid in found.tracked:
                 self.owner[tgid] = w
 
+    def live(self, w: Watch) -> list[int]:
+        """The job's processes alive as far as the events tell (forked or executed, no exit yet)."""
+        with self.lock:
+            self.drain()
+            return [pid for pid, owner in self.owner.items() if owner is w]
+
     def finish(self, w: Watch) -> None:
         """The job ended: read what is queued, and stop following its processes."""
         with self.lock:
@@ -341,9 +491,34 @@ class ProcEvents:
                 self.watches.remove(w)
             for tgid in [t for t, o in self.owner.items() if o is w]:
                 del self.owner[tgid]
+            for tgid in [t for t, o in self.exited.items() if o is w]:
+                del self.exited[tgid]
 
     def drain(self) -> None:
         """Handle every event queued now (the caller holds the lock)."""
+        self._drain_events()
+        self._drain_exits()
+
+    def _drain_exits(self) -> None:
+        sock = self.exits.sock
+        while sock is not None:
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.ENOBUFS:
+                    continue
+                self.exits.close()
+                return
+            pid = self.exits.pids(data)
+            w = self.owner.get(pid) or self.exited.get(pid) if pid is not None else None
+            if w is not None and pid is not None:
+                parsed = self.exits._parse(data)
+                if parsed is not None:
+                    w.post_mortem(pid, parsed[1])
+
+    def _drain_events(self) -> None:
         sock = self.sock
         if sock is None:
             return
@@ -419,6 +594,11 @@ class ProcEvents:
         w = self.owner.pop(pid, None)
         if w is not None:
             w.exit(pid, at, code)
+            if w.last.get(pid) is not None:
+                # Its taskstats record may come after this event (another socket): keep it findable.
+                self.exited[pid] = w
+                if len(self.exited) > _EXITED_KEPT:
+                    del self.exited[next(iter(self.exited))]
         u = self.unclaimed.get(pid)
         if u is not None and time.monotonic() - u.created > _UNCLAIMED_SECONDS:
             self._drop(pid)
