@@ -89,7 +89,7 @@ def read_process(pid: int) -> dict[str, Any]:
             status = f.read(4096)
     except OSError:
         return {}
-    parts = raw[:MAX_ARGV_BYTES].split(b"\0")
+    parts = raw[:MAX_ARGV_BYTES].split(b"\0") if raw else []
     if raw.endswith(b"\0") and len(raw) <= MAX_ARGV_BYTES:
         parts = parts[:-1]
     argv = [p.decode("utf-8", "backslashreplace") for p in parts[:MAX_ARGS]]

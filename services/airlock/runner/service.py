@@ -53,6 +53,7 @@ REPLY_ROOM = MAX_REPLY_BYTES - 64 * 1024
 TREE_BYTES = 32 * 1024
 KILL_REASON_CHARS = 1024
 KILLED_BYTES = 8 * 1024
+MIN_TREE_BYTES = 1024
 MAX_LISTED = 256  # running jobs one `running` lists
 
 
@@ -206,11 +207,16 @@ class Runner:
         }
         summary = _audit_summary(evidence, self.config.journal.output_head_bytes, result)
         # What the job executed and who killed it go to the journal only: the agent's reply is as before.
-        tree = control.tree(tree_room)
+        tree = control.tree(tree_room) if tree_room >= MIN_TREE_BYTES else None
         if tree is not None:
             summary["tree"] = tree
+        elif control.watch is not None:  # a record this full has no room for it (_MARGIN holds this line)
+            summary["tree"] = {"source": "proc-connector", "unavailable": "no room left in exec.finished"}
         if control.killed is not None:
-            summary["killed"] = control.killed
+            killed = control.killed
+            if tree_room < 0:  # no room kept for the reason either
+                killed = {k: v for k, v in killed.items() if k != "reason"} | {"reason_omitted": True}
+            summary["killed"] = killed
         evidence = fit_reply(evidence)
         try:
             if result.cancelled:
