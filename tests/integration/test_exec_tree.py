@@ -192,3 +192,59 @@ def _count_with(marker: str) -> int:
             except OSError:
                 continue
     return found
+
+
+def _cgroup2_root() -> str | None:
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if fields[fields.index("-") + 1] == "cgroup2":
+                return fields[4]
+    return None
+
+
+def test_by_cgroup_setsid_and_double_forked_children_are_the_jobs() -> None:
+    """Service containment's rule without systemd: a process is the job's when it executes in the
+    job's cgroup (named like its unit), whoever its parent is."""
+    import asyncio
+    import subprocess
+
+    root = _cgroup2_root()
+    if root is None or not os.access(root, os.W_OK) or not _connector_available():
+        pytest.skip("needs a writable cgroup2 hierarchy and the process-events connector")
+    unit = f"airlock-job-treetest{uuid.uuid4().hex[:8]}.u0.service"
+    cgroup = os.path.join(root, unit)
+    os.mkdir(cgroup)
+
+    def join() -> None:  # what systemd does for a unit's main process, before exec
+        with open(os.path.join(cgroup, "cgroup.procs"), "w", encoding="ascii") as f:
+            f.write("0")
+
+    async def run() -> dict[str, Any]:
+        events = ProcEvents()
+        events.open()
+        try:
+            watch = events.watch([unit], 50)
+            script = 'id; (setsid sh -c "uname -a; sleep 0.1" &); sleep 0.3'
+            await asyncio.to_thread(
+                subprocess.run, ["/bin/sh", "-c", script], preexec_fn=join, check=True, capture_output=True
+            )
+            # The double-forked sh outlives its parent: wait until the cgroup is empty.
+            deadline = time.monotonic() + 10
+            while Path(cgroup, "cgroup.procs").read_text().strip():
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            events.finish(watch)
+            return watch.record(32 * 1024)
+        finally:
+            events.close()
+
+    try:
+        tree = asyncio.run(run())
+    finally:
+        os.rmdir(cgroup)
+    assert tree["scope"] == "cgroup" and tree["complete"] is True
+    inodes = {os.stat(f"/usr/bin/{n}").st_ino: n for n in ("dash", "id", "setsid", "uname", "sleep")}
+    names = [inodes.get(p["exe_id"]["ino"]) for p in tree["processes"]]
+    assert set(inodes.values()) <= set(names), tree
+    assert tree["processes"][0]["parent"] is None and names[0] == "dash"

@@ -107,6 +107,8 @@ def read_process(pid: int) -> dict[str, Any]:
         if line.startswith(b"Uid:"):
             fields = line.split()
             out["uid"], out["euid"] = int(fields[1]), int(fields[2])
+        elif line.startswith(b"PPid:"):
+            out["ppid"] = int(line.split()[1])  # now: the fork event's parent is better, when there was one
     return out
 
 
@@ -253,13 +255,14 @@ class Watch:
         self.complete = True
         self.unavailable: str | None = None
         self.created = time.monotonic()
+        self.unclaimed = False  # a runner child's events, kept until a job claims it
 
     @property
     def mode(self) -> str:
         return "cgroup" if self.units else "ancestry"
 
     def owns_cgroup(self, cgroup: str) -> bool:
-        return cgroup.rsplit("/", 1)[-1] in self.units
+        return bool(self.units) and cgroup.rsplit("/", 1)[-1] in self.units
 
     def fork(self, parent: int, child: int) -> None:
         if len(self.tracked) >= MAX_TRACKED:
@@ -282,6 +285,8 @@ class Watch:
         entry["parent"] = parent
         seen = read_process(pid)
         entry |= seen or {"exited_before_read": True}
+        if pid in self.parents:
+            entry["ppid"] = self.parents[pid]
         self.tracked[pid] = self.last[pid] = len(self.execs)
         self.execs.append(entry)
 
@@ -573,6 +578,7 @@ class ProcEvents:
             if len(self.unclaimed) > 1024:
                 self._forget_old()
             u = Watch(limit=MAX_TRACKED)
+            u.unclaimed = True
             u.fork(parent, child)
             u.parents.pop(child, None)  # its parent is the runner, not part of the job
             self.unclaimed[child] = u
@@ -580,13 +586,15 @@ class ProcEvents:
 
     def _exec(self, pid: int, at: float) -> None:
         w = self.owner.get(pid)
-        if w is None and any(x.units for x in self.watches):
+        # A runner child no job claimed yet may be a job's all the same when it executes in a job's
+        # cgroup (a job's cgroup is the stronger claim).
+        if (w is None or w.unclaimed) and any(x.units for x in self.watches):
             cgroup = cgroup_of(pid)
-            if cgroup is not None:
-                w = next((x for x in self.watches if x.units and x.owns_cgroup(cgroup)), None)
-                if w is not None:
-                    self.owner[pid] = w
-                    w.tracked.setdefault(pid, -1)
+            found = None if cgroup is None else next((x for x in self.watches if x.owns_cgroup(cgroup)), None)
+            if found is not None:
+                self.unclaimed.pop(pid, None)
+                self.owner[pid] = w = found
+                w.tracked.setdefault(pid, -1)
         if w is not None:
             w.exec(pid, at)
 
