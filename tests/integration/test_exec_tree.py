@@ -206,7 +206,6 @@ def _cgroup2_root() -> str | None:
 def test_by_cgroup_setsid_and_double_forked_children_are_the_jobs() -> None:
     """Service containment's rule without systemd: a process is the job's when it executes in the
     job's cgroup (named like its unit), whoever its parent is."""
-    import asyncio
     import subprocess
 
     root = _cgroup2_root()
@@ -220,27 +219,25 @@ def test_by_cgroup_setsid_and_double_forked_children_are_the_jobs() -> None:
         with open(os.path.join(cgroup, "cgroup.procs"), "w", encoding="ascii") as f:
             f.write("0")
 
-    async def run() -> dict[str, Any]:
+    def run() -> dict[str, Any]:
         events = ProcEvents()
         events.open()
         try:
             watch = events.watch([unit], 50)
             script = 'id; (setsid sh -c "uname -a; sleep 0.1" &); sleep 0.3'
-            await asyncio.to_thread(
-                subprocess.run, ["/bin/sh", "-c", script], preexec_fn=join, check=True, capture_output=True
-            )
+            subprocess.run(["/bin/sh", "-c", script], preexec_fn=join, check=True, capture_output=True)
             # The double-forked sh outlives its parent: wait until the cgroup is empty.
             deadline = time.monotonic() + 10
             while Path(cgroup, "cgroup.procs").read_text().strip():
                 assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
+                time.sleep(0.02)
             events.finish(watch)
             return watch.record(32 * 1024)
         finally:
             events.close()
 
     try:
-        tree = asyncio.run(run())
+        tree = run()
     finally:
         os.rmdir(cgroup)
     assert tree["scope"] == "cgroup" and tree["complete"] is True
