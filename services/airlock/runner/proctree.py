@@ -186,7 +186,11 @@ class ExitStats:
             self.family = struct.unpack("=H", family_id[:2])[0]
             # The layout check: our own record must name us, our uid and our executable.
             sock.send(_genl(self.family, _TS_CMD_GET, _nla(_TS_ATTR_PID, struct.pack("=I", os.getpid()))))
-            mine = self._parse(sock.recv(65536))
+            answer = sock.recv(65536)
+            if len(answer) >= _NLMSG.size + 4 and _NLMSG.unpack_from(answer, 0)[1] == 2:  # NLMSG_ERROR
+                code = -struct.unpack_from("=i", answer, _NLMSG.size)[0]
+                raise OSError(code, os.strerror(code))
+            mine = self._parse(answer)
             exe = os.stat("/proc/self/exe")
             if (
                 not mine
