@@ -47,6 +47,8 @@ from typing import Any
 import structlog
 
 from airlock.common.codec import canonical_json, iso_utc
+from airlock.runner.gate import _GATE_SHIM
+from airlock.runner.units import HELPER
 
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = 1
@@ -70,6 +72,9 @@ MAX_PATH_CHARS = 1024
 MAX_TRACKED = 65536
 # A runner child no job claimed within this long was one of the runner's own helpers.
 _UNCLAIMED_SECONDS = 30.0
+# airlock's own exec shims (a unit's exec helper, a scope stage's gate) run as `python3 -I -S -c CODE ...`
+# before the job's program: their code is named, not spelled out, in the tree.
+_SHIMS = {HELPER: "<airlock exec helper>", _GATE_SHIM: "<airlock scope gate>"}
 _EXITED_KEPT = 8192
 
 
@@ -93,7 +98,7 @@ def read_process(pid: int) -> dict[str, Any]:
     if raw.endswith(b"\0") and len(raw) <= MAX_ARGV_BYTES:
         parts = parts[:-1]
     argv = [p.decode("utf-8", "backslashreplace") for p in parts[:MAX_ARGS]]
-    out["argv"] = argv
+    out["argv"] = shims_named(argv)
     if len(raw) > MAX_ARGV_BYTES or len(parts) > MAX_ARGS:
         out["argv_truncated"] = True
     out["exe"] = exe[:MAX_PATH_CHARS]
@@ -232,6 +237,18 @@ class ExitStats:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+
+
+def shims_named(argv: list[str]) -> list[str]:
+    """argv with airlock's own shim code named (it is ours, long, and would fill the argv bound)."""
+    if len(argv) < 5 or argv[1:4] != ["-I", "-S", "-c"]:
+        return argv
+    code = argv[4]
+    for shim, name in _SHIMS.items():
+        # The whole code, or a prefix long enough (argv is cut at MAX_ARGV_BYTES) to be no one else's.
+        if code == shim or (len(code) >= 200 and shim.startswith(code)):
+            return [*argv[:4], name, *argv[5:]]
+    return argv
 
 
 def cgroup_of(pid: int) -> str | None:

@@ -96,3 +96,13 @@ def test_show_indents_by_parentage_and_neutralises_what_the_job_chose() -> None:
 def test_show_says_why_there_is_no_tree() -> None:
     lines = tree_lines({"source": "proc-connector", "unavailable": "no \x1b]connector"})
     assert lines == ["executed: not recorded (no \\x1b]connector)"]
+
+
+def test_airlocks_own_shims_are_named_not_spelled_out() -> None:
+    from airlock.runner.units import HELPER
+
+    helper = ["/usr/bin/python3.11", "-I", "-S", "-c", HELPER[:900]]
+    assert proctree.shims_named(helper) == ["/usr/bin/python3.11", "-I", "-S", "-c", "<airlock exec helper>"]
+    # A job's own short code that happens to begin like the helper is the job's, and shown.
+    mine = ["/usr/bin/python3", "-I", "-S", "-c", "import fcntl"]
+    assert proctree.shims_named(mine) == mine
