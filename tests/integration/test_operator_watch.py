@@ -1,5 +1,6 @@
 """Issue 8: `airlock watch` driven through a real terminal (tmux): y approves, other keys deny,
-type-ahead is discarded, a decision made elsewhere is reported, and agent text is sanitised."""
+type-ahead is discarded, a decision made elsewhere is reported, and agent text is sanitised;
+issue 35: running jobs are listed and k then a number kills one."""
 
 from __future__ import annotations
 
@@ -204,3 +205,37 @@ def test_an_approved_job_is_offered_for_logs_follow(ops: Stack, console: Console
     console.keys("y")
     console.wait_for(f"follow its output: airlock logs {bg.request_id} --follow")
     assert bg.result()["ok"] is True
+
+
+def _approved_sleep(ops: Stack, seconds: str) -> Background:
+    bg = ask(ops, ["sleep", seconds])
+    done = ops.cli("approve", bg.request_id)
+    assert done.returncode == 0, done.stderr
+    return bg
+
+
+def test_k_then_a_number_kills_a_running_job_and_says_so(ops: Stack, console: Console) -> None:
+    """Issue 35: the console lists running jobs and its kill key stops one (journaled: airlock watch)."""
+    bg = _approved_sleep(ops, "37.25")
+    screen = console.wait_for("running now")
+    assert bg.request_id in screen and "sleep 37.25" in screen
+    console.keys("k")
+    console.wait_for("kill which job?")
+    console.keys("1")
+    console.wait_for("TERM sent to")
+    reply = bg.result(20)
+    assert reply["ok"] is True and reply["data"]["stages"][0]["signal"] == 15, reply
+    shown = ops.cli("show", bg.request_id)
+    assert "killed (SIGTERM) by" in shown.stdout and "airlock watch" in shown.stdout
+
+
+def test_k_then_another_key_kills_nothing(ops: Stack, console: Console) -> None:
+    bg = _approved_sleep(ops, "2.75")
+    console.wait_for("sleep 2.75")
+    console.keys("k")
+    console.wait_for("kill which job?")
+    console.keys("x")
+    console.wait_for("nothing killed")
+    reply = bg.result(20)
+    assert reply["ok"] is True, reply
+    assert reply["data"]["stages"][0]["exit_code"] == 0, reply

@@ -351,6 +351,40 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         data = await self.runner.call("cancel", {"operation_id": op})
         return dict(data) | {"was": "running"}
 
+    async def kill(self, call: Call) -> dict[str, Any]:
+        """Signal a running job (issue 35): ``ref`` is its request or operation ID (``AGENT/ID`` when
+        agents share it), ``signal`` TERM by default.  Journaled (who, signal, why) before the signal goes."""
+        ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
+        reason = validate.text("reason", call.args.get("reason") or "", max_len=1024)
+        signame = call.args.get("signal")
+        operator = call.peer
+        args: dict[str, Any] = {"ref": ref, "by": operator.user, "reason": reason}
+        if signame is not None:
+            args["signal"] = signame
+        owner, _, bare = ref.rpartition("/")
+        if owner:
+            uid = _agent_uid(owner)
+            if uid is None:
+                raise AirlockError(ErrorCode.NOT_FOUND, f"no such agent {owner!r}")
+            args |= {"ref": bare, "uid": uid}
+        job = await self.runner.call("kill", args | {"dry": True})
+        await self.audit.record(
+            "operator.action",
+            Ids(job.get("request_id"), job.get("operation_id"), operator.uid),
+            payload={
+                "action": "kill",
+                "operator": operator.user,
+                "reason": reason,
+                "signal": str(signame or "TERM"),
+                "agent_uid": job.get("agent_uid"),
+            },
+        )
+        return dict(await self.runner.call("kill", args))
+
+    async def running(self, call: Call) -> dict[str, Any]:
+        """The commands running now (the runner's list): for `airlock watch`'s kill key and for reading."""
+        return dict(await self.runner.call("running", {}))
+
     async def token_issue(self, call: Call) -> dict[str, Any]:
         session = validate.text("session", call.args.get("session"), max_len=256, allow_empty=False)
         ttl = call.args.get("ttl_seconds", DEFAULT_TTL_SECONDS)
@@ -442,6 +476,8 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
                 "approve": self.approve,
                 "deny": self.deny,
                 "cancel": self.cancel,
+                "kill": self.kill,
+                "running": self.running,
                 "hold": self.hold,
                 "release": self.release,
                 "policy.check": self.policy_check,
@@ -499,6 +535,7 @@ OBSERVER_VERBS = frozenset(
         "passkey.decide",
         "passkey.list",
         "passkey.revoke",
+        "running",
     }
 )
 

@@ -456,6 +456,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
             text += ", timed out"
         if outcome.get("cancelled"):
             text += ", cancelled"
+        text += _killed_text(outcome.get("killed") or {})
         pairs.append(("outcome", sanitise(text)))
     broken = data.get("lifecycle_error") or {}
     if broken:
@@ -471,6 +472,9 @@ def cmd_show(ns: argparse.Namespace) -> int:
             )
         )
     print(fields(pairs))
+    if isinstance(data.get("tree"), dict):
+        print()
+        print("\n".join(tree_lines(data["tree"])))
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
     return 0
@@ -504,6 +508,61 @@ def _credential_names(data: dict[str, Any]) -> str:
     return "; ".join(f"stage {i}: {', '.join(names)}" for i, names in enumerate(stages, start=1) if names)
 
 
+def _killed_text(killed: dict[str, Any]) -> str:
+    if not killed:
+        return ""
+    text = f", killed ({killed.get('signal')}) by {killed.get('by')}"
+    return text + (f": {killed.get('reason')}" if killed.get("reason") else "")
+
+
+def tree_lines(tree: dict[str, Any]) -> list[str]:
+    """The exec tree as `airlock show` prints it: one line per program, indented under the program that
+    (directly or through forks that executed nothing) started it; every value sanitised."""
+    if tree.get("unavailable"):
+        return [f"executed: not recorded ({sanitise(tree['unavailable'])})"]
+    procs = [p for p in tree.get("processes") or [] if isinstance(p, dict)]
+    scope = "the job's cgroups" if tree.get("scope") == "cgroup" else "descendants of the job's processes"
+    head = f"executed ({len(procs)} program{'s' if len(procs) != 1 else ''}, {scope}"
+    head += ")" if tree.get("complete", True) else "; INCOMPLETE: the kernel dropped events)"
+    children: dict[int | None, list[int]] = {}
+    for i, p in enumerate(procs):
+        parent = p.get("parent")
+        children.setdefault(parent if isinstance(parent, int) and 0 <= parent < i else None, []).append(i)
+    lines = [head]
+
+    def line(i: int, depth: int) -> None:
+        p = procs[i]
+        argv = p.get("argv")
+        shown = command_line([str(a) for a in argv]) if isinstance(argv, list) else "?"
+        if p.get("argv_truncated"):
+            shown += " …"
+        ident = p.get("exe_id") or {}
+        text = f"{'  ' * depth}{p.get('pid')} {shown}"
+        if p.get("exited_before_read"):
+            text += "  [exited before it could be read"
+            if p.get("comm"):  # the kernel's accounting record: its name and file, no path
+                text += f"; was {sanitise(p.get('comm'), strict=True)} dev {ident.get('dev')} ino {ident.get('ino')}"
+                text += f" uid {p.get('uid')}"
+            text += "]"
+        else:
+            text += f"  [{sanitise(p.get('exe'), strict=True)} dev {ident.get('dev')} ino {ident.get('ino')}"
+            text += f" uid {p.get('uid')}" + (f" euid {p.get('euid')}" if p.get("euid") != p.get("uid") else "")
+            if p.get("signal"):
+                text += f" signal {p.get('signal')}"
+            elif p.get("exit_code") is not None:
+                text += f" exit {p.get('exit_code')}"
+            text += "]"
+        lines.append(text)
+        for c in children.get(i, []):
+            line(c, depth + 1)
+
+    for root in children.get(None, []):
+        line(root, 1)
+    if tree.get("more"):
+        lines.append(f"  … {tree['more']} more (runner.exec_tree_max is {tree.get('limit')})")
+    return lines
+
+
 def _bound_arguments(data: dict[str, Any]) -> Any:
     """A request's changeable path arguments: from the pending entry, else from its approval.pending record."""
     detail = data.get("detail") or {}
@@ -523,6 +582,21 @@ def cmd_cancel(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "cancel", args)
     if rc == 0 and not ns.json:
         print(f"{sanitise(ns.operation_id, strict=True)}: cancelling ({data.get('was')})")
+    return rc
+
+
+def cmd_kill(ns: argparse.Namespace) -> int:
+    args: dict[str, Any] = {"ref": ns.ref}
+    if ns.signal:
+        args["signal"] = ns.signal
+    if ns.reason:
+        args["reason"] = ns.reason
+    rc, data = _operator(ns, "kill", args)
+    if rc == 0 and not ns.json:
+        print(
+            f"{sanitise(data.get('request_id') or data.get('operation_id'), strict=True)}: "
+            f"{sanitise(data.get('signal'))} sent ({sanitise(data.get('was'))})"
+        )
     return rc
 
 

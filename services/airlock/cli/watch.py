@@ -11,6 +11,10 @@ meant for another window cannot approve anything.  Ctrl-C leaves without
 deciding (the terminal stays in cbreak mode, so the kernel still turns it
 into SIGINT).  Several consoles may watch at once: the first decision wins
 and the others report "decided elsewhere".
+
+While nothing is pending it lists the jobs running now (issue 35): ``k``
+then the job's number sends it SIGTERM (`airlock kill`, journaled with the
+reason ``airlock watch``); any other key after ``k`` kills nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ POLL_SECONDS = 1.0
 GRANT_SECONDS = 30 * 60  # G: approve and grant the same command for 30 minutes
 REASON_CHARS = 200  # a deny reason typed at the console
 CLEAR = "\x1b[H\x1b[2J"
+MAX_RUNNING_SHOWN = 9  # one key picks one
 
 Call = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -109,6 +114,17 @@ def _left(p: dict[str, Any]) -> float:
     return float(expires) - time.time() if isinstance(expires, (int, float)) else float(p.get("seconds_left") or 0)
 
 
+def running_lines(jobs: list[dict[str, Any]]) -> str:
+    """The running jobs, numbered for the kill key; every value sanitised."""
+    return "".join(
+        f"  [{i}] {sanitise(j.get('request_id') or j.get('operation_id'), strict=True)}: agent uid "
+        f"{sanitise(j.get('agent_uid'))} as uid {sanitise(j.get('uid'))}, "
+        + " | ".join(command_line([str(a) for a in stage]) for stage in j.get("stages") or [])
+        + f" (since {sanitise(j.get('started_at'))})\n"
+        for i, j in enumerate(jobs, start=1)
+    )
+
+
 def _whose(p: dict[str, Any]) -> tuple[Any, str]:
     """A pending request's key: (agent uid, request ID), as approval keys it."""
     return (p.get("peer") or {}).get("uid"), str(p.get("request_id"))
@@ -155,24 +171,62 @@ class Console:
             for g in items
         )
 
+    def running(self) -> list[dict[str, Any]]:
+        """The jobs running now (at most `MAX_RUNNING_SHOWN`); none when the door does not list them."""
+        reply = self.call("running", {})
+        items: list[dict[str, Any]] = (reply.get("data") or {}).get("running") or [] if reply.get("ok") else []
+        return items[:MAX_RUNNING_SHOWN]
+
     def run(self) -> int:
-        idle_shown: str | None = None
+        idle_shown: tuple[str, str] | None = None
         while True:
             waiting = [p for p in self.pending() if _whose(p) not in self.voted]
             if not waiting:
                 grants = self.grants()
-                # Redrawn when the grants change (time left in whole minutes: no redraw every second).
-                if grants != idle_shown:
+                jobs = self.running()
+                listed = running_lines(jobs)
+                # Redrawn when the grants or the running jobs change (no redraw every second).
+                if (grants, listed) != idle_shown:
                     self.write(
                         CLEAR
                         + "airlock watch: no pending requests; waiting (Ctrl-C quits)\n"
                         + (f"\nlive grants (airlock grants revoke ID ends one):\n{grants}" if grants else "")
+                        + (f"\nrunning now ([k] then its number kills it with TERM):\n{listed}" if listed else "")
                     )
-                    idle_shown = grants
-                time.sleep(POLL_SECONDS)
+                    idle_shown = (grants, listed)
+                if self.idle_key(jobs):
+                    idle_shown = None
                 continue
             idle_shown = None
             self.review(waiting[0], len(waiting))
+
+    def idle_key(self, jobs: list[dict[str, Any]]) -> bool:
+        """Wait up to POLL_SECONDS for ``k`` and a job's number; True when the screen needs redrawing."""
+        ready, _, _ = select.select([self.fd], [], [], POLL_SECONDS)
+        if not ready:
+            return False
+        data = os.read(self.fd, 256)
+        if not jobs or data[:1] not in (b"k", b"K"):
+            return False
+        # Whatever was typed before this prompt was seen is not an answer.
+        termios.tcflush(self.fd, termios.TCIFLUSH)
+        self.write("\r\x1b[K" + self.style.bold("kill which job? ") + f"[1-{len(jobs)}], any other key: none ")
+        ready, _, _ = select.select([self.fd], [], [], 30)
+        choice = os.read(self.fd, 256)[:1] if ready else b""
+        if not (choice.isdigit() and 1 <= int(choice) <= len(jobs)):
+            self.write("\n" + self.style.yellow("nothing killed") + "\n")
+            time.sleep(1.0)
+            return True
+        job = jobs[int(choice) - 1]
+        uid, ref = job.get("agent_uid"), str(job.get("operation_id"))
+        reply = self.call("kill", {"ref": f"{uid}/{ref}", "reason": "airlock watch"})
+        if reply.get("ok"):
+            self.write("\n" + self.style.red("TERM sent to ") + sanitise(ref, strict=True) + "\n")
+        else:
+            error = reply.get("error") or {}
+            self.write(f"\n{self.style.red(sanitise(error.get('code')))}: {sanitise(error.get('message'))}\n")
+        time.sleep(1.0)
+        return True
 
     def review(self, p: dict[str, Any], total: int) -> None:
         request_id = str(p.get("request_id"))

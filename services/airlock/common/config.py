@@ -586,6 +586,7 @@ class Runner:
     output_log_max_bytes: int = 8 * 1024 * 1024
     output_log_total_bytes: int = 1024 * 1024 * 1024
     output_log_max_age_seconds: float = 30 * 86400.0
+    exec_tree_max: int = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -1069,6 +1070,13 @@ SETTINGS: tuple[Setting, ...] = (
         positive_float,
         30 * 86400.0,
         "Output logs older than this are pruned (30 days).",
+    ),
+    Setting(
+        "runner.exec_tree_max",
+        non_negative_int,
+        256,
+        "Programs a job executed recorded in its exec.finished (its exec tree; the rest are counted as more; "
+        "0: no exec tree).",
     ),
     Setting("log.level", choice("debug", "info", "warning", "error"), "info", "The lowest level logged."),
     Setting(

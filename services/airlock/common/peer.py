@@ -189,6 +189,8 @@ OPERATOR_VERBS: Final = frozenset(
         "approve",
         "deny",
         "cancel",
+        "kill",
+        "running",
         "hold",
         "release",
         "events",

@@ -128,6 +128,9 @@ def sentence(
         codes = payload.get("exit_codes")
         exit_code = codes[-1] if isinstance(codes, list) and codes else None
         how = "timed out" if payload.get("timed_out") else "cancelled" if payload.get("cancelled") else None
+        killed = payload.get("killed")
+        if isinstance(killed, dict):  # an operator's kill (issue 35): the signal and who sent it
+            how = f"killed ({_text(killed.get('signal'))}) by {_text(killed.get('by'))}"
         duration = payload.get("duration_ms")
         took = f"{duration} ms" if isinstance(duration, int) else None
         return f"{who} : finished ; " + _fields(

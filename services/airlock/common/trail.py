@@ -73,6 +73,8 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
                 "cancelled": bool(ended.get("cancelled")),
                 "duration_ms": ended.get("duration_ms"),
             }
+            if isinstance(ended.get("killed"), dict):  # an operator's kill (issue 35): who, signal, why
+                outcome["killed"] = ended["killed"]
         elif ended_event is not None:
             # A file operation: its own outcome (ok, or an error such as file_changed).
             failure: dict[str, Any] = ended["error"] if isinstance(ended.get("error"), dict) else {}
@@ -101,6 +103,8 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
         "request": request,
         "decision": decision,
         "outcome": outcome,
+        # What the job executed (exec.finished's exec tree, issue 35), or None.
+        "tree": ended.get("tree") if isinstance(ended.get("tree"), dict) else None,
         "events": events,
     }
 

@@ -19,14 +19,16 @@ import asyncio
 import base64
 import hashlib
 import os
+import signal
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from airlock.common import binary, daemon, log, sandbox, validate
 from airlock.common.arguments import parse_bound as argparse_bound
 from airlock.common.audit import Audit, Ids, lifecycle, marks_of
-from airlock.common.codec import canonical_json
+from airlock.common.codec import canonical_json, iso_utc
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import MAX_REPLY_BYTES, Client
@@ -35,10 +37,12 @@ from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec, check_privilege
 from airlock.runner import agent, arguments, credentials, outputlog, review
+from airlock.runner.control import JobControl, signal_name
 from airlock.runner.evidence import StageResult
 from airlock.runner.fileop_verbs import FileVerbs
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
 from airlock.runner.passkeys import PasskeyWriter
+from airlock.runner.proctree import ProcEvents
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key, systemd_is_running
 
 NAME = "runner"
@@ -52,6 +56,13 @@ REPLY_ROOM = MAX_REPLY_BYTES - 64 * 1024
 # Output logs (issue 35): retention runs at most this often; a follower hears from us at least this often.
 PRUNE_EVERY_SECONDS = 60.0
 FOLLOW_TICK_SECONDS = 10.0
+# exec.finished's exec tree takes at most this much, and the room left after the rest of the record;
+# KILLED_BYTES is kept for an operator's kill (who, signal, a reason of KILL_REASON_CHARS at most).
+TREE_BYTES = 32 * 1024
+KILL_REASON_CHARS = 1024
+KILLED_BYTES = 8 * 1024
+MIN_TREE_BYTES = 1024
+MAX_LISTED = 256  # running jobs one `running` lists
 
 
 class Runner:
@@ -73,6 +84,9 @@ class Runner:
         self.logs: dict[str, outputlog.OutputLog] = {}
         self._pruned_at = -float("inf")
         self._pruner: asyncio.Task[None] | None = None  # held: an unreferenced task may be collected
+        # Exec trees (issue 35): one process-events listener for every job; live control per running job.
+        self.events = ProcEvents()
+        self.controls: dict[tuple[int, str], tuple[str | None, JobControl]] = {}  # key -> (request ID, control)
 
     def containment(self) -> str:
         mode = self.config.runner.containment
@@ -110,12 +124,17 @@ class Runner:
         # ticket is redeemed or the scope created is not lost: the job then never starts.
         cancel = asyncio.Event()
         self.running[key] = cancel
+        control = JobControl(self.events, self.config.runner.exec_tree_max, cancel)
+        self.controls[key] = (request_id, control)
         try:
-            return await self._exec(call, operation_id, ids, cancel)
+            return await self._exec(call, operation_id, ids, cancel, control)
         finally:
             self.running.pop(key, None)
+            self.controls.pop(key, None)
 
-    async def _exec(self, call: Call, operation_id: str, ids: Ids, cancel: asyncio.Event) -> dict[str, Any]:
+    async def _exec(
+        self, call: Call, operation_id: str, ids: Ids, cancel: asyncio.Event, control: JobControl
+    ) -> dict[str, Any]:
         a = call.args
         after: list[str] = []
         try:
@@ -137,12 +156,21 @@ class Runner:
         try:
             # The end record must fit, or the job never starts (issue 29): checked before
             # exec.started, so a request can never run without its exec.finished.
-            end_record_fits(job, self.config.journal.output_head_bytes)
+            # The exec tree takes what room is left (at most TREE_BYTES).
+            fits = end_record_fits(job, self.config.journal.output_head_bytes)
+            tree_room = min(TREE_BYTES, MAX_PAYLOAD_BYTES - fits - KILLED_BYTES)
         except AirlockError as exc:
             raise await self._refuse(exc, ids, after) from None
         digest = spec.digest()
         # The output log's name is journaled with the start; the log itself exists once that is durable.
         log_name = outputlog.new_name() if self.config.runner.output_log_max_bytes > 0 else None
+        control.summary = {
+            "stages": [list(argv) for argv in spec.stages],
+            "agent_uid": spec.uid,
+            "uid": job.identity.uid,
+            "containment": job.containment,
+            "started_at": iso_utc(time.time()),
+        }
         await self.audit.record(
             "exec.started",
             ids,
@@ -181,6 +209,7 @@ class Runner:
                 on_output=(lambda n, i, c: chunks.put_nowait((n, i, c))) if stream else None,
                 cancel=cancel,
                 log=log,
+                control=control,
             )
         except AirlockError as exc:
             # The binary vanished or became unexecutable since approval, or the scope
@@ -201,6 +230,17 @@ class Runner:
         summary = _audit_summary(evidence, self.config.journal.output_head_bytes, result)
         if kept is not None:
             summary["output_log"] = kept
+        # What the job executed and who killed it go to the journal only: the agent's reply is as before.
+        tree = control.tree(tree_room) if tree_room >= MIN_TREE_BYTES else None
+        if tree is not None:
+            summary["tree"] = tree
+        elif control.watch is not None:  # a record this full has no room for it (_MARGIN holds this line)
+            summary["tree"] = {"source": "proc-connector", "unavailable": "no room left in exec.finished"}
+        if control.killed is not None:
+            killed = control.killed
+            if tree_room < 0:  # no room kept for the reason either
+                killed = {k: v for k, v in killed.items() if k != "reason"} | {"reason_omitted": True}
+            summary["killed"] = killed
         evidence = fit_reply(evidence)
         try:
             if result.cancelled:
@@ -479,6 +519,55 @@ class Runner:
         )
         return report
 
+    async def kill(self, call: Call) -> dict[str, Any]:
+        """approval, for an operator: signal a running job (``ref``: its request or operation ID)."""
+        if self.approval_uid is None or call.peer.uid != self.approval_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        a = call.args
+        ref = validate.text("ref", a.get("ref"), max_len=256, allow_empty=False)
+        uid = validate.integer("uid", a.get("uid"))  # AGENT/ID: that agent's only
+        signum = kill_signal(a.get("signal"))
+        by = validate.text("by", a.get("by"), max_len=256, allow_empty=False)
+        reason = validate.text("reason", a.get("reason") or "", max_len=KILL_REASON_CHARS)
+        found = [
+            (key, request_id, control)
+            for key, (request_id, control) in self.controls.items()
+            if ref in (key[1], request_id) and uid in (None, key[0])
+        ]
+        if not found:
+            raise AirlockError(ErrorCode.NOT_FOUND, f"no running job has ID {ref!r}")
+        if len(found) > 1:
+            raise AirlockError(
+                ErrorCode.CONFLICT,
+                f"{len(found)} agents have a running job with ID {ref!r}; name one as AGENT/ID",
+                {"owners": sorted({key[0] for key, _, _ in found})},
+            )
+        (owner, operation_id), request_id, control = found[0]
+        if validate.boolean("dry", a.get("dry"), False):  # approval journals whom it kills first
+            return {"operation_id": operation_id, "request_id": request_id, "agent_uid": owner}
+        was = await control.kill(signum, by, reason)
+        self.log.info(
+            "runner.job.killed", operation_id=operation_id, request_id=request_id, signal=signal_name(signum), by=by
+        )
+        return {
+            "operation_id": operation_id,
+            "request_id": request_id,
+            "agent_uid": owner,
+            "signal": signal_name(signum),
+            "was": was,
+        }
+
+    async def running_jobs(self, call: Call) -> dict[str, Any]:
+        """approval, for an operator's `running` (and `airlock watch`): the commands running now."""
+        if self.approval_uid is None or call.peer.uid != self.approval_uid:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
+        jobs = [
+            {"operation_id": op, "request_id": request_id} | control.summary
+            for (_owner, op), (request_id, control) in list(self.controls.items())[:MAX_LISTED]
+            if control.summary
+        ]
+        return {"running": jobs}
+
     async def cancel(self, call: Call) -> dict[str, Any]:
         operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
         # intake names the agent whose operation it is; an operator (through approval) may cancel any.
@@ -489,6 +578,18 @@ class Runner:
         for event in events:
             event.set()
         return {"operation_id": operation_id, "cancelling": True}
+
+
+KILL_SIGNALS = frozenset({"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT"})
+
+
+def kill_signal(untrusted: Any) -> int:
+    """A signal an operator may send a job: a name from `KILL_SIGNALS` (with or without SIG), default TERM."""
+    name = "TERM" if untrusted is None else validate.text("signal", untrusted, max_len=16, allow_empty=False)
+    name = name.upper().removeprefix("SIG")
+    if name not in KILL_SIGNALS:
+        raise validate.bad("signal", "must be one of " + ", ".join(sorted(KILL_SIGNALS)))
+    return int(getattr(signal, "SIG" + name))
 
 
 def _peer_process(untrusted: Any, uid: int) -> tuple[int, int]:
@@ -654,6 +755,10 @@ def end_record_fits(job: JobSpec, head: int) -> int:
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
     runner = Runner(config)
+    if config.runner.exec_tree_max > 0:
+        runner.events.open()
+        if runner.events.unavailable is not None:
+            runner.log.warning("runner.tree.unavailable", error=runner.events.unavailable)
     file_verbs = FileVerbs(runner)
     passkeys = PasskeyWriter(config)
     door = Door(
@@ -664,6 +769,8 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         verbs={
             "exec": runner.exec,
             "cancel": runner.cancel,
+            "kill": runner.kill,
+            "running": runner.running_jobs,
             "inspect": runner.inspect,
             "review": runner.review,
             "output": runner.output,

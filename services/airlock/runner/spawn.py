@@ -50,6 +50,7 @@ from airlock.runner.containment import (
     _write_script_copies,
     systemd_is_running,
 )
+from airlock.runner.control import JobControl
 from airlock.runner.evidence import JobResult, StageResult, sha256_hex
 from airlock.runner.gate import _GATE_SHIM, _gate_payload
 from airlock.runner.identity import check_cwd
@@ -367,6 +368,7 @@ async def run_job(
     on_output: OutputCallback | None = None,
     cancel: asyncio.Event | None = None,
     log: OutputLog | None = None,
+    control: JobControl | None = None,
 ) -> JobResult:
     """Run ``spec`` to completion and return its evidence (``log``: also kept there, outputlog.py).
 
@@ -385,7 +387,7 @@ async def run_job(
         # A root job's changeable path arguments: still what approval bound, or nothing runs.
         view = arguments.view(spec.containment)
         scripts = await asyncio.to_thread(arguments.check, spec.arguments, view) if spec.arguments else []
-        return await _execute(spec, _containment_for(spec), opened, on_output, cancel, scripts, log)
+        return await _execute(spec, _containment_for(spec), opened, on_output, cancel, scripts, log, control)
     finally:
         _close_all(opened)
 
@@ -398,6 +400,7 @@ async def _execute(
     cancel: asyncio.Event | None,
     scripts: Sequence[arguments.Script] = (),
     output_log: OutputLog | None = None,
+    control: JobControl | None = None,
 ) -> JobResult:
     log = structlog.get_logger().bind(operation_id=spec.operation_id)
     started_wall, started_mono = time.time(), time.monotonic()
@@ -410,6 +413,13 @@ async def _execute(
         job.cancelled = not job.timed_out
         return _result(job, started_wall, started_mono, reason, started=False)
     try:
+        if control is not None:  # the exec tree: by the stages' units (cgroups), else by fork ancestry
+            last = len(spec.stages) - 1
+            control.begin(
+                [units.unit_name(spec.operation_id, spec.owner_uid, i if last else None) for i in range(last + 1)]
+                if isinstance(containment, ServiceContainment)
+                else ()
+            )
         if isinstance(containment, ServiceContainment):
             gates: list[_Fd] = []
             await job.spawn_units(containment)
@@ -422,6 +432,8 @@ async def _execute(
             except asyncio.CancelledError:
                 await asyncio.wait({spawning})  # abort() below must see every process
                 raise
+            if control is not None:
+                control.claim([p.pid for p in job.procs])
             await containment.attach([p.pid for p in job.procs])
         budget -= time.monotonic() - started_mono
         if gates and (budget <= 0 or (cancel is not None and cancel.is_set())):
@@ -436,11 +448,15 @@ async def _execute(
                 os.set_blocking(gate.fd, False)
             await asyncio.gather(*(_feed(gate, payload) for gate in gates))
         log.debug("runner.job.spawned", pids=[p.pid for p in job.procs], containment=spec.containment)
+        if control is not None:
+            control.started(containment)
         job.start_io()
         await job.supervise(budget, cancel)
         result = _result(job, started_wall, started_mono, reason, started=True)
     finally:
         job.abort()
+        if control is not None:
+            control.end()
     log.debug(
         "runner.job.finished",
         exit_codes=[s.exit_code for s in result.stages],

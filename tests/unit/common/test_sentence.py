@@ -50,6 +50,14 @@ def test_the_end_says_how_it_ended() -> None:
     assert ended == "deploy : finished ; EXIT=3 ; TOOK=12 ms ; REQUEST=r-4"
     stopped = sentence("exec.finished", {"exit_codes": [143], "timed_out": True}, "r-5", 1000, user_of)
     assert stopped is not None and "STOPPED=timed out" in stopped
+    killed = sentence(
+        "exec.finished",
+        {"exit_codes": [None], "killed": {"by": "op1", "signal": "SIGTERM", "reason": "runaway\x1b[2J"}},
+        "r-6",
+        1000,
+        user_of,
+    )
+    assert killed is not None and "STOPPED=killed (SIGTERM) by op1" in killed and "\x1b" not in killed
 
 
 def test_other_kinds_keep_their_summary() -> None:

@@ -1,0 +1,47 @@
+"""Exec trees and `airlock kill` under service containment (issue 35).
+
+`kill` stops a running job's whole unit and leaves no process.  The exec
+tree comes from the kernel's process-events connector, which serves only
+the host's initial PID namespace: inside this systemd-nspawn container the
+runner records no tree and says why (`unavailable`), and that is what is
+checked here; the tree itself is tested on the host
+(tests/integration/test_exec_tree.py).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+
+def test_kill_stops_a_sleep_600_job_and_leaves_no_process(system) -> None:
+    operation = f"systest-kill-{uuid.uuid4().hex[:12]}"
+    proc = system.c.popen(
+        ["airlock", "run", "--no-privilege", "--operation-id", operation, "--", "/usr/bin/sleep", "600"],
+        user=system.AGENT,
+    )
+    system.c.wait_for(["pgrep", "-f", "^/usr/bin/sleep 600"], timeout=20)
+    r = system.airlock("kill", operation, "--reason", "systest", user=system.OPERATOR)
+    assert r.returncode == 0, r
+    assert "SIGTERM sent (running)" in r.stdout, r
+    proc.communicate(timeout=30)
+    assert system.c.run(["pgrep", "-f", "^/usr/bin/sleep 600"], check=False).returncode == 1
+    units = system.c.run(["systemctl", "list-units", "--all", "--no-legend", "--plain", "airlock-job-*"]).stdout
+    assert operation.replace("-", "") not in units.replace("-", ""), units
+    shown = json.loads(system.airlock("show", operation, "--json", user=system.OPERATOR).stdout)["data"]
+    assert shown["outcome"]["killed"]["by"] == system.OPERATOR and shown["outcome"]["killed"]["reason"] == "systest"
+
+
+def test_the_tree_says_why_it_is_not_recorded_in_a_container(system) -> None:
+    operation = f"systest-tree-{uuid.uuid4().hex[:12]}"
+    code, _envelope, r = system.run_json(
+        "/bin/sh", "-c", 'id; (setsid sh -c "uname -a" &); sleep 0.2', extra=("--operation-id", operation)
+    )
+    assert code == 0, r
+    shown = json.loads(system.airlock("show", operation, "--json", user=system.OPERATOR).stdout)["data"]
+    tree = shown["tree"]
+    if tree.get("unavailable"):
+        assert "namespace" in tree["unavailable"], tree
+        return
+    names = [p.get("exe", "").rsplit("/", 1)[-1] for p in tree["processes"]]
+    assert "uname" in names and "dash" in names, names
