@@ -15,8 +15,8 @@ import base64
 import dataclasses
 import json as json_module
 import os
-import sqlite3
 import pwd
+import sqlite3
 import subprocess
 import sys
 import tempfile

@@ -20,8 +20,8 @@ from typing import Any
 from airlock.approval import fileop_review, quorum, refs
 from airlock.approval.decide import subject_of
 from airlock.approval.lookup import JournalLookup
-from airlock.approval.passkeys import Passkeys
 from airlock.approval.output import OutputReads
+from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
 from airlock.approval.tickets import Tickets

@@ -377,6 +377,21 @@ def cmd_release(ns: argparse.Namespace) -> int:
     return rc
 
 
+def _decision_text(decision: dict[str, Any]) -> str:
+    """`show`'s decision line: what, by whom (a grant and its use), the rule, the request decided with, why."""
+    who = decision.get("by")
+    if decision.get("grant_id"):
+        who = f"grant {decision['grant_id']} (given by {decision.get('granted_by')})"
+        if decision.get("grant_uses") is not None:
+            who += f", use {decision.get('grant_use')} of {decision.get('grant_uses')}"
+    text = f"{decision.get('decision')} by {who} (rule {decision.get('rule')})"
+    if decision.get("decided_with"):
+        text += f", decided with the identical request {decision['decided_with']}"
+    if decision.get("reason"):
+        text += f": {decision.get('reason')}"
+    return text
+
+
 def cmd_show(ns: argparse.Namespace) -> int:
     if getattr(ns, "output", False):
         from airlock.cli.output import cmd_output  # issue 35: the job's stored output
@@ -415,17 +430,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
     if given:  # issue 35: what the job receives (or would), by name; never a value
         pairs.append(("credentials", sanitise(given)))
     if decision:
-        who = decision.get("by")
-        if decision.get("grant_id"):
-            who = f"grant {decision['grant_id']} (given by {decision.get('granted_by')})"
-            if decision.get("grant_uses") is not None:
-                who += f", use {decision.get('grant_use')} of {decision.get('grant_uses')}"
-        text = f"{decision.get('decision')} by {who} (rule {decision.get('rule')})"
-        if decision.get("decided_with"):
-            text += f", decided with the identical request {decision['decided_with']}"
-        if decision.get("reason"):
-            text += f": {decision.get('reason')}"
-        pairs.append(("decision", sanitise(text)))
+        pairs.append(("decision", sanitise(_decision_text(decision))))
     if decision.get("approvers"):
         pairs.append(
             (

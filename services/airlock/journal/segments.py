@@ -568,7 +568,8 @@ def latest_hold(conn: sqlite3.Connection) -> dict[str, Any] | None:
 def grant_records(conn: sqlite3.Connection, limit: int = 4096) -> list[dict[str, Any]]:
     """Grant records, oldest first: those carried over (the grants in force at the rollover), then the live ones."""
     rows = conn.execute(
-        _OPERATOR_ROWS.format(actions="'grant', 'grant.revoke', 'grant.expired', 'grant.exhausted'") + " ORDER BY seq DESC LIMIT ?",
+        _OPERATOR_ROWS.format(actions="'grant', 'grant.revoke', 'grant.expired', 'grant.exhausted'")
+        + " ORDER BY seq DESC LIMIT ?",
         (limit,),
     ).fetchall()
     live = []

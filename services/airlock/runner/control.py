@@ -40,6 +40,7 @@ class JobControl:
         self.watch: Watch | None = None
         self.containment: Signallable | None = None
         self.killed: dict[str, Any] | None = None
+        self.protected: tuple[str | bytes, ...] = ()  # protected values and credentials: out of the tree too
         self.summary: dict[str, Any] = {}  # what `running` lists: the command, as whom, since when
 
     # --- the exec tree (spawn.py calls these) ---
@@ -57,7 +58,7 @@ class JobControl:
             self.events.finish(self.watch)
 
     def tree(self, max_bytes: int) -> dict[str, Any] | None:
-        return self.watch.record(max_bytes) if self.watch is not None else None
+        return self.watch.record(max_bytes, self.protected) if self.watch is not None else None
 
     # --- kill ---
 

@@ -48,6 +48,7 @@ import structlog
 
 from airlock.common.codec import canonical_json, iso_utc
 from airlock.runner.gate import _GATE_SHIM
+from airlock.runner.redact import redact
 from airlock.runner.units import HELPER
 
 NETLINK_CONNECTOR = 11
@@ -360,8 +361,11 @@ class Watch:
                 self.last[pid] = index + offset
         self.parents.update(other.parents)
 
-    def record(self, max_bytes: int) -> dict[str, Any]:
-        """The tree as exec.finished journals it: at most ``max_bytes`` of JSON, the rest counted as ``more``."""
+    def record(self, max_bytes: int, protected: Iterable[str | bytes] = ()) -> dict[str, Any]:
+        """The tree as exec.finished journals it: at most ``max_bytes`` of JSON, the rest counted as ``more``.
+
+        ``protected`` (the job's protected values and credentials) are redacted from every argument first:
+        a program handed a secret on its command line must not put it in the journal."""
         if self.unavailable is not None:
             return {"source": "proc-connector", "unavailable": self.unavailable}
         out: dict[str, Any] = {
@@ -374,7 +378,11 @@ class Watch:
         }
         used = len(canonical_json(out)) + 32
         kept: list[dict[str, Any]] = out["processes"]
+        values = tuple(protected)
         for entry in self.execs:
+            if values and isinstance(entry.get("argv"), list):
+                argv = [redact(str(a).encode(), values).decode("utf-8", "replace") for a in entry["argv"]]
+                entry = entry | {"argv": argv}
             size = len(canonical_json(entry)) + 1
             if used + size > max_bytes:
                 out["more"] += len(self.execs) - len(kept)

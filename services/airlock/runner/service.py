@@ -148,6 +148,7 @@ class Runner:
             # A rule's credentials (issue 35): checked and read now, values only ever redacted.
             loaded = credentials.load(a.get("bound"), job)
             job = loaded.apply(job)
+            control.protected = job.protected_values  # the exec tree's argv is redacted like the output
         except AirlockError as exc:
             # Every refusal before exec.started is journaled: nothing ran.
             raise await self._refuse(exc, ids, after) from None

@@ -106,3 +106,13 @@ def test_airlocks_own_shims_are_named_not_spelled_out() -> None:
     # A job's own short code that happens to begin like the helper is the job's, and shown.
     mine = ["/usr/bin/python3", "-I", "-S", "-c", "import fcntl"]
     assert proctree.shims_named(mine) == mine
+
+
+def test_a_secret_on_a_programs_command_line_is_redacted_from_the_tree() -> None:
+    """A credential or protected value a job passes in argv (``mysql -pSECRET``) never reaches the journal."""
+    w = proctree.Watch(limit=10)
+    w.execs = [_entry(0, None, ["mysql", "-pS3cr3t-value", "db"]), _entry(1, 0, ["echo", "S3cr3t-value"])]
+    out = w.record(64 * 1024, (b"S3cr3t-value",))
+    assert "S3cr3t-value" not in canonical_json(out).decode()
+    assert out["processes"][0]["argv"] == ["mysql", "-p[redacted]", "db"]
+    assert w.record(64 * 1024)["processes"][0]["argv"][1] == "-pS3cr3t-value"  # control: nothing to redact
