@@ -41,6 +41,7 @@ from support import Stack, custom_stack, now_iso
 
 pytestmark = needs_root
 
+ROUNDS = 4  # rounds of TRIES concurrent requests, until one meets the swapped link
 TRIES = 40
 SECRET = "TOPSECRET-f15"
 CPU_SECONDS = 4
@@ -235,21 +236,26 @@ _RACES: dict[str, tuple[str, dict[str, Any]]] = {
 def test_a_swapped_parent_directory_never_redirects(lab: Lab, swapping: Path, tool: str) -> None:
     relative, params = _RACES[tool]
     path = str(swapping / relative)
-    # Each its own operation: identical requests would otherwise replay the first answer.
-    replies = agent_calls(
-        lab,
-        [
-            (tool, {"path": path, "privileged": True, "operation_id": f"race-{i}-{uuid.uuid4()}"} | params)
-            for i in range(TRIES)
-        ],
-    )
-    codes = [code(r) for r in replies]
-    secret_sha256 = hashlib.sha256(f"{SECRET}\n".encode()).hexdigest()
-    for reply in replies:
-        shown = json.dumps(reply)
-        assert SECRET not in shown and secret_sha256 not in shown, f"{tool} leaked the root-only directory: {reply}"
-        assert not reply.get("ok") or reply["data"].get("owner_uid") in (None, lab.user.pw_uid), reply
-    _target_untouched(lab)
+    # Each its own operation: identical requests would otherwise replay the first answer.  The race is
+    # only sometimes met in one round on a loaded machine: rounds go on (each checked whole) until it is.
+    codes: list[str | None] = []
+    for round_ in range(ROUNDS):
+        replies = agent_calls(
+            lab,
+            [
+                (tool, {"path": path, "privileged": True, "operation_id": f"race-{round_}-{i}-{uuid.uuid4()}"} | params)
+                for i in range(TRIES)
+            ],
+        )
+        codes += [code(r) for r in replies]
+        secret_sha256 = hashlib.sha256(f"{SECRET}\n".encode()).hexdigest()
+        for reply in replies:
+            shown = json.dumps(reply)
+            assert SECRET not in shown and secret_sha256 not in shown, f"{tool} leaked the root-only directory: {reply}"
+            assert not reply.get("ok") or reply["data"].get("owner_uid") in (None, lab.user.pw_uid), reply
+        _target_untouched(lab)
+        if "not_canonical" in codes:
+            break
     # The runner met the swapped-in link (approval may also have denied while it pointed away).
     assert "not_canonical" in codes, codes
     assert set(codes) <= {None, "not_canonical", "denied", "no_match", "not_found", "not_a_directory"}, codes
