@@ -91,14 +91,14 @@ def test_the_tree_has_id_sh_and_uname_of_a_setsid_child(cgroup: Path, events: Pr
     # A program that ended before it could be read (id lives a millisecond) is still named by its file;
     # what was read is the new program's, never the shell's it was forked from.
     for p in procs:
-        assert p.get("argv") is None or os.path.basename(p["exe"]) in ("dash",) or p["argv"][0] == os.path.basename(
-            p["exe"]
+        assert (
+            p.get("argv") is None
+            or os.path.basename(p["exe"]) in ("dash",)
+            or p["argv"][0] == os.path.basename(p["exe"])
         ), p
 
 
-def test_a_script_is_one_program_that_names_its_interpreter(
-    cgroup: Path, events: ProcEvents, tmp_path: Path
-) -> None:
+def test_a_script_is_one_program_that_names_its_interpreter(cgroup: Path, events: ProcEvents, tmp_path: Path) -> None:
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n/usr/bin/true\n")
     script.chmod(0o755)

@@ -43,8 +43,10 @@ FANOTIFY_METADATA_VERSION = 3
 AT_FDCWD = -100
 # struct fanotify_event_metadata: event_len, vers, reserved, metadata_len, mask, fd, pid.
 METADATA = struct.Struct("=IBBHQii")
-# Filesystems jobs execute from: each distinct device among these that exist is marked.
-EXEC_PATHS = ("/", "/usr", "/bin", "/sbin", "/usr/local", "/opt", "/home", "/srv", "/root", "/tmp", "/var/tmp")
+# Filesystems jobs execute from: each distinct device among these that exist is marked (only
+# stat'ed and marked: /tmp and /var/tmp are where a job may have put a program, not our files).
+EXEC_PATHS: tuple[str, ...] = ("/", "/usr", "/bin", "/sbin", "/usr/local", "/opt", "/home", "/srv", "/root")
+EXEC_PATHS += ("/tmp", "/var/tmp")  # noqa: S108
 # How long the files one execve opens are expected to follow each other.
 _FOLLOW_SECONDS = 1.0
 _MAX_INTERP = 4  # the kernel's own bound on nested #! interpreters (BINPRM_MAX_RECURSION)

@@ -18,7 +18,11 @@ def _record(mask: int, fd: int, pid: int, extra: bytes = b"") -> bytes:
 def test_events_are_parsed_as_the_kernel_lays_them_out() -> None:
     assert METADATA.size == 24  # struct fanotify_event_metadata
     buf = _record(FAN_OPEN_EXEC, 7, 1234) + _record(FAN_Q_OVERFLOW, -1, 0) + _record(FAN_OPEN_EXEC, 9, 5, b"\0" * 8)
-    assert parse_events(buf) == [Event(FAN_OPEN_EXEC, 7, 1234), Event(FAN_Q_OVERFLOW, -1, 0), Event(FAN_OPEN_EXEC, 9, 5)]
+    assert parse_events(buf) == [
+        Event(FAN_OPEN_EXEC, 7, 1234),
+        Event(FAN_Q_OVERFLOW, -1, 0),
+        Event(FAN_OPEN_EXEC, 9, 5),
+    ]
 
 
 def test_a_short_tail_or_another_version_is_not_read_as_an_event() -> None:
