@@ -89,3 +89,25 @@ def test_an_exec_that_failed_half_way_does_not_swallow_the_next_program() -> Non
     # And an expectation goes stale: a loader open long after is a program (ld.so run by hand).
     loader = _seen(os.path.realpath(_loader()))
     assert follow.is_new_exec(30, loader, 5.0) is True
+
+
+def test_show_says_the_tree_is_from_fanotify_and_names_what_exited_before_it_was_read() -> None:
+    from airlock.cli.operator import tree_lines
+
+    ident = {"dev": 1, "ino": 2, "size": 3, "mtime": "t"}
+    tree = {
+        "source": "fanotify",
+        "scope": "cgroup",
+        "complete": True,
+        "processes": [
+            {"pid": 5, "parent": None, "argv": ["/tmp/job.sh"], "exe": "/tmp/job.sh", "exe_id": ident, "uid": 0}
+            | {"euid": 0, "script": True, "interpreter": "/usr/bin/dash"},
+            {"pid": 6, "parent": 0, "exe": "/usr/bin/id", "exe_id": ident, "exited_before_read": True},
+        ],
+        "more": 0,
+        "ppid": "best effort",
+    }
+    lines = tree_lines(tree)
+    assert "from fanotify exec opens, parents best effort" in lines[0]
+    assert "via /usr/bin/dash uid 0]" in lines[1]
+    assert lines[2].endswith("6 ?  [exited before it could be read; was /usr/bin/id dev 1 ino 2]"), lines
