@@ -75,11 +75,17 @@ def _run_in(cgroup: Path, events: ProcEvents, argv: list[str]) -> dict[str, Any]
 
 
 def test_the_tree_has_id_sh_and_uname_of_a_setsid_child(cgroup: Path, events: ProcEvents) -> None:
-    tree = _run_in(cgroup, events, ["sh", "-c", 'id; (setsid sh -c "uname -a" &); sleep 0.2'])
+    inodes = {n: os.stat(f"/usr/bin/{n}").st_ino for n in ("dash", "id", "setsid", "uname", "sleep")}
+    # A program reaped before the runner read its cgroup cannot be attributed to the job: it is counted
+    # (unattributed), never guessed.  On a loaded host that happens: a run with such a count is retried.
+    for _ in range(5):
+        tree = _run_in(cgroup, events, ["sh", "-c", 'id; (setsid sh -c "uname -a" &); sleep 0.2'])
+        if tree["unattributed"] == 0:
+            break
+    assert tree["unattributed"] == 0, tree
     assert tree["source"] == "fanotify" and tree["scope"] == "cgroup" and tree["complete"] is True, tree
     assert tree["ppid"] == "best effort"
     procs = tree["processes"]
-    inodes = {n: os.stat(f"/usr/bin/{n}").st_ino for n in ("dash", "id", "setsid", "uname", "sleep")}
     # One program per exec, named by the file the kernel opened for it: no ld.so, nothing twice.
     assert sorted(p["exe_id"]["ino"] for p in procs) == sorted([*inodes.values(), inodes["dash"]]), procs
     root = procs[0]

@@ -33,13 +33,18 @@ def test_kill_stops_a_sleep_600_job_and_leaves_no_process(system) -> None:
 
 
 def test_the_tree_has_id_sh_and_uname_of_a_setsid_child(system) -> None:
-    operation = f"systest-tree-{uuid.uuid4().hex[:12]}"
-    code, _envelope, r = system.run_json(
-        "/bin/sh", "-c", 'id; (setsid sh -c "uname -a" &); sleep 0.2', extra=("--operation-id", operation)
-    )
-    assert code == 0, r
-    shown = json.loads(system.airlock("show", operation, "--json", user=system.OPERATOR).stdout)["data"]
-    tree = shown["tree"]
+    # A program reaped before the runner read its cgroup is counted (unattributed), never guessed: a
+    # run with such a count (a loaded host) is retried.
+    for _ in range(5):
+        operation = f"systest-tree-{uuid.uuid4().hex[:12]}"
+        code, _envelope, r = system.run_json(
+            "/bin/sh", "-c", 'id; (setsid sh -c "uname -a" &); sleep 0.2', extra=("--operation-id", operation)
+        )
+        assert code == 0, r
+        shown = json.loads(system.airlock("show", operation, "--json", user=system.OPERATOR).stdout)["data"]
+        tree = shown["tree"]
+        if tree.get("unattributed") == 0:
+            break
     assert tree["source"] == "fanotify" and tree["scope"] == "cgroup" and "unavailable" not in tree, tree
     procs = tree["processes"]
     names = [p.get("exe", "").rsplit("/", 1)[-1] for p in procs]

@@ -531,6 +531,8 @@ def tree_lines(tree: dict[str, Any]) -> list[str]:
         scope += "; from fanotify exec opens, parents best effort"
     head = f"executed ({len(procs)} program{'s' if len(procs) != 1 else ''}, {scope}"
     head += ")" if tree.get("complete", True) else "; INCOMPLETE: the kernel dropped events)"
+    if tree.get("unattributed"):  # fanotify: gone before their cgroup was read; maybe this job's, maybe not
+        head += f"; {tree['unattributed']} exec(s) meanwhile ended too soon to tell whose"
     children: dict[int | None, list[int]] = {}
     for i, p in enumerate(procs):
         parent = p.get("parent")

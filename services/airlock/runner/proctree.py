@@ -285,6 +285,7 @@ class Watch:
         self.created = time.monotonic()
         self.unclaimed = False  # a runner child's events, kept until a job claims it
         self.source = "proc-connector"
+        self.unattributed = 0  # fanotify: execs while this job ran whose process was gone before its cgroup was read
 
     @property
     def mode(self) -> str:
@@ -398,6 +399,7 @@ class Watch:
         }
         if self.source == "fanotify":
             out["ppid"] = "best effort"  # no fork events: /proc/PID/status PPid when the program was read
+            out["unattributed"] = self.unattributed
         used = len(canonical_json(out)) + 32
         kept: list[dict[str, Any]] = out["processes"]
         values = tuple(protected)
@@ -616,7 +618,11 @@ class ProcEvents:
     def _drain_fanotify(self) -> None:
         fan = self.fan
         while fan is not None and (events := fan.read()):
-            for ev in events:
+            # Every event's cgroup first, before anything slower: a program such as id(1) is gone
+            # (and its cgroup unknowable) within a millisecond.
+            jobs = any(x.units for x in self.watches)
+            cgroups = [cgroup_of(ev.pid) if jobs and ev.fd >= 0 else None for ev in events]
+            for ev, cgroup in zip(events, cgroups, strict=True):
                 if ev.mask & FAN_Q_OVERFLOW:
                     for w in self.watches:
                         w.complete = False
@@ -624,17 +630,21 @@ class ProcEvents:
                 if ev.fd < 0:
                     continue
                 try:
-                    self._exec_opened(ev.pid, ev.fd)
+                    if jobs:
+                        self._exec_opened(ev.pid, ev.fd, cgroup)
                 finally:
                     os.close(ev.fd)  # at once: a held fd would keep a deleted binary's space
         for pid in list(self.unread):
             self._read_exec(pid)
 
-    def _exec_opened(self, pid: int, fd: int) -> None:
-        if not any(x.units for x in self.watches):
+    def _exec_opened(self, pid: int, fd: int, cgroup: str | None) -> None:
+        if cgroup is None:
+            # Gone before its cgroup could be read: it may have been any running job's (or the host's).
+            for x in self.watches:
+                if x.units:
+                    x.unattributed += 1
             return
-        cgroup = cgroup_of(pid)
-        w = None if cgroup is None else next((x for x in self.watches if x.owns_cgroup(cgroup)), None)
+        w = next((x for x in self.watches if x.owns_cgroup(cgroup)), None)
         if w is None:
             return
         seen = file_seen(fd)
