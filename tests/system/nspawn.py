@@ -194,6 +194,9 @@ class Container:
                     "--register=no",
                     "--keep-unit",
                     "--console=read-only",
+                    # nspawn's seccomp filter refuses fanotify; the runner's exec trees come from it
+                    # here (the process-events connector serves only the host's namespaces).
+                    "--system-call-filter=fanotify_init fanotify_mark",
                     *self.nspawn_args,
                     "-b",
                 ],

@@ -527,8 +527,12 @@ def tree_lines(tree: dict[str, Any]) -> list[str]:
         return [f"executed: not recorded ({sanitise(tree['unavailable'])})"]
     procs = [p for p in tree.get("processes") or [] if isinstance(p, dict)]
     scope = "the job's cgroups" if tree.get("scope") == "cgroup" else "descendants of the job's processes"
+    if tree.get("source") == "fanotify":  # no fork or exit events: parents best effort, no ends
+        scope += "; from fanotify exec opens, parents best effort"
     head = f"executed ({len(procs)} program{'s' if len(procs) != 1 else ''}, {scope}"
     head += ")" if tree.get("complete", True) else "; INCOMPLETE: the kernel dropped events)"
+    if tree.get("unattributed"):  # fanotify: gone before their cgroup was read; maybe this job's, maybe not
+        head += f"; {tree['unattributed']} exec(s) meanwhile ended too soon to tell whose"
     children: dict[int | None, list[int]] = {}
     for i, p in enumerate(procs):
         parent = p.get("parent")
@@ -548,10 +552,15 @@ def tree_lines(tree: dict[str, Any]) -> list[str]:
             if p.get("comm"):  # the kernel's accounting record: its name and file, no path
                 text += f"; was {sanitise(p.get('comm'), strict=True)} dev {ident.get('dev')} ino {ident.get('ino')}"
                 text += f" uid {p.get('uid')}"
+            elif p.get("exe"):  # fanotify: the file from the event itself
+                text += f"; was {sanitise(p.get('exe'), strict=True)} dev {ident.get('dev')} ino {ident.get('ino')}"
             text += "]"
         else:
             text += f"  [{sanitise(p.get('exe'), strict=True)} dev {ident.get('dev')} ino {ident.get('ino')}"
-            text += f" uid {p.get('uid')}" + (f" euid {p.get('euid')}" if p.get("euid") != p.get("uid") else "")
+            if p.get("interpreter"):
+                text += f" via {sanitise(p.get('interpreter'), strict=True)}"
+            if "uid" in p:
+                text += f" uid {p.get('uid')}" + (f" euid {p.get('euid')}" if p.get("euid") != p.get("uid") else "")
             if p.get("signal"):
                 text += f" signal {p.get('signal')}"
             elif p.get("exit_code") is not None:

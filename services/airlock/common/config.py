@@ -587,6 +587,7 @@ class Runner:
     output_log_total_bytes: int = 1024 * 1024 * 1024
     output_log_max_age_seconds: float = 30 * 86400.0
     exec_tree_max: int = 256
+    exec_tree_source: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -1077,6 +1078,13 @@ SETTINGS: tuple[Setting, ...] = (
         256,
         "Programs a job executed recorded in its exec.finished (its exec tree; the rest are counted as more; "
         "0: no exec tree).",
+    ),
+    Setting(
+        "runner.exec_tree_source",
+        choice("auto", "connector", "fanotify"),
+        "auto",
+        "Where exec trees come from: the process-events connector, fanotify exec opens (service containment "
+        "only), or auto: the connector, else fanotify (a container).",
     ),
     Setting("log.level", choice("debug", "info", "warning", "error"), "info", "The lowest level logged."),
     Setting(

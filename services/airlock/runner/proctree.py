@@ -42,11 +42,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from airlock.common.codec import canonical_json, iso_utc
+from airlock.runner.fanotify import FAN_Q_OVERFLOW, Fanotify, FileSeen, Follow, file_seen
 from airlock.runner.gate import _GATE_SHIM
 from airlock.runner.redact import redact
 from airlock.runner.units import HELPER
@@ -77,6 +79,10 @@ _UNCLAIMED_SECONDS = 30.0
 # before the job's program: their code is named, not spelled out, in the tree.
 _SHIMS = {HELPER: "<airlock exec helper>", _GATE_SHIM: "<airlock scope gate>"}
 _EXITED_KEPT = 8192
+# fanotify reports an exec when the file is opened, before the new program runs: its argv is
+# read once /proc/PID/exe names the executed file, waiting at most this long.
+_FAN_READ_SECONDS = 0.05
+_FAN_POLL_MS = 1
 
 
 def _mono_to_wall(ns: int) -> float:
@@ -278,6 +284,8 @@ class Watch:
         self.unavailable: str | None = None
         self.created = time.monotonic()
         self.unclaimed = False  # a runner child's events, kept until a job claims it
+        self.source = "proc-connector"
+        self.unattributed = 0  # fanotify: execs while this job ran whose process was gone before its cgroup was read
 
     @property
     def mode(self) -> str:
@@ -311,6 +319,19 @@ class Watch:
             entry["ppid"] = self.parents[pid]
         self.tracked[pid] = self.last[pid] = len(self.execs)
         self.execs.append(entry)
+
+    def exec_file(self, pid: int, seen: FileSeen | None, at: float) -> int | None:
+        """fanotify: ``pid`` executed ``seen``; its entry's index (argv etc. are read later), None past the limit."""
+        if len(self.execs) >= self.limit:
+            self.more += 1
+            return None
+        entry: dict[str, Any] = {"pid": pid, "ppid": None, "start": iso_utc(at), "parent": self.last.get(pid)}
+        if seen is not None:
+            entry["exe"] = seen.path[:MAX_PATH_CHARS]
+            entry["exe_id"] = seen.identity()
+        self.last[pid] = len(self.execs)
+        self.execs.append(entry)
+        return len(self.execs) - 1
 
     def _executed_ancestor(self, pid: int) -> int | None:
         """The newest exec of the nearest ancestor that executed something (subshells fork without exec)."""
@@ -367,15 +388,18 @@ class Watch:
         ``protected`` (the job's protected values and credentials) are redacted from every argument first:
         a program handed a secret on its command line must not put it in the journal."""
         if self.unavailable is not None:
-            return {"source": "proc-connector", "unavailable": self.unavailable}
+            return {"source": self.source, "unavailable": self.unavailable}
         out: dict[str, Any] = {
-            "source": "proc-connector",
+            "source": self.source,
             "scope": self.mode,
             "complete": self.complete,
             "limit": self.limit,
             "processes": [],
             "more": self.more,
         }
+        if self.source == "fanotify":
+            out["ppid"] = "best effort"  # no fork events: /proc/PID/status PPid when the program was read
+            out["unattributed"] = self.unattributed
         used = len(canonical_json(out)) + 32
         kept: list[dict[str, Any]] = out["processes"]
         values = tuple(protected)
@@ -392,10 +416,27 @@ class Watch:
         return out
 
 
-class ProcEvents:
-    """The runner's one listener; `open` once, then `watch` per job."""
+@dataclass(slots=True)
+class _Unread:
+    """A job's exec fanotify reported, whose argv, uid and parent are still to be read."""
 
-    def __init__(self) -> None:
+    watch: Watch
+    index: int
+    keys: set[tuple[int, int]]
+    until: float
+
+
+class ProcEvents:
+    """The runner's one listener; `open` once, then `watch` per job.
+
+    ``source``: ``auto`` (the connector, else fanotify), ``connector`` or ``fanotify`` only."""
+
+    def __init__(self, source: str = "auto") -> None:
+        self.prefer = source
+        self.source = "proc-connector"
+        self.fan: Fanotify | None = None
+        self.follow = Follow()
+        self.unread: dict[int, _Unread] = {}
         self.sock: socket.socket | None = None
         self.unavailable: str | None = "not started"
         self.watches: list[Watch] = []
@@ -414,7 +455,36 @@ class ProcEvents:
         self._thread: threading.Thread | None = None
 
     def open(self) -> None:
-        """Subscribe; unavailable (with the reason) when the kernel does not acknowledge."""
+        """Subscribe; unavailable (with the reason) when no kernel source is served."""
+        if self.prefer != "fanotify":
+            self._open_connector()
+        if self.unavailable is not None and self.prefer != "connector":
+            why = self.unavailable if self.prefer == "auto" else None
+            self._open_fanotify()
+            if self.unavailable is not None and why is not None:
+                self.unavailable = f"{why}; {self.unavailable}"
+        if self.unavailable is not None:
+            return
+        # The reader must get the GIL at once when an event arrives, not after the default 5 ms
+        # the event loop may keep it: a program such as id(1) lives for about a millisecond.
+        sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_SECONDS))
+        self._thread = threading.Thread(target=self._read, name="airlock-proc-events", daemon=True)
+        self._thread.start()
+
+    def _open_fanotify(self) -> None:
+        fan = Fanotify()
+        why = fan.open()
+        if why is not None:
+            self.unavailable = f"no fanotify either: {why}"
+            return
+        if fan.unmarked:
+            self.log.warning("runner.tree.fanotify_unmarked", unmarked=fan.unmarked)
+        self.fan = fan
+        self.source = "fanotify"
+        self.unavailable = None
+        self.names = None  # the event's fd names every program, exited or not
+
+    def _open_connector(self) -> None:
         try:
             sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
         except OSError as exc:
@@ -453,22 +523,20 @@ class ProcEvents:
         self.names = self.exits.open()
         if self.names is not None:
             self.log.warning("runner.tree.taskstats_unavailable", error=self.names)
-        # The reader must get the GIL at once when an event arrives, not after the default 5 ms
-        # the event loop may keep it: a program such as id(1) lives for about a millisecond.
-        sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_SECONDS))
-        self._thread = threading.Thread(target=self._read, name="airlock-proc-events", daemon=True)
-        self._thread.start()
 
     def _read(self) -> None:
-        sock = self.sock
-        if sock is None:
-            return
         poller = select.poll()
-        poller.register(sock.fileno(), select.POLLIN)
+        if self.fan is not None:
+            poller.register(self.fan.fd, select.POLLIN)
+        elif self.sock is not None:
+            poller.register(self.sock.fileno(), select.POLLIN)
+        else:
+            return
         if self.exits.sock is not None:
             poller.register(self.exits.sock.fileno(), select.POLLIN)
         while not self._stop.is_set():
-            if poller.poll(500):
+            # Execs whose argv is still to be read are looked at again within a millisecond.
+            if poller.poll(_FAN_POLL_MS if self.unread else 500) or self.unread:
                 with self.lock:
                     self.drain()
 
@@ -482,12 +550,19 @@ class ProcEvents:
                 self.sock.close()
                 self.sock = None
             self.exits.close()
+            if self.fan is not None:
+                self.fan.close()
+                self.fan = None
 
     def watch(self, units: Iterable[str] = (), limit: int = 256) -> Watch:
         w = Watch(units, limit)
+        w.source = self.source
         with self.lock:
             if self.unavailable is not None:
                 w.unavailable = self.unavailable
+                return w
+            if self.fan is not None and not w.units:
+                w.unavailable = "fanotify (no fork events) follows a job by its cgroup only: service containment"
                 return w
             self.drain()
             self.watches.append(w)
@@ -527,11 +602,121 @@ class ProcEvents:
                 del self.owner[tgid]
             for tgid in [t for t, o in self.exited.items() if o is w]:
                 del self.exited[tgid]
+            for pid in [p for p, u in self.unread.items() if u.watch is w]:
+                self._read_exec(pid, final=True)
 
     def drain(self) -> None:
         """Handle every event queued now (the caller holds the lock)."""
+        if self.fan is not None:
+            self._drain_fanotify()
+            return
         self._drain_events()
         self._drain_exits()
+
+    # --- fanotify: exec opens (runner/fanotify.py) ---
+
+    def _drain_fanotify(self) -> None:
+        fan = self.fan
+        while fan is not None and (events := fan.read()):
+            # Every event's cgroup first, before anything slower: a program such as id(1) is gone
+            # (and its cgroup unknowable) within a millisecond.
+            jobs = any(x.units for x in self.watches)
+            cgroups = [cgroup_of(ev.pid) if jobs and ev.fd >= 0 else None for ev in events]
+            for ev, cgroup in zip(events, cgroups, strict=True):
+                if ev.mask & FAN_Q_OVERFLOW:
+                    for w in self.watches:
+                        w.complete = False
+                    self.log.warning("runner.tree.events_lost")
+                if ev.fd < 0:
+                    continue
+                try:
+                    if jobs:
+                        self._exec_opened(ev.pid, ev.fd, cgroup)
+                finally:
+                    os.close(ev.fd)  # at once: a held fd would keep a deleted binary's space
+        for pid in list(self.unread):
+            self._read_exec(pid)
+
+    def _exec_opened(self, pid: int, fd: int, cgroup: str | None) -> None:
+        if cgroup is None:
+            # Gone before its cgroup could be read: it may have been any running job's (or the host's).
+            for x in self.watches:
+                if x.units:
+                    x.unattributed += 1
+            return
+        w = next((x for x in self.watches if x.owns_cgroup(cgroup)), None)
+        if w is None:
+            return
+        seen = file_seen(fd)
+        if not self.follow.is_new_exec(pid, seen):
+            # The same exec's interpreter (#!) or loader (ld.so): one program per exec.
+            unread = self.unread.get(pid)
+            if unread is not None and seen is not None:
+                unread.keys.add(seen.key)
+                entry = unread.watch.execs[unread.index]
+                if entry.get("script") and "interpreter" not in entry:
+                    entry["interpreter"] = seen.path[:MAX_PATH_CHARS]
+            return
+        if pid in self.unread:  # it executed something else before its last program could be read
+            self.watches_entry(pid)["replaced_before_read"] = True
+            self._read_exec(pid, final=True, argv=False)
+        index = w.exec_file(pid, seen, time.time())
+        if index is None:
+            return
+        if seen is not None and seen.script:
+            w.execs[index]["script"] = True
+        keys = {seen.key} if seen is not None else set()
+        self.unread[pid] = _Unread(w, index, keys, time.monotonic() + _FAN_READ_SECONDS)
+
+    def watches_entry(self, pid: int) -> dict[str, Any]:
+        unread = self.unread[pid]
+        return unread.watch.execs[unread.index]
+
+    def _read_exec(self, pid: int, final: bool = False, argv: bool = True) -> None:
+        """Read an exec's argv, uid and parent once /proc/PID/exe is its file; give up at its deadline."""
+        unread = self.unread[pid]
+        entry = unread.watch.execs[unread.index]
+        try:
+            exe = os.stat(f"/proc/{pid}/exe")
+        except OSError:
+            entry["exited_before_read"] = True
+            del self.unread[pid]
+            return
+        late = final or time.monotonic() > unread.until
+        if argv and (exe.st_dev, exe.st_ino) in unread.keys:
+            seen = read_process(pid)
+            if not seen.get("argv") and not late:  # the new program's arguments are not in place yet
+                return
+            for key in ("argv", "argv_truncated", "uid", "euid", "ppid"):
+                if key in seen:
+                    entry[key] = seen[key]
+            if not seen:
+                entry["exited_before_read"] = True
+        elif not late:
+            return
+        elif argv:
+            entry["not_read"] = "its exec did not complete in time, or it executed something else"
+        if entry.get("parent") is None and entry.get("ppid"):
+            entry["parent"] = self._fan_parent(unread.watch, entry["ppid"])
+        del self.unread[pid]
+
+    @staticmethod
+    def _fan_parent(w: Watch, ppid: int) -> int | None:
+        """The newest program of the nearest ancestor (by PPid now) the job executed: best effort."""
+        pid = ppid
+        for _ in range(16):
+            index = w.last.get(pid)
+            if index is not None:
+                return index
+            try:
+                with open(f"/proc/{pid}/status", "rb") as f:
+                    status = f.read(4096)
+            except OSError:
+                return None
+            pid = next((int(x.split()[1]) for x in status.splitlines() if x.startswith(b"PPid:")), 0)
+            if pid <= 1:
+                return None
+        return None
 
     def _drain_exits(self) -> None:
         sock = self.exits.sock

@@ -85,7 +85,7 @@ class Runner:
         self._pruned_at = -float("inf")
         self._pruner: asyncio.Task[None] | None = None  # held: an unreferenced task may be collected
         # Exec trees (issue 35): one process-events listener for every job; live control per running job.
-        self.events = ProcEvents()
+        self.events = ProcEvents(config.runner.exec_tree_source)
         self.controls: dict[tuple[int, str], tuple[str | None, JobControl]] = {}  # key -> (request ID, control)
 
     def containment(self) -> str:
@@ -236,7 +236,7 @@ class Runner:
         if tree is not None:
             summary["tree"] = tree
         elif control.watch is not None:  # a record this full has no room for it (_MARGIN holds this line)
-            summary["tree"] = {"source": "proc-connector", "unavailable": "no room left in exec.finished"}
+            summary["tree"] = {"source": self.events.source, "unavailable": "no room left in exec.finished"}
         if control.killed is not None:
             killed = control.killed
             if tree_room < 0:  # no room kept for the reason either
