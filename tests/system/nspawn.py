@@ -38,6 +38,8 @@ INCLUDE = (
     "python3-structlog",
     "python3-sdnotify",
     "python3-dbus",
+    "python3-aiohttp",  # airlock-web (issue 33)
+    "python3-fido2",  # passkeys, verified in approval (issue 33)
     "procps",
 )
 HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "nsenter": "util-linux"}
