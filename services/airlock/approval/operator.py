@@ -39,7 +39,7 @@ from airlock.common.audit import Ids
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import Peer, identify, may_decide, uid_of, user_name
+from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, uid_of, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 
@@ -525,18 +525,9 @@ OBSERVER_VERBS = frozenset(
         "events",
         "statement",
         "grants",
-        "passkey.enroll",
-        "passkey.enroll_wait",
-        "passkey.register_begin",
-        "passkey.register_finish",
-        "passkey.login_begin",
-        "passkey.login_finish",
-        "passkey.decide_begin",
-        "passkey.decide",
-        "passkey.list",
-        "passkey.revoke",
         "running",
     }
+    | PASSKEY_VERBS
 )
 
 

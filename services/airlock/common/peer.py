@@ -178,6 +178,23 @@ def uid_of(user: str) -> int | None:
         return None
 
 
+# Issue 33: the passkey verbs (approval/passkeys.py); each decides by its token or assertion, not its
+# caller, so observers (airlock-web) may call them too: approval's OBSERVER_VERBS takes this same set.
+PASSKEY_VERBS: Final = frozenset(
+    {
+        "passkey.enroll",
+        "passkey.enroll_wait",
+        "passkey.register_begin",
+        "passkey.register_finish",
+        "passkey.login_begin",
+        "passkey.login_finish",
+        "passkey.decide_begin",
+        "passkey.decide",
+        "passkey.list",
+        "passkey.revoke",
+    }
+)
+
 # The operator door's verbs (the approval service serves them; tests/unit/approval
 # checks the two agree).  Intake refuses each one it does not serve itself to an
 # agent, with the refusal a bad token gets: a probe learns nothing about the door.
@@ -203,20 +220,10 @@ OPERATOR_VERBS: Final = frozenset(
         "statement",
         "grants",
         "grant.revoke",
-        # Issue 33: passkeys (approval/passkeys.py); each decides by its token or assertion, not its caller.
-        "passkey.enroll",
-        "passkey.enroll_wait",
-        "passkey.register_begin",
-        "passkey.register_finish",
-        "passkey.login_begin",
-        "passkey.login_finish",
-        "passkey.decide_begin",
-        "passkey.decide",
-        "passkey.list",
-        "passkey.revoke",
         "output",
         "logs",
     }
+    | PASSKEY_VERBS
 )
 
 
