@@ -11,6 +11,7 @@ cgroup) in service containment, the scope and the process groups otherwise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -80,9 +81,20 @@ class JobControl:
         if self.events is None or self.watch is None or self.watch.units:
             return  # under a unit, KillUnit reached the whole cgroup
         groups = set(getattr(self.containment, "pgids", ()))
+        # Held by pidfd, then asked again: a pid whose exit the events report meanwhile may already be
+        # another process's, and root must never signal that one by its number.
+        held: dict[int, int] = {}
         for pid in self.events.live(self.watch):
-            try:
-                if os.getpgid(pid) not in groups:
-                    os.kill(pid, signum)
-            except OSError:
-                continue  # gone meanwhile
+            with contextlib.suppress(OSError):
+                held[pid] = os.pidfd_open(pid)
+        try:
+            still = set(self.events.live(self.watch))
+            for pid, fd in held.items():
+                try:
+                    if pid in still and os.getpgid(pid) not in groups:
+                        signal.pidfd_send_signal(fd, signum)
+                except OSError:
+                    continue  # gone meanwhile
+        finally:
+            for fd in held.values():
+                os.close(fd)

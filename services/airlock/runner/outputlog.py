@@ -30,6 +30,7 @@ import asyncio
 import collections
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -265,6 +266,7 @@ class OutputLog:
         return follower
 
 
+@functools.lru_cache(maxsize=64)
 def worst_summary_bytes(stages: int) -> int:
     """The most `OutputLog.summary` can add to ``exec.finished`` for a job of ``stages`` stages."""
     worst = OutputLog(Path("/"), new_name(), 0, {})
