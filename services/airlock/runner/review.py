@@ -267,6 +267,7 @@ async def _as_child(config: Config, who: tuple[int, int], stdin: int, deadline: 
         return _report(None, (b"", False), (b"", False), True)
     except asyncio.CancelledError:
         await send(signal.SIGKILL)
+        reading.cancel()  # an escaped grandchild may hold the pipes open: never leave the reads waiting
         await proc.wait()
         raise
     finally:
@@ -289,6 +290,7 @@ async def _as_service(config: Config, who: tuple[int, int], stdin: int, deadline
         return {"ran": False, "why": exc.message}
     unit = units.StageService(name)
     transports: list[asyncio.ReadTransport] = []
+    reading: asyncio.Future[Any] | None = None
     try:
         for r, w in pipes:
             os.close(w)
@@ -307,6 +309,8 @@ async def _as_service(config: Config, who: tuple[int, int], stdin: int, deadline
             return _report(None, (b"", False), (b"", False), True)
         return _report(code, out, err, False)
     finally:
+        if reading is not None:
+            reading.cancel()  # cancelled from outside: the shielded reads end too
         for transport in transports:
             transport.close()
         await unit.release()
