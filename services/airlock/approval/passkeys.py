@@ -502,7 +502,8 @@ class Passkeys:
                 if person.uid == entry.peer.uid and not self.config.approval.allow_self_approval:
                     raise _no("self_approval", "operators cannot approve their own requests")
                 self._require_operator_reason(entry, reason)
-                grant = self._grant_for(entry, person, call.args)
+                # Only what the passkey signed (the challenge's extras): never a field the carrier added.
+                grant = self._grant_for(entry, person, {"grant_seconds": seconds, "scope": scope})
                 self._check_vote(entry, voter)
         except AirlockError as exc:
             self.passkey_refusals.refused(call.peer.uid)

@@ -228,13 +228,13 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
             )
         )
     if session.decides:
-        body.append(decide_form(detail, session))
+        body.append(decide_form(detail, session, shown.get("expect")))
     else:
         body.append(message("You signed in as an observer: you can read, not decide.", kind="note"))
     return join(body)
 
 
-def decide_form(detail: dict[str, Any], session: Session) -> Markup:
+def decide_form(detail: dict[str, Any], session: Session, expect: object = None) -> Markup:
     grant = Markup("")
     if grant_allowed(detail):
         options = [html('<option value="">No grant: this run only</option>')]
@@ -256,6 +256,9 @@ def decide_form(detail: dict[str, Any], session: Session) -> Markup:
         '<form id="decide" class="decide" method="post" action="/decide">'
         '<input type="hidden" name="csrf" value="{csrf}">'
         '<input type="hidden" name="ref" value="{ref}">'
+        # The digest of the statement this page showed: approval refuses (request_changed) if the
+        # request pending under that ID now is another one, so a touch never signs what was not seen.
+        '<input type="hidden" name="expect" value="{expect}">'
         '<label for="reason">Reason (the agent reads it when you deny)</label>'
         '<textarea id="reason" name="reason" maxlength="4096" rows="2"></textarea>'
         "{grant}"
@@ -265,6 +268,7 @@ def decide_form(detail: dict[str, Any], session: Session) -> Markup:
         '<p id="decide-status" class="status" role="status"></p></form>',
         csrf=session.csrf,
         ref=detail.get("request_id"),
+        expect=expect if isinstance(expect, str) else "",
         grant=grant,
     )
 

@@ -294,6 +294,8 @@ class Web:
     @staticmethod
     def _decision_args(body: dict[str, Any]) -> dict[str, Any]:
         args: dict[str, Any] = {"id": body.get("ref"), "decision": body.get("decision")}
+        if body.get("expect"):  # what the page showed (pages.decide_form): approval checks it
+            args["expect"] = body.get("expect")
         if body.get("reason"):
             args["reason"] = body.get("reason")
         grant = body.get("grant")

@@ -96,6 +96,7 @@
     const csrf = form.elements.csrf.value;
     const body = {
       ref: form.elements.ref.value,
+      expect: form.elements.expect ? form.elements.expect.value : "",
       decision: submitter ? submitter.value : "allow",
       reason: form.elements.reason.value,
     };
