@@ -113,3 +113,17 @@ def test_preformatted_text_keeps_its_lines_and_escapes_each() -> None:
     shown = lines(f"a {HOSTILE}\n\x1b[2Jb\\")
     assert shown.split("\n")[0] == escape(f"a {HOSTILE}") and "<script>" not in shown
     assert shown.split("\n")[1] == "\\x1b[2Jb\\\\"  # a terminal escape is shown, never sent; \\ doubled once
+
+
+def test_a_decision_carries_the_digest_of_the_statement_the_page_showed() -> None:
+    """A touch signs only what was seen: the form posts the page's ``expect``, and the web passes it on
+    to approval, which refuses with request_changed when another request is pending under that ID."""
+    from airlock.web.service import Web
+
+    page = pages.request_view(
+        {"pending": True, "expect": "0123456789ab", "detail": pending_detail(["true"])}, session()
+    )
+    assert '<input type="hidden" name="expect" value="0123456789ab">' in page
+    args = Web._decision_args({"ref": "r1", "decision": "allow", "expect": "0123456789ab"})
+    assert args == {"id": "r1", "decision": "allow", "expect": "0123456789ab"}
+    assert "expect" not in Web._decision_args({"ref": "r1", "decision": "allow"})
