@@ -481,8 +481,10 @@ def test_a_passkey_approval_may_carry_a_grant_the_challenge_covers(world: World)
     # The grant is part of the challenge: dropping it, or changing it, is another challenge.
     _refused(world.decide(job.request_id, begun, auth.sign(begun["challenge"])), "challenge")
     _refused(world.decide(job.request_id, begun, auth.sign(begun["challenge"]), grant_seconds=3000), "challenge")
-    ok = world.decide(job.request_id, begun, auth.sign(begun["challenge"]), grant_seconds=300)
+    # The carrier adds a field the passkey never signed (uses): the grant is made from the signed ones only.
+    ok = world.decide(job.request_id, begun, auth.sign(begun["challenge"]), grant_seconds=300, uses=1)
     assert ok["ok"] is True and ok["data"]["grant"]["made_by"] == world.op2.pw_name, ok
+    assert ok["data"]["grant"].get("uses") is None, ok
     assert job.result()["ok"] is True
     again = world.stack.exec({"argv": argv, "privileged": True, "operation_id": f"op-{uuid.uuid4()}"})
     assert again["ok"] is True, again  # the grant let it through without asking
