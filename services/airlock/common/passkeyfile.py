@@ -66,9 +66,14 @@ class Credential:
 
 
 def _b64u_bytes(text: str) -> bytes:
+    """Unpadded base64url; a length no encoding has (4n + 1) is refused like any bad value."""
     import base64
+    import binascii
 
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise PasskeyFileError("not base64url") from None
 
 
 def checked(data: object) -> Credential:
@@ -82,7 +87,7 @@ def checked(data: object) -> Credential:
         data.get("created"),
         data.get("revoked"),
     )
-    if not isinstance(cid, str) or not _B64U.fullmatch(cid) or len(_b64u_bytes(cid)) > 1023:
+    if not isinstance(cid, str) or not _B64U.fullmatch(cid) or len(cid) % 4 == 1 or len(_b64u_bytes(cid)) > 1023:
         raise PasskeyFileError("credential_id: must be base64url, at most 1023 bytes")
     if not isinstance(key, str) or not _B64U.fullmatch(key):
         raise PasskeyFileError("public_key: must be base64url")

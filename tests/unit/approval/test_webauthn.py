@@ -132,3 +132,10 @@ def test_the_passkeys_file_is_rewritten_atomically_and_never_through_a_symlink(t
     with pytest.raises(OSError, match="symbolic links"):
         passkeyfile.read(target)
     assert elsewhere.read_text() == "" and sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "passkeys"]
+
+
+def test_a_credential_id_of_a_length_no_base64_has_is_refused_not_a_crash() -> None:
+    """The runner's passkeys.write gets a clear refusal, never an internal error, for 4n + 1 characters."""
+
+    with pytest.raises(passkeyfile.PasskeyFileError, match="credential_id"):
+        passkeyfile.checked({"credential_id": "abcde", "public_key": "AA", "account": "alice", "created": 1})
