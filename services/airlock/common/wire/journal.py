@@ -1,0 +1,12 @@
+"""Declarations of the journal's door (journal.sock): intake, approval and the runner append and read the chain.
+
+Each verb: its name, who may call it, its argument and reply messages
+(`wire.verb`).  The server builds its door table from these (`wire.verb.serve`);
+callers use a `wire.verb.Stub` with them.
+"""
+
+from __future__ import annotations
+
+from airlock.common.wire.verb import DoorName
+
+DOOR = DoorName.JOURNAL

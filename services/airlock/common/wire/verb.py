@@ -1,0 +1,337 @@
+"""Typed messages and verb declarations: the one encoding of each internal conversation.
+
+A `Message` is a frozen dataclass whose fields are its wire keys.
+``from_dict`` is the trust-boundary check (types, required keys, no unknown
+keys: a message another process sent is refused whole, with the field named,
+before a handler sees it) and ``to_dict`` the one encoding.  A field whose
+type is ``Any`` or ``dict[str, Any]`` is carried as JSON without a check: its
+declaration must say why (a journal payload, say, is the event's own).
+
+A `Verb` declares one verb: its door, its name, who may call it, its argument
+and reply messages.  `serve` builds a server's door table from a door's
+declarations and refuses to build one that serves a verb not declared or
+leaves a declared verb unserved; a `Stub` is how a caller calls a verb, so a
+call is an import a reader, mypy and the layer test can follow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import types
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Self, TypeVar
+
+from airlock.common.errors import AirlockError, ErrorCode
+
+if typing.TYPE_CHECKING:
+    from airlock.common.ipc import Client, EventHandler
+    from airlock.common.server import Call
+
+
+class DoorName(enum.StrEnum):
+    """The sockets that serve verbs (docs/architecture.md names each)."""
+
+    JOURNAL = "journal"
+    RUNNER = "runner"
+    APPROVAL = "approval"  # approval's internal door (intake, runner)
+    OPERATOR = "operator"  # operator.sock, served by approval
+    AGENT = "agent"  # agent.sock, served by intake
+
+
+class Caller(enum.StrEnum):
+    """Who may call a verb: a service by its account, or a person's role on a front door."""
+
+    INTAKE = "intake"
+    APPROVAL = "approval"
+    RUNNER = "runner"
+    OPERATOR = "operator"  # a person who may decide (root, operators.users/groups)
+    OBSERVER = "observer"  # reads only (operators.observers, the relay, airlock-web)
+    WEB = "web"  # airlock-web's account: observer, plus the passkey verbs
+    AGENT = "agent"  # anyone the agent door admits
+
+
+def _bad(cls: type, key: str, message: str) -> AirlockError:
+    return AirlockError(
+        ErrorCode.INVALID_ARGUMENTS, f"{cls.__name__}: {key}: {message}", {"field": key, "message_type": cls.__name__}
+    )
+
+
+def _convert(cls: type, key: str, hint: Any, value: Any) -> Any:
+    """``value`` checked against ``hint`` (and turned into its type: a tuple, an enum, a message)."""
+    if hint is Any:
+        return value
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return _convert_union(cls, key, typing.get_args(hint), value)
+    if origin in (tuple, list, dict):
+        return _convert_container(cls, key, origin, typing.get_args(hint), value)
+    if isinstance(hint, type) and issubclass(hint, Message):
+        if not isinstance(value, dict):
+            raise _bad(cls, key, "must be an object")
+        try:
+            return hint.from_dict(value)
+        except AirlockError as exc:  # name the field from the outer message down
+            inner = exc.details.get("field", "")
+            raise _bad(cls, f"{key}.{inner}" if inner else key, exc.message.split(": ", 2)[-1]) from None
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            raise _bad(cls, key, f"must be one of {', '.join(str(m.value) for m in hint)}") from None
+    return _convert_scalar(cls, key, hint, value)
+
+
+def _convert_union(cls: type, key: str, options: tuple[Any, ...], value: Any) -> Any:
+    if value is None and type(None) in options:
+        return None
+    real = [option for option in options if option is not type(None)]
+    if len(real) == 1:  # ``T | None``: T's own error, with its field
+        return _convert(cls, key, real[0], value)
+    errors = []
+    for option in real:
+        try:
+            return _convert(cls, key, option, value)
+        except AirlockError as exc:
+            errors.append(exc.message.split(": ", 2)[-1])
+    raise _bad(cls, key, " or ".join(errors) or "null not allowed")
+
+
+def _convert_container(cls: type, key: str, origin: Any, params: tuple[Any, ...], value: Any) -> Any:
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise _bad(cls, key, "must be an object")
+        if params[0] is not str:
+            raise TypeError(f"{cls.__name__}.{key}: only dict[str, T] is supported")
+        return {k: _convert(cls, f"{key}.{k}", params[1], v) for k, v in value.items()}
+    if not isinstance(value, list | tuple):
+        raise _bad(cls, key, "must be a list")
+    if origin is tuple and params[1:] != (Ellipsis,):
+        raise TypeError(f"{cls.__name__}.{key}: only tuple[T, ...] is supported")
+    items = [_convert(cls, f"{key}[{i}]", params[0], v) for i, v in enumerate(value)]
+    return tuple(items) if origin is tuple else items
+
+
+_SCALARS: dict[type, tuple[type | tuple[type, ...], str]] = {
+    bool: (bool, "must be true or false"),
+    int: (int, "must be an integer"),
+    float: ((int, float), "must be a number"),
+    str: (str, "must be a string"),
+}
+
+
+def _convert_scalar(cls: type, key: str, hint: Any, value: Any) -> Any:
+    if hint not in _SCALARS:
+        raise TypeError(f"{cls.__name__}.{key}: type {hint!r} cannot be carried")
+    accepted, message = _SCALARS[hint]
+    if not isinstance(value, accepted) or (hint is not bool and isinstance(value, bool)):
+        raise _bad(cls, key, message)
+    return float(typing.cast(float, value)) if hint is float else value
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Message):
+        return value.to_dict()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str  # the attribute
+    key: str  # the wire key (``metadata={"key": "token.id"}`` renames)
+    hint: Any
+    required: bool
+
+
+class Message:
+    """Base of every argument and reply: subclass it as a ``@dataclass(frozen=True)``.
+
+    A field without a default is required; a field that is None is left out of
+    the encoding (so optional fields cost nothing on the wire).  Override
+    ``check`` for rules beyond types (bounds, patterns); it runs on decode.
+    """
+
+    # Internal doors refuse keys they do not know; a front door's message may relax this.
+    strict: ClassVar[bool] = True
+
+    @classmethod
+    @functools.cache
+    def _plan(cls) -> tuple[_Field, ...]:
+        hints = typing.get_type_hints(cls)
+        plan = []
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            plan.append(_Field(f.name, f.metadata.get("key", f.name), hints[f.name], required))
+        return tuple(plan)
+
+    @classmethod
+    def from_dict(cls, untrusted: Mapping[str, Any]) -> Self:
+        """The message ``untrusted`` encodes, or `AirlockError` (invalid_arguments) naming the field."""
+        if not isinstance(untrusted, Mapping):
+            raise _bad(cls, "", "must be an object")
+        plan = cls._plan()
+        if cls.strict:
+            unknown = set(untrusted) - {f.key for f in plan}
+            if unknown:
+                raise _bad(cls, sorted(unknown)[0], "unknown field")
+        values: dict[str, Any] = {}
+        for f in plan:
+            if f.key not in untrusted:
+                if f.required:
+                    raise _bad(cls, f.key, "required")
+                continue
+            values[f.name] = _convert(cls, f.key, f.hint, untrusted[f.key])
+        message = cls(**values)
+        message.check()
+        return message
+
+    def check(self) -> None:
+        """Rules beyond the field types; raise `AirlockError` (invalid_arguments) to refuse."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The one encoding of this message."""
+        out: dict[str, Any] = {}
+        for f in self._plan():
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.key] = _encode(value)
+        return out
+
+
+@dataclass(frozen=True)
+class Empty(Message):
+    """A verb that takes no arguments, or replies with nothing but success."""
+
+
+@dataclass(frozen=True)
+class Open(Message):
+    """An open mapping, carried as it is.
+
+    Only for a front door's verb whose arguments are a documented public
+    shape checked field by field in its handler (docs/protocol.md); never for
+    an internal door: there every field is declared.
+    """
+
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, untrusted: Mapping[str, Any]) -> Self:
+        if not isinstance(untrusted, Mapping):
+            raise _bad(cls, "", "must be an object")
+        return cls(dict(untrusted))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+A = TypeVar("A", bound=Message)
+R = TypeVar("R", bound=Message)
+
+
+@dataclass(frozen=True)
+class Verb(Generic[A, R]):
+    """One verb, declared once: where it is served, who may call it, what it carries."""
+
+    door: DoorName
+    name: str
+    callers: frozenset[Caller]
+    args: type[A]
+    reply: type[R]
+    summary: str
+    streams: bool = False  # event lines come before the reply (``events --follow``, ``logs``)
+
+    def __hash__(self) -> int:
+        return hash((self.door, self.name))
+
+
+_DECLARED: dict[DoorName, dict[str, Verb[Any, Any]]] = {door: {} for door in DoorName}
+
+
+def declare(
+    door: DoorName,
+    name: str,
+    callers: frozenset[Caller] | set[Caller],
+    args: type[A],
+    reply: type[R],
+    summary: str,
+    *,
+    streams: bool = False,
+) -> Verb[A, R]:
+    """Declare a verb (at import of its door's module); a name declared twice on one door is a bug."""
+    if name in _DECLARED[door]:
+        raise ValueError(f"verb {name!r} declared twice on door {door}")
+    verb = Verb(door, name, frozenset(callers), args, reply, summary, streams)
+    _DECLARED[door][name] = verb
+    return verb
+
+
+def declared(door: DoorName) -> Mapping[str, Verb[Any, Any]]:
+    """The verbs declared on ``door`` so far (import its module first; `wire.registry` imports all)."""
+    return types.MappingProxyType(_DECLARED[door])
+
+
+Handler = Callable[["Call", A], Awaitable[R]]
+Served = Callable[["Call"], Awaitable[dict[str, Any]]]
+
+
+def _typed(verb: Verb[A, R], handler: Handler[A, R]) -> Served:
+    async def served(call: Call) -> dict[str, Any]:
+        reply = await handler(call, verb.args.from_dict(call.args))
+        return reply.to_dict()
+
+    served.__name__ = served.__qualname__ = f"{verb.door}.{verb.name}"
+    return served
+
+
+def serve(door: DoorName, handlers: Mapping[Verb[Any, Any], Handler[Any, Any]]) -> dict[str, Served]:
+    """A door's verb table (`common.server.Door.verbs`), exactly its declared verbs.
+
+    Raises ValueError at build time when a handler is for another door, or a
+    declared verb has no handler: a service cannot serve what is not declared
+    nor forget what is.
+    """
+    table: dict[str, Served] = {}
+    for verb, handler in handlers.items():
+        if verb.door is not door or _DECLARED[door].get(verb.name) is not verb:
+            raise ValueError(f"{verb.door}.{verb.name} is not declared on door {door}")
+        table[verb.name] = _typed(verb, handler)
+    missing = set(_DECLARED[door]) - set(table)
+    if missing:
+        raise ValueError(f"door {door} does not serve declared verbs: {', '.join(sorted(missing))}")
+    return table
+
+
+class Stub:
+    """A caller's side of one door: ``await journal.call(APPEND, Append(...))`` returns an ``Appended``."""
+
+    def __init__(self, door: DoorName, client: Client) -> None:
+        self.door = door
+        self.client = client
+
+    async def call(
+        self,
+        verb: Verb[A, R],
+        args: A,
+        *,
+        on_event: EventHandler | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  passed to the client, which bounds the exchange
+        request_id: str | None = None,
+    ) -> R:
+        if verb.door is not self.door:
+            raise ValueError(f"{verb.door}.{verb.name} called through the {self.door} stub")
+        data = await self.client.call(
+            verb.name, args.to_dict(), on_event=on_event, timeout=timeout, request_id=request_id
+        )
+        return verb.reply.from_dict(data)
+
+    def close(self) -> None:
+        self.client.close()
