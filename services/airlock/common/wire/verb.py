@@ -29,6 +29,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 
 if typing.TYPE_CHECKING:
     from airlock.common.ipc import Client, EventHandler
+    from airlock.common.peer import Peer
     from airlock.common.server import Call
 
 
@@ -283,8 +284,14 @@ Handler = Callable[["Call", A], Awaitable[R]]
 Served = Callable[["Call"], Awaitable[dict[str, Any]]]
 
 
-def _typed(verb: Verb[A, R], handler: Handler[A, R]) -> Served:
+# Who a door's peer is, in the terms of `Verb.callers` (a door that knows sets it; see `serve`).
+CallerOf = Callable[["Peer"], frozenset[Caller]]
+
+
+def _typed(verb: Verb[A, R], handler: Handler[A, R], caller_of: CallerOf | None) -> Served:
     async def served(call: Call) -> dict[str, Any]:
+        if caller_of is not None and not caller_of(call.peer) & verb.callers:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, f"{verb.name} is not for this caller", {"verb": verb.name})
         reply = await handler(call, verb.args.from_dict(call.args))
         return reply.to_dict()
 
@@ -292,22 +299,35 @@ def _typed(verb: Verb[A, R], handler: Handler[A, R]) -> Served:
     return served
 
 
-def serve(door: DoorName, handlers: Mapping[Verb[Any, Any], Handler[Any, Any]]) -> dict[str, Served]:
+def serve(
+    door: DoorName, handlers: Mapping[Verb[Any, Any], Handler[Any, Any]], *, caller_of: CallerOf | None = None
+) -> dict[str, Served]:
     """A door's verb table (`common.server.Door.verbs`), exactly its declared verbs.
 
     Raises ValueError at build time when a handler is for another door, or a
     declared verb has no handler: a service cannot serve what is not declared
-    nor forget what is.
+    nor forget what is.  With ``caller_of`` (the peer's roles), a verb refuses
+    a caller its declaration does not name (unauthorized) before its
+    arguments are read: "who may call it" is enforced where it is declared.
     """
     table: dict[str, Served] = {}
     for verb, handler in handlers.items():
         if verb.door is not door or _DECLARED[door].get(verb.name) is not verb:
             raise ValueError(f"{verb.door}.{verb.name} is not declared on door {door}")
-        table[verb.name] = _typed(verb, handler)
+        table[verb.name] = _typed(verb, handler, caller_of)
     missing = set(_DECLARED[door]) - set(table)
     if missing:
         raise ValueError(f"door {door} does not serve declared verbs: {', '.join(sorted(missing))}")
     return table
+
+
+def untyped(handler: Callable[[Call], Awaitable[dict[str, Any]]]) -> Handler[Open, Open]:
+    """A front door's handler that checks its public arguments field by field itself (declared with `Open`)."""
+
+    async def adapted(call: Call, args: Open) -> Open:
+        return Open(await handler(call))
+
+    return adapted
 
 
 class Stub:
