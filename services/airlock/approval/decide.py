@@ -32,6 +32,8 @@ from airlock.common.peer import Peer
 from airlock.common.resolve import default_path
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import journal as journal_wire
+from airlock.common.wire.verb import Stub
 
 
 def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Subject:
@@ -155,7 +157,7 @@ class Deciding(Tickets, Votes):
     pending: dict[tuple[int, str], Pending]
     notifier: hook.NotifyCommand
     runner: Client
-    journal: Client
+    journal: Stub
     intake_uid: int | None
     asks: AskLimits
     denials: collections.OrderedDict[tuple[int, str], float]
@@ -453,11 +455,13 @@ class Deciding(Tickets, Votes):
         stages = [list(s) for s in spec.stages] if isinstance(spec, ExecSpec) else [[spec.tool, spec.path]]
         try:
             page = await self.journal.call(
-                "events", {"tail": DENIAL_PAGE, "limit": DENIAL_PAGE, "scope": {"peer_uid": uid}}, timeout=5.0
+                journal_wire.EVENTS,
+                journal_wire.Events(tail=DENIAL_PAGE, limit=DENIAL_PAGE, scope={"peer_uid": uid}),
+                timeout=5.0,
             )
         except (AirlockError, OSError, TimeoutError):
             return True
-        for event in page.get("events") or []:
+        for event in page.events:
             payload = event.get("payload") if isinstance(event, dict) else None
             if event.get("kind") != "approval.decided" or not isinstance(payload, dict):
                 continue

@@ -42,6 +42,8 @@ from airlock.common.ipc import Client
 from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, uid_of, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import journal as journal_wire
+from airlock.common.wire.verb import Empty
 
 
 class Operating(Tickets, Votes, Passkeys, OutputReads):
@@ -189,12 +191,12 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         """
         out: dict[str, Any] = {"approval": {"state": "up", "pid": os.getpid()}}
         try:
-            head = await self.journal.call("head", {}, timeout=5)
-            out["journal"] = {"state": "up", "events": head.get("seq")}
+            head = await self.journal.call(journal_wire.HEAD, Empty(), timeout=5)
+            out["journal"] = {"state": "up", "events": head.seq}
         except AirlockError as exc:
             out["journal"] = {"state": "down", "error": exc.message}
         try:
-            out["journal"]["disk"] = await self.journal.call("disk", {}, timeout=5)
+            out["journal"]["disk"] = (await self.journal.call(journal_wire.DISK, Empty(), timeout=5)).to_dict()
         except AirlockError as exc:
             out["journal"]["disk"] = {"error": exc.message}
         for name, door in (("intake", "agent"), ("runner", "runner")):
@@ -230,7 +232,8 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})
         if unknown:
             raise validate.bad(unknown[0], "unknown argument (known: after, tail, limit, scope)")
-        return await self.journal.call("events", call.args)
+        page = await self.journal.call(journal_wire.EVENTS, journal_wire.Events.from_dict(call.args))
+        return page.to_dict()
 
     async def show(self, call: Call) -> dict[str, Any]:
         """A request's story by its request or operation ID; a person may type a unique prefix of a
@@ -454,13 +457,15 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         return {"session": self.tokens.check(token, uid, time.time())}
 
     async def audit_verify(self, call: Call) -> dict[str, Any]:
-        return await self.journal.call("verify", call.args, timeout=600)
+        verify = journal_wire.Verify.from_dict(call.args)
+        return (await self.journal.call(journal_wire.VERIFY, verify, timeout=600)).report
 
     async def audit_archive(self, call: Call) -> dict[str, Any]:
-        return await self.journal.call("archive", call.args, timeout=600)
+        archive = journal_wire.Archive.from_dict(call.args)
+        return (await self.journal.call(journal_wire.ARCHIVE, archive, timeout=600)).report
 
     async def audit_head(self, call: Call) -> dict[str, Any]:
-        return await self.journal.call("head", {})
+        return (await self.journal.call(journal_wire.HEAD, Empty())).to_dict()
 
     def operator_verbs(self, decides: Callable[[Peer], bool]) -> dict[str, Verb]:
         """The operator door's verbs: none for a token; an observer (not ``decides``) only `OBSERVER_VERBS`."""

@@ -44,6 +44,7 @@ from airlock.common.errors import ErrorCode, within_reference_004
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, may_decide, uid_of
 from airlock.common.server import Door, Service
+from airlock.common.wire.verb import DoorName, Stub
 
 NAME = "approval"
 
@@ -54,8 +55,9 @@ class Approval(Deciding, Operating):
         self.policy = policy
         self.config_path = config_path
         self.audit = Audit(config, "approval")
-        self.journal = Client(
-            config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE
+        self.journal = Stub(
+            DoorName.JOURNAL,
+            Client(config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE),
         )
         self.runner = Client(
             config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.approval import quorum, refs
+from airlock.approval import quorum, refs, restore
 from airlock.approval import statement as statements
 from airlock.approval.grants import MAX_USES, SCOPES, Grant, Grants
 from airlock.approval.grants import restore as restore_grants
@@ -35,10 +35,10 @@ from airlock.common.codec import iso_utc
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
-from airlock.common.ipc import Client
 from airlock.common.peer import Peer, identify
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
+from airlock.common.wire.verb import Stub
 
 # How long approval waits at start to read its grants from the journal (as for the hold).
 RESTORE_SECONDS = 30.0
@@ -49,7 +49,7 @@ class Votes:
 
     config: Config
     audit: Audit
-    journal: Client
+    journal: Stub
     log: Any
     intake_uid: int | None
     hold_reason: str | None
@@ -255,8 +255,7 @@ class Votes:
     async def restore_grants(self) -> None:
         """At start: the live grants are the journal's grants not revoked or expired (none if it cannot be read)."""
         try:
-            found = await self.journal.call("grants.state", {}, timeout=RESTORE_SECONDS)
-            live, _ended = restore_grants(found.get("records") or [])
+            live, _ended = restore_grants(await restore.grant_records(self.journal, RESTORE_SECONDS))
         except AirlockError as exc:
             self.log.error("approval.grants.unknown", error=exc.message, code=exc.code.value)
             return

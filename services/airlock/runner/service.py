@@ -36,6 +36,7 @@ from airlock.common.kinds import MAX_PAYLOAD_BYTES
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec, check_privilege
+from airlock.common.wire.journal import SYNC, Append, Sync
 from airlock.runner import agent, arguments, credentials, outputlog, review
 from airlock.runner.control import JobControl, signal_name
 from airlock.runner.evidence import StageResult
@@ -77,7 +78,7 @@ class Runner:
         self.approval_uid = uid_of(config.services.approval_user)
         self.log = log.get()
         # Deferred exec.finished records not yet confirmed durable: mark -> the event (issue 21).
-        self.unconfirmed: dict[str, dict[str, Any]] = {}
+        self.unconfirmed: dict[str, Append] = {}
         self._confirm_wake = asyncio.Event()
         self._confirmer: asyncio.Task[None] | None = None
         # Issue 35: running jobs' output logs by file name (followed live), and when retention last ran.
@@ -354,13 +355,13 @@ class Runner:
         finally:
             log.followers.discard(follower)
 
-    def _unconfirmed(self, mark: str, event: dict[str, Any]) -> None:
+    def _unconfirmed(self, mark: str, event: Append) -> None:
         if len(self.unconfirmed) >= MAX_UNCONFIRMED:  # the journal has not answered for long: bounded
             dropped = next(iter(self.unconfirmed))
             gone = self.unconfirmed.pop(dropped)
             self.log.error(
                 "runner.audit.unrecorded",
-                operation_id=gone.get("operation_id"),
+                operation_id=gone.operation_id,
                 code="audit_unavailable",
                 error="too many end records waiting for the journal's confirmation",
             )
@@ -382,8 +383,8 @@ class Runner:
             lost: list[str] | None = None
             while lost is None:
                 try:
-                    found = await self.audit.client.call("sync", {"marks": marks, "writer": "runner"}, timeout=10)
-                    lost = [m for m in found.get("lost") or [] if m in marks]
+                    found = await self.audit.journal.call(SYNC, Sync(tuple(marks), "runner"), timeout=10)
+                    lost = [m for m in found.lost if m in marks]
                 except AirlockError as exc:
                     if asyncio.get_running_loop().time() >= deadline:
                         lost = marks
@@ -399,7 +400,7 @@ class Runner:
                 except AirlockError as exc:
                     self.log.error(
                         "runner.audit.unrecorded",
-                        operation_id=event.get("operation_id"),
+                        operation_id=event.operation_id,
                         code=exc.code.value,
                         error=exc.message,
                     )

@@ -261,7 +261,7 @@ def test_the_store_hands_every_committed_record_to_the_shipper_in_order(tmp_path
 def test_journald_failing_never_breaks_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
     """The shipper runs inside the commit: journald gone (send raises) must not raise into it."""
     from airlock.common import log
-    from airlock.journal import journalfiles, service
+    from airlock.journal import anchoring, journalfiles
 
     calls: list[int] = []
 
@@ -278,12 +278,12 @@ def test_journald_failing_never_breaks_the_commit(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(log, "_journald_in_use", True)
     monkeypatch.setattr(journalfiles, "RecordSender", Gone)
     monkeypatch.setattr(journalfiles, "local_host", lambda: HOST_A)
-    ship, host = service.shipping()
+    ship, host = anchoring.shipping()
     assert ship is not None and host == HOST_A
     ship([object(), object()])  # no exception
     assert calls == [2]
     monkeypatch.setattr(log, "_journald_in_use", False)
-    assert service.shipping() == (None, None)  # dev mode: nothing goes to journald
+    assert anchoring.shipping() == (None, None)  # dev mode: nothing goes to journald
 
 
 def test_an_acknowledged_cut_is_a_new_segment_and_the_cut_records_stay_as_evidence() -> None:

@@ -293,7 +293,14 @@ def test_a_segment_is_sealed_by_age(db: Path) -> None:
 
 def test_the_hold_and_the_grants_in_force_survive_a_rollover(db: Path) -> None:
     """approval restores the hold and its grants from the journal at start: a rollover must not lose them."""
-    from airlock.journal.service import grant_records, latest_hold
+    from airlock.approval import restore
+    from airlock.journal import select
+
+    def latest_hold(db: Path) -> dict[str, Any] | None:
+        return restore.hold_from(select.records(db, restore.HOLD_QUERY))
+
+    def grant_records(db: Path) -> list[dict[str, Any]]:
+        return restore.grants_from(select.records(db, restore.GRANTS_QUERY))
 
     def grant(grant_id: str) -> dict[str, Any]:
         return {"action": "grant", "grant_id": grant_id, "grant": {"grant_id": grant_id, "rule": "r"}}
