@@ -306,7 +306,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         "journal",
         allow=AllowList.of([s.intake_user, s.approval_user, s.runner_user], []),
         verbs=serve(wire.DOOR, journal.verbs(), caller_of=journal.callers),
-        max_line=config.limits.max_request_bytes * 2,
+        max_line=wire.MAX_LINE,
     )
     service = Service(NAME, config, [door])
 

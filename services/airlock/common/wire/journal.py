@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from airlock.common import validate
+from airlock.common.kinds import MAX_PAYLOAD_BYTES
 from airlock.common.wire.verb import Caller, DoorName, Empty, Message, declare
 
 DOOR = DoorName.JOURNAL
@@ -29,6 +30,14 @@ MAX_MARKS: Final = 256  # marks one ``sync`` asks about (journal/records.py MAX_
 MAX_ANCHORS_PER_CALL: Final = 4096  # anchors one ``verify`` carries (the CLI sends more in several calls)
 MAX_PAGE_LIMIT: Final = 256
 MAX_RECORDS: Final = 4096  # records one ``records`` call returns
+# The largest outcome ``op.complete`` stores for replay (canonical JSON; journal/records.py refuses more).
+MAX_OUTCOME_BYTES: Final = 1024 * 1024
+# The journal door's longest line: the largest message its own caps let through -- an outcome, the
+# record that goes with it (at most MAX_PAYLOAD_BYTES of payload) and their envelope.  Nothing an agent
+# sends travels here whole (a request is journaled as its description, under the payload cap), so
+# ``limits.max_request_bytes`` does not bound it: a small request limit must not cost a large
+# output its audit record and its replay (tests/integration/test_journal_line_limit.py).
+MAX_LINE: Final = MAX_OUTCOME_BYTES + MAX_PAYLOAD_BYTES + 64 * 1024
 
 _SERVICES = frozenset({Caller.INTAKE, Caller.APPROVAL, Caller.RUNNER})
 
