@@ -28,7 +28,8 @@ from airlock.journal.records import (
     _optional_text,
     _optional_uid,
 )
-from airlock.journal.writer import Writer, _Append, _Claim, _lost, _Settle, _Sync
+from airlock.journal.workitems import _Append, _Claim, _lost, _Settle, _Sync
+from airlock.journal.writer import Writer
 
 # A replay window longer than a day is a misconfiguration, not a policy.
 MAX_CLAIM_WINDOW: Final = 86400.0

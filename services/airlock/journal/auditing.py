@@ -21,8 +21,8 @@ from airlock.common.wire import journal as wire
 from airlock.journal import anchors, chain, retention, segments
 from airlock.journal.anchoring import Anchoring
 from airlock.journal.chain import Anchor, parse_anchor
-from airlock.journal.reads import VERIFIED_KIND
 from airlock.journal.store import Store
+from airlock.journal.verification import VERIFIED_KIND
 
 
 class Auditing:
@@ -141,7 +141,7 @@ class Auditing:
         return result
 
     async def _record_verified(self, result: dict[str, Any]) -> dict[str, Any] | None:
-        """After a walk that checked out to the head: a `reads.VERIFIED_KIND` record naming that head, anchored
+        """After a walk that checked out to the head: a `verification.VERIFIED_KIND` record naming that head, anchored
         at once (the next verify starts there), or None when there is nothing new to record."""
         walked = result.get("chain") or {}
         seq, digest = walked.get("head_seq"), walked.get("head_hash")

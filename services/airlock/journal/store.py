@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.journal import segments
+from airlock.journal import rollover, segments
 from airlock.journal.acknowledge import Acknowledged, acknowledge, validate_reason
 from airlock.journal.appends import Appends
 from airlock.journal.chain import GENESIS, VerifyResult
@@ -52,7 +52,8 @@ from airlock.journal.schema import (
     _reader,
     _restore_triggers,
 )
-from airlock.journal.writer import DEFER_LINGER, MAX_BATCH, _Work
+from airlock.journal.workitems import _Work
+from airlock.journal.writer import DEFER_LINGER, MAX_BATCH
 
 __all__ = [
     "DEFER_LINGER",
@@ -185,17 +186,17 @@ class Store(Appends, Reader):
             wconn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             _migrate(wconn)
             restored = _restore_triggers(wconn)
-            if segments.seal_pending(wconn):
+            if rollover.seal_pending(wconn):
                 # A rollover a crash interrupted: finish it before anything else is written.
-                wconn, _, _ = segments.finish(path, wconn, clock())
-            segments.tighten(segments.segments_dir(path))
+                wconn, _, _ = rollover.finish(path, wconn, clock())
+            rollover.tighten(segments.segments_dir(path))
             for suffix in ("-wal", "-shm"):
                 side = path.with_name(path.name + suffix)
                 if side.exists():
                     os.chmod(side, 0o600)
             head = _read_head(wconn)
             high = _read_high(wconn)
-            _, first, opened = segments.live_segment(wconn)
+            _, first, opened = rollover.live_segment(wconn)
             operations.load(_read_operations(wconn, operations.expiry_cutoff()))
             rconn = _reader(path)
         except (sqlite3.Error, OSError) as exc:

@@ -43,16 +43,16 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from airlock.common import log
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.journal import chain, segments
+from airlock.journal import chain, rollover
 from airlock.journal.operations import OperationTable, Settled
 from airlock.journal.records import Event, _unavailable
 from airlock.journal.schema import _COLUMNS, _prune_operations, _raise_high, _read_head, _read_high, _reader
+from airlock.journal.workitems import _Append, _Claim, _deferred, _fail, _lost, _Settle, _Sync, _Work
 
 # A batch this large already amortises the fsync; bigger ones only delay the
 # first caller in it.
@@ -66,51 +66,6 @@ ROLL_RETRY_SECONDS: Final = 5.0
 # its commit (an exec's path from request.received to exec.started takes a few
 # ms); past it they are committed on their own.
 DEFER_LINGER: Final = 0.1
-
-
-@dataclass(slots=True)
-class _Append:
-    time: str
-    kind: str
-    request_id: str | None
-    operation_id: str | None
-    peer_uid: int | None
-    session: str | None
-    writer: str
-    payload: dict[str, Any]
-    payload_json: str
-    # None for a deferred append: nobody waits for its commit.
-    future: asyncio.Future[Event | None] | None
-    # Appended only if this claim wins, in the same transaction (intake's
-    # replay gate and its request.received cost one commit, not two).
-    claim: _Claim | None = None
-    mark: int = 0  # its place in the queue (see "Deferred appends")
-    after: tuple[int, ...] = ()  # earlier marks that must be committed first
-
-
-@dataclass(slots=True)
-class _Settle:
-    entry: Settled
-    future: asyncio.Future[None]
-    after: tuple[int, ...] = ()
-
-
-@dataclass(slots=True)
-class _Sync:
-    """Resolved once everything queued before it has been committed or failed."""
-
-    future: asyncio.Future[None]
-
-
-@dataclass(slots=True)
-class _Claim:
-    key: str
-    now: float
-    window: float
-    future: asyncio.Future[bool]
-
-
-_Work = _Append | _Settle | _Claim | _Sync
 
 
 class Writer:
@@ -252,15 +207,15 @@ class Writer:
                 with self._wlock:
                     try:
                         if self._finish_pending:
-                            conn, events, head = segments.finish(self.path, self._live_conn(), self._clock())
+                            conn, events, head = rollover.finish(self.path, self._live_conn(), self._clock())
                         else:
-                            conn, events, head = segments.seal(
+                            conn, events, head = rollover.seal(
                                 self.path, self._wconn, self._head, self._high, self._clock()
                             )
                     except BaseException:
                         # Sealed but not yet in place: nothing more is written until `finish` succeeds.
                         try:
-                            self._finish_pending = segments.seal_pending(self._live_conn())
+                            self._finish_pending = rollover.seal_pending(self._live_conn())
                         except sqlite3.Error:
                             self._finish_pending = True
                         raise
@@ -533,19 +488,3 @@ def _claim_all(conn: sqlite3.Connection, claims: list[_Claim]) -> list[bool]:
         )
         outcome.append(cursor.rowcount == 1)
     return outcome
-
-
-def _deferred(work: _Work | None) -> bool:
-    return isinstance(work, _Append) and work.future is None
-
-
-def _lost() -> AirlockError:
-    return AirlockError(
-        ErrorCode.AUDIT_UNAVAILABLE,
-        "an earlier record of this request was not committed (the journal restarted or could not write it)",
-    )
-
-
-def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from journal_support import with_store
 
-from airlock.journal import retention, segments
+from airlock.journal import retention, rollover, segments
 from airlock.journal.store import Store
 
 SMALL = 64 * 1024
@@ -175,7 +175,7 @@ def test_a_crash_after_the_seal_is_finished_at_open(db: Path) -> None:
     conn.execute("PRAGMA journal_mode=DELETE")
     from airlock.journal.schema import _COLUMNS
 
-    row, _ = segments._record(
+    row, _ = rollover._record(
         head[0] + 1,
         "2026-01-01T00:00:00.000Z",
         "segment.sealed",
