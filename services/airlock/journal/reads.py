@@ -27,12 +27,15 @@ _SCOPES: Final[Mapping[str, type]] = {"request_id": str, "operation_id": str, "s
 
 
 class Reader:
-    """`Store`'s reads."""
+    """`Store`'s reads: owns the read-only connection ``events`` uses (journal/writer.py reopens it after a
+    rollover, under ``lock``) and the sealed segments' listing."""
 
-    # Set up by Store.__init__ (journal/store.py).
-    path: Path
-    _rconn: sqlite3.Connection
-    _rlock: threading.Lock
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.archive_dir: Path | None = segments.default_archive_dir(path)
+        self._sealed_cache: tuple[list[str], list[segments.SegmentInfo]] | None = None
 
     def events(
         self,
@@ -66,8 +69,8 @@ class Reader:
         if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
             raise _invalid("after must be a non-negative integer", "after")
         where, params = _scope_sql(scope)
-        with self._rlock:
-            conn = self._rconn
+        with self.lock:
+            conn = self.conn
             conn.execute("BEGIN")  # one snapshot for the page and `latest`
             try:
                 latest = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()[0])
@@ -271,9 +274,6 @@ class Reader:
         finally:
             conn.close()
 
-    archive_dir: Path | None = None
-    _sealed_cache: tuple[list[str], list[segments.SegmentInfo]] | None = None
-
     def sealed(self) -> list[segments.SegmentInfo]:
         """The sealed segments beside the live one and in the archive, oldest first."""
         folders = [segments.segments_dir(self.path)]
@@ -355,7 +355,7 @@ class Reader:
         """Every sealed file on its own and linked, then the live segment (``airlock audit verify --full``)."""
         folders = [segments.segments_dir(self.path)] + ([self.archive_dir] if self.archive_dir else [])
         # The live snapshot and the list of files are taken together: a rollover holds this lock.
-        with self._rlock:
+        with self.lock:
             conn = _reader(self.path)
             conn.execute("BEGIN")
             row = conn.execute("SELECT seq, kind, prev_hash, payload FROM events ORDER BY seq LIMIT 1").fetchone()
