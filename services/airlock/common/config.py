@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from airlock.common import settings_access, settings_services
+from airlock.common import channels, settings_access, settings_services
 from airlock.common.configsections import (
     Agents,
     Approval,
@@ -42,9 +42,7 @@ from airlock.common.configsections import (
     Web,
 )
 from airlock.common.configvalues import (
-    CHANNEL_KEYS,
     REQUIRED,
-    SECRET_FILE_KEYS,
     WEB_PORT,
     ConfigError,
     NodeError,
@@ -53,7 +51,6 @@ from airlock.common.configvalues import (
     Setting,
     SignerAccounts,
     absolute_path,
-    channels,
     choice,
     command,
     env_patterns,
@@ -84,12 +81,10 @@ DEFAULT_CONFIG_PATH = Path("/etc/airlock/airlock.yaml")
 
 # What callers import from here (the pieces live in the modules above).
 __all__ = [
-    "CHANNEL_KEYS",
     "DEFAULT_CONFIG_PATH",
     "MAX_TOTAL_OUTPUT",
     "RELAYED_APPROVAL_TIMEOUT",
     "REQUIRED",
-    "SECRET_FILE_KEYS",
     "SETTINGS",
     "WEB_PORT",
     "Agents",
@@ -114,7 +109,6 @@ __all__ = [
     "Web",
     "absolute_path",
     "applies",
-    "channels",
     "choice",
     "command",
     "defaults",
@@ -196,26 +190,10 @@ _SECTIONS: dict[str, type] = {
     "web": Web,
 }
 
-# Channel keys never shown by `airlock config show`.
-_SECRET_CHANNEL_KEYS = frozenset({"secret", "password", "token"})
-
 
 def _public(value: Any) -> Any:
-    """A list item for to_dict(): channel secrets are masked, everything else as is."""
-    if isinstance(value, dict):
-        return {
-            k: (
-                "[set]"
-                if k in _SECRET_CHANNEL_KEYS and v is not None
-                else list(v)
-                if isinstance(v, tuple)
-                else str(v)
-                if isinstance(v, Path)
-                else v
-            )
-            for k, v in value.items()
-        }
-    return value
+    """A list item for to_dict(): a channel's entry with its secrets masked, everything else as is."""
+    return channels.public(value) if isinstance(value, dict) else value
 
 
 SETTINGS: tuple[Setting, ...] = settings_access.ROWS + settings_services.ROWS

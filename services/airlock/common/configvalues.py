@@ -297,7 +297,7 @@ def signer_accounts(node: yaml.Node) -> SignerAccounts:
     return SignerAccounts(tuple(pairs), tuple(nodes))
 
 
-# Channel types and their keys: (key, parser, default); a default of REQUIRED must be given.
+# A key's default that says: it must be given (a notification channel's url, ...).
 REQUIRED: Any = object()
 
 
@@ -306,108 +306,6 @@ def url(node: yaml.Node) -> str:
     if not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", value):
         raise ValueError("must be an http:// or https:// URL")
     return value
-
-
-def _port(node: yaml.Node) -> int:
-    value = positive_int(node)
-    if value > 65535:
-        raise ValueError("must be a TCP port (1-65535)")
-    return value
-
-
-def _non_empty_strings(node: yaml.Node) -> tuple[str, ...]:
-    values = string_list(node)
-    if not values:
-        raise ValueError("must name at least one address")
-    return values
-
-
-def _secret(node: yaml.Node) -> str:
-    value = string(node)
-    if len(value) < 16:
-        raise ValueError("must be at least 16 characters")
-    return value
-
-
-def _channel_name(node: yaml.Node) -> str:
-    value = string(node)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
-        raise ValueError("must be 1-64 letters, digits, '.', '_' or '-' (it names the channel's cursor file)")
-    return value
-
-
-_COMMON_CHANNEL_KEYS: tuple[tuple[str, Parser, Any], ...] = (
-    ("name", _channel_name, None),
-    ("rate_per_minute", positive_int, None),
-)
-CHANNEL_KEYS: dict[str, tuple[tuple[str, Parser, Any], ...]] = {
-    "webhook": (("url", url, REQUIRED), ("secret", _secret, None), ("secret_file", absolute_path, None)),
-    "ntfy": (
-        ("url", url, REQUIRED),
-        ("priority", choice("min", "low", "default", "high", "urgent"), "high"),
-        ("tags", string_list, ("lock",)),
-        ("token", optional_string, None),
-        ("token_file", absolute_path, None),
-    ),
-    "slack": (("url", url, REQUIRED),),
-    "email": (
-        ("host", string, "localhost"),
-        ("port", _port, 25),
-        ("starttls", parse_bool, False),
-        ("username", optional_string, None),
-        ("password", optional_string, None),
-        ("password_file", absolute_path, None),
-        ("from", string, REQUIRED),
-        ("to", _non_empty_strings, REQUIRED),
-        ("timeout_seconds", positive_float, 30.0),
-    ),
-}
-
-
-# Per channel type: the secrets that may instead be read from ``<key>_file`` at the relay's start.
-SECRET_FILE_KEYS: dict[str, tuple[str, ...]] = {"webhook": ("secret",), "ntfy": ("token",), "email": ("password",)}
-
-
-def channels(node: yaml.Node) -> tuple[dict[str, Any], ...]:
-    """``notify.channels``: a list of ``{type: webhook|ntfy|slack|email, ...}``, each checked."""
-    if is_null(node):
-        return ()
-    if not isinstance(node, yaml.SequenceNode):
-        raise ValueError("expected a list of channels ({type: ..., ...})")
-    out: list[dict[str, Any]] = []
-    names: set[str] = set()
-    for index, item in enumerate(node.value):
-        prefix = f"[{index}]"
-        if not isinstance(item, yaml.MappingNode):
-            raise NodeError(item, prefix, "expected a mapping with a type")
-        type_node = next((v for k, v in item.value if isinstance(k, yaml.ScalarNode) and k.value == "type"), None)
-        if type_node is None:
-            raise NodeError(item, f"{prefix}.type", f"every channel needs a type ({', '.join(CHANNEL_KEYS)})")
-        kind = field_of({"type": (item, type_node)}, "type", prefix, choice(*CHANNEL_KEYS), None)
-        spec = (("type", string, REQUIRED), *_COMMON_CHANNEL_KEYS, *CHANNEL_KEYS[kind])
-        items = fields_of(item, prefix, [k for k, _, _ in spec])
-        channel: dict[str, Any] = {}
-        for key, parse, default in spec:
-            if default is REQUIRED and key not in items:
-                raise NodeError(item, f"{prefix}.{key}", f"a {kind} channel needs {key}")
-            channel[key] = field_of(items, key, prefix, parse, default)
-        # A secret may stand in a file of its own (readable by the relay only), not in this file.
-        for key in SECRET_FILE_KEYS.get(kind, ()):
-            if channel[key] is not None and channel[f"{key}_file"] is not None:
-                raise NodeError(items[f"{key}_file"][1], f"{prefix}.{key}_file", f"give {key} or {key}_file, not both")
-        if kind == "webhook" and channel["secret"] is None and channel["secret_file"] is None:
-            raise NodeError(item, f"{prefix}.secret", "a webhook channel needs secret or secret_file")
-        has_password = channel.get("password") is not None or channel.get("password_file") is not None
-        if kind == "email" and (channel["username"] is None) == has_password:
-            raise NodeError(item, prefix, "give both username and password (or password_file), or neither")
-        channel["name"] = channel["name"] or f"{kind}-{index}"
-        if channel["name"] in names:
-            raise NodeError(
-                items["name"][1] if "name" in items else item, f"{prefix}.name", "channel names must be unique"
-            )
-        names.add(channel["name"])
-        out.append(channel)
-    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)

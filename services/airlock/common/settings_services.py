@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from airlock.common import channels
 from airlock.common.configvalues import (
     WEB_PORT,
     Setting,
     SignerAccounts,
     absolute_path,
-    channels,
     choice,
     command,
     label,
@@ -327,7 +327,7 @@ ROWS: tuple[Setting, ...] = (
     ),
     Setting(
         "notify.channels",
-        channels,
+        channels.parse,
         (),
         "Where airlock-notify sends pending requests and their outcome: a list of "
         "{type: webhook|ntfy|slack|email, ...} (docs/configuration.md lists each type's keys).",
