@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import http.server
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airlock.common import channels
+from airlock.common.channels.base import DeliveryError
 from airlock.common.channels.ntfy import Ntfy
 from airlock.common.config import ConfigError, parse_text
 
@@ -78,3 +82,55 @@ def test_a_secret_read_from_a_file_meets_the_rule_written_inline(tmp_path: Path)
     assert channel.settings["token"] == "tk-from-file"
     _, headers = channel.body({"event": "pending", "title": "t", "text": "x", "seq": 1})
     assert headers["Authorization"] == "Bearer tk-from-file"
+
+
+class _Receiver(http.server.BaseHTTPRequestHandler):
+    """Answers every request with the server's status (and a Location for a redirect); keeps what it got."""
+
+    def do_POST(self) -> None:
+        server = self.server
+        assert isinstance(server, _Server)
+        server.bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.send_response(server.status)
+        if server.location:
+            self.send_header("Location", server.location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST  # a followed redirect may come back as a GET: it counts as reaching the server too
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def __init__(self, status: int, location: str = "") -> None:
+        super().__init__(("127.0.0.1", 0), _Receiver)
+        self.status, self.location, self.bodies = status, location, list[bytes]()
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hook"
+
+
+def test_a_webhook_that_redirects_did_not_take_the_message_and_the_body_goes_nowhere_else() -> None:
+    elsewhere, taken = _Server(200), _Server(200)
+    redirecting = _Server(302, elsewhere.url)
+    message = {"event": "pending", "title": "t", "text": "x", "seq": 1}
+    try:
+        hook = channels.of(parse_text(_webhook(redirecting.url), "/x.yaml").notify.channels[0])
+        with pytest.raises(DeliveryError, match="HTTP 302"):
+            hook.send(message)
+        assert len(redirecting.bodies) == 1 and elsewhere.bodies == []
+        # The control: a receiver that answers 200 takes the same message, signed.
+        good = channels.of(parse_text(_webhook(taken.url), "/x.yaml").notify.channels[0])
+        assert good.send(message) == "HTTP 200" and len(taken.bodies) == 1
+    finally:
+        for server in (elsewhere, taken, redirecting):
+            server.shutdown()
+            server.server_close()
+
+
+def _webhook(url: str) -> str:
+    return f"notify:\n  channels:\n    - {{type: webhook, url: '{url}', secret: 0123456789abcdef}}\n"
