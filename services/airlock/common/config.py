@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from airlock.common import channels, settings_access, settings_services
+from airlock.common.channels.base import Channel
 from airlock.common.configsections import (
     Agents,
     Approval,
@@ -188,7 +189,7 @@ _SECTIONS: dict[str, type] = {
 
 def _public(value: Any) -> Any:
     """A list item for to_dict(): a channel's entry with its secrets masked, everything else as is."""
-    return channels.public(value) if isinstance(value, dict) else value
+    return channels.public(value) if isinstance(value, Channel) else value
 
 
 SETTINGS: tuple[Setting, ...] = settings_access.ROWS + settings_services.ROWS

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from airlock.common.channels.base import Channel
 from airlock.common.configvalues import Observers, SignerAccounts
 
 
@@ -194,7 +194,7 @@ class Log:
 
 @dataclass(frozen=True, slots=True)
 class Notify:
-    channels: tuple[dict[str, Any], ...]
+    channels: tuple[Channel, ...]
     user: str
     state_dir: Path
     host: str | None

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airlock.common import channels, log
+from airlock.common import log
 from airlock.common.channels.base import SecretError
 from airlock.common.codec import iso_utc
 from airlock.common.config import ConfigError, load
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("notify.start.failed", error=f"{config.notify.state_dir}: {exc.strerror}")
         return 1
     try:
-        resolved = [channels.of(settings).with_secrets() for settings in config.notify.channels]
+        resolved = [channel.with_secrets() for channel in config.notify.channels]
     except SecretError as exc:
         logger.error("notify.start.failed", error=str(exc))
         print(f"airlock-notify: {exc}", file=sys.stderr)
@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + 60
     for worker in workers:
         worker.ready.wait(max(0.0, deadline - time.monotonic()))
-    names = ", ".join(c["name"] for c in config.notify.channels)
+    names = ", ".join(c.name for c in config.notify.channels)
     notifier.ready(f"relaying {socket_path} to {names}")
-    logger.info("notify.started", socket=socket_path, channels=[c["name"] for c in config.notify.channels], host=host)
+    logger.info("notify.started", socket=socket_path, channels=[c.name for c in config.notify.channels], host=host)
     report = StatusReport(config.notify.state_dir, workers, logger)
     report.write("running")
     tick = notifier.watchdog_interval() or 1.0

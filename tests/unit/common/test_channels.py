@@ -24,7 +24,7 @@ from airlock.common.configvalues import optional_string, string
 
 class Pigeon(Channel):
     kind = "pigeon"
-    keys = (Key("loft", string, REQUIRED), Key("ring", optional_string, None, secret=True))
+    settings_keys = (Key("loft", string, REQUIRED), Key("ring", optional_string, None, secret=True))
 
     def send(self, message: dict[str, Any]) -> str:
         return "flown"
@@ -134,3 +134,10 @@ def test_a_webhook_that_redirects_did_not_take_the_message_and_the_body_goes_now
 
 def _webhook(url: str) -> str:
     return f"notify:\n  channels:\n    - {{type: webhook, url: '{url}', secret: 0123456789abcdef}}\n"
+
+
+def test_a_logged_configuration_carries_no_secret() -> None:
+    cfg = parse_text(_webhook("http://h/"), "/x.yaml")
+    (hook,) = cfg.notify.channels
+    assert hook["secret"] == "0123456789abcdef" and hook.name == "webhook-0"
+    assert "0123456789abcdef" not in repr(cfg) and "'secret': '[set]'" in repr(hook)

@@ -191,15 +191,15 @@ def test_secrets_can_live_in_files_of_their_own(tmp_path: Path) -> None:
     )
     channel = cfg.notify.channels[0]
     assert channel["secret"] is None and cfg.to_dict()["notify"]["channels"][0]["secret_file"] == str(good)
-    assert channels.of(channel).with_secrets().settings["secret"] == "0123456789abcdef-long"
+    assert channel.with_secrets()["secret"] == "0123456789abcdef-long"
     short = tmp_path / "short"
     short.write_text("abc\n")
     with pytest.raises(SecretError, match="at least 16"):
-        channels.of(channel | {"secret_file": short}).with_secrets()
+        channels.of({**channel, "secret_file": short}).with_secrets()
     link = tmp_path / "link"
     link.symlink_to(good)
     with pytest.raises(SecretError):
-        channels.of(channel | {"secret_file": link}).with_secrets()
+        channels.of({**channel, "secret_file": link}).with_secrets()
     with pytest.raises(ConfigError, match="give secret or secret_file, not both"):
         parse_text(
             "notify:\n  channels:\n    - "

@@ -48,13 +48,13 @@ def channel_name(node: yaml.Node) -> str:
 COMMON_KEYS = (Key("type", string, REQUIRED), Key("name", channel_name, None), Key("rate_per_minute", positive_int))
 
 
-def parse(node: yaml.Node) -> tuple[dict[str, Any], ...]:
+def parse(node: yaml.Node) -> tuple[Channel, ...]:
     """``notify.channels``: a list of ``{type: <a channel type>, ...}``, each checked by its class."""
     if is_null(node):
         return ()
     if not isinstance(node, yaml.SequenceNode):
         raise ValueError("expected a list of channels ({type: ..., ...})")
-    out: list[dict[str, Any]] = []
+    out: list[Channel] = []
     names: set[str] = set()
     for index, item in enumerate(node.value):
         prefix = f"[{index}]"
@@ -88,7 +88,7 @@ def parse(node: yaml.Node) -> tuple[dict[str, Any], ...]:
                 items["name"][1] if "name" in items else item, f"{prefix}.name", "channel names must be unique"
             )
         names.add(channel["name"])
-        out.append(channel)
+        out.append(cls(channel))
     return tuple(out)
 
 

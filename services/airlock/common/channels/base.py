@@ -2,10 +2,11 @@
 
 A channel type is one `Channel` subclass in a module of its own in this
 package (``webhook.py``, ``ntfy.py``, ...); the package's registry finds it.
-The class declares the keys its entry in ``notify.channels`` takes (`Key`:
-name, parser, default; ``secret=True`` for one that may instead be read from
-``<name>_file`` and that `airlock config show` masks), a rule across its keys
-(`check`), the bytes it sends (``body``) and how it sends them (`send`).
+The class declares the keys its entry in ``notify.channels`` takes
+(`settings_keys`, each a `Key`: name, parser, default; ``secret=True`` for one
+that may instead be read from ``<name>_file`` and that `airlock config show`
+masks), a rule across its keys (`check`), the bytes it sends (``body``) and
+how it sends them (`send`).  An instance is one configured entry.
 
 `send` either returns (the receiver took the message: an HTTP 2xx, or the
 SMTP server accepted the mail for every recipient) or raises `DeliveryError`;
@@ -15,7 +16,7 @@ the relay retries with backoff.  Every network wait is bounded by a timeout.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -57,25 +58,44 @@ class Key:
     secret: bool = False
 
 
-class Channel:
-    """One configured channel: its settings (checked by the config) and how a message reaches it."""
+class Channel(Mapping[str, Any]):
+    """One configured channel: its settings (checked by the config) and how a message reaches it.
+
+    It reads as the mapping of its entry's keys (``channel["url"]``, as
+    `airlock config show` prints them) and compares by them; its repr masks
+    its secrets, so a logged configuration never carries one.
+    """
 
     kind: ClassVar[str]  # the ``type:`` value
-    keys: ClassVar[tuple[Key, ...]]
+    settings_keys: ClassVar[tuple[Key, ...]]
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         self.settings = dict(settings)
         self.name = str(settings["name"])
 
+    def __getitem__(self, key: str) -> Any:
+        return self.settings[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.settings)
+
+    def __len__(self) -> int:
+        return len(self.settings)
+
+    def __repr__(self) -> str:
+        secrets = self.secret_keys()
+        shown = {k: "[set]" if k in secrets and v is not None else v for k, v in self.settings.items()}
+        return f"{type(self).__name__}({shown!r})"
+
     @classmethod
     def secret_keys(cls) -> tuple[str, ...]:
-        return tuple(key.name for key in cls.keys if key.secret)
+        return tuple(key.name for key in cls.settings_keys if key.secret)
 
     @classmethod
     def all_keys(cls) -> tuple[Key, ...]:
         """The keys in the order `airlock config show` prints them: each secret followed by its ``_file``."""
         out: list[Key] = []
-        for key in cls.keys:
+        for key in cls.settings_keys:
             out.append(key)
             if key.secret:
                 out.append(Key(f"{key.name}_file", absolute_path, None))
@@ -95,7 +115,7 @@ class Channel:
         The value read is checked by the key's own parser, as if written inline.
         """
         settings = dict(self.settings)
-        for key in self.keys:
+        for key in self.settings_keys:
             path = settings.get(f"{key.name}_file") if key.secret else None
             if path is not None:
                 settings[key.name] = self._read_secret(key, Path(path))

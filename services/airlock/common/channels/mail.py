@@ -30,7 +30,7 @@ def addresses(node: yaml.Node) -> tuple[str, ...]:
 
 class Email(Channel):
     kind = "email"
-    keys = (
+    settings_keys = (
         Key("host", string, "localhost"),
         Key("port", port, 25),
         Key("starttls", parse_bool, False),

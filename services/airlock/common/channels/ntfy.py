@@ -17,7 +17,7 @@ def _header_safe(text: str) -> str:
 
 class Ntfy(Channel):
     kind = "ntfy"
-    keys = (
+    settings_keys = (
         Key("url", url, REQUIRED),
         Key("priority", choice(*PRIORITY), "high"),
         Key("tags", string_list, ("lock",)),

@@ -34,7 +34,7 @@ def chat_text(text: str) -> str:
 
 class Slack(Channel):
     kind = "slack"
-    keys = (Key("url", url, REQUIRED),)
+    settings_keys = (Key("url", url, REQUIRED),)
 
     def body(self, message: dict[str, Any]) -> bytes:
         """Every block but one is plain_text; the mrkdwn "Decide:" line is escaped and its code span

@@ -28,7 +28,7 @@ def signature(secret: str, body: bytes) -> str:
 
 class Webhook(Channel):
     kind = "webhook"
-    keys = (Key("url", url, REQUIRED), Key("secret", shared_secret, None, secret=True))
+    settings_keys = (Key("url", url, REQUIRED), Key("secret", shared_secret, None, secret=True))
 
     @classmethod
     def check(cls, settings: Mapping[str, Any]) -> None:
