@@ -100,13 +100,10 @@ def of(settings: Mapping[str, Any]) -> Channel:
 def public(settings: Mapping[str, Any]) -> dict[str, Any]:
     """An entry as ``airlock config show`` prints it: its secrets masked, tuples as lists, paths as text."""
     secrets = CHANNELS[settings["type"]].secret_keys()
-    return {
-        k: "[set]"
-        if k in secrets and v is not None
-        else list(v)
-        if isinstance(v, tuple)
-        else v
-        if v is None or isinstance(v, (bool, int, float, str))
-        else str(v)
-        for k, v in settings.items()
-    }
+    return {k: "[set]" if k in secrets and v is not None else _shown(v) for k, v in settings.items()}
+
+
+def _shown(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
