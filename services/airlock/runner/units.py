@@ -71,8 +71,11 @@ HELPER_EXIT_CHANGED = 126
 # unprivileged jobs.  The environment arrives hex-encoded in AIRLOCK_JOB_ENV;
 # reviewed scripts (index:sha256:root-only copy, hex-encoded) in AIRLOCK_JOB_SCRIPTS:
 # each is read, checked and sealed into a memfd that replaces argv[index].
+# Its imports are the cheapest that do the job (each job's start pays for them):
+# _stat and _signal are built in, where stat and signal would import enum and more;
+# fcntl and hashlib only for a job with reviewed scripts.
 HELPER = """\
-import fcntl, hashlib, os, signal, stat, sys
+import os, sys, _signal, _stat
 path, dev, ino, uid, mode = sys.argv[1:6]
 def refuse(why):
     os.write(2, ("airlock: %s: %s since it was approved; not executed\\n" % (path, why)).encode())
@@ -91,9 +94,9 @@ try:
 except OSError as exc:
     refuse("cannot be opened without following a symlink (%s)" % exc.strerror)
 st = os.fstat(fd)
-if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (int(dev), int(ino)):
+if not _stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (int(dev), int(ino)):
     refuse("is not the file the runner checked")
-if uid != "-" and (st.st_uid, stat.S_IMODE(st.st_mode)) != (int(uid), int(mode)):
+if uid != "-" and (st.st_uid, _stat.S_IMODE(st.st_mode)) != (int(uid), int(mode)):
     refuse("changed owner or mode")
 data = bytes.fromhex(os.environ.get("AIRLOCK_JOB_ENV", ""))
 env = dict(item.split(b"=", 1) for item in data.split(b"\\0") if item)
@@ -103,6 +106,7 @@ args = sys.argv[6:]
 for item in bytes.fromhex(os.environ.get("AIRLOCK_JOB_SCRIPTS", "")).decode().split(";"):
     if not item:
         continue
+    import fcntl, hashlib
     index, digest, copy = item.split(":", 2)
     sfd = os.open(copy, os.O_RDONLY | os.O_NOFOLLOW)
     chunks = []
@@ -122,8 +126,8 @@ for item in bytes.fromhex(os.environ.get("AIRLOCK_JOB_SCRIPTS", "")).decode().sp
     seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
     fcntl.fcntl(mfd, fcntl.F_ADD_SEALS, seals)
     args[int(index)] = "/proc/self/fd/%d" % mfd
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+_signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+_signal.signal(_signal.SIGXFSZ, _signal.SIG_DFL)
 os.set_inheritable(fd, True)
 try:
     os.execve("/proc/self/fd/%d" % fd, args, env)
