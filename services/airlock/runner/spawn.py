@@ -351,10 +351,8 @@ class _Job:
         if isinstance(self.containment, ServiceContainment):
             if any(s.returncode is None for s in self.services):
                 self.containment.signal_now(signal.SIGKILL)
-            for service in self.services:  # stop and collect without waiting
-                for method in ("StopUnit", "ResetFailedUnit", "UnrefUnit"):
-                    args = (service.name, "replace") if method == "StopUnit" else (service.name,)
-                    units._executor.submit(units._call, method, *args)
+            for service in self.services:  # stop and collect without waiting, unless already released
+                service.release_soon()
             self.containment.remove_env_files()
         for task in self.tasks:
             task.cancel()
