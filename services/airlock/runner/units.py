@@ -61,6 +61,8 @@ _KEEP = re.compile(r"[A-Za-z0-9.-]")
 _CALL_TIMEOUT_SECONDS = 10.0
 _POLL_FIRST_SECONDS = 0.002
 _POLL_MAX_SECONDS = 0.05
+# While the main process is held by pidfd, the unit is still read this often (a bound, not the wake-up).
+_WATCH_SECONDS = 1.0
 _GONE_TIMEOUT_SECONDS = 10.0
 # Where the runner writes each job's environment file (the runner unit's RuntimeDirectory=).
 ENV_DIR = "/run/airlock-runner"
@@ -340,6 +342,7 @@ class UnitState:
     status: int
     cgroup: str
     cpu_nsec: int | None
+    main_pid: int = 0
 
     @property
     def final(self) -> bool:
@@ -368,7 +371,7 @@ def _state(name: str) -> UnitState | None:
         active, job = str(unit["ActiveState"]), int(unit["Job"][0])
         cgroup = str(get(_SERVICE, "ControlGroup"))
         if not (active in ("inactive", "failed") and job == 0):
-            return UnitState(active, job, 0, 0, cgroup, None)
+            return UnitState(active, job, 0, 0, cgroup, None, int(get(_SERVICE, "MainPID")))
         cpu = int(get(_SERVICE, "CPUUsageNSec"))
         return UnitState(
             active=active,
@@ -381,6 +384,19 @@ def _state(name: str) -> UnitState | None:
     except dbus.DBusException as exc:
         if exc.get_dbus_name() in _GONE:
             return None
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"cannot read job unit {name}: {exc.get_dbus_message()}") from None
+
+
+def _main_pid(name: str) -> int:
+    """The unit's main PID (0: none, or the unit is gone)."""
+    dbus = _dbus()
+    try:
+        path = _manager().GetUnit(name, signature="s", timeout=_CALL_TIMEOUT_SECONDS)
+        props = dbus.Interface(_bus.get_object(_DEST, path, introspect=False), _PROPS)
+        return int(props.Get(_SERVICE, "MainPID", signature="ss", timeout=_CALL_TIMEOUT_SECONDS))
+    except dbus.DBusException as exc:
+        if exc.get_dbus_name() in _GONE:
+            return 0
         raise AirlockError(ErrorCode.SPAWN_FAILED, f"cannot read job unit {name}: {exc.get_dbus_message()}") from None
 
 
@@ -411,6 +427,25 @@ async def _run(fn: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(_executor, fn, *args)
 
 
+async def _readable(fd: int, within: float) -> bool:
+    """True once ``fd`` polls readable (a pidfd: its process exited), False after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await asyncio.wait_for(ready, within)
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+    return True
+
+
 def _peak(cgroup: str) -> int | None:
     if not cgroup:
         return None
@@ -433,24 +468,70 @@ class StageService:
         self.released = False
 
     async def wait(self) -> int:
-        """Until the unit stopped (main process exited, leftovers killed by systemd)."""
+        """Until the unit stopped (main process exited, leftovers killed by systemd).
+
+        Not by polling while the job runs: once the unit has a main process (the exec
+        helper, then the job it became), the runner holds it by pidfd and reads the
+        unit again when it exits, or every `_WATCH_SECONDS` as a bound.  The unit's own
+        state stays the answer (exit status, CPU time, leftovers killed): from the main
+        process's exit on, and wherever there is no pidfd, it is polled with backoff.
+        """
         delay = _POLL_FIRST_SECONDS
-        while True:
-            state = await _run(_state, self.name)
-            if state is None:  # collected before we read it: should not happen with AddRef
-                self.returncode = self.returncode if self.returncode is not None else 255
-                return self.returncode
-            peak = _peak(state.cgroup)
-            if peak is not None:
-                self.memory_peak = max(peak, self.memory_peak or 0)
-            if state.final:
-                # ExecMainCode 0: systemd never forked it (say, a sandbox setting it could not apply).
-                self.returncode = returncode_of(state.code, state.status) if state.code else 127
-                self.cpu_nsec = state.cpu_nsec
-                self.failed = state.active == "failed"
-                return self.returncode
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, _POLL_MAX_SECONDS)
+        held: int | None = None
+        watched = False  # a main process was held (once: after its exit, only the unit tells)
+        try:
+            while True:
+                state = await _run(_state, self.name)
+                if state is None:  # collected before we read it: should not happen with AddRef
+                    self.returncode = self.returncode if self.returncode is not None else 255
+                    return self.returncode
+                self._sample(state.cgroup)
+                if state.final:
+                    # ExecMainCode 0: systemd never forked it (say, a sandbox setting it could not apply).
+                    self.returncode = returncode_of(state.code, state.status) if state.code else 127
+                    self.cpu_nsec = state.cpu_nsec
+                    self.failed = state.active == "failed"
+                    return self.returncode
+                if not watched and state.main_pid > 0:
+                    watched = True
+                    held = await self._hold(state.main_pid)
+                if held is not None:
+                    if await _readable(held, _WATCH_SECONDS):
+                        self._sample(state.cgroup)  # the cgroup may still be there: its peak, as late as we can
+                        os.close(held)
+                        held = None
+                        delay = _POLL_FIRST_SECONDS
+                    continue
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, _POLL_MAX_SECONDS)
+        finally:
+            if held is not None:
+                os.close(held)
+
+    async def _hold(self, pid: int) -> int | None:
+        """A pidfd of the unit's main process, or None (then the unit is polled).
+
+        Opened first, then the unit asked again: if it still names ``pid`` as its main
+        process, the pidfd is that process (systemd forgets a main PID only when it
+        reaps it, and a PID is reused only after that).
+        """
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:  # gone already, or a kernel before 5.3
+            return None
+        try:
+            if await _run(_main_pid, self.name) == pid:
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        return None
+
+    def _sample(self, cgroup: str) -> None:
+        peak = _peak(cgroup)
+        if peak is not None:
+            self.memory_peak = max(peak, self.memory_peak or 0)
 
     async def kill(self, signum: int) -> None:
         await _run(_call, "KillUnit", self.name, "all", int(signum))
