@@ -75,14 +75,13 @@ _GONE_TIMEOUT_SECONDS = 10.0
 
 # --- talking to systemd -----------------------------------------------------------------
 #
-# Every call goes through one private connection and one manager proxy, and no proxy is
-# ever introspected: a fresh proxy's first call fetches and parses systemd's
-# introspection XML (about 1 ms for the manager, 1.5 ms for a unit), which used to be
-# paid on every call.  Signatures are therefore given with each call.
+# Every call is one message on one private connection (``call_blocking``), never through
+# a proxy object: a fresh proxy asks the bus for systemd's unique name and, on its first
+# call, fetches and parses systemd's introspection XML (about 1 ms for the manager,
+# 1.5 ms for a unit), which used to be paid on every call.  Signatures go with each call.
 
 _executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="airlock-dbus")
 _bus: Any = None
-_manager_proxy: Any = None
 
 
 def _dbus() -> Any:
@@ -95,14 +94,16 @@ def _dbus() -> Any:
     return dbus
 
 
-def _manager() -> Any:
-    global _bus, _manager_proxy
-    dbus = _dbus()
+def _invoke(path: str, interface: str, method: str, signature: str, *args: Any) -> Any:
+    """One method call to systemd and its reply (raises dbus.DBusException)."""
+    global _bus
     if _bus is None:
-        _bus = dbus.SystemBus(private=True)
-    if _manager_proxy is None:
-        _manager_proxy = dbus.Interface(_bus.get_object(_DEST, _PATH, introspect=False), _MANAGER)
-    return _manager_proxy
+        _bus = _dbus().SystemBus(private=True)
+    return _bus.call_blocking(_DEST, path, interface, method, signature, args, timeout=_CALL_TIMEOUT_SECONDS)
+
+
+def _manage(method: str, signature: str, *args: Any) -> Any:
+    return _invoke(_PATH, _MANAGER, method, signature, *args)
 
 
 def _variant(dbus: Any, signature: str, value: Any) -> Any:
@@ -123,7 +124,6 @@ def _variant(dbus: Any, signature: str, value: Any) -> Any:
 
 def _start(name: str, props: Sequence[Property], stdio: tuple[int | None, int, int]) -> None:
     dbus = _dbus()
-    manager = _manager()
     stdin, stdout, stderr = stdio
     wire = [(key, _variant(dbus, sig, value)) for key, sig, value in props]
     if stdin is None:
@@ -133,13 +133,13 @@ def _start(name: str, props: Sequence[Property], stdio: tuple[int | None, int, i
     wire.append(("StandardOutputFileDescriptor", dbus.types.UnixFd(stdout)))
     wire.append(("StandardErrorFileDescriptor", dbus.types.UnixFd(stderr)))
     try:
-        manager.StartTransientUnit(
+        _manage(
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
             name,
             "fail",
             dbus.Array(wire, signature="(sv)"),
             dbus.Array([], signature="(sa(sv))"),
-            signature="ssa(sv)a(sa(sv))",
-            timeout=_CALL_TIMEOUT_SECONDS,
         )
     except dbus.DBusException as exc:
         raise AirlockError(
@@ -169,24 +169,26 @@ class UnitState:
 _GONE = ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.DBus.Error.UnknownObject")
 
 
-def _state(name: str) -> UnitState | None:
-    """The unit's state, or None once systemd collected it (4 to 6 small calls)."""
+def _state(name: str, cgroup: str | None = None) -> UnitState | None:
+    """The unit's state, or None once systemd collected it (3 to 6 small calls).
+
+    ``cgroup``: the unit's control group as read before (it does not change), or None.
+    """
     dbus = _dbus()
-    manager = _manager()
     try:
-        path = manager.GetUnit(name, signature="s", timeout=_CALL_TIMEOUT_SECONDS)
-        props = dbus.Interface(_bus.get_object(_DEST, path, introspect=False), _PROPS)
+        path = _manage("GetUnit", "s", name)
 
         def get(iface: str, prop: str) -> Any:
-            return props.Get(iface, prop, signature="ss", timeout=_CALL_TIMEOUT_SECONDS)
+            return _invoke(path, _PROPS, "Get", "ss", iface, prop)
 
         # The unit's ActiveState and Job in one snapshot: read one by one they could
         # say "inactive" while the start job was queued and "no job" once it had run,
         # and take a running job for one that never started (seen under load).  Once
         # the snapshot says inactive with no job, the exit fields read after it are final.
-        unit = props.GetAll(_UNIT, signature="s", timeout=_CALL_TIMEOUT_SECONDS)
+        unit = _invoke(path, _PROPS, "GetAll", "s", _UNIT)
         active, job = str(unit["ActiveState"]), int(unit["Job"][0])
-        cgroup = str(get(_SERVICE, "ControlGroup"))
+        if not cgroup:
+            cgroup = str(get(_SERVICE, "ControlGroup"))
         if not (active in ("inactive", "failed") and job == 0):
             return UnitState(active, job, 0, 0, cgroup, None, int(get(_SERVICE, "MainPID")))
         cpu = int(get(_SERVICE, "CPUUsageNSec"))
@@ -208,9 +210,7 @@ def _main_pid(name: str) -> int:
     """The unit's main PID (0: none, or the unit is gone)."""
     dbus = _dbus()
     try:
-        path = _manager().GetUnit(name, signature="s", timeout=_CALL_TIMEOUT_SECONDS)
-        props = dbus.Interface(_bus.get_object(_DEST, path, introspect=False), _PROPS)
-        return int(props.Get(_SERVICE, "MainPID", signature="ss", timeout=_CALL_TIMEOUT_SECONDS))
+        return int(_invoke(_manage("GetUnit", "s", name), _PROPS, "Get", "ss", _SERVICE, "MainPID"))
     except dbus.DBusException as exc:
         if exc.get_dbus_name() in _GONE:
             return 0
@@ -220,7 +220,7 @@ def _main_pid(name: str) -> int:
 def _exists(name: str) -> bool:
     dbus = _dbus()
     try:
-        _manager().GetUnit(name, signature="s", timeout=_CALL_TIMEOUT_SECONDS)
+        _manage("GetUnit", "s", name)
     except dbus.DBusException as exc:
         if exc.get_dbus_name() in _GONE:
             return False
@@ -234,7 +234,7 @@ _SIGNATURES = {"KillUnit": "ssi", "StopUnit": "ss", "ResetFailedUnit": "s", "Unr
 def _call(method: str, *args: Any) -> None:
     dbus = _dbus()
     try:
-        getattr(_manager(), method)(*args, signature=_SIGNATURES[method], timeout=_CALL_TIMEOUT_SECONDS)
+        _manage(method, _SIGNATURES[method], *args)
     except dbus.DBusException as exc:
         if exc.get_dbus_name() not in _GONE:
             structlog.get_logger().warning("runner.unit.call_failed", method=method, error=exc.get_dbus_message())
@@ -283,6 +283,7 @@ class StageService:
         self.memory_peak: int | None = None
         self.failed = False
         self.released = False
+        self.cgroup: str | None = None  # read once, then passed to every later read
 
     async def wait(self) -> int:
         """Until the unit stopped (main process exited, leftovers killed by systemd).
@@ -298,10 +299,11 @@ class StageService:
         watched = False  # a main process was held (once: after its exit, only the unit tells)
         try:
             while True:
-                state = await _run(_state, self.name)
+                state = await _run(_state, self.name, self.cgroup)
                 if state is None:  # collected before we read it: should not happen with AddRef
                     self.returncode = self.returncode if self.returncode is not None else 255
                     return self.returncode
+                self.cgroup = state.cgroup or None
                 self._sample(state.cgroup)
                 if state.final:
                     # ExecMainCode 0: systemd never forked it (say, a sandbox setting it could not apply).
