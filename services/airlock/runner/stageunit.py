@@ -51,10 +51,12 @@ HELPER_EXIT_CHANGED = 126
 # reviewed scripts (index:sha256:root-only copy, hex-encoded) in AIRLOCK_JOB_SCRIPTS:
 # each is read, checked and sealed into a memfd that replaces argv[index].
 # Its imports are the cheapest that do the job (each job's start pays for them):
-# _stat and _signal are built in, where stat and signal would import enum and more;
-# fcntl and hashlib only for a job with reviewed scripts.
+# posix, _stat and _signal are built in, where os, stat and signal would import
+# posixpath, collections.abc, enum and more (14.5 ms of CPU per start with them, 6.7
+# without: a bare interpreter is 6.6); fcntl and hashlib only for reviewed scripts.
+# posix.environ is the environment as bytes.
 HELPER = """\
-import os, sys, _signal, _stat
+import posix as os, sys, _signal, _stat
 path, dev, ino, uid, mode = sys.argv[1:6]
 def refuse(why):
     os.write(2, ("airlock: %s: %s since it was approved; not executed\\n" % (path, why)).encode())
@@ -77,12 +79,12 @@ if not _stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (int(dev), int(ino
     refuse("is not the file the runner checked")
 if uid != "-" and (st.st_uid, _stat.S_IMODE(st.st_mode)) != (int(uid), int(mode)):
     refuse("changed owner or mode")
-data = bytes.fromhex(os.environ.get("AIRLOCK_JOB_ENV", ""))
+data = bytes.fromhex(os.environ.get(b"AIRLOCK_JOB_ENV", b"").decode())
 env = dict(item.split(b"=", 1) for item in data.split(b"\\0") if item)
-if os.environ.get("CREDENTIALS_DIRECTORY"):  # the rule's credentials (LoadCredential=, runner/credentials.py)
-    env[b"CREDENTIALS_DIRECTORY"] = os.environ["CREDENTIALS_DIRECTORY"].encode()
+if os.environ.get(b"CREDENTIALS_DIRECTORY"):  # the rule's credentials (LoadCredential=, runner/credentials.py)
+    env[b"CREDENTIALS_DIRECTORY"] = os.environ[b"CREDENTIALS_DIRECTORY"]
 args = sys.argv[6:]
-for item in bytes.fromhex(os.environ.get("AIRLOCK_JOB_SCRIPTS", "")).decode().split(";"):
+for item in bytes.fromhex(os.environ.get(b"AIRLOCK_JOB_SCRIPTS", b"").decode()).decode().split(";"):
     if not item:
         continue
     import fcntl, hashlib

@@ -26,7 +26,12 @@ from airlock.runner import units
 
 
 def _helper(
-    path: str, st: os.stat_result, *argv: str, env: dict[str, str] | None = None, privileged: bool = False
+    path: str,
+    st: os.stat_result,
+    *argv: str,
+    env: dict[str, str] | None = None,
+    privileged: bool = False,
+    extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     unit = units.StageUnit(
         name="x.service",
@@ -51,7 +56,9 @@ def _helper(
     # What systemd does: load the EnvironmentFile, exec ExecStart's argv.
     text = units.env_file_text(env or {}).decode()
     name, value = text.strip().split("=", 1)
-    return subprocess.run(units.helper_argv(unit), env={name: value, "LC_ALL": "C"}, capture_output=True, check=False)
+    return subprocess.run(
+        units.helper_argv(unit), env={name: value, "LC_ALL": "C", **(extra or {})}, capture_output=True, check=False
+    )
 
 
 def test_helper_runs_the_checked_file_with_exactly_the_job_environment() -> None:
@@ -61,6 +68,14 @@ def test_helper_runs_the_checked_file_with_exactly_the_job_environment() -> None
     r = _helper(path, st, env={"PATH": "/usr/bin", "TRICKY": tricky}, privileged=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode() == f"PATH=/usr/bin\nTRICKY={tricky}\n"
+
+
+def test_helper_passes_systemds_credentials_directory_and_nothing_else_of_its_own() -> None:
+    path = os.path.realpath(shutil.which("env") or "/usr/bin/env")
+    st = os.stat(path)
+    r = _helper(path, st, env={"PATH": "/usr/bin"}, extra={"CREDENTIALS_DIRECTORY": "/run/credentials/x.service"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().splitlines() == ["PATH=/usr/bin", "CREDENTIALS_DIRECTORY=/run/credentials/x.service"]
 
 
 def test_helper_refuses_a_file_swapped_after_the_runners_check(tmp_path: Path) -> None:
