@@ -61,6 +61,7 @@ __all__ = [  # the unit's definition lives in stageunit.py; its callers know it 
 
 _DEST = "org.freedesktop.systemd1"
 _PATH = "/org/freedesktop/systemd1"
+_UNIT_PATHS = "/org/freedesktop/systemd1/unit/"
 _MANAGER = "org.freedesktop.systemd1.Manager"
 _UNIT = "org.freedesktop.systemd1.Unit"
 _SERVICE = "org.freedesktop.systemd1.Service"
@@ -151,7 +152,10 @@ def _start(name: str, props: Sequence[Property], stdio: tuple[int | None, int, i
 
 @dataclass(frozen=True, slots=True)
 class UnitState:
-    """A unit's state; the exit fields and CPU time are read only once it is ``final``."""
+    """A unit's state; the exit fields and CPU time are read only once it is ``final``.
+
+    ``active`` is "" when it was not read: the unit had a main process, so it runs.
+    """
 
     active: str
     job: int
@@ -169,28 +173,40 @@ class UnitState:
 _GONE = ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.DBus.Error.UnknownObject")
 
 
+def _unit_path(name: str) -> str:
+    """The unit's object path, as systemd names it (bus_label_escape: ``-`` becomes ``_2d``).
+
+    Read only between its start and its release: the runner's reference keeps it
+    loaded (a path of a unit that is not loaded would make systemd load a stub).
+    """
+    return _UNIT_PATHS + "".join(c if c.isascii() and c.isalnum() else f"_{ord(c):02x}" for c in name)
+
+
 def _state(name: str, cgroup: str | None = None) -> UnitState | None:
-    """The unit's state, or None once systemd collected it (3 to 6 small calls).
+    """The unit's state (2 to 6 small calls), or None if systemd does not know it.
 
     ``cgroup``: the unit's control group as read before (it does not change), or None.
     """
     dbus = _dbus()
+    path = _unit_path(name)
+
+    def get(iface: str, prop: str) -> Any:
+        return _invoke(path, _PROPS, "Get", "ss", iface, prop)
+
     try:
-        path = _manage("GetUnit", "s", name)
-
-        def get(iface: str, prop: str) -> Any:
-            return _invoke(path, _PROPS, "Get", "ss", iface, prop)
-
+        main_pid = int(get(_SERVICE, "MainPID"))
+        if not cgroup:
+            cgroup = str(get(_SERVICE, "ControlGroup"))
+        if main_pid > 0:  # systemd forgets a main PID when it reaps it: running
+            return UnitState("", 0, 0, 0, cgroup, None, main_pid)
         # The unit's ActiveState and Job in one snapshot: read one by one they could
         # say "inactive" while the start job was queued and "no job" once it had run,
         # and take a running job for one that never started (seen under load).  Once
         # the snapshot says inactive with no job, the exit fields read after it are final.
         unit = _invoke(path, _PROPS, "GetAll", "s", _UNIT)
         active, job = str(unit["ActiveState"]), int(unit["Job"][0])
-        if not cgroup:
-            cgroup = str(get(_SERVICE, "ControlGroup"))
         if not (active in ("inactive", "failed") and job == 0):
-            return UnitState(active, job, 0, 0, cgroup, None, int(get(_SERVICE, "MainPID")))
+            return UnitState(active, job, 0, 0, cgroup, None)
         cpu = int(get(_SERVICE, "CPUUsageNSec"))
         return UnitState(
             active=active,
@@ -207,10 +223,10 @@ def _state(name: str, cgroup: str | None = None) -> UnitState | None:
 
 
 def _main_pid(name: str) -> int:
-    """The unit's main PID (0: none, or the unit is gone)."""
+    """The unit's main PID (0: none, or systemd does not know the unit)."""
     dbus = _dbus()
     try:
-        return int(_invoke(_manage("GetUnit", "s", name), _PROPS, "Get", "ss", _SERVICE, "MainPID"))
+        return int(_invoke(_unit_path(name), _PROPS, "Get", "ss", _SERVICE, "MainPID"))
     except dbus.DBusException as exc:
         if exc.get_dbus_name() in _GONE:
             return 0

@@ -346,3 +346,12 @@ def test_release_drops_a_stopped_unit_with_one_call_and_stops_a_running_one(monk
     running.release_soon()
     units._executor.submit(lambda: None).result()
     assert calls == [("StopUnit", "b.service", "replace"), ("ResetFailedUnit", "b.service"), ("UnrefUnit", "b.service")]
+
+
+def test_unit_object_path_is_systemds_escaping_of_the_name() -> None:
+    """What systemd's GetUnit answers for these names (bus_label_escape): the path is read without asking."""
+    assert units._unit_path("systemd-journald.service") == "/org/freedesktop/systemd1/unit/systemd_2djournald_2eservice"
+    assert (
+        units._unit_path("airlock-job-x_2fy.u0.s1.service")
+        == "/org/freedesktop/systemd1/unit/airlock_2djob_2dx_5f2fy_2eu0_2es1_2eservice"
+    )
