@@ -182,10 +182,11 @@ def _unit_path(name: str) -> str:
     return _UNIT_PATHS + "".join(c if c.isascii() and c.isalnum() else f"_{ord(c):02x}" for c in name)
 
 
-def _state(name: str, cgroup: str | None = None) -> UnitState | None:
-    """The unit's state (2 to 6 small calls), or None if systemd does not know it.
+def _state(name: str, cgroup: str | None = None, main: bool = True) -> UnitState | None:
+    """The unit's state (1 to 6 small calls), or None if systemd does not know it.
 
-    ``cgroup``: the unit's control group as read before (it does not change), or None.
+    ``cgroup``: the unit's control group as read before (it does not change), or None;
+    ``main``: ask for a main process first (not once the one the runner held exited).
     """
     dbus = _dbus()
     path = _unit_path(name)
@@ -194,7 +195,7 @@ def _state(name: str, cgroup: str | None = None) -> UnitState | None:
         return _invoke(path, _PROPS, "Get", "ss", iface, prop)
 
     try:
-        main_pid = int(get(_SERVICE, "MainPID"))
+        main_pid = int(get(_SERVICE, "MainPID")) if main else 0
         if not cgroup:
             cgroup = str(get(_SERVICE, "ControlGroup"))
         if main_pid > 0:  # systemd forgets a main PID when it reaps it: running
@@ -256,6 +257,12 @@ def _call(method: str, *args: Any) -> None:
             structlog.get_logger().warning("runner.unit.call_failed", method=method, error=exc.get_dbus_message())
 
 
+def _send_then_exists(calls: Sequence[tuple[str, ...]], name: str) -> bool:
+    for call in calls:
+        _call(*call)
+    return _exists(name)
+
+
 async def _run(fn: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(_executor, fn, *args)
 
@@ -315,7 +322,7 @@ class StageService:
         watched = False  # a main process was held (once: after its exit, only the unit tells)
         try:
             while True:
-                state = await _run(_state, self.name, self.cgroup)
+                state = await _run(_state, self.name, self.cgroup, not watched)
                 if state is None:  # collected before we read it: should not happen with AddRef
                     self.returncode = self.returncode if self.returncode is not None else 255
                     return self.returncode
@@ -390,19 +397,19 @@ class StageService:
         """Stop (if still running) and let systemd collect it: nothing named airlock-job-* stays."""
         if self.released:
             return
-        for call in self._releasing():
-            await _run(_call, *call)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + _GONE_TIMEOUT_SECONDS
         delay = _POLL_FIRST_SECONDS
-        # systemd collects an unreferenced stopped unit before it reads its next message,
-        # so the first look usually finds it gone; a stop job takes longer.
-        while await _run(_exists, self.name):
+        # One trip to the D-Bus thread for the calls and the first look: an unreferenced
+        # stopped unit is usually collected by then; a stop job takes longer.
+        there = await _run(_send_then_exists, self._releasing(), self.name)
+        while there:
             if loop.time() > give_up:
                 structlog.get_logger().warning("runner.unit.not_collected", unit=self.name)
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, _POLL_MAX_SECONDS)
+            there = await _run(_exists, self.name)
 
     def release_soon(self) -> None:
         """`release` without waiting (the job is being abandoned); nothing if already released."""

@@ -311,7 +311,7 @@ def test_wait_reads_the_unit_when_its_main_process_exits_not_while_it_runs(monke
             return _Answer("active", main_pid=child.pid)
         return _Answer("inactive", code=1, status=3, cpu_nsec=1234)
 
-    monkeypatch.setattr(units, "_state", lambda name, cgroup=None: state(name))
+    monkeypatch.setattr(units, "_state", lambda name, *_: state(name))
     monkeypatch.setattr(units, "_main_pid", lambda name: child.pid if child.poll() is None else 0, raising=False)
     service = units.StageService("airlock-job-x.u0.service")
     started = time.monotonic()
@@ -324,7 +324,7 @@ def test_wait_reads_the_unit_when_its_main_process_exits_not_while_it_runs(monke
 def test_wait_without_a_main_process_to_hold_still_finds_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """A unit that never gets a main process (systemd could not fork it) ends by its state alone."""
     answers = iter([_Answer("inactive", job=7), _Answer("activating", job=7), _Answer("failed")])
-    monkeypatch.setattr(units, "_state", lambda name, cgroup=None: next(answers))
+    monkeypatch.setattr(units, "_state", lambda name, *_: next(answers))
     service = units.StageService("airlock-job-x.u0.service")
     assert asyncio.run(service.wait()) == 127  # never forked
     assert service.failed
