@@ -257,6 +257,47 @@ def _call(method: str, *args: Any) -> None:
             structlog.get_logger().warning("runner.unit.call_failed", method=method, error=exc.get_dbus_message())
 
 
+def _state_held(name: str, cgroup: str | None) -> tuple[UnitState | None, int | None]:
+    """`_state`, and while the unit has a main process, a pidfd of it (or None: then it is polled).
+
+    Opened first, then the unit asked again: if it still names that PID as its main
+    process, the pidfd is that process (systemd forgets a main PID only when it reaps
+    it, and a PID is reused only after that).
+    """
+    state = _state(name, cgroup)
+    if state is None or state.main_pid <= 0:
+        return state, None
+    try:
+        fd = os.pidfd_open(state.main_pid)
+    except OSError:  # gone already, or a kernel before 5.3
+        return state, None
+    try:
+        if _main_pid(name) == state.main_pid:
+            return state, fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return state, None
+
+
+async def _run_held(name: str, cgroup: str | None) -> tuple[UnitState | None, int | None]:
+    """`_state_held` on the D-Bus thread; a pidfd it opens for a caller cancelled meanwhile is closed."""
+    future = asyncio.get_running_loop().run_in_executor(_executor, _state_held, name, cgroup)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_close_held)
+        raise
+
+
+def _close_held(future: asyncio.Future[tuple[UnitState | None, int | None]]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        fd = future.result()[1]
+        if fd is not None:
+            os.close(fd)
+
+
 def _send_then_exists(calls: Sequence[tuple[str, ...]], name: str) -> bool:
     for call in calls:
         _call(*call)
@@ -319,10 +360,13 @@ class StageService:
         """
         delay = _POLL_FIRST_SECONDS
         held: int | None = None
-        watched = False  # a main process was held (once: after its exit, only the unit tells)
+        watched = False  # a main process was seen (held once: after its exit, only the unit tells)
         try:
             while True:
-                state = await _run(_state, self.name, self.cgroup, not watched)
+                if watched:
+                    state = await _run(_state, self.name, self.cgroup, False)
+                else:
+                    state, held = await _run_held(self.name, self.cgroup)
                 if state is None:  # collected before we read it: should not happen with AddRef
                     self.returncode = self.returncode if self.returncode is not None else 255
                     return self.returncode
@@ -334,9 +378,7 @@ class StageService:
                     self.cpu_nsec = state.cpu_nsec
                     self.failed = state.active == "failed"
                     return self.returncode
-                if not watched and state.main_pid > 0:
-                    watched = True
-                    held = await self._hold(state.main_pid)
+                watched = watched or state.main_pid > 0
                 if held is not None:
                     if await _readable(held, _WATCH_SECONDS):
                         self._sample(state.cgroup)  # the cgroup may still be there: its peak, as late as we can
@@ -349,26 +391,6 @@ class StageService:
         finally:
             if held is not None:
                 os.close(held)
-
-    async def _hold(self, pid: int) -> int | None:
-        """A pidfd of the unit's main process, or None (then the unit is polled).
-
-        Opened first, then the unit asked again: if it still names ``pid`` as its main
-        process, the pidfd is that process (systemd forgets a main PID only when it
-        reaps it, and a PID is reused only after that).
-        """
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:  # gone already, or a kernel before 5.3
-            return None
-        try:
-            if await _run(_main_pid, self.name) == pid:
-                return fd
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-        return None
 
     def _sample(self, cgroup: str) -> None:
         peak = _peak(cgroup)
