@@ -406,7 +406,6 @@ class StageService:
 
     def _releasing(self) -> list[tuple[str, ...]]:
         """The calls that let systemd collect the unit: a stopped one needs only its reference dropped."""
-        self.released = True
         calls: list[tuple[str, ...]] = []
         if self.returncode is None:  # still running, or we never saw it stop
             calls.append(("StopUnit", self.name, "replace"))
@@ -425,6 +424,7 @@ class StageService:
         # One trip to the D-Bus thread for the calls and the first look: an unreferenced
         # stopped unit is usually collected by then; a stop job takes longer.
         there = await _run(_send_then_exists, self._releasing(), self.name)
+        self.released = True  # only now: cancelled before the calls ran, the job's clean-up sends them
         while there:
             if loop.time() > give_up:
                 structlog.get_logger().warning("runner.unit.not_collected", unit=self.name)
@@ -436,6 +436,7 @@ class StageService:
     def release_soon(self) -> None:
         """`release` without waiting (the job is being abandoned); nothing if already released."""
         if not self.released:
+            self.released = True
             for call in self._releasing():
                 _executor.submit(_call, *call)
 
