@@ -355,3 +355,22 @@ def test_unit_object_path_is_systemds_escaping_of_the_name() -> None:
         units._unit_path("airlock-job-x_2fy.u0.s1.service")
         == "/org/freedesktop/systemd1/unit/airlock_2djob_2dx_5f2fy_2eu0_2es1_2eservice"
     )
+
+
+def test_a_main_process_is_held_only_if_the_unit_still_names_it_after_the_pidfd_is_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A PID the unit no longer names (reaped, maybe reused) is never waited for: the unit is polled instead."""
+    child = _exits_after(5)
+    try:
+        monkeypatch.setattr(units, "_state", lambda name, *_: _Answer("", main_pid=child.pid))
+        monkeypatch.setattr(units, "_main_pid", lambda name: child.pid + 1)
+        state, held = units._state_held("a.service", None)
+        assert state is not None and state.main_pid == child.pid and held is None
+        monkeypatch.setattr(units, "_main_pid", lambda name: child.pid)  # control: still its main process
+        state, held = units._state_held("a.service", None)
+        assert held is not None
+        os.close(held)
+    finally:
+        child.kill()
+        child.wait()
