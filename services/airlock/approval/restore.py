@@ -6,9 +6,9 @@ or a grant is; approval interprets its own ``operator.action`` records here.
 Only records written by approval (or by ``operator``, the writer of older
 journals' operator actions) count, so nothing an agent can put in an ID, a
 session or a payload of its own can stand in for one.  After a rollover the
-live segment's opening record carries the newest hold and the grants in
-force when the segments before were sealed (journal/segments.py `carry`):
-they come first.
+live segment's opening record carries what these queries found when the
+segments before were sealed (`wire.journal.CARRIED`, journal/rollover.py
+`carry`): it comes first.
 """
 
 from __future__ import annotations
@@ -16,32 +16,27 @@ from __future__ import annotations
 from typing import Any, Final
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.wire.journal import MAX_RECORDS, RECORDS, Found, Records
+from airlock.common.wire.journal import GRANT_RECORDS, HOLD_RECORDS, MAX_RECORDS, RECORDS, Found, Records
 from airlock.common.wire.verb import Stub
 
-HOLD_ACTIONS: Final = ("hold", "release")
-GRANT_ACTIONS: Final = ("grant", "grant.revoke", "grant.expired", "grant.exhausted")
 # Pages of grant uses read at start (each MAX_RECORDS records): a bound on the wait, far above any real count.
 MAX_USE_PAGES: Final = 64
 
-
-def operator_actions(actions: tuple[str, ...], limit: int) -> Records:
-    """The newest ``limit`` of approval's operator actions among ``actions``."""
-    return Records(
-        writers=("approval", "operator"), kinds=("operator.action",), field_in={"action": actions}, limit=limit
-    )
+HOLD_QUERY: Final = HOLD_RECORDS
+GRANTS_QUERY: Final = GRANT_RECORDS
 
 
-HOLD_QUERY: Final = operator_actions(HOLD_ACTIONS, 1)
-GRANTS_QUERY: Final = operator_actions(GRANT_ACTIONS, MAX_RECORDS)
+def _carried(found: Found, name: str) -> list[dict[str, Any]]:
+    """What the live segment's opening record carried under ``name`` (`wire.journal.CARRIED`), oldest first."""
+    items = (found.carried or {}).get(name)
+    if isinstance(items, dict):
+        items = [items]
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
 
-def hold_from(found: Found) -> dict[str, Any] | None:
-    """The newest hold or release (`HOLD_QUERY`'s answer), or the one the live segment carried; None: never held."""
-    if not found.records:
-        hold = (found.carried or {}).get("hold")
-        return hold if isinstance(hold, dict) else None
-    record = found.records[-1]
+def _hold(record: dict[str, Any]) -> dict[str, Any]:
+    if "payload" not in record:  # an older journal's opening record carried approval's reading of it
+        return record
     payload = record["payload"] if isinstance(record.get("payload"), dict) else {}
     return {
         "seq": record.get("seq"),
@@ -54,22 +49,27 @@ def hold_from(found: Found) -> dict[str, Any] | None:
     }
 
 
+def hold_from(found: Found) -> dict[str, Any] | None:
+    """The newest hold or release (`HOLD_QUERY`'s answer, or what the live segment carried); None: never held."""
+    items = [*_carried(found, "hold"), *found.records]
+    return _hold(items[-1]) if items else None
+
+
+def _grant(record: dict[str, Any]) -> dict[str, Any]:
+    if "payload" not in record:  # an older journal's opening record carried approval's reading of it
+        return record
+    payload = record["payload"] if isinstance(record.get("payload"), dict) else {}
+    return {
+        "seq": record.get("seq"),
+        "action": payload.get("action"),
+        "grant_id": payload.get("grant_id"),
+        "grant": payload.get("grant"),
+    }
+
+
 def grants_from(found: Found, limit: int = MAX_RECORDS) -> list[dict[str, Any]]:
     """Grant records (`GRANTS_QUERY`'s answer), oldest first: those carried over, then the live ones."""
-    live = []
-    for record in found.records:
-        payload = record["payload"] if isinstance(record.get("payload"), dict) else {}
-        live.append(
-            {
-                "seq": record.get("seq"),
-                "action": payload.get("action"),
-                "grant_id": payload.get("grant_id"),
-                "grant": payload.get("grant"),
-            }
-        )
-    carried = (found.carried or {}).get("grants")
-    earlier = [g for g in carried if isinstance(g, dict)] if isinstance(carried, list) else []
-    return (earlier + live)[-limit:]
+    return [_grant(r) for r in [*_carried(found, "grants"), *found.records][-limit:]]
 
 
 def limited_grants(records: list[dict[str, Any]]) -> dict[str, int]:

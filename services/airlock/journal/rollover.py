@@ -22,7 +22,8 @@ from typing import Any, Final
 
 from airlock.common import log
 from airlock.common.codec import canonical_json, iso_utc
-from airlock.journal import chain
+from airlock.common.wire.journal import CARRIED
+from airlock.journal import chain, select
 from airlock.journal.records import Event
 from airlock.journal.schema import _COLUMNS, CACHE_KIB, _create_private, _migrate, _raise_high
 from airlock.journal.segments import OPEN_KIND, SEAL_KIND, _fsync_dir, file_name, list_files, segments_dir
@@ -209,80 +210,21 @@ def tighten(folder: Path) -> None:
             continue
 
 
-# -- what a new segment carries over: the operator state approval restores at start ----------------
-
-_OPERATOR_ROWS: Final = (
-    "SELECT seq, time, peer_uid, payload FROM events"
-    " WHERE kind = 'operator.action' AND writer IN ('approval', 'operator')"
-    " AND json_extract(payload, '$.action') IN ({actions})"
-)
-
-
-def _carried(conn: sqlite3.Connection) -> dict[str, Any]:
-    """The ``carried`` part of the live segment's opening record (empty before the first rollover)."""
-    row = conn.execute("SELECT kind, payload FROM events ORDER BY seq LIMIT 1").fetchone()
-    if row is None or row[0] != OPEN_KIND:
-        return {}
-    try:
-        carried = json.loads(row[1]).get("carried")
-    except (ValueError, AttributeError):
-        return {}
-    return carried if isinstance(carried, dict) else {}
-
-
-def latest_hold(conn: sqlite3.Connection) -> dict[str, Any] | None:
-    """The newest hold or release (approval's own records) of the live database, or the one carried over."""
-    row = conn.execute(_OPERATOR_ROWS.format(actions="'hold', 'release'") + " ORDER BY seq DESC LIMIT 1").fetchone()
-    if row is None:
-        hold = _carried(conn).get("hold")
-        return hold if isinstance(hold, dict) else None
-    payload = json.loads(row[3])
-    return {
-        "seq": row[0],
-        "time": row[1],
-        "peer_uid": row[2],
-        "action": payload.get("action"),
-        "operator": payload.get("operator"),
-        "reason": payload.get("reason"),
-        "since": payload.get("since"),
-    }
-
-
-def grant_records(conn: sqlite3.Connection, limit: int = 4096) -> list[dict[str, Any]]:
-    """Grant records, oldest first: those carried over (the grants in force at the rollover), then the live ones."""
-    rows = conn.execute(
-        _OPERATOR_ROWS.format(actions="'grant', 'grant.revoke', 'grant.expired', 'grant.exhausted'")
-        + " ORDER BY seq DESC LIMIT ?",
-        (limit,),
-    ).fetchall()
-    live = []
-    for seq, _, _, payload in reversed(rows):
-        record = json.loads(payload)
-        live.append(
-            {
-                "seq": seq,
-                "action": record.get("action"),
-                "grant_id": record.get("grant_id"),
-                "grant": record.get("grant"),
-            }
-        )
-    carried = _carried(conn).get("grants")
-    earlier = [g for g in carried if isinstance(g, dict)] if isinstance(carried, list) else []
-    return (earlier + live)[-limit:]
+# -- what a new segment carries over -----------------------------------------------------------------
 
 
 def carry(conn: sqlite3.Connection) -> dict[str, Any]:
-    """What the next segment's opening record carries: the newest hold/release and the grants still in force."""
-    made: dict[str, dict[str, Any]] = {}
-    for record in grant_records(conn):
-        grant_id = record.get("grant_id")
-        if not isinstance(grant_id, str):
-            grant = record.get("grant")
-            grant_id = grant.get("grant_id") if isinstance(grant, dict) else None
-        if not isinstance(grant_id, str):
-            continue
-        if record.get("action") == "grant":
-            made[grant_id] = record
-        else:
-            made.pop(grant_id, None)
-    return {"hold": latest_hold(conn), "grants": list(made.values())}
+    """What the next segment's opening record carries, by name (`wire.journal.CARRIED`): what the live
+    segment carried under that name and the live records that answer its query, the newest ``limit``.
+
+    The journal runs the queries without knowing what the records mean; the service that declared them
+    interprets what comes back (approval/restore.py).  A carried item is kept as it was written (an
+    opening record of an older journal carried approval's own reading of its records).
+    """
+    before = select.carried(conn) or {}
+    out: dict[str, Any] = {}
+    for name, query in CARRIED.items():
+        earlier = before.get(name)
+        items = earlier if isinstance(earlier, list) else [earlier] if isinstance(earlier, dict) else []
+        out[name] = [*items, *select.rows(conn, query)][-query.limit :]
+    return out

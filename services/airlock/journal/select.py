@@ -7,8 +7,9 @@ put in an ID, a session or a payload of its own can stand in for one.
 
 Read on a read-only connection of its own (the store's writer is not
 involved), from the live database; the live segment's opening record's
-``carried`` part (journal/segments.py `carry`: what was in force when the
-segments before were sealed) comes back beside the records, as it was written.
+``carried`` part (journal/rollover.py `carry`: the answers to the queries
+`wire.journal.CARRIED` names when the segments before were sealed) comes back
+beside the records, as it was written.
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ def records(database: Path, query: Records) -> Found:
     """The records ``query`` asks for (`Records`), oldest first, and what the live segment carried."""
     conn = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=10)
     try:
-        return Found(tuple(_rows(conn, query)), _carried(conn))
+        return Found(tuple(rows(conn, query)), carried(conn))
     finally:
         conn.close()
 
 
-def _rows(conn: sqlite3.Connection, query: Records) -> list[dict[str, Any]]:
+def rows(conn: sqlite3.Connection, query: Records) -> list[dict[str, Any]]:
+    """``query``'s records on ``conn`` (the live database), oldest first."""
     where = [
         f"writer IN ({', '.join('?' * len(query.writers))})",
         f"kind IN ({', '.join('?' * len(query.kinds))})",
@@ -64,7 +66,8 @@ def _rows(conn: sqlite3.Connection, query: Records) -> list[dict[str, Any]]:
     return out
 
 
-def _carried(conn: sqlite3.Connection) -> dict[str, Any] | None:
+def carried(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    """The live segment's opening record's ``carried`` part (None before the first rollover)."""
     row = conn.execute("SELECT kind, payload FROM events ORDER BY seq LIMIT 1").fetchone()
     if row is None or row[0] != segments.OPEN_KIND:
         return None

@@ -57,3 +57,17 @@ def test_every_use_of_a_limited_grant_comes_back_across_pages(tmp_path: Path, mo
         await store.close()
 
     asyncio.run(body())
+
+
+def test_an_older_journals_opening_record_is_still_read() -> None:
+    """Before the generic read an opening record carried approval's own reading of its records; a journal
+    that rolled over then still restores its hold and its grants."""
+    hold = {"seq": 3, "time": "T", "peer_uid": 0, "action": "hold", "operator": "root", "reason": "x", "since": "S"}
+    grant = {"seq": 4, "action": "grant", "grant_id": "g1", "grant": {"grant_id": "g1"}}
+    found = Found((), {"hold": hold, "grants": [grant]})
+    assert restore.hold_from(found) == hold
+    assert restore.grants_from(found) == [grant]
+    raw = {"seq": 9, "time": "T2", "peer_uid": 0, "kind": "operator.action", "writer": "approval"}
+    live = Found((raw | {"payload": {"action": "release", "operator": "root"}},), {"hold": hold})
+    released = restore.hold_from(live)
+    assert released is not None and (released["action"], released["seq"]) == ("release", 9)

@@ -14,6 +14,7 @@ and shape, journal/records.py), and a record is the journal's own encoding
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Final
 
 from airlock.common import validate
@@ -277,6 +278,22 @@ class Report(Message):
     """An ``airlock audit`` report, shown by the CLI as it is (docs/operations.md names its fields)."""
 
     report: dict[str, Any]
+
+
+def _operator_actions(actions: tuple[str, ...], limit: int) -> Records:
+    return Records(
+        writers=("approval", "operator"), kinds=("operator.action",), field_in={"action": actions}, limit=limit
+    )
+
+
+# approval's own records it reads back at start (approval/restore.py interprets them): its newest hold or
+# release, and its newest grant records (``operator`` is the writer of older journals' operator actions).
+HOLD_RECORDS: Final = _operator_actions(("hold", "release"), 1)
+GRANT_RECORDS: Final = _operator_actions(("grant", "grant.revoke", "grant.expired", "grant.exhausted"), MAX_RECORDS)
+# What a new segment's opening record carries over from the database it seals (journal/rollover.py), by
+# name: the answers to these queries, so a service's read still finds its newest records after a rollover.
+# Declared by the service that reads them back; the journal runs them without knowing what they mean.
+CARRIED: Final = MappingProxyType({"hold": HOLD_RECORDS, "grants": GRANT_RECORDS})
 
 
 APPEND = declare(DOOR, "append", _SERVICES, Append, Appended, "append one event to the chain (durable, or deferred)")
