@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from airlock.common import envrule
+from airlock.common import containment, envrule
 from airlock.common.peer import identify, may_decide
 from airlock.common.yamlnodes import BOOL, FLOAT, INT, STR, got, is_null, syntax_error, where
 
@@ -1039,7 +1039,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "runner.containment",
-        choice("auto", "service", "scope", "process-group"),
+        choice(*containment.SETTING),
         "auto",
         "service: each job stage a transient systemd service (a rule's sandbox applies); scope: a transient scope "
         "around the runner's children; auto: service when systemd runs and the runner is root, else a process group.",
