@@ -332,8 +332,8 @@ class Runner:
                 },
                 caller_of=self.caller_of,
             ),
-            # The spec travels once: a line is at most a request's size (limits.max_request_bytes).
-            max_line=self.config.limits.max_request_bytes,
+            # The spec travels once: a request's limit, plus what approval bound (wire.runner.BOUND_ROOM).
+            max_line=wire.max_line(self.config.limits.max_request_bytes),
         )
 
 

@@ -33,6 +33,17 @@ carry(ExecSpec)
 carry(FileSpec)
 
 ID_CHARS = 256  # an operation, request or session ID, a ticket, a kill's ref or who killed
+# An ``exec`` line carries the agent's request once (at most limits.max_request_bytes) plus what
+# approval bound to the ticket beyond it: each stage's binary identity (a path of up to 4096
+# characters), sandbox, path arguments and credentials, a few KiB a stage.  A job has at most as
+# many stages as its end record can name (runner/endrecord.py: about 200 in 64 KiB), so this much
+# room is enough; the runner door's line is the request's limit plus this, not twice the request.
+BOUND_ROOM = 1024 * 1024
+
+
+def max_line(max_request_bytes: int) -> int:
+    """The runner door's longest line: a request's own limit, plus room for approval's binding."""
+    return max_request_bytes + BOUND_ROOM
 
 
 def _text(name: str, value: str | None, *, required: bool = False) -> None:
