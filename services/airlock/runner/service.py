@@ -156,7 +156,7 @@ class Runner:
             "stages": [list(argv) for argv in spec.stages],
             "agent_uid": spec.uid,
             "uid": job.identity.uid,
-            "containment": job.containment.value,
+            "containment": job.containment,
             "started_at": iso_utc(time.time()),
         }
         await self.audit.record(

@@ -20,6 +20,7 @@ from typing import Any
 
 from airlock.common import validate
 from airlock.common.audit import MAX_MARKS
+from airlock.common.containment import Containment
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.spec import ExecSpec
 from airlock.common.wire.verb import Caller, DoorName, Empty, Message, Stub, carry, declare
@@ -207,7 +208,7 @@ class RunningJob(Message):
     stages: tuple[tuple[str, ...], ...]
     agent_uid: int
     uid: int
-    containment: str
+    containment: Containment
     started_at: str
     request_id: str | None = None
 
