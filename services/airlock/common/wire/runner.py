@@ -137,7 +137,9 @@ class Files(Message):
         _approved(self)
 
 
-def approved(work: Exec | Files, *, ticket: str, bound: dict[str, Any], operation_id: str, after: list[str]) -> Any:
+def approved(
+    work: Exec | Files, *, ticket: str, bound: dict[str, Any], operation_id: str, after: list[str]
+) -> Exec | Files:
     """``work`` with approval's answer filled in (intake's drive, once approval decided)."""
     return dataclasses.replace(work, ticket=ticket, bound=bound, operation_id=operation_id, after=tuple(after))
 
