@@ -518,6 +518,94 @@ class Bench:
             )
         )
 
+    def approval(self) -> None:
+        """Issue 37: a pending request approved by an operator -> the job started, after the approve call returns.
+
+        The agent sends ``exec`` of ``true asked`` (rule: ask) and reads the
+        ``pending_approval`` event; the operator's ``approve`` goes to
+        operator.sock; the figure is from the approve reply to the agent's
+        final reply (the job started *and* finished: ``true`` ends at once,
+        so this bounds "started" from above).  The yardstick is the same
+        exec allowed by a rule in the same stack, alternating.
+        """
+        user = pwd.getpwuid(os.getuid()).pw_name
+        asked = {
+            "name": "bench-asked",
+            "decision": "ask",
+            "users": [user],
+            "privileged": ROOT,
+            "commands": [["/usr/bin/true", "asked"]],
+        }
+        ruled = {
+            "name": "bench-ruled",
+            "decision": "allow",
+            "users": [user],
+            "privileged": ROOT,
+            "commands": [["/usr/bin/true", "ruled"]],
+        }
+        config = bench_config(
+            self.workdir / "approval.yaml", root=ROOT, extra={"policy": {"default": "deny", "rules": [asked, ruled]}}
+        )
+        n = max(5, self.plan.latency_requests // 10)
+        after, calls, rule = [], [], []
+        with BenchStack(config) as stack:
+            agent, operator = Persistent(stack.agent), Persistent(stack.operator)
+            for _ in range(3):
+                self._approved_once(agent, operator)
+            for _ in range(self.plan.rounds):
+                a, c, r = [], [], []
+                for _ in range(n):
+                    approve_took, to_job = self._approved_once(agent, operator)
+                    a.append(to_job)
+                    c.append(approve_took)
+                    line = self.requests.exec_line({"argv": ["true", "ruled"], "privileged": ROOT})
+                    start = time.perf_counter()
+                    if not agent.call(line).get("ok"):
+                        raise SystemExit("bench: exec of `true ruled` failed")
+                    r.append(time.perf_counter() - start)
+                after.append(percentile(a, 50) * 1000)
+                calls.append(percentile(c, 50) * 1000)
+                rule.append(percentile(r, 50) * 1000)
+            agent.close()
+            operator.close()
+        p50, yard = median(after), median(rule)
+        self.add(
+            Figure(
+                "approval round trip p50 (approve returned -> job ran)",
+                p50,
+                "ms",
+                "<= 20 ms",
+                "the same exec allowed by a rule",
+                yard,
+                p50 / yard if yard else None,
+                p50 <= 20,
+                f"{n} requests x {self.plan.rounds} rounds: from the operator's approve reply to the agent's reply "
+                f"(true started and ended); the approve call itself took p50 {median(calls):.2f} ms",
+                after,
+                extra={"approve_call_ms": calls},
+            )
+        )
+
+    def _approved_once(self, agent: Persistent, operator: Persistent) -> tuple[float, float]:
+        """(approve call, approve reply -> agent's reply) in seconds, for one asked exec."""
+        args = {"argv": ["true", "asked"], "privileged": ROOT, "stream": True}
+        pending = agent.event(self.requests.exec_line(args), "pending_approval")
+        request_id = pending.get("request_id")
+        line = json_module.dumps(
+            {"v": 1, "id": f"a-{request_id}", "verb": "approve", "args": {"id": request_id}, "token": None},
+            separators=(",", ":"),
+        )
+        start = time.perf_counter()
+        reply = operator.call(line.encode() + b"\n")
+        returned = time.perf_counter()
+        if not reply.get("ok"):
+            raise SystemExit(f"bench: approve failed: {reply}")
+        final = agent.call(b"")
+        done = time.perf_counter()
+        if not final.get("ok"):
+            raise SystemExit(f"bench: the approved exec failed: {final}")
+        return returned - start, done - returned
+
     def memory(self) -> None:
         total = self.plan.memory_requests
         half = total // 4  # issue 21: growth from 5,000 to 20,000
@@ -663,6 +751,7 @@ STEPS: dict[str, str] = {
     "bytes": "journal bytes per exec",
     "verify": "audit chain verify: full walk and incremental",
     "reviewer": "an ask decided by the reviewer, beside a rule's allow",
+    "approval": "an ask approved by an operator: approve returned -> job ran",
 }
 
 
@@ -704,6 +793,7 @@ def main(argv: list[str] | None = None) -> int:
             ("bytes", bench.journal_bytes),
             ("verify", bench.verify),
             ("reviewer", bench.reviewer),
+            ("approval", bench.approval),
         ):
             if name in wanted:
                 print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
