@@ -200,8 +200,8 @@ class Bench:
             (
                 installed,
                 "airlock run -- true (installed layout)",
-                "the console script pybuild writes (#!/usr/bin/python3, no venv) over a copy of the package in a "
-                "dist-packages-like folder",
+                "the .deb's console script (packaging/debian/airlock-console: #!/usr/bin/python3 -IS, no venv) "
+                "over a copy of the package in a dist-packages-like folder",
             ),
         ):
             value = median(runs[script])
@@ -217,6 +217,56 @@ class Bench:
                     (value <= 3 * s) if s else None,
                     f"whole command as typed; {how}; median of {len(runs[script])}",
                     runs[script],
+                )
+            )
+
+    # -- what is left of `airlock run`: the interpreter's own start (issue 37) -------------
+
+    def start(self, sudo_user: str | None) -> None:
+        """Python's bare start beside `sudo -n true`, and the imports `airlock run` adds to it.
+
+        All alternate run by run with sudo.  ``-I -S`` is how the .deb's
+        /usr/bin/airlock starts (packaging/debian/airlock-console); the import
+        row loads airlock.cli.quick from the installed-layout copy.
+        """
+        lib = Path(_installed_layout(self.workdir)).parent / "dist-packages"
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+        variants = {
+            "python3 -I -S -c pass": ["/usr/bin/python3", "-I", "-S", "-c", "pass"],
+            "python3 -c pass (site)": ["/usr/bin/python3", "-c", "pass"],
+            "python3 -I -S, import airlock.cli.quick": [
+                "/usr/bin/python3",
+                "-I",
+                "-S",
+                "-c",
+                f"import sys; sys.path.append({str(lib)!r}); import airlock.cli.quick",
+            ],
+        }
+        runs: dict[str, list[float]] = {name: [] for name in variants}
+        sudos: list[float] = []
+        for _ in range(self.plan.rounds):
+            for _ in range(self.plan.cli_runs):
+                for name, argv in variants.items():
+                    runs[name].append(time_subprocess(argv, env=env) * 1000)
+                if sudo_user is not None:
+                    sudos.append(time_subprocess(["sudo", "-n", "/usr/bin/true"], user=sudo_user) * 1000)
+        s = median(sudos) if sudos else None
+        for name, samples in runs.items():
+            value = median(samples)
+            self.add(
+                Figure(
+                    f"start: {name}",
+                    value,
+                    "ms",
+                    "",
+                    "sudo -n true",
+                    s,
+                    value / s if s else None,
+                    None,
+                    f"process start to exit, Debian's /usr/bin/python3; median of {len(samples)}, alternating with sudo"
+                    if name.endswith("pass")
+                    else "",
+                    samples,
                 )
             )
 
@@ -686,8 +736,8 @@ def system_figures(path: Path = REPO / "bench" / "results-system.json") -> list[
 
 
 def _installed_layout(workdir: Path) -> str:
-    """/usr/bin/airlock as the .deb installs it, without installing it: the console script pybuild
-    writes (Debian's python3, site, no venv) and the package in a folder of its own on the path."""
+    """/usr/bin/airlock as the .deb installs it, without installing it: packaging/debian/airlock-console
+    (Debian's python3 -I -S, no venv) and the package in a folder of its own on the path."""
     lib = workdir / "dist-packages"
     if not lib.exists():
         import shutil
@@ -695,14 +745,9 @@ def _installed_layout(workdir: Path) -> str:
         shutil.copytree(REPO / "services" / "airlock", lib / "airlock", ignore=shutil.ignore_patterns("__pycache__"))
         subprocess.run(["/usr/bin/python3", "-m", "compileall", "-q", str(lib)], check=True)
     script = workdir / "airlock"
-    # What pip/pybuild write for the console script, plus the folder on sys.path.
-    script.write_text(
-        "#!/usr/bin/python3\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
-        f"sys.path.insert(0, {str(lib)!r})\n"
-        "from airlock.cli.quick import main\nif __name__ == '__main__':\n"
-        "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
-        "    sys.exit(main())\n"
-    )
+    # The .deb's own /usr/bin/airlock (-I -S), with this folder where the package would be.
+    console = (REPO / "packaging" / "debian" / "airlock-console").read_text()
+    script.write_text(console.replace('"/usr/lib/python3/dist-packages"', repr(str(lib))))
     script.chmod(0o755)
     os.chmod(workdir, 0o755)
     return str(script)
@@ -743,6 +788,7 @@ def journal_size(state: Path) -> tuple[int, int]:
 STEPS: dict[str, str] = {
     "latency": "exec latency beside sudo and fork/exec",
     "cli": "airlock run -- true beside sudo",
+    "start": "python's own start beside sudo (what is left of airlock run)",
     "throughput": "exec and ping with 16 clients",
     "pipeline": "1 GiB through cat | wc -c beside sh",
     "cold": "cold start",
@@ -775,6 +821,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="airlock-bench-", dir="/var/tmp") as tmp:
         bench = Bench(plan, Path(tmp))
         with sudo_yardstick() as sudo_user:
+            if "start" in wanted:
+                print(f"bench: {STEPS['start']}", file=sys.stderr, flush=True)
+                bench.start(sudo_user)
             if wanted & {"latency", "cli", "throughput", "pipeline"}:
                 with BenchStack(bench.config) as stack:
                     for name, step in (
