@@ -198,7 +198,11 @@ class Bench:
         s = median(sudos) if sudos else None
         interpreter = os.path.realpath(REPO / ".venv" / "bin" / "python")
         for script, name, how in (
-            (venv, "airlock run -- true (venv)", f"{venv}: {interpreter} with the venv's editable airlock"),
+            (
+                venv,
+                "airlock run -- true (venv)",
+                f"{venv}: {interpreter} -I -S over the checkout's services/ (the Makefile writes it from the .deb's)",
+            ),
             (
                 installed,
                 "airlock run -- true (installed layout)",
