@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from harness import (
 
 ROOT = os.geteuid() == 0
 GIB = 1 << 30
+ASKS = 100_000  # approval.asks_per_minute for the stacks that ask on purpose (an agent gets 20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,16 @@ class Bench:
     def add(self, figure: Figure) -> None:
         self.figures.append(figure)
         print(f"  {figure.name}: done", file=sys.stderr, flush=True)
+
+    def attempt(self, name: str, step: Callable[[], None]) -> None:
+        """Run one step; if it fails, its row says so (n/a and why) and the other steps still run."""
+        print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
+        try:
+            step()
+        except (SystemExit, Exception) as exc:  # a bench step's failure is a result to print, not a crash
+            why = " ".join(str(exc).split())[:300] or type(exc).__name__
+            print(f"bench: {name} failed: {why}", file=sys.stderr, flush=True)
+            self.add(Figure(f"{STEPS[name]} (step '{name}')", None, "", note=f"failed: {why}"))
 
     # -- exec latency from a persistent client, beside sudo and a bare fork/exec -----
 
@@ -536,7 +548,8 @@ class Bench:
             self.workdir / "reviewer.yaml",
             root=ROOT,
             extra={
-                "approval": {"reviewer_command": [str(script)], "reviewer_user": "nobody"},
+                # The bench asks far more often than an agent may (approval.asks_per_minute, 20).
+                "approval": {"reviewer_command": [str(script)], "reviewer_user": "nobody", "asks_per_minute": ASKS},
                 "policy": {"default": "deny", "rules": [reviewed, ruled]},
             },
         )
@@ -600,7 +613,9 @@ class Bench:
             "commands": [["/usr/bin/true", "ruled"]],
         }
         config = bench_config(
-            self.workdir / "approval.yaml", root=ROOT, extra={"policy": {"default": "deny", "rules": [asked, ruled]}}
+            self.workdir / "approval.yaml",
+            root=ROOT,
+            extra={"approval": {"asks_per_minute": ASKS}, "policy": {"default": "deny", "rules": [asked, ruled]}},
         )
         n = max(5, self.plan.latency_requests // 10)
         after, calls, rule = [], [], []
@@ -877,8 +892,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(plan, Path(tmp))
         with sudo_yardstick() as sudo_user:
             if "start" in wanted:
-                print(f"bench: {STEPS['start']}", file=sys.stderr, flush=True)
-                bench.start(sudo_user)
+                bench.attempt("start", lambda: bench.start(sudo_user))
             if wanted & {"latency", "cli", "throughput", "pipeline"}:
                 with BenchStack(bench.config) as stack:
                     for name, step in (
@@ -888,8 +902,7 @@ def main(argv: list[str] | None = None) -> int:
                         ("pipeline", lambda: bench.pipeline(stack)),
                     ):
                         if name in wanted:
-                            print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
-                            step()
+                            bench.attempt(name, step)
         for name, step in (
             ("cold", bench.cold_start),
             ("journal", bench.journal),
@@ -900,8 +913,7 @@ def main(argv: list[str] | None = None) -> int:
             ("approval", bench.approval),
         ):
             if name in wanted:
-                print(f"bench: {STEPS[name]}", file=sys.stderr, flush=True)
-                step()
+                bench.attempt(name, step)
         why_not: str | None = "not asked for (--only)"
         if "container" in wanted:
             print(f"bench: {STEPS['container']}", file=sys.stderr, flush=True)
