@@ -787,6 +787,26 @@ def system_figures(path: Path = SYSTEM_RESULTS, why_not: str | None = None) -> l
         figures.append(
             Figure(names[1][0], None, "ms", names[1][1], note=f"not in {path.name} (written before issue 37)")
         )
+    if data.get("process_group") and data.get("process_group_sudo"):
+        grouped, sudo = median(data["process_group"]), median(data["process_group_sudo"])
+        cpu = ", ".join(f"{k} {v:.1f}" for k, v in (data.get("cpu_ms_per_run") or {}).items())
+        cpu_grouped = ", ".join(f"{k} {v:.1f}" for k, v in (data.get("process_group_cpu_ms_per_run") or {}).items())
+        figures.append(
+            Figure(
+                "airlock run -- true, installed, process-group containment, warm (container)",
+                grouped,
+                "ms",
+                "",
+                "sudo -n true (same container, same user)",
+                sudo,
+                grouped / sudo,
+                None,
+                f"the row above with runner.containment: process-group (no unit per job), alternating with sudo; "
+                f"median of {len(data['process_group'])}; services' CPU ms per run, service containment: {cpu}; "
+                f"process-group: {cpu_grouped}",
+                data["process_group"],
+            )
+        )
     figures.append(
         Figure(
             names[2][0],

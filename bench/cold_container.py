@@ -10,7 +10,9 @@ start to exit -- systemd starts intake, approval, runner and journal on
 demand.  Then the same command with every service running (warm), in the
 same rounds.  Then (issue 37) ``airlock run -- true`` as typed (privileged:
 the runner's default containment under systemd, each job a transient
-service) alternating run by run with ``sudo -n true`` by the same user.
+service) alternating run by run with ``sudo -n true`` by the same user,
+with each service's CPU per run; then the same with ``runner.containment:
+process-group`` (what the unit costs).
 
     AIRLOCK_DEB=dist/airlock_*.deb .venv/bin/python bench/cold_container.py [--rounds N] [--json FILE]
 
@@ -102,12 +104,39 @@ evidence = subprocess.run(["/usr/bin/airlock", "run", "--json", "--", "true"], u
                           extra_groups=[gid], env=env, capture_output=True, text=True)
 containment = (json.loads(evidence.stdout or "{}").get("data") or {}).get("containment")
 run(typed), run(sudo)
-privileged, sudos = [], []
-for _ in range(rounds * warm_runs):
-    privileged.append(run(typed))
-    sudos.append(run(sudo))
+def pids():
+    out = {}
+    for s in SERVICES:
+        show = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", s], capture_output=True, text=True)
+        out[s.split("-")[1].split(".")[0]] = int(show.stdout.strip() or 0)
+    return out
+
+def cpu_ms(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+def typed_beside_sudo(n):
+    # n runs of each, alternating; and each service's CPU ms per typed run (sudo's runs cost them nothing).
+    before = {s: cpu_ms(p) for s, p in pids().items() if p}
+    ours, theirs = [], []
+    for _ in range(n):
+        ours.append(run(typed))
+        theirs.append(run(sudo))
+    cpu = {s: round((cpu_ms(p) - before[s]) / n, 2) for s, p in pids().items() if s in before}
+    return ours, theirs, cpu
+
+privileged, sudos, cpu = typed_beside_sudo(rounds * warm_runs)
+# The same with each job in the runner's process group instead of a transient unit: what the unit costs.
+with open("/etc/airlock/airlock.yaml", "a") as f:
+    f.write("\nrunner:\n  containment: process-group\n")
+subprocess.run(["systemctl", "restart", "airlock-runner.service"], check=True)
+run(typed)
+grouped, grouped_sudo, grouped_cpu = typed_beside_sudo(max(10, rounds * warm_runs // 2))
 print(json.dumps({"cold": cold, "warm": warm, "bare": bare, "privileged": privileged, "sudo": sudos,
-                  "containment": containment, "loadavg": os.getloadavg(), "python": sys.version.split()[0]}))
+                  "containment": containment, "cpu_ms_per_run": cpu,
+                  "process_group": grouped, "process_group_sudo": grouped_sudo,
+                  "process_group_cpu_ms_per_run": grouped_cpu,
+                  "loadavg": os.getloadavg(), "python": sys.version.split()[0]}))
 """
 
 
@@ -145,13 +174,14 @@ def main() -> int:
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1
-    for name in ("cold", "warm", "bare", "privileged", "sudo"):
+    for name in ("cold", "warm", "bare", "privileged", "sudo", "process_group", "process_group_sudo"):
         samples = sorted(result[name])
         print(
             f"{name:10} p50 {samples[len(samples) // 2]:7.1f} ms  min {samples[0]:7.1f}  max {samples[-1]:7.1f}  "
             f"(n={len(samples)})"
         )
-    print(f"containment of `airlock run -- true`: {result['containment']}")
+    print(f"containment of `airlock run -- true`: {result['containment']}; CPU ms per run: {result['cpu_ms_per_run']}")
+    print(f"with runner.containment process-group, CPU ms per run: {result['process_group_cpu_ms_per_run']}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
