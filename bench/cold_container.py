@@ -177,7 +177,7 @@ def main() -> int:
     for name in ("cold", "warm", "bare", "privileged", "sudo", "process_group", "process_group_sudo"):
         samples = sorted(result[name])
         print(
-            f"{name:10} p50 {samples[len(samples) // 2]:7.1f} ms  min {samples[0]:7.1f}  max {samples[-1]:7.1f}  "
+            f"{name:18} p50 {samples[len(samples) // 2]:7.1f} ms  min {samples[0]:7.1f}  max {samples[-1]:7.1f}  "
             f"(n={len(samples)})"
         )
     print(f"containment of `airlock run -- true`: {result['containment']}; CPU ms per run: {result['cpu_ms_per_run']}")
