@@ -185,7 +185,10 @@ def test_a_hold_survives_a_rollover_of_the_journal_and_a_restart_of_approval(tmp
     journal's generic read.  Control: before the rollover the record is in the live database."""
     with custom_stack(tmp_path / "rt", ROLLING) as stack:
         assert stack.cli("hold", "--reason", "incident carried").returncode == 0
-        kinds = lambda: [(r["kind"], r["payload"]) for r in stack.journal_rows()]  # noqa: E731
+
+        def kinds() -> list[tuple[str, str]]:
+            return [(str(r["kind"]), str(r["payload"])) for r in stack.journal_rows()]
+
         assert any(k == "operator.action" and '"hold"' in p for k, p in kinds())  # the control
         job = Background(stack, {"argv": ["touch", str(tmp_path / "x")], "privileged": False})
         assert wait_pending(stack, job.request_id, timeout=30)["rule"] == "hold"  # held: every request asks
