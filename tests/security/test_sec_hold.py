@@ -11,9 +11,11 @@ control), so a hold that "survives" cannot pass vacuously.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,7 +189,9 @@ def test_a_hold_survives_a_rollover_of_the_journal_and_a_restart_of_approval(tmp
         assert stack.cli("hold", "--reason", "incident carried").returncode == 0
 
         def kinds() -> list[tuple[str, str]]:
-            return [(str(r["kind"]), str(r["payload"])) for r in stack.journal_rows()]
+            # Closed at once: a connection left to the garbage collector would keep the rollover locked out.
+            with contextlib.closing(sqlite3.connect(f"file:{stack.database}?mode=ro", uri=True)) as conn:
+                return [(str(k), str(p)) for k, p in conn.execute("SELECT kind, payload FROM events")]
 
         assert any(k == "operator.action" and '"hold"' in p for k, p in kinds())  # the control
         job = Background(stack, {"argv": ["touch", str(tmp_path / "x")], "privileged": False})
