@@ -176,8 +176,28 @@ def start_stack(runtime_dir: Path, config: Path | None = None, *, web: str | Non
     raise AssertionError(f"airlock dev up did not become ready:\n{''.join(seen)}\n{logs}")
 
 
+def kill_running(stack: Stack) -> None:
+    """SIGKILL every job still running, as an operator would (`airlock kill`); best effort.
+
+    A stopping runner lets running jobs finish for up to
+    services.stop_timeout_seconds (20 s): a test that leaves a ``sleep``
+    behind would pay that at its stack's stop.
+    """
+
+    def operator(verb: str, args: dict[str, Any]) -> dict[str, Any]:
+        request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args, "token": None}
+        replies = stack.send_raw(json.dumps(request).encode() + b"\n", path=stack.operator, timeout=5)
+        return replies[-1] if replies else {}
+
+    with contextlib.suppress(OSError, ValueError):
+        for job in (operator("running", {}).get("data") or {}).get("running", []):
+            ref = f"{job['agent_uid']}/{job['request_id']}"
+            operator("kill", {"ref": ref, "signal": "KILL", "reason": "the test's stack stops"})
+
+
 def stop_stack(stack: Stack) -> None:
     if stack.proc.poll() is None:
+        kill_running(stack)
         stack.proc.send_signal(signal.SIGTERM)
         try:
             stack.proc.wait(30)

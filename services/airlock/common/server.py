@@ -83,6 +83,8 @@ class Connection:
         self._handshake_deadline = time.monotonic() + self._read_timeout if door.name in CLIENT_DOORS else None
         self._write_timeout = write_timeout(config, door)
         self.closed_by_peer = False
+        # Waiting for the next request after a whole one (not a first line): a stop ends it at once.
+        self.between_requests = False
         # Set when the server gave up on this client (it did not take its bytes in time).
         self.dropped: str | None = None
         self.on_dropped: Callable[[Connection, str], None] | None = None
@@ -112,6 +114,7 @@ class Connection:
                 budget = self._read_timeout
             if budget <= 0:
                 raise self._too_slow(handshake)
+            self.between_requests = handshake is None and not self.decoder.buffered
             try:
                 chunk = await asyncio.wait_for(self.reader.read(64 * 1024), budget)
             except TimeoutError:
@@ -121,11 +124,23 @@ class Connection:
             except ConnectionError:
                 self.closed_by_peer = True
                 return None
+            finally:
+                self.between_requests = False
             if not chunk:
                 self.closed_by_peer = True
                 self.decoder.end_of_stream()
                 return None
             self.decoder.feed(chunk)
+
+    def end_if_idle(self) -> None:
+        """On stop: a client waiting between requests (a pooled connection) reads as closed now.
+
+        It is no work in flight.  Waited for, it held a stop until
+        limits.read_timeout_seconds, and two services holding each other's
+        pooled connections each waited that long (issue 36's slow teardowns).
+        """
+        if self.between_requests:
+            self.reader.feed_eof()
 
     def _too_slow(self, handshake: float | None) -> AirlockError:
         if handshake is not None:
@@ -243,6 +258,7 @@ class Service:
         self._stop = asyncio.Event()
         self._idle_since = time.monotonic()
         self._servers: list[asyncio.Server] = []
+        self._connections: set[Connection] = set()
         self.on_reload: Callable[[], Awaitable[None]] | None = None
         self.on_started: Callable[[], Awaitable[None]] | None = None  # serving: e.g. journal service.started
         self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
@@ -289,6 +305,8 @@ class Service:
         # and queued connections wait for the next instance.
         for server in self._servers:
             server.close()
+        for conn in list(self._connections):
+            conn.end_if_idle()
         if self._tasks:
             self.notifier.status(f"finishing {len(self._tasks)} in-flight request(s)")
             _done, pending = await asyncio.wait(set(self._tasks), timeout=self.config.services.stop_timeout_seconds)
@@ -397,10 +415,14 @@ class Service:
                 return
             conn = Connection(reader, writer, peer, door, self.config)
             conn.on_dropped = self._dropped
-            if door.handler is not None:
-                await door.handler(conn)
-            else:
-                await self._native(conn)
+            self._connections.add(conn)
+            try:
+                if door.handler is not None:
+                    await door.handler(conn)
+                else:
+                    await self._native(conn)
+            finally:
+                self._connections.discard(conn)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except Exception as exc:  # the one place that may catch anything
