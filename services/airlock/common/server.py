@@ -133,14 +133,19 @@ class Connection:
             self.decoder.feed(chunk)
 
     def end_if_idle(self) -> None:
-        """On stop: a client waiting between requests (a pooled connection) reads as closed now.
+        """On stop: a client waiting between requests (a pooled connection) is no work in flight.
 
-        It is no work in flight.  Waited for, it held a stop until
-        limits.read_timeout_seconds, and two services holding each other's
-        pooled connections each waited that long (issue 36's slow teardowns).
+        Waited for, it held a stop until limits.read_timeout_seconds, and two
+        services holding each other's pooled connections each waited that long
+        (issue 36's slow teardowns).  Our reading side is shut: bytes the
+        client already sent are still read (and answered), then the end of
+        stream ends the connection; a later write of the client's fails
+        (EPIPE), which `ipc.Client` takes for a closed pooled connection and
+        asks again on a new one.
         """
         if self.between_requests:
-            self.reader.feed_eof()
+            with contextlib.suppress(OSError):
+                self.writer.get_extra_info("socket").shutdown(socket.SHUT_RD)
 
     def _too_slow(self, handshake: float | None) -> AirlockError:
         if handshake is not None:
