@@ -98,12 +98,13 @@ def wait_record(
     kind: str,
     *,
     request_id: str | None = None,
+    operation_id: str | None = None,
     containing: str | None = None,
     count: int = 1,
     timeout: float = TIMEOUT,
 ) -> list[dict[str, Any]]:
-    """The journal's records of ``kind`` (of ``request_id``; whose payload contains ``containing``), once
-    there are ``count`` of them."""
+    """The journal's records of ``kind`` (of ``request_id``, of ``operation_id``; whose payload contains
+    ``containing``), once there are ``count`` of them."""
 
     def found() -> list[dict[str, Any]] | None:
         rows = [
@@ -111,11 +112,13 @@ def wait_record(
             for r in stack.journal_rows()
             if r["kind"] == kind
             and (request_id is None or r["request_id"] == request_id)
+            and (operation_id is None or r["operation_id"] == operation_id)
             and (containing is None or containing in (r["payload"] or ""))
         ]
         return rows if len(rows) >= count else None
 
-    return until(f"{count} x {kind} in the journal (request {request_id}, containing {containing!r})", found, timeout)
+    which = f"request {request_id}, operation {operation_id}, containing {containing!r}"
+    return until(f"{count} x {kind} in the journal ({which})", found, timeout)
 
 
 def wait_log_events(log_dir: Path, event: str, count: int = 1, timeout: float = 30) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from airlock.common.peer import identify
 from airlock.common.spec import ExecSpec
 
 from support import Stack, now_iso, start_stack, stop_stack
+from waits import wait_record
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs run as other users")
 USER, GROUP = "airlock-t1", "airlock-t1x"
@@ -437,7 +438,7 @@ def test_a_second_exec_of_a_running_operation_is_refused_and_journaled(stack: St
     async def scenario() -> tuple[dict[str, Any], BaseException | dict[str, Any]]:
         first_ticket, second_ticket = await _ticket(stack, spec), await _ticket(stack, spec)
         first = asyncio.create_task(_run(stack, spec, first_ticket, op))
-        await asyncio.sleep(0.3)
+        await asyncio.to_thread(wait_record, stack, "exec.started", operation_id=op)  # the first one runs
         second = await asyncio.gather(_run(stack, spec, second_ticket, op), return_exceptions=True)
         return await first, second[0]
 
@@ -458,8 +459,14 @@ def test_a_cancel_during_the_ticket_check_is_not_lost(stack: Stack, tmp_path: Pa
         ticket = await _ticket(stack, spec)
         with paused(stack, "approval"):  # the runner waits in redeem
             job = asyncio.create_task(_run(stack, spec, ticket, op))
-            await asyncio.sleep(0.5)
-            cancelled = await runner.call("cancel", {"operation_id": op})
+            deadline = time.monotonic() + 15
+            while True:  # until the runner holds the operation (then it waits in redeem)
+                try:
+                    cancelled = await runner.call("cancel", {"operation_id": op})
+                    break
+                except AirlockError as exc:
+                    assert exc.code is ErrorCode.NOT_FOUND and time.monotonic() < deadline, exc
+                    await asyncio.sleep(0.05)
         return await job, cancelled
 
     evidence, cancelled = asyncio.run(scenario())
@@ -477,7 +484,7 @@ def test_evidence_comes_back_when_the_journal_goes_away_during_the_job(stack: St
     result: dict[str, Any] = {}
     worker = threading.Thread(target=lambda: result.update(asyncio.run(_run(stack, spec, ticket))))
     worker.start()
-    time.sleep(0.3)  # exec.started is in; the job sleeps
+    wait_record(stack, "exec.started", containing=str(marker))  # the job sleeps
     with stack.down("journal"):
         worker.join(30)
     # It ran: a retry after an error would run it again.
