@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airlock.common import channels
+from airlock.common import channels, containment
 from airlock.common.configvalues import (
     WEB_PORT,
     Setting,
@@ -271,7 +271,7 @@ ROWS: tuple[Setting, ...] = (
     ),
     Setting(
         "runner.containment",
-        choice("auto", "service", "scope", "process-group"),
+        choice(*containment.SETTING),
         "auto",
         "service: each job stage a transient systemd service (a rule's sandbox applies); scope: a transient scope "
         "around the runner's children; auto: service when systemd runs and the runner is root, else a process group.",

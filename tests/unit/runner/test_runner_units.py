@@ -224,7 +224,9 @@ def test_sandbox_errors_name_the_key(value: dict[str, object], message: str) -> 
 
 def test_bound_sandbox_is_one_valid_entry_per_stage() -> None:
     assert sandbox.parse_bound(None, 2) is None
-    assert sandbox.parse_bound([{}, {"read_only": True}], 2) == ({}, {"read_only": True})
+    parsed = sandbox.parse_bound([{}, {"read_only": True}], 2)
+    assert parsed is not None and [dict(sb.settings) for sb in parsed] == [{}, {"read_only": True}]
+    assert not parsed[0] and parsed[1].properties == (("ProtectSystem", "s", "strict"),)  # computed once, here
     with pytest.raises(AirlockError):
         sandbox.parse_bound([{"read_only": True}], 2)
     with pytest.raises(AirlockError):
