@@ -30,7 +30,10 @@ _UNCLAIMED_SECONDS = 30.0
 # airlock's own exec shims (a unit's exec helper, a scope stage's gate) run as `python3 -I -S -c CODE ...`
 # before the job's program: their code is named, not spelled out, in the tree.
 _SHIMS = {HELPER: "<airlock exec helper>", _GATE_SHIM: "<airlock scope gate>"}
-_EXITED_KEPT = 8192
+# A process's taskstats record follows its exit event within milliseconds: an exited process stays
+# findable this long (and at most this many), not for as long as a busy runner's last 8,192 exits.
+_EXITED_KEPT = 1024
+_EXITED_SECONDS = 2.0
 
 
 def _mono_to_wall(ns: int) -> float:
@@ -110,6 +113,7 @@ class Watch:
         self.unavailable: str | None = None
         self.created = time.monotonic()
         self.unclaimed = False  # a runner child's events, kept until a job claims it
+        self.finished = False  # its job ended: late events about its processes are not kept for it
         self.source = "proc-connector"
         self.unattributed = 0  # fanotify: execs while this job ran whose process was gone before its cgroup was read
 
@@ -240,3 +244,16 @@ class Watch:
             used += size
             kept.append(entry)
         return out
+
+
+def keep_exited(exited: dict[int, tuple[Watch, float]], pid: int, w: Watch, now: float) -> None:
+    """Keep an exited process findable for its taskstats record: briefly, and at most `_EXITED_KEPT`.
+
+    Kept for good, a busy runner's finished jobs' trees would pile up (issue 37's RSS row).
+    """
+    exited[pid] = (w, now)
+    while exited:
+        oldest = next(iter(exited))
+        if len(exited) <= _EXITED_KEPT and now - exited[oldest][1] <= _EXITED_SECONDS:
+            return
+        del exited[oldest]

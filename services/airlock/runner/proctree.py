@@ -46,13 +46,13 @@ from typing import Any
 import structlog
 
 from airlock.runner.execwatch import (
-    _EXITED_KEPT,
     _UNCLAIMED_SECONDS,
     MAX_PATH_CHARS,
     MAX_TRACKED,
     Watch,
     _mono_to_wall,
     cgroup_of,
+    keep_exited,
     read_process,
 )
 from airlock.runner.fanotify import FAN_Q_OVERFLOW, Fanotify, Follow, file_seen
@@ -105,7 +105,7 @@ class ProcEvents:
         self.owner: dict[int, Watch] = {}  # tgid -> its job's watch (both modes)
         self.unclaimed: dict[int, Watch] = {}  # runner children not claimed yet, by pid
         self.exits = ExitStats()
-        self.exited: dict[int, Watch] = {}  # a job's processes that exited lately (their taskstats may follow)
+        self.exited: dict[int, tuple[Watch, float]] = {}  # exited lately, oldest first (taskstats may follow)
         self.names: str | None = "not started"  # why programs that exit at once go unnamed, or None
         self.pid = os.getpid()
         self.log = structlog.get_logger()
@@ -262,7 +262,8 @@ class ProcEvents:
                 self.watches.remove(w)
             for tgid in [t for t, o in self.owner.items() if o is w]:
                 del self.owner[tgid]
-            for tgid in [t for t, o in self.exited.items() if o is w]:
+            w.finished = True
+            for tgid in [t for t, (o, _at) in self.exited.items() if o is w]:
                 del self.exited[tgid]
             for pid in [p for p, u in self.unread.items() if u.watch is w]:
                 self._read_exec(pid, final=True)
@@ -393,7 +394,7 @@ class ProcEvents:
                 self.exits.close()
                 return
             pid = self.exits.pids(data)
-            w = self.owner.get(pid) or self.exited.get(pid) if pid is not None else None
+            w = self.owner.get(pid) or self.exited.get(pid, (None, 0.0))[0] if pid is not None else None
             if w is not None and pid is not None:
                 parsed = self.exits._parse(data)
                 if parsed is not None:
@@ -450,7 +451,7 @@ class ProcEvents:
         if w is not None:
             w.fork(parent, child)
             self.owner[child] = w
-        elif parent == self.pid:
+        elif parent == self.pid and child not in self.owner:  # (a job may have claimed it before this event)
             if len(self.unclaimed) > 1024:
                 self._forget_old()
             u = Watch(limit=MAX_TRACKED)
@@ -478,11 +479,8 @@ class ProcEvents:
         w = self.owner.pop(pid, None)
         if w is not None:
             w.exit(pid, at, code)
-            if w.last.get(pid) is not None:
-                # Its taskstats record may come after this event (another socket): keep it findable.
-                self.exited[pid] = w
-                if len(self.exited) > _EXITED_KEPT:
-                    del self.exited[next(iter(self.exited))]
+            if w.last.get(pid) is not None and not w.finished:  # its taskstats record may follow
+                keep_exited(self.exited, pid, w, time.monotonic())
         u = self.unclaimed.get(pid)
         if u is not None and time.monotonic() - u.created > _UNCLAIMED_SECONDS:
             self._drop(pid)

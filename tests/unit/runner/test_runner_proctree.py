@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlock.cli.operator import tree_lines
+from airlock.cli.show import tree_lines
 from airlock.common.codec import canonical_json
 from airlock.runner import execwatch
 
@@ -116,3 +116,39 @@ def test_a_secret_on_a_programs_command_line_is_redacted_from_the_tree() -> None
     assert "S3cr3t-value" not in canonical_json(out).decode()
     assert out["processes"][0]["argv"] == ["mysql", "-p[redacted]", "db"]
     assert w.record(64 * 1024)["processes"][0]["argv"][1] == "-pS3cr3t-value"  # control: nothing to redact
+
+
+def test_finished_jobs_are_not_kept_for_their_late_exit_events(monkeypatch: Any) -> None:
+    """Issue 37's RSS row: the runner grew ~2 KiB per exec, each finished job's tree kept for a late exit.
+
+    A job's process whose exit event arrives after the job ended (the runner reaped it first) is not
+    kept; one that exits while its job runs is kept only briefly, for its taskstats record.
+    """
+    import time
+
+    from airlock.runner import proctree
+
+    monkeypatch.setattr(execwatch, "read_process", lambda pid: None)
+    events = proctree.ProcEvents()
+    events.unavailable = None
+    for n in range(3000):
+        pid = 100_000 + n
+        w = events.watch()
+        events._fork(events.pid, pid)
+        events.claim(w, [pid])
+        events._exec(pid, 0.0)
+        events.finish(w)
+        events._exit(pid, 0.0, 0)  # the exit event comes after the job's end
+    assert not events.exited and not events.owner and not events.unclaimed
+    w = events.watch()
+    events._fork(events.pid, 1)
+    events.claim(w, [1])
+    events._exec(1, 0.0)
+    events._exit(1, 0.0, 0)  # while its job runs: findable for its taskstats record
+    assert events.exited[1][0] is w
+    monkeypatch.setattr(time, "monotonic", lambda: 1e9)
+    events._fork(events.pid, 2)
+    events.claim(w, [2])
+    events._exec(2, 0.0)
+    events._exit(2, 0.0, 0)
+    assert list(events.exited) == [2]  # the older one aged out
