@@ -16,12 +16,14 @@ import asyncio
 import collections
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from airlock.approval import fileop_review, hook, quorum, reviewer
 from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries, ticket_binding
 from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
 from airlock.approval.tickets import Tickets
+from airlock.approval.verdict import By, Decided, Ruling, asking_rules, verdict
 from airlock.approval.votes import Votes
 from airlock.common import arguments, validate
 from airlock.common.audit import Ids, marks_of
@@ -46,6 +48,21 @@ def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Su
 
 
 ASK_WINDOW_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """One ``decide`` call's request, checked once: every step after the checks reads it from here."""
+
+    request: dict[str, Any]  # as intake sent it (what operators are shown)
+    spec: ExecSpec | FileSpec
+    peer: Peer  # the agent (intake names it; its uid is the spec's)
+    session: str | None
+    digest: str  # the spec's, computed once here
+    decision: Decision  # the policy's (an allow whose arguments others can change became an ask)
+    bound: dict[str, Any]  # what approval resolved beyond the request, bound to the ticket
+    ids: Ids
+    after: list[str] | None  # intake's deferred marks the decision's records name
 
 
 class AskLimits:
@@ -206,99 +223,157 @@ class Deciding(Tickets, Votes):
             if spec.privileged and decision.decision == "ask":
                 check_chains(decision)  # not worth an operator's time if the runner will refuse it
         await self._hold_restored()
-        verdict, rule = decision.decision, decision.rule
-        if self.hold_reason is not None and verdict == "allow":
-            verdict, rule = "ask", "hold"
-        common = Ids(request_id, operation_id, peer.uid, session)
-        # intake's deferred request.received (issue 21): the decision's records name its
-        # mark, so none is journaled (nor a ticket issued) if the journal lost it.
-        after = marks_of(a.get("after"))
+        asked = Asked(
+            request,
+            spec,
+            peer,
+            session,
+            digest,
+            decision,
+            bound,
+            Ids(request_id, operation_id, peer.uid, session),
+            # intake's deferred request.received (issue 21): the decision's records name its
+            # mark, so none is journaled (nor a ticket issued) if the journal lost it.
+            marks_of(a.get("after")),
+        )
+        ruling = self._rule_on(asked)
+        if ruling.problem is not None:
+            await self._deny_for_reason(decision, ruling.problem, asked.ids, after=asked.after)
+        if ruling.by is By.GRANT:
+            return await self._allow_by_grant(asked, ruling)
+        if ruling.decided is Decided.ASK:
+            return await self._ask(call, asked, ruling.rule)
+        return await self._by_policy(asked, ruling)
+
+    def _rule_on(self, asked: Asked) -> Ruling:
+        """The verdict (`verdict.verdict`) on a request as it arrives.
+
+        Synchronous from the grant's lookup to its use (`_allow_by_grant` takes
+        it before any await): two requests racing for a grant's last use
+        cannot both have it.
+        """
+        held = self.hold_reason is not None
+        decision, spec = asked.decision, asked.spec
         requirement = self.policy.requirement(decision)
-        if verdict != "deny":
-            await self._require_reason(request, requirement, decision, common, after=after)
-        use = self._granted(verdict, spec, peer, session, digest, decision, requirement, bound)
-        if use is not None:
-            granted, number = use
-            # Durable (not deferred like a rule's allow): a grant's use is an operator's
-            # decision standing in, and it costs one commit only where a grant applies.
-            await self.audit.record(
-                "approval.decided",
-                common,
-                payload={
-                    "decision": "allow",
-                    "rule": rule,
-                    "by": "grant",
-                    "grant_id": granted.grant_id,
-                    "grant_scope": granted.scope,
-                    "granted_by": granted.made_by,
-                    "grant_use": number,  # issue 34: counted again from these records at start
-                    "grant_uses": granted.uses,
-                    "policy": decision.to_dict(),
-                }
-                | self._shadow_of(spec, peer, session),
-                log_fields={"decision": "allow", "rule": rule},
-                after=after,
+        problem = None
+        if requirement.reason and decision.decision != "deny":
+            problem = quorum.reason_problem(asked.request.get("reason"), self.config.approval.min_reason_length)
+        candidate = None
+        if decision.decision == "ask" and not held and isinstance(spec, ExecSpec):
+            found = self.grants.find
+            candidate = found(
+                time.time(), asked.peer.uid, asked.session, asked.digest, decision.rule, asking_rules(decision)
             )
-            await self._after_use(granted, number)
-            # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
-            return {
-                "decision": "allow",
+        return verdict(
+            decision,
+            held,
+            candidate,
+            requirement,
+            reason_problem=problem,
+            changeable=bool(asked.bound.get("arguments")),
+            command=isinstance(spec, ExecSpec),
+        )
+
+    async def _allow_by_grant(self, asked: Asked, ruling: Ruling) -> dict[str, Any]:
+        """A grant stands in for an operator: one use taken, journaled (durable), a ticket issued."""
+        granted = ruling.grant
+        assert granted is not None
+        number, _last = self.grants.take(granted)  # before any await (see _rule_on)
+        rule = ruling.rule
+        # Durable (not deferred like a rule's allow): a grant's use is an operator's
+        # decision standing in, and it costs one commit only where a grant applies.
+        await self.audit.record(
+            "approval.decided",
+            asked.ids,
+            payload={
+                "decision": Decided.ALLOW.value,
                 "rule": rule,
-                "decided_by": f"grant {granted.grant_id}",
-                "ticket": self._issue(digest, bound, by_policy=True),
-                "bound": bound,
+                "by": "grant",
+                "grant_id": granted.grant_id,
+                "grant_scope": granted.scope,
+                "granted_by": granted.made_by,
+                "grant_use": number,  # issue 34: counted again from these records at start
+                "grant_uses": granted.uses,
+                "policy": asked.decision.to_dict(),
             }
-        if verdict == "ask":
-            admission = self._admit_ask(peer, common)  # before a file's preview: a refused ask costs nothing
-            try:
-                if isinstance(spec, FileSpec):
-                    request = await self._file_view(request, spec, decision, bound)
-                opinion = await self._review(request, spec, peer, decision, rule, bound, digest)
-                if opinion is not None and opinion.decides:
-                    return await self._reviewer_decided(
-                        opinion, spec, peer, session, decision, rule, digest, bound, common, after
-                    )
-                return await self._wait_for_operator(
-                    call,
-                    request,
-                    peer,
-                    decision,
-                    digest,
-                    bound,
-                    common,
+            | self._shadow_of(asked.spec, asked.peer, asked.session),
+            log_fields={"decision": "allow", "rule": rule},
+            after=asked.after,
+        )
+        await self._after_use(granted, number)
+        # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
+        return {
+            "decision": "allow",
+            "rule": rule,
+            "decided_by": f"grant {granted.grant_id}",
+            "ticket": self._issue(asked.digest, asked.bound, by_policy=True),
+            "bound": asked.bound,
+        }
+
+    async def _ask(self, call: Call, asked: Asked, rule: str) -> dict[str, Any]:
+        """People decide (or a reviewer where the rules let it): admitted, previewed, reviewed, then waited for."""
+        admission = self._admit_ask(asked.peer, asked.ids)  # before a file's preview: a refused ask costs nothing
+        spec, request, decision = asked.spec, asked.request, asked.decision
+        try:
+            if isinstance(spec, FileSpec):
+                request = await self._file_view(request, spec, decision, asked.bound)
+            opinion = await self._review(request, spec, asked.peer, decision, rule, asked.bound, asked.digest)
+            if opinion is not None and opinion.decides:
+                return await self._reviewer_decided(
+                    opinion,
                     spec,
-                    requirement,
-                    after=after,
-                    admission=admission,
-                    opinion=opinion,
+                    asked.peer,
+                    asked.session,
+                    decision,
+                    rule,
+                    asked.digest,
+                    asked.bound,
+                    asked.ids,
+                    asked.after,
                 )
-            finally:
-                admission.release()
+            return await self._wait_for_operator(
+                call,
+                request,
+                asked.peer,
+                decision,
+                asked.digest,
+                asked.bound,
+                asked.ids,
+                spec,
+                self.policy.requirement(decision),
+                after=asked.after,
+                admission=admission,
+                opinion=opinion,
+            )
+        finally:
+            admission.release()
+
+    async def _by_policy(self, asked: Asked, ruling: Ruling) -> dict[str, Any]:
+        """A rule's own allow or deny: a deny journaled (durable) and refused, an allow deferred with a ticket."""
+        decided, rule, spec = ruling.decided, ruling.rule, asked.spec
         # privileged and run_as: its journald sentence says as whom (`USER=root`), as sudo's line does.
         payload = {
-            "decision": verdict,
+            "decision": decided.value,
             "rule": rule,
             "by": "policy",
-            "policy": decision.to_dict(),
+            "policy": asked.decision.to_dict(),
             "privileged": spec.privileged,
             "run_as": spec.run_as,
-        } | self._shadow_of(spec, peer, session)
-        if verdict == "deny":
-            await self.audit.record(
-                "approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule}, after=after
-            )
-            raise policy_refusal(decision, spec, rule)
+        } | self._shadow_of(spec, asked.peer, asked.session)
+        log_fields = {"decision": decided.value, "rule": rule}
+        ids, after = asked.ids, asked.after
+        if decided is Decided.DENY:
+            await self.audit.record("approval.decided", ids, payload=payload, log_fields=log_fields, after=after)
+            raise policy_refusal(asked.decision, spec, rule)
         # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
         # names this mark (intake passes it on, and redeem hands it to the runner itself).
-        mark = await self.audit.defer(
-            "approval.decided", common, payload=payload, log_fields={"decision": verdict, "rule": rule}, after=after
-        )
+        mark = await self.audit.defer("approval.decided", ids, payload=payload, log_fields=log_fields, after=after)
         return {
             "decision": "allow",
             "rule": rule,
             "decided_by": "policy",
-            "ticket": self._issue(digest, bound, by_policy=True, mark=mark),
-            "bound": bound,
+            "ticket": self._issue(asked.digest, asked.bound, by_policy=True, mark=mark),
+            "bound": asked.bound,
             "mark": mark,
         }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from airlock.approval import verdict as ruling
 from airlock.approval.decide import subject_of
 from airlock.approval.rules import DEFAULT_RULE, UNRESOLVED_RULE, Policy
 from airlock.common import validate
@@ -61,7 +62,7 @@ async def explain(approval: Deciding, call: Call) -> dict[str, Any]:
         )
     requirement = approval.policy.requirement(decision)
     held = approval.hold_reason is not None
-    verdict = "ask" if held and decision.decision == "allow" else decision.decision
+    verdict = ruling.verdict(decision, held, None, requirement).decided.value
     return {
         "decision": verdict,
         "rule": decision.rule,

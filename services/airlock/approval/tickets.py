@@ -20,6 +20,7 @@ from typing import Any
 
 from airlock.approval.pending import Pending, Ticket, ticket_binding
 from airlock.approval.rules import Policy
+from airlock.approval.verdict import HOLD_RULE, By, verdict
 from airlock.common import validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
@@ -108,9 +109,10 @@ class Tickets:
         released = []
         for entry in list(self.pending.values()):
             decision = entry.decision
-            if entry.rule != "hold" or decision.decision != "allow" or entry.future.done():
+            if entry.rule != HOLD_RULE or entry.future.done():
                 continue
-            if self.policy.requirement(decision).approvals > 1:
+            # The same verdict a request arriving now would get, with the hold lifted: only the rule's own allow.
+            if verdict(decision, False, None, self.policy.requirement(decision)).by is not By.POLICY:
                 continue
             why = f"the hold was released; rule {decision.rule!r} allows it"
             entry.future.set_result(("allow", f"release by {call.peer.user}", call.peer.uid, why))

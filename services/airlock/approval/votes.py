@@ -17,7 +17,7 @@ import secrets
 import shlex
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from airlock.approval import quorum, refs
 from airlock.approval import statement as statements
@@ -34,11 +34,9 @@ from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import Peer, identify
 from airlock.common.server import Call
-from airlock.common.spec import ExecSpec
 
 # How long approval waits at start to read its grants from the journal (as for the hold).
 RESTORE_SECONDS = 30.0
@@ -71,35 +69,6 @@ class Votes:
 
     async def _hold_restored(self) -> None:
         raise NotImplementedError  # Approval's (tickets)
-
-    def _granted(
-        self,
-        verdict: str,
-        spec: ExecSpec | FileSpec,
-        peer: Peer,
-        session: str | None,
-        digest: str,
-        decision: Decision,
-        requirement: quorum.Requirement,
-        bound: Mapping[str, Any],
-    ) -> tuple[Grant, int] | None:
-        """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum
-        rule, never a request whose path arguments someone other than root can change: issue 27), with the
-        number of the use this request takes of it (issue 34)."""
-        if verdict != "ask" or decision.decision != "ask" or self.hold_reason is not None:
-            return None
-        if bound.get("arguments"):
-            return None
-        if not isinstance(spec, ExecSpec) or requirement.approvals > 1:
-            return None
-        # Every rule that decided an asking stage (issue 27: not only the one whose name sorts first).
-        asking = [name for s in decision.stages if s.decision != "allow" for name in (s.deciding or (s.rule,))]
-        found = self.grants.find(time.time(), peer.uid, session, digest, decision.rule, asking)
-        if found is None:
-            return None
-        # Taken now, before any await: two requests racing for the last use cannot both have it.
-        number, _last = self.grants.take(found)
-        return found, number
 
     async def _after_use(self, grant: Grant, number: int) -> None:
         """A grant's use is journaled: end the grant if that was its last (``grant.exhausted``)."""
@@ -322,22 +291,11 @@ class Votes:
         entry.future.set_result((verdict, voter.label, voter.uid, reason))
         return {"request_id": entry.request_id, "decision": verdict}
 
-    async def _require_reason(
-        self,
-        request: Mapping[str, Any],
-        requirement: quorum.Requirement,
-        decision: Decision,
-        common: Ids,
-        *,
-        after: list[str] | None = None,
-    ) -> None:
-        """A rule's ``reason: required``: a request without a long enough reason is denied
+    async def _deny_for_reason(
+        self, decision: Decision, problem: str, common: Ids, *, after: list[str] | None = None
+    ) -> NoReturn:
+        """A rule's ``reason: required`` not met (`verdict.verdict` said so): the request is denied, journaled,
         before an operator sees it."""
-        if not requirement.reason:
-            return
-        problem = quorum.reason_problem(request.get("reason"), self.config.approval.min_reason_length)
-        if problem is None:
-            return
         await self.audit.record(
             "approval.decided",
             common,

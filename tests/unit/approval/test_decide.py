@@ -1,0 +1,228 @@
+"""intake's ``decide`` in approval itself, without a stack: what each verdict journals and answers.
+
+The journal is a recording stand-in (it is the subject of its own tests);
+the policy, the binaries bound to the ticket, the hold, the grants and the
+tickets are approval's real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airlock.approval.grants import Grant
+from airlock.approval.rules import Policy, Rule
+from airlock.approval.service import Approval
+from airlock.common.audit import Ids
+from airlock.common.config import load
+from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.peer import Peer
+from airlock.common.spec import ExecSpec
+
+AGENT = Peer(uid=4242, gid=4242, pid=7, user="agent", groups=frozenset({"agent"}), group_ids=(4242,))
+OPERATOR = Peer(uid=0, gid=0, pid=1, user="root", groups=frozenset({"root"}), group_ids=(0,))
+
+
+class Journal:
+    """Records what approval journals; a deferred record gets a mark."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str | None, dict[str, Any], bool]] = []
+
+    async def record(self, kind: str, ids: Ids | None = None, *, payload: dict[str, Any], **_: Any) -> None:
+        self.records.append((kind, ids.request_id if ids else None, payload, True))
+
+    async def defer(self, kind: str, ids: Ids | None = None, *, payload: dict[str, Any], **_: Any) -> str:
+        self.records.append((kind, ids.request_id if ids else None, payload, False))
+        return f"mark-{len(self.records)}"
+
+    def decided(self) -> list[dict[str, Any]]:
+        return [p for kind, _r, p, _d in self.records if kind == "approval.decided"]
+
+
+class Connection:
+    def __init__(self) -> None:
+        self.gone = asyncio.Event()
+
+    async def wait_gone(self) -> None:
+        await self.gone.wait()
+
+
+class FakeCall:
+    def __init__(self, args: dict[str, Any], peer: Peer = OPERATOR) -> None:
+        self.args = args
+        self.peer = peer
+        self.connection = Connection()
+        self.events: list[tuple[str, dict[str, Any]]] = []
+
+    async def emit(self, event: str, fields: dict[str, Any]) -> None:
+        self.events.append((event, fields))
+
+
+def rule(name: str, decision: str, **extra: Any) -> Rule:
+    return Rule(name, decision, frozenset(), frozenset(), frozenset(), None, None, "test:1", **extra)  # type: ignore[arg-type]
+
+
+def approval(tmp_path: Path, *rules: Rule, default: str = "deny") -> tuple[Approval, Journal]:
+    empty = tmp_path / "airlock.yaml"
+    empty.write_text("")
+    a = Approval(load(empty), Policy(default=default, rules=rules, sources=()), None)  # type: ignore[arg-type]
+    journal = Journal()
+    a.audit = journal  # type: ignore[assignment]
+    a.hold_reason = None
+    a._hold_known.set()
+    return a, journal
+
+
+def spec(*argv: str) -> ExecSpec:
+    return ExecSpec(mode="exec", stages=(argv or ("/usr/bin/true",),), privileged=False, uid=AGENT.uid)
+
+
+def asking(request_id: str, s: ExecSpec, **request: Any) -> FakeCall:
+    body = {"request_id": request_id, "spec": s.to_dict()} | request
+    return FakeCall({"request": body, "peer": AGENT.to_dict(), "operation_id": f"op-{request_id}"})
+
+
+async def decide(a: Approval, call: FakeCall) -> dict[str, Any]:
+    return await a.decide(call)  # type: ignore[arg-type]
+
+
+async def redeem(a: Approval, reply: dict[str, Any], s: ExecSpec) -> dict[str, Any]:
+    args = {"ticket": reply["ticket"], "digest": s.digest(), "bound": reply["bound"]}
+    return await a.redeem(FakeCall(args))  # type: ignore[arg-type]
+
+
+async def until_pending(a: Approval, request_id: str) -> None:
+    async with asyncio.timeout(5):
+        while (AGENT.uid, request_id) not in a.pending:
+            await asyncio.sleep(0)
+
+
+def test_a_rules_allow_is_deferred_and_its_ticket_redeems_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, journal = approval(tmp_path, rule("ok", "allow"))
+        s = spec()
+        reply = await decide(a, asking("r-1", s))
+        assert (reply["decision"], reply["rule"], reply["decided_by"]) == ("allow", "ok", "policy")
+        assert reply["bound"]["binaries"][0]["path"] == "/usr/bin/true"  # the binary bound to the ticket
+        [(kind, request_id, payload, durable)] = journal.records
+        assert (kind, request_id, payload["decision"], payload["by"], durable) == (
+            "approval.decided",
+            "r-1",
+            "allow",
+            "policy",
+            False,  # deferred (issue 21): durable with the runner's exec.started
+        )
+        assert reply["mark"] == "mark-1"
+        assert (await redeem(a, reply, s))["mark"] == "mark-1"
+        with pytest.raises(AirlockError) as again:
+            await redeem(a, reply, s)
+        assert again.value.code is ErrorCode.INVALID_TICKET  # single use
+
+    asyncio.run(scenario())
+
+
+def test_a_ticket_is_bound_to_the_spec_it_was_issued_for(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, _journal = approval(tmp_path, rule("ok", "allow"))
+        reply = await decide(a, asking("r-1", spec()))
+        with pytest.raises(AirlockError) as other:
+            await redeem(a, reply, spec("/usr/bin/false"))
+        assert other.value.code is ErrorCode.INVALID_TICKET
+
+    asyncio.run(scenario())
+
+
+def test_a_policy_deny_is_journaled_durably_and_refused(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, journal = approval(tmp_path, rule("no", "deny"))
+        with pytest.raises(AirlockError) as denied:
+            await decide(a, asking("r-1", spec()))
+        assert denied.value.code is ErrorCode.DENIED and denied.value.details["rule"] == "no"
+        [(kind, _r, payload, durable)] = journal.records
+        assert (kind, payload["decision"], payload["by"], durable) == ("approval.decided", "deny", "policy", True)
+        assert not a.tickets
+
+    asyncio.run(scenario())
+
+
+def test_a_request_that_names_another_agent_changes_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, journal = approval(tmp_path, rule("ok", "allow"))
+        call = asking("r-1", ExecSpec(mode="exec", stages=(("/usr/bin/true",),), privileged=False, uid=1))
+        with pytest.raises(AirlockError) as refused:
+            await decide(a, call)
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENTS and refused.value.details["field"] == "peer"
+        assert journal.records == [] and not a.tickets
+
+    asyncio.run(scenario())
+
+
+def test_a_missing_required_reason_is_denied_before_anyone_is_asked(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, journal = approval(tmp_path, rule("why", "ask", reason_required=True))
+        with pytest.raises(AirlockError) as refused:
+            await decide(a, asking("r-1", spec(), reason="x"))
+        assert refused.value.code is ErrorCode.REASON_REQUIRED
+        [payload] = journal.decided()
+        assert (payload["decision"], payload["code"]) == ("deny", "reason_required")
+        assert not a.pending and not [r for r in journal.records if r[0] == "approval.pending"]
+
+    asyncio.run(scenario())
+
+
+def test_during_the_hold_a_rules_allow_waits_and_the_release_lets_it_go(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, journal = approval(tmp_path, rule("ok", "allow"))
+        a.hold_reason = "maintenance"
+        call = asking("r-1", spec())
+        waiting = asyncio.ensure_future(decide(a, call))
+        await until_pending(a, "r-1")
+        assert a.pending[(AGENT.uid, "r-1")].rule == "hold"
+        assert call.events[0][0] == "pending_approval" and call.events[0][1]["rule"] == "hold"
+        released = await a.release(FakeCall({}))  # type: ignore[arg-type]
+        assert released["released"] == ["r-1"]
+        reply = await waiting
+        assert (reply["decision"], reply["rule"]) == ("allow", "hold")
+        assert journal.decided()[-1]["by"].startswith("release by ")
+
+    asyncio.run(scenario())
+
+
+def test_a_grant_stands_in_for_one_use_then_people_decide(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, journal = approval(tmp_path, rule("asks", "ask"))
+        s = spec()
+        a.grants.add(
+            Grant("g-1", AGENT.uid, None, "command", s.digest(), "asks", 1e12, "root", "r-0", "true", uses=1), 0
+        )
+        reply = await decide(a, asking("r-1", s))
+        assert (reply["decision"], reply["decided_by"]) == ("allow", "grant g-1")
+        payload = journal.decided()[0]
+        assert (payload["by"], payload["grant_use"], payload["grant_uses"]) == ("grant", 1, 1)
+        # Used up: the next identical request asks a person.
+        second = asyncio.ensure_future(decide(a, asking("r-2", s)))
+        await until_pending(a, "r-2")
+        a.pending[(AGENT.uid, "r-2")].future.set_result(("deny", "root", 0, "no"))
+        with pytest.raises(AirlockError) as denied:
+            await second
+        assert denied.value.code is ErrorCode.DENIED
+
+    asyncio.run(scenario())
+
+
+def test_an_ask_waits_for_an_operator_and_times_out_unanswered(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, journal = approval(tmp_path, rule("asks", "ask"))
+        a.config = dataclasses.replace(a.config, approval=dataclasses.replace(a.config.approval, timeout_seconds=0.05))
+        with pytest.raises(AirlockError) as late:
+            await decide(a, asking("r-1", spec()))
+        assert late.value.code is ErrorCode.APPROVAL_TIMEOUT
+        assert [r[0] for r in journal.records] == ["approval.pending", "approval.decided"]
+        assert journal.decided()[0]["decision"] == "timeout" and not a.pending
+
+    asyncio.run(scenario())
