@@ -34,6 +34,7 @@ from airlock.common.peer import Peer
 from airlock.common.resolve import default_path
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import approval as wire
 
 
 def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Subject:
@@ -177,27 +178,23 @@ class Deciding(Tickets, Votes):
     asks: AskLimits
     denials: collections.OrderedDict[tuple[int, str], float]
 
-    async def decide(self, call: Call) -> dict[str, Any]:
-        a = call.args
-        request = a.get("request")
-        if not isinstance(request, dict):
-            raise validate.bad("request", "must be an object")
+    async def decide(self, call: Call, args: wire.Decide) -> wire.Decided:
+        """intake's request to decide (`wire.approval.DECIDE`): the typed message is the door's check of
+        its shape; the spec's own fields are checked here again (approval does not trust intake)."""
         # A file operation (issue 10) carries its spec as "file"; a command as "spec".
         spec: ExecSpec | FileSpec = (
-            FileSpec.from_dict(request["file"]) if "file" in request else ExecSpec.from_dict(request.get("spec"))
+            FileSpec.from_dict(args.file) if args.file is not None else ExecSpec.from_dict(args.spec)
         )
-        peer_in = a.get("peer")
-        if not isinstance(peer_in, dict):
-            raise validate.bad("peer", "must be an object")
         try:
-            peer = Peer.from_dict(peer_in)
+            peer = Peer.from_dict(args.peer.to_dict())
         except ValueError as exc:
             raise validate.bad("peer", str(exc)) from None
         if peer.uid != spec.uid:
             raise validate.bad("peer", "does not match the spec's uid")
-        request_id = validate.request_id("request_id", request.get("request_id"))
-        operation_id = validate.optional_text("operation_id", a.get("operation_id"), max_len=256)
-        session = validate.optional_text("session", request.get("session"), max_len=256)
+        request_id = validate.request_id("request_id", args.request.request_id)
+        operation_id = validate.optional_text("operation_id", args.operation_id, max_len=256)
+        session = validate.optional_text("session", args.request.session, max_len=256)
+        request = operator_view(args.request, spec)
         digest = spec.digest()
         subject = subject_of(peer, spec, session)
         if isinstance(spec, FileSpec):
@@ -234,7 +231,7 @@ class Deciding(Tickets, Votes):
             Ids(request_id, operation_id, peer.uid, session),
             # intake's deferred request.received (issue 21): the decision's records name its
             # mark, so none is journaled (nor a ticket issued) if the journal lost it.
-            marks_of(a.get("after")),
+            marks_of(list(args.after)),
         )
         ruling = self._rule_on(asked)
         if ruling.problem is not None:
@@ -274,7 +271,7 @@ class Deciding(Tickets, Votes):
             command=isinstance(spec, ExecSpec),
         )
 
-    async def _allow_by_grant(self, asked: Asked, ruling: Ruling) -> dict[str, Any]:
+    async def _allow_by_grant(self, asked: Asked, ruling: Ruling) -> wire.Decided:
         """A grant stands in for an operator: one use taken, journaled (durable), a ticket issued."""
         granted = ruling.grant
         assert granted is not None
@@ -302,15 +299,15 @@ class Deciding(Tickets, Votes):
         )
         await self._after_use(granted, number)
         # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
-        return {
-            "decision": "allow",
-            "rule": rule,
-            "decided_by": f"grant {granted.grant_id}",
-            "ticket": self._issue(asked.digest, asked.bound, by_policy=True),
-            "bound": asked.bound,
-        }
+        return wire.Decided(
+            "allow",
+            rule,
+            f"grant {granted.grant_id}",
+            self._issue(asked.digest, asked.bound, by_policy=True),
+            asked.bound,
+        )
 
-    async def _ask(self, call: Call, asked: Asked, rule: str) -> dict[str, Any]:
+    async def _ask(self, call: Call, asked: Asked, rule: str) -> wire.Decided:
         """People decide (or a reviewer where the rules let it): admitted, previewed, reviewed, then waited for."""
         admission = self._admit_ask(asked.peer, asked.ids)  # before a file's preview: a refused ask costs nothing
         spec, request, decision = asked.spec, asked.request, asked.decision
@@ -348,7 +345,7 @@ class Deciding(Tickets, Votes):
         finally:
             admission.release()
 
-    async def _by_policy(self, asked: Asked, ruling: Ruling) -> dict[str, Any]:
+    async def _by_policy(self, asked: Asked, ruling: Ruling) -> wire.Decided:
         """A rule's own allow or deny: a deny journaled (durable) and refused, an allow deferred with a ticket."""
         decided, rule, spec = ruling.decided, ruling.rule, asked.spec
         # privileged and run_as: its journald sentence says as whom (`USER=root`), as sudo's line does.
@@ -368,14 +365,8 @@ class Deciding(Tickets, Votes):
         # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
         # names this mark (intake passes it on, and redeem hands it to the runner itself).
         mark = await self.audit.defer("approval.decided", ids, payload=payload, log_fields=log_fields, after=after)
-        return {
-            "decision": "allow",
-            "rule": rule,
-            "decided_by": "policy",
-            "ticket": self._issue(asked.digest, asked.bound, by_policy=True, mark=mark),
-            "bound": asked.bound,
-            "mark": mark,
-        }
+        ticket = self._issue(asked.digest, asked.bound, by_policy=True, mark=mark)
+        return wire.Decided("allow", rule, "policy", ticket, asked.bound, mark)
 
     async def _file_view(
         self, request: dict[str, Any], spec: FileSpec, decision: Decision, bound: dict[str, Any]
@@ -468,7 +459,7 @@ class Deciding(Tickets, Votes):
         bound: dict[str, Any],
         common: Ids,
         after: list[str] | None,
-    ) -> dict[str, Any]:
+    ) -> wire.Decided:
         """The reviewer's allow or deny where the rules let it decide: journaled (durable) as ``reviewer NAME``."""
         by = f"reviewer {opinion.name}"
         await self.audit.record(
@@ -495,13 +486,7 @@ class Deciding(Tickets, Votes):
                 {"rule": rule, "decided_by": by},
             )
         # Automatic like a rule's allow: a hold made before the runner redeems it stops it (by_policy).
-        return {
-            "decision": "allow",
-            "rule": rule,
-            "decided_by": by,
-            "ticket": self._issue(digest, bound, by_policy=True),
-            "bound": bound,
-        }
+        return wire.Decided("allow", rule, by, self._issue(digest, bound, by_policy=True), bound)
 
     def _shadow_of(self, spec: ExecSpec | FileSpec, peer: Peer, session: str | None) -> dict[str, Any]:
         """Issue 34: what each matching ``mode: shadow`` rule would have decided, beside the real decision."""
@@ -594,7 +579,7 @@ class Deciding(Tickets, Votes):
         after: list[str] | None = None,
         admission: Admission | None = None,
         opinion: reviewer.Opinion | None = None,
-    ) -> dict[str, Any]:
+    ) -> wire.Decided:
         now = time.time()
         timeout = self.config.approval.timeout_seconds
         entry = Pending(
@@ -694,13 +679,7 @@ class Deciding(Tickets, Votes):
                 f"denied by operator {by}" + (f": {reason}" if reason else ""),
                 {"rule": rule, "decided_by": by},
             )
-        return {
-            "decision": "allow",
-            "rule": rule,
-            "decided_by": by,
-            "ticket": self._issue(entry.digest, entry.bound, by_policy=False),
-            "bound": entry.bound,
-        }
+        return wire.Decided("allow", rule, by, self._issue(entry.digest, entry.bound, by_policy=False), entry.bound)
 
     def _leader_for(self, entry: Pending) -> Pending | None:
         """Issue 34: the request pending now that ``entry`` is identical to, to be decided with it.
@@ -779,20 +758,14 @@ class Deciding(Tickets, Votes):
         )
         return arguments.parse_bound(found.get("arguments"), spec.stages)
 
-    async def withdraw(self, call: Call) -> dict[str, Any]:
-        """intake: the agent went away or cancelled; the pending request is withdrawn at once."""
-        if self.intake_uid is None or call.peer.uid != self.intake_uid:
-            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
-        request_id = validate.text("request_id", call.args.get("request_id"), max_len=256, allow_empty=False)
-        uid = call.args.get("uid")
-        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
-            raise validate.bad("uid", "must be the requesting agent's uid")
-        entry = self._find_own(uid, request_id)  # only that agent's own request
+    async def withdraw(self, call: Call, args: wire.Withdraw) -> wire.Withdrawn:
+        """intake (`wire.approval.WITHDRAW`, intake's only): the agent went away or cancelled; withdrawn at once."""
+        entry = self._find_own(args.uid, args.request_id)  # only that agent's own request
         if entry is None or entry.future.done():
-            return {"withdrawn": False}
-        del self.pending[(uid, request_id)]  # from now on an approve finds nothing
+            return wire.Withdrawn(False)
+        del self.pending[(args.uid, args.request_id)]  # from now on an approve finds nothing
         entry.future.set_result(("withdrawn", "agent", None, "withdrawn by the agent before a decision"))
-        return {"withdrawn": True}
+        return wire.Withdrawn(True)
 
     def _find_own(self, uid: int, request_id: str) -> Pending | None:
         """Agent ``uid``'s own pending request ``request_id`` (an agent names only its own)."""
@@ -865,3 +838,15 @@ def credentials_bound(decision: Decision) -> dict[str, Any]:
     if not any(stage.credentials for stage in decision.stages):
         return {}
     return {"credentials": [dict(stage.credentials or {}) for stage in decision.stages]}
+
+
+def operator_view(asking: wire.Asking, spec: ExecSpec | FileSpec) -> dict[str, Any]:
+    """The request as operators are shown it and ``approval.pending`` journals it: the agent's words and the
+    checked spec (a command's fields and ``spec``; a file operation's description and ``file``), built here
+    from the spec that travelled once."""
+    words = {"request_id": asking.request_id, "reason": asking.reason, "session": asking.session}
+    words |= {"host": asking.host, "time": asking.time}
+    if isinstance(spec, FileSpec):
+        return words | spec.describe() | {"file": spec.to_dict()}
+    checked = spec.to_dict()
+    return words | checked | {"spec": checked}

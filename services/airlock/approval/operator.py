@@ -33,7 +33,7 @@ from airlock.approval.tokens import (
     token_hash,
     unauthorized,
 )
-from airlock.approval.votes import Votes
+from airlock.approval.votes import Signed, Votes
 from airlock.common import trail, validate
 from airlock.common.audit import Ids
 from airlock.common.codec import iso_utc
@@ -42,6 +42,7 @@ from airlock.common.ipc import Client
 from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, uid_of, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import approval as wire
 
 
 class Operating(Tickets, Votes, Passkeys, OutputReads):
@@ -88,7 +89,17 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
             # The self-approval check is the signer's person's (`quorum.Tally.check`), not the submitter's.
-            return await self._settle_signed(call, (verdict,), via="operator", carrier=call.peer)
+            for name in ("grant_seconds", "uses"):
+                if call.args.get(name) is not None:
+                    raise validate.bad(name, "a grant is given by an operator's own approve, not with a signature")
+            signed = Signed(
+                call.args.get("id"),
+                call.args.get("signature"),
+                call.args.get("reason") or "",
+                validate.optional_text("principal", call.args.get("principal"), max_len=256),
+                refs.expected(call.args),
+            )
+            return await self._settle_signed(call, signed, (verdict,), via="operator", carrier=call.peer)
         entry = self._find(call.args.get("id"), refs.expected(call.args))
         await self._check_expected(call, entry, "approve" if verdict == "allow" else "deny")
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
@@ -438,20 +449,14 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         revoked = self.tokens.revoke_token(token) if token is not None else self.tokens.revoke_session(str(session))
         return {"revoked": revoked} | target
 
-    async def token_check(self, call: Call) -> dict[str, Any]:
-        """intake asks: which session does this token stand for, presented by this uid?
+    async def token_check(self, call: Call, args: wire.TokenCheck) -> wire.Session:
+        """intake asks (`wire.approval.TOKEN_CHECK`, intake's only): which session does this token stand for,
+        presented by this uid?
 
         ``uid`` is the agent's, from the kernel at intake's accept.  Any failure,
         a token presented by another uid included, is `unauthorized`.
         """
-        if self.intake_uid is None or call.peer.uid != self.intake_uid:
-            raise unauthorized()
-        token, uid = call.args.get("token"), call.args.get("uid")
-        if not isinstance(token, str) or not token or len(token) > 256:
-            raise unauthorized()
-        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
-            raise unauthorized()
-        return {"session": self.tokens.check(token, uid, time.time())}
+        return wire.Session(self.tokens.check(args.token, args.uid, time.time()))
 
     async def audit_verify(self, call: Call) -> dict[str, Any]:
         return await self.journal.call("verify", call.args, timeout=600)

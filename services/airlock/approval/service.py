@@ -44,6 +44,8 @@ from airlock.common.errors import ErrorCode, within_reference_004
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, may_decide, uid_of
 from airlock.common.server import Door, Service
+from airlock.common.wire import approval as wire_approval
+from airlock.common.wire import verb as wire
 
 NAME = "approval"
 
@@ -153,6 +155,20 @@ def _path(value: str | None) -> Any:
     return Path(value) if value and value != "<built-in>" else None
 
 
+def internal_caller(intake_uid: int | None, runner_uid: int | None) -> wire.CallerOf:
+    """Who a peer of approval's internal door is, by its uid: intake, the runner (both, if one account)."""
+
+    def caller_of(peer: Peer) -> frozenset[wire.Caller]:
+        roles = set()
+        if intake_uid is not None and peer.uid == intake_uid:
+            roles.add(wire.Caller.INTAKE)
+        if runner_uid is not None and peer.uid == runner_uid:
+            roles.add(wire.Caller.RUNNER)
+        return frozenset(roles)
+
+    return caller_of
+
+
 def fd_budget(config: Config) -> int:
     """File descriptors approval may need at once with these caps (units/airlock-approval.service's
     LimitNOFILE= must be at least this; a lower limit is logged at start).
@@ -185,15 +201,20 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     internal = Door(
         "approval",
         allow=AllowList.of([s.intake_user, s.runner_user], []),
-        verbs={
-            "decide": approval.decide,
-            "explain": functools.partial(explain.explain, approval),
-            "redeem": approval.redeem,
-            "token.check": approval.token_check,
-            "withdraw": approval.withdraw,
-            "approve_signed": approval.approve_signed,
-        },
-        max_line=config.limits.max_request_bytes * 2,
+        verbs=wire.serve(
+            wire_approval.DOOR,
+            {
+                wire_approval.DECIDE: approval.decide,
+                wire_approval.EXPLAIN: functools.partial(explain.explain, approval),
+                wire_approval.REDEEM: approval.redeem,
+                wire_approval.TOKEN_CHECK: approval.token_check,
+                wire_approval.WITHDRAW: approval.withdraw,
+                wire_approval.APPROVE_SIGNED: approval.approve_signed,
+            },
+            caller_of=internal_caller(approval.intake_uid, uid_of(s.runner_user)),
+        ),
+        # The spec travels once in ``decide`` (wire.approval): an agent's largest request, plus the envelope.
+        max_line=config.limits.max_request_bytes + wire_approval.ENVELOPE_BYTES,
     )
     observers = config.operators.observers
 

@@ -28,6 +28,7 @@ from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.server import Call
+from airlock.common.wire import approval as wire
 
 # How long approval waits at start to read its hold state from the journal; then it starts held.
 HOLD_RESTORE_SECONDS = 30.0
@@ -58,10 +59,9 @@ class Tickets:
         )
         return ticket
 
-    async def redeem(self, call: Call) -> dict[str, Any]:
-        ticket = validate.text("ticket", call.args.get("ticket"), max_len=256, allow_empty=False)
-        digest = validate.text("digest", call.args.get("digest"), max_len=128, allow_empty=False)
-        bound = validate.mapping("bound", call.args.get("bound"))
+    async def redeem(self, call: Call, args: wire.Redeem) -> wire.Redeemed:
+        """The runner's (`wire.approval.REDEEM`): a ticket, spent once, for exactly the binding it was issued for."""
+        ticket, digest, bound = args.ticket, args.digest, args.bound
         entry = self.tickets.pop(_ticket_key(ticket), None)  # single use: gone whatever happens next
         binding = ticket_binding(digest, bound)
         if entry is None or entry.expires < time.monotonic() or not secrets.compare_digest(entry.binding, binding):
@@ -71,7 +71,7 @@ class Tickets:
             raise AirlockError(
                 ErrorCode.DENIED, "airlock is on hold: a rule's approval is not redeemed while held", {"rule": "hold"}
             )
-        return {"valid": True, "mark": entry.mark}
+        return wire.Redeemed(True, entry.mark)
 
     async def hold(self, call: Call) -> dict[str, Any]:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)

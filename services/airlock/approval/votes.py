@@ -17,6 +17,7 @@ import secrets
 import shlex
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from airlock.approval import quorum, refs
@@ -37,6 +38,20 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import Peer, identify
 from airlock.common.server import Call
+from airlock.common.wire import approval as wire
+
+
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """A signature submitted to decide a pending request: by an operator (``id``, ``--expect``, maybe
+    ``--principal``) on operator.sock, or carried by an agent (its own request ID) through intake."""
+
+    ref: Any  # the request: checked where it is looked up
+    signature: Any  # armoured: `Ledger.read` reads it strictly
+    reason: Any = ""
+    principal: str | None = None  # an operator's only: on the agent door it would tell which principals exist
+    expect: str | None = None
+
 
 # How long approval waits at start to read its grants from the journal (as for the hold).
 RESTORE_SECONDS = 30.0
@@ -376,23 +391,21 @@ class Votes:
             "signatures": self.ledger.signers.enabled(),
         }
 
-    async def approve_signed(self, call: Call) -> dict[str, Any]:
-        """intake: an agent carried a signature (agent verb approve_signed); the signature decides.
+    async def approve_signed(self, call: Call, args: wire.ApproveSigned) -> wire.SignedVote:
+        """intake (`wire.approval.APPROVE_SIGNED`, intake's only): an agent carried a signature (agent verb
+        approve_signed); the signature decides.
 
         intake names the carrier (``peer``): the request must be the carrier's
         own (keyed by (uid, ID): another agent's answers ``not_found``), and
         the carrier's refusals are rate-limited.
         """
-        if self.intake_uid is None or call.peer.uid != self.intake_uid:
-            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
-        raw = call.args.get("peer")
-        if not isinstance(raw, dict):
-            raise validate.bad("peer", "must be an object")
         try:
-            carrier = Peer.from_dict(raw)
+            carrier = Peer.from_dict(args.peer.to_dict())
         except ValueError as exc:
             raise validate.bad("peer", str(exc)) from None
-        return await self._settle_signed(call, statements.DECISIONS, via="agent", carrier=carrier)
+        signed = Signed(args.request_id, args.signature, args.reason)
+        vote = await self._settle_signed(call, signed, statements.DECISIONS, via="agent", carrier=carrier)
+        return wire.SignedVote.from_dict(vote)
 
     def _signed_voter(self, signer: Signer, carrier: Peer) -> quorum.Voter:
         """The person a signature is (``approval.signer_accounts``), carried by ``carrier``."""
@@ -418,18 +431,12 @@ class Votes:
         )
 
     async def _settle_signed(
-        self, call: Call, decisions: tuple[str, ...], *, via: str, carrier: Peer
+        self, call: Call, signed: Signed, decisions: tuple[str, ...], *, via: str, carrier: Peer
     ) -> dict[str, Any]:
-        ref = call.args.get("id") if via == "operator" else call.args.get("request_id")
-        ref = validate.text("id", ref, max_len=256, allow_empty=False)
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        ref = validate.text("id", signed.ref, max_len=256, allow_empty=False)
+        reason = validate.text("reason", signed.reason or "", max_len=4096)
         # Only an operator may name the principal: on the agent door it would tell which principals exist.
-        principal = (
-            validate.optional_text("principal", call.args.get("principal"), max_len=256) if via == "operator" else None
-        )
-        for name in ("grant_seconds", "uses"):
-            if call.args.get(name) is not None:
-                raise validate.bad(name, "a grant is given by an operator's own approve, not with a signature")
+        principal = signed.principal if via == "operator" else None
         # An agent addresses its own requests only, and its refusals are bounded (each is journaled).
         owner = carrier.uid if via == "agent" else None
         if owner is not None:
@@ -437,7 +444,7 @@ class Votes:
         entry: Pending | None = None
         try:
             # An operator names a request exactly (ID or AGENT/ID, and --expect); an agent only its own.
-            entry = self._find(ref, refs.expected(call.args)) if owner is None else self._find_own(owner, ref)
+            entry = self._find(ref, signed.expect) if owner is None else self._find_own(owner, ref)
         except AirlockError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise
@@ -452,7 +459,7 @@ class Votes:
         signature = None
         approver_reason = ""
         try:
-            signature = self.ledger.read(call.args.get("signature"))
+            signature = self.ledger.read(signed.signature)
             signer = await self.ledger.signer(signature, principal)
             if entry is None:
                 gone = self.ledger.latest(ref, owner)

@@ -37,6 +37,8 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.server import Call
 from airlock.common.spec import check_privilege
+from airlock.common.wire import approval as wire_approval
+from airlock.common.wire.verb import Stub
 from airlock.runner.identity import Identity, resolve_identity
 from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key
 
@@ -216,9 +218,10 @@ class FileVerbs:
         try:
             after = marks_of(a.get("after"))  # the request's deferred records (issue 21)
             bound = validate.mapping("bound", a.get("bound"))
-            redeemed = await self.runner.approval.call("redeem", {"ticket": ticket, "digest": digest, "bound": bound})
-            if isinstance(redeemed.get("mark"), str) and redeemed["mark"] not in after:
-                after.append(redeemed["mark"])
+            redeem = wire_approval.Redeem(ticket, digest, bound)
+            mark = (await Stub(wire_approval.DOOR, self.runner.approval).call(wire_approval.REDEEM, redeem)).mark
+            if mark is not None and mark not in after:
+                after.append(mark)
             # Redeemed: what approval bound is now what the runner enforces.
             expect = bound_expectation(bound.get("file"))
             identity = self._identity(spec)

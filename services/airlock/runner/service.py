@@ -36,6 +36,8 @@ from airlock.common.kinds import MAX_PAYLOAD_BYTES
 from airlock.common.peer import AllowList, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.spec import ExecSpec, check_privilege
+from airlock.common.wire import approval as wire_approval
+from airlock.common.wire.verb import Stub
 from airlock.runner import agent, arguments, credentials, outputlog, review
 from airlock.runner.control import JobControl, signal_name
 from airlock.runner.evidence import StageResult
@@ -419,8 +421,8 @@ class Runner:
         ceiling = self.config.limits.max_output_bytes
         validate.integer("max_output_bytes", spec.max_output_bytes, minimum=1, maximum=ceiling)
         bound = validate.mapping("bound", a.get("bound"))
-        redeemed = await self.approval.call("redeem", {"ticket": ticket, "digest": spec.digest(), "bound": bound})
-        decided = redeemed.get("mark") if isinstance(redeemed.get("mark"), str) else None
+        redeem = wire_approval.Redeem(ticket, spec.digest(), bound)
+        decided = (await Stub(wire_approval.DOOR, self.approval).call(wire_approval.REDEEM, redeem)).mark
         # What approval resolved, now redeemed: the files to run (checked again when opened),
         # and a root job's changeable path arguments (checked again just before it starts).
         binaries = binary.parse_bound(bound.get("binaries"), len(spec.stages))

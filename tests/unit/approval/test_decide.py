@@ -22,6 +22,7 @@ from airlock.common.config import load
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import approval as wire
 
 AGENT = Peer(uid=4242, gid=4242, pid=7, user="agent", groups=frozenset({"agent"}), group_ids=(4242,))
 OPERATOR = Peer(uid=0, gid=0, pid=1, user="root", groups=frozenset({"root"}), group_ids=(0,))
@@ -83,17 +84,17 @@ def spec(*argv: str) -> ExecSpec:
 
 
 def asking(request_id: str, s: ExecSpec, **request: Any) -> FakeCall:
-    body = {"request_id": request_id, "spec": s.to_dict()} | request
-    return FakeCall({"request": body, "peer": AGENT.to_dict(), "operation_id": f"op-{request_id}"})
+    body = {"request_id": request_id} | request
+    return FakeCall({"request": body, "spec": s.to_dict(), "peer": AGENT.to_dict(), "operation_id": f"op-{request_id}"})
 
 
 async def decide(a: Approval, call: FakeCall) -> dict[str, Any]:
-    return await a.decide(call)  # type: ignore[arg-type]
+    return (await a.decide(call, wire.Decide.from_dict(call.args))).to_dict()  # type: ignore[arg-type]
 
 
 async def redeem(a: Approval, reply: dict[str, Any], s: ExecSpec) -> dict[str, Any]:
-    args = {"ticket": reply["ticket"], "digest": s.digest(), "bound": reply["bound"]}
-    return await a.redeem(FakeCall(args))  # type: ignore[arg-type]
+    args = wire.Redeem(reply["ticket"], s.digest(), reply["bound"])
+    return (await a.redeem(FakeCall({}), args)).to_dict()  # type: ignore[arg-type]
 
 
 async def until_pending(a: Approval, request_id: str) -> None:
