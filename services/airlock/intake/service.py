@@ -403,7 +403,7 @@ class Intake:
             try:
                 decision = await self._unless_withdrawn(
                     self._decide(
-                        {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op, "after": marks},
+                        work.decide_request | {"peer": peer.to_dict(), "operation_id": op, "after": marks},
                         forward,
                     ),
                     conn,

@@ -23,6 +23,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
 from airlock.common.spec import ExecSpec
 from airlock.common.wire import approval as wire
+from airlock.common.wire.verb import Caller
 
 AGENT = Peer(uid=4242, gid=4242, pid=7, user="agent", groups=frozenset({"agent"}), group_ids=(4242,))
 OPERATOR = Peer(uid=0, gid=0, pid=1, user="root", groups=frozenset({"root"}), group_ids=(0,))
@@ -225,5 +226,70 @@ def test_an_ask_waits_for_an_operator_and_times_out_unanswered(tmp_path: Path) -
         assert late.value.code is ErrorCode.APPROVAL_TIMEOUT
         assert [r[0] for r in journal.records] == ["approval.pending", "approval.decided"]
         assert journal.decided()[0]["decision"] == "timeout" and not a.pending
+
+    asyncio.run(scenario())
+
+
+def test_the_internal_door_serves_its_declared_verbs_each_to_its_declared_caller(tmp_path: Path) -> None:
+    from airlock.approval import service as approval_service
+    from airlock.common.wire.verb import declared
+
+    config_file = tmp_path / "airlock.yaml"
+    config_file.write_text(f"paths:\n  runtime_dir: {tmp_path}\n  policy_dir: {tmp_path / 'policy.d'}\n")
+    service = asyncio.run(approval_service.build(load(config_file), {}))
+    verbs = service.doors["approval"].verbs
+    assert (
+        set(verbs)
+        == set(declared(wire.DOOR))
+        == {
+            "decide",
+            "explain",
+            "redeem",
+            "token.check",
+            "withdraw",
+            "approve_signed",
+        }
+    )
+    caller_of = approval_service.internal_caller(intake_uid=100, runner_uid=0)
+    intake = Peer(uid=100, gid=100, pid=2, user="airlock-intake", groups=frozenset(), group_ids=(100,))
+    assert caller_of(intake) == {Caller.INTAKE} and caller_of(OPERATOR) == {Caller.RUNNER}
+    assert caller_of(AGENT) == frozenset()
+
+
+def test_a_runner_cannot_ask_for_a_decision_nor_intake_redeem_a_ticket(tmp_path: Path) -> None:
+    from airlock.approval import service as approval_service
+    from airlock.common.wire.verb import serve
+
+    a, journal = approval(tmp_path, rule("ok", "allow"))
+    intake = Peer(uid=100, gid=100, pid=2, user="airlock-intake", groups=frozenset(), group_ids=(100,))
+    runner = OPERATOR  # root
+    table = serve(
+        wire.DOOR,
+        {
+            wire.DECIDE: a.decide,
+            wire.EXPLAIN: a.decide,  # only the door's shape matters here
+            wire.REDEEM: a.redeem,
+            wire.TOKEN_CHECK: a.token_check,
+            wire.WITHDRAW: a.withdraw,
+            wire.APPROVE_SIGNED: a.approve_signed,
+        },
+        caller_of=approval_service.internal_caller(intake_uid=100, runner_uid=0),
+    )
+
+    async def scenario() -> None:
+        by_runner = asking("r-1", spec())
+        by_runner.peer = runner
+        with pytest.raises(AirlockError) as refused:
+            await table["decide"](by_runner)  # type: ignore[arg-type]
+        assert refused.value.code is ErrorCode.UNAUTHORIZED and journal.records == []
+        by_intake = asking("r-2", spec())
+        by_intake.peer = intake
+        reply = await table["decide"](by_intake)  # type: ignore[arg-type]
+        redeem = FakeCall({"ticket": reply["ticket"], "digest": spec().digest(), "bound": reply["bound"]}, intake)
+        with pytest.raises(AirlockError) as refused:
+            await table["redeem"](redeem)  # type: ignore[arg-type]
+        assert refused.value.code is ErrorCode.UNAUTHORIZED
+        redeem.peer = runner
+        assert (await table["redeem"](redeem))["valid"] is True  # type: ignore[arg-type]
 
     asyncio.run(scenario())
