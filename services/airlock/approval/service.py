@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airlock.approval import explain, grants, hook
-from airlock.approval.decide import AskLimits, Deciding
+from airlock.approval.asks import AskLimits
+from airlock.approval.decide import Deciding
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
 from airlock.approval.passkeys import DECIDE_REFUSALS, CounterStore, Enrollment
