@@ -225,7 +225,7 @@ class Deciding(Tickets, Votes):
             log_fields={"decision": "allow", "rule": rule},
             after=asked.after,
         )
-        await self._after_use(granted, number)
+        await self.grants.after_use(granted, number)
         # by_policy: like a rule's allow, a hold made before the runner redeems it stops it.
         return wire.Decided(
             "allow",

@@ -112,7 +112,9 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         grant = None
         if verdict == "allow":
             self._require_operator_reason(entry, reason)
-            grant = self._grant_for(entry, operator, call.args)  # the arguments first, then who votes
+            grant = self.grants.asked_for(
+                entry, operator, call.args, self.config.approval.max_grant_seconds
+            )  # the arguments first, then who votes
             self._check_vote(entry, voter)
         ids = Ids(entry.request_id, entry.operation_id, operator.uid)
         await self.audit.record(
@@ -128,7 +130,7 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
         if grant is not None and not entry.future.done():
-            await self._add_grant(grant, ids, operator.user, reason)
+            await self.grants.make(grant, ids, operator.user, reason)
         out = self._count(entry, verdict, voter, reason)
         return out | ({"grant": grant.to_dict()} if grant is not None else {})
 

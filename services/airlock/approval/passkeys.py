@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from airlock.approval import quorum, refs, webauthn
-from airlock.approval.grants import Grant
+from airlock.approval.granting import GrantBook
 from airlock.approval.pending import Pending
 from airlock.approval.signed import RefusalLimit
 from airlock.approval.webauthn import Refused
@@ -137,6 +137,7 @@ class Passkeys:
     used_assertions: OrderedDict[str, float]
     counters: CounterStore
     passkey_refusals: RefusalLimit
+    grants: GrantBook
 
     def _find(self, ref: Any, expect: str | None = None) -> Pending:
         raise NotImplementedError  # Approval's
@@ -148,12 +149,6 @@ class Passkeys:
         raise NotImplementedError  # Votes'
 
     def _require_operator_reason(self, entry: Pending, reason: str, *, carried: bool = False) -> None:
-        raise NotImplementedError  # Votes'
-
-    def _grant_for(self, entry: Pending, operator: Peer, args: Any) -> Grant | None:
-        raise NotImplementedError  # Votes'
-
-    async def _add_grant(self, grant: Grant, ids: Ids, operator: str, reason: str) -> None:
         raise NotImplementedError  # Votes'
 
     def _vote_progress(self, entry: Pending, verdict: str) -> dict[str, Any]:
@@ -503,7 +498,9 @@ class Passkeys:
                     raise _no("self_approval", "operators cannot approve their own requests")
                 self._require_operator_reason(entry, reason)
                 # Only what the passkey signed (the challenge's extras): never a field the carrier added.
-                grant = self._grant_for(entry, person, {"grant_seconds": seconds, "scope": scope})
+                grant = GrantBook.asked_for(
+                    entry, person, {"grant_seconds": seconds, "scope": scope}, self.config.approval.max_grant_seconds
+                )
                 self._check_vote(entry, voter)
         except AirlockError as exc:
             self.passkey_refusals.refused(call.peer.uid)
@@ -541,7 +538,7 @@ class Passkeys:
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
         if grant is not None and not entry.future.done():
-            await self._add_grant(grant, ids, person.user, reason)
+            await self.grants.make(grant, ids, person.user, reason)
         out = self._count(entry, decision, voter, reason)
         by = {"user": person.user, "uid": person.uid, "credential_id": enrolled.credential_id}
         return out | {"by": by} | ({"grant": grant.to_dict()} if grant is not None else {})

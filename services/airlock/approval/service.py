@@ -25,9 +25,10 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.approval import explain, grants, hook
+from airlock.approval import explain, hook
 from airlock.approval.asks import AskLimits
 from airlock.approval.decide import Deciding
+from airlock.approval.granting import GrantBook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
 from airlock.approval.passkeys import DECIDE_REFUSALS, CounterStore, Enrollment
@@ -87,8 +88,7 @@ class Approval(Deciding, Operating):
         self.log = log.get()
         self.ledger = Ledger(Signers(config.approval.allowed_signers))
         self.refusals = RefusalLimit()  # refused signatures an agent carried, per uid
-        self.grants = grants.Grants()
-        self._grant_timers: dict[str, asyncio.TimerHandle] = {}
+        self.grants = GrantBook(self.audit, self.log)
         self.host = config.notify.host or socket.gethostname()
         # Issue 33 (approval/passkeys.py): enrollment links, sign-in challenges, assertions used, counters.
         self.enrollments: dict[str, Enrollment] = {}

@@ -12,17 +12,16 @@ names its approvers.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import shlex
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from airlock.approval import quorum, refs
 from airlock.approval import statement as statements
-from airlock.approval.grants import MAX_USES, SCOPES, Grant, Grants
+from airlock.approval.granting import GrantBook
+from airlock.approval.grants import Grant
 from airlock.approval.grants import restore as restore_grants
 from airlock.approval.pending import Pending, ticket_binding
 from airlock.approval.rules import Decision
@@ -32,7 +31,6 @@ from airlock.approval.statement import SIGN_COMMAND
 from airlock.common import validate
 from airlock.common.arguments import describe as describe_argument
 from airlock.common.audit import Audit, Ids
-from airlock.common.codec import iso_utc
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
@@ -67,8 +65,7 @@ class Votes:
     intake_uid: int | None
     hold_reason: str | None
     ledger: Ledger
-    grants: Grants
-    _grant_timers: dict[str, asyncio.TimerHandle]
+    grants: GrantBook
     host: str
 
     refusals: RefusalLimit
@@ -85,156 +82,17 @@ class Votes:
     async def _hold_restored(self) -> None:
         raise NotImplementedError  # Approval's (tickets)
 
-    async def _after_use(self, grant: Grant, number: int) -> None:
-        """A grant's use is journaled: end the grant if that was its last (``grant.exhausted``)."""
-        if grant.uses is not None and number >= grant.uses:
-            await self._end_grant(
-                grant.grant_id, "grant.exhausted", None, f"used {number} of {grant.uses} times", grant
-            )
-
-    def _grant_for(self, entry: Pending, operator: Peer, args: Mapping[str, Any]) -> Grant | None:
-        """The grant an approve asks for (``grant_seconds``, ``scope``, ``uses``), checked; None without one."""
-        seconds = args.get("grant_seconds")
-        if seconds is None:
-            if args.get("scope") is not None:
-                raise validate.bad("scope", "is only meaningful with grant_seconds")
-            if args.get("uses") is not None:
-                raise validate.bad("uses", "is only meaningful with grant_seconds")
-            return None
-        uses = args.get("uses")
-        if uses is not None and (isinstance(uses, bool) or not isinstance(uses, int) or not 1 <= uses <= MAX_USES):
-            raise validate.bad("uses", f"must be a whole number of uses from 1 to {MAX_USES}")
-        limit = self.config.approval.max_grant_seconds
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= limit:
-            raise validate.bad(
-                "grant_seconds", f"must be a number of seconds from 1 to {limit:g} (approval.max_grant_seconds)"
-            )
-        scope = args.get("scope") or "command"
-        if scope not in SCOPES:
-            raise validate.bad("scope", "must be command or rule")
-        if "spec" not in entry.request:
-            raise AirlockError(ErrorCode.CONFLICT, "grants cover commands only, not file operations")
-        if entry.tally is not None and entry.tally.requirement.approvals > 1:
-            raise AirlockError(ErrorCode.CONFLICT, "a rule that needs several approvers takes no grant")
-        if entry.bound.get("arguments"):
-            raise AirlockError(
-                ErrorCode.CONFLICT,
-                "no grant for a request whose path arguments someone other than root can change "
-                "(approve it without --grant: each run is then decided again)",
-                {"arguments": [a.get("path") for a in entry.bound["arguments"]]},
-            )
-        if entry.decision.decision != "ask" or entry.rule == "hold":
-            raise AirlockError(
-                ErrorCode.CONFLICT, "only a request a rule sent to an operator takes a grant (not one held)"
-            )
-        if scope == "rule" and entry.decision.rule in ("default", "unresolved"):
-            raise AirlockError(
-                ErrorCode.CONFLICT, "scope rule needs a named rule; this request was decided by the default"
-            )
-        assert entry.published is not None
-        return Grant(
-            grant_id="g-" + secrets.token_hex(6),
-            uid=entry.peer.uid,
-            session=entry.request.get("session") or None,
-            scope=scope,
-            digest=entry.digest,
-            rule=entry.decision.rule,
-            expires=time.time() + float(seconds),
-            made_by=operator.user,
-            request_id=entry.request_id,
-            command=entry.published.statements["allow"].command,
-            uses=uses,
-        )
-
-    async def _add_grant(self, grant: Grant, ids: Ids, operator: str, reason: str) -> None:
-        # Journaled before it can be used: the next start rebuilds the grants from these records.
-        await self.audit.record(
-            "operator.action",
-            ids,
-            payload={
-                "action": "grant",
-                "operator": operator,
-                "reason": reason,
-                "grant_id": grant.grant_id,
-                "grant": grant.to_dict(),
-                "expires_at": iso_utc(grant.expires, timespec="seconds"),
-            },
-        )
-        self._schedule(grant)
-
     def _schedule(self, grant: Grant, used: int = 0) -> None:
-        self.grants.add(grant, used)
-        delay = max(0.0, grant.expires - time.time())
-        loop = asyncio.get_running_loop()
-        self._grant_timers[grant.grant_id] = loop.call_later(
-            delay, lambda: asyncio.ensure_future(self._end_grant(grant.grant_id, "grant.expired", None, ""))
-        )
-
-    async def _end_grant(
-        self, grant_id: str, action: str, operator: Peer | None, reason: str, taken: Grant | None = None
-    ) -> Grant | None:
-        used = self.grants.used(grant_id)
-        # Out first: from now on it lets nothing through (``taken``: its last use already took it out).
-        grant = self.grants.remove(grant_id) or taken
-        timer = self._grant_timers.pop(grant_id, None)
-        if timer is not None:
-            timer.cancel()
-        if grant is None:
-            return None
-        try:
-            await self.audit.record(
-                "operator.action",
-                Ids(grant.request_id, None, operator.uid if operator else None, grant.session),
-                # Who and what it covered, and how often it was used: the relay announces the end (issue 34).
-                payload={
-                    "action": action,
-                    "grant_id": grant_id,
-                    "operator": operator.user if operator else "airlock-approval",
-                    "reason": reason,
-                    "agent_uid": grant.uid,
-                    "command": grant.command,
-                    "scope": grant.scope,
-                    "rule": grant.rule,
-                    "granted_by": grant.made_by,
-                    "used": used,
-                    "uses": grant.uses,
-                },
-            )
-        except AirlockError as exc:
-            # The grant is gone from memory either way; the next start sees it expired or journals the revoke again.
-            self.log.error("approval.grant.unrecorded", grant_id=grant_id, action=action, error=exc.message)
-            if action == "grant.revoke":
-                raise
-        return grant
+        self.grants.schedule(grant, used)
 
     async def list_grants(self, call: Call) -> dict[str, Any]:
         await self._hold_restored()  # restored after the grants: the listing right after a restart is whole
-        now = time.time()
-        return {
-            "grants": [
-                g.to_dict()
-                | {"seconds_left": round(g.expires - now, 1), "expires_at": iso_utc(g.expires, timespec="seconds")}
-                | {"used": self.grants.used(g.grant_id), "uses_left": self.grants.uses_left(g)}
-                for g in self.grants.live(now)
-            ]
-        }
+        return {"grants": self.grants.listing(time.time())}
 
     async def revoke_grant(self, call: Call) -> dict[str, Any]:
         grant_id = validate.text("grant_id", call.args.get("grant_id"), max_len=64, allow_empty=False)
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        if self.grants.get(grant_id) is None:
-            # A person types it: a unique prefix of a live grant names it, as `airlock show` takes
-            # a prefix of a pending request (issue 32).  Revoking only takes a permission away.
-            found = [g.grant_id for g in self.grants.live(time.time()) if g.grant_id.startswith(grant_id)]
-            if len(found) > 1:
-                raise AirlockError(
-                    ErrorCode.CONFLICT, f"{grant_id!r} starts several live grants: {', '.join(found)}", {"ids": found}
-                )
-            if not found:
-                raise AirlockError(ErrorCode.NOT_FOUND, f"no live grant {grant_id!r} (see `airlock grants`)")
-            grant_id = found[0]
-        await self._end_grant(grant_id, "grant.revoke", call.peer, reason)
-        return {"grant_id": grant_id, "revoked": True}
+        return {"grant_id": await self.grants.revoke(grant_id, call.peer, reason), "revoked": True}
 
     async def restore_grants(self) -> None:
         """At start: the live grants are the journal's grants not revoked or expired (none if it cannot be read)."""

@@ -74,7 +74,7 @@ def approval(tmp_path: Path, *rules: Rule, default: str = "deny") -> tuple[Appro
     empty.write_text("")
     a = Approval(load(empty), Policy(default=default, rules=rules, sources=()), None)  # type: ignore[arg-type]
     journal = Journal()
-    a.audit = journal  # type: ignore[assignment]
+    a.audit = a.grants.audit = journal  # type: ignore[assignment]
     a.hold_reason = None
     a._hold_known.set()
     return a, journal
@@ -199,13 +199,16 @@ def test_a_grant_stands_in_for_one_use_then_people_decide(tmp_path: Path) -> Non
     async def scenario() -> None:
         a, journal = approval(tmp_path, rule("asks", "ask"))
         s = spec()
-        a.grants.add(
-            Grant("g-1", AGENT.uid, None, "command", s.digest(), "asks", 1e12, "root", "r-0", "true", uses=1), 0
+        a.grants.schedule(
+            Grant("g-1", AGENT.uid, None, "command", s.digest(), "asks", 1e12, "root", "r-0", "true", uses=1)
         )
         reply = await decide(a, asking("r-1", s))
         assert (reply["decision"], reply["decided_by"]) == ("allow", "grant g-1")
         payload = journal.decided()[0]
         assert (payload["by"], payload["grant_use"], payload["grant_uses"]) == ("grant", 1, 1)
+        ended = [p for kind, _r, p, _d in journal.records if kind == "operator.action"]
+        assert [(p["action"], p["used"]) for p in ended] == [("grant.exhausted", 1)]
+        assert a.grants.live(0) == []
         # Used up: the next identical request asks a person.
         second = asyncio.ensure_future(decide(a, asking("r-2", s)))
         await until_pending(a, "r-2")
