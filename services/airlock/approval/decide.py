@@ -21,8 +21,9 @@ from typing import Any
 
 from airlock.approval import fileop_review, hook, quorum, reviewer
 from airlock.approval.asks import Admission, AskLimits
-from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries, ticket_binding
+from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
 from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
+from airlock.approval.table import PendingTable
 from airlock.approval.tickets import Tickets
 from airlock.approval.verdict import By, Decided, Ruling, asking_rules, verdict
 from airlock.approval.votes import Votes
@@ -98,7 +99,7 @@ class Deciding(Tickets, Votes):
     """intake's side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
-    pending: dict[tuple[int, str], Pending]
+    pending: PendingTable
     notifier: hook.NotifyCommand
     runner: Client
     journal: Client
@@ -474,7 +475,7 @@ class Deciding(Tickets, Votes):
 
     def _admit_ask(self, peer: Peer, ids: Ids) -> Admission:
         now = time.time()
-        waiting = sum(1 for entry in self.pending.values() if entry.peer.uid == peer.uid)
+        waiting = self.pending.waiting(peer.uid)
         limits = self.config.approval
         try:
             self.asks.admit(peer.uid, waiting, limits.max_pending_per_agent, limits.asks_per_minute, now)
@@ -532,7 +533,7 @@ class Deciding(Tickets, Votes):
         entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
         entry.opinion = opinion.to_dict() if opinion is not None else None
         entry.published = self.ledger.publish(entry.request_id, self._statements(entry), peer.uid)
-        leader = self._leader_for(entry)
+        leader = self.pending.leader_for(entry)
         if leader is not None:
             entry.attached_to = (leader.peer.uid, leader.request_id)
         await self.audit.record(
@@ -553,10 +554,10 @@ class Deciding(Tickets, Votes):
         self.pending[key] = entry
         if admission is not None:
             admission.release()  # counted in pending from now on
-        if entry.attached_to is not None and not self._leading(entry.attached_to):
+        if entry.attached_to is not None and not self.pending.leading(entry.attached_to):
             # The first was decided, or left, while this one's record was written: its decision did not
             # reach this one, which joins another identical request or is a question of its own.
-            other = self._leader_for(entry)
+            other = self.pending.leader_for(entry)
             entry.attached_to = (other.peer.uid, other.request_id) if other is not None else None
         if entry.attached_to is None:  # an attached request is no new question: nobody is called for it
             self.notifier.pending(fileop_review.for_observer(entry.to_dict(now)) | {"event": "pending"})
@@ -609,37 +610,6 @@ class Deciding(Tickets, Votes):
             )
         return wire.Decided("allow", rule, by, self._issue(entry.digest, entry.bound, by_policy=False), entry.bound)
 
-    def _leader_for(self, entry: Pending) -> Pending | None:
-        """Issue 34: the request pending now that ``entry`` is identical to, to be decided with it.
-
-        Only the same agent's (uid: another agent's request is never joined, whatever it asks), in the
-        same session, with the same ticket binding (the spec's digest and everything approval resolved:
-        binaries, sandbox, changeable arguments, a file's reviewed content) under the same rule and the
-        same quorum: an operator's decision of the leader is then exactly a decision of this one.
-        """
-        binding = ticket_binding(entry.digest, entry.bound)
-        session = entry.request.get("session") or None
-        for other in sorted(self.pending.values(), key=lambda p: p.created):
-            if (
-                other is not entry
-                and other.peer.uid == entry.peer.uid
-                and other.attached_to is None
-                and not other.future.done()
-                and (other.request.get("session") or None) == session
-                and other.rule == entry.rule
-                and other.tally is not None
-                and entry.tally is not None
-                and other.tally.requirement == entry.tally.requirement
-                and ticket_binding(other.digest, other.bound) == binding
-            ):
-                return other
-        return None
-
-    def _leading(self, key: tuple[int, str]) -> bool:
-        """Whether the request under ``key`` is pending now, undecided, and leads (is attached to none)."""
-        leader = self.pending.get(key)
-        return leader is not None and not leader.future.done() and leader.attached_to is None
-
     def _settle_followers(
         self, entry: Pending, key: tuple[int, str], outcome: tuple[str, str, int | None, str]
     ) -> None:
@@ -688,16 +658,12 @@ class Deciding(Tickets, Votes):
 
     async def withdraw(self, call: Call, args: wire.Withdraw) -> wire.Withdrawn:
         """intake (`wire.approval.WITHDRAW`, intake's only): the agent went away or cancelled; withdrawn at once."""
-        entry = self._find_own(args.uid, args.request_id)  # only that agent's own request
+        entry = self.pending.own(args.uid, args.request_id)  # only that agent's own request
         if entry is None or entry.future.done():
             return wire.Withdrawn(False)
         del self.pending[(args.uid, args.request_id)]  # from now on an approve finds nothing
         entry.future.set_result(("withdrawn", "agent", None, "withdrawn by the agent before a decision"))
         return wire.Withdrawn(True)
-
-    def _find_own(self, uid: int, request_id: str) -> Pending | None:
-        """Agent ``uid``'s own pending request ``request_id`` (an agent names only its own)."""
-        return self.pending.get((uid, request_id))
 
 
 async def _withdraw_when_gone(call: Call, entry: Pending) -> None:

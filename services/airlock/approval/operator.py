@@ -24,6 +24,7 @@ from airlock.approval.output import OutputReads
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
+from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.tickets import Tickets
 from airlock.approval.tokens import (
     DEFAULT_TTL_SECONDS,
@@ -49,42 +50,11 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
     """The operators' side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
-    pending: dict[tuple[int, str], Pending]
+    pending: PendingTable
     tokens: TokenStore
     lookup: JournalLookup
     runner: Client
     intake_uid: int | None
-
-    def _find(self, ref: Any, expect: str | None = None) -> Pending:
-        """The request pending now under exactly this ID or ``AGENT/ID`` (refs.py: no prefix, no
-        operation ID); an ID several agents have pending needs ``AGENT/ID`` or ``expect``."""
-        ref = validate.text("id", ref, max_len=256, allow_empty=False)
-        return refs.exact(ref, self.pending.values(), expect)
-
-    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
-        """``expect`` (an approve line's --expect) must name the request pending now; else journaled, refused."""
-        refused = refs.mismatch(entry, refs.expected(call.args))
-        if refused is None:
-            return
-        await self.audit.record(
-            "operator.action",
-            Ids(entry.request_id, entry.operation_id, call.peer.uid),
-            payload={
-                "action": "refused",
-                "refused": action,
-                "code": refused.code.value,
-                "operator": call.peer.user,
-                "expected": refused.details["expected"],
-                "pending": refused.details["pending"],
-                "agent_uid": entry.peer.uid,  # whose request: request IDs are each agent's own
-            },
-        )
-        raise refused
-
-    def _named(self, ref: str) -> Pending | None:
-        """The pending request ``ref`` names exactly: its ID, or ``AGENT/ID`` (a user name or uid) when
-        agents share the ID (pending requests are keyed by (uid, ID)); a shared ID alone is refused."""
-        return refs.named(ref, self.pending.values())
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
@@ -100,8 +70,8 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
                 refs.expected(call.args),
             )
             return await self._settle_signed(call, signed, (verdict,), via="operator", carrier=call.peer)
-        entry = self._find(call.args.get("id"), refs.expected(call.args))
-        await self._check_expected(call, entry, "approve" if verdict == "allow" else "deny")
+        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
+        await check_expected(self.audit, call, entry, "approve" if verdict == "allow" else "deny")
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         operator = call.peer
         if operator.uid == entry.peer.uid and not self.config.approval.allow_self_approval and verdict == "allow":
@@ -250,7 +220,7 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         request pending now (refs.py), never of an operation ID or a settled request."""
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
         now = time.time()
-        named = self._named(ref)
+        named = self.pending.named(ref)
         if named is not None:
             return self._shown(call, await self._show_pending(named, now))
         for entry in self.pending.values():

@@ -38,6 +38,7 @@ from airlock.approval import quorum, refs, webauthn
 from airlock.approval.granting import GrantBook
 from airlock.approval.pending import Pending
 from airlock.approval.signed import RefusalLimit
+from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.webauthn import Refused
 from airlock.common import passkeyfile, validate
 from airlock.common.audit import Audit, Ids
@@ -131,19 +132,13 @@ class Passkeys:
     runner: Client
     log: Any
     host: str
-    pending: dict[tuple[int, str], Pending]
+    pending: PendingTable
     enrollments: dict[str, Enrollment]
     logins: OrderedDict[str, tuple[bytes, float]]
     used_assertions: OrderedDict[str, float]
     counters: CounterStore
     passkey_refusals: RefusalLimit
     grants: GrantBook
-
-    def _find(self, ref: Any, expect: str | None = None) -> Pending:
-        raise NotImplementedError  # Approval's
-
-    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
-        raise NotImplementedError  # Approval's
 
     def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:
         raise NotImplementedError  # Votes'
@@ -446,8 +441,8 @@ class Passkeys:
 
     async def passkey_decide_begin(self, call: Call) -> dict[str, Any]:
         _origin, rp_id = self._web()
-        entry = self._find(call.args.get("id"), refs.expected(call.args))
-        await self._check_expected(call, entry, "statement")
+        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
+        await check_expected(self.audit, call, entry, "statement")
         decision, reason, seconds, scope = self._decision_args(call)
         assert entry.published is not None
         statement = entry.published.statements[decision]
@@ -465,9 +460,9 @@ class Passkeys:
         """A decision carried by airlock-web: approval verifies the assertion over this request's statement."""
         self._web()
         self.passkey_refusals.check(call.peer.uid)
-        entry = self._find(call.args.get("id"), refs.expected(call.args))
+        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
         decision, reason, seconds, scope = self._decision_args(call)
-        await self._check_expected(call, entry, "approve" if decision == "allow" else "deny")
+        await check_expected(self.audit, call, entry, "approve" if decision == "allow" else "deny")
         assert entry.published is not None
         ids = Ids(entry.request_id, entry.operation_id, call.peer.uid)
         carrier = {"uid": call.peer.uid, "user": call.peer.user}

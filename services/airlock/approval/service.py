@@ -32,11 +32,12 @@ from airlock.approval.granting import GrantBook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
 from airlock.approval.passkeys import DECIDE_REFUSALS, CounterStore, Enrollment
-from airlock.approval.pending import Pending, Ticket
+from airlock.approval.pending import Ticket
 from airlock.approval.policy import PolicyError, load_policy
 from airlock.approval.rules import Policy
 from airlock.approval.signed import Ledger, RefusalLimit
 from airlock.approval.signers import Signers
+from airlock.approval.table import PendingTable
 from airlock.approval.tokens import TokenStore
 from airlock.common import daemon, log
 from airlock.common.audit import Audit, lifecycle
@@ -64,7 +65,7 @@ class Approval(Deciding, Operating):
         self.runner = Client(
             config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
         )
-        self.pending: dict[tuple[int, str], Pending] = {}  # by (agent uid, request ID)
+        self.pending = PendingTable()  # by (agent uid, request ID)
         self.asks = AskLimits()
         self.denials: collections.OrderedDict[tuple[int, str], float] = collections.OrderedDict()
         self.tickets: dict[str, Ticket] = {}

@@ -28,6 +28,7 @@ from airlock.approval.rules import Decision
 from airlock.approval.signed import Ledger, RefusalLimit
 from airlock.approval.signers import Signer
 from airlock.approval.statement import SIGN_COMMAND
+from airlock.approval.table import PendingTable, check_expected
 from airlock.common import validate
 from airlock.common.arguments import describe as describe_argument
 from airlock.common.audit import Audit, Ids
@@ -66,18 +67,10 @@ class Votes:
     hold_reason: str | None
     ledger: Ledger
     grants: GrantBook
+    pending: PendingTable
     host: str
 
     refusals: RefusalLimit
-
-    def _find(self, ref: Any, expect: str | None = None) -> Pending:
-        raise NotImplementedError  # Approval's
-
-    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
-        raise NotImplementedError  # Approval's
-
-    def _find_own(self, uid: int, request_id: str) -> Pending | None:
-        raise NotImplementedError  # Approval's
 
     async def _hold_restored(self) -> None:
         raise NotImplementedError  # Approval's (tickets)
@@ -232,11 +225,11 @@ class Votes:
 
     async def statement(self, call: Call) -> dict[str, Any]:
         """The exact text a signer signs to approve (or deny) a pending request."""
-        entry = self._find(call.args.get("id"), refs.expected(call.args))
+        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
         decision = call.args.get("decision", "allow")
         if decision not in statements.DECISIONS:
             raise validate.bad("decision", "must be allow or deny")
-        await self._check_expected(call, entry, "statement")  # --sign: never sign another request's statement
+        await check_expected(self.audit, call, entry, "statement")  # --sign: never sign another request's statement
         assert entry.published is not None
         text = entry.published.statements[decision].render()
         return entry.quorum_dict() | {
@@ -302,7 +295,7 @@ class Votes:
         entry: Pending | None = None
         try:
             # An operator names a request exactly (ID or AGENT/ID, and --expect); an agent only its own.
-            entry = self._find(ref, signed.expect) if owner is None else self._find_own(owner, ref)
+            entry = self.pending.find(ref, signed.expect) if owner is None else self.pending.own(owner, ref)
         except AirlockError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise
@@ -311,7 +304,7 @@ class Votes:
             self.refusals.refused(owner)
             raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r} of yours")
         if entry is not None and via == "operator":
-            await self._check_expected(call, entry, "approve" if decisions == ("allow",) else "deny")
+            await check_expected(self.audit, call, entry, "approve" if decisions == ("allow",) else "deny")
         request_id = entry.request_id if entry is not None else ref
         ids = Ids(request_id, entry.operation_id if entry else None, carrier.uid)
         signature = None
