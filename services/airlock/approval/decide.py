@@ -24,7 +24,7 @@ from airlock.approval.asks import Admission, AskLimits
 from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
 from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
 from airlock.approval.table import PendingTable
-from airlock.approval.tickets import Tickets
+from airlock.approval.tickets import TicketBook
 from airlock.approval.verdict import By, Decided, Ruling, asking_rules, verdict
 from airlock.approval.votes import Votes
 from airlock.common import arguments, validate
@@ -95,7 +95,7 @@ def not_found(decision: Decision, spec: ExecSpec) -> AirlockError:
     )
 
 
-class Deciding(Tickets, Votes):
+class Deciding(Votes):
     """intake's side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
@@ -105,7 +105,11 @@ class Deciding(Tickets, Votes):
     journal: Client
     intake_uid: int | None
     asks: AskLimits
+    book: TicketBook
     denials: collections.OrderedDict[tuple[int, str], float]
+
+    def _ttl(self) -> float:
+        return self.config.approval.ticket_ttl_seconds
 
     async def decide(self, call: Call, args: wire.Decide) -> wire.Decided:
         """intake's request to decide (`wire.approval.DECIDE`): the typed message is the door's check of
@@ -148,7 +152,7 @@ class Deciding(Tickets, Votes):
                     decision = dataclasses.replace(decision, decision="ask")
             if spec.privileged and decision.decision == "ask":
                 check_chains(decision)  # not worth an operator's time if the runner will refuse it
-        await self._hold_restored()
+        await self.book.hold_restored()
         asked = Asked(
             request,
             spec,
@@ -178,7 +182,7 @@ class Deciding(Tickets, Votes):
         it before any await): two requests racing for a grant's last use
         cannot both have it.
         """
-        held = self.hold_reason is not None
+        held = self.book.held
         decision, spec = asked.decision, asked.spec
         requirement = self.policy.requirement(decision)
         problem = None
@@ -232,7 +236,7 @@ class Deciding(Tickets, Votes):
             "allow",
             rule,
             f"grant {granted.grant_id}",
-            self._issue(asked.digest, asked.bound, by_policy=True),
+            self.book.issue(asked.digest, asked.bound, self._ttl(), by_policy=True),
             asked.bound,
         )
 
@@ -294,7 +298,7 @@ class Deciding(Tickets, Votes):
         # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
         # names this mark (intake passes it on, and redeem hands it to the runner itself).
         mark = await self.audit.defer("approval.decided", ids, payload=payload, log_fields=log_fields, after=after)
-        ticket = self._issue(asked.digest, asked.bound, by_policy=True, mark=mark)
+        ticket = self.book.issue(asked.digest, asked.bound, self._ttl(), by_policy=True, mark=mark)
         return wire.Decided("allow", rule, "policy", ticket, asked.bound, mark)
 
     async def _file_view(
@@ -328,7 +332,7 @@ class Deciding(Tickets, Votes):
         if not settings.reviewer_command:
             return None
         # During a hold nothing automatic allows: the reviewer only advises, as on a hold's own asks.
-        may = "advise" if rule == "hold" or self.hold_reason is not None else self.policy.reviewer_may(decision)
+        may = "advise" if rule == "hold" or self.book.held else self.policy.reviewer_may(decision)
         text = reviewer.statement(
             request_id=str(request.get("request_id") or ""),
             request=fileop_review.without_content(request),
@@ -415,7 +419,7 @@ class Deciding(Tickets, Votes):
                 {"rule": rule, "decided_by": by},
             )
         # Automatic like a rule's allow: a hold made before the runner redeems it stops it (by_policy).
-        return wire.Decided("allow", rule, by, self._issue(digest, bound, by_policy=True), bound)
+        return wire.Decided("allow", rule, by, self.book.issue(digest, bound, self._ttl(), by_policy=True), bound)
 
     def _shadow_of(self, spec: ExecSpec | FileSpec, peer: Peer, session: str | None) -> dict[str, Any]:
         """Issue 34: what each matching ``mode: shadow`` rule would have decided, beside the real decision."""
@@ -526,7 +530,7 @@ class Deciding(Tickets, Votes):
         key = (peer.uid, entry.request_id)
         if key in self.pending:  # the same agent's: another agent's ID is no concern of this one's
             raise AirlockError(ErrorCode.CONFLICT, "a request with this ID is already pending")
-        rule = "hold" if self.hold_reason is not None and decision.decision == "allow" else decision.rule
+        rule = "hold" if self.book.held and decision.decision == "allow" else decision.rule
         entry.rule = rule
         entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, _user_name(spec.run_as)
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
@@ -608,7 +612,9 @@ class Deciding(Tickets, Votes):
                 f"denied by operator {by}" + (f": {reason}" if reason else ""),
                 {"rule": rule, "decided_by": by},
             )
-        return wire.Decided("allow", rule, by, self._issue(entry.digest, entry.bound, by_policy=False), entry.bound)
+        return wire.Decided(
+            "allow", rule, by, self.book.issue(entry.digest, entry.bound, self._ttl(), by_policy=False), entry.bound
+        )
 
     def _settle_followers(
         self, entry: Pending, key: tuple[int, str], outcome: tuple[str, str, int | None, str]

@@ -16,6 +16,7 @@ from typing import Protocol
 from airlock.approval import verdict as ruling
 from airlock.approval.decide import subject_of
 from airlock.approval.rules import DEFAULT_RULE, UNRESOLVED_RULE, Policy
+from airlock.approval.tickets import TicketBook
 from airlock.common import validate
 from airlock.common.peer import Peer
 from airlock.common.resolve import default_path
@@ -28,7 +29,7 @@ class Deciding(Protocol):
     """What explaining needs of the approval service (its policy, its hold, who intake is)."""
 
     policy: Policy
-    hold_reason: str | None
+    book: TicketBook
     intake_uid: int | None
 
 
@@ -59,7 +60,7 @@ async def explain(approval: Deciding, call: Call, args: wire.Explain) -> wire.Ex
             )
         )
     requirement = approval.policy.requirement(decision)
-    held = approval.hold_reason is not None
+    held = approval.book.held
     verdict = ruling.verdict(decision, held, None, requirement).decided.value
     return wire.Explained(
         decision=verdict,

@@ -25,7 +25,7 @@ from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
 from airlock.approval.table import PendingTable, check_expected
-from airlock.approval.tickets import Tickets
+from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import (
     DEFAULT_TTL_SECONDS,
     MAX_TTL_SECONDS,
@@ -46,7 +46,7 @@ from airlock.common.spec import ExecSpec
 from airlock.common.wire import approval as wire
 
 
-class Operating(Tickets, Votes, Passkeys, OutputReads):
+class Operating(Votes, Passkeys, OutputReads):
     """The operators' side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
@@ -55,6 +55,7 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
     lookup: JournalLookup
     runner: Client
     intake_uid: int | None
+    book: TicketBook
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
@@ -138,15 +139,15 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         }
 
     async def status(self, call: Call) -> dict[str, Any]:
-        await self._hold_restored()
+        await self.book.hold_restored()
         now = time.time()
-        held = self.hold_reason is not None
+        held = self.book.held
         return {
             "hold": held,
-            "hold_reason": self.hold_reason,
-            "hold_by": self.hold_by.get("operator") if held else None,
-            "hold_uid": self.hold_by.get("uid") if held else None,
-            "hold_since": self.hold_by.get("since") if held else None,
+            "hold_reason": self.book.hold_reason,
+            "hold_by": self.book.hold_by.get("operator") if held else None,
+            "hold_uid": self.book.hold_by.get("uid") if held else None,
+            "hold_since": self.book.hold_by.get("since") if held else None,
             "pending": len(self.pending),
             "tokens": self.tokens.live(now),
             "grants": len(self.grants.live(now)),
@@ -200,14 +201,12 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
         subject = subject_of(peer, spec, validate.optional_text("session", a.get("session")))
         decision = self.policy.decide(subject, stages)
-        await self._hold_restored()
+        await self.book.hold_restored()
         # Issue 34: what the reviewer may do with it, and what each matching shadow rule would decide.
         extra: dict[str, Any] = {"shadow": self.policy.shadow_verdicts(subject, stages)}
         if decision.decision == "ask":
             extra["reviewer_may"] = self.policy.reviewer_may(decision)
-        return (
-            decision.to_dict() | {"hold": self.hold_reason is not None, "warnings": list(self.policy.warnings)} | extra
-        )
+        return decision.to_dict() | {"hold": self.book.held, "warnings": list(self.policy.warnings)} | extra
 
     async def events(self, call: Call) -> dict[str, Any]:
         unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})
@@ -455,8 +454,8 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
                 "cancel": self.cancel,
                 "kill": self.kill,
                 "running": self.running,
-                "hold": self.hold,
-                "release": self.release,
+                "hold": self.book.hold,
+                "release": self.book.release,
                 "policy.check": self.policy_check,
                 "events": self.events,
                 "audit.verify": self.audit_verify,

@@ -5,16 +5,17 @@ Two doors: ``internal/approval.sock`` (intake asks ``decide``; the runner
 A decision is journaled before it is returned; an approval produces a ticket
 bound to the spec's digest, valid once and for a few seconds.
 
-`Approval` holds the service's state; its verbs live in its parts, one module
-each: `decide` (intake's decisions, waiting for operators), `tickets`
-(issue, redeem, the hold), `operator` (the operators' verbs and their table)
-and `votes` (quorum, reasons, signatures, grants).  Here: its state, reload
+State that has one owner is an object passed in explicitly: the ticket
+book with the hold (`tickets.TicketBook`), the pending table
+(`table.PendingTable`), the live grants (`granting.GrantBook`).  The verbs
+live in `Approval`'s parts, one module each: `decide` (intake's decisions,
+waiting for operators), `operator` (the operators' verbs and their table)
+and `votes` (quorum, reasons, signatures).  Here: the shared state, reload
 and stop, and `build` (the two doors).
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import dataclasses
 import functools
@@ -32,16 +33,15 @@ from airlock.approval.granting import GrantBook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
 from airlock.approval.passkeys import DECIDE_REFUSALS, CounterStore, Enrollment
-from airlock.approval.pending import Ticket
 from airlock.approval.policy import PolicyError, load_policy
 from airlock.approval.rules import Policy
 from airlock.approval.signed import Ledger, RefusalLimit
 from airlock.approval.signers import Signers
 from airlock.approval.table import PendingTable
+from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import TokenStore
 from airlock.common import daemon, log
 from airlock.common.audit import Audit, lifecycle
-from airlock.common.codec import iso_utc
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import ErrorCode, within_reference_004
 from airlock.common.ipc import Client
@@ -68,15 +68,6 @@ class Approval(Deciding, Operating):
         self.pending = PendingTable()  # by (agent uid, request ID)
         self.asks = AskLimits()
         self.denials: collections.OrderedDict[tuple[int, str], float] = collections.OrderedDict()
-        self.tickets: dict[str, Ticket] = {}
-        # Held until the journal says otherwise (restore_hold at start): fail closed.
-        self.hold_reason: str | None = "restoring the hold state from the journal"
-        self.hold_by: dict[str, Any] = {
-            "operator": "airlock-approval",
-            "uid": None,
-            "since": iso_utc(timespec="seconds"),
-        }
-        self._hold_known = asyncio.Event()
         self.tokens = TokenStore()
         self.notifier = hook.NotifyCommand(
             config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
@@ -87,6 +78,7 @@ class Approval(Deciding, Operating):
         self.intake_uid = uid_of(config.services.intake_user)
         self.lookup = JournalLookup(self.journal)
         self.log = log.get()
+        self.book = TicketBook(self.journal, self.audit, self.log, self.pending, lambda: self.policy)
         self.ledger = Ledger(Signers(config.approval.allowed_signers))
         self.refusals = RefusalLimit()  # refused signatures an agent carried, per uid
         self.grants = GrantBook(self.audit, self.log)
@@ -208,7 +200,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             {
                 wire_approval.DECIDE: approval.decide,
                 wire_approval.EXPLAIN: functools.partial(explain.explain, approval),
-                wire_approval.REDEEM: approval.redeem,
+                wire_approval.REDEEM: approval.book.redeem,
                 wire_approval.TOKEN_CHECK: approval.token_check,
                 wire_approval.WITHDRAW: approval.withdraw,
                 wire_approval.APPROVE_SIGNED: approval.approve_signed,
@@ -250,7 +242,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     async def started() -> None:
         approval.warn_unmapped()
         await approval.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
-        await approval.restore_hold()
+        await approval.book.restore_hold()
         if journal_started is not None:
             await journal_started()
 

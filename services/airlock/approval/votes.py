@@ -29,6 +29,7 @@ from airlock.approval.signed import Ledger, RefusalLimit
 from airlock.approval.signers import Signer
 from airlock.approval.statement import SIGN_COMMAND
 from airlock.approval.table import PendingTable, check_expected
+from airlock.approval.tickets import TicketBook
 from airlock.common import validate
 from airlock.common.arguments import describe as describe_argument
 from airlock.common.audit import Audit, Ids
@@ -64,7 +65,7 @@ class Votes:
     journal: Client
     log: Any
     intake_uid: int | None
-    hold_reason: str | None
+    book: TicketBook
     ledger: Ledger
     grants: GrantBook
     pending: PendingTable
@@ -72,14 +73,11 @@ class Votes:
 
     refusals: RefusalLimit
 
-    async def _hold_restored(self) -> None:
-        raise NotImplementedError  # Approval's (tickets)
-
     def _schedule(self, grant: Grant, used: int = 0) -> None:
         self.grants.schedule(grant, used)
 
     async def list_grants(self, call: Call) -> dict[str, Any]:
-        await self._hold_restored()  # restored after the grants: the listing right after a restart is whole
+        await self.book.hold_restored()  # restored after the grants: the listing right after a restart is whole
         return {"grants": self.grants.listing(time.time())}
 
     async def revoke_grant(self, call: Call) -> dict[str, Any]:

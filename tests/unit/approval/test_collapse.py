@@ -58,8 +58,8 @@ def approval(tmp_path: Path) -> tuple[Approval, Gated]:
     config = load(empty)
     a = Approval(config, Policy(default="ask", rules=(), sources=()), None)
     audit = Gated()
-    a.audit = audit  # type: ignore[assignment]
-    a.hold_reason = None
+    a.audit = a.book.audit = audit  # type: ignore[assignment]
+    a.book.hold_reason = None
     return a, audit
 
 

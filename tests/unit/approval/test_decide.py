@@ -74,9 +74,9 @@ def approval(tmp_path: Path, *rules: Rule, default: str = "deny") -> tuple[Appro
     empty.write_text("")
     a = Approval(load(empty), Policy(default=default, rules=rules, sources=()), None)  # type: ignore[arg-type]
     journal = Journal()
-    a.audit = a.grants.audit = journal  # type: ignore[assignment]
-    a.hold_reason = None
-    a._hold_known.set()
+    a.audit = a.grants.audit = a.book.audit = journal  # type: ignore[assignment]
+    a.book.hold_reason = None
+    a.book._hold_known.set()
     return a, journal
 
 
@@ -95,7 +95,7 @@ async def decide(a: Approval, call: FakeCall) -> dict[str, Any]:
 
 async def redeem(a: Approval, reply: dict[str, Any], s: ExecSpec) -> dict[str, Any]:
     args = wire.Redeem(reply["ticket"], s.digest(), reply["bound"])
-    return (await a.redeem(FakeCall({}), args)).to_dict()  # type: ignore[arg-type]
+    return (await a.book.redeem(FakeCall({}), args)).to_dict()  # type: ignore[arg-type]
 
 
 async def until_pending(a: Approval, request_id: str) -> None:
@@ -147,7 +147,7 @@ def test_a_policy_deny_is_journaled_durably_and_refused(tmp_path: Path) -> None:
         assert denied.value.code is ErrorCode.DENIED and denied.value.details["rule"] == "no"
         [(kind, _r, payload, durable)] = journal.records
         assert (kind, payload["decision"], payload["by"], durable) == ("approval.decided", "deny", "policy", True)
-        assert not a.tickets
+        assert not a.book.tickets
 
     asyncio.run(scenario())
 
@@ -159,7 +159,7 @@ def test_a_request_that_names_another_agent_changes_nothing(tmp_path: Path) -> N
         with pytest.raises(AirlockError) as refused:
             await decide(a, call)
         assert refused.value.code is ErrorCode.INVALID_ARGUMENTS and refused.value.details["field"] == "peer"
-        assert journal.records == [] and not a.tickets
+        assert journal.records == [] and not a.book.tickets
 
     asyncio.run(scenario())
 
@@ -180,13 +180,13 @@ def test_a_missing_required_reason_is_denied_before_anyone_is_asked(tmp_path: Pa
 def test_during_the_hold_a_rules_allow_waits_and_the_release_lets_it_go(tmp_path: Path) -> None:
     async def scenario() -> None:
         a, journal = approval(tmp_path, rule("ok", "allow"))
-        a.hold_reason = "maintenance"
+        a.book.hold_reason = "maintenance"
         call = asking("r-1", spec())
         waiting = asyncio.ensure_future(decide(a, call))
         await until_pending(a, "r-1")
         assert a.pending[(AGENT.uid, "r-1")].rule == "hold"
         assert call.events[0][0] == "pending_approval" and call.events[0][1]["rule"] == "hold"
-        released = await a.release(FakeCall({}))  # type: ignore[arg-type]
+        released = await a.book.release(FakeCall({}))  # type: ignore[arg-type]
         assert released["released"] == ["r-1"]
         reply = await waiting
         assert (reply["decision"], reply["rule"]) == ("allow", "hold")
@@ -271,7 +271,7 @@ def test_a_runner_cannot_ask_for_a_decision_nor_intake_redeem_a_ticket(tmp_path:
         {
             wire.DECIDE: a.decide,
             wire.EXPLAIN: a.decide,  # only the door's shape matters here
-            wire.REDEEM: a.redeem,
+            wire.REDEEM: a.book.redeem,
             wire.TOKEN_CHECK: a.token_check,
             wire.WITHDRAW: a.withdraw,
             wire.APPROVE_SIGNED: a.approve_signed,
