@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airlock.approval import fileop_review, quorum, refs
+from airlock.approval import ballot, fileop_review, quorum, refs
 from airlock.approval.decide import subject_of
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.output import OutputReads
@@ -46,7 +46,7 @@ from airlock.common.spec import ExecSpec
 from airlock.common.wire import approval as wire
 
 
-class Operating(Votes, Passkeys, OutputReads):
+class Operating(Votes, OutputReads):
     """The operators' side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
@@ -56,6 +56,7 @@ class Operating(Votes, Passkeys, OutputReads):
     runner: Client
     intake_uid: int | None
     book: TicketBook
+    passkeys: Passkeys
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
@@ -82,11 +83,11 @@ class Operating(Votes, Passkeys, OutputReads):
         voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))  # the person is the account
         grant = None
         if verdict == "allow":
-            self._require_operator_reason(entry, reason)
+            ballot.require_operator_reason(self.config.approval, entry, reason)
             grant = self.grants.asked_for(
                 entry, operator, call.args, self.config.approval.max_grant_seconds
             )  # the arguments first, then who votes
-            self._check_vote(entry, voter)
+            ballot.check_vote(self.config.approval, entry, voter)
         ids = Ids(entry.request_id, entry.operation_id, operator.uid)
         await self.audit.record(
             "operator.action",
@@ -97,12 +98,12 @@ class Operating(Votes, Passkeys, OutputReads):
                 "reason": reason,
                 "agent_uid": entry.peer.uid,  # whose request: request IDs are each agent's own
             }
-            | self._vote_progress(entry, verdict)
+            | ballot.progress(entry, verdict)
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
         if grant is not None and not entry.future.done():
             await self.grants.make(grant, ids, operator.user, reason)
-        out = self._count(entry, verdict, voter, reason)
+        out = ballot.count(self.config.approval, entry, verdict, voter, reason)
         return out | ({"grant": grant.to_dict()} if grant is not None else {})
 
     async def approve(self, call: Call) -> dict[str, Any]:
@@ -463,16 +464,16 @@ class Operating(Votes, Passkeys, OutputReads):
                 "audit.archive": self.audit_archive,
                 "token.issue": self.token_issue,
                 "token.revoke": self.token_revoke,
-                "passkey.enroll": self.passkey_enroll,
-                "passkey.enroll_wait": self.passkey_enroll_wait,
-                "passkey.register_begin": self.passkey_register_begin,
-                "passkey.register_finish": self.passkey_register_finish,
-                "passkey.login_begin": self.passkey_login_begin,
-                "passkey.login_finish": self.passkey_login_finish,
-                "passkey.decide_begin": self.passkey_decide_begin,
-                "passkey.decide": self.passkey_decide,
-                "passkey.list": self.passkey_list,
-                "passkey.revoke": self.passkey_revoke,
+                "passkey.enroll": self.passkeys.passkey_enroll,
+                "passkey.enroll_wait": self.passkeys.passkey_enroll_wait,
+                "passkey.register_begin": self.passkeys.passkey_register_begin,
+                "passkey.register_finish": self.passkeys.passkey_register_finish,
+                "passkey.login_begin": self.passkeys.passkey_login_begin,
+                "passkey.login_finish": self.passkeys.passkey_login_finish,
+                "passkey.decide_begin": self.passkeys.passkey_decide_begin,
+                "passkey.decide": self.passkeys.passkey_decide,
+                "passkey.list": self.passkeys.passkey_list,
+                "passkey.revoke": self.passkeys.passkey_revoke,
                 "output": self.output,
                 "logs": self.logs,
             }.items()

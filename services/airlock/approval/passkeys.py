@@ -1,7 +1,7 @@
 """Passkeys in approval (issue 33): enrollment, sign-in, and a decision that is an assertion over the request.
 
-`Passkeys` is a part of `airlock.approval.service.Approval` (its mixin), as
-`votes.Votes` is for SSH signatures.  airlock-web (``web.user``) carries
+`Passkeys` owns the passkey verbs' state and is handed what it shares with
+the rest of approval (the pending table, the grants, the journal).  airlock-web (``web.user``) carries
 browser data here and decides nothing: every ``passkey.*`` verb is decided
 by what it carries -- a one-time enrollment token root or the account itself
 created, or a WebAuthn assertion approval verifies itself (`webauthn`):
@@ -30,11 +30,12 @@ import os
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airlock.approval import quorum, refs, webauthn
+from airlock.approval import ballot, quorum, refs, webauthn
 from airlock.approval.granting import GrantBook
 from airlock.approval.pending import Pending
 from airlock.approval.signed import RefusalLimit
@@ -125,32 +126,35 @@ def _token_id(token: str) -> str:
 
 
 class Passkeys:
-    """The issue-33 part of `Approval`; the attributes below are `Approval`'s."""
+    """The passkey verbs (issue 33) and what they keep: enrollment links, sign-in challenges, assertions used,
+    sign counters, and the refusals a carrier earned."""
 
-    config: Config
-    audit: Audit
-    runner: Client
-    log: Any
-    host: str
-    pending: PendingTable
-    enrollments: dict[str, Enrollment]
-    logins: OrderedDict[str, tuple[bytes, float]]
-    used_assertions: OrderedDict[str, float]
-    counters: CounterStore
-    passkey_refusals: RefusalLimit
-    grants: GrantBook
+    def __init__(
+        self,
+        settings: Callable[[], Config],
+        audit: Audit,
+        runner: Client,
+        log: Any,
+        host: str,
+        pending: PendingTable,
+        grants: GrantBook,
+    ) -> None:
+        self._settings = settings  # the configuration now (a reload replaces approval.* and web.*)
+        self.audit = audit
+        self.runner = runner  # passkeys.write: approval cannot write the root-owned credential file
+        self.log = log
+        self.host = host
+        self.pending = pending
+        self.grants = grants
+        self.enrollments: dict[str, Enrollment] = {}
+        self.logins: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
+        self.used_assertions: OrderedDict[str, float] = OrderedDict()
+        self.counters = CounterStore(settings().approval.state_dir)
+        self.passkey_refusals = RefusalLimit(DECIDE_REFUSALS)
 
-    def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:
-        raise NotImplementedError  # Votes'
-
-    def _require_operator_reason(self, entry: Pending, reason: str, *, carried: bool = False) -> None:
-        raise NotImplementedError  # Votes'
-
-    def _vote_progress(self, entry: Pending, verdict: str) -> dict[str, Any]:
-        raise NotImplementedError  # Votes'
-
-    def _count(self, entry: Pending, verdict: str, voter: quorum.Voter, reason: str) -> dict[str, Any]:
-        raise NotImplementedError  # Votes'
+    @property
+    def config(self) -> Config:
+        return self._settings()
 
     # --- who is who -----------------------------------------------------------------
 
@@ -491,12 +495,12 @@ class Passkeys:
             if decision == "allow":
                 if person.uid == entry.peer.uid and not self.config.approval.allow_self_approval:
                     raise _no("self_approval", "operators cannot approve their own requests")
-                self._require_operator_reason(entry, reason)
+                ballot.require_operator_reason(self.config.approval, entry, reason)
                 # Only what the passkey signed (the challenge's extras): never a field the carrier added.
                 grant = GrantBook.asked_for(
                     entry, person, {"grant_seconds": seconds, "scope": scope}, self.config.approval.max_grant_seconds
                 )
-                self._check_vote(entry, voter)
+                ballot.check_vote(self.config.approval, entry, voter)
         except AirlockError as exc:
             self.passkey_refusals.refused(call.peer.uid)
             await self.audit.record(
@@ -529,12 +533,12 @@ class Passkeys:
                 "carrier": carrier,
                 "agent_uid": entry.peer.uid,
             }
-            | self._vote_progress(entry, decision)
+            | ballot.progress(entry, decision)
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
         if grant is not None and not entry.future.done():
             await self.grants.make(grant, ids, person.user, reason)
-        out = self._count(entry, decision, voter, reason)
+        out = ballot.count(self.config.approval, entry, decision, voter, reason)
         by = {"user": person.user, "uid": person.uid, "credential_id": enrolled.credential_id}
         return out | {"by": by} | ({"grant": grant.to_dict()} if grant is not None else {})
 

@@ -22,7 +22,6 @@ import functools
 import resource
 import socket
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +31,7 @@ from airlock.approval.decide import Deciding
 from airlock.approval.granting import GrantBook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
-from airlock.approval.passkeys import DECIDE_REFUSALS, CounterStore, Enrollment
+from airlock.approval.passkeys import Passkeys
 from airlock.approval.policy import PolicyError, load_policy
 from airlock.approval.rules import Policy
 from airlock.approval.signed import Ledger, RefusalLimit
@@ -84,11 +83,9 @@ class Approval(Deciding, Operating):
         self.grants = GrantBook(self.audit, self.log)
         self.host = config.notify.host or socket.gethostname()
         # Issue 33 (approval/passkeys.py): enrollment links, sign-in challenges, assertions used, counters.
-        self.enrollments: dict[str, Enrollment] = {}
-        self.logins: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
-        self.used_assertions: OrderedDict[str, float] = OrderedDict()
-        self.counters = CounterStore(config.approval.state_dir)
-        self.passkey_refusals = RefusalLimit(DECIDE_REFUSALS)
+        self.passkeys = Passkeys(
+            lambda: self.config, self.audit, self.runner, self.log, self.host, self.pending, self.grants
+        )
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -256,7 +253,9 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     service.on_stop = stop
     # An idle exit would revoke every session token (they live only in memory).
     service.keep_alive = lambda: (
-        approval.tokens.live(time.time()) > 0 or bool(approval.grants.live(time.time())) or bool(approval.enrollments)
+        approval.tokens.live(time.time()) > 0
+        or bool(approval.grants.live(time.time()))
+        or bool(approval.passkeys.enrollments)
     )
     return service
 

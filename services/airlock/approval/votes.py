@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from airlock.approval import quorum, refs
+from airlock.approval import ballot, quorum, refs
 from airlock.approval import statement as statements
 from airlock.approval.granting import GrantBook
 from airlock.approval.grants import Grant
@@ -125,36 +125,6 @@ class Votes:
             out["reviewer"] = entry.opinion
         return out
 
-    def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:
-        if entry.tally is None:
-            return
-        try:
-            entry.tally.check(voter, self_approval=self.config.approval.allow_self_approval)
-        except quorum.VoteRefused as exc:
-            raise AirlockError(ErrorCode(exc.code), str(exc), {"quorum": entry.tally.progress()}) from None
-
-    def _vote_progress(self, entry: Pending, verdict: str) -> dict[str, Any]:
-        """What an approve's record says about the quorum: this vote makes it "N of M"."""
-        if verdict != "allow" or entry.tally is None:
-            return {}
-        return {"quorum": f"{len(entry.tally.votes) + 1} of {entry.tally.requirement.approvals}"}
-
-    def _count(self, entry: Pending, verdict: str, voter: quorum.Voter, reason: str) -> dict[str, Any]:
-        """Count a checked, journaled vote: a deny decides, an approval decides once the quorum is met."""
-        if entry.future.done():  # another console won while we journaled
-            raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
-        if verdict == "allow" and entry.tally is not None:
-            self._check_vote(entry, voter)  # again: a twin vote may have been counted while we journaled
-            if not entry.tally.add(voter):
-                return {"request_id": entry.request_id, "decision": "allow", "complete": False} | entry.tally.to_dict()
-            by = ", ".join(v.label for v in entry.tally.votes)
-            entry.future.set_result(("allow", by, voter.uid, reason))
-            if entry.tally.requirement.approvals > 1:
-                return {"request_id": entry.request_id, "decision": "allow", "complete": True} | entry.tally.to_dict()
-            return {"request_id": entry.request_id, "decision": "allow"}
-        entry.future.set_result((verdict, voter.label, voter.uid, reason))
-        return {"request_id": entry.request_id, "decision": verdict}
-
     async def _deny_for_reason(
         self, decision: Decision, problem: str, common: Ids, *, after: list[str] | None = None
     ) -> NoReturn:
@@ -177,24 +147,6 @@ class Votes:
         raise AirlockError(
             ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"}
         )
-
-    def _require_operator_reason(self, entry: Pending, reason: str, *, carried: bool = False) -> None:
-        if self.config.approval.operator_reason != "required":
-            return
-        if not (entry.privileged or entry.run_as != entry.peer.uid):
-            return
-        if carried:  # an agent's reason is never an operator's (issue 27)
-            raise AirlockError(
-                ErrorCode.REASON_REQUIRED,
-                "approving privileged work needs an operator's --reason (approval.operator_reason): "
-                "submit the signature on operator.sock with airlock approve --signature --reason",
-                {"field": "reason"},
-            )
-        problem = quorum.reason_problem(reason, self.config.approval.min_reason_length)
-        if problem is not None:
-            raise AirlockError(
-                ErrorCode.REASON_REQUIRED, f"approving privileged work needs --reason: {problem}", {"field": "reason"}
-            )
 
     def _statements(self, entry: Pending) -> dict[str, statements.Statement]:
         raw_spec = entry.request.get("spec")
@@ -332,8 +284,8 @@ class Votes:
             if verdict == "allow":
                 # An operator who submits someone's signature vouches with their own reason (journaled
                 # as the carrier's); an agent's reason never stands for an operator's.
-                self._require_operator_reason(entry, reason, carried=via == "agent")
-                self._check_vote(entry, voter)
+                ballot.require_operator_reason(self.config.approval, entry, reason, carried=via == "agent")
+                ballot.check_vote(self.config.approval, entry, voter)
         except AirlockError as exc:
             if owner is not None:
                 self.refusals.refused(owner)
@@ -372,8 +324,8 @@ class Votes:
         }
         if reason and not approver_reason:
             payload["carrier_reason"] = reason
-        await self.audit.record("operator.action", ids, payload=payload | self._vote_progress(entry, verdict))
-        return self._count(entry, verdict, voter, approver_reason) | {"signer": voter.to_dict()}
+        await self.audit.record("operator.action", ids, payload=payload | ballot.progress(entry, verdict))
+        return ballot.count(self.config.approval, entry, verdict, voter, approver_reason) | {"signer": voter.to_dict()}
 
 
 def _account(account: str) -> Peer | None:
