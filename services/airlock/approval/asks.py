@@ -8,7 +8,10 @@ caller journals nothing for a refused ask.
 from __future__ import annotations
 
 import collections
+import time
+from typing import Any
 
+from airlock.common.config import Approval as Limits
 from airlock.common.errors import AirlockError, ErrorCode
 
 ASK_WINDOW_SECONDS = 60.0
@@ -70,6 +73,26 @@ class AskLimits:
             return 0
         self.logged[uid] = now
         return self.refused.pop(uid)
+
+    def admission(self, uid: int, waiting: int, limits: Limits, log: Any, *, request_id: str | None) -> Admission:
+        """Admit one ask of ``uid`` (``waiting`` of whose requests are pending) under ``limits``
+        (``approval.*``), or raise rate_limited; a refusal is logged at most once a minute per agent."""
+        now = time.time()
+        try:
+            self.admit(uid, waiting, limits.max_pending_per_agent, limits.asks_per_minute, now)
+        except AirlockError as exc:
+            count = self.should_log(uid, now)
+            if count:
+                log.warning(
+                    "approval.ask.limited",
+                    request_id=request_id,
+                    peer_uid=uid,
+                    limit=exc.details.get("limit"),
+                    refused=count,
+                    error=exc.message,
+                )
+            raise
+        return Admission(self, uid)
 
 
 class Admission:

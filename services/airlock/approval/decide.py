@@ -13,17 +13,27 @@ A decision is journaled before it is returned; an allow carries a ticket
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from airlock.approval import fileop_review, hook, quorum, reviewer
+from airlock.approval.asked import (
+    Asked,
+    credentials_bound,
+    journaled_request,
+    operator_view,
+    policy_refusal,
+    request_id_of,
+    session_of,
+    subject_of,
+    user_name,
+)
 from airlock.approval.asks import Admission, AskLimits
 from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
-from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
-from airlock.approval.table import PendingTable
+from airlock.approval.reviewing import Reviewing
+from airlock.approval.rules import Decision, Policy
+from airlock.approval.table import PendingTable, withdraw_when_gone
 from airlock.approval.tickets import TicketBook
 from airlock.approval.verdict import By, Decided, Ruling, asking_rules, verdict
 from airlock.approval.votes import Votes
@@ -33,66 +43,9 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import Peer
-from airlock.common.resolve import default_path
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
 from airlock.common.wire import approval as wire
-
-
-def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Subject:
-    return Subject(
-        uid=peer.uid,
-        user=peer.user,
-        groups=frozenset(peer.groups),
-        session=session or None,
-        privileged=spec.privileged,
-        target_uid=spec.run_as,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Asked:
-    """One ``decide`` call's request, checked once: every step after the checks reads it from here."""
-
-    request: dict[str, Any]  # as intake sent it (what operators are shown)
-    spec: ExecSpec | FileSpec
-    peer: Peer  # the agent (intake names it; its uid is the spec's)
-    session: str | None
-    digest: str  # the spec's, computed once here
-    decision: Decision  # the policy's (an allow whose arguments others can change became an ask)
-    bound: dict[str, Any]  # what approval resolved beyond the request, bound to the ticket
-    ids: Ids
-    after: list[str] | None  # intake's deferred marks the decision's records name
-
-
-def policy_refusal(decision: Decision, spec: ExecSpec | FileSpec, rule: str) -> AirlockError:
-    """What the agent is told of a policy's deny: a missing program as a shell says it, else the rule."""
-    if rule == UNRESOLVED_RULE and isinstance(spec, ExecSpec):
-        return not_found(decision, spec)
-    return AirlockError(ErrorCode.DENIED, f"denied by policy rule {rule!r}", {"rule": rule, "decided_by": "policy"})
-
-
-def not_found(decision: Decision, spec: ExecSpec) -> AirlockError:
-    """A program that is not there: said as a shell says it, not as a policy decision (issue 32).
-
-    Still journaled as the ``unresolved`` pseudo-rule's deny: nothing ran, and a
-    program that appears there later was never approved.
-    """
-    missing = next(stage for stage in decision.stages if stage.resolved is None)
-    program = missing.argv[0]
-    searched = default_path(spec.run_as)
-    where = (
-        f"an absolute path is needed; {program!r} is relative"
-        if "/" in program and not program.startswith("/")
-        else f"no such executable file {program!r}"
-        if "/" in program
-        else f"searched {'root' if spec.run_as == 0 else 'the user'}'s secure PATH {searched}"
-    )
-    return AirlockError(
-        ErrorCode.COMMAND_NOT_FOUND,
-        f"{program}: command not found ({where}); nothing ran",
-        {"program": program, "searched": searched, "rule": UNRESOLVED_RULE, "decided_by": "policy"},
-    )
 
 
 class Deciding(Votes):
@@ -106,7 +59,7 @@ class Deciding(Votes):
     intake_uid: int | None
     asks: AskLimits
     book: TicketBook
-    denials: collections.OrderedDict[tuple[int, str], float]
+    reviewing: Reviewing
 
     def _ttl(self) -> float:
         return self.config.approval.ticket_ttl_seconds
@@ -242,12 +195,16 @@ class Deciding(Votes):
 
     async def _ask(self, call: Call, asked: Asked, rule: str) -> wire.Decided:
         """People decide (or a reviewer where the rules let it): admitted, previewed, reviewed, then waited for."""
-        admission = self._admit_ask(asked.peer, asked.ids)  # before a file's preview: a refused ask costs nothing
+        # Before a file's preview: a refused ask costs nothing.
+        limits = self.config.approval
+        admission = self.asks.admission(
+            asked.peer.uid, self.pending.waiting(asked.peer.uid), limits, self.log, request_id=asked.ids.request_id
+        )
         spec, request, decision = asked.spec, asked.request, asked.decision
         try:
             if isinstance(spec, FileSpec):
                 request = await self._file_view(request, spec, decision, asked.bound)
-            opinion = await self._review(request, spec, asked.peer, decision, rule, asked.bound, asked.digest)
+            opinion = await self.reviewing.consult(request, spec, asked.peer, decision, rule, asked.bound, asked.digest)
             if opinion is not None and opinion.decides:
                 return await self._reviewer_decided(
                     opinion,
@@ -312,74 +269,6 @@ class Deciding(Votes):
             bound["file"] = reviewed
         return request
 
-    async def _review(
-        self,
-        request: dict[str, Any],
-        spec: ExecSpec | FileSpec,
-        peer: Peer,
-        decision: Decision,
-        rule: str,
-        bound: dict[str, Any],
-        digest: str,
-    ) -> reviewer.Opinion | None:
-        """Ask the reviewer, through the runner (runner/review.py), before any person is asked (issue 34).
-
-        None: no reviewer is configured.  Every failure is an opinion of "ask":
-        people decide.  Bounded by ``approval.reviewer_timeout_seconds`` (the
-        runner kills it then) plus a margin for the runner's own reply.
-        """
-        settings = self.config.approval
-        if not settings.reviewer_command:
-            return None
-        # During a hold nothing automatic allows: the reviewer only advises, as on a hold's own asks.
-        may = "advise" if rule == "hold" or self.book.held else self.policy.reviewer_may(decision)
-        text = reviewer.statement(
-            request_id=str(request.get("request_id") or ""),
-            request=fileop_review.without_content(request),
-            spec=spec.to_dict() if isinstance(spec, ExecSpec) else {"privileged": spec.privileged},
-            peer=peer.to_dict(),
-            run_as={"uid": spec.run_as, "user": _user_name(spec.run_as)},
-            policy=decision.to_dict(),
-            rule=rule,
-            may=may,
-            bound=bound,
-        )
-        if isinstance(spec, FileSpec):
-            text["file"] = {"tool": spec.tool, "path": spec.path}
-            text["command"] = f"{spec.tool} {spec.path}"
-            text["stages"] = []
-        started = time.monotonic()
-        result: dict[str, Any] | None
-        try:
-            result = await self.runner.call(
-                "review", {"statement": text}, timeout=settings.reviewer_timeout_seconds + REVIEW_MARGIN_SECONDS
-            )
-        except (AirlockError, OSError, TimeoutError) as exc:
-            self.log.warning("approval.reviewer.unreachable", request_id=text["request_id"], error=str(exc))
-            result = None
-        if result is not None and not result.get("ran"):
-            self.log.warning("approval.reviewer.not_run", request_id=text["request_id"], why=result.get("why"))
-            result = None
-        denied = self._denied_before(peer.uid, digest)
-        opinion = reviewer.judge(
-            settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=denied
-        )
-        if opinion.decides and opinion.decision == "allow" and await self._denied_in_journal(peer.uid, spec):
-            # A person's deny from before a restart (the memory above is lost then): people decide.
-            opinion = reviewer.judge(
-                settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=True
-            )
-        self.log.info(
-            "approval.reviewer.answered",
-            request_id=text["request_id"],
-            reviewer=opinion.name,
-            opinion=opinion.decision,
-            outcome=opinion.outcome,
-            decides=opinion.decides,
-            seconds=round(time.monotonic() - started, 3),
-        )
-        return opinion
-
     async def _reviewer_decided(
         self,
         opinion: reviewer.Opinion,
@@ -435,68 +324,6 @@ class Deciding(Votes):
             return {}
         return {"shadow": found} if found else {}
 
-    async def _denied_in_journal(self, uid: int, spec: ExecSpec | FileSpec) -> bool:
-        """Whether a person denied this agent the same command (stages, privilege, run-as) in its newest records.
-
-        Read from the journal (this agent's newest page of records), so it holds
-        across restarts; broader than the digest the memory keeps (environment
-        and directory aside), which only keeps more from the reviewer.  A journal
-        that cannot be read counts as a deny: people decide.
-        """
-        stages = [list(s) for s in spec.stages] if isinstance(spec, ExecSpec) else [[spec.tool, spec.path]]
-        try:
-            page = await self.journal.call(
-                "events", {"tail": DENIAL_PAGE, "limit": DENIAL_PAGE, "scope": {"peer_uid": uid}}, timeout=5.0
-            )
-        except (AirlockError, OSError, TimeoutError):
-            return True
-        for event in page.get("events") or []:
-            payload = event.get("payload") if isinstance(event, dict) else None
-            if event.get("kind") != "approval.decided" or not isinstance(payload, dict):
-                continue
-            by = str(payload.get("by") or "")
-            if payload.get("decision") != "deny" or by in _NOT_A_PERSON or by.startswith("reviewer "):
-                continue
-            policy = payload.get("policy")
-            if not isinstance(policy, dict):
-                continue
-            argvs = [stage.get("argv") for stage in policy.get("stages") or [] if isinstance(stage, dict)]
-            if argvs == stages and (payload.get("privileged"), payload.get("run_as")) == (spec.privileged, spec.run_as):
-                return True
-        return False
-
-    def _denied_before(self, uid: int, digest: str) -> bool:
-        cutoff = time.time() - DENIAL_MEMORY_SECONDS
-        seen = self.denials.get((uid, digest))
-        return seen is not None and seen >= cutoff
-
-    def _remember_denial(self, uid: int, digest: str) -> None:
-        """A person denied this agent's request: the reviewer may never allow the same one (issue 34)."""
-        self.denials[(uid, digest)] = time.time()
-        self.denials.move_to_end((uid, digest))
-        while len(self.denials) > DENIAL_MEMORY:
-            self.denials.popitem(last=False)
-
-    def _admit_ask(self, peer: Peer, ids: Ids) -> Admission:
-        now = time.time()
-        waiting = self.pending.waiting(peer.uid)
-        limits = self.config.approval
-        try:
-            self.asks.admit(peer.uid, waiting, limits.max_pending_per_agent, limits.asks_per_minute, now)
-        except AirlockError as exc:
-            count = self.asks.should_log(peer.uid, now)
-            if count:
-                self.log.warning(
-                    "approval.ask.limited",
-                    request_id=ids.request_id,
-                    peer_uid=peer.uid,
-                    limit=exc.details.get("limit"),
-                    refused=count,
-                    error=exc.message,
-                )
-            raise
-        return Admission(self.asks, peer.uid)
-
     async def _wait_for_operator(
         self,
         call: Call,
@@ -532,7 +359,7 @@ class Deciding(Votes):
             raise AirlockError(ErrorCode.CONFLICT, "a request with this ID is already pending")
         rule = "hold" if self.book.held and decision.decision == "allow" else decision.rule
         entry.rule = rule
-        entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, _user_name(spec.run_as)
+        entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, user_name(spec.run_as)
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
         entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
         entry.opinion = opinion.to_dict() if opinion is not None else None
@@ -548,7 +375,7 @@ class Deciding(Votes):
                 "rule": rule,
                 "policy": decision.to_dict(),
                 "timeout_seconds": timeout,
-                "request": _once(fileop_review.without_content(request)),
+                "request": journaled_request(fileop_review.without_content(request)),
             }
             | self._pending_extra(entry)
             | ({"attached_to": leader.request_id} if leader is not None else {}),
@@ -567,7 +394,7 @@ class Deciding(Votes):
             self.notifier.pending(fileop_review.for_observer(entry.to_dict(now)) | {"event": "pending"})
         # The request belongs to a live client: when intake's call is gone
         # (the agent went away or cancelled), the request is withdrawn.
-        watch = asyncio.ensure_future(_withdraw_when_gone(call, entry))
+        watch = asyncio.ensure_future(withdraw_when_gone(call, entry))
         verdict, by, operator_uid, reason = "interrupted", "", None, ""  # should the wait itself be cancelled
         try:
             await call.emit(
@@ -580,7 +407,15 @@ class Deciding(Votes):
             watch.cancel()
             if self.pending.get(key) is entry:
                 del self.pending[key]
-            self._settle_followers(entry, key, (verdict, by, operator_uid, reason))
+            promoted = self.pending.settle_followers(entry, key, (verdict, by, operator_uid, reason))
+            if promoted is not None:  # a question of its own now: operators are called for it
+                self.log.info(
+                    "approval.pending.promoted",
+                    request_id=promoted.request_id,
+                    was_attached_to=entry.request_id,
+                    peer_uid=promoted.peer.uid,
+                )
+                self.notifier.pending(fileop_review.for_observer(promoted.to_dict(time.time())) | {"event": "pending"})
             if entry.published is not None:
                 self.ledger.settle(entry.published, _SETTLED.get(verdict, "decided"))
         if verdict == "interrupted":
@@ -594,14 +429,14 @@ class Deciding(Votes):
             # journald sentence says what an operator approved, as whom (issue 32's walk).
             payload={"decision": verdict, "rule": rule, "by": by, "operator_uid": operator_uid, "reason": reason}
             | {"policy": decision.to_dict(), "privileged": entry.privileged, "run_as": entry.run_as}
-            | _decided_quorum(entry)
+            | entry.approvers()
             | ({"reviewer": entry.opinion} if entry.opinion else {})
             | ({"decided_with": entry.decided_with} if entry.decided_with else {})
             | self._shadow_of(spec, peer, session_of(request)),
             log_fields={"decision": verdict, "rule": rule},
         )
         if verdict == "deny" and by not in ("agent", "timeout"):
-            self._remember_denial(peer.uid, digest)
+            self.reviewing.remember_denial(peer.uid, digest)
         if verdict == "timeout":
             raise AirlockError(ErrorCode.APPROVAL_TIMEOUT, f"no operator decided within {timeout:g}s", {"rule": rule})
         if verdict == "withdrawn":
@@ -615,36 +450,6 @@ class Deciding(Votes):
         return wire.Decided(
             "allow", rule, by, self.book.issue(entry.digest, entry.bound, self._ttl(), by_policy=False), entry.bound
         )
-
-    def _settle_followers(
-        self, entry: Pending, key: tuple[int, str], outcome: tuple[str, str, int | None, str]
-    ) -> None:
-        """The leader ``entry`` left pending with ``outcome``: an operator's (or a quorum's) allow or deny decides
-        its attached requests too; otherwise (withdrawn, expired, interrupted, cancelled alone) the oldest
-        attached one becomes a pending question of its own and leads the rest.  Synchronous: nothing decides
-        a follower between the leader's decision and this."""
-        followers = sorted(
-            (p for p in self.pending.values() if p.attached_to == key and not p.future.done()), key=lambda p: p.created
-        )
-        if not followers:
-            return
-        if outcome[0] in ("allow", "deny") and not entry.solo:
-            for follower in followers:
-                follower.decided_with = entry.request_id
-                follower.tally = entry.tally  # who approved, for its own approval.decided
-                follower.future.set_result(outcome)
-            return
-        first = followers[0]
-        first.attached_to = None
-        for follower in followers[1:]:
-            follower.attached_to = (first.peer.uid, first.request_id)
-        self.log.info(
-            "approval.pending.promoted",
-            request_id=first.request_id,
-            was_attached_to=entry.request_id,
-            peer_uid=first.peer.uid,
-        )
-        self.notifier.pending(fileop_review.for_observer(first.to_dict(time.time())) | {"event": "pending"})
 
     async def _inspect_arguments(self, spec: ExecSpec, binaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A root job's path arguments that someone other than root can change (issue 27).
@@ -672,81 +477,8 @@ class Deciding(Votes):
         return wire.Withdrawn(True)
 
 
-async def _withdraw_when_gone(call: Call, entry: Pending) -> None:
-    """Withdraw a pending request once the connection that asked for it has closed."""
-    await call.connection.wait_gone()
-    if not entry.future.done():
-        entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))
-
-
-# The runner's reply to ``review`` may come this long after the reviewer's own deadline.
-REVIEW_MARGIN_SECONDS = 5.0
-# Requests people denied that a reviewer may not then allow: how many, for how long (in memory).
-DENIAL_MEMORY = 4096
-DENIAL_MEMORY_SECONDS = 7 * 86400.0
-# How many of the agent's newest journal records are searched for a person's deny (one page).
-DENIAL_PAGE = 256
-# approval.decided's ``by`` values that are no person's decision.
-_NOT_A_PERSON = frozenset({"policy", "grant", "timeout", "agent", "shutdown"})
-
 # How long approval waits for the runner to classify a root job's arguments (hashing included).
 INSPECT_SECONDS = 30.0
 
 # How a pending request ended, as the ledger of statements remembers it.
 _SETTLED = {"timeout": "expired", "withdrawn": "withdrawn", "interrupted": "interrupted"}
-
-
-def _decided_quorum(entry: Pending) -> dict[str, Any]:
-    """Who approved, for approval.decided: each approver (uid, or principal and key fingerprint)."""
-    if entry.tally is None or not entry.tally.votes:
-        return {}
-    return {"approvers": [v.to_dict() for v in entry.tally.votes], "quorum": entry.tally.progress()}
-
-
-def session_of(request: dict[str, Any]) -> str | None:
-    session = request.get("session")
-    return session if isinstance(session, str) and session else None
-
-
-def request_id_of(ids: Ids) -> str:
-    assert ids.request_id is not None
-    return ids.request_id
-
-
-def _user_name(uid: int) -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def _once(request: Any) -> Any:
-    """The request as ``approval.pending`` journals it: without its ``spec`` when the spec only repeats the
-    request's own fields (issue 38: the spec is stored once per record; ``request.received``'s digest binds it)."""
-    if not isinstance(request, dict) or not isinstance(request.get("spec"), dict):
-        return request
-    spec = request["spec"]
-    if all(k in request and request[k] == v for k, v in spec.items()):
-        return {k: v for k, v in request.items() if k != "spec"}
-    return request
-
-
-def credentials_bound(decision: Decision) -> dict[str, Any]:
-    """``bound["credentials"]``: each stage's {name: path} (runner/credentials.py); empty when none has any."""
-    if not any(stage.credentials for stage in decision.stages):
-        return {}
-    return {"credentials": [dict(stage.credentials or {}) for stage in decision.stages]}
-
-
-def operator_view(asking: wire.Asking, spec: ExecSpec | FileSpec) -> dict[str, Any]:
-    """The request as operators are shown it and ``approval.pending`` journals it: the agent's words and the
-    checked spec (a command's fields and ``spec``; a file operation's description and ``file``), built here
-    from the spec that travelled once."""
-    words = {"request_id": asking.request_id, "reason": asking.reason, "session": asking.session}
-    words |= {"host": asking.host, "time": asking.time}
-    if isinstance(spec, FileSpec):
-        return words | spec.describe() | {"file": spec.to_dict()}
-    checked = spec.to_dict()
-    return words | checked | {"spec": checked}

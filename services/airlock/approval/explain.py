@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from airlock.approval import verdict as ruling
-from airlock.approval.decide import subject_of
+from airlock.approval.asked import subject_of
 from airlock.approval.rules import DEFAULT_RULE, UNRESOLVED_RULE, Policy
 from airlock.approval.tickets import TicketBook
 from airlock.common import validate

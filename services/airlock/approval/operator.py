@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airlock.approval import ballot, fileop_review, quorum, refs
-from airlock.approval.decide import subject_of
+from airlock.approval.asked import subject_of
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.output import OutputReads
 from airlock.approval.passkeys import Passkeys

@@ -16,7 +16,6 @@ and stop, and `build` (the two doors).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import resource
@@ -33,6 +32,7 @@ from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.policy import PolicyError, load_policy
+from airlock.approval.reviewing import Reviewing
 from airlock.approval.rules import Policy
 from airlock.approval.signed import Ledger, RefusalLimit
 from airlock.approval.signers import Signers
@@ -66,7 +66,6 @@ class Approval(Deciding, Operating):
         )
         self.pending = PendingTable()  # by (agent uid, request ID)
         self.asks = AskLimits()
-        self.denials: collections.OrderedDict[tuple[int, str], float] = collections.OrderedDict()
         self.tokens = TokenStore()
         self.notifier = hook.NotifyCommand(
             config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
@@ -78,6 +77,9 @@ class Approval(Deciding, Operating):
         self.lookup = JournalLookup(self.journal)
         self.log = log.get()
         self.book = TicketBook(self.journal, self.audit, self.log, self.pending, lambda: self.policy)
+        self.reviewing = Reviewing(
+            lambda: self.config, lambda: self.policy, self.book, self.runner, self.journal, self.log
+        )
         self.ledger = Ledger(Signers(config.approval.allowed_signers))
         self.refusals = RefusalLimit()  # refused signatures an agent carried, per uid
         self.grants = GrantBook(self.audit, self.log)

@@ -73,6 +73,30 @@ class PendingTable(dict[tuple[int, str], Pending]):
         leader = self.get(key)
         return leader is not None and not leader.future.done() and leader.attached_to is None
 
+    def settle_followers(
+        self, entry: Pending, key: tuple[int, str], outcome: tuple[str, str, int | None, str]
+    ) -> Pending | None:
+        """The leader ``entry`` left pending with ``outcome``: an operator's (or a quorum's) allow or deny decides
+        its attached requests too; otherwise (withdrawn, expired, interrupted, cancelled alone) the oldest
+        attached one becomes a pending question of its own and leads the rest (returned: operators are to be
+        called for it).  Synchronous: nothing decides a follower between the leader's decision and this."""
+        followers = sorted(
+            (p for p in self.values() if p.attached_to == key and not p.future.done()), key=lambda p: p.created
+        )
+        if not followers:
+            return None
+        if outcome[0] in ("allow", "deny") and not entry.solo:
+            for follower in followers:
+                follower.decided_with = entry.request_id
+                follower.tally = entry.tally  # who approved, for its own approval.decided
+                follower.future.set_result(outcome)
+            return None
+        first = followers[0]
+        first.attached_to = None
+        for follower in followers[1:]:
+            follower.attached_to = (first.peer.uid, first.request_id)
+        return first
+
 
 async def check_expected(audit: Audit, call: Call, entry: Pending, action: str) -> None:
     """``expect`` (an approve line's --expect) must name the request pending now; else journaled, refused."""
@@ -93,3 +117,10 @@ async def check_expected(audit: Audit, call: Call, entry: Pending, action: str) 
         },
     )
     raise refused
+
+
+async def withdraw_when_gone(call: Call, entry: Pending) -> None:
+    """Withdraw a pending request once the connection that asked for it has closed."""
+    await call.connection.wait_gone()
+    if not entry.future.done():
+        entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))
