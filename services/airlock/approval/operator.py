@@ -2,10 +2,11 @@
 
 `Operating` is a part of `airlock.approval.service.Approval` (its mixin):
 ``pending``, ``show``, ``approve``/``deny``, ``cancel``, ``status``,
-``policy.check``, ``events``, ``audit.*`` and the session tokens
-(``token.issue``/``token.revoke``, and intake's ``token.check``).  ``hold``
-and ``release`` are in `tickets`; ``statement``, ``grants`` and
-``grant.revoke`` in `votes`.  `Operating.operator_verbs` is the operator
+``policy.check``, ``events``, ``audit.*``, ``kill``, ``running``.  The
+session tokens' verbs are `sessions.SessionTokens`'; ``hold`` and
+``release`` are `tickets.TicketBook`'s; the ``passkey.*`` verbs are
+`passkeys.Passkeys`'; ``statement``, ``grants`` and ``grant.revoke`` are in
+`votes`.  `Operating.operator_verbs` is the operator
 door's verb table: a token is refused there, an observer may only read.
 """
 
@@ -24,26 +25,21 @@ from airlock.approval.output import OutputReads
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
+from airlock.approval.sessions import SessionTokens
 from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import (
-    DEFAULT_TTL_SECONDS,
-    MAX_TTL_SECONDS,
     TokenStore,
-    new_token,
-    token_hash,
     unauthorized,
 )
 from airlock.approval.votes import Signed, Votes
 from airlock.common import trail, validate
 from airlock.common.audit import Ids
-from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, uid_of, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
-from airlock.common.wire import approval as wire
 
 
 class Operating(Votes, OutputReads):
@@ -56,6 +52,7 @@ class Operating(Votes, OutputReads):
     runner: Client
     intake_uid: int | None
     book: TicketBook
+    sessions: SessionTokens
     passkeys: Passkeys
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
@@ -368,68 +365,6 @@ class Operating(Votes, OutputReads):
         """The commands running now (the runner's list): for `airlock watch`'s kill key and for reading."""
         return dict(await self.runner.call("running", {}))
 
-    async def token_issue(self, call: Call) -> dict[str, Any]:
-        session = validate.text("session", call.args.get("session"), max_len=256, allow_empty=False)
-        ttl = call.args.get("ttl_seconds", DEFAULT_TTL_SECONDS)
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= MAX_TTL_SECONDS:
-            raise validate.bad("ttl_seconds", f"must be a number of seconds from 1 to {MAX_TTL_SECONDS}")
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        user, uid = _token_holder(call.args.get("user"))
-        token = new_token()
-        now = time.time()
-        expires_at = iso_utc(now + ttl, timespec="seconds")
-        # Journaled before it is usable; the record holds a short hash prefix, never the token.
-        await self.audit.record(
-            "operator.action",
-            Ids(peer_uid=call.peer.uid, session=session),
-            payload={
-                "action": "token.issue",
-                "operator": call.peer.user,
-                "reason": reason,
-                "token_id": token_hash(token)[:16],
-                "expires_at": expires_at,
-                "user": user,
-                "uid": uid,
-            },
-        )
-        self.tokens.issue(token, session, uid, float(ttl), now)
-        return {
-            "token": token,
-            "token_id": token_hash(token)[:16],
-            "session": session,
-            "user": user,
-            "uid": uid,
-            "expires_at": expires_at,
-        }
-
-    async def token_revoke(self, call: Call) -> dict[str, Any]:
-        token, session = call.args.get("token"), call.args.get("session")
-        if (token is None) == (session is None):
-            raise validate.bad("token", "give exactly one of token and session")
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        if token is not None:
-            token = validate.text("token", token, max_len=256, allow_empty=False)
-            target: dict[str, Any] = {"token_id": token_hash(token)[:16]}
-        else:
-            session = validate.text("session", session, max_len=256, allow_empty=False)
-            target = {"session": session}
-        await self.audit.record(
-            "operator.action",
-            Ids(peer_uid=call.peer.uid, session=session),
-            payload={"action": "token.revoke", "operator": call.peer.user, "reason": reason} | target,
-        )
-        revoked = self.tokens.revoke_token(token) if token is not None else self.tokens.revoke_session(str(session))
-        return {"revoked": revoked} | target
-
-    async def token_check(self, call: Call, args: wire.TokenCheck) -> wire.Session:
-        """intake asks (`wire.approval.TOKEN_CHECK`, intake's only): which session does this token stand for,
-        presented by this uid?
-
-        ``uid`` is the agent's, from the kernel at intake's accept.  Any failure,
-        a token presented by another uid included, is `unauthorized`.
-        """
-        return wire.Session(self.tokens.check(args.token, args.uid, time.time()))
-
     async def audit_verify(self, call: Call) -> dict[str, Any]:
         return await self.journal.call("verify", call.args, timeout=600)
 
@@ -462,8 +397,8 @@ class Operating(Votes, OutputReads):
                 "audit.verify": self.audit_verify,
                 "audit.head": self.audit_head,
                 "audit.archive": self.audit_archive,
-                "token.issue": self.token_issue,
-                "token.revoke": self.token_revoke,
+                "token.issue": self.sessions.issue,
+                "token.revoke": self.sessions.revoke,
                 "passkey.enroll": self.passkeys.passkey_enroll,
                 "passkey.enroll_wait": self.passkeys.passkey_enroll_wait,
                 "passkey.register_begin": self.passkeys.passkey_register_begin,
@@ -542,12 +477,3 @@ def _peer_for_user(user: str) -> Peer:
     except KeyError:
         raise validate.bad("user", f"no such user {user!r}") from None
     return identify(0, entry.pw_uid, entry.pw_gid)
-
-
-def _token_holder(raw: object) -> tuple[str, int]:
-    """The agent account a token is issued for: a user name or uid that exists here."""
-    text = validate.text("user", raw, max_len=256, allow_empty=False)
-    uid = uid_of(text)
-    if uid is None:
-        raise validate.bad("user", f"no such user {text!r}: a token is issued for an existing agent account")
-    return user_name(uid), uid

@@ -34,6 +34,7 @@ from airlock.approval.passkeys import Passkeys
 from airlock.approval.policy import PolicyError, load_policy
 from airlock.approval.reviewing import Reviewing
 from airlock.approval.rules import Policy
+from airlock.approval.sessions import SessionTokens
 from airlock.approval.signed import Ledger, RefusalLimit
 from airlock.approval.signers import Signers
 from airlock.approval.table import PendingTable
@@ -67,6 +68,7 @@ class Approval(Deciding, Operating):
         self.pending = PendingTable()  # by (agent uid, request ID)
         self.asks = AskLimits()
         self.tokens = TokenStore()
+        self.sessions = SessionTokens(self.tokens, self.audit)
         self.notifier = hook.NotifyCommand(
             config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
         )
@@ -200,7 +202,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
                 wire_approval.DECIDE: approval.decide,
                 wire_approval.EXPLAIN: functools.partial(explain.explain, approval),
                 wire_approval.REDEEM: approval.book.redeem,
-                wire_approval.TOKEN_CHECK: approval.token_check,
+                wire_approval.TOKEN_CHECK: approval.sessions.check,
                 wire_approval.WITHDRAW: approval.withdraw,
                 wire_approval.APPROVE_SIGNED: approval.approve_signed,
             },

@@ -272,7 +272,7 @@ def test_a_runner_cannot_ask_for_a_decision_nor_intake_redeem_a_ticket(tmp_path:
             wire.DECIDE: a.decide,
             wire.EXPLAIN: a.decide,  # only the door's shape matters here
             wire.REDEEM: a.book.redeem,
-            wire.TOKEN_CHECK: a.token_check,
+            wire.TOKEN_CHECK: a.sessions.check,
             wire.WITHDRAW: a.withdraw,
             wire.APPROVE_SIGNED: a.approve_signed,
         },
