@@ -1,13 +1,15 @@
 """Deciding: the policy's verdict on a request, and waiting for operators.
 
-`Deciding` is a part of `airlock.approval.service.Approval` (its mixin):
-intake's ``decide`` (the policy decides; a grant may stand in for an
+`Deciding` is intake's side of `airlock.approval.service.Approval` (the
+operators' is `operator.Operating`; they share no base): intake's ``decide`` (the policy decides; a grant may stand in for an
 operator; an ``ask`` waits as a `Pending` request for operators or a quorum,
 within ``approval.timeout_seconds``) and ``withdraw`` (the agent went away).
 Pending requests are keyed by (agent uid, request ID): one agent's IDs
 neither collide with nor reveal another's (issue 27).
 A decision is journaled before it is returned; an allow carries a ticket
-(`tickets`).
+(`tickets.TicketBook`).  What the policy, the hold, a grant and the votes
+add up to is `verdict.verdict` (pure); here are the steps each outcome
+takes (journal, ticket, wait) and the wait itself.
 """
 
 from __future__ import annotations
@@ -30,15 +32,18 @@ from airlock.approval.asked import (
     user_name,
 )
 from airlock.approval.asks import Admission, AskLimits
+from airlock.approval.granting import GrantBook
 from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
 from airlock.approval.reviewing import Reviewing
 from airlock.approval.rules import Decision, Policy
+from airlock.approval.signed import Ledger
 from airlock.approval.table import PendingTable, withdraw_when_gone
 from airlock.approval.tickets import TicketBook
 from airlock.approval.verdict import By, Decided, Ruling, asking_rules, verdict
 from airlock.approval.votes import Votes
 from airlock.common import arguments, validate
-from airlock.common.audit import Ids, marks_of
+from airlock.common.audit import Audit, Ids, marks_of
+from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
@@ -48,7 +53,7 @@ from airlock.common.spec import ExecSpec
 from airlock.common.wire import approval as wire
 
 
-class Deciding(Votes):
+class Deciding:
     """intake's side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
@@ -59,6 +64,12 @@ class Deciding(Votes):
     intake_uid: int | None
     asks: AskLimits
     book: TicketBook
+    votes: Votes
+    ledger: Ledger
+    config: Config
+    audit: Audit
+    grants: GrantBook
+    log: Any
     reviewing: Reviewing
 
     def _ttl(self) -> float:
@@ -121,7 +132,7 @@ class Deciding(Votes):
         )
         ruling = self._rule_on(asked)
         if ruling.problem is not None:
-            await self._deny_for_reason(decision, ruling.problem, asked.ids, after=asked.after)
+            await self.votes.deny_for_reason(decision, ruling.problem, asked.ids, after=asked.after)
         if ruling.by is By.GRANT:
             return await self._allow_by_grant(asked, ruling)
         if ruling.decided is Decided.ASK:
@@ -363,7 +374,7 @@ class Deciding(Votes):
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
         entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
         entry.opinion = opinion.to_dict() if opinion is not None else None
-        entry.published = self.ledger.publish(entry.request_id, self._statements(entry), peer.uid)
+        entry.published = self.ledger.publish(entry.request_id, self.votes.statements(entry), peer.uid)
         leader = self.pending.leader_for(entry)
         if leader is not None:
             entry.attached_to = (leader.peer.uid, leader.request_id)
@@ -377,7 +388,7 @@ class Deciding(Votes):
                 "timeout_seconds": timeout,
                 "request": journaled_request(fileop_review.without_content(request)),
             }
-            | self._pending_extra(entry)
+            | self.votes.pending_extra(entry)
             | ({"attached_to": leader.request_id} if leader is not None else {}),
             log_fields={"decision": "ask", "rule": rule},
             after=after,  # durable: request.received is too once this returns

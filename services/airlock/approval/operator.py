@@ -1,6 +1,7 @@
 """The operators' verbs on operator.sock, and the table that serves them.
 
-`Operating` is a part of `airlock.approval.service.Approval` (its mixin):
+`Operating` is the operators' side of `airlock.approval.service.Approval`
+(intake's is `decide.Deciding`; they share no base):
 ``pending``, ``show``, ``approve``/``deny``, ``cancel``, ``status``,
 ``policy.check``, ``events``, ``audit.*``, ``kill``, ``running``.  The
 session tokens' verbs are `sessions.SessionTokens`'; ``hold`` and
@@ -20,12 +21,14 @@ from typing import Any
 
 from airlock.approval import ballot, fileop_review, quorum, refs
 from airlock.approval.asked import subject_of
+from airlock.approval.granting import GrantBook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.output import OutputReads
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
 from airlock.approval.sessions import SessionTokens
+from airlock.approval.signed import Ledger
 from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import (
@@ -34,7 +37,8 @@ from airlock.approval.tokens import (
 )
 from airlock.approval.votes import Signed, Votes
 from airlock.common import trail, validate
-from airlock.common.audit import Ids
+from airlock.common.audit import Audit, Ids
+from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, uid_of, user_name
@@ -42,7 +46,7 @@ from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 
 
-class Operating(Votes, OutputReads):
+class Operating:
     """The operators' side of `Approval`; the attributes below are `Approval`'s."""
 
     policy: Policy
@@ -52,6 +56,13 @@ class Operating(Votes, OutputReads):
     runner: Client
     intake_uid: int | None
     book: TicketBook
+    votes: Votes
+    outputs: OutputReads
+    ledger: Ledger
+    config: Config
+    audit: Audit
+    grants: GrantBook
+    journal: Client
     sessions: SessionTokens
     passkeys: Passkeys
 
@@ -68,7 +79,7 @@ class Operating(Votes, OutputReads):
                 validate.optional_text("principal", call.args.get("principal"), max_len=256),
                 refs.expected(call.args),
             )
-            return await self._settle_signed(call, signed, (verdict,), via="operator", carrier=call.peer)
+            return await self.votes.settle_signed(call, signed, (verdict,), via="operator", carrier=call.peer)
         entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
         await check_expected(self.audit, call, entry, "approve" if verdict == "allow" else "deny")
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
@@ -382,9 +393,9 @@ class Operating(Votes, OutputReads):
                 "status": self.status,
                 "pending": self.list_pending,
                 "show": self.show,
-                "statement": self.statement,
-                "grants": self.list_grants,
-                "grant.revoke": self.revoke_grant,
+                "statement": self.votes.statement,
+                "grants": self.votes.list_grants,
+                "grant.revoke": self.votes.revoke_grant,
                 "approve": self.approve,
                 "deny": self.deny,
                 "cancel": self.cancel,
@@ -409,8 +420,8 @@ class Operating(Votes, OutputReads):
                 "passkey.decide": self.passkeys.passkey_decide,
                 "passkey.list": self.passkeys.passkey_list,
                 "passkey.revoke": self.passkeys.passkey_revoke,
-                "output": self.output,
-                "logs": self.logs,
+                "output": self.outputs.output,
+                "logs": self.outputs.logs,
             }.items()
         }
 

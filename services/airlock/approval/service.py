@@ -30,16 +30,18 @@ from airlock.approval.decide import Deciding
 from airlock.approval.granting import GrantBook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
+from airlock.approval.output import OutputReads
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.policy import PolicyError, load_policy
 from airlock.approval.reviewing import Reviewing
 from airlock.approval.rules import Policy
 from airlock.approval.sessions import SessionTokens
-from airlock.approval.signed import Ledger, RefusalLimit
+from airlock.approval.signed import Ledger
 from airlock.approval.signers import Signers
 from airlock.approval.table import PendingTable
 from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import TokenStore
+from airlock.approval.votes import Votes
 from airlock.common import daemon, log
 from airlock.common.audit import Audit, lifecycle
 from airlock.common.config import Config, ConfigError, load
@@ -54,6 +56,8 @@ NAME = "approval"
 
 
 class Approval(Deciding, Operating):
+    """The shared state and the objects that own theirs, built once; intake's and the operators' verbs."""
+
     def __init__(self, config: Config, policy: Policy, config_path: str | None) -> None:
         self.config = config
         self.policy = policy
@@ -83,13 +87,24 @@ class Approval(Deciding, Operating):
             lambda: self.config, lambda: self.policy, self.book, self.runner, self.journal, self.log
         )
         self.ledger = Ledger(Signers(config.approval.allowed_signers))
-        self.refusals = RefusalLimit()  # refused signatures an agent carried, per uid
         self.grants = GrantBook(self.audit, self.log)
         self.host = config.notify.host or socket.gethostname()
         # Issue 33 (approval/passkeys.py): enrollment links, sign-in challenges, assertions used, counters.
         self.passkeys = Passkeys(
             lambda: self.config, self.audit, self.runner, self.log, self.host, self.pending, self.grants
         )
+        self.votes = Votes(
+            lambda: self.config,
+            self.audit,
+            self.journal,
+            self.log,
+            self.host,
+            self.ledger,
+            self.book,
+            self.pending,
+            self.grants,
+        )
+        self.outputs = OutputReads(self.audit, self.runner, self._request_events)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -141,7 +156,7 @@ class Approval(Deciding, Operating):
         )
         # The ledger keeps its memory (published statements, used signatures): only the keys change.
         self.ledger.signers = Signers(config.approval.allowed_signers)
-        self.warn_unmapped()  # allowed_signers or signer_accounts may have changed
+        self.votes.warn_unmapped()  # allowed_signers or signer_accounts may have changed
 
 
 def _path(value: str | None) -> Any:
@@ -204,7 +219,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
                 wire_approval.REDEEM: approval.book.redeem,
                 wire_approval.TOKEN_CHECK: approval.sessions.check,
                 wire_approval.WITHDRAW: approval.withdraw,
-                wire_approval.APPROVE_SIGNED: approval.approve_signed,
+                wire_approval.APPROVE_SIGNED: approval.votes.approve_signed,
             },
             caller_of=internal_caller(approval.intake_uid, uid_of(s.runner_user)),
         ),
@@ -241,8 +256,8 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     journal_stopping = service.on_stop
 
     async def started() -> None:
-        approval.warn_unmapped()
-        await approval.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
+        approval.votes.warn_unmapped()
+        await approval.votes.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
         await approval.book.restore_hold()
         if journal_started is not None:
             await journal_started()

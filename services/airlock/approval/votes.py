@@ -1,7 +1,8 @@
-"""Issue 18 in approval: quorum, reasons, signed approvals and time-boxed grants.
+"""Issue 18 in approval: quorum, reasons, signed approvals, and the grants' verbs.
 
-`Votes` is a part of `airlock.approval.service.Approval` (its mixin), kept in
-a module of its own so the service's core stays readable: the operator verbs
+`Votes` is an object handed what it shares with the rest of approval (the
+settings, the journal, the ledger, the ticket book, the pending table, the
+grants) and owning the refusals agents earned carrying signatures: the operator verbs
 ``statement``, ``grants`` and ``grant.revoke``, intake's ``approve_signed``,
 and the steps ``decide`` and ``approve``/``deny`` take for quorum (`quorum`),
 reasons, signatures (`signed`, `signers`, `statement`) and grants (`grants`).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import secrets
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -58,20 +60,34 @@ RESTORE_SECONDS = 30.0
 
 
 class Votes:
-    """The issue-18 half of `Approval`; the attributes below are `Approval`'s."""
+    """Signatures, statements, a required reason's deny, and the grants' verbs."""
 
-    config: Config
-    audit: Audit
-    journal: Client
-    log: Any
-    intake_uid: int | None
-    book: TicketBook
-    ledger: Ledger
-    grants: GrantBook
-    pending: PendingTable
-    host: str
+    def __init__(
+        self,
+        settings: Callable[[], Config],
+        audit: Audit,
+        journal: Client,
+        log: Any,
+        host: str,
+        ledger: Ledger,
+        book: TicketBook,
+        pending: PendingTable,
+        grants: GrantBook,
+    ) -> None:
+        self._settings = settings  # the configuration now (a reload replaces approval.*)
+        self.audit = audit
+        self.journal = journal
+        self.log = log
+        self.host = host
+        self.ledger = ledger  # published statements and used signatures (decide publishes, votes check)
+        self.book = book
+        self.pending = pending
+        self.grants = grants
+        self.refusals = RefusalLimit()  # refused signatures an agent carried, per uid
 
-    refusals: RefusalLimit
+    @property
+    def config(self) -> Config:
+        return self._settings()
 
     def _schedule(self, grant: Grant, used: int = 0) -> None:
         self.grants.schedule(grant, used)
@@ -111,7 +127,7 @@ class Votes:
         if unmapped:
             self.log.warning("approval.signers.unmapped", path=str(path), principals=unmapped[:32], count=len(unmapped))
 
-    def _pending_extra(self, entry: Pending) -> dict[str, Any]:
+    def pending_extra(self, entry: Pending) -> dict[str, Any]:
         """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign;
         and issue 27's ``expect``, which every approve line made from the event carries."""
         out: dict[str, Any] = {"expect": entry.expect}
@@ -125,7 +141,7 @@ class Votes:
             out["reviewer"] = entry.opinion
         return out
 
-    async def _deny_for_reason(
+    async def deny_for_reason(
         self, decision: Decision, problem: str, common: Ids, *, after: list[str] | None = None
     ) -> NoReturn:
         """A rule's ``reason: required`` not met (`verdict.verdict` said so): the request is denied, journaled,
@@ -148,7 +164,7 @@ class Votes:
             ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"}
         )
 
-    def _statements(self, entry: Pending) -> dict[str, statements.Statement]:
+    def statements(self, entry: Pending) -> dict[str, statements.Statement]:
         raw_spec = entry.request.get("spec")
         spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
         command = " | ".join(shlex.join(str(a) for a in stage) for stage in spec.get("stages") or [])
@@ -205,7 +221,7 @@ class Votes:
         except ValueError as exc:
             raise validate.bad("peer", str(exc)) from None
         signed = Signed(args.request_id, args.signature, args.reason)
-        vote = await self._settle_signed(call, signed, statements.DECISIONS, via="agent", carrier=carrier)
+        vote = await self.settle_signed(call, signed, statements.DECISIONS, via="agent", carrier=carrier)
         return wire.SignedVote.from_dict(vote)
 
     def _signed_voter(self, signer: Signer, carrier: Peer) -> quorum.Voter:
@@ -231,7 +247,7 @@ class Votes:
             carrier_user=carrier.user,
         )
 
-    async def _settle_signed(
+    async def settle_signed(
         self, call: Call, signed: Signed, decisions: tuple[str, ...], *, via: str, carrier: Peer
     ) -> dict[str, Any]:
         ref = validate.text("id", signed.ref, max_len=256, allow_empty=False)

@@ -74,7 +74,7 @@ def approval(tmp_path: Path, *rules: Rule, default: str = "deny") -> tuple[Appro
     empty.write_text("")
     a = Approval(load(empty), Policy(default=default, rules=rules, sources=()), None)  # type: ignore[arg-type]
     journal = Journal()
-    a.audit = a.grants.audit = a.book.audit = journal  # type: ignore[assignment]
+    a.audit = a.grants.audit = a.book.audit = a.votes.audit = journal  # type: ignore[assignment]
     a.book.hold_reason = None
     a.book._hold_known.set()
     return a, journal
@@ -274,7 +274,7 @@ def test_a_runner_cannot_ask_for_a_decision_nor_intake_redeem_a_ticket(tmp_path:
             wire.REDEEM: a.book.redeem,
             wire.TOKEN_CHECK: a.sessions.check,
             wire.WITHDRAW: a.withdraw,
-            wire.APPROVE_SIGNED: a.approve_signed,
+            wire.APPROVE_SIGNED: a.votes.approve_signed,
         },
         caller_of=approval_service.internal_caller(intake_uid=100, runner_uid=0),
     )
