@@ -1,8 +1,9 @@
 """Deciding: the policy's verdict on a request, and waiting for operators.
 
 `Deciding` is intake's side of `airlock.approval.service.Approval` (the
-operators' is `operator.Operating`; they share no base): intake's ``decide`` (the policy decides; a grant may stand in for an
-operator; an ``ask`` waits as a `Pending` request for operators or a quorum,
+operators' is `operator.Operating`; they share no base): intake's
+``decide`` (the policy decides; a grant may stand in for an operator; an
+``ask`` waits as a `Pending` request for operators or a quorum,
 within ``approval.timeout_seconds``) and ``withdraw`` (the agent went away).
 Pending requests are keyed by (agent uid, request ID): one agent's IDs
 neither collide with nor reveal another's (issue 27).
