@@ -40,7 +40,7 @@ from airlock.approval.rules import Decision, Policy
 from airlock.approval.signed import Ledger
 from airlock.approval.table import PendingTable, withdraw_when_gone
 from airlock.approval.tickets import TicketBook
-from airlock.approval.verdict import By, Decided, Ruling, asking_rules, verdict
+from airlock.approval.verdict import HOLD_RULE, By, Decided, Ruling, asking_rules, verdict
 from airlock.approval.votes import Votes
 from airlock.common import arguments, validate
 from airlock.common.audit import Audit, Ids, marks_of
@@ -369,7 +369,7 @@ class Deciding:
         key = (peer.uid, entry.request_id)
         if key in self.pending:  # the same agent's: another agent's ID is no concern of this one's
             raise AirlockError(ErrorCode.CONFLICT, "a request with this ID is already pending")
-        rule = "hold" if self.book.held and decision.decision == "allow" else decision.rule
+        rule = HOLD_RULE if self.book.held and decision.decision == "allow" else decision.rule
         entry.rule = rule
         entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, user_name(spec.run_as)
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
@@ -407,14 +407,16 @@ class Deciding:
         # The request belongs to a live client: when intake's call is gone
         # (the agent went away or cancelled), the request is withdrawn.
         watch = asyncio.ensure_future(withdraw_when_gone(call, entry))
-        verdict, by, operator_uid, reason = "interrupted", "", None, ""  # should the wait itself be cancelled
+        verdict: str
+        operator_uid: int | None
+        verdict, by, operator_uid, reason = Decided.INTERRUPTED, "", None, ""  # should the wait itself be cancelled
         try:
             await call.emit(
                 "pending_approval", {"request_id": entry.request_id, "rule": rule, "timeout_seconds": timeout}
             )
             verdict, by, operator_uid, reason = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
         except TimeoutError:
-            verdict, by, operator_uid, reason = "timeout", "timeout", None, ""
+            verdict, by, operator_uid, reason = Decided.TIMEOUT, "timeout", None, ""
         finally:
             watch.cancel()
             if self.pending.get(key) is entry:
@@ -430,7 +432,8 @@ class Deciding:
                 self.notifier.pending(fileop_review.for_observer(promoted.to_dict(time.time())) | {"event": "pending"})
             if entry.published is not None:
                 self.ledger.settle(entry.published, _SETTLED.get(verdict, "decided"))
-        if verdict == "interrupted":
+        decided = Decided(verdict)  # one of the registry: anything else is a bug, not a decision
+        if decided is Decided.INTERRUPTED:
             raise AirlockError(
                 ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"
             )
@@ -447,13 +450,13 @@ class Deciding:
             | self._shadow_of(spec, peer, session_of(request)),
             log_fields={"decision": verdict, "rule": rule},
         )
-        if verdict == "deny" and by not in ("agent", "timeout"):
+        if decided is Decided.DENY and by not in ("agent", "timeout"):
             self.reviewing.remember_denial(peer.uid, digest)
-        if verdict == "timeout":
+        if decided is Decided.TIMEOUT:
             raise AirlockError(ErrorCode.APPROVAL_TIMEOUT, f"no operator decided within {timeout:g}s", {"rule": rule})
-        if verdict == "withdrawn":
+        if decided is Decided.WITHDRAWN:
             raise AirlockError(ErrorCode.WITHDRAWN, reason, {"rule": rule})
-        if verdict == "deny":
+        if decided is Decided.DENY:
             raise AirlockError(
                 ErrorCode.DENIED,
                 f"denied by operator {by}" + (f": {reason}" if reason else ""),
@@ -493,4 +496,8 @@ class Deciding:
 INSPECT_SECONDS = 30.0
 
 # How a pending request ended, as the ledger of statements remembers it.
-_SETTLED = {"timeout": "expired", "withdrawn": "withdrawn", "interrupted": "interrupted"}
+_SETTLED: dict[str, str] = {
+    Decided.TIMEOUT: "expired",
+    Decided.WITHDRAWN: "withdrawn",
+    Decided.INTERRUPTED: "interrupted",
+}
