@@ -40,7 +40,7 @@ from airlock.approval.rules import Decision, Policy
 from airlock.approval.signed import Ledger
 from airlock.approval.table import PendingTable, withdraw_when_gone
 from airlock.approval.tickets import TicketBook
-from airlock.approval.verdict import HOLD_RULE, By, Decided, Ruling, asking_rules, verdict
+from airlock.approval.verdict import HOLD_RULE, LEDGER_STATE, By, Decided, Ruling, asking_rules, verdict
 from airlock.approval.votes import Votes
 from airlock.common import arguments, validate
 from airlock.common.audit import Audit, Ids, marks_of
@@ -431,7 +431,7 @@ class Deciding:
                 )
                 self.notifier.pending(fileop_review.for_observer(promoted.to_dict(time.time())) | {"event": "pending"})
             if entry.published is not None:
-                self.ledger.settle(entry.published, _SETTLED.get(verdict, "decided"))
+                self.ledger.settle(entry.published, LEDGER_STATE.get(verdict, "decided"))
         decided = Decided(verdict)  # one of the registry: anything else is a bug, not a decision
         if decided is Decided.INTERRUPTED:
             raise AirlockError(
@@ -484,20 +484,8 @@ class Deciding:
 
     async def withdraw(self, call: Call, args: wire.Withdraw) -> wire.Withdrawn:
         """intake (`wire.approval.WITHDRAW`, intake's only): the agent went away or cancelled; withdrawn at once."""
-        entry = self.pending.own(args.uid, args.request_id)  # only that agent's own request
-        if entry is None or entry.future.done():
-            return wire.Withdrawn(False)
-        del self.pending[(args.uid, args.request_id)]  # from now on an approve finds nothing
-        entry.future.set_result(("withdrawn", "agent", None, "withdrawn by the agent before a decision"))
-        return wire.Withdrawn(True)
+        return wire.Withdrawn(self.pending.withdraw(args.uid, args.request_id))
 
 
 # How long approval waits for the runner to classify a root job's arguments (hashing included).
 INSPECT_SECONDS = 30.0
-
-# How a pending request ended, as the ledger of statements remembers it.
-_SETTLED: dict[str, str] = {
-    Decided.TIMEOUT: "expired",
-    Decided.WITHDRAWN: "withdrawn",
-    Decided.INTERRUPTED: "interrupted",
-}

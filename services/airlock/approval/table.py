@@ -38,6 +38,16 @@ class PendingTable(dict[tuple[int, str], Pending]):
         """Agent ``uid``'s own pending request ``request_id`` (an agent names only its own)."""
         return self.get((uid, request_id))
 
+    def withdraw(self, uid: int, request_id: str) -> bool:
+        """Agent ``uid``'s own request ``request_id`` is withdrawn (out of the table at once: from now on an
+        approve finds nothing); False when it is not pending, or already decided."""
+        entry = self.own(uid, request_id)  # only that agent's own request
+        if entry is None or entry.future.done():
+            return False
+        del self[(uid, request_id)]
+        entry.future.set_result(("withdrawn", "agent", None, "withdrawn by the agent before a decision"))
+        return True
+
     def waiting(self, uid: int) -> int:
         """How many of agent ``uid``'s requests are pending."""
         return sum(1 for entry in self.values() if entry.peer.uid == uid)

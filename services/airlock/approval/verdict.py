@@ -35,6 +35,14 @@ class Decided(enum.StrEnum):
     INTERRUPTED = "interrupted"  # approval stopped while it was pending
 
 
+# How a pending request that no person decided ended, as the ledger of statements remembers it.
+LEDGER_STATE: dict[str, str] = {
+    Decided.TIMEOUT: "expired",
+    Decided.WITHDRAWN: "withdrawn",
+    Decided.INTERRUPTED: "interrupted",
+}
+
+
 class By(enum.StrEnum):
     """Who a verdict is: the policy's rule, a grant standing in for an operator, or people's votes."""
 

@@ -296,3 +296,20 @@ def test_a_runner_cannot_ask_for_a_decision_nor_intake_redeem_a_ticket(tmp_path:
         assert (await table["redeem"](redeem))["valid"] is True  # type: ignore[arg-type]
 
     asyncio.run(scenario())
+
+
+def test_a_withdrawal_names_only_the_agents_own_request_and_ends_its_wait(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        a, journal = approval(tmp_path, rule("asks", "ask"))
+        waiting = asyncio.ensure_future(decide(a, asking("r-1", spec())))
+        await until_pending(a, "r-1")
+        other = await a.withdraw(FakeCall({}), wire.Withdraw("r-1", AGENT.uid + 1))  # type: ignore[arg-type]
+        assert other.withdrawn is False and (AGENT.uid, "r-1") in a.pending  # another agent's ID: nothing
+        own = await a.withdraw(FakeCall({}), wire.Withdraw("r-1", AGENT.uid))  # type: ignore[arg-type]
+        assert own.withdrawn is True and (AGENT.uid, "r-1") not in a.pending
+        with pytest.raises(AirlockError) as gone:
+            await waiting
+        assert gone.value.code is ErrorCode.WITHDRAWN
+        assert journal.decided()[-1]["decision"] == "withdrawn"
+
+    asyncio.run(scenario())
