@@ -313,3 +313,16 @@ def test_a_withdrawal_names_only_the_agents_own_request_and_ends_its_wait(tmp_pa
         assert journal.decided()[-1]["decision"] == "withdrawn"
 
     asyncio.run(scenario())
+
+
+def test_explain_answers_a_missing_program_with_a_null_binary_that_decodes(tmp_path: Path) -> None:
+    from airlock.approval import explain
+
+    a, journal = approval(tmp_path, rule("ok", "allow"))
+    s = spec("sytemctl")
+    args = wire.Explain.from_dict({"request": {"request_id": "r-1"}, "spec": s.to_dict(), "peer": AGENT.to_dict()})
+    answer = asyncio.run(explain.explain(a, FakeCall({}), args))  # type: ignore[arg-type]
+    encoded = answer.to_dict()
+    assert encoded["stages"][0]["binary"] is None  # documented: null when nothing is found
+    assert wire.Explained.from_dict(encoded) == answer  # what intake decodes
+    assert journal.records == []  # asking is not doing

@@ -14,7 +14,7 @@ re-check of intake (a process must not trust another), not a second parse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.common.errors import AirlockError, ErrorCode
@@ -102,20 +102,24 @@ class Explain(Message):
     spec: dict[str, Any]  # approval's ExecSpec.from_dict checks it
 
 
+# The agent's `can` answer is a documented public shape (protocol.md): its absent values are null.
+_NULL: dict[str, Any] = {"null": True}
+
+
 @dataclass(frozen=True)
 class RuleNote(Message):
     name: str
-    description: str | None = None
+    description: str | None = field(default=None, metadata=_NULL)
 
 
 @dataclass(frozen=True)
 class StageAnswer(Message):
     argv: tuple[str, ...]
-    binary: str | None
     decision: str
     rules: tuple[RuleNote, ...]
     default: bool
     not_found: bool
+    binary: str | None = field(default=None, metadata=_NULL)  # None: not found
 
 
 @dataclass(frozen=True)
