@@ -253,6 +253,14 @@ def test_the_internal_door_serves_its_declared_verbs_each_to_its_declared_caller
             "approve_signed",
         }
     )
+    # The built door refuses a caller the declaration does not name, before reading its arguments:
+    # the runner (root here) asking for a decision, an agent's uid redeeming a ticket.
+    by_runner = asking("r-1", spec())
+    by_runner.peer = OPERATOR
+    for verb, call in (("decide", by_runner), ("redeem", FakeCall({}, AGENT))):
+        with pytest.raises(AirlockError) as refused:
+            asyncio.run(verbs[verb](call))  # type: ignore[arg-type]
+        assert refused.value.code is ErrorCode.UNAUTHORIZED, verb
     caller_of = approval_service.internal_caller(intake_uid=100, runner_uid=0)
     intake = Peer(uid=100, gid=100, pid=2, user="airlock-intake", groups=frozenset(), group_ids=(100,))
     assert caller_of(intake) == {Caller.INTAKE} and caller_of(OPERATOR) == {Caller.RUNNER}
