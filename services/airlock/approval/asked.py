@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airlock.approval.rules import UNRESOLVED_RULE, Decision, Subject
+from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
 from airlock.common.audit import Ids
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
@@ -127,3 +127,18 @@ def operator_view(asking: wire.Asking, spec: ExecSpec | FileSpec) -> dict[str, A
         return words | spec.describe() | {"file": spec.to_dict()}
     checked = spec.to_dict()
     return words | checked | {"spec": checked}
+
+
+def shadow_of(policy: Policy, spec: ExecSpec | FileSpec, peer: Peer, session: str | None) -> dict[str, Any]:
+    """Issue 34: what each matching ``mode: shadow`` rule would have decided, beside the real decision."""
+    if not policy.shadow:
+        return {}
+    subject = subject_of(peer, spec, session)
+    try:
+        if isinstance(spec, FileSpec):
+            found = policy.shadow_verdicts(subject, file=(spec.tool, spec.path))
+        else:
+            found = policy.shadow_verdicts(subject, spec.stages)
+    except AirlockError:
+        return {}
+    return {"shadow": found} if found else {}

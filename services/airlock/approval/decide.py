@@ -1,7 +1,7 @@
 """Deciding: the policy's verdict on a request, and waiting for operators.
 
-`Deciding` is intake's side of `airlock.approval.service.Approval` (the
-operators' is `operator.Operating`; they share no base): intake's
+`Deciding` is intake's side of approval (the operators' is
+`operator.Operating`), handed what it shares: intake's
 ``decide`` (the policy decides; a grant may stand in for an operator; an
 ``ask`` waits as a `Pending` request for operators or a quorum,
 within ``approval.timeout_seconds``) and ``withdraw`` (the agent went away).
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airlock.approval import fileop_review, hook, quorum, reviewer
@@ -29,6 +30,7 @@ from airlock.approval.asked import (
     policy_refusal,
     request_id_of,
     session_of,
+    shadow_of,
     subject_of,
     user_name,
 )
@@ -55,26 +57,49 @@ from airlock.common.wire import approval as wire
 
 
 class Deciding:
-    """intake's side of `Approval`; the attributes below are `Approval`'s."""
+    """intake's verbs (``decide``, ``withdraw``) and the wait for operators, handed what they share."""
 
-    policy: Policy
-    pending: PendingTable
-    notifier: hook.NotifyCommand
-    runner: Client
-    journal: Client
-    intake_uid: int | None
-    asks: AskLimits
-    book: TicketBook
-    votes: Votes
-    ledger: Ledger
-    config: Config
-    audit: Audit
-    grants: GrantBook
-    log: Any
-    reviewing: Reviewing
+    def __init__(
+        self,
+        settings: Callable[[], Config],
+        policy: Callable[[], Policy],
+        notifier: Callable[[], hook.NotifyCommand],
+        audit: Audit,
+        runner: Client,
+        log: Any,
+        *,
+        pending: PendingTable,
+        asks: AskLimits,
+        book: TicketBook,
+        grants: GrantBook,
+        votes: Votes,
+        reviewing: Reviewing,
+        ledger: Ledger,
+    ) -> None:
+        # What a reload replaces is read when used: a pending request keeps what it was given.
+        self._settings, self._policy, self._notifier = settings, policy, notifier
+        self.audit = audit
+        self.runner = runner  # inspect (a root job's arguments) and a file operation's preview
+        self.log = log
+        self.pending = pending
+        self.asks = asks
+        self.book = book
+        self.grants = grants
+        self.votes = votes
+        self.reviewing = reviewing
+        self.ledger = ledger
 
-    def _ttl(self) -> float:
-        return self.config.approval.ticket_ttl_seconds
+    @property
+    def config(self) -> Config:
+        return self._settings()
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy()
+
+    @property
+    def notifier(self) -> hook.NotifyCommand:
+        return self._notifier()
 
     async def decide(self, call: Call, args: wire.Decide) -> wire.Decided:
         """intake's request to decide (`wire.approval.DECIDE`): the typed message is the door's check of
@@ -191,7 +216,7 @@ class Deciding:
                 "grant_uses": granted.uses,
                 "policy": asked.decision.to_dict(),
             }
-            | self._shadow_of(asked.spec, asked.peer, asked.session),
+            | shadow_of(self.policy, asked.spec, asked.peer, asked.session),
             log_fields={"decision": "allow", "rule": rule},
             after=asked.after,
         )
@@ -201,7 +226,7 @@ class Deciding:
             "allow",
             rule,
             f"grant {granted.grant_id}",
-            self.book.issue(asked.digest, asked.bound, self._ttl(), by_policy=True),
+            self.book.issue(asked.digest, asked.bound, by_policy=True),
             asked.bound,
         )
 
@@ -258,7 +283,7 @@ class Deciding:
             "policy": asked.decision.to_dict(),
             "privileged": spec.privileged,
             "run_as": spec.run_as,
-        } | self._shadow_of(spec, asked.peer, asked.session)
+        } | shadow_of(self.policy, spec, asked.peer, asked.session)
         log_fields = {"decision": decided.value, "rule": rule}
         ids, after = asked.ids, asked.after
         if decided is Decided.DENY:
@@ -267,7 +292,7 @@ class Deciding:
         # A rule's allow is deferred (issue 21): durable with the runner's exec.started, which
         # names this mark (intake passes it on, and redeem hands it to the runner itself).
         mark = await self.audit.defer("approval.decided", ids, payload=payload, log_fields=log_fields, after=after)
-        ticket = self.book.issue(asked.digest, asked.bound, self._ttl(), by_policy=True, mark=mark)
+        ticket = self.book.issue(asked.digest, asked.bound, by_policy=True, mark=mark)
         return wire.Decided("allow", rule, "policy", ticket, asked.bound, mark)
 
     async def _file_view(
@@ -309,7 +334,7 @@ class Deciding:
                 "privileged": spec.privileged,
                 "run_as": spec.run_as,
             }
-            | self._shadow_of(spec, peer, session),
+            | shadow_of(self.policy, spec, peer, session),
             log_fields={"decision": opinion.decision, "rule": rule},
             after=after,
         )
@@ -320,21 +345,7 @@ class Deciding:
                 {"rule": rule, "decided_by": by},
             )
         # Automatic like a rule's allow: a hold made before the runner redeems it stops it (by_policy).
-        return wire.Decided("allow", rule, by, self.book.issue(digest, bound, self._ttl(), by_policy=True), bound)
-
-    def _shadow_of(self, spec: ExecSpec | FileSpec, peer: Peer, session: str | None) -> dict[str, Any]:
-        """Issue 34: what each matching ``mode: shadow`` rule would have decided, beside the real decision."""
-        if not self.policy.shadow:
-            return {}
-        subject = subject_of(peer, spec, session)
-        try:
-            if isinstance(spec, FileSpec):
-                found = self.policy.shadow_verdicts(subject, file=(spec.tool, spec.path))
-            else:
-                found = self.policy.shadow_verdicts(subject, spec.stages)
-        except AirlockError:
-            return {}
-        return {"shadow": found} if found else {}
+        return wire.Decided("allow", rule, by, self.book.issue(digest, bound, by_policy=True), bound)
 
     async def _wait_for_operator(
         self,
@@ -447,7 +458,7 @@ class Deciding:
             | entry.approvers()
             | ({"reviewer": entry.opinion} if entry.opinion else {})
             | ({"decided_with": entry.decided_with} if entry.decided_with else {})
-            | self._shadow_of(spec, peer, session_of(request)),
+            | shadow_of(self.policy, spec, peer, session_of(request)),
             log_fields={"decision": verdict, "rule": rule},
         )
         if decided is Decided.DENY and by not in ("agent", "timeout"):
@@ -462,9 +473,7 @@ class Deciding:
                 f"denied by operator {by}" + (f": {reason}" if reason else ""),
                 {"rule": rule, "decided_by": by},
             )
-        return wire.Decided(
-            "allow", rule, by, self.book.issue(entry.digest, entry.bound, self._ttl(), by_policy=False), entry.bound
-        )
+        return wire.Decided("allow", rule, by, self.book.issue(entry.digest, entry.bound, by_policy=False), entry.bound)
 
     async def _inspect_arguments(self, spec: ExecSpec, binaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A root job's path arguments that someone other than root can change (issue 27).

@@ -1,7 +1,7 @@
 """The operators' verbs on operator.sock, and the table that serves them.
 
-`Operating` is the operators' side of `airlock.approval.service.Approval`
-(intake's is `decide.Deciding`; they share no base):
+`Operating` is the operators' side of approval (intake's is
+`decide.Deciding`), handed what it shares:
 ``pending``, ``show``, ``approve``/``deny``, ``cancel``, ``status``,
 ``policy.check``, ``events``, ``audit.*``, ``kill``, ``running``.  The
 session tokens' verbs are `sessions.SessionTokens`'; ``hold`` and
@@ -32,7 +32,6 @@ from airlock.approval.signed import Ledger
 from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import (
-    TokenStore,
     unauthorized,
 )
 from airlock.approval.votes import Signed, Votes
@@ -41,30 +40,51 @@ from airlock.common.audit import Audit, Ids
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, uid_of, user_name
+from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 
 
 class Operating:
-    """The operators' side of `Approval`; the attributes below are `Approval`'s."""
+    """The operators' verbs on operator.sock, handed what they share with intake's side."""
 
-    policy: Policy
-    pending: PendingTable
-    tokens: TokenStore
-    lookup: JournalLookup
-    runner: Client
-    intake_uid: int | None
-    book: TicketBook
-    votes: Votes
-    outputs: OutputReads
-    ledger: Ledger
-    config: Config
-    audit: Audit
-    grants: GrantBook
-    journal: Client
-    sessions: SessionTokens
-    passkeys: Passkeys
+    def __init__(
+        self,
+        settings: Callable[[], Config],
+        policy: Callable[[], Policy],
+        audit: Audit,
+        journal: Client,
+        runner: Client,
+        *,
+        pending: PendingTable,
+        book: TicketBook,
+        grants: GrantBook,
+        votes: Votes,
+        ledger: Ledger,
+        passkeys: Passkeys,
+        sessions: SessionTokens,
+    ) -> None:
+        self._settings, self._policy = settings, policy  # a reload replaces them: read when used
+        self.audit = audit
+        self.journal = journal
+        self.runner = runner
+        self.lookup = JournalLookup(journal)
+        self.pending = pending
+        self.book = book
+        self.grants = grants
+        self.votes = votes
+        self.ledger = ledger
+        self.passkeys = passkeys
+        self.sessions = sessions
+        self.outputs = OutputReads(audit, runner, self._request_events)
+
+    @property
+    def config(self) -> Config:
+        return self._settings()
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy()
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
@@ -158,7 +178,7 @@ class Operating:
             "hold_uid": self.book.hold_by.get("uid") if held else None,
             "hold_since": self.book.hold_by.get("since") if held else None,
             "pending": len(self.pending),
-            "tokens": self.tokens.live(now),
+            "tokens": self.sessions.store.live(now),
             "grants": len(self.grants.live(now)),
             "services": await self._services(),
             "policy": {
@@ -256,8 +276,12 @@ class Operating:
         events = await self.lookup.request_events(ref)
         if not events and "/" in ref:
             owner, _, bare = ref.partition("/")
-            uid = _agent_uid(owner)
-            return [e for e in await self.lookup.request_events(bare) if _agents(e, uid)] if uid is not None else []
+            uid = refs.agent_uid(owner)
+            return (
+                [e for e in await self.lookup.request_events(bare) if refs.belongs_to(e, uid)]
+                if uid is not None
+                else []
+            )
         owners: list[int] = sorted(
             {
                 e["peer_uid"]
@@ -282,7 +306,7 @@ class Operating:
 
     async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
         # Only this agent's story: another agent may have used the same request ID.
-        events = [e for e in await self.lookup.request_events(entry.request_id) if _agents(e, entry.peer.uid)]
+        events = [e for e in await self.lookup.request_events(entry.request_id) if refs.belongs_to(e, entry.peer.uid)]
         shown = trail.summarise(events) if events else {}
         return shown | {
             "request_id": entry.request_id,
@@ -354,7 +378,7 @@ class Operating:
             args["signal"] = signame
         owner, _, bare = ref.rpartition("/")
         if owner:
-            uid = _agent_uid(owner)
+            uid = refs.agent_uid(owner)
             if uid is None:
                 raise AirlockError(ErrorCode.NOT_FOUND, f"no such agent {owner!r}")
             args |= {"ref": bare, "uid": uid}
@@ -463,21 +487,6 @@ def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
         return await verb(call)
 
     return checked
-
-
-def _agent_uid(owner: str) -> int | None:
-    """The uid an ``AGENT/ID`` reference's agent part names (a user name or uid); None if no such user."""
-    return int(owner) if owner.isdigit() else uid_of(owner)
-
-
-def _agents(event: dict[str, Any], uid: int) -> bool:
-    """Whether a journal event belongs to agent ``uid``'s request: an operator's action names the
-    agent it acted for (``agent_uid``); every other record of a request carries the agent's uid."""
-    if event.get("kind") == "operator.action":
-        payload = event.get("payload")
-        agent = payload.get("agent_uid") if isinstance(payload, dict) else None
-        return agent is None or agent == uid  # older records name no agent: kept
-    return event.get("peer_uid") in (None, uid)
 
 
 def _peer_for_user(user: str) -> Peer:

@@ -5,12 +5,15 @@ Two doors: ``internal/approval.sock`` (intake asks ``decide``; the runner
 A decision is journaled before it is returned; an approval produces a ticket
 bound to the spec's digest, valid once and for a few seconds.
 
-State that has one owner is an object passed in explicitly: the ticket
-book with the hold (`tickets.TicketBook`), the pending table
-(`table.PendingTable`), the live grants (`granting.GrantBook`).  The verbs
-live in `Approval`'s parts, one module each: `decide` (intake's decisions,
-waiting for operators), `operator` (the operators' verbs and their table)
-and `votes` (quorum, reasons, signatures).  Here: the shared state, reload
+`Approval` builds its parts once and hands each what it uses, explicitly
+(no mixins): state with one owner is an object -- the ticket book with the
+hold (`tickets.TicketBook`), the pending table (`table.PendingTable`), the
+live grants (`granting.GrantBook`), the reviewer's denial memory
+(`reviewing.Reviewing`), the session tokens (`sessions.SessionTokens`), the
+passkeys (`passkeys.Passkeys`); the verbs are intake's (`decide.Deciding`),
+the operators' (`operator.Operating`) and the votes' (`votes.Votes`).  What
+a reload replaces (the settings, the policy, the notify hook) is read
+through a getter, so every part sees the new one.  Here: the parts, reload
 and stop, and `build` (the two doors).
 """
 
@@ -28,9 +31,7 @@ from airlock.approval import explain, hook
 from airlock.approval.asks import AskLimits
 from airlock.approval.decide import Deciding
 from airlock.approval.granting import GrantBook
-from airlock.approval.lookup import JournalLookup
 from airlock.approval.operator import Operating
-from airlock.approval.output import OutputReads
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.policy import PolicyError, load_policy
 from airlock.approval.reviewing import Reviewing
@@ -55,14 +56,14 @@ from airlock.common.wire import verb as wire
 NAME = "approval"
 
 
-class Approval(Deciding, Operating):
-    """The shared state and the objects that own theirs, built once; intake's and the operators' verbs."""
+class Approval:
+    """approval's parts, built once, and what a reload replaces."""
 
-    def __init__(self, config: Config, policy: Policy, config_path: str | None) -> None:
+    def __init__(self, config: Config, policy: Policy, config_path: str | None, audit: Audit | None = None) -> None:
         self.config = config
         self.policy = policy
         self.config_path = config_path
-        self.audit = Audit(config, "approval")
+        self.audit = audit or Audit(config, "approval")  # a test may hand in its own journal
         self.journal = Client(
             config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE
         )
@@ -80,9 +81,15 @@ class Approval(Deciding, Operating):
             config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
         )
         self.intake_uid = uid_of(config.services.intake_user)
-        self.lookup = JournalLookup(self.journal)
         self.log = log.get()
-        self.book = TicketBook(self.journal, self.audit, self.log, self.pending, lambda: self.policy)
+        self.book = TicketBook(
+            self.journal,
+            self.audit,
+            self.log,
+            self.pending,
+            lambda: self.policy,
+            lambda: self.config.approval.ticket_ttl_seconds,
+        )
         self.reviewing = Reviewing(
             lambda: self.config, lambda: self.policy, self.book, self.runner, self.journal, self.log
         )
@@ -104,7 +111,35 @@ class Approval(Deciding, Operating):
             self.pending,
             self.grants,
         )
-        self.outputs = OutputReads(self.audit, self.runner, self._request_events)
+        self.operating = Operating(
+            lambda: self.config,
+            lambda: self.policy,
+            self.audit,
+            self.journal,
+            self.runner,
+            pending=self.pending,
+            book=self.book,
+            grants=self.grants,
+            votes=self.votes,
+            ledger=self.ledger,
+            passkeys=self.passkeys,
+            sessions=self.sessions,
+        )
+        self.deciding = Deciding(
+            lambda: self.config,
+            lambda: self.policy,
+            lambda: self.notifier,
+            self.audit,
+            self.runner,
+            self.log,
+            pending=self.pending,
+            asks=self.asks,
+            book=self.book,
+            grants=self.grants,
+            votes=self.votes,
+            reviewing=self.reviewing,
+            ledger=self.ledger,
+        )
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -214,11 +249,11 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         verbs=wire.serve(
             wire_approval.DOOR,
             {
-                wire_approval.DECIDE: approval.decide,
+                wire_approval.DECIDE: approval.deciding.decide,
                 wire_approval.EXPLAIN: functools.partial(explain.explain, approval),
                 wire_approval.REDEEM: approval.book.redeem,
                 wire_approval.TOKEN_CHECK: approval.sessions.check,
-                wire_approval.WITHDRAW: approval.withdraw,
+                wire_approval.WITHDRAW: approval.deciding.withdraw,
                 wire_approval.APPROVE_SIGNED: approval.votes.approve_signed,
             },
             caller_of=internal_caller(approval.intake_uid, uid_of(s.runner_user)),
@@ -242,7 +277,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             root=True,
         ),
         errors=within_reference_004,
-        verbs=approval.operator_verbs(decides),
+        verbs=approval.operating.operator_verbs(decides),
         # Issue 28: one observer's flood of connections cannot use up approval's
         # file descriptors (LimitNOFILE in the unit fits these caps; fd_budget).
         max_connections=config.operators.max_connections,

@@ -37,12 +37,21 @@ HOLD_RESTORE_SECONDS = 30.0
 class TicketBook:
     """The tickets issued and not yet redeemed, and the hold (held until the journal says otherwise)."""
 
-    def __init__(self, journal: Client, audit: Audit, log: Any, pending: PendingTable, policy: Callable[[], Policy]):
+    def __init__(
+        self,
+        journal: Client,
+        audit: Audit,
+        log: Any,
+        pending: PendingTable,
+        policy: Callable[[], Policy],
+        ttl: Callable[[], float],
+    ) -> None:
         self.journal = journal
         self.audit = audit
         self.log = log
         self.pending = pending  # the requests the hold alone may keep waiting (release decides them)
         self._policy = policy  # the policy now (a reload replaces it)
+        self._ttl = ttl  # approval.ticket_ttl_seconds now
         self.tickets: dict[str, Ticket] = {}
         # Held until the journal says otherwise (restore_hold at start): fail closed.
         self.hold_reason: str | None = "restoring the hold state from the journal"
@@ -57,16 +66,14 @@ class TicketBook:
     def held(self) -> bool:
         return self.hold_reason is not None
 
-    def issue(
-        self, digest: str, bound: Mapping[str, Any], ttl: float, *, by_policy: bool, mark: str | None = None
-    ) -> str:
-        """A single-use ticket for exactly this binding, valid ``ttl`` seconds (``approval.ticket_ttl_seconds``)."""
+    def issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool, mark: str | None = None) -> str:
+        """A single-use ticket for exactly this binding, valid ``approval.ticket_ttl_seconds``."""
         now = time.monotonic()
         for key in [k for k, t in self.tickets.items() if t.expires < now]:
             del self.tickets[key]
         ticket = secrets.token_urlsafe(32)
         # Only a hash is kept: a memory dump does not yield a redeemable ticket.
-        self.tickets[_ticket_key(ticket)] = Ticket(ticket_binding(digest, bound), now + ttl, by_policy, mark)
+        self.tickets[_ticket_key(ticket)] = Ticket(ticket_binding(digest, bound), now + self._ttl(), by_policy, mark)
         return ticket
 
     async def redeem(self, call: Call, args: wire.Redeem) -> wire.Redeemed:

@@ -72,9 +72,8 @@ def rule(name: str, decision: str, **extra: Any) -> Rule:
 def approval(tmp_path: Path, *rules: Rule, default: str = "deny") -> tuple[Approval, Journal]:
     empty = tmp_path / "airlock.yaml"
     empty.write_text("")
-    a = Approval(load(empty), Policy(default=default, rules=rules, sources=()), None)  # type: ignore[arg-type]
     journal = Journal()
-    a.audit = a.grants.audit = a.book.audit = a.votes.audit = journal  # type: ignore[assignment]
+    a = Approval(load(empty), Policy(default=default, rules=rules, sources=()), None, journal)  # type: ignore[arg-type]
     a.book.hold_reason = None
     a.book._hold_known.set()
     return a, journal
@@ -90,7 +89,7 @@ def asking(request_id: str, s: ExecSpec, **request: Any) -> FakeCall:
 
 
 async def decide(a: Approval, call: FakeCall) -> dict[str, Any]:
-    return (await a.decide(call, wire.Decide.from_dict(call.args))).to_dict()  # type: ignore[arg-type]
+    return (await a.deciding.decide(call, wire.Decide.from_dict(call.args))).to_dict()  # type: ignore[arg-type]
 
 
 async def redeem(a: Approval, reply: dict[str, Any], s: ExecSpec) -> dict[str, Any]:
@@ -277,11 +276,11 @@ def test_a_runner_cannot_ask_for_a_decision_nor_intake_redeem_a_ticket(tmp_path:
     table = serve(
         wire.DOOR,
         {
-            wire.DECIDE: a.decide,
-            wire.EXPLAIN: a.decide,  # only the door's shape matters here
+            wire.DECIDE: a.deciding.decide,
+            wire.EXPLAIN: a.deciding.decide,  # only the door's shape matters here
             wire.REDEEM: a.book.redeem,
             wire.TOKEN_CHECK: a.sessions.check,
-            wire.WITHDRAW: a.withdraw,
+            wire.WITHDRAW: a.deciding.withdraw,
             wire.APPROVE_SIGNED: a.votes.approve_signed,
         },
         caller_of=approval_service.internal_caller(intake_uid=100, runner_uid=0),
@@ -311,9 +310,9 @@ def test_a_withdrawal_names_only_the_agents_own_request_and_ends_its_wait(tmp_pa
         a, journal = approval(tmp_path, rule("asks", "ask"))
         waiting = asyncio.ensure_future(decide(a, asking("r-1", spec())))
         await until_pending(a, "r-1")
-        other = await a.withdraw(FakeCall({}), wire.Withdraw("r-1", AGENT.uid + 1))  # type: ignore[arg-type]
+        other = await a.deciding.withdraw(FakeCall({}), wire.Withdraw("r-1", AGENT.uid + 1))  # type: ignore[arg-type]
         assert other.withdrawn is False and (AGENT.uid, "r-1") in a.pending  # another agent's ID: nothing
-        own = await a.withdraw(FakeCall({}), wire.Withdraw("r-1", AGENT.uid))  # type: ignore[arg-type]
+        own = await a.deciding.withdraw(FakeCall({}), wire.Withdraw("r-1", AGENT.uid))  # type: ignore[arg-type]
         assert own.withdrawn is True and (AGENT.uid, "r-1") not in a.pending
         with pytest.raises(AirlockError) as gone:
             await waiting
