@@ -261,7 +261,7 @@ async def _run(stack: Stack, spec: ExecSpec, ticket: str, op: str | None = None)
     runner = Client(
         stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
     )
-    return await runner.call(
+    ran = await runner.call(
         "exec",
         {
             "ticket": ticket,
@@ -270,6 +270,7 @@ async def _run(stack: Stack, spec: ExecSpec, ticket: str, op: str | None = None)
             "bound": _BOUND.get(ticket, {}),
         },
     )
+    return dict(ran["evidence"])  # wire.runner.Ran
 
 
 @contextlib.contextmanager

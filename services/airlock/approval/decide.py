@@ -54,6 +54,7 @@ from airlock.common.peer import Peer
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
 from airlock.common.wire import approval as wire
+from airlock.common.wire import runner as runner_wire
 
 
 class Deciding:
@@ -486,10 +487,10 @@ class Deciding:
         programs = [str(b.get("path") or "") for b in binaries]
         if not arguments.worth_inspecting(spec.stages, programs, cwd_given=spec.cwd is not None):
             return []
-        found = await self.runner.call(
-            "inspect", {"spec": spec.to_dict(), "programs": programs}, timeout=INSPECT_SECONDS
+        found = await runner_wire.stub(self.runner).call(
+            runner_wire.INSPECT, runner_wire.Inspect(spec, tuple(programs)), timeout=INSPECT_SECONDS
         )
-        return arguments.parse_bound(found.get("arguments"), spec.stages)
+        return arguments.parse_bound(list(found.arguments), spec.stages)
 
     async def withdraw(self, call: Call, args: wire.Withdraw) -> wire.Withdrawn:
         """intake (`wire.approval.WITHDRAW`, intake's only): the agent went away or cancelled; withdrawn at once."""

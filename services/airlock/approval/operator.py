@@ -13,6 +13,7 @@ door's verb table: a token is refused there, an observer may only read.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import time
@@ -43,6 +44,8 @@ from airlock.common.ipc import Client
 from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import runner as runner_wire
+from airlock.common.wire.verb import Empty
 
 
 class Operating:
@@ -363,8 +366,8 @@ class Operating:
             waiting[0].solo = True  # one operation: requests attached to it keep waiting (issue 34)
             waiting[0].future.set_result(("deny", operator.user, operator.uid, why))
             return {"operation_id": op, "cancelling": True, "was": "pending"}
-        data = await self.runner.call("cancel", {"operation_id": op})
-        return dict(data) | {"was": "running"}
+        data = await runner_wire.stub(self.runner).call(runner_wire.CANCEL, runner_wire.Cancel(op))
+        return data.to_dict() | {"was": "running"}
 
     async def kill(self, call: Call) -> dict[str, Any]:
         """Signal a running job (issue 35): ``ref`` is its request or operation ID (``AGENT/ID`` when
@@ -373,16 +376,15 @@ class Operating:
         reason = validate.text("reason", call.args.get("reason") or "", max_len=1024)
         signame = call.args.get("signal")
         operator = call.peer
-        args: dict[str, Any] = {"ref": ref, "by": operator.user, "reason": reason}
-        if signame is not None:
-            args["signal"] = signame
+        args = runner_wire.Kill(ref=ref, by=operator.user, reason=reason, signal=signame)
         owner, _, bare = ref.rpartition("/")
         if owner:
             uid = refs.agent_uid(owner)
             if uid is None:
                 raise AirlockError(ErrorCode.NOT_FOUND, f"no such agent {owner!r}")
-            args |= {"ref": bare, "uid": uid}
-        job = await self.runner.call("kill", args | {"dry": True})
+            args = dataclasses.replace(args, ref=bare, uid=uid)
+        runner = runner_wire.stub(self.runner)
+        job = (await runner.call(runner_wire.KILL, dataclasses.replace(args, dry=True))).to_dict()
         await self.audit.record(
             "operator.action",
             Ids(job.get("request_id"), job.get("operation_id"), operator.uid),
@@ -394,11 +396,11 @@ class Operating:
                 "agent_uid": job.get("agent_uid"),
             },
         )
-        return dict(await self.runner.call("kill", args))
+        return (await runner.call(runner_wire.KILL, args)).to_dict()
 
     async def running(self, call: Call) -> dict[str, Any]:
         """The commands running now (the runner's list): for `airlock watch`'s kill key and for reading."""
-        return dict(await self.runner.call("running", {}))
+        return (await runner_wire.stub(self.runner).call(runner_wire.RUNNING, Empty())).to_dict()
 
     async def audit_verify(self, call: Call) -> dict[str, Any]:
         return await self.journal.call("verify", call.args, timeout=600)

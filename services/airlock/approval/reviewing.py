@@ -24,6 +24,7 @@ from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import Peer
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import runner as runner_wire
 
 # The runner's reply to ``review`` may come this long after the reviewer's own deadline.
 REVIEW_MARGIN_SECONDS = 5.0
@@ -103,9 +104,12 @@ class Reviewing:
         started = time.monotonic()
         result: dict[str, Any] | None
         try:
-            result = await self.runner.call(
-                "review", {"statement": text}, timeout=settings.reviewer_timeout_seconds + REVIEW_MARGIN_SECONDS
+            reviewed = await runner_wire.stub(self.runner).call(
+                runner_wire.REVIEW,
+                runner_wire.Review(text),
+                timeout=settings.reviewer_timeout_seconds + REVIEW_MARGIN_SECONDS,
             )
+            result = reviewed.to_dict()
         except (AirlockError, OSError, TimeoutError) as exc:
             self.log.warning("approval.reviewer.unreachable", request_id=text["request_id"], error=str(exc))
             result = None

@@ -38,6 +38,7 @@ from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, may_decide, uid
 from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
 from airlock.common.wire import approval as wire_approval
+from airlock.common.wire import runner as runner_wire
 from airlock.common.wire.verb import Stub
 from airlock.intake import fileop_request, sudo_proxy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
@@ -432,18 +433,17 @@ class Intake:
                 marks = []
             self.operations[(peer.uid, op)] = peer.uid
             try:
-                outcome = await self.runner.call(
-                    work.runner_verb,
-                    work.runner_args
-                    | {
-                        "ticket": decision["ticket"],
-                        "bound": decision.get("bound") or {},
-                        "operation_id": op,
-                        "after": marks,
-                    },
-                    on_event=forward,
-                    timeout=work.runner_timeout,
+                args = runner_wire.approved(
+                    work.runner_args,
+                    ticket=decision["ticket"],
+                    bound=decision.get("bound") or {},
+                    operation_id=op,
+                    after=marks,
                 )
+                reply = await runner_wire.stub(self.runner).call(
+                    work.runner_verb, args, on_event=forward, timeout=work.runner_timeout
+                )
+                outcome = runner_wire.outcome(reply)
             except Unreachable as exc:
                 if not exc.details.get("reply_too_large"):
                     raise
@@ -631,7 +631,8 @@ class Intake:
         owner = self.operations.get((peer.uid, op))
         if owner is None or owner != peer.uid:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
-        return await self.runner.call("cancel", {"operation_id": op, "uid": peer.uid})
+        cancelled = await runner_wire.stub(self.runner).call(runner_wire.CANCEL, runner_wire.Cancel(op, peer.uid))
+        return cancelled.to_dict()
 
     async def approve_signed(self, request: Request, peer: Peer) -> dict[str, Any]:
         """An agent carries an operator's signature (issue 18): approval checks it; the agent cannot forge one.
