@@ -497,5 +497,4 @@ class Deciding:
         return wire.Withdrawn(self.pending.withdraw(args.uid, args.request_id))
 
 
-# How long approval waits for the runner to classify a root job's arguments (hashing included).
-INSPECT_SECONDS = 30.0
+INSPECT_SECONDS = 30.0  # for the runner to classify a root job's arguments (hashing included)

@@ -32,9 +32,7 @@ from airlock.approval.sessions import SessionTokens
 from airlock.approval.signed import Ledger
 from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.tickets import TicketBook
-from airlock.approval.tokens import (
-    unauthorized,
-)
+from airlock.approval.tokens import unauthorized
 from airlock.approval.votes import Signed, Votes
 from airlock.common import trail, validate
 from airlock.common.audit import Audit, Ids
