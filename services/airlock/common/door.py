@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import select
+import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -59,6 +60,8 @@ class Connection:
         self._handshake_deadline = time.monotonic() + self._read_timeout if door.name in CLIENT_DOORS else None
         self._write_timeout = write_timeout(config, door)
         self.closed_by_peer = False
+        # Waiting for the next request after a whole one (not a first line): a stop ends it at once.
+        self.between_requests = False
         # Set when the server gave up on this client (it did not take its bytes in time).
         self.dropped: str | None = None
         self.on_dropped: Callable[[Connection, str], None] | None = None
@@ -88,6 +91,7 @@ class Connection:
                 budget = self._read_timeout
             if budget <= 0:
                 raise self._too_slow(handshake)
+            self.between_requests = handshake is None and not self.decoder.buffered
             try:
                 chunk = await asyncio.wait_for(self.reader.read(64 * 1024), budget)
             except TimeoutError:
@@ -97,11 +101,28 @@ class Connection:
             except ConnectionError:
                 self.closed_by_peer = True
                 return None
+            finally:
+                self.between_requests = False
             if not chunk:
                 self.closed_by_peer = True
                 self.decoder.end_of_stream()
                 return None
             self.decoder.feed(chunk)
+
+    def end_if_idle(self) -> None:
+        """On stop: a client waiting between requests (a pooled connection) is no work in flight.
+
+        Waited for, it held a stop until limits.read_timeout_seconds, and two
+        services holding each other's pooled connections each waited that long
+        (issue 36's slow teardowns).  Our reading side is shut: bytes the
+        client already sent are still read (and answered), then the end of
+        stream ends the connection; a later write of the client's fails
+        (EPIPE), which `ipc.Client` takes for a closed pooled connection and
+        asks again on a new one.
+        """
+        if self.between_requests:
+            with contextlib.suppress(OSError):
+                self.writer.get_extra_info("socket").shutdown(socket.SHUT_RD)
 
     def _too_slow(self, handshake: float | None) -> AirlockError:
         if handshake is not None:

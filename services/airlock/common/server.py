@@ -74,6 +74,7 @@ class Service:
         self._stop = asyncio.Event()
         self._idle_since = time.monotonic()
         self._servers: list[asyncio.Server] = []
+        self._connections: set[Connection] = set()
         self.on_reload: Callable[[], Awaitable[None]] | None = None
         self.on_started: Callable[[], Awaitable[None]] | None = None  # serving: e.g. journal service.started
         self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
@@ -120,6 +121,8 @@ class Service:
         # and queued connections wait for the next instance.
         for server in self._servers:
             server.close()
+        for conn in list(self._connections):
+            conn.end_if_idle()
         if self._tasks:
             self.notifier.status(f"finishing {len(self._tasks)} in-flight request(s)")
             _done, pending = await asyncio.wait(set(self._tasks), timeout=self.config.services.stop_timeout_seconds)
@@ -228,10 +231,14 @@ class Service:
                 return
             conn = Connection(reader, writer, peer, door, self.config)
             conn.on_dropped = self._dropped
-            if door.handler is not None:
-                await door.handler(conn)
-            else:
-                await self._native(conn)
+            self._connections.add(conn)
+            try:
+                if door.handler is not None:
+                    await door.handler(conn)
+                else:
+                    await self._native(conn)
+            finally:
+                self._connections.discard(conn)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except Exception as exc:  # the one place that may catch anything

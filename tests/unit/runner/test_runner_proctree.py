@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlock.cli.operator import tree_lines
+from airlock.cli.show import tree_lines
 from airlock.common.codec import canonical_json
 from airlock.runner import execwatch
 
