@@ -37,11 +37,13 @@ from airlock.common.ipc import Client, Unreachable
 from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, may_decide, uid_of
 from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
+from airlock.common.wire import approval as wire_approval
 from airlock.common.wire import journal as jwire
 from airlock.common.wire import runner as runner_wire
+from airlock.common.wire.verb import Stub
 from airlock.intake import fileop_request, sudo_proxy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
-from airlock.intake.work import Work, exec_work, file_work
+from airlock.intake.work import Work, asking, exec_work, file_work
 
 NAME = "intake"
 NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *fileop_request.VERBS, "approve_signed", "can")
@@ -211,8 +213,12 @@ class Intake:
         """
         req = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
         check_privilege(req.spec.run_as, self.runner_uid, privileged=req.spec.privileged)
-        request = req.describe() | {"spec": req.spec.to_dict()}
-        return await self.approval.call("explain", {"request": request, "peer": call.peer.to_dict()}, timeout=30)
+        explain = wire_approval.Explain.from_dict(
+            {"request": asking(req), "spec": req.spec.to_dict(), "peer": call.peer.to_dict()}
+        )
+        return (
+            await Stub(wire_approval.DOOR, self.approval).call(wire_approval.EXPLAIN, explain, timeout=30)
+        ).to_dict()
 
     async def _approve_signed(self, call: Call) -> dict[str, Any]:
         return await self.approve_signed(call.request, call.peer)
@@ -249,7 +255,10 @@ class Intake:
                 raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
             return None
         try:
-            data = await self.approval.call("token.check", {"token": request.token, "uid": peer.uid}, timeout=10)
+            check = wire_approval.TokenCheck(request.token, peer.uid)
+            data = (
+                await Stub(wire_approval.DOOR, self.approval).call(wire_approval.TOKEN_CHECK, check, timeout=10)
+            ).to_dict()
         except AirlockError as exc:
             # Approval could not answer (or could not tell who asked): that is not a bad token.
             if exc.code in (ErrorCode.APPROVAL_UNAVAILABLE, ErrorCode.IDENTITY_UNAVAILABLE):
@@ -396,7 +405,7 @@ class Intake:
             try:
                 decision = await self._unless_withdrawn(
                     self._decide(
-                        {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op, "after": marks},
+                        work.decide_request | {"peer": peer.to_dict(), "operation_id": op, "after": marks},
                         forward,
                     ),
                     conn,
@@ -485,7 +494,13 @@ class Intake:
                     await forward(event)
 
                 # The client's own deadline stays out of the way: the window above is the bound.
-                return await self.approval.call("decide", args, on_event=on_event, timeout=NO_CALL_DEADLINE)
+                decided = await Stub(wire_approval.DOOR, self.approval).call(
+                    wire_approval.DECIDE,
+                    wire_approval.Decide.from_dict(args),
+                    on_event=on_event,
+                    timeout=NO_CALL_DEADLINE,
+                )
+                return decided.to_dict()
         except TimeoutError:
             raise AirlockError(
                 ErrorCode.APPROVAL_UNAVAILABLE, "approval did not decide within the deadline it gave"
@@ -545,7 +560,8 @@ class Intake:
         Approval keys pending requests by (uid, ID): the uid says whose request it is.
         """
         try:
-            await self.approval.call("withdraw", {"request_id": request_id, "uid": uid}, timeout=10)
+            withdraw = wire_approval.Withdraw(request_id, uid)
+            await Stub(wire_approval.DOOR, self.approval).call(wire_approval.WITHDRAW, withdraw, timeout=10)
             await asyncio.wait_for(asyncio.shield(decide), 10)
         except (AirlockError, TimeoutError):
             pass  # the finally cancels the decide call: approval sees its connection close
@@ -637,7 +653,10 @@ class Intake:
             "reason": validate.text("reason", request.args.get("reason") or "", max_len=4096),
             "peer": peer.to_dict(),
         }
-        return await self.approval.call("approve_signed", args, timeout=60)
+        signed = wire_approval.ApproveSigned.from_dict(args)
+        return (
+            await Stub(wire_approval.DOOR, self.approval).call(wire_approval.APPROVE_SIGNED, signed, timeout=60)
+        ).to_dict()
 
 
 def operation_key(uid: int, operation_id: str) -> str:
