@@ -78,68 +78,128 @@ def carry(cls: type[T]) -> type[T]:
     return cls
 
 
-def _convert(cls: type, key: str, hint: Any, value: Any) -> Any:
-    """``value`` checked against ``hint`` (and turned into its type: a tuple, an enum, a message)."""
-    if hint is Any:
-        return value
-    if hint in _CARRIED:
+# A field's check is compiled once per type (at a class's first decode), not interpreted per value:
+# the hot path decodes several messages per exec in every service (issue 37).
+Convert = Callable[[type, str, Any], Any]
+Encode = Callable[[Any], Any]
+
+
+def _nested(hint: Any) -> Convert:
+    """A message or a carried type: its own check, its errors named under this field."""
+    own_prefix = hint not in _CARRIED  # a message's errors read "Type: field: text"
+
+    def convert(cls: type, key: str, value: Any) -> Any:
         if not isinstance(value, dict):
             raise _bad(cls, key, "must be an object")
         try:
             return hint.from_dict(value)
-        except AirlockError as exc:  # the carried type's own message, under this field
+        except AirlockError as exc:
             inner = exc.details.get("field", "")
-            message = exc.message.split(": ", 1)[-1] if inner else exc.message
+            if own_prefix:
+                message = exc.message.split(": ", 2)[-1]
+            else:
+                message = exc.message.split(": ", 1)[-1] if inner else exc.message
             raise _bad(cls, f"{key}.{inner}" if inner else key, message) from None
+
+    return convert
+
+
+@functools.cache
+def _converter(hint: Any) -> Convert:
+    """The check of one field type: returns the value (as its type) or raises naming the field."""
+    if hint is Any:
+        return lambda cls, key, value: value
+    if hint in _CARRIED or (isinstance(hint, type) and issubclass(hint, Message)):
+        return _nested(hint)
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return _convert_union(cls, key, typing.get_args(hint), value)
+        return _union(typing.get_args(hint))
     if origin in (tuple, list, dict):
-        return _convert_container(cls, key, origin, typing.get_args(hint), value)
-    if isinstance(hint, type) and issubclass(hint, Message):
-        if not isinstance(value, dict):
-            raise _bad(cls, key, "must be an object")
-        try:
-            return hint.from_dict(value)
-        except AirlockError as exc:  # name the field from the outer message down
-            inner = exc.details.get("field", "")
-            raise _bad(cls, f"{key}.{inner}" if inner else key, exc.message.split(": ", 2)[-1]) from None
+        return _container(origin, typing.get_args(hint))
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return _enum(hint)
+    if hint not in _SCALARS:
+        raise TypeError(f"type {hint!r} cannot be carried")
+    return _scalar(hint)
+
+
+def _enum(hint: type[enum.Enum]) -> Convert:
+    def convert(cls: type, key: str, value: Any) -> Any:
         try:
             return hint(value)
         except ValueError:
             raise _bad(cls, key, f"must be one of {', '.join(str(m.value) for m in hint)}") from None
-    return _convert_scalar(cls, key, hint, value)
+
+    return convert
 
 
-def _convert_union(cls: type, key: str, options: tuple[Any, ...], value: Any) -> Any:
-    if value is None and type(None) in options:
-        return None
-    real = [option for option in options if option is not type(None)]
+def _union(options: tuple[Any, ...]) -> Convert:
+    nullable = type(None) in options
+    real = [_converter(option) for option in options if option is not type(None)]
     if len(real) == 1:  # ``T | None``: T's own error, with its field
-        return _convert(cls, key, real[0], value)
-    errors = []
-    for option in real:
-        try:
-            return _convert(cls, key, option, value)
-        except AirlockError as exc:
-            errors.append(exc.message.split(": ", 2)[-1])
-    raise _bad(cls, key, " or ".join(errors) or "null not allowed")
+        only = real[0]
+
+        def optional(cls: type, key: str, value: Any) -> Any:
+            return None if value is None and nullable else only(cls, key, value)
+
+        return optional
+
+    def convert(cls: type, key: str, value: Any) -> Any:
+        if value is None and nullable:
+            return None
+        errors = []
+        for option in real:
+            try:
+                return option(cls, key, value)
+            except AirlockError as exc:
+                errors.append(exc.message.split(": ", 2)[-1])
+        raise _bad(cls, key, " or ".join(errors) or "null not allowed")
+
+    return convert
 
 
-def _convert_container(cls: type, key: str, origin: Any, params: tuple[Any, ...], value: Any) -> Any:
+def _container(origin: Any, params: tuple[Any, ...]) -> Convert:
     if origin is dict:
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise _bad(cls, key, "must be an object")
         if params[0] is not str:
-            raise TypeError(f"{cls.__name__}.{key}: only dict[str, T] is supported")
-        return {k: _convert(cls, f"{key}.{k}", params[1], v) for k, v in value.items()}
-    if not isinstance(value, list | tuple):
-        raise _bad(cls, key, "must be a list")
+            raise TypeError("only dict[str, T] is supported")
+        item = _converter(params[1])
+        if params[1] is Any:
+
+            def mapping(cls: type, key: str, value: Any) -> Any:
+                if type(value) is not dict or not all(type(k) is str for k in value):
+                    raise _bad(cls, key, "must be an object")
+                return value
+
+            return mapping
+
+        def typed_mapping(cls: type, key: str, value: Any) -> Any:
+            if type(value) is not dict or not all(type(k) is str for k in value):
+                raise _bad(cls, key, "must be an object")
+            return {k: item(cls, f"{key}.{k}", v) for k, v in value.items()}
+
+        return typed_mapping
     if origin is tuple and params[1:] != (Ellipsis,):
-        raise TypeError(f"{cls.__name__}.{key}: only tuple[T, ...] is supported")
-    items = [_convert(cls, f"{key}[{i}]", params[0], v) for i, v in enumerate(value)]
-    return tuple(items) if origin is tuple else items
+        raise TypeError("only tuple[T, ...] is supported")
+    element = _converter(params[0])
+    make = tuple if origin is tuple else list
+    if params[0] is str:
+
+        def strings(cls: type, key: str, value: Any) -> Any:
+            if not isinstance(value, list | tuple):
+                raise _bad(cls, key, "must be a list")
+            for i, v in enumerate(value):
+                if type(v) is not str:
+                    raise _bad(cls, f"{key}[{i}]", "must be a string")
+            return make(value)
+
+        return strings
+
+    def sequence(cls: type, key: str, value: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            raise _bad(cls, key, "must be a list")
+        return make(element(cls, f"{key}[{i}]", v) for i, v in enumerate(value))
+
+    return sequence
 
 
 _SCALARS: dict[type, tuple[type | tuple[type, ...], str]] = {
@@ -150,13 +210,32 @@ _SCALARS: dict[type, tuple[type | tuple[type, ...], str]] = {
 }
 
 
-def _convert_scalar(cls: type, key: str, hint: Any, value: Any) -> Any:
-    if hint not in _SCALARS:
-        raise TypeError(f"{cls.__name__}.{key}: type {hint!r} cannot be carried")
+def _scalar(hint: type) -> Convert:
     accepted, message = _SCALARS[hint]
-    if not isinstance(value, accepted) or (hint is not bool and isinstance(value, bool)):
-        raise _bad(cls, key, message)
-    return float(typing.cast(float, value)) if hint is float else value
+    if hint is str:
+
+        def text(cls: type, key: str, value: Any) -> Any:
+            if type(value) is not str and not isinstance(value, str):
+                raise _bad(cls, key, message)
+            return value
+
+        return text
+
+    def convert(cls: type, key: str, value: Any) -> Any:
+        if not isinstance(value, accepted) or (hint is not bool and isinstance(value, bool)):
+            raise _bad(cls, key, message)
+        return float(typing.cast(float, value)) if hint is float else value
+
+    return convert
+
+
+def _convert(cls: type, key: str, hint: Any, value: Any) -> Any:
+    """``value`` checked against ``hint`` (and turned into its type: a tuple, an enum, a message)."""
+    try:
+        convert = _converter(hint)
+    except TypeError as exc:
+        raise TypeError(f"{cls.__name__}.{key}: {exc}") from None
+    return convert(cls, key, value)
 
 
 def _encode(value: Any) -> Any:
@@ -171,6 +250,16 @@ def _encode(value: Any) -> Any:
     return value
 
 
+def _plain(hint: Any) -> bool:
+    """Whether values of ``hint`` encode as themselves (no message, enum, tuple inside)."""
+    if hint in (str, int, float, bool, type(None)):
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return all(_plain(option) for option in typing.get_args(hint))
+    return origin is dict and typing.get_args(hint)[1] is Any
+
+
 @dataclass(frozen=True, slots=True)
 class _Field:
     name: str  # the attribute
@@ -178,6 +267,8 @@ class _Field:
     hint: Any
     required: bool
     null: bool  # ``metadata={"null": True}``: None is carried as null, not left out (a documented public key)
+    convert: Convert
+    plain: bool  # encodes as itself
 
 
 class Message:
@@ -199,8 +290,18 @@ class Message:
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             key = f.metadata.get("key", f.name)
-            plan.append(_Field(f.name, key, hints[f.name], required, bool(f.metadata.get("null"))))
+            try:
+                convert = _converter(hints[f.name])
+            except TypeError as exc:
+                raise TypeError(f"{cls.__name__}.{f.name}: {exc}") from None
+            null = bool(f.metadata.get("null"))
+            plan.append(_Field(f.name, key, hints[f.name], required, null, convert, _plain(hints[f.name])))
         return tuple(plan)
+
+    @classmethod
+    @functools.cache
+    def _keys(cls) -> frozenset[str]:
+        return frozenset(f.key for f in cls._plan())
 
     @classmethod
     def from_dict(cls, untrusted: Mapping[str, Any]) -> Self:
@@ -208,17 +309,15 @@ class Message:
         if not isinstance(untrusted, Mapping):
             raise _bad(cls, "", "must be an object")
         plan = cls._plan()
-        if cls.strict:
-            unknown = set(untrusted) - {f.key for f in plan}
-            if unknown:
-                raise _bad(cls, sorted(unknown)[0], "unknown field")
+        if cls.strict and not cls._keys().issuperset(untrusted):
+            raise _bad(cls, sorted(set(untrusted) - cls._keys())[0], "unknown field")
         values: dict[str, Any] = {}
         for f in plan:
             if f.key not in untrusted:
                 if f.required:
                     raise _bad(cls, f.key, "required")
                 continue
-            values[f.name] = _convert(cls, f.key, f.hint, untrusted[f.key])
+            values[f.name] = f.convert(cls, f.key, untrusted[f.key])
         message = cls(**values)
         message.check()
         return message
@@ -232,7 +331,7 @@ class Message:
         for f in self._plan():
             value = getattr(self, f.name)
             if value is not None or f.null:
-                out[f.key] = _encode(value)
+                out[f.key] = value if f.plain else _encode(value)
         return out
 
 
