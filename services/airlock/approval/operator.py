@@ -6,7 +6,8 @@
 (``token.issue``/``token.revoke``, and intake's ``token.check``).  ``hold``
 and ``release`` are in `tickets`; ``statement``, ``grants`` and
 ``grant.revoke`` in `votes`.  `Operating.operator_verbs` is the operator
-door's verb table: a token is refused there, an observer may only read.
+door's verb table, built from `common.wire.operator`'s declarations: a token
+is refused there, an observer may call only what the declarations let it.
 """
 
 from __future__ import annotations
@@ -39,9 +40,12 @@ from airlock.common.audit import Ids
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, uid_of, user_name
+from airlock.common.peer import Peer, identify, may_decide, uid_of, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import operator as op
+from airlock.common.wire import verb as wire
+from airlock.common.wire.verb import Caller
 
 
 class Operating(Tickets, Votes, Passkeys, OutputReads):
@@ -463,44 +467,65 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         return await self.journal.call("head", {})
 
     def operator_verbs(self, decides: Callable[[Peer], bool]) -> dict[str, Verb]:
-        """The operator door's verbs: none for a token; an observer (not ``decides``) only `OBSERVER_VERBS`."""
-        return {
-            name: _operator_only(verb if name in OBSERVER_VERBS else _not_observer(verb, decides))
-            for name, verb in {
-                "status": self.status,
-                "pending": self.list_pending,
-                "show": self.show,
-                "statement": self.statement,
-                "grants": self.list_grants,
-                "grant.revoke": self.revoke_grant,
-                "approve": self.approve,
-                "deny": self.deny,
-                "cancel": self.cancel,
-                "kill": self.kill,
-                "running": self.running,
-                "hold": self.hold,
-                "release": self.release,
-                "policy.check": self.policy_check,
-                "events": self.events,
-                "audit.verify": self.audit_verify,
-                "audit.head": self.audit_head,
-                "audit.archive": self.audit_archive,
-                "token.issue": self.token_issue,
-                "token.revoke": self.token_revoke,
-                "passkey.enroll": self.passkey_enroll,
-                "passkey.enroll_wait": self.passkey_enroll_wait,
-                "passkey.register_begin": self.passkey_register_begin,
-                "passkey.register_finish": self.passkey_register_finish,
-                "passkey.login_begin": self.passkey_login_begin,
-                "passkey.login_finish": self.passkey_login_finish,
-                "passkey.decide_begin": self.passkey_decide_begin,
-                "passkey.decide": self.passkey_decide,
-                "passkey.list": self.passkey_list,
-                "passkey.revoke": self.passkey_revoke,
-                "output": self.output,
-                "logs": self.logs,
-            }.items()
-        }
+        """The operator door's table, built from `wire.operator`'s declarations: none for a token; each
+        verb refuses a caller its declaration does not name (an observer: not ``decides``)."""
+        web_user = self.config.web.user
+
+        def caller_of(peer: Peer) -> frozenset[Caller]:
+            if decides(peer):
+                return frozenset({Caller.OPERATOR})
+            if peer.user == web_user and peer.uid != 0:
+                return frozenset({Caller.OBSERVER, Caller.WEB})
+            return frozenset({Caller.OBSERVER})
+
+        handlers = {
+            op.STATUS: self.status,
+            op.PENDING: self.list_pending,
+            op.SHOW: self.show,
+            op.STATEMENT: self.statement,
+            op.GRANTS: self.list_grants,
+            op.GRANT_REVOKE: self.revoke_grant,
+            op.APPROVE: self.approve,
+            op.DENY: self.deny,
+            op.CANCEL: self.cancel,
+            op.KILL: self.kill,
+            op.RUNNING: self.running,
+            op.HOLD: self.hold,
+            op.RELEASE: self.release,
+            op.POLICY_CHECK: self.policy_check,
+            op.EVENTS: self.events,
+            op.AUDIT_VERIFY: self.audit_verify,
+            op.AUDIT_HEAD: self.audit_head,
+            op.AUDIT_ARCHIVE: self.audit_archive,
+            op.TOKEN_ISSUE: self.token_issue,
+            op.TOKEN_REVOKE: self.token_revoke,
+            op.OUTPUT: self.output,
+            op.LOGS: self.logs,
+        } | dict(
+            zip(
+                op.PASSKEY,
+                (
+                    self.passkey_enroll,
+                    self.passkey_enroll_wait,
+                    self.passkey_register_begin,
+                    self.passkey_register_finish,
+                    self.passkey_login_begin,
+                    self.passkey_login_finish,
+                    self.passkey_decide_begin,
+                    self.passkey_decide,
+                    self.passkey_list,
+                    self.passkey_revoke,
+                ),
+                strict=True,
+            )
+        )
+        table = wire.serve(
+            op.DOOR,
+            {verb: wire.untyped(handler) for verb, handler in handlers.items()},
+            caller_of=caller_of,
+            refuse=_observers_only_read,
+        )
+        return {name: _operator_only(served) for name, served in table.items()}
 
 
 def _operator_only(verb: Verb) -> Verb:
@@ -514,32 +539,9 @@ def _operator_only(verb: Verb) -> Verb:
     return checked
 
 
-# What a read-only operator (``operators.observers``) may call on operator.sock.
-# The passkey verbs too (issue 33): each is decided by the token or the assertion it carries, or checks
-# its caller itself (enroll, list, revoke); airlock-web (web.user) is an observer that carries them.
-OBSERVER_VERBS = frozenset(
-    {
-        "status",
-        "pending",
-        "show",
-        "events",
-        "statement",
-        "grants",
-        "running",
-    }
-    | PASSKEY_VERBS
-)
-
-
-def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
-    """A verb that changes something: an observer is refused (`common.peer.may_decide` says who is one)."""
-
-    async def checked(call: Call) -> dict[str, Any]:
-        if not decides(call.peer):
-            raise AirlockError(ErrorCode.UNAUTHORIZED, "observers may only read (status, pending, show, events)")
-        return await verb(call)
-
-    return checked
+def _observers_only_read(verb: wire.Verb[Any, Any]) -> AirlockError:
+    """What an observer gets for a verb that changes something (`wire.operator` declares who may call what)."""
+    return AirlockError(ErrorCode.UNAUTHORIZED, "observers may only read (status, pending, show, events)")
 
 
 def _agent_uid(owner: str) -> int | None:

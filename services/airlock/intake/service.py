@@ -34,17 +34,21 @@ from airlock.common.codec import (
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client, Unreachable
-from airlock.common.peer import OPERATOR_VERBS, AllowList, Peer, may_decide, uid_of
+from airlock.common.peer import AllowList, Peer, may_decide, uid_of
 from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
+from airlock.common.wire import agent as agent_door
+from airlock.common.wire import operator as operator_door
+from airlock.common.wire import verb as wire
 from airlock.intake import fileop_request, sudo_proxy
 from airlock.intake.request import ExecRequest, legacy_exec, legacy_id, native_exec, parse_time
 from airlock.intake.work import Work, exec_work, file_work
 
 NAME = "intake"
-NATIVE_VERBS = ("exec", "ping", "hello", "cancel", *fileop_request.VERBS, "approve_signed", "can")
-# The verbs whose work runs in a session (policy matches it): a token's session replaces theirs.
-SESSION_VERBS = frozenset(("exec", "can", *fileop_request.VERBS))
+# The agent door's verbs, in the order `hello` lists them, and those whose work runs in a session:
+# both from the door's declarations (common/wire/agent.py).
+NATIVE_VERBS = agent_door.VERBS
+SESSION_VERBS = agent_door.SESSION_VERBS
 # A decision not back within this long is watched for the agent's withdrawal
 # (a closed connection, a cancel); quicker ones are checked once, after it.
 WATCH_AFTER_SECONDS = 0.05
@@ -154,13 +158,21 @@ class Intake:
     # --- native v1: the agent door's verb table and its guard ----------------------
 
     def verbs(self) -> dict[str, Verb]:
-        """The agent door's verbs (served by `Service.dispatch`), in the order `hello` lists them."""
-        table: dict[str, Verb] = {"exec": self._exec, "ping": self._ping, "hello": self._hello, "cancel": self._cancel}
-        return (
-            table
-            | dict.fromkeys(fileop_request.VERBS, self._files)
-            | {"approve_signed": self._approve_signed, "can": self._can}
-        )
+        """The agent door's table (served by `Service.dispatch`), built from its declarations.
+
+        Every agent verb is `Open`: intake checks its public arguments field
+        by field (`intake.request`, `intake.fileop_request`); the door admits
+        only agents, so no per-verb caller check is needed.
+        """
+        handlers: dict[wire.Verb[Any, Any], Verb] = {
+            agent_door.EXEC: self._exec,
+            agent_door.PING: self._ping,
+            agent_door.HELLO: self._hello,
+            agent_door.CANCEL: self._cancel,
+            agent_door.APPROVE_SIGNED: self._approve_signed,
+            agent_door.CAN: self._can,
+        } | dict.fromkeys(agent_door.FILES, self._files)
+        return wire.serve(agent_door.DOOR, {verb: wire.untyped(handler) for verb, handler in handlers.items()})
 
     async def guard(self, request: Request, conn: Connection) -> Request:
         """Every native request passes here before its verb runs: scope, then the token.
@@ -171,7 +183,7 @@ class Intake:
         is refused (silently replacing it would hide the agent's confusion or
         probe), and exec and the file verbs run in the token's.
         """
-        if request.verb in OPERATOR_VERBS and request.verb not in NATIVE_VERBS:
+        if request.verb in operator_door.VERBS and request.verb not in NATIVE_VERBS:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         if request.verb not in NATIVE_VERBS:
             raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})

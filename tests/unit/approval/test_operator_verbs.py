@@ -1,4 +1,4 @@
-"""The operator door's verbs are listed once, in common.peer.OPERATOR_VERBS, which intake refuses to agents."""
+"""The operator door serves exactly its declared verbs (common.wire.operator), which intake refuses to agents."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from airlock.approval import service as approval_service
 from airlock.common.config import load
-from airlock.common.peer import OPERATOR_VERBS
+from airlock.common.wire.operator import VERBS as OPERATOR_VERBS
 
 
 def test_the_operator_door_serves_exactly_the_listed_verbs(tmp_path: Path) -> None:
