@@ -22,7 +22,7 @@ import pytest
 
 from airlock.approval import service as approval_service
 from airlock.common.config import Config, load
-from airlock.common.server import Door
+from airlock.common.server import Door, Service
 from airlock.common.wire import registry
 from airlock.common.wire.verb import DoorName, Verb, declared
 from airlock.intake import service as intake_service
@@ -53,7 +53,7 @@ def _config(tmp_path: Path) -> Config:
 
 def _door(door: DoorName, tmp_path: Path) -> Door:
     module, name = SERVED_BY[door]
-    service = asyncio.run(module.build(_config(tmp_path), {}))
+    service: Service = asyncio.run(module.build(_config(tmp_path), {}))
     (served,) = [d for d in service.doors.values() if d.name == name]
     return served
 

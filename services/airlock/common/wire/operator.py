@@ -21,9 +21,10 @@ from airlock.common.wire.verb import Caller, DoorName, Empty, Message, Open, Ver
 
 DOOR = DoorName.OPERATOR
 
-# An observer reads; airlock-web is an observer that also carries passkey verbs.
-READERS: Final = frozenset({Caller.OPERATOR, Caller.OBSERVER, Caller.WEB})
+# An observer reads; airlock-web is an observer (so it reads too) that also carries the passkey verbs.
+READERS: Final = frozenset({Caller.OPERATOR, Caller.OBSERVER})
 OPERATORS: Final = frozenset({Caller.OPERATOR})
+PASSKEY_CALLERS: Final = frozenset({Caller.OPERATOR, Caller.OBSERVER, Caller.WEB})
 
 
 def _verb(name: str, callers: frozenset[Caller], args: type[Message], summary: str, **kw: Any) -> Verb[Any, Open]:
@@ -59,16 +60,18 @@ LOGS = _verb("logs", OPERATORS, Open, "a running job's output as it comes", stre
 # Issue 33: the passkey verbs.  Each decides by the token or the assertion it carries, or checks its
 # caller itself (enroll, list, revoke), so observers and airlock-web may call them.
 PASSKEY: Final = (
-    _verb("passkey.enroll", READERS, Open, "a one-time enrolment link for an operator's or observer's account"),
-    _verb("passkey.enroll_wait", READERS, Open, "wait until an enrolment token is used or expires"),
-    _verb("passkey.register_begin", READERS, Open, "WebAuthn creation options for an enrolment token"),
-    _verb("passkey.register_finish", READERS, Open, "register the credential an enrolment made"),
-    _verb("passkey.login_begin", READERS, Empty, "a sign-in challenge (valid 5 minutes, once)"),
-    _verb("passkey.login_finish", READERS, Open, "check a sign-in assertion: the account and its role"),
-    _verb("passkey.decide_begin", READERS, Open, "the challenge of a decision over a pending request's statement"),
-    _verb("passkey.decide", READERS, Open, "a decision carried by airlock-web, checked by its assertion"),
-    _verb("passkey.list", READERS, Open, "the enrolled passkeys (an observer: its own)"),
-    _verb("passkey.revoke", READERS, Open, "revoke a passkey"),
+    _verb("passkey.enroll", PASSKEY_CALLERS, Open, "a one-time enrolment link for an operator's or observer's account"),
+    _verb("passkey.enroll_wait", PASSKEY_CALLERS, Open, "wait until an enrolment token is used or expires"),
+    _verb("passkey.register_begin", PASSKEY_CALLERS, Open, "WebAuthn creation options for an enrolment token"),
+    _verb("passkey.register_finish", PASSKEY_CALLERS, Open, "register the credential an enrolment made"),
+    _verb("passkey.login_begin", PASSKEY_CALLERS, Empty, "a sign-in challenge (valid 5 minutes, once)"),
+    _verb("passkey.login_finish", PASSKEY_CALLERS, Open, "check a sign-in assertion: the account and its role"),
+    _verb(
+        "passkey.decide_begin", PASSKEY_CALLERS, Open, "the challenge of a decision over a pending request's statement"
+    ),
+    _verb("passkey.decide", PASSKEY_CALLERS, Open, "a decision carried by airlock-web, checked by its assertion"),
+    _verb("passkey.list", PASSKEY_CALLERS, Open, "the enrolled passkeys (an observer: its own)"),
+    _verb("passkey.revoke", PASSKEY_CALLERS, Open, "revoke a passkey"),
 )
 
 # Derived from the declarations above (never a copy): intake refuses each of these it does not
