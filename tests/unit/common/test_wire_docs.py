@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from airlock.common.wire import registry
-from airlock.common.wire.verb import DoorName, declared
+from airlock.common.wire.verb import DoorName, Empty, declared
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 INTERNAL = (DoorName.JOURNAL, DoorName.RUNNER, DoorName.APPROVAL)
@@ -80,6 +80,20 @@ def test_the_front_doors_tables_name_exactly_the_declared_verbs() -> None:
     agent = _first_column(_section(doc, "### Agent verbs (`agent.sock`)").split("\n### ", 1)[0])
     files = _first_column(_section(doc, "## File operations (`files_*` verbs)"))
     assert agent | files == set(declared(DoorName.AGENT))
+
+
+def test_the_operator_table_says_which_verbs_take_no_arguments() -> None:
+    """A row whose arguments are ``—`` is a verb declared `Empty` (it refuses any argument), and only those."""
+    doc = _section((DOCS / "protocol.md").read_text(), "## Operator verbs (`operator.sock`)")
+    without: set[str] = set()
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) in (5, 6) and cells[1].startswith("`"):
+            args = cells[2] if len(cells) == 5 else cells[3]  # the passkey table has a "who" column
+            if args == "—":
+                without |= set(re.findall(r"`([a-z_.]+)`", cells[1]))
+    declared_empty = {name for name, verb in declared(DoorName.OPERATOR).items() if verb.args is Empty}
+    assert without == declared_empty
 
 
 def test_a_stale_table_is_seen_and_rewritten() -> None:
