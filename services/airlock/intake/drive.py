@@ -88,14 +88,14 @@ class Drive:
         self.runner_uid = uid_of(config.services.runner_user)
         self.log = log.get()
 
-    def claim_args(self, request_id: str, peer: Peer) -> dict[str, Any]:
+    def _claim_args(self, request_id: str, peer: Peer) -> dict[str, Any]:
         # The journal holds the claims, durably: a restart of intake (idle exit,
         # crash) must not reopen the replay window.  Unreachable journal ->
         # audit_unavailable from the client, so the gate fails closed.
         return {"key": f"{peer.uid}:{request_id}", "window_seconds": self.config.limits.replay_window_seconds}
 
     async def claim(self, request_id: str, peer: Peer) -> None:
-        claim = await self.journal.call("request.claim", self.claim_args(request_id, peer))
+        claim = await self.journal.call("request.claim", self._claim_args(request_id, peer))
         if not claim.get("claimed"):
             raise _replayed(request_id)
 
@@ -154,7 +154,7 @@ class Drive:
                 "operation_id": key,
                 "digest": digest,
                 "has_protected": work.has_protected,
-                "claim": self.claim_args(work.request_id, peer),
+                "claim": self._claim_args(work.request_id, peer),
                 "event": self.audit.event(
                     "request.received", ids, {"request": work.describe, "peer": peer.to_dict(), "digest": digest}
                 )
