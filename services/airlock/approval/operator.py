@@ -501,24 +501,17 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
             op.TOKEN_REVOKE: self.token_revoke,
             op.OUTPUT: self.output,
             op.LOGS: self.logs,
-        } | dict(
-            zip(
-                op.PASSKEY,
-                (
-                    self.passkey_enroll,
-                    self.passkey_enroll_wait,
-                    self.passkey_register_begin,
-                    self.passkey_register_finish,
-                    self.passkey_login_begin,
-                    self.passkey_login_finish,
-                    self.passkey_decide_begin,
-                    self.passkey_decide,
-                    self.passkey_list,
-                    self.passkey_revoke,
-                ),
-                strict=True,
-            )
-        )
+            op.PASSKEY_ENROLL: self.passkey_enroll,
+            op.PASSKEY_ENROLL_WAIT: self.passkey_enroll_wait,
+            op.PASSKEY_REGISTER_BEGIN: self.passkey_register_begin,
+            op.PASSKEY_REGISTER_FINISH: self.passkey_register_finish,
+            op.PASSKEY_LOGIN_BEGIN: self.passkey_login_begin,
+            op.PASSKEY_LOGIN_FINISH: self.passkey_login_finish,
+            op.PASSKEY_DECIDE_BEGIN: self.passkey_decide_begin,
+            op.PASSKEY_DECIDE: self.passkey_decide,
+            op.PASSKEY_LIST: self.passkey_list,
+            op.PASSKEY_REVOKE: self.passkey_revoke,
+        }
         table = wire.serve(
             op.DOOR,
             {verb: wire.untyped(handler) for verb, handler in handlers.items()},

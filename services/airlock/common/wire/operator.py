@@ -59,24 +59,34 @@ LOGS = _verb("logs", OPERATORS, Open, "a running job's output as it comes", stre
 
 # Issue 33: the passkey verbs.  Each decides by the token or the assertion it carries, or checks its
 # caller itself (enroll, list, revoke), so observers and airlock-web may call them.
-PASSKEY: Final = (
-    _verb("passkey.enroll", PASSKEY_CALLERS, Open, "a one-time enrolment link for an operator's or observer's account"),
-    _verb("passkey.enroll_wait", PASSKEY_CALLERS, Open, "wait until an enrolment token is used or expires"),
-    _verb("passkey.register_begin", PASSKEY_CALLERS, Open, "WebAuthn creation options for an enrolment token"),
-    _verb("passkey.register_finish", PASSKEY_CALLERS, Open, "register the credential an enrolment made"),
-    _verb("passkey.login_begin", PASSKEY_CALLERS, Empty, "a sign-in challenge (valid 5 minutes, once)"),
-    _verb("passkey.login_finish", PASSKEY_CALLERS, Open, "check a sign-in assertion: the account and its role"),
-    _verb(
-        "passkey.decide_begin", PASSKEY_CALLERS, Open, "the challenge of a decision over a pending request's statement"
-    ),
-    _verb("passkey.decide", PASSKEY_CALLERS, Open, "a decision carried by airlock-web, checked by its assertion"),
-    _verb("passkey.list", PASSKEY_CALLERS, Open, "the enrolled passkeys (an observer: its own)"),
-    _verb("passkey.revoke", PASSKEY_CALLERS, Open, "revoke a passkey"),
+PASSKEY_ENROLL = _verb(
+    "passkey.enroll", PASSKEY_CALLERS, Open, "a one-time enrolment link for an operator's or observer's account"
 )
+PASSKEY_ENROLL_WAIT = _verb("passkey.enroll_wait", PASSKEY_CALLERS, Open, "wait until an enrolment token is used")
+PASSKEY_REGISTER_BEGIN = _verb(
+    "passkey.register_begin", PASSKEY_CALLERS, Open, "WebAuthn creation options for an enrolment token"
+)
+PASSKEY_REGISTER_FINISH = _verb(
+    "passkey.register_finish", PASSKEY_CALLERS, Open, "register the credential an enrolment made"
+)
+PASSKEY_LOGIN_BEGIN = _verb(
+    "passkey.login_begin", PASSKEY_CALLERS, Empty, "a sign-in challenge (valid 5 minutes, once)"
+)
+PASSKEY_LOGIN_FINISH = _verb(
+    "passkey.login_finish", PASSKEY_CALLERS, Open, "check a sign-in assertion: the account and its role"
+)
+PASSKEY_DECIDE_BEGIN = _verb(
+    "passkey.decide_begin", PASSKEY_CALLERS, Open, "the challenge of a decision over a pending request's statement"
+)
+PASSKEY_DECIDE = _verb(
+    "passkey.decide", PASSKEY_CALLERS, Open, "a decision carried by airlock-web, checked by its assertion"
+)
+PASSKEY_LIST = _verb("passkey.list", PASSKEY_CALLERS, Open, "the enrolled passkeys (an observer: its own)")
+PASSKEY_REVOKE = _verb("passkey.revoke", PASSKEY_CALLERS, Open, "revoke a passkey")
 
 # Derived from the declarations above (never a copy): intake refuses each of these it does not
 # serve itself to an agent with the refusal a bad token gets, so a probe learns nothing.
 VERBS: Final = frozenset(declared(DOOR))
-PASSKEY_VERBS: Final = frozenset(v.name for v in PASSKEY)
+PASSKEY_VERBS: Final = frozenset(name for name, v in declared(DOOR).items() if Caller.WEB in v.callers)
 # What an observer may call: the verbs that read, and the passkey verbs.
 OBSERVER_VERBS: Final = frozenset(name for name, v in declared(DOOR).items() if Caller.OBSERVER in v.callers)
