@@ -74,10 +74,21 @@ def test_each_server_serves_exactly_its_declared_verbs(door: DoorName, tmp_path:
 
 # --- what the code calls -------------------------------------------------------------
 
-# Functions that take a verb as one of their first two arguments (``client.call(path, "status", ...)``,
-# ``door.call("exec", ...)``, the CLI's ``_operator(ns, "hold", ...)``).
-_CALLERS = {"call", "_operator", "operator"}
 FRONT = frozenset({DoorName.OPERATOR, DoorName.AGENT})
+
+
+def _verb_takers() -> set[str]:
+    """Functions that take a verb: ``call`` (``client.call(path, "status", ...)``, ``door.call("exec", ...)``)
+    and every function in services/ with a parameter named ``verb`` (the CLI's ``_operator(ns, "hold", ...)``,
+    the relay's ``_feed("events", ...)``)."""
+    found = {"call", "operator"}  # cli/signing.py's ``operator`` is handed `_operator`
+    for path in (SERVICES / "airlock").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+                a.arg == "verb" for a in node.args.args
+            ):
+                found.add(node.name)
+    return found
 
 
 def _door_of(module: str, receiver: str) -> frozenset[DoorName]:
@@ -92,6 +103,7 @@ def _door_of(module: str, receiver: str) -> frozenset[DoorName]:
 
 def _calls() -> Iterator[tuple[str, int, frozenset[DoorName], ast.expr]]:
     """(module, line, doors, verb expression) of each call that names a verb."""
+    takers = _verb_takers()
     for path in sorted((SERVICES / "airlock").rglob("*.py")):
         module = str(path.relative_to(SERVICES / "airlock"))
         if module.startswith("common/wire/"):
@@ -102,7 +114,7 @@ def _calls() -> Iterator[tuple[str, int, frozenset[DoorName], ast.expr]]:
             func = node.func
             name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
             receiver = ast.unparse(func.value) if isinstance(func, ast.Attribute) else ""
-            if name not in _CALLERS and not (node.args and ast.unparse(node.args[0]).endswith(".call")):
+            if name not in takers and not (node.args and ast.unparse(node.args[0]).endswith(".call")):
                 continue
             for arg in node.args[:2]:
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
@@ -188,6 +200,7 @@ def test_the_scan_finds_the_calls_it_must_judge() -> None:
     assert found[("cli/operator.py", "status")] == FRONT
     assert found[("cli/operator.py", "pending")] == FRONT  # `_operator(ns, "pending", ...)`
     assert found[("mcp/server.py", "hello")] == FRONT
+    assert found[("relay/service.py", "events")] == FRONT  # `self._feed("events", ...)`
     assert ("intake/drive.py", "decide") not in found or found[("intake/drive.py", "decide")] == {DoorName.APPROVAL}
     assert _door_of("approval/decide.py", "self.journal") == {DoorName.JOURNAL}
     assert _door_of("common/audit.py", "self.client") == {DoorName.JOURNAL}
