@@ -46,10 +46,12 @@ deps:
 	  fi; \
 	fi
 
-$(BIN)/airlock: pyproject.toml | deps
+$(BIN)/airlock: pyproject.toml packaging/debian/airlock-console | deps
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
-	@touch $@
+	@# `airlock` starts as the .deb's does (python -I -S, issue 37), over this checkout's services/.
+	sed -e '1s|.*|#!$(abspath $(BIN))/python3 -IS|' -e 's|"/usr/lib/python3/dist-packages"|"$(CURDIR)/services"|' \
+	  packaging/debian/airlock-console > $@.new && chmod 0755 $@.new && mv $@.new $@
 
 venv: $(BIN)/airlock
 

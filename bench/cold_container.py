@@ -1,14 +1,22 @@
 """`make bench-system`: cold start under real socket activation, in the system tests' Debian 12 container.
 
-Boots the container (tests/system/nspawn.py), installs the .deb named by
-AIRLOCK_DEB, adds an agent user and a rule that allows ``/usr/bin/true``,
-then, round after round: stops every airlock service (the sockets stay
-listening, as after an idle exit), and times the first ``airlock run
---no-privilege -- true`` typed by the agent, from process start to exit --
-systemd starts intake, approval, runner and journal on demand.  Then the
-same command with every service running (warm), in the same rounds.
+Boots the container (tests/system/nspawn.py, the cached root plus sudo),
+installs the .deb named by AIRLOCK_DEB, adds an agent user, rules that allow
+``/usr/bin/true`` (unprivileged and privileged) and a sudoers NOPASSWD rule
+for the same user and command, then, round after round: stops every airlock
+service (the sockets stay listening, as after an idle exit), and times the
+first ``airlock run --no-privilege -- true`` typed by the agent, from process
+start to exit -- systemd starts intake, approval, runner and journal on
+demand.  Then the same command with every service running (warm), in the
+same rounds.  Then (issue 37) ``airlock run -- true`` as typed (privileged:
+the runner's default containment under systemd, each job a transient
+service) alternating run by run with ``sudo -n true`` by the same user,
+with each service's CPU per run; then the same with ``runner.containment:
+process-group`` (what the unit costs).
 
     AIRLOCK_DEB=dist/airlock_*.deb .venv/bin/python bench/cold_container.py [--rounds N] [--json FILE]
+
+airlock_bench.py calls `measure` when `make bench` runs as root.
 
 Prints one line per figure; with ``--json`` writes them for airlock_bench.py.
 """
@@ -21,6 +29,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "system"))
@@ -35,7 +44,14 @@ rules:
     privileged: false
     commands:
       - [/usr/bin/true]
+  - name: bench-true-privileged
+    decision: allow
+    groups: [airlock]
+    privileged: true
+    commands:
+      - [/usr/bin/true]
 """
+SUDOERS = "agent1 ALL=(root) NOPASSWD: /usr/bin/true\n"
 
 # Runs inside the container as root; prints one JSON object.
 INNER = r"""
@@ -45,9 +61,9 @@ rounds, warm_runs = int(sys.argv[1]), int(sys.argv[2])
 gid = grp.getgrnam("airlock").gr_gid
 env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/home/agent1"}
 
-def run():
+def run(argv=("/usr/bin/airlock", "run", "--no-privilege", "--", "true")):
     start = time.perf_counter()
-    r = subprocess.run(["/usr/bin/airlock", "run", "--no-privilege", "--", "true"], user="agent1", group="agent1",
+    r = subprocess.run(list(argv), user="agent1", group="agent1",
                        extra_groups=[gid], env=env, stdin=subprocess.DEVNULL, capture_output=True)
     took = (time.perf_counter() - start) * 1000
     if r.returncode != 0:
@@ -82,19 +98,51 @@ for _ in range(rounds * warm_runs):
     start = time.perf_counter()
     subprocess.run(["/usr/bin/true"], user="agent1")
     bare.append((time.perf_counter() - start) * 1000)
-print(json.dumps({"cold": cold, "warm": warm, "bare": bare,
+# Issue 37: as typed (privileged), warm, beside sudo by the same user, alternating run by run.
+typed, sudo = ["/usr/bin/airlock", "run", "--", "true"], ["sudo", "-n", "/usr/bin/true"]
+evidence = subprocess.run(["/usr/bin/airlock", "run", "--json", "--", "true"], user="agent1", group="agent1",
+                          extra_groups=[gid], env=env, capture_output=True, text=True)
+containment = (json.loads(evidence.stdout or "{}").get("data") or {}).get("containment")
+run(typed), run(sudo)
+def pids():
+    out = {}
+    for s in SERVICES:
+        show = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", s], capture_output=True, text=True)
+        out[s.split("-")[1].split(".")[0]] = int(show.stdout.strip() or 0)
+    return out
+
+def cpu_ms(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+def typed_beside_sudo(n):
+    # n runs of each, alternating; and each service's CPU ms per typed run (sudo's runs cost them nothing).
+    before = {s: cpu_ms(p) for s, p in pids().items() if p}
+    ours, theirs = [], []
+    for _ in range(n):
+        ours.append(run(typed))
+        theirs.append(run(sudo))
+    cpu = {s: round((cpu_ms(p) - before[s]) / n, 2) for s, p in pids().items() if s in before}
+    return ours, theirs, cpu
+
+privileged, sudos, cpu = typed_beside_sudo(rounds * warm_runs)
+# The same with each job in the runner's process group instead of a transient unit: what the unit costs.
+with open("/etc/airlock/airlock.yaml", "a") as f:
+    f.write("\nrunner:\n  containment: process-group\n")
+subprocess.run(["systemctl", "restart", "airlock-runner.service"], check=True)
+run(typed)
+grouped, grouped_sudo, grouped_cpu = typed_beside_sudo(max(10, rounds * warm_runs // 2))
+print(json.dumps({"cold": cold, "warm": warm, "bare": bare, "privileged": privileged, "sudo": sudos,
+                  "containment": containment, "cpu_ms_per_run": cpu,
+                  "process_group": grouped, "process_group_sudo": grouped_sudo,
+                  "process_group_cpu_ms_per_run": grouped_cpu,
                   "loadavg": os.getloadavg(), "python": sys.version.split()[0]}))
 """
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--warm", type=int, default=10, help="warm runs per round")
-    parser.add_argument("--json", help="write the samples here")
-    args = parser.parse_args()
-    deb = Path(os.environ["AIRLOCK_DEB"]).resolve()
-    with booted() as c:
+def measure(deb: Path, rounds: int, warm: int) -> dict[str, Any]:
+    """Boot, install, measure; the samples in milliseconds (cold, warm, bare, privileged, sudo) and the context."""
+    with booted(packages=("sudo",)) as c:
         shutil.copy(deb, c.root / "root" / deb.name)
         r = c.run(
             ["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], check=False, timeout=300
@@ -104,19 +152,36 @@ def main() -> int:
             c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], timeout=300)
         c.run(["useradd", "--create-home", "--groups", "airlock", "agent1"])
         c.write("/etc/airlock/policy.d/50-bench.yaml", POLICY)
+        c.write("/etc/sudoers.d/airlock-bench", SUDOERS, mode=0o440)
         c.run(["systemctl", "reload-or-restart", "airlock-approval.service"], check=False)
         c.write("/root/cold_inner.py", INNER)
-        r = c.run(["python3", "/root/cold_inner.py", str(args.rounds), str(args.warm)], check=False, timeout=1800)
+        r = c.run(["python3", "/root/cold_inner.py", str(rounds), str(warm)], check=False, timeout=1800)
         if r.returncode != 0:
-            print(r.stdout[-2000:], r.stderr[-3000:], file=sys.stderr)
-            return r.returncode
-        result = json.loads(r.stdout.strip().splitlines()[-1])
-    for name in ("cold", "warm", "bare"):
+            raise RuntimeError(f"the container bench failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+        result: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    result["rounds"], result["warm_runs"] = rounds, warm
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--warm", type=int, default=10, help="warm runs per round")
+    parser.add_argument("--json", help="write the samples here")
+    args = parser.parse_args()
+    try:
+        result = measure(Path(os.environ["AIRLOCK_DEB"]).resolve(), args.rounds, args.warm)
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    for name in ("cold", "warm", "bare", "privileged", "sudo", "process_group", "process_group_sudo"):
         samples = sorted(result[name])
         print(
-            f"{name:5} p50 {samples[len(samples) // 2]:7.1f} ms  min {samples[0]:7.1f}  max {samples[-1]:7.1f}  "
+            f"{name:18} p50 {samples[len(samples) // 2]:7.1f} ms  min {samples[0]:7.1f}  max {samples[-1]:7.1f}  "
             f"(n={len(samples)})"
         )
+    print(f"containment of `airlock run -- true`: {result['containment']}; CPU ms per run: {result['cpu_ms_per_run']}")
+    print(f"with runner.containment process-group, CPU ms per run: {result['process_group_cpu_ms_per_run']}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0

@@ -323,6 +323,24 @@ class Persistent:
                 raise ConnectionError("closed before the reply")
             self.buf += chunk
 
+    def event(self, line: bytes, name: str) -> dict[str, Any]:
+        """Send ``line`` and return the streamed event ``name`` (the final reply stays to be read with call)."""
+        self.sock.sendall(line)
+        while True:
+            nl = self.buf.find(b"\n")
+            while nl >= 0:
+                frame, self.buf = self.buf[:nl], self.buf[nl + 1 :]
+                obj = json.loads(frame)
+                if obj.get("event") == name:
+                    return obj  # type: ignore[no-any-return]
+                if "event" not in obj:
+                    raise ConnectionError(f"replied before {name}: {obj}")
+                nl = self.buf.find(b"\n")
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError(f"closed before {name}")
+            self.buf += chunk
+
     def close(self) -> None:
         self.sock.close()
 

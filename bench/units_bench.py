@@ -5,7 +5,8 @@
 Runs ``/usr/bin/true`` as a root job through `spawn.run_job` (the runner's own
 start path, without the sockets, ticket and journal around it), alternating
 the three containments job by job so background load hits them alike, and
-prints p50/p90/p99 per mode and the service/scope p50 ratio.  On a machine
+prints p50/p90/p99 per mode, the service/scope p50 ratio and the D-Bus
+method calls the runner made per service-mode job.  On a machine
 without systemd it says so and exits 2.  Not a test: nothing is asserted
 beyond every job exiting 0.  The system tests' container can run it:
 ``nsenter -t <PID 1> -a python3 /path/to/units_bench.py``.
@@ -18,12 +19,35 @@ import asyncio
 import os
 import sys
 import time
+from typing import Any
 
 from airlock.runner.identity import resolve_identity
 from airlock.runner.spawn import JobSpec, run_job, systemd_is_running
 from airlock.runner.units import ENV_DIR
 
 MODES = ("service", "scope", "process-group")
+
+
+class CallCounter:
+    """Counts the D-Bus method calls made through python3-dbus (service mode's only client)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        try:
+            import dbus.connection  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        except ImportError:
+            return
+        connection = dbus.connection.Connection
+        for name in ("call_blocking", "call_async"):
+            method = getattr(connection, name)
+            setattr(connection, name, self._counting(method))
+
+    def _counting(self, method: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return method(*args, **kwargs)
+
+        return counted
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -41,6 +65,8 @@ async def main() -> int:
     os.makedirs(ENV_DIR, mode=0o700, exist_ok=True)
     identity = resolve_identity(0)
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    counter = CallCounter()
+    service_calls = 0
     for index in range(args.jobs + 5):
         for mode in MODES:
             spec = JobSpec(
@@ -58,9 +84,12 @@ async def main() -> int:
                 protected_values=(),
                 containment=mode,  # type: ignore[arg-type]
             )
+            calls_before = counter.calls
             started = time.perf_counter()
             result = await run_job(spec)
             elapsed = (time.perf_counter() - started) * 1000
+            if mode == "service" and index >= 5:
+                service_calls += counter.calls - calls_before
             if result.stages[0].exit_code != 0:
                 print(f"units_bench: {mode} job {index} failed: {result.stages[0]}", file=sys.stderr)
                 return 1
@@ -75,6 +104,7 @@ async def main() -> int:
         )
     ratio = percentile(times["service"], 0.5) / percentile(times["scope"], 0.5)
     print(f"service / scope p50: {ratio:.2f}x")
+    print(f"service: {service_calls / args.jobs:.1f} D-Bus calls per job")
     return 0
 
 

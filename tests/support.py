@@ -22,6 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from waits import until, wait_service_replaced
+from waits import wait_pending as wait_pending  # re-exported: the files that import it from here
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -110,13 +113,7 @@ class Stack:
         """
         old = self.service_pid(name)
         os.kill(old, signal.SIGKILL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            new = self.find_service_pid(name)
-            if new is not None and new != old:
-                return new
-            time.sleep(0.05)
-        raise AssertionError(f"{name} was not restarted within {timeout}s")
+        return wait_service_replaced(self, name, old, timeout)
 
     @contextlib.contextmanager
     def down(self, name: str) -> Iterator[None]:
@@ -124,24 +121,17 @@ class Stack:
         os.kill(self.proc.pid, signal.SIGSTOP)  # the supervisor must not start it again yet
         sock = self.runtime_dir / "internal" / f"{name}.sock"
         hidden = sock.with_name(f"{name}.sock.down")
+        pid = self.service_pid(name)
         try:
-            pid = self.service_pid(name)
             os.kill(pid, signal.SIGKILL)
-            while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
-                time.sleep(0.05)
+            until(f"{name} (pid {pid}) dead", lambda: _dead(pid))
             sock.rename(hidden)
             yield
         finally:
             hidden.rename(sock)
             os.kill(self.proc.pid, signal.SIGCONT)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if self.native("ping").get("ok"):
-                    time.sleep(0.5)
-                    return
-            except OSError:
-                time.sleep(0.2)
+        # Back: a new instance, whose socket (bound by dev up all along) queues what comes meanwhile.
+        wait_service_replaced(self, name, pid, timeout=20)
 
     def journal_rows(self) -> list[dict[str, Any]]:
         import sqlite3
@@ -149,6 +139,15 @@ class Stack:
         with sqlite3.connect(f"file:{self.database}?mode=ro", uri=True) as conn:
             conn.row_factory = sqlite3.Row
             return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY seq")]
+
+
+def _dead(pid: int) -> bool:
+    """Whether ``pid`` is gone or a zombie (killed, not yet reaped by dev up, which is stopped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def start_stack(runtime_dir: Path, config: Path | None = None, *, web: str | None = None) -> Stack:
@@ -176,8 +175,28 @@ def start_stack(runtime_dir: Path, config: Path | None = None, *, web: str | Non
     raise AssertionError(f"airlock dev up did not become ready:\n{''.join(seen)}\n{logs}")
 
 
+def kill_running(stack: Stack) -> None:
+    """SIGKILL every job still running, as an operator would (`airlock kill`); best effort.
+
+    A stopping runner lets running jobs finish for up to
+    services.stop_timeout_seconds (20 s): a test that leaves a ``sleep``
+    behind would pay that at its stack's stop.
+    """
+
+    def operator(verb: str, args: dict[str, Any]) -> dict[str, Any]:
+        request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args, "token": None}
+        replies = stack.send_raw(json.dumps(request).encode() + b"\n", path=stack.operator, timeout=5)
+        return replies[-1] if replies else {}
+
+    with contextlib.suppress(OSError, ValueError):
+        for job in (operator("running", {}).get("data") or {}).get("running", []):
+            ref = f"{job['agent_uid']}/{job['request_id']}"
+            operator("kill", {"ref": ref, "signal": "KILL", "reason": "the test's stack stops"})
+
+
 def stop_stack(stack: Stack) -> None:
     if stack.proc.poll() is None:
+        kill_running(stack)
         stack.proc.send_signal(signal.SIGTERM)
         try:
             stack.proc.wait(30)
@@ -219,15 +238,3 @@ class Background:
         self.thread.join(timeout)
         assert self.reply is not None, "no reply in time"
         return self.reply
-
-
-def wait_pending(stack: Stack, request_id: str, timeout: float = 15) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reply = stack.native("pending", path=stack.operator)
-        for item in reply["data"]["pending"]:
-            if item["request_id"] == request_id:
-                found: dict[str, Any] = item
-                return found
-        time.sleep(0.05)
-    raise AssertionError(f"{request_id} never became pending")

@@ -19,6 +19,7 @@ import pytest
 
 from peer import decide_when_pending, make_req, send
 from support import Stack
+from waits import wait_pending, wait_record
 
 
 def timed(stack: Stack, request: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -31,7 +32,7 @@ def test_long_exec_does_not_wedge_loop(peer_stack: Stack) -> None:
     """concurrency.rs::long_exec_does_not_wedge_loop"""
     with ThreadPoolExecutor(2) as pool:
         a = pool.submit(timed, peer_stack, make_req("wedge-A", [["sleep", "1"]]))
-        time.sleep(0.15)
+        wait_record(peer_stack, "exec.started", request_id="wedge-A")  # A runs: B comes in behind it
         b = pool.submit(timed, peer_stack, make_req("wedge-B", [["true"]]))
         (elapsed_a, resp_a), (elapsed_b, resp_b) = a.result(), b.result()
     assert resp_a["status"] == "ok" and resp_b["status"] == "ok"
@@ -44,7 +45,7 @@ def test_unprivileged_runs_during_privileged_prompt(peer_stack: Stack) -> None:
     with ThreadPoolExecutor(3) as pool:
         a = pool.submit(send, peer_stack, make_req("priv-A", [["true"]], privileged=True))
         decider = pool.submit(decide_when_pending, peer_stack, "priv-A", "deny", 1.0)
-        time.sleep(0.3)
+        wait_pending(peer_stack, "priv-A")  # A waits for its prompt: B comes in meanwhile
         elapsed_b, resp_b = timed(peer_stack, make_req("unpriv-B", [["true"]]))
         decider.result()
         resp_a = a.result()

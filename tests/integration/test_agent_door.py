@@ -17,6 +17,7 @@ import pytest
 from airlock.common.wire.operator import VERBS as OPERATOR_VERBS
 
 from support import Stack, custom_stack, now_iso
+from waits import until, wait_record
 
 CONFIG = """
 limits:
@@ -88,8 +89,7 @@ def test_over_the_connection_cap_a_client_gets_busy_without_sending_anything(doo
     finally:
         for s in held:
             s.close()
-    time.sleep(0.2)
-    assert door.native("ping")["ok"] is True
+    until("the door serves again once the held connections closed", lambda: door.native("ping")["ok"])
 
 
 # --- gate 2: the peer ------------------------------------------------------------------
@@ -441,7 +441,7 @@ def test_cancel_from_the_starting_peer(door: Stack) -> None:
         target=lambda: result.update(door.exec({"argv": ["sleep", "30"], "privileged": False, "operation_id": op}))
     )
     t.start()
-    time.sleep(1.0)
+    wait_record(door, "exec.started", operation_id=op)
     cancel = door.native("cancel", {"operation_id": op})
     t.join(20)
     assert cancel["ok"] is True and cancel["data"]["cancelling"] is True

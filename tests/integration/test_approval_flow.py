@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from support import Background, Stack, custom_stack, wait_pending
+from waits import wait_log_events
 
 CONFIG = """
 approval:
@@ -103,9 +105,8 @@ def test_a_broken_policy_on_reload_is_rejected_and_the_old_one_stays(astack: Sta
     try:
         config.write_text(original.replace("decision: deny", "decision: maybe"))
         os.kill(pid, signal.SIGHUP)
-        time.sleep(1)
-        log = (astack.runtime_dir / "logs" / "approval.log").read_text()
-        assert "approval.policy.rejected" in log and "maybe" in log
+        rejected = wait_log_events(astack.runtime_dir / "logs", "approval.policy.rejected")
+        assert "maybe" in json.dumps(rejected)
         denied = astack.exec({"argv": ["dd", "if=/dev/zero", "of=/dev/null", "count=1"], "privileged": False})
         assert denied["error"]["details"]["rule"] == "never-dd"
     finally:

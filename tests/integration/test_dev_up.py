@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from support import custom_stack
+from support import Background, custom_stack, stop_stack, wait_pending
 
 
 def dev_up(runtime: Path, config: str) -> subprocess.CompletedProcess[str]:
@@ -59,3 +59,22 @@ def test_idle_exits_are_not_failures_the_next_connection_starts_the_service(tmp_
         assert stack.exec({"argv": ["true"], "privileged": False})["ok"] is True
     log = (tmp_path / "rt" / "logs" / "intake.log").read_text()
     assert "intake.service.stopping" in log and '"reason": "idle"' in log
+
+
+def test_a_stop_is_prompt_and_every_service_journals_its_own_stop(tmp_path: Path) -> None:
+    # Idle pooled connections between the services would hold a stop for the whole read
+    # timeout (made long here) and a journal stopped first left the others' last records
+    # waiting on a socket nobody served (issue 36's 15-21 s teardowns).
+    config = "limits:\n  read_timeout_seconds: 30\n"
+    with custom_stack(tmp_path / "rt", config) as stack:
+        assert stack.exec({"argv": ["true"], "privileged": False})["ok"] is True
+        assert stack.native("running", path=stack.operator)["ok"] is True  # approval -> runner, pooled
+        waiting = Background(stack, {"argv": ["true"], "privileged": True})
+        wait_pending(stack, waiting.request_id)
+        started = time.monotonic()
+        stop_stack(stack)
+        took = time.monotonic() - started
+    assert waiting.result()["error"]["code"] == "approval_interrupted"
+    assert took < 4, f"dev up took {took:.1f}s to stop"
+    stops = [row["writer"] for row in stack.journal_rows() if row["kind"] == "service.stopping"]
+    assert sorted(stops) == ["approval", "intake", "journal", "runner"], stops

@@ -24,6 +24,7 @@ import pytest
 from operator_support import ask, stack_with
 
 from support import REPO, Stack
+from waits import wait_screen
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 pytestmark = [
@@ -167,13 +168,7 @@ class Console:
         return self.tmux("capture-pane", "-p", "-t", "watch")
 
     def wait_for(self, *texts: str, timeout: float = 40) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if all(t in screen for t in texts):
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"{texts!r} never all appeared on the console:\n{self.screen()}")
+        return wait_screen(self.screen, *texts, timeout=timeout, interval=0.2)
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self.server, "kill-server"], capture_output=True, check=False)

@@ -3,7 +3,6 @@ one question, not two, for identical requests pending at once."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 from notify_receivers import HttpReceiver
 
 from support import Background, Stack, custom_stack, wait_pending
+from waits import until
 
 
 @pytest.fixture
@@ -79,9 +79,7 @@ def test_identical_requests_pending_at_once_are_one_message(stack: Stack, http: 
     first = Background(stack, {"argv": ["touch", str(tmp_path / "t")]})
     wait_pending(stack, first.request_id)
     second = Background(stack, {"argv": ["touch", str(tmp_path / "t")]})
-    deadline = time.monotonic() + 15
-    while not wait_pending(stack, first.request_id).get("attached") and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until("the second request attached to the first", lambda: wait_pending(stack, first.request_id).get("attached"))
     http.wait("/hook", lambda p: p.json().get("request_id") == first.request_id, timeout=20)
     assert stack.cli("approve", "-y", first.request_id).returncode == 0
     assert first.result()["ok"] is True and second.result()["ok"] is True

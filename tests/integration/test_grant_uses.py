@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from support import Background, Stack, custom_stack, wait_pending
+from waits import until
 
 CONFIG = """
 approval:
@@ -176,9 +177,7 @@ def test_an_attached_request_keeps_waiting_when_the_first_goes_away(ustack: Stac
     first = Background(ustack, {"argv": ["touch", str(marker)]})
     wait_pending(ustack, first.request_id)
     second = Background(ustack, {"argv": ["touch", str(marker)]})
-    deadline = time.monotonic() + 15
-    while not wait_pending(ustack, first.request_id).get("attached") and time.monotonic() < deadline:
-        time.sleep(0.05)
+    until("the second request attached to the first", lambda: wait_pending(ustack, first.request_id).get("attached"))
     # The operator cancels the first operation alone: the second becomes a question of its own.
     assert ustack.cli("cancel", first.operation_id).returncode == 0
     assert first.result()["error"]["code"] == "denied"

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from support import Background, Stack, custom_stack, wait_pending
+from waits import until
 
 CONFIG = """
 approval:
@@ -124,9 +125,7 @@ def test_a_rule_grant_covers_the_rule_and_not_other_rules(gstack: Stack, tmp_pat
 def test_a_grant_expires_and_its_end_is_journaled(gstack: Stack, tmp_path: Path) -> None:
     marker = tmp_path / "short"
     grant_id = grant(gstack, ["touch", str(marker)], "--grant", "2s")
-    deadline = time.monotonic() + 20
-    while "grant.expired" not in actions(gstack, grant_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    until(f"{grant_id} expired", lambda: "grant.expired" in actions(gstack, grant_id), timeout=20)
     assert actions(gstack, grant_id)[-1] == "grant.expired"
     assert asks(gstack, ["touch", str(marker)])
 

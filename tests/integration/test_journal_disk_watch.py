@@ -24,6 +24,7 @@ import pytest
 from airlock.common.kinds import NOTICES
 
 from support import Stack, start_stack, stop_stack
+from waits import wait_log_events
 
 MiB = 1024 * 1024
 
@@ -61,16 +62,6 @@ def _log_events(runtime: Path, name: str) -> list[dict[str, Any]]:
     return out
 
 
-def _wait_for(runtime: Path, name: str, count: int, timeout: float = 30) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = _log_events(runtime, name)
-        if len(found) >= count:
-            return found
-        time.sleep(0.05)  # polling the log file for the event, bounded by the deadline
-    raise AssertionError(f"no {count} x {name} within {timeout} s")
-
-
 def _disk(stack: Stack) -> dict[str, Any]:
     done = stack.cli("status", "--json")
     assert done.returncode == 0, done.stderr
@@ -102,7 +93,7 @@ def test_low_space_is_warned_about_then_cleared(small_fs: Path) -> None:
 
         ballast = small_fs / "ballast"
         ballast.write_bytes(b"\1" * (disk["free_bytes"] - 10 * MiB))  # 10 MiB left: under 16
-        first, second = _wait_for(runtime, "journal.disk.low", 2)[:2]
+        first, second = wait_log_events(runtime / "logs", "journal.disk.low", 2)[:2]
         assert first["message_id"] == NOTICES["journal.disk.low"] and first["free_bytes"] < 16 * MiB, first
         assert first["warn_bytes"] == 16 * MiB and first["database"].endswith("journal.sqlite"), first
         # Repeated while low, but not at every check (0.2 s): at most once a second.
@@ -114,7 +105,7 @@ def test_low_space_is_warned_about_then_cleared(small_fs: Path) -> None:
         assert s.exec({"argv": ["true"], "privileged": False})["ok"] is True  # still writing: a warning, not a stop
 
         ballast.unlink()
-        cleared = _wait_for(runtime, "journal.disk.recovered", 1)[0]
+        cleared = wait_log_events(runtime / "logs", "journal.disk.recovered", 1)[0]
         assert cleared["message_id"] == NOTICES["journal.disk.recovered"] and cleared["free_bytes"] >= 16 * MiB
         assert _disk(s)["low"] is False
         warned = len(_log_events(runtime, "journal.disk.low"))

@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 import pytest
 
 from support import Stack, custom_stack
+from waits import pending as pending_now
+from waits import until, until_async, wait_not_pending, wait_pending_with, wait_record
 
 mcp = pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
@@ -106,16 +108,9 @@ def text_of(result: Any) -> str:
     return str(result.content[0].text)
 
 
-async def wait_pending(stack: Stack, needle: str, timeout: float = 15) -> dict[str, Any]:
-    """The pending request whose command contains `needle`, as the operator sees it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reply = await asyncio.to_thread(stack.native, "pending", path=stack.operator)
-        for p in reply["data"]["pending"]:
-            if needle in json.dumps(p["request"]):
-                return dict(p)
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no pending request with {needle!r}")
+async def wait_pending(stack: Stack, needle: str) -> dict[str, Any]:
+    """The pending request whose command contains `needle`, as the operator sees it (off the event loop)."""
+    return await asyncio.to_thread(wait_pending_with, stack, needle)
 
 
 def journal_kinds(stack: Stack, request_id: str) -> list[str]:
@@ -404,9 +399,7 @@ def test_progress_while_an_operator_decides_then_the_result(mstack: Stack) -> No
                 )
             )
             pending = await wait_pending(mstack, '"id", "-u"')
-            deadline = time.monotonic() + 10
-            while len(progress) < 3 and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
+            await until_async("3 progress notifications", lambda: len(progress) >= 3, timeout=10)
             approved = await asyncio.to_thread(
                 mstack.native, "approve", {"id": pending["request_id"]}, path=mstack.operator
             )
@@ -448,10 +441,7 @@ def test_a_cancelled_call_cancels_the_running_command(mstack: Stack) -> None:
             # A client-side timeout: the SDK sends notifications/cancelled.
             with pytest.raises(Exception):  # noqa: B017, PT011 - the SDK's timeout error type differs across versions
                 await session.call_tool("execute", {"argv": ["sleep", "31"]}, read_timeout_seconds=CLIENT_TIMEOUT)
-            rid = request_id_of(mstack, '"31"')
-            deadline = time.monotonic() + 10
-            while "exec.finished" not in journal_kinds(mstack, rid) and time.monotonic() < deadline:
-                await asyncio.sleep(0.1)
+            await asyncio.to_thread(wait_record, mstack, "exec.finished", request_id=request_id_of(mstack, '"31"'))
             # The server is still in good shape for the next call.
             assert not field(await session.call_tool("execute", {"argv": ["echo", "after"]}), "is_error")
 
@@ -511,17 +501,12 @@ class RawClient:
 
 
 def wait_started(stack: Stack, needle: str) -> None:
-    deadline = time.monotonic() + 10
-    while not any(r["kind"] == "exec.started" and needle in r["payload"] for r in stack.journal_rows()):
-        assert time.monotonic() < deadline, "the command never started"
-        time.sleep(0.1)
+    wait_record(stack, "exec.started", containing=needle)
 
 
 def wait_finished(stack: Stack, needle: str) -> list[str]:
     rid = request_id_of(stack, needle)
-    deadline = time.monotonic() + 10
-    while "exec.finished" not in journal_kinds(stack, rid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_record(stack, "exec.finished", request_id=rid)
     return journal_kinds(stack, rid)
 
 
@@ -534,7 +519,7 @@ def test_notifications_cancelled_cancels_the_command_and_gets_no_response(mstack
         wait_started(mstack, '"33"')
         client.send({"method": "notifications/cancelled", "params": {"requestId": 2, "reason": "user pressed Esc"}})
         assert "exec.cancelled" in wait_finished(mstack, '"33"')
-        time.sleep(0.5)  # room for a (wrong) late answer to id 2 to arrive first
+        time.sleep(0.5)  # not a wait: a window in which a (wrong) late answer to id 2 would come first
         client.send({"id": 3, "method": "ping"})
         assert client.reply() == {"jsonrpc": "2.0", "id": 3, "result": {}}  # and nothing for id 2
     finally:
@@ -567,14 +552,9 @@ def test_without_the_operator_socket_a_cancelled_pending_call_is_withdrawn(mstac
     try:
         script = "sleep 35"  # no rule: an operator must decide
         client.send({"id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"command": script}}})
-        pending = asyncio.run(wait_pending(mstack, script))
+        pending = wait_pending_with(mstack, script)
         client.send({"method": "notifications/cancelled", "params": {"requestId": 2}})
-        deadline = time.monotonic() + 10
-        while pending["request_id"] in [
-            p["request_id"] for p in mstack.native("pending", path=mstack.operator)["data"]["pending"]
-        ]:
-            assert time.monotonic() < deadline, "the cancelled request is still pending"
-            time.sleep(0.1)
+        wait_not_pending(mstack, pending["request_id"])
         late = mstack.native("approve", {"id": pending["request_id"]}, path=mstack.operator)
         assert late["ok"] is False, late  # nothing left to approve
         kinds = journal_kinds(mstack, pending["request_id"])
@@ -610,13 +590,12 @@ def test_a_cancelled_call_waiting_for_approval_is_withdrawn(mstack: Stack) -> No
         async with connected(mstack) as session:
             with pytest.raises(Exception):  # noqa: B017, PT011 - as above: the SDK's timeout error
                 await session.call_tool("execute", {"argv": ["id", "-n"]}, read_timeout_seconds=CLIENT_TIMEOUT)
-            deadline = time.monotonic() + 10
-            while True:  # the withdrawal follows the cancel notification, asynchronously
-                pending = await asyncio.to_thread(mstack.native, "pending", path=mstack.operator)
-                if not [p for p in pending["data"]["pending"] if '"-n"' in json.dumps(p["request"])]:
-                    break
-                assert time.monotonic() < deadline, "the cancelled request is still pending"
-                await asyncio.sleep(0.1)
+
+            # The withdrawal follows the cancel notification, asynchronously.
+            def withdrawn() -> bool:
+                return not [p for p in pending_now(mstack) if '"-n"' in json.dumps(p["request"])]
+
+            await asyncio.to_thread(until, "the cancelled request withdrawn", withdrawn)
 
     run(main)
     rid = request_id_of(mstack, '"-n"')

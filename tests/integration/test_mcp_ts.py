@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from support import Stack, custom_stack
+from waits import wait_record
 
 TS_DIR = Path(__file__).resolve().parents[1] / "mcp_ts"
 MiB = 1024 * 1024
@@ -177,11 +178,8 @@ def test_a_cancelled_call_stops_the_command_and_the_session_goes_on(tstack: Stac
     received = [r for r in tstack.journal_rows() if r["kind"] == "request.received" and '"31"' in r["payload"]]
     assert len(received) == 1
     rid = received[0]["request_id"]
-    deadline = time.monotonic() + 15
-    kinds: list[str] = []
-    while "exec.finished" not in kinds and time.monotonic() < deadline:
-        kinds = [r["kind"] for r in tstack.journal_rows() if r["request_id"] == rid]
-        time.sleep(0.1)
+    wait_record(tstack, "exec.finished", request_id=rid)
+    kinds = [r["kind"] for r in tstack.journal_rows() if r["request_id"] == rid]
     assert "exec.cancelled" in kinds, kinds
 
 

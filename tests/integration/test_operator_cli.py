@@ -195,7 +195,7 @@ def test_wait_exits_0_only_when_it_ran_and_exited_0(ops: Stack) -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.5)
+    time.sleep(1.5)  # not a wait: a window in which a wait that did not block would have exited
     assert waiter.poll() is None
     wait_pending(ops, failing.request_id)
     ops.cli("approve", failing.request_id)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from operator_support import ask, stack_with, wait_pending
 
 from support import REPO, Stack
+from waits import wait_screen
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 
@@ -39,13 +39,7 @@ class Terminal:
         return subprocess.run(["tmux", "-S", self.server, *args], capture_output=True, text=True, check=True).stdout
 
     def wait_for(self, text: str, timeout: float = 15) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            screen = self.tmux("capture-pane", "-p", "-t", "t")
-            if text in screen:
-                return screen
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} never appeared:\n{self.tmux('capture-pane', '-p', '-t', 't')}")
+        return wait_screen(lambda: self.tmux("capture-pane", "-p", "-t", "t"), text, timeout=timeout)
 
     def close(self) -> None:
         subprocess.run(["tmux", "-S", self.server, "kill-server"], capture_output=True)

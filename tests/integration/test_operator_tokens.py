@@ -119,7 +119,7 @@ def test_wrong_expired_and_revoked_tokens_get_the_same_refusal(strict: Stack) ->
     assert attempt("x" * 300) == missing
     short = issue(strict, "brief", ttl=1)
     assert attempt(short)["ok"] is True
-    time.sleep(1.2)
+    time.sleep(1.2)  # the behaviour under test: its one-second life passes
     assert attempt(short) == missing  # expired
 
     one = issue(strict, "revoke-me")
@@ -204,17 +204,32 @@ def test_runner_exec_refuses_a_peer_that_is_not_intake() -> None:
     from airlock.common.errors import AirlockError
     from airlock.common.peer import identify
     from airlock.common.server import Call
+    from airlock.runner.fileop_verbs import FileVerbs
+    from airlock.runner.passkeys import PasskeyWriter
     from airlock.runner.service import Runner
 
     defaults = configuration.defaults()
     cfg = dataclasses.replace(
-        defaults, services=dataclasses.replace(defaults.services, intake_user=str(os.getuid() + 1))
+        defaults,
+        services=dataclasses.replace(
+            defaults.services, intake_user=str(os.getuid() + 1), approval_user=str(os.getuid())
+        ),
     )
     runner = Runner(cfg)
-    call = Call(Request(id="r", verb="exec", args={}), identify(os.getpid(), os.getuid(), os.getgid()), None)  # type: ignore[arg-type]
+    door = runner.door(FileVerbs(runner), PasskeyWriter(cfg))  # the door as the service serves it
+    me = identify(os.getpid(), os.getuid(), os.getgid())
+
+    async def served(verb: str) -> dict[str, Any]:
+        return await door.verbs[verb](Call(Request(id="r", verb=verb, args={}), me, None))  # type: ignore[arg-type]
+
+    for verb in ("exec", "files"):
+        with pytest.raises(AirlockError) as caught:
+            asyncio.run(served(verb))
+        assert caught.value.code.value == "unauthorized"
+    # Control: the same peer is approval here, and reaches approval's verbs (refused for its arguments only).
     with pytest.raises(AirlockError) as caught:
-        asyncio.run(runner.exec(call))
-    assert caught.value.code.value == "unauthorized"
+        asyncio.run(served("cancel"))
+    assert caught.value.code.value == "invalid_arguments"
 
 
 def test_the_example_notify_script_summarises_a_pending_request() -> None:

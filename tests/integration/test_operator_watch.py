@@ -16,6 +16,7 @@ import pytest
 from operator_support import Background, ask, stack_with, wait_pending
 
 from support import REPO, Stack
+from waits import wait_screen
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
 
@@ -45,13 +46,7 @@ class Console:
         return self.tmux("capture-pane", "-p", "-t", "watch")
 
     def wait_for(self, text: str, timeout: float = 15) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            time.sleep(0.1)
-        raise AssertionError(f"{text!r} never appeared on the console:\n{self.screen()}")
+        return wait_screen(self.screen, text, timeout=timeout)
 
     def keys(self, *keys: str) -> None:
         self.tmux("send-keys", "-t", "watch", *keys)
@@ -125,10 +120,10 @@ def test_other_keys_decide_nothing(ops: Stack, console: Console, key: str) -> No
 def test_type_ahead_is_discarded(ops: Stack, console: Console) -> None:
     # Keys pressed while nothing is on screen must not answer the next request.
     console.keys("y", "y", "y")
-    time.sleep(0.5)
+    time.sleep(0.5)  # not a wait: the keys reach the console's terminal before the request does
     bg = ask(ops)
     console.wait_for("approve?")
-    time.sleep(1.5)
+    time.sleep(1.5)  # not a wait: a window in which a type-ahead y would approve (it must not)
     assert wait_pending(ops, bg.request_id)["request_id"] == bg.request_id  # still waiting: the y's were dropped
     console.keys("n")
     console.wait_for("reason for the agent")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from support import Stack, custom_stack
+from waits import until
 
 POLICY = """
 policy:
@@ -202,10 +203,7 @@ def test_the_runner_prunes_by_itself(tmp_path: Path) -> None:
         old.write_bytes(b"")
         os.utime(old, (time.time() - 60, time.time() - 60))
         run(s, "echo x")  # a job's end lets the runner prune (at most once a minute)
-        deadline = time.monotonic() + 10
-        while old.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not old.exists()
+        until("the old log pruned", lambda: not old.exists(), timeout=10)
 
 
 def test_pending_and_the_statement_name_the_credentials_a_request_would_receive(tmp_path: Path) -> None:

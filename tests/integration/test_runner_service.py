@@ -28,6 +28,7 @@ from airlock.common.peer import identify
 from airlock.common.spec import ExecSpec
 
 from support import Stack, now_iso, start_stack, stop_stack
+from waits import until, wait_record
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: jobs run as other users")
 USER, GROUP = "airlock-t1", "airlock-t1x"
@@ -258,7 +259,7 @@ async def _run(stack: Stack, spec: ExecSpec, ticket: str, op: str | None = None)
     runner = Client(
         stack.runtime_dir / "internal" / "runner.sock", service="runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
     )
-    return await runner.call(
+    ran = await runner.call(
         "exec",
         {
             "ticket": ticket,
@@ -267,6 +268,7 @@ async def _run(stack: Stack, spec: ExecSpec, ticket: str, op: str | None = None)
             "bound": _BOUND.get(ticket, {}),
         },
     )
+    return dict(ran["evidence"])  # wire.runner.Ran
 
 
 @contextlib.contextmanager
@@ -280,18 +282,17 @@ def paused(stack: Stack, name: str) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-def _kinds(stack: Stack, op: str) -> list[str]:
-    """The operation's exec.* records, once its exec.finished is in (the runner defers it: issue 21)."""
-    deadline = time.monotonic() + 10
-    while True:
-        kinds = [r["kind"] for r in stack.journal_rows() if r["operation_id"] == op and r["kind"].startswith("exec.")]
-        if (
-            "exec.finished" in kinds
-            or ("exec.refused" in kinds and "exec.started" not in kinds)
-            or time.monotonic() > deadline
-        ):
-            return kinds
-        time.sleep(0.02)
+def _kinds(stack: Stack, op: str, last: str | None = "exec.finished") -> list[str]:
+    """The operation's exec.* records, once its ``last`` is in (the runner defers exec.finished: issue 21);
+    ``last=None``: as they are now (the runner has replied, and refused before journaling anything more)."""
+
+    def records() -> list[str]:
+        return [r["kind"] for r in stack.journal_rows() if r["operation_id"] == op and r["kind"].startswith("exec.")]
+
+    if last is not None:
+        with contextlib.suppress(AssertionError):  # the caller's assertion says what is missing
+            until(f"{last} of {op}", lambda: last in records(), timeout=10)
+    return records()
 
 
 def test_a_forged_ticket_is_refused_nothing_runs_and_the_attempt_is_journaled(stack: Stack, tmp_path: Path) -> None:
@@ -392,7 +393,7 @@ def test_max_output_bytes_above_the_ceiling_is_refused(stack: Stack, tmp_path: P
         asyncio.run(_run(stack, spec, asyncio.run(_ticket(stack, spec)), op))
     assert err.value.code is ErrorCode.INVALID_ARGUMENTS
     assert err.value.message == "max_output_bytes: must be between 1 and 16777216"
-    assert not marker.exists() and _kinds(stack, op) == ["exec.refused"]
+    assert not marker.exists() and _kinds(stack, op, "exec.refused") == ["exec.refused"]
 
 
 def test_a_program_gone_since_approval_is_refused_after_exec_started(stack: Stack, tmp_path: Path) -> None:
@@ -405,7 +406,7 @@ def test_a_program_gone_since_approval_is_refused_after_exec_started(stack: Stac
     with pytest.raises(AirlockError) as err:
         asyncio.run(_run(stack, spec, ticket, op))
     assert err.value.code is ErrorCode.BINARY_CHANGED and "is gone since it was approved" in err.value.message
-    assert _kinds(stack, op) == ["exec.started", "exec.refused"]  # the journal says why nothing followed
+    assert _kinds(stack, op, "exec.refused") == ["exec.started", "exec.refused"]  # why nothing followed
 
 
 def test_a_program_replaced_since_approval_is_refused_and_nothing_runs(stack: Stack, tmp_path: Path) -> None:
@@ -437,7 +438,7 @@ def test_a_second_exec_of_a_running_operation_is_refused_and_journaled(stack: St
     async def scenario() -> tuple[dict[str, Any], BaseException | dict[str, Any]]:
         first_ticket, second_ticket = await _ticket(stack, spec), await _ticket(stack, spec)
         first = asyncio.create_task(_run(stack, spec, first_ticket, op))
-        await asyncio.sleep(0.3)
+        await asyncio.to_thread(wait_record, stack, "exec.started", operation_id=op)  # the first one runs
         second = await asyncio.gather(_run(stack, spec, second_ticket, op), return_exceptions=True)
         return await first, second[0]
 
@@ -458,8 +459,14 @@ def test_a_cancel_during_the_ticket_check_is_not_lost(stack: Stack, tmp_path: Pa
         ticket = await _ticket(stack, spec)
         with paused(stack, "approval"):  # the runner waits in redeem
             job = asyncio.create_task(_run(stack, spec, ticket, op))
-            await asyncio.sleep(0.5)
-            cancelled = await runner.call("cancel", {"operation_id": op})
+            deadline = time.monotonic() + 15
+            while True:  # until the runner holds the operation (then it waits in redeem)
+                try:
+                    cancelled = await runner.call("cancel", {"operation_id": op})
+                    break
+                except AirlockError as exc:
+                    assert exc.code is ErrorCode.NOT_FOUND and time.monotonic() < deadline, exc
+                    await asyncio.sleep(0.05)
         return await job, cancelled
 
     evidence, cancelled = asyncio.run(scenario())
@@ -477,7 +484,7 @@ def test_evidence_comes_back_when_the_journal_goes_away_during_the_job(stack: St
     result: dict[str, Any] = {}
     worker = threading.Thread(target=lambda: result.update(asyncio.run(_run(stack, spec, ticket))))
     worker.start()
-    time.sleep(0.3)  # exec.started is in; the job sleeps
+    wait_record(stack, "exec.started", containing=str(marker))  # the job sleeps
     with stack.down("journal"):
         worker.join(30)
     # It ran: a retry after an error would run it again.
@@ -498,7 +505,7 @@ def test_a_decision_the_journal_may_have_lost_never_runs(stack: Stack, tmp_path:
         asyncio.run(_run(stack, spec_for(marker), ticket, op))
     assert err.value.code is ErrorCode.AUDIT_UNAVAILABLE
     assert not marker.exists()
-    assert "exec.started" not in _kinds(stack, op)
+    assert "exec.started" not in _kinds(stack, op, None)
 
 
 def test_a_forged_mark_in_after_is_refused_and_nothing_runs(stack: Stack, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ import pytest
 from secsupport import needs_root, throwaway_user
 
 from support import Stack, custom_stack, now_iso
+from waits import wait_record
 
 WRITE_TIMEOUT = 2.0
 LINES = 300000  # `seq 300000`: about 2 MB of output, far more than a socket buffer holds
@@ -151,8 +152,9 @@ def test_one_agent_cannot_take_every_slot(tmp_path: Path) -> None:
         first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             first.connect(capped.agent)
-            first.sendall(exec_line(["sleep", "5"], f"op-{uuid.uuid4()}"))
-            time.sleep(0.5)
+            op = f"op-{uuid.uuid4()}"
+            first.sendall(exec_line(["sleep", "5"], op))
+            wait_record(capped, "exec.started", operation_id=op)  # the first connection is in flight
             second = ping(capped)
             assert code(second) == "busy", second
             assert "this user" in second["error"]["message"]
@@ -174,8 +176,9 @@ def test_another_agent_is_served_while_one_is_at_its_cap(tmp_path: Path) -> None
         first = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             first.connect(capped.agent)
-            first.sendall(exec_line(["sleep", "5"], f"op-{uuid.uuid4()}"))
-            time.sleep(0.5)
+            op = f"op-{uuid.uuid4()}"
+            first.sendall(exec_line(["sleep", "5"], op))
+            wait_record(capped, "exec.started", operation_id=op)  # the first connection is in flight
             assert code(ping(capped)) == "busy"  # the first agent is at its cap ...
             reply = ping_as(capped, other.pw_uid, other.pw_gid)
             assert reply.get("ok") is True, reply  # ... and the other is served

@@ -27,6 +27,7 @@ import pytest
 from secsupport import agent_request, final, needs_root, red_stack, replies, throwaway_user
 
 from support import Stack
+from waits import until, wait_pending
 
 pytestmark = needs_root
 
@@ -78,23 +79,12 @@ def pending_of(stack: Stack, uid: int) -> list[dict[str, Any]]:
     return [p for p in listed if p["peer"]["uid"] == uid]
 
 
-def wait_for(stack: Stack, request_id: str, timeout: float = 20) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for p in stack.native("pending", path=stack.operator)["data"]["pending"]:
-            if p["request_id"] == request_id:
-                found: dict[str, Any] = p
-                return found
-        time.sleep(0.05)
-    raise AssertionError(f"{request_id} never became a question")
-
-
 def test_racing_requests_cannot_use_a_grant_more_often_than_its_uses(ustack: Stack, users: tuple[Any, Any]) -> None:
     alice, _bob = users
     target = shared() / "raced"
     argv = ["touch", str(target)]
     proc, request_id = send(ustack, alice, argv)
-    wait_for(ustack, request_id)
+    wait_pending(ustack, request_id)
     done = ustack.cli("approve", request_id, "--grant", "30m", "--uses", "2")
     assert done.returncode == 0, done.stderr
     assert final(replies(proc))["ok"] is True  # the approved one itself
@@ -132,18 +122,16 @@ def test_another_agents_identical_request_is_never_attached(ustack: Stack, users
     target = shared() / "twin"
     argv = ["touch", str(target)]
     first, first_id = send(ustack, alice, argv)
-    wait_for(ustack, first_id)
+    wait_pending(ustack, first_id)
     own, own_id = send(ustack, alice, argv)  # control: alice's own copy is attached to her first
     other, other_id = send(ustack, bob, argv)
-    bobs = wait_for(ustack, other_id)  # a question of its own
+    bobs = wait_pending(ustack, other_id)  # a question of its own
     assert "attached_to" not in bobs
-    deadline = time.monotonic() + 20
-    while own_id not in wait_for(ustack, first_id).get("attached", []) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert wait_for(ustack, first_id)["attached"] == [own_id]
+    until(f"{own_id} attached", lambda: own_id in wait_pending(ustack, first_id).get("attached", []), timeout=20)
+    assert wait_pending(ustack, first_id)["attached"] == [own_id]
     assert ustack.native("approve", {"id": first_id}, path=ustack.operator)["ok"] is True
     assert final(replies(first))["ok"] is True and final(replies(own))["ok"] is True
     assert other.poll() is None  # bob's still waits: alice's approval decided nothing of his
-    assert wait_for(ustack, other_id)["request_id"] == other_id
+    assert wait_pending(ustack, other_id)["request_id"] == other_id
     assert ustack.native("deny", {"id": other_id}, path=ustack.operator)["ok"] is True
     assert final(replies(other))["error"]["code"] == "denied"

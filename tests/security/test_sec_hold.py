@@ -14,14 +14,14 @@ from __future__ import annotations
 import getpass
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support import Background, Stack, custom_stack, wait_pending
+from support import Background, Stack, custom_stack
+from waits import wait_pending, wait_record, wait_service_exited
 
 CONFIG = """
 services:
@@ -49,15 +49,6 @@ def status(stack: Stack) -> dict[str, Any]:
     assert reply["ok"] is True, reply
     data: dict[str, Any] = reply["data"]
     return data
-
-
-def wait_gone(stack: Stack, name: str, old_pid: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if stack.find_service_pid(name) != old_pid:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{name} (pid {old_pid}) did not exit within {timeout}s")
 
 
 def runs_at_once(stack: Stack, marker: Path) -> None:
@@ -91,7 +82,7 @@ def test_a_hold_survives_sigterm_of_approval(hstack: Stack, tmp_path: Path) -> N
     assert before["hold_since"]
     pid = hstack.service_pid("approval")
     os.kill(pid, signal.SIGTERM)
-    wait_gone(hstack, "approval", pid)
+    wait_service_exited(hstack, "approval", pid)
     try:
         after = status(hstack)  # this connection starts approval again
         assert hstack.service_pid("approval") != pid
@@ -109,13 +100,13 @@ def test_a_hold_survives_an_idle_exit_and_so_does_its_release(hstack: Stack, tmp
     assert hstack.cli("hold", "--reason", "maintenance").returncode == 0
     try:
         pid = hstack.service_pid("approval")
-        wait_gone(hstack, "approval", pid)  # idle_exit_seconds: 2
+        wait_service_exited(hstack, "approval", pid)  # idle_exit_seconds: 2
         assert status(hstack)["hold"] is True
         waits_for_an_operator(hstack, tmp_path / "after-idle")
     finally:
         release(hstack)
     pid = hstack.service_pid("approval")
-    wait_gone(hstack, "approval", pid)
+    wait_service_exited(hstack, "approval", pid)
     assert status(hstack)["hold"] is False
     runs_at_once(hstack, tmp_path / "released-after-idle")
 
@@ -126,7 +117,7 @@ def test_approval_starts_held_when_it_cannot_read_the_hold_state(hstack: Stack, 
     hidden = journal.with_name("journal.sock.hidden")
     pid = hstack.service_pid("approval")
     os.kill(pid, signal.SIGTERM)
-    wait_gone(hstack, "approval", pid)
+    wait_service_exited(hstack, "approval", pid)
     journal.rename(hidden)  # approval's next start cannot reach the journal
     try:
         held = status(hstack)
@@ -153,12 +144,7 @@ def test_a_rule_s_ticket_issued_just_before_a_hold_is_not_redeemed(hstack: Stack
     os.kill(pid, signal.SIGSTOP)
     try:
         job = Background(hstack, {"argv": ["touch", str(marker)], "privileged": False})
-        deadline = time.monotonic() + 30
-        while not any(
-            r["kind"] == "approval.decided" and r["request_id"] == job.request_id for r in hstack.journal_rows()
-        ):
-            assert time.monotonic() < deadline, "the rule's decision was never journaled"
-            time.sleep(0.05)
+        wait_record(hstack, "approval.decided", request_id=job.request_id, timeout=30)
         assert hstack.cli("hold", "--reason", "race").returncode == 0
     finally:
         os.kill(pid, signal.SIGCONT)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 from secsupport import agent_exec, agent_request, final, needs_root, red_stack, replies, throwaway_user
 
 from support import Stack
+from waits import processes_with, wait_process
 
 pytestmark = needs_root
 
@@ -52,22 +52,7 @@ policy:
 
 
 def _running(marker: str) -> bool:
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    if f.read() == b"/usr/bin/sleep\0" + marker.encode() + b"\0":
-                        return True
-            except OSError:
-                continue
-    return False
-
-
-def _wait_running(marker: str) -> None:
-    deadline = time.monotonic() + 20
-    while not _running(marker):
-        assert time.monotonic() < deadline, "the job never started"
-        time.sleep(0.05)
+    return bool(processes_with(["/usr/bin/sleep", marker]))
 
 
 def _start(stack: Stack, user: Any) -> tuple[Any, str, str, str]:
@@ -76,7 +61,7 @@ def _start(stack: Stack, user: Any) -> tuple[Any, str, str, str]:
     proc = agent_request(
         stack.agent, user, "exec", {"argv": ["sleep", marker], "privileged": False, "operation_id": op}, request_id=rid
     )
-    _wait_running(marker)
+    wait_process(["/usr/bin/sleep", marker])
     return proc, marker, rid, op
 
 

@@ -28,6 +28,7 @@ import pytest
 from secsupport import agent_request, as_user, final, needs_root, red_stack, replies, throwaway_user
 
 from support import Stack, now_iso, wait_pending
+from waits import until
 
 pytestmark = needs_root
 
@@ -118,7 +119,4 @@ def test_control_the_operators_stop_still_stops_intake(sstack: Stack) -> None:
     request = {"id": f"lg-{uuid.uuid4()}", "time": now_iso(), "pipeline": [], "action": "stop"}
     reply = sstack.send_raw(json.dumps(request).encode() + b"\n")[0]
     assert reply["status"] == "ok" and reply["message"] == "stopping", reply
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not Path(f"/proc/{pid}").exists()
+    until(f"intake (pid {pid}) gone", lambda: not Path(f"/proc/{pid}").exists(), timeout=30)

@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from support import Background, Stack, custom_stack, now_iso, wait_pending
+from support import Background, Stack, custom_stack, now_iso
+from waits import wait_not_pending, wait_pending, wait_record
 
 CONFIG = """
 approval:
@@ -51,17 +52,6 @@ def ask(stack: Stack, marker: Path) -> tuple[socket.socket, str, str]:
     return sock, request_id, op
 
 
-def pending_ids(stack: Stack) -> set[str]:
-    return {p["request_id"] for p in stack.native("pending", path=stack.operator)["data"]["pending"]}
-
-
-def wait_not_pending(stack: Stack, request_id: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while request_id in pending_ids(stack):
-        assert time.monotonic() < deadline, f"{request_id} is still pending"
-        time.sleep(0.05)
-
-
 def approve(stack: Stack, request_id: str) -> dict[str, Any]:
     reply: dict[str, Any] = stack.native("approve", {"id": request_id}, path=stack.operator)
     return reply
@@ -72,7 +62,8 @@ def rows_of(stack: Stack, request_id: str) -> list[dict[str, Any]]:
 
 
 def assert_never_ran(stack: Stack, request_id: str, marker: Path) -> None:
-    time.sleep(1.0)  # what a late ticket would need to run
+    # Settled: intake has replied, and only intake takes a ticket to the runner.
+    wait_record(stack, "request.replied", request_id=request_id)
     assert not marker.exists()
     kinds = [r["kind"] for r in rows_of(stack, request_id)]
     assert "exec.started" not in kinds, kinds
@@ -125,10 +116,6 @@ def test_an_approval_that_wins_the_race_still_never_runs(wstack: Stack, tmp_path
         assert reply["ok"] is True, reply  # approval issued a ticket ...
     finally:
         os.kill(intake, signal.SIGCONT)
-    deadline = time.monotonic() + 15
-    while not any(r["kind"] == "request.replied" for r in rows_of(wstack, request_id)):
-        assert time.monotonic() < deadline, "intake never settled the request"
-        time.sleep(0.1)
     assert_never_ran(wstack, request_id, marker)  # ... that intake never took to the runner
     rows = rows_of(wstack, request_id)
     decided = [json.loads(r["payload"])["decision"] for r in rows if r["kind"] == "approval.decided"]

@@ -28,6 +28,7 @@ PURE_MODULES = [
     "services/airlock/journal/chain.py",
     "services/airlock/common/kinds.py",
     "services/airlock/gateway/protocol.py",
+    "services/airlock/gateway/params.py",
     "services/airlock/gateway/fileop_execute.py",
     "services/airlock/gateway/evidence.py",
     "services/airlock/common/fileop_spec.py",

@@ -32,6 +32,7 @@ from airlock.common.peer import Peer
 from airlock.common.resolve import default_path
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import runner as runner_wire
 
 
 def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Subject:
@@ -352,9 +353,12 @@ class Deciding(Tickets, Votes):
         started = time.monotonic()
         result: dict[str, Any] | None
         try:
-            result = await self.runner.call(
-                "review", {"statement": text}, timeout=settings.reviewer_timeout_seconds + REVIEW_MARGIN_SECONDS
+            reviewed = await runner_wire.stub(self.runner).call(
+                runner_wire.REVIEW,
+                runner_wire.Review(text),
+                timeout=settings.reviewer_timeout_seconds + REVIEW_MARGIN_SECONDS,
             )
+            result = reviewed.to_dict()
         except (AirlockError, OSError, TimeoutError) as exc:
             self.log.warning("approval.reviewer.unreachable", request_id=text["request_id"], error=str(exc))
             result = None
@@ -699,10 +703,10 @@ class Deciding(Tickets, Votes):
         programs = [str(b.get("path") or "") for b in binaries]
         if not arguments.worth_inspecting(spec.stages, programs, cwd_given=spec.cwd is not None):
             return []
-        found = await self.runner.call(
-            "inspect", {"spec": spec.to_dict(), "programs": programs}, timeout=INSPECT_SECONDS
+        found = await runner_wire.stub(self.runner).call(
+            runner_wire.INSPECT, runner_wire.Inspect(spec, tuple(programs)), timeout=INSPECT_SECONDS
         )
-        return arguments.parse_bound(found.get("arguments"), spec.stages)
+        return arguments.parse_bound(list(found.arguments), spec.stages)
 
     async def withdraw(self, call: Call) -> dict[str, Any]:
         """intake: the agent went away or cancelled; the pending request is withdrawn at once."""

@@ -35,6 +35,7 @@ from airlock.approval.rules import DEFAULT_RULE, UNRESOLVED_RULE, Decision
 from airlock.common.errors import AirlockError
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
+from airlock.common.wire import runner as runner_wire
 
 ABSENT = "absent"
 CONTENT_FIELDS = ("diff",)  # what only operators see of a view
@@ -53,12 +54,11 @@ async def operator_view(
     if not spec.writes:
         return view
     as_requester = spec.privileged and not named
-    args: dict[str, Any] = {"spec": spec.to_dict()}
     if as_requester:
-        args["as_requester"] = True
         view["preview_as"] = "requester"
     try:
-        preview = await runner.call("files_preview", args, timeout=40)
+        asked = runner_wire.Preview(spec, as_requester=as_requester)
+        preview = (await runner_wire.stub(runner).call(runner_wire.FILES_PREVIEW, asked, timeout=40)).outcome
     except AirlockError as exc:
         return view | {"diff": None, "preview_error": {"code": exc.code.value, "message": exc.message}}
     if not preview.get("ok"):

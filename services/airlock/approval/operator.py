@@ -12,6 +12,7 @@ is refused there, an observer may call only what the declarations let it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import time
@@ -44,8 +45,9 @@ from airlock.common.peer import Peer, identify, may_decide, uid_of, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 from airlock.common.wire import operator as op
+from airlock.common.wire import runner as runner_wire
 from airlock.common.wire import verb as wire
-from airlock.common.wire.verb import Caller
+from airlock.common.wire.verb import Caller, Empty
 
 
 class Operating(Tickets, Votes, Passkeys, OutputReads):
@@ -352,8 +354,8 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
             waiting[0].solo = True  # one operation: requests attached to it keep waiting (issue 34)
             waiting[0].future.set_result(("deny", operator.user, operator.uid, why))
             return {"operation_id": op, "cancelling": True, "was": "pending"}
-        data = await self.runner.call("cancel", {"operation_id": op})
-        return dict(data) | {"was": "running"}
+        data = await runner_wire.stub(self.runner).call(runner_wire.CANCEL, runner_wire.Cancel(op))
+        return data.to_dict() | {"was": "running"}
 
     async def kill(self, call: Call) -> dict[str, Any]:
         """Signal a running job (issue 35): ``ref`` is its request or operation ID (``AGENT/ID`` when
@@ -362,16 +364,15 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         reason = validate.text("reason", call.args.get("reason") or "", max_len=1024)
         signame = call.args.get("signal")
         operator = call.peer
-        args: dict[str, Any] = {"ref": ref, "by": operator.user, "reason": reason}
-        if signame is not None:
-            args["signal"] = signame
+        args = runner_wire.Kill(ref=ref, by=operator.user, reason=reason, signal=signame)
         owner, _, bare = ref.rpartition("/")
         if owner:
             uid = _agent_uid(owner)
             if uid is None:
                 raise AirlockError(ErrorCode.NOT_FOUND, f"no such agent {owner!r}")
-            args |= {"ref": bare, "uid": uid}
-        job = await self.runner.call("kill", args | {"dry": True})
+            args = dataclasses.replace(args, ref=bare, uid=uid)
+        runner = runner_wire.stub(self.runner)
+        job = (await runner.call(runner_wire.KILL, dataclasses.replace(args, dry=True))).to_dict()
         await self.audit.record(
             "operator.action",
             Ids(job.get("request_id"), job.get("operation_id"), operator.uid),
@@ -383,11 +384,11 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
                 "agent_uid": job.get("agent_uid"),
             },
         )
-        return dict(await self.runner.call("kill", args))
+        return (await runner.call(runner_wire.KILL, args)).to_dict()
 
     async def running(self, call: Call) -> dict[str, Any]:
         """The commands running now (the runner's list): for `airlock watch`'s kill key and for reading."""
-        return dict(await self.runner.call("running", {}))
+        return (await runner_wire.stub(self.runner).call(runner_wire.RUNNING, Empty())).to_dict()
 
     async def token_issue(self, call: Call) -> dict[str, Any]:
         session = validate.text("session", call.args.get("session"), max_len=256, allow_empty=False)

@@ -24,6 +24,7 @@ from airlock.common.audit import Audit, Ids
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.server import Call
+from airlock.common.wire import runner as runner_wire
 
 # The longest a follow may last: a job's own timeout ends it sooner (the runner ends the stream).
 FOLLOW_MAX_SECONDS = 7 * 86400.0
@@ -102,7 +103,9 @@ class OutputReads:
             why = f"the output log could not be written: {kept['failed']}" if kept.get("failed") else "no output"
             return ids | {"running": False, "chunks": [], "chain": kept, "message": why}
         await self._journal_read(call, started, "output")
-        stored = await self.runner.call("output", {"file": name}, timeout=60)
+        stored = (
+            await runner_wire.stub(self.runner).call(runner_wire.OUTPUT, runner_wire.Output(name), timeout=60)
+        ).to_dict()
         differ = compare(list(kept.get("streams") or []), list(stored.get("streams") or []))
         return ids | {
             "running": False,
@@ -129,9 +132,14 @@ class OutputReads:
             await call.emit(event.event, dict(event.fields))
 
         try:
-            done = await self.runner.call(
-                "output", {"file": name, "follow": True}, on_event=relay, timeout=FOLLOW_MAX_SECONDS
-            )
+            done = (
+                await runner_wire.stub(self.runner).call(
+                    runner_wire.OUTPUT,
+                    runner_wire.Output(name, follow=True),
+                    on_event=relay,
+                    timeout=FOLLOW_MAX_SECONDS,
+                )
+            ).to_dict()
         except AirlockError as exc:
             if exc.code is ErrorCode.NOT_FOUND:  # it ended between the journal's answer and ours, and kept nothing
                 return {"request_id": started.get("request_id"), "followed": True, "ended": True, "chunks": []}

@@ -48,6 +48,7 @@ from airlock.common.ipc import Client
 from airlock.common.passkeyfile import Credential, PasskeyFileError
 from airlock.common.peer import Peer, identify, may_decide, uid_of
 from airlock.common.server import Call
+from airlock.common.wire import runner as runner_wire
 
 MAX_ENROLLMENTS = 64  # live enrollment tokens at once
 MAX_LOGINS = 1024  # outstanding sign-in challenges
@@ -366,7 +367,10 @@ class Passkeys:
                 },
             )
             try:
-                await self.runner.call("passkeys.write", {"op": "add", "credential": json.loads(credential.to_line())})
+                await runner_wire.stub(self.runner).call(
+                    runner_wire.PASSKEYS_WRITE,
+                    runner_wire.PasskeyWrite("add", credential=json.loads(credential.to_line())),
+                )
             except AirlockError as exc:
                 # The journal said "enrolled" first (a stored line must never be unjournaled): say it failed.
                 await self.audit.record(
@@ -587,7 +591,9 @@ class Passkeys:
                 "reason": reason,
             },
         )
-        await self.runner.call("passkeys.write", {"op": "revoke", "credential_id": cid})
+        await runner_wire.stub(self.runner).call(
+            runner_wire.PASSKEYS_WRITE, runner_wire.PasskeyWrite("revoke", credential_id=cid)
+        )
         return {"credential_id": cid, "account": found[0].account, "revoked": True}
 
 

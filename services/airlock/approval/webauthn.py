@@ -24,14 +24,13 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from fido2 import cbor
-from fido2.client import ClientData
-from fido2.cose import CoseKey
-from fido2.ctap2 import AttestationObject, AuthenticatorData
-from fido2.server import Fido2Server
-from fido2.webauthn import PublicKeyCredentialRpEntity
+# fido2 (and the cryptography it loads) is imported where an assertion or a registration is
+# checked, not at approval's start: it was most of a cold start's imports (issue 37).
+if TYPE_CHECKING:
+    from fido2.client import ClientData
+    from fido2.ctap2 import AuthenticatorData
 
 CONTEXT: Final = b"airlock passkey v1\n"
 _B64U: Final = re.compile(r"[A-Za-z0-9_-]+={0,2}")
@@ -130,6 +129,8 @@ def _response(credential: object) -> tuple[bytes, Mapping[str, Any]]:
 
 
 def _client_data(response: Mapping[str, Any], expected_type: str, origin: str) -> ClientData:
+    from fido2.client import ClientData
+
     raw = unb64u(response.get("clientDataJSON"), "credential.response.clientDataJSON")
     try:
         data = ClientData(raw)
@@ -152,6 +153,11 @@ class Registered:
 
 def verify_registration(credential: object, origin: str, rp_id: str, challenge: bytes) -> Registered:
     """A registration (``navigator.credentials.create``) checked against this origin, RP and challenge."""
+    from fido2 import cbor
+    from fido2.ctap2 import AttestationObject
+    from fido2.server import Fido2Server
+    from fido2.webauthn import PublicKeyCredentialRpEntity
+
     raw_id, response = _response(credential)
     client_data = _client_data(response, "webauthn.create", origin)
     try:
@@ -201,6 +207,8 @@ class Assertion:
 
 def parse_assertion(credential: object, origin: str) -> Assertion:
     """A ``navigator.credentials.get`` result, read (and its origin checked); nothing verified yet."""
+    from fido2.ctap2 import AuthenticatorData
+
     raw_id, response = _response(credential)
     client_data = _client_data(response, "webauthn.get", origin)
     try:
@@ -215,6 +223,9 @@ def parse_assertion(credential: object, origin: str) -> Assertion:
 
 def verify_assertion(assertion: Assertion, rp_id: str, challenge: bytes, public_key: bytes) -> int:
     """Check challenge, RP ID hash, UP and UV flags and the signature; the authenticator's sign counter."""
+    from fido2 import cbor
+    from fido2.cose import CoseKey
+
     if not hmac_equal(assertion.client_data.challenge, challenge):
         raise Refused("challenge", "the assertion signs another challenge (another request, decision or statement)")
     if not hmac_equal(assertion.auth_data.rp_id_hash, hashlib.sha256(rp_id.encode("utf-8")).digest()):
@@ -239,6 +250,9 @@ def hmac_equal(a: bytes, b: bytes) -> bool:
 
 def valid_public_key(public_key: bytes) -> bool:
     """Whether ``public_key`` is a COSE key fido2 can verify with (the runner checks before storing)."""
+    from fido2 import cbor
+    from fido2.cose import CoseKey
+
     try:
         CoseKey.parse(cbor.decode(public_key))
     except Exception:

@@ -345,8 +345,35 @@ class Supervisor:
         return woken
 
     def stop(self) -> None:
+        """Stop every service, the journal last.
+
+        Each service journals its own stop (and its in-flight requests' last
+        records) on its way out.  Stopped all at once, they found journal.sock
+        still bound here but no longer served, and each waited out its bound
+        (5 s for the stop record, more for a request's) for nothing.  While the
+        others stop, an idle-exited journal is started again by a connection, as
+        its socket unit would.
+        """
         self.stopping = True
-        stop_all([child.proc for child in self.children.values() if child.proc is not None], STOP_GRACE_SECONDS)
+        journal = self.children.get("journal")
+        self._stop_wave([c for c in self.children.values() if c is not journal], journal)
+        if journal is not None:
+            self._stop_wave([journal], None)
+
+    def _stop_wave(self, children: list[Child], serving: Child | None) -> None:
+        """SIGTERM to ``children``, up to STOP_GRACE_SECONDS, SIGKILL; ``serving`` is kept up meanwhile."""
+        running = [c.proc for c in children if c.proc is not None and c.proc.poll() is None]
+        for proc in running:
+            proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while any(proc.poll() is None for proc in running) and time.monotonic() < deadline:
+            if serving is not None and serving.proc is not None and serving.proc.poll() is not None:
+                serving.idle = True  # it exited meanwhile: the next connection starts it again
+            idle = [sock for _, sock in serving.sockets] if serving is not None and serving.idle else []
+            if self.poll_notify(0.05, idle) and serving is not None:
+                serving.idle = False
+                self.start(serving)
+        stop_all(running, 0)
 
     def supervise(self) -> None:
         while not self.stopping:

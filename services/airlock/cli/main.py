@@ -20,7 +20,7 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import agentcmds, events, fleet, operator, passkey, tokens
+from airlock.cli import agentcmds, events, fleet, operator, passkey, show, tokens
 from airlock.cli import output as output_cli
 from airlock.cli import policy as policy_cli
 from airlock.common.validate import parse_duration
@@ -192,7 +192,7 @@ def parser() -> argparse.ArgumentParser:
     sp = op("show", "a request's whole story: who, what, why, decision, outcome, events")
     sp.add_argument("ref", help="request ID, operation ID, or a unique prefix of a pending request's ID")
     sp.add_argument("--output", action="store_true", help="print the job's stored output (redacted, checked)")
-    sp.set_defaults(func=operator.cmd_show)
+    sp.set_defaults(func=show.cmd_show)
     sp = op("logs", "a job's output; with --follow, a running job's output as it comes, until it ends")
     sp.add_argument("ref", help="request ID or operation ID")
     sp.add_argument("--follow", "-f", action="store_true", help="stream a running job's output until it ends")

@@ -24,9 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fido2 import cbor
-from fido2.cose import CoseKey
-
 _B64U = re.compile(r"[A-Za-z0-9_-]{1,1400}")
 _ACCOUNT = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?")
 MAX_BYTES = 4 * 1024 * 1024  # the whole file: far more than any host's passkeys
@@ -91,6 +88,9 @@ def checked(data: object) -> Credential:
         raise PasskeyFileError("credential_id: must be base64url, at most 1023 bytes")
     if not isinstance(key, str) or not _B64U.fullmatch(key):
         raise PasskeyFileError("public_key: must be base64url")
+    from fido2 import cbor  # here, not at import: fido2 and cryptography would be most of the runner's start
+    from fido2.cose import CoseKey
+
     try:
         CoseKey.parse(cbor.decode(_b64u_bytes(key)))
     except Exception:

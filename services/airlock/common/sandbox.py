@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airlock.common.errors import AirlockError, ErrorCode
@@ -297,12 +298,26 @@ def describe(sandbox: Mapping[str, Any] | None) -> str:
     return "; ".join(f"{key}={sandbox[key]}" for key in sorted(sandbox))
 
 
-def parse_bound(untrusted: Any, stages: int) -> tuple[Mapping[str, Any], ...] | None:
-    """The redeemed ``bound["sandbox"]``: None (no rule had one) or one mapping per stage, each valid."""
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """One stage's sandbox as the runner holds it: its settings and their unit properties, computed once."""
+
+    settings: Mapping[str, Any]  # as approval bound it (and exec.started journals it)
+    properties: tuple[Property, ...]
+
+    @classmethod
+    def of(cls, settings: Any, where: str = "sandbox") -> Sandbox:
+        """A valid sandbox, or ``invalid_arguments`` naming the key (`properties`)."""
+        return cls(dict(settings) if isinstance(settings, Mapping) else settings, tuple(properties(settings, where)))
+
+    def __bool__(self) -> bool:  # an empty sandbox is none: a full job
+        return bool(self.settings)
+
+
+def parse_bound(untrusted: Any, stages: int) -> tuple[Sandbox, ...] | None:
+    """The redeemed ``bound["sandbox"]``: None (no rule had one) or one sandbox per stage, each valid."""
     if untrusted is None:
         return None
     if not isinstance(untrusted, list) or len(untrusted) != stages:
         raise _invalid("bound.sandbox", untrusted, f"expected one sandbox per stage ({stages})")
-    for index, item in enumerate(untrusted):
-        properties(item, f"bound.sandbox[{index}]")
-    return tuple(untrusted)
+    return tuple(Sandbox.of(item, f"bound.sandbox[{index}]") for index, item in enumerate(untrusted))

@@ -6,7 +6,8 @@ request lines between the socket and the codec, and dispatches verbs from a
 small fixed table.  It owns the lifecycle: READY/STATUS/WATCHDOG/STOPPING
 through sd_notify, idle exit when socket-activated (never with work in
 flight), and on SIGTERM it stops accepting and lets in-flight work finish
-within ``services.stop_timeout_seconds``.
+within ``services.stop_timeout_seconds``.  What a door is (its table, one
+connection's bounded reads and writes, one call) is `door.py`.
 
 This is the only place that catches ``Exception``: anything unexpected becomes
 an ``internal`` error for the peer and a logged event for the operator, and
@@ -18,218 +19,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import os
-import select
 import signal
 import socket
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.common import log
 from airlock.common.codec import (
     Request,
     encode_error,
-    encode_event,
     encode_ok,
     parse_object,
     recover_id,
     request_from_object,
 )
 from airlock.common.config import Config
+from airlock.common.door import CLIENT_DOORS, Call, Connection, ConnectionHandler, Door, Guard, Verb, write_timeout
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.framing import NEED_DATA, FrameDecoder
 from airlock.common.notify import Notifier
-from airlock.common.peer import AllowList, Peer, credentials, peer_of
+from airlock.common.peer import credentials, peer_of
 
-# The doors clients use.  The others are service-to-service: their peers read
-# actively, but intake may be relaying an event to a slow agent (bounded by the
-# agent door's own timeout) while approval or the runner writes to it, so an
-# internal door allows twice the timeout plus a margin: a slow agent never
-# cuts an internal connection first.
-CLIENT_DOORS = frozenset({"agent", "operator"})
+# What a door is (and a connection, a call) lives in door.py; callers keep importing it from here.
+__all__ = [
+    "CLIENT_DOORS",
+    "ROOT_IS_NO_AGENT",
+    "Call",
+    "Connection",
+    "ConnectionHandler",
+    "Door",
+    "Guard",
+    "Service",
+    "Verb",
+    "linger",
+    "write_timeout",
+]
+
 ROOT_IS_NO_AGENT = (
     "root is not an agent here (agents.users and agents.groups decide who asks, and root "
     "needs no gateway); run the agent as its own user (e.g. runuser -u deploy -- airlock run ...), "
     "or decide requests as an operator: airlock pending"
 )
-
-
-def write_timeout(config: Config, door: Door) -> float:
-    """How long one write to a client of ``door`` may take before it is disconnected."""
-    seconds = config.limits.write_timeout_seconds
-    return seconds if door.name in CLIENT_DOORS else 2 * seconds + 30
-
-
-class Connection:
-    """One accepted client: its peer, and helpers to read lines and write replies."""
-
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Peer, door: Door, config: Config
-    ) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.peer = peer
-        self.door = door
-        self.decoder = FrameDecoder(door.max_line)
-        self._read_timeout = config.limits.read_timeout_seconds
-        self._request_timeout = config.limits.request_timeout_seconds
-        # A client door's first request must be whole within read_timeout_seconds of
-        # connecting, however its bytes are paced (sudo-proxy's HANDSHAKE_DEADLINE):
-        # a silent or trickling client gets an error line, not a silent close.
-        self._handshake_deadline = time.monotonic() + self._read_timeout if door.name in CLIENT_DOORS else None
-        self._write_timeout = write_timeout(config, door)
-        self.closed_by_peer = False
-        # Set when the server gave up on this client (it did not take its bytes in time).
-        self.dropped: str | None = None
-        self.on_dropped: Callable[[Connection, str], None] | None = None
-
-    async def read_line(self) -> bytes | None:
-        """The next request line, or None on a clean EOF between requests.
-
-        Raises `AirlockError` for an over-long line, a line without its
-        newline, or a client too slow to send one (per-read and whole-line
-        deadlines, so a slow drip cannot hold a slot for ever; on a client
-        door the first line has one wall-clock deadline from connecting).
-        """
-        started = time.monotonic()
-        handshake = self._handshake_deadline
-        while True:
-            frame = self.decoder.next_frame()
-            if frame is not NEED_DATA:
-                assert isinstance(frame, bytes)
-                self._handshake_deadline = None  # later lines: the per-read and whole-line deadlines
-                return frame
-            now = time.monotonic()
-            if handshake is not None:
-                budget = handshake - now
-            elif self.decoder.buffered:
-                budget = min(self._read_timeout, self._request_timeout - (now - started))
-            else:
-                budget = self._read_timeout
-            if budget <= 0:
-                raise self._too_slow(handshake)
-            try:
-                chunk = await asyncio.wait_for(self.reader.read(64 * 1024), budget)
-            except TimeoutError:
-                if handshake is None and not self.decoder.buffered:
-                    return None  # an idle client between requests: just close
-                raise self._too_slow(handshake) from None
-            except ConnectionError:
-                self.closed_by_peer = True
-                return None
-            if not chunk:
-                self.closed_by_peer = True
-                self.decoder.end_of_stream()
-                return None
-            self.decoder.feed(chunk)
-
-    def _too_slow(self, handshake: float | None) -> AirlockError:
-        if handshake is not None:
-            # sudo-proxy's words ("handshake deadline exceeded"), with airlock's detail.
-            return AirlockError(
-                ErrorCode.READ_TIMEOUT,
-                f"handshake deadline exceeded: no complete request line within {self._read_timeout:g}s "
-                "of connecting (limits.read_timeout_seconds)",
-            )
-        return AirlockError(ErrorCode.READ_TIMEOUT, "request not received in time")
-
-    async def send(self, data: bytes) -> None:
-        """Write one reply line; a client that does not take it within
-        ``limits.write_timeout_seconds`` is disconnected (`ConnectionResetError`)."""
-        if self.dropped is not None:
-            raise ConnectionResetError(f"connection dropped: {self.dropped}")
-        self.writer.write(data)
-        try:
-            await asyncio.wait_for(self.writer.drain(), self._write_timeout)
-        except TimeoutError:
-            self.drop("write_timeout")
-            raise ConnectionResetError("the client did not read its reply in time") from None
-
-    def drop(self, reason: str) -> None:
-        """Give up on this client now: the socket is closed, unsent bytes are discarded."""
-        if self.dropped is not None:
-            return
-        self.dropped = reason
-        if self.on_dropped is not None:
-            self.on_dropped(self, reason)
-        self.writer.transport.abort()
-
-    def peer_gone(self) -> bool:
-        """Whether the client has closed its end completely (or was dropped).
-
-        For a Unix stream socket the kernel reports POLLHUP only once the peer
-        closed both directions: a client that shut down only its writing side
-        after sending its request (as some reference/000 clients do) still
-        waits for its answer, and is not gone.
-        """
-        if self.dropped is not None or self.writer.is_closing():
-            return True
-        sock = self.writer.get_extra_info("socket")
-        fd = sock.fileno() if sock is not None else -1
-        if fd < 0:
-            return True
-        poller = select.poll()
-        poller.register(fd, 0)  # POLLHUP, POLLERR and POLLNVAL are always reported
-        return bool(poller.poll(0))
-
-    async def wait_gone(self, interval: float = 0.25) -> None:
-        """Return once the client has gone (see `peer_gone`); cancel it to stop watching."""
-        while not self.peer_gone():  # noqa: ASYNC110  nothing signals a peer's hang-up: it is polled
-            await asyncio.sleep(interval)
-
-
-@dataclass
-class Call:
-    """One request being served: what a verb handler receives."""
-
-    request: Request
-    peer: Peer
-    connection: Connection
-    _seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-
-    @property
-    def args(self) -> dict[str, Any]:
-        return self.request.args
-
-    async def emit(self, event: str, fields: dict[str, Any]) -> None:
-        """Write an event line before the final response (streaming verbs)."""
-        with contextlib.suppress(ConnectionError):
-            await self.connection.send(encode_event(self.request.id, event, next(self._seq), fields))
-
-
-Verb = Callable[[Call], Awaitable[dict[str, Any]]]
-ConnectionHandler = Callable[[Connection], Awaitable[None]]
-# A door's own check of every request before its verb is looked up: raises to
-# refuse, or returns the request to serve (intake's token check and refusal of
-# operator verbs).
-Guard = Callable[[Request, "Connection"], Awaitable[Request]]
-
-
-@dataclass
-class Door:
-    """One socket a service serves, with who may use it and what it offers."""
-
-    name: str
-    allow: AllowList
-    verbs: Mapping[str, Verb] = field(default_factory=dict)
-    max_line: int = 1024 * 1024
-    max_connections: int | None = None
-    # At most this many connections per peer uid (one agent cannot starve the others).
-    max_per_peer: int | None = None
-    # A door with its own dialect (intake's agent door) replaces the native loop;
-    # its native requests still go through `Service.dispatch` and this table.
-    handler: ConnectionHandler | None = None
-    guard: Guard | None = None
-    # How a refusal made before the request is read (busy, unauthorized) is written.
-    refusal: Callable[[AirlockError], bytes] = lambda exc: encode_error(None, exc)
-    # Errors as this door reports them (the operator door keeps to reference/004's list).
-    errors: Callable[[AirlockError], AirlockError] = lambda exc: exc
-    active: int = 0
-    by_peer: Counter[int] = field(default_factory=Counter)
 
 
 class Service:
@@ -243,6 +74,7 @@ class Service:
         self._stop = asyncio.Event()
         self._idle_since = time.monotonic()
         self._servers: list[asyncio.Server] = []
+        self._connections: set[Connection] = set()
         self.on_reload: Callable[[], Awaitable[None]] | None = None
         self.on_started: Callable[[], Awaitable[None]] | None = None  # serving: e.g. journal service.started
         self.on_stopping: Callable[[], None] | None = None  # stop begins: fail what cannot finish
@@ -289,6 +121,8 @@ class Service:
         # and queued connections wait for the next instance.
         for server in self._servers:
             server.close()
+        for conn in list(self._connections):
+            conn.end_if_idle()
         if self._tasks:
             self.notifier.status(f"finishing {len(self._tasks)} in-flight request(s)")
             _done, pending = await asyncio.wait(set(self._tasks), timeout=self.config.services.stop_timeout_seconds)
@@ -397,10 +231,14 @@ class Service:
                 return
             conn = Connection(reader, writer, peer, door, self.config)
             conn.on_dropped = self._dropped
-            if door.handler is not None:
-                await door.handler(conn)
-            else:
-                await self._native(conn)
+            self._connections.add(conn)
+            try:
+                if door.handler is not None:
+                    await door.handler(conn)
+                else:
+                    await self._native(conn)
+            finally:
+                self._connections.discard(conn)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except Exception as exc:  # the one place that may catch anything

@@ -13,7 +13,8 @@ import codecs
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from airlock.gateway.protocol import PROTOCOL_VERSION, ExecParams, sha256_text
+from airlock.gateway.params import ExecParams
+from airlock.gateway.protocol import PROTOCOL_VERSION, sha256_text
 
 _SIGNALS: Final = {
     1: "SIGHUP",

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from airlock.common.fileop_spec import TOOL_NAMES
-from airlock.gateway.protocol import PROTOCOL_VERSION, TraceContext, invalid, parse_trace_context
+from airlock.gateway.params import TraceContext, parse_trace_context
+from airlock.gateway.protocol import PROTOCOL_VERSION, invalid
 
 TOOLS: Final = TOOL_NAMES
 

@@ -24,6 +24,7 @@ from airlock.common.cancel import cancel_until_running
 from airlock.common.codec import Event, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.gateway import door, evidence, fileop_execute
+from airlock.gateway import params as params_of
 from airlock.gateway import protocol as p
 
 _CANCEL_RETRY_SECONDS = 0.05
@@ -50,7 +51,7 @@ class Settings:
 class Gateway:
     settings: Settings
     write: Callable[[bytes], Awaitable[None]]
-    telemetry: p.Telemetry = field(default_factory=p.Telemetry)
+    telemetry: params_of.Telemetry = field(default_factory=params_of.Telemetry)
     shutting_down: bool = False
     _active: list[_Active] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -104,7 +105,7 @@ class Gateway:
         if method == "health":
             return p.health(self.active_ids(), shutting_down=self.shutting_down)
         if method == "telemetry.configure":
-            self.telemetry = p.parse_telemetry(params)
+            self.telemetry = params_of.parse_telemetry(params)
             self.log.info(
                 "gateway.telemetry.configured",
                 enabled=self.telemetry.enabled,
@@ -116,7 +117,7 @@ class Gateway:
         if method == "filesystem.execute":
             return await self.filesystem_execute(request)
         if method == "cancel":
-            return await self.cancel(p.parse_operation_id(params))
+            return await self.cancel(params_of.parse_operation_id(params))
         if method == "shutdown":
             self.shutting_down = True
             self.log.info("gateway.shutdown.requested", active=len(self._active))
@@ -134,7 +135,7 @@ class Gateway:
     # --- process.exec ---------------------------------------------------------------
 
     async def process_exec(self, request: p.Request) -> dict[str, Any] | None:
-        params = p.parse_exec(request.params)
+        params = params_of.parse_exec(request.params)
         if params.trace is not None:
             # Transport context only: logged (journald fields under systemd), never
             # forwarded to the child, never part of the operation ID.

@@ -27,6 +27,7 @@ from airlock.common.ipc import Client, Unreachable
 from airlock.common.peer import Peer, uid_of
 from airlock.common.server import Call, Connection
 from airlock.common.spec import check_privilege
+from airlock.common.wire import runner as runner_wire
 from airlock.intake.request import ExecRequest
 from airlock.intake.work import Work, exec_work
 
@@ -218,18 +219,17 @@ class Drive:
                 marks = []
             self.operations[(peer.uid, op)] = peer.uid
             try:
-                outcome = await self.runner.call(
-                    work.runner_verb,
-                    work.runner_args
-                    | {
-                        "ticket": decision["ticket"],
-                        "bound": decision.get("bound") or {},
-                        "operation_id": op,
-                        "after": marks,
-                    },
-                    on_event=forward,
-                    timeout=work.runner_timeout,
+                args = runner_wire.approved(
+                    work.runner_args,
+                    ticket=decision["ticket"],
+                    bound=decision.get("bound") or {},
+                    operation_id=op,
+                    after=marks,
                 )
+                reply = await runner_wire.stub(self.runner).call(
+                    work.runner_verb, args, on_event=forward, timeout=work.runner_timeout
+                )
+                outcome = runner_wire.outcome(reply)
             except Unreachable as exc:
                 if not exc.details.get("reply_too_large"):
                     raise
@@ -410,7 +410,8 @@ class Drive:
         owner = self.operations.get((peer.uid, op))
         if owner is None or owner != peer.uid:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
-        return await self.runner.call("cancel", {"operation_id": op, "uid": peer.uid})
+        cancelled = await runner_wire.stub(self.runner).call(runner_wire.CANCEL, runner_wire.Cancel(op, peer.uid))
+        return cancelled.to_dict()
 
     async def approve_signed(self, request: Request, peer: Peer) -> dict[str, Any]:
         """An agent carries an operator's signature (issue 18): approval checks it; the agent cannot forge one.

@@ -19,6 +19,8 @@ from typing import Any
 
 from airlock.common.config import Config
 from airlock.common.peer import Peer
+from airlock.common.wire import runner as wire
+from airlock.common.wire.verb import Verb
 from airlock.intake.fileop_request import FileRequest
 from airlock.intake.request import ExecRequest
 
@@ -36,8 +38,8 @@ class Work:
     describe: dict[str, Any]  # what the audit record and operators see
     decide_request: dict[str, Any]  # what approval decides on
     has_protected: bool
-    runner_verb: str
-    runner_args: dict[str, Any]  # without ticket and operation_id, which drive adds
+    runner_verb: Verb[Any, Any]  # wire.runner.EXEC or FILES
+    runner_args: wire.Exec | wire.Files  # without approval's answer, which drive adds (`wire.runner.approved`)
     runner_timeout: float | None
     thin: Callable[[dict[str, Any]], dict[str, Any]]  # the outcome as kept for replay when it is large
 
@@ -94,15 +96,16 @@ def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
         describe=describe,
         decide_request=describe | {"spec": spec_dict},
         has_protected=bool(req.protected_env),
-        runner_verb="exec",
-        runner_args={
-            "spec": spec_dict,
-            "protected_env": req.protected_env,
-            "request_id": req.request_id,
-            "session": req.session,
-            "stream": req.stream,
-            "peer": peer.to_dict(),
-        },
+        runner_verb=wire.EXEC,
+        runner_args=wire.Exec(
+            spec=spec,
+            operation_id="",  # drive's, with the ticket
+            protected_env=req.protected_env,
+            request_id=req.request_id,
+            session=req.session,
+            stream=req.stream,
+            peer=wire.Requester(peer.pid, peer.uid),
+        ),
         runner_timeout=runner_budget(req, config),
         thin=thin_exec_outcome,
     )
@@ -121,8 +124,8 @@ def file_work(req: FileRequest, config: Config) -> Work:
         describe=req.describe(),
         decide_request=req.describe() | {"file": spec.to_dict()},
         has_protected=False,
-        runner_verb="files",
-        runner_args={"spec": spec.to_dict(), "request_id": req.request_id, "session": req.session},
+        runner_verb=wire.FILES,
+        runner_args=wire.Files(spec=spec, operation_id="", request_id=req.request_id, session=req.session),
         # The job's timeout, the kill grace and a margin for the runner's journal and approval calls.
         runner_timeout=config.limits.default_timeout_seconds + config.limits.kill_grace_seconds + 30,
         thin=_thin_file_outcome,

@@ -34,7 +34,7 @@ from airlock.common import doorclient
 from airlock.common.cancel import cancel_until_running
 from airlock.common.codec import Event, Response, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.mcp import jsonrpc, tools
+from airlock.mcp import jsonrpc, render, tools
 from airlock.mcp.session import CancelCall, Send, Session, StartCall
 from airlock.mcp.tools import ToolResult
 
@@ -202,7 +202,7 @@ class AgentDoor:
                 args = {k: v for k, v in args.items() if k != "max_output_bytes"} | {"operation_id": run.operation_id}
                 reply = await self.agent.call("exec", args, on_event, request_id=run.request_id)
         except (OSError, AirlockError) as exc:
-            return tools.unreachable(self.agent.path, _why(exc))
+            return render.unreachable(self.agent.path, _why(exc))
         finally:
             run.final = True
             run.changed.set()
@@ -212,9 +212,9 @@ class AgentDoor:
                 await withdraw
         if reply.ok:
             assert reply.data is not None
-            return tools.render_evidence(reply.data, tools.output_limit(arguments))
+            return render.render_evidence(reply.data, tools.output_limit(arguments))
         assert reply.error is not None
-        return tools.render_refusal(reply.error.code.value, reply.error.message, reply.error.details)
+        return render.render_refusal(reply.error.code.value, reply.error.message, reply.error.details)
 
     async def _withdraw_when_abandoned(self, run: _Run, ctx: CallContext) -> None:
         await ctx.abandoned.wait()

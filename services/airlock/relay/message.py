@@ -1,4 +1,4 @@
-"""From audit events to messages, and from messages to each channel's bytes.
+"""From audit events to messages (each channel makes its own bytes of one: airlock.common.channels).
 
 No I/O: the relay's service feeds events in and sends what comes out.  What
 an agent chose (argv, reason, paths) is sanitised on the way in
@@ -9,11 +9,7 @@ included (names only), and protected values are not in the events feed.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 from datetime import datetime
-from email.message import EmailMessage
 from typing import Any
 from urllib.parse import quote
 
@@ -26,7 +22,6 @@ KINDS = frozenset({"approval.pending", "approval.decided", "operator.action"})
 # The grant ends the relay announces: its time is up, or its uses are used up (a revoke is an operator's own act).
 GRANT_ENDS = {"grant.expired": "expired", "grant.exhausted": "used up"}
 
-_NTFY_PRIORITY = {"min": 1, "low": 2, "default": 3, "high": 4, "urgent": 5}
 _MAX_TEXT = 1500  # one argv can be long; a chat message should not be
 
 
@@ -269,89 +264,3 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
         ]
     lines.append(f"(event {m['seq']})")
     return {"title": title, "text": "\n".join(lines)}
-
-
-# --- each channel's bytes ---------------------------------------------------------------
-
-
-def webhook_body(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
-
-
-def signature(secret: str, body: bytes) -> str:
-    """``X-Airlock-Signature``: ``sha256=`` and the hex HMAC-SHA256 of the exact body."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def _header_safe(text: str) -> str:
-    # HTTP header values: no CR/LF (sanitise already escaped them), latin-1 only.
-    return text.encode("latin-1", "backslashreplace").decode("latin-1").replace("\r", " ").replace("\n", " ")
-
-
-def ntfy_request(message: dict[str, Any], channel: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
-    priority = _NTFY_PRIORITY[channel.get("priority") or "high"]
-    if message["event"] == "decided":
-        priority = max(1, priority - 1)
-    headers = {
-        "Title": _header_safe(message["title"]),
-        "Priority": str(priority),
-        "Tags": _header_safe(",".join(channel.get("tags") or ())),
-        "X-Airlock-Seq": str(message.get("seq")),
-    }
-    if channel.get("token"):
-        headers["Authorization"] = f"Bearer {channel['token']}"
-    return message["text"].encode(), headers
-
-
-def slack_escape(text: str) -> str:
-    """Text for Slack mrkdwn: ``& < >`` as Slack's entities, so ``<!channel>``, ``<@U1>`` and
-    ``<http://x|click>`` are shown, never acted on (api.slack.com, "Escaping text")."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def chat_text(text: str) -> str:
-    """The top-level ``text`` of a Slack or Mattermost message: markup off for both.
-
-    Mattermost renders it as Markdown (links, ``@channel``, emphasis), Slack as
-    mrkdwn and in notifications.  It goes in a code block, where neither renders
-    links or emphasis and Mattermost does not notify mentions; a backtick could
-    close the block, so it is shown as the visible escape ``\\x60`` (as control
-    characters are, render.sanitise: a backslash in the text is already doubled,
-    so the escape cannot be forged); ``& < >`` are escaped for Slack.
-    """
-    return "```\n" + slack_escape(text.replace("`", "\\x60")) + "\n```"
-
-
-def slack_body(message: dict[str, Any]) -> bytes:
-    """Slack (and Mattermost, which shows ``text``): every block but one is plain_text; the
-    mrkdwn "Decide:" line is escaped and its code span cannot be closed; link previews are off
-    (an agent's URL is never fetched by the chat service)."""
-    blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _clip(message["title"], 150), "emoji": False}},
-        {"type": "section", "text": {"type": "plain_text", "text": _clip(message["text"], 2900), "emoji": False}},
-    ]
-    if message["event"] in ("pending", "reminder"):
-        decide = str(message["decide"])
-        if "`" in decide:  # no escape exists inside a code span: show the line as plain text
-            blocks.append({"type": "section", "text": {"type": "plain_text", "text": f"Decide: {decide}"}})
-        else:
-            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"Decide: `{slack_escape(decide)}`"}})
-    body = {
-        "text": chat_text(f"{message['title']}\n{message['text']}"),
-        "blocks": blocks,
-        "unfurl_links": False,
-        "unfurl_media": False,
-    }
-    return json.dumps(body, ensure_ascii=False).encode()
-
-
-def email_message(message: dict[str, Any], channel: dict[str, Any]) -> EmailMessage:
-    mail = EmailMessage()
-    mail["Subject"] = message["title"]
-    mail["From"] = channel["from"]
-    mail["To"] = ", ".join(channel["to"])
-    mail["X-Airlock-Seq"] = str(message.get("seq"))
-    if message.get("request_id"):
-        mail["X-Airlock-Request-Id"] = str(message["request_id"])
-    mail.set_content(message["text"] + "\n")
-    return mail

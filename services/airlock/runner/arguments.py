@@ -29,6 +29,7 @@ from typing import Any
 
 from airlock.common import pathtrust
 from airlock.common.arguments import candidates
+from airlock.common.containment import Containment
 from airlock.common.errors import AirlockError, ErrorCode
 
 HOST_ROOT = "/proc/1/root"  # the files as PID 1 sees them (CAP_SYS_PTRACE; docs/security.md)
@@ -83,10 +84,10 @@ def _hash(fd: int, limit: int) -> str | None:
         os.close(readable)
 
 
-def view(containment: str) -> str:
+def view(containment: Containment) -> str:
     """Where ``/`` is for a job's files: a service job is started by PID 1 and sees its mounts,
     not the runner's own (``PrivateTmp=``); other jobs are the runner's children."""
-    return HOST_ROOT if containment == "service" else "/"
+    return HOST_ROOT if containment is Containment.SERVICE else "/"
 
 
 def inspect(

@@ -10,6 +10,8 @@ import os
 from collections.abc import Mapping, Sequence
 
 from airlock.common import sandbox
+from airlock.common.containment import Containment
+from airlock.common.containment import systemd_is_running as systemd_is_running  # spawn.py's import
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.sandbox import cpu_quota_property, memory_property
 from airlock.runner import units
@@ -18,11 +20,6 @@ from airlock.runner.jobspec import JobSpec
 from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings
 
 _SCOPE_BACKSTOP_SLACK_SECONDS = 10.0
-
-
-def systemd_is_running() -> bool:
-    """True when systemd is PID 1 (the test sd_booted() makes)."""
-    return os.path.isdir("/run/systemd/system")
 
 
 def _scope_containment(spec: JobSpec) -> ScopeContainment:
@@ -52,7 +49,8 @@ class ServiceContainment(ProcessGroups):
         if spec.cpu_quota is not None:
             self.limits.append(cpu_quota_property(spec.cpu_quota))
         # Bad settings fail before anything starts.
-        self.stage_limits = [sandbox.properties(sb) for sb in spec.sandboxes or [{}] * len(spec.stages)]
+        # Each stage's sandbox properties as computed once, when the bound sandbox was parsed.
+        self.stage_limits = [list(sb.properties) if sb else [] for sb in spec.sandboxes or [None] * len(spec.stages)]
         for limits, creds in zip(self.stage_limits, spec.credentials or (), strict=False):
             if creds:  # runner/credentials.py checked each file; systemd copies it into $CREDENTIALS_DIRECTORY
                 limits.append(("LoadCredential", "a(ss)", [tuple(pair) for pair in creds]))
@@ -119,12 +117,12 @@ def _write_script_copies(name: str, scripts: Sequence[Script], written: list[str
 
 
 def _containment_for(spec: JobSpec) -> ProcessGroups:
-    if spec.containment == "process-group":
+    if spec.containment is Containment.PROCESS_GROUP:
         return ProcessGroups()
     if not systemd_is_running():
         raise AirlockError(
             ErrorCode.SPAWN_FAILED, f"{spec.containment} containment needs systemd as PID 1, which is not running"
         )
-    if spec.containment == "service":
+    if spec.containment is Containment.SERVICE:
         return ServiceContainment(spec)
     return _scope_containment(spec)

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from airlock.common.codec import iso_utc
-from airlock.runner.proctree import ProcEvents, Watch
+from airlock.runner.execwatch import Watch
+from airlock.runner.proctree import ProcEvents
 
 
 class Signallable(Protocol):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airlock.common import binary
+from airlock.common.containment import Containment
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner.jobspec import JobSpec
 
@@ -142,7 +143,7 @@ def load(untrusted_bound: Any, job: JobSpec) -> Loaded:
     for index, stage in enumerate(stages):  # an unsafe file is refused as such, in any containment
         for name, path in sorted(stage.items()):
             items.append((index, name, path, read_value(name, path)))
-    if job.containment != "service":
+    if job.containment is not Containment.SERVICE:
         raise AirlockError(
             ErrorCode.SPAWN_FAILED,
             "this rule's credentials need runner.containment: service (systemd's LoadCredential=), not "

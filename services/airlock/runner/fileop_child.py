@@ -25,7 +25,7 @@ from typing import Any
 
 from airlock.common.errors import AirlockError
 from airlock.common.fileop_spec import FileSpec
-from airlock.runner import fileop_perform
+from airlock.runner import fileop_perform, fileop_write
 
 REQUEST_LIMIT = 8 * 1024 * 1024
 
@@ -37,7 +37,7 @@ def _request(raw: bytes) -> tuple[FileSpec, bool, str | None, int | None]:
     spec = FileSpec.from_dict(untrusted.get("spec"))
     preview = untrusted.get("preview") is True
     expect = untrusted.get("expect")
-    if expect is not None and not (expect == fileop_perform.ABSENT or (isinstance(expect, str) and len(expect) == 64)):
+    if expect is not None and not (expect == fileop_write.ABSENT or (isinstance(expect, str) and len(expect) == 64)):
         raise ValueError("expect must be absent or a sha256")
     cpu = untrusted.get("cpu_seconds")
     if cpu is not None and (not isinstance(cpu, int) or isinstance(cpu, bool) or cpu < 1):

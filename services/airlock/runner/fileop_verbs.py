@@ -32,13 +32,16 @@ from typing import Any
 
 import airlock
 from airlock.common import validate
-from airlock.common.audit import Ids, marks_of
+from airlock.common.audit import Ids
+from airlock.common.containment import Containment
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.server import Call
 from airlock.common.spec import check_privilege
+from airlock.common.wire import runner as wire
+from airlock.runner import recheck
 from airlock.runner.identity import Identity, resolve_identity
-from airlock.runner.spawn import JobResult, JobSpec, run_job, running_key
+from airlock.runner.spawn import JobResult, JobSpec, run_job
 
 # Fields of an outcome kept in the audit record (never content).
 _AUDITED = (
@@ -93,7 +96,7 @@ async def execute(
     cpu_seconds: int | None = None,
     operation_id: str | None = None,
     cancel: asyncio.Event | None = None,
-    containment: str = "process-group",
+    containment: Containment = Containment.PROCESS_GROUP,
     kill_grace_seconds: float = 1.0,
     slice: str = "airlock-jobs.slice",
     owner_uid: int | None = None,
@@ -125,7 +128,7 @@ async def execute(
         max_output_bytes=OUTPUT_CAP,
         kill_grace_seconds=kill_grace_seconds,
         protected_values=(),
-        containment="service" if containment == "service" else "scope" if containment == "scope" else "process-group",
+        containment=containment,
         slice=slice,
         owner_uid=owner_uid,
     )
@@ -187,40 +190,30 @@ class FileVerbs:
             "slice": config.runner.slice,
         }
 
-    async def files(self, call: Call) -> dict[str, Any]:
-        # Approval's uid reaches this socket too (files_preview, cancel); only intake may start work.
-        if self.runner.intake_uid is None or call.peer.uid != self.runner.intake_uid:
-            self.runner.log.warning("runner.peer.refused", verb="files", peer_uid=call.peer.uid, peer_pid=call.peer.pid)
-            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
-        operation_id = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
-        key = running_key(call.args.get("spec"), operation_id)
+    async def files(self, call: Call, args: wire.Files) -> wire.Outcome:
+        spec = args.spec
+        key = (spec.uid, args.operation_id)  # operation IDs are per agent (issue 14), as for exec
         if key in self.runner.running:
             raise AirlockError(ErrorCode.OPERATION_IN_PROGRESS, "this operation is already running")
         # Registered before the first await, as for exec: a cancel that comes early is not lost.
         cancel = asyncio.Event()
         self.runner.running[key] = cancel
         try:
-            return await self._files(call, operation_id, cancel)
+            return wire.Outcome(await self._files(args, cancel))
         finally:
             self.runner.running.pop(key, None)
 
-    async def _files(self, call: Call, operation_id: str, cancel: asyncio.Event) -> dict[str, Any]:
-        a = call.args
-        spec = FileSpec.from_dict(a.get("spec"))
-        ticket = validate.text("ticket", a.get("ticket"), max_len=256, allow_empty=False)
-        request_id = validate.optional_text("request_id", a.get("request_id"), max_len=256)
-        session = validate.optional_text("session", a.get("session"), max_len=256)
-        ids = Ids(request_id, operation_id, spec.uid, session)
-        digest = spec.digest()
-        after: list[str] = []
+    async def _files(self, args: wire.Files, cancel: asyncio.Event) -> dict[str, Any]:
+        spec, operation_id = args.spec, args.operation_id
+        ids = Ids(args.request_id, operation_id, spec.uid, args.session)
+        digest = spec.digest()  # computed here, once: the ticket is bound to it (redeem checks)
+        after = list(args.after)  # the request's deferred records (issue 21)
         try:
-            after = marks_of(a.get("after"))  # the request's deferred records (issue 21)
-            bound = validate.mapping("bound", a.get("bound"))
-            redeemed = await self.runner.approval.call("redeem", {"ticket": ticket, "digest": digest, "bound": bound})
-            if isinstance(redeemed.get("mark"), str) and redeemed["mark"] not in after:
-                after.append(redeemed["mark"])
+            decided = await recheck.redeem(self.runner.approval, args.ticket, digest, args.bound)
+            if decided is not None and decided not in after:
+                after.append(decided)
             # Redeemed: what approval bound is now what the runner enforces.
-            expect = bound_expectation(bound.get("file"))
+            expect = bound_expectation(args.bound.get("file"))
             identity = self._identity(spec)
         except AirlockError as exc:
             raise await self.runner._refuse(exc, ids, after) from None
@@ -270,15 +263,17 @@ class FileVerbs:
             raise AirlockError(refusal, str(error.get("message")), {"tool": spec.tool, "path": spec.path})
         return outcome
 
-    async def files_preview(self, call: Call) -> dict[str, Any]:
-        spec = FileSpec.from_dict(call.args.get("spec"))
+    async def files_preview(self, call: Call, args: wire.Preview) -> wire.Outcome:
+        spec = args.spec
         if not spec.writes:
             raise validate.bad("spec", "only writes and edits have a preview")
-        if validate.boolean("as_requester", call.args.get("as_requester"), False):
+        if args.as_requester:
             check_privilege(spec.uid, os.geteuid(), privileged=False)
             identity = resolve_identity(spec.uid)
         else:
             identity = self._identity(spec)
-        return await execute(
-            spec, identity, timeout=min(self._timeout(), PREVIEW_TIMEOUT), preview_only=True, **self._job_settings()
+        return wire.Outcome(
+            await execute(
+                spec, identity, timeout=min(self._timeout(), PREVIEW_TIMEOUT), preview_only=True, **self._job_settings()
+            )
         )

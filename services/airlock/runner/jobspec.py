@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from airlock.common import sandbox
+from airlock.common.containment import Containment
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner.identity import Identity, encodable
 
@@ -39,7 +41,7 @@ class JobSpec:
     max_output_bytes: int  # per stream
     kill_grace_seconds: float
     protected_values: tuple[str | bytes, ...]  # redacted from output (credentials' values are bytes)
-    containment: Literal["service", "scope", "process-group"]
+    containment: Containment  # a mode's name is taken too (tests, tools), and held as the enum
     slice: str = "airlock-jobs.slice"
     memory_max: str | None = None
     tasks_max: int = 0
@@ -50,8 +52,9 @@ class JobSpec:
     # argv[0] is resolved here, on the target user's default PATH.
     binaries: tuple[Mapping[str, Any], ...] | None = None
     owner_uid: int | None = None  # who asked: operation IDs are per agent, so is the scope's name
-    # Each stage's rule's sandbox as approval bound it (bound["sandbox"]); service containment only.
-    sandboxes: tuple[Mapping[str, Any], ...] | None = None
+    # Each stage's rule's sandbox as approval bound it (bound["sandbox"]), its unit properties
+    # computed once when it was parsed; service containment only.
+    sandboxes: tuple[sandbox.Sandbox, ...] | None = None
     # All streams of all stages together (limits.max_total_output_bytes); None: only the per-stream cap.
     max_total_output_bytes: int | None = None
     # A root job's changeable path arguments as approval bound them (bound["arguments"],
@@ -72,16 +75,19 @@ class JobSpec:
             raise _invalid("argv, cwd and environment must be encodable (no lone surrogates)")
         if self.mode == "shell" and len(self.stages) != 1:
             raise _invalid("a shell job has exactly one stage")
-        if self.containment not in ("service", "scope", "process-group"):
-            raise _invalid(f"containment must be service, scope or process-group (got {self.containment!r})")
+        try:
+            object.__setattr__(self, "containment", Containment(self.containment))
+        except ValueError:
+            modes = ", ".join(Containment)
+            raise _invalid(f"containment must be one of {modes} (got {self.containment!r})") from None
         if self.sandboxes is not None and len(self.sandboxes) != len(self.stages):
             raise _invalid("a job needs one sandbox (empty: none) per stage")
-        if any(self.sandboxes or ()) and self.containment != "service":
+        if any(self.sandboxes or ()) and self.containment is not Containment.SERVICE:
             raise AirlockError(
                 ErrorCode.SPAWN_FAILED,
                 "this rule's sandbox needs runner.containment: service (systemd), not " + self.containment,
             )
-        if any(self.credentials or ()) and self.containment != "service":
+        if any(self.credentials or ()) and self.containment is not Containment.SERVICE:
             raise AirlockError(ErrorCode.SPAWN_FAILED, "credentials need runner.containment: service")
         if any(not k or "=" in k or "\0" in k or "\0" in v for k, v in self.env.items()):
             raise _invalid("environment names must be non-empty without '=' or NUL, values without NUL")

@@ -20,8 +20,8 @@ from airlock.common import passkeyfile, validate
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.passkeyfile import Credential, PasskeyFileError
-from airlock.common.peer import uid_of
 from airlock.common.server import Call
+from airlock.common.wire import runner as wire
 
 MAX_CREDENTIALS = 4096  # lines the file may hold: an upper bound a person never meets
 
@@ -29,26 +29,20 @@ MAX_CREDENTIALS = 4096  # lines the file may hold: an upper bound a person never
 class PasskeyWriter:
     def __init__(self, config: Config) -> None:
         self.path = config.approval.passkeys
-        self.approval_uid = uid_of(config.services.approval_user)
         self._lock = asyncio.Lock()  # one rewrite at a time
 
-    async def write(self, call: Call) -> dict[str, Any]:
-        if self.approval_uid is None or call.peer.uid != self.approval_uid:
-            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
-        op = call.args.get("op")
-        if op == "add":
+    async def write(self, call: Call, args: wire.PasskeyWrite) -> wire.Written:
+        # Only approval calls this (the door's declaration); the path is the runner's own setting.
+        if args.op == "add":
             try:
-                credential = passkeyfile.checked(call.args.get("credential"))
+                credential = passkeyfile.checked(args.credential)
             except PasskeyFileError as exc:
                 raise validate.bad("credential", str(exc)) from None
             if credential.revoked is not None:
                 raise validate.bad("credential", "a new passkey is not revoked")
             change = _add(credential)
-        elif op == "revoke":
-            cid = validate.text("credential_id", call.args.get("credential_id"), max_len=1400, allow_empty=False)
-            change = _revoke(cid, int(time.time()))
-        else:
-            raise validate.bad("op", "must be add or revoke")
+        else:  # revoke: the message's check() named the credential
+            change = _revoke(str(args.credential_id), int(time.time()))
         async with self._lock:
             try:
                 await asyncio.to_thread(passkeyfile.rewrite, self.path, change)
@@ -56,7 +50,7 @@ class PasskeyWriter:
                 raise AirlockError(ErrorCode.CONFLICT, str(exc)) from None
             except OSError as exc:
                 raise AirlockError(ErrorCode.INTERNAL, f"{self.path}: {exc.strerror}") from None
-        return {"written": True}
+        return wire.Written(True)
 
 
 def _add(credential: Credential) -> Any:

@@ -3,7 +3,7 @@
 One netlink socket per runner (``NETLINK_CONNECTOR``, group ``CN_IDX_PROC``)
 receives every fork, exec and exit on the host as it happens; nothing is
 polled, so a process that lives for a microsecond is still seen.  Each event
-goes to the job that owns the process (`Watch`):
+goes to the job that owns the process (runner/execwatch.py's `Watch`):
 
 - **by cgroup** (service containment): a process is the job's when, at its
   exec, ``/proc/PID/cgroup`` names one of the job's units; its forks are the
@@ -15,12 +15,10 @@ goes to the job that owns the process (`Watch`):
   runner are followed from the moment they happen and handed to the job that
   claims them (or forgotten: the runner's own helpers).
 
-At an exec the runner reads ``/proc/PID/{cmdline,exe,status}`` at once: argv
-(bounded), the executed file's path and identity (``stat`` of
-``/proc/PID/exe``: device, inode, size, mtime: the file the kernel executes,
-whatever argv[0] or ``comm`` claim), uid and euid.  A process that exited
-before it could be read keeps what the events told (pid, parent, times) and
-says ``exited_before_read``.
+At an exec the runner reads ``/proc/PID/{cmdline,exe,status}`` at once
+(execwatch.py); a process that exited before it could be read keeps what
+the events told (pid, parent, times; its file from TASKSTATS: taskstats.py)
+and says ``exited_before_read``.
 
 The connector works only for a listener in the initial PID and user
 namespaces with CAP_NET_ADMIN (and in the initial network namespace);
@@ -47,11 +45,21 @@ from typing import Any
 
 import structlog
 
-from airlock.common.codec import canonical_json, iso_utc
-from airlock.runner.fanotify import FAN_Q_OVERFLOW, Fanotify, FileSeen, Follow, file_seen
-from airlock.runner.gate import _GATE_SHIM
-from airlock.runner.redact import redact
-from airlock.runner.units import HELPER
+from airlock.runner.execwatch import (
+    _UNCLAIMED_SECONDS,
+    MAX_PATH_CHARS,
+    MAX_TRACKED,
+    Watch,
+    _mono_to_wall,
+    cgroup_of,
+    keep_exited,
+    read_process,
+)
+from airlock.runner.fanotify import FAN_Q_OVERFLOW, Fanotify, Follow, file_seen
+from airlock.runner.taskstats import ACK_SECONDS as _ACK_SECONDS
+from airlock.runner.taskstats import NLMSG as _NLMSG
+from airlock.runner.taskstats import RCVBUF as _RCVBUF
+from airlock.runner.taskstats import ExitStats
 
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = 1
@@ -59,361 +67,15 @@ CN_VAL_PROC = 1
 PROC_CN_MCAST_LISTEN = 1
 NLMSG_DONE = 3
 EV_NONE, EV_FORK, EV_EXEC, EV_EXIT = 0x0, 0x1, 0x2, 0x80000000
-_NLMSG = struct.Struct("=IHHII")
 _CNMSG = struct.Struct("=IIIIHH")
 _EVENT = struct.Struct("=IIQ")  # what, cpu, timestamp_ns (CLOCK_MONOTONIC)
 _DATA_AT = _NLMSG.size + _CNMSG.size + _EVENT.size
-_RCVBUF = 8 * 1024 * 1024
 _SWITCH_SECONDS = 0.0002
-_ACK_SECONDS = 0.2  # the kernel acknowledges within send(); this only bounds the wait
 
-# Bounds of one process's record.
-MAX_ARGS = 32
-MAX_ARGV_BYTES = 1024
-MAX_PATH_CHARS = 1024
-# Processes followed per job at most (alive or not): a fork bomb must not grow the runner.
-MAX_TRACKED = 65536
-# A runner child no job claimed within this long was one of the runner's own helpers.
-_UNCLAIMED_SECONDS = 30.0
-# airlock's own exec shims (a unit's exec helper, a scope stage's gate) run as `python3 -I -S -c CODE ...`
-# before the job's program: their code is named, not spelled out, in the tree.
-_SHIMS = {HELPER: "<airlock exec helper>", _GATE_SHIM: "<airlock scope gate>"}
-_EXITED_KEPT = 8192
 # fanotify reports an exec when the file is opened, before the new program runs: its argv is
 # read once /proc/PID/exe names the executed file, waiting at most this long.
 _FAN_READ_SECONDS = 0.05
 _FAN_POLL_MS = 1
-
-
-def _mono_to_wall(ns: int) -> float:
-    return time.time() - (time.monotonic_ns() - ns) / 1e9
-
-
-def read_process(pid: int) -> dict[str, Any]:
-    """What /proc says of ``pid`` now: argv (bounded), exe path and identity, uid/euid; {} if it is gone."""
-    out: dict[str, Any] = {}
-    try:
-        exe_stat = os.stat(f"/proc/{pid}/exe")  # first: the file the kernel executes is what matters most
-        exe = os.readlink(f"/proc/{pid}/exe")
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read(MAX_ARGV_BYTES + 1)
-        with open(f"/proc/{pid}/status", "rb") as f:
-            status = f.read(4096)
-    except OSError:
-        return {}
-    parts = raw[:MAX_ARGV_BYTES].split(b"\0") if raw else []
-    if raw.endswith(b"\0") and len(raw) <= MAX_ARGV_BYTES:
-        parts = parts[:-1]
-    argv = [p.decode("utf-8", "backslashreplace") for p in parts[:MAX_ARGS]]
-    out["argv"] = shims_named(argv)
-    if len(raw) > MAX_ARGV_BYTES or len(parts) > MAX_ARGS:
-        out["argv_truncated"] = True
-    out["exe"] = exe[:MAX_PATH_CHARS]
-    out["exe_id"] = {
-        "dev": exe_stat.st_dev,
-        "ino": exe_stat.st_ino,
-        "size": exe_stat.st_size,
-        "mtime": iso_utc(exe_stat.st_mtime),
-    }
-    for line in status.splitlines():
-        if line.startswith(b"Uid:"):
-            fields = line.split()
-            out["uid"], out["euid"] = int(fields[1]), int(fields[2])
-        elif line.startswith(b"PPid:"):
-            out["ppid"] = int(line.split()[1])  # now: the fork event's parent is better, when there was one
-    return out
-
-
-# --- taskstats: what a program that ended too soon to be read was -------------------------
-#
-# The kernel's per-task accounting (generic netlink family TASKSTATS) sends a record for
-# every exit to a registered listener, with the task's comm, uid and (struct taskstats
-# version 11 on) the device and inode of the file it executed.  It names the programs that
-# exited before /proc could be read.  The offsets below are checked at start against the
-# runner's own record; a kernel whose record does not match is not used.
-_GENL_ID_CTRL, _CTRL_CMD_GETFAMILY, _CTRL_ATTR_FAMILY_ID, _CTRL_ATTR_FAMILY_NAME = 16, 3, 1, 2
-_TS_CMD_GET, _TS_CMD_NEW = 1, 2
-_TS_ATTR_PID, _TS_ATTR_REGISTER_CPUMASK = 1, 3
-_TS_TYPE_PID, _TS_TYPE_STATS, _TS_TYPE_AGGR_PID = 1, 3, 4
-_TS_COMM, _TS_UID, _TS_PID, _TS_EXE = slice(80, 112), 120, 128, 384
-
-
-def _nla(kind: int, data: bytes) -> bytes:
-    size = 4 + len(data)
-    return struct.pack("=HH", size, kind) + data + b"\0" * (-size % 4)
-
-
-def _nlas(buf: bytes, at: int, end: int) -> dict[int, bytes]:
-    out: dict[int, bytes] = {}
-    while at + 4 <= end:
-        size, kind = struct.unpack_from("=HH", buf, at)
-        if size < 4:
-            break
-        out[kind & 0x3FFF] = buf[at + 4 : at + size]
-        at += (size + 3) & ~3
-    return out
-
-
-def _genl(family: int, cmd: int, attrs: bytes) -> bytes:
-    body = struct.pack("=BBH", cmd, 1, 0) + attrs
-    return _NLMSG.pack(_NLMSG.size + len(body), family, 1, 0, 0) + body  # NLM_F_REQUEST
-
-
-def _stats_of(stats: bytes) -> dict[str, Any] | None:
-    if len(stats) < _TS_EXE + 16:
-        return None
-    dev, ino = struct.unpack_from("=QQ", stats, _TS_EXE)
-    return {
-        "comm": stats[_TS_COMM].split(b"\0", 1)[0].decode("utf-8", "backslashreplace"),
-        "uid": struct.unpack_from("=I", stats, _TS_UID)[0],
-        "pid": struct.unpack_from("=I", stats, _TS_PID)[0],
-        "dev": dev,
-        "ino": ino,
-    }
-
-
-class ExitStats:
-    """The TASKSTATS listener: (pid, what it was) for every process that exits."""
-
-    def __init__(self) -> None:
-        self.sock: socket.socket | None = None
-        self.family = 0
-
-    def open(self) -> str | None:
-        """Register for every CPU's exits; the reason when it cannot (then nothing is lost but names)."""
-        try:
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, 16)  # NETLINK_GENERIC
-        except OSError as exc:
-            return f"no generic netlink: {exc.strerror or exc}"
-        try:
-            sock.settimeout(_ACK_SECONDS)
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, 33, _RCVBUF)
-            sock.bind((0, 0))
-            sock.send(_genl(_GENL_ID_CTRL, _CTRL_CMD_GETFAMILY, _nla(_CTRL_ATTR_FAMILY_NAME, b"TASKSTATS\0")))
-            reply = sock.recv(65536)
-            family_id = _nlas(reply, _NLMSG.size + 4, len(reply)).get(_CTRL_ATTR_FAMILY_ID)
-            if family_id is None:
-                raise OSError(errno.ENOENT, "no TASKSTATS family")
-            self.family = struct.unpack("=H", family_id[:2])[0]
-            # The layout check: our own record must name us, our uid and our executable.
-            sock.send(_genl(self.family, _TS_CMD_GET, _nla(_TS_ATTR_PID, struct.pack("=I", os.getpid()))))
-            answer = sock.recv(65536)
-            if len(answer) >= _NLMSG.size + 4 and _NLMSG.unpack_from(answer, 0)[1] == 2:  # NLMSG_ERROR
-                code = -struct.unpack_from("=i", answer, _NLMSG.size)[0]
-                raise OSError(code, os.strerror(code))
-            mine = self._parse(answer)
-            exe = os.stat("/proc/self/exe")
-            if (
-                not mine
-                or mine[1]["pid"] != os.getpid()
-                or (mine[1]["dev"], mine[1]["ino"]) != (exe.st_dev, exe.st_ino)
-            ):
-                raise OSError(errno.EPROTO, "taskstats records are not laid out as expected")
-            cpus = f"0-{(os.cpu_count() or 1) - 1}".encode() + b"\0"
-            sock.send(_genl(self.family, _TS_CMD_GET, _nla(_TS_ATTR_REGISTER_CPUMASK, cpus)))
-        except (OSError, TimeoutError) as exc:
-            sock.close()
-            return f"taskstats unavailable: {getattr(exc, 'strerror', None) or exc}"
-        sock.setblocking(False)
-        self.sock = sock
-        return None
-
-    def _parse(self, data: bytes) -> tuple[int, dict[str, Any]] | None:
-        if len(data) < _NLMSG.size + 4 or _NLMSG.unpack_from(data, 0)[1] != self.family:
-            return None
-        top = _nlas(data, _NLMSG.size + 4, min(len(data), _NLMSG.unpack_from(data, 0)[0]))
-        aggr = top.get(_TS_TYPE_AGGR_PID)
-        if aggr is None:
-            return None
-        inner = _nlas(aggr, 0, len(aggr))
-        pid, stats = inner.get(_TS_TYPE_PID), inner.get(_TS_TYPE_STATS)
-        if pid is None or stats is None:
-            return None
-        info = _stats_of(stats)
-        return (struct.unpack("=I", pid[:4])[0], info) if info is not None else None
-
-    def pids(self, data: bytes) -> int | None:
-        """The pid an exit record is about, read cheaply (most are not a job's)."""
-        top = _nlas(data, _NLMSG.size + 4, len(data)) if len(data) > _NLMSG.size + 4 else {}
-        aggr = top.get(_TS_TYPE_AGGR_PID)
-        pid = _nlas(aggr, 0, len(aggr)).get(_TS_TYPE_PID) if aggr is not None else None
-        return struct.unpack("=I", pid[:4])[0] if pid is not None else None
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-
-
-def shims_named(argv: list[str]) -> list[str]:
-    """argv with airlock's own shim code named (it is ours, long, and would fill the argv bound)."""
-    if len(argv) < 5 or argv[1:4] != ["-I", "-S", "-c"]:
-        return argv
-    code = argv[4]
-    for shim, name in _SHIMS.items():
-        # The whole code, or a prefix long enough (argv is cut at MAX_ARGV_BYTES) to be no one else's.
-        if code == shim or (len(code) >= 200 and shim.startswith(code)):
-            return [*argv[:4], name, *argv[5:]]
-    return argv
-
-
-def cgroup_of(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/cgroup", "rb") as f:
-            for line in f.read(4096).splitlines():
-                if line.startswith(b"0::"):
-                    return line[3:].decode("utf-8", "replace")
-    except OSError:
-        return None
-    return None
-
-
-class Watch:
-    """One job's processes, as the events tell them."""
-
-    def __init__(self, units: Iterable[str] = (), limit: int = 256) -> None:
-        self.units = frozenset(units)  # by cgroup: the job's unit names
-        self.limit = limit
-        self.tracked: dict[int, int] = {}  # tgid -> the index of its newest exec (-1: none yet)
-        self.last: dict[int, int] = {}  # tgid -> the index of its newest exec, kept after it exited
-        self.parents: dict[int, int] = {}  # tgid -> the tgid that forked it
-        self.execs: list[dict[str, Any]] = []
-        self.more = 0
-        self.complete = True
-        self.unavailable: str | None = None
-        self.created = time.monotonic()
-        self.unclaimed = False  # a runner child's events, kept until a job claims it
-        self.source = "proc-connector"
-        self.unattributed = 0  # fanotify: execs while this job ran whose process was gone before its cgroup was read
-
-    @property
-    def mode(self) -> str:
-        return "cgroup" if self.units else "ancestry"
-
-    def owns_cgroup(self, cgroup: str) -> bool:
-        return bool(self.units) and cgroup.rsplit("/", 1)[-1] in self.units
-
-    def fork(self, parent: int, child: int) -> None:
-        if len(self.tracked) >= MAX_TRACKED:
-            self.complete = False
-            return
-        self.tracked[child] = -1
-        self.parents[child] = parent
-
-    def exec(self, pid: int, at: float) -> None:
-        previous = self.tracked.get(pid, -1)
-        if previous >= 0:
-            self.execs[previous].setdefault("end", iso_utc(at))
-        if len(self.execs) >= self.limit:
-            self.more += 1
-            self.tracked[pid] = -1
-            return
-        entry: dict[str, Any] = {"pid": pid, "ppid": self.parents.get(pid), "start": iso_utc(at)}
-        # A program that executed another in its place (setsid, env, exec in sh) is its parent in the tree.
-        parent = self._executed_ancestor(pid) if previous < 0 else previous
-        entry["parent"] = parent
-        seen = read_process(pid)
-        entry |= seen or {"exited_before_read": True}
-        if pid in self.parents:
-            entry["ppid"] = self.parents[pid]
-        self.tracked[pid] = self.last[pid] = len(self.execs)
-        self.execs.append(entry)
-
-    def exec_file(self, pid: int, seen: FileSeen | None, at: float) -> int | None:
-        """fanotify: ``pid`` executed ``seen``; its entry's index (argv etc. are read later), None past the limit."""
-        if len(self.execs) >= self.limit:
-            self.more += 1
-            return None
-        entry: dict[str, Any] = {"pid": pid, "ppid": None, "start": iso_utc(at), "parent": self.last.get(pid)}
-        if seen is not None:
-            entry["exe"] = seen.path[:MAX_PATH_CHARS]
-            entry["exe_id"] = seen.identity()
-        self.last[pid] = len(self.execs)
-        self.execs.append(entry)
-        return len(self.execs) - 1
-
-    def _executed_ancestor(self, pid: int) -> int | None:
-        """The newest exec of the nearest ancestor that executed something (subshells fork without exec)."""
-        seen = 0
-        while (pid := self.parents.get(pid, 0)) and seen < 4096:
-            index = self.tracked.get(pid, -1)
-            if index >= 0:
-                return index
-            seen += 1
-        return None
-
-    def exit(self, pid: int, at: float, code: int) -> None:
-        index = self.tracked.pop(pid, None)
-        if index is not None and index >= 0:
-            entry = self.execs[index]
-            entry.setdefault("end", iso_utc(at))
-            if code & 0x7F:
-                entry["signal"] = code & 0x7F
-            else:
-                entry["exit_code"] = (code >> 8) & 0xFF
-
-    def post_mortem(self, pid: int, info: dict[str, Any]) -> None:
-        """What taskstats says of a program that exited before /proc could be read."""
-        index = self.last.get(pid)
-        if index is None or not self.execs[index].get("exited_before_read"):
-            return
-        self.execs[index] |= {
-            "comm": info["comm"],
-            "uid": info["uid"],
-            "exe_id": {"dev": info["dev"], "ino": info["ino"]},
-        }
-
-    def absorb(self, other: Watch) -> None:
-        """A runner child's events from before the job claimed it."""
-        offset = len(self.execs)
-        for entry in other.execs:
-            if len(self.execs) >= self.limit:
-                self.more += 1
-                continue
-            parent = entry.get("parent")
-            self.execs.append(entry | {"parent": None if parent is None else parent + offset})
-        self.more += other.more
-        self.complete = self.complete and other.complete
-        for pid, index in other.tracked.items():
-            self.tracked[pid] = index + offset if 0 <= index + offset < len(self.execs) and index >= 0 else -1
-        for pid, index in other.last.items():
-            if index + offset < len(self.execs):
-                self.last[pid] = index + offset
-        self.parents.update(other.parents)
-
-    def record(self, max_bytes: int, protected: Iterable[str | bytes] = ()) -> dict[str, Any]:
-        """The tree as exec.finished journals it: at most ``max_bytes`` of JSON, the rest counted as ``more``.
-
-        ``protected`` (the job's protected values and credentials) are redacted from every argument first:
-        a program handed a secret on its command line must not put it in the journal."""
-        if self.unavailable is not None:
-            return {"source": self.source, "unavailable": self.unavailable}
-        out: dict[str, Any] = {
-            "source": self.source,
-            "scope": self.mode,
-            "complete": self.complete,
-            "limit": self.limit,
-            "processes": [],
-            "more": self.more,
-        }
-        if self.source == "fanotify":
-            out["ppid"] = "best effort"  # no fork events: /proc/PID/status PPid when the program was read
-            out["unattributed"] = self.unattributed
-        used = len(canonical_json(out)) + 32
-        kept: list[dict[str, Any]] = out["processes"]
-        values = tuple(protected)
-        for entry in self.execs:
-            if values and isinstance(entry.get("argv"), list):
-                argv = [redact(str(a).encode(), values).decode("utf-8", "replace") for a in entry["argv"]]
-                entry = entry | {"argv": argv}
-            size = len(canonical_json(entry)) + 1
-            if used + size > max_bytes:
-                out["more"] += len(self.execs) - len(kept)
-                break
-            used += size
-            kept.append(entry)
-        return out
 
 
 @dataclass(slots=True)
@@ -443,7 +105,7 @@ class ProcEvents:
         self.owner: dict[int, Watch] = {}  # tgid -> its job's watch (both modes)
         self.unclaimed: dict[int, Watch] = {}  # runner children not claimed yet, by pid
         self.exits = ExitStats()
-        self.exited: dict[int, Watch] = {}  # a job's processes that exited lately (their taskstats may follow)
+        self.exited: dict[int, tuple[Watch, float]] = {}  # exited lately, oldest first (taskstats may follow)
         self.names: str | None = "not started"  # why programs that exit at once go unnamed, or None
         self.pid = os.getpid()
         self.log = structlog.get_logger()
@@ -600,7 +262,8 @@ class ProcEvents:
                 self.watches.remove(w)
             for tgid in [t for t, o in self.owner.items() if o is w]:
                 del self.owner[tgid]
-            for tgid in [t for t, o in self.exited.items() if o is w]:
+            w.finished = True
+            for tgid in [t for t, (o, _at) in self.exited.items() if o is w]:
                 del self.exited[tgid]
             for pid in [p for p, u in self.unread.items() if u.watch is w]:
                 self._read_exec(pid, final=True)
@@ -731,7 +394,7 @@ class ProcEvents:
                 self.exits.close()
                 return
             pid = self.exits.pids(data)
-            w = self.owner.get(pid) or self.exited.get(pid) if pid is not None else None
+            w = self.owner.get(pid) or self.exited.get(pid, (None, 0.0))[0] if pid is not None else None
             if w is not None and pid is not None:
                 parsed = self.exits._parse(data)
                 if parsed is not None:
@@ -788,7 +451,7 @@ class ProcEvents:
         if w is not None:
             w.fork(parent, child)
             self.owner[child] = w
-        elif parent == self.pid:
+        elif parent == self.pid and child not in self.owner:  # (a job may have claimed it before this event)
             if len(self.unclaimed) > 1024:
                 self._forget_old()
             u = Watch(limit=MAX_TRACKED)
@@ -816,11 +479,8 @@ class ProcEvents:
         w = self.owner.pop(pid, None)
         if w is not None:
             w.exit(pid, at, code)
-            if w.last.get(pid) is not None:
-                # Its taskstats record may come after this event (another socket): keep it findable.
-                self.exited[pid] = w
-                if len(self.exited) > _EXITED_KEPT:
-                    del self.exited[next(iter(self.exited))]
+            if w.last.get(pid) is not None and not w.finished:  # its taskstats record may follow
+                keep_exited(self.exited, pid, w, time.monotonic())
         u = self.unclaimed.get(pid)
         if u is not None and time.monotonic() - u.created > _UNCLAIMED_SECONDS:
             self._drop(pid)

@@ -51,10 +51,10 @@ from airlock.common import binary
 from airlock.common.child import environment, terminate
 from airlock.common.codec import canonical_json
 from airlock.common.config import Config
+from airlock.common.containment import systemd_is_running
 from airlock.common.errors import AirlockError
 from airlock.common.sandbox import Property
 from airlock.runner import units
-from airlock.runner.containment import systemd_is_running
 
 MAX_STDOUT = 4096
 MAX_STDERR = 2048

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -40,7 +39,7 @@ from airlock.common.child import describe_exit, terminate
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.spec import check_privilege
-from airlock.runner import arguments, units
+from airlock.runner import arguments, stageunit, units
 from airlock.runner.binaries import _Binary, _close_all, _is_own_identity, _open_all
 from airlock.runner.containment import (
     _SCOPE_BACKSTOP_SLACK_SECONDS,
@@ -218,34 +217,18 @@ class _Job:
         if spec.stdin is not None:
             next_in, writer = self._pipe()
             self.stdin = (writer, spec.stdin)
-        trusted = spec.identity.uid == 0
-        python = units.python_executable()
-        owner = spec.owner_uid
-        for index, (argv, opened) in enumerate(zip(spec.stages, self.binaries, strict=True)):
+        for index, opened in enumerate(self.binaries):
             read_out, write_out, write_err = self._stage_pipes(spec, index, last)
-            name = units.unit_name(spec.operation_id, owner, index if last > 0 else None)
+            name = stageunit.stage_name(spec, index)
             scripts = _write_script_copies(name, [s for s in self.scripts if s.stage == index], containment.env_files)
             containment.env_files.append(_write_env_file(name, spec.env, scripts))
-            stage = units.StageUnit(
-                name=name,
-                description=f"airlock job {ascii(spec.operation_id)[1:-1]}" + (f" stage {index + 1}" if last else ""),
-                slice=spec.slice,
-                python=python,
-                path=opened.path,
-                dev=opened.st.st_dev,
-                ino=opened.st.st_ino,
-                owner=opened.st.st_uid if trusted else None,
-                mode=stat.S_IMODE(opened.st.st_mode) if trusted else None,
-                argv=(opened.path, *argv[1:]),
-                uid=spec.identity.uid,
-                gid=spec.identity.gid,
-                groups=spec.identity.groups,
-                cwd=spec.cwd,
-                umask=spec.umask,
+            stage = stageunit.for_stage(
+                spec,
+                index,
+                opened,
                 env_file=containment.env_files[-1],
-                stop_timeout_seconds=spec.kill_grace_seconds,
-                runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
                 limits=(*containment.limits, *containment.stage_limits[index]),
+                runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
             )
             try:
                 service = await units.start_stage(
@@ -351,10 +334,8 @@ class _Job:
         if isinstance(self.containment, ServiceContainment):
             if any(s.returncode is None for s in self.services):
                 self.containment.signal_now(signal.SIGKILL)
-            for service in self.services:  # stop and collect without waiting
-                for method in ("StopUnit", "ResetFailedUnit", "UnrefUnit"):
-                    args = (service.name, "replace") if method == "StopUnit" else (service.name,)
-                    units._executor.submit(units._call, method, *args)
+            for service in self.services:  # stop and collect without waiting, unless already released
+                service.release_soon()
             self.containment.remove_env_files()
         for task in self.tasks:
             task.cancel()
@@ -414,12 +395,8 @@ async def _execute(
         return _result(job, started_wall, started_mono, reason, started=False)
     try:
         if control is not None:  # the exec tree: by the stages' units (cgroups), else by fork ancestry
-            last = len(spec.stages) - 1
-            control.begin(
-                [units.unit_name(spec.operation_id, spec.owner_uid, i if last else None) for i in range(last + 1)]
-                if isinstance(containment, ServiceContainment)
-                else ()
-            )
+            service = isinstance(containment, ServiceContainment)
+            control.begin([stageunit.stage_name(spec, i) for i in range(len(spec.stages))] if service else ())
         if isinstance(containment, ServiceContainment):
             gates: list[_Fd] = []
             await job.spawn_units(containment)

@@ -2,33 +2,17 @@
 
 The runner asks systemd (``StartTransientUnit`` over D-Bus, through
 python3-dbus: busctl 252 cannot pass file descriptors) for
-``airlock-job-<operation>.service`` in the jobs slice.  The unit gets the
-job's identity (``User=``, ``Group=``, ``SupplementaryGroups=``), working
-directory, umask, stdin/stdout/stderr as file descriptors, the kill policy,
-a ``RuntimeMaxSec=`` backstop, and the rule's ``sandbox:`` (bound to the
-ticket) as properties.  Jobs therefore no longer inherit the runner's own
-sandbox: without ``sandbox:`` a root job is a full root job, as with sudo.
-
-What runs: systemd executes ``ExecStart`` by path, so the unit's
-``ExecStart`` is the exec helper below (``python3 -I -S -c HELPER``), not the
-job's binary.  Inside the unit, the helper opens the approved canonical path
-again from ``/`` one component at a time with ``O_NOFOLLOW``, compares the
-file's device, inode (and for root jobs owner and mode) with the identity the
-runner checked against the ticket's ``bound["binaries"]`` and executes that
-fd (``execveat``).  A binary swapped after the runner's check is refused
-(exit 126, nothing of the job runs).  See docs/security.md.
-
-The environment is not a unit property (``systemctl show`` is readable by
-every local user and the environment may carry protected values): the runner
-writes it, hex-encoded in one variable, to a root-only ``EnvironmentFile=``
-that systemd reads while starting the unit; the helper decodes it and
-executes the job with exactly that environment.
+``airlock-job-<operation>.service`` in the jobs slice, with the properties
+stageunit.py makes and stdin/stdout/stderr as file descriptors, then waits
+for it, signals it and reads back its exit status and CPU time.
 
 Waiting: the unit holds a reference (``AddRef=``) for the runner's bus
 connection, so it stays loaded after it stopped until the runner has read
-its exit status and CPU time (and is collected if the runner dies).  Memory
-peak is the unit cgroup's ``memory.peak`` (systemd 252 has no
-``MemoryPeak`` property), sampled while the unit runs.
+its exit status and CPU time (and is collected if the runner dies).  The
+runner holds the unit's main process by pidfd and reads the unit when it
+exits (StageService.wait).  Memory peak is the unit cgroup's
+``memory.peak`` (systemd 252 has no ``MemoryPeak`` property), sampled while
+the unit runs and as its main process exits.
 """
 
 from __future__ import annotations
@@ -36,11 +20,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import hashlib
 import os
-import re
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,209 +29,57 @@ import structlog
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.sandbox import Property
+from airlock.runner.stageunit import (
+    ENV_DIR,
+    HELPER,
+    HELPER_EXIT_CHANGED,
+    ScriptCopy,
+    StageUnit,
+    env_file_text,
+    helper_argv,
+    python_executable,
+    returncode_of,
+    unit_name,
+    unit_properties,
+)
+
+__all__ = [  # the unit's definition lives in stageunit.py; its callers know it by this module
+    "ENV_DIR",
+    "HELPER",
+    "HELPER_EXIT_CHANGED",
+    "ScriptCopy",
+    "StageService",
+    "StageUnit",
+    "env_file_text",
+    "helper_argv",
+    "python_executable",
+    "returncode_of",
+    "start_stage",
+    "unit_name",
+    "unit_properties",
+]
 
 _DEST = "org.freedesktop.systemd1"
 _PATH = "/org/freedesktop/systemd1"
+_UNIT_PATHS = "/org/freedesktop/systemd1/unit/"
 _MANAGER = "org.freedesktop.systemd1.Manager"
 _UNIT = "org.freedesktop.systemd1.Unit"
 _SERVICE = "org.freedesktop.systemd1.Service"
 _PROPS = "org.freedesktop.DBus.Properties"
-_UNIT_NAME_MAX = 255
-_UNIT_PREFIX = "airlock-job-"
-_KEEP = re.compile(r"[A-Za-z0-9.-]")
 _CALL_TIMEOUT_SECONDS = 10.0
 _POLL_FIRST_SECONDS = 0.002
 _POLL_MAX_SECONDS = 0.05
+# While the main process is held by pidfd, the unit is still read this often (a bound, not the wake-up).
+_WATCH_SECONDS = 1.0
 _GONE_TIMEOUT_SECONDS = 10.0
-# Where the runner writes each job's environment file (the runner unit's RuntimeDirectory=).
-ENV_DIR = "/run/airlock-runner"
-HELPER_EXIT_CHANGED = 126
-
-# Runs as ExecStart of every job unit (python3 -I -S -c): argv is
-# [path, dev, ino, uid, mode, argv0, args...]; uid and mode are "-" for
-# unprivileged jobs.  The environment arrives hex-encoded in AIRLOCK_JOB_ENV;
-# reviewed scripts (index:sha256:root-only copy, hex-encoded) in AIRLOCK_JOB_SCRIPTS:
-# each is read, checked and sealed into a memfd that replaces argv[index].
-HELPER = """\
-import fcntl, hashlib, os, signal, stat, sys
-path, dev, ino, uid, mode = sys.argv[1:6]
-def refuse(why):
-    os.write(2, ("airlock: %s: %s since it was approved; not executed\\n" % (path, why)).encode())
-    os._exit(126)
-parts = [p for p in path.split("/") if p]
-if not path.startswith("/") or not parts or any(p in (".", "..") for p in parts):
-    refuse("is not a canonical path")
-fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
-try:
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        flags = os.O_PATH | os.O_NOFOLLOW | (0 if last else os.O_DIRECTORY)
-        nfd = os.open(part, flags, dir_fd=fd)
-        os.close(fd)
-        fd = nfd
-except OSError as exc:
-    refuse("cannot be opened without following a symlink (%s)" % exc.strerror)
-st = os.fstat(fd)
-if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (int(dev), int(ino)):
-    refuse("is not the file the runner checked")
-if uid != "-" and (st.st_uid, stat.S_IMODE(st.st_mode)) != (int(uid), int(mode)):
-    refuse("changed owner or mode")
-data = bytes.fromhex(os.environ.get("AIRLOCK_JOB_ENV", ""))
-env = dict(item.split(b"=", 1) for item in data.split(b"\\0") if item)
-if os.environ.get("CREDENTIALS_DIRECTORY"):  # the rule's credentials (LoadCredential=, runner/credentials.py)
-    env[b"CREDENTIALS_DIRECTORY"] = os.environ["CREDENTIALS_DIRECTORY"].encode()
-args = sys.argv[6:]
-for item in bytes.fromhex(os.environ.get("AIRLOCK_JOB_SCRIPTS", "")).decode().split(";"):
-    if not item:
-        continue
-    index, digest, copy = item.split(":", 2)
-    sfd = os.open(copy, os.O_RDONLY | os.O_NOFOLLOW)
-    chunks = []
-    while True:
-        chunk = os.read(sfd, 1 << 20)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(sfd)
-    script = b"".join(chunks)
-    if hashlib.sha256(script).hexdigest() != digest:
-        refuse("the script copy is not the reviewed script")
-    mfd = os.memfd_create("airlock-script", os.MFD_ALLOW_SEALING)
-    view = memoryview(script)
-    while view:
-        view = view[os.write(mfd, view):]
-    seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-    fcntl.fcntl(mfd, fcntl.F_ADD_SEALS, seals)
-    args[int(index)] = "/proc/self/fd/%d" % mfd
-signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-os.set_inheritable(fd, True)
-try:
-    os.execve("/proc/self/fd/%d" % fd, args, env)
-except OSError as exc:
-    os.write(2, ("airlock: cannot execute %s: %s\\n" % (path, exc.strerror)).encode())
-    os._exit(127 if exc.errno == 2 else 126)
-"""
-
-
-def _escape(text: str) -> str:
-    """Injective: ``[A-Za-z0-9.-]`` stay, every other UTF-8 byte becomes ``_xx``."""
-    return "".join(ch if _KEEP.fullmatch(ch) else "".join(f"_{b:02x}" for b in ch.encode()) for ch in text)
-
-
-def unit_name(operation_id: str, owner_uid: int | None, stage: int | None, suffix: str = ".service") -> str:
-    """``airlock-job-<operation>.u<uid>[.s<stage>].service``; distinct keys never share a name.
-
-    ``.u`` with no digits when there is no owner (tools and tests).
-
-    The operation ID is escaped injectively (``_`` itself is escaped, so the
-    escaped text has no ``_`` other than escapes) and the owner and stage are
-    appended with separators the escaped ID cannot end in ambiguously (they
-    are read from the end and are digits only).  A name past systemd's 255
-    characters becomes a prefix of it plus ``:`` and the SHA-256 of the full
-    name; ``:`` never occurs in a short name.
-    """
-    body = _escape(operation_id) + f".u{'' if owner_uid is None else owner_uid}"  # always there: parsed from the end
-    if stage is not None:
-        body += f".s{stage}"
-    name = f"{_UNIT_PREFIX}{body}{suffix}"
-    if len(name) <= _UNIT_NAME_MAX:
-        return name
-    digest = hashlib.sha256(body.encode()).hexdigest()
-    room = _UNIT_NAME_MAX - len(_UNIT_PREFIX) - len(suffix) - len(digest) - 1
-    return f"{_UNIT_PREFIX}{body[:room]}:{digest}{suffix}"
-
-
-# --- the unit's properties (pure) ------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StageUnit:
-    """What one stage's unit needs besides its stdio fds."""
-
-    name: str
-    description: str
-    slice: str
-    python: str
-    path: str  # canonical binary
-    dev: int
-    ino: int
-    owner: int | None  # root jobs: the binary's owner and mode, checked again in the unit
-    mode: int | None
-    argv: tuple[str, ...]  # argv[0] is the canonical path
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
-    cwd: str
-    umask: int
-    env_file: str
-    stop_timeout_seconds: float
-    runtime_max_seconds: float
-    limits: tuple[Property, ...] = ()  # runner.memory_max etc., then the rule's sandbox
-
-
-def helper_argv(unit: StageUnit) -> list[str]:
-    owner = "-" if unit.owner is None else str(unit.owner)
-    mode = "-" if unit.mode is None else str(unit.mode)
-    return [unit.python, "-I", "-S", "-c", HELPER, unit.path, str(unit.dev), str(unit.ino), owner, mode, *unit.argv]
-
-
-def unit_properties(unit: StageUnit) -> list[Property]:
-    """(name, D-Bus signature, value) of a stage's unit, stdio excluded."""
-    props: list[Property] = [
-        ("Description", "s", unit.description),
-        ("Slice", "s", unit.slice),
-        ("Type", "s", "exec"),
-        ("ExecStart", "a(sasb)", [(unit.python, helper_argv(unit), False)]),
-        ("EnvironmentFiles", "a(sb)", [(unit.env_file, False)]),
-        ("WorkingDirectory", "s", unit.cwd),
-        ("UMask", "u", unit.umask),
-        ("KillMode", "s", "control-group"),
-        ("TimeoutStopUSec", "t", max(0, round(unit.stop_timeout_seconds * 1_000_000))),
-        ("SendSIGKILL", "b", True),
-        ("RuntimeMaxUSec", "t", max(1, round(unit.runtime_max_seconds * 1_000_000))),
-        # Kept loaded for the runner's connection until it read the result; then collected.
-        ("AddRef", "b", True),
-        ("CollectMode", "s", "inactive-or-failed"),
-        ("CPUAccounting", "b", True),
-        ("MemoryAccounting", "b", True),
-    ]
-    if unit.uid != 0:
-        props += [
-            ("User", "s", str(unit.uid)),
-            ("Group", "s", str(unit.gid)),
-            ("SupplementaryGroups", "as", [str(g) for g in unit.groups if g != unit.gid]),
-        ]
-    props += list(unit.limits)
-    return props
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptCopy:
-    """A reviewed script for the helper: the argv index it replaces, its sha256, the root-only copy."""
-
-    index: int
-    sha256: str
-    path: str
-
-
-def env_file_text(env: Mapping[str, str], scripts: Sequence[ScriptCopy] = ()) -> bytes:
-    payload = b"\0".join(os.fsencode(f"{k}={v}") for k, v in env.items())
-    text = b"AIRLOCK_JOB_ENV=" + payload.hex().encode() + b"\n"
-    if scripts:
-        listed = ";".join(f"{s.index}:{s.sha256}:{s.path}" for s in scripts)
-        text += b"AIRLOCK_JOB_SCRIPTS=" + os.fsencode(listed).hex().encode() + b"\n"
-    return text
-
-
-def returncode_of(code: int, status: int) -> int:
-    """A Popen-style return code from ExecMainCode/ExecMainStatus (CLD_EXITED=1, KILLED=2, DUMPED=3)."""
-    if code in (2, 3):
-        return -status
-    return status
 
 
 # --- talking to systemd -----------------------------------------------------------------
+#
+# Every call is one message on one private connection (``call_blocking``), never through
+# a proxy object: a fresh proxy asks the bus for systemd's unique name and, on its first
+# call, fetches and parses systemd's introspection XML (about 1 ms for the manager,
+# 1.5 ms for a unit), which used to be paid on every call.  Signatures go with each call.
 
 _executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="airlock-dbus")
 _bus: Any = None
@@ -266,12 +95,16 @@ def _dbus() -> Any:
     return dbus
 
 
-def _manager() -> Any:
+def _invoke(path: str, interface: str, method: str, signature: str, *args: Any) -> Any:
+    """One method call to systemd and its reply (raises dbus.DBusException)."""
     global _bus
-    dbus = _dbus()
     if _bus is None:
-        _bus = dbus.SystemBus(private=True)
-    return dbus.Interface(_bus.get_object(_DEST, _PATH), _MANAGER)
+        _bus = _dbus().SystemBus(private=True)
+    return _bus.call_blocking(_DEST, path, interface, method, signature, args, timeout=_CALL_TIMEOUT_SECONDS)
+
+
+def _manage(method: str, signature: str, *args: Any) -> Any:
+    return _invoke(_PATH, _MANAGER, method, signature, *args)
 
 
 def _variant(dbus: Any, signature: str, value: Any) -> Any:
@@ -292,7 +125,6 @@ def _variant(dbus: Any, signature: str, value: Any) -> Any:
 
 def _start(name: str, props: Sequence[Property], stdio: tuple[int | None, int, int]) -> None:
     dbus = _dbus()
-    manager = _manager()
     stdin, stdout, stderr = stdio
     wire = [(key, _variant(dbus, sig, value)) for key, sig, value in props]
     if stdin is None:
@@ -302,12 +134,13 @@ def _start(name: str, props: Sequence[Property], stdio: tuple[int | None, int, i
     wire.append(("StandardOutputFileDescriptor", dbus.types.UnixFd(stdout)))
     wire.append(("StandardErrorFileDescriptor", dbus.types.UnixFd(stderr)))
     try:
-        manager.StartTransientUnit(
+        _manage(
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
             name,
             "fail",
             dbus.Array(wire, signature="(sv)"),
             dbus.Array([], signature="(sa(sv))"),
-            timeout=_CALL_TIMEOUT_SECONDS,
         )
     except dbus.DBusException as exc:
         raise AirlockError(
@@ -319,64 +152,179 @@ def _start(name: str, props: Sequence[Property], stdio: tuple[int | None, int, i
 
 @dataclass(frozen=True, slots=True)
 class UnitState:
+    """A unit's state; the exit fields and CPU time are read only once it is ``final``.
+
+    ``active`` is "" when it was not read: the unit had a main process, so it runs.
+    """
+
     active: str
     job: int
     code: int
     status: int
     cgroup: str
     cpu_nsec: int | None
+    main_pid: int = 0
+
+    @property
+    def final(self) -> bool:
+        return self.active in ("inactive", "failed") and self.job == 0
 
 
-def _state(name: str) -> UnitState | None:
+_GONE = ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.DBus.Error.UnknownObject")
+
+
+def _unit_path(name: str) -> str:
+    """The unit's object path, as systemd names it (bus_label_escape: ``-`` becomes ``_2d``).
+
+    Read only between its start and its release: the runner's reference keeps it
+    loaded (a path of a unit that is not loaded would make systemd load a stub).
+    """
+    return _UNIT_PATHS + "".join(c if c.isascii() and c.isalnum() else f"_{ord(c):02x}" for c in name)
+
+
+def _state(name: str, cgroup: str | None = None, main: bool = True) -> UnitState | None:
+    """The unit's state (1 to 6 small calls), or None if systemd does not know it.
+
+    ``cgroup``: the unit's control group as read before (it does not change), or None;
+    ``main``: ask for a main process first (not once the one the runner held exited).
+    """
     dbus = _dbus()
-    manager = _manager()
-    try:
-        path = manager.GetUnit(name, timeout=_CALL_TIMEOUT_SECONDS)
-    except dbus.DBusException as exc:
-        if exc.get_dbus_name() == "org.freedesktop.systemd1.NoSuchUnit":
-            return None
-        raise AirlockError(ErrorCode.SPAWN_FAILED, f"cannot read job unit {name}: {exc.get_dbus_message()}") from None
-    unit = _bus.get_object(_DEST, path)
+    path = _unit_path(name)
 
-    def get_all(iface: str) -> Any:
-        return unit.GetAll(iface, dbus_interface=_PROPS, timeout=_CALL_TIMEOUT_SECONDS)
+    def get(iface: str, prop: str) -> Any:
+        return _invoke(path, _PROPS, "Get", "ss", iface, prop)
 
     try:
-        # One snapshot per interface, the unit's first: properties read one by one could
-        # see "inactive" while the start job was queued and "no job" once it had run,
-        # and take a running job for one that never started (seen under load).  Once a
-        # snapshot says inactive with no job, the service's exit fields read after it are final.
-        unit_props = get_all(_UNIT)
-        service_props = get_all(_SERVICE)
-        cpu = int(service_props["CPUUsageNSec"])
+        main_pid = int(get(_SERVICE, "MainPID")) if main else 0
+        if not cgroup:
+            cgroup = str(get(_SERVICE, "ControlGroup"))
+        if main_pid > 0:  # systemd forgets a main PID when it reaps it: running
+            return UnitState("", 0, 0, 0, cgroup, None, main_pid)
+        # The unit's ActiveState and Job in one snapshot: read one by one they could
+        # say "inactive" while the start job was queued and "no job" once it had run,
+        # and take a running job for one that never started (seen under load).  Once
+        # the snapshot says inactive with no job, the exit fields read after it are final.
+        unit = _invoke(path, _PROPS, "GetAll", "s", _UNIT)
+        active, job = str(unit["ActiveState"]), int(unit["Job"][0])
+        if not (active in ("inactive", "failed") and job == 0):
+            return UnitState(active, job, 0, 0, cgroup, None)
+        cpu = int(get(_SERVICE, "CPUUsageNSec"))
         return UnitState(
-            active=str(unit_props["ActiveState"]),
-            job=int(unit_props["Job"][0]),
-            code=int(service_props["ExecMainCode"]),
-            status=int(service_props["ExecMainStatus"]),
-            cgroup=str(service_props["ControlGroup"]),
+            active=active,
+            job=job,
+            code=int(get(_SERVICE, "ExecMainCode")),
+            status=int(get(_SERVICE, "ExecMainStatus")),
+            cgroup=cgroup,
             cpu_nsec=None if cpu == 2**64 - 1 else cpu,
         )
     except dbus.DBusException as exc:
-        if exc.get_dbus_name() in ("org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.systemd1.NoSuchUnit"):
+        if exc.get_dbus_name() in _GONE:
             return None
         raise AirlockError(ErrorCode.SPAWN_FAILED, f"cannot read job unit {name}: {exc.get_dbus_message()}") from None
+
+
+def _main_pid(name: str) -> int:
+    """The unit's main PID (0: none, or systemd does not know the unit)."""
+    dbus = _dbus()
+    try:
+        return int(_invoke(_unit_path(name), _PROPS, "Get", "ss", _SERVICE, "MainPID"))
+    except dbus.DBusException as exc:
+        if exc.get_dbus_name() in _GONE:
+            return 0
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"cannot read job unit {name}: {exc.get_dbus_message()}") from None
+
+
+def _exists(name: str) -> bool:
+    dbus = _dbus()
+    try:
+        _manage("GetUnit", "s", name)
+    except dbus.DBusException as exc:
+        if exc.get_dbus_name() in _GONE:
+            return False
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"cannot read job unit {name}: {exc.get_dbus_message()}") from None
+    return True
+
+
+_SIGNATURES = {"KillUnit": "ssi", "StopUnit": "ss", "ResetFailedUnit": "s", "UnrefUnit": "s"}
 
 
 def _call(method: str, *args: Any) -> None:
     dbus = _dbus()
     try:
-        getattr(_manager(), method)(*args, timeout=_CALL_TIMEOUT_SECONDS)
+        _manage(method, _SIGNATURES[method], *args)
     except dbus.DBusException as exc:
-        if exc.get_dbus_name() not in (
-            "org.freedesktop.systemd1.NoSuchUnit",
-            "org.freedesktop.DBus.Error.UnknownObject",
-        ):
+        if exc.get_dbus_name() not in _GONE:
             structlog.get_logger().warning("runner.unit.call_failed", method=method, error=exc.get_dbus_message())
+
+
+def _state_held(name: str, cgroup: str | None) -> tuple[UnitState | None, int | None]:
+    """`_state`, and while the unit has a main process, a pidfd of it (or None: then it is polled).
+
+    Opened first, then the unit asked again: if it still names that PID as its main
+    process, the pidfd is that process (systemd forgets a main PID only when it reaps
+    it, and a PID is reused only after that).
+    """
+    state = _state(name, cgroup)
+    if state is None or state.main_pid <= 0:
+        return state, None
+    try:
+        fd = os.pidfd_open(state.main_pid)
+    except OSError:  # gone already, or a kernel before 5.3
+        return state, None
+    try:
+        if _main_pid(name) == state.main_pid:
+            return state, fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return state, None
+
+
+async def _run_held(name: str, cgroup: str | None) -> tuple[UnitState | None, int | None]:
+    """`_state_held` on the D-Bus thread; a pidfd it opens for a caller cancelled meanwhile is closed."""
+    future = asyncio.get_running_loop().run_in_executor(_executor, _state_held, name, cgroup)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_close_held)
+        raise
+
+
+def _close_held(future: asyncio.Future[tuple[UnitState | None, int | None]]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        fd = future.result()[1]
+        if fd is not None:
+            os.close(fd)
+
+
+def _send_then_exists(calls: Sequence[tuple[str, ...]], name: str) -> bool:
+    for call in calls:
+        _call(*call)
+    return _exists(name)
 
 
 async def _run(fn: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(_executor, fn, *args)
+
+
+async def _readable(fd: int, within: float) -> bool:
+    """True once ``fd`` polls readable (a pidfd: its process exited), False after ``within`` seconds."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await asyncio.wait_for(ready, within)
+    except TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(fd)
+    return True
 
 
 def _peak(cgroup: str) -> int | None:
@@ -390,32 +338,64 @@ def _peak(cgroup: str) -> int | None:
 
 
 class StageService:
-    """One stage's transient service, once started: wait, signal, read back."""
+    """One stage's transient service, once started: wait, signal, read back, release."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.returncode: int | None = None
         self.cpu_nsec: int | None = None
         self.memory_peak: int | None = None
+        self.failed = False
+        self.released = False
+        self.cgroup: str | None = None  # read once, then passed to every later read
 
     async def wait(self) -> int:
-        """Until the unit stopped (main process exited, leftovers killed by systemd)."""
+        """Until the unit stopped (main process exited, leftovers killed by systemd).
+
+        Not by polling while the job runs: once the unit has a main process (the exec
+        helper, then the job it became), the runner holds it by pidfd and reads the
+        unit again when it exits, or every `_WATCH_SECONDS` as a bound.  The unit's own
+        state stays the answer (exit status, CPU time, leftovers killed): from the main
+        process's exit on, and wherever there is no pidfd, it is polled with backoff.
+        """
         delay = _POLL_FIRST_SECONDS
-        while True:
-            state = await _run(_state, self.name)
-            if state is None:  # collected before we read it: should not happen with AddRef
-                self.returncode = self.returncode if self.returncode is not None else 255
-                return self.returncode
-            peak = _peak(state.cgroup)
-            if peak is not None:
-                self.memory_peak = max(peak, self.memory_peak or 0)
-            if state.active in ("inactive", "failed") and state.job == 0:
-                # ExecMainCode 0: systemd never forked it (say, a sandbox setting it could not apply).
-                self.returncode = returncode_of(state.code, state.status) if state.code else 127
-                self.cpu_nsec = state.cpu_nsec
-                return self.returncode
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, _POLL_MAX_SECONDS)
+        held: int | None = None
+        watched = False  # a main process was seen (held once: after its exit, only the unit tells)
+        try:
+            while True:
+                if watched:
+                    state = await _run(_state, self.name, self.cgroup, False)
+                else:
+                    state, held = await _run_held(self.name, self.cgroup)
+                if state is None:  # collected before we read it: should not happen with AddRef
+                    self.returncode = self.returncode if self.returncode is not None else 255
+                    return self.returncode
+                self.cgroup = state.cgroup or None
+                self._sample(state.cgroup)
+                if state.final:
+                    # ExecMainCode 0: systemd never forked it (say, a sandbox setting it could not apply).
+                    self.returncode = returncode_of(state.code, state.status) if state.code else 127
+                    self.cpu_nsec = state.cpu_nsec
+                    self.failed = state.active == "failed"
+                    return self.returncode
+                watched = watched or state.main_pid > 0
+                if held is not None:
+                    if await _readable(held, _WATCH_SECONDS):
+                        self._sample(state.cgroup)  # the cgroup may still be there: its peak, as late as we can
+                        os.close(held)
+                        held = None
+                        delay = _POLL_FIRST_SECONDS
+                    continue
+                await asyncio.sleep(delay)
+                delay = min(delay * 1.5, _POLL_MAX_SECONDS)
+        finally:
+            if held is not None:
+                os.close(held)
+
+    def _sample(self, cgroup: str) -> None:
+        peak = _peak(cgroup)
+        if peak is not None:
+            self.memory_peak = max(peak, self.memory_peak or 0)
 
     async def kill(self, signum: int) -> None:
         await _run(_call, "KillUnit", self.name, "all", int(signum))
@@ -424,23 +404,43 @@ class StageService:
         with contextlib.suppress(Exception):
             _executor.submit(_call, "KillUnit", self.name, "all", int(signum)).result(_CALL_TIMEOUT_SECONDS)
 
+    def _releasing(self) -> list[tuple[str, ...]]:
+        """The calls that let systemd collect the unit: a stopped one needs only its reference dropped."""
+        calls: list[tuple[str, ...]] = []
+        if self.returncode is None:  # still running, or we never saw it stop
+            calls.append(("StopUnit", self.name, "replace"))
+        if self.returncode is None or self.failed:
+            calls.append(("ResetFailedUnit", self.name))
+        calls.append(("UnrefUnit", self.name))
+        return calls
+
     async def release(self) -> None:
         """Stop (if still running) and let systemd collect it: nothing named airlock-job-* stays."""
-        await _run(_call, "StopUnit", self.name, "replace")
-        await _run(_call, "ResetFailedUnit", self.name)
-        await _run(_call, "UnrefUnit", self.name)
-        give_up = asyncio.get_running_loop().time() + _GONE_TIMEOUT_SECONDS
-        while await _run(_state, self.name) is not None:
-            if asyncio.get_running_loop().time() > give_up:
+        if self.released:
+            return
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + _GONE_TIMEOUT_SECONDS
+        delay = _POLL_FIRST_SECONDS
+        # One trip to the D-Bus thread for the calls and the first look: an unreferenced
+        # stopped unit is usually collected by then; a stop job takes longer.
+        there = await _run(_send_then_exists, self._releasing(), self.name)
+        self.released = True  # only now: cancelled before the calls ran, the job's clean-up sends them
+        while there:
+            if loop.time() > give_up:
                 structlog.get_logger().warning("runner.unit.not_collected", unit=self.name)
                 return
-            await asyncio.sleep(_POLL_MAX_SECONDS)
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, _POLL_MAX_SECONDS)
+            there = await _run(_exists, self.name)
+
+    def release_soon(self) -> None:
+        """`release` without waiting (the job is being abandoned); nothing if already released."""
+        if not self.released:
+            self.released = True
+            for call in self._releasing():
+                _executor.submit(_call, *call)
 
 
 async def start_stage(unit: StageUnit, stdio: tuple[int | None, int, int]) -> StageService:
     await _run(_start, unit.name, unit_properties(unit), stdio)
     return StageService(unit.name)
-
-
-def python_executable() -> str:
-    return os.path.realpath(sys.executable)

@@ -19,9 +19,9 @@ class FakeRunner:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    async def call(self, verb: str, args: dict[str, Any], timeout: float = 0) -> dict[str, Any]:
-        self.calls.append((verb, args))
-        return {"ok": True, "before_sha256": "a" * 64, "after_sha256": "b" * 64, "diff": DIFF}
+    async def call(self, verb: str, args: dict[str, Any], timeout: float = 0, **_: Any) -> dict[str, Any]:
+        self.calls.append((verb, args))  # as the runner's door receives it (wire.runner.Preview)
+        return {"outcome": {"ok": True, "before_sha256": "a" * 64, "after_sha256": "b" * 64, "diff": DIFF}}
 
 
 def _spec(privileged: bool = True) -> FileSpec:
@@ -55,8 +55,8 @@ def test_a_privileged_preview_of_an_unnamed_path_runs_as_the_requester() -> None
     unprivileged = FakeRunner()
     asyncio.run(fileop_review.operator_view(unprivileged, request, _spec(False), named=False))  # type: ignore[arg-type]
     assert [c[1] for c in named.calls + unprivileged.calls] == [
-        {"spec": _spec().to_dict()},
-        {"spec": _spec(False).to_dict()},
+        {"spec": _spec().to_dict(), "as_requester": False},
+        {"spec": _spec(False).to_dict(), "as_requester": False},
     ]
 
 

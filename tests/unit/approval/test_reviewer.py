@@ -17,6 +17,7 @@ from airlock.approval.quorum import Approvers
 from airlock.approval.rules import Policy, Rule, Subject
 from airlock.cli.policy import shadow_report
 from airlock.common import render
+from airlock.common.channels.slack import Slack
 from airlock.relay import message as msg
 
 ME = Subject(uid=1000, user="agent", groups=frozenset(), session=None, privileged=False, target_uid=1000)
@@ -225,7 +226,7 @@ def test_the_opinion_is_escaped_on_every_surface() -> None:
     message = msg.pending_message(event, "db1", str, 1_700_000_000.0)
     assert "\x1b" not in message["text"]
     assert "reviewer site: allow — ok \\x1b[2J<!channel>" in message["text"]
-    slack = json.loads(msg.slack_body(message))
+    slack = json.loads(Slack({"type": "slack", "name": "chat", "url": "http://h/"}).body(message))
     assert "<!channel>" not in json.dumps(slack["text"])
 
 

@@ -138,3 +138,81 @@ def test_an_unreachable_socket_is_reported_as_the_full_cli_does(capsys: pytest.C
 
 def test_the_short_path_finds_the_agent_socket_where_the_full_cli_does() -> None:
     assert quick.AGENT_SOCKET == client.AGENT_SOCKET
+
+
+def test_the_short_path_starts_without_json_socket_or_re() -> None:
+    """Issue 37: under the .deb's `python3 -I -S`, `run` imports only C modules beside os and sys."""
+    services = str(Path(quick.__file__).resolve().parents[2])
+    heavy = ("os", "json", "socket", "re", "enum", "selectors", "collections", "typing", "argparse")
+    code = (
+        f"import sys; sys.path.append({services!r}); from airlock.cli import quick; "
+        "quick._parse_run(['run', '--', 'true']); "
+        f"print(sorted(m for m in sys.modules if m in {heavy!r}))"
+    )
+    out = subprocess.run(["/usr/bin/python3", "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    # Control: the modules it replaces do import them.
+    out = subprocess.run(
+        ["/usr/bin/python3", "-I", "-S", "-c", "import json, socket, sys; print('re' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "True"
+
+
+REQUESTS: list[Any] = [
+    {
+        "v": 1,
+        "id": "x",
+        "verb": "exec",
+        "args": {"argv": ["true"], "privileged": True, "timeout_ms": 2500},
+        "token": None,
+    },
+    {"argv": ["echo", "héllo wörld", "\u2603", "tab\there", 'quote"back\\slash', "\x00\x1f\x7f"], "env": {"A": "1"}},
+    {"argv": ["\ud800 lone surrogate", "\U0001f600"], "flag": False, "n": -12345678901234567890, "empty": {}, "l": []},
+]
+
+
+@pytest.mark.parametrize("value", REQUESTS)
+def test_the_short_path_encodes_as_json_dumps(value: Any) -> None:
+    assert quick._dumps(value) == json.dumps(value, separators=(",", ":"))
+
+
+REPLIES = [
+    b'{"ok":true,"data":{"stdout":"b3V0Cg==","stages":[{"exit_code":0}]}}',
+    b' {"ok": false, "error": {"code": "denied", "message": "caf\\u00e9 \xe2\x98\x83"}}\r',
+    b'{"a":[1,2.5,-3e10,true,false,null,NaN,Infinity],"a":"last wins"}',
+    b'{"s":"\\ud800"}',
+]
+
+
+@pytest.mark.parametrize("frame", REPLIES)
+def test_the_short_path_parses_as_json_loads(frame: bytes) -> None:
+    got, want = quick._loads(frame), json.loads(frame)
+    assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+
+
+@pytest.mark.parametrize(
+    "frame", [b"", b"{", b'{"ok":true} x', b'{"ok":tru}', b"\xff{}", b"[" * 100_000, b'{"a":1}{"b":2}']
+)
+def test_the_short_path_refuses_what_json_loads_refuses(frame: bytes) -> None:
+    with pytest.raises((ValueError, RecursionError)):
+        json.loads(frame)
+    assert quick._loads(frame) is None
+
+
+def test_the_short_path_under_dash_s_reads_the_environment_and_reports_alike() -> None:
+    """The .deb's `-I -S` start: AIRLOCK_SOCKET read without `os`, and the unreachable socket answered as before."""
+    services = str(Path(quick.__file__).resolve().parents[2])
+    code = (
+        f"import sys; sys.path.append({services!r}); from airlock.cli import quick; "
+        "rc = quick.main(['run', '--json', '--', 'true']); "
+        "print(sorted(m for m in sys.modules if m in ('os', 'json', 'socket', 're'))); sys.exit(rc)"
+    )
+    env = {"AIRLOCK_SOCKET": "/nonexistent/é.sock", "LANG": "C.UTF-8", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(["/usr/bin/python3", "-I", "-S", "-c", code], capture_output=True, text=True, env=env)
+    reply, modules = out.stdout.splitlines()
+    assert out.returncode == 125 and modules == "[]"
+    assert json.loads(reply)["error"]["code"] == "daemon_unavailable"
+    assert "no airlock socket at /nonexistent/é.sock" in out.stderr

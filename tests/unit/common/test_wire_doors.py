@@ -200,7 +200,7 @@ def test_the_scan_finds_the_calls_it_must_judge() -> None:
     assert found[("cli/operator.py", "status")] == FRONT
     assert found[("cli/operator.py", "pending")] == FRONT  # `_operator(ns, "pending", ...)`
     assert found[("mcp/server.py", "hello")] == FRONT
-    assert found[("relay/service.py", "events")] == FRONT  # `self._feed("events", ...)`
+    assert found[("relay/worker.py", "events")] == FRONT  # `self._feed("events", ...)`
     assert ("intake/drive.py", "decide") not in found or found[("intake/drive.py", "decide")] == {DoorName.APPROVAL}
     assert _door_of("approval/decide.py", "self.journal") == {DoorName.JOURNAL}
     assert _door_of("common/audit.py", "self.client") == {DoorName.JOURNAL}

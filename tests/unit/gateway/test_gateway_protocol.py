@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.gateway import evidence
+from airlock.gateway import params as params_of
 from airlock.gateway import protocol as p
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -126,7 +127,7 @@ def test_random_bytes_yield_a_request_or_a_gateway_error(data: bytes) -> None:
 )
 def test_random_exec_params_validate_or_refuse(params: dict[str, Any]) -> None:
     try:
-        parsed = p.parse_exec(params)
+        parsed = params_of.parse_exec(params)
     except p.GatewayError as exc:
         assert exc.code == "invalid_params"
         return
@@ -138,7 +139,7 @@ def test_random_exec_params_validate_or_refuse(params: dict[str, Any]) -> None:
 
 
 def test_exec_defaults_and_native_mapping() -> None:
-    e = p.parse_exec(
+    e = params_of.parse_exec(
         {"executable": "ls", "args": ["-l"], "env": {"TZ": 1, "LANG": True}, "protectedValues": {"LC_X": "s"}}
     )
     assert e.timeout_ms == 30_000 and e.max_output_bytes == 1024 * 1024
@@ -151,8 +152,10 @@ def test_exec_defaults_and_native_mapping() -> None:
 
 
 def test_trace_context_never_reaches_the_native_request() -> None:
-    with_trace = p.parse_exec({"command": "true", "traceContext": {"traceparent": TRACEPARENT, "tracestate": "a=b"}})
-    without = p.parse_exec({"command": "true"})
+    with_trace = params_of.parse_exec(
+        {"command": "true", "traceContext": {"traceparent": TRACEPARENT, "tracestate": "a=b"}}
+    )
+    without = params_of.parse_exec({"command": "true"})
     assert with_trace.trace is not None and with_trace.trace.sampled
     assert with_trace.to_native(privileged=True, default_cwd=None, time="T") == without.to_native(
         privileged=True, default_cwd=None, time="T"
@@ -182,7 +185,7 @@ def test_trace_context_never_reaches_the_native_request() -> None:
 )
 def test_exec_params_refused(params: dict[str, Any]) -> None:
     with pytest.raises(p.GatewayError) as info:
-        p.parse_exec(params)
+        params_of.parse_exec(params)
     assert info.value.code == "invalid_params"
 
 
@@ -200,14 +203,16 @@ def test_exec_params_refused(params: dict[str, Any]) -> None:
 )
 def test_bad_traceparents(traceparent: str) -> None:
     with pytest.raises(p.GatewayError):
-        p.parse_trace_context({"traceparent": traceparent})
+        params_of.parse_trace_context({"traceparent": traceparent})
 
 
 def test_telemetry() -> None:
-    t = p.parse_telemetry({"enabled": True, "endpoint": "http://collector:4318/v1/traces", "headers": {"x-key": "v"}})
+    t = params_of.parse_telemetry(
+        {"enabled": True, "endpoint": "http://collector:4318/v1/traces", "headers": {"x-key": "v"}}
+    )
     assert t.status() == {"enabled": True, "endpoint": "http://collector:4318/v1/traces", "headersConfigured": True}
     assert "'v'" not in repr(t)
-    assert p.parse_telemetry({"enabled": False}).status()["headersConfigured"] is False
+    assert params_of.parse_telemetry({"enabled": False}).status()["headersConfigured"] is False
     for bad in (
         {"enabled": 1},
         {"enabled": True},
@@ -215,7 +220,7 @@ def test_telemetry() -> None:
         {"enabled": True, "endpoint": "http://h", "headers": {"bad name": "v"}},
     ):
         with pytest.raises(p.GatewayError):
-            p.parse_telemetry(bad)
+            params_of.parse_telemetry(bad)
 
 
 # --- frames and evidence ---------------------------------------------------------------
@@ -264,7 +269,7 @@ def _evidence(stdout: bytes, stderr: bytes, **extra: Any) -> dict[str, Any]:
 
 
 def test_terminal_evidence_caps_combined_output_stdout_first() -> None:
-    params = p.parse_exec({"command": "x", "maxOutputBytes": 10})
+    params = params_of.parse_exec({"command": "x", "maxOutputBytes": 10})
     t = evidence.terminal(_evidence(b"12345678", b"abcdef", cancelled=True), params)
     assert t["stdout"] == "12345678" and t["stderr"] == "ab"
     assert t["truncated"] is True and t["stderrTruncated"] is True and t["stdoutTruncated"] is False

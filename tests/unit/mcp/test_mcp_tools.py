@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from airlock.mcp import tools
-from airlock.mcp.tools import ArgumentError, exec_args, render_evidence, render_refusal, render_status
+from airlock.mcp.render import render_evidence, render_refusal
+from airlock.mcp.tools import ArgumentError, exec_args, render_status
 
 
 def args(**given: Any) -> dict[str, Any]:

@@ -7,15 +7,29 @@ import hmac
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from airlock.common import render
+from airlock.common import channels, render
+from airlock.common.channels.base import Channel
+from airlock.common.channels.mail import Email
+from airlock.common.channels.ntfy import Ntfy
+from airlock.common.channels.slack import Slack
+from airlock.common.channels.webhook import Webhook, signature
+from airlock.common.config import parse_text
 from airlock.relay import cursor
 from airlock.relay import message as msg
 
 NOW = 1_800_000_000.0
+C = TypeVar("C", bound=Channel)
+
+
+def _channel(cls: type[C], entry: str) -> C:
+    """A channel as the relay makes it: from its entry in notify.channels, parsed by the config."""
+    channel = channels.of(parse_text(f"notify:\n  channels:\n    - {entry}\n", "/x.yaml").notify.channels[0])
+    assert isinstance(channel, cls)
+    return channel
 
 
 def _pending(**request: Any) -> dict[str, Any]:
@@ -132,15 +146,17 @@ def test_digest_and_reminder() -> None:
 
 def test_each_channel_gets_its_format() -> None:
     m = msg.pending_message(_pending(), "db1", _user_of, NOW)
-    body = msg.webhook_body(m)
+    body = _channel(Webhook, "{type: webhook, url: 'http://h/', secret: 0123456789abcdef}").body(m)
     assert json.loads(body) == json.loads(json.dumps(m))
-    assert msg.signature("s3cret", body) == "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
-    text, headers = msg.ntfy_request(m, {"priority": "urgent", "tags": ("lock", "warning"), "token": "tk"})
+    assert signature("s3cret", body) == "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    text, headers = _channel(
+        Ntfy, "{type: ntfy, url: 'http://h/', priority: urgent, tags: [lock, warning], token: tk}"
+    ).body(m)
     assert headers["Priority"] == "5" and headers["Tags"] == "lock,warning" and headers["Authorization"] == "Bearer tk"
     assert headers["X-Airlock-Seq"] == "42" and b"ssh db1 airlock approve r-1" in text
-    slack = json.loads(msg.slack_body(m))
+    slack = json.loads(_channel(Slack, "{type: slack, url: 'http://h/'}").body(m))
     assert "r-1" in slack["text"] and slack["blocks"][0]["type"] == "header"
-    mail = msg.email_message(m, {"from": "a@h", "to": ("b@h", "c@h")})
+    mail = _channel(Email, "{type: email, from: a@h, to: [b@h, c@h]}").body(m)
     assert mail["To"] == "b@h, c@h" and mail["X-Airlock-Seq"] == "42" and "airlock approve r-1" in mail.get_content()
 
 
@@ -165,8 +181,8 @@ def test_the_cursor_survives_and_refuses_to_guess(tmp_path: Path) -> None:
 
 
 def test_secrets_can_live_in_files_of_their_own(tmp_path: Path) -> None:
-    from airlock.common.config import ConfigError, parse_text
-    from airlock.relay.channels import SecretError, with_secrets
+    from airlock.common.channels.base import SecretError
+    from airlock.common.config import ConfigError
 
     good = tmp_path / "secret"
     good.write_text("0123456789abcdef-long\n")
@@ -175,15 +191,15 @@ def test_secrets_can_live_in_files_of_their_own(tmp_path: Path) -> None:
     )
     channel = cfg.notify.channels[0]
     assert channel["secret"] is None and cfg.to_dict()["notify"]["channels"][0]["secret_file"] == str(good)
-    assert with_secrets(channel)["secret"] == "0123456789abcdef-long"
+    assert channel.with_secrets()["secret"] == "0123456789abcdef-long"
     short = tmp_path / "short"
     short.write_text("abc\n")
     with pytest.raises(SecretError, match="at least 16"):
-        with_secrets(channel | {"secret_file": short})
+        channels.of({**channel, "secret_file": short}).with_secrets()
     link = tmp_path / "link"
     link.symlink_to(good)
     with pytest.raises(SecretError):
-        with_secrets(channel | {"secret_file": link})
+        channels.of({**channel, "secret_file": link}).with_secrets()
     with pytest.raises(ConfigError, match="give secret or secret_file, not both"):
         parse_text(
             "notify:\n  channels:\n    - "
@@ -202,7 +218,7 @@ def test_the_rate_limit_makes_the_next_message_wait() -> None:
     import threading
     import time
 
-    from airlock.relay.service import RateLimit
+    from airlock.relay.ratelimit import RateLimit
 
     limit, stop = RateLimit(per_minute=120), threading.Event()  # a burst of 120, then one every 0.5 s
     started = time.monotonic()
@@ -302,7 +318,7 @@ def test_a_hostile_request_is_inert_in_every_channel() -> None:
     _no_controls(m["text"])
     assert m["text"].count("\napprove: ") == 1 and m["text"].count("\ndeny: ") == 1
     # Slack: only the top-level text and one mrkdwn block are markup, and neither has a live sequence.
-    slack = json.loads(msg.slack_body(m))
+    slack = json.loads(_channel(Slack, "{type: slack, url: 'http://h/'}").body(m))
     assert slack["unfurl_links"] is False and slack["unfurl_media"] is False
     markup = [slack["text"]] + [b["text"]["text"] for b in slack["blocks"] if b["text"]["type"] == "mrkdwn"]
     for text in markup:
@@ -316,19 +332,19 @@ def test_a_hostile_request_is_inert_in_every_channel() -> None:
     for block in slack["blocks"]:
         _no_controls(block["text"]["text"])
     # ntfy: plain text, markdown never switched on; headers are one line of latin-1.
-    body, headers = msg.ntfy_request(m, {"priority": "high"})
+    body, headers = _channel(Ntfy, "{type: ntfy, url: 'http://h/'}").body(m)
     assert not any(k.lower() in ("markdown", "x-markdown", "click", "actions", "attach") for k in headers)
     _no_controls(body.decode())
     for value in headers.values():
         assert "\n" not in value and "\r" not in value
         value.encode("latin-1")
     # Email: text/plain only, one line per header.
-    mail = msg.email_message(m, {"from": "a@h", "to": ("b@h",)})
+    mail = _channel(Email, "{type: email, from: a@h, to: [b@h]}").body(m)
     assert mail.get_content_type() == "text/plain" and not mail.is_multipart()
     _no_controls(mail.get_content())
     assert "\n" not in str(mail["Subject"])
     # Webhook: JSON only; the receiver parses it (the values are the sanitised text above).
-    hook = json.loads(msg.webhook_body(m))
+    hook = json.loads(_channel(Webhook, "{type: webhook, url: 'http://h/', secret: 0123456789abcdef}").body(m))
     assert hook["reason"] == m["reason"]
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from airlock.common.containment import Containment
 from airlock.runner.identity import Identity, build_env, resolve_identity
 from airlock.runner.spawn import JobResult, JobSpec, run_job
 
@@ -39,7 +40,7 @@ def make_spec(*stages: tuple[str, ...], **overrides: Any) -> JobSpec:
         max_output_bytes=1 << 20,
         kill_grace_seconds=0.5,
         protected_values=tuple(protected.values()),
-        containment="process-group",
+        containment=Containment.PROCESS_GROUP,
     )
     return replace(spec, **overrides)
 

@@ -6,10 +6,11 @@ import os
 
 import pytest
 
+from airlock.common.containment import Containment
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.kinds import MAX_PAYLOAD_BYTES
+from airlock.runner.endrecord import end_record_fits
 from airlock.runner.identity import resolve_identity
-from airlock.runner.service import end_record_fits
 from airlock.runner.spawn import JobSpec
 
 
@@ -27,7 +28,7 @@ def _job(stages: tuple[tuple[str, ...], ...], cwd: str = "/") -> JobSpec:
         max_output_bytes=16,
         kill_grace_seconds=1,
         protected_values=(),
-        containment="process-group",
+        containment=Containment.PROCESS_GROUP,
         binaries=tuple({"path": "/usr/bin/true"} for _ in stages),
     )
 
@@ -53,7 +54,7 @@ def test_an_end_record_that_could_overflow_is_refused_naming_its_size() -> None:
 
 def test_exec_started_spells_out_a_small_argv_and_names_a_large_one_by_digest() -> None:
     from airlock.common.codec import canonical_json
-    from airlock.runner.service import argv_digest, spec_record
+    from airlock.runner.endrecord import argv_digest, spec_record
 
     big = ["/usr/bin/true", "x" * 2000]
     spec = {"stages": [["/usr/bin/echo", "hi"], big], "stdin": "A" * 4000, "cwd": "/"}

@@ -92,7 +92,7 @@ def test_an_exec_that_failed_half_way_does_not_swallow_the_next_program() -> Non
 
 
 def test_show_says_the_tree_is_from_fanotify_and_names_what_exited_before_it_was_read() -> None:
-    from airlock.cli.operator import tree_lines
+    from airlock.cli.show import tree_lines
 
     ident = {"dev": 1, "ino": 2, "size": 3, "mtime": "t"}
     tree = {

@@ -153,7 +153,7 @@ def test_execute_drops_to_the_user_so_permission_denied_is_an_outcome(tmp_path: 
 
 _WRITER = """
 import sys
-from airlock.runner.fileop_perform import atomic_write
+from airlock.runner.fileop_write import atomic_write
 import os
 path = sys.argv[1]
 data = bytes([int(sys.argv[2])]) * (64 * 1024 * 1024)

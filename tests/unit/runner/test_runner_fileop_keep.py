@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from airlock.common.fileop_spec import FileSpec
-from airlock.runner import fileop_diff, fileop_perform
+from airlock.runner import fileop_diff, fileop_perform, fileop_write
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="keeping owners and security.* attributes needs root")
 needs_acl = pytest.mark.skipif(
@@ -118,9 +118,9 @@ def test_a_file_without_an_acl_does_not_get_the_directorys_default(tmp_path: Pat
     target.write_bytes(b"old")
     os.chmod(target, 0o600)
     setfacl("-d", "-m", "u:65534:rw", str(shared))  # after the file was made: it has no ACL
-    assert fileop_perform._ACL not in os.listxattr(target)
+    assert fileop_write._ACL not in os.listxattr(target)
     assert write(target, b"new")["ok"] is True
-    assert fileop_perform._ACL not in os.listxattr(target)
+    assert fileop_write._ACL not in os.listxattr(target)
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
 
@@ -141,7 +141,7 @@ def test_an_inherited_acl_that_cannot_be_removed_refuses_the_write(
     monkeypatch.setattr(os, "removexattr", refuse)
     out = write(target, b"new")
     assert out["ok"] is False and out["error"]["code"] == "metadata_not_kept", out
-    assert target.read_bytes() == b"old" and fileop_perform._ACL not in os.listxattr(target)
+    assert target.read_bytes() == b"old" and fileop_write._ACL not in os.listxattr(target)
     assert sorted(p.name for p in shared.iterdir()) == ["plain"]
 
 

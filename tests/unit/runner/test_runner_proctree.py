@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlock.cli.operator import tree_lines
+from airlock.cli.show import tree_lines
 from airlock.common.codec import canonical_json
-from airlock.runner import proctree
+from airlock.runner import execwatch
 
 
 def _entry(i: int, parent: int | None, argv: list[str]) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def _entry(i: int, parent: int | None, argv: list[str]) -> dict[str, Any]:
 
 
 def test_the_record_keeps_within_its_bytes_and_counts_the_rest() -> None:
-    w = proctree.Watch(limit=1000)
+    w = execwatch.Watch(limit=1000)
     w.execs = [_entry(i, None, ["true", "x" * 200]) for i in range(100)]
     out = w.record(4096)
     assert len(canonical_json(out)) <= 4096
@@ -33,8 +33,8 @@ def test_the_record_keeps_within_its_bytes_and_counts_the_rest() -> None:
 
 
 def test_the_count_limit_counts_every_program_past_it(monkeypatch: Any) -> None:
-    monkeypatch.setattr(proctree, "read_process", lambda pid: {"argv": ["true"]})
-    w = proctree.Watch(limit=3)
+    monkeypatch.setattr(execwatch, "read_process", lambda pid: {"argv": ["true"]})
+    w = execwatch.Watch(limit=3)
     for pid in range(10, 20):
         w.fork(1, pid)
         w.exec(pid, 0.0)
@@ -50,13 +50,13 @@ def test_argv_is_bounded_in_count_and_bytes() -> None:
     child = subprocess.Popen(["/usr/bin/sleep", "5", *["0"] * 99])
     try:
         deadline = time.monotonic() + 5
-        while len((seen := proctree.read_process(child.pid)).get("argv") or []) < 2:
+        while len((seen := execwatch.read_process(child.pid)).get("argv") or []) < 2:
             assert time.monotonic() < deadline
             time.sleep(0.01)
     finally:
         child.kill()
         child.wait()
-    assert len(seen["argv"]) == proctree.MAX_ARGS and seen["argv_truncated"] is True
+    assert len(seen["argv"]) == execwatch.MAX_ARGS and seen["argv_truncated"] is True
     assert seen["argv"][:2] == ["/usr/bin/sleep", "5"] and seen["exe"].endswith("/sleep")
     assert seen["exe_id"]["ino"] > 0 and seen["uid"] >= 0
 
@@ -102,17 +102,53 @@ def test_airlocks_own_shims_are_named_not_spelled_out() -> None:
     from airlock.runner.units import HELPER
 
     helper = ["/usr/bin/python3.11", "-I", "-S", "-c", HELPER[:900]]
-    assert proctree.shims_named(helper) == ["/usr/bin/python3.11", "-I", "-S", "-c", "<airlock exec helper>"]
+    assert execwatch.shims_named(helper) == ["/usr/bin/python3.11", "-I", "-S", "-c", "<airlock exec helper>"]
     # A job's own short code that happens to begin like the helper is the job's, and shown.
     mine = ["/usr/bin/python3", "-I", "-S", "-c", "import fcntl"]
-    assert proctree.shims_named(mine) == mine
+    assert execwatch.shims_named(mine) == mine
 
 
 def test_a_secret_on_a_programs_command_line_is_redacted_from_the_tree() -> None:
     """A credential or protected value a job passes in argv (``mysql -pSECRET``) never reaches the journal."""
-    w = proctree.Watch(limit=10)
+    w = execwatch.Watch(limit=10)
     w.execs = [_entry(0, None, ["mysql", "-pS3cr3t-value", "db"]), _entry(1, 0, ["echo", "S3cr3t-value"])]
     out = w.record(64 * 1024, (b"S3cr3t-value",))
     assert "S3cr3t-value" not in canonical_json(out).decode()
     assert out["processes"][0]["argv"] == ["mysql", "-p[redacted]", "db"]
     assert w.record(64 * 1024)["processes"][0]["argv"][1] == "-pS3cr3t-value"  # control: nothing to redact
+
+
+def test_finished_jobs_are_not_kept_for_their_late_exit_events(monkeypatch: Any) -> None:
+    """Issue 37's RSS row: the runner grew ~2 KiB per exec, each finished job's tree kept for a late exit.
+
+    A job's process whose exit event arrives after the job ended (the runner reaped it first) is not
+    kept; one that exits while its job runs is kept only briefly, for its taskstats record.
+    """
+    import time
+
+    from airlock.runner import proctree
+
+    monkeypatch.setattr(execwatch, "read_process", lambda pid: None)
+    events = proctree.ProcEvents()
+    events.unavailable = None
+    for n in range(3000):
+        pid = 100_000 + n
+        w = events.watch()
+        events._fork(events.pid, pid)
+        events.claim(w, [pid])
+        events._exec(pid, 0.0)
+        events.finish(w)
+        events._exit(pid, 0.0, 0)  # the exit event comes after the job's end
+    assert not events.exited and not events.owner and not events.unclaimed
+    w = events.watch()
+    events._fork(events.pid, 1)
+    events.claim(w, [1])
+    events._exec(1, 0.0)
+    events._exit(1, 0.0, 0)  # while its job runs: findable for its taskstats record
+    assert events.exited[1][0] is w
+    monkeypatch.setattr(time, "monotonic", lambda: 1e9)
+    events._fork(events.pid, 2)
+    events.claim(w, [2])
+    events._exec(2, 0.0)
+    events._exit(2, 0.0, 0)
+    assert list(events.exited) == [2]  # the older one aged out

@@ -670,7 +670,7 @@ def test_concurrent_jobs_do_not_mix() -> None:
 
 
 def test_a_reply_that_would_not_fit_goes_without_its_output() -> None:
-    from airlock.runner.service import fit_reply
+    from airlock.runner.endrecord import fit_reply
 
     evidence = run(make_spec(sh("echo out; echo err >&2"))).to_evidence()
     assert fit_reply(evidence) is evidence  # control: it fits, untouched

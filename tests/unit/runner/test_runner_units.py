@@ -6,6 +6,8 @@ the helper runs here for real, as systemd would run it in a job's unit.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -13,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,12 @@ from airlock.runner import units
 
 
 def _helper(
-    path: str, st: os.stat_result, *argv: str, env: dict[str, str] | None = None, privileged: bool = False
+    path: str,
+    st: os.stat_result,
+    *argv: str,
+    env: dict[str, str] | None = None,
+    privileged: bool = False,
+    extra: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     unit = units.StageUnit(
         name="x.service",
@@ -48,7 +56,9 @@ def _helper(
     # What systemd does: load the EnvironmentFile, exec ExecStart's argv.
     text = units.env_file_text(env or {}).decode()
     name, value = text.strip().split("=", 1)
-    return subprocess.run(units.helper_argv(unit), env={name: value, "LC_ALL": "C"}, capture_output=True, check=False)
+    return subprocess.run(
+        units.helper_argv(unit), env={name: value, "LC_ALL": "C", **(extra or {})}, capture_output=True, check=False
+    )
 
 
 def test_helper_runs_the_checked_file_with_exactly_the_job_environment() -> None:
@@ -58,6 +68,14 @@ def test_helper_runs_the_checked_file_with_exactly_the_job_environment() -> None
     r = _helper(path, st, env={"PATH": "/usr/bin", "TRICKY": tricky}, privileged=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode() == f"PATH=/usr/bin\nTRICKY={tricky}\n"
+
+
+def test_helper_passes_systemds_credentials_directory_and_nothing_else_of_its_own() -> None:
+    path = os.path.realpath(shutil.which("env") or "/usr/bin/env")
+    st = os.stat(path)
+    r = _helper(path, st, env={"PATH": "/usr/bin"}, extra={"CREDENTIALS_DIRECTORY": "/run/credentials/x.service"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().splitlines() == ["PATH=/usr/bin", "CREDENTIALS_DIRECTORY=/run/credentials/x.service"]
 
 
 def test_helper_refuses_a_file_swapped_after_the_runners_check(tmp_path: Path) -> None:
@@ -206,7 +224,9 @@ def test_sandbox_errors_name_the_key(value: dict[str, object], message: str) -> 
 
 def test_bound_sandbox_is_one_valid_entry_per_stage() -> None:
     assert sandbox.parse_bound(None, 2) is None
-    assert sandbox.parse_bound([{}, {"read_only": True}], 2) == ({}, {"read_only": True})
+    parsed = sandbox.parse_bound([{}, {"read_only": True}], 2)
+    assert parsed is not None and [dict(sb.settings) for sb in parsed] == [{}, {"read_only": True}]
+    assert not parsed[0] and parsed[1].properties == (("ProtectSystem", "s", "strict"),)  # computed once, here
     with pytest.raises(AirlockError):
         sandbox.parse_bound([{"read_only": True}], 2)
     with pytest.raises(AirlockError):
@@ -256,3 +276,103 @@ def test_helper_refuses_a_script_copy_that_is_not_the_reviewed_one(tmp_path: Pat
     r = _helper_with_scripts(tmp_path, b"echo other\n", hashlib.sha256(b"echo reviewed\n").hexdigest())
     assert r.returncode == units.HELPER_EXIT_CHANGED and b"not the reviewed script" in r.stderr
     assert b"other" not in r.stdout
+
+
+# --- waiting for a unit and releasing it (systemd's side faked: its answers, not its timing) ---
+
+
+@dataclasses.dataclass(frozen=True)
+class _Answer:
+    """What `units._state` answers about a unit (systemd's side of the conversation)."""
+
+    active: str
+    job: int = 0
+    code: int = 0
+    status: int = 0
+    cgroup: str = ""
+    cpu_nsec: int | None = None
+    main_pid: int = 0
+
+    @property
+    def final(self) -> bool:
+        return self.active in ("inactive", "failed") and self.job == 0
+
+
+def _exits_after(seconds: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-I", "-S", "-c", f"import time; time.sleep({seconds})"])
+
+
+def test_wait_reads_the_unit_when_its_main_process_exits_not_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job's end is noticed by its main process's pidfd: a few reads of the unit, however long it ran."""
+    child = _exits_after(0.4)
+    reads: list[str] = []
+
+    def state(name: str) -> _Answer:
+        reads.append(name)
+        if child.poll() is None:
+            return _Answer("active", main_pid=child.pid)
+        return _Answer("inactive", code=1, status=3, cpu_nsec=1234)
+
+    monkeypatch.setattr(units, "_state", lambda name, *_: state(name))
+    monkeypatch.setattr(units, "_main_pid", lambda name: child.pid if child.poll() is None else 0, raising=False)
+    service = units.StageService("airlock-job-x.u0.service")
+    started = time.monotonic()
+    assert asyncio.run(service.wait()) == 3
+    assert child.returncode == 0 and time.monotonic() - started < 2
+    assert service.cpu_nsec == 1234
+    assert len(reads) <= 3, reads  # polling with backoff read it about a dozen times in 0.4 s
+
+
+def test_wait_without_a_main_process_to_hold_still_finds_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit that never gets a main process (systemd could not fork it) ends by its state alone."""
+    answers = iter([_Answer("inactive", job=7), _Answer("activating", job=7), _Answer("failed")])
+    monkeypatch.setattr(units, "_state", lambda name, *_: next(answers))
+    service = units.StageService("airlock-job-x.u0.service")
+    assert asyncio.run(service.wait()) == 127  # never forked
+    assert service.failed
+
+
+def test_release_drops_a_stopped_unit_with_one_call_and_stops_a_running_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, ...]] = []
+    monkeypatch.setattr(units, "_call", lambda *args: calls.append(args))
+    monkeypatch.setattr(units, "_exists", lambda name: False)
+    stopped = units.StageService("a.service")
+    stopped.returncode = 0
+    asyncio.run(stopped.release())
+    assert calls == [("UnrefUnit", "a.service")]
+    stopped.release_soon()  # abandoning the job afterwards sends nothing more
+    units._executor.submit(lambda: None).result()
+    assert calls == [("UnrefUnit", "a.service")]
+    calls.clear()
+    running = units.StageService("b.service")
+    running.release_soon()
+    units._executor.submit(lambda: None).result()
+    assert calls == [("StopUnit", "b.service", "replace"), ("ResetFailedUnit", "b.service"), ("UnrefUnit", "b.service")]
+
+
+def test_unit_object_path_is_systemds_escaping_of_the_name() -> None:
+    """What systemd's GetUnit answers for these names (bus_label_escape): the path is read without asking."""
+    assert units._unit_path("systemd-journald.service") == "/org/freedesktop/systemd1/unit/systemd_2djournald_2eservice"
+    assert (
+        units._unit_path("airlock-job-x_2fy.u0.s1.service")
+        == "/org/freedesktop/systemd1/unit/airlock_2djob_2dx_5f2fy_2eu0_2es1_2eservice"
+    )
+
+
+def test_a_main_process_is_held_only_if_the_unit_still_names_it_after_the_pidfd_is_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A PID the unit no longer names (reaped, maybe reused) is never waited for: the unit is polled instead."""
+    child = _exits_after(5)
+    try:
+        monkeypatch.setattr(units, "_state", lambda name, *_: _Answer("", main_pid=child.pid))
+        monkeypatch.setattr(units, "_main_pid", lambda name: child.pid + 1)
+        state, held = units._state_held("a.service", None)
+        assert state is not None and state.main_pid == child.pid and held is None
+        monkeypatch.setattr(units, "_main_pid", lambda name: child.pid)  # control: still its main process
+        state, held = units._state_held("a.service", None)
+        assert held is not None
+        os.close(held)
+    finally:
+        child.kill()
+        child.wait()

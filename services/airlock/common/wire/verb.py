@@ -61,10 +61,36 @@ def _bad(cls: type, key: str, message: str) -> AirlockError:
     )
 
 
+# Value types that are not messages but check themselves: ``from_dict(untrusted)`` and ``to_dict()``
+# (the exec and file specs, whose digests are over their own encodings).  See `carry`.
+_CARRIED: set[type] = set()
+
+T = TypeVar("T")
+
+
+def carry(cls: type[T]) -> type[T]:
+    """Let a message field be ``cls``, a value type with its own trust-boundary check.
+
+    ``cls.from_dict(untrusted)`` must refuse with `AirlockError` and ``to_dict()``
+    be its one encoding: so a spec crosses a door once, checked by its own rules.
+    """
+    _CARRIED.add(cls)
+    return cls
+
+
 def _convert(cls: type, key: str, hint: Any, value: Any) -> Any:
     """``value`` checked against ``hint`` (and turned into its type: a tuple, an enum, a message)."""
     if hint is Any:
         return value
+    if hint in _CARRIED:
+        if not isinstance(value, dict):
+            raise _bad(cls, key, "must be an object")
+        try:
+            return hint.from_dict(value)
+        except AirlockError as exc:  # the carried type's own message, under this field
+            inner = exc.details.get("field", "")
+            message = exc.message.split(": ", 1)[-1] if inner else exc.message
+            raise _bad(cls, f"{key}.{inner}" if inner else key, message) from None
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         return _convert_union(cls, key, typing.get_args(hint), value)
@@ -134,7 +160,7 @@ def _convert_scalar(cls: type, key: str, hint: Any, value: Any) -> Any:
 
 
 def _encode(value: Any) -> Any:
-    if isinstance(value, Message):
+    if isinstance(value, Message) or type(value) in _CARRIED:
         return value.to_dict()
     if isinstance(value, enum.Enum):
         return value.value
