@@ -26,6 +26,8 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.peer import identify
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import approval as wire_approval
+from airlock.common.wire.verb import Stub
 
 from support import Stack, now_iso, start_stack, stop_stack
 from waits import until, wait_record
@@ -240,16 +242,17 @@ async def _ticket(stack: Stack, spec: ExecSpec) -> str:
         stack.runtime_dir / "internal" / "approval.sock", service="approval", unavailable=ErrorCode.APPROVAL_UNAVAILABLE
     )
     peer = identify(os.getpid(), os.geteuid(), os.getegid())
-    decided = await approval.call(
-        "decide",
+    decide = wire_approval.Decide.from_dict(
         {
-            "request": {"request_id": str(uuid.uuid4()), "spec": spec.to_dict()},
+            "request": {"request_id": str(uuid.uuid4())},
+            "spec": spec.to_dict(),
             "peer": peer.to_dict(),
             "operation_id": str(uuid.uuid4()),
-        },
+        }
     )
-    _BOUND[str(decided["ticket"])] = decided["bound"]  # what intake passes on with the ticket
-    return str(decided["ticket"])
+    decided = await Stub(wire_approval.DOOR, approval).call(wire_approval.DECIDE, decide)
+    _BOUND[decided.ticket] = decided.bound  # what intake passes on with the ticket
+    return decided.ticket
 
 
 _BOUND: dict[str, Any] = {}

@@ -1,11 +1,13 @@
 """The operators' verbs on operator.sock, and the table that serves them.
 
-`Operating` is a part of `airlock.approval.service.Approval` (its mixin):
+`Operating` is the operators' side of approval (intake's is
+`decide.Deciding`), handed what it shares:
 ``pending``, ``show``, ``approve``/``deny``, ``cancel``, ``status``,
-``policy.check``, ``events``, ``audit.*`` and the session tokens
-(``token.issue``/``token.revoke``, and intake's ``token.check``).  ``hold``
-and ``release`` are in `tickets`; ``statement``, ``grants`` and
-``grant.revoke`` in `votes`.  `Operating.operator_verbs` is the operator
+``policy.check``, ``events``, ``audit.*``, ``kill``, ``running``.  The
+session tokens' verbs are `sessions.SessionTokens`'; ``hold`` and
+``release`` are `tickets.TicketBook`'s; the ``passkey.*`` verbs are
+`passkeys.Passkeys`'; ``statement``, ``grants`` and ``grant.revoke`` are in
+`votes`.  `Operating.operator_verbs` is the operator
 door's verb table, built from `common.wire.operator`'s declarations: a token
 is refused there, an observer may call only what the declarations let it.
 """
@@ -19,29 +21,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airlock.approval import fileop_review, quorum, refs
-from airlock.approval.decide import subject_of
+from airlock.approval import ballot, fileop_review, quorum, refs
+from airlock.approval.asked import subject_of
+from airlock.approval.granting import GrantBook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.output import OutputReads
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
-from airlock.approval.tickets import Tickets
-from airlock.approval.tokens import (
-    DEFAULT_TTL_SECONDS,
-    MAX_TTL_SECONDS,
-    TokenStore,
-    new_token,
-    token_hash,
-    unauthorized,
-)
-from airlock.approval.votes import Votes
+from airlock.approval.sessions import SessionTokens
+from airlock.approval.signed import Ledger
+from airlock.approval.table import PendingTable, check_expected
+from airlock.approval.tickets import TicketBook
+from airlock.approval.tokens import unauthorized
+from airlock.approval.votes import Signed, Votes
 from airlock.common import trail, validate
-from airlock.common.audit import Ids
-from airlock.common.codec import iso_utc
+from airlock.common.audit import Audit, Ids
+from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import Peer, identify, may_decide, uid_of, user_name
+from airlock.common.peer import Peer, identify, may_decide, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 from airlock.common.wire import operator as op
@@ -50,53 +49,63 @@ from airlock.common.wire import verb as wire
 from airlock.common.wire.verb import Caller, Empty
 
 
-class Operating(Tickets, Votes, Passkeys, OutputReads):
-    """The operators' side of `Approval`; the attributes below are `Approval`'s."""
+class Operating:
+    """The operators' verbs on operator.sock, handed what they share with intake's side."""
 
-    policy: Policy
-    pending: dict[tuple[int, str], Pending]
-    tokens: TokenStore
-    lookup: JournalLookup
-    runner: Client
-    intake_uid: int | None
+    def __init__(
+        self,
+        settings: Callable[[], Config],
+        policy: Callable[[], Policy],
+        audit: Audit,
+        journal: Client,
+        runner: Client,
+        *,
+        pending: PendingTable,
+        book: TicketBook,
+        grants: GrantBook,
+        votes: Votes,
+        ledger: Ledger,
+        passkeys: Passkeys,
+        sessions: SessionTokens,
+    ) -> None:
+        self._settings, self._policy = settings, policy  # a reload replaces them: read when used
+        self.audit = audit
+        self.journal = journal
+        self.runner = runner
+        self.lookup = JournalLookup(journal)
+        self.pending = pending
+        self.book = book
+        self.grants = grants
+        self.votes = votes
+        self.ledger = ledger
+        self.passkeys = passkeys
+        self.sessions = sessions
+        self.outputs = OutputReads(audit, runner, self._request_events)
 
-    def _find(self, ref: Any, expect: str | None = None) -> Pending:
-        """The request pending now under exactly this ID or ``AGENT/ID`` (refs.py: no prefix, no
-        operation ID); an ID several agents have pending needs ``AGENT/ID`` or ``expect``."""
-        ref = validate.text("id", ref, max_len=256, allow_empty=False)
-        return refs.exact(ref, self.pending.values(), expect)
+    @property
+    def config(self) -> Config:
+        return self._settings()
 
-    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
-        """``expect`` (an approve line's --expect) must name the request pending now; else journaled, refused."""
-        refused = refs.mismatch(entry, refs.expected(call.args))
-        if refused is None:
-            return
-        await self.audit.record(
-            "operator.action",
-            Ids(entry.request_id, entry.operation_id, call.peer.uid),
-            payload={
-                "action": "refused",
-                "refused": action,
-                "code": refused.code.value,
-                "operator": call.peer.user,
-                "expected": refused.details["expected"],
-                "pending": refused.details["pending"],
-                "agent_uid": entry.peer.uid,  # whose request: request IDs are each agent's own
-            },
-        )
-        raise refused
-
-    def _named(self, ref: str) -> Pending | None:
-        """The pending request ``ref`` names exactly: its ID, or ``AGENT/ID`` (a user name or uid) when
-        agents share the ID (pending requests are keyed by (uid, ID)); a shared ID alone is refused."""
-        return refs.named(ref, self.pending.values())
+    @property
+    def policy(self) -> Policy:
+        return self._policy()
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
             # The self-approval check is the signer's person's (`quorum.Tally.check`), not the submitter's.
-            return await self._settle_signed(call, (verdict,), via="operator", carrier=call.peer)
-        entry = self._find(call.args.get("id"), refs.expected(call.args))
-        await self._check_expected(call, entry, "approve" if verdict == "allow" else "deny")
+            for name in ("grant_seconds", "uses"):
+                if call.args.get(name) is not None:
+                    raise validate.bad(name, "a grant is given by an operator's own approve, not with a signature")
+            signed = Signed(
+                call.args.get("id"),
+                call.args.get("signature"),
+                call.args.get("reason") or "",
+                validate.optional_text("principal", call.args.get("principal"), max_len=256),
+                refs.expected(call.args),
+            )
+            return await self.votes.settle_signed(call, signed, (verdict,), via="operator", carrier=call.peer)
+        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
+        await check_expected(self.audit, call, entry, "approve" if verdict == "allow" else "deny")
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
         operator = call.peer
         if operator.uid == entry.peer.uid and not self.config.approval.allow_self_approval and verdict == "allow":
@@ -106,9 +115,11 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))  # the person is the account
         grant = None
         if verdict == "allow":
-            self._require_operator_reason(entry, reason)
-            grant = self._grant_for(entry, operator, call.args)  # the arguments first, then who votes
-            self._check_vote(entry, voter)
+            ballot.require_operator_reason(self.config.approval, entry, reason)
+            grant = self.grants.asked_for(
+                entry, operator, call.args, self.config.approval.max_grant_seconds
+            )  # the arguments first, then who votes
+            ballot.check_vote(self.config.approval, entry, voter)
         ids = Ids(entry.request_id, entry.operation_id, operator.uid)
         await self.audit.record(
             "operator.action",
@@ -119,12 +130,12 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
                 "reason": reason,
                 "agent_uid": entry.peer.uid,  # whose request: request IDs are each agent's own
             }
-            | self._vote_progress(entry, verdict)
+            | ballot.progress(entry, verdict)
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
         if grant is not None and not entry.future.done():
-            await self._add_grant(grant, ids, operator.user, reason)
-        out = self._count(entry, verdict, voter, reason)
+            await self.grants.make(grant, ids, operator.user, reason)
+        out = ballot.count(self.config.approval, entry, verdict, voter, reason)
         return out | ({"grant": grant.to_dict()} if grant is not None else {})
 
     async def approve(self, call: Call) -> dict[str, Any]:
@@ -161,17 +172,17 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         }
 
     async def status(self, call: Call) -> dict[str, Any]:
-        await self._hold_restored()
+        await self.book.hold_restored()
         now = time.time()
-        held = self.hold_reason is not None
+        held = self.book.held
         return {
             "hold": held,
-            "hold_reason": self.hold_reason,
-            "hold_by": self.hold_by.get("operator") if held else None,
-            "hold_uid": self.hold_by.get("uid") if held else None,
-            "hold_since": self.hold_by.get("since") if held else None,
+            "hold_reason": self.book.hold_reason,
+            "hold_by": self.book.hold_by.get("operator") if held else None,
+            "hold_uid": self.book.hold_by.get("uid") if held else None,
+            "hold_since": self.book.hold_by.get("since") if held else None,
             "pending": len(self.pending),
-            "tokens": self.tokens.live(now),
+            "tokens": self.sessions.store.live(now),
             "grants": len(self.grants.live(now)),
             "services": await self._services(),
             "policy": {
@@ -223,14 +234,12 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
         subject = subject_of(peer, spec, validate.optional_text("session", a.get("session")))
         decision = self.policy.decide(subject, stages)
-        await self._hold_restored()
+        await self.book.hold_restored()
         # Issue 34: what the reviewer may do with it, and what each matching shadow rule would decide.
         extra: dict[str, Any] = {"shadow": self.policy.shadow_verdicts(subject, stages)}
         if decision.decision == "ask":
             extra["reviewer_may"] = self.policy.reviewer_may(decision)
-        return (
-            decision.to_dict() | {"hold": self.hold_reason is not None, "warnings": list(self.policy.warnings)} | extra
-        )
+        return decision.to_dict() | {"hold": self.book.held, "warnings": list(self.policy.warnings)} | extra
 
     async def events(self, call: Call) -> dict[str, Any]:
         unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})
@@ -243,7 +252,7 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         request pending now (refs.py), never of an operation ID or a settled request."""
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
         now = time.time()
-        named = self._named(ref)
+        named = self.pending.named(ref)
         if named is not None:
             return self._shown(call, await self._show_pending(named, now))
         for entry in self.pending.values():
@@ -271,8 +280,12 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         events = await self.lookup.request_events(ref)
         if not events and "/" in ref:
             owner, _, bare = ref.partition("/")
-            uid = _agent_uid(owner)
-            return [e for e in await self.lookup.request_events(bare) if _agents(e, uid)] if uid is not None else []
+            uid = refs.agent_uid(owner)
+            return (
+                [e for e in await self.lookup.request_events(bare) if refs.belongs_to(e, uid)]
+                if uid is not None
+                else []
+            )
         owners: list[int] = sorted(
             {
                 e["peer_uid"]
@@ -297,7 +310,7 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
 
     async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
         # Only this agent's story: another agent may have used the same request ID.
-        events = [e for e in await self.lookup.request_events(entry.request_id) if _agents(e, entry.peer.uid)]
+        events = [e for e in await self.lookup.request_events(entry.request_id) if refs.belongs_to(e, entry.peer.uid)]
         shown = trail.summarise(events) if events else {}
         return shown | {
             "request_id": entry.request_id,
@@ -367,7 +380,7 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
         args = runner_wire.Kill(ref=ref, by=operator.user, reason=reason, signal=signame)
         owner, _, bare = ref.rpartition("/")
         if owner:
-            uid = _agent_uid(owner)
+            uid = refs.agent_uid(owner)
             if uid is None:
                 raise AirlockError(ErrorCode.NOT_FOUND, f"no such agent {owner!r}")
             args = dataclasses.replace(args, ref=bare, uid=uid)
@@ -389,74 +402,6 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
     async def running(self, call: Call) -> dict[str, Any]:
         """The commands running now (the runner's list): for `airlock watch`'s kill key and for reading."""
         return (await runner_wire.stub(self.runner).call(runner_wire.RUNNING, Empty())).to_dict()
-
-    async def token_issue(self, call: Call) -> dict[str, Any]:
-        session = validate.text("session", call.args.get("session"), max_len=256, allow_empty=False)
-        ttl = call.args.get("ttl_seconds", DEFAULT_TTL_SECONDS)
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= MAX_TTL_SECONDS:
-            raise validate.bad("ttl_seconds", f"must be a number of seconds from 1 to {MAX_TTL_SECONDS}")
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        user, uid = _token_holder(call.args.get("user"))
-        token = new_token()
-        now = time.time()
-        expires_at = iso_utc(now + ttl, timespec="seconds")
-        # Journaled before it is usable; the record holds a short hash prefix, never the token.
-        await self.audit.record(
-            "operator.action",
-            Ids(peer_uid=call.peer.uid, session=session),
-            payload={
-                "action": "token.issue",
-                "operator": call.peer.user,
-                "reason": reason,
-                "token_id": token_hash(token)[:16],
-                "expires_at": expires_at,
-                "user": user,
-                "uid": uid,
-            },
-        )
-        self.tokens.issue(token, session, uid, float(ttl), now)
-        return {
-            "token": token,
-            "token_id": token_hash(token)[:16],
-            "session": session,
-            "user": user,
-            "uid": uid,
-            "expires_at": expires_at,
-        }
-
-    async def token_revoke(self, call: Call) -> dict[str, Any]:
-        token, session = call.args.get("token"), call.args.get("session")
-        if (token is None) == (session is None):
-            raise validate.bad("token", "give exactly one of token and session")
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        if token is not None:
-            token = validate.text("token", token, max_len=256, allow_empty=False)
-            target: dict[str, Any] = {"token_id": token_hash(token)[:16]}
-        else:
-            session = validate.text("session", session, max_len=256, allow_empty=False)
-            target = {"session": session}
-        await self.audit.record(
-            "operator.action",
-            Ids(peer_uid=call.peer.uid, session=session),
-            payload={"action": "token.revoke", "operator": call.peer.user, "reason": reason} | target,
-        )
-        revoked = self.tokens.revoke_token(token) if token is not None else self.tokens.revoke_session(str(session))
-        return {"revoked": revoked} | target
-
-    async def token_check(self, call: Call) -> dict[str, Any]:
-        """intake asks: which session does this token stand for, presented by this uid?
-
-        ``uid`` is the agent's, from the kernel at intake's accept.  Any failure,
-        a token presented by another uid included, is `unauthorized`.
-        """
-        if self.intake_uid is None or call.peer.uid != self.intake_uid:
-            raise unauthorized()
-        token, uid = call.args.get("token"), call.args.get("uid")
-        if not isinstance(token, str) or not token or len(token) > 256:
-            raise unauthorized()
-        if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
-            raise unauthorized()
-        return {"session": self.tokens.check(token, uid, time.time())}
 
     async def audit_verify(self, call: Call) -> dict[str, Any]:
         return await self.journal.call("verify", call.args, timeout=600)
@@ -483,35 +428,35 @@ class Operating(Tickets, Votes, Passkeys, OutputReads):
             op.STATUS: self.status,
             op.PENDING: self.list_pending,
             op.SHOW: self.show,
-            op.STATEMENT: self.statement,
-            op.GRANTS: self.list_grants,
-            op.GRANT_REVOKE: self.revoke_grant,
+            op.STATEMENT: self.votes.statement,
+            op.GRANTS: self.votes.list_grants,
+            op.GRANT_REVOKE: self.votes.revoke_grant,
             op.APPROVE: self.approve,
             op.DENY: self.deny,
             op.CANCEL: self.cancel,
             op.KILL: self.kill,
             op.RUNNING: self.running,
-            op.HOLD: self.hold,
-            op.RELEASE: self.release,
+            op.HOLD: self.book.hold,
+            op.RELEASE: self.book.release,
             op.POLICY_CHECK: self.policy_check,
             op.EVENTS: self.events,
             op.AUDIT_VERIFY: self.audit_verify,
             op.AUDIT_HEAD: self.audit_head,
             op.AUDIT_ARCHIVE: self.audit_archive,
-            op.TOKEN_ISSUE: self.token_issue,
-            op.TOKEN_REVOKE: self.token_revoke,
-            op.OUTPUT: self.output,
-            op.LOGS: self.logs,
-            op.PASSKEY_ENROLL: self.passkey_enroll,
-            op.PASSKEY_ENROLL_WAIT: self.passkey_enroll_wait,
-            op.PASSKEY_REGISTER_BEGIN: self.passkey_register_begin,
-            op.PASSKEY_REGISTER_FINISH: self.passkey_register_finish,
-            op.PASSKEY_LOGIN_BEGIN: self.passkey_login_begin,
-            op.PASSKEY_LOGIN_FINISH: self.passkey_login_finish,
-            op.PASSKEY_DECIDE_BEGIN: self.passkey_decide_begin,
-            op.PASSKEY_DECIDE: self.passkey_decide,
-            op.PASSKEY_LIST: self.passkey_list,
-            op.PASSKEY_REVOKE: self.passkey_revoke,
+            op.TOKEN_ISSUE: self.sessions.issue,
+            op.TOKEN_REVOKE: self.sessions.revoke,
+            op.OUTPUT: self.outputs.output,
+            op.LOGS: self.outputs.logs,
+            op.PASSKEY_ENROLL: self.passkeys.passkey_enroll,
+            op.PASSKEY_ENROLL_WAIT: self.passkeys.passkey_enroll_wait,
+            op.PASSKEY_REGISTER_BEGIN: self.passkeys.passkey_register_begin,
+            op.PASSKEY_REGISTER_FINISH: self.passkeys.passkey_register_finish,
+            op.PASSKEY_LOGIN_BEGIN: self.passkeys.passkey_login_begin,
+            op.PASSKEY_LOGIN_FINISH: self.passkeys.passkey_login_finish,
+            op.PASSKEY_DECIDE_BEGIN: self.passkeys.passkey_decide_begin,
+            op.PASSKEY_DECIDE: self.passkeys.passkey_decide,
+            op.PASSKEY_LIST: self.passkeys.passkey_list,
+            op.PASSKEY_REVOKE: self.passkeys.passkey_revoke,
         }
         table = wire.serve(
             op.DOOR,
@@ -538,21 +483,6 @@ def _observers_only_read(verb: wire.Verb[Any, Any]) -> AirlockError:
     return AirlockError(ErrorCode.UNAUTHORIZED, "observers may only read (status, pending, show, events)")
 
 
-def _agent_uid(owner: str) -> int | None:
-    """The uid an ``AGENT/ID`` reference's agent part names (a user name or uid); None if no such user."""
-    return int(owner) if owner.isdigit() else uid_of(owner)
-
-
-def _agents(event: dict[str, Any], uid: int) -> bool:
-    """Whether a journal event belongs to agent ``uid``'s request: an operator's action names the
-    agent it acted for (``agent_uid``); every other record of a request carries the agent's uid."""
-    if event.get("kind") == "operator.action":
-        payload = event.get("payload")
-        agent = payload.get("agent_uid") if isinstance(payload, dict) else None
-        return agent is None or agent == uid  # older records name no agent: kept
-    return event.get("peer_uid") in (None, uid)
-
-
 def _peer_for_user(user: str) -> Peer:
     import pwd
 
@@ -561,12 +491,3 @@ def _peer_for_user(user: str) -> Peer:
     except KeyError:
         raise validate.bad("user", f"no such user {user!r}") from None
     return identify(0, entry.pw_uid, entry.pw_gid)
-
-
-def _token_holder(raw: object) -> tuple[str, int]:
-    """The agent account a token is issued for: a user name or uid that exists here."""
-    text = validate.text("user", raw, max_len=256, allow_empty=False)
-    uid = uid_of(text)
-    if uid is None:
-        raise validate.bad("user", f"no such user {text!r}: a token is issued for an existing agent account")
-    return user_name(uid), uid

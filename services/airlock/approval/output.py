@@ -17,6 +17,7 @@ what a job printed about the system.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from airlock.common import validate
@@ -61,13 +62,15 @@ def compare(chain: list[dict[str, Any]], stored: list[dict[str, Any]]) -> list[s
 
 
 class OutputReads:
-    """The operator door's ``output`` and ``logs``; the attributes below are `Approval`'s."""
+    """The operator door's ``output`` and ``logs``: a job's output, read from the runner, journaled as read."""
 
-    audit: Audit
-    runner: Client
-
-    async def _request_events(self, ref: str) -> list[dict[str, Any]]:
-        raise NotImplementedError  # Operating's (`_one_agents_events`, then by operation ID)
+    def __init__(
+        self, audit: Audit, runner: Client, request_events: Callable[[str], Awaitable[list[dict[str, Any]]]]
+    ) -> None:
+        self.audit = audit
+        self.runner = runner
+        # A request's journal events by its request ID (or AGENT/ID), else by operation ID (the operators' `show`).
+        self._request_events = request_events
 
     async def _job(self, call: Call) -> tuple[dict[str, Any], dict[str, Any] | None]:
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)

@@ -1,7 +1,7 @@
 """Passkeys in approval (issue 33): enrollment, sign-in, and a decision that is an assertion over the request.
 
-`Passkeys` is a part of `airlock.approval.service.Approval` (its mixin), as
-`votes.Votes` is for SSH signatures.  airlock-web (``web.user``) carries
+`Passkeys` owns the passkey verbs' state and is handed what it shares with
+the rest of approval (the pending table, the grants, the journal).  airlock-web (``web.user``) carries
 browser data here and decides nothing: every ``passkey.*`` verb is decided
 by what it carries -- a one-time enrollment token root or the account itself
 created, or a WebAuthn assertion approval verifies itself (`webauthn`):
@@ -26,18 +26,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from airlock.approval import quorum, refs, webauthn
-from airlock.approval.grants import Grant
+from airlock.approval import ballot, quorum, refs, webauthn
+from airlock.approval.assertions import Credentials, no, refused
+from airlock.approval.granting import GrantBook
 from airlock.approval.pending import Pending
 from airlock.approval.signed import RefusalLimit
+from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.webauthn import Refused
 from airlock.common import passkeyfile, validate
 from airlock.common.audit import Audit, Ids
@@ -46,7 +47,7 @@ from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.passkeyfile import Credential, PasskeyFileError
-from airlock.common.peer import Peer, identify, may_decide, uid_of
+from airlock.common.peer import Peer, identify, may_decide
 from airlock.common.server import Call
 from airlock.common.wire import runner as runner_wire
 
@@ -54,7 +55,6 @@ MAX_ENROLLMENTS = 64  # live enrollment tokens at once
 MAX_LOGINS = 1024  # outstanding sign-in challenges
 LOGIN_SECONDS = 300.0
 MAX_WAIT_SECONDS = 900.0
-USED = 4096  # assertion digests kept to refuse a replay
 # Refused passkey decisions one carrier (airlock-web's uid) may send per minute: each is journaled,
 # so a compromised web process cannot fill the journal with them.
 DECIDE_REFUSALS = 60
@@ -70,191 +70,49 @@ class Enrollment:
     done: asyncio.Future[str] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-class CounterStore:
-    """Each credential's last sign counter, in a JSON file of approval's own (atomically replaced)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / "passkey-counters.json"
-        self._counts: dict[str, int] | None = None
-
-    def _load(self) -> dict[str, int]:
-        if self._counts is None:
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                data = {}
-            except (OSError, ValueError) as exc:
-                # Fail closed: without the counters a cloned authenticator could not be told apart.
-                raise AirlockError(ErrorCode.INTERNAL, f"{self.path}: cannot read the sign counters ({exc})") from None
-            self._counts = {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int)}
-        return self._counts
-
-    def get(self, credential_id: str) -> int:
-        return self._load().get(credential_id, 0)
-
-    def set(self, credential_id: str, count: int) -> None:
-        counts = dict(self._load())
-        counts[credential_id] = count
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(counts, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temporary, self.path)
-        except OSError as exc:
-            raise AirlockError(
-                ErrorCode.INTERNAL, f"{self.path}: cannot keep the sign counter ({exc.strerror})"
-            ) from None
-        self._counts = counts
-
-
-def _refused(exc: Refused) -> AirlockError:
-    code = ErrorCode.INVALID_ARGUMENTS if exc.reason == "malformed" else ErrorCode.UNAUTHORIZED
-    return AirlockError(code, exc.message, {"reason": exc.reason})
-
-
-def _no(reason: str, message: str, **details: Any) -> AirlockError:
-    return AirlockError(ErrorCode.UNAUTHORIZED, message, {"reason": reason, **details})
-
-
 def _token_id(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 class Passkeys:
-    """The issue-33 part of `Approval`; the attributes below are `Approval`'s."""
+    """The passkey verbs (issue 33) and what they keep: enrollment links, sign-in challenges, the
+    credentials (`assertions.Credentials`), and the refusals a carrier earned."""
 
-    config: Config
-    audit: Audit
-    runner: Client
-    log: Any
-    host: str
-    pending: dict[tuple[int, str], Pending]
-    enrollments: dict[str, Enrollment]
-    logins: OrderedDict[str, tuple[bytes, float]]
-    used_assertions: OrderedDict[str, float]
-    counters: CounterStore
-    passkey_refusals: RefusalLimit
+    def __init__(
+        self,
+        settings: Callable[[], Config],
+        audit: Audit,
+        runner: Client,
+        log: Any,
+        host: str,
+        pending: PendingTable,
+        grants: GrantBook,
+    ) -> None:
+        self._settings = settings  # the configuration now (a reload replaces approval.* and web.*)
+        self.audit = audit
+        self.runner = runner  # passkeys.write: approval cannot write the root-owned credential file
+        self.log = log
+        self.host = host
+        self.pending = pending
+        self.grants = grants
+        self.enrollments: dict[str, Enrollment] = {}
+        self.logins: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
+        self.keys = Credentials(settings, log)  # the enrolled passkeys, counters, assertions used
+        self.passkey_refusals = RefusalLimit(DECIDE_REFUSALS)
 
-    def _find(self, ref: Any, expect: str | None = None) -> Pending:
-        raise NotImplementedError  # Approval's
-
-    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
-        raise NotImplementedError  # Approval's
-
-    def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:
-        raise NotImplementedError  # Votes'
-
-    def _require_operator_reason(self, entry: Pending, reason: str, *, carried: bool = False) -> None:
-        raise NotImplementedError  # Votes'
-
-    def _grant_for(self, entry: Pending, operator: Peer, args: Any) -> Grant | None:
-        raise NotImplementedError  # Votes'
-
-    async def _add_grant(self, grant: Grant, ids: Ids, operator: str, reason: str) -> None:
-        raise NotImplementedError  # Votes'
-
-    def _vote_progress(self, entry: Pending, verdict: str) -> dict[str, Any]:
-        raise NotImplementedError  # Votes'
-
-    def _count(self, entry: Pending, verdict: str, voter: quorum.Voter, reason: str) -> dict[str, Any]:
-        raise NotImplementedError  # Votes'
-
-    # --- who is who -----------------------------------------------------------------
-
-    def _web(self) -> tuple[str, str]:
-        """(origin, RP ID), or `conflict` when web.url is not set (passkeys off)."""
-        web = self.config.web
-        if not web.url:
-            raise AirlockError(ErrorCode.CONFLICT, "passkeys are off: set web.url (docs/operations.md, Passkeys)")
-        return web.origin, web.relying_party
-
-    def _role(self, account: str) -> str | None:
-        """``operator``, ``observer`` or None (neither, or the web process's own user)."""
-        if account == self.config.web.user:
-            return None
-        uid = uid_of(account)
-        if uid is None:
-            return None
-        try:
-            import pwd
-
-            peer = identify(0, uid, pwd.getpwuid(uid).pw_gid)
-        except (KeyError, AirlockError):
-            return None
-        o = self.config.operators
-        if may_decide(peer, o.users, o.groups, o.observers.users):
-            return "operator"
-        if account in o.observers.users or str(uid) in o.observers.users or set(o.observers.groups) & peer.groups:
-            return "observer"
-        return None
-
-    def _credentials(self) -> list[Credential]:
-        try:
-            found, bad = passkeyfile.read(self.config.approval.passkeys)
-        except (PasskeyFileError, OSError) as exc:
-            raise AirlockError(ErrorCode.INTERNAL, f"the passkeys file cannot be read: {exc}") from None
-        if bad:
-            self.log.warning("approval.passkeys.unreadable_lines", path=str(self.config.approval.passkeys), lines=bad)
-        return found
-
-    def _credential(self, credential_id: bytes) -> Credential:
-        cid = webauthn.b64u(credential_id)
-        for credential in self._credentials():
-            if credential.credential_id == cid:
-                if credential.revoked is not None:
-                    raise _no("revoked", f"passkey {cid} was revoked", credential_id=cid)
-                return credential
-        raise _no("unknown_credential", "this passkey is not enrolled here", credential_id=cid)
-
-    def _verified(self, credential: object, challenge: bytes) -> tuple[Credential, int, str]:
-        """The enrolled credential that made this assertion over ``challenge``, its new counter, its digest."""
-        origin, rp_id = self._web()
-        try:
-            assertion = webauthn.parse_assertion(credential, origin)
-        except Refused as exc:
-            raise _refused(exc) from None
-        enrolled = self._credential(assertion.credential_id)
-        try:
-            count = webauthn.verify_assertion(
-                assertion, rp_id, challenge, webauthn.unb64u(enrolled.public_key, "public_key", 4096)
-            )
-        except Refused as exc:
-            refused = _refused(exc)
-            refused.details["credential_id"] = enrolled.credential_id
-            raise refused from None
-        if assertion.digest in self.used_assertions:
-            raise _no("replayed", "this assertion was used already", credential_id=enrolled.credential_id)
-        last = self.counters.get(enrolled.credential_id)
-        if (count or last) and count <= last:
-            # A counter that does not grow: a cloned authenticator, or a replay.
-            raise _no(
-                "counter",
-                f"the sign counter did not increase ({count} after {last}): a cloned authenticator?",
-                credential_id=enrolled.credential_id,
-            )
-        return enrolled, count, assertion.digest
-
-    def _spend(self, credential_id: str, count: int, digest: str) -> None:
-        """Keep the counter (before the assertion takes effect) and remember the assertion."""
-        if count:
-            self.counters.set(credential_id, count)
-        self.used_assertions[digest] = time.time()
-        while len(self.used_assertions) > USED:
-            self.used_assertions.popitem(last=False)
+    @property
+    def config(self) -> Config:
+        return self._settings()
 
     # --- enrollment ---------------------------------------------------------------
 
     def _live_enrollment(self, token: object) -> tuple[str, Enrollment]:
         if not isinstance(token, str) or not 16 <= len(token) <= 128:
-            raise _no("token", "no such enrollment link (or it expired or was used)")
+            raise no("token", "no such enrollment link (or it expired or was used)")
         key = _token_id(token)
         found = self.enrollments.get(key)
         if found is None or found.spent or found.expires <= time.time():
-            raise _no("token", "no such enrollment link (or it expired or was used)")
+            raise no("token", "no such enrollment link (or it expired or was used)")
         return key, found
 
     def _prune_enrollments(self) -> None:
@@ -268,8 +126,8 @@ class Passkeys:
     async def passkey_enroll(self, call: Call) -> dict[str, Any]:
         account = validate.text("account", call.args.get("account"), max_len=64, allow_empty=False)
         if call.peer.uid != 0 and call.peer.user != account:
-            raise _no("not_yours", "only root or the account itself may enroll a passkey for it")
-        role = self._role(account)
+            raise no("not_yours", "only root or the account itself may enroll a passkey for it")
+        role = self.keys.role(account)
         if role is None:
             raise validate.bad("account", f"{account!r} is neither an operator nor an observer here")
         self._prune_enrollments()
@@ -324,25 +182,25 @@ class Passkeys:
         }
 
     async def passkey_register_begin(self, call: Call) -> dict[str, Any]:
-        _origin, rp_id = self._web()
+        _origin, rp_id = self.keys.web()
         _key, found = self._live_enrollment(call.args.get("token"))
         found.challenge = secrets.token_bytes(32)
-        exclude = [c.credential_id for c in self._credentials() if c.account == found.account and c.revoked is None]
+        exclude = [c.credential_id for c in self.keys.all() if c.account == found.account and c.revoked is None]
         options = webauthn.creation_options(rp_id, f"airlock on {self.host}", found.account, found.challenge, exclude)
         return {"options": options, "account": found.account}
 
     async def passkey_register_finish(self, call: Call) -> dict[str, Any]:
-        origin, rp_id = self._web()
+        origin, rp_id = self.keys.web()
         key, found = self._live_enrollment(call.args.get("token"))
         found.spent = True  # spent by this call, whatever it brings: a link is used once
         self.enrollments.pop(key, None)
         try:
             if found.challenge is None:
-                raise _no("challenge", "register_begin was not called for this link")
+                raise no("challenge", "register_begin was not called for this link")
             try:
                 registered = webauthn.verify_registration(call.args.get("credential"), origin, rp_id, found.challenge)
             except Refused as exc:
-                raise _refused(exc) from None
+                raise refused(exc) from None
             credential = Credential(
                 webauthn.b64u(registered.credential_id),
                 webauthn.b64u(registered.public_key),
@@ -387,7 +245,7 @@ class Passkeys:
                 )
                 raise
             if registered.sign_count:
-                self.counters.set(credential.credential_id, registered.sign_count)
+                self.keys.counters.set(credential.credential_id, registered.sign_count)
         except AirlockError:
             if not found.done.done():
                 found.done.set_result("")
@@ -400,7 +258,7 @@ class Passkeys:
     # --- sign-in ------------------------------------------------------------------
 
     async def passkey_login_begin(self, call: Call) -> dict[str, Any]:
-        _origin, rp_id = self._web()
+        _origin, rp_id = self.keys.web()
         now = time.time()
         for key, (_c, expires) in list(self.logins.items()):
             if expires <= now:
@@ -413,16 +271,16 @@ class Passkeys:
         return {"options": webauthn.request_options(rp_id, challenge, []), "challenge_id": challenge_id}
 
     async def passkey_login_finish(self, call: Call) -> dict[str, Any]:
-        self._web()
+        self.keys.web()
         challenge_id = call.args.get("challenge_id")
         found = self.logins.pop(challenge_id, None) if isinstance(challenge_id, str) else None  # once
         if found is None or found[1] <= time.time():
-            raise _no("challenge", "no such sign-in challenge (or it expired or was used)")
-        enrolled, count, digest = self._verified(call.args.get("credential"), found[0])
-        role = self._role(enrolled.account)
+            raise no("challenge", "no such sign-in challenge (or it expired or was used)")
+        enrolled, count, digest = self.keys.verified(call.args.get("credential"), found[0])
+        role = self.keys.role(enrolled.account)
         if role is None:
-            raise _no("not_operator", f"{enrolled.account!r} is no longer an operator or an observer")
-        self._spend(enrolled.credential_id, count, digest)
+            raise no("not_operator", f"{enrolled.account!r} is no longer an operator or an observer")
+        self.keys.spend(enrolled.credential_id, count, digest)
         self.log.info("approval.passkey.login", account=enrolled.account, credential_id=enrolled.credential_id)
         return {"account": enrolled.account, "role": role, "credential_id": enrolled.credential_id}
 
@@ -448,15 +306,10 @@ class Passkeys:
         statement = entry.published.statements[decision].to_bytes()
         return webauthn.decision_challenge(statement, webauthn.extras(reason, seconds, scope))
 
-    def _deciders(self) -> list[str]:
-        return [
-            c.credential_id for c in self._credentials() if c.revoked is None and self._role(c.account) == "operator"
-        ]
-
     async def passkey_decide_begin(self, call: Call) -> dict[str, Any]:
-        _origin, rp_id = self._web()
-        entry = self._find(call.args.get("id"), refs.expected(call.args))
-        await self._check_expected(call, entry, "statement")
+        _origin, rp_id = self.keys.web()
+        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
+        await check_expected(self.audit, call, entry, "statement")
         decision, reason, seconds, scope = self._decision_args(call)
         assert entry.published is not None
         statement = entry.published.statements[decision]
@@ -467,16 +320,16 @@ class Passkeys:
             "statement": statement.render(),
             "expires": statement.expires,
             "challenge": webauthn.b64u(challenge),
-            "options": webauthn.request_options(rp_id, challenge, self._deciders()),
+            "options": webauthn.request_options(rp_id, challenge, self.keys.deciders()),
         }
 
     async def passkey_decide(self, call: Call) -> dict[str, Any]:
         """A decision carried by airlock-web: approval verifies the assertion over this request's statement."""
-        self._web()
+        self.keys.web()
         self.passkey_refusals.check(call.peer.uid)
-        entry = self._find(call.args.get("id"), refs.expected(call.args))
+        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
         decision, reason, seconds, scope = self._decision_args(call)
-        await self._check_expected(call, entry, "approve" if decision == "allow" else "deny")
+        await check_expected(self.audit, call, entry, "approve" if decision == "allow" else "deny")
         assert entry.published is not None
         ids = Ids(entry.request_id, entry.operation_id, call.peer.uid)
         carrier = {"uid": call.peer.uid, "user": call.peer.user}
@@ -490,13 +343,13 @@ class Passkeys:
                     {"reason": "request_changed"},
                 )
             if entry.published.statements[decision].expires <= time.time():
-                raise _no("expired", "this request's statement has expired")
-            enrolled, count, digest = self._verified(
+                raise no("expired", "this request's statement has expired")
+            enrolled, count, digest = self.keys.verified(
                 call.args.get("credential"), self._challenge(entry, decision, reason, seconds, scope)
             )
             credential_id = enrolled.credential_id
-            if self._role(enrolled.account) != "operator":
-                raise _no("not_operator", f"{enrolled.account!r} is not an operator: an observer's passkey only views")
+            if self.keys.role(enrolled.account) != "operator":
+                raise no("not_operator", f"{enrolled.account!r} is not an operator: an observer's passkey only views")
             person = _person(enrolled.account)
             if entry.future.done():
                 raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
@@ -504,11 +357,13 @@ class Passkeys:
             grant = None
             if decision == "allow":
                 if person.uid == entry.peer.uid and not self.config.approval.allow_self_approval:
-                    raise _no("self_approval", "operators cannot approve their own requests")
-                self._require_operator_reason(entry, reason)
+                    raise no("self_approval", "operators cannot approve their own requests")
+                ballot.require_operator_reason(self.config.approval, entry, reason)
                 # Only what the passkey signed (the challenge's extras): never a field the carrier added.
-                grant = self._grant_for(entry, person, {"grant_seconds": seconds, "scope": scope})
-                self._check_vote(entry, voter)
+                grant = GrantBook.asked_for(
+                    entry, person, {"grant_seconds": seconds, "scope": scope}, self.config.approval.max_grant_seconds
+                )
+                ballot.check_vote(self.config.approval, entry, voter)
         except AirlockError as exc:
             self.passkey_refusals.refused(call.peer.uid)
             await self.audit.record(
@@ -526,7 +381,7 @@ class Passkeys:
                 },
             )
             raise
-        self._spend(enrolled.credential_id, count, digest)
+        self.keys.spend(enrolled.credential_id, count, digest)
         await self.audit.record(
             "operator.action",
             ids,
@@ -541,12 +396,12 @@ class Passkeys:
                 "carrier": carrier,
                 "agent_uid": entry.peer.uid,
             }
-            | self._vote_progress(entry, decision)
+            | ballot.progress(entry, decision)
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
         if grant is not None and not entry.future.done():
-            await self._add_grant(grant, ids, person.user, reason)
-        out = self._count(entry, decision, voter, reason)
+            await self.grants.make(grant, ids, person.user, reason)
+        out = ballot.count(self.config.approval, entry, decision, voter, reason)
         by = {"user": person.user, "uid": person.uid, "credential_id": enrolled.credential_id}
         return out | {"by": by} | ({"grant": grant.to_dict()} if grant is not None else {})
 
@@ -558,16 +413,16 @@ class Passkeys:
         web = call.peer.user == self.config.web.user and call.peer.uid != 0  # an observer, whatever its groups
         if web or not (call.peer.uid == 0 or may_decide(call.peer, o.users, o.groups, o.observers.users)):
             if account not in (None, call.peer.user) or web:
-                raise _no("not_yours", "an observer may list only its own passkeys")
+                raise no("not_yours", "an observer may list only its own passkeys")
             account = call.peer.user
         return {
             "passkeys": [
                 c.to_dict()
                 | {
                     "created_at": iso_utc(c.created, timespec="seconds"),
-                    "sign_count": self.counters.get(c.credential_id),
+                    "sign_count": self.keys.counters.get(c.credential_id),
                 }
-                for c in self._credentials()
+                for c in self.keys.all()
                 if account is None or c.account == account
             ]
         }
@@ -575,11 +430,11 @@ class Passkeys:
     async def passkey_revoke(self, call: Call) -> dict[str, Any]:
         cid = validate.text("credential_id", call.args.get("credential_id"), max_len=1400, allow_empty=False)
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        found = [c for c in self._credentials() if c.credential_id == cid and c.revoked is None]
+        found = [c for c in self.keys.all() if c.credential_id == cid and c.revoked is None]
         if not found:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no passkey {cid!r} in use (see airlock passkey list)")
         if call.peer.uid != 0 and call.peer.user != found[0].account:
-            raise _no("not_yours", "only root or the passkey's own account may revoke it")
+            raise no("not_yours", "only root or the passkey's own account may revoke it")
         await self.audit.record(
             "operator.action",
             Ids(peer_uid=call.peer.uid),
@@ -603,5 +458,5 @@ def _person(account: str) -> Peer:
     try:
         entry = pwd.getpwnam(account)
     except KeyError:
-        raise _no("not_operator", f"no account {account!r} here") from None
+        raise no("not_operator", f"no account {account!r} here") from None
     return identify(0, entry.pw_uid, entry.pw_gid)

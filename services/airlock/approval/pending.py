@@ -93,6 +93,12 @@ class Pending:
             "seconds_left": max(0.0, round(self.expires - now, 1)),
         } | self.quorum_dict()
 
+    def approvers(self) -> dict[str, Any]:
+        """Who approved, for approval.decided: each approver (uid, or principal and key fingerprint)."""
+        if self.tally is None or not self.tally.votes:
+            return {}
+        return {"approvers": [v.to_dict() for v in self.tally.votes], "quorum": self.tally.progress()}
+
     def attachment(self) -> dict[str, Any]:
         """Issue 34: the request this one is attached to and decided with, if any."""
         return {"attached_to": self.attached_to[1]} if self.attached_to else {}

@@ -32,6 +32,7 @@ from typing import Any, Final
 from airlock.approval.pending import EXPECT_HEX, Pending
 from airlock.common import validate
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.peer import uid_of
 
 MIN_WINDOW: Final = 300.0  # settled IDs are remembered at least this long (or the approval timeout)
 _EXPECT = re.compile(f"[0-9a-f]{{{EXPECT_HEX}}}")
@@ -137,3 +138,18 @@ def mismatch(entry: Pending, given: str | None) -> AirlockError | None:
         f"{entry.expect}): it was asked again since; read it with `airlock show {entry.request_id}` and decide again",
         {"request_id": entry.request_id, "expected": given, "pending": entry.expect},
     )
+
+
+def agent_uid(owner: str) -> int | None:
+    """The uid an ``AGENT/ID`` reference's agent part names (a user name or uid); None if no such user."""
+    return int(owner) if owner.isdigit() else uid_of(owner)
+
+
+def belongs_to(event: dict[str, Any], uid: int) -> bool:
+    """Whether a journal event belongs to agent ``uid``'s request: an operator's action names the
+    agent it acted for (``agent_uid``); every other record of a request carries the agent's uid."""
+    if event.get("kind") == "operator.action":
+        payload = event.get("payload")
+        agent = payload.get("agent_uid") if isinstance(payload, dict) else None
+        return agent is None or agent == uid  # older records name no agent: kept
+    return event.get("peer_uid") in (None, uid)

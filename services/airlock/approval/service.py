@@ -5,74 +5,75 @@ Two doors: ``internal/approval.sock`` (intake asks ``decide``; the runner
 A decision is journaled before it is returned; an approval produces a ticket
 bound to the spec's digest, valid once and for a few seconds.
 
-`Approval` holds the service's state; its verbs live in its parts, one module
-each: `decide` (intake's decisions, waiting for operators), `tickets`
-(issue, redeem, the hold), `operator` (the operators' verbs and their table)
-and `votes` (quorum, reasons, signatures, grants).  Here: its state, reload
+`Approval` builds its parts once and hands each what it uses, explicitly
+(no mixins): state with one owner is an object -- the ticket book with the
+hold (`tickets.TicketBook`), the pending table (`table.PendingTable`), the
+live grants (`granting.GrantBook`), the reviewer's denial memory
+(`reviewing.Reviewing`), the session tokens (`sessions.SessionTokens`), the
+passkeys (`passkeys.Passkeys`); the verbs are intake's (`decide.Deciding`),
+the operators' (`operator.Operating`) and the votes' (`votes.Votes`).  What
+a reload replaces (the settings, the policy, the notify hook) is read
+through a getter, so every part sees the new one.  Here: the parts, reload
 and stop, and `build` (the two doors).
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import dataclasses
 import functools
 import resource
 import socket
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from airlock.approval import explain, grants, hook
-from airlock.approval.decide import AskLimits, Deciding
-from airlock.approval.lookup import JournalLookup
+from airlock.approval import explain, hook
+from airlock.approval.asks import AskLimits
+from airlock.approval.decide import Deciding
+from airlock.approval.granting import GrantBook
 from airlock.approval.operator import Operating
-from airlock.approval.passkeys import DECIDE_REFUSALS, CounterStore, Enrollment
-from airlock.approval.pending import Pending, Ticket
+from airlock.approval.passkeys import Passkeys
 from airlock.approval.policy import PolicyError, load_policy
+from airlock.approval.reviewing import Reviewing
 from airlock.approval.rules import Policy
-from airlock.approval.signed import Ledger, RefusalLimit
+from airlock.approval.sessions import SessionTokens
+from airlock.approval.signed import Ledger
 from airlock.approval.signers import Signers
+from airlock.approval.table import PendingTable
+from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import TokenStore
+from airlock.approval.votes import Votes
 from airlock.common import daemon, log
 from airlock.common.audit import Audit, lifecycle
-from airlock.common.codec import iso_utc
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.errors import ErrorCode, within_reference_004
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, may_decide, uid_of
 from airlock.common.server import Door, Service
+from airlock.common.wire import approval as wire_approval
+from airlock.common.wire import verb as wire
 
 NAME = "approval"
 
 
-class Approval(Deciding, Operating):
-    def __init__(self, config: Config, policy: Policy, config_path: str | None) -> None:
+class Approval:
+    """approval's parts, built once, and what a reload replaces."""
+
+    def __init__(self, config: Config, policy: Policy, config_path: str | None, audit: Audit | None = None) -> None:
         self.config = config
         self.policy = policy
         self.config_path = config_path
-        self.audit = Audit(config, "approval")
+        self.audit = audit or Audit(config, "approval")  # a test may hand in its own journal
         self.journal = Client(
             config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE
         )
         self.runner = Client(
             config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
         )
-        self.pending: dict[tuple[int, str], Pending] = {}  # by (agent uid, request ID)
+        self.pending = PendingTable()  # by (agent uid, request ID)
         self.asks = AskLimits()
-        self.denials: collections.OrderedDict[tuple[int, str], float] = collections.OrderedDict()
-        self.tickets: dict[str, Ticket] = {}
-        # Held until the journal says otherwise (restore_hold at start): fail closed.
-        self.hold_reason: str | None = "restoring the hold state from the journal"
-        self.hold_by: dict[str, Any] = {
-            "operator": "airlock-approval",
-            "uid": None,
-            "since": iso_utc(timespec="seconds"),
-        }
-        self._hold_known = asyncio.Event()
         self.tokens = TokenStore()
+        self.sessions = SessionTokens(self.tokens, self.audit)
         self.notifier = hook.NotifyCommand(
             config.approval.notify_command, config.approval.notify_timeout_seconds, str(config.socket_path("operator"))
         )
@@ -80,19 +81,65 @@ class Approval(Deciding, Operating):
             config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE
         )
         self.intake_uid = uid_of(config.services.intake_user)
-        self.lookup = JournalLookup(self.journal)
         self.log = log.get()
+        self.book = TicketBook(
+            self.journal,
+            self.audit,
+            self.log,
+            self.pending,
+            lambda: self.policy,
+            lambda: self.config.approval.ticket_ttl_seconds,
+        )
+        self.reviewing = Reviewing(
+            lambda: self.config, lambda: self.policy, self.book, self.runner, self.journal, self.log
+        )
         self.ledger = Ledger(Signers(config.approval.allowed_signers))
-        self.refusals = RefusalLimit()  # refused signatures an agent carried, per uid
-        self.grants = grants.Grants()
-        self._grant_timers: dict[str, asyncio.TimerHandle] = {}
+        self.grants = GrantBook(self.audit, self.log)
         self.host = config.notify.host or socket.gethostname()
         # Issue 33 (approval/passkeys.py): enrollment links, sign-in challenges, assertions used, counters.
-        self.enrollments: dict[str, Enrollment] = {}
-        self.logins: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
-        self.used_assertions: OrderedDict[str, float] = OrderedDict()
-        self.counters = CounterStore(config.approval.state_dir)
-        self.passkey_refusals = RefusalLimit(DECIDE_REFUSALS)
+        self.passkeys = Passkeys(
+            lambda: self.config, self.audit, self.runner, self.log, self.host, self.pending, self.grants
+        )
+        self.votes = Votes(
+            lambda: self.config,
+            self.audit,
+            self.journal,
+            self.log,
+            self.host,
+            self.ledger,
+            self.book,
+            self.pending,
+            self.grants,
+        )
+        self.operating = Operating(
+            lambda: self.config,
+            lambda: self.policy,
+            self.audit,
+            self.journal,
+            self.runner,
+            pending=self.pending,
+            book=self.book,
+            grants=self.grants,
+            votes=self.votes,
+            ledger=self.ledger,
+            passkeys=self.passkeys,
+            sessions=self.sessions,
+        )
+        self.deciding = Deciding(
+            lambda: self.config,
+            lambda: self.policy,
+            lambda: self.notifier,
+            self.audit,
+            self.runner,
+            self.log,
+            pending=self.pending,
+            asks=self.asks,
+            book=self.book,
+            grants=self.grants,
+            votes=self.votes,
+            reviewing=self.reviewing,
+            ledger=self.ledger,
+        )
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -144,13 +191,27 @@ class Approval(Deciding, Operating):
         )
         # The ledger keeps its memory (published statements, used signatures): only the keys change.
         self.ledger.signers = Signers(config.approval.allowed_signers)
-        self.warn_unmapped()  # allowed_signers or signer_accounts may have changed
+        self.votes.warn_unmapped()  # allowed_signers or signer_accounts may have changed
 
 
 def _path(value: str | None) -> Any:
     from pathlib import Path
 
     return Path(value) if value and value != "<built-in>" else None
+
+
+def internal_caller(intake_uid: int | None, runner_uid: int | None) -> wire.CallerOf:
+    """Who a peer of approval's internal door is, by its uid: intake, the runner (both, if one account)."""
+
+    def caller_of(peer: Peer) -> frozenset[wire.Caller]:
+        roles = set()
+        if intake_uid is not None and peer.uid == intake_uid:
+            roles.add(wire.Caller.INTAKE)
+        if runner_uid is not None and peer.uid == runner_uid:
+            roles.add(wire.Caller.RUNNER)
+        return frozenset(roles)
+
+    return caller_of
 
 
 def fd_budget(config: Config) -> int:
@@ -185,15 +246,20 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     internal = Door(
         "approval",
         allow=AllowList.of([s.intake_user, s.runner_user], []),
-        verbs={
-            "decide": approval.decide,
-            "explain": functools.partial(explain.explain, approval),
-            "redeem": approval.redeem,
-            "token.check": approval.token_check,
-            "withdraw": approval.withdraw,
-            "approve_signed": approval.approve_signed,
-        },
-        max_line=config.limits.max_request_bytes * 2,
+        verbs=wire.serve(
+            wire_approval.DOOR,
+            {
+                wire_approval.DECIDE: approval.deciding.decide,
+                wire_approval.EXPLAIN: functools.partial(explain.explain, approval),
+                wire_approval.REDEEM: approval.book.redeem,
+                wire_approval.TOKEN_CHECK: approval.sessions.check,
+                wire_approval.WITHDRAW: approval.deciding.withdraw,
+                wire_approval.APPROVE_SIGNED: approval.votes.approve_signed,
+            },
+            caller_of=internal_caller(approval.intake_uid, uid_of(s.runner_user)),
+        ),
+        # The spec travels once in ``decide`` (wire.approval): an agent's largest request, plus the envelope.
+        max_line=config.limits.max_request_bytes + wire_approval.ENVELOPE_BYTES,
     )
     observers = config.operators.observers
 
@@ -211,7 +277,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
             root=True,
         ),
         errors=within_reference_004,
-        verbs=approval.operator_verbs(decides),
+        verbs=approval.operating.operator_verbs(decides),
         # Issue 28: one observer's flood of connections cannot use up approval's
         # file descriptors (LimitNOFILE in the unit fits these caps; fd_budget).
         max_connections=config.operators.max_connections,
@@ -225,9 +291,9 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     journal_stopping = service.on_stop
 
     async def started() -> None:
-        approval.warn_unmapped()
-        await approval.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
-        await approval.restore_hold()
+        approval.votes.warn_unmapped()
+        await approval.votes.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
+        await approval.book.restore_hold()
         if journal_started is not None:
             await journal_started()
 
@@ -241,7 +307,9 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     service.on_stop = stop
     # An idle exit would revoke every session token (they live only in memory).
     service.keep_alive = lambda: (
-        approval.tokens.live(time.time()) > 0 or bool(approval.grants.live(time.time())) or bool(approval.enrollments)
+        approval.tokens.live(time.time()) > 0
+        or bool(approval.grants.live(time.time()))
+        or bool(approval.passkeys.enrollments)
     )
     return service
 

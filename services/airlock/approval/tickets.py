@@ -1,7 +1,7 @@
 """Tickets and the hold: what lets an approved request run.
 
-`Tickets` is a part of `airlock.approval.service.Approval` (its mixin): a
-decision to allow issues a single-use ticket bound to the spec's digest and
+`TicketBook` owns them (the tickets issued and not yet redeemed, and the
+hold), and is passed to what needs it: a decision to allow issues a single-use ticket bound to the spec's digest and
 what approval bound beyond it (`pending.ticket_binding`), valid for a few
 seconds; the runner ``redeem``s it once.  The hold is the brake on tickets:
 while held a rule's allow waits for an operator, and a ticket a rule issued
@@ -15,52 +15,70 @@ import asyncio
 import hashlib
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from airlock.approval.pending import Pending, Ticket, ticket_binding
+from airlock.approval.pending import Ticket, ticket_binding
 from airlock.approval.rules import Policy
+from airlock.approval.table import PendingTable
+from airlock.approval.verdict import HOLD_RULE, By, verdict
 from airlock.common import validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
-from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.server import Call
+from airlock.common.wire import approval as wire
 
 # How long approval waits at start to read its hold state from the journal; then it starts held.
 HOLD_RESTORE_SECONDS = 30.0
 
 
-class Tickets:
-    """Issuing and redeeming tickets, and the hold; the attributes below are `Approval`'s."""
+class TicketBook:
+    """The tickets issued and not yet redeemed, and the hold (held until the journal says otherwise)."""
 
-    config: Config
-    audit: Audit
-    journal: Client
-    log: Any
-    tickets: dict[str, Ticket]
-    hold_reason: str | None
-    hold_by: dict[str, Any]
-    _hold_known: asyncio.Event
-    pending: dict[Any, Pending]
-    policy: Policy
+    def __init__(
+        self,
+        journal: Client,
+        audit: Audit,
+        log: Any,
+        pending: PendingTable,
+        policy: Callable[[], Policy],
+        ttl: Callable[[], float],
+    ) -> None:
+        self.journal = journal
+        self.audit = audit
+        self.log = log
+        self.pending = pending  # the requests the hold alone may keep waiting (release decides them)
+        self._policy = policy  # the policy now (a reload replaces it)
+        self._ttl = ttl  # approval.ticket_ttl_seconds now
+        self.tickets: dict[str, Ticket] = {}
+        # Held until the journal says otherwise (restore_hold at start): fail closed.
+        self.hold_reason: str | None = "restoring the hold state from the journal"
+        self.hold_by: dict[str, Any] = {
+            "operator": "airlock-approval",
+            "uid": None,
+            "since": iso_utc(timespec="seconds"),
+        }
+        self._hold_known = asyncio.Event()
 
-    def _issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool, mark: str | None = None) -> str:
+    @property
+    def held(self) -> bool:
+        return self.hold_reason is not None
+
+    def issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool, mark: str | None = None) -> str:
+        """A single-use ticket for exactly this binding, valid ``approval.ticket_ttl_seconds``."""
         now = time.monotonic()
         for key in [k for k, t in self.tickets.items() if t.expires < now]:
             del self.tickets[key]
         ticket = secrets.token_urlsafe(32)
         # Only a hash is kept: a memory dump does not yield a redeemable ticket.
-        self.tickets[_ticket_key(ticket)] = Ticket(
-            ticket_binding(digest, bound), now + self.config.approval.ticket_ttl_seconds, by_policy, mark
-        )
+        self.tickets[_ticket_key(ticket)] = Ticket(ticket_binding(digest, bound), now + self._ttl(), by_policy, mark)
         return ticket
 
-    async def redeem(self, call: Call) -> dict[str, Any]:
-        ticket = validate.text("ticket", call.args.get("ticket"), max_len=256, allow_empty=False)
-        digest = validate.text("digest", call.args.get("digest"), max_len=128, allow_empty=False)
-        bound = validate.mapping("bound", call.args.get("bound"))
+    async def redeem(self, call: Call, args: wire.Redeem) -> wire.Redeemed:
+        """The runner's (`wire.approval.REDEEM`): a ticket, spent once, for exactly the binding it was issued for."""
+        ticket, digest, bound = args.ticket, args.digest, args.bound
         entry = self.tickets.pop(_ticket_key(ticket), None)  # single use: gone whatever happens next
         binding = ticket_binding(digest, bound)
         if entry is None or entry.expires < time.monotonic() or not secrets.compare_digest(entry.binding, binding):
@@ -70,11 +88,11 @@ class Tickets:
             raise AirlockError(
                 ErrorCode.DENIED, "airlock is on hold: a rule's approval is not redeemed while held", {"rule": "hold"}
             )
-        return {"valid": True, "mark": entry.mark}
+        return wire.Redeemed(True, entry.mark)
 
     async def hold(self, call: Call) -> dict[str, Any]:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
-        await self._hold_restored()
+        await self.hold_restored()
         since = iso_utc(timespec="seconds")
         # The brake takes effect at once, in memory, then is journaled, where the next
         # start reads it back.  The other order would let a rule's allow through while
@@ -90,7 +108,7 @@ class Tickets:
         return {"hold": True, "reason": reason}
 
     async def release(self, call: Call) -> dict[str, Any]:
-        await self._hold_restored()
+        await self.hold_restored()
         # Durable first, then lifted: a release that cannot be journaled leaves it held.
         await self.audit.record(
             "operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user}
@@ -108,9 +126,10 @@ class Tickets:
         released = []
         for entry in list(self.pending.values()):
             decision = entry.decision
-            if entry.rule != "hold" or decision.decision != "allow" or entry.future.done():
+            if entry.rule != HOLD_RULE or entry.future.done():
                 continue
-            if self.policy.requirement(decision).approvals > 1:
+            # The same verdict a request arriving now would get, with the hold lifted: only the rule's own allow.
+            if verdict(decision, False, None, self._policy().requirement(decision)).by is not By.POLICY:
                 continue
             why = f"the hold was released; rule {decision.rule!r} allows it"
             entry.future.set_result(("allow", f"release by {call.peer.user}", call.peer.uid, why))
@@ -141,7 +160,7 @@ class Tickets:
         finally:
             self._hold_known.set()
 
-    async def _hold_restored(self) -> None:
+    async def hold_restored(self) -> None:
         # restore_hold always sets the event (its journal call has its own bound).
         await self._hold_known.wait()
 

@@ -1,7 +1,8 @@
-"""Issue 18 in approval: quorum, reasons, signed approvals and time-boxed grants.
+"""Issue 18 in approval: quorum, reasons, signed approvals, and the grants' verbs.
 
-`Votes` is a part of `airlock.approval.service.Approval` (its mixin), kept in
-a module of its own so the service's core stays readable: the operator verbs
+`Votes` is an object handed what it shares with the rest of approval (the
+settings, the journal, the ledger, the ticket book, the pending table, the
+grants) and owning the refusals agents earned carrying signatures: the operator verbs
 ``statement``, ``grants`` and ``grant.revoke``, intake's ``approve_signed``,
 and the steps ``decide`` and ``approve``/``deny`` take for quorum (`quorum`),
 reasons, signatures (`signed`, `signers`, `statement`) and grants (`grants`).
@@ -12,245 +13,93 @@ names its approvers.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import shlex
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
-from airlock.approval import quorum, refs
+from airlock.approval import ballot, quorum, refs
 from airlock.approval import statement as statements
-from airlock.approval.grants import MAX_USES, SCOPES, Grant, Grants
+from airlock.approval.granting import GrantBook
+from airlock.approval.grants import Grant
 from airlock.approval.grants import restore as restore_grants
 from airlock.approval.pending import Pending, ticket_binding
 from airlock.approval.rules import Decision
 from airlock.approval.signed import Ledger, RefusalLimit
 from airlock.approval.signers import Signer
 from airlock.approval.statement import SIGN_COMMAND
+from airlock.approval.table import PendingTable, check_expected
+from airlock.approval.tickets import TicketBook
 from airlock.common import validate
 from airlock.common.arguments import describe as describe_argument
 from airlock.common.audit import Audit, Ids
-from airlock.common.codec import iso_utc
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import Peer, identify
 from airlock.common.server import Call
-from airlock.common.spec import ExecSpec
+from airlock.common.wire import approval as wire
+
+
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """A signature submitted to decide a pending request: by an operator (``id``, ``--expect``, maybe
+    ``--principal``) on operator.sock, or carried by an agent (its own request ID) through intake."""
+
+    ref: Any  # the request: checked where it is looked up
+    signature: Any  # armoured: `Ledger.read` reads it strictly
+    reason: Any = ""
+    principal: str | None = None  # an operator's only: on the agent door it would tell which principals exist
+    expect: str | None = None
+
 
 # How long approval waits at start to read its grants from the journal (as for the hold).
 RESTORE_SECONDS = 30.0
 
 
 class Votes:
-    """The issue-18 half of `Approval`; the attributes below are `Approval`'s."""
+    """Signatures, statements, a required reason's deny, and the grants' verbs."""
 
-    config: Config
-    audit: Audit
-    journal: Client
-    log: Any
-    intake_uid: int | None
-    hold_reason: str | None
-    ledger: Ledger
-    grants: Grants
-    _grant_timers: dict[str, asyncio.TimerHandle]
-    host: str
-
-    refusals: RefusalLimit
-
-    def _find(self, ref: Any, expect: str | None = None) -> Pending:
-        raise NotImplementedError  # Approval's
-
-    async def _check_expected(self, call: Call, entry: Pending, action: str) -> None:
-        raise NotImplementedError  # Approval's
-
-    def _find_own(self, uid: int, request_id: str) -> Pending | None:
-        raise NotImplementedError  # Approval's
-
-    async def _hold_restored(self) -> None:
-        raise NotImplementedError  # Approval's (tickets)
-
-    def _granted(
+    def __init__(
         self,
-        verdict: str,
-        spec: ExecSpec | FileSpec,
-        peer: Peer,
-        session: str | None,
-        digest: str,
-        decision: Decision,
-        requirement: quorum.Requirement,
-        bound: Mapping[str, Any],
-    ) -> tuple[Grant, int] | None:
-        """A live grant that turns this ``ask`` into an ``allow`` (never a deny, never on hold, never a quorum
-        rule, never a request whose path arguments someone other than root can change: issue 27), with the
-        number of the use this request takes of it (issue 34)."""
-        if verdict != "ask" or decision.decision != "ask" or self.hold_reason is not None:
-            return None
-        if bound.get("arguments"):
-            return None
-        if not isinstance(spec, ExecSpec) or requirement.approvals > 1:
-            return None
-        # Every rule that decided an asking stage (issue 27: not only the one whose name sorts first).
-        asking = [name for s in decision.stages if s.decision != "allow" for name in (s.deciding or (s.rule,))]
-        found = self.grants.find(time.time(), peer.uid, session, digest, decision.rule, asking)
-        if found is None:
-            return None
-        # Taken now, before any await: two requests racing for the last use cannot both have it.
-        number, _last = self.grants.take(found)
-        return found, number
+        settings: Callable[[], Config],
+        audit: Audit,
+        journal: Client,
+        log: Any,
+        host: str,
+        ledger: Ledger,
+        book: TicketBook,
+        pending: PendingTable,
+        grants: GrantBook,
+    ) -> None:
+        self._settings = settings  # the configuration now (a reload replaces approval.*)
+        self.audit = audit
+        self.journal = journal
+        self.log = log
+        self.host = host
+        self.ledger = ledger  # published statements and used signatures (decide publishes, votes check)
+        self.book = book
+        self.pending = pending
+        self.grants = grants
+        self.refusals = RefusalLimit()  # refused signatures an agent carried, per uid
 
-    async def _after_use(self, grant: Grant, number: int) -> None:
-        """A grant's use is journaled: end the grant if that was its last (``grant.exhausted``)."""
-        if grant.uses is not None and number >= grant.uses:
-            await self._end_grant(
-                grant.grant_id, "grant.exhausted", None, f"used {number} of {grant.uses} times", grant
-            )
-
-    def _grant_for(self, entry: Pending, operator: Peer, args: Mapping[str, Any]) -> Grant | None:
-        """The grant an approve asks for (``grant_seconds``, ``scope``, ``uses``), checked; None without one."""
-        seconds = args.get("grant_seconds")
-        if seconds is None:
-            if args.get("scope") is not None:
-                raise validate.bad("scope", "is only meaningful with grant_seconds")
-            if args.get("uses") is not None:
-                raise validate.bad("uses", "is only meaningful with grant_seconds")
-            return None
-        uses = args.get("uses")
-        if uses is not None and (isinstance(uses, bool) or not isinstance(uses, int) or not 1 <= uses <= MAX_USES):
-            raise validate.bad("uses", f"must be a whole number of uses from 1 to {MAX_USES}")
-        limit = self.config.approval.max_grant_seconds
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= limit:
-            raise validate.bad(
-                "grant_seconds", f"must be a number of seconds from 1 to {limit:g} (approval.max_grant_seconds)"
-            )
-        scope = args.get("scope") or "command"
-        if scope not in SCOPES:
-            raise validate.bad("scope", "must be command or rule")
-        if "spec" not in entry.request:
-            raise AirlockError(ErrorCode.CONFLICT, "grants cover commands only, not file operations")
-        if entry.tally is not None and entry.tally.requirement.approvals > 1:
-            raise AirlockError(ErrorCode.CONFLICT, "a rule that needs several approvers takes no grant")
-        if entry.bound.get("arguments"):
-            raise AirlockError(
-                ErrorCode.CONFLICT,
-                "no grant for a request whose path arguments someone other than root can change "
-                "(approve it without --grant: each run is then decided again)",
-                {"arguments": [a.get("path") for a in entry.bound["arguments"]]},
-            )
-        if entry.decision.decision != "ask" or entry.rule == "hold":
-            raise AirlockError(
-                ErrorCode.CONFLICT, "only a request a rule sent to an operator takes a grant (not one held)"
-            )
-        if scope == "rule" and entry.decision.rule in ("default", "unresolved"):
-            raise AirlockError(
-                ErrorCode.CONFLICT, "scope rule needs a named rule; this request was decided by the default"
-            )
-        assert entry.published is not None
-        return Grant(
-            grant_id="g-" + secrets.token_hex(6),
-            uid=entry.peer.uid,
-            session=entry.request.get("session") or None,
-            scope=scope,
-            digest=entry.digest,
-            rule=entry.decision.rule,
-            expires=time.time() + float(seconds),
-            made_by=operator.user,
-            request_id=entry.request_id,
-            command=entry.published.statements["allow"].command,
-            uses=uses,
-        )
-
-    async def _add_grant(self, grant: Grant, ids: Ids, operator: str, reason: str) -> None:
-        # Journaled before it can be used: the next start rebuilds the grants from these records.
-        await self.audit.record(
-            "operator.action",
-            ids,
-            payload={
-                "action": "grant",
-                "operator": operator,
-                "reason": reason,
-                "grant_id": grant.grant_id,
-                "grant": grant.to_dict(),
-                "expires_at": iso_utc(grant.expires, timespec="seconds"),
-            },
-        )
-        self._schedule(grant)
+    @property
+    def config(self) -> Config:
+        return self._settings()
 
     def _schedule(self, grant: Grant, used: int = 0) -> None:
-        self.grants.add(grant, used)
-        delay = max(0.0, grant.expires - time.time())
-        loop = asyncio.get_running_loop()
-        self._grant_timers[grant.grant_id] = loop.call_later(
-            delay, lambda: asyncio.ensure_future(self._end_grant(grant.grant_id, "grant.expired", None, ""))
-        )
-
-    async def _end_grant(
-        self, grant_id: str, action: str, operator: Peer | None, reason: str, taken: Grant | None = None
-    ) -> Grant | None:
-        used = self.grants.used(grant_id)
-        # Out first: from now on it lets nothing through (``taken``: its last use already took it out).
-        grant = self.grants.remove(grant_id) or taken
-        timer = self._grant_timers.pop(grant_id, None)
-        if timer is not None:
-            timer.cancel()
-        if grant is None:
-            return None
-        try:
-            await self.audit.record(
-                "operator.action",
-                Ids(grant.request_id, None, operator.uid if operator else None, grant.session),
-                # Who and what it covered, and how often it was used: the relay announces the end (issue 34).
-                payload={
-                    "action": action,
-                    "grant_id": grant_id,
-                    "operator": operator.user if operator else "airlock-approval",
-                    "reason": reason,
-                    "agent_uid": grant.uid,
-                    "command": grant.command,
-                    "scope": grant.scope,
-                    "rule": grant.rule,
-                    "granted_by": grant.made_by,
-                    "used": used,
-                    "uses": grant.uses,
-                },
-            )
-        except AirlockError as exc:
-            # The grant is gone from memory either way; the next start sees it expired or journals the revoke again.
-            self.log.error("approval.grant.unrecorded", grant_id=grant_id, action=action, error=exc.message)
-            if action == "grant.revoke":
-                raise
-        return grant
+        self.grants.schedule(grant, used)
 
     async def list_grants(self, call: Call) -> dict[str, Any]:
-        await self._hold_restored()  # restored after the grants: the listing right after a restart is whole
-        now = time.time()
-        return {
-            "grants": [
-                g.to_dict()
-                | {"seconds_left": round(g.expires - now, 1), "expires_at": iso_utc(g.expires, timespec="seconds")}
-                | {"used": self.grants.used(g.grant_id), "uses_left": self.grants.uses_left(g)}
-                for g in self.grants.live(now)
-            ]
-        }
+        await self.book.hold_restored()  # restored after the grants: the listing right after a restart is whole
+        return {"grants": self.grants.listing(time.time())}
 
     async def revoke_grant(self, call: Call) -> dict[str, Any]:
         grant_id = validate.text("grant_id", call.args.get("grant_id"), max_len=64, allow_empty=False)
         reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        if self.grants.get(grant_id) is None:
-            # A person types it: a unique prefix of a live grant names it, as `airlock show` takes
-            # a prefix of a pending request (issue 32).  Revoking only takes a permission away.
-            found = [g.grant_id for g in self.grants.live(time.time()) if g.grant_id.startswith(grant_id)]
-            if len(found) > 1:
-                raise AirlockError(
-                    ErrorCode.CONFLICT, f"{grant_id!r} starts several live grants: {', '.join(found)}", {"ids": found}
-                )
-            if not found:
-                raise AirlockError(ErrorCode.NOT_FOUND, f"no live grant {grant_id!r} (see `airlock grants`)")
-            grant_id = found[0]
-        await self._end_grant(grant_id, "grant.revoke", call.peer, reason)
-        return {"grant_id": grant_id, "revoked": True}
+        return {"grant_id": await self.grants.revoke(grant_id, call.peer, reason), "revoked": True}
 
     async def restore_grants(self) -> None:
         """At start: the live grants are the journal's grants not revoked or expired (none if it cannot be read)."""
@@ -278,7 +127,7 @@ class Votes:
         if unmapped:
             self.log.warning("approval.signers.unmapped", path=str(path), principals=unmapped[:32], count=len(unmapped))
 
-    def _pending_extra(self, entry: Pending) -> dict[str, Any]:
+    def pending_extra(self, entry: Pending) -> dict[str, Any]:
         """approval.pending's issue-18 fields: the quorum asked for, and (signing on) the statement to sign;
         and issue 27's ``expect``, which every approve line made from the event carries."""
         out: dict[str, Any] = {"expect": entry.expect}
@@ -292,52 +141,11 @@ class Votes:
             out["reviewer"] = entry.opinion
         return out
 
-    def _check_vote(self, entry: Pending, voter: quorum.Voter) -> None:
-        if entry.tally is None:
-            return
-        try:
-            entry.tally.check(voter, self_approval=self.config.approval.allow_self_approval)
-        except quorum.VoteRefused as exc:
-            raise AirlockError(ErrorCode(exc.code), str(exc), {"quorum": entry.tally.progress()}) from None
-
-    def _vote_progress(self, entry: Pending, verdict: str) -> dict[str, Any]:
-        """What an approve's record says about the quorum: this vote makes it "N of M"."""
-        if verdict != "allow" or entry.tally is None:
-            return {}
-        return {"quorum": f"{len(entry.tally.votes) + 1} of {entry.tally.requirement.approvals}"}
-
-    def _count(self, entry: Pending, verdict: str, voter: quorum.Voter, reason: str) -> dict[str, Any]:
-        """Count a checked, journaled vote: a deny decides, an approval decides once the quorum is met."""
-        if entry.future.done():  # another console won while we journaled
-            raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
-        if verdict == "allow" and entry.tally is not None:
-            self._check_vote(entry, voter)  # again: a twin vote may have been counted while we journaled
-            if not entry.tally.add(voter):
-                return {"request_id": entry.request_id, "decision": "allow", "complete": False} | entry.tally.to_dict()
-            by = ", ".join(v.label for v in entry.tally.votes)
-            entry.future.set_result(("allow", by, voter.uid, reason))
-            if entry.tally.requirement.approvals > 1:
-                return {"request_id": entry.request_id, "decision": "allow", "complete": True} | entry.tally.to_dict()
-            return {"request_id": entry.request_id, "decision": "allow"}
-        entry.future.set_result((verdict, voter.label, voter.uid, reason))
-        return {"request_id": entry.request_id, "decision": verdict}
-
-    async def _require_reason(
-        self,
-        request: Mapping[str, Any],
-        requirement: quorum.Requirement,
-        decision: Decision,
-        common: Ids,
-        *,
-        after: list[str] | None = None,
-    ) -> None:
-        """A rule's ``reason: required``: a request without a long enough reason is denied
+    async def deny_for_reason(
+        self, decision: Decision, problem: str, common: Ids, *, after: list[str] | None = None
+    ) -> NoReturn:
+        """A rule's ``reason: required`` not met (`verdict.verdict` said so): the request is denied, journaled,
         before an operator sees it."""
-        if not requirement.reason:
-            return
-        problem = quorum.reason_problem(request.get("reason"), self.config.approval.min_reason_length)
-        if problem is None:
-            return
         await self.audit.record(
             "approval.decided",
             common,
@@ -356,25 +164,7 @@ class Votes:
             ErrorCode.REASON_REQUIRED, f"rule {decision.rule!r}: {problem}", {"rule": decision.rule, "field": "reason"}
         )
 
-    def _require_operator_reason(self, entry: Pending, reason: str, *, carried: bool = False) -> None:
-        if self.config.approval.operator_reason != "required":
-            return
-        if not (entry.privileged or entry.run_as != entry.peer.uid):
-            return
-        if carried:  # an agent's reason is never an operator's (issue 27)
-            raise AirlockError(
-                ErrorCode.REASON_REQUIRED,
-                "approving privileged work needs an operator's --reason (approval.operator_reason): "
-                "submit the signature on operator.sock with airlock approve --signature --reason",
-                {"field": "reason"},
-            )
-        problem = quorum.reason_problem(reason, self.config.approval.min_reason_length)
-        if problem is not None:
-            raise AirlockError(
-                ErrorCode.REASON_REQUIRED, f"approving privileged work needs --reason: {problem}", {"field": "reason"}
-            )
-
-    def _statements(self, entry: Pending) -> dict[str, statements.Statement]:
+    def statements(self, entry: Pending) -> dict[str, statements.Statement]:
         raw_spec = entry.request.get("spec")
         spec: dict[str, Any] = raw_spec if isinstance(raw_spec, dict) else {}
         command = " | ".join(shlex.join(str(a) for a in stage) for stage in spec.get("stages") or [])
@@ -401,11 +191,11 @@ class Votes:
 
     async def statement(self, call: Call) -> dict[str, Any]:
         """The exact text a signer signs to approve (or deny) a pending request."""
-        entry = self._find(call.args.get("id"), refs.expected(call.args))
+        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
         decision = call.args.get("decision", "allow")
         if decision not in statements.DECISIONS:
             raise validate.bad("decision", "must be allow or deny")
-        await self._check_expected(call, entry, "statement")  # --sign: never sign another request's statement
+        await check_expected(self.audit, call, entry, "statement")  # --sign: never sign another request's statement
         assert entry.published is not None
         text = entry.published.statements[decision].render()
         return entry.quorum_dict() | {
@@ -418,23 +208,21 @@ class Votes:
             "signatures": self.ledger.signers.enabled(),
         }
 
-    async def approve_signed(self, call: Call) -> dict[str, Any]:
-        """intake: an agent carried a signature (agent verb approve_signed); the signature decides.
+    async def approve_signed(self, call: Call, args: wire.ApproveSigned) -> wire.SignedVote:
+        """intake (`wire.approval.APPROVE_SIGNED`, intake's only): an agent carried a signature (agent verb
+        approve_signed); the signature decides.
 
         intake names the carrier (``peer``): the request must be the carrier's
         own (keyed by (uid, ID): another agent's answers ``not_found``), and
         the carrier's refusals are rate-limited.
         """
-        if self.intake_uid is None or call.peer.uid != self.intake_uid:
-            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
-        raw = call.args.get("peer")
-        if not isinstance(raw, dict):
-            raise validate.bad("peer", "must be an object")
         try:
-            carrier = Peer.from_dict(raw)
+            carrier = Peer.from_dict(args.peer.to_dict())
         except ValueError as exc:
             raise validate.bad("peer", str(exc)) from None
-        return await self._settle_signed(call, statements.DECISIONS, via="agent", carrier=carrier)
+        signed = Signed(args.request_id, args.signature, args.reason)
+        vote = await self.settle_signed(call, signed, statements.DECISIONS, via="agent", carrier=carrier)
+        return wire.SignedVote.from_dict(vote)
 
     def _signed_voter(self, signer: Signer, carrier: Peer) -> quorum.Voter:
         """The person a signature is (``approval.signer_accounts``), carried by ``carrier``."""
@@ -459,19 +247,13 @@ class Votes:
             carrier_user=carrier.user,
         )
 
-    async def _settle_signed(
-        self, call: Call, decisions: tuple[str, ...], *, via: str, carrier: Peer
+    async def settle_signed(
+        self, call: Call, signed: Signed, decisions: tuple[str, ...], *, via: str, carrier: Peer
     ) -> dict[str, Any]:
-        ref = call.args.get("id") if via == "operator" else call.args.get("request_id")
-        ref = validate.text("id", ref, max_len=256, allow_empty=False)
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        ref = validate.text("id", signed.ref, max_len=256, allow_empty=False)
+        reason = validate.text("reason", signed.reason or "", max_len=4096)
         # Only an operator may name the principal: on the agent door it would tell which principals exist.
-        principal = (
-            validate.optional_text("principal", call.args.get("principal"), max_len=256) if via == "operator" else None
-        )
-        for name in ("grant_seconds", "uses"):
-            if call.args.get(name) is not None:
-                raise validate.bad(name, "a grant is given by an operator's own approve, not with a signature")
+        principal = signed.principal if via == "operator" else None
         # An agent addresses its own requests only, and its refusals are bounded (each is journaled).
         owner = carrier.uid if via == "agent" else None
         if owner is not None:
@@ -479,7 +261,7 @@ class Votes:
         entry: Pending | None = None
         try:
             # An operator names a request exactly (ID or AGENT/ID, and --expect); an agent only its own.
-            entry = self._find(ref, refs.expected(call.args)) if owner is None else self._find_own(owner, ref)
+            entry = self.pending.find(ref, signed.expect) if owner is None else self.pending.own(owner, ref)
         except AirlockError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
                 raise
@@ -488,13 +270,13 @@ class Votes:
             self.refusals.refused(owner)
             raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r} of yours")
         if entry is not None and via == "operator":
-            await self._check_expected(call, entry, "approve" if decisions == ("allow",) else "deny")
+            await check_expected(self.audit, call, entry, "approve" if decisions == ("allow",) else "deny")
         request_id = entry.request_id if entry is not None else ref
         ids = Ids(request_id, entry.operation_id if entry else None, carrier.uid)
         signature = None
         approver_reason = ""
         try:
-            signature = self.ledger.read(call.args.get("signature"))
+            signature = self.ledger.read(signed.signature)
             signer = await self.ledger.signer(signature, principal)
             if entry is None:
                 gone = self.ledger.latest(ref, owner)
@@ -518,8 +300,8 @@ class Votes:
             if verdict == "allow":
                 # An operator who submits someone's signature vouches with their own reason (journaled
                 # as the carrier's); an agent's reason never stands for an operator's.
-                self._require_operator_reason(entry, reason, carried=via == "agent")
-                self._check_vote(entry, voter)
+                ballot.require_operator_reason(self.config.approval, entry, reason, carried=via == "agent")
+                ballot.check_vote(self.config.approval, entry, voter)
         except AirlockError as exc:
             if owner is not None:
                 self.refusals.refused(owner)
@@ -558,8 +340,8 @@ class Votes:
         }
         if reason and not approver_reason:
             payload["carrier_reason"] = reason
-        await self.audit.record("operator.action", ids, payload=payload | self._vote_progress(entry, verdict))
-        return self._count(entry, verdict, voter, approver_reason) | {"signer": voter.to_dict()}
+        await self.audit.record("operator.action", ids, payload=payload | ballot.progress(entry, verdict))
+        return ballot.count(self.config.approval, entry, verdict, voter, approver_reason) | {"signer": voter.to_dict()}
 
 
 def _account(account: str) -> Peer | None:

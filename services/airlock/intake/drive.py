@@ -27,7 +27,9 @@ from airlock.common.ipc import Client, Unreachable
 from airlock.common.peer import Peer, uid_of
 from airlock.common.server import Call, Connection
 from airlock.common.spec import check_privilege
+from airlock.common.wire import approval as wire_approval
 from airlock.common.wire import runner as runner_wire
+from airlock.common.wire.verb import Stub
 from airlock.intake.request import ExecRequest
 from airlock.intake.work import Work, exec_work
 
@@ -112,7 +114,10 @@ class Drive:
                 raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
             return None
         try:
-            data = await self.approval.call("token.check", {"token": request.token, "uid": peer.uid}, timeout=10)
+            check = wire_approval.TokenCheck(request.token, peer.uid)
+            data = (
+                await Stub(wire_approval.DOOR, self.approval).call(wire_approval.TOKEN_CHECK, check, timeout=10)
+            ).to_dict()
         except AirlockError as exc:
             # Approval could not answer (or could not tell who asked): that is not a bad token.
             if exc.code in (ErrorCode.APPROVAL_UNAVAILABLE, ErrorCode.IDENTITY_UNAVAILABLE):
@@ -190,7 +195,7 @@ class Drive:
             try:
                 decision = await self._unless_withdrawn(
                     self._decide(
-                        {"request": work.decide_request, "peer": peer.to_dict(), "operation_id": op, "after": marks},
+                        work.decide_request | {"peer": peer.to_dict(), "operation_id": op, "after": marks},
                         forward,
                     ),
                     conn,
@@ -279,7 +284,13 @@ class Drive:
                     await forward(event)
 
                 # The client's own deadline stays out of the way: the window above is the bound.
-                return await self.approval.call("decide", args, on_event=on_event, timeout=NO_CALL_DEADLINE)
+                decided = await Stub(wire_approval.DOOR, self.approval).call(
+                    wire_approval.DECIDE,
+                    wire_approval.Decide.from_dict(args),
+                    on_event=on_event,
+                    timeout=NO_CALL_DEADLINE,
+                )
+                return decided.to_dict()
         except TimeoutError:
             raise AirlockError(
                 ErrorCode.APPROVAL_UNAVAILABLE, "approval did not decide within the deadline it gave"
@@ -339,7 +350,8 @@ class Drive:
         Approval keys pending requests by (uid, ID): the uid says whose request it is.
         """
         try:
-            await self.approval.call("withdraw", {"request_id": request_id, "uid": uid}, timeout=10)
+            withdraw = wire_approval.Withdraw(request_id, uid)
+            await Stub(wire_approval.DOOR, self.approval).call(wire_approval.WITHDRAW, withdraw, timeout=10)
             await asyncio.wait_for(asyncio.shield(decide), 10)
         except (AirlockError, TimeoutError):
             pass  # the finally cancels the decide call: approval sees its connection close
@@ -432,7 +444,10 @@ class Drive:
             "reason": validate.text("reason", request.args.get("reason") or "", max_len=4096),
             "peer": peer.to_dict(),
         }
-        return await self.approval.call("approve_signed", args, timeout=60)
+        signed = wire_approval.ApproveSigned.from_dict(args)
+        return (
+            await Stub(wire_approval.DOOR, self.approval).call(wire_approval.APPROVE_SIGNED, signed, timeout=60)
+        ).to_dict()
 
 
 def operation_key(uid: int, operation_id: str) -> str:

@@ -35,12 +35,14 @@ from airlock.common.peer import AllowList, Peer, may_decide
 from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
 from airlock.common.wire import agent as agent_door
+from airlock.common.wire import approval as wire_approval
 from airlock.common.wire import operator as operator_door
 from airlock.common.wire import verb as wire
+from airlock.common.wire.verb import Stub
 from airlock.intake import fileop_request, sudo_proxy
 from airlock.intake.drive import Drive
 from airlock.intake.request import legacy_exec, legacy_id, native_exec, parse_time
-from airlock.intake.work import file_work
+from airlock.intake.work import asking, file_work
 
 NAME = "intake"
 # The agent door's verbs, in the order `hello` lists them, and those whose work runs in a session:
@@ -177,8 +179,12 @@ class Intake:
         """
         req = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
         check_privilege(req.spec.run_as, self.runner_uid, privileged=req.spec.privileged)
-        request = req.describe() | {"spec": req.spec.to_dict()}
-        return await self.approval.call("explain", {"request": request, "peer": call.peer.to_dict()}, timeout=30)
+        explain = wire_approval.Explain.from_dict(
+            {"request": asking(req), "spec": req.spec.to_dict(), "peer": call.peer.to_dict()}
+        )
+        return (
+            await Stub(wire_approval.DOOR, self.approval).call(wire_approval.EXPLAIN, explain, timeout=30)
+        ).to_dict()
 
     async def _approve_signed(self, call: Call) -> dict[str, Any]:
         return await self.drive.approve_signed(call.request, call.peer)

@@ -81,6 +81,17 @@ def runner_budget(req: ExecRequest, config: Config) -> float:
     return job + limits.kill_grace_seconds + 30
 
 
+def asking(req: ExecRequest | FileRequest) -> dict[str, Any]:
+    """The agent's words about its request, beside its spec (`wire.approval.Asking`)."""
+    return {
+        "request_id": req.request_id,
+        "reason": req.reason,
+        "session": req.session,
+        "host": req.host,
+        "time": req.time,
+    }
+
+
 def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
     """An exec request as `Intake.drive` takes it."""
     spec = req.spec
@@ -94,7 +105,7 @@ def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
         run_as=spec.run_as,
         privileged=spec.privileged,
         describe=describe,
-        decide_request=describe | {"spec": spec_dict},
+        decide_request={"request": asking(req), "spec": spec_dict},  # the spec once (wire.approval.Decide)
         has_protected=bool(req.protected_env),
         runner_verb=wire.EXEC,
         runner_args=wire.Exec(
@@ -122,7 +133,7 @@ def file_work(req: FileRequest, config: Config) -> Work:
         run_as=spec.run_as,
         privileged=spec.privileged,
         describe=req.describe(),
-        decide_request=req.describe() | {"file": spec.to_dict()},
+        decide_request={"request": asking(req), "file": spec.to_dict()},
         has_protected=False,
         runner_verb=wire.FILES,
         runner_args=wire.Files(spec=spec, operation_id="", request_id=req.request_id, session=req.session),

@@ -32,7 +32,9 @@ from airlock.common.config import Config
 from airlock.common.containment import Containment
 from airlock.common.ipc import Client
 from airlock.common.spec import ExecSpec, check_privilege
+from airlock.common.wire import approval as approval_wire
 from airlock.common.wire import runner as wire
+from airlock.common.wire.verb import Stub
 from airlock.runner import agent
 from airlock.runner.identity import build_env, check_cwd, default_cwd, resolve_identity
 from airlock.runner.jobspec import JobSpec
@@ -53,8 +55,8 @@ def output_ceiling(spec: ExecSpec, ceiling: int) -> None:
 
 async def redeem(approval: Client, ticket: str, digest: str, bound: dict[str, Any]) -> str | None:
     """Spend the ticket (approval refuses another digest or another ``bound``); approval's deferred mark."""
-    redeemed = await approval.call("redeem", {"ticket": ticket, "digest": digest, "bound": bound})
-    return redeemed.get("mark") if isinstance(redeemed.get("mark"), str) else None
+    redeem = approval_wire.Redeem(ticket, digest, dict(bound))
+    return (await Stub(approval_wire.DOOR, approval).call(approval_wire.REDEEM, redeem)).mark
 
 
 @dataclass(frozen=True, slots=True)

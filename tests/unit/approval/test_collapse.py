@@ -56,10 +56,9 @@ def approval(tmp_path: Path) -> tuple[Approval, Gated]:
     empty = tmp_path / "airlock.yaml"
     empty.write_text("")
     config = load(empty)
-    a = Approval(config, Policy(default="ask", rules=(), sources=()), None)
     audit = Gated()
-    a.audit = audit  # type: ignore[assignment]
-    a.hold_reason = None
+    a = Approval(config, Policy(default="ask", rules=(), sources=()), None, audit)  # type: ignore[arg-type]
+    a.book.hold_reason = None
     return a, audit
 
 
@@ -69,7 +68,7 @@ def ask(a: Approval, call: FakeCall, request_id: str, peer: Peer) -> asyncio.Tas
     decision = Decision(decision="ask", rule="default", stages=())
     ids = Ids(request_id, f"op-{request_id}", peer.uid, None)
     return asyncio.ensure_future(
-        a._wait_for_operator(call, request, peer, decision, spec.digest(), {}, ids, spec)  # type: ignore[arg-type]
+        a.deciding._wait_for_operator(call, request, peer, decision, spec.digest(), {}, ids, spec)  # type: ignore[arg-type]
     )
 
 
@@ -97,7 +96,7 @@ def test_a_second_request_whose_first_left_meanwhile_is_a_question_of_its_own(tm
         await settle()
         entry = a.pending[(PEER.uid, "r-2")]
         assert entry.attached_to is None  # a question of its own, not hidden behind r-1
-        listed = (await a.list_pending(second_call))["pending"]  # type: ignore[arg-type]
+        listed = (await a.operating.list_pending(second_call))["pending"]  # type: ignore[arg-type]
         assert [p["request_id"] for p in listed] == ["r-2"] and "attached_to" not in listed[0]
         entry.future.set_result(("deny", "root", 0, ""))
         await settle()

@@ -109,3 +109,15 @@ def test_a_door_table_is_exactly_the_declared_verbs(monkeypatch: pytest.MonkeyPa
     FakeCall.args = {"name": 5}  # type: ignore[dict-item]
     with pytest.raises(AirlockError):
         asyncio.run(table["echo"](FakeCall()))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Shown(Message):
+    name: str
+    found: str | None = field(default=None, metadata={"null": True})
+
+
+def test_a_field_marked_null_is_carried_as_null_and_decodes_back() -> None:
+    assert Shown("a").to_dict() == {"name": "a", "found": None}
+    assert Shown.from_dict(Shown("a").to_dict()) == Shown("a")
+    assert Shown.from_dict({"name": "a"}) == Shown("a")

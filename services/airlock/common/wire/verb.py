@@ -177,6 +177,7 @@ class _Field:
     key: str  # the wire key (``metadata={"key": "token.id"}`` renames)
     hint: Any
     required: bool
+    null: bool  # ``metadata={"null": True}``: None is carried as null, not left out (a documented public key)
 
 
 class Message:
@@ -197,7 +198,8 @@ class Message:
         plan = []
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            plan.append(_Field(f.name, f.metadata.get("key", f.name), hints[f.name], required))
+            key = f.metadata.get("key", f.name)
+            plan.append(_Field(f.name, key, hints[f.name], required, bool(f.metadata.get("null"))))
         return tuple(plan)
 
     @classmethod
@@ -229,7 +231,7 @@ class Message:
         out: dict[str, Any] = {}
         for f in self._plan():
             value = getattr(self, f.name)
-            if value is not None:
+            if value is not None or f.null:
                 out[f.key] = _encode(value)
         return out
 
