@@ -31,9 +31,9 @@ from typing import Any
 from airlock.common.codec import canonical_json
 from airlock.journal import chain
 from airlock.journal.chain import GENESIS, Anchor
-from airlock.journal.reads import VERIFIED_KIND
 from airlock.journal.schema import _COLUMNS
 from airlock.journal.store import Store
+from airlock.journal.verification import VERIFIED_KIND
 
 
 def _story(i: int) -> list[tuple[str, str, dict[str, Any]]]:

@@ -11,16 +11,19 @@ control), so a hold that "survives" cannot pass vacuously.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import signal
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support import Background, Stack, custom_stack
+from support import Background, Stack, custom_stack, now_iso
 from waits import wait_pending, wait_record, wait_service_exited
 
 CONFIG = """
@@ -160,3 +163,39 @@ def test_a_rule_s_ticket_issued_just_before_a_hold_is_not_redeemed(hstack: Stack
     finally:
         release(hstack)
     runs_at_once(hstack, tmp_path / "after")
+
+
+ROLLING = CONFIG + "journal:\n  segment_max_bytes: 200000\n"
+
+
+def test_a_hold_survives_a_rollover_of_the_journal_and_a_restart_of_approval(tmp_path: Path) -> None:
+    """After a rollover the hold's record is in a sealed segment only: the new segment's opening record
+    carries it (the queries common/wire/journal.py CARRIED declares), approval reads it back through the
+    journal's generic read.  Control: before the rollover the record is in the live database."""
+    with custom_stack(tmp_path / "rt", ROLLING) as stack:
+        assert stack.cli("hold", "--reason", "incident carried").returncode == 0
+
+        def kinds() -> list[tuple[str, str]]:
+            # Closed at once: a connection left to the garbage collector would keep the rollover locked out.
+            with contextlib.closing(sqlite3.connect(f"file:{stack.database}?mode=ro", uri=True)) as conn:
+                return [(str(k), str(p)) for k, p in conn.execute("SELECT kind, payload FROM events")]
+
+        assert any(k == "operator.action" and '"hold"' in p for k, p in kinds())  # the control
+        job = Background(stack, {"argv": ["touch", str(tmp_path / "x")], "privileged": False})
+        assert wait_pending(stack, job.request_id, timeout=30)["rule"] == "hold"  # held: every request asks
+        assert stack.cli("deny", job.request_id, "--reason", "held").returncode == 0
+        job.result()
+        sealed = stack.database.with_name("segments")
+        deadline = time.monotonic() + 120
+        n = 0
+        while not (sealed.is_dir() and any(sealed.glob("journal-*.db"))):
+            assert time.monotonic() < deadline, "no rollover"
+            n += 1
+            stack.native("hello", {"time": now_iso()}, id=f"roll-{n}-" + "x" * 200)
+        assert any(k == "segment.opened" for k, _ in kinds())
+        assert not any(k == "operator.action" and '"hold"' in p for k, p in kinds())  # sealed away
+        pid = stack.service_pid("approval")
+        os.kill(pid, signal.SIGTERM)
+        wait_service_exited(stack, "approval", pid)
+        after = status(stack)
+        assert after["hold"] is True and after["hold_reason"] == "incident carried", after

@@ -41,6 +41,7 @@ CLIENT_USES_SERVICE = {
     # and the local database offline (journal/fleet.py), without root or a running service.
     ("airlock.cli.fleet", "airlock.journal.chain"),
     ("airlock.cli.fleet", "airlock.journal.fleet"),
+    ("airlock.cli.fleet", "airlock.journal.collected"),  # `audit compare` (split out of journal/fleet.py)
     ("airlock.cli.fleet", "airlock.journal.journalfiles"),
     # `airlock dev up` checks the policy file before it starts the services.
     ("airlock.cli.dev", "airlock.approval.policy"),

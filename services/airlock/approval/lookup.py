@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlock.common.ipc import Client
+from airlock.common.wire.journal import EVENTS, Events
+from airlock.common.wire.verb import Stub
 
 PAGE = 256
 
 
 class JournalLookup:
-    def __init__(self, journal: Client) -> None:
+    def __init__(self, journal: Stub) -> None:
         self.journal = journal
 
     async def scoped(self, scope: dict[str, Any], pages: int = 8) -> list[dict[str, Any]]:
@@ -24,11 +25,11 @@ class JournalLookup:
         events: list[dict[str, Any]] = []
         after = 0
         for _ in range(pages):
-            page = await self.journal.call("events", {"after": after, "limit": PAGE, "scope": scope})
-            events.extend(page["events"])
-            if len(page["events"]) < PAGE:
+            page = await self.journal.call(EVENTS, Events(after=after, limit=PAGE, scope=scope))
+            events.extend(page.events)
+            if len(page.events) < PAGE:
                 break
-            after = page["next_cursor"]
+            after = page.next_cursor
         return events
 
     async def request_events(self, request_id: str) -> list[dict[str, Any]]:

@@ -43,10 +43,11 @@ from airlock.common.ipc import Client
 from airlock.common.peer import Peer, identify, may_decide, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import journal as jwire
 from airlock.common.wire import operator as op
 from airlock.common.wire import runner as runner_wire
 from airlock.common.wire import verb as wire
-from airlock.common.wire.verb import Caller, Empty
+from airlock.common.wire.verb import Caller, Empty, Stub
 
 
 class Operating:
@@ -57,7 +58,7 @@ class Operating:
         settings: Callable[[], Config],
         policy: Callable[[], Policy],
         audit: Audit,
-        journal: Client,
+        journal: Stub,
         runner: Client,
         *,
         pending: PendingTable,
@@ -206,12 +207,12 @@ class Operating:
         """
         out: dict[str, Any] = {"approval": {"state": "up", "pid": os.getpid()}}
         try:
-            head = await self.journal.call("head", {}, timeout=5)
-            out["journal"] = {"state": "up", "events": head.get("seq")}
+            head = await self.journal.call(jwire.HEAD, Empty(), timeout=5)
+            out["journal"] = {"state": "up", "events": head.seq}
         except AirlockError as exc:
             out["journal"] = {"state": "down", "error": exc.message}
         try:
-            out["journal"]["disk"] = await self.journal.call("disk", {}, timeout=5)
+            out["journal"]["disk"] = (await self.journal.call(jwire.DISK, Empty(), timeout=5)).to_dict()
         except AirlockError as exc:
             out["journal"]["disk"] = {"error": exc.message}
         for name, door in (("intake", "agent"), ("runner", "runner")):
@@ -245,7 +246,7 @@ class Operating:
         unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})
         if unknown:
             raise validate.bad(unknown[0], "unknown argument (known: after, tail, limit, scope)")
-        return await self.journal.call("events", call.args)
+        return (await self.journal.call(jwire.EVENTS, jwire.Events.from_dict(call.args))).to_dict()
 
     async def show(self, call: Call) -> dict[str, Any]:
         """A request's story by its request or operation ID; a person may type a unique prefix of a
@@ -404,13 +405,13 @@ class Operating:
         return (await runner_wire.stub(self.runner).call(runner_wire.RUNNING, Empty())).to_dict()
 
     async def audit_verify(self, call: Call) -> dict[str, Any]:
-        return await self.journal.call("verify", call.args, timeout=600)
+        return (await self.journal.call(jwire.VERIFY, jwire.Verify.from_dict(call.args), timeout=600)).report
 
     async def audit_archive(self, call: Call) -> dict[str, Any]:
-        return await self.journal.call("archive", call.args, timeout=600)
+        return (await self.journal.call(jwire.ARCHIVE, jwire.Archive.from_dict(call.args), timeout=600)).report
 
     async def audit_head(self, call: Call) -> dict[str, Any]:
-        return await self.journal.call("head", {})
+        return (await self.journal.call(jwire.HEAD, Empty())).to_dict()
 
     def operator_verbs(self, decides: Callable[[Peer], bool]) -> dict[str, Verb]:
         """The operator door's table, built from `wire.operator`'s declarations: none for a token; each

@@ -24,7 +24,9 @@ from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import Peer
 from airlock.common.spec import ExecSpec
+from airlock.common.wire import journal as journal_wire
 from airlock.common.wire import runner as runner_wire
+from airlock.common.wire.verb import Stub
 
 # The runner's reply to ``review`` may come this long after the reviewer's own deadline.
 REVIEW_MARGIN_SECONDS = 5.0
@@ -46,7 +48,7 @@ class Reviewing:
         policy: Callable[[], Policy],
         book: TicketBook,
         runner: Client,
-        journal: Client,
+        journal: Stub,
         log: Any,
     ) -> None:
         self._settings = settings
@@ -147,11 +149,13 @@ class Reviewing:
         stages = [list(s) for s in spec.stages] if isinstance(spec, ExecSpec) else [[spec.tool, spec.path]]
         try:
             page = await self.journal.call(
-                "events", {"tail": DENIAL_PAGE, "limit": DENIAL_PAGE, "scope": {"peer_uid": uid}}, timeout=5.0
+                journal_wire.EVENTS,
+                journal_wire.Events(tail=DENIAL_PAGE, limit=DENIAL_PAGE, scope={"peer_uid": uid}),
+                timeout=5.0,
             )
         except (AirlockError, OSError, TimeoutError):
             return True
-        for event in page.get("events") or []:
+        for event in page.events:
             payload = event.get("payload") if isinstance(event, dict) else None
             if event.get("kind") != "approval.decided" or not isinstance(payload, dict):
                 continue

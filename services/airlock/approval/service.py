@@ -64,8 +64,9 @@ class Approval:
         self.policy = policy
         self.config_path = config_path
         self.audit = audit or Audit(config, "approval")  # a test may hand in its own journal
-        self.journal = Client(
-            config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE
+        self.journal = wire.Stub(
+            wire.DoorName.JOURNAL,
+            Client(config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE),
         )
         self.runner = Client(
             config.socket_path("runner"), service="airlock-runner", unavailable=ErrorCode.RUNNER_UNAVAILABLE

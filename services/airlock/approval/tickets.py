@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from airlock.approval import restore
 from airlock.approval.pending import Ticket, ticket_binding
 from airlock.approval.rules import Policy
 from airlock.approval.table import PendingTable
@@ -26,9 +27,9 @@ from airlock.common import validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client
 from airlock.common.server import Call
 from airlock.common.wire import approval as wire
+from airlock.common.wire.verb import Stub
 
 # How long approval waits at start to read its hold state from the journal; then it starts held.
 HOLD_RESTORE_SECONDS = 30.0
@@ -39,7 +40,7 @@ class TicketBook:
 
     def __init__(
         self,
-        journal: Client,
+        journal: Stub,
         audit: Audit,
         log: Any,
         pending: PendingTable,
@@ -141,8 +142,7 @@ class TicketBook:
     async def restore_hold(self) -> None:
         """At start: the hold state is the journal's newest hold or release (held if it cannot be read)."""
         try:
-            found = await self.journal.call("hold.state", {}, timeout=HOLD_RESTORE_SECONDS)
-            latest = found.get("latest")
+            latest = await restore.latest_hold(self.journal, HOLD_RESTORE_SECONDS)
             if latest is None or latest.get("action") == "release":
                 self.hold_reason = None
             else:

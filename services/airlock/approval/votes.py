@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from airlock.approval import ballot, quorum, refs
+from airlock.approval import ballot, quorum, refs, restore
 from airlock.approval import statement as statements
 from airlock.approval.granting import GrantBook
 from airlock.approval.grants import Grant
@@ -37,10 +37,10 @@ from airlock.common.arguments import describe as describe_argument
 from airlock.common.audit import Audit, Ids
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client
 from airlock.common.peer import Peer, identify
 from airlock.common.server import Call
 from airlock.common.wire import approval as wire
+from airlock.common.wire.verb import Stub
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ class Votes:
         self,
         settings: Callable[[], Config],
         audit: Audit,
-        journal: Client,
+        journal: Stub,
         log: Any,
         host: str,
         ledger: Ledger,
@@ -104,8 +104,7 @@ class Votes:
     async def restore_grants(self) -> None:
         """At start: the live grants are the journal's grants not revoked or expired (none if it cannot be read)."""
         try:
-            found = await self.journal.call("grants.state", {}, timeout=RESTORE_SECONDS)
-            live, _ended = restore_grants(found.get("records") or [])
+            live, _ended = restore_grants(await restore.grant_records(self.journal, RESTORE_SECONDS))
         except AirlockError as exc:
             self.log.error("approval.grants.unknown", error=exc.message, code=exc.code.value)
             return

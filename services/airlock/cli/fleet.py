@@ -8,7 +8,7 @@ needed, only read access to the files.
 compare runs on a host: it reads the host's own database (read-only, straight
 from the file: it works while the journal refuses to serve, which is exactly
 when it is wanted) and compares it with the host's records in the collector's
-files (`airlock.journal.fleet.compare`).
+files (`airlock.journal.collected.compare`).
 
 Exit codes: 0 everything checks out; 1 a mismatch; 2 usage, or files that
 cannot be read.
@@ -335,6 +335,7 @@ def local_hashes(database: Path) -> dict[int, str]:
 def compare(ns: argparse.Namespace) -> int:
     """`airlock audit compare --journal PATH`."""
     from airlock.journal import fleet, journalfiles
+    from airlock.journal.collected import compare as compare_with
 
     try:
         host = ns.journal_host or journalfiles.local_host()
@@ -382,7 +383,7 @@ def compare(ns: argparse.Namespace) -> int:
         # record another host shipped under this name never makes the database look cut.
         collected = {seq: digest for seq, digest in collected.items() if seq not in unproven}
     cuts = [(seg["cut"][0], seg["cut"][1]) for seg in held.segments if seg.get("cut")]
-    result = fleet.compare(local, collected, cuts)
+    result = compare_with(local, collected, cuts)
     if ns.json:
         print(
             json.dumps(

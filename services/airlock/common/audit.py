@@ -9,6 +9,7 @@ reached the caller gets ``audit_unavailable`` and must not go on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from airlock.common.kinds import message_id
 from airlock.common.peer import user_name
 from airlock.common.sentence import sentence
 from airlock.common.server import Connection, Service, write_timeout
+from airlock.common.wire.journal import APPEND, EVENTS, Append, Appended, Events
+from airlock.common.wire.verb import DoorName, Stub
 
 # An append whose fate is unknown (see `Audit._settle`): how long to wait for the
 # journal to come back, and how many of the request's newest events to look through.
@@ -78,23 +81,25 @@ def lifecycle(service: Service, audit: Audit) -> None:
 class Audit:
     def __init__(self, config: Config, writer: str) -> None:
         self.writer = writer
-        self.client = Client(
-            config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE
+        # The service's journal door (its one client; intake's combined verbs go through it too).
+        self.journal = Stub(
+            DoorName.JOURNAL,
+            Client(config.socket_path("journal"), service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE),
         )
         self.log = log.get()
 
-    def event(self, kind: str, ids: Ids | None = None, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    def event(self, kind: str, ids: Ids | None = None, payload: dict[str, Any] | None = None) -> Append:
         """The journal's ``append`` arguments for one event (also carried by combined verbs)."""
         ids = ids or Ids()
-        return {
-            "writer": self.writer,
-            "kind": kind,
-            "request_id": ids.request_id,
-            "operation_id": ids.operation_id,
-            "peer_uid": ids.peer_uid,
-            "session": ids.session or None,
-            "payload": payload or {},
-        }
+        return Append(
+            kind,
+            writer=self.writer,
+            request_id=ids.request_id,
+            operation_id=ids.operation_id,
+            peer_uid=ids.peer_uid,
+            session=ids.session or None,
+            payload=payload or {},
+        )
 
     def logged(
         self,
@@ -133,18 +138,18 @@ class Audit:
         payload: dict[str, Any] | None = None,
         log_fields: dict[str, Any] | None = None,
         after: list[str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Appended:
         """Append durably; with ``after``, only if those deferred records of the request are durable too."""
         event = self.event(kind, ids, payload)
         if after:
-            event["after"] = after
+            event = dataclasses.replace(event, after=tuple(after))
         try:
-            result = await self.client.call("append", event)
+            result = await self.journal.call(APPEND, event)
         except Unreachable as exc:
-            if not exc.maybe_done or not event["request_id"]:
+            if not exc.maybe_done or not event.request_id:
                 raise
             result = await self._settle(event, exc)
-        self.logged(kind, ids, result.get("seq"), log_fields, payload or {})
+        self.logged(kind, ids, result.seq, log_fields, payload or {})
         return result
 
     async def defer(
@@ -162,21 +167,20 @@ class Audit:
         mark in ``after`` (`record`), which fails if it was lost.  Logged at
         once, with ``durable=False``: journald may show it before the store has it.
         """
-        event = self.event(kind, ids, payload) | {"durable": False}
-        if after:
-            event["after"] = after
-        result = await self.client.call("append", event)
-        mark = result.get("mark")
-        if not isinstance(mark, str):
+        event = dataclasses.replace(
+            self.event(kind, ids, payload), durable=False, after=tuple(after) if after else None
+        )
+        mark = (await self.journal.call(APPEND, event)).mark
+        if mark is None:
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the journal did not queue the record")
         self.logged(kind, ids, None, (log_fields or {}) | {"durable": False}, payload or {})
         return mark
 
-    async def ensure(self, event: dict[str, Any]) -> dict[str, Any]:
+    async def ensure(self, event: Append) -> Appended:
         """Make sure ``event`` (as `event` builds it) is in the journal: append it unless the request's trail has it."""
         return await self._settle(event, AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the journal did not answer"))
 
-    async def _settle(self, event: dict[str, Any], lost: AirlockError) -> dict[str, Any]:
+    async def _settle(self, event: Append, lost: AirlockError) -> Appended:
         """The journal read this append and died before answering: it may or may not have committed it.
 
         Sending it again blindly would write it twice when it had (a second
@@ -188,32 +192,32 @@ class Audit:
         record once, so a match is this record.
         """
         deadline = time.monotonic() + SETTLE_SECONDS
-        scope = {"request_id": event["request_id"]}
+        ask = Events(tail=SETTLE_WINDOW, scope={"request_id": event.request_id})
         while True:
             try:
-                page = await self.client.call("events", {"tail": SETTLE_WINDOW, "scope": scope}, timeout=5)
+                page = await self.journal.call(EVENTS, ask, timeout=5)
                 break
             except AirlockError:
                 if time.monotonic() >= deadline:
                     raise lost from None
                 await asyncio.sleep(0.1)
-        mine = canonical_json(event["payload"])
-        for found in page.get("events") or []:
+        mine = canonical_json(event.payload)
+        for found in page.events:
             if (found.get("kind"), found.get("writer"), found.get("operation_id")) == (
-                event["kind"],
-                event["writer"],
-                event["operation_id"],
+                event.kind,
+                event.writer,
+                event.operation_id,
             ) and canonical_json(found.get("payload")) == mine:
                 self.log.info(
                     f"{self.writer}.append.settled",
-                    kind=event["kind"],
-                    request_id=event["request_id"],
+                    kind=event.kind,
+                    request_id=event.request_id,
                     seq=found.get("seq"),
                     found=True,
                 )
-                return {"seq": found.get("seq"), "hash": found.get("hash")}
-        self.log.info(f"{self.writer}.append.settled", kind=event["kind"], request_id=event["request_id"], found=False)
-        return await self.client.call("append", event)
+                return Appended(found.get("seq"), found.get("hash"))
+        self.log.info(f"{self.writer}.append.settled", kind=event.kind, request_id=event.request_id, found=False)
+        return await self.journal.call(APPEND, event)
 
 
 def marks_of(untrusted: Any) -> list[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from airlock.common.peer import Peer, uid_of
 from airlock.common.server import Call, Connection
 from airlock.common.spec import check_privilege
 from airlock.common.wire import approval as wire_approval
+from airlock.common.wire import journal as jwire
 from airlock.common.wire import runner as runner_wire
 from airlock.common.wire.verb import Stub
 from airlock.intake.request import ExecRequest
@@ -72,7 +74,7 @@ class Drive:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.audit = Audit(config, "intake")
-        self.journal = self.audit.client
+        self.journal = self.audit.journal
         self.approval = Client(
             config.socket_path("approval"),
             service="airlock-approval",
@@ -91,15 +93,15 @@ class Drive:
         self.runner_uid = uid_of(config.services.runner_user)
         self.log = log.get()
 
-    def _claim_args(self, request_id: str, peer: Peer) -> dict[str, Any]:
+    def _claim_args(self, request_id: str, peer: Peer) -> jwire.Claim:
         # The journal holds the claims, durably: a restart of intake (idle exit,
         # crash) must not reopen the replay window.  Unreachable journal ->
         # audit_unavailable from the client, so the gate fails closed.
-        return {"key": f"{peer.uid}:{request_id}", "window_seconds": self.config.limits.replay_window_seconds}
+        return jwire.Claim(f"{peer.uid}:{request_id}", self.config.limits.replay_window_seconds)
 
     async def claim(self, request_id: str, peer: Peer) -> None:
-        claim = await self.journal.call("request.claim", self._claim_args(request_id, peer))
-        if not claim.get("claimed"):
+        claim = await self.journal.call(jwire.REQUEST_CLAIM, self._claim_args(request_id, peer))
+        if not claim.claimed:
             raise _replayed(request_id)
 
     async def check_token(self, request: Request, peer: Peer) -> str | None:
@@ -154,29 +156,29 @@ class Drive:
         # the gates), journal request.received, begin the operation.  The record
         # is deferred (issue 21): durable with the runner's exec.started, which
         # names its mark; the replay gate is decided at once all the same.
-        began = await self.journal.call(
-            "op.begin",
-            {
-                "operation_id": key,
-                "digest": digest,
-                "has_protected": work.has_protected,
-                "claim": self._claim_args(work.request_id, peer),
-                "event": self.audit.event(
-                    "request.received", ids, {"request": work.describe, "peer": peer.to_dict(), "digest": digest}
-                )
-                | {"durable": False},
-            },
+        received_event = self.audit.event(
+            "request.received", ids, {"request": work.describe, "peer": peer.to_dict(), "digest": digest}
         )
-        if not began.get("claimed"):
+        began = await self.journal.call(
+            jwire.OP_BEGIN,
+            jwire.OpBegin(
+                key,
+                digest,
+                work.has_protected,
+                self._claim_args(work.request_id, peer),
+                dataclasses.replace(received_event, durable=False),
+            ),
+        )
+        if not began.claimed:
             raise _replayed(work.request_id)
-        received = began.get("event", {}).get("mark")
+        received = began.event.mark if began.event is not None else None
         marks: list[str] = [received] if isinstance(received, str) else []
         self.audit.logged(
             "request.received", ids, None, {"durable": False}, {"request": work.describe, "digest": digest}
         )
-        if began["state"] == "replay":
+        if began.state == "replay":
             await self.audit.record("operation.replayed", ids, payload={"digest": digest}, after=marks)
-            return dict(began["outcome"]) | {"replay": True}
+            return dict(began.outcome or {}) | {"replay": True}
         # From here until its outcome is known the operation is in progress in the
         # journal's replay table: every way out closes it exactly once, with
         # op.complete after the try (the work ran) or op.abandon in an except.
@@ -372,11 +374,9 @@ class Drive:
         stored = thin(outcome) if len(canonical_json(outcome)) > REPLAY_OUTPUT_LIMIT else outcome
         event = self.audit.event("request.replied", ids, {"status": "ok", "code": None, "message": None})
         if after:
-            event["after"] = after
+            event = dataclasses.replace(event, after=tuple(after))
         try:
-            done = await self.journal.call(
-                "op.complete", {"operation_id": op, "digest": digest, "outcome": stored, "event": event}
-            )
+            done = await self.journal.call(jwire.OP_COMPLETE, jwire.OpComplete(op, digest, stored, event))
         except AirlockError as exc:
             self.log.error(
                 "intake.outcome.unstored",
@@ -386,26 +386,27 @@ class Drive:
                 error=exc.message,
             )
             return
-        self.audit.logged("request.replied", ids, done.get("event", {}).get("seq"), {"status": "ok"}, {"status": "ok"})
+        seq = done.event.seq if done.event is not None else None
+        self.audit.logged("request.replied", ids, seq, {"status": "ok"}, {"status": "ok"})
 
     async def _abandon(self, op: str, ids: Ids, exc: AirlockError | None, after: list[str] | None = None) -> None:
         """The operation did not settle: free its ID and journal the refusal, in one round trip."""
-        args: dict[str, Any] = {"operation_id": op}
+        event = None
         if exc is not None:
-            args["event"] = self.audit.event(
+            event = self.audit.event(
                 "request.replied", ids, {"status": "error", "code": exc.code.value, "message": exc.message}
             )
-            if after:
-                args["event"]["after"] = after  # not journaled if the request's deferred records were lost
+            if after:  # not journaled if the request's deferred records were lost
+                event = dataclasses.replace(event, after=tuple(after))
         try:
-            done = await self.journal.call("op.abandon", args)
+            done = await self.journal.call(jwire.OP_ABANDON, jwire.OpAbandon(op, event))
         except AirlockError:
             return  # the reply goes out either way; the journal's outage is reported by the next append
         if exc is not None:
             self.audit.logged(
                 "request.replied",
                 ids,
-                done.get("event", {}).get("seq"),
+                done.event.seq if done.event is not None else None,
                 {"status": "error", "code": exc.code.value},
                 {"status": "error", "code": exc.code.value},
             )

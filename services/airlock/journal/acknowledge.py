@@ -15,9 +15,9 @@ from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.journal import chain
 from airlock.journal.chain import Anchor
-from airlock.journal.reads import _facts, _verify_chain
 from airlock.journal.records import MAX_PAYLOAD_BYTES, Event, _canonical_object, _invalid, _unavailable
 from airlock.journal.schema import _COLUMNS, _migrate, _raise_high, _restore_triggers
+from airlock.journal.verification import _facts, _verify_chain
 
 
 @dataclass(frozen=True, slots=True)

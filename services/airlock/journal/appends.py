@@ -5,7 +5,7 @@ transaction), `append_deferred` (queued without waiting; answers a mark),
 `parse_marks` and `sync` (what became of earlier marks), settled operations
 (`op_begin`, `op_complete`, `op_abandon`) and request-ID claims.  Each checks
 its input, builds one work item and hands it to `Writer._submit`
-(journal/writer.py).  `Appends` is one part of `Store` (journal/store.py).
+(journal/writer.py).  `Appends` is one part `Store` holds (journal/store.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.kinds import check_writer
 from airlock.journal.operations import MAX_ID_CHARS, OpBegin, Settled, check_id
+from airlock.journal.reads import Reader
 from airlock.journal.records import (
     MAX_OUTCOME_BYTES,
     MAX_PAGE,
@@ -28,7 +29,8 @@ from airlock.journal.records import (
     _optional_text,
     _optional_uid,
 )
-from airlock.journal.writer import Writer, _Append, _Claim, _lost, _Settle, _Sync
+from airlock.journal.workitems import _Append, _Claim, _lost, _Settle, _Sync
+from airlock.journal.writer import Writer
 
 # A replay window longer than a day is a misconfiguration, not a policy.
 MAX_CLAIM_WINDOW: Final = 86400.0
@@ -37,10 +39,15 @@ MAX_AFTER: Final = 16  # marks one append may name
 MAX_CLAIM_KEY_CHARS: Final = MAX_ID_CHARS + 16
 
 
-class Appends(Writer):
-    """`Store`'s write verbs; the queue and the transaction are `Writer`'s."""
+class Appends:
+    """`Store`'s write verbs: each checks its input and hands one work item to ``writer`` (the queue and the
+    transaction are `Writer`'s); a claim's pre-check reads through ``reader``'s connection."""
 
-    meter: Callable[[int | None, int], None] | None
+    def __init__(self, writer: Writer, reader: Reader) -> None:
+        self.writer = writer
+        self.reader = reader
+        # Called with (peer_uid, payload bytes) for every record taken (journal/quota.py charges the agent).
+        self.meter: Callable[[int | None, int], None] | None = None
 
     # -- appending ------------------------------------------------------------
 
@@ -68,7 +75,7 @@ class Appends(Writer):
         item.after = after
         future = item.future
         assert future is not None
-        self._submit(item)
+        self.writer.submit(item)
         event = await future
         assert event is not None  # only a claimed append can come back empty
         return event
@@ -91,7 +98,7 @@ class Appends(Writer):
         item.claim = self._claim_item(key, window_seconds)
         future = item.future
         assert future is not None
-        self._submit(item)
+        self.writer.submit(item)
         return await future
 
     def append_deferred(
@@ -121,18 +128,18 @@ class Appends(Writer):
             item.claim = self._claim_item(*claim)
             if not self._claim_free(item.claim):
                 return None
-        self._submit(item)
+        self.writer.submit(item)
         if item.claim is not None:
             key = item.claim.key
-            self._claims_queued[key] = self._claims_queued.get(key, 0) + 1
-        return f"{self.boot}:{item.mark}"
+            self.writer.claims_queued[key] = self.writer.claims_queued.get(key, 0) + 1
+        return f"{self.writer.boot}:{item.mark}"
 
     def _claim_free(self, claim: _Claim) -> bool:
         """Whether ``claim`` would win now: no queued claim of its key, no unexpired committed one."""
-        if claim.key in self._claims_queued:
+        if claim.key in self.writer.claims_queued:
             return False
-        with self._rlock:
-            row = self._rconn.execute("SELECT expires FROM request_ids WHERE key = ?", (claim.key,)).fetchone()
+        with self.reader.lock:
+            row = self.reader.conn.execute("SELECT expires FROM request_ids WHERE key = ?", (claim.key,)).fetchone()
         return row is None or float(row[0]) <= claim.now
 
     def parse_marks(self, marks: Any) -> tuple[int, ...]:
@@ -147,7 +154,7 @@ class Appends(Writer):
             if not number.isdigit() or len(number) > 18 or not boot:
                 raise _invalid("after: a mark is '<boot>:<number>'", "after")
             n = int(number)
-            if boot != self.boot or n > self._issued or self._mark_failed(n):
+            if boot != self.writer.boot or n > self.writer.issued or self.writer.mark_failed(n):
                 raise _lost()
             out.append(n)
         return tuple(out)
@@ -160,7 +167,7 @@ class Appends(Writer):
         if not isinstance(marks, list) or len(marks) > MAX_PAGE:
             raise _invalid(f"marks must be a list of at most {MAX_PAGE} marks", "marks")
         work = _Sync(asyncio.get_running_loop().create_future())
-        self._submit(work)
+        self.writer.submit(work)
         await work.future
         lost = []
         for mark in marks:
@@ -187,7 +194,7 @@ class Appends(Writer):
         if self.meter is not None:  # the agent's share of the journal (journal/quota.py)
             self.meter(peer_uid, len(text))
         return _Append(
-            time=iso_utc(self._clock()),
+            time=iso_utc(self.writer.clock()),
             kind=kind,
             request_id=_optional_text("request_id", request_id),
             operation_id=_optional_text("operation_id", operation_id),
@@ -201,22 +208,22 @@ class Appends(Writer):
 
     def refuse(self, reason: str) -> None:
         """Fail every later write closed with ``audit_unavailable`` (the chain did not check out)."""
-        self._refusal = reason
+        self.writer.refused = reason
 
     @property
     def refusal(self) -> str | None:
-        return self._refusal
+        return self.writer.refused
 
     # -- operations -----------------------------------------------------------
 
     async def op_begin(self, operation_id: str, digest: str, *, has_protected: bool = False) -> OpBegin:
         """new (now active) | replay (the settled outcome) | raise conflict / in progress /
         protected redelivery forbidden.  Active state is memory only (reference/001)."""
-        return self._ops.begin(operation_id, digest, has_protected=has_protected)
+        return self.writer.ops.begin(operation_id, digest, has_protected=has_protected)
 
     def op_room(self, operation_id: str) -> None:
         """Raise ``busy`` now if ``op_begin`` of a new operation would (checked before anything is written)."""
-        self._ops.check_room(check_id("operation_id", operation_id))
+        self.writer.ops.check_room(check_id("operation_id", operation_id))
 
     async def op_complete(
         self, operation_id: str, digest: str, outcome: dict[str, Any], after: tuple[int, ...] = ()
@@ -230,21 +237,21 @@ class Appends(Writer):
         raised: the outcome is then unknown to replay, as after a crash.
         """
         _, text = _canonical_object("outcome", outcome, MAX_OUTCOME_BYTES)
-        if not self._ops.check_complete(operation_id, digest):
-            self._ops.abandon(operation_id)
+        if not self.writer.ops.check_complete(operation_id, digest):
+            self.writer.ops.abandon(operation_id)
             return
-        entry = Settled(operation_id, digest, text, self._clock())
+        entry = Settled(operation_id, digest, text, self.writer.clock())
         work = _Settle(entry, asyncio.get_running_loop().create_future(), after)
         try:
-            self._submit(work)
+            self.writer.submit(work)
             await work.future
         except AirlockError:
-            self._ops.abandon(operation_id)
+            self.writer.ops.abandon(operation_id)
             raise
 
     async def op_abandon(self, operation_id: str) -> None:
         """End an operation that settled nothing (it never ran, or failed before settling)."""
-        self._ops.abandon(check_id("operation_id", operation_id))
+        self.writer.ops.abandon(check_id("operation_id", operation_id))
 
     async def claim_request_id(self, key: str, window_seconds: float) -> bool:
         """Claim ``key`` for ``window_seconds``: True if it was free (or its claim
@@ -256,7 +263,7 @@ class Appends(Writer):
         the caller must fail closed.
         """
         work = self._claim_item(key, window_seconds)
-        self._submit(work)
+        self.writer.submit(work)
         return await work.future
 
     def _claim_item(self, key: str, window_seconds: float) -> _Claim:
@@ -274,4 +281,4 @@ class Appends(Writer):
             raise _invalid(
                 f"window_seconds must be a number above 0 and at most {MAX_CLAIM_WINDOW:g}", "window_seconds"
             )
-        return _Claim(key, self._clock(), float(window_seconds), asyncio.get_running_loop().create_future())
+        return _Claim(key, self.writer.clock(), float(window_seconds), asyncio.get_running_loop().create_future())

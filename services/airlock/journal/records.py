@@ -15,9 +15,9 @@ from typing import Any, Final
 from airlock.common.codec import canonical_json, reject_constant
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.kinds import MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES  # re-exported: the journal's cap
+from airlock.common.wire.journal import MAX_OUTCOME_BYTES as MAX_OUTCOME_BYTES  # re-exported: the journal's cap
 from airlock.journal.operations import MAX_ID_CHARS
 
-MAX_OUTCOME_BYTES: Final = 1024 * 1024
 MAX_PAGE: Final = 256
 MAX_UID: Final = 2**32 - 1
 

@@ -4,14 +4,15 @@ One SQLite database in WAL mode with ``synchronous=FULL``: a commit is on disk
 when it returns.  Appends return only after their commit.
 
 `Store` is the facade the journal service, the tests and the benchmarks use;
-it is assembled from parts that each hold one idea:
+it holds parts that each own their state and hold one idea (no part
+inherits from another; each gets what it uses when it is made):
 
 - `journal/schema.py`: the tables, the migrations, the SQL helpers;
 - `journal/records.py`: `Event` and the checks a payload passes;
-- `journal/writer.py`: the group-commit writer (the queue, batches, the
-  transaction, what a failure does to the marks);
+- `journal/writer.py`: the group-commit writer (the queue, batches, what a
+  failure does to the marks), `journal/transaction.py` its transaction;
 - `journal/appends.py`: the write verbs (appends, deferred appends and their
-  marks, settled operations, request-ID claims);
+  marks, settled operations, request-ID claims), handed to the writer;
 - `journal/reads.py`: the events feed, verification and anchor checks;
 - `journal/acknowledge.py`: the offline acknowledgement of a cut tail.
 
@@ -23,18 +24,14 @@ snapshot without holding up ``events``.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import os
-import secrets
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.journal import segments
+from airlock.journal import rollover, segments
 from airlock.journal.acknowledge import Acknowledged, acknowledge, validate_reason
 from airlock.journal.appends import Appends
 from airlock.journal.chain import GENESIS, VerifyResult
@@ -52,7 +49,7 @@ from airlock.journal.schema import (
     _reader,
     _restore_triggers,
 )
-from airlock.journal.writer import DEFER_LINGER, MAX_BATCH, _Work
+from airlock.journal.writer import DEFER_LINGER, MAX_BATCH, Writer
 
 __all__ = [
     "DEFER_LINGER",
@@ -74,8 +71,14 @@ __all__ = [
 ]
 
 
-class Store(Appends, Reader):
-    """The journal store.  Create with `Store.open`; async methods need one running loop."""
+class Store:
+    """The journal store.  Create with `Store.open`; async methods need one running loop.
+
+    A facade over three parts that each own their state: ``reader`` (the
+    read-only connection, the events feed, verification), ``writer`` (the
+    queue, the writer thread, the chain head) and ``appends`` (the write
+    verbs, handing work to ``writer``).  Its verbs are theirs.
+    """
 
     def __init__(
         self,
@@ -92,58 +95,83 @@ class Store(Appends, Reader):
         segment_max_age: float = 0.0,
     ) -> None:
         self.path = path
-        # Segments (journal/segments.py): the live one's first seq and opening time, and when to seal it.
-        self._segment_first, self._segment_opened = segment
-        self.archive_dir: Path | None = segments.default_archive_dir(path)
-        self.segment_max_bytes = segment_max_bytes
-        self.segment_max_age = segment_max_age
-        self._roll_after = 0.0
-        self._finish_pending = False
-        # Called on the event loop after each rollover with its records (the journal anchors and applies retention).
-        self.on_rollover: Callable[[list[Event]], None] | None = None
         # Triggers found missing at open and created again (for the service to report).
         self.restored_triggers = restored_triggers
-        self._wconn = wconn
-        self._wlock = threading.Lock()
-        self._rconn = rconn
-        self._rlock = threading.Lock()
-        self._head = head
-        self._high = max(high_water, head[0])
-        # Set by `refuse`: every later append, claim and settle fails closed.
-        self._refusal: str | None = None
-        # Called on the event loop after each successful commit (the journal anchors from it).
-        self.on_commit: Callable[[], None] | None = None
-        # Called with every committed batch's events, before on_commit (journal/fleet.py ships them to journald).
-        self.on_records: Callable[[list[Event]], None] | None = None
-        # Called with (peer_uid, payload bytes) for every record taken (journal/quota.py charges the agent).
-        self.meter: Callable[[int | None, int], None] | None = None
-        self._ops = operations
-        self._clock = clock
-        # One thread, so the writer connection is only ever used from it.
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-writer")
-        # None is the stop sentinel, queued behind everything still to commit.
-        # Unbounded on purpose: putting never awaits, so nothing can slip in
-        # behind the sentinel; the journal service bounds its connections.
-        self._queue: asyncio.Queue[_Work | None] = asyncio.Queue()
-        self._writer: asyncio.Task[None] | None = None
-        self._closing = False
-        self._closed = False
-        self._transactions = 0
-        self._appends = 0
-        self._settles = 0
-        self._failed = 0
-        self._largest_batch = 0
-        # Deferred appends: this store's boot ID, marks issued and settled so
-        # far, and the marks whose transaction failed (see the module doc).
-        self.boot = secrets.token_hex(8)
-        self._issued = 0
-        self._failed_marks: set[int] = set()
-        self._failed_floor = 0
-        # Keys of deferred claims queued and not yet committed or failed.
-        self._claims_queued: dict[str, int] = {}
-        # Set when work someone waits for is queued (or the store closes): a batch of
-        # deferred appends alone waits for it up to DEFER_LINGER.
-        self._urgent = asyncio.Event()
+        self.reader = Reader(path, rconn)
+        self.writer = Writer(
+            path, wconn, self.reader, head, operations, clock, high_water, segment, segment_max_bytes, segment_max_age
+        )
+        self.appends = Appends(self.writer, self.reader)
+        # The verbs, as their parts define them.
+        self.append = self.appends.append
+        self.append_claimed = self.appends.append_claimed
+        self.append_deferred = self.appends.append_deferred
+        self.parse_marks = self.appends.parse_marks
+        self.sync = self.appends.sync
+        self.refuse = self.appends.refuse
+        self.op_begin = self.appends.op_begin
+        self.op_room = self.appends.op_room
+        self.op_complete = self.appends.op_complete
+        self.op_abandon = self.appends.op_abandon
+        self.claim_request_id = self.appends.claim_request_id
+        self.events = self.reader.events
+        self.verify = self.reader.verify
+        self.audit = self.reader.audit
+        self.check_tail = self.reader.check_tail
+        self.sealed = self.reader.sealed
+        self.hash_at = self.reader.hash_at
+        self.verify_full = self.reader.verify_full
+        self.head = self.writer.head
+
+    # What the journal service plugs in: each goes to the part that calls it.
+
+    @property
+    def refusal(self) -> str | None:
+        return self.writer.refused
+
+    @property
+    def boot(self) -> str:
+        return self.writer.boot
+
+    @property
+    def archive_dir(self) -> Path | None:
+        return self.reader.archive_dir
+
+    @archive_dir.setter
+    def archive_dir(self, value: Path | None) -> None:
+        self.reader.archive_dir = value
+
+    @property
+    def meter(self) -> Callable[[int | None, int], None] | None:
+        return self.appends.meter
+
+    @meter.setter
+    def meter(self, value: Callable[[int | None, int], None] | None) -> None:
+        self.appends.meter = value
+
+    @property
+    def on_commit(self) -> Callable[[], None] | None:
+        return self.writer.on_commit
+
+    @on_commit.setter
+    def on_commit(self, value: Callable[[], None] | None) -> None:
+        self.writer.on_commit = value
+
+    @property
+    def on_records(self) -> Callable[[list[Event]], None] | None:
+        return self.writer.on_records
+
+    @on_records.setter
+    def on_records(self, value: Callable[[list[Event]], None] | None) -> None:
+        self.writer.on_records = value
+
+    @property
+    def on_rollover(self) -> Callable[[list[Event]], None] | None:
+        return self.writer.on_rollover
+
+    @on_rollover.setter
+    def on_rollover(self, value: Callable[[list[Event]], None] | None) -> None:
+        self.writer.on_rollover = value
 
     # -- opening --------------------------------------------------------------
 
@@ -185,17 +213,17 @@ class Store(Appends, Reader):
             wconn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             _migrate(wconn)
             restored = _restore_triggers(wconn)
-            if segments.seal_pending(wconn):
+            if rollover.seal_pending(wconn):
                 # A rollover a crash interrupted: finish it before anything else is written.
-                wconn, _, _ = segments.finish(path, wconn, clock())
-            segments.tighten(segments.segments_dir(path))
+                wconn, _, _ = rollover.finish(path, wconn, clock())
+            rollover.tighten(segments.segments_dir(path))
             for suffix in ("-wal", "-shm"):
                 side = path.with_name(path.name + suffix)
                 if side.exists():
                     os.chmod(side, 0o600)
             head = _read_head(wconn)
             high = _read_high(wconn)
-            _, first, opened = segments.live_segment(wconn)
+            _, first, opened = rollover.live_segment(wconn)
             operations.load(_read_operations(wconn, operations.expiry_cutoff()))
             rconn = _reader(path)
         except (sqlite3.Error, OSError) as exc:
@@ -221,27 +249,12 @@ class Store(Appends, Reader):
 
     # -- state ----------------------------------------------------------------
 
-    def head(self) -> tuple[int, str]:
-        """(seq, hash) of the newest durable event; ``(0, GENESIS)`` when empty."""
-        return self._head
-
     @property
     def stats(self) -> Stats:
-        return Stats(self._transactions, self._appends, self._settles, self._failed, self._largest_batch)
+        return self.writer.stats
 
     async def close(self) -> None:
         """Commit everything already queued, then close.  Later appends fail."""
-        if self._closed:
-            return
-        self._closing = True
-        if self._writer is not None:
-            self._queue.put_nowait(None)
-            self._urgent.set()
-            if not self._writer.done():
-                await self._writer
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._wconn.close)
-        self._executor.shutdown(wait=True)
-        with self._rlock:
-            self._rconn.close()
-        self._closed = True
+        if await self.writer.close():
+            with self.reader.lock:
+                self.reader.conn.close()

@@ -30,8 +30,7 @@ lost.
 The writer's connection is used only on the writer thread (the lock
 documents and enforces that).  The verbs that queue work (append, deferred
 appends, sync, settles, claims) are in journal/appends.py; `Writer` is their
-base and part of `Store` (journal/store.py), and holds no state of its own
-beyond what `Store` sets up.
+writer, and `Store` (journal/store.py) holds both.
 """
 
 from __future__ import annotations
@@ -39,20 +38,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from airlock.common import log
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.journal import chain, segments
-from airlock.journal.operations import OperationTable, Settled
-from airlock.journal.records import Event, _unavailable
-from airlock.journal.schema import _COLUMNS, _prune_operations, _raise_high, _read_head, _read_high, _reader
+from airlock.journal import rollover, transaction
+from airlock.journal.operations import OperationTable
+from airlock.journal.reads import Reader
+from airlock.journal.records import Event, Stats, _unavailable
+from airlock.journal.schema import _read_head, _read_high, _reader
+from airlock.journal.workitems import _Append, _Claim, _deferred, _fail, _lost, _Settle, _Sync, _Work
 
 # A batch this large already amortises the fsync; bigger ones only delay the
 # first caller in it.
@@ -68,92 +69,95 @@ ROLL_RETRY_SECONDS: Final = 5.0
 DEFER_LINGER: Final = 0.1
 
 
-@dataclass(slots=True)
-class _Append:
-    time: str
-    kind: str
-    request_id: str | None
-    operation_id: str | None
-    peer_uid: int | None
-    session: str | None
-    writer: str
-    payload: dict[str, Any]
-    payload_json: str
-    # None for a deferred append: nobody waits for its commit.
-    future: asyncio.Future[Event | None] | None
-    # Appended only if this claim wins, in the same transaction (intake's
-    # replay gate and its request.received cost one commit, not two).
-    claim: _Claim | None = None
-    mark: int = 0  # its place in the queue (see "Deferred appends")
-    after: tuple[int, ...] = ()  # earlier marks that must be committed first
-
-
-@dataclass(slots=True)
-class _Settle:
-    entry: Settled
-    future: asyncio.Future[None]
-    after: tuple[int, ...] = ()
-
-
-@dataclass(slots=True)
-class _Sync:
-    """Resolved once everything queued before it has been committed or failed."""
-
-    future: asyncio.Future[None]
-
-
-@dataclass(slots=True)
-class _Claim:
-    key: str
-    now: float
-    window: float
-    future: asyncio.Future[bool]
-
-
-_Work = _Append | _Settle | _Claim | _Sync
-
-
 class Writer:
     """`Store`'s writing half: everything that goes through the one queue and the one writer task."""
 
-    # Set up by Store.__init__ (journal/store.py).
-    _wconn: sqlite3.Connection
-    _wlock: threading.Lock
-    _rconn: sqlite3.Connection
-    _rlock: threading.Lock
-    _head: tuple[int, str]
-    _high: int
-    _refusal: str | None
-    on_commit: Callable[[], None] | None
-    on_records: Callable[[list[Event]], None] | None
-    _ops: OperationTable
-    _clock: Callable[[], float]
-    _executor: concurrent.futures.ThreadPoolExecutor
-    _queue: asyncio.Queue[_Work | None]
-    _writer: asyncio.Task[None] | None
-    _closing: bool
-    _transactions: int
-    _appends: int
-    _settles: int
-    _failed: int
-    _largest_batch: int
-    boot: str
-    _issued: int
-    _failed_marks: set[int]
-    _failed_floor: int
-    _claims_queued: dict[str, int]
-    _urgent: asyncio.Event
-    path: Path
-    # Segments (journal/segments.py): when to seal the live database, and what the live one is.
-    segment_max_bytes: int
-    segment_max_age: float
-    _segment_first: int | None
-    _segment_opened: float | None
-    _roll_after: float
-    on_rollover: Callable[[list[Event]], None] | None
-    _finish_pending: bool
+    def __init__(
+        self,
+        path: Path,
+        wconn: sqlite3.Connection,
+        reader: Reader,
+        head: tuple[int, str],
+        operations: OperationTable,
+        clock: Callable[[], float],
+        high_water: int = 0,
+        segment: tuple[int | None, float | None] = (None, None),
+        segment_max_bytes: int = 0,
+        segment_max_age: float = 0.0,
+    ) -> None:
+        self.path = path
+        self.reader = reader  # its connection is reopened on the new live file after a rollover
+        # Segments (journal/segments.py): the live one's first seq and opening time, and when to seal it.
+        self._segment_first, self._segment_opened = segment
+        self.segment_max_bytes = segment_max_bytes
+        self.segment_max_age = segment_max_age
+        self._roll_after = 0.0
+        self._finish_pending = False
+        # Called on the event loop after each rollover with its records (the journal anchors and applies retention).
+        self.on_rollover: Callable[[list[Event]], None] | None = None
+        self._wconn = wconn
+        self._wlock = threading.Lock()
+        self._head = head
+        self._high = max(high_water, head[0])
+        # Set by `Appends.refuse`: every later append, claim and settle fails closed.
+        self.refused: str | None = None
+        # Called on the event loop after each successful commit (the journal anchors from it).
+        self.on_commit: Callable[[], None] | None = None
+        # Called with every committed batch's events, before on_commit (journal/fleet.py ships them to journald).
+        self.on_records: Callable[[list[Event]], None] | None = None
+        self.ops = operations
+        self.clock = clock
+        # One thread, so the writer connection is only ever used from it.
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal-writer")
+        # None is the stop sentinel, queued behind everything still to commit.
+        # Unbounded on purpose: putting never awaits, so nothing can slip in
+        # behind the sentinel; the journal service bounds its connections.
+        self._queue: asyncio.Queue[_Work | None] = asyncio.Queue()
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self._closed = False
+        self._transactions = 0
+        self._appends = 0
+        self._settles = 0
+        self._failed = 0
+        self._largest_batch = 0
+        # Deferred appends: this store's boot ID, marks issued and settled so
+        # far, and the marks whose transaction failed (see the module doc).
+        self.boot = secrets.token_hex(8)
+        self.issued = 0
+        self._failed_marks: set[int] = set()
+        self._failed_floor = 0
+        # Keys of deferred claims queued and not yet committed or failed.
+        self.claims_queued: dict[str, int] = {}
+        # Set when work someone waits for is queued (or the store closes): a batch of
+        # deferred appends alone waits for it up to DEFER_LINGER.
+        self._urgent = asyncio.Event()
 
-    def _mark_failed(self, n: int) -> bool:
+    def head(self) -> tuple[int, str]:
+        """(seq, hash) of the newest durable event; ``(0, GENESIS)`` when empty."""
+        return self._head
+
+    @property
+    def stats(self) -> Stats:
+        return Stats(self._transactions, self._appends, self._settles, self._failed, self._largest_batch)
+
+    async def close(self) -> bool:
+        """Commit everything already queued, then close the writer's connection (False: closed before)."""
+        if self._closed:
+            return False
+        self._closing = True
+        if self._writer is not None:
+            self._queue.put_nowait(None)
+            self._urgent.set()
+            if not self._writer.done():
+                await self._writer
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._wconn.close)
+        self._executor.shutdown(wait=True)
+        self._closed = True
+        return True
+
+    def mark_failed(self, n: int) -> bool:
         return n in self._failed_marks or n < self._failed_floor
 
     def _fail_mark(self, n: int) -> None:
@@ -162,9 +166,9 @@ class Writer:
             self._failed_marks.clear()
         self._failed_marks.add(n)
 
-    def _submit(self, item: _Work) -> None:
-        if self._refusal is not None:
-            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, self._refusal)
+    def submit(self, item: _Work) -> None:
+        if self.refused is not None:
+            raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, self.refused)
         if self._closing:
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the audit journal is closing")
         if self._writer is None:
@@ -173,8 +177,8 @@ class Writer:
             # Cancelled from outside (say, its event loop ended): nobody would commit.
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "the audit journal's writer has stopped")
         if isinstance(item, _Append):
-            self._issued += 1
-            item.mark = self._issued
+            self.issued += 1
+            item.mark = self.issued
         self._queue.put_nowait(item)
         if not _deferred(item):
             self._urgent.set()  # someone waits: the writer commits now
@@ -201,26 +205,26 @@ class Writer:
 
     def _roll_due(self) -> bool:
         """Whether the live segment is past its size or age (checked between batches: a stat, no I/O wait)."""
-        if self._refusal is not None or time.monotonic() < self._roll_after:
+        if self.refused is not None or time.monotonic() < self._roll_after:
             return False
         if self._finish_pending:
             return True
         if self._segment_first is None:  # the database was empty at open: it begins now
             if self._head[0] == 0:
                 return False
-            self._segment_first, self._segment_opened = self._head[0], self._clock()
+            self._segment_first, self._segment_opened = self._head[0], self.clock()
         if self._head[0] <= self._segment_first:
             return False
         if self.segment_max_age > 0 and self._segment_opened is not None:
-            if self._clock() - self._segment_opened >= self.segment_max_age:
+            if self.clock() - self._segment_opened >= self.segment_max_age:
                 return True
         if self.segment_max_bytes > 0:
             # The database's own pages (committed, in the file or still in the WAL): the WAL file's size
             # says nothing once it has grown, as SQLite reuses it without shrinking it.
-            with self._rlock:
+            with self.reader.lock:
                 try:
-                    pages = self._rconn.execute("PRAGMA page_count").fetchone()[0]
-                    size = self._rconn.execute("PRAGMA page_size").fetchone()[0]
+                    pages = self.reader.conn.execute("PRAGMA page_count").fetchone()[0]
+                    size = self.reader.conn.execute("PRAGMA page_size").fetchone()[0]
                 except sqlite3.Error:
                     return False
             return int(pages) * int(size) >= self.segment_max_bytes
@@ -246,21 +250,21 @@ class Writer:
     def _roll_locked(self) -> list[Event]:
         # Readers wait on the lock: the store's read connection is closed (it would keep the file in
         # WAL mode) and opened again on the new live file.
-        with self._rlock:
-            self._rconn.close()
+        with self.reader.lock:
+            self.reader.conn.close()
             try:
                 with self._wlock:
                     try:
                         if self._finish_pending:
-                            conn, events, head = segments.finish(self.path, self._live_conn(), self._clock())
+                            conn, events, head = rollover.finish(self.path, self._live_conn(), self.clock())
                         else:
-                            conn, events, head = segments.seal(
-                                self.path, self._wconn, self._head, self._high, self._clock()
+                            conn, events, head = rollover.seal(
+                                self.path, self._wconn, self._head, self._high, self.clock()
                             )
                     except BaseException:
                         # Sealed but not yet in place: nothing more is written until `finish` succeeds.
                         try:
-                            self._finish_pending = segments.seal_pending(self._live_conn())
+                            self._finish_pending = rollover.seal_pending(self._live_conn())
                         except sqlite3.Error:
                             self._finish_pending = True
                         raise
@@ -269,9 +273,9 @@ class Writer:
                     self._head = head
                     self._high = max(self._high, head[0])
                     self._segment_first = head[0]
-                    self._segment_opened = self._clock()
+                    self._segment_opened = self.clock()
             finally:
-                self._rconn = _reader(self.path)
+                self.reader.conn = _reader(self.path)
         return events
 
     def _live_conn(self) -> sqlite3.Connection:
@@ -306,20 +310,20 @@ class Writer:
             return
         # Outcomes the replay table let go of (its owner's share was full) leave the database with this batch.
         settling = [w.entry for w in batch if isinstance(w, _Settle)]
-        earlier = self._ops.take_evicted() if settling else []
-        evicted = earlier + self._ops.planned_evictions(settling)
+        earlier = self.ops.take_evicted() if settling else []
+        evicted = earlier + self.ops.planned_evictions(settling)
         try:
             events, claimed, head = await loop.run_in_executor(
                 self._executor, self._write, batch, self._head, self._high, evicted
             )
         except (sqlite3.Error, OSError) as exc:
-            self._ops.evicted.extend(earlier)  # the next settle deletes them (a restart's load trims them too)
+            self.ops.evicted.extend(earlier)  # the next settle deletes them (a restart's load trims them too)
             self._failed += 1
             await self._reload_head(loop)
             self._failed_batch(batch, _unavailable(exc))
             return
         except Exception as exc:  # the writer must outlive any one batch; its callers get the error
-            self._ops.evicted.extend(earlier)
+            self.ops.evicted.extend(earlier)
             self._failed += 1
             await self._reload_head(loop)
             self._failed_batch(batch, exc)
@@ -351,7 +355,7 @@ class Writer:
                     work.future.set_result(won)
             else:
                 self._settles += 1
-                self._ops.settle(work.entry)
+                self.ops.settle(work.entry)
                 if not work.future.done():
                     work.future.set_result(None)
 
@@ -375,7 +379,7 @@ class Writer:
             return batch
         kept: list[_Work] = []
         for work in batch:
-            if isinstance(work, _Append | _Settle) and any(self._mark_failed(n) for n in work.after):
+            if isinstance(work, _Append | _Settle) and any(self.mark_failed(n) for n in work.after):
                 if isinstance(work, _Append) and work.future is None:
                     self._deferred_done(work, False)
                 elif work.future is not None:
@@ -389,11 +393,11 @@ class Writer:
             self._fail_mark(work.mark)
         if work.claim is not None:
             key = work.claim.key
-            left = self._claims_queued.get(key, 0) - 1
+            left = self.claims_queued.get(key, 0) - 1
             if left > 0:
-                self._claims_queued[key] = left
+                self.claims_queued[key] = left
             else:
-                self._claims_queued.pop(key, None)
+                self.claims_queued.pop(key, None)
 
     def _failed_batch(self, batch: list[_Work], exc: BaseException) -> None:
         for work in batch:
@@ -419,133 +423,5 @@ class Writer:
     def _write(
         self, batch: list[_Work], head: tuple[int, str], high: int, evicted: list[str] | None = None
     ) -> tuple[list[Event | None], list[bool], tuple[int, str]]:
-        """Runs on the writer thread: chain the batch and commit it as one transaction.
-
-        Returns the new events, the outcome of each claim in batch order, and the new head.
-        Seqs continue above the high-water mark, never below: a deleted tail's
-        numbers are not used again.
-        """
-        seq, prev = head
-        top = max(seq, high)
-        events: list[Event | None] = []
-        rows: list[tuple[Any, ...]] = []
-        settles: list[Settled] = [w.entry for w in batch if isinstance(w, _Settle)]
-        claims: list[_Claim] = []
-        for work in batch:
-            if isinstance(work, _Claim):
-                claims.append(work)
-            elif isinstance(work, _Append) and work.claim is not None:
-                claims.append(work.claim)
-        with self._wlock:
-            conn = self._wconn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                won = dict(zip((id(c) for c in claims), _claim_all(conn, claims), strict=True))
-                for work in batch:
-                    if not isinstance(work, _Append):
-                        continue
-                    if work.claim is not None and not won[id(work.claim)]:
-                        events.append(None)  # its key was held: nothing is written for it
-                        continue
-                    top += 1
-                    seq = top
-                    record = {
-                        "seq": seq,
-                        "time": work.time,
-                        "kind": work.kind,
-                        "request_id": work.request_id,
-                        "operation_id": work.operation_id,
-                        "peer_uid": work.peer_uid,
-                        "session": work.session,
-                        "writer": work.writer,
-                        "payload": work.payload,
-                        "prev_hash": prev,
-                    }
-                    digest = chain.compute_hash_with(record, work.payload_json)  # one encoding of the payload
-                    events.append(
-                        Event(
-                            seq,
-                            work.time,
-                            work.kind,
-                            work.request_id,
-                            work.operation_id,
-                            work.peer_uid,
-                            work.session,
-                            work.writer,
-                            work.payload,
-                            prev,
-                            digest,
-                        )
-                    )
-                    rows.append(
-                        (
-                            seq,
-                            work.time,
-                            work.kind,
-                            work.request_id,
-                            work.operation_id,
-                            work.peer_uid,
-                            work.session,
-                            work.writer,
-                            work.payload_json,
-                            prev,
-                            digest,
-                        )
-                    )
-                    prev = digest
-                if rows:
-                    conn.executemany(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-                    _raise_high(conn, seq)
-                if settles:
-                    conn.executemany(
-                        "INSERT OR REPLACE INTO operations (operation_id, digest, outcome, completed_at) VALUES "
-                        "(?,?,?,?)",
-                        [(s.operation_id, s.digest, s.outcome_json, s.completed_at) for s in settles],
-                    )
-                    _prune_operations(conn, self._ops.expiry_cutoff(), evicted or [])
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    try:
-                        conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass  # SQLite already rolled back (e.g. after SQLITE_FULL)
-                raise
-        claimed = [won[id(w)] for w in batch if isinstance(w, _Claim)]
-        return events, claimed, (seq, prev)
-
-
-def _claim_all(conn: sqlite3.Connection, claims: list[_Claim]) -> list[bool]:
-    """Inside the writer's transaction: each claim wins unless its key is held and unexpired.
-
-    In batch order, so of two claims of one key in one batch only the first wins.
-    """
-    if not claims:
-        return []
-    # Expired claims are dead weight; the index makes this a short range scan.
-    conn.execute("DELETE FROM request_ids WHERE expires <= ?", (min(c.now for c in claims),))
-    outcome = []
-    for claim in claims:
-        cursor = conn.execute(
-            "INSERT INTO request_ids (key, expires) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET expires = excluded.expires WHERE request_ids.expires <= ?",
-            (claim.key, claim.now + claim.window, claim.now),
-        )
-        outcome.append(cursor.rowcount == 1)
-    return outcome
-
-
-def _deferred(work: _Work | None) -> bool:
-    return isinstance(work, _Append) and work.future is None
-
-
-def _lost() -> AirlockError:
-    return AirlockError(
-        ErrorCode.AUDIT_UNAVAILABLE,
-        "an earlier record of this request was not committed (the journal restarted or could not write it)",
-    )
-
-
-def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
+        """Runs on the writer thread: chain the batch and commit it as one transaction (journal/transaction.py)."""
+        return transaction.write_batch(self._wconn, self._wlock, self.ops, batch, head, high, evicted)

@@ -13,6 +13,7 @@ from typing import Any
 
 from airlock.common.audit import Audit
 from airlock.common.errors import AirlockError
+from airlock.common.wire.journal import SYNC, Append, Sync
 
 # How many marks one `sync` asks about, how long to wait for a journal that does not answer
 # before giving up on them, and how many may wait at all.
@@ -25,17 +26,17 @@ class EndRecords:
     def __init__(self, audit: Audit, log: Any) -> None:
         self.audit = audit
         self.log = log
-        self.unconfirmed: dict[str, dict[str, Any]] = {}  # mark -> the event
+        self.unconfirmed: dict[str, Append] = {}  # mark -> the event
         self._wake = asyncio.Event()
         self._confirmer: asyncio.Task[None] | None = None
 
-    def add(self, mark: str, event: dict[str, Any]) -> None:
+    def add(self, mark: str, event: Append) -> None:
         if len(self.unconfirmed) >= MAX_UNCONFIRMED:  # the journal has not answered for long: bounded
             dropped = next(iter(self.unconfirmed))
             gone = self.unconfirmed.pop(dropped)
             self.log.error(
                 "runner.audit.unrecorded",
-                operation_id=gone.get("operation_id"),
+                operation_id=gone.operation_id,
                 code="audit_unavailable",
                 error="too many end records waiting for the journal's confirmation",
             )
@@ -55,8 +56,8 @@ class EndRecords:
             lost: list[str] | None = None
             while lost is None:
                 try:
-                    found = await self.audit.client.call("sync", {"marks": marks, "writer": "runner"}, timeout=10)
-                    lost = [m for m in found.get("lost") or [] if m in marks]
+                    found = await self.audit.journal.call(SYNC, Sync(tuple(marks), "runner"), timeout=10)
+                    lost = [m for m in found.lost if m in marks]
                 except AirlockError as exc:
                     if asyncio.get_running_loop().time() >= deadline:
                         lost = marks
@@ -72,7 +73,7 @@ class EndRecords:
                 except AirlockError as exc:
                     self.log.error(
                         "runner.audit.unrecorded",
-                        operation_id=event.get("operation_id"),
+                        operation_id=event.operation_id,
                         code=exc.code.value,
                         error=exc.message,
                     )

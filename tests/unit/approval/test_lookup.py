@@ -15,6 +15,7 @@ from airlock.approval.lookup import JournalLookup
 from airlock.common.codec import decode_request, encode_ok
 from airlock.common.errors import ErrorCode
 from airlock.common.ipc import Client
+from airlock.common.wire.verb import DoorName, Stub
 
 
 def event(seq: int, kind: str, request_id: str | None = None, operation_id: str | None = None) -> dict[str, Any]:
@@ -46,7 +47,7 @@ def with_journal(tmp_path: Path, events: list[dict[str, Any]], body: Any) -> tup
         server = await asyncio.start_unix_server(one, path=str(tmp_path / "journal.sock"))
         client = Client(tmp_path / "journal.sock", service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
         try:
-            return await body(JournalLookup(client))
+            return await body(JournalLookup(Stub(DoorName.JOURNAL, client)))
         finally:
             client.close()
             server.close()

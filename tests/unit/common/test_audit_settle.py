@@ -21,6 +21,8 @@ from airlock.common import config
 from airlock.common.audit import Audit, Ids
 from airlock.common.errors import ErrorCode
 from airlock.common.ipc import Client, Unreachable
+from airlock.common.wire.journal import Appended
+from airlock.common.wire.verb import DoorName, Stub
 
 
 class Journal:
@@ -62,22 +64,25 @@ class Journal:
                     data: dict[str, Any] = {"seq": self.events[-1]["seq"], "hash": "h"}
                 else:
                     scope = args["scope"]["request_id"]
-                    data = {"events": [e for e in self.events if e["request_id"] == scope], "latest": len(self.events)}
+                    found = [e for e in self.events if e["request_id"] == scope]
+                    data = {"events": found, "next_cursor": len(self.events), "latest": len(self.events)}
                 conn.sendall(json.dumps({"id": request["id"], "ok": True, "data": data}).encode() + b"\n")
 
 
 def _audit(path: Path) -> Audit:
     audit = Audit(config.parse_text("", "/t.yaml"), "runner")
-    audit.client = Client(path, service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
+    audit.journal = Stub(
+        DoorName.JOURNAL, Client(path, service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
+    )
     return audit
 
 
-def _record(audit: Audit, ids: Ids) -> dict[str, Any]:
-    async def main() -> dict[str, Any]:
+def _record(audit: Audit, ids: Ids) -> Appended:
+    async def main() -> Appended:
         try:
             return await audit.record("exec.finished", ids, payload={"exit_codes": [0]})
         finally:
-            audit.client.close()
+            audit.journal.close()
 
     return asyncio.run(main())
 
@@ -85,14 +90,14 @@ def _record(audit: Audit, ids: Ids) -> dict[str, Any]:
 def test_a_committed_append_is_found_not_written_again(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.sock", commit_first=True)
     result = _record(_audit(tmp_path / "j.sock"), Ids("r1", "op-1"))
-    assert result["seq"] == 1 and journal.appends == 1
+    assert result.seq == 1 and journal.appends == 1
     assert [e["kind"] for e in journal.events] == ["exec.finished"]
 
 
 def test_an_append_lost_with_the_journal_is_written_once_more(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "j.sock", commit_first=False)
     result = _record(_audit(tmp_path / "j.sock"), Ids("r1", "op-1"))
-    assert result["seq"] == 1 and journal.appends == 2
+    assert result.seq == 1 and journal.appends == 2
     assert [e["kind"] for e in journal.events] == ["exec.finished"]
 
 

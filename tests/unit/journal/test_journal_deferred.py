@@ -55,7 +55,7 @@ def test_a_request_its_decision_and_exec_started_cost_one_commit(db: Path) -> No
 
 def test_a_failed_transaction_fails_the_durable_append_that_names_its_marks(db: Path) -> None:
     async def body(store: Store) -> None:
-        real = store._write
+        real = store.writer._write
         calls = 0
 
         def failing_once(*args: Any) -> Any:
@@ -65,7 +65,7 @@ def test_a_failed_transaction_fails_the_durable_append_that_names_its_marks(db: 
                 raise sqlite3.OperationalError("database or disk is full")
             return real(*args)
 
-        store._write = failing_once  # type: ignore[method-assign,assignment]
+        store.writer._write = failing_once  # type: ignore[method-assign,assignment]
         received = _defer(store, "request.received", "intake")
         assert received is not None
         assert await store.sync([received]) == [received]  # its transaction failed
@@ -85,7 +85,7 @@ def test_the_failure_is_found_even_when_the_durable_append_is_queued_before_it_i
     """exec.started queued while the deferred record's transaction is still running, and failing."""
 
     async def body(store: Store) -> None:
-        real = store._write
+        real = store.writer._write
         release = threading.Event()
         calls = 0
 
@@ -97,7 +97,7 @@ def test_the_failure_is_found_even_when_the_durable_append_is_queued_before_it_i
                 raise sqlite3.OperationalError("disk I/O error")
             return real(*args)
 
-        store._write = failing_once  # type: ignore[method-assign,assignment]
+        store.writer._write = failing_once  # type: ignore[method-assign,assignment]
         received = _defer(store, "request.received", "intake")
         assert received is not None
         await asyncio.sleep(DEFER_LINGER + 0.1)  # the writer now holds it in a transaction
@@ -160,7 +160,7 @@ def test_a_deferred_record_naming_a_lost_mark_is_not_written_and_its_own_mark_is
     """approval's deferred decision names intake's mark: a decision for a request the journal lost is lost too."""
 
     async def body(store: Store) -> None:
-        real = store._write
+        real = store.writer._write
         release = threading.Event()
         calls = 0
 
@@ -172,7 +172,7 @@ def test_a_deferred_record_naming_a_lost_mark_is_not_written_and_its_own_mark_is
                 raise sqlite3.OperationalError("disk I/O error")
             return real(*args)
 
-        store._write = failing_once  # type: ignore[method-assign,assignment]
+        store.writer._write = failing_once  # type: ignore[method-assign,assignment]
         received = _defer(store, "request.received", "intake")
         assert received is not None
         await asyncio.sleep(DEFER_LINGER + 0.1)  # in the writer's (failing) transaction now

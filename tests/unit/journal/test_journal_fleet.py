@@ -9,6 +9,7 @@ import pytest
 
 from airlock.journal import chain, fleet
 from airlock.journal.chain import GENESIS
+from airlock.journal.collected import compare
 
 MID_A = "0123456789abcdef0123456789abcdef"
 MID_B = "fedcba9876543210fedcba9876543210"
@@ -204,18 +205,18 @@ def test_compare_names_the_first_seq_of_a_cut_or_a_rewrite() -> None:
     records = make_chain(10)
     collected = {r["seq"]: r["hash"] for r in records[:8]}
     local = {r["seq"]: r["hash"] for r in records}
-    same = fleet.compare(local, collected)
+    same = compare(local, collected)
     assert same.ok and same.compared == 8 and same.not_collected == [(9, 10)]
 
-    cut = fleet.compare({s: h for s, h in local.items() if s <= 5}, collected)
+    cut = compare({s: h for s, h in local.items() if s <= 5}, collected)
     assert not cut.ok and cut.first_differing_seq == 6 and "cut short after seq 5" in (cut.reason or "")
 
     rewritten = dict(local) | {4: "0" * 64}
-    result = fleet.compare(rewritten, collected)
+    result = compare(rewritten, collected)
     assert not result.ok and result.first_differing_seq == 4 and "rewritten" in (result.reason or "")
 
     deleted = {s: h for s, h in local.items() if s != 3}
-    result = fleet.compare(deleted, collected)
+    result = compare(deleted, collected)
     assert not result.ok and result.first_differing_seq == 3 and "deleted" in (result.reason or "")
 
 
@@ -261,7 +262,7 @@ def test_the_store_hands_every_committed_record_to_the_shipper_in_order(tmp_path
 def test_journald_failing_never_breaks_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
     """The shipper runs inside the commit: journald gone (send raises) must not raise into it."""
     from airlock.common import log
-    from airlock.journal import journalfiles, service
+    from airlock.journal import anchoring, journalfiles
 
     calls: list[int] = []
 
@@ -278,12 +279,12 @@ def test_journald_failing_never_breaks_the_commit(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(log, "_journald_in_use", True)
     monkeypatch.setattr(journalfiles, "RecordSender", Gone)
     monkeypatch.setattr(journalfiles, "local_host", lambda: HOST_A)
-    ship, host = service.shipping()
+    ship, host = anchoring.shipping()
     assert ship is not None and host == HOST_A
     ship([object(), object()])  # no exception
     assert calls == [2]
     monkeypatch.setattr(log, "_journald_in_use", False)
-    assert service.shipping() == (None, None)  # dev mode: nothing goes to journald
+    assert anchoring.shipping() == (None, None)  # dev mode: nothing goes to journald
 
 
 def test_an_acknowledged_cut_is_a_new_segment_and_the_cut_records_stay_as_evidence() -> None:
@@ -298,8 +299,8 @@ def test_an_acknowledged_cut_is_a_new_segment_and_the_cut_records_stay_as_eviden
     # the database after the acknowledgement: 1..6, 11..13 -- compare accepts the acknowledged cut
     local = {r["seq"]: r["hash"] for r in [*records[:6], ack, *after]}
     collected = {r["seq"]: r["hash"] for r in [*records, ack, *after]}
-    assert not fleet.compare(local, collected).ok
-    accepted = fleet.compare(local, collected, [(7, 10)])
+    assert not compare(local, collected).ok
+    accepted = compare(local, collected, [(7, 10)])
     assert accepted.ok and accepted.acknowledged == [(7, 10)] and accepted.compared == 9
 
 

@@ -209,7 +209,7 @@ def test_an_unreadable_anchors_file_fails_closed(db: Path, tmp_path: Path) -> No
 
 
 async def _start_check(store: Store, path: Path) -> str | None:
-    from airlock.journal.service import check_at_start
+    from airlock.journal.anchoring import check_at_start
 
     check_at_start(store, path)
     return store.refusal

@@ -1,13 +1,20 @@
-"""The journal's `hold.state` read: the newest hold or release, from approval's records only."""
+"""The journal's generic ``records`` read as approval asks it for its hold: the newest hold or release, from
+approval's records only (journal/select.py answers, approval/restore.py interprets)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from journal_support import with_store
 
-from airlock.journal.service import latest_hold
+from airlock.approval import restore
+from airlock.journal import select
 from airlock.journal.store import Store
+
+
+def latest_hold(db: Path) -> dict[str, Any] | None:
+    return restore.hold_from(select.records(db, restore.HOLD_QUERY))
 
 
 def test_the_newest_hold_or_release_wins_and_other_records_do_not_count(tmp_path: Path) -> None:

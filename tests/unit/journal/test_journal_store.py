@@ -435,7 +435,7 @@ def test_unwritable_database_fails_appends_and_recovers(db: Path) -> None:
         await fill(store, 2)
         head = store.head()
         await store.op_begin("op-1", "d")
-        store._wconn.execute("PRAGMA query_only = ON")  # the writer is idle: no race with its thread
+        store.writer._wconn.execute("PRAGMA query_only = ON")  # the writer is idle: no race with its thread
         results = await asyncio.gather(
             *(store.append(writer="intake", kind="request.received", payload={"i": i}) for i in range(5)),
             return_exceptions=True,
@@ -445,7 +445,7 @@ def test_unwritable_database_fails_appends_and_recovers(db: Path) -> None:
             await store.op_complete("op-1", "d", {"exit_code": 0})
         assert info.value.code is ErrorCode.AUDIT_UNAVAILABLE
         assert store.head() == head
-        store._wconn.execute("PRAGMA query_only = OFF")
+        store.writer._wconn.execute("PRAGMA query_only = OFF")
         event = await store.append(writer="intake", kind="request.received", payload={})
         assert (event.seq, event.prev_hash) == (3, head[1])
         assert store.verify().ok

@@ -1,4 +1,4 @@
-"""The fast chain walk (`chain.verify_stored`) gives exactly the reference's answer (`chain.verify_rows`).
+"""The fast chain walk (`fastwalk.verify_stored`) gives exactly the reference's answer (`chain.verify_rows`).
 
 Stored rows are tuples in `STORED_COLUMNS` order with the payload as text,
 as the journal's SELECT returns them.  Hypothesis builds good chains, then
@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airlock.common.codec import canonical_json
-from airlock.journal.chain import ACK_KIND, GENESIS, STORED_COLUMNS, compute_hash, verify_rows, verify_stored
+from airlock.journal.chain import ACK_KIND, GENESIS, compute_hash, verify_rows
+from airlock.journal.fastwalk import STORED_COLUMNS, verify_stored
 
 TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=12) | st.sampled_from(
     ['a"b', "back\\slash", "new\nline", "tab\t", "\x00nul", "\u2028", "é", "\x7f", "</script>"]
