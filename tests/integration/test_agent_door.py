@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from airlock.common.peer import OPERATOR_VERBS
+from airlock.common.wire.operator import VERBS as OPERATOR_VERBS
 
 from support import Stack, custom_stack, now_iso
 from waits import until, wait_record

@@ -8,7 +8,8 @@ session tokens' verbs are `sessions.SessionTokens`'; ``hold`` and
 ``release`` are `tickets.TicketBook`'s; the ``passkey.*`` verbs are
 `passkeys.Passkeys`'; ``statement``, ``grants`` and ``grant.revoke`` are in
 `votes`.  `Operating.operator_verbs` is the operator
-door's verb table: a token is refused there, an observer may only read.
+door's verb table, built from `common.wire.operator`'s declarations: a token
+is refused there, an observer may call only what the declarations let it.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ from airlock.common.audit import Audit, Ids
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import PASSKEY_VERBS, Peer, identify, may_decide, user_name
+from airlock.common.peer import Peer, identify, may_decide, user_name
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 from airlock.common.wire import journal as jwire
+from airlock.common.wire import operator as op
 from airlock.common.wire import runner as runner_wire
-from airlock.common.wire.verb import Empty, Stub
+from airlock.common.wire import verb as wire
+from airlock.common.wire.verb import Caller, Empty, Stub
 
 
 class Operating:
@@ -411,44 +414,58 @@ class Operating:
         return (await self.journal.call(jwire.HEAD, Empty())).to_dict()
 
     def operator_verbs(self, decides: Callable[[Peer], bool]) -> dict[str, Verb]:
-        """The operator door's verbs: none for a token; an observer (not ``decides``) only `OBSERVER_VERBS`."""
-        return {
-            name: _operator_only(verb if name in OBSERVER_VERBS else _not_observer(verb, decides))
-            for name, verb in {
-                "status": self.status,
-                "pending": self.list_pending,
-                "show": self.show,
-                "statement": self.votes.statement,
-                "grants": self.votes.list_grants,
-                "grant.revoke": self.votes.revoke_grant,
-                "approve": self.approve,
-                "deny": self.deny,
-                "cancel": self.cancel,
-                "kill": self.kill,
-                "running": self.running,
-                "hold": self.book.hold,
-                "release": self.book.release,
-                "policy.check": self.policy_check,
-                "events": self.events,
-                "audit.verify": self.audit_verify,
-                "audit.head": self.audit_head,
-                "audit.archive": self.audit_archive,
-                "token.issue": self.sessions.issue,
-                "token.revoke": self.sessions.revoke,
-                "passkey.enroll": self.passkeys.passkey_enroll,
-                "passkey.enroll_wait": self.passkeys.passkey_enroll_wait,
-                "passkey.register_begin": self.passkeys.passkey_register_begin,
-                "passkey.register_finish": self.passkeys.passkey_register_finish,
-                "passkey.login_begin": self.passkeys.passkey_login_begin,
-                "passkey.login_finish": self.passkeys.passkey_login_finish,
-                "passkey.decide_begin": self.passkeys.passkey_decide_begin,
-                "passkey.decide": self.passkeys.passkey_decide,
-                "passkey.list": self.passkeys.passkey_list,
-                "passkey.revoke": self.passkeys.passkey_revoke,
-                "output": self.outputs.output,
-                "logs": self.outputs.logs,
-            }.items()
+        """The operator door's table, built from `wire.operator`'s declarations: none for a token; each
+        verb refuses a caller its declaration does not name (an observer: not ``decides``)."""
+        web_user = self.config.web.user
+
+        def caller_of(peer: Peer) -> frozenset[Caller]:
+            if decides(peer):
+                return frozenset({Caller.OPERATOR})
+            if peer.user == web_user and peer.uid != 0:
+                return frozenset({Caller.OBSERVER, Caller.WEB})
+            return frozenset({Caller.OBSERVER})
+
+        handlers = {
+            op.STATUS: self.status,
+            op.PENDING: self.list_pending,
+            op.SHOW: self.show,
+            op.STATEMENT: self.votes.statement,
+            op.GRANTS: self.votes.list_grants,
+            op.GRANT_REVOKE: self.votes.revoke_grant,
+            op.APPROVE: self.approve,
+            op.DENY: self.deny,
+            op.CANCEL: self.cancel,
+            op.KILL: self.kill,
+            op.RUNNING: self.running,
+            op.HOLD: self.book.hold,
+            op.RELEASE: self.book.release,
+            op.POLICY_CHECK: self.policy_check,
+            op.EVENTS: self.events,
+            op.AUDIT_VERIFY: self.audit_verify,
+            op.AUDIT_HEAD: self.audit_head,
+            op.AUDIT_ARCHIVE: self.audit_archive,
+            op.TOKEN_ISSUE: self.sessions.issue,
+            op.TOKEN_REVOKE: self.sessions.revoke,
+            op.OUTPUT: self.outputs.output,
+            op.LOGS: self.outputs.logs,
+            op.PASSKEY_ENROLL: self.passkeys.passkey_enroll,
+            op.PASSKEY_ENROLL_WAIT: self.passkeys.passkey_enroll_wait,
+            op.PASSKEY_REGISTER_BEGIN: self.passkeys.passkey_register_begin,
+            op.PASSKEY_REGISTER_FINISH: self.passkeys.passkey_register_finish,
+            op.PASSKEY_LOGIN_BEGIN: self.passkeys.passkey_login_begin,
+            op.PASSKEY_LOGIN_FINISH: self.passkeys.passkey_login_finish,
+            op.PASSKEY_DECIDE_BEGIN: self.passkeys.passkey_decide_begin,
+            op.PASSKEY_DECIDE: self.passkeys.passkey_decide,
+            op.PASSKEY_LIST: self.passkeys.passkey_list,
+            op.PASSKEY_REVOKE: self.passkeys.passkey_revoke,
         }
+        table = wire.serve(
+            op.DOOR,
+            {verb: wire.untyped(handler) for verb, handler in handlers.items()},
+            caller_of=caller_of,
+            refuse=_observers_only_read,
+        )
+        return {name: _operator_only(served) for name, served in table.items()}
 
 
 def _operator_only(verb: Verb) -> Verb:
@@ -462,32 +479,9 @@ def _operator_only(verb: Verb) -> Verb:
     return checked
 
 
-# What a read-only operator (``operators.observers``) may call on operator.sock.
-# The passkey verbs too (issue 33): each is decided by the token or the assertion it carries, or checks
-# its caller itself (enroll, list, revoke); airlock-web (web.user) is an observer that carries them.
-OBSERVER_VERBS = frozenset(
-    {
-        "status",
-        "pending",
-        "show",
-        "events",
-        "statement",
-        "grants",
-        "running",
-    }
-    | PASSKEY_VERBS
-)
-
-
-def _not_observer(verb: Verb, decides: Callable[[Peer], bool]) -> Verb:
-    """A verb that changes something: an observer is refused (`common.peer.may_decide` says who is one)."""
-
-    async def checked(call: Call) -> dict[str, Any]:
-        if not decides(call.peer):
-            raise AirlockError(ErrorCode.UNAUTHORIZED, "observers may only read (status, pending, show, events)")
-        return await verb(call)
-
-    return checked
+def _observers_only_read(verb: wire.Verb[Any, Any]) -> AirlockError:
+    """What an observer gets for a verb that changes something (`wire.operator` declares who may call what)."""
+    return AirlockError(ErrorCode.UNAUTHORIZED, "observers may only read (status, pending, show, events)")
 
 
 def _peer_for_user(user: str) -> Peer:

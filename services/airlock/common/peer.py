@@ -14,7 +14,6 @@ import socket
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
 
 from airlock.common.errors import AirlockError, ErrorCode
 
@@ -178,53 +177,8 @@ def uid_of(user: str) -> int | None:
         return None
 
 
-# Issue 33: the passkey verbs (approval/passkeys.py); each decides by its token or assertion, not its
-# caller, so observers (airlock-web) may call them too: approval's OBSERVER_VERBS takes this same set.
-PASSKEY_VERBS: Final = frozenset(
-    {
-        "passkey.enroll",
-        "passkey.enroll_wait",
-        "passkey.register_begin",
-        "passkey.register_finish",
-        "passkey.login_begin",
-        "passkey.login_finish",
-        "passkey.decide_begin",
-        "passkey.decide",
-        "passkey.list",
-        "passkey.revoke",
-    }
-)
-
-# The operator door's verbs (the approval service serves them; tests/unit/approval
-# checks the two agree).  Intake refuses each one it does not serve itself to an
-# agent, with the refusal a bad token gets: a probe learns nothing about the door.
-OPERATOR_VERBS: Final = frozenset(
-    {
-        "status",
-        "pending",
-        "show",
-        "approve",
-        "deny",
-        "cancel",
-        "kill",
-        "running",
-        "hold",
-        "release",
-        "events",
-        "policy.check",
-        "audit.verify",
-        "audit.head",
-        "audit.archive",
-        "token.issue",
-        "token.revoke",
-        "statement",
-        "grants",
-        "grant.revoke",
-        "output",
-        "logs",
-    }
-    | PASSKEY_VERBS
-)
+# The operator door's verbs (OPERATOR_VERBS, PASSKEY_VERBS, OBSERVER_VERBS) are declared once,
+# in `airlock.common.wire.operator`; the agent door's in `airlock.common.wire.agent`.
 
 
 def may_decide(

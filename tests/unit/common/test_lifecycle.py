@@ -26,7 +26,7 @@ def story(*steps: str | tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-# Every way a request's story really goes (the services' orders: intake/service.py drive,
+# Every way a request's story really goes (the services' orders: intake/drive.py run_work,
 # approval/decide.py decide, runner/service.py exec, runner/fileop_verbs.py files).
 LEGAL = {
     "policy allow, command ran": (

@@ -415,10 +415,18 @@ Served = Callable[["Call"], Awaitable[dict[str, Any]]]
 CallerOf = Callable[["Peer"], frozenset[Caller]]
 
 
-def _typed(verb: Verb[A, R], handler: Handler[A, R], caller_of: CallerOf | None) -> Served:
+# The refusal a caller the declaration does not name gets (a door may word it for its people).
+Refusal = Callable[["Verb[Any, Any]"], AirlockError]
+
+
+def _not_for_caller(verb: Verb[Any, Any]) -> AirlockError:
+    return AirlockError(ErrorCode.UNAUTHORIZED, f"{verb.name} is not for this caller", {"verb": verb.name})
+
+
+def _typed(verb: Verb[A, R], handler: Handler[A, R], caller_of: CallerOf | None, refuse: Refusal) -> Served:
     async def served(call: Call) -> dict[str, Any]:
         if caller_of is not None and not caller_of(call.peer) & verb.callers:
-            raise AirlockError(ErrorCode.UNAUTHORIZED, f"{verb.name} is not for this caller", {"verb": verb.name})
+            raise refuse(verb)
         reply = await handler(call, verb.args.from_dict(call.args))
         return reply.to_dict()
 
@@ -427,7 +435,11 @@ def _typed(verb: Verb[A, R], handler: Handler[A, R], caller_of: CallerOf | None)
 
 
 def serve(
-    door: DoorName, handlers: Mapping[Verb[Any, Any], Handler[Any, Any]], *, caller_of: CallerOf | None = None
+    door: DoorName,
+    handlers: Mapping[Verb[Any, Any], Handler[Any, Any]],
+    *,
+    caller_of: CallerOf | None = None,
+    refuse: Refusal = _not_for_caller,
 ) -> dict[str, Served]:
     """A door's verb table (`common.server.Door.verbs`), exactly its declared verbs.
 
@@ -435,13 +447,14 @@ def serve(
     declared verb has no handler: a service cannot serve what is not declared
     nor forget what is.  With ``caller_of`` (the peer's roles), a verb refuses
     a caller its declaration does not name (unauthorized) before its
-    arguments are read: "who may call it" is enforced where it is declared.
+    arguments are read: "who may call it" is enforced where it is declared
+    (``refuse`` words that refusal).
     """
     table: dict[str, Served] = {}
     for verb, handler in handlers.items():
         if verb.door is not door or _DECLARED[door].get(verb.name) is not verb:
             raise ValueError(f"{verb.door}.{verb.name} is not declared on door {door}")
-        table[verb.name] = _typed(verb, handler, caller_of)
+        table[verb.name] = _typed(verb, handler, caller_of, refuse)
     missing = set(_DECLARED[door]) - set(table)
     if missing:
         raise ValueError(f"door {door} does not serve declared verbs: {', '.join(sorted(missing))}")
