@@ -106,3 +106,16 @@ def test_protocol_core_does_no_io(module: str) -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not imported & IO_MODULES, f"{module} imports {sorted(imported & IO_MODULES)}"
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_500_lines() -> None:
+    """Issue 36: a module is one idea a reader can hold; past 500 lines it is two (split by idea)."""
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in sorted((REPO / "services" / "airlock").rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
