@@ -136,7 +136,7 @@ class Stack:
     def journal_rows(self) -> list[dict[str, Any]]:
         import sqlite3
 
-        with sqlite3.connect(f"file:{self.database}?mode=ro", uri=True) as conn:
+        with contextlib.closing(sqlite3.connect(f"file:{self.database}?mode=ro", uri=True)) as conn:
             conn.row_factory = sqlite3.Row
             return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY seq")]
 
