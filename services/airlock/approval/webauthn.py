@@ -246,15 +246,3 @@ def hmac_equal(a: bytes, b: bytes) -> bool:
     import hmac
 
     return hmac.compare_digest(bytes(a), bytes(b))
-
-
-def valid_public_key(public_key: bytes) -> bool:
-    """Whether ``public_key`` is a COSE key fido2 can verify with (the runner checks before storing)."""
-    from fido2 import cbor
-    from fido2.cose import CoseKey
-
-    try:
-        CoseKey.parse(cbor.decode(public_key))
-    except Exception:
-        return False
-    return True
