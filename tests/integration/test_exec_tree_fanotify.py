@@ -108,7 +108,13 @@ def test_a_script_is_one_program_that_names_its_interpreter(cgroup: Path, events
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n/usr/bin/true\n")
     script.chmod(0o755)
-    tree = _run_in(cgroup, events, [str(script)])
+    # /usr/bin/true lives a millisecond: on a loaded host it can be reaped before its cgroup was read, and
+    # is then counted as unattributed, never guessed (see the test above): such a run is retried.
+    for _ in range(5):
+        tree = _run_in(cgroup, events, [str(script)])
+        if tree["unattributed"] == 0:
+            break
+    assert tree["unattributed"] == 0, tree
     procs = tree["processes"]
     assert [p["exe"] for p in procs] == [str(script), "/usr/bin/true"], procs
     assert procs[0]["interpreter"] == "/usr/bin/dash" and procs[0]["script"] is True

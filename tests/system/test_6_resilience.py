@@ -6,6 +6,7 @@ request's story is one the lifecycle table allows (`audit verify --lifecycle`)."
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 
@@ -93,15 +94,39 @@ def test_every_request_gets_an_answer(system, stream_script: str, service: str, 
     )
     before = system.main_pid(service)
     proc = system.c.popen(["python3", stream_script, tag, "3", "12"], user=system.AGENT)
-    time.sleep(1.0)
+    # Disrupt once the stream is under way (6 of 36 answered), not after a
+    # fixed sleep: since `airlock run` got faster a whole stream could end
+    # within a second, and a kill after the last answer tests nothing.
+    answered: list[bytes] = []
+    under_way = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            answered.append(raw)
+            if len(answered) >= 6:
+                under_way.set()
+        under_way.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert under_way.wait(timeout=120), "the stream did not start"
+    at_disruption = len(answered)
     _disrupt(system, service, how)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err.decode()
-    lines = [json.loads(line) for line in out.decode().splitlines() if line.strip()]
-    assert len(lines) == 36, out.decode()
+    assert proc.wait(timeout=300) == 0, proc.stderr.read().decode() if proc.stderr else ""
+    reader.join(timeout=30)
+    assert at_disruption < 36, "the stream ended before the disruption"
+    lines = [json.loads(line) for line in answered if line.strip()]
+    assert len(lines) == 36, answered
     outcomes = [_check_answer(line) for line in lines]
-    print(f"{service} {how}: {outcomes.count('ok')} ok, {outcomes.count('error')} clean errors")
-    assert system.main_pid(service) != before  # it really was restarted or killed
+    ok, errors = outcomes.count("ok"), outcomes.count("error")
+    print(f"{service} {how}: disrupted after {at_disruption} answers; {ok} ok, {errors} clean errors")
+    # It really was restarted or killed (systemd reaps a killed process
+    # asynchronously, so wait for MainPID to change rather than read it once).
+    deadline = time.monotonic() + 20
+    while system.main_pid(service) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert system.main_pid(service) != before
 
     # Service is back: a request after the disruption succeeds.
     deadline = time.monotonic() + 20
