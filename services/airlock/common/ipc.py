@@ -89,6 +89,11 @@ class Client:
         self._idle: list[_Conn] = []
         self._sweep: asyncio.TimerHandle | None = None
 
+    def malformed_reply(self, verb: str, why: str) -> Unreachable:
+        """A well-framed reply whose data its declaration does not allow: the callee is at fault, not
+        the caller's arguments, so fail closed as if it were down -- and it may have acted."""
+        return self._down(f"malformed {verb} reply ({why})", maybe_done=True)
+
     def _down(self, why: str, cause: BaseException | None = None, *, maybe_done: bool = False) -> Unreachable:
         return Unreachable(
             self.unavailable,

@@ -174,3 +174,24 @@ def test_a_reply_larger_than_the_client_reads_is_told_apart(tmp_path: Path, monk
             client.close()
 
     run(body)
+
+
+def test_a_reply_its_declaration_does_not_allow_is_the_callee_unavailable(tmp_path: Path) -> None:
+    """A stub's reply that fails its message check names the callee as unavailable, not the caller's arguments
+    as invalid: a client asked through intake must not be told its request was malformed because the journal
+    answered garbage (and the journal may have acted)."""
+    from airlock.common.wire.journal import APPEND, Append
+    from airlock.common.wire.verb import DoorName, Stub
+
+    async def body() -> None:
+        async with serving(tmp_path / "s.sock", echo):  # echo's {"verb", "args"} is not an `Appended`
+            client = Client(tmp_path / "s.sock", service="airlock-journal", unavailable=ErrorCode.AUDIT_UNAVAILABLE)
+            journal = Stub(DoorName.JOURNAL, client)
+            with pytest.raises(Unreachable) as caught:
+                await journal.call(APPEND, Append(kind="request.received"))
+            assert caught.value.code is ErrorCode.AUDIT_UNAVAILABLE
+            assert "malformed append reply" in caught.value.message and caught.value.maybe_done
+            assert await client.call("hello", {}) == {"verb": "hello", "args": {}}  # control: the door itself works
+            client.close()
+
+    run(body)

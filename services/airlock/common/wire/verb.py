@@ -491,7 +491,11 @@ class Stub:
         data = await self.client.call(
             verb.name, args.to_dict(), on_event=on_event, timeout=timeout, request_id=request_id
         )
-        return verb.reply.from_dict(data)
+        try:
+            return verb.reply.from_dict(data)
+        except AirlockError as exc:
+            # Reported as invalid_arguments it would blame the caller's client for the callee's reply.
+            raise self.client.malformed_reply(verb.name, exc.message) from None
 
     def close(self) -> None:
         self.client.close()
