@@ -67,6 +67,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--py-spy", action="store_true", help="sample each service during the concurrent load")
+    parser.add_argument("--keep", type=Path, help="copy py-spy's raw stacks (SERVICE.txt) into this folder")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="alp-"))
     config = bench_config(work / "bench.yaml", root=ROOT)
@@ -137,6 +138,9 @@ def main() -> int:
                 print(f"\npy-spy, {s}: innermost airlock frame (or leaf), share of samples")
                 for line in top_frames(path):
                     print(f"  {line}")
+                if args.keep is not None:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(path, args.keep / path.name)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -11,7 +11,11 @@ asked, never have anything else run.
 How it runs:
 
 - the program must be root's alone (file and every directory above it, as a
-  root job's binary: common/binary.py), so its user cannot rewrite it;
+  root job's binary: common/binary.py), so its user cannot rewrite it; what
+  runs is the file that check opened, never the path again: the child
+  executes the held fd (``/proc/self/fd/N``), the unit runs a job unit's exec
+  helper (runner/stageunit.py), which reopens the path symlink-free and
+  refuses unless it is the same file (device, inode, owner, mode);
 - as ``approval.reviewer_user`` (never root: a missing user or uid 0 means
   there is no reviewer, and people are asked), no supplementary groups,
   ``/`` as working directory, an environment of ``PATH`` and ``LANG`` only;
@@ -42,6 +46,7 @@ import itertools
 import os
 import pwd
 import signal
+import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,7 +59,7 @@ from airlock.common.config import Config
 from airlock.common.containment import systemd_is_running
 from airlock.common.errors import AirlockError
 from airlock.common.sandbox import Property
-from airlock.runner import units
+from airlock.runner import stageunit, units
 
 MAX_STDOUT = 4096
 MAX_STDERR = 2048
@@ -66,9 +71,12 @@ _TASKS_MAX = 64
 # What the reviewer must never see or reach, whatever the host's layout.
 HIDDEN = ("-/run/airlock", "-/run/airlock-runner", "-/var/lib/airlock", "-/etc/airlock", "-/var/lib/airlock-notify")
 _names = itertools.count(1)
+# The reviewer's whole environment on either path (the unit's exec helper takes it hex-encoded).
+_ENV = b"PATH=/usr/bin:/bin\0LANG=C.UTF-8"
 _slots = asyncio.Semaphore(CONCURRENT)
 
-# The fallback's helper (python3 -I -S -c): argv is [uid, gid, network, nproc, cpu, program, args...].
+# The fallback's helper (python3 -I -S -c): argv is [uid, gid, network, nproc, cpu, fd, program, args...];
+# fd is the program as the runner opened and checked it (inherited), executed as such.
 HELPER = """\
 import ctypes, os, resource, sys
 uid, gid, network, nproc, cpu = (int(v) for v in sys.argv[1:6])
@@ -83,7 +91,7 @@ os.setgid(gid)
 os.setuid(uid)
 if libc.prctl(38, 1, 0, 0, 0) != 0:
     os._exit(125)
-os.execve(sys.argv[6], sys.argv[6:], {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+os.execve("/proc/self/fd/%d" % int(sys.argv[6]), sys.argv[7:], {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
 """
 
 
@@ -101,19 +109,36 @@ def identity(config: Config) -> tuple[int, int] | str:
     return entry.pw_uid, entry.pw_gid
 
 
-def properties(config: Config, uid: int, gid: int) -> list[Property]:
-    """The transient service's settings (systemd path): what the module docstring promises."""
+def properties(config: Config, uid: int, gid: int, program: os.stat_result) -> list[Property]:
+    """The transient service's settings (systemd path): what the module docstring promises.
+
+    ``program``: the ``fstat`` of the reviewer as the runner opened and checked it; the unit's
+    exec helper runs it only if the path still leads to that very file.
+    """
     command = config.approval.reviewer_command
+    helper = [
+        units.python_executable(),
+        "-I",
+        "-S",
+        "-c",
+        stageunit.HELPER,
+        command[0],
+        str(program.st_dev),
+        str(program.st_ino),
+        str(program.st_uid),
+        str(stat.S_IMODE(program.st_mode)),
+        *command,
+    ]
     runtime = config.approval.reviewer_timeout_seconds + 2 * GRACE_SECONDS
     props: list[Property] = [
         ("Description", "s", "airlock reviewer"),
         ("Type", "s", "exec"),
-        ("ExecStart", "a(sasb)", [(command[0], list(command), False)]),
+        ("ExecStart", "a(sasb)", [(helper[0], helper, False)]),
+        ("Environment", "as", [f"AIRLOCK_JOB_ENV={_ENV.hex()}"]),
         ("User", "s", str(uid)),
         ("Group", "s", str(gid)),
         ("SupplementaryGroups", "as", []),
         ("WorkingDirectory", "s", "/"),
-        ("Environment", "as", ["PATH=/usr/bin:/bin", "LANG=C.UTF-8"]),
         ("UMask", "u", 0o077),
         ("KillMode", "s", "control-group"),
         ("SendSIGKILL", "b", True),
@@ -149,7 +174,7 @@ def properties(config: Config, uid: int, gid: int) -> list[Property]:
     return props
 
 
-def helper_argv(config: Config, uid: int, gid: int) -> list[str]:
+def helper_argv(config: Config, uid: int, gid: int, fd: int) -> list[str]:
     cpu = int(config.approval.reviewer_timeout_seconds) + 1
     network = "1" if config.approval.reviewer_network else "0"
     return [
@@ -163,6 +188,7 @@ def helper_argv(config: Config, uid: int, gid: int) -> list[str]:
         network,
         str(_TASKS_MAX),
         str(cpu),
+        str(fd),
         *config.approval.reviewer_command,
     ]
 
@@ -180,10 +206,22 @@ async def review(config: Config, statement: Mapping[str, Any], *, systemd: bool)
     if isinstance(who, str):
         return {"ran": False, "why": who}
     try:
-        fd, _ = binary.open_binary(command[0], trusted=True)
-        os.close(fd)
+        program = binary.open_binary(command[0], trusted=True)  # held until it ran: what runs is this file
     except AirlockError as exc:
         return {"ran": False, "why": f"{exc.code.value}: {exc.message}"}
+    try:
+        return await _review(config, who, statement, systemd, program)
+    finally:
+        os.close(program[0])
+
+
+async def _review(
+    config: Config,
+    who: tuple[int, int],
+    statement: Mapping[str, Any],
+    systemd: bool,
+    program: tuple[int, os.stat_result],
+) -> dict[str, Any]:
     data = canonical_json(dict(statement)) + b"\n"
     deadline = asyncio.get_running_loop().time() + config.approval.reviewer_timeout_seconds
     try:
@@ -194,8 +232,8 @@ async def review(config: Config, statement: Mapping[str, Any], *, systemd: bool)
         stdin = _memfd(data)
         try:
             if systemd and systemd_is_running() and os.geteuid() == 0:
-                return await _as_service(config, who, stdin, deadline)
-            return await _as_child(config, who, stdin, deadline)
+                return await _as_service(config, who, stdin, deadline, program[1])
+            return await _as_child(config, who, stdin, deadline, program[0])
         finally:
             os.close(stdin)
     finally:
@@ -234,15 +272,16 @@ def _report(code: int | None, out: tuple[bytes, bool], err: tuple[bytes, bool], 
     }
 
 
-async def _as_child(config: Config, who: tuple[int, int], stdin: int, deadline: float) -> dict[str, Any]:
+async def _as_child(config: Config, who: tuple[int, int], stdin: int, deadline: float, fd: int) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
-        *helper_argv(config, *who),
+        *helper_argv(config, *who, fd),
         stdin=stdin,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=environment(),
         cwd="/",
         close_fds=True,
+        pass_fds=(fd,),
         start_new_session=True,
     )
     assert proc.stdout is not None
@@ -275,13 +314,15 @@ async def _as_child(config: Config, who: tuple[int, int], stdin: int, deadline: 
     return _report(code, out, err, False)
 
 
-async def _as_service(config: Config, who: tuple[int, int], stdin: int, deadline: float) -> dict[str, Any]:
+async def _as_service(
+    config: Config, who: tuple[int, int], stdin: int, deadline: float, program: os.stat_result
+) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     pipes = [os.pipe2(os.O_CLOEXEC), os.pipe2(os.O_CLOEXEC)]
     name = f"airlock-reviewer-{os.getpid()}-{next(_names)}.service"
     readers: list[asyncio.StreamReader] = []
     try:
-        await units._run(units._start, name, properties(config, *who), (stdin, pipes[0][1], pipes[1][1]))
+        await units._run(units._start, name, properties(config, *who, program), (stdin, pipes[0][1], pipes[1][1]))
     except AirlockError as exc:
         for r, w in pipes:
             os.close(r)

@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airlock.common import config as cfg
-from airlock.runner import review, units
+from airlock.runner import review, stageunit, units
 
 
 def settings(**approval: Any) -> cfg.Config:
@@ -31,14 +35,20 @@ def test_nobody_is_a_reviewer_user() -> None:
 
 
 def test_the_unit_is_confined() -> None:
-    props = {name: value for name, _, value in review.properties(settings(reviewer_command=("/r",)), 999, 999)}
+    st = os.stat("/usr/bin/true")
+    props = {name: value for name, _, value in review.properties(settings(reviewer_command=("/r",)), 999, 999, st)}
     assert props["User"] == "999" and props["SupplementaryGroups"] == []
     assert props["NoNewPrivileges"] is True and props["CapabilityBoundingSet"] == 0
     assert props["ProtectSystem"] == "strict" and props["ProtectHome"] == "yes" and props["PrivateTmp"] is True
     assert props["PrivateNetwork"] is True
     assert "-/run/airlock" in props["InaccessiblePaths"] and "-/etc/airlock" in props["InaccessiblePaths"]
-    assert props["ExecStart"] == [("/r", ["/r"], False)]
-    networked = review.properties(settings(reviewer_command=("/r",), reviewer_network=True), 999, 999)
+    # Not the path: a job unit's exec helper, which runs /r only if it is still the file the runner checked.
+    [(python, argv, _)] = props["ExecStart"]
+    assert argv[:5] == [python, "-I", "-S", "-c", stageunit.HELPER]
+    assert argv[5:] == ["/r", str(st.st_dev), str(st.st_ino), str(st.st_uid), str(st.st_mode & 0o7777), "/r"]
+    env = b"PATH=/usr/bin:/bin\0LANG=C.UTF-8"
+    assert props["Environment"] == ["AIRLOCK_JOB_ENV=" + env.hex()]
+    networked = review.properties(settings(reviewer_command=("/r",), reviewer_network=True), 999, 999, st)
     assert "PrivateNetwork" not in {name for name, _, _ in networked}
 
 
@@ -58,8 +68,12 @@ class FakeUnit:
 
     @classmethod
     def start(cls, name: str, props: Any, stdio: tuple[int, int, int]) -> None:
-        (path, argv, _), *_ = dict((n, v) for n, _, v in props)["ExecStart"]
-        cls.started[name] = subprocess.Popen(argv, executable=path, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2])
+        settings = dict((n, v) for n, _, v in props)
+        (path, argv, _), *_ = settings["ExecStart"]
+        env = dict(item.split("=", 1) for item in settings.get("Environment", []))
+        cls.started[name] = subprocess.Popen(
+            argv, executable=path, stdin=stdio[0], stdout=stdio[1], stderr=stdio[2], env=env
+        )
 
     async def wait(self) -> int:
         while (code := self.started[self.name].poll()) is None:
@@ -80,13 +94,14 @@ def fake_systemd(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run_service(script: str, timeout: float = 5.0) -> dict[str, Any]:
-    config = settings(reviewer_command=("/usr/bin/python3", "-c", script), reviewer_timeout_seconds=timeout)
+    python = os.path.realpath("/usr/bin/python3")  # the helper, like open_binary, never follows a symlink
+    config = settings(reviewer_command=(python, "-c", script), reviewer_timeout_seconds=timeout)
 
     async def go() -> dict[str, Any]:
         stdin = review._memfd(b'{"v": 1}\n')
         try:
             deadline = asyncio.get_running_loop().time() + timeout
-            return await review._as_service(config, (65534, 65534), stdin, deadline)
+            return await review._as_service(config, (65534, 65534), stdin, deadline, os.stat(python))
         finally:
             os.close(stdin)
 
@@ -107,3 +122,52 @@ def test_the_unit_path_kills_at_the_deadline() -> None:
     said = run_service("import time; time.sleep(30)", timeout=0.5)
     assert said["timed_out"] is True and said["exit_code"] is None
     assert all(p.poll() is not None for p in FakeUnit.started.values())
+
+
+# What runs is what the runner checked (the rules for code that runs as root: resolve once, then hold).
+# The reviewer is swapped for another root-owned program right after the runner opened and checked it:
+# on either path the checked one runs (the child) or nothing does (the unit's helper sees another file);
+# before, both executed the path again and ran the swapped-in program.
+GOOD = '#!/bin/sh\ncat > /dev/null; echo \'{"decision": "ask", "reason": "checked"}\'\n'
+SWAPPED = '#!/bin/sh\ncat > /dev/null; echo \'{"decision": "allow", "reason": "swapped in"}\'\n'
+
+
+@pytest.fixture
+def swapped_after_the_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    folder = Path(tempfile.mkdtemp(prefix="alrv-swap", dir="/tmp"))  # one the reviewer's user can enter
+    folder.chmod(0o755)
+    for name, text in (("reviewer", GOOD), ("other", SWAPPED)):
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    opened = review.binary.open_binary
+
+    def open_then_swap(path: str, *, trusted: bool) -> tuple[int, os.stat_result]:
+        held = opened(path, trusted=trusted)
+        os.rename(folder / "other", folder / "reviewer")  # the race, made certain
+        return held
+
+    monkeypatch.setattr(review.binary, "open_binary", open_then_swap)
+    yield str(folder / "reviewer")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may start it as another user")
+def test_the_child_runs_the_program_it_checked_not_one_swapped_in_after(swapped_after_the_check: str) -> None:
+    config = settings(reviewer_command=(swapped_after_the_check,), reviewer_user="nobody")
+    said = asyncio.run(review.review(config, {"v": 1}, systemd=False))
+    assert said["exit_code"] == 0 and '"checked"' in said["stdout"], said
+    # Control: the swap happened, and what now sits at the path would have said allow.
+    assert "swapped in" in open(swapped_after_the_check).read()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the unit's helper checks the owner of a root-owned reviewer")
+@pytest.mark.usefixtures("fake_systemd")
+def test_the_unit_refuses_a_program_swapped_in_after_the_check(
+    swapped_after_the_check: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(review, "systemd_is_running", lambda: True)
+    config = settings(reviewer_command=(swapped_after_the_check,), reviewer_user="nobody")
+    said = asyncio.run(review.review(config, {"v": 1}, systemd=True))
+    assert said["exit_code"] == stageunit.HELPER_EXIT_CHANGED and said["stdout"] == "", said
+    assert "is not the file the runner checked" in said["stderr"]
+    assert "swapped in" in open(swapped_after_the_check).read()  # control: the swap happened
