@@ -10,6 +10,7 @@ import pytest
 
 CREDENTIAL = f"systest-credential-{uuid.uuid4().hex}"
 SCRIPT = 'cat "$CREDENTIALS_DIRECTORY/db"; echo; echo done'
+SLOW = 'cat "$CREDENTIALS_DIRECTORY/db"; echo; sleep 3; echo done'
 POLICY = f"""\
 rules:
   - name: systest-output-credential
@@ -18,6 +19,7 @@ rules:
     privileged: false
     commands:
       - [/usr/bin/dash, -c, '{SCRIPT}']
+      - [/usr/bin/dash, -c, '{SLOW}']
     credentials:
       db: /etc/airlock/credentials/db.pass
 """
@@ -79,6 +81,35 @@ def test_a_credential_reaches_the_job_redacted_for_the_agent_the_log_and_journal
     assert CREDENTIAL not in journald.stdout
     logs = system.c.run(["sh", "-c", "zcat /var/lib/airlock-runner/output/*.gz | grep -c " + CREDENTIAL], check=False)
     assert logs.stdout.strip() == "0", logs
+
+
+def test_the_unit_loads_the_value_the_runner_read_from_its_own_copy(system) -> None:
+    """systemd would open the rule's file again when the unit starts; a value rotated in between would reach
+    the job unredacted.  So the unit loads a root-only copy of what the runner read, gone with the job."""
+    import time
+
+    operation = op()
+    proc = system.c.popen(
+        ["airlock", "run", "--no-privilege", "--operation-id", operation, "--", "/bin/sh", "-c", SLOW],
+        user=system.AGENT,
+    )
+    loaded = ""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "/run/" not in loaded:
+        units = system.c.run(["systemctl", "list-units", "--no-legend", "--plain", "airlock-job-*"]).stdout
+        names = [line.split()[0] for line in units.splitlines() if operation in line]
+        if names:
+            # `systemctl show` prints LoadCredential= as [unprintable] on systemd 252: read the transient unit.
+            unit = system.c.run(["cat", f"/run/systemd/transient/{names[0]}"], check=False).stdout
+            loaded = "".join(line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("LoadCredential="))
+        time.sleep(0.2)
+    assert loaded.startswith("db:/run/airlock-runner/") and "/etc/airlock/credentials" not in loaded, loaded
+    copy = loaded.split(":", 1)[1].split()[0]
+    mode = system.c.run(["stat", "-c", "%a %U", copy], check=False).stdout.strip()
+    assert mode == "600 root", mode
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and b"[redacted]" in out and b"done" in out, (out, err)
+    assert system.c.run(["test", "-e", copy], check=False).returncode == 1  # removed with the job
 
 
 def test_the_output_log_is_cut_at_its_bound_and_the_chain_holds_its_digest(system) -> None:

@@ -51,9 +51,6 @@ class ServiceContainment(ProcessGroups):
         # Bad settings fail before anything starts.
         # Each stage's sandbox properties as computed once, when the bound sandbox was parsed.
         self.stage_limits = [list(sb.properties) if sb else [] for sb in spec.sandboxes or [None] * len(spec.stages)]
-        for limits, creds in zip(self.stage_limits, spec.credentials or (), strict=False):
-            if creds:  # runner/credentials.py checked each file; systemd copies it into $CREDENTIALS_DIRECTORY
-                limits.append(("LoadCredential", "a(ss)", [tuple(pair) for pair in creds]))
         self.stages: list[units.StageService] = []
         self.env_files: list[str] = []
 
@@ -114,6 +111,22 @@ def _write_script_copies(name: str, scripts: Sequence[Script], written: list[str
         written.append(path)  # removed with the environment files
         out.append(units.ScriptCopy(script.index, script.sha256, path))
     return out
+
+
+def _write_credential_copies(
+    name: str, credentials: Sequence[tuple[str, bytes]], written: list[str]
+) -> list[sandbox.Property]:
+    """A stage's credentials as the runner read them, in root-only copies for ``LoadCredential=``.
+
+    Not the rule's own files: systemd would open those again later, and a value rotated in between
+    would reach the job without being among the values redacted from its output.
+    """
+    pairs = []
+    for credential, value in credentials:
+        path = _write_root_file(f"{name}.credential.{credential}", value)
+        written.append(path)  # removed with the environment files
+        pairs.append((credential, path))
+    return [("LoadCredential", "a(ss)", pairs)] if pairs else []
 
 
 def _containment_for(spec: JobSpec) -> ProcessGroups:

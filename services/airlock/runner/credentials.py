@@ -5,18 +5,20 @@ approval binds each stage's to the ticket (``bound["credentials"]``).  Before
 the job starts the runner opens every file from ``/`` one component at a time
 with ``O_NOFOLLOW`` and refuses (``credential_unsafe``) unless the file and
 every directory above it are root's alone (common/binary.py's test), then
-reads the value through that fd.  The value never leaves the runner: the job's
-transient unit gets ``LoadCredential=NAME:PATH`` (systemd copies the file into
-the unit's private ``$CREDENTIALS_DIRECTORY``, readable by the job's user
-only), the value joins the protected values redacted from every output stream
+reads the value through that fd.  The value never leaves the runner: it writes
+what it read to a root-only copy in its runtime directory (removed when the
+job ends) and the job's transient unit gets ``LoadCredential=NAME:COPY``
+(systemd copies the file into the unit's private ``$CREDENTIALS_DIRECTORY``,
+readable by the job's user only), the value joins the protected values redacted from every output stream
 (streams.py: before the agent, the output log or a log sees it), and
 ``exec.started`` records only each name and its SHA-256.
 
 Why ``LoadCredential=`` and not ``SetCredential=``: a transient unit's
 properties are written to ``/run/systemd/transient/`` and shown by
 ``systemctl show`` to every local user; ``LoadCredential=`` passes a path.
-systemd opens that path again (it follows symlinks): safe because every
-component was just checked to be root's alone, so only root could swap it.
+Why a copy and not the rule's file: systemd opens the path again when the unit
+starts, and a value rotated in between (an operator's cron, say) would reach
+the job without being among the values redacted from its output.
 
 Only service containment has a credentials directory: in scope or
 process-group mode a job with credentials is refused (a private tmpfs per
@@ -125,9 +127,9 @@ class Loaded:
     def apply(self, job: JobSpec) -> JobSpec:
         if not self.items:
             return job
-        per_stage: list[tuple[tuple[str, str], ...]] = [() for _ in job.stages]
-        for stage, name, path, _value in self.items:
-            per_stage[stage] += ((name, path),)
+        per_stage: list[tuple[tuple[str, bytes], ...]] = [() for _ in job.stages]
+        for stage, name, _path, value in self.items:
+            per_stage[stage] += ((name, value),)
         return dataclasses.replace(
             job, protected_values=(*job.protected_values, *self.redacted()), credentials=tuple(per_stage)
         )

@@ -60,8 +60,9 @@ class JobSpec:
     # A root job's changeable path arguments as approval bound them (bound["arguments"],
     # common/arguments.py): checked again just before the job starts; scripts run from sealed copies.
     arguments: tuple[Mapping[str, Any], ...] | None = None
-    # Each stage's credentials as (name, path) pairs (runner/credentials.py); service containment only.
-    credentials: tuple[tuple[tuple[str, str], ...], ...] | None = None
+    # Each stage's credentials as (name, value) pairs, as the runner read them (runner/credentials.py);
+    # service containment only.
+    credentials: tuple[tuple[tuple[str, bytes], ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("exec", "shell"):

@@ -45,6 +45,7 @@ from airlock.runner.containment import (
     _SCOPE_BACKSTOP_SLACK_SECONDS,
     ServiceContainment,
     _containment_for,
+    _write_credential_copies,
     _write_env_file,
     _write_script_copies,
     systemd_is_running,
@@ -221,13 +222,15 @@ class _Job:
             read_out, write_out, write_err = self._stage_pipes(spec, index, last)
             name = stageunit.stage_name(spec, index)
             scripts = _write_script_copies(name, [s for s in self.scripts if s.stage == index], containment.env_files)
-            containment.env_files.append(_write_env_file(name, spec.env, scripts))
+            containment.env_files.append(env_file := _write_env_file(name, spec.env, scripts))
+            credentials = spec.credentials[index] if spec.credentials else ()
+            loaded = _write_credential_copies(name, credentials, containment.env_files)
             stage = stageunit.for_stage(
                 spec,
                 index,
                 opened,
-                env_file=containment.env_files[-1],
-                limits=(*containment.limits, *containment.stage_limits[index]),
+                env_file=env_file,
+                limits=(*containment.limits, *containment.stage_limits[index], *loaded),
                 runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
             )
             try:
