@@ -27,6 +27,7 @@ import pytest
 from notify_receivers import HttpReceiver, MailReceiver, Post
 
 from support import Background, Stack, custom_stack, wait_pending
+from waits import until
 
 SECRET = "relay-test-secret-0123456789"
 
@@ -318,3 +319,37 @@ def test_pending_requests_close_together_go_as_one_digest_and_a_reminder_comes_b
             )
         for bg in burst:
             bg.result()
+
+
+def test_an_attached_request_that_becomes_its_own_question_is_announced(tmp_path: Path, http: HttpReceiver) -> None:
+    """Issue 34 collapses an agent's identical pending requests into one question, and the relay speaks for
+    the attached ones through the first.  When the first leaves undecided (here: cancelled alone), the next
+    one waits on its own: operators must hear of it as of a new request, not find it only in `pending`."""
+    config = (
+        "approval: {timeout_seconds: 30}\n"
+        "notify:\n  poll_seconds: 0.2\n  channels:\n"
+        f"    - {{type: webhook, name: hook, url: '{http.url('/hook')}', secret: {SECRET}}}\n"
+    )
+    with custom_stack(tmp_path / "rt", config) as stack:
+        first = _privileged(stack, reason="the same thing")
+        wait_pending(stack, first.request_id)
+        # Control: the first is announced; the second, attached to it, is not.
+        http.wait("/hook", lambda p: p.json()["request_id"] == first.request_id and p.json()["event"] == "pending")
+        second = _privileged(stack, reason="the same thing")
+        until("the second request attached to the first", lambda: wait_pending(stack, first.request_id).get("attached"))
+        assert stack.cli("cancel", first.operation_id).returncode == 0
+        assert first.result()["ok"] is False
+        announced = _signed(
+            http.wait("/hook", lambda p: p.json()["request_id"] == second.request_id and p.json()["event"] == "pending")
+        )
+        assert announced["what"] == "/usr/bin/id -u" and 0 < announced["seconds_left"] <= 30, announced
+        assert announced["decide"].startswith("ssh ")
+        kinds = [r["kind"] for r in stack.journal_rows() if r["request_id"] == second.request_id]
+        assert kinds[:3] == ["request.received", "approval.pending", "approval.promoted"], kinds
+        assert stack.native("approve", {"id": second.request_id}, path=stack.operator)["ok"]
+        decided = _signed(
+            http.wait("/hook", lambda p: p.json()["request_id"] == second.request_id and p.json()["event"] == "decided")
+        )
+        assert decided["decision"] == "allow"
+        assert second.result()["ok"] is True
+        assert stack.cli("audit", "verify", "--lifecycle").returncode == 0

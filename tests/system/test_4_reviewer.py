@@ -12,7 +12,8 @@ import uuid
 
 REVIEWER = """#!/bin/sh
 cat > /dev/null
-printf '{"decision": "allow", "reason": "uid %s in %s"}\\n' "$(id -u)" "$(grep -m1 airlock-reviewer /proc/self/cgroup | cut -d: -f3)"
+cgroup="$(grep -m1 airlock-reviewer /proc/self/cgroup | cut -d: -f3)"
+printf '{"decision": "allow", "reason": "uid %s in %s"}\\n' "$(id -u)" "$cgroup"
 """
 POLICY = """rules:
   - name: systest-reviewed
@@ -38,7 +39,8 @@ def test_a_reviewer_decides_from_a_unit_of_its_own_as_its_own_user(system) -> No
     system.c.write("/usr/local/lib/airlock-systest/reviewer", REVIEWER, mode=0o755)
     system.c.write("/etc/airlock/policy.d/60-systest-reviewer.yaml", POLICY)
     system.set_config(
-        "approval:\n  timeout_seconds: 15\n  reviewer_command: [/usr/local/lib/airlock-systest/reviewer]\n  reviewer_name: systest\n"
+        "approval:\n  timeout_seconds: 15\n"
+        "  reviewer_command: [/usr/local/lib/airlock-systest/reviewer]\n  reviewer_name: systest\n"
     )
     system.restart_services()
     try:

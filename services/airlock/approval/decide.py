@@ -21,11 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airlock.approval import fileop_review, hook, quorum, reviewer
+from airlock.approval import fileop_review, hook, promote, quorum, reviewer
 from airlock.approval.asked import (
     Asked,
     credentials_bound,
-    journaled_request,
     operator_view,
     policy_refusal,
     request_id_of,
@@ -394,14 +393,7 @@ class Deciding:
         await self.audit.record(
             "approval.pending",
             common,
-            # The diff is file content: operators get it from `pending`, never from the journal (issue 39).
-            payload={
-                "rule": rule,
-                "policy": decision.to_dict(),
-                "timeout_seconds": timeout,
-                "request": journaled_request(fileop_review.without_content(request)),
-            }
-            | self.votes.pending_extra(entry)
+            payload=promote.pending_payload(entry, timeout, self.votes)
             | ({"attached_to": leader.request_id} if leader is not None else {}),
             log_fields={"decision": "ask", "rule": rule},
             after=after,  # durable: request.received is too once this returns
@@ -435,13 +427,7 @@ class Deciding:
                 del self.pending[key]
             promoted = self.pending.settle_followers(entry, key, (verdict, by, operator_uid, reason))
             if promoted is not None:  # a question of its own now: operators are called for it
-                self.log.info(
-                    "approval.pending.promoted",
-                    request_id=promoted.request_id,
-                    was_attached_to=entry.request_id,
-                    peer_uid=promoted.peer.uid,
-                )
-                self.notifier.pending(fileop_review.for_observer(promoted.to_dict(time.time())) | {"event": "pending"})
+                await promote.announce(self.audit, self.notifier, self.votes, self.log, promoted, entry, common.session)
             if entry.published is not None:
                 self.ledger.settle(entry.published, LEDGER_STATE.get(verdict, "decided"))
         decided = Decided(verdict)  # one of the registry: anything else is a bug, not a decision

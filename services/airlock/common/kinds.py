@@ -113,6 +113,12 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
         "A request waits for an operator's decision.",
     ),
     KindInfo(
+        "approval.promoted",
+        frozenset({"approval"}),
+        "3d67a8fc138e41949f223eb6254b0f6e",
+        "A request attached to an identical pending one became a question of its own.",
+    ),
+    KindInfo(
         "approval.decided",
         frozenset({"approval"}),
         "463c78718af842bd97eac7e136969a60",

@@ -84,10 +84,11 @@ def sentence(
     as_whom = _run_as(payload, user_of)
     if kind == "request.received":
         return f"{who} : asks ; " + _fields(("USER", as_whom), ("COMMAND", command), ("REQUEST", request))
-    if kind == "approval.pending":
+    if kind in ("approval.pending", "approval.promoted"):
         wait = payload.get("timeout_seconds")
         left = f"{wait:g}s" if isinstance(wait, int | float) else None
-        return f"{who} : waits for an operator ; " + _fields(
+        waits = "waits for an operator" if kind == "approval.pending" else "waits for an operator on its own"
+        return f"{who} : {waits} ; " + _fields(
             ("USER", as_whom),
             ("COMMAND", command),
             ("RULE", _text(payload.get("rule"))),

@@ -236,7 +236,7 @@ class Worker(threading.Thread):
         attached = (event.get("payload") or {}).get("attached_to") or (event.get("payload") or {}).get("decided_with")
         if kind in ("approval.pending", "approval.decided") and attached:
             return  # issue 34: attached to an identical request; its message and outcome speak for both
-        if kind == "approval.pending":
+        if kind in ("approval.pending", "approval.promoted"):  # promoted: its pending record was attached
             message = msg.pending_message(event, self.host, user_of, time.time(), self.config.web.url)
             self.queue.push(Item(message, seqs, lane, message["request_id"], "pending", generation=self.generation))
             self.open.update(seqs)

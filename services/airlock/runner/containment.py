@@ -114,15 +114,15 @@ def _write_script_copies(name: str, scripts: Sequence[Script], written: list[str
 
 
 def _write_credential_copies(
-    name: str, credentials: Sequence[tuple[str, bytes]], written: list[str]
+    name: str, credentials: Sequence[Sequence[tuple[str, bytes]]] | None, stage: int, written: list[str]
 ) -> list[sandbox.Property]:
-    """A stage's credentials as the runner read them, in root-only copies for ``LoadCredential=``.
+    """Stage ``stage``'s credentials as the runner read them, in root-only copies for ``LoadCredential=``.
 
     Not the rule's own files: systemd would open those again later, and a value rotated in between
     would reach the job without being among the values redacted from its output.
     """
     pairs = []
-    for credential, value in credentials:
+    for credential, value in credentials[stage] if credentials else ():
         path = _write_root_file(f"{name}.credential.{credential}", value)
         written.append(path)  # removed with the environment files
         pairs.append((credential, path))

@@ -223,8 +223,7 @@ class _Job:
             name = stageunit.stage_name(spec, index)
             scripts = _write_script_copies(name, [s for s in self.scripts if s.stage == index], containment.env_files)
             containment.env_files.append(env_file := _write_env_file(name, spec.env, scripts))
-            credentials = spec.credentials[index] if spec.credentials else ()
-            loaded = _write_credential_copies(name, credentials, containment.env_files)
+            loaded = _write_credential_copies(name, spec.credentials, index, containment.env_files)
             stage = stageunit.for_stage(
                 spec,
                 index,

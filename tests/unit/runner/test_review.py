@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from airlock.common import binary
 from airlock.common import config as cfg
 from airlock.runner import review, stageunit, units
 
@@ -139,14 +140,14 @@ def swapped_after_the_check(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     for name, text in (("reviewer", GOOD), ("other", SWAPPED)):
         (folder / name).write_text(text)
         (folder / name).chmod(0o755)
-    opened = review.binary.open_binary
+    opened = binary.open_binary
 
     def open_then_swap(path: str, *, trusted: bool) -> tuple[int, os.stat_result]:
         held = opened(path, trusted=trusted)
         os.rename(folder / "other", folder / "reviewer")  # the race, made certain
         return held
 
-    monkeypatch.setattr(review.binary, "open_binary", open_then_swap)
+    monkeypatch.setattr(binary, "open_binary", open_then_swap)
     yield str(folder / "reviewer")
     shutil.rmtree(folder, ignore_errors=True)
 

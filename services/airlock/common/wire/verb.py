@@ -493,8 +493,7 @@ class Stub:
         )
         try:
             return verb.reply.from_dict(data)
-        except AirlockError as exc:
-            # Reported as invalid_arguments it would blame the caller's client for the callee's reply.
+        except AirlockError as exc:  # the callee's fault: not invalid_arguments against the caller's client
             raise self.client.malformed_reply(verb.name, exc.message) from None
 
     def close(self) -> None:
