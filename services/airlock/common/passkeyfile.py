@@ -89,12 +89,16 @@ def checked(data: object) -> Credential:
     if not isinstance(key, str) or not _B64U.fullmatch(key):
         raise PasskeyFileError("public_key: must be base64url")
     from fido2 import cbor  # here, not at import: fido2 and cryptography would be most of the runner's start
-    from fido2.cose import CoseKey
+    from fido2.cose import CoseKey, UnsupportedKey
 
     try:
-        CoseKey.parse(cbor.decode(_b64u_bytes(key)))
+        parsed = CoseKey.parse(cbor.decode(_b64u_bytes(key)))
     except Exception:
-        raise PasskeyFileError("public_key: not a COSE key fido2 can verify with") from None
+        parsed = None
+    # fido2 parses a key of an algorithm it does not know as UnsupportedKey, which can never verify: a
+    # passkey enrolled with one could never sign in or approve, so it is refused here, at enrollment.
+    if parsed is None or isinstance(parsed, UnsupportedKey):
+        raise PasskeyFileError("public_key: not a COSE key fido2 can verify with")
     if not isinstance(account, str) or not _ACCOUNT.fullmatch(account):
         raise PasskeyFileError("account: must be a user name")
     for name, value in (("created", created), ("revoked", revoked)):
@@ -154,7 +158,10 @@ def rewrite(path: Path, change: Callable[[list[str], list[Credential]], list[str
             with os.fdopen(fd, "rb") as f:
                 if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                     raise PasskeyFileError(f"{path}: not a regular file")
-                text = f.read(MAX_BYTES + 1).decode("utf-8", errors="replace")
+                raw = f.read(MAX_BYTES + 1)
+                if len(raw) > MAX_BYTES:  # read() refuses it too: rewriting a cut copy would lose its tail
+                    raise PasskeyFileError(f"{path}: larger than {MAX_BYTES} bytes")
+                text = raw.decode("utf-8", errors="replace")
         lines = text.splitlines()
         new = "".join(line + "\n" for line in change(lines, parse(text)[0]))
         if len(new) > MAX_BYTES:

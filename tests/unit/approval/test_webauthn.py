@@ -139,3 +139,31 @@ def test_a_credential_id_of_a_length_no_base64_has_is_refused_not_a_crash() -> N
 
     with pytest.raises(passkeyfile.PasskeyFileError, match="credential_id"):
         passkeyfile.checked({"credential_id": "abcde", "public_key": "AA", "account": "alice", "created": 1})
+
+
+def test_a_key_of_an_algorithm_fido2_cannot_verify_is_refused_at_enrollment() -> None:
+    """fido2 parses an unknown COSE algorithm as UnsupportedKey (it never verifies): such a passkey could
+    never sign in or approve, so enrolling it is refused with the reason, not accepted and useless."""
+    from fido2 import cbor
+
+    auth = SoftAuthenticator(ORIGIN, RP)
+    good = {"credential_id": auth.id, "public_key": b64u(auth.cose_key()), "account": "alice", "created": 1}
+    assert passkeyfile.checked(good).account == "alice"  # control: the authenticator's own key is fine
+    unknown = dict(cbor.decode(auth.cose_key())) | {3: 999999}  # an algorithm fido2 has no class for
+    with pytest.raises(passkeyfile.PasskeyFileError, match="public_key"):
+        passkeyfile.checked(good | {"public_key": b64u(cbor.encode(unknown))})
+
+
+def test_a_passkeys_file_over_its_bound_is_refused_not_rewritten_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    auth = SoftAuthenticator(ORIGIN, RP)
+    line = passkeyfile.Credential(auth.id, b64u(auth.cose_key()), "alice", 1).to_line()
+    target = tmp_path / "passkeys"
+    before = "".join(line + "\n" for _ in range(3))
+    target.write_text(before)
+    monkeypatch.setattr(passkeyfile, "MAX_BYTES", len(before) - 1)
+    # A revocation (one line fewer) of a file read cut at the bound would fit, and lose the file's tail.
+    with pytest.raises(passkeyfile.PasskeyFileError, match="larger than"):
+        passkeyfile.rewrite(target, lambda lines, found: lines[1:])
+    assert target.read_text() == before  # not replaced by a copy cut at the bound
