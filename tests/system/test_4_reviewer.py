@@ -25,8 +25,8 @@ POLICY = """rules:
 
 
 def _decided(system, operation_id: str) -> dict:
-    r = system.airlock("events", "--json", user=system.OPERATOR, check=True)
-    events = json.loads(r.stdout.strip().splitlines()[-1])["data"]["events"]
+    r = system.airlock("events", "--tail", "200", "--json", user=system.OPERATOR, check=True)
+    events = [e for line in r.stdout.splitlines() for e in (json.loads(line).get("data") or {}).get("events") or []]
     ids = {e["request_id"] for e in events if e.get("operation_id") == operation_id}
     for e in events:
         if e["kind"] == "approval.decided" and e["request_id"] in ids:
