@@ -68,6 +68,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--py-spy", action="store_true", help="sample each service during the concurrent load")
     parser.add_argument("--keep", type=Path, help="copy py-spy's raw stacks (SERVICE.txt) into this folder")
+    parser.add_argument("--gil", action="store_true", help="py-spy: only samples holding the GIL (CPU in Python)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="alp-"))
     config = bench_config(work / "bench.yaml", root=ROOT)
@@ -109,6 +110,7 @@ def main() -> int:
                                 "raw",
                                 "-o",
                                 str(work / f"{s}.txt"),
+                                *(["--gil"] if args.gil else []),
                             ],
                             stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL,

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -250,3 +253,30 @@ def test_by_cgroup_setsid_and_double_forked_children_are_the_jobs() -> None:
     assert {"dash", "id", "uname", "sleep"} <= set(names), tree
     assert len(names) >= 6, tree  # sh, id, the subshell's setsid (or its sh), sh, uname, sleep
     assert tree["processes"][0]["parent"] is None and names[0] == "dash"
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1) (util-linux)")
+def test_a_runner_in_another_pid_namespace_learns_at_once_that_the_connector_is_not_served() -> None:
+    """The kernel ignores a connector listener outside its initial PID and user namespaces (a container):
+    the runner tells so from /proc/self/ns first instead of waiting out the acknowledgement, which every
+    cold start in a container paid before its first job.  Control: here, in the initial ones, it subscribes."""
+    from airlock.runner import connector
+
+    connector.subscribe().close()  # control
+    probe = (
+        "import time; from airlock.runner import connector\n"
+        "t = time.monotonic()\n"
+        "try:\n    connector.subscribe(); print('subscribed')\n"
+        "except connector.Unavailable as exc:\n    print(f'{time.monotonic() - t:.3f}', exc)\n"
+    )
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(connector.__file__).parents[2])},
+    )
+    assert done.returncode == 0, done
+    took, _, why = done.stdout.partition(" ")
+    assert "initial PID and user namespaces" in why, done.stdout
+    assert float(took) < connector.ACK_SECONDS / 2, done.stdout

@@ -1,7 +1,7 @@
-"""`python3 -m airlock.intake`: the airlock-intake service (airlock.intake.service.main)."""
+"""`python3 -m airlock.intake`: the airlock-intake service (intake/wake.py, then airlock.intake.service.main)."""
 
 import sys
 
-from airlock.intake.service import main
+from airlock.intake.wake import main
 
 sys.exit(main())

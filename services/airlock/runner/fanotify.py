@@ -27,7 +27,6 @@ same exec; anything else is a new exec.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import struct
 import time
@@ -193,8 +192,9 @@ class Fanotify:
 
     def open(self, paths: tuple[str, ...] = EXEC_PATHS) -> str | None:
         """Open and mark; the reason when it cannot (then no tree comes from here)."""
-        name = ctypes.util.find_library("c")
-        libc = ctypes.CDLL(name, use_errno=True)
+        # The process's own symbols (glibc's fanotify_*), not find_library("c"): that runs
+        # `ldconfig -p` in a subprocess, tens of milliseconds of the first job after a cold start.
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
         libc.fanotify_mark.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint64, ctypes.c_int, ctypes.c_char_p]
         flags = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK

@@ -45,6 +45,11 @@ from typing import Any
 
 import structlog
 
+from airlock.runner import connector
+from airlock.runner.connector import CNMSG as _CNMSG
+from airlock.runner.connector import DATA_AT as _DATA_AT
+from airlock.runner.connector import EV_EXEC, EV_EXIT, EV_FORK
+from airlock.runner.connector import EVENT as _EVENT
 from airlock.runner.execwatch import (
     _UNCLAIMED_SECONDS,
     MAX_PATH_CHARS,
@@ -56,20 +61,9 @@ from airlock.runner.execwatch import (
     read_process,
 )
 from airlock.runner.fanotify import FAN_Q_OVERFLOW, Fanotify, Follow, file_seen
-from airlock.runner.taskstats import ACK_SECONDS as _ACK_SECONDS
 from airlock.runner.taskstats import NLMSG as _NLMSG
-from airlock.runner.taskstats import RCVBUF as _RCVBUF
 from airlock.runner.taskstats import ExitStats
 
-NETLINK_CONNECTOR = 11
-CN_IDX_PROC = 1
-CN_VAL_PROC = 1
-PROC_CN_MCAST_LISTEN = 1
-NLMSG_DONE = 3
-EV_NONE, EV_FORK, EV_EXEC, EV_EXIT = 0x0, 0x1, 0x2, 0x80000000
-_CNMSG = struct.Struct("=IIIIHH")
-_EVENT = struct.Struct("=IIQ")  # what, cpu, timestamp_ns (CLOCK_MONOTONIC)
-_DATA_AT = _NLMSG.size + _CNMSG.size + _EVENT.size
 _SWITCH_SECONDS = 0.0002
 
 # fanotify reports an exec when the file is opened, before the new program runs: its argv is
@@ -133,6 +127,21 @@ class ProcEvents:
         self._thread = threading.Thread(target=self._read, name="airlock-proc-events", daemon=True)
         self._thread.start()
 
+    def open_soon(self) -> threading.Thread:
+        """`open` in a thread of its own, holding the lock: the runner is ready without waiting for the
+        kernel (a connector that never answers, in a container, costs ACK_SECONDS of every cold start),
+        and a job's `watch`, which takes the lock, finds the source decided."""
+
+        def opening() -> None:
+            with self.lock:
+                self.open()
+            if self.unavailable is not None:
+                self.log.warning("runner.tree.unavailable", error=self.unavailable)
+
+        thread = threading.Thread(target=opening, name="airlock-proc-events-open", daemon=True)
+        thread.start()
+        return thread
+
     def _open_fanotify(self) -> None:
         fan = Fanotify()
         why = fan.open()
@@ -148,39 +157,10 @@ class ProcEvents:
 
     def _open_connector(self) -> None:
         try:
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
-        except OSError as exc:
-            self.unavailable = f"no process-events connector: {exc.strerror or exc}"
+            self.sock = connector.subscribe()
+        except connector.Unavailable as exc:
+            self.unavailable = str(exc)
             return
-        try:
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, 33, _RCVBUF)  # SO_RCVBUFFORCE (root)
-            sock.bind((0, CN_IDX_PROC))
-            body = _CNMSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, 4, 0) + struct.pack("=I", PROC_CN_MCAST_LISTEN)
-            sock.send(_NLMSG.pack(_NLMSG.size + len(body), NLMSG_DONE, 0, 0, 0) + body)
-            # The kernel answers a listener it accepts with an event of type NONE; one in
-            # another PID or user namespace it ignores without a word.
-            sock.settimeout(_ACK_SECONDS)
-            give_up = time.monotonic() + _ACK_SECONDS
-            acked = False
-            while not acked and time.monotonic() < give_up:
-                data = sock.recv(65536)
-                acked = len(data) >= _DATA_AT and _EVENT.unpack_from(data, _NLMSG.size + _CNMSG.size)[0] == EV_NONE
-            if not acked:
-                raise TimeoutError
-        except TimeoutError:
-            sock.close()
-            self.unavailable = (
-                "the kernel's process-events connector did not answer (it serves only the initial PID "
-                "and user namespaces: is the runner in a container?)"
-            )
-            return
-        except OSError as exc:
-            sock.close()
-            self.unavailable = f"cannot listen to process events: {exc.strerror or exc}"
-            return
-        sock.setblocking(False)
-        self.sock = sock
         self.unavailable = None
         self.names = self.exits.open()
         if self.names is not None:

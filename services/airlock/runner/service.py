@@ -36,7 +36,7 @@ from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.wire import runner as wire
 from airlock.common.wire.verb import Caller, Empty, serve
-from airlock.runner import arguments, credentials, jobverbs, recheck, review
+from airlock.runner import arguments, credentials, jobverbs, recheck, review, units
 from airlock.runner.control import JobControl
 from airlock.runner.endconfirm import EndRecords
 from airlock.runner.endrecord import (
@@ -340,9 +340,9 @@ class Runner:
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
     runner = Runner(config)
     if config.runner.exec_tree_max > 0:
-        runner.events.open()
-        if runner.events.unavailable is not None:
-            runner.log.warning("runner.tree.unavailable", error=runner.events.unavailable)
+        runner.events.open_soon()  # not before READY: see ProcEvents.open_soon
+    if runner.containment() is Containment.SERVICE:
+        units.warm()  # the bus connection the first job would otherwise open
     service = Service(NAME, config, [runner.door(FileVerbs(runner), PasskeyWriter(config))])
     lifecycle(service, runner.audit)
     return service
