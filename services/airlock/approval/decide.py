@@ -88,6 +88,7 @@ class Deciding:
         self.votes = votes
         self.reviewing = reviewing
         self.ledger = ledger
+        self.announcing: set[asyncio.Future[None]] = set()  # promote.announce tasks, held until done
 
     @property
     def config(self) -> Config:
@@ -427,7 +428,12 @@ class Deciding:
                 del self.pending[key]
             promoted = self.pending.settle_followers(entry, key, (verdict, by, operator_uid, reason))
             if promoted is not None:  # a question of its own now: operators are called for it
-                await promote.announce(self.audit, self.notifier, self.votes, self.log, promoted, entry, common.session)
+                # In the background: the leader's own answer does not wait for the promotion's record.
+                told = promote.announce(
+                    self.audit, self.notifier, self.votes, self.log, promoted, entry, common.session
+                )
+                self.announcing.add(task := asyncio.ensure_future(told))
+                task.add_done_callback(self.announcing.discard)
             if entry.published is not None:
                 self.ledger.settle(entry.published, LEDGER_STATE.get(verdict, "decided"))
         decided = Decided(verdict)  # one of the registry: anything else is a bug, not a decision

@@ -57,7 +57,10 @@ def in_initial_namespaces() -> bool:
 def subscribe() -> socket.socket:
     """A listener the kernel acknowledged (non-blocking), or `Unavailable`."""
     if not in_initial_namespaces():
-        raise Unavailable(_SILENT)
+        raise Unavailable(
+            "the kernel's process-events connector serves only the initial PID and user namespaces, "
+            "and the runner is in another (a container?)"
+        )
     try:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
     except OSError as exc:
