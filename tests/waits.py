@@ -30,16 +30,22 @@ TIMEOUT = 15.0  # the usual bound: far above what any of these takes on a loaded
 INTERVAL = 0.05  # how often a condition is looked at
 
 
+def _looked(what: str, probe: Callable[[], T | None], deadline: float, timeout: float) -> T | None:
+    """One look: the probe's truthy value, None to look again, AssertionError once past ``deadline``."""
+    value = probe()
+    if value:
+        return value
+    if time.monotonic() >= deadline:
+        raise AssertionError(f"{what}: not within {timeout:g}s")
+    return None
+
+
 def until(what: str, probe: Callable[[], T | None], timeout: float = TIMEOUT, interval: float = INTERVAL) -> T:
     """The first truthy value ``probe()`` returns; AssertionError naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s")
+    while (value := _looked(what, probe, deadline, timeout)) is None:
         time.sleep(interval)
+    return value
 
 
 async def until_async(
@@ -47,13 +53,9 @@ async def until_async(
 ) -> T:
     """`until` inside an event loop, for a condition the loop itself brings about (a callback's state)."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s")
+    while (value := _looked(what, probe, deadline, timeout)) is None:
         await asyncio.sleep(interval)
+    return value
 
 
 # --- an operator's view: what is pending ----------------------------------------------

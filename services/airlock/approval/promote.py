@@ -46,6 +46,8 @@ async def announce(
     session: str | None,
 ) -> None:
     """``promoted`` was attached to ``leader``, which left undecided: tell operators of it as of a new question."""
+    if promoted.future.done():
+        return  # decided (or withdrawn) before this ran: a pending message now would be a stale one
     now = time.time()
     log.info(
         "approval.pending.promoted",
