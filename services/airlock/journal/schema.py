@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -99,12 +100,28 @@ def _create_private(path: Path) -> None:
         os.close(fd)
 
 
+# A read-only connection cannot set up a WAL file's shared index itself: opened in the moment a
+# rollover has put a fresh live file in place and no writer has it open yet, its first read fails
+# with "attempt to write a readonly database" (SQLITE_READONLY_CANTINIT).  It is looked at again,
+# for at most this long, as a writer opens the file within milliseconds.
+_READER_SETTLE_SECONDS = 2.0
+
+
 def _reader(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(
-        path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None, check_same_thread=False, timeout=10
-    )
-    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-    return conn
+    give_up = time.monotonic() + _READER_SETTLE_SECONDS
+    while True:
+        conn = sqlite3.connect(
+            path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None, check_same_thread=False, timeout=10
+        )
+        try:
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # the WAL index, now
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if "readonly" not in str(exc) or time.monotonic() >= give_up:
+                raise
+            time.sleep(0.01)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
