@@ -71,13 +71,14 @@ _TASKS_MAX = 64
 # What the reviewer must never see or reach, whatever the host's layout.
 HIDDEN = ("-/run/airlock", "-/run/airlock-runner", "-/var/lib/airlock", "-/etc/airlock", "-/var/lib/airlock-notify")
 _names = itertools.count(1)
-# The reviewer's whole environment on either path (the unit's exec helper takes it hex-encoded).
-_ENV = b"PATH=/usr/bin:/bin\0LANG=C.UTF-8"
+# The reviewer's whole environment on either path: the child's helper below, and the unit's exec
+# helper in the job units' encoding (stageunit.env_file_text).
+ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 _slots = asyncio.Semaphore(CONCURRENT)
 
 # The fallback's helper (python3 -I -S -c): argv is [uid, gid, network, nproc, cpu, fd, program, args...];
 # fd is the program as the runner opened and checked it (inherited), executed as such.
-HELPER = """\
+HELPER = f"""\
 import ctypes, os, resource, sys
 uid, gid, network, nproc, cpu = (int(v) for v in sys.argv[1:6])
 libc = ctypes.CDLL(None, use_errno=True)
@@ -91,7 +92,7 @@ os.setgid(gid)
 os.setuid(uid)
 if libc.prctl(38, 1, 0, 0, 0) != 0:
     os._exit(125)
-os.execve("/proc/self/fd/%d" % int(sys.argv[6]), sys.argv[7:], {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+os.execve("/proc/self/fd/%d" % int(sys.argv[6]), sys.argv[7:], {ENVIRONMENT!r})
 """
 
 
@@ -134,7 +135,7 @@ def properties(config: Config, uid: int, gid: int, program: os.stat_result) -> l
         ("Description", "s", "airlock reviewer"),
         ("Type", "s", "exec"),
         ("ExecStart", "a(sasb)", [(helper[0], helper, False)]),
-        ("Environment", "as", [f"AIRLOCK_JOB_ENV={_ENV.hex()}"]),
+        ("Environment", "as", [stageunit.env_file_text(ENVIRONMENT).decode().strip()]),
         ("User", "s", str(uid)),
         ("Group", "s", str(gid)),
         ("SupplementaryGroups", "as", []),

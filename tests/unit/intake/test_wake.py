@@ -43,3 +43,15 @@ def test_nothing_is_touched_unless_socket_activated_by_systemd(tmp_path: Path, m
     # A missing peer is no error: intake's own call finds it and says so.
     assert wake.peers({"LISTEN_PID": str(os.getpid()), "INVOCATION_ID": "x"}) == 1
     listener.close()
+
+
+def test_the_paths_are_the_socket_units_own() -> None:
+    """wake cannot read the config before its imports: its paths are the units' ListenStream=, kept in step."""
+    units = Path(__file__).resolve().parents[3] / "units"
+    listened = {
+        line.split("=", 1)[1].strip()
+        for name in ("airlock-journal.socket", "airlock-approval.socket", "airlock-runner.socket")
+        for line in (units / name).read_text().splitlines()
+        if line.startswith("ListenStream=")
+    }
+    assert set(wake.PEERS) == listened
