@@ -105,7 +105,7 @@ def test_reload_applies_a_policy_change_and_refuses_a_bad_one(system) -> None:
         assert system.active("airlock-approval.service") == "active"
         pid = system.main_pid("airlock-approval.service")
         # `systemctl reload` (kill -HUP) returns before the service has re-read the policy: wait for
-        # the service to say it did (docs/operations.md), not for a fixed time.
+        # the service to say it did (docs/configuration.md), not for a fixed time.
         reloaded = _approval_says(system, "policy.reloaded")
         system.c.run(["systemctl", "reload", "airlock-approval.service"])
         _wait_until_approval_says(system, "policy.reloaded", reloaded)

@@ -129,13 +129,18 @@ def read(path: Path) -> tuple[list[Credential], list[int]]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return [], []
+    return parse(_text(fd, path))
+
+
+def _text(fd: int, path: Path) -> str:
+    """The whole file behind ``fd`` (closed here): a regular file of at most MAX_BYTES, else refused."""
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise PasskeyFileError(f"{path}: not a regular file")
         data = f.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
+    if len(data) > MAX_BYTES:  # a rewrite of a copy cut here would lose the file's tail
         raise PasskeyFileError(f"{path}: larger than {MAX_BYTES} bytes")
-    return parse(data.decode("utf-8", errors="replace"))
+    return data.decode("utf-8", errors="replace")
 
 
 def rewrite(path: Path, change: Callable[[list[str], list[Credential]], list[str]]) -> None:
@@ -155,13 +160,7 @@ def rewrite(path: Path, change: Callable[[list[str], list[Credential]], list[str
         except FileNotFoundError:
             text = ""
         else:
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    raise PasskeyFileError(f"{path}: not a regular file")
-                raw = f.read(MAX_BYTES + 1)
-                if len(raw) > MAX_BYTES:  # read() refuses it too: rewriting a cut copy would lose its tail
-                    raise PasskeyFileError(f"{path}: larger than {MAX_BYTES} bytes")
-                text = raw.decode("utf-8", errors="replace")
+            text = _text(fd, path)
         lines = text.splitlines()
         new = "".join(line + "\n" for line in change(lines, parse(text)[0]))
         if len(new) > MAX_BYTES:
