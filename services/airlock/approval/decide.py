@@ -143,7 +143,7 @@ class Deciding:
                     decision = dataclasses.replace(decision, decision="ask")
             if spec.privileged and decision.decision == "ask":
                 check_chains(decision)  # not worth an operator's time if the runner will refuse it
-        await self.book.hold_restored()
+        held = (await self.book.current()).held
         asked = Asked(
             request,
             spec,
@@ -157,7 +157,7 @@ class Deciding:
             # mark, so none is journaled (nor a ticket issued) if the journal lost it.
             marks_of(list(args.after)),
         )
-        ruling = self._rule_on(asked)
+        ruling = self._rule_on(asked, held)
         if ruling.problem is not None:
             await self.votes.deny_for_reason(decision, ruling.problem, asked.ids, after=asked.after)
         if ruling.by is By.GRANT:
@@ -166,14 +166,13 @@ class Deciding:
             return await self._ask(call, asked, ruling.rule)
         return await self._by_policy(asked, ruling)
 
-    def _rule_on(self, asked: Asked) -> Ruling:
+    def _rule_on(self, asked: Asked, held: bool) -> Ruling:
         """The verdict (`verdict.verdict`) on a request as it arrives.
 
         Synchronous from the grant's lookup to its use (`_allow_by_grant` takes
         it before any await): two requests racing for a grant's last use
         cannot both have it.
         """
-        held = self.book.held
         decision, spec = asked.decision, asked.spec
         requirement = self.policy.requirement(decision)
         problem = None
@@ -381,7 +380,8 @@ class Deciding:
         key = (peer.uid, entry.request_id)
         if key in self.pending:  # the same agent's: another agent's ID is no concern of this one's
             raise AirlockError(ErrorCode.CONFLICT, "a request with this ID is already pending")
-        rule = HOLD_RULE if self.book.held and decision.decision == "allow" else decision.rule
+        held = (await self.book.current()).held
+        rule = HOLD_RULE if held and decision.decision == "allow" else decision.rule
         entry.rule = rule
         entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, user_name(spec.run_as)
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))

@@ -60,7 +60,7 @@ async def explain(approval: Deciding, call: Call, args: wire.Explain) -> wire.Ex
             )
         )
     requirement = approval.policy.requirement(decision)
-    held = approval.book.held
+    held = (await approval.book.current()).held  # after the start's restore, as decide reads it
     verdict = ruling.verdict(decision, held, None, requirement).decided.value
     return wire.Explained(
         decision=verdict,

@@ -173,15 +173,15 @@ class Operating:
         }
 
     async def status(self, call: Call) -> dict[str, Any]:
-        await self.book.hold_restored()
+        hold = await self.book.current()
         now = time.time()
-        held = self.book.held
+        held = hold.held
         return {
             "hold": held,
-            "hold_reason": self.book.hold_reason,
-            "hold_by": self.book.hold_by.get("operator") if held else None,
-            "hold_uid": self.book.hold_by.get("uid") if held else None,
-            "hold_since": self.book.hold_by.get("since") if held else None,
+            "hold_reason": hold.reason,
+            "hold_by": hold.by.get("operator") if held else None,
+            "hold_uid": hold.by.get("uid") if held else None,
+            "hold_since": hold.by.get("since") if held else None,
             "pending": len(self.pending),
             "tokens": self.sessions.store.live(now),
             "grants": len(self.grants.live(now)),
@@ -235,12 +235,12 @@ class Operating:
         spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
         subject = subject_of(peer, spec, validate.optional_text("session", a.get("session")))
         decision = self.policy.decide(subject, stages)
-        await self.book.hold_restored()
+        held = (await self.book.current()).held
         # Issue 34: what the reviewer may do with it, and what each matching shadow rule would decide.
         extra: dict[str, Any] = {"shadow": self.policy.shadow_verdicts(subject, stages)}
         if decision.decision == "ask":
             extra["reviewer_may"] = self.policy.reviewer_may(decision)
-        return decision.to_dict() | {"hold": self.book.held, "warnings": list(self.policy.warnings)} | extra
+        return decision.to_dict() | {"hold": held, "warnings": list(self.policy.warnings)} | extra
 
     async def events(self, call: Call) -> dict[str, Any]:
         unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})

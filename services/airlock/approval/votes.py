@@ -93,7 +93,7 @@ class Votes:
         self.grants.schedule(grant, used)
 
     async def list_grants(self, call: Call) -> dict[str, Any]:
-        await self.book.hold_restored()  # restored after the grants: the listing right after a restart is whole
+        await self.book.current()  # restored after the grants: the listing right after a restart is whole
         return {"grants": self.grants.listing(time.time())}
 
     async def revoke_grant(self, call: Call) -> dict[str, Any]:
