@@ -89,7 +89,7 @@ def test_show_prints_the_story(ops: Stack) -> None:
         "echo story",
         "approval.decided",
         "exec.finished",
-        "exit codes [0]",
+        "ok, exit status 0",
     ):
         assert text in shown.stdout
     assert json.loads(ops.cli("show", bg.request_id, "--json").stdout)["data"]["request_id"] == bg.request_id

@@ -17,6 +17,7 @@ from airlock.cli.events import _event_line
 from airlock.cli.operator import approve_line
 from airlock.common import arguments, render
 from airlock.common.render import Style, command_line, fields, sanitise, use_colour
+from airlock.common.trail import outcome_words
 
 
 def _decision_text(decision: dict[str, Any]) -> str:
@@ -94,17 +95,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
     if data.get("pending") and data.get("expect"):
         pairs.append(("approve", approve_line(data.get("request_id"), data.get("expect"))))
     if outcome:
-        text = f"{outcome.get('status')}"
-        if outcome.get("exit_codes") is not None:
-            text += f", exit codes {outcome.get('exit_codes')}"
-        if outcome.get("code"):
-            text += f", {outcome.get('code')}: {outcome.get('message')}"
-        if outcome.get("timed_out"):
-            text += ", timed out"
-        if outcome.get("cancelled"):
-            text += ", cancelled"
-        text += _killed_text(outcome.get("killed") or {})
-        pairs.append(("outcome", sanitise(text)))
+        pairs.append(("outcome", sanitise(outcome_words(outcome))))
     broken = data.get("lifecycle_error") or {}
     if broken:
         pairs.append(
@@ -153,13 +144,6 @@ def _credential_names(data: dict[str, Any]) -> str:
                         stages.append([])
                     stages[int(item.get("stage") or 0)].append(str(item.get("name")))
     return "; ".join(f"stage {i}: {', '.join(names)}" for i, names in enumerate(stages, start=1) if names)
-
-
-def _killed_text(killed: dict[str, Any]) -> str:
-    if not killed:
-        return ""
-    text = f", killed ({killed.get('signal')}) by {killed.get('by')}"
-    return text + (f": {killed.get('reason')}" if killed.get("reason") else "")
 
 
 def tree_lines(tree: dict[str, Any]) -> list[str]:

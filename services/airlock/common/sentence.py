@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airlock.common.render import sanitise
+from airlock.common.trail import exit_words
 
 COMMAND_CHARS = 200  # a journald line stays one line a person reads; the record has it whole
 
@@ -127,7 +128,11 @@ def sentence(
         )
     if kind == "exec.finished":
         codes = payload.get("exit_codes")
-        exit_code = codes[-1] if isinstance(codes, list) and codes else None
+        stages = payload.get("stages")
+        last = stages[-1] if isinstance(stages, list) and stages and isinstance(stages[-1], Mapping) else {}
+        # As a shell says it: 143 (SIGTERM) for a stage a signal ended (exit_codes holds None for it).
+        code = codes[-1] if isinstance(codes, list) and codes else None
+        exit_code = exit_words(code, last.get("signal")) if code is not None or last.get("signal") else None
         how = "timed out" if payload.get("timed_out") else "cancelled" if payload.get("cancelled") else None
         killed = payload.get("killed")
         if isinstance(killed, dict):  # an operator's kill (issue 35): the signal and who sent it

@@ -58,6 +58,9 @@ def test_the_end_says_how_it_ended() -> None:
         user_of,
     )
     assert killed is not None and "STOPPED=killed (SIGTERM) by op1" in killed and "\x1b" not in killed
+    signalled = {"exit_codes": [None], "stages": [{"exit_code": None, "signal": 15}]}
+    by_signal = sentence("exec.finished", signalled, "r-7", 1000, user_of)
+    assert by_signal is not None and "EXIT=143 (SIGTERM)" in by_signal  # issue 44: as a shell says it
 
 
 def test_other_kinds_keep_their_summary() -> None:
