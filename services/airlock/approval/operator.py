@@ -40,7 +40,7 @@ from airlock.common.audit import Audit, Ids
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
-from airlock.common.peer import Peer, identify, may_decide, user_name
+from airlock.common.peer import Peer, identify, may_decide
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 from airlock.common.wire import journal as jwire
@@ -259,55 +259,27 @@ class Operating:
         for entry in self.pending.values():
             if ref == entry.operation_id:
                 return self._shown(call, await self._show_pending(entry, now))
-        events = await self._one_agents_events(ref)
-        if not events:
-            events = await self.lookup.operation_events(ref)
+        events = await self.lookup.one_agents(ref) or await self.lookup.operation_events(ref)
         if events:
             return trail.summarise(events)
         settled, unsure = self.ledger.settled_since(now - refs.window(self.config.approval.timeout_seconds))
-        entry = refs.by_prefix(ref, self.pending.values(), settled, unsure)
+        try:
+            entry = refs.by_prefix(ref, self.pending.values(), settled, unsure)
+        except AirlockError as exc:
+            # No pending request starts so: one request in the journal may (issue 44), else not found.
+            events = await self.lookup.prefixed(ref) if exc.code is ErrorCode.NOT_FOUND else []
+            if not events:
+                raise
+            return trail.summarise(events)
         return self._shown(call, await self._show_pending(entry, now))
 
     async def _request_events(self, ref: str) -> list[dict[str, Any]]:
-        """A request's events by request ID (or ``AGENT/ID``), else by operation ID: for output.py."""
-        return await self._one_agents_events(ref) or await self.lookup.operation_events(ref)
-
-    async def _one_agents_events(self, ref: str) -> list[dict[str, Any]]:
-        """The journal events of the request ``ref`` names: an ID one agent used, or ``AGENT/ID``.
-
-        Request IDs are each agent's own (issue 27): an ID several agents used
-        names several stories, and is refused with their owners.
-        """
-        events = await self.lookup.request_events(ref)
-        if not events and "/" in ref:
-            owner, _, bare = ref.partition("/")
-            uid = refs.agent_uid(owner)
-            return (
-                [e for e in await self.lookup.request_events(bare) if refs.belongs_to(e, uid)]
-                if uid is not None
-                else []
-            )
-        owners: list[int] = sorted(
-            {
-                e["peer_uid"]
-                for e in events
-                if e.get("kind") == "request.received" and isinstance(e.get("peer_uid"), int)
-            }
+        """A request's events by request ID (or ``AGENT/ID``), operation ID or a prefix naming one: for output.py."""
+        return (
+            await self.lookup.one_agents(ref)
+            or await self.lookup.operation_events(ref)
+            or await self.lookup.prefixed(ref)
         )
-        if len(owners) > 1:
-            names = [user_name(uid) for uid in owners]
-            raise AirlockError(
-                ErrorCode.CONFLICT,
-                f"request ID {ref!r} was used by {len(owners)} agents ("
-                + ", ".join(f"{n} uid {u}" for n, u in zip(names, owners, strict=True))
-                + "); name one as AGENT/ID: "
-                + ", ".join(f"{n}/{ref}" for n in names),
-                {
-                    "owners": [{"user": n, "uid": u} for n, u in zip(names, owners, strict=True)],
-                    "references": [f"{n}/{ref}" for n in names],
-                },
-            )
-        return events
 
     async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
         # Only this agent's story: another agent may have used the same request ID.
