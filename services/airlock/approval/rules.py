@@ -239,12 +239,16 @@ class Policy:
             argv = tuple(stage)
             resolved = resolve(argv[0], search_path)
             hits = [r for r in applicable if r.matches_command(resolved, argv[1:])]
-            # An unresolvable argv[0] can match only rules without commands; if
-            # none does it is denied, whatever the default: it cannot run, and
-            # nothing that appears there later was ever approved.
+            # An unresolvable argv[0] can match only rules without commands; unless
+            # one of them denies it, it is denied as unresolved, whatever the default
+            # or a rule's allow or ask: it cannot run (the agent is told "command not
+            # found", exit 127, not spawn_failed: issue 44), and nothing that appears
+            # there later was ever approved.
             default: Verdict = self.default if resolved is not None else "deny"
             unmatched = DEFAULT_RULE if resolved is not None else UNRESOLVED_RULE
             verdict, rule, names = _decide_one(hits, default, unmatched)
+            if resolved is None and verdict != "deny":
+                verdict, rule = "deny", UNRESOLVED_RULE
             deciding = [r for r in hits if r.decision == verdict]
             confined = merge_sandboxes(r.sandbox for r in deciding)
             deciding_names = tuple(sorted(r.name for r in deciding))
