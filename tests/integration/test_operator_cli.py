@@ -28,6 +28,9 @@ def test_status_prints_short_lines_and_json_prints_the_envelope(ops: Stack) -> N
     assert human.returncode == 0, human.stderr
     assert "state" in human.stdout and "accepting" in human.stdout and "journal" in human.stdout
     assert "\x1b[" not in human.stdout  # not a terminal: no colour
+    # Issue 44: the chain's count and the live segment's said which is which.
+    assert re.search(r"journal +up, \d+ events journaled \(head seq\)", human.stdout), human.stdout
+    assert re.search(r"size +[\d.]+ \w+ with sealed segments, \d+ in the live one", human.stdout), human.stdout
     raw = ops.cli("status", "--json")
     envelope = json.loads(raw.stdout)
     assert envelope["ok"] is True and set(envelope) == {"id", "ok", "data"}

@@ -56,7 +56,8 @@ def cmd_status(ns: argparse.Namespace) -> int:
             ("policy", f"default {policy.get('default')}, {policy.get('rules')} rule(s)"),
         ]
         for name, info in sorted(services.items()):
-            extra = f", {info['events']} events" if "events" in info else ""
+            # The chain's head: every event ever journaled, sealed segments too (the disk line counts the live one's).
+            extra = f", {info['events']} events journaled (head seq)" if "events" in info else ""
             pairs.append((name, f"{info.get('state')}{extra}"))
             if name == "journal" and isinstance(info.get("disk"), dict):
                 pairs += disk_lines(info["disk"])
@@ -96,7 +97,7 @@ def disk_lines(disk: dict[str, Any]) -> list[tuple[str, object]]:
             f"journal.disk_warn_bytes {_size(disk.get('warn_bytes'))}"
         )
     return [
-        ("  size", f"{_size(disk.get('journal_bytes'))}, {disk.get('records')} record(s)"),
+        ("  size", f"{_size(disk.get('journal_bytes'))} with sealed segments, {disk.get('records')} in the live one"),
         ("  segment", sanitise(str(disk.get("segment")))),
         ("  free", free),
         ("  growth", growth),
