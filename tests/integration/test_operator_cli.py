@@ -125,6 +125,11 @@ def test_events_tail_after_and_follow(ops: Stack) -> None:
     story = ops.cli("events", "--tail", "12").stdout.splitlines()
     started = [line for line in story if " exec.started " in line and ran["id"] in line]
     assert started and f" {me} " in started[0] and "COMMAND=/usr/bin/true" in started[0], story
+    # Issue 44: a service's start and stop say which service (the journal's own and the others').
+    first = ops.cli("events", "--after", "0", "--limit", "64").stdout.splitlines()
+    services = [line for line in first if " service.started " in line]
+    assert any("airlock-journal started ; PID=" in line for line in services), first
+    assert any("airlock-approval started ; PID=" in line for line in services), first
     page = json.loads(ops.cli("events", "--after", "0", "--limit", "2", "--json").stdout)
     assert len(page["data"]["events"]) == 2 and page["data"]["next_cursor"] == page["data"]["events"][-1]["seq"]
     assert ops.cli("events", "--limit", "300").returncode == 1

@@ -142,6 +142,13 @@ def sentence(
         return f"{who} : finished ; " + _fields(
             ("EXIT", exit_code), ("STOPPED", how), ("TOOK", took), ("REQUEST", request)
         )
+    if kind in ("service.started", "service.stopping") and payload.get("service"):
+        # Which service (issue 44): the WHO of `airlock events` is a person's, so the name leads the words.
+        what = "started" if kind == "service.started" else "stopping"
+        return f"airlock : airlock-{_text(payload.get('service'))} {what} ; " + _fields(
+            ("PID", payload.get("pid") if isinstance(payload.get("pid"), int) else None),
+            ("VERSION", _text(payload.get("version"))),
+        )
     if kind == "exec.refused":
         return f"{who} : refused by the runner ; " + _fields(
             ("CODE", _text(payload.get("code"))), ("WHY", _text(payload.get("message"))), ("REQUEST", request)
