@@ -9,6 +9,7 @@ import yaml
 
 from airlock.approval import match
 from airlock.cli import stats, suggest
+from airlock.common.render import duration
 
 T0 = datetime(2027, 1, 15, 8, 0, tzinfo=UTC).timestamp()
 
@@ -100,6 +101,10 @@ def test_stats_on_a_known_sequence() -> None:
     }
     text = stats.render_text(numbers)
     assert "time from an ask to a decision: p50 3.0s, p95 10.0s (4 decided)" in text
+    # Issue 44: the average says over what (it read as a rate of the asks themselves).
+    per_hour = round(6 / (numbers["window_seconds"] / 3600), 2)
+    window = duration(float(numbers["window_seconds"]))
+    assert f"asks (an operator was asked): 6, {per_hour:g} per hour on average over the last {window}\n" in text
     # A window that ends before anything happened counts nothing.
     assert stats.compute(j.events, now=T0 - 100000, window=60)["requests"] == 0
 
