@@ -136,6 +136,14 @@ def test_repeated_approvals_become_one_rule_with_a_placeholder_where_arguments_v
         assert match.match_args(rule["commands"][0][1:], ["restart", unit])
 
 
+def test_one_approval_is_said_in_the_singular() -> None:
+    """Issue 44: "approved 1 times"."""
+    j = Journal()
+    j.request(0, ["systemctl", "restart", "nginx"], ask=2, by="alice")
+    text, rules = suggested(j, minimum=1)
+    assert len(rules) == 1 and "# approved 1 time for deploy (as root)" in text, text
+
+
 def test_below_the_minimum_rules_denied_and_others_are_not_learned() -> None:
     j = Journal()
     for n in range(3):
