@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nspawn import INCLUDE, CommandFailed, Container, Result, Unavailable, booted, host_tools
+from nspawn import INCLUDE, CommandFailed, Container, Result, Unavailable, booted, cannot_run
 
 from conftest import _deb
 
@@ -191,12 +191,8 @@ def _pair(certs: Path) -> Iterator[Fleet]:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    try:
-        host_tools()
-    except Unavailable as exc:
-        pytest.skip(str(exc))
     if shutil.which("openssl") is None or shutil.which("ip") is None:
-        pytest.skip("needs openssl and iproute2 on the host (apt-get install openssl iproute2)")
+        cannot_run("needs openssl and iproute2 on the host (apt-get install openssl iproute2)")
     deb = _deb()
     certs = tmp_path_factory.mktemp("fleet") / "certs"
     make_certificates(certs)
@@ -246,7 +242,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             print(f"[systest] fleet pair ready in {time.monotonic() - started:.1f}s", flush=True)
             yield f
     except Unavailable as exc:
-        pytest.skip(str(exc))
+        cannot_run(exc)
 
 
 def test_requests_on_the_host_are_verified_on_the_collector(fleet: Fleet) -> None:
