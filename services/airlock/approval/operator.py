@@ -160,7 +160,7 @@ class Operating:
         for p in self.pending.values():
             if p.attached_to is not None:
                 attached.setdefault(p.attached_to, []).append(p.request_id)
-        return {
+        listed = {
             "pending": [
                 self._shown(
                     call,
@@ -171,6 +171,8 @@ class Operating:
                 for p in sorted(self.pending.values(), key=lambda p: p.created)
             ]
         }
+        note = self.policy.standing.sentence()  # issue 44: refused files on disk; pending's header says so
+        return listed | ({"policy_note": note} if note else {})
 
     async def status(self, call: Call) -> dict[str, Any]:
         await self.book.hold_restored()
@@ -190,6 +192,7 @@ class Operating:
                 "default": self.policy.default,
                 "rules": len(self.policy.rules),
                 "sources": list(self.policy.sources),
+                "standing": self.policy.standing.to_dict(),  # issue 44
             },
             # Where the relay reports (relay/state.py); `airlock status` reads it on this host.
             "relay": {
@@ -240,6 +243,7 @@ class Operating:
         extra: dict[str, Any] = {"shadow": self.policy.shadow_verdicts(subject, stages)}
         if decision.decision == "ask":
             extra["reviewer_may"] = self.policy.reviewer_may(decision)
+        extra |= {"checked_as": {"user": user, "uid": peer.uid}, "policy_note": self.policy.standing.sentence()}
         return decision.to_dict() | {"hold": self.book.held, "warnings": list(self.policy.warnings)} | extra
 
     async def events(self, call: Call) -> dict[str, Any]:

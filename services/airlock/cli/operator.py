@@ -55,6 +55,10 @@ def cmd_status(ns: argparse.Namespace) -> int:
             ("grants", f"{data.get('grants', 0)} live"),
             ("policy", f"default {policy.get('default')}, {policy.get('rules')} rule(s)"),
         ]
+        said = (policy.get("standing") or {}).get("sentence")
+        if said:  # issue 44: the files on disk were refused
+            pairs.append(("  REFUSED", sanitise(said)))
+            pairs += [("  error", sanitise(e)) for e in (policy.get("standing") or {}).get("refused", [])[:20]]
         for name, info in sorted(services.items()):
             extra = f", {info['events']} events" if "events" in info else ""
             pairs.append((name, f"{info.get('state')}{extra}"))
@@ -153,6 +157,8 @@ def relay_lines(relay: dict[str, Any]) -> list[tuple[str, object]]:
 def cmd_pending(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "pending", {})
     if rc == 0 and not ns.json:
+        if data.get("policy_note"):  # issue 44: the policy files were refused; what decides instead
+            print(f"policy: {render.sanitise(data['policy_note'])}")
         rows = []
         # Issue 34: an attached request is decided with its first; it is named on the first's line only.
         data["pending"] = [p for p in data.get("pending", []) if not p.get("attached_to")]

@@ -185,6 +185,23 @@ def grant_message(event: dict[str, Any], host: str, user_of: Any) -> dict[str, A
     return message | _texts(message)
 
 
+def policy_message(event: dict[str, Any], host: str) -> dict[str, Any] | None:
+    """The message for ``policy.rejected`` (issue 44): the files on disk were refused, and what decides."""
+    payload = event.get("payload") or {}
+    if event.get("writer") not in (None, "approval"):
+        return None
+    refused = [_clip(_s(e)) for e in payload.get("refused") or [] if isinstance(e, str)][:10]
+    message: dict[str, Any] = {
+        "seq": event.get("seq"),
+        "event": "policy",
+        "host": _s(host, strict=True),
+        "mode": _s(payload.get("mode"), strict=True),
+        "sentence": _clip(_s(payload.get("sentence"))),
+        "refused": refused,
+    }
+    return message | _texts(message)
+
+
 def reminder(message: dict[str, Any], now: float) -> dict[str, Any]:
     expires = _parse_time(message.get("expires_at")) or now
     out = message | {"event": "reminder", "seconds_left": round(max(0.0, expires - now), 1)}
@@ -225,6 +242,10 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
             "the same request asks an operator again",
             f"(event {m['seq']})",
         ]
+        return {"title": title, "text": "\n".join(lines)}
+    if kind == "policy":
+        title = f"airlock: policy files refused on {m['host']}"
+        lines = [title.removeprefix("airlock: "), m["sentence"], *m["refused"], f"(event {m['seq']})"]
         return {"title": title, "text": "\n".join(lines)}
     if kind == "decided":
         verdict = _VERDICT.get(m["decision"], m["decision"])

@@ -241,6 +241,12 @@ class Worker(threading.Thread):
             self.queue.push(Item(message, seqs, lane, message["request_id"], "pending", generation=self.generation))
             self.open.update(seqs)
             return
+        if kind == "policy.rejected":  # issue 44: operators hear that the files on disk were refused
+            refused = msg.policy_message(event, self.host)
+            if refused is not None:
+                self.queue.push(Item(refused, seqs, lane, None, "policy", generation=self.generation))
+                self.open.update(seqs)
+            return
         if kind == "operator.action":
             ended = msg.grant_message(event, self.host, user_of)
             if ended is not None:  # issue 34: a grant's end is news for the operators who gave it
