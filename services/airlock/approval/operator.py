@@ -185,6 +185,7 @@ class Operating:
             "hold_uid": self.book.hold_by.get("uid") if held else None,
             "hold_since": self.book.hold_by.get("since") if held else None,
             "pending": len(self.pending),
+            "config_refused": self.config.refused or None,  # issue 44: running on a kept copy or the defaults
             "tokens": self.sessions.store.live(now),
             "grants": len(self.grants.live(now)),
             "services": await self._services(),

@@ -24,7 +24,7 @@ import functools
 import resource
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airlock.approval import explain, hook, standing
@@ -232,10 +232,13 @@ def policy_at_start(config: Config, logger: Any) -> Policy:
     A service that exits on a typo fails its sockets after the start limit and every agent and
     operator loses the gateway; this one stays up and says on every surface what decides.
     """
-    try:
-        return accept_policy(config, logger)
-    except PolicyError as exc:
-        errors = exc.errors
+    if config.refused:  # airlock.yaml itself was refused: its policy: node is not the operator's
+        errors: Sequence[str] = [config.refused]
+    else:
+        try:
+            return accept_policy(config, logger)
+        except PolicyError as exc:
+            errors = exc.errors
     kept = lastgood.read(config.approval.state_dir, LAST_GOOD)
     if kept is not None:
         try:

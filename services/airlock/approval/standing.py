@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -48,7 +49,7 @@ class Standing:
         return f"{why}; the policy accepted at {when} decides. Fix the files, then reload."
 
 
-def refused(errors: list[str] | tuple[str, ...], *, kept_at: float | None, now: float) -> Standing:
+def refused(errors: Sequence[str], *, kept_at: float | None, now: float) -> Standing:
     """The standing after a refusal: the kept policy's (accepted at ``kept_at``), or closed without one."""
     mode = PolicyMode.LAST_GOOD if kept_at is not None else PolicyMode.CLOSED
     return Standing(mode, tuple(errors) or ("(no message)",), now, kept_at)

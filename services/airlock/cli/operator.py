@@ -55,6 +55,8 @@ def cmd_status(ns: argparse.Namespace) -> int:
             ("grants", f"{data.get('grants', 0)} live"),
             ("policy", f"default {policy.get('default')}, {policy.get('rules')} rule(s)"),
         ]
+        if data.get("config_refused"):  # issue 44: airlock.yaml was refused; approval runs on a kept copy
+            pairs.append(("config", f"REFUSED: {sanitise(data['config_refused'])}"))
         said = (policy.get("standing") or {}).get("sentence")
         if said:  # issue 44: the files on disk were refused
             pairs.append(("  REFUSED", sanitise(said)))

@@ -149,6 +149,8 @@ class Config:
     # Where the config came from, and the raw ``policy:`` node for the policy engine.
     source: str = "<built-in>"
     policy_node: yaml.Node | None = dataclasses.field(default=None, compare=False, repr=False)
+    # Issue 44: set when the file on disk was refused and this is the last accepted copy or the defaults.
+    refused: str = dataclasses.field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
