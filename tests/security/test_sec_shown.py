@@ -12,6 +12,7 @@ a live stack whose relay posts to a real webhook receiver:
   gives operators the whole of it;
 - stdin's bytes (a password here) are in no journal record and no relay
   message: only its size and sha256;
+- an observer gets stdin's size and sha256 only, and `show --stdin` refuses it;
 - the control: a plain root request shows the default cwd and "stdin: none",
   and no excerpt.
 """
@@ -21,10 +22,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import uuid
 from typing import Any
 
 from secsupport import agent_request, final, needs_root, red_stack, replies, throwaway_user
+from test_sec_observers import operator_call
 
 from airlock.cli.watch import describe
 from airlock.common.render import Style
@@ -38,9 +41,10 @@ PASSWORD = "hunter2-issue45-secret"
 STDIN = f"root:{PASSWORD}\n\x1b[2Jroot:ok\n".encode()
 
 
-def _config(http: HttpReceiver, agent: str) -> str:
+def _config(http: HttpReceiver, agent: str, observer: str) -> str:
     return (
         f"agents: {{users: [{agent}]}}\n"
+        f"operators:\n  observers: {{users: [{observer}], groups: []}}\n"
         "approval: {timeout_seconds: 120}\n"
         "notify:\n  host: testhost\n  poll_seconds: 0.2\n  channels:\n"
         f"    - {{type: webhook, name: hook, url: '{http.url('/hook')}', secret: shown-test-secret-0123456789}}\n"
@@ -51,7 +55,11 @@ def test_stdin_and_cwd_of_a_root_job_are_shown_everywhere_a_person_decides() -> 
     http = HttpReceiver()
     digest, size = hashlib.sha256(STDIN).hexdigest(), len(STDIN)
     try:
-        with throwaway_user("alshow") as agent, red_stack(_config(http, agent.pw_name)) as stack:
+        with (
+            throwaway_user("alshow") as agent,
+            throwaway_user("alsobs") as observer,
+            red_stack(_config(http, agent.pw_name, observer.pw_name)) as stack,
+        ):
             chpasswd, chown, plain = (f"sec-{name}-{uuid.uuid4().hex[:8]}" for name in ("pw", "chown", "plain"))
             asks: dict[str, dict[str, Any]] = {
                 chpasswd: {"argv": ["/usr/sbin/chpasswd"], "stdin": base64.b64encode(STDIN).decode()},
@@ -95,6 +103,14 @@ def test_stdin_and_cwd_of_a_root_job_are_shown_everywhere_a_person_decides() -> 
             whole = stack.cli("show", chpasswd, "--stdin")
             assert whole.returncode == 0, whole.stderr
             assert whole.stdout.encode() == STDIN and digest in whole.stderr
+
+            # An observer reads the size and digest, never the bytes, and cannot ask for them.
+            os.chmod(stack.operator, 0o666)  # the socket unit's mode is not what is tested here
+            seen = operator_call(stack.operator, observer, "pending")["data"]["pending"]
+            [watched] = [p for p in seen if p["request_id"] == chpasswd]
+            assert watched["stdin"] == {"bytes": size, "sha256": digest} and PASSWORD not in json.dumps(seen)
+            refused = operator_call(stack.operator, observer, "show", {"ref": chpasswd, "stdin": True})
+            assert refused["ok"] is False and refused["error"]["code"] == "unauthorized", refused
 
             # The control: a plain root request says where it runs and that it reads nothing.
             assert f"{plain} cwd: / (default for root)" in listed and f"{plain} stdin: none" in listed
