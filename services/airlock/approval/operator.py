@@ -258,6 +258,9 @@ class Operating:
         request pending now (refs.py), never of an operation ID or a settled request."""
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
         now = time.time()
+        if call.args.get("stdin") is True:  # issue 45: a pending request's whole stdin, operators only
+            o = self.config.operators
+            return self.pending.stdin(ref, operator=may_decide(call.peer, o.users, o.groups, o.observers.users))
         named = self.pending.named(ref)
         if named is not None:
             return self._shown(call, await self._show_pending(named, now))

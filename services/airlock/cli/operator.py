@@ -195,6 +195,8 @@ def cmd_pending(ns: argparse.Namespace) -> int:
                     f"stage {i}: {', '.join(names)}" for i, names in enumerate(p["credentials"], start=1) if names
                 )
                 print(f"{render.sanitise(p['request_id'], strict=True)} credentials: {render.sanitise(given)}")
+            for label, value in render.cwd_and_stdin(p):  # issue 45: bound to the ticket, so shown
+                print(f"{render.sanitise(p['request_id'], strict=True)} {label.strip()}: {value}")
             review = render.file_review(p["request"])
             if review:
                 print(f"\n{render.sanitise(p['request_id'], strict=True)}:")
