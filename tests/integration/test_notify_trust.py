@@ -158,3 +158,26 @@ def test_a_receiver_that_rejects_everything_is_reported_and_status_shows_the_rel
     # Stopped: the status file says so, and status does not call a dead relay running.
     relay_file = tmp_path / "rt" / "state" / "notify" / "status.json"
     assert json.loads(relay_file.read_text())["state"] == "stopped"
+
+
+def test_a_restarted_relay_still_shows_what_it_delivered(tmp_path: Path, http: HttpReceiver) -> None:
+    """Issue 44: after a reinstall (the relay restarted on the same journal) `airlock status` said
+    "nothing delivered yet" for a channel that had delivered; what it delivered is kept with the cursor."""
+    runtime = tmp_path / "rt"
+    with custom_stack(runtime, _config(http)) as stack:
+        rid = _ask_and_deny(stack, http, "before the restart")
+        http.wait("/hook", lambda p: p.json()["request_id"] == rid and p.json()["event"] == "decided")
+        deadline = time.monotonic() + 15
+        while (hook := _status(stack)["channels"][0])["delivered_seq"] is None or hook["lag"]:
+            assert time.monotonic() < deadline, hook
+            time.sleep(0.2)
+        before = (hook["delivered_seq"], hook["delivered_at"])
+    with custom_stack(runtime, _config(http)) as stack:
+        deadline = time.monotonic() + 20
+        while (relay := _status(stack))["state"] != "running" or relay.get("pid") is None:
+            assert time.monotonic() < deadline, relay
+            time.sleep(0.2)
+        hook = relay["channels"][0]
+        assert (hook["delivered_seq"], hook["delivered_at"]) == before, hook
+        text = stack.cli("status")
+        assert f"delivered up to event {before[0]}" in text.stdout and "nothing delivered" not in text.stdout, text

@@ -127,6 +127,7 @@ class Worker(threading.Thread):
             self.cursor = self.fetched = saved.seq
             self.skip = saved.done
             self.journal = journal
+            self.delivered_seq, self.delivered_at = saved.delivered, saved.delivered_at  # same journal: still true
             if saved.journal is None:
                 self._save()  # bind it to this journal from now on
             return True
@@ -150,6 +151,7 @@ class Worker(threading.Thread):
         self.cursor = self.fetched = latest
         self.journal = journal
         self.skip = frozenset()
+        self.delivered_seq = self.delivered_at = None  # of a journal that is gone, if any
         self._save()
         self.log.info("notify.cursor.created", seq=latest, path=str(self.cursor_path))
         waiting = self._feed("pending", {}, wait=False) or {}
@@ -170,7 +172,10 @@ class Worker(threading.Thread):
 
     def _save(self) -> None:
         assert self.cursor is not None
-        cursor.save(self.cursor_path, cursor.Cursor(self.cursor, self.journal, frozenset(self.done)))
+        cursor.save(
+            self.cursor_path,
+            cursor.Cursor(self.cursor, self.journal, frozenset(self.done), self.delivered_seq, self.delivered_at),
+        )
 
     def _fill(self) -> bool:
         """Read the next page after what was read and queue its messages; True when something new came."""
