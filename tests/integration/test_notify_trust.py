@@ -164,7 +164,8 @@ def test_a_restarted_relay_still_shows_what_it_delivered(tmp_path: Path, http: H
     """Issue 44: after a reinstall (the relay restarted on the same journal) `airlock status` said
     "nothing delivered yet" for a channel that had delivered; what it delivered is kept with the cursor."""
     runtime = tmp_path / "rt"
-    with custom_stack(runtime, _config(http)) as stack:
+    relayed = _config(http).replace("approval: {timeout_seconds: 60}\n", "")  # the relayed wait, chosen for us
+    with custom_stack(runtime, relayed) as stack:
         rid = _ask_and_deny(stack, http, "before the restart")
         http.wait("/hook", lambda p: p.json()["request_id"] == rid and p.json()["event"] == "decided")
         deadline = time.monotonic() + 15
@@ -172,7 +173,7 @@ def test_a_restarted_relay_still_shows_what_it_delivered(tmp_path: Path, http: H
             assert time.monotonic() < deadline, hook
             time.sleep(0.2)
         before = (hook["delivered_seq"], hook["delivered_at"])
-    with custom_stack(runtime, _config(http)) as stack:
+    with custom_stack(runtime, relayed) as stack:
         deadline = time.monotonic() + 20
         while (relay := _status(stack))["state"] != "running" or relay.get("pid") is None:
             assert time.monotonic() < deadline, relay
@@ -181,3 +182,6 @@ def test_a_restarted_relay_still_shows_what_it_delivered(tmp_path: Path, http: H
         assert (hook["delivered_seq"], hook["delivered_at"]) == before, hook
         text = stack.cli("status")
         assert f"delivered up to event {before[0]}" in text.stdout and "nothing delivered" not in text.stdout, text
+        # Issue 44 too: the 600 s that notify.channels chose for approval's wait is said.
+        assert relay["approval_timeout_seconds"] == 600 and "notify.channels is set" in relay["approval_timeout_why"]
+        assert "600 s for an operator: notify.channels is set and approval.timeout_seconds is not" in text.stdout
