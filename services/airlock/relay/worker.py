@@ -42,6 +42,7 @@ class Worker(threading.Thread):
         self.stop = stop
         self.log = log.get().bind(service="notify", channel=channel.name, channel_type=channel.kind)
         self.cursor_path = cursor.path_for(config.notify.state_dir, channel.name)
+        self.web_url = config.web.url  # replaced whole by a reload (relay/reload.py); read per message
         self.limit = RateLimit(channel.settings.get("rate_per_minute") or config.notify.rate_per_minute)
         self.ready = threading.Event()
         self.cursor: int | None = None  # every event up to it handled, durable
@@ -242,7 +243,7 @@ class Worker(threading.Thread):
         if kind in ("approval.pending", "approval.decided") and attached:
             return  # issue 34: attached to an identical request; its message and outcome speak for both
         if kind in ("approval.pending", "approval.promoted"):  # promoted: its pending record was attached
-            message = msg.pending_message(event, self.host, user_of, time.time(), self.config.web.url)
+            message = msg.pending_message(event, self.host, user_of, time.time(), self.web_url)
             self.queue.push(Item(message, seqs, lane, message["request_id"], "pending", generation=self.generation))
             self.open.update(seqs)
             return
