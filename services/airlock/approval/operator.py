@@ -195,10 +195,13 @@ class Operating:
                 "sources": list(self.policy.sources),
                 "standing": self.policy.standing.to_dict(),  # issue 44
             },
-            # Where the relay reports (relay/state.py); `airlock status` reads it on this host.
+            # Where the relay reports (relay/state.py; `airlock status` reads it on this host), and
+            # approval's wait for a person, with why when notify.channels chose it (issue 44).
             "relay": {
                 "channels": [c["name"] for c in self.config.notify.channels],
                 "state_dir": str(self.config.notify.state_dir),
+                "approval_timeout_seconds": self.config.approval.timeout_seconds,
+                "approval_timeout_why": dict(self.config.derived).get("approval.timeout_seconds"),
             },
         }
 
