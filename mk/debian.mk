@@ -76,7 +76,8 @@ check-units: check-units-deps
 	systemd-analyze --version | head -n 1; \
 	root=$$(mktemp -d "$${TMPDIR:-/tmp}/airlock-units.XXXXXX"); \
 	trap 'rm -rf "$$root"' EXIT; \
-	mkdir -p "$$root/lib/systemd" "$$root/usr/libexec/airlock" "$$root/bin" "$$root/etc"; \
+	mkdir -p "$$root/lib/systemd" "$$root/usr/libexec/airlock" "$$root/bin" "$$root/usr/bin" "$$root/etc"; \
+	printf '#!/bin/sh\n' >"$$root/usr/bin/airlock"; chmod 0755 "$$root/usr/bin/airlock"; \
 	cp -a /lib/systemd/system "$$root/lib/systemd/"; \
 	cp units/*.socket units/*.service units/*.slice "$$root/lib/systemd/system/"; \
 	cp /bin/kill "$$root/bin/"; \

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ci_gate import pytest_sessionfinish  # noqa: F401  (a hook: pytest finds it here)
+
 from support import Stack, start_stack, stop_stack
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nspawn import Container, Unavailable, booted, host_tools
+from nspawn import Container, Unavailable, booted, cannot_run
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT, OPERATOR, OUTSIDER = "agent1", "op1", "outsider"
@@ -71,7 +71,7 @@ def _deb() -> Path:
         return Path(os.environ["AIRLOCK_DEB"]).resolve()
     debs = sorted((REPO / "dist").glob("airlock_*_all.deb"), key=lambda p: p.stat().st_mtime)
     if not debs:
-        pytest.skip("no dist/airlock_*_all.deb: run `make test-system` (it builds the package first)")
+        cannot_run("no dist/airlock_*_all.deb: run `make test-system` (it builds the package first)")
     return debs[-1]
 
 
@@ -143,10 +143,6 @@ class System:
 
 @pytest.fixture(scope="session")
 def system() -> Iterator[System]:
-    try:
-        host_tools()
-    except Unavailable as exc:
-        pytest.skip(str(exc))
     deb = _deb()
     started = time.monotonic()
     try:
@@ -166,4 +162,4 @@ def system() -> Iterator[System]:
             print(f"[systest] installed {deb.name} in {time.monotonic() - started:.1f}s since boot start", flush=True)
             yield system
     except Unavailable as exc:
-        pytest.skip(str(exc))
+        cannot_run(exc)

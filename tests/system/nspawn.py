@@ -22,6 +22,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
 
 CACHE_DIR = Path(os.environ.get("AIRLOCK_SYSTEST_DIR", "/var/tmp/airlock-systest"))
 SUITE = "bookworm"
@@ -40,12 +43,19 @@ INCLUDE = (
     "python3-dbus",
     "python3-aiohttp",  # airlock-web (issue 33)
     "python3-fido2",  # passkeys, verified in approval (issue 33)
+    # debootstrap does not resolve virtual packages: python3-cryptography (fido2's) depends on
+    # python3-cffi-backend-api-min/-max, which only python3-cffi-backend provides (issue 44).
+    "python3-cffi-backend",
     "procps",
 )
 HOST_TOOLS = {"systemd-nspawn": "systemd-container", "debootstrap": "debootstrap", "nsenter": "util-linux"}
 # Commands inside the container get a clean environment: never the host's
 # PATH (a pyenv shim), never pytest's variables.
 CLEAN_ENV = ("PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8", "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0")
+
+
+# Roots this process built from scratch (test_0_root audits such a root instead of building another).
+BUILT_THIS_RUN: set[Path] = set()
 
 
 class Unavailable(Exception):
@@ -64,34 +74,97 @@ def host_tools() -> None:
         raise Unavailable(f"missing host tools; as root run: apt-get install {' '.join(sorted(set(missing)))}")
 
 
+def root_recipe() -> str:
+    """What the cached root is built from; a root built from another recipe is built again."""
+    return f"{SUITE} {MIRROR} minbase {' '.join(sorted(INCLUDE))}"
+
+
+def build_root(dest: Path, log: Path) -> None:
+    """debootstrap a Debian 12 root into ``dest`` (which must not exist); raise Unavailable if it fails.
+
+    A failed debootstrap leaves unconfigured packages behind and still looks like a root: the
+    result is checked with dpkg's own audit, and every package asked for must be installed.
+    """
+    with open(log, "w") as out:
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", SUITE, str(dest), MIRROR],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+            check=False,
+            timeout=1800,
+        )
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-5:]
+        raise Unavailable(f"debootstrap failed ({proc.returncode}); see {log}:\n" + "\n".join(tail))
+    problems = root_problems(dest)
+    if problems:
+        raise Unavailable(f"debootstrap left a broken root in {dest}: {problems}")
+
+
+def root_problems(root: Path) -> str:
+    """What dpkg says is wrong with ``root``, and which asked-for packages are missing; '' if none."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+    audit = subprocess.run(
+        ["dpkg", f"--root={root}", "--audit"], capture_output=True, text=True, env=env, check=False, timeout=120
+    )
+    status = subprocess.run(
+        ["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f", "${Package} ${db:Status-Abbrev}\n", *INCLUDE],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=120,
+    )
+    installed = {line.split()[0] for line in status.stdout.splitlines() if line.split()[1:2] == ["ii"]}
+    missing = sorted(set(INCLUDE) - installed)
+    said = audit.stdout.strip() + audit.stderr.strip()
+    return "; ".join(
+        part for part in (said and f"dpkg --audit: {said}", missing and f"not installed: {missing}") if part
+    )
+
+
+def cannot_run(reason: object) -> NoReturn:
+    """Skip where the system tests cannot run; fail where they could and did not.
+
+    Without root or the host tools the tests skip and say why.  As root with the tools present
+    a missing root, package or boot is a failure: a suite that skipped there has not passed
+    (issue 44: an unbuildable root once skipped all 79 tests and CI passed).
+    """
+    try:
+        host_tools()
+    except Unavailable as missing:
+        pytest.skip(str(missing))
+    pytest.fail(f"the system tests could not run on a host that has root and every tool: {reason}", pytrace=False)
+
+
 def cached_root() -> Path:
-    """The cached Debian 12 root, built with debootstrap the first time."""
+    """The cached Debian 12 root, built with debootstrap the first time (and again when its recipe changes)."""
     root = CACHE_DIR / SUITE
     stamp = CACHE_DIR / "debootstrap.status"
+    recipe = CACHE_DIR / "debootstrap.recipe"
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with open(CACHE_DIR / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one debootstrap at a time
-        if root.is_dir() and stamp.exists() and stamp.read_text().strip() == "done":
+        if (
+            root.is_dir()
+            and stamp.exists()
+            and stamp.read_text().strip() == "done"
+            and recipe.exists()
+            and recipe.read_text().strip() == root_recipe()
+        ):
             return root
         _log(f"building the cached Debian 12 root in {root} (debootstrap, once)")
         partial = CACHE_DIR / f"{SUITE}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
         stamp.unlink(missing_ok=True)
-        log = CACHE_DIR / "debootstrap.log"
-        with open(log, "w") as out:
-            proc = subprocess.run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(INCLUDE)}", SUITE, str(partial), MIRROR],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
-                check=False,
-            )
-        if proc.returncode != 0:
-            raise Unavailable(f"debootstrap failed ({proc.returncode}); see {log}")
+        build_root(partial, CACHE_DIR / "debootstrap.log")
         partial.rename(root)
+        recipe.write_text(root_recipe() + "\n")
         stamp.write_text("done\n")
+        BUILT_THIS_RUN.add(root)
         return root
 
 

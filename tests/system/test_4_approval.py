@@ -114,12 +114,17 @@ def test_reload_applies_a_policy_change_and_refuses_a_bad_one(system) -> None:
         assert (r.returncode, r.stdout.strip()) == (0, "Linux"), r
 
         # A broken policy file is refused on reload; the running policy stays.
+        # A broken policy file is refused on reload; the running policy stays, and the reload fails
+        # (ExecReload= checks the files, issue 44) instead of looking like a success.
         system.c.write("/etc/airlock/policy.d/61-systest-broken.yaml", "rules:\n  - name: broken\n")
         rejected = _approval_says(system, "approval.policy.rejected")
-        system.c.run(["systemctl", "reload", "airlock-approval.service"])
+        reload = system.c.run(["systemctl", "reload", "airlock-approval.service"], check=False)
+        assert reload.returncode != 0, reload
         _wait_until_approval_says(system, "approval.policy.rejected", rejected)
         assert system.active("airlock-approval.service") == "active"
         assert run_uname().returncode == 0
+        status = system.airlock("status", user=system.OPERATOR)
+        assert "REFUSED" in status.stdout and "61-systest-broken.yaml" in status.stdout, status
     finally:
         system.c.run(
             ["rm", "-f", "/etc/airlock/policy.d/60-systest-reload.yaml", "/etc/airlock/policy.d/61-systest-broken.yaml"]
@@ -183,3 +188,57 @@ def test_session_tokens_name_the_session_and_die_with_the_service(system) -> Non
         "/usr/bin/true", extra=("--operation-id", f"systest-{uuid.uuid4().hex}", "--token-file", path)
     )
     assert code == 125 and envelope.get("error", {}).get("code") == "unauthorized", r
+
+
+def test_a_policy_typo_written_while_approval_is_idle_leaves_the_gateway_up(system) -> None:
+    """Issue 44: approval idle-exits; a typo is written; the next request starts it on the refused files.
+
+    Before, approval exited 78, hit the start limit and failed both of its sockets: agents and
+    operators lost the gateway. Now it starts on the last policy it accepted and says so.
+    """
+    dropin = "/etc/airlock/policy.d/62-systest-typo.yaml"
+    try:
+        ok = system.airlock("run", "--no-privilege", "--", "/usr/bin/true")  # approval accepts the policy
+        assert ok.returncode == 0, ok
+        system.c.run(["systemctl", "stop", "airlock-approval.service"])  # as an idle exit leaves it
+        system.c.write(dropin, "rules:\n  - name: typo\n    decision: allow\n    comands: [[/usr/bin/id]]\n")
+        r = system.airlock("run", "--no-privilege", "--", "/usr/bin/true")  # starts approval on the typo
+        said = system.c.run(["journalctl", "-u", "airlock-approval", "-n", "30", "--no-pager"]).stdout
+        assert r.returncode == 0, f"{r}\n{said}"  # the kept policy's allow rule still decides
+        assert system.active("airlock-approval.service") == "active", said
+        for socket in ("airlock-approval.socket", "airlock-operator.socket"):
+            assert system.active(socket) == "active", socket
+        status = system.airlock("status", user=system.OPERATOR)
+        assert status.returncode == 0, status
+        assert "REFUSED" in status.stdout and "62-systest-typo.yaml:4:5" in status.stdout, status
+        check = system.airlock("policy", "check", "--files", user=system.OPERATOR)
+        assert check.returncode == 1 and "62-systest-typo.yaml:4:5" in check.stderr, check
+        journal = system.c.run(["journalctl", "-u", "airlock-approval", "-o", "cat", "--no-pager"]).stdout
+        assert "approval.policy.rejected" in journal and "62-systest-typo.yaml:4:5" in journal, journal[-2000:]
+    finally:
+        system.c.run(["rm", "-f", dropin])
+        system.restart_services()
+
+
+def test_a_typo_in_airlock_yaml_leaves_every_service_up_on_its_last_accepted_copy(system) -> None:
+    """Issue 44: each service keeps the airlock.yaml it accepted (its StateDirectory); a refused file is said."""
+    try:
+        system.set_config("approval:\n  timeout_seconds: 7\n")
+        system.restart_services()
+        ok = system.airlock("run", "--no-privilege", "--", "/usr/bin/true")  # every service accepts the file
+        assert ok.returncode == 0, ok
+        system.restart_services()  # as idle exits leave them
+        system.set_config("approval:\n  timeout_secs: 7\n")
+        r = system.airlock("run", "--no-privilege", "--", "/usr/bin/true")
+        said = system.c.run(["journalctl", "-u", "airlock-*", "-n", "40", "--no-pager"]).stdout
+        assert r.returncode == 0, f"{r}\n{said}"
+        for unit in (*system.SOCKETS, "airlock-intake.service", "airlock-approval.service"):
+            assert system.active(unit) == "active", f"{unit}\n{said}"
+        status = system.airlock("status", user=system.OPERATOR)
+        assert "REFUSED" in status.stdout and "timeout_secs" in status.stdout, status
+        assert "intake.config.refused" in system.c.run(["journalctl", "-u", "airlock-intake", "-o", "cat"]).stdout
+        check = system.airlock("config", "check", user=system.OPERATOR)
+        assert check.returncode == 1 and "timeout_secs" in check.stderr, check
+    finally:
+        system.restore_config()
+        system.restart_services()

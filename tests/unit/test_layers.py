@@ -30,6 +30,10 @@ RANK = {**dict.fromkeys(BOTTOM, 0), **dict.fromkeys(SERVICES, 1), **dict.fromkey
 # The `airlock` command is also the administrator's tool: these commands read a
 # service's own files on this host (no daemon in between) or start the services.
 CLIENT_USES_SERVICE = {
+    # `airlock policy check --files` / `config check` (issue 44): the policy parsed offline exactly as approval
+    # parses it (visudo -c), before a reload and without a running service.
+    ("airlock.cli.policy", "airlock.approval.policy"),
+    ("airlock.cli.policy", "airlock.approval.policyfile"),
     # `airlock audit verify` checks the journal database file and its anchors offline, as root.
     ("airlock.cli.audit", "airlock.journal.anchors"),
     ("airlock.cli.audit", "airlock.journal.store"),

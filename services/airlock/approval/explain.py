@@ -70,4 +70,5 @@ async def explain(approval: Deciding, call: Call, args: wire.Explain) -> wire.Ex
         searched=default_path(spec.run_as),
         approvals_needed=requirement.approvals if verdict == "ask" else 0,
         held=held,
+        policy_note=approval.policy.standing.sentence(),
     )

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from airlock.approval.policyfile import PolicyError, PolicyFile, parse_policy_node, parse_policy_text
 from airlock.approval.rules import Policy, Verdict
 from airlock.common.config import Config
 
 # `airlock dev up` (cli/dev.py) checks a policy with load_policy and reports a PolicyError.
-__all__ = ["PolicyError", "assemble", "load_policy"]
+__all__ = ["PolicyError", "assemble", "load_policy", "load_policy_texts", "policy_from_texts"]
 
 
 def assemble(files: Sequence[PolicyFile]) -> Policy:
@@ -50,16 +53,29 @@ def load_policy(config: Config) -> Policy:
     Every file is read and checked before anything is rejected, so one run
     reports every problem.  A missing policy.d directory is fine.
     """
+    return load_policy_texts(config)[0]
+
+
+def load_policy_texts(config: Config) -> tuple[Policy, list[dict[str, Any]]]:
+    """`load_policy`, and the texts it accepted: what approval keeps as its last good copy (issue 44).
+
+    airlock.yaml's ``policy:`` node is kept as a bare policy document; each policy.d file as the
+    bytes that were parsed (not read again: a file changed in between would be kept unchecked).
+    """
     files: list[PolicyFile] = []
+    texts: list[dict[str, Any]] = []
     errors: list[str] = []
     try:
         files.append(parse_policy_node(config.policy_node, config.source))
+        main = "" if config.policy_node is None else yaml.serialize(config.policy_node, Dumper=yaml.SafeDumper)
+        texts.append({"path": config.source, "text": main, "main": True})
     except PolicyError as exc:
         errors.extend(exc.errors)
     for path in _dropin_paths(config.paths.policy_dir, errors):
         try:
             text = path.read_text(encoding="utf-8")
             files.append(parse_policy_text(text, str(path), main=False))
+            texts.append({"path": str(path), "text": text, "main": False})
         except PolicyError as exc:
             errors.extend(exc.errors)
         except (OSError, UnicodeDecodeError) as exc:
@@ -70,7 +86,16 @@ def load_policy(config: Config) -> Policy:
         errors.extend(exc.errors)
     if errors:
         raise PolicyError(errors)
-    return policy
+    return policy, texts
+
+
+def policy_from_texts(texts: Sequence[dict[str, Any]]) -> Policy:
+    """The policy of kept texts (`load_policy_texts`' second half); PolicyError if they no longer parse."""
+    files = [
+        parse_policy_text(str(t.get("text", "")), f"{t.get('path')} (last accepted copy)", main=bool(t.get("main")))
+        for t in texts
+    ]
+    return assemble(files)
 
 
 def _dropin_paths(directory: Path, errors: list[str]) -> list[Path]:

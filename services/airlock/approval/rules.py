@@ -23,6 +23,7 @@ from typing import Any, Literal
 from airlock.approval import match
 from airlock.approval.match import FileGrant
 from airlock.approval.quorum import Approvers, Requirement, join
+from airlock.approval.standing import Standing
 from airlock.common.errors import AirlockError
 from airlock.common.resolve import default_path, resolve_executable
 from airlock.common.sandbox import merge as merge_sandboxes
@@ -221,6 +222,8 @@ class Policy:
     warnings: tuple[str, ...] = ()  # e.g. a rule for a binary that is not installed
     # Issue 34: ``mode: shadow`` rules, kept apart so that nothing that decides ever sees them.
     shadow: tuple[Rule, ...] = ()
+    # Issue 44: whether these are the files on disk, the last accepted copy, or none (closed).
+    standing: Standing = field(default_factory=Standing)
 
     def decide(
         self, subject: Subject, stages: Sequence[Sequence[str]], *, resolver: Resolver | None = None

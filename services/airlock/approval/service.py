@@ -24,29 +24,30 @@ import functools
 import resource
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airlock.approval import explain, hook
+from airlock.approval import explain, hook, standing
 from airlock.approval.asks import AskLimits
 from airlock.approval.decide import Deciding
 from airlock.approval.granting import GrantBook
 from airlock.approval.operator import Operating
 from airlock.approval.passkeys import Passkeys
-from airlock.approval.policy import PolicyError, load_policy
+from airlock.approval.policy import PolicyError, load_policy_texts, policy_from_texts
 from airlock.approval.reviewing import Reviewing
 from airlock.approval.rules import Policy
 from airlock.approval.sessions import SessionTokens
 from airlock.approval.signed import Ledger
 from airlock.approval.signers import Signers
+from airlock.approval.standing import PolicyMode
 from airlock.approval.table import PendingTable
 from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import TokenStore
 from airlock.approval.votes import Votes
-from airlock.common import daemon, log
+from airlock.common import daemon, lastgood, log
 from airlock.common.audit import Audit, lifecycle
 from airlock.common.config import Config, ConfigError, load
-from airlock.common.errors import ErrorCode, within_reference_004
+from airlock.common.errors import AirlockError, ErrorCode, within_reference_004
 from airlock.common.ipc import Client
 from airlock.common.peer import AllowList, Peer, may_decide, uid_of
 from airlock.common.server import Door, Service
@@ -61,6 +62,8 @@ class Approval:
 
     def __init__(self, config: Config, policy: Policy, config_path: str | None, audit: Audit | None = None) -> None:
         self.config = config
+        if policy.standing.mode is PolicyMode.CURRENT and policy.standing.accepted_at is None:
+            policy = dataclasses.replace(policy, standing=standing.Standing(accepted_at=time.time()))
         self.policy = policy
         self.config_path = config_path
         self.audit = audit or Audit(config, "approval")  # a test may hand in its own journal
@@ -158,9 +161,15 @@ class Approval:
         """
         try:
             config = load(_path(self.config_path))
-            policy = load_policy(config)
+            policy = accept_policy(config, self.log)
         except (ConfigError, PolicyError) as exc:
-            self.log.error("approval.policy.rejected", error=str(exc))
+            errors = exc.errors if isinstance(exc, PolicyError) else [str(exc)]
+            # The policy in force stays; it was accepted, by this process or from the kept copy.
+            kept = self.policy.standing.accepted_at if self.policy.standing.mode is not PolicyMode.CLOSED else None
+            self.policy = dataclasses.replace(
+                self.policy, standing=standing.refused(errors, kept_at=kept, now=time.time())
+            )
+            await self.record_refusal()
             return
         self.policy = policy
         self.log_policy_warnings()
@@ -179,6 +188,15 @@ class Approval:
             },
         )
 
+    async def record_refusal(self) -> None:
+        """The refusal in journald and in the audit chain (`policy.rejected`), with every error."""
+        said = self.policy.standing
+        self.log.error("approval.policy.rejected", error="; ".join(said.refused), standing=str(said.mode))
+        try:
+            await self.audit.record("policy.rejected", payload=said.to_dict())
+        except AirlockError as exc:  # the journal is down: journald has it; requests fail closed anyway
+            self.log.error("approval.policy.rejected.unrecorded", error=exc.message)
+
     def log_policy_warnings(self) -> None:
         """What the policy loaded with but will not do as written (a missing user, group or binary)."""
         for warning in self.policy.warnings:
@@ -193,6 +211,43 @@ class Approval:
         # The ledger keeps its memory (published statements, used signatures): only the keys change.
         self.ledger.signers = Signers(config.approval.allowed_signers)
         self.votes.warn_unmapped()  # allowed_signers or signer_accounts may have changed
+
+
+LAST_GOOD = "policy.last-good.json"
+
+
+def accept_policy(config: Config, logger: Any) -> Policy:
+    """The policy on disk, accepted: kept as approval's last good copy; PolicyError if refused."""
+    policy, texts = load_policy_texts(config)
+    try:
+        lastgood.save(config.approval.state_dir, LAST_GOOD, texts)
+    except OSError as exc:  # still accepted; only a later refusal would miss the copy
+        logger.warning("approval.policy.unkept", state_dir=str(config.approval.state_dir), error=str(exc))
+    return dataclasses.replace(policy, standing=standing.Standing(accepted_at=time.time()))
+
+
+def policy_at_start(config: Config, logger: Any) -> Policy:
+    """Start on any policy files: the ones on disk; refused, the kept copy; none kept, closed (issue 44).
+
+    A service that exits on a typo fails its sockets after the start limit and every agent and
+    operator loses the gateway; this one stays up and says on every surface what decides.
+    """
+    if config.refused:  # airlock.yaml itself was refused: its policy: node is not the operator's
+        errors: Sequence[str] = [config.refused]
+    else:
+        try:
+            return accept_policy(config, logger)
+        except PolicyError as exc:
+            errors = exc.errors
+    kept = lastgood.read(config.approval.state_dir, LAST_GOOD)
+    if kept is not None:
+        try:
+            policy = policy_from_texts(kept[1])
+            return dataclasses.replace(policy, standing=standing.refused(errors, kept_at=kept[0], now=time.time()))
+        except PolicyError as again:  # a copy from another version that no longer parses
+            logger.error("approval.policy.kept_refused", error="; ".join(again.errors))
+    closed = Policy("ask", (), (), ())
+    return dataclasses.replace(closed, standing=standing.refused(errors, kept_at=None, now=time.time()))
 
 
 def _path(value: str | None) -> Any:
@@ -236,12 +291,11 @@ def _check_fd_limit(config: Config) -> None:
 
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
-    try:
-        policy = load_policy(config)
-    except PolicyError as exc:
-        raise ConfigError(str(exc)) from None
+    policy = policy_at_start(config, log.get())
     approval = Approval(config, policy, config.source)
     approval.log_policy_warnings()
+    if policy.standing.refused:
+        await approval.record_refusal()
     _check_fd_limit(config)
     s = config.services
     internal = Door(

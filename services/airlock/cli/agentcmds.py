@@ -187,4 +187,6 @@ def explained(data: dict[str, Any]) -> str:
         )
     else:
         lines.append("airlock would refuse it; nothing would run. Do not try variants to get around it.")
+    if data.get("policy_note"):  # issue 44: the files on disk were refused; say what decides instead
+        lines.append(f"note: {render.sanitise(data['policy_note'])}")
     return "\n".join(lines)

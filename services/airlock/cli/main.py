@@ -192,6 +192,11 @@ def parser() -> argparse.ArgumentParser:
     sp = op("show", "a request's whole story: who, what, why, decision, outcome, events")
     sp.add_argument("ref", help="request ID, operation ID, or a unique prefix of a pending request's ID")
     sp.add_argument("--output", action="store_true", help="print the job's stored output (redacted, checked)")
+    sp.add_argument(
+        "--stdin",
+        action="store_true",
+        help="print a pending request's whole stdin (operators only; escaped on a terminal, raw into a pipe)",
+    )
     sp.set_defaults(func=show.cmd_show)
     sp = op("logs", "a job's output; with --follow, a running job's output as it comes, until it ends")
     sp.add_argument("ref", help="request ID or operation ID")
@@ -330,9 +335,24 @@ def parser() -> argparse.ArgumentParser:
 
     policy = sub.add_parser("policy", help="inspect the policy")
     policy_sub = policy.add_subparsers(dest="policy_command", metavar="SUBCOMMAND", required=True)
-    sp = policy_sub.add_parser("check", help="show the decision for a command without running it")
+    sp = policy_sub.add_parser(
+        "check",
+        help="show the decision for a command without running it, or check the policy files (--files)",
+        description="With a command: what the running approval service would decide for it (as --user, "
+        "default you; the answer names the user). With --files: the policy on disk (or the PATHs given) "
+        "checked without any service, every error printed, exit 1 if any -- run it before a reload.",
+    )
     sp.add_argument("--socket", help="operator socket")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument(
+        "--files",
+        nargs="*",
+        metavar="PATH",
+        default=None,
+        help="check these policy files or directories (none: airlock.yaml's policy and policy.d) offline",
+    )
+    sp.add_argument("--config", help="with --files: configuration file (default: /etc/airlock/airlock.yaml)")
+    sp.add_argument("--quiet", action="store_true", help="with --files: print only errors")
     sp.add_argument("--user", help="as this user (default: you)")
     sp.add_argument("--session")
     group = sp.add_mutually_exclusive_group()
@@ -373,6 +393,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--config", help="configuration file (default: /etc/airlock/airlock.yaml)")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=policy_cli.cmd_config_show)
+    sp = cfg_sub.add_parser(
+        "check", help="check airlock.yaml and the policy files without a running service (exit 1 on errors)"
+    )
+    sp.add_argument("--config", help="configuration file (default: /etc/airlock/airlock.yaml)")
+    sp.add_argument("--quiet", action="store_true", help="print only errors")
+    sp.set_defaults(func=policy_cli.cmd_config_check)
 
     dev = sub.add_parser("dev", help="run the whole stack in the foreground for development")
     dev_sub = dev.add_subparsers(dest="dev_command", metavar="SUBCOMMAND", required=True)

@@ -55,6 +55,12 @@ def cmd_status(ns: argparse.Namespace) -> int:
             ("grants", f"{data.get('grants', 0)} live"),
             ("policy", f"default {policy.get('default')}, {policy.get('rules')} rule(s)"),
         ]
+        if data.get("config_refused"):  # issue 44: airlock.yaml was refused; approval runs on a kept copy
+            pairs.append(("config", f"REFUSED: {sanitise(data['config_refused'])}"))
+        said = (policy.get("standing") or {}).get("sentence")
+        if said:  # issue 44: the files on disk were refused
+            pairs.append(("  REFUSED", sanitise(said)))
+            pairs += [("  error", sanitise(e)) for e in (policy.get("standing") or {}).get("refused", [])[:20]]
         for name, info in sorted(services.items()):
             # The chain's head: every event ever journaled, sealed segments too (the disk line counts the live one's).
             extra = f", {info['events']} events journaled (head seq)" if "events" in info else ""
@@ -111,9 +117,10 @@ def relay_status(hint: object, now: float) -> dict[str, Any]:
     configured = [str(c) for c in hint.get("channels") or []]
     body = relay_state.read(Path(hint["state_dir"]))
     if body is None:
-        return {"state": "not running" if configured else "not configured", "configured": configured, "channels": []}
+        state = "not running" if configured else "not configured"
+        return {"state": state, "configured": configured, "channels": []} | _wait(hint)
     if "error" in body and "state" not in body:
-        return {"state": "unknown", "error": body["error"], "configured": configured, "channels": []}
+        return {"state": "unknown", "error": body["error"], "configured": configured, "channels": []} | _wait(hint)
     running = relay_state.running(body, now)
     channels = [c for c in body.get("channels") or [] if isinstance(c, dict)]
     return {
@@ -123,7 +130,12 @@ def relay_status(hint: object, now: float) -> dict[str, Any]:
         "journal_latest": body.get("journal_latest"),
         "configured": configured,
         "channels": channels,
-    }
+    } | _wait(hint)
+
+
+def _wait(hint: dict[str, Any]) -> dict[str, Any]:
+    """Approval's wait for a person as approval has it: 600 s once notify.channels is set, said (issue 44)."""
+    return {k: hint.get(k) for k in ("approval_timeout_seconds", "approval_timeout_why") if k in hint}
 
 
 def relay_lines(relay: dict[str, Any]) -> list[tuple[str, object]]:
@@ -148,12 +160,17 @@ def relay_lines(relay: dict[str, Any]) -> list[tuple[str, object]]:
         if c.get("last_error"):
             text += f"; last error {sanitise(c.get('last_error_at'))}: {sanitise(c['last_error'])}"
         pairs.append((f"  {sanitise(c.get('name'), strict=True)}", text))
+    wait, why = relay.get("approval_timeout_seconds"), relay.get("approval_timeout_why")
+    if isinstance(wait, int | float) and why:
+        pairs.append(("  approval wait", f"{wait:g} s for an operator: {sanitise(why)}"))
     return pairs
 
 
 def cmd_pending(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "pending", {})
     if rc == 0 and not ns.json:
+        if data.get("policy_note"):  # issue 44: the policy files were refused; what decides instead
+            print(f"policy: {render.sanitise(data['policy_note'])}")
         rows = []
         # Issue 34: an attached request is decided with its first; it is named on the first's line only.
         data["pending"] = [p for p in data.get("pending", []) if not p.get("attached_to")]
@@ -188,6 +205,8 @@ def cmd_pending(ns: argparse.Namespace) -> int:
                     f"stage {i}: {', '.join(names)}" for i, names in enumerate(p["credentials"], start=1) if names
                 )
                 print(f"{render.sanitise(p['request_id'], strict=True)} credentials: {render.sanitise(given)}")
+            for label, value in render.cwd_and_stdin(p):  # issue 45: bound to the ticket, so shown
+                print(f"{render.sanitise(p['request_id'], strict=True)} {label.strip()}: {value}")
             review = render.file_review(p["request"])
             if review:
                 print(f"\n{render.sanitise(p['request_id'], strict=True)}:")

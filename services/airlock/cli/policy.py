@@ -16,8 +16,12 @@ from airlock.common import render, sandbox
 
 
 def cmd_policy_check(ns: argparse.Namespace) -> int:
+    if ns.files is not None:
+        return check_files(ns.files, ns.config, quiet=ns.quiet)
+    if ns.command and ns.command[0] == "--":
+        ns.command = ns.command[1:]
     if not ns.command:
-        _err("policy check: give a command after --")
+        _err("policy check: give a command after -- (or --files to check the files on disk)")
         return 2
     args: dict[str, Any] = {"argv": ns.command, "privileged": ns.privileged}
     if ns.user:
@@ -26,6 +30,8 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
         args["session"] = ns.session
     rc, data = _operator(ns, "policy.check", args)
     if rc == 0 and not ns.json:
+        checked = data.get("checked_as") or {}
+        print(f"checked as: {render.sanitise(checked.get('user'))} (uid {checked.get('uid')})")
         for stage in data.get("stages", []):
             print(
                 f"{' '.join(stage.get('argv', []))}: {stage.get('decision')} (rule {stage.get('rule')}; binary "
@@ -45,7 +51,80 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
             )
         for warning in data.get("warnings") or []:
             _err(f"policy warning: {render.sanitise(warning)}")
+        if data.get("policy_note"):  # issue 44: the running service refused the files on disk
+            _err(f"policy: {render.sanitise(data['policy_note'])}")
     return rc
+
+
+def check_files(paths: list[str], config_path: str | None, *, quiet: bool = False) -> int:
+    """`airlock policy check --files [PATH…]`: the policy on disk, checked without a running service.
+
+    No PATH: what approval would load (airlock.yaml's ``policy:`` and policy.d/).  PATHs: those
+    files (a directory: its *.yaml), as policy.d files, or as the main policy for airlock.yaml
+    itself.  Every error is printed; exit 1 if any (visudo -c).  The units' ExecReload= runs it
+    first, so `systemctl reload` fails on a policy approval would refuse (issue 44).
+    """
+    from airlock.approval.policy import PolicyError, assemble, load_policy_texts
+    from airlock.approval.policyfile import PolicyFile, parse_policy_text
+    from airlock.common import config as configuration
+
+    try:
+        if not paths:
+            cfg = configuration.load(Path(config_path) if config_path else None)
+            policy, texts = load_policy_texts(cfg)
+            checked = [t["path"] for t in texts]
+        else:
+            files: list[PolicyFile] = []
+            errors: list[str] = []
+            checked = []
+            for named in paths:
+                path = Path(named)
+                targets = (
+                    sorted(p for p in path.glob("*.yaml") if not p.name.startswith(".")) if path.is_dir() else [path]
+                )
+                for target in targets:
+                    checked.append(str(target))
+                    try:
+                        text = target.read_text(encoding="utf-8")
+                        files.append(parse_policy_text(text, str(target), main=target.name == "airlock.yaml"))
+                    except PolicyError as exc:
+                        errors.extend(exc.errors)
+                    except (OSError, UnicodeDecodeError) as exc:
+                        errors.append(f"{target}: cannot read: {exc}")
+            if errors:
+                raise PolicyError(errors)
+            policy = assemble(files)
+    except configuration.ConfigError as exc:
+        _err(f"policy check: {exc}")
+        return 1
+    except PolicyError as exc:
+        for error in exc.errors:
+            _err(error)
+        _err(f"policy check: refused ({len(exc.errors)} error{'s' if len(exc.errors) != 1 else ''})")
+        return 1
+    for warning in policy.warnings:
+        _err(f"policy warning: {warning}")
+    if not quiet:
+        print(
+            f"ok: {len(policy.rules)} rule(s), default {policy.default}, from {len(checked)} file(s): "
+            + ", ".join(checked)
+        )
+    return 0
+
+
+def cmd_config_check(ns: argparse.Namespace) -> int:
+    """`airlock config check`: airlock.yaml and the policy, checked without a running service (exit 1 on errors)."""
+    from airlock.common import config as configuration
+
+    try:
+        cfg = configuration.load(Path(ns.config) if ns.config else None)
+    except configuration.ConfigError as exc:
+        _err(str(exc))
+        _err("config check: refused")
+        return 1
+    if not ns.quiet:
+        print(f"ok: {cfg.source}")
+    return check_files([], ns.config, quiet=ns.quiet)
 
 
 def cmd_config_show(ns: argparse.Namespace) -> int:
@@ -63,6 +142,9 @@ def cmd_config_show(ns: argparse.Namespace) -> int:
 
         print(f"# effective configuration from {cfg.source}")
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        for key, why in cfg.derived:  # a value another setting chose is said, not left to surprise (issue 44)
+            section, name = key.split(".", 1)
+            print(f"# {key} is {getattr(getattr(cfg, section), name)!r} because {why}")
     return 0
 
 

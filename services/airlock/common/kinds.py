@@ -136,6 +136,12 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
         "c7c2485f233b496b8391cec2c534043c",
         "The approval policy was loaded again from /etc/airlock/policy.d.",
     ),
+    KindInfo(
+        "policy.rejected",
+        frozenset({"approval"}),
+        "56b2b3405eeb433e8cbd9f5c5f28f24b",
+        "The policy files on disk were refused; the last accepted policy, or none (every request asks), decides.",
+    ),
     # runner: the only privileged process.
     KindInfo(
         "exec.started",

@@ -147,6 +147,7 @@ OUTSIDE: Final[Mapping[str, str]] = MappingProxyType(
         "operator.action": "an operator's verb; a cancel's effect is journaled by approval or the runner",
         "approval.promoted": "an attached pending request became a question of its own: still pending",
         "policy.reloaded": "the policy, not a request",
+        "policy.rejected": "the policy, not a request",
         "connection.dropped": "a client connection, not a request",
         "service.started": "a service, not a request",
         "service.stopping": "a service, not a request",

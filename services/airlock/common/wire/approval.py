@@ -131,6 +131,8 @@ class Explained(Message):
     searched: str
     approvals_needed: int
     held: bool
+    # Issue 44: set when the policy files on disk were refused (what decides instead, and why).
+    policy_note: str | None = None
 
 
 @dataclass(frozen=True)
