@@ -233,7 +233,7 @@ class Operating:
 
     async def show(self, call: Call) -> dict[str, Any]:
         """A request's story by its request or operation ID; a person may type a unique prefix of a
-        request pending now (refs.py), never of an operation ID or a settled request."""
+        request pending now (refs.py), else of one request in the journal (lookup.py), never of an operation ID."""
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
         now = time.time()
         if call.args.get("stdin") is True:  # issue 45: a pending request's whole stdin, operators only
