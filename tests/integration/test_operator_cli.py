@@ -192,7 +192,8 @@ def test_token_issue_and_revoke(ops: Stack) -> None:
 
 def test_wait_exits_0_only_when_it_ran_and_exited_0(ops: Stack) -> None:
     ok = Background(ops, {"argv": ["true"]})
-    assert ops.cli("wait", ok.operation_id, "--timeout", "20").returncode == 0
+    waited = ops.cli("wait", ok.operation_id, "--timeout", "20")
+    assert waited.returncode == 0 and "finished (ok, exit status 0)" in waited.stdout, waited.stdout
     ok.result()
 
     failing = Background(ops, {"command": "exit 3"})
@@ -208,6 +209,7 @@ def test_wait_exits_0_only_when_it_ran_and_exited_0(ops: Stack) -> None:
     wait_pending(ops, failing.request_id)
     ops.cli("approve", failing.request_id)
     assert waiter.wait(30) == 1
+    assert waiter.stdout is not None and "(ok, exit status 3)" in waiter.stdout.read()
     assert failing.result()["data"]["stages"][0]["exit_code"] == 3
 
     denied = ask(ops)

@@ -438,8 +438,9 @@ def cmd_wait(ns: argparse.Namespace) -> int:
             if ns.json:
                 sys.stdout.buffer.write(raw + b"\n")
             else:
-                outcome = data.get("outcome") or {}
-                detail = outcome.get("exit_codes") if outcome.get("exit_codes") is not None else outcome.get("code")
+                from airlock.common.trail import outcome_words  # as `show` says it (issue 44)
+
+                detail = outcome_words(data["outcome"]) if data.get("outcome") else None
                 print(f"{sanitise(ns.operation_id, strict=True)}: {sanitise(data.get('state'))} ({sanitise(detail)})")
             from airlock.common.trail import ran_and_succeeded
 
