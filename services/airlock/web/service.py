@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from airlock.common import log
+from airlock.common import log, webhold, weblisten
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.notify import Notifier
 from airlock.common.peer import identify, may_decide
@@ -345,48 +345,18 @@ class Web:
         return app
 
 
-def passed_socket() -> socket.socket | None:
-    """The listening socket systemd (or `airlock dev up`) handed over, if any (TCP or Unix)."""
-    from systemd import daemon  # python3-systemd
-
-    fds = daemon.listen_fds(unset_environment=True)
-    if not fds:
-        return None
-    sock = socket.socket(fileno=fds[0])
-    sock.set_inheritable(False)
-    return sock
-
-
-def bind(listen: str) -> socket.socket:
-    """``web.listen`` when started by hand: HOST:PORT, or a Unix socket path (0660, for a proxy in our group)."""
-    if listen.startswith("/"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(listen)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(listen)
-        os.chmod(listen, 0o660)
-    else:
-        host, _, port = listen.rpartition(":")
-        host = host.strip("[]")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, int(port)))
-    sock.listen(128)
-    return sock
-
-
-async def serve(config: Config, sock: socket.socket, socket_path: str, host: str) -> None:
+async def serve(config: Config, sockets: list[socket.socket], socket_path: str, host: str) -> None:
     runner = web.AppRunner(Web(config, Door(socket_path), host).app(), access_log=None, handle_signals=False)
     await runner.setup()
-    await web.SockSite(runner, sock).start()
+    for sock in sockets:
+        await web.SockSite(runner, sock).start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     notifier = Notifier()
-    name = sock.getsockname()
-    where = name if isinstance(name, str) else f"{name[0]}:{name[1]}"
+    names = [sock.getsockname() for sock in sockets]
+    where = " ".join(n if isinstance(n, str) else webhold.shown((n[0], n[1])) for n in names)
     log.get().info("web.ready", listen=where, operator_socket=socket_path, url=config.web.url)
     notifier.ready(f"serving on {where}")
     interval = notifier.watchdog_interval()
@@ -435,13 +405,21 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("web.start.failed", error=error)
         print(f"airlock-web: {error}", file=sys.stderr)
         return EX_CONFIG
-    try:
-        sock = passed_socket() or bind(config.web.listen)
-    except OSError as exc:
-        logger.error("web.start.failed", error=f"{config.web.listen}: {exc.strerror or exc}")
-        print(f"airlock-web: cannot listen on {config.web.listen}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+    sockets = weblisten.passed_sockets()
+    if not sockets:
+        try:
+            sockets = weblisten.bind(config.web.listen, config.web.url)
+        except OSError as exc:
+            logger.error("web.start.failed", error=f"{config.web.listen}: {exc.strerror or exc}")
+            print(f"airlock-web: cannot listen on {config.web.listen}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+    refusal = weblisten.unheld(config.web.url, sockets)
+    if refusal is not None:
+        # Fail closed: serving half an origin hands the other half (and every passkey) to whoever takes it.
+        logger.error("web.start.failed", error=refusal)
+        print(f"airlock-web: {refusal}", file=sys.stderr)
+        return EX_CONFIG
     socket_path = ns.socket or str(config.socket_path("operator"))
     host = config.notify.host or socket.gethostname()
-    asyncio.run(serve(config, sock, socket_path, host))
+    asyncio.run(serve(config, sockets, socket_path, host))
     return 0
