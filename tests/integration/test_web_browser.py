@@ -164,12 +164,16 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             await page.navigate(f"{web}/signin")
             await page.evaluate("document.querySelector('#signin button').click()")
             await page.wait_for(f"location.href === {json.dumps(web + '/')}")
+            await page.wait_for("document.querySelector('.who') !== null")  # the page, loaded with the proof
             assert "root" in await page.text()
             # The session cookie as the browser keeps it: script cannot read it, no other site sends it.
+            # http://localhost is a secure context: the browser takes a __Host- cookie, Secure.
             [cookie] = (await page.send("Network.getCookies", urls=[web + "/"]))["cookies"]
+            assert cookie["name"] == "__Host-airlock" and cookie["secure"]
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
-            assert not cookie["secure"]  # plain http://localhost here; behind TLS it is Secure (test_sec_web)
             assert await page.evaluate("document.cookie") == ""
+            # The second half, port-scoped: this tab's proof, in sessionStorage.
+            assert len(await page.evaluate("sessionStorage.getItem('airlock-proof')")) >= 40
 
             # A root request from the agent waits; the console lists it and shows all of it.
             mark = marks / "approved"
@@ -211,6 +215,7 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
 
             # The decisions page shows both, by the passkey's account.
             await page.navigate(f"{web}/decisions")
+            await page.wait_for("document.querySelector('.who') !== null")
             text = await page.text()
             assert "allow" in text and "deny" in text
         finally:

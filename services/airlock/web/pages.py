@@ -61,6 +61,14 @@ def layout(title: str, body: Markup, session: Session | None, host: str, *, refr
     )
 
 
+def shell() -> Markup:
+    """A page's stand-in for a navigation, which cannot carry the tab's proof: the script loads the page."""
+    return html(
+        '<p class="status" data-airlock-load role="status">Loading…</p>'
+        "<noscript><p>airlock-web needs JavaScript: the page is loaded with this tab's sign-in proof.</p></noscript>"
+    )
+
+
 def message(text: str, *, kind: str = "error") -> Markup:
     return html('<p class="{kind}" role="status">{text}</p>', kind=kind, text=text)
 

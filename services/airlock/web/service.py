@@ -54,6 +54,7 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
+PROOF_HEADER = "X-Airlock-Proof"
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
@@ -75,8 +76,10 @@ class Web:
         self.door = door
         self.host = host
         self.sessions = Sessions(config.web.session_minutes)
-        self.secure = (config.web.url or "").startswith("https://")
-        # __Host-: the browser takes it only with Secure, Path=/ and no Domain (over TLS).
+        # Secure and __Host- where the browser takes them: over TLS, and on http://localhost, which
+        # browsers treat as a secure context (__Host-: Secure, Path=/, no Domain).
+        url = urlsplit(config.web.url or "")
+        self.secure = url.scheme == "https" or bool(webhold.required(config.web.url or "") and url.hostname)
         self.cookie = "__Host-airlock" if self.secure else "airlock"
         self.log = log.get().bind(service="web")
         self.static = {name: resources.files("airlock.web").joinpath("static", name).read_bytes() for name in STATIC}
@@ -96,8 +99,15 @@ class Web:
         site = request.headers.get("Sec-Fetch-Site")
         return site in (None, "same-origin")
 
-    def session_of(self, request: web.Request) -> Session | None:
+    def cookie_session(self, request: web.Request) -> Session | None:
+        """The session the cookie names: half of one (any localhost port receives the cookie)."""
         return self.sessions.get(request.cookies.get(self.cookie))
+
+    def session_of(self, request: web.Request, proof: object = None) -> Session | None:
+        """The session the cookie names, when the request also carries its port-scoped proof (sessions.py)."""
+        session = self.cookie_session(request)
+        given = request.headers.get(PROOF_HEADER) if proof is None else proof
+        return session if session is not None and session.proof_ok(given) else None
 
     def page(
         self, title: str, body: Markup, session: Session | None, status: int = 200, *, refresh: int = 0
@@ -135,11 +145,22 @@ class Web:
             response.headers[key] = value
         return response
 
-    async def signed_in(self, request: web.Request) -> Session:
-        """The page's session; without one, to the sign-in page (nothing of the page is sent)."""
+    async def signed_in(self, request: web.Request, *, refresh: int = 0) -> Session:
+        """The page's session; without one, to the sign-in page (nothing of the page is sent).
+
+        A navigation cannot carry the proof header: with the cookie alone the answer is an empty
+        shell whose script fetches the same URL again with the proof from the tab's sessionStorage.
+        """
+        half = self.cookie_session(request)
+        if half is None:
+            raise web.HTTPSeeOther("/signin")
+        if PROOF_HEADER not in request.headers:
+            text = str(pages.layout("Loading", pages.shell(), None, self.host, refresh=refresh))
+            raise web.HTTPOk(text=text, content_type="text/html")
         session = self.session_of(request)
         if session is None:
-            raise web.HTTPSeeOther("/signin")
+            self.log.warning("web.proof.refused", account=half.account, path=request.path)
+            raise web.HTTPUnauthorized(text="refused: this tab's sign-in proof is missing or wrong; sign in again")
         return session
 
     async def posted(self, request: web.Request, *, need_session: bool) -> tuple[Session | None, dict[str, Any]]:
@@ -157,7 +178,7 @@ class Web:
         if not isinstance(loaded, dict):
             raise web.HTTPBadRequest(text="refused: the body is not a form or a JSON object")
         body: dict[str, Any] = loaded
-        session = self.session_of(request)
+        session = self.session_of(request, request.headers.get(PROOF_HEADER) or body.get("proof"))
         if need_session:
             if session is None:
                 raise web.HTTPUnauthorized(text="refused: sign in first")
@@ -173,7 +194,7 @@ class Web:
     # --- pages ----------------------------------------------------------------------
 
     async def index(self, request: web.Request) -> web.StreamResponse:
-        session = await self.signed_in(request)
+        session = await self.signed_in(request, refresh=PENDING_REFRESH)
         try:
             data = await self.call("pending", {})
         except DoorError as exc:
@@ -249,7 +270,9 @@ class Web:
         self.sessions.drop(request.cookies.get(self.cookie))  # a new sign-in never keeps the old cookie
         token, session = self.sessions.create(account, role, str(data.get("credential_id") or ""))
         self.log.info("web.signed_in", account=account, role=role, credential_id=session.credential_id)
-        response = web.json_response({"ok": True, "account": account, "role": role, "next": "/"})
+        # The proof goes to the console's own script only (a JSON answer to its same-origin POST).
+        answer = {"ok": True, "account": account, "role": role, "next": "/", "proof": session.proof}
+        response = web.json_response(answer)
         response.set_cookie(
             self.cookie,
             token,
@@ -266,7 +289,8 @@ class Web:
         self.sessions.drop(request.cookies.get(self.cookie))
         self.log.info("web.signed_out", account=session.account if session else None)
         response = web.HTTPSeeOther("/signin")
-        response.del_cookie(self.cookie, path="/")
+        # Expired as it was set: a browser ignores a __Host- cookie's deletion without Secure.
+        response.set_cookie(self.cookie, "", max_age=0, path="/", secure=self.secure, httponly=True, samesite="Strict")
         return response
 
     async def enroll_begin(self, request: web.Request) -> web.StreamResponse:

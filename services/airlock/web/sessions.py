@@ -10,6 +10,14 @@ memory only: signing in again is one touch of the passkey).  The CSRF token is
 a second random value bound to the session; every state-changing request must
 carry it (a form field or the ``X-Airlock-CSRF`` header), compared in constant
 time.
+
+A cookie alone is not a session (issue 46): cookies ignore ports, so a page
+any local user serves on another ``localhost`` port receives the console's
+cookie.  Each session also has a *proof*, given once in the sign-in answer
+(readable only by the console's own script), kept in the tab's
+``sessionStorage`` (scoped to the origin, port included) and sent as the
+``X-Airlock-Proof`` header on every request; `Session.proof_ok` compares it
+in constant time.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ class Session:
     role: str  # "operator" or "observer", as approval said at sign-in
     credential_id: str
     csrf: str
+    proof: str  # the port-scoped second half: X-Airlock-Proof from the tab's sessionStorage
     created: float
     expires: float
 
@@ -38,6 +47,9 @@ class Session:
 
     def csrf_ok(self, given: object) -> bool:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
+
+    def proof_ok(self, given: object) -> bool:
+        return isinstance(given, str) and hmac.compare_digest(given.encode(), self.proof.encode())
 
 
 def _key(token: str) -> str:
@@ -56,7 +68,8 @@ class Sessions:
         while len(self._by_key) >= MAX_SESSIONS:
             del self._by_key[next(iter(self._by_key))]
         token = secrets.token_urlsafe(32)
-        session = Session(account, role, credential_id, secrets.token_urlsafe(32), now, now + self.seconds)
+        csrf, proof = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        session = Session(account, role, credential_id, csrf, proof, now, now + self.seconds)
         self._by_key[_key(token)] = session
         return token, session
 

@@ -14,7 +14,7 @@ HOSTILE = "<script>alert(\"x\")</script>' onmouseover='boom' \"&amp;"
 
 
 def session(role: str = "operator") -> Session:
-    return Session("alice", role, "cred", "csrf-token", time.time(), time.time() + 60)
+    return Session("alice", role, "cred", "csrf-token", "proof-token", time.time(), time.time() + 60)
 
 
 def pending_detail(argv: list[str]) -> dict[str, Any]:
