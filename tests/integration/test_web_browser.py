@@ -168,8 +168,9 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             assert "root" in await page.text()
             # The session cookie as the browser keeps it: script cannot read it, no other site sends it.
             # http://localhost is a secure context: the browser takes a __Host- cookie, Secure.
-            [cookie] = (await page.send("Network.getCookies", urls=[web + "/"]))["cookies"]
-            assert cookie["name"] == "__Host-airlock" and cookie["secure"]
+            cookies = (await page.send("Network.getCookies", urls=[web + "/"]))["cookies"]
+            [cookie] = [c for c in cookies if c["name"] == "__Host-airlock"]  # and __Host-airlock-pre (sign-in)
+            assert cookie["secure"]
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
             assert await page.evaluate("document.cookie") == ""
             # The second half, port-scoped: this tab's proof, in sessionStorage.

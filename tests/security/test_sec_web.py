@@ -311,7 +311,9 @@ def test_a_failed_sign_in_makes_no_session(world: World) -> None:
         "/signin/finish",
         body={"challenge_id": begun["challenge_id"], "credential": stranger.sign(begun["options"]["challenge"])},
     )
-    assert reply.status == 403 and not reply.headers.get_all("Set-Cookie") and not tab.cookies
+    # No session cookie (only the pre-session cookie the sign-in challenge is bound to).
+    assert reply.status == 403 and not reply.headers.get_all("Set-Cookie")
+    assert list(tab.cookies) == ["__Host-airlock-pre"]
     assert reply.json()["code"] == "unauthorized"
     assert tab.sign_in(world.keys[world.op.pw_name]).status == 200  # control
 

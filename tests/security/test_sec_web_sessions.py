@@ -8,6 +8,10 @@ The console runs as `airlock dev up --web` does, at http://localhost:PORT
   another local user serves on ``localhost:OTHER``, the console's session
   cookie goes with it.  Replayed on the console without the tab's
   port-scoped proof, it reads nothing; with the proof (control) it reads.
+- **Sign-in cannot be crowded out.**  ``/signin/begin`` needs no session:
+  1,100 begins from other browsers used to evict the operator's challenge
+  while they touched the key.  Challenges are bound to the browser that
+  asked, rated per browser and overall, and never evicted for another's.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +35,7 @@ from test_sec_web import Tab
 
 from cdp import CHROMIUM, Page, chromium
 
+from softauthn import SoftAuthenticator
 from support import Background, Stack, wait_pending
 
 pytestmark = [
@@ -119,8 +125,9 @@ def test_a_cookie_caught_on_another_localhost_port_reads_nothing_without_the_tab
     try:
         caught, proof = asyncio.run(_browse(console, tmp_path))
         # The attack's premise: the other port's page received the console's session cookie.
-        name, _, value = caught.partition("=")
-        assert name == "__Host-airlock" and len(value) >= 40, caught
+        jar = dict(c.strip().partition("=")[::2] for c in caught.split(";"))
+        name, value = "__Host-airlock", jar.get("__Host-airlock", "")
+        assert len(value) >= 40, caught
         replayed = Tab(f"http://{console.listen}", {name: value}, origin=console.base)
         for path in ("/", "/grants", "/decisions", f"/request?ref={job.request_id}"):
             reply = replayed.call("GET", path)
@@ -163,3 +170,42 @@ async def _browse(console: Console, tmp_path: Path) -> tuple[str, str]:
             await page.close()
     shutil.rmtree(profile, ignore_errors=True)
     return str(json.loads(line)["cookie"]), proof
+
+
+def _enroll(console: Console, account: str = "root") -> SoftAuthenticator:
+    """A software passkey for ``account``, enrolled through the console's page as a browser would."""
+    made = console.stack.native("passkey.enroll", {"account": account}, path=console.stack.operator)
+    assert made["ok"] is True, made
+    token = made["data"]["token"]
+    tab = Tab(f"http://{console.listen}", origin=console.base)
+    auth = SoftAuthenticator(console.base, "localhost")
+    begun = tab.call("POST", "/enroll/begin", body={"token": token}).json()
+    done = tab.call("POST", "/enroll/finish", body={"token": token, "credential": auth.register(begun["options"])})
+    assert done.status == 200 and done.json()["account"] == account, done.text
+    return auth
+
+
+def test_a_flood_of_sign_in_begins_from_other_browsers_never_evicts_the_operators_challenge(console: Console) -> None:
+    auth = _enroll(console)
+    base = f"http://{console.listen}"
+    operator = Tab(base, origin=console.base)
+    begun = operator.call("POST", "/signin/begin", body={}).json()
+    # Another client floods while the operator touches the key: half from one browser (its cookie
+    # kept), half from a fresh browser each time (no cookie: every begin is a new client).
+    one = Tab(base, origin=console.base)
+    statuses: Counter[int] = Counter()
+    for i in range(1100):
+        statuses[(one if i % 2 else Tab(base, origin=console.base)).call("POST", "/signin/begin", body={}).status] += 1
+    # The flooder cannot spend the operator's challenge from its own browser either.
+    stolen = one.call("POST", "/signin/finish", body={"challenge_id": begun["challenge_id"], "credential": {}})
+    assert stolen.status in (400, 403)
+    done = operator.call(
+        "POST",
+        "/signin/finish",
+        body={"challenge_id": begun["challenge_id"], "credential": auth.sign(begun["options"]["challenge"])},
+    )
+    assert done.status == 200 and done.json()["account"] == "root", done.text
+    assert statuses[200] >= 500 and statuses[429] >= 500, statuses  # the one browser's rate is used up
+    # Control: the session it made reads.
+    operator.proof = done.json()["proof"]
+    assert operator.call("GET", "/").status == 200 and 'name="csrf"' in operator.call("GET", "/").text

@@ -28,7 +28,6 @@ import hashlib
 import json
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ from typing import Any
 from airlock.approval import ballot, quorum, refs, webauthn
 from airlock.approval.assertions import Credentials, no, refused
 from airlock.approval.granting import GrantBook
+from airlock.approval.logins import Logins
 from airlock.approval.pending import Pending
 from airlock.approval.signed import RefusalLimit
 from airlock.approval.table import PendingTable, check_expected
@@ -52,8 +52,6 @@ from airlock.common.server import Call
 from airlock.common.wire import runner as runner_wire
 
 MAX_ENROLLMENTS = 64  # live enrollment tokens at once
-MAX_LOGINS = 1024  # outstanding sign-in challenges
-LOGIN_SECONDS = 300.0
 MAX_WAIT_SECONDS = 900.0
 # Refused passkey decisions one carrier (airlock-web's uid) may send per minute: each is journaled,
 # so a compromised web process cannot fill the journal with them.
@@ -96,7 +94,7 @@ class Passkeys:
         self.pending = pending
         self.grants = grants
         self.enrollments: dict[str, Enrollment] = {}
-        self.logins: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
+        self.logins = Logins()  # sign-in challenges, each bound to the browser that asked
         self.keys = Credentials(settings, log)  # the enrolled passkeys, counters, assertions used
         self.passkey_refusals = RefusalLimit(DECIDE_REFUSALS)
 
@@ -259,24 +257,15 @@ class Passkeys:
 
     async def passkey_login_begin(self, call: Call) -> dict[str, Any]:
         _origin, rp_id = self.keys.web()
-        now = time.time()
-        for key, (_c, expires) in list(self.logins.items()):
-            if expires <= now:
-                del self.logins[key]
-        while len(self.logins) >= MAX_LOGINS:
-            self.logins.popitem(last=False)
-        challenge = secrets.token_bytes(32)
-        challenge_id = secrets.token_urlsafe(18)
-        self.logins[challenge_id] = (challenge, now + LOGIN_SECONDS)
+        challenge_id, challenge = self.logins.begin(_client(call), time.time())
         return {"options": webauthn.request_options(rp_id, challenge, []), "challenge_id": challenge_id}
 
     async def passkey_login_finish(self, call: Call) -> dict[str, Any]:
         self.keys.web()
-        challenge_id = call.args.get("challenge_id")
-        found = self.logins.pop(challenge_id, None) if isinstance(challenge_id, str) else None  # once
-        if found is None or found[1] <= time.time():
-            raise no("challenge", "no such sign-in challenge (or it expired or was used)")
-        enrolled, count, digest = self.keys.verified(call.args.get("credential"), found[0])
+        challenge = self.logins.finish(call.args.get("challenge_id"), _client(call), time.time())  # once
+        if challenge is None:
+            raise no("challenge", "no such sign-in challenge (or it expired, was used, or is another browser's)")
+        enrolled, count, digest = self.keys.verified(call.args.get("credential"), challenge)
         role = self.keys.role(enrolled.account)
         if role is None:
             raise no("not_operator", f"{enrolled.account!r} is no longer an operator or an observer")
@@ -450,6 +439,11 @@ class Passkeys:
             runner_wire.PASSKEYS_WRITE, runner_wire.PasskeyWrite("revoke", credential_id=cid)
         )
         return {"credential_id": cid, "account": found[0].account, "revoked": True}
+
+
+def _client(call: Call) -> str:
+    """The browser a sign-in step comes from: airlock-web's pre-session cookie, hashed (web/service.py)."""
+    return validate.text("client", call.args.get("client"), max_len=128, allow_empty=False)
 
 
 def _person(account: str) -> Peer:

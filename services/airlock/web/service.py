@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -81,6 +83,7 @@ class Web:
         url = urlsplit(config.web.url or "")
         self.secure = url.scheme == "https" or bool(webhold.required(config.web.url or "") and url.hostname)
         self.cookie = "__Host-airlock" if self.secure else "airlock"
+        self.pre_cookie = f"{self.cookie}-pre"  # the browser a sign-in challenge is bound to (logins.py)
         self.log = log.get().bind(service="web")
         self.static = {name: resources.files("airlock.web").joinpath("static", name).read_bytes() for name in STATIC}
 
@@ -248,19 +251,37 @@ class Web:
             return await self.call(verb, args)
         except DoorError as exc:
             self.log.info("web.refused", verb=verb, code=exc.code)
-            status = 502 if exc.code == "unavailable" else 403 if exc.code == "unauthorized" else 400
+            statuses = {"unavailable": 502, "unauthorized": 403, "rate_limited": 429, "busy": 429}
+            status = statuses.get(exc.reason, statuses.get(exc.code, 400))
             return web.json_response({"ok": False, "code": exc.code, "error": exc.message}, status=status)
 
+    def client_of(self, request: web.Request, body: dict[str, Any]) -> tuple[str, str | None]:
+        """The sign-in client: this browser's pre-session cookie and its tab's key, hashed; and a new
+        cookie to set when it had none.  approval binds each challenge to it (approval/logins.py)."""
+        token = request.cookies.get(self.pre_cookie) or ""
+        minted = None
+        if not 32 <= len(token) <= 128:
+            token = minted = secrets.token_urlsafe(32)
+        tab = body.get("tab")
+        tab = tab[:128] if isinstance(tab, str) else ""
+        return hashlib.sha256(f"{token}\n{tab}".encode()).hexdigest(), minted
+
     async def signin_begin(self, request: web.Request) -> web.StreamResponse:
-        await self.posted(request, need_session=False)
-        data = await self._relay("passkey.login_begin", {})
+        _, body = await self.posted(request, need_session=False)
+        client, minted = self.client_of(request, body)
+        data = await self._relay("passkey.login_begin", {"client": client})
         if isinstance(data, web.Response):
             return data
-        return web.json_response({"ok": True, "options": data.get("options"), "challenge_id": data.get("challenge_id")})
+        answer = {"ok": True, "options": data.get("options"), "challenge_id": data.get("challenge_id")}
+        response = web.json_response(answer)
+        if minted is not None:
+            response.set_cookie(self.pre_cookie, minted, path="/", secure=self.secure, httponly=True, samesite="Strict")
+        return response
 
     async def signin_finish(self, request: web.Request) -> web.StreamResponse:
         _, body = await self.posted(request, need_session=False)
-        args = {"challenge_id": body.get("challenge_id"), "credential": body.get("credential")}
+        client, _minted = self.client_of(request, body)
+        args = {"challenge_id": body.get("challenge_id"), "credential": body.get("credential"), "client": client}
         data = await self._relay("passkey.login_finish", args)
         if isinstance(data, web.Response):
             return data

@@ -70,7 +70,7 @@ PASSKEY_REGISTER_FINISH = _verb(
     "passkey.register_finish", PASSKEY_CALLERS, Open, "register the credential an enrolment made"
 )
 PASSKEY_LOGIN_BEGIN = _verb(
-    "passkey.login_begin", PASSKEY_CALLERS, Empty, "a sign-in challenge (valid 5 minutes, once)"
+    "passkey.login_begin", PASSKEY_CALLERS, Open, "a sign-in challenge for one browser (5 minutes, once, rated)"
 )
 PASSKEY_LOGIN_FINISH = _verb(
     "passkey.login_finish", PASSKEY_CALLERS, Open, "check a sign-in assertion: the account and its role"

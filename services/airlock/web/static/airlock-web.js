@@ -105,9 +105,22 @@
 
     on("signin", async function () {
       say("signin-status", "Waiting for your passkey…");
-      const begun = await post("/signin/begin", {});
+      // This tab's sign-in key: with the pre-session cookie, what the challenge is bound to.
+      let tab = "";
+      try {
+        tab = sessionStorage.getItem("airlock-signin") || "";
+        if (!tab) {
+          const bytes = new Uint8Array(24);
+          crypto.getRandomValues(bytes);
+          tab = bufToB64u(bytes.buffer);
+          sessionStorage.setItem("airlock-signin", tab);
+        }
+      } catch (e) { tab = ""; }
+      const begun = await post("/signin/begin", { tab: tab });
       const cred = await navigator.credentials.get({ publicKey: publicKeyOptions(begun.options) });
-      const done = await post("/signin/finish", { challenge_id: begun.challenge_id, credential: credentialJSON(cred) });
+      const done = await post("/signin/finish", {
+        challenge_id: begun.challenge_id, credential: credentialJSON(cred), tab: tab,
+      });
       keepProof(done.proof);
       say("signin-status", "Signed in as " + done.account + ".", "ok");
       window.location.assign(done.next || "/");
