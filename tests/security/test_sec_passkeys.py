@@ -237,11 +237,20 @@ def test_sign_in_says_who_and_as_what(world: World) -> None:
                 "client": BROWSER,
             },
         )
-        assert done["ok"] is True and done["data"] == {
-            "account": user.pw_name,
-            "role": role,
-            "credential_id": auth.id,
-        }, done
+        session = done["data"].pop("session", "")
+        assert (
+            done["ok"] is True
+            and done["data"].pop("expires") > 0
+            and done["data"]
+            == {
+                "account": user.pw_name,
+                "role": role,
+                "credential_id": auth.id,
+            }
+        ), done
+        # The console session it opened is approval's: airlock-web asks about it on every request.
+        live = world.web_call("passkey.session", {"session": session})
+        assert live["ok"] is True and live["data"]["account"] == user.pw_name, live
         # The challenge is spent: the same sign-in again is refused.
         replay = world.web_call(
             "passkey.login_finish",

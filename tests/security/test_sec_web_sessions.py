@@ -12,6 +12,9 @@ The console runs as `airlock dev up --web` does, at http://localhost:PORT
   1,100 begins from other browsers used to evict the operator's challenge
   while they touched the key.  Challenges are bound to the browser that
   asked, rated per browser and overall, and never evicted for another's.
+- **Revocation is immediate.**  A revoked passkey's sessions used to read
+  on until ``web.session_minutes``; now the next request reads nothing, and
+  ``airlock passkey signout`` ends every session of an account.
 """
 
 from __future__ import annotations
@@ -209,3 +212,52 @@ def test_a_flood_of_sign_in_begins_from_other_browsers_never_evicts_the_operator
     # Control: the session it made reads.
     operator.proof = done.json()["proof"]
     assert operator.call("GET", "/").status == 200 and 'name="csrf"' in operator.call("GET", "/").text
+
+
+def _signed_in(console: Console, auth: SoftAuthenticator) -> Tab:
+    tab = Tab(f"http://{console.listen}", origin=console.base)
+    begun = tab.call("POST", "/signin/begin", body={}).json()
+    body = {"challenge_id": begun["challenge_id"], "credential": auth.sign(begun["options"]["challenge"])}
+    done = tab.call("POST", "/signin/finish", body=body)
+    assert done.status == 200, done.text
+    tab.proof = done.json()["proof"]
+    return tab
+
+
+def _reads(tab: Tab, request_id: str) -> bool:
+    reply = tab.call("GET", "/")
+    return reply.status == 200 and request_id in reply.text
+
+
+def test_revoking_a_passkey_ends_its_sessions_at_once_and_signout_ends_an_accounts(console: Console) -> None:
+    job = Background(console.stack, {"argv": ["true"], "privileged": True})
+    wait_pending(console.stack, job.request_id)
+    try:
+        lost, kept = _enroll(console), _enroll(console)
+        phone, laptop = _signed_in(console, lost), _signed_in(console, kept)
+        assert _reads(phone, job.request_id) and _reads(laptop, job.request_id)
+        listed = console.stack.native("passkey.list", {"account": "root"}, path=console.stack.operator)
+        live = {p["credential_id"]: len(p["sessions"]) for p in listed["data"]["passkeys"]}
+        assert live[lost.id] == 1 and live[kept.id] == 1, listed  # one sign-in each
+        token = phone.csrf()
+        revoked = console.stack.native(
+            "passkey.revoke", {"credential_id": lost.id, "reason": "phone lost"}, path=console.stack.operator
+        )
+        assert revoked["ok"] is True and revoked["data"]["sessions_ended"] == 1, revoked
+        # The lost phone's session reads nothing and decides nothing, at once.
+        assert not _reads(phone, job.request_id)
+        assert phone.call("GET", "/").status == 303
+        begin = {"ref": job.request_id, "decision": "allow"}
+        assert phone.call("POST", "/decide/begin", body=begin, headers={"X-Airlock-CSRF": token}).status == 401
+        # Control: the other passkey's session still reads.
+        assert _reads(laptop, job.request_id)
+        # An operator ends every session of the account: the laptop's too.
+        ended = console.stack.native(
+            "passkey.sessions_end", {"account": "root", "reason": "test"}, path=console.stack.operator
+        )
+        assert ended["ok"] is True and ended["data"]["ended"] >= 1, ended  # earlier tests' sessions too
+        assert not _reads(laptop, job.request_id)
+        listed = console.stack.native("passkey.list", {"account": "root"}, path=console.stack.operator)
+        assert all(not p["sessions"] for p in listed["data"]["passkeys"])
+    finally:
+        console.stack.native("deny", {"id": job.request_id, "reason": "test over"}, path=console.stack.operator)

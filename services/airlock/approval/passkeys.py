@@ -34,6 +34,7 @@ from typing import Any
 
 from airlock.approval import ballot, quorum, refs, webauthn
 from airlock.approval.assertions import Credentials, no, refused
+from airlock.approval.consoles import Consoles
 from airlock.approval.granting import GrantBook
 from airlock.approval.logins import Logins
 from airlock.approval.pending import Pending
@@ -96,6 +97,7 @@ class Passkeys:
         self.enrollments: dict[str, Enrollment] = {}
         self.logins = Logins()  # sign-in challenges, each bound to the browser that asked
         self.keys = Credentials(settings, log)  # the enrolled passkeys, counters, assertions used
+        self.consoles = Consoles(settings, audit, self.keys)  # the console sessions sign-ins made
         self.passkey_refusals = RefusalLimit(DECIDE_REFUSALS)
 
     @property
@@ -270,8 +272,16 @@ class Passkeys:
         if role is None:
             raise no("not_operator", f"{enrolled.account!r} is no longer an operator or an observer")
         self.keys.spend(enrolled.credential_id, count, digest)
+        seconds = self.config.web.session_minutes * 60
+        token, session = self.consoles.sessions.open(enrolled.account, enrolled.credential_id, seconds, time.time())
         self.log.info("approval.passkey.login", account=enrolled.account, credential_id=enrolled.credential_id)
-        return {"account": enrolled.account, "role": role, "credential_id": enrolled.credential_id}
+        return {
+            "account": enrolled.account,
+            "role": role,
+            "credential_id": enrolled.credential_id,
+            "session": token,  # airlock-web's, asked about on every request (passkey.session)
+            "expires": int(session.expires),
+        }
 
     # --- deciding -----------------------------------------------------------------
 
@@ -404,12 +414,22 @@ class Passkeys:
             if account not in (None, call.peer.user) or web:
                 raise no("not_yours", "an observer may list only its own passkeys")
             account = call.peer.user
+        live = self.consoles.sessions.live(time.time())
         return {
             "passkeys": [
                 c.to_dict()
                 | {
                     "created_at": iso_utc(c.created, timespec="seconds"),
                     "sign_count": self.keys.counters.get(c.credential_id),
+                    "sessions": [
+                        {
+                            "id": s.key[:12],
+                            "since": iso_utc(s.created, timespec="seconds"),
+                            "expires_at": iso_utc(s.expires, timespec="seconds"),
+                        }
+                        for s in live
+                        if s.credential_id == c.credential_id
+                    ],
                 }
                 for c in self.keys.all()
                 if account is None or c.account == account
@@ -438,7 +458,9 @@ class Passkeys:
         await runner_wire.stub(self.runner).call(
             runner_wire.PASSKEYS_WRITE, runner_wire.PasskeyWrite("revoke", credential_id=cid)
         )
-        return {"credential_id": cid, "account": found[0].account, "revoked": True}
+        # Every console session this passkey made ends now, not at web.session_minutes.
+        ended = self.consoles.sessions.end(lambda s: s.credential_id == cid)
+        return {"credential_id": cid, "account": found[0].account, "revoked": True, "sessions_ended": len(ended)}
 
 
 def _client(call: Call) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import secrets
@@ -164,6 +165,26 @@ class Web:
         if session is None:
             self.log.warning("web.proof.refused", account=half.account, path=request.path)
             raise web.HTTPUnauthorized(text="refused: this tab's sign-in proof is missing or wrong; sign in again")
+        live = await self.live(request, session)
+        if live is None:
+            raise web.HTTPSeeOther("/signin")
+        return live
+
+    async def live(self, request: web.Request, session: Session | None) -> Session | None:
+        """approval's word on the session (passkey.session): a revoked passkey's or an ended one reads nothing."""
+        if session is None:
+            return None
+        try:
+            data = await self.call("passkey.session", {"session": session.ticket})
+        except DoorError as exc:
+            if exc.code == "unavailable":
+                raise web.HTTPBadGateway(text=f"airlock-approval cannot be reached: {exc.message}") from None
+            self.sessions.drop(request.cookies.get(self.cookie))
+            self.log.info("web.session.ended", account=session.account, reason=exc.reason or exc.code)
+            return None
+        role = data.get("role")
+        if role in ("operator", "observer") and role != session.role:
+            return dataclasses.replace(session, role=role)  # approval says what the account is now
         return session
 
     async def posted(self, request: web.Request, *, need_session: bool) -> tuple[Session | None, dict[str, Any]]:
@@ -183,6 +204,7 @@ class Web:
         body: dict[str, Any] = loaded
         session = self.session_of(request, request.headers.get(PROOF_HEADER) or body.get("proof"))
         if need_session:
+            session = await self.live(request, session)
             if session is None:
                 raise web.HTTPUnauthorized(text="refused: sign in first")
             token = request.headers.get("X-Airlock-CSRF") or body.get("csrf")
@@ -289,7 +311,10 @@ class Web:
         if not isinstance(account, str) or role not in ("operator", "observer"):
             return web.json_response({"ok": False, "error": "approval's answer names no account"}, status=502)
         self.sessions.drop(request.cookies.get(self.cookie))  # a new sign-in never keeps the old cookie
-        token, session = self.sessions.create(account, role, str(data.get("credential_id") or ""))
+        ticket = data.get("session")
+        if not isinstance(ticket, str) or not ticket:
+            return web.json_response({"ok": False, "error": "approval's answer opens no session"}, status=502)
+        token, session = self.sessions.create(account, role, str(data.get("credential_id") or ""), ticket)
         self.log.info("web.signed_in", account=account, role=role, credential_id=session.credential_id)
         # The proof goes to the console's own script only (a JSON answer to its same-origin POST).
         answer = {"ok": True, "account": account, "role": role, "next": "/", "proof": session.proof}

@@ -40,6 +40,7 @@ class Session:
     proof: str  # the port-scoped second half: X-Airlock-Proof from the tab's sessionStorage
     created: float
     expires: float
+    ticket: str = ""  # approval's session (passkey.session, asked on every request: revocation ends it)
 
     @property
     def decides(self) -> bool:
@@ -61,7 +62,9 @@ class Sessions:
         self.seconds = minutes * 60.0
         self._by_key: dict[str, Session] = {}
 
-    def create(self, account: str, role: str, credential_id: str, now: float | None = None) -> tuple[str, Session]:
+    def create(
+        self, account: str, role: str, credential_id: str, ticket: str = "", now: float | None = None
+    ) -> tuple[str, Session]:
         """A new session; returns (the cookie's token, the session)."""
         now = time.time() if now is None else now
         self._expire(now)
@@ -69,7 +72,7 @@ class Sessions:
             del self._by_key[next(iter(self._by_key))]
         token = secrets.token_urlsafe(32)
         csrf, proof = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        session = Session(account, role, credential_id, csrf, proof, now, now + self.seconds)
+        session = Session(account, role, credential_id, csrf, proof, now, now + self.seconds, ticket)
         self._by_key[_key(token)] = session
         return token, session
 
