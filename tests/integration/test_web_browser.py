@@ -45,6 +45,19 @@ pytestmark = [
 ]
 
 PHONE = (390, 844)
+# The summary (command, run-as, requester) and both decision buttons lie within the first screen.
+FIRST_SCREEN = (
+    "(() => { const h = window.innerHeight; const box = s => document.querySelector(s).getBoundingClientRect();"
+    " return h === 844 && box('.summary').top >= 0 && box('.summary').bottom <= h"
+    " && box('#decide button.allow').bottom <= h && box('#decide button.deny').bottom <= h; })()"
+)
+
+
+async def phone(page: Page) -> None:
+    """Browse as a phone does: 390x844 CSS pixels, touch, 2x."""
+    await page.send(
+        "Emulation.setDeviceMetricsOverride", width=PHONE[0], height=PHONE[1], deviceScaleFactor=2, mobile=True
+    )
 
 
 @contextlib.contextmanager
@@ -154,6 +167,12 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
         page = await Page.open(port)
         try:
             await page.virtual_authenticator()
+            await phone(page)
+
+            # A made-up enrollment link is refused before any touch: no button to press.
+            await page.navigate(f"{web}/enroll/made-up-token-{secrets.token_hex(8)}")
+            assert "no such enrollment link" in await page.text()
+            assert await page.evaluate("document.querySelector('#enroll') === null")
 
             # Enroll from the one-time link: the virtual authenticator makes the passkey.
             await page.navigate(f"{web}/enroll/{token}")
@@ -182,13 +201,31 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             await asyncio.to_thread(wait_pending, stack, request_id, 30)
             await page.navigate(f"{web}/")
             await page.wait_for(f"document.body.innerText.includes({json.dumps(request_id)})")
+            # The pending list leads with the command and a red root badge; the request ID is small.
+            card = await page.evaluate("document.querySelector('.card').innerText")
+            assert card.startswith(f"touch {mark}") and "runs as root" in card and agent.pw_name in card
+            assert await page.evaluate("document.querySelector('.card .badge.root') !== null")
+            keep = os.environ.get("AIRLOCK_WEB_PENDING_SCREENSHOT")
+            if keep:
+                await asyncio.to_thread(Path(keep).write_bytes, await page.screenshot(*PHONE))
+                await phone(page)
             await page.evaluate(f"document.querySelector('a[href*={json.dumps(request_id)}]').click()")
             await page.wait_for("document.querySelector('#decide') !== null")
+            # On a phone's first screen (390x844): the command, run-as (a red root badge), the requester,
+            # and both buttons, which restate the command and as whom it runs.
+            await phone(page)
+            assert await page.evaluate(FIRST_SCREEN) is True
+            assert await page.evaluate("getComputedStyle(document.querySelector('.badge.root')).color") != ""
+            buttons = await page.evaluate("document.querySelector('#decide .buttons').innerText")
+            assert f"run touch {mark} as root" in buttons and f"touch {mark} does not run" in buttons
             text = await page.text()
             assert f"touch {mark}" in text and agent.pw_name in text and "privileged" in text
-            assert "/usr/bin/touch" in text  # the resolved binary
-            png = await page.screenshot(*PHONE, full_page=True)
+            await page.evaluate("document.querySelector('details.more').open = true")  # the details, folded
+            assert "/usr/bin/touch" in await page.text()  # the resolved binary
+            await page.evaluate("document.querySelector('details.more').open = false")
+            png = await page.screenshot(*PHONE)
             assert png.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(png[16:20], "big") == PHONE[0] * 2
+            await phone(page)
             keep = os.environ.get("AIRLOCK_WEB_SCREENSHOT")
             if keep:
                 await asyncio.to_thread(Path(keep).write_bytes, png)
@@ -219,5 +256,14 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             await page.wait_for("document.querySelector('.who') !== null")
             text = await page.text()
             assert "allow" in text and "deny" in text
+
+            # Revoke the passkey (phone lost): this tab's session ends at once; the next page is sign-in.
+            listed = stack.native("passkey.list", {"account": "root"}, path=stack.operator)
+            [cid] = [p["credential_id"] for p in listed["data"]["passkeys"] if not p["revoked"]]
+            revoked = stack.native("passkey.revoke", {"credential_id": cid}, path=stack.operator)
+            assert revoked["ok"] and revoked["data"]["sessions_ended"] == 1, revoked
+            await page.send("Page.navigate", url=f"{web}/")
+            await page.wait_for("location.pathname === '/signin' && document.readyState === 'complete'")
+            assert "root, operator" not in await page.text()
         finally:
             await page.close()

@@ -63,13 +63,19 @@ def _enroll(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "passkey.enroll", {"account": ns.user})
     if rc != 0:
         return rc
+    if not data.get("url") and not ns.json:
+        # Without web.url there is no console to open the link in, and approval checks no passkey.
+        _err(
+            "passkey enroll: web.url is not set, so there is no URL to open: set it in /etc/airlock/airlock.yaml "
+            "(http://localhost:8787 with `ssh -L 8787:127.0.0.1:8787 HOST`, or https://NAME behind a TLS proxy), "
+            "restart airlock-approval, enable airlock-web.socket, and enroll again: the link to open is then "
+            "printed as WEB_URL/enroll/TOKEN (docs/operations.md, Passkeys)"
+        )
+        return 1
     if ns.json or ns.no_wait:
         if not ns.json:
-            print(data.get("url") or data.get("token"))
+            print(data.get("url"))
         return 0
-    if not data.get("url"):
-        _err("passkey enroll: web.url is not set: airlock-web is off (docs/operations.md, Passkeys)")
-        return 1
     print(data["url"], flush=True)
     _err(
         f"open the link within {max(0, int(data['expires'] - time.time())) // 60} minutes "

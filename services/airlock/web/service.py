@@ -258,7 +258,12 @@ class Web:
 
     async def enroll_page(self, request: web.Request) -> web.StreamResponse:
         token = request.match_info["token"]
-        return self.page("Enroll a passkey", pages.enroll_page(token), None)
+        # Refused before any touch: an unknown, used or expired link shows no "Create passkey" button.
+        try:
+            data = await self.call("passkey.register_begin", {"token": token})
+        except DoorError as exc:
+            return self.page("Enroll a passkey", pages.message(exc.message), None, 404)
+        return self.page("Enroll a passkey", pages.enroll_page(token, str(data.get("account") or "")), None)
 
     async def static_file(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]

@@ -169,6 +169,17 @@
     }
   }
 
+  // Time left, live: every [data-until] (Unix seconds) counts down.
+  function tick() {
+    const now = Date.now() / 1000;
+    for (const el of document.querySelectorAll("[data-until]")) {
+      const left = Math.max(0, Math.round(Number(el.dataset.until) - now));
+      const m = Math.floor(left / 60), sec = left % 60;
+      el.textContent = (left === 0 ? "expired" : (m ? m + "m" + String(sec).padStart(2, "0") + "s" : sec + "s") + " left");
+    }
+  }
+  setInterval(tick, 1000);
+
   // The shell of a page: fetch it again with this tab's proof; without one, sign in.
   async function load() {
     if (!document.querySelector("[data-airlock-load]")) { bind(); return; }
