@@ -443,6 +443,8 @@ class Operating:
             op.PASSKEY_DECIDE: self.passkeys.passkey_decide,
             op.PASSKEY_LIST: self.passkeys.passkey_list,
             op.PASSKEY_REVOKE: self.passkeys.passkey_revoke,
+            op.PASSKEY_SESSION: self.passkeys.consoles.session,
+            op.PASSKEY_SESSIONS_END: self.passkeys.consoles.sessions_end,
         }
         table = wire.serve(
             op.DOOR,

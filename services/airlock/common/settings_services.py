@@ -402,8 +402,10 @@ ROWS: tuple[Setting, ...] = (
         "web.listen",
         web_listen,
         f"127.0.0.1:{WEB_PORT}",
-        "Where airlock-web listens when started by hand: HOST:PORT or a Unix socket path for a reverse proxy "
-        "(under systemd, airlock-web.socket's ListenStream= decides).",
+        "Where airlock-web listens when started by hand: HOST:PORT or a Unix socket path for a reverse proxy; "
+        "with a localhost web.url it also listens on every loopback address of that name (127.0.0.1 and [::1]) "
+        "at the URL's port, or refuses to start (under systemd, airlock-web.socket's ListenStream= lines decide "
+        "and must hold them all).",
     ),
     Setting(
         "web.session_minutes",
