@@ -10,6 +10,7 @@ allows what a person denied.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,8 +31,11 @@ from airlock.common.wire.verb import Stub
 
 # The runner's reply to ``review`` may come this long after the reviewer's own deadline.
 REVIEW_MARGIN_SECONDS = 5.0
-# Reading people's denials back at start: each page's call may take this long.
+# Reading people's denials back at start: each page's call may take this long; a failed read is
+# tried again this often, this many times (an hour), then only a restart reads them.
 RESTORE_SECONDS = 10.0
+RESTORE_RETRY_SECONDS = 10.0
+RESTORE_RETRIES = 360
 
 
 class Reviewing:
@@ -53,6 +57,7 @@ class Reviewing:
         self.journal = journal
         self.log = log
         self.memory = DenialMemory()  # what people denied, by meaning (issue 45); loaded at start
+        self._retrying: asyncio.Future[None] | None = None
 
     @property
     def config(self) -> Config:
@@ -158,13 +163,24 @@ class Reviewing:
     async def restore_denials(self) -> None:
         """At start: every denial a person made within the memory's time, from the journal (issue 45).
 
-        Until this succeeds every request counts as denied (a grant or a reviewer allows nothing).
+        Until this succeeds every request counts as denied (a grant or a reviewer allows nothing);
+        a journal that cannot be read is tried again in the background (`RESTORE_RETRY_SECONDS`).
         """
+        if not await self._restore_once() and self._retrying is None:
+            self._retrying = asyncio.ensure_future(self._restore_later())
+
+    async def _restore_later(self) -> None:
+        for _ in range(RESTORE_RETRIES):
+            await asyncio.sleep(RESTORE_RETRY_SECONDS)
+            if await self._restore_once():
+                return
+
+    async def _restore_once(self) -> bool:
         try:
             found = await restore.denial_records(self.journal, RESTORE_SECONDS)
         except (AirlockError, OSError, TimeoutError) as exc:
             self.log.error("approval.denials.unknown", error=str(exc))
-            return
+            return False
         cutoff = time.time() - self.config.approval.denial_memory_seconds
         for item in found:
             meaning, at = Meaning.from_dict(item), item.get("at")
@@ -172,3 +188,4 @@ class Reviewing:
                 self.memory.add(meaning, float(at))
         self.memory.known = True
         self.log.info("approval.denials.restored", denials=len(self.memory))
+        return True

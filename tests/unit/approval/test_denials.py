@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
 from airlock.approval import denials
 from airlock.approval.denials import DenialMemory, Meaning
+from airlock.common.config import load
 
 ID = {"path": "/usr/bin/id", "dev": 8, "ino": 42}
 
@@ -63,3 +70,41 @@ def test_a_journaled_meaning_reads_back_and_garbage_does_not() -> None:
     ]
     for bad in bads:
         assert Meaning.from_dict(bad) is None
+
+
+def test_denials_unreadable_at_start_keep_everything_denied_until_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airlock.approval import reviewing
+    from airlock.common.errors import AirlockError, ErrorCode
+    from airlock.common.wire.journal import Found
+
+    class Flaky:
+        calls = 0
+
+        async def call(self, verb: object, args: object, *, timeout: float | None = None) -> Found:
+            Flaky.calls += 1
+            if Flaky.calls == 1:
+                raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "journal down")
+            denial = command(["id"], "/usr/bin/id").to_dict() | {"at": time.time()}
+            return Found(({"seq": 1, "payload": {"denial": denial}},))
+
+    class Log:
+        def __getattr__(self, name: str) -> Any:
+            return lambda *a, **k: None
+
+    monkeypatch.setattr(reviewing, "RESTORE_RETRY_SECONDS", 0.01)
+    config = load(None)
+    review = reviewing.Reviewing(lambda: config, lambda: None, None, None, Flaky(), Log())  # type: ignore[arg-type, return-value]
+
+    async def body() -> None:
+        await review.restore_denials()
+        assert not review.memory.known and review.memory.covers(command(["true"], "/usr/bin/true"), 0, 1)
+        for _ in range(100):
+            if review.memory.known:
+                break
+            await asyncio.sleep(0.01)
+        assert review.memory.known
+        assert review.memory.covers(command(["id"], "/usr/bin/id"), time.time(), 60)
+        other = command(["true"], "/usr/bin/true", {"dev": 8, "ino": 7})
+        assert not review.memory.covers(other, time.time(), 60)
+
+    asyncio.run(body())
