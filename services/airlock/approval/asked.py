@@ -20,7 +20,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
 from airlock.common.peer import Peer
 from airlock.common.resolve import default_path
-from airlock.common.spec import ExecSpec, stdin_sha256
+from airlock.common.spec import ExecSpec
 from airlock.common.wire import approval as wire
 
 
@@ -35,7 +35,7 @@ def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Su
         privileged=spec.privileged,
         target_uid=spec.run_as,
         cwd=cwd,
-        stdin_sha256=stdin_sha256(stdin),
+        stdin_sha256=(shown.summary(stdin) or {}).get("sha256"),
     )
 
 

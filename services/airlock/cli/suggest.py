@@ -51,8 +51,8 @@ from airlock.approval import match
 from airlock.approval.policyfile import PolicyError, parse_policy_text
 from airlock.cli.base import _err
 from airlock.cli.stats import decider, read_events, since_seconds, when
+from airlock.common import shown
 from airlock.common.codec import iso_utc
-from airlock.common.spec import stdin_sha256
 
 _SAFE_WORD = re.compile(r"[^A-Za-z0-9._@-]+")
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,63}")
@@ -131,7 +131,7 @@ def _stdin_digest(request: Mapping[str, Any]) -> tuple[bool, str | None]:
         if isinstance(value, Mapping):
             value = value.get("sha256") if "sha256" in value else False
         elif isinstance(value, str) and value:
-            value = stdin_sha256(value)
+            value = (shown.summary(value) or {}).get("sha256")
     if value is None or value == "":
         return True, None
     if not isinstance(value, str) or not _HEX64.fullmatch(value):

@@ -9,8 +9,6 @@ their names): they are one-shot secrets, never stored (reference/001).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,16 +101,6 @@ class ExecSpec:
             max_output_bytes=validate.integer("max_output_bytes", untrusted.get("max_output_bytes"), minimum=1),
             forward_agent=validate.boolean("forward_agent", untrusted.get("forward_agent"), False),
         )
-
-
-def stdin_sha256(stdin: str | None) -> str | None:
-    """The sha256 of a request's stdin (base64 on the wire), or None: no stdin ("invalid": not base64)."""
-    if not stdin:
-        return None
-    try:
-        return hashlib.sha256(base64.b64decode(stdin, validate=True)).hexdigest()
-    except (binascii.Error, ValueError):
-        return "invalid"
 
 
 def check_privilege(run_as: int, runner_uid: int | None, *, privileged: bool) -> None:
