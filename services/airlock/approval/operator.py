@@ -214,7 +214,8 @@ class Operating:
         if not isinstance(pipeline, list) or not pipeline:
             raise validate.bad("argv", "give argv or pipeline")
         stages = tuple(validate.argv(f"pipeline[{i}]", s) for i, s in enumerate(pipeline))
-        spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
+        cwd, stdin = (validate.optional_text(k, a.get(k), max_len=2 << 20) or None for k in ("cwd", "stdin"))
+        spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid, cwd=cwd, stdin=stdin)
         subject = subject_of(peer, spec, validate.optional_text("session", a.get("session")))
         decision = self.policy.decide(subject, stages)
         await self.book.hold_restored()

@@ -359,6 +359,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--quiet", action="store_true", help="with --files: print only errors")
     sp.add_argument("--user", help="as this user (default: you)")
     sp.add_argument("--session")
+    sp.add_argument("--cwd", help="the request's working directory (rules may pin it)")
+    sp.add_argument("--stdin-file", help="the request's stdin, read from this file (rules may pin its sha256)")
     group = sp.add_mutually_exclusive_group()
     group.add_argument("--privileged", dest="privileged", action="store_true", default=True)
     group.add_argument("--no-privilege", dest="privileged", action="store_false")

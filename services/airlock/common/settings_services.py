@@ -139,6 +139,14 @@ ROWS: tuple[Setting, ...] = (
         False,
         "Whether the reviewer may use the network (a model-backed reviewer calling an API); off: no network at all.",
     ),
+    Setting(
+        "approval.denial_memory_seconds",
+        positive_float,
+        30 * 86400.0,
+        "How long a person's denial is remembered by what would run (requester, run-as, binary, arguments; any "
+        "spelling, cwd, environment or stdin): no grant and no reviewer allows the same thing in that time, "
+        "people are asked. Read back from the journal at every start.",
+    ),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
     Setting(
         "journal.operation_capacity",

@@ -59,6 +59,7 @@ def approval(tmp_path: Path) -> tuple[Approval, Gated]:
     audit = Gated()
     a = Approval(config, Policy(default="ask", rules=(), sources=()), None, audit)  # type: ignore[arg-type]
     a.book.hold_reason = None
+    a.reviewing.memory.known = True  # as restored at start: no denials
     return a, audit
 
 
