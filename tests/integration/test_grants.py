@@ -51,8 +51,11 @@ def run(stack: Stack, argv: list[str]) -> dict[str, Any]:
     return stack.exec({"argv": argv, "privileged": False, "operation_id": f"op-{uuid.uuid4()}"})
 
 
-def asks(stack: Stack, argv: list[str]) -> bool:
-    """Whether this command waits for an operator (it is then denied, so nothing runs)."""
+def asks(stack: Stack, argv: list[str], answer: str = "deny") -> bool:
+    """Whether this command waits for an operator (it is then denied, so nothing runs; or approved).
+
+    A person's deny is remembered (issue 45): no grant stands in for that command afterwards.
+    """
     job = Background(stack, {"argv": argv})
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -60,8 +63,8 @@ def asks(stack: Stack, argv: list[str]) -> bool:
             return False
         pending = stack.native("pending", path=stack.operator)["data"]["pending"]
         if any(p["request_id"] == job.request_id for p in pending):
-            assert stack.native("deny", {"id": job.request_id}, path=stack.operator)["ok"]
-            assert job.result()["error"]["code"] == "denied"
+            assert stack.native(answer, {"id": job.request_id}, path=stack.operator)["ok"]
+            assert (job.result().get("error") or {}).get("code") == ("denied" if answer == "deny" else None)
             return True
         time.sleep(0.05)
     raise AssertionError("neither ran nor waited")
@@ -135,7 +138,7 @@ def test_no_grant_applies_while_on_hold(gstack: Stack, tmp_path: Path) -> None:
     grant_id = grant(gstack, ["touch", str(marker)], "--grant", "10m")
     assert gstack.cli("hold", "--reason", "grant test").returncode == 0
     try:
-        assert asks(gstack, ["touch", str(marker)])
+        assert asks(gstack, ["touch", str(marker)], "approve")  # a deny would keep the grant from it
     finally:
         assert gstack.cli("release").returncode == 0
     assert run(gstack, ["touch", str(marker)])["ok"] is True  # control: released, the grant applies again

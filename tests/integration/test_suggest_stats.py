@@ -89,7 +89,8 @@ def test_suggested_rules_load_and_allow_the_requests_operators_approved(stack: S
     text = output.read_text()
     rules = yaml.safe_load(text)["rules"]
     assert len(rules) == 1, text
-    assert rules[0]["commands"] == [["/usr/bin/touch", "{arg1}"]]
+    assert rules[0]["commands"] == [["/usr/bin/touch", "{arg1:file}"]]
+    assert (rules[0]["cwd"], rules[0]["stdin"]) == (str(tmp_path), "none")  # issue 45: pinned as approved
     assert "# approved 5 times for root" in text and "approved by: root (5)" in text
     # Not applied: the same command still asks until an operator installs the file.
     assert asks(stack, ["touch", "f0"], cwd=str(tmp_path))
@@ -98,7 +99,7 @@ def test_suggested_rules_load_and_allow_the_requests_operators_approved(stack: S
     policy_d.mkdir(exist_ok=True)
     (policy_d / output.name).write_text(text)
     reload_approval(stack)
-    check = stack.cli("--json", "policy", "check", "--no-privilege", "--", "touch", "f3")
+    check = stack.cli("--json", "policy", "check", "--no-privilege", "--cwd", str(tmp_path), "--", "touch", "f3")
     assert check.returncode == 0, check.stderr
     decided = json.loads(check.stdout)["data"]
     assert decided["decision"] == "allow" and decided["rule"] == rules[0]["name"]
@@ -107,6 +108,7 @@ def test_suggested_rules_load_and_allow_the_requests_operators_approved(stack: S
         assert again["ok"] is True and again["data"]["decision"]["rule"] == rules[0]["name"], again
     assert asks(stack, ["mkdir", "-p", str(tmp_path / "once")])  # approved twice only: still asks
     assert asks(stack, ["touch", "-c", "f0"], cwd=str(tmp_path))  # another shape of touch: still asks
+    assert asks(stack, ["touch", "f0"], cwd="/tmp")  # another directory: still asks
 
 
 def test_stats_counts_a_known_sequence(stack: Stack, tmp_path: Path) -> None:

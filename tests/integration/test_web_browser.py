@@ -47,6 +47,19 @@ pytestmark = [
 ]
 
 PHONE = (390, 844)
+# The summary (command, run-as, requester) and both decision buttons lie within the first screen.
+FIRST_SCREEN = (
+    "(() => { const h = window.innerHeight; const box = s => document.querySelector(s).getBoundingClientRect();"
+    " return h === 844 && box('.summary').top >= 0 && box('.summary').bottom <= h"
+    " && box('#decide button.allow').bottom <= h && box('#decide button.deny').bottom <= h; })()"
+)
+
+
+async def phone(page: Page) -> None:
+    """Browse as a phone does: 390x844 CSS pixels, touch, 2x."""
+    await page.send(
+        "Emulation.setDeviceMetricsOverride", width=PHONE[0], height=PHONE[1], deviceScaleFactor=2, mobile=True
+    )
 
 
 @contextlib.contextmanager
@@ -156,6 +169,12 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
         page = await Page.open(port)
         try:
             await page.virtual_authenticator()
+            await phone(page)
+
+            # A made-up enrollment link is refused before any touch: no button to press.
+            await page.navigate(f"{web}/enroll/made-up-token-{secrets.token_hex(8)}")
+            assert "no such enrollment link" in await page.text()
+            assert await page.evaluate("document.querySelector('#enroll') === null")
 
             # Enroll from the one-time link: the virtual authenticator makes the passkey.
             await page.navigate(f"{web}/enroll/{token}")
@@ -166,12 +185,17 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             await page.navigate(f"{web}/signin")
             await page.evaluate("document.querySelector('#signin button').click()")
             await page.wait_for(f"location.href === {json.dumps(web + '/')}")
+            await page.wait_for("document.querySelector('.who') !== null")  # the page, loaded with the proof
             assert "root" in await page.text()
             # The session cookie as the browser keeps it: script cannot read it, no other site sends it.
-            [cookie] = (await page.send("Network.getCookies", urls=[web + "/"]))["cookies"]
+            # http://localhost is a secure context: the browser takes a __Host- cookie, Secure.
+            cookies = (await page.send("Network.getCookies", urls=[web + "/"]))["cookies"]
+            [cookie] = [c for c in cookies if c["name"] == "__Host-airlock"]  # and __Host-airlock-pre (sign-in)
+            assert cookie["secure"]
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
-            assert not cookie["secure"]  # plain http://localhost here; behind TLS it is Secure (test_sec_web)
             assert await page.evaluate("document.cookie") == ""
+            # The second half, port-scoped: this tab's proof, in sessionStorage.
+            assert len(await page.evaluate("sessionStorage.getItem('airlock-proof')")) >= 40
 
             # A root request from the agent waits; the console lists it and shows all of it.
             mark = marks / "approved"
@@ -182,17 +206,40 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             await asyncio.to_thread(wait_pending, stack, request_id, 30)
             await page.navigate(f"{web}/")
             await page.wait_for(f"document.body.innerText.includes({json.dumps(request_id)})")
+            # The pending list leads with the command and a red root badge; the request ID is small.
+            card = await page.evaluate("document.querySelector('.card').innerText")
+            assert card.startswith(f"touch {mark}") and "runs as root" in card and agent.pw_name in card
+            assert await page.evaluate("document.querySelector('.card .badge.root') !== null")
+            keep = os.environ.get("AIRLOCK_WEB_PENDING_SCREENSHOT")
+            if keep:
+                await asyncio.to_thread(Path(keep).write_bytes, await page.screenshot(*PHONE))
+                await phone(page)
             await page.evaluate(f"document.querySelector('a[href*={json.dumps(request_id)}]').click()")
             await page.wait_for("document.querySelector('#decide') !== null")
+            # On a phone's first screen (390x844): the command, run-as (a red root badge), the requester,
+            # and both buttons, which restate the command and as whom it runs.
+            await phone(page)
+            assert await page.evaluate(FIRST_SCREEN) is True
+            assert await page.evaluate("getComputedStyle(document.querySelector('.badge.root')).color") != ""
+            buttons = await page.evaluate("document.querySelector('#decide .buttons').innerText")
+            assert f"run touch {mark} as root" in buttons and f"touch {mark} does not run" in buttons
             text = await page.text()
             assert f"touch {mark}" in text and agent.pw_name in text and "privileged" in text
-            assert "/usr/bin/touch" in text  # the resolved binary
-            # Issue 45: where it runs and what it reads (size, sha256, the first lines), in the page and the statement.
+            # Issue 45: where it runs and what it reads, in the summary on the first screen.
             stdin_line = f"{len(given)} bytes, sha256 {hashlib.sha256(given).hexdigest()}"
-            assert str(marks) in text and stdin_line in text and "hello from the agent" in text
+            summary = await page.evaluate("document.querySelector('.summary').innerText")
+            sha = hashlib.sha256(given).hexdigest()
+            assert f"in {marks}" in summary and f"stdin {len(given)} bytes, sha256 {sha[:12]}" in summary, summary
+            await page.evaluate("document.querySelector('details.more').open = true")  # the details, folded
+            text = await page.text()
+            assert "/usr/bin/touch" in text  # the resolved binary
+            # ... and the first lines of stdin, and the statement's cwd: and stdin: lines.
+            assert "hello from the agent" in text
             assert f'cwd: "{marks}"' in text and f'stdin: "{stdin_line}"' in text
-            png = await page.screenshot(*PHONE, full_page=True)
+            await page.evaluate("document.querySelector('details.more').open = false")
+            png = await page.screenshot(*PHONE)
             assert png.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(png[16:20], "big") == PHONE[0] * 2
+            await phone(page)
             keep = os.environ.get("AIRLOCK_WEB_SCREENSHOT")
             if keep:
                 await asyncio.to_thread(Path(keep).write_bytes, png)
@@ -220,7 +267,17 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
 
             # The decisions page shows both, by the passkey's account.
             await page.navigate(f"{web}/decisions")
+            await page.wait_for("document.querySelector('.who') !== null")
             text = await page.text()
             assert "allow" in text and "deny" in text
+
+            # Revoke the passkey (phone lost): this tab's session ends at once; the next page is sign-in.
+            listed = stack.native("passkey.list", {"account": "root"}, path=stack.operator)
+            [cid] = [p["credential_id"] for p in listed["data"]["passkeys"] if not p["revoked"]]
+            revoked = stack.native("passkey.revoke", {"credential_id": cid}, path=stack.operator)
+            assert revoked["ok"] and revoked["data"]["sessions_ended"] == 1, revoked
+            await page.send("Page.navigate", url=f"{web}/")
+            await page.wait_for("location.pathname === '/signin' && document.readyState === 'complete'")
+            assert "root, operator" not in await page.text()
         finally:
             await page.close()

@@ -49,6 +49,7 @@ while True:
     buf += chunk
 print(json.dumps([json.loads(line) for line in buf.splitlines() if line.strip()]))
 """
+BROWSER = "a-browser-that-asked"  # the sign-in client airlock-web names (approval/logins.py)
 
 
 def call_as(socket_path: str, user: pwd.struct_passwd, verb: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -226,21 +227,38 @@ def test_an_expired_enrollment_link_is_refused() -> None:
 
 def test_sign_in_says_who_and_as_what(world: World) -> None:
     for user, role in ((world.op1, "operator"), (world.observer, "observer")):
-        begun = world.web_call("passkey.login_begin", {})["data"]
+        begun = world.web_call("passkey.login_begin", {"client": BROWSER})["data"]
         auth = world.keys[user.pw_name]
         done = world.web_call(
             "passkey.login_finish",
-            {"challenge_id": begun["challenge_id"], "credential": auth.sign(begun["options"]["challenge"])},
+            {
+                "challenge_id": begun["challenge_id"],
+                "credential": auth.sign(begun["options"]["challenge"]),
+                "client": BROWSER,
+            },
         )
-        assert done["ok"] is True and done["data"] == {
-            "account": user.pw_name,
-            "role": role,
-            "credential_id": auth.id,
-        }, done
+        session = done["data"].pop("session", "")
+        assert (
+            done["ok"] is True
+            and done["data"].pop("expires") > 0
+            and done["data"]
+            == {
+                "account": user.pw_name,
+                "role": role,
+                "credential_id": auth.id,
+            }
+        ), done
+        # The console session it opened is approval's: airlock-web asks about it on every request.
+        live = world.web_call("passkey.session", {"session": session})
+        assert live["ok"] is True and live["data"]["account"] == user.pw_name, live
         # The challenge is spent: the same sign-in again is refused.
         replay = world.web_call(
             "passkey.login_finish",
-            {"challenge_id": begun["challenge_id"], "credential": auth.sign(begun["options"]["challenge"])},
+            {
+                "challenge_id": begun["challenge_id"],
+                "credential": auth.sign(begun["options"]["challenge"]),
+                "client": BROWSER,
+            },
         )
         _refused(replay, "challenge")
 
@@ -280,10 +298,14 @@ def test_an_assertion_for_one_request_is_refused_on_another_and_replays_are_refu
 def test_a_changed_challenge_origin_rp_id_or_missing_uv_is_refused(world: World) -> None:
     job, marker = _job(world, "bent")
     auth = world.keys[world.op2.pw_name]
-    login = world.web_call("passkey.login_begin", {})["data"]
+    login = world.web_call("passkey.login_begin", {"client": BROWSER})["data"]
     signed_in = world.web_call(
         "passkey.login_finish",
-        {"challenge_id": login["challenge_id"], "credential": auth.sign(login["options"]["challenge"])},
+        {
+            "challenge_id": login["challenge_id"],
+            "credential": auth.sign(login["options"]["challenge"]),
+            "client": BROWSER,
+        },
     )
     assert signed_in["ok"] is True, signed_in
     stored = auth.counter  # what approval now keeps for this credential
@@ -321,10 +343,14 @@ def test_unenrolled_and_revoked_passkeys_decide_nothing(world: World) -> None:
     _refused(world.decide(job.request_id, begun, stranger.sign(begun["challenge"])), "unknown_credential")
     spare = world.enroll(world.op2.pw_name)
     # Control: the spare key signs in before it is revoked.
-    login = world.web_call("passkey.login_begin", {})["data"]
+    login = world.web_call("passkey.login_begin", {"client": BROWSER})["data"]
     signed_in = world.web_call(
         "passkey.login_finish",
-        {"challenge_id": login["challenge_id"], "credential": spare.sign(login["options"]["challenge"])},
+        {
+            "challenge_id": login["challenge_id"],
+            "credential": spare.sign(login["options"]["challenge"]),
+            "client": BROWSER,
+        },
     )
     assert signed_in["ok"] is True, signed_in
     # op1 may not revoke op2's passkey; op2 may.

@@ -62,11 +62,13 @@ class Reply:
 
 @dataclass
 class Tab:
-    """A browser tab at https://airlock.test: its cookie, the Origin it sends, nothing else."""
+    """A browser tab at https://airlock.test: its cookie, the Origin it sends, and its sessionStorage's
+    sign-in proof (sent as X-Airlock-Proof, as the console's script sends it), nothing else."""
 
     base: str
     cookies: dict[str, str] = field(default_factory=dict)
     origin: str | None = ORIGIN
+    proof: str | None = None
 
     def call(
         self,
@@ -90,6 +92,8 @@ class Tab:
             sent["Content-Type"] = "application/x-www-form-urlencoded"
         if self.origin and method == "POST":
             sent.setdefault("Origin", self.origin)
+        if self.proof:
+            sent.setdefault("X-Airlock-Proof", self.proof)
         if self.cookies:
             sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
         # The stack's own http:// address, nothing a test input chose.
@@ -113,9 +117,12 @@ class Tab:
     def sign_in(self, auth: SoftAuthenticator) -> Reply:
         begun = self.call("POST", "/signin/begin", body={}).json()
         credential = auth.sign(begun["options"]["challenge"])
-        return self.call(
+        done = self.call(
             "POST", "/signin/finish", body={"challenge_id": begun["challenge_id"], "credential": credential}
         )
+        if done.status == 200:
+            self.proof = done.json()["proof"]
+        return done
 
     def csrf(self, path: str = "/") -> str:
         page = Page.of(self.call("GET", path).text)
@@ -304,7 +311,9 @@ def test_a_failed_sign_in_makes_no_session(world: World) -> None:
         "/signin/finish",
         body={"challenge_id": begun["challenge_id"], "credential": stranger.sign(begun["options"]["challenge"])},
     )
-    assert reply.status == 403 and not reply.headers.get_all("Set-Cookie") and not tab.cookies
+    # No session cookie (only the pre-session cookie the sign-in challenge is bound to).
+    assert reply.status == 403 and not reply.headers.get_all("Set-Cookie")
+    assert list(tab.cookies) == ["__Host-airlock-pre"]
     assert reply.json()["code"] == "unauthorized"
     assert tab.sign_in(world.keys[world.op.pw_name]).status == 200  # control
 

@@ -31,8 +31,8 @@ print(json.dumps({"status": status, "headers": head, "body": text}))
 """
 
 
-def _fetch(system, method: str, path: str, body: str = "") -> dict:
-    out = system.c.run(["python3", "-c", FETCH, method, f"http://127.0.0.1:{PORT}{path}", body], timeout=60).stdout
+def _fetch(system, method: str, path: str, body: str = "", host: str = "127.0.0.1") -> dict:
+    out = system.c.run(["python3", "-c", FETCH, method, f"http://{host}:{PORT}{path}", body], timeout=60).stdout
     reply: dict = json.loads(out)
     return reply
 
@@ -63,6 +63,9 @@ def test_enabling_the_socket_serves_the_sign_in_page_on_localhost(system) -> Non
         assert page["status"] == 200 and "Sign in with passkey" in page["body"], page
         assert page["headers"]["Content-Security-Policy"].startswith("default-src 'none'")
         assert page["headers"]["X-Frame-Options"] == "DENY"
+        # localhost is both loopback addresses: the socket unit holds [::1]:8787 too, so no local user
+        # can listen there and be the console's origin (issue 46).
+        assert "Sign in with passkey" in _fetch(system, "GET", "/signin", host="[::1]")["body"]
         # Started on the first connection, as its own user, in its sandbox.
         assert system.active("airlock-web.service") == "active"
         pid = system.main_pid("airlock-web.service")

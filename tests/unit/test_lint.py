@@ -40,6 +40,7 @@ PURE_MODULES = [
     "services/airlock/approval/quorum.py",
     "services/airlock/approval/grants.py",
     "services/airlock/common/yamlnodes.py",
+    "services/airlock/common/webhold.py",
 ]
 IO_MODULES = {"asyncio", "socket", "os", "subprocess", "selectors", "sqlite3"}
 

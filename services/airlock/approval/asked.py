@@ -25,6 +25,8 @@ from airlock.common.wire import approval as wire
 
 
 def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Subject:
+    cwd = spec.cwd if isinstance(spec, ExecSpec) else None
+    stdin = spec.stdin if isinstance(spec, ExecSpec) else None
     return Subject(
         uid=peer.uid,
         user=peer.user,
@@ -32,6 +34,8 @@ def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Su
         session=session or None,
         privileged=spec.privileged,
         target_uid=spec.run_as,
+        cwd=cwd,
+        stdin_sha256=(shown.summary(stdin) or {}).get("sha256"),
     )
 
 

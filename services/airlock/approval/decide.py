@@ -34,6 +34,7 @@ from airlock.approval.asked import (
     user_name,
 )
 from airlock.approval.asks import Admission, AskLimits
+from airlock.approval.denials import NOT_A_PERSON
 from airlock.approval.granting import GrantBook
 from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
 from airlock.approval.reviewing import Reviewing
@@ -184,6 +185,10 @@ class Deciding:
             candidate = found(
                 time.time(), asked.peer.uid, asked.session, asked.digest, decision.rule, asking_rules(decision)
             )
+            if candidate is not None and self.reviewing.denied_before(asked.peer.uid, spec, decision, asked.bound):
+                # Issue 45: a person denied what this would run; the grant does not stand in for them.
+                self.log.info("approval.grant.passed_over", request_id=asked.ids.request_id, grant=candidate.grant_id)
+                candidate = None
         return verdict(
             decision,
             held,
@@ -241,7 +246,7 @@ class Deciding:
         try:
             if isinstance(spec, FileSpec):
                 request = await self._file_view(request, spec, decision, asked.bound)
-            opinion = await self.reviewing.consult(request, spec, asked.peer, decision, rule, asked.bound, asked.digest)
+            opinion = await self.reviewing.consult(request, spec, asked.peer, decision, rule, asked.bound)
             if opinion is not None and opinion.decides:
                 return await self._reviewer_decided(
                     opinion,
@@ -442,6 +447,9 @@ class Deciding:
             raise AirlockError(
                 ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"
             )
+        # Issue 45: a person's deny is remembered by what would run (in memory first), and journaled with it.
+        person_denied = decided is Decided.DENY and by not in NOT_A_PERSON
+        denial = self.reviewing.remember_denial(peer.uid, spec, decision, bound) if person_denied else {}
         await self.audit.record(
             "approval.decided",
             common,
@@ -452,11 +460,10 @@ class Deciding:
             | entry.approvers()
             | ({"reviewer": entry.opinion} if entry.opinion else {})
             | ({"decided_with": entry.decided_with} if entry.decided_with else {})
-            | shadow_of(self.policy, spec, peer, session_of(request)),
+            | shadow_of(self.policy, spec, peer, session_of(request))
+            | denial,
             log_fields={"decision": verdict, "rule": rule},
         )
-        if decided is Decided.DENY and by not in ("agent", "timeout"):
-            self.reviewing.remember_denial(peer.uid, digest)
         if decided is Decided.TIMEOUT:
             raise AirlockError(ErrorCode.APPROVAL_TIMEOUT, f"no operator decided within {timeout:g}s", {"rule": rule})
         if decided is Decided.WITHDRAWN:

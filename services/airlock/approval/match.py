@@ -4,6 +4,11 @@ A command pattern is a tuple of strings.  Its head is a canonical absolute
 path; each later element is one of
 
 * ``{name}``: exactly one argument that `placeholder_accepts`;
+* ``{name:file}``: exactly one file name (`file_name_accepts`: a plain
+  argument without ``/``, not ``.`` or ``..``), relative to the job's
+  directory (a rule's ``cwd`` pins it);
+* ``DIR/{name:file}``: exactly one file name in the directory ``DIR`` (an
+  absolute, normalised path), written ``DIR/NAME``;
 * ``...`` (only as the last element): any remaining arguments, even none;
 * anything else: exactly one argument, compared as a plain string.
 
@@ -26,6 +31,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import canonical
 
 REST = "..."
+NONE = "none"  # a rule's ``cwd: none`` / ``stdin: none`` (issue 45): the request gives none
 
 # Placeholder names are identifiers so that ``{pkg-name}`` or ``{}`` (likely a
 # typo or a find(1) argument) is an error rather than a silent literal.
@@ -62,6 +68,47 @@ def placeholder_accepts(arg: str) -> bool:
     return ".." not in arg.split("/")
 
 
+# The typed placeholder (issue 45): one file name, alone or in a fixed directory.
+FILE_TYPE = ":file}"
+
+
+def file_name_accepts(arg: str) -> bool:
+    """Whether ``{name:file}`` may stand for ``arg``: a plain argument naming one file, no directory."""
+    return placeholder_accepts(arg) and "/" not in arg and arg not in (".", "..")
+
+
+def _typed_problem(element: str) -> str | None:
+    """Why a ``{name:TYPE}`` or ``DIR/{name:file}`` element is malformed, or None (also None: not one)."""
+    brace = element.rfind("{")
+    if not element.endswith("}") or brace < 0 or ":" not in element[brace:]:
+        return None
+    if brace > 0 and not element.endswith(FILE_TYPE):
+        return None  # a literal that happens to end in braces (a format string)
+    name, _, kind = element[brace + 1 : -1].partition(":")
+    if not _PLACEHOLDER_NAME.match(name):
+        return "bad placeholder name: use {name} with letters, digits and _ (not starting with a digit)"
+    if kind != "file":
+        return f"unknown placeholder type {kind!r} (known: file)"
+    if brace == 0:
+        return None
+    directory = element[: brace - 1]
+    if element[brace - 1] != "/" or not directory.startswith("/") or path_pattern_problem(directory) is not None:
+        return "the directory before {name:file} must be an absolute, normalised path (DIR/{name:file})"
+    if REST in directory.split("/"):
+        return "the directory before {name:file} must be an absolute, normalised path (DIR/{name:file})"
+    return None
+
+
+def _typed(element: str) -> tuple[str, str] | None:
+    """(directory, name) of a ``{name:file}`` (directory "") or ``DIR/{name:file}`` element, else None."""
+    if not element.endswith(FILE_TYPE):
+        return None
+    brace = element.rfind("{")
+    if brace < 0 or _typed_problem(element) is not None:
+        return None
+    return element[: max(brace - 1, 0)], element[brace + 1 : -len(FILE_TYPE)]
+
+
 def pattern_problem(pattern: Sequence[str]) -> tuple[int, str] | None:
     """The first problem of a command pattern as (element index, message), or None."""
     if not pattern:
@@ -72,7 +119,10 @@ def pattern_problem(pattern: Sequence[str]) -> tuple[int, str] | None:
     for index, element in enumerate(pattern[1:], start=1):
         if element == REST and index != last:
             return index, '"..." is only allowed as the last element'
-        if is_placeholder(element) and not _PLACEHOLDER_NAME.match(element[1:-1]):
+        typed = _typed_problem(element)
+        if typed is not None:
+            return index, typed
+        if is_placeholder(element) and ":" not in element and not _PLACEHOLDER_NAME.match(element[1:-1]):
             return index, "bad placeholder name: use {name} with letters, digits and _ (not starting with a digit)"
     return None
 
@@ -104,7 +154,13 @@ def match_args(pattern: Sequence[str], args: Sequence[str]) -> bool:
         if index >= len(args):
             return False
         arg = args[index]
-        if is_placeholder(element):
+        if element.endswith(FILE_TYPE) and (typed := _typed(element)) is not None:
+            directory = typed[0]
+            if directory and not arg.startswith(directory + "/"):
+                return False
+            if not file_name_accepts(arg[len(directory) + 1 :] if directory else arg):
+                return False
+        elif is_placeholder(element):
             if not placeholder_accepts(arg):
                 return False
         elif arg != element:

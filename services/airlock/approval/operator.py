@@ -214,7 +214,8 @@ class Operating:
         if not isinstance(pipeline, list) or not pipeline:
             raise validate.bad("argv", "give argv or pipeline")
         stages = tuple(validate.argv(f"pipeline[{i}]", s) for i, s in enumerate(pipeline))
-        spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid)
+        cwd, stdin = (validate.optional_text(k, a.get(k), max_len=2 << 20) or None for k in ("cwd", "stdin"))
+        spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid, cwd=cwd, stdin=stdin)
         subject = subject_of(peer, spec, validate.optional_text("session", a.get("session")))
         decision = self.policy.decide(subject, stages)
         held = (await self.book.current()).held
@@ -415,6 +416,8 @@ class Operating:
             op.PASSKEY_DECIDE: self.passkeys.passkey_decide,
             op.PASSKEY_LIST: self.passkeys.passkey_list,
             op.PASSKEY_REVOKE: self.passkeys.passkey_revoke,
+            op.PASSKEY_SESSION: self.passkeys.consoles.session,
+            op.PASSKEY_SESSIONS_END: self.passkeys.consoles.sessions_end,
         }
         table = wire.serve(
             op.DOOR,

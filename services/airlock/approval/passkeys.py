@@ -28,14 +28,15 @@ import hashlib
 import json
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.approval import ballot, quorum, refs, webauthn
 from airlock.approval.assertions import Credentials, no, refused
+from airlock.approval.consoles import Consoles
 from airlock.approval.granting import GrantBook
+from airlock.approval.logins import Logins
 from airlock.approval.pending import Pending
 from airlock.approval.signed import RefusalLimit
 from airlock.approval.table import PendingTable, check_expected
@@ -52,8 +53,6 @@ from airlock.common.server import Call
 from airlock.common.wire import runner as runner_wire
 
 MAX_ENROLLMENTS = 64  # live enrollment tokens at once
-MAX_LOGINS = 1024  # outstanding sign-in challenges
-LOGIN_SECONDS = 300.0
 MAX_WAIT_SECONDS = 900.0
 # Refused passkey decisions one carrier (airlock-web's uid) may send per minute: each is journaled,
 # so a compromised web process cannot fill the journal with them.
@@ -96,8 +95,9 @@ class Passkeys:
         self.pending = pending
         self.grants = grants
         self.enrollments: dict[str, Enrollment] = {}
-        self.logins: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
+        self.logins = Logins()  # sign-in challenges, each bound to the browser that asked
         self.keys = Credentials(settings, log)  # the enrolled passkeys, counters, assertions used
+        self.consoles = Consoles(settings, audit, self.keys)  # the console sessions sign-ins made
         self.passkey_refusals = RefusalLimit(DECIDE_REFUSALS)
 
     @property
@@ -259,30 +259,29 @@ class Passkeys:
 
     async def passkey_login_begin(self, call: Call) -> dict[str, Any]:
         _origin, rp_id = self.keys.web()
-        now = time.time()
-        for key, (_c, expires) in list(self.logins.items()):
-            if expires <= now:
-                del self.logins[key]
-        while len(self.logins) >= MAX_LOGINS:
-            self.logins.popitem(last=False)
-        challenge = secrets.token_bytes(32)
-        challenge_id = secrets.token_urlsafe(18)
-        self.logins[challenge_id] = (challenge, now + LOGIN_SECONDS)
+        challenge_id, challenge = self.logins.begin(_client(call), time.time())
         return {"options": webauthn.request_options(rp_id, challenge, []), "challenge_id": challenge_id}
 
     async def passkey_login_finish(self, call: Call) -> dict[str, Any]:
         self.keys.web()
-        challenge_id = call.args.get("challenge_id")
-        found = self.logins.pop(challenge_id, None) if isinstance(challenge_id, str) else None  # once
-        if found is None or found[1] <= time.time():
-            raise no("challenge", "no such sign-in challenge (or it expired or was used)")
-        enrolled, count, digest = self.keys.verified(call.args.get("credential"), found[0])
+        challenge = self.logins.finish(call.args.get("challenge_id"), _client(call), time.time())  # once
+        if challenge is None:
+            raise no("challenge", "no such sign-in challenge (or it expired, was used, or is another browser's)")
+        enrolled, count, digest = self.keys.verified(call.args.get("credential"), challenge)
         role = self.keys.role(enrolled.account)
         if role is None:
             raise no("not_operator", f"{enrolled.account!r} is no longer an operator or an observer")
         self.keys.spend(enrolled.credential_id, count, digest)
+        seconds = self.config.web.session_minutes * 60
+        token, session = self.consoles.sessions.open(enrolled.account, enrolled.credential_id, seconds, time.time())
         self.log.info("approval.passkey.login", account=enrolled.account, credential_id=enrolled.credential_id)
-        return {"account": enrolled.account, "role": role, "credential_id": enrolled.credential_id}
+        return {
+            "account": enrolled.account,
+            "role": role,
+            "credential_id": enrolled.credential_id,
+            "session": token,  # airlock-web's, asked about on every request (passkey.session)
+            "expires": int(session.expires),
+        }
 
     # --- deciding -----------------------------------------------------------------
 
@@ -415,12 +414,22 @@ class Passkeys:
             if account not in (None, call.peer.user) or web:
                 raise no("not_yours", "an observer may list only its own passkeys")
             account = call.peer.user
+        live = self.consoles.sessions.live(time.time())
         return {
             "passkeys": [
                 c.to_dict()
                 | {
                     "created_at": iso_utc(c.created, timespec="seconds"),
                     "sign_count": self.keys.counters.get(c.credential_id),
+                    "sessions": [
+                        {
+                            "id": s.key[:12],
+                            "since": iso_utc(s.created, timespec="seconds"),
+                            "expires_at": iso_utc(s.expires, timespec="seconds"),
+                        }
+                        for s in live
+                        if s.credential_id == c.credential_id
+                    ],
                 }
                 for c in self.keys.all()
                 if account is None or c.account == account
@@ -449,7 +458,14 @@ class Passkeys:
         await runner_wire.stub(self.runner).call(
             runner_wire.PASSKEYS_WRITE, runner_wire.PasskeyWrite("revoke", credential_id=cid)
         )
-        return {"credential_id": cid, "account": found[0].account, "revoked": True}
+        # Every console session this passkey made ends now, not at web.session_minutes.
+        ended = self.consoles.sessions.end(lambda s: s.credential_id == cid)
+        return {"credential_id": cid, "account": found[0].account, "revoked": True, "sessions_ended": len(ended)}
+
+
+def _client(call: Call) -> str:
+    """The browser a sign-in step comes from: airlock-web's pre-session cookie, hashed (web/service.py)."""
+    return validate.text("client", call.args.get("client"), max_len=128, allow_empty=False)
 
 
 def _person(account: str) -> Peer:

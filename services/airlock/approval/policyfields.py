@@ -31,6 +31,7 @@ from airlock.common.resolve import resolve_executable
 from airlock.common.yamlnodes import INT, STR, where
 
 MAX_APPROVALS = 16
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class Invalid(Exception):
@@ -205,6 +206,27 @@ class FieldReader:
             except AirlockError as exc:
                 if exc.code is ErrorCode.UNSAFE_BINARY:
                     self.warnings.append(f"{where(self.path, node)}: {key}[{index}]: {exc.message} (unsafe_binary)")
+
+    def cwd(self, node: yaml.Node, key: str) -> str:
+        """A rule's ``cwd`` (issue 45): ``none``, or an absolute normalised directory, kept canonical."""
+        value = self.string(node, key, "none or an absolute directory")
+        if value == "none":
+            return value
+        problem = match.path_pattern_problem(value)
+        if problem is not None or match.REST in value.split("/"):
+            raise self.fail(node, key, "must be none or an absolute, normalised directory (no ..., no . or ..)")
+        try:
+            return match.canonical_head(value)
+        except AirlockError as exc:
+            raise self.fail(node, key, exc.message) from None
+
+    def stdin(self, node: yaml.Node, key: str) -> str:
+        """A rule's ``stdin`` (issue 45): ``none``, or ``sha256:`` and 64 lowercase hex digits."""
+        value = self.string(node, key, "none or sha256:HEX")
+        digest = value.removeprefix("sha256:")
+        if value != "none" and not (value.startswith("sha256:") and _SHA256.fullmatch(digest)):
+            raise self.fail(node, key, "must be none or sha256: and 64 lowercase hex digits")
+        return value
 
     def commands(self, node: yaml.Node, key: str) -> tuple[tuple[str, ...], ...]:
         if not isinstance(node, yaml.SequenceNode):

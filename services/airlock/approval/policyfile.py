@@ -28,6 +28,7 @@ _RULE_KEYS = (
     "approvers",
     "commands",
     "credentials",
+    "cwd",
     "decision",
     "description",
     "files",
@@ -39,6 +40,7 @@ _RULE_KEYS = (
     "reviewer",
     "sandbox",
     "sessions",
+    "stdin",
     "users",
     "writable_arguments",
 )
@@ -141,6 +143,8 @@ def _rule(reader: FieldReader, node: yaml.Node, key: str) -> tuple[Rule, tuple[s
         if not isinstance(node, yaml.ScalarNode) or node.tag != STR or node.value not in ("enforce", "shadow"):
             raise reader.fail(node, f"{key}.mode", "must be enforce or shadow")
         mode = node.value
+    cwd = reader.cwd(values["cwd"], f"{key}.cwd") if "cwd" in values else None
+    stdin = reader.stdin(values["stdin"], f"{key}.stdin") if "stdin" in values else None
     rule = Rule(
         name=name,
         decision=decision,
@@ -160,6 +164,8 @@ def _rule(reader: FieldReader, node: yaml.Node, key: str) -> tuple[Rule, tuple[s
         reviewer=reviewer,
         mode=mode,
         credentials=secrets,
+        cwd=cwd,
+        stdin=stdin,
     )
     return rule, (name, where(reader.path, name_node), key)
 

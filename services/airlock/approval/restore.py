@@ -1,4 +1,4 @@
-"""approval's own records read back at start: the hold, and the grants with their uses.
+"""approval's own records read back at start: the hold, the grants with their uses, and people's denials.
 
 The journal serves a generic read (``records``: a service's records by kind
 and payload fields, `wire.journal.Records`) and knows nothing of what a hold
@@ -13,10 +13,19 @@ segments before were sealed (`wire.journal.CARRIED`, journal/rollover.py
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Final
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.wire.journal import GRANT_RECORDS, HOLD_RECORDS, MAX_RECORDS, RECORDS, Found, Records
+from airlock.common.wire.journal import (
+    DENIAL_RECORDS,
+    GRANT_RECORDS,
+    HOLD_RECORDS,
+    MAX_RECORDS,
+    RECORDS,
+    Found,
+    Records,
+)
 from airlock.common.wire.verb import Stub
 
 # Pages of grant uses read at start (each MAX_RECORDS records): a bound on the wait, far above any real count.
@@ -129,3 +138,27 @@ async def grant_records(journal: Stub, timeout: float) -> list[dict[str, Any]]: 
         else:
             raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "too many uses of limited grants to read at start")
     return sorted(records, key=lambda r: int(r["seq"]))
+
+
+def denials_query(since_seq: int | None) -> Records:
+    """People's denials (`wire.journal.DENIAL_RECORDS`) after ``since_seq``, first first."""
+    return dataclasses.replace(DENIAL_RECORDS, since_seq=since_seq, newest=False, limit=MAX_RECORDS)
+
+
+def _denial(record: dict[str, Any]) -> dict[str, Any] | None:
+    payload = record.get("payload")
+    denial = payload.get("denial") if isinstance(payload, dict) else None
+    return denial if isinstance(denial, dict) else None
+
+
+async def denial_records(journal: Stub, timeout: float) -> list[dict[str, Any]]:  # noqa: ASYNC109  bounds each call
+    """Every denial a person made that the journal holds (issue 45), oldest first: what the live segment
+    carried, then the live ones, page by page (never only the newest few), as journaled (``denial``)."""
+    page = await journal.call(RECORDS, denials_query(None), timeout=timeout)
+    records = [*_carried(page, "denials"), *page.records]
+    for _ in range(MAX_USE_PAGES):
+        if len(page.records) < MAX_RECORDS:
+            return [d for d in map(_denial, records) if d is not None]
+        page = await journal.call(RECORDS, denials_query(int(page.records[-1]["seq"])), timeout=timeout)
+        records += page.records
+    raise AirlockError(ErrorCode.AUDIT_UNAVAILABLE, "too many denials to read at start")

@@ -3,19 +3,21 @@
 `Reviewing` asks the configured reviewer through the runner
 (runner/review.py) and judges its answer (`reviewer.judge`): every failure
 is an opinion of "ask" (people decide).  It owns the memory of what people
-denied each agent (by digest, in memory) and reads the journal for a
-person's deny from before a restart: the reviewer never allows those.
+denied each agent (`denials.DenialMemory`, by what would run, issue 45),
+read back from the journal at start: neither the reviewer nor a grant
+allows what a person denied.
 """
 
 from __future__ import annotations
 
-import collections
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
 
-from airlock.approval import fileop_review, reviewer
+from airlock.approval import denials, fileop_review, restore, reviewer
 from airlock.approval.asked import user_name
+from airlock.approval.denials import DenialMemory, Meaning
 from airlock.approval.rules import Decision, Policy
 from airlock.approval.tickets import TicketBook
 from airlock.common.config import Config
@@ -24,19 +26,16 @@ from airlock.common.fileop_spec import FileSpec
 from airlock.common.ipc import Client
 from airlock.common.peer import Peer
 from airlock.common.spec import ExecSpec
-from airlock.common.wire import journal as journal_wire
 from airlock.common.wire import runner as runner_wire
 from airlock.common.wire.verb import Stub
 
 # The runner's reply to ``review`` may come this long after the reviewer's own deadline.
 REVIEW_MARGIN_SECONDS = 5.0
-# Requests people denied that a reviewer may not then allow: how many, for how long (in memory).
-DENIAL_MEMORY = 4096
-DENIAL_MEMORY_SECONDS = 7 * 86400.0
-# How many of the agent's newest journal records are searched for a person's deny (one page).
-DENIAL_PAGE = 256
-# approval.decided's ``by`` values that are no person's decision.
-_NOT_A_PERSON = frozenset({"policy", "grant", "timeout", "agent", "shutdown"})
+# Reading people's denials back at start: each page's call may take this long; a failed read is
+# tried again this often, this many times (an hour), then only a restart reads them.
+RESTORE_SECONDS = 10.0
+RESTORE_RETRY_SECONDS = 10.0
+RESTORE_RETRIES = 360
 
 
 class Reviewing:
@@ -57,7 +56,8 @@ class Reviewing:
         self.runner = runner
         self.journal = journal
         self.log = log
-        self.denials: collections.OrderedDict[tuple[int, str], float] = collections.OrderedDict()
+        self.memory = DenialMemory()  # what people denied, by meaning (issue 45); loaded at start
+        self._retrying: asyncio.Future[None] | None = None
 
     @property
     def config(self) -> Config:
@@ -75,7 +75,6 @@ class Reviewing:
         decision: Decision,
         rule: str,
         bound: dict[str, Any],
-        digest: str,
     ) -> reviewer.Opinion | None:
         """Ask the reviewer, through the runner (runner/review.py), before any person is asked (issue 34).
 
@@ -118,15 +117,10 @@ class Reviewing:
         if result is not None and not result.get("ran"):
             self.log.warning("approval.reviewer.not_run", request_id=text["request_id"], why=result.get("why"))
             result = None
-        denied = self.denied_before(peer.uid, digest)
+        denied = self.denied_before(peer.uid, spec, decision, bound)
         opinion = reviewer.judge(
             settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=denied
         )
-        if opinion.decides and opinion.decision == "allow" and await self.denied_in_journal(peer.uid, spec):
-            # A person's deny from before a restart (the memory above is lost then): people decide.
-            opinion = reviewer.judge(
-                settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=True
-            )
         self.log.info(
             "approval.reviewer.answered",
             request_id=text["request_id"],
@@ -138,46 +132,60 @@ class Reviewing:
         )
         return opinion
 
-    async def denied_in_journal(self, uid: int, spec: ExecSpec | FileSpec) -> bool:
-        """Whether a person denied this agent the same command (stages, privilege, run-as) in its newest records.
+    def meaning(self, uid: int, spec: ExecSpec | FileSpec, decision: Decision, bound: dict[str, Any]) -> Meaning:
+        """What ``spec`` would run (`denials.Meaning`): how a person's denial of it is remembered."""
+        if isinstance(spec, FileSpec):
+            resolved = decision.stages[0].resolved if decision.stages else None
+            return denials.of_file(uid, spec.run_as, spec.tool, resolved, spec.path)
+        paths = [stage.resolved for stage in decision.stages]
+        return denials.of_command(uid, spec.run_as, spec.stages, paths, bound.get("binaries"))
 
-        Read from the journal (this agent's newest page of records), so it holds
-        across restarts; broader than the digest the memory keeps (environment
-        and directory aside), which only keeps more from the reviewer.  A journal
-        that cannot be read counts as a deny: people decide.
+    def denied_before(self, uid: int, spec: ExecSpec | FileSpec, decision: Decision, bound: dict[str, Any]) -> bool:
+        """Whether a person denied the same thing within ``approval.denial_memory_seconds`` (or the denials
+        are not known: then every request counts as denied, and people decide)."""
+        meaning = self.meaning(uid, spec, decision, bound)
+        return self.memory.covers(meaning, time.time(), self.config.approval.denial_memory_seconds)
+
+    def remember_denial(
+        self, uid: int, spec: ExecSpec | FileSpec, decision: Decision, bound: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A person denied it: neither a reviewer nor a grant may allow the same meaning (issues 34, 45).
+
+        In memory at once; the fields returned, journaled in the decision, bring it back at the next
+        start (`wire.journal.DENIAL_RECORDS`).
         """
-        stages = [list(s) for s in spec.stages] if isinstance(spec, ExecSpec) else [[spec.tool, spec.path]]
+        now = time.time()
+        meaning = self.meaning(uid, spec, decision, bound)
+        self.memory.forget_before(now - self.config.approval.denial_memory_seconds)
+        self.memory.add(meaning, now)
+        return {"remembered": "denial", "denial": meaning.to_dict() | {"at": now}}
+
+    async def restore_denials(self) -> None:
+        """At start: every denial a person made within the memory's time, from the journal (issue 45).
+
+        Until this succeeds every request counts as denied (a grant or a reviewer allows nothing);
+        a journal that cannot be read is tried again in the background (`RESTORE_RETRY_SECONDS`).
+        """
+        if not await self._restore_once() and self._retrying is None:
+            self._retrying = asyncio.ensure_future(self._restore_later())
+
+    async def _restore_later(self) -> None:
+        for _ in range(RESTORE_RETRIES):
+            await asyncio.sleep(RESTORE_RETRY_SECONDS)
+            if await self._restore_once():
+                return
+
+    async def _restore_once(self) -> bool:
         try:
-            page = await self.journal.call(
-                journal_wire.EVENTS,
-                journal_wire.Events(tail=DENIAL_PAGE, limit=DENIAL_PAGE, scope={"peer_uid": uid}),
-                timeout=5.0,
-            )
-        except (AirlockError, OSError, TimeoutError):
-            return True
-        for event in page.events:
-            payload = event.get("payload") if isinstance(event, dict) else None
-            if event.get("kind") != "approval.decided" or not isinstance(payload, dict):
-                continue
-            by = str(payload.get("by") or "")
-            if payload.get("decision") != "deny" or by in _NOT_A_PERSON or by.startswith("reviewer "):
-                continue
-            policy = payload.get("policy")
-            if not isinstance(policy, dict):
-                continue
-            argvs = [stage.get("argv") for stage in policy.get("stages") or [] if isinstance(stage, dict)]
-            if argvs == stages and (payload.get("privileged"), payload.get("run_as")) == (spec.privileged, spec.run_as):
-                return True
-        return False
-
-    def denied_before(self, uid: int, digest: str) -> bool:
-        cutoff = time.time() - DENIAL_MEMORY_SECONDS
-        seen = self.denials.get((uid, digest))
-        return seen is not None and seen >= cutoff
-
-    def remember_denial(self, uid: int, digest: str) -> None:
-        """A person denied this agent's request: the reviewer may never allow the same one (issue 34)."""
-        self.denials[(uid, digest)] = time.time()
-        self.denials.move_to_end((uid, digest))
-        while len(self.denials) > DENIAL_MEMORY:
-            self.denials.popitem(last=False)
+            found = await restore.denial_records(self.journal, RESTORE_SECONDS)
+        except (AirlockError, OSError, TimeoutError) as exc:
+            self.log.error("approval.denials.unknown", error=str(exc))
+            return False
+        cutoff = time.time() - self.config.approval.denial_memory_seconds
+        for item in found:
+            meaning, at = Meaning.from_dict(item), item.get("at")
+            if meaning is not None and isinstance(at, (int, float)) and at >= cutoff:
+                self.memory.add(meaning, float(at))
+        self.memory.known = True
+        self.log.info("approval.denials.restored", denials=len(self.memory))
+        return True

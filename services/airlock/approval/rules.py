@@ -25,7 +25,7 @@ from airlock.approval.match import FileGrant
 from airlock.approval.quorum import Approvers, Requirement, join
 from airlock.approval.standing import Standing
 from airlock.common.errors import AirlockError
-from airlock.common.resolve import default_path, resolve_executable
+from airlock.common.resolve import canonical, default_path, resolve_executable
 from airlock.common.sandbox import merge as merge_sandboxes
 
 Verdict = Literal["allow", "ask", "deny"]
@@ -49,6 +49,9 @@ class Subject:
     session: str | None
     privileged: bool
     target_uid: int
+    # Issue 45: the job's directory as asked (None: none given) and the sha256 of its stdin (None: none).
+    cwd: str | None = None
+    stdin_sha256: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,10 @@ class Rule:
     mode: str = "enforce"
     # Issue 35: credentials the job receives ({name: root-owned file}), never the agent.
     credentials: Mapping[str, str] | None = field(default=None, compare=False)
+    # Issue 45: the job's directory must be this (canonical; "none": no cwd given), its stdin have this
+    # sha256 ("sha256:HEX"; "none": no stdin).  None: any.
+    cwd: str | None = None
+    stdin: str | None = None
 
     def __post_init__(self) -> None:
         # Rules built in code (tests, tools) get the same guarantees as parsed
@@ -100,6 +107,10 @@ class Rule:
         if self.groups and not (self.groups & subject.groups):
             return False
         if self.sessions and (subject.session is None or subject.session not in self.sessions):
+            return False
+        if self.cwd is not None and not _cwd_matches(self.cwd, subject):
+            return False
+        if self.stdin is not None and self.stdin != _stdin_of(subject):
             return False
         return self.privileged is None or self.privileged == subject.privileged
 
@@ -158,7 +169,22 @@ class Rule:
             out["mode"] = self.mode
         if self.credentials:
             out["credentials"] = dict(self.credentials)
+        for key in ("cwd", "stdin"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
+
+
+def _stdin_of(subject: Subject) -> str:
+    return f"sha256:{subject.stdin_sha256}" if subject.stdin_sha256 else match.NONE
+
+
+def _cwd_matches(wanted: str, subject: Subject) -> bool:
+    if wanted == match.NONE:
+        return subject.cwd is None
+    # Canonical as asked (no symlink, no . or ..): a directory that could lead elsewhere by the time
+    # the job runs never matches.
+    return subject.cwd == wanted and canonical(subject.cwd) == subject.cwd
 
 
 @dataclass(frozen=True, slots=True)

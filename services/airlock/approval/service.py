@@ -348,6 +348,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     async def started() -> None:
         approval.votes.warn_unmapped()
         await approval.votes.restore_grants()  # before the hold: decide waits for the hold, so for the grants too
+        await approval.reviewing.restore_denials()  # issue 45: until read, no grant and no reviewer allows
         await approval.book.restore_hold()
         if journal_started is not None:
             await journal_started()

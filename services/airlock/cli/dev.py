@@ -55,6 +55,7 @@ from airlock.cli.devdir import UnsafeRuntimeDir, open_log, prepare_runtime_dir, 
 from airlock.common import config as configuration
 from airlock.common.child import environment, stop_all
 from airlock.common.daemon import DOORS, RELAY_READY_SECONDS
+from airlock.common.weblisten import bind_web
 
 SERVICES = ("journal", "approval", "runner", "intake")
 # The folder holding the `airlock` package this process imported (services/ in a checkout).
@@ -160,9 +161,9 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, runtime_dir: Path, config_path: Path, web: socket.socket | None = None) -> None:
+    def __init__(self, runtime_dir: Path, config_path: Path, web: list[socket.socket] | None = None) -> None:
         self.runtime_dir = runtime_dir
-        self.web = web
+        self.web = web or []
         self.config_path = config_path
         self.children: dict[str, Child] = {}
         self.stopping = False
@@ -186,9 +187,9 @@ class Supervisor:
         if cfg.notify.channels:
             # The relay (airlock-notify): no sockets, not socket-activated; restarted when it fails.
             self.children["notify"] = Child("notify", [], module="airlock.relay")
-        if self.web is not None:
-            # airlock-web, handed its TCP socket as airlock-web.socket would (restarted when it fails).
-            self.children["web"] = Child("web", [("web", self.web)], module="airlock.web", args=("--dev",))
+        if self.web:
+            # airlock-web, handed its TCP sockets as airlock-web.socket would (restarted when it fails).
+            self.children["web"] = Child("web", [("web", s) for s in self.web], module="airlock.web", args=("--dev",))
         self.notify_path.unlink(missing_ok=True)
         self.notify.bind(str(self.notify_path))
         self.notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -378,29 +379,18 @@ def make_checkpoint_key(key: Path) -> None:
     )
 
 
-def bind_web(listen: str) -> socket.socket:
-    """airlock-web's listening socket for dev up (``HOST:PORT``; port 0 picks a free one)."""
-    host, _, port = listen.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, int(port)))
-    sock.listen(128)
-    return sock
-
-
 def up(runtime_dir: Path, user_config: Path | None, web: str | None = None) -> int:
     runtime_dir = runtime_dir.absolute()
     os.umask(0o077)  # the config (it may hold notify secrets), logs and folders are the invoking user's alone
     config_path = runtime_dir / "airlock.yaml"
     from airlock.approval.policy import PolicyError
 
-    web_socket = None
+    web_sockets: list[socket.socket] = []
     try:
         if web is not None:
-            web_socket = bind_web(web)
+            web_sockets = bind_web(web)
         prepare_runtime_dir(runtime_dir)
-        text = compose_config(runtime_dir, user_config, web_socket.getsockname()[1] if web_socket else None)
+        text = compose_config(runtime_dir, user_config, web_sockets[0].getsockname()[1] if web_sockets else None)
         cfg = configuration.parse_text(text, str(config_path))
         check_policy(cfg, user_config)
         write_private(config_path, text)
@@ -409,7 +399,7 @@ def up(runtime_dir: Path, user_config: Path | None, web: str | None = None) -> i
             print(f"airlock dev: {line}", file=sys.stderr)
         return 2
     make_checkpoint_key(cfg.journal.checkpoint_key)  # in the runtime folder prepared above: ours alone
-    supervisor = Supervisor(runtime_dir, config_path, web_socket)
+    supervisor = Supervisor(runtime_dir, config_path, web_sockets)
 
     def on_signal(signum: int, _frame: Any) -> None:
         supervisor.stopping = True
@@ -429,8 +419,8 @@ def up(runtime_dir: Path, user_config: Path | None, web: str | None = None) -> i
         supervisor.stop()
         return 1
     web_at = ""
-    if web_socket is not None:
-        host, port = web_socket.getsockname()[:2]
+    if web_sockets:
+        host, port = web_sockets[0].getsockname()[:2]
         web_at = f" web={cfg.web.url or '-'} web_listen={host}:{port}"
     print(
         f"airlock dev: ready agent={cfg.socket_path('agent')} operator={cfg.socket_path('operator')}{web_at} "

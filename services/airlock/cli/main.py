@@ -243,12 +243,13 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--session", help="revoke every token of this session")
         sp.set_defaults(func=tokens.cmd_token)
 
-    pk = sub.add_parser("passkey", help="operators' passkeys for the web console (enroll, list, revoke)")
+    pk = sub.add_parser("passkey", help="operators' passkeys for the web console (enroll, list, revoke, signout)")
     pk_sub = pk.add_subparsers(dest="passkey_command", metavar="SUBCOMMAND", required=True)
     for name, text in (
         ("enroll", "print a one-time link to register a passkey for USER, wait until it is registered"),
-        ("list", "list enrolled passkeys (of USER)"),
-        ("revoke", "revoke a passkey at once (root, or its own account)"),
+        ("list", "list enrolled passkeys (of USER) and their live console sessions"),
+        ("revoke", "revoke a passkey at once, ending its console sessions (root, or its own account)"),
+        ("signout", "end every web console session of USER now (root, an operator, or USER)"),
     ):
         sp = pk_sub.add_parser(name, help=text, description=text)
         sp.add_argument("--socket", help="operator socket")
@@ -258,6 +259,9 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--no-wait", action="store_true", help="print the link and return at once")
         elif name == "list":
             sp.add_argument("user", nargs="?", help="only this account's passkeys")
+        elif name == "signout":
+            sp.add_argument("user", help="the account whose console sessions end")
+            sp.add_argument("--reason", help="recorded in the audit journal")
         else:
             sp.add_argument("credential_id", help="as `airlock passkey list` shows it")
             sp.add_argument("--reason", help="recorded in the audit journal")
@@ -355,6 +359,8 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--quiet", action="store_true", help="with --files: print only errors")
     sp.add_argument("--user", help="as this user (default: you)")
     sp.add_argument("--session")
+    sp.add_argument("--cwd", help="the request's working directory (rules may pin it)")
+    sp.add_argument("--stdin-file", help="the request's stdin, read from this file (rules may pin its sha256)")
     group = sp.add_mutually_exclusive_group()
     group.add_argument("--privileged", dest="privileged", action="store_true", default=True)
     group.add_argument("--no-privilege", dest="privileged", action="store_false")

@@ -1,4 +1,4 @@
-"""`airlock passkey enroll|list|revoke`: operators' passkeys for airlock-web (issue 33)."""
+"""`airlock passkey enroll|list|revoke|signout`: operators' passkeys and console sessions for airlock-web."""
 
 from __future__ import annotations
 
@@ -27,31 +27,55 @@ def cmd_passkey(ns: argparse.Namespace) -> int:
                     sanitise(p.get("created_at")),
                     "revoked" if p.get("revoked") else "in use",
                     str(p.get("sign_count")),
+                    _sessions(p.get("sessions") or []),
                 ]
                 for p in data.get("passkeys") or []
             ]
-            print(_table(rows, ["ACCOUNT", "CREDENTIAL ID", "CREATED", "STATE", "COUNTER"]) if rows else "no passkeys")
+            header = ["ACCOUNT", "CREDENTIAL ID", "CREATED", "STATE", "COUNTER", "LIVE SESSIONS"]
+            print(_table(rows, header) if rows else "no passkeys")
+        return rc
+    if ns.passkey_command == "signout":
+        end: dict[str, Any] = {"account": ns.user} | ({"reason": ns.reason} if ns.reason else {})
+        rc, data = _operator(ns, "passkey.sessions_end", end)
+        if rc == 0 and not ns.json:
+            print(f"ended {data.get('ended')} console session(s) of {sanitise(data.get('account'))}")
         return rc
     args: dict[str, Any] = {"credential_id": ns.credential_id}
     if ns.reason:
         args["reason"] = ns.reason
     rc, data = _operator(ns, "passkey.revoke", args)
     if rc == 0 and not ns.json:
-        print(f"revoked passkey {sanitise(data.get('credential_id'))} of {sanitise(data.get('account'))}")
+        print(
+            f"revoked passkey {sanitise(data.get('credential_id'))} of {sanitise(data.get('account'))}; "
+            f"{data.get('sessions_ended', 0)} console session(s) it made ended"
+        )
     return rc
+
+
+def _sessions(live: list[dict[str, Any]]) -> str:
+    """A passkey's live console sessions: how many, since when."""
+    if not live:
+        return "none"
+    return f"{len(live)} (since " + ", ".join(sanitise(s.get("since")) for s in live) + ")"
 
 
 def _enroll(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, "passkey.enroll", {"account": ns.user})
     if rc != 0:
         return rc
+    if not data.get("url") and not ns.json:
+        # Without web.url there is no console to open the link in, and approval checks no passkey.
+        _err(
+            "passkey enroll: web.url is not set, so there is no URL to open: set it in /etc/airlock/airlock.yaml "
+            "(http://localhost:8787 with `ssh -L 8787:127.0.0.1:8787 HOST`, or https://NAME behind a TLS proxy), "
+            "restart airlock-approval, enable airlock-web.socket, and enroll again: the link to open is then "
+            "printed as WEB_URL/enroll/TOKEN (docs/operations.md, Passkeys)"
+        )
+        return 1
     if ns.json or ns.no_wait:
         if not ns.json:
-            print(data.get("url") or data.get("token"))
+            print(data.get("url"))
         return 0
-    if not data.get("url"):
-        _err("passkey enroll: web.url is not set: airlock-web is off (docs/operations.md, Passkeys)")
-        return 1
     print(data["url"], flush=True)
     _err(
         f"open the link within {max(0, int(data['expires'] - time.time())) // 60} minutes "

@@ -6,6 +6,7 @@ What the policy, the journal's shadow decisions (issue 34) and the configuration
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -28,6 +29,14 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
         args["user"] = ns.user
     if ns.session:
         args["session"] = ns.session
+    if ns.cwd:
+        args["cwd"] = ns.cwd
+    if ns.stdin_file:
+        try:
+            args["stdin"] = base64.b64encode(Path(ns.stdin_file).read_bytes()).decode()
+        except OSError as exc:
+            _err(f"policy check: cannot read {ns.stdin_file}: {exc.strerror}")
+            return 2
     rc, data = _operator(ns, "policy.check", args)
     if rc == 0 and not ns.json:
         checked = data.get("checked_as") or {}

@@ -15,14 +15,19 @@ whose path arguments someone other than root could change (flagged,
 not the pipe between them), and any shape an operator or a rule ever denied
 in the window.  Grants' uses and rules' allows are not approvals by a person.
 
-Grouping: agent, privileged or not, binary, number of arguments.  Where the
-approved requests agree on an argument it is a literal; where they differ
-and every value is one a ``{name}`` placeholder accepts (docs/policy.md:
-no option, no shell metacharacter, no ``..``) and none is a path (no
-``/``: a placeholder would take any path, ``/etc/shadow`` too) it becomes a
-placeholder; otherwise the group splits into its exact commands.  A group approved
-``--min`` times or more becomes a rule; its comment says how often, when,
-and who approved.  The file is checked with the policy loader before it is
+Grouping: agent, privileged or not, binary, number of arguments, the
+working directory and stdin (issue 45: both are part of what was approved).
+Where the approved requests agree on an argument it is a literal; where they
+differ, the placeholder carries the constraint the values support, never
+more: every value a plain file name (no ``/``, not ``.`` or ``..``) becomes
+``{argN:file}``, every value a file name in one fixed directory becomes
+``DIR/{argN:file}`` (docs/policy.md); anything else splits the group into its
+exact commands.  Every suggested rule pins the working directory it was
+approved in (``cwd``, or ``cwd: none``: a relative path means something else
+elsewhere) and its stdin (``stdin: none``, or ``stdin: sha256:…``: only the
+exact input people saw); a request whose stdin digest cannot be told is never
+learned.  A group approved ``--min`` times or more becomes a rule; its comment
+says how often, when, who approved, and the cwd and stdin.  The file is checked with the policy loader before it is
 written (the same parser approval uses), and a value that cannot be written
 as a literal (``...``, ``{x}``) keeps its group out.
 """
@@ -46,10 +51,13 @@ from airlock.approval import match
 from airlock.approval.policyfile import PolicyError, parse_policy_text
 from airlock.cli.base import _err
 from airlock.cli.stats import decider, read_events, since_seconds, when
+from airlock.common import shown
 from airlock.common.codec import iso_utc
 
 _SAFE_WORD = re.compile(r"[^A-Za-z0-9._@-]+")
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,63}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SAFE_PATH = re.compile(r"[^A-Za-z0-9._@/+-]+")
 
 
 @dataclass
@@ -60,6 +68,8 @@ class Approved:
     privileged: bool
     binary: str
     args: tuple[str, ...]
+    cwd: str | None  # as asked; None: none given
+    stdin: str | None  # its sha256; None: no stdin
     at: float
     approvers: tuple[str, ...]
 
@@ -107,8 +117,31 @@ def stories(events: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, Any], _Story
     return out
 
 
-def _shape(story: _Story) -> tuple[str, bool, str, tuple[str, ...]] | None:
-    """(agent, privileged, binary, args) of a one-stage command, or None for anything suggest never learns."""
+Shape = tuple[str, bool, str, tuple[str, ...], str | None, str | None]
+
+
+def _stdin_digest(request: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """(known, sha256 or None for no stdin) of a journaled request: its digest, or its base64 content.
+
+    Anything else said about a stdin (a size alone, a damaged value) is not known: never learned.
+    """
+    value: Any = request.get("stdin_sha256")
+    if value is None:
+        value = request.get("stdin")
+        if isinstance(value, Mapping):
+            value = value.get("sha256") if "sha256" in value else False
+        elif isinstance(value, str) and value:
+            value = (shown.summary(value) or {}).get("sha256")
+    if value is None or value == "":
+        return True, None
+    if not isinstance(value, str) or not _HEX64.fullmatch(value):
+        return False, None
+    return True, value
+
+
+def _shape(story: _Story) -> Shape | None:
+    """(agent, privileged, binary, args, cwd, stdin sha256) of a one-stage command, or None for anything
+    suggest never learns."""
     received, decided = story.received, story.decided
     if received is None or decided is None or story.flagged:
         return None
@@ -134,13 +167,17 @@ def _shape(story: _Story) -> tuple[str, bool, str, tuple[str, ...]] | None:
     who = user if isinstance(user, str) and _PLAIN_NAME.fullmatch(user) else str(uid)
     if not who.isdigit() and not _PLAIN_NAME.fullmatch(who):
         return None
-    return who, bool(request.get("privileged")), binary, tuple(argv[1:])
+    known, stdin = _stdin_digest(request)
+    cwd = request.get("cwd")
+    if not known or not (cwd is None or (isinstance(cwd, str) and cwd.startswith("/"))):
+        return None  # what was fed to it, or where it ran, cannot be pinned: not learned
+    return who, bool(request.get("privileged")), binary, tuple(argv[1:]), cwd, stdin
 
 
-def collect(events: Iterable[Mapping[str, Any]], start: float) -> tuple[list[Approved], set[tuple[Any, ...]]]:
-    """The approvals by a person since ``start``, and the shapes (agent, privileged, binary, args) denied."""
+def collect(events: Iterable[Mapping[str, Any]], start: float) -> tuple[list[Approved], set[Shape]]:
+    """The approvals by a person since ``start``, and the shapes denied."""
     approved: list[Approved] = []
-    denied: set[tuple[Any, ...]] = set()
+    denied: set[Shape] = set()
     for story in stories(events).values():
         decided = story.decided
         if decided is None or story.decided_at is None or story.decided_at < start:
@@ -158,30 +195,47 @@ def collect(events: Iterable[Mapping[str, Any]], start: float) -> tuple[list[App
 
 def _literal_ok(arg: str) -> bool:
     """Whether ``arg`` can be written as a literal pattern element (not read as ``...`` or a placeholder)."""
-    return arg != match.REST and not match.is_placeholder(arg)
+    return arg != match.REST and not match.is_placeholder(arg) and not arg.endswith(match.FILE_TYPE)
+
+
+def _directory(values: Iterable[str]) -> str | None:
+    """The one absolute, normalised directory every value is a file name in, or None."""
+    parents = {v.rpartition("/")[0] for v in values}
+    if len(parents) != 1:
+        return None
+    (parent,) = parents
+    if not parent.startswith("/") or match.path_pattern_problem(parent) is not None or match.REST in parent:
+        return None
+    return parent if all(match.file_name_accepts(v.rpartition("/")[2]) for v in values) else None
 
 
 def _pattern(group: Sequence[Approved]) -> list[str] | None:
-    """One pattern that matches every request of ``group`` (same binary and argument count), or None."""
+    """One pattern that matches every request of ``group`` (same binary and argument count), or None.
+
+    A placeholder takes only what its values support: a file name, or a file name in one directory.
+    """
     pattern = [group[0].binary]
     for index in range(len(group[0].args)):
         values = {a.args[index] for a in group}
+        directory = _directory(values)
         if len(values) == 1:
             (value,) = values
             if not _literal_ok(value):
                 return None
             pattern.append(value)
-        elif all(match.placeholder_accepts(v) and "/" not in v for v in values):
-            pattern.append(f"{{arg{index + 1}}}")
+        elif all(match.file_name_accepts(v) for v in values):
+            pattern.append(f"{{arg{index + 1}:file}}")
+        elif directory is not None:
+            pattern.append(f"{directory}/{{arg{index + 1}:file}}")
         else:
             return None
     return pattern
 
 
-def _groups(approved: list[Approved], denied: set[tuple[Any, ...]]) -> list[tuple[list[str], list[Approved]]]:
-    by_shape: dict[tuple[str, bool, str, int], list[Approved]] = {}
+def _groups(approved: list[Approved], denied: set[Shape]) -> list[tuple[list[str], list[Approved]]]:
+    by_shape: dict[tuple[str, bool, str, int, str | None, str | None], list[Approved]] = {}
     for a in approved:
-        by_shape.setdefault((a.user, a.privileged, a.binary, len(a.args)), []).append(a)
+        by_shape.setdefault((a.user, a.privileged, a.binary, len(a.args), a.cwd, a.stdin), []).append(a)
     out: list[tuple[list[str], list[Approved]]] = []
     for group in by_shape.values():
         pattern = _pattern(group)
@@ -202,6 +256,7 @@ def _groups(approved: list[Approved], denied: set[tuple[Any, ...]]) -> list[tupl
             and d[1] == first.privileged
             and d[2] == first.binary
             and match.match_args(pattern[1:], d[3])
+            and (d[4], d[5]) == (first.cwd, first.stdin)
             for d in denied
         ):
             continue  # someone said no to a request this rule would allow: not a rule to suggest
@@ -224,7 +279,9 @@ def suggest(events: Iterable[Mapping[str, Any]], now: float, window: float, mini
             continue
         first = group[0]
         who: Counter[str] = Counter(name for a in group for name in a.approvers)
-        digest = hashlib.sha256("\0".join([first.user, str(first.privileged), *pattern]).encode()).hexdigest()[:8]
+        pinned = [first.cwd or match.NONE, first.stdin or match.NONE]
+        key = [first.user, str(first.privileged), *pattern, *pinned]
+        digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:8]
         name = f"suggested-{_word(first.user)}-{_word(Path(first.binary).name)}-{digest}"
         earliest, latest = (iso_utc(f(a.at for a in group), timespec="seconds") for f in (min, max))
         comment = [
@@ -232,15 +289,24 @@ def suggest(events: Iterable[Mapping[str, Any]], now: float, window: float, mini
             f" ({'as root' if first.privileged else 'as itself'}), {earliest} to {latest}",
             "# approved by: " + ", ".join(f"{n} ({c})" for n, c in sorted(who.items())),
         ]
-        varied = sum(1 for p in pattern[1:] if match.is_placeholder(p))
+        comment.append(
+            f"# cwd: {_SAFE_PATH.sub('_', first.cwd)[:200] if first.cwd else 'none given'}; stdin: "
+            + (f"sha256 {first.stdin} (only this exact input)" if first.stdin else "none")
+            + " (both pinned, as approved)"
+        )
+        varied = sum(1 for p in pattern[1:] if p.endswith(match.FILE_TYPE))
         if varied:
-            comment.append(f"# {varied} argument(s) varied: each {{argN}} takes one plain argument (docs/policy.md)")
+            comment.append(
+                f"# {varied} argument(s) varied: each {{argN:file}} takes one file name, no / or .. (docs/policy.md)"
+            )
         rule = {
             "name": name,
             "decision": "allow",
             "description": f"learned from {len(group)} approvals",
             "users": [first.user],
             "privileged": first.privileged,
+            "cwd": first.cwd or match.NONE,
+            "stdin": f"sha256:{first.stdin}" if first.stdin else match.NONE,
             "commands": [pattern],
         }
         rules.append((comment, rule))

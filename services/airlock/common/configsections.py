@@ -107,6 +107,8 @@ class Approval:
     reviewer_timeout_seconds: float = 10.0
     reviewer_name: str = ""
     reviewer_network: bool = False
+    # Issue 45: how long a person's denial keeps grants and the reviewer from allowing the same thing.
+    denial_memory_seconds: float = 30 * 86400.0
 
     @property
     def reviewer_label(self) -> str:

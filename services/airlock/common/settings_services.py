@@ -139,6 +139,14 @@ ROWS: tuple[Setting, ...] = (
         False,
         "Whether the reviewer may use the network (a model-backed reviewer calling an API); off: no network at all.",
     ),
+    Setting(
+        "approval.denial_memory_seconds",
+        positive_float,
+        30 * 86400.0,
+        "How long a person's denial is remembered by what would run (requester, run-as, binary, arguments; any "
+        "spelling, cwd, environment or stdin): no grant and no reviewer allows the same thing in that time, "
+        "people are asked. Read back from the journal at every start.",
+    ),
     Setting("journal.operation_retention", positive_float, 300.0, "Seconds a completed operation can be replayed."),
     Setting(
         "journal.operation_capacity",
@@ -402,8 +410,10 @@ ROWS: tuple[Setting, ...] = (
         "web.listen",
         web_listen,
         f"127.0.0.1:{WEB_PORT}",
-        "Where airlock-web listens when started by hand: HOST:PORT or a Unix socket path for a reverse proxy "
-        "(under systemd, airlock-web.socket's ListenStream= decides).",
+        "Where airlock-web listens when started by hand: HOST:PORT or a Unix socket path for a reverse proxy; "
+        "with a localhost web.url it also listens on every loopback address of that name (127.0.0.1 and [::1]) "
+        "at the URL's port, or refuses to start (under systemd, airlock-web.socket's ListenStream= lines decide "
+        "and must hold them all).",
     ),
     Setting(
         "web.session_minutes",

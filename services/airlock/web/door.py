@@ -16,10 +16,11 @@ DOOR_TIMEOUT_SECONDS = 20.0
 
 
 class DoorError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, reason: str = "") -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.reason = reason  # details.reason: the precise code behind a reference-004 one (rate_limited, ...)
 
 
 class Door:
@@ -33,7 +34,13 @@ class Door:
             raise DoorError("unavailable", str(exc)) from None
         if not reply.get("ok"):
             error = reply.get("error") or {}
-            raise DoorError(str(error.get("code") or "internal"), str(error.get("message") or "refused"))
+            details = error.get("details")
+            details = details if isinstance(details, dict) else {}
+            raise DoorError(
+                str(error.get("code") or "internal"),
+                str(error.get("message") or "refused"),
+                str(details.get("reason") or ""),
+            )
         data = reply.get("data")
         return data if isinstance(data, dict) else {}
 

@@ -64,6 +64,14 @@ def layout(title: str, body: Markup, session: Session | None, host: str, *, refr
     )
 
 
+def shell() -> Markup:
+    """A page's stand-in for a navigation, which cannot carry the tab's proof: the script loads the page."""
+    return html(
+        '<p class="status" data-airlock-load role="status">Loading…</p>'
+        "<noscript><p>airlock-web needs JavaScript: the page is loaded with this tab's sign-in proof.</p></noscript>"
+    )
+
+
 def message(text: str, *, kind: str = "error") -> Markup:
     return html('<p class="{kind}" role="status">{text}</p>', kind=kind, text=text)
 
@@ -92,26 +100,64 @@ def _where_and_input(detail: dict[str, Any]) -> list[tuple[str, object]]:
     return [("cwd", _code(detail.get("cwd"))), ("stdin", shown_io.stdin_line(detail.get("stdin")))]
 
 
-def pending_list(items: Sequence[dict[str, Any]]) -> Markup:
+def _io_line(detail: dict[str, Any]) -> Markup:
+    """The summary's one line of cwd and stdin (the whole sha256 is in the details and the statement)."""
+    if detail.get("cwd") is None:
+        return Markup("")
+    stdin = detail.get("stdin")
+    said = "no stdin"
+    if isinstance(stdin, dict):
+        said = f"stdin {stdin.get('bytes')} bytes, sha256 {str(stdin.get('sha256'))[:12]}…"
+    elif stdin is not None:
+        said = "stdin " + shown_io.stdin_line(stdin)
+    return html('<p class="io">in <code>{cwd}</code> · {stdin}</p>', cwd=detail.get("cwd"), stdin=said)
+
+
+def pending_list(items: Sequence[dict[str, Any]], now: float | None = None) -> Markup:
+    """Each request as a phone shows it first: the command, as whom (a red badge for root), from whom, why,
+    how long is left; the request ID small (issue 46)."""
     if not items:
         return message("No request waits for a decision.", kind="note")
+    now = time.time() if now is None else now
     rows = [
         html(
-            '<li class="card"><a class="ref" href="{href}">{request_id}</a>'
-            '<p class="cmd"><code>{command}</code></p>'
-            "<p>from <b>{user}</b> (uid {uid}) · runs as <b>{run_as}</b> · {left} left{quorum}</p></li>",
+            '<li class="card"><a class="cmd" href="{href}"><code>{command}</code></a>'
+            "<p>{badge} from <b>{user}</b> (uid {uid}) · {left}{quorum}</p>"
+            '<p class="why">{reason}</p>{flags}<p class="rid">{request_id}</p></li>',
             href=request_href(str(p.get("request_id") or "")),
             request_id=p.get("request_id"),
             command=_command(p),
+            badge=run_as_badge(p),
             user=(p.get("peer") or {}).get("user"),
             uid=(p.get("peer") or {}).get("uid"),
-            run_as=_run_as(p),
-            left=duration(float(p.get("seconds_left") or 0)),
+            left=time_left(p, now),
             quorum=_quorum_text(p),
+            reason=p.get("reason") or "(no reason given)",
+            flags=_flags(p),
         )
         for p in items
     ]
     return html('<ul class="cards">{rows}</ul>', rows=join(rows))
+
+
+def run_as_badge(item: dict[str, Any]) -> Markup:
+    """ "runs as ...": red when the job runs as root."""
+    root = " root" if item.get("privileged") else ""
+    return html('<span class="badge{root}">runs as {run_as}</span>', root=root, run_as=_run_as(item))
+
+
+def time_left(item: dict[str, Any], now: float) -> Markup:
+    """Time left, counting down live in the page (the script reads data-until)."""
+    left = float(item.get("seconds_left") or 0)
+    return html(
+        '<span class="left" data-until="{until}">{text} left</span>', until=int(now + left), text=duration(left)
+    )
+
+
+def _flags(item: dict[str, Any]) -> Markup:
+    """What deserves a second look before approving: arguments someone else can change."""
+    flagged = arguments.flagged(item.get("arguments"))
+    return html('<p class="flag">{f}</p>', f=arguments.FLAG) if flagged else Markup("")
 
 
 def _quorum_text(p: dict[str, Any]) -> str:
@@ -156,16 +202,25 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
     # What a person decides on first, in one glance: the command, as whom, from whom, how long.
     summary = html(
         '<div class="summary"><p class="cmd"><code>{command}</code></p>'
-        '<p><span class="badge{root}">runs as {run_as}</span> from <b>{user}</b> (uid {uid}) · {left} left{quorum}</p>'
-        "</div>",
+        "<p>{badge} from <b>{user}</b> (uid {uid}) · {left}{quorum}</p>"
+        '<p class="why">{reason}</p>{io}{flags}<p class="rid">{request_id}</p></div>',
         command=_command(detail),
-        root=" root" if detail.get("privileged") else "",
-        run_as=_run_as(detail),
+        badge=run_as_badge(detail),
         user=peer.get("user"),
         uid=peer.get("uid"),
-        left=duration(float(detail.get("seconds_left") or 0)),
+        # Issue 45: where it runs and what it reads decide what it does: in the first screen, not folded.
+        io=_io_line(detail),
+        left=time_left(detail, now),
         quorum=_quorum_text(detail),
+        reason=detail.get("reason") or "(no reason given)",
+        flags=_flags(detail),
+        request_id=detail.get("request_id"),
     )
+    # The decision right under the summary (a phone's first screen); everything else folded below.
+    if session.decides:
+        decide = decide_form(detail, session, shown.get("expect"))
+    else:
+        decide = message("You signed in as an observer: you can read, not decide.", kind="note")
     pairs: list[tuple[str, object]] = [
         ("request", _code(detail.get("request_id"))),
         ("operation", _code(detail.get("operation_id") or "-")),
@@ -180,7 +235,7 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
     if q:
         who = ", ".join(person(v) for v in q.get("approvers") or [])
         pairs.append(("approvals", f"{q.get('progress')}" + (f" ({who})" if who else "")))
-    body: list[Markup] = [summary, _dl(pairs)]
+    body: list[Markup] = [_dl(pairs)]
     stages = detail.get("stages") or []
     if stages:
         items = []
@@ -243,11 +298,12 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
                 s=lines(detail["statement"]),
             )
         )
-    if session.decides:
-        body.append(decide_form(detail, session, shown.get("expect")))
-    else:
-        body.append(message("You signed in as an observer: you can read, not decide.", kind="note"))
-    return join(body)
+    details = html(
+        '<details class="more"><summary>Details: agent, stages and binaries, sandbox, statement</summary>'
+        "{body}</details>",
+        body=join(body),
+    )
+    return join([summary, decide, details])
 
 
 def decide_form(detail: dict[str, Any], session: Session, expect: object = None) -> Markup:
@@ -279,14 +335,22 @@ def decide_form(detail: dict[str, Any], session: Session, expect: object = None)
         '<textarea id="reason" name="reason" maxlength="4096" rows="2"></textarea>'
         "{grant}"
         '<div class="buttons"><button class="allow" type="submit" name="decision" value="allow">'
-        "Approve with passkey</button>"
-        '<button class="deny" type="submit" name="decision" value="deny">Deny with passkey</button></div>'
+        "Approve with passkey: run <code>{command}</code> as {run_as}</button>"
+        '<button class="deny" type="submit" name="decision" value="deny">Deny with passkey: '
+        "<code>{command}</code> does not run</button></div>"
         '<p id="decide-status" class="status" role="status"></p></form>',
+        command=_short(_command(detail)),
+        run_as=_run_as(detail),
         csrf=session.csrf,
         ref=detail.get("request_id"),
         expect=expect if isinstance(expect, str) else "",
         grant=grant,
     )
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """A button's restatement of the command: whole when short, its start and an ellipsis when not."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def settled_view(shown: dict[str, Any]) -> Markup:
@@ -362,13 +426,14 @@ def signin_page() -> Markup:
     )
 
 
-def enroll_page(token: str) -> Markup:
+def enroll_page(token: str, account: str) -> Markup:
     return html(
-        "<p>This one-time link adds a passkey to your operator account. Your device asks for its PIN "
+        "<p>This one-time link adds a passkey to the account <b>{account}</b>. Your device asks for its PIN "
         "or biometric: user verification is required.</p>"
         '<form id="enroll" class="enroll" method="post" action="/enroll">'
         '<input type="hidden" name="token" value="{token}">'
         '<button type="submit">Create passkey</button>'
         '<p id="enroll-status" class="status" role="status"></p></form>',
         token=token,
+        account=account,
     )

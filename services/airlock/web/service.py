@@ -23,7 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -35,7 +38,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from airlock.common import log
+from airlock.common import log, webhold, weblisten
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.notify import Notifier
 from airlock.common.peer import identify, may_decide
@@ -54,6 +57,7 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
+PROOF_HEADER = "X-Airlock-Proof"
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
@@ -75,9 +79,12 @@ class Web:
         self.door = door
         self.host = host
         self.sessions = Sessions(config.web.session_minutes)
-        self.secure = (config.web.url or "").startswith("https://")
-        # __Host-: the browser takes it only with Secure, Path=/ and no Domain (over TLS).
+        # Secure and __Host- where the browser takes them: over TLS, and on http://localhost, which
+        # browsers treat as a secure context (__Host-: Secure, Path=/, no Domain).
+        url = urlsplit(config.web.url or "")
+        self.secure = url.scheme == "https" or bool(webhold.required(config.web.url or "") and url.hostname)
         self.cookie = "__Host-airlock" if self.secure else "airlock"
+        self.pre_cookie = f"{self.cookie}-pre"  # the browser a sign-in challenge is bound to (logins.py)
         self.log = log.get().bind(service="web")
         self.static = {name: resources.files("airlock.web").joinpath("static", name).read_bytes() for name in STATIC}
 
@@ -96,8 +103,15 @@ class Web:
         site = request.headers.get("Sec-Fetch-Site")
         return site in (None, "same-origin")
 
-    def session_of(self, request: web.Request) -> Session | None:
+    def cookie_session(self, request: web.Request) -> Session | None:
+        """The session the cookie names: half of one (any localhost port receives the cookie)."""
         return self.sessions.get(request.cookies.get(self.cookie))
+
+    def session_of(self, request: web.Request, proof: object = None) -> Session | None:
+        """The session the cookie names, when the request also carries its port-scoped proof (sessions.py)."""
+        session = self.cookie_session(request)
+        given = request.headers.get(PROOF_HEADER) if proof is None else proof
+        return session if session is not None and session.proof_ok(given) else None
 
     def page(
         self, title: str, body: Markup, session: Session | None, status: int = 200, *, refresh: int = 0
@@ -135,11 +149,42 @@ class Web:
             response.headers[key] = value
         return response
 
-    async def signed_in(self, request: web.Request) -> Session:
-        """The page's session; without one, to the sign-in page (nothing of the page is sent)."""
+    async def signed_in(self, request: web.Request, *, refresh: int = 0) -> Session:
+        """The page's session; without one, to the sign-in page (nothing of the page is sent).
+
+        A navigation cannot carry the proof header: with the cookie alone the answer is an empty
+        shell whose script fetches the same URL again with the proof from the tab's sessionStorage.
+        """
+        half = self.cookie_session(request)
+        if half is None:
+            raise web.HTTPSeeOther("/signin")
+        if PROOF_HEADER not in request.headers:
+            text = str(pages.layout("Loading", pages.shell(), None, self.host, refresh=refresh))
+            raise web.HTTPOk(text=text, content_type="text/html")
         session = self.session_of(request)
         if session is None:
+            self.log.warning("web.proof.refused", account=half.account, path=request.path)
+            raise web.HTTPUnauthorized(text="refused: this tab's sign-in proof is missing or wrong; sign in again")
+        live = await self.live(request, session)
+        if live is None:
             raise web.HTTPSeeOther("/signin")
+        return live
+
+    async def live(self, request: web.Request, session: Session | None) -> Session | None:
+        """approval's word on the session (passkey.session): a revoked passkey's or an ended one reads nothing."""
+        if session is None:
+            return None
+        try:
+            data = await self.call("passkey.session", {"session": session.ticket})
+        except DoorError as exc:
+            if exc.code == "unavailable":
+                raise web.HTTPBadGateway(text=f"airlock-approval cannot be reached: {exc.message}") from None
+            self.sessions.drop(request.cookies.get(self.cookie))
+            self.log.info("web.session.ended", account=session.account, reason=exc.reason or exc.code)
+            return None
+        role = data.get("role")
+        if role in ("operator", "observer") and role != session.role:
+            return dataclasses.replace(session, role=role)  # approval says what the account is now
         return session
 
     async def posted(self, request: web.Request, *, need_session: bool) -> tuple[Session | None, dict[str, Any]]:
@@ -157,8 +202,9 @@ class Web:
         if not isinstance(loaded, dict):
             raise web.HTTPBadRequest(text="refused: the body is not a form or a JSON object")
         body: dict[str, Any] = loaded
-        session = self.session_of(request)
+        session = self.session_of(request, request.headers.get(PROOF_HEADER) or body.get("proof"))
         if need_session:
+            session = await self.live(request, session)
             if session is None:
                 raise web.HTTPUnauthorized(text="refused: sign in first")
             token = request.headers.get("X-Airlock-CSRF") or body.get("csrf")
@@ -173,7 +219,7 @@ class Web:
     # --- pages ----------------------------------------------------------------------
 
     async def index(self, request: web.Request) -> web.StreamResponse:
-        session = await self.signed_in(request)
+        session = await self.signed_in(request, refresh=PENDING_REFRESH)
         try:
             data = await self.call("pending", {})
         except DoorError as exc:
@@ -212,7 +258,12 @@ class Web:
 
     async def enroll_page(self, request: web.Request) -> web.StreamResponse:
         token = request.match_info["token"]
-        return self.page("Enroll a passkey", pages.enroll_page(token), None)
+        # Refused before any touch: an unknown, used or expired link shows no "Create passkey" button.
+        try:
+            data = await self.call("passkey.register_begin", {"token": token})
+        except DoorError as exc:
+            return self.page("Enroll a passkey", pages.message(exc.message), None, 404)
+        return self.page("Enroll a passkey", pages.enroll_page(token, str(data.get("account") or "")), None)
 
     async def static_file(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -227,19 +278,37 @@ class Web:
             return await self.call(verb, args)
         except DoorError as exc:
             self.log.info("web.refused", verb=verb, code=exc.code)
-            status = 502 if exc.code == "unavailable" else 403 if exc.code == "unauthorized" else 400
+            statuses = {"unavailable": 502, "unauthorized": 403, "rate_limited": 429, "busy": 429}
+            status = statuses.get(exc.reason, statuses.get(exc.code, 400))
             return web.json_response({"ok": False, "code": exc.code, "error": exc.message}, status=status)
 
+    def client_of(self, request: web.Request, body: dict[str, Any]) -> tuple[str, str | None]:
+        """The sign-in client: this browser's pre-session cookie and its tab's key, hashed; and a new
+        cookie to set when it had none.  approval binds each challenge to it (approval/logins.py)."""
+        token = request.cookies.get(self.pre_cookie) or ""
+        minted = None
+        if not 32 <= len(token) <= 128:
+            token = minted = secrets.token_urlsafe(32)
+        tab = body.get("tab")
+        tab = tab[:128] if isinstance(tab, str) else ""
+        return hashlib.sha256(f"{token}\n{tab}".encode()).hexdigest(), minted
+
     async def signin_begin(self, request: web.Request) -> web.StreamResponse:
-        await self.posted(request, need_session=False)
-        data = await self._relay("passkey.login_begin", {})
+        _, body = await self.posted(request, need_session=False)
+        client, minted = self.client_of(request, body)
+        data = await self._relay("passkey.login_begin", {"client": client})
         if isinstance(data, web.Response):
             return data
-        return web.json_response({"ok": True, "options": data.get("options"), "challenge_id": data.get("challenge_id")})
+        answer = {"ok": True, "options": data.get("options"), "challenge_id": data.get("challenge_id")}
+        response = web.json_response(answer)
+        if minted is not None:
+            response.set_cookie(self.pre_cookie, minted, path="/", secure=self.secure, httponly=True, samesite="Strict")
+        return response
 
     async def signin_finish(self, request: web.Request) -> web.StreamResponse:
         _, body = await self.posted(request, need_session=False)
-        args = {"challenge_id": body.get("challenge_id"), "credential": body.get("credential")}
+        client, _minted = self.client_of(request, body)
+        args = {"challenge_id": body.get("challenge_id"), "credential": body.get("credential"), "client": client}
         data = await self._relay("passkey.login_finish", args)
         if isinstance(data, web.Response):
             return data
@@ -247,9 +316,14 @@ class Web:
         if not isinstance(account, str) or role not in ("operator", "observer"):
             return web.json_response({"ok": False, "error": "approval's answer names no account"}, status=502)
         self.sessions.drop(request.cookies.get(self.cookie))  # a new sign-in never keeps the old cookie
-        token, session = self.sessions.create(account, role, str(data.get("credential_id") or ""))
+        ticket = data.get("session")
+        if not isinstance(ticket, str) or not ticket:
+            return web.json_response({"ok": False, "error": "approval's answer opens no session"}, status=502)
+        token, session = self.sessions.create(account, role, str(data.get("credential_id") or ""), ticket)
         self.log.info("web.signed_in", account=account, role=role, credential_id=session.credential_id)
-        response = web.json_response({"ok": True, "account": account, "role": role, "next": "/"})
+        # The proof goes to the console's own script only (a JSON answer to its same-origin POST).
+        answer = {"ok": True, "account": account, "role": role, "next": "/", "proof": session.proof}
+        response = web.json_response(answer)
         response.set_cookie(
             self.cookie,
             token,
@@ -266,7 +340,8 @@ class Web:
         self.sessions.drop(request.cookies.get(self.cookie))
         self.log.info("web.signed_out", account=session.account if session else None)
         response = web.HTTPSeeOther("/signin")
-        response.del_cookie(self.cookie, path="/")
+        # Expired as it was set: a browser ignores a __Host- cookie's deletion without Secure.
+        response.set_cookie(self.cookie, "", max_age=0, path="/", secure=self.secure, httponly=True, samesite="Strict")
         return response
 
     async def enroll_begin(self, request: web.Request) -> web.StreamResponse:
@@ -345,48 +420,18 @@ class Web:
         return app
 
 
-def passed_socket() -> socket.socket | None:
-    """The listening socket systemd (or `airlock dev up`) handed over, if any (TCP or Unix)."""
-    from systemd import daemon  # python3-systemd
-
-    fds = daemon.listen_fds(unset_environment=True)
-    if not fds:
-        return None
-    sock = socket.socket(fileno=fds[0])
-    sock.set_inheritable(False)
-    return sock
-
-
-def bind(listen: str) -> socket.socket:
-    """``web.listen`` when started by hand: HOST:PORT, or a Unix socket path (0660, for a proxy in our group)."""
-    if listen.startswith("/"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(listen)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(listen)
-        os.chmod(listen, 0o660)
-    else:
-        host, _, port = listen.rpartition(":")
-        host = host.strip("[]")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, int(port)))
-    sock.listen(128)
-    return sock
-
-
-async def serve(config: Config, sock: socket.socket, socket_path: str, host: str) -> None:
+async def serve(config: Config, sockets: list[socket.socket], socket_path: str, host: str) -> None:
     runner = web.AppRunner(Web(config, Door(socket_path), host).app(), access_log=None, handle_signals=False)
     await runner.setup()
-    await web.SockSite(runner, sock).start()
+    for sock in sockets:
+        await web.SockSite(runner, sock).start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     notifier = Notifier()
-    name = sock.getsockname()
-    where = name if isinstance(name, str) else f"{name[0]}:{name[1]}"
+    names = [sock.getsockname() for sock in sockets]
+    where = " ".join(n if isinstance(n, str) else webhold.shown((n[0], n[1])) for n in names)
     log.get().info("web.ready", listen=where, operator_socket=socket_path, url=config.web.url)
     notifier.ready(f"serving on {where}")
     interval = notifier.watchdog_interval()
@@ -435,13 +480,21 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("web.start.failed", error=error)
         print(f"airlock-web: {error}", file=sys.stderr)
         return EX_CONFIG
-    try:
-        sock = passed_socket() or bind(config.web.listen)
-    except OSError as exc:
-        logger.error("web.start.failed", error=f"{config.web.listen}: {exc.strerror or exc}")
-        print(f"airlock-web: cannot listen on {config.web.listen}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+    sockets = weblisten.passed_sockets()
+    if not sockets:
+        try:
+            sockets = weblisten.bind(config.web.listen, config.web.url)
+        except OSError as exc:
+            logger.error("web.start.failed", error=f"{config.web.listen}: {exc.strerror or exc}")
+            print(f"airlock-web: cannot listen on {config.web.listen}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+    refusal = weblisten.unheld(config.web.url, sockets)
+    if refusal is not None:
+        # Fail closed: serving half an origin hands the other half (and every passkey) to whoever takes it.
+        logger.error("web.start.failed", error=refusal)
+        print(f"airlock-web: {refusal}", file=sys.stderr)
+        return EX_CONFIG
     socket_path = ns.socket or str(config.socket_path("operator"))
     host = config.notify.host or socket.gethostname()
-    asyncio.run(serve(config, sock, socket_path, host))
+    asyncio.run(serve(config, sockets, socket_path, host))
     return 0

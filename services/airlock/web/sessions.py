@@ -10,6 +10,14 @@ memory only: signing in again is one touch of the passkey).  The CSRF token is
 a second random value bound to the session; every state-changing request must
 carry it (a form field or the ``X-Airlock-CSRF`` header), compared in constant
 time.
+
+A cookie alone is not a session (issue 46): cookies ignore ports, so a page
+any local user serves on another ``localhost`` port receives the console's
+cookie.  Each session also has a *proof*, given once in the sign-in answer
+(readable only by the console's own script), kept in the tab's
+``sessionStorage`` (scoped to the origin, port included) and sent as the
+``X-Airlock-Proof`` header on every request; `Session.proof_ok` compares it
+in constant time.
 """
 
 from __future__ import annotations
@@ -29,8 +37,10 @@ class Session:
     role: str  # "operator" or "observer", as approval said at sign-in
     credential_id: str
     csrf: str
+    proof: str  # the port-scoped second half: X-Airlock-Proof from the tab's sessionStorage
     created: float
     expires: float
+    ticket: str = ""  # approval's session (passkey.session, asked on every request: revocation ends it)
 
     @property
     def decides(self) -> bool:
@@ -38,6 +48,9 @@ class Session:
 
     def csrf_ok(self, given: object) -> bool:
         return isinstance(given, str) and hmac.compare_digest(given.encode(), self.csrf.encode())
+
+    def proof_ok(self, given: object) -> bool:
+        return isinstance(given, str) and hmac.compare_digest(given.encode(), self.proof.encode())
 
 
 def _key(token: str) -> str:
@@ -49,14 +62,17 @@ class Sessions:
         self.seconds = minutes * 60.0
         self._by_key: dict[str, Session] = {}
 
-    def create(self, account: str, role: str, credential_id: str, now: float | None = None) -> tuple[str, Session]:
+    def create(
+        self, account: str, role: str, credential_id: str, ticket: str = "", now: float | None = None
+    ) -> tuple[str, Session]:
         """A new session; returns (the cookie's token, the session)."""
         now = time.time() if now is None else now
         self._expire(now)
         while len(self._by_key) >= MAX_SESSIONS:
             del self._by_key[next(iter(self._by_key))]
         token = secrets.token_urlsafe(32)
-        session = Session(account, role, credential_id, secrets.token_urlsafe(32), now, now + self.seconds)
+        csrf, proof = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+        session = Session(account, role, credential_id, csrf, proof, now, now + self.seconds, ticket)
         self._by_key[_key(token)] = session
         return token, session
 

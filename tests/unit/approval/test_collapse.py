@@ -60,6 +60,7 @@ def approval(tmp_path: Path) -> tuple[Approval, Gated]:
     a = Approval(config, Policy(default="ask", rules=(), sources=()), None, audit)  # type: ignore[arg-type]
     a.book.hold_reason = None
     a.book._hold_known.set()  # as after the start's restore (every hold read waits for it)
+    a.reviewing.memory.known = True  # as restored at start: no denials
     return a, audit
 
 

@@ -75,6 +75,7 @@ def approval(tmp_path: Path, *rules: Rule, default: str = "deny") -> tuple[Appro
     journal = Journal()
     a = Approval(load(empty), Policy(default=default, rules=rules, sources=()), None, journal)  # type: ignore[arg-type]
     a.book.hold_reason = None
+    a.reviewing.memory.known = True  # as restored at start: no denials
     a.book._hold_known.set()
     return a, journal
 

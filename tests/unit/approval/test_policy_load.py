@@ -209,9 +209,9 @@ def test_unknown_rule_key() -> None:
     text = "rules:\n  - name: x\n    decision: allow\n    command: [[/usr/bin/true]]\n"
     assert dropin_error(text) == (
         f"{D}:4:5: rules[0] (x).command: unknown key"
-        " (known: approvals, approvers, commands, credentials, decision, description, files, groups, mode, name, "
-        "privileged, reason, reviewer, sandbox,"
-        " sessions, users, writable_arguments)"
+        " (known: approvals, approvers, commands, credentials, cwd, decision, description, files, groups, mode, "
+        "name, privileged, reason, reviewer, sandbox,"
+        " sessions, stdin, users, writable_arguments)"
     )
 
 
@@ -268,9 +268,9 @@ def test_every_bad_rule_is_reported_and_the_policy_rejected_whole() -> None:
         parse_policy_text(text, D, main=False)
     assert info.value.errors == (
         f"{D}:3:25: rules[1] (a).decision: must be one of allow, ask, deny (got 'nope')",
-        f"{D}:4:32: rules[2] (b).x: unknown key (known: approvals, approvers, commands, credentials, decision, "
-        "description, files, groups, mode, name, privileged, reason, "
-        "reviewer, sandbox, sessions, users, writable_arguments)",
+        f"{D}:4:32: rules[2] (b).x: unknown key (known: approvals, approvers, commands, credentials, cwd, "
+        "decision, description, files, groups, mode, name, privileged, reason, "
+        "reviewer, sandbox, sessions, stdin, users, writable_arguments)",
     )
 
 
@@ -397,3 +397,27 @@ def test_the_engine_is_pure() -> None:
         }
         imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert not imported & {"socket", "asyncio", "subprocess", "threading", "selectors"}, name
+
+
+def test_cwd_stdin_and_file_placeholders_load_and_their_mistakes_are_named() -> None:
+    good = (
+        "rules:\n  - name: a\n    decision: allow\n    cwd: /srv/app\n    stdin: sha256:"
+        + "0" * 64
+        + '\n    commands: [[/usr/bin/cat, "{f:file}", "/srv/app/logs/{g:file}"]]\n'
+    )
+    (rule,) = parse_policy_text(good, D, main=False).rules
+    assert (rule.cwd, rule.stdin) == ("/srv/app", "sha256:" + "0" * 64)
+    assert rule.commands == (("/usr/bin/cat", "{f:file}", "/srv/app/logs/{g:file}"),)
+    cases = [
+        ("    cwd: srv\n", "4:10: rules[0] (a).cwd: must be none or an absolute, normalised directory"),
+        ("    cwd: /srv/../etc\n", "4:10: rules[0] (a).cwd: must be none or an absolute, normalised directory"),
+        ("    stdin: sha256:xyz\n", "4:12: rules[0] (a).stdin: must be none or sha256: and 64 lowercase hex digits"),
+        ('    commands: [[/usr/bin/cat, "{f:dir}"]]\n', "4:31: rules[0] (a).commands[0][1]: unknown placeholder type"),
+        (
+            '    commands: [[/usr/bin/cat, "logs/{f:file}"]]\n',
+            "4:31: rules[0] (a).commands[0][1]: the directory before {name:file} must be an absolute, normalised path",
+        ),
+    ]
+    for line, message in cases:
+        text = "rules:\n  - name: a\n    decision: allow\n" + line
+        assert dropin_error(text).startswith(f"{D}:{message}"), (line, dropin_error(text))

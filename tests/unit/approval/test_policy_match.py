@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -481,3 +482,36 @@ def test_a_link_flipping_while_a_file_path_is_decided_is_a_denial_not_an_error(t
     assert rules <= {"work", UNRESOLVED_RULE, DEFAULT_RULE}
     if not raised:
         pytest.skip("the link never flipped between lstat and readlink within 8 s: nothing was shown")
+
+
+@pytest.mark.parametrize(
+    ("element", "arg", "matches"),
+    [
+        ("{f:file}", "a.log", True),
+        ("{f:file}", "/etc/shadow", False),
+        ("{f:file}", "sub/a.log", False),
+        ("{f:file}", "..", False),
+        ("{f:file}", ".", False),
+        ("{f:file}", "-n", False),
+        ("/srv/logs/{f:file}", "/srv/logs/a.log", True),
+        ("/srv/logs/{f:file}", "/srv/logs/../secret", False),
+        ("/srv/logs/{f:file}", "/srv/logs/x/y", False),
+        ("/srv/logs/{f:file}", "/srv/logsx/a.log", False),
+        ("/srv/logs/{f:file}", "/srv/logs/", False),
+        ("/srv/logs/{f:file}", "a.log", False),
+        ("--format={a:b}", "--format={a:b}", True),  # a literal that ends in braces stays a literal
+    ],
+)
+def test_file_placeholders_take_one_file_name(element: str, arg: str, matches: bool) -> None:
+    assert match.pattern_problem(["/usr/bin/cat", element]) is None
+    assert match.match_args([element], [arg]) is matches
+
+
+def test_a_rule_pins_cwd_and_stdin() -> None:
+    rule = Rule("r", "allow", frozenset(), frozenset(), frozenset(), None, None, "t:1", cwd="/", stdin="none")
+    base = Subject(uid=1, user="u", groups=frozenset(), session=None, privileged=False, target_uid=1)
+    assert not rule.applies_to(base)  # no cwd given is not "/"
+    assert rule.applies_to(dataclasses.replace(base, cwd="/"))
+    assert not rule.applies_to(dataclasses.replace(base, cwd="/", stdin_sha256="0" * 64))
+    assert not rule.applies_to(dataclasses.replace(base, cwd="/tmp/../"))  # not canonical as asked
+    assert Rule("n", "allow", frozenset(), frozenset(), frozenset(), None, None, "t:1", cwd="none").applies_to(base)

@@ -71,3 +71,32 @@ def test_an_older_journals_opening_record_is_still_read() -> None:
     live = Found((raw | {"payload": {"action": "release", "operator": "root"}},), {"hold": hold})
     released = restore.hold_from(live)
     assert released is not None and (released["action"], released["seq"]) == ("release", 9)
+
+
+def test_every_denial_comes_back_across_pages_whatever_came_between(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45: people's denials are read completely (page by page), never only the newest few records."""
+    monkeypatch.setattr(restore, "MAX_RECORDS", 4)
+    db = tmp_path / "journal.sqlite"
+
+    async def body() -> None:
+        store = Store.open(db)
+        for n in range(11):
+            denial = {"uid": 1000, "run_as": 0, "stages": [{"path": "/usr/bin/id", "dev": 1, "ino": n, "args": []}]}
+            await store.append(
+                writer="approval",
+                kind="approval.decided",
+                payload={"decision": "deny", "by": "op1", "remembered": "denial", "denial": denial | {"at": 1.0}},
+            )
+            for _ in range(20):  # unrelated records between them
+                await store.append(writer="approval", kind="approval.decided", payload={"decision": "allow"})
+        # An agent's own words in intake's records are no denial.
+        await store.append(writer="intake", kind="request.received", payload={"remembered": "denial", "denial": {}})
+        journal = StoreJournal(db)
+        found = await restore.denial_records(journal, 5)  # type: ignore[arg-type]
+        assert [d["stages"][0]["ino"] for d in found] == list(range(11))
+        assert journal.calls == 3
+        await store.close()
+
+    asyncio.run(body())

@@ -1,13 +1,27 @@
-"""`airlock stats` and `airlock policy suggest` on known journal sequences (issue 34)."""
+"""`airlock stats` and `airlock policy suggest` on known journal sequences (issue 34).
+
+Issue 45 item 5 as a hypothesis property at the end: journals of approvals and denials (arguments from a
+pool of file names, paths, ``..``, options; several working directories and stdins) are suggested from,
+the file is loaded with approval's own loader, and every request a suggested rule allows must be, up to
+its placeholders' constraints, one that people approved: the same agent, binary, working directory and
+stdin, and each argument the approved one or interchangeable with it under the constraint (both a plain
+file name, or both a file name in the same directory).
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airlock.approval import match
+from airlock.approval.policyfile import parse_policy_text
+from airlock.approval.rules import Policy, Subject
 from airlock.cli import stats, suggest
 from airlock.common.render import duration
 
@@ -46,9 +60,15 @@ class Journal:
         resolved: str | None = None,
         flagged: bool = False,
         extra: dict[str, Any] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
     ) -> str:
         rid = f"r-{self.n}"
-        request = {"stages": [argv], "privileged": privileged, "uid": uid}
+        request: dict[str, Any] = {"stages": [argv], "privileged": privileged, "uid": uid}
+        if cwd is not None:
+            request["cwd"] = cwd
+        if stdin is not None:
+            request["stdin"] = base64.b64encode(stdin).decode()
         self.add("request.received", t, rid, uid, {"peer": {"uid": uid, "user": user}, "request": request})
         stage = {"argv": argv, "resolved": resolved or f"/usr/bin/{argv[0]}", "decision": "ask", "rule": rule}
         policy = {"decision": "ask" if ask is not None else decision, "rule": rule, "stages": [stage]}
@@ -130,8 +150,10 @@ def test_repeated_approvals_become_one_rule_with_a_placeholder_where_arguments_v
     assert len(rules) == 1
     rule = rules[0]
     assert rule["decision"] == "allow" and rule["users"] == ["deploy"] and rule["privileged"] is True
-    assert rule["commands"] == [["/usr/bin/systemctl", "restart", "{arg2}"]]
+    assert rule["commands"] == [["/usr/bin/systemctl", "restart", "{arg2:file}"]]
+    assert (rule["cwd"], rule["stdin"]) == ("none", "none")  # pinned as approved: none given
     assert "# approved 4 times for deploy (as root)" in text and "approved by: alice (2), bob (2)" in text
+    assert "# cwd: none given; stdin: none (both pinned, as approved)" in text
     for unit in ("nginx", "redis", "postgresql"):
         assert match.match_args(rule["commands"][0][1:], ["restart", unit])
 
@@ -181,10 +203,150 @@ def test_arguments_no_placeholder_takes_split_into_exact_commands_and_hostile_te
     assert len(rules) == 3
 
 
-def test_a_path_that_varied_never_becomes_a_placeholder() -> None:
+def test_a_path_that_varied_keeps_its_directory_and_takes_only_a_file_name() -> None:
     j = Journal()
     for n in range(3):
         j.request(n, ["cat", "/srv/a.log"], ask=1)
         j.request(10 + n, ["cat", "/srv/b.log"], ask=1)
+        j.request(20 + n, ["cat", f"/srv/{n}/c.log" if n else "/etc/c.log"], ask=1, user="other")
     _text, rules = suggested(j)
-    assert sorted(r["commands"][0][1] for r in rules) == ["/srv/a.log", "/srv/b.log"]  # never {arg1}: any path
+    mine = [r for r in rules if r["users"] == ["deploy"]]
+    assert [r["commands"][0] for r in mine] == [["/usr/bin/cat", "/srv/{arg1:file}"]]
+    pattern = mine[0]["commands"][0][1:]
+    for hostile in ("/etc/shadow", "/srv/../etc/shadow", "/srv/x/y", "/srv/", "/srv/..", "/srvx/a.log", "a.log"):
+        assert not match.match_args(pattern, [hostile]), hostile
+    assert match.match_args(pattern, ["/srv/new.log"])
+    # Values in different directories: no placeholder, each exact command on its own (below --min here).
+    assert not [r for r in rules if r["users"] == ["other"]]
+
+
+def test_5a_relative_file_names_pin_the_cwd_they_were_approved_in() -> None:
+    j = Journal()
+    for n in range(5):
+        j.request(n, ["cat", f"a{n}.log"], ask=1, cwd="/srv/app/logs")
+    text, rules = suggested(j)
+    (rule,) = rules
+    assert rule["commands"] == [["/usr/bin/cat", "{arg1:file}"]] and rule["cwd"] == "/srv/app/logs"
+    assert "# cwd: /srv/app/logs; stdin: none" in text
+    for hostile in ("/srv/app/secret/token", "../secret/token", "..", "-n"):
+        assert not match.match_args(rule["commands"][0][1:], [hostile]), hostile
+
+
+def test_5b_stdin_is_pinned_by_its_digest_or_not_learned() -> None:
+    j = Journal()
+    motd = b"Welcome to app1\n"
+    for n in range(5):
+        j.request(n, ["tee", "/srv/app/motd"], ask=1, stdin=motd)
+    for n in range(5):  # different input each time: no one input was approved often enough
+        j.request(10 + n, ["tee", "/srv/app/issue"], ask=1, stdin=f"text {n}\n".encode())
+    for n in range(5):  # stdin journaled in a form that gives no digest: not learned
+        j.request(20 + n, ["tee", "/srv/app/other"], ask=1, extra=None, stdin=None)
+        j.events[-3]["payload"]["request"]["stdin"] = {"bytes": 3}
+    text, rules = suggested(j)
+    (rule,) = rules
+    digest = hashlib.sha256(motd).hexdigest()
+    assert rule["commands"] == [["/usr/bin/tee", "/srv/app/motd"]] and rule["stdin"] == f"sha256:{digest}"
+    assert f"stdin: sha256 {digest} (only this exact input)" in text
+
+
+def test_a_journaled_digest_is_used_as_it_is() -> None:
+    j = Journal()
+    digest = "ab" * 32
+    for n in range(3):
+        j.request(n, ["tee", "/srv/x"], ask=1)
+        j.events[-3]["payload"]["request"]["stdin"] = {"sha256": digest, "bytes": 12}
+    _text, rules = suggested(j)
+    assert [r["stdin"] for r in rules] == [f"sha256:{digest}"]
+
+
+# -- issue 45 item 5, as a property: every request a suggested rule allows was approved ------------------------
+VALUES = [
+    "a.log",
+    "b.log",
+    "nginx",
+    "/srv/app/a.log",
+    "/srv/app/b.log",
+    "/srv/app/sub/c.log",
+    "/etc/shadow",
+    "..",
+    ".",
+    "sub/c.log",
+    "-n",
+    "/srv/app/..",
+]
+HOSTILE = [*VALUES, "/srv/app/../secret", "/srv/app/x/y", "/srv/apps/a", "token", "/srv/app/", "../a.log", "/a.log"]
+CWDS = [None, "/srv/app", "/tmp"]
+STDINS = [None, b"hello\n", b"other\n"]
+
+approval = st.tuples(
+    st.lists(st.sampled_from(VALUES), min_size=1, max_size=2),
+    st.sampled_from(CWDS),
+    st.sampled_from(STDINS),
+    st.sampled_from(["allow", "allow", "allow", "deny"]),
+)
+request = st.tuples(
+    st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=2), st.sampled_from(CWDS), st.sampled_from(STDINS)
+)
+
+
+def _same_under_constraint(asked: str, approved: str) -> bool:
+    if asked == approved:
+        return True
+    if match.file_name_accepts(asked) and match.file_name_accepts(approved):
+        return True
+    head, _, name = asked.rpartition("/")
+    other_head, _, other_name = approved.rpartition("/")
+    return (
+        head == other_head
+        and head.startswith("/")
+        and match.file_name_accepts(name)
+        and match.file_name_accepts(other_name)
+    )
+
+
+def _digest(data: bytes | None) -> str | None:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(approval, min_size=1, max_size=14), st.lists(request, min_size=1, max_size=25))
+def test_every_request_a_suggested_rule_allows_was_approved(
+    approvals: list[tuple[list[str], str | None, bytes | None, str]],
+    requests: list[tuple[list[str], str | None, bytes | None]],
+) -> None:
+    j = Journal()
+    for n, (args, cwd, stdin, decision) in enumerate(approvals):
+        j.request(n, ["cat", *args], ask=1, decision=decision, cwd=cwd, stdin=stdin)
+    text = suggest.suggest(j.events, T0 + 3600, 86400, 2)
+    assert suggest.check(text, "suggested.yaml") is None, text
+    rules = parse_policy_text(text, "suggested.yaml", main=False).rules
+    policy = Policy(default="deny", rules=rules, sources=())
+    approved = [(a, c, _digest(s)) for a, c, s, d in approvals if d == "allow"]
+    for args, cwd, stdin in requests:
+        subject = Subject(
+            uid=1000,
+            user="deploy",
+            groups=frozenset(),
+            session=None,
+            privileged=True,
+            target_uid=0,
+            cwd=cwd,
+            stdin_sha256=_digest(stdin),
+        )
+        decided = policy.decide(subject, [("cat", *args)], resolver=lambda name, path: "/usr/bin/cat")
+        if decided.decision != "allow":
+            continue
+        assert any(
+            (c, s) == (cwd, _digest(stdin))
+            and len(a) == len(args)
+            and all(_same_under_constraint(x, y) for x, y in zip(args, a, strict=True))
+            for a, c, s in approved
+        ), (args, cwd, stdin, text)
+
+
+def test_the_wire_form_of_stdin_is_what_the_journal_holds() -> None:
+    # The helper writes stdin as the agent sent it (base64): the digest suggest pins is of the bytes.
+    j = Journal()
+    j.request(0, ["cat"], ask=1, stdin=b"x")
+    payload: dict[str, Any] = j.events[0]["payload"]["request"]
+    assert base64.b64decode(payload["stdin"]) == b"x"

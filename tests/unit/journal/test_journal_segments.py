@@ -331,6 +331,31 @@ def test_the_hold_and_the_grants_in_force_survive_a_rollover(db: Path) -> None:
     with_store(db, body, segment_max_bytes=SMALL)
 
 
+def test_peoples_denials_survive_a_rollover(db: Path) -> None:
+    """Issue 45: approval reads every person's denial back at start; a rollover carries them over."""
+    from airlock.approval import restore
+    from airlock.journal import select
+
+    class Reader:
+        async def call(self, verb: Any, args: Any, *, timeout: float | None = None) -> Any:
+            return select.records(db, args)
+
+    def denial(n: int) -> dict[str, Any]:
+        stage = {"path": "/usr/bin/id", "dev": 1, "ino": n, "args": ["-u"]}
+        return {"decision": "deny", "remembered": "denial", "denial": {"uid": 1000, "run_as": 0, "stages": [stage]}}
+
+    async def body(store: Store) -> None:
+        for n in range(3):
+            await store.append(writer="approval", kind="approval.decided", payload=denial(n))
+        await _load(store, 4, 60)  # several rollovers
+        assert len(segments.list_files(segments.segments_dir(db))) >= 2
+        await store.append(writer="approval", kind="approval.decided", payload=denial(3))
+        found = await restore.denial_records(Reader(), 5)  # type: ignore[arg-type]
+        assert [d["stages"][0]["ino"] for d in found] == [0, 1, 2, 3]
+
+    with_store(db, body, segment_max_bytes=SMALL)
+
+
 def test_the_tail_reaches_into_sealed_segments_after_a_rollover(db: Path) -> None:
     async def body(store: Store) -> None:
         await _load(store, 4, 60)

@@ -20,9 +20,10 @@ class BrokenDoor(Door):
 def test_an_unexpected_error_is_a_plain_500_with_the_headers() -> None:
     async def scenario() -> None:
         web = Web(config.defaults(), BrokenDoor("/nonexistent"), "host")
-        token, _ = web.sessions.create("alice", "operator", "cred")
+        token, session = web.sessions.create("alice", "operator", "cred")
         async with TestClient(TestServer(web.app())) as client:
-            reply = await client.get("/grants", headers={"Cookie": f"{web.cookie}={token}"})
+            sent = {"Cookie": f"{web.cookie}={token}", "X-Airlock-Proof": session.proof}
+            reply = await client.get("/grants", headers=sent)
             text = await reply.text()
             assert reply.status == 500 and "internal error" in text
             assert "Traceback" not in text and "secret internal detail" not in text

@@ -14,7 +14,7 @@ HOSTILE = "<script>alert(\"x\")</script>' onmouseover='boom' \"&amp;"
 
 
 def session(role: str = "operator") -> Session:
-    return Session("alice", role, "cred", "csrf-token", time.time(), time.time() + 60)
+    return Session("alice", role, "cred", "csrf-token", "proof-token", time.time(), time.time() + 60)
 
 
 def pending_detail(argv: list[str]) -> dict[str, Any]:
@@ -127,3 +127,16 @@ def test_a_decision_carries_the_digest_of_the_statement_the_page_showed() -> Non
     args = Web._decision_args({"ref": "r1", "decision": "allow", "expect": "0123456789ab"})
     assert args == {"id": "r1", "decision": "allow", "expect": "0123456789ab"}
     assert "expect" not in Web._decision_args({"ref": "r1", "decision": "allow"})
+
+
+def test_a_phone_reads_the_command_run_as_and_decision_first_and_the_details_folded() -> None:
+    """Issue 46: summary, then the buttons (restating command and run-as), then <details>; the ID small."""
+    page = str(pages.request_view({"pending": True, "detail": pending_detail(["rm", "-rf", "/x"])}, session()))
+    summary, decide, details = page.index('class="summary"'), page.index('id="decide"'), page.index("<details")
+    assert summary < decide < details and page.index('class="rid"') < decide
+    assert '<span class="badge root">runs as root (privileged)</span>' in page
+    assert "run <code>rm -rf /x</code> as root (privileged)</button>" in page
+    assert "<code>rm -rf /x</code> does not run</button>" in page
+    listed = str(pages.pending_list([pending_detail(["rm", "-rf", "/x"])], now=1000.0))
+    assert listed.index("<code>rm -rf /x</code>") < listed.index("badge root") < listed.index('class="rid"')
+    assert 'data-until="1100"' in listed  # time left counts down in the page

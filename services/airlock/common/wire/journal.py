@@ -290,10 +290,18 @@ def _operator_actions(actions: tuple[str, ...], limit: int) -> Records:
 # release, and its newest grant records (``operator`` is the writer of older journals' operator actions).
 HOLD_RECORDS: Final = _operator_actions(("hold", "release"), 1)
 GRANT_RECORDS: Final = _operator_actions(("grant", "grant.revoke", "grant.expired", "grant.exhausted"), MAX_RECORDS)
+# Issue 45: a person's denials (approval.decided with ``remembered: denial``), only what approval keys them by.
+DENIAL_RECORDS: Final = Records(
+    writers=("approval",),
+    kinds=("approval.decided",),
+    fields={"remembered": "denial"},
+    limit=MAX_RECORDS,
+    pick=("denial",),
+)
 # What a new segment's opening record carries over from the database it seals (journal/rollover.py), by
 # name: the answers to these queries, so a service's read still finds its newest records after a rollover.
 # Declared by the service that reads them back; the journal runs them without knowing what they mean.
-CARRIED: Final = MappingProxyType({"hold": HOLD_RECORDS, "grants": GRANT_RECORDS})
+CARRIED: Final = MappingProxyType({"hold": HOLD_RECORDS, "grants": GRANT_RECORDS, "denials": DENIAL_RECORDS})
 
 
 APPEND = declare(DOOR, "append", _SERVICES, Append, Appended, "append one event to the chain (durable, or deferred)")

@@ -70,7 +70,7 @@ PASSKEY_REGISTER_FINISH = _verb(
     "passkey.register_finish", PASSKEY_CALLERS, Open, "register the credential an enrolment made"
 )
 PASSKEY_LOGIN_BEGIN = _verb(
-    "passkey.login_begin", PASSKEY_CALLERS, Empty, "a sign-in challenge (valid 5 minutes, once)"
+    "passkey.login_begin", PASSKEY_CALLERS, Open, "a sign-in challenge for one browser (5 minutes, once, rated)"
 )
 PASSKEY_LOGIN_FINISH = _verb(
     "passkey.login_finish", PASSKEY_CALLERS, Open, "check a sign-in assertion: the account and its role"
@@ -82,7 +82,11 @@ PASSKEY_DECIDE = _verb(
     "passkey.decide", PASSKEY_CALLERS, Open, "a decision carried by airlock-web, checked by its assertion"
 )
 PASSKEY_LIST = _verb("passkey.list", PASSKEY_CALLERS, Open, "the enrolled passkeys (an observer: its own)")
-PASSKEY_REVOKE = _verb("passkey.revoke", PASSKEY_CALLERS, Open, "revoke a passkey")
+PASSKEY_REVOKE = _verb("passkey.revoke", PASSKEY_CALLERS, Open, "revoke a passkey (its console sessions end)")
+PASSKEY_SESSION = _verb(
+    "passkey.session", PASSKEY_CALLERS, Open, "is a console session live (asked by airlock-web on every request)"
+)
+PASSKEY_SESSIONS_END = _verb("passkey.sessions_end", PASSKEY_CALLERS, Open, "end every console session of an account")
 
 # Derived from the declarations above (never a copy): intake refuses each of these it does not
 # serve itself to an agent with the refusal a bad token gets, so a probe learns nothing.

@@ -2,6 +2,12 @@
 // Loaded from /static/ (the Content-Security-Policy allows no inline script).  The
 // server relays each step to airlock-approval, which makes the options and verifies
 // the results; this file only converts bytes (base64url) and calls the browser's API.
+//
+// A cookie alone is not a session (issue 46): the sign-in answer's proof is kept in this
+// tab's sessionStorage (scoped to the origin, port included, unlike cookies) and sent as
+// X-Airlock-Proof on every request.  A navigation cannot send a header, so a page first
+// arrives as an empty shell ([data-airlock-load]); this script fetches it again with the
+// proof and puts the answer in place.
 "use strict";
 
 (function () {
@@ -48,9 +54,22 @@
     return { id: cred.id, rawId: bufToB64u(cred.rawId), type: cred.type, response: response };
   }
 
+  const PROOF = "airlock-proof";
+
+  function proof() {
+    try { return sessionStorage.getItem(PROOF) || ""; } catch (e) { return ""; }
+  }
+
+  function keepProof(value) {
+    try {
+      if (value) sessionStorage.setItem(PROOF, value); else sessionStorage.removeItem(PROOF);
+    } catch (e) { /* no storage: every page asks to sign in again */ }
+  }
+
   async function post(path, body, csrf) {
     const headers = { "Content-Type": "application/json", Accept: "application/json" };
     if (csrf) headers["X-Airlock-CSRF"] = csrf;
+    if (proof()) headers["X-Airlock-Proof"] = proof();
     const reply = await fetch(path, {
       method: "POST", headers: headers, body: JSON.stringify(body), credentials: "same-origin",
     });
@@ -74,53 +93,109 @@
     });
   }
 
-  on("enroll", async function (form) {
-    const token = form.elements.token.value;
-    say("enroll-status", "Waiting for your passkey…");
-    const begun = await post("/enroll/begin", { token: token });
-    const cred = await navigator.credentials.create({ publicKey: publicKeyOptions(begun.options) });
-    const done = await post("/enroll/finish", { token: token, credential: credentialJSON(cred) });
-    say("enroll-status", "Passkey enrolled for " + (done.account || "your account") + ". You can sign in now.", "ok");
-  });
+  function bind() {
+    on("enroll", async function (form) {
+      const token = form.elements.token.value;
+      say("enroll-status", "Waiting for your passkey…");
+      const begun = await post("/enroll/begin", { token: token });
+      const cred = await navigator.credentials.create({ publicKey: publicKeyOptions(begun.options) });
+      const done = await post("/enroll/finish", { token: token, credential: credentialJSON(cred) });
+      say("enroll-status", "Passkey enrolled for " + (done.account || "your account") + ". You can sign in now.", "ok");
+    });
 
-  on("signin", async function () {
-    say("signin-status", "Waiting for your passkey…");
-    const begun = await post("/signin/begin", {});
-    const cred = await navigator.credentials.get({ publicKey: publicKeyOptions(begun.options) });
-    const done = await post("/signin/finish", { challenge_id: begun.challenge_id, credential: credentialJSON(cred) });
-    say("signin-status", "Signed in as " + done.account + ".", "ok");
-    window.location.assign(done.next || "/");
-  });
-
-  on("decide", async function (form, submitter) {
-    const csrf = form.elements.csrf.value;
-    const body = {
-      ref: form.elements.ref.value,
-      expect: form.elements.expect ? form.elements.expect.value : "",
-      decision: submitter ? submitter.value : "allow",
-      reason: form.elements.reason.value,
-    };
-    if (form.elements.grant && form.elements.grant.value) body.grant = form.elements.grant.value;
-    for (const b of form.querySelectorAll("button")) b.disabled = true;
-    try {
-      say("decide-status", "Waiting for your passkey…");
-      const begun = await post("/decide/begin", body, csrf);
+    on("signin", async function () {
+      say("signin-status", "Waiting for your passkey…");
+      // This tab's sign-in key: with the pre-session cookie, what the challenge is bound to.
+      let tab = "";
+      try {
+        tab = sessionStorage.getItem("airlock-signin") || "";
+        if (!tab) {
+          const bytes = new Uint8Array(24);
+          crypto.getRandomValues(bytes);
+          tab = bufToB64u(bytes.buffer);
+          sessionStorage.setItem("airlock-signin", tab);
+        }
+      } catch (e) { tab = ""; }
+      const begun = await post("/signin/begin", { tab: tab });
       const cred = await navigator.credentials.get({ publicKey: publicKeyOptions(begun.options) });
-      body.statement = begun.statement;
-      body.credential = credentialJSON(cred);
-      const done = await post("/decide", body, csrf);
-      const r = done.result || {};
-      let text;
-      if (r.complete === false) {
-        text = "Recorded: your approval counts (" + (r.progress || "") + "); it waits for another approver.";
-      } else if ((r.decision || body.decision) === "deny") {
-        text = "Recorded: denied. The agent reads your reason.";
-      } else {
-        text = "Recorded: approved. It runs now.";
+      const done = await post("/signin/finish", {
+        challenge_id: begun.challenge_id, credential: credentialJSON(cred), tab: tab,
+      });
+      keepProof(done.proof);
+      say("signin-status", "Signed in as " + done.account + ".", "ok");
+      window.location.assign(done.next || "/");
+    });
+
+    on("decide", async function (form, submitter) {
+      const csrf = form.elements.csrf.value;
+      const body = {
+        ref: form.elements.ref.value,
+        expect: form.elements.expect ? form.elements.expect.value : "",
+        decision: submitter ? submitter.value : "allow",
+        reason: form.elements.reason.value,
+      };
+      if (form.elements.grant && form.elements.grant.value) body.grant = form.elements.grant.value;
+      for (const b of form.querySelectorAll("button")) b.disabled = true;
+      try {
+        say("decide-status", "Waiting for your passkey…");
+        const begun = await post("/decide/begin", body, csrf);
+        const cred = await navigator.credentials.get({ publicKey: publicKeyOptions(begun.options) });
+        body.statement = begun.statement;
+        body.credential = credentialJSON(cred);
+        const done = await post("/decide", body, csrf);
+        const r = done.result || {};
+        let text;
+        if (r.complete === false) {
+          text = "Recorded: your approval counts (" + (r.progress || "") + "); it waits for another approver.";
+        } else if ((r.decision || body.decision) === "deny") {
+          text = "Recorded: denied. The agent reads your reason.";
+        } else {
+          text = "Recorded: approved. It runs now.";
+        }
+        say("decide-status", text, "ok");
+      } finally {
+        for (const b of form.querySelectorAll("button")) b.disabled = false;
       }
-      say("decide-status", text, "ok");
-    } finally {
-      for (const b of form.querySelectorAll("button")) b.disabled = false;
+    });
+
+    // Sign-out is a plain form POST: it carries the proof as a field.
+    for (const form of document.querySelectorAll("form.signout")) {
+      form.addEventListener("submit", function () {
+        const field = document.createElement("input");
+        field.type = "hidden"; field.name = "proof"; field.value = proof();
+        form.appendChild(field);
+        keepProof("");
+      });
     }
-  });
+  }
+
+  // Time left, live: every [data-until] (Unix seconds) counts down.
+  function tick() {
+    const now = Date.now() / 1000;
+    for (const el of document.querySelectorAll("[data-until]")) {
+      const left = Math.max(0, Math.round(Number(el.dataset.until) - now));
+      const m = Math.floor(left / 60), sec = left % 60;
+      el.textContent = (left === 0 ? "expired" : (m ? m + "m" + String(sec).padStart(2, "0") + "s" : sec + "s") + " left");
+    }
+  }
+  setInterval(tick, 1000);
+
+  // The shell of a page: fetch it again with this tab's proof; without one, sign in.
+  async function load() {
+    if (!document.querySelector("[data-airlock-load]")) { bind(); return; }
+    const reply = proof() ? await fetch(location.href, {
+      headers: { "X-Airlock-Proof": proof() }, credentials: "same-origin", redirect: "follow",
+    }) : null;
+    if (!reply || reply.status === 401 || new URL(reply.url).pathname === "/signin") {
+      keepProof("");
+      location.assign("/signin");
+      return;
+    }
+    const page = new DOMParser().parseFromString(await reply.text(), "text/html");
+    document.title = page.title;
+    document.body.replaceWith(document.adoptNode(page.body));
+    bind();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", load); else load();
 })();
