@@ -121,7 +121,7 @@ def _surfaces(spec: ExecSpec, bound: dict[str, Any]) -> dict[str, str]:
     payload = pending_payload(entry, 60.0, SimpleNamespace(pending_extra=lambda e: Votes.pending_extra(votes, e)))  # type: ignore[arg-type]
     event = {"seq": 1, "time": "2026-12-06T00:00:00Z", "request_id": "walk-1", "peer_uid": 4242, "payload": payload}
     relay = pending_message(event, "h", lambda uid: "walker", now)
-    session = Session("alice", "operator", "cred", "csrf", now, now + 60)
+    session = Session("alice", "operator", "cred", "csrf", "proof", now, now + 60)
     return {
         "watch": describe(item, Style(False), 1, 1),
         "relay": relay["text"],
