@@ -218,12 +218,12 @@ policy:
   rules:
     - name: ask-with-credential
       decision: ask
-      privileged: false
+      privileged: true
       commands: [[/usr/bin/cat, "..."]]
       credentials: {{db: {secret}, api: {secret}}}
 """
     with custom_stack(tmp_path / "rt", config) as s:
-        bg = Background(s, {"argv": ["cat", "/etc/hostname"]})
+        bg = Background(s, {"argv": ["cat", "/etc/hostname"], "privileged": True})
         item = wait_pending(s, bg.request_id)
         assert item["credentials"] == [["api", "db"]]
         pending = s.cli("pending")

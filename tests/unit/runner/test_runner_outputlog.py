@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airlock.common.errors import AirlockError
+from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner import credentials, outputlog
 
 
@@ -152,3 +152,12 @@ def test_a_job_alternating_streams_byte_by_byte_still_reads_back_whole_and_bound
         (s["stream"], s["sha256"]) for s in kept["streams"]
     }
     assert sum(len(c[3]) for c in found["chunks"]) == 20000
+
+
+def test_credentials_go_only_to_a_job_that_runs_as_another_account() -> None:
+    """Issue 51: systemd's copy belongs to the job's uid; the requester's uid must not be it."""
+    credentials.not_the_requester(0, 1000)  # control: a root job for agent 1000
+    for job_uid, requester in ((1000, 1000), (0, 0), (0, None)):
+        with pytest.raises(AirlockError) as info:
+            credentials.not_the_requester(job_uid, requester)
+        assert info.value.code is ErrorCode.CREDENTIAL_UNSAFE
