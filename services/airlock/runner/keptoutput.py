@@ -97,6 +97,7 @@ class KeptOutput:
             complete=found["complete"],
             chunks=tuple(wire.Chunk(n, s, ms, base64.b64encode(d).decode()) for n, s, ms, d in found["chunks"]),
             streams=tuple(found["streams"]),
+            log_sha256=found["log_sha256"],
         )
 
     async def _follow(self, call: Call, log: outputlog.OutputLog) -> wire.OutputRead:

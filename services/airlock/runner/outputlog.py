@@ -7,8 +7,12 @@ A job's log holds at most ``runner.output_log_max_bytes`` of output; past it
 the log is cut and ends with a note saying so, and the chain's ``exec.finished``
 says ``cut`` too.  The chain holds each stream's length and SHA-256 of the
 bytes stored (equal to the evidence's ``stdout_sha256``/``stderr_sha256``
-when nothing was cut), so `airlock show ID --output` can say whether the file
-still matches.
+when nothing was cut) and ``log_sha256``, the SHA-256 of the whole log as
+written (its header line and every frame: kind, stage, time, length and
+bytes, in order, the notes airlock wrote among them), so `airlock show ID
+--output` can say whether the file still matches: a forged note or frames
+put in another order change ``log_sha256`` though every stream's digest
+stays (issue 51).
 
 File format (inside gzip): the line ``AIRLOCK-OUTPUT 1``, then frames of a
 header ``>BBII`` (kind 0 stdout, 1 stderr, 2 note; stage; milliseconds since
@@ -110,6 +114,7 @@ class OutputLog:
         self.stored = 0
         self.cut = False
         self.digests: dict[tuple[int, int], Any] = {}  # (kind, stage) -> sha256 object
+        self.whole = hashlib.sha256()  # the log as written, every byte before compression
         self.sizes: dict[tuple[int, int], int] = {}
         self._fd = -1
         self._compressor: Any = None
@@ -167,7 +172,9 @@ class OutputLog:
         try:
             if self._compressor is None:
                 self._open()
-            self._pending += self._compressor.compress(_FRAME.pack(kind, stage, ms, len(data)) + bytes(data))
+            frame = _FRAME.pack(kind, stage, ms, len(data)) + bytes(data)
+            self.whole.update(frame)
+            self._pending += self._compressor.compress(frame)
             if len(self._pending) >= _WRITE_BATCH:
                 self._write()
         except (OSError, AirlockError) as exc:
@@ -182,8 +189,9 @@ class OutputLog:
         finally:
             os.close(dirfd)
         self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
-        head = json.dumps(self.header, sort_keys=True, separators=(",", ":")).encode()
-        self._pending += self._compressor.compress(MAGIC + head + b"\n")
+        head = MAGIC + json.dumps(self.header, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        self.whole.update(head)
+        self._pending += self._compressor.compress(head)
 
     def _write(self) -> None:
         view = memoryview(bytes(self._pending))
@@ -236,6 +244,8 @@ class OutputLog:
                 for (k, s), d in sorted(self.digests.items())
             ],
         }
+        if out["file"] is not None:
+            out["log_sha256"] = self.whole.hexdigest()
         if compressed:
             out["compressed_bytes"] = compressed
         if self.failed is not None:
@@ -376,6 +386,7 @@ def parse(found: tuple[bytes, bool]) -> dict[str, Any]:
     return {
         "header": header if isinstance(header, dict) else {},
         "complete": complete,
+        "log_sha256": hashlib.sha256(raw).hexdigest(),  # the whole log as stored (`OutputLog.whole`)
         "chunks": [(n, s, ms, bytes(d)) for n, s, ms, d in chunks],
         "streams": [
             {"stream": n, "stage": s, "bytes": sizes[(n, s)], "sha256": d.hexdigest()}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import os
 from pathlib import Path
@@ -36,6 +37,10 @@ def test_what_is_stored_reads_back_with_the_digests_the_chain_gets(tmp_path: Pat
         ("stdout", 1, b"world\n"),
     ]
     assert sorted(found["streams"], key=str) == sorted(kept["streams"], key=str)
+    # Issue 51: the whole log as written (header, every frame in order), as the file holds it.
+    assert found["log_sha256"] == kept["log_sha256"]
+    raw = gzip.decompress((tmp_path / "out" / log.name).read_bytes())
+    assert kept["log_sha256"] == hashlib.sha256(raw).hexdigest()
     assert os.stat(tmp_path / "out").st_mode & 0o777 == 0o700
     assert os.stat(tmp_path / "out" / log.name).st_mode & 0o777 == 0o600
 

@@ -1,0 +1,89 @@
+"""An output log's whole content is what the chain committed (issue 51), against a live stack.
+
+Root can rewrite a kept log (runner.output_dir is root's).  Each stream's
+SHA-256 in ``exec.finished`` caught changed bytes, but not a forged note of
+airlock's own (``[airlock: operator … approved this job by phone]``) nor
+stdout and stderr frames put in another order: those printed "matches".
+``exec.finished`` now also commits ``log_sha256``, the log as written, so
+`airlock show ID --output` says DOES NOT MATCH for either.  Control: the
+untouched log, and the same file rewritten with its own frames in their own
+order, match.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from secsupport import needs_root, red_stack
+
+from support import Stack
+
+pytestmark = needs_root
+
+CONFIG = """
+policy:
+  default: deny
+  rules:
+    - name: allow-sh
+      decision: allow
+      privileged: true
+      commands: [[/usr/bin/dash, "..."]]
+"""
+FRAME = struct.Struct(">BBII")
+
+
+def _frames(raw: bytes) -> tuple[bytes, list[tuple[int, int, int, bytes]]]:
+    """The log's header line and its frames (kind, stage, ms, bytes)."""
+    head_end = raw.index(b"\n", raw.index(b"\n") + 1) + 1
+    frames, pos = [], head_end
+    while pos < len(raw):
+        kind, stage, ms, length = FRAME.unpack_from(raw, pos)
+        pos += FRAME.size
+        frames.append((kind, stage, ms, raw[pos : pos + length]))
+        pos += length
+    return raw[:head_end], frames
+
+
+def _write(path: Path, head: bytes, frames: list[tuple[int, int, int, bytes]]) -> None:
+    body = b"".join(FRAME.pack(k, s, ms, len(d)) + d for k, s, ms, d in frames)
+    path.write_bytes(gzip.compress(head + body))
+
+
+def _job(stack: Stack, operation: str) -> tuple[str, Path]:
+    script = "echo first; sleep 0.3; echo second >&2; sleep 0.3; echo third"
+    reply = stack.exec({"argv": ["sh", "-c", script], "privileged": True, "operation_id": operation})
+    assert reply["ok"], reply
+    rows = stack.journal_rows()
+    rid = next(r["request_id"] for r in rows if r["kind"] == "exec.started" and r["operation_id"] == operation)
+    payload: dict[str, Any] = next(
+        json.loads(r["payload"]) for r in rows if r["kind"] == "exec.finished" and r["request_id"] == rid
+    )
+    return rid, stack.runtime_dir / "state" / "output" / payload["output_log"]["file"]
+
+
+@pytest.mark.parametrize("forgery", ["note", "reorder"])
+def test_a_forged_note_or_reordered_frames_do_not_match_the_chain(forgery: str) -> None:
+    with red_stack(CONFIG) as stack:
+        rid, path = _job(stack, f"op-forge-{forgery}")
+        shown = stack.cli("show", rid, "--output")
+        assert shown.returncode == 0 and "matches exec.finished" in shown.stdout, shown
+        head, frames = _frames(gzip.decompress(path.read_bytes()))
+        assert [k for k, *_ in frames] == [0, 1, 0], frames  # stdout, stderr, stdout: three frames
+        # Control: the same frames written again (another gzip stream) still match.
+        _write(path, head, frames)
+        again = stack.cli("show", rid, "--output")
+        assert again.returncode == 0 and "matches exec.finished" in again.stdout, again
+        if forgery == "note":
+            forged = b"[airlock: operator alice approved this job by phone]"
+            frames.insert(1, (2, 0, frames[0][2], forged))
+        else:  # stderr first: every stream's bytes unchanged
+            frames = [frames[1], frames[0], frames[2]]
+        _write(path, head, frames)
+        tampered = stack.cli("show", rid, "--output")
+        assert tampered.returncode == 1, tampered
+        assert "DOES NOT MATCH THE CHAIN: the log as written" in tampered.stdout, tampered.stdout
