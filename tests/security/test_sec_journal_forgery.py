@@ -25,17 +25,14 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from secsupport import agent_exec, needs_root, red_stack, throwaway_user
+from secsupport import agent_exec, forge_record, needs_root, red_stack, throwaway_user
 
-from airlock.common.codec import canonical_json
 from airlock.journal import segments
-from airlock.journal.chain import compute_hash
 
 from support import Stack, start_stack, stop_stack
 
@@ -52,43 +49,6 @@ def _verify_full(stack: Stack) -> tuple[int, dict[str, Any]]:
     result = stack.cli("audit", "verify", "--full", "--json", timeout=120)
     assert result.stdout, result.stderr
     return result.returncode, json.loads(result.stdout).get("data") or {}
-
-
-def _append(db: Path, kind: str, payload: dict[str, Any]) -> int:
-    """Append a correctly linked and hashed record written as if by the journal; its seq."""
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
-            conn.execute(f"DROP TRIGGER {name}")
-        conn.row_factory = sqlite3.Row
-        head = dict(conn.execute("SELECT * FROM events ORDER BY seq DESC LIMIT 1").fetchone())
-        record: dict[str, Any] = {
-            "seq": head["seq"] + 1,
-            "time": head["time"],
-            "kind": kind,
-            "request_id": None,
-            "operation_id": None,
-            "peer_uid": None,
-            "session": None,
-            "writer": "journal",
-            "payload": payload,
-            "prev_hash": head["hash"],
-        }
-        digest = compute_hash(record)
-        conn.execute(
-            "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                *(record[k] for k in ("seq", "time", "kind", "request_id", "operation_id", "peer_uid", "session")),
-                "journal",
-                canonical_json(payload).decode(),
-                head["hash"],
-                digest,
-            ),
-        )
-        conn.execute("UPDATE chain_high SET seq = ?", (record["seq"],))
-        return int(record["seq"])
-    finally:
-        conn.close()
 
 
 def test_a_forged_segment_deleted_record_does_not_excuse_a_missing_segment(
@@ -108,7 +68,7 @@ def test_a_forged_segment_deleted_record_does_not_excuse_a_missing_segment(
     hidden = segments.verify_file(files[1])
     assert hidden["ok"] and hidden["segment"] == 2, hidden
     os.unlink(files[1])
-    forged = _append(
+    forged = forge_record(
         db,
         "segment.deleted",
         {
