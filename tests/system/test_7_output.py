@@ -148,6 +148,7 @@ def test_a_credential_never_reaches_a_job_that_runs_as_the_agent(system) -> None
     before = _approval_log(system).count("approval.policy.rejected")
     system.c.write(path, ATTACK_POLICY)
     try:
+        system.c.run(["systemctl", "start", "airlock-approval.service"])  # reload needs it running (idle exit)
         system.c.run(["systemctl", "reload", "airlock-approval.service"])
         import time
 
