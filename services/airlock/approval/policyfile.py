@@ -124,7 +124,9 @@ def _rule(reader: FieldReader, node: yaml.Node, key: str) -> tuple[Rule, tuple[s
     files = reader.files(values["files"], f"{key}.files") if "files" in values else None
     description = reader.string(values["description"], f"{key}.description") if "description" in values else ""
     confined = reader.sandbox(values["sandbox"], f"{key}.sandbox") if "sandbox" in values else None
-    secrets = reader.credentials(values["credentials"], f"{key}.credentials") if "credentials" in values else None
+    secrets = (
+        reader.credentials(values["credentials"], f"{key}.credentials", privileged) if "credentials" in values else None
+    )
     approvals, approvers, reason_required = reader.quorum(values, key, decision)
     writable = False
     if "writable_arguments" in values:

@@ -99,6 +99,8 @@ class Rule:
                     raise ValueError(f"rule {self.name!r}: {list(pattern)!r}[{problem[0]}]: {problem[1]}")
             canonical = tuple((match.canonical_head(p[0]), *p[1:]) for p in self.commands)
             object.__setattr__(self, "commands", canonical)
+        if self.credentials and self.privileged is not True:
+            raise ValueError(f"rule {self.name!r}: credentials apply only to a rule with privileged: true")
 
     def applies_to(self, subject: Subject) -> bool:
         """Whether every subject condition of this rule holds."""

@@ -179,6 +179,12 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
         "a7d94c1e2b3f4a5d8e6c0b9a1f2e3d4c",
         "An approved file operation ended; its outcome and, for writes, the before and after hashes are recorded.",
     ),
+    KindInfo(
+        "output_log.deleted",
+        frozenset({"runner"}),
+        "bac41804e2c6419194d950c022babeb3",
+        "Output-log retention deleted kept job output (each file, its owner's group, size and why); digests stay.",
+    ),
     # Every service, about itself.
     KindInfo(
         "connection.dropped",

@@ -285,6 +285,8 @@ class OutputRead(Message):
     # Each stream's digest and size as the log's trailer has them (runner/outputlog.py).
     streams: tuple[dict[str, Any], ...] | None = None
     ended: bool | None = None
+    # The SHA-256 of the whole stored log, frames and notes in order (issue 51).
+    log_sha256: str | None = None
 
 
 @dataclass(frozen=True)
