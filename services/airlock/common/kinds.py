@@ -24,6 +24,10 @@ from typing import Final
 from airlock.common import lifecycle
 from airlock.common.errors import AirlockError, ErrorCode
 
+# Marks (the deferred records of one request) a service passes on to the next: intake to
+# approval and the runner, each of them to the journal (`common.audit.marks_of`).
+MAX_MARKS: Final = 8
+
 # The services that append to the journal.  The writer is taken from the peer's
 # SO_PEERCRED by the journal service, never from the message.  "operator" is
 # an operator's action written by airlock-approval on the operator's behalf: it

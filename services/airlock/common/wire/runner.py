@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.common import validate
-from airlock.common.audit import MAX_MARKS
 from airlock.common.containment import Containment
 from airlock.common.fileop_spec import FileSpec
+from airlock.common.kinds import MAX_MARKS
 from airlock.common.spec import ExecSpec
 from airlock.common.wire.verb import Caller, DoorName, Empty, Message, Stub, carry, declare
 
