@@ -1,6 +1,6 @@
 """The policy as the engine holds it, and deciding: rules, who asks, decisions.
 
-Pure: no sockets, no asyncio.  The filesystem is read only to resolve
+No sockets, no asyncio; the filesystem is read only to resolve
 binaries (the same `resolve_executable` the runner uses).
 
 Deciding never depends on order or names: for each stage the most restrictive

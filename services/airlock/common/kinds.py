@@ -10,7 +10,7 @@ lifecycle) comes from ``airlock.common.lifecycle``'s one table
 
 A ``MESSAGE_ID`` is part of the interface operators script against
 (``journalctl MESSAGE_ID=…``): once released it never changes, and a retired
-kind keeps its ID reserved.  No I/O here.
+kind keeps its ID reserved.  Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """From audit events to messages (each channel makes its own bytes of one: airlock.common.channels).
 
-No I/O: the relay's service feeds events in and sends what comes out.  What
+Pure: no I/O; the relay's service feeds events in and sends what comes out.  What
 an agent chose (argv, reason, paths) is sanitised on the way in
 (`airlock.common.render.sanitise`), so no channel ever shows a control or bidi
 character that could make the text lie.  Environment *values* are never

@@ -7,6 +7,8 @@ before a handler sees it) and ``to_dict`` the one encoding.  A field whose
 type is ``Any`` or ``dict[str, Any]`` is carried as JSON without a check: its
 declaration must say why (a journal payload, say, is the event's own).
 Which verb carries which message, and who may call it, is `wire.verb`.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations
