@@ -18,6 +18,7 @@ from airlock.approval import fileop_review, reviewer
 from airlock.approval.asked import user_name
 from airlock.approval.rules import Decision, Policy
 from airlock.approval.tickets import TicketBook
+from airlock.approval.verdict import Decided
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError
 from airlock.common.fileop_spec import FileSpec
@@ -122,7 +123,7 @@ class Reviewing:
         opinion = reviewer.judge(
             settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=denied
         )
-        if opinion.decides and opinion.decision == "allow" and await self.denied_in_journal(peer.uid, spec):
+        if opinion.decides and opinion.decision == Decided.ALLOW and await self.denied_in_journal(peer.uid, spec):
             # A person's deny from before a restart (the memory above is lost then): people decide.
             opinion = reviewer.judge(
                 settings.reviewer_label, result, may=may, flagged=bool(bound.get("arguments")), denied_before=True

@@ -37,11 +37,21 @@ class Decided(enum.StrEnum):
     INTERRUPTED = "interrupted"  # approval stopped while it was pending
 
 
+class Publication(enum.StrEnum):
+    """Where a request's published statements stand in the ledger of signed approvals (approval/signed.py)."""
+
+    PENDING = "pending"  # a signature over them may still decide
+    DECIDED = "decided"
+    EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
+    INTERRUPTED = "interrupted"
+
+
 # How a pending request that no person decided ended, as the ledger of statements remembers it.
-LEDGER_STATE: dict[str, str] = {
-    Decided.TIMEOUT: "expired",
-    Decided.WITHDRAWN: "withdrawn",
-    Decided.INTERRUPTED: "interrupted",
+LEDGER_STATE: dict[str, Publication] = {
+    Decided.TIMEOUT: Publication.EXPIRED,
+    Decided.WITHDRAWN: Publication.WITHDRAWN,
+    Decided.INTERRUPTED: Publication.INTERRUPTED,
 }
 
 
