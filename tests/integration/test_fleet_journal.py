@@ -68,10 +68,25 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def test_verify_on_collector_files_and_protected_values_stay_out(live: Stack, tmp_path: Path) -> None:
     records = rows(live.database)
     write_collector(tmp_path / "remote", shipped(records))
-    r = live.cli("audit", "verify", "--journal", str(tmp_path / "remote"))
+    # Issue 44: without host keys the collector proves nothing, and says so with a non-zero exit.
+    unkeyed = live.cli("audit", "verify", "--journal", str(tmp_path / "remote"))
+    assert unkeyed.returncode == 1, unkeyed.stdout + unkeyed.stderr
+    assert f"host {HOST}: UNPROVEN (its chain checks out under the name it claims): {len(records)} records" in (
+        unkeyed.stdout
+    )
+    assert "UNPROVEN: 1 host known only by the name its records claim" in unkeyed.stdout
+    assert "--host-keys FILE" in unkeyed.stdout and "--trust-claimed-hosts" in unkeyed.stdout
+    as_json = json.loads(live.cli("audit", "verify", "--journal", str(tmp_path / "remote"), "--json").stdout)
+    assert not as_json["ok"] and as_json["unproven_hosts"] == [HOST] and as_json["hosts"][0]["ok"], as_json
+    r = live.cli("audit", "verify", "--journal", str(tmp_path / "remote"), "--trust-claimed-hosts")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"host {HOST}: ok: {len(records)} records, seqs 1-{len(records)}" in r.stdout
+    assert "note: hosts as their records claim them (--trust-claimed-hosts" in r.stdout
     assert r.stdout.rstrip().endswith("ok: 1 host check out")
+    both = live.cli(
+        "audit", "verify", "--journal", str(tmp_path / "remote"), "--trust-claimed-hosts", "--host-keys", "/dev/null"
+    )
+    assert both.returncode == 2 and "the keys decide" in both.stderr, both
     # the files hold the exact bytes that were hashed, and never the protected value
     from systemd import journal
 

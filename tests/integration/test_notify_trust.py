@@ -8,12 +8,17 @@
 - A receiver that rejects every message is reported (a log event with its
   MESSAGE_ID, and `airlock status`), and `airlock status` shows the relay:
   running, each channel's last delivered event, its lag and its last error.
+- Issue 44: what a channel delivered survives a restart of the relay; a reload
+  (SIGHUP) applies web.url and names what needs a restart.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +69,15 @@ def _status(stack: Stack) -> dict[str, Any]:
     assert done.returncode == 0, done.stderr
     relay: dict[str, Any] = json.loads(done.stdout)["data"]["relay"]
     return relay
+
+
+def _caught_up(stack: Stack) -> dict[str, Any]:
+    """The channel's status once it has delivered something and lags behind nothing."""
+    deadline = time.monotonic() + 15
+    while (hook := _status(stack)["channels"][0])["delivered_seq"] is None or hook["lag"]:
+        assert time.monotonic() < deadline, hook
+        time.sleep(0.2)
+    return dict(hook)
 
 
 def test_a_cursor_of_a_deleted_journal_starts_over_and_the_next_request_is_delivered(
@@ -121,10 +135,7 @@ def test_a_receiver_that_rejects_everything_is_reported_and_status_shows_the_rel
             time.sleep(0.2)
         rid = _ask_and_deny(stack, http, "while the receiver is up")
         http.wait("/hook", lambda p: p.json()["request_id"] == rid and p.json()["event"] == "decided")
-        deadline = time.monotonic() + 15
-        while (hook := _status(stack)["channels"][0])["delivered_seq"] is None or hook["lag"]:
-            assert time.monotonic() < deadline, hook
-            time.sleep(0.2)
+        hook = _caught_up(stack)
         assert hook["name"] == "hook" and hook["failing_since"] is None and hook["last_error"] is None
 
         # The receiver goes away for good: reported, not retried silently.
@@ -158,3 +169,97 @@ def test_a_receiver_that_rejects_everything_is_reported_and_status_shows_the_rel
     # Stopped: the status file says so, and status does not call a dead relay running.
     relay_file = tmp_path / "rt" / "state" / "notify" / "status.json"
     assert json.loads(relay_file.read_text())["state"] == "stopped"
+
+
+def test_a_restarted_relay_still_shows_what_it_delivered(tmp_path: Path, http: HttpReceiver) -> None:
+    """Issue 44: after a reinstall (the relay restarted on the same journal) `airlock status` said
+    "nothing delivered yet" for a channel that had delivered; what it delivered is kept with the cursor."""
+    runtime = tmp_path / "rt"
+    relayed = _config(http).replace("approval: {timeout_seconds: 60}\n", "")  # the relayed wait, chosen for us
+    with custom_stack(runtime, relayed) as stack:
+        rid = _ask_and_deny(stack, http, "before the restart")
+        http.wait("/hook", lambda p: p.json()["request_id"] == rid and p.json()["event"] == "decided")
+        hook = _caught_up(stack)
+        before = (hook["delivered_seq"], hook["delivered_at"])
+    with custom_stack(runtime, relayed) as stack:
+        deadline = time.monotonic() + 20
+        while (relay := _status(stack))["state"] != "running" or relay.get("pid") is None:
+            assert time.monotonic() < deadline, relay
+            time.sleep(0.2)
+        hook = relay["channels"][0]
+        assert (hook["delivered_seq"], hook["delivered_at"]) == before, hook
+        text = stack.cli("status")
+        assert f"delivered up to event {before[0]}" in text.stdout and "nothing delivered" not in text.stdout, text
+        # Issue 44 too: the 600 s that notify.channels chose for approval's wait is said.
+        assert relay["approval_timeout_seconds"] == 600 and "notify.channels is set" in relay["approval_timeout_why"]
+        assert "600 s for an operator: notify.channels is set and approval.timeout_seconds is not" in text.stdout
+
+
+def _relay_pid(stack: Stack) -> int:
+    deadline = time.monotonic() + 20
+    while True:
+        found = subprocess.run(
+            ["pgrep", "-P", str(stack.proc.pid), "-f", r"airlock\.relay( |$)"], capture_output=True, text=True
+        )
+        if found.stdout.split():
+            return int(found.stdout.split()[0])
+        assert time.monotonic() < deadline, "no relay"
+        time.sleep(0.2)
+
+
+def _link(stack: Stack, http: HttpReceiver, reason: str) -> str:
+    rid = _ask_and_deny(stack, http, reason)
+    return str(
+        http.wait("/hook", lambda p: p.json()["request_id"] == rid and p.json()["event"] == "pending").json()["link"]
+    )
+
+
+def _log_event(stack: Stack, event: str, after: int) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        for line in _notify_log(stack).splitlines()[after:]:
+            if f'"{event}"' in line:
+                return dict(json.loads(line))
+        assert time.monotonic() < deadline, f"no {event} in the relay's log"
+        time.sleep(0.1)
+
+
+def _hup(stack: Stack, text: str) -> int:
+    """Write the runtime folder's airlock.yaml (the file the relay reads) and reload the relay."""
+    lines = len(_notify_log(stack).splitlines())
+    (stack.runtime_dir / "airlock.yaml").write_text(text)
+    os.kill(_relay_pid(stack), signal.SIGHUP)
+    return lines
+
+
+def test_a_reload_applies_web_url_and_names_what_needs_a_restart(tmp_path: Path, http: HttpReceiver) -> None:
+    """Issue 44: a relay reload (`systemctl reload airlock-notify`: SIGHUP) takes web.url from the file at
+    once (before, SIGHUP ended the relay and web.url needed a restart); any other changed key is named as
+    needing a restart, and a file that does not load is refused whole while the relay goes on."""
+    with custom_stack(tmp_path / "rt", _config(http) + "web: {url: 'https://old.example.org'}\n") as stack:
+        pid = _relay_pid(stack)
+        assert _link(stack, http, "before").startswith("https://old.example.org/request?ref=")
+        written = (stack.runtime_dir / "airlock.yaml").read_text()
+        new = written.replace("https://old.example.org", "https://new.example.org")
+        assert new != written
+        after = _hup(stack, new)
+        done = _log_event(stack, "notify.reloaded", after)
+        assert done["web_url"] == "https://new.example.org" and done["needs_restart"] == [], done
+        assert _link(stack, http, "after").startswith("https://new.example.org/request?ref=")
+        assert _relay_pid(stack) == pid  # the same process: a reload, not a restart
+
+        # Another change is named as needing a restart; web.url still follows the file.
+        partial = new.replace("https://new.example.org", "https://third.example.org").replace(
+            "poll_seconds: 0.2", "poll_seconds: 0.3"
+        )
+        after = _hup(stack, partial)
+        warned = _log_event(stack, "notify.reload.partial", after)
+        assert warned["needs_restart"] == ["notify.poll_seconds"], warned
+        assert _link(stack, http, "partial").startswith("https://third.example.org/")
+
+        # A file that does not load is refused whole: the relay goes on as it was.
+        after = _hup(stack, partial + "web: [not, a, mapping]\n")
+        refused = _log_event(stack, "notify.reload.refused", after)
+        assert "web" in refused["error"], refused
+        assert _link(stack, http, "refused").startswith("https://third.example.org/")
+        assert _relay_pid(stack) == pid

@@ -15,7 +15,9 @@ runs at http://localhost:PORT with the relying party ID ``localhost``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import json
 import os
 import pwd
@@ -173,7 +175,10 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
 
             # A root request from the agent waits; the console lists it and shows all of it.
             mark = marks / "approved"
-            request_id, proc = ask_as(stack, agent, {"argv": ["touch", str(mark)], "privileged": True})
+            given = b"hello from the agent\n"
+            asked = {"argv": ["touch", str(mark)], "privileged": True, "cwd": str(marks)}
+            asked["stdin"] = base64.b64encode(given).decode()
+            request_id, proc = ask_as(stack, agent, asked)
             await asyncio.to_thread(wait_pending, stack, request_id, 30)
             await page.navigate(f"{web}/")
             await page.wait_for(f"document.body.innerText.includes({json.dumps(request_id)})")
@@ -182,6 +187,10 @@ async def _scenario(stack: Stack, agent: pwd.struct_passwd, tmp_path: Path, mark
             text = await page.text()
             assert f"touch {mark}" in text and agent.pw_name in text and "privileged" in text
             assert "/usr/bin/touch" in text  # the resolved binary
+            # Issue 45: where it runs and what it reads (size, sha256, the first lines), in the page and the statement.
+            stdin_line = f"{len(given)} bytes, sha256 {hashlib.sha256(given).hexdigest()}"
+            assert str(marks) in text and stdin_line in text and "hello from the agent" in text
+            assert f'cwd: "{marks}"' in text and f'stdin: "{stdin_line}"' in text
             png = await page.screenshot(*PHONE, full_page=True)
             assert png.startswith(b"\x89PNG\r\n\x1a\n") and int.from_bytes(png[16:20], "big") == PHONE[0] * 2
             keep = os.environ.get("AIRLOCK_WEB_SCREENSHOT")

@@ -154,8 +154,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def test_forged_records_do_not_verify_as_the_host_they_name(world: World) -> None:
-    # control: read without keys, the collector files web2's forgeries under web1
-    plain = world.stack.cli("audit", "verify", "--journal", str(world.collector), "--json")
+    # control: read by claimed name (as told), the collector files web2's forgeries under web1
+    plain = world.stack.cli("audit", "verify", "--journal", str(world.collector), "--json", "--trust-claimed-hosts")
     (host,) = json.loads(plain.stdout)["hosts"]
     assert f"seq {world.forged_seq}: the collector holds two different records" in host["problems"], host
     assert [s["seq"] for s in host["segments"]] == [world.ack_seq], host  # the forged cut, taken as web1's
@@ -175,6 +175,23 @@ def test_forged_records_do_not_verify_as_the_host_they_name(world: World) -> Non
     }, report["unproven"]
     text = world.stack.cli("audit", "verify", "--journal", str(world.collector), "--host-keys", str(world.keys))
     assert f"UNPROVEN: 1 record (seq {world.forged_seq}) claim host {world.web1}" in text.stdout, text.stdout
+
+
+def test_without_keys_a_chain_shipped_under_another_hosts_name_never_verifies_as_its(
+    world: World, tmp_path: Path
+) -> None:
+    """Issue 44: root on web2 ships a whole, well-formed chain (here web1's own records,
+    re-sent) as ``AIRLOCK_HOST`` web1 from a unit it names airlock-journal.service.  A
+    collector without keys cannot tell it from web1's: verify says so and exits 1."""
+    write_collector(tmp_path / "remote", _shipped(_rows(world.stack.database), world.web1))
+    r = world.stack.cli("audit", "verify", "--journal", str(tmp_path / "remote"))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"host {world.web1}: UNPROVEN" in r.stdout and "ok: 1 host" not in r.stdout, r.stdout
+    as_json = json.loads(world.stack.cli("audit", "verify", "--journal", str(tmp_path / "remote"), "--json").stdout)
+    assert not as_json["ok"] and as_json["unproven_hosts"] == [world.web1], as_json
+    # control: trusting claimed names (the old default), the shipped chain verifies as web1's
+    trusting = world.stack.cli("audit", "verify", "--journal", str(tmp_path / "remote"), "--trust-claimed-hosts")
+    assert trusting.returncode == 0 and f"host {world.web1}: ok:" in trusting.stdout, trusting.stdout
 
 
 def test_a_hosts_compare_holds_nothing_forged_against_its_database(world: World) -> None:

@@ -36,6 +36,9 @@ COLLECTOR_IP, HOST_IP = f"{NET}.1", f"{NET}.2"
 PORT = 19532
 RECORD_MESSAGE_ID = "7f3c2a9e5b1d4c8e9a6f0d2b4e8c1a57"
 REMOTE_DIR = "/var/log/journal/remote"
+# These tests check chains by the name their records claim (issue 44: without keys that must be asked for);
+# the keyed check is test_a_record_the_second_host_forges_under_the_first_hosts_name_is_reported.
+TRUST = "--trust-claimed-hosts"
 POLICY = """\
 rules:
   - name: fleet-user-commands
@@ -155,7 +158,7 @@ class Fleet:
         """The collector's report once it holds the host's records up to ``seq``."""
         deadline = time.monotonic() + timeout
         while True:
-            r = self.collector_verify("--json")
+            r = self.collector_verify("--json", TRUST)
             report = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}
             hosts = report.get("hosts") or []
             if hosts and (hosts[0].get("last_seq") or 0) >= seq:
@@ -261,8 +264,11 @@ def test_requests_on_the_host_are_verified_on_the_collector(fleet: Fleet) -> Non
     assert host["first_seq"] == 1 and host["gaps"] == [] and host["records"] >= head
     assert host["host"].startswith("fleet-host/"), host  # AIRLOCK_HOST: the container's hostname and machine ID
     assert (host["anchors"] or {}).get("checked", 0) >= 1, host  # the journal's start anchor came along
-    text = fleet.collector_verify()
+    text = fleet.collector_verify(TRUST)
     assert text.returncode == 0 and text.stdout.rstrip().endswith("ok: 1 host check out"), text
+    # Without keys, and not told to trust the names records claim, the collector proves nothing (issue 44).
+    unkeyed = fleet.collector_verify()
+    assert unkeyed.returncode == 1 and "UNPROVEN: 1 host known only by the name" in unkeyed.stdout, unkeyed
     # That request's records are there, complete: the big one byte for byte as hashed.
     found = fleet.collector.run(
         [
@@ -320,7 +326,7 @@ def test_a_truncated_host_database_is_reported_by_compare(fleet: Fleet) -> None:
         differs
     )
     # The collector's own copy still checks out: the host cannot take back what it shipped.
-    assert fleet.collector_verify().returncode == 0
+    assert fleet.collector_verify(TRUST).returncode == 0
 
 
 def test_an_acknowledged_cut_is_a_new_segment_on_the_collector(fleet: Fleet) -> None:
@@ -358,7 +364,7 @@ def test_forged_records_on_the_host_do_not_count_on_the_collector(fleet: Fleet) 
     """Anyone on the host may send an entry with the record MESSAGE_ID; only journald's own
     fields (_SYSTEMD_UNIT) say who did, and the collector ignores it."""
     h = fleet.host
-    before = json.loads(fleet.collector_verify("--json").stdout)
+    before = json.loads(fleet.collector_verify("--json", TRUST).stdout)
     forge = (
         "from systemd import journal\n"
         "from airlock.journal import chain, fleet\n"
@@ -371,7 +377,7 @@ def test_forged_records_on_the_host_do_not_count_on_the_collector(fleet: Fleet) 
     h.run(["python3", "-c", forge], user="agent1")  # a well-formed record, chain and all, from the wrong sender
     deadline = time.monotonic() + 60
     while True:
-        after = json.loads(fleet.collector_verify("--json").stdout)
+        after = json.loads(fleet.collector_verify("--json", TRUST).stdout)
         if after["ignored"] > before["ignored"]:
             break
         if time.monotonic() > deadline:
@@ -481,6 +487,6 @@ def test_a_record_the_second_host_forges_under_the_first_hosts_name_is_reported(
     text = fleet.collector_verify(*keys)
     assert f"UNPROVEN: 1 record (seq {seq + 1}) claim host {first}" in text.stdout, text
     # control: read by claimed name, the forged record is filed as the first host's
-    plain = json.loads(fleet.collector_verify("--json").stdout)
+    plain = json.loads(fleet.collector_verify("--json", TRUST).stdout)
     (claimed,) = plain["hosts"]
     assert seq + 1 in claimed["conflicts"], claimed

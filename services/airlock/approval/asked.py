@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airlock.approval.rules import UNRESOLVED_RULE, Decision, Policy, Subject
+from airlock.common import shown
 from airlock.common.audit import Ids
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
@@ -119,14 +120,16 @@ def credentials_bound(decision: Decision) -> dict[str, Any]:
 
 def operator_view(asking: wire.Asking, spec: ExecSpec | FileSpec) -> dict[str, Any]:
     """The request as operators are shown it and ``approval.pending`` journals it: the agent's words and the
-    checked spec (a command's fields and ``spec``; a file operation's description and ``file``), built here
-    from the spec that travelled once."""
+    checked spec (a command's fields and ``spec``, stdin by size and sha256 plus an excerpt; a file operation's
+    description and ``file``), built here from the spec that travelled once."""
     words = {"request_id": asking.request_id, "reason": asking.reason, "session": asking.session}
     words |= {"host": asking.host, "time": asking.time}
     if isinstance(spec, FileSpec):
         return words | spec.describe() | {"file": spec.to_dict()}
-    checked = spec.to_dict()
-    return words | checked | {"spec": checked}
+    # stdin by size and sha256 (issue 45); its excerpt is content, for operators only (fileop_review.CONTENT_FIELDS).
+    checked = shown.journaled(spec.to_dict())
+    excerpt = shown.excerpt(spec.stdin)
+    return words | checked | {"spec": checked} | ({"stdin_excerpt": excerpt} if excerpt is not None else {})
 
 
 def shadow_of(policy: Policy, spec: ExecSpec | FileSpec, peer: Peer, session: str | None) -> dict[str, Any]:

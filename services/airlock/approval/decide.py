@@ -384,6 +384,7 @@ class Deciding:
         rule = HOLD_RULE if self.book.held and decision.decision == "allow" else decision.rule
         entry.rule = rule
         entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, user_name(spec.run_as)
+        entry.stdin = spec.stdin if isinstance(spec, ExecSpec) else None
         entry.binaries = describe_binaries(decision, spec.run_as, bound.get("binaries"))
         entry.tally = quorum.Tally(requirement or quorum.Requirement(), peer.uid, peer.user)
         entry.opinion = opinion.to_dict() if opinion is not None else None

@@ -17,7 +17,8 @@ The diff is file content: it is served to operators only, on operator.sock
 (`pending`, `show` of a pending request).  What is journaled, sent to
 observers, the relay, ``notify_command`` and journald is `without_content`:
 the diff's sha256 and size (``diff_sha256``, ``diff_bytes``), never the
-diff.
+diff.  A command's stdin is content of the same kind (issue 45,
+common/shown.py): its excerpt (``stdin_excerpt``) is left out the same way.
 
 The view carries ``before_sha256``: the sha256 of the file the operator is
 shown, or "absent".  `bound_file` turns it into ``bound["file"]``, which
@@ -38,7 +39,7 @@ from airlock.common.ipc import Client
 from airlock.common.wire import runner as runner_wire
 
 ABSENT = "absent"
-CONTENT_FIELDS = ("diff",)  # what only operators see of a view
+CONTENT_FIELDS = ("diff", "stdin_excerpt")  # what only operators see of a view (a command's stdin: issue 45)
 
 
 def names_path(decision: Decision) -> bool:
@@ -81,7 +82,8 @@ async def operator_view(
 
 
 def without_content(view: Any) -> Any:
-    """A request view with the diff left out (its sha256 and size stay): for the journal and observers."""
+    """A request view with the diff and stdin's excerpt left out (sha256 and size stay): for the journal and
+    observers."""
     if not isinstance(view, dict):
         return view
     return {k: v for k, v in view.items() if k not in CONTENT_FIELDS}

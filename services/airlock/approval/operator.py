@@ -15,8 +15,6 @@ is refused there, an observer may call only what the declarations let it.
 from __future__ import annotations
 
 import dataclasses
-import os
-import stat
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +27,7 @@ from airlock.approval.output import OutputReads
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
+from airlock.approval.servicestate import services_state
 from airlock.approval.sessions import SessionTokens
 from airlock.approval.signed import Ledger
 from airlock.approval.table import PendingTable, check_expected
@@ -145,12 +144,13 @@ class Operating:
     async def deny(self, call: Call) -> dict[str, Any]:
         return await self._settle(call, "deny")
 
+    def _decides(self, call: Call) -> bool:
+        o = self.config.operators
+        return may_decide(call.peer, o.users, o.groups, o.observers.users)
+
     def _shown(self, call: Call, shown: dict[str, Any]) -> dict[str, Any]:
         """A pending request as this peer may see it: file content (a write's diff) only for operators."""
-        o = self.config.operators
-        if may_decide(call.peer, o.users, o.groups, o.observers.users):
-            return shown
-        return fileop_review.for_observer(shown)
+        return shown if self._decides(call) else fileop_review.for_observer(shown)
 
     async def list_pending(self, call: Call) -> dict[str, Any]:
         now = time.time()
@@ -188,44 +188,22 @@ class Operating:
             "config_refused": self.config.refused or None,  # issue 44: running on a kept copy or the defaults
             "tokens": self.sessions.store.live(now),
             "grants": len(self.grants.live(now)),
-            "services": await self._services(),
+            "services": await services_state(self.config, self.journal),
             "policy": {
                 "default": self.policy.default,
                 "rules": len(self.policy.rules),
                 "sources": list(self.policy.sources),
                 "standing": self.policy.standing.to_dict(),  # issue 44
             },
-            # Where the relay reports (relay/state.py); `airlock status` reads it on this host.
+            # Where the relay reports (relay/state.py; `airlock status` reads it on this host), and
+            # approval's wait for a person, with why when notify.channels chose it (issue 44).
             "relay": {
                 "channels": [c["name"] for c in self.config.notify.channels],
                 "state_dir": str(self.config.notify.state_dir),
+                "approval_timeout_seconds": self.config.approval.timeout_seconds,
+                "approval_timeout_why": dict(self.config.derived).get("approval.timeout_seconds"),
             },
         }
-
-    async def _services(self) -> dict[str, Any]:
-        """Whether the other services can be reached.
-
-        The journal is asked (it is needed anyway, and reports its size).
-        Intake's and the runner's sockets are only looked at: connecting would
-        start a socket-activated root runner just to answer a status query.
-        """
-        out: dict[str, Any] = {"approval": {"state": "up", "pid": os.getpid()}}
-        try:
-            head = await self.journal.call(jwire.HEAD, Empty(), timeout=5)
-            out["journal"] = {"state": "up", "events": head.seq}
-        except AirlockError as exc:
-            out["journal"] = {"state": "down", "error": exc.message}
-        try:
-            out["journal"]["disk"] = (await self.journal.call(jwire.DISK, Empty(), timeout=5)).to_dict()
-        except AirlockError as exc:
-            out["journal"]["disk"] = {"error": exc.message}
-        for name, door in (("intake", "agent"), ("runner", "runner")):
-            try:
-                listening = stat.S_ISSOCK(os.stat(self.config.socket_path(door)).st_mode)
-            except OSError:
-                listening = False
-            out[name] = {"state": "listening" if listening else "missing"}
-        return out
 
     async def policy_check(self, call: Call) -> dict[str, Any]:
         a = call.args
@@ -258,6 +236,8 @@ class Operating:
         request pending now (refs.py), never of an operation ID or a settled request."""
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
         now = time.time()
+        if call.args.get("stdin") is True:  # issue 45: a pending request's whole stdin, operators only
+            return self.pending.stdin(ref, operator=self._decides(call))
         named = self.pending.named(ref)
         if named is not None:
             return self._shown(call, await self._show_pending(named, now))

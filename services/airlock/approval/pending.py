@@ -20,7 +20,7 @@ from airlock.approval import quorum
 from airlock.approval.rules import Decision
 from airlock.approval.signed import Published
 from airlock.approval.statement import SIGN_COMMAND
-from airlock.common import binary, interp
+from airlock.common import binary, interp, shown
 from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
@@ -55,6 +55,8 @@ class Pending:
     attached_to: tuple[int, str] | None = None
     decided_with: str = ""  # the request whose decision decided this one
     solo: bool = False  # decided for itself alone (an operator's cancel): its followers keep waiting
+    # Issue 45: a command's whole stdin (base64), for operators' `show ID --stdin` only; views hold its digest.
+    stdin: str | None = field(default=None, repr=False)
 
     @property
     def expect(self) -> str:
@@ -78,6 +80,9 @@ class Pending:
             "privileged": self.privileged,
             "run_as": {"uid": self.run_as, "user": self.run_as_user},
             "env_names": sorted([*(spec.get("env") or {}), *(spec.get("protected_names") or [])]),
+            # Issue 45: where it runs and what it reads (stdin by size and sha256; its excerpt is in request).
+            "cwd": shown.cwd_line(spec.get("cwd"), privileged=self.privileged) if "stages" in spec else None,
+            "stdin": spec.get("stdin"),
             "stages": self.binaries,
             "binaries": list(self.bound.get("binaries") or []),
             "sandbox": list(self.bound.get("sandbox") or []),

@@ -8,8 +8,10 @@ fresh for each pending request.  The nonce makes a signature good for exactly
 one pending request: the same request ID asked again, or after a restart, gets
 a new statement and an old signature verifies over none of it.  The command,
 the run-as user, the requester and the path arguments someone other than root
-can change (flagged, with the bound hash) are repeated for the human reading
-it on a phone; they are covered by the binding anyway.
+can change (flagged, with the bound hash), the working directory and the
+standard input (size and sha256: issue 45, the bytes are not in a statement)
+are repeated for the human reading it on a phone; they are covered by the
+binding anyway.
 
 Every value is written as a JSON string (ASCII only), so no value can add a
 line, and `render` is injective: two statements differ in bytes whenever they
@@ -37,7 +39,7 @@ from airlock.common.codec import iso_utc
 
 NAMESPACE: Final = "airlock-approval"
 SIGN_COMMAND: Final = f"ssh-keygen -Y sign -n {NAMESPACE} -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
-HEADER: Final = "airlock approval statement v1"
+HEADER: Final = "airlock approval statement v2"  # v2: cwd and stdin (issue 45)
 DECISIONS: Final = ("allow", "deny")
 # Field order is part of the format.
 FIELDS: Final = (
@@ -50,6 +52,8 @@ FIELDS: Final = (
     "requester",
     "run_as",
     "command",
+    "cwd",
+    "stdin",
     "reason",
     "arguments",
     "credentials",
@@ -83,6 +87,11 @@ class Statement:
     arguments: str = ""
     # Issue 35: the credentials the job would receive, by name and stage ("" if none; never a value).
     credentials: str = ""
+    # Issue 45: where a command runs (the runner's default said as one) and its stdin ("none", or
+    # "N bytes, sha256 HEX": common/shown.py); "" for a file operation.  Rendered after the command
+    # (FIELDS' order is the format's; the attributes' order only keeps positional callers working).
+    cwd: str = ""
+    stdin: str = ""
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:

@@ -15,8 +15,9 @@ from typing import Any
 
 from airlock.approval import refs
 from airlock.approval.pending import Pending, ticket_binding
-from airlock.common import validate
+from airlock.common import shown, validate
 from airlock.common.audit import Audit, Ids
+from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.server import Call
 
 
@@ -33,6 +34,20 @@ class PendingTable(dict[tuple[int, str], Pending]):
         """The pending request ``ref`` names exactly: its ID, or ``AGENT/ID`` (a user name or uid) when
         agents share the ID (pending requests are keyed by (uid, ID)); a shared ID alone is refused."""
         return refs.named(ref, self.values())
+
+    def stdin(self, ref: str, *, operator: bool) -> dict[str, Any]:
+        """Issue 45: the whole stdin of the request ``ref`` names exactly (``show`` with ``stdin: true``), for
+        an ``operator`` only.  Only approval holds it, and only while it is pending: records keep its digest."""
+        if not operator:
+            raise AirlockError(ErrorCode.UNAUTHORIZED, "a request's stdin is shown to operators only")
+        entry = self.named(ref)
+        if entry is None:
+            raise AirlockError(
+                ErrorCode.NOT_FOUND,
+                f"{ref!r} is not pending (give its whole ID): stdin is kept only while a request is pending; "
+                "its records hold its size and sha256",
+            )
+        return {"request_id": entry.request_id, "stdin": entry.stdin, "summary": shown.summary(entry.stdin)}
 
     def own(self, uid: int, request_id: str) -> Pending | None:
         """Agent ``uid``'s own pending request ``request_id`` (an agent names only its own)."""

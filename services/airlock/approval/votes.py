@@ -32,7 +32,7 @@ from airlock.approval.signers import Signer
 from airlock.approval.statement import SIGN_COMMAND
 from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.tickets import TicketBook
-from airlock.common import validate
+from airlock.common import shown, validate
 from airlock.common.arguments import describe as describe_argument
 from airlock.common.audit import Audit, Ids
 from airlock.common.config import Config
@@ -181,6 +181,8 @@ class Votes:
                 requester=f"{entry.peer.user} (uid {entry.peer.uid})",
                 run_as=f"{entry.run_as_user} (uid {entry.run_as})",
                 command=command,
+                cwd=shown.cwd_line(spec.get("cwd"), privileged=entry.privileged) if spec else "",
+                stdin=shown.stdin_line(spec.get("stdin")) if spec else "",
                 reason=str(entry.request.get("reason") or ""),
                 arguments="; ".join(describe_argument(a) for a in entry.bound.get("arguments") or []),
                 credentials=describe_credentials(entry.bound.get("credentials")),

@@ -51,6 +51,12 @@ def add_verify_arguments(sp: argparse.ArgumentParser) -> None:
         help="with --journal: the hosts' checkpoint keys (allowed_signers format, one `airlock audit host-key` "
         "line per host): a host's records count only on the chain its own key's checkpoints sign",
     )
+    sp.add_argument(
+        "--trust-claimed-hosts",
+        action="store_true",
+        help="with --journal and no --host-keys: accept the host each record claims (any host's root can "
+        "claim any name); without it, hosts that no key proves are UNPROVEN and verify exits 1",
+    )
 
 
 def add_global_arguments(p: argparse.ArgumentParser) -> None:
@@ -220,6 +226,10 @@ def verify_journal(ns: argparse.Namespace) -> int:
             "are for the local journal"
         )
         return 2
+    trust = bool(getattr(ns, "trust_claimed_hosts", False))
+    if trust and getattr(ns, "host_keys", None):
+        _err("--trust-claimed-hosts is for a collector without keys: with --host-keys, the keys decide")
+        return 2
     keys = _host_keys(ns)
     if isinstance(keys, int):
         return keys
@@ -227,16 +237,16 @@ def verify_journal(ns: argparse.Namespace) -> int:
     if isinstance(entries, int):
         return entries
     verified = check_signatures(entries, keys) if keys is not None else None
-    report = fleet.verify_hosts(entries, host=ns.journal_host, verified=verified)
+    report = fleet.verify_hosts(entries, host=ns.journal_host, verified=verified, trust_claimed=trust)
     if ns.json:
         print(json.dumps(report.to_dict(), separators=(",", ":")))
     else:
         for host in report.hosts.values():
-            print(_host_line(host))
+            print(_host_line(host, claimed=host.host in report.claimed_only))
         for line in _unproven_lines(report):
             print(line)
-        if not report.keyed:
-            print("note: hosts as their records claim them (no --host-keys: any host's root can claim any name)")
+        if report.trust_claimed:
+            print("note: hosts as their records claim them (--trust-claimed-hosts: any host's root can claim any name)")
         if report.ignored:
             print(
                 f"ignored: {len(report.ignored)} entr{'y' if len(report.ignored) == 1 else 'ies'} "
@@ -245,6 +255,13 @@ def verify_journal(ns: argparse.Namespace) -> int:
         if not report.hosts:
             wanted = f" of host {ns.journal_host!r}" if ns.journal_host else ""
             print(f"FAILED: no airlock records{wanted} in {', '.join(ns.journal)}")
+        elif report.claimed_only and all(h.ok for h in report.hosts.values()):
+            n = len(report.claimed_only)
+            print(
+                f"UNPROVEN: {n} host{'s' if n != 1 else ''} known only by the name {'their' if n != 1 else 'its'} "
+                "records claim (any host's root can claim any name): give --host-keys FILE (docs/fleet.md), "
+                "or --trust-claimed-hosts to accept the claimed names"
+            )
         elif report.ok:
             n = len(report.hosts)
             print(f"ok: {n} host{'s' if n != 1 else ''} check out")
@@ -277,7 +294,7 @@ def _spans(seqs: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def _host_line(host: Any) -> str:
+def _host_line(host: Any, *, claimed: bool = False) -> str:
     summary = (
         (f"{host.records} records, {_range(host.first_seq, host.last_seq)}, {host.first_time} to {host.last_time}")
         if host.records
@@ -298,6 +315,8 @@ def _host_line(host: Any) -> str:
     for seg in host.segments:
         cut = f" (the host cut {_range(*seg['cut'])}; the collector keeps them)" if seg.get("cut") else ""
         summary += f"; new segment at seq {seg['seq']}: acknowledged after seq {seg['after']}{cut}"
+    if host.ok and claimed:
+        return f"host {sanitise(host.host)}: UNPROVEN (its chain checks out under the name it claims): {summary}"
     if host.ok:
         return f"host {sanitise(host.host)}: ok: {summary}"
     problems = "; ".join(sanitise(p) for p in host.problems[:10])

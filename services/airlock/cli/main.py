@@ -192,6 +192,11 @@ def parser() -> argparse.ArgumentParser:
     sp = op("show", "a request's whole story: who, what, why, decision, outcome, events")
     sp.add_argument("ref", help="request ID, operation ID, or a unique prefix of a pending request's ID")
     sp.add_argument("--output", action="store_true", help="print the job's stored output (redacted, checked)")
+    sp.add_argument(
+        "--stdin",
+        action="store_true",
+        help="print a pending request's whole stdin (operators only; escaped on a terminal, raw into a pipe)",
+    )
     sp.set_defaults(func=show.cmd_show)
     sp = op("logs", "a job's output; with --follow, a running job's output as it comes, until it ends")
     sp.add_argument("ref", help="request ID or operation ID")

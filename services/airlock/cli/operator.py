@@ -116,9 +116,10 @@ def relay_status(hint: object, now: float) -> dict[str, Any]:
     configured = [str(c) for c in hint.get("channels") or []]
     body = relay_state.read(Path(hint["state_dir"]))
     if body is None:
-        return {"state": "not running" if configured else "not configured", "configured": configured, "channels": []}
+        state = "not running" if configured else "not configured"
+        return {"state": state, "configured": configured, "channels": []} | _wait(hint)
     if "error" in body and "state" not in body:
-        return {"state": "unknown", "error": body["error"], "configured": configured, "channels": []}
+        return {"state": "unknown", "error": body["error"], "configured": configured, "channels": []} | _wait(hint)
     running = relay_state.running(body, now)
     channels = [c for c in body.get("channels") or [] if isinstance(c, dict)]
     return {
@@ -128,7 +129,12 @@ def relay_status(hint: object, now: float) -> dict[str, Any]:
         "journal_latest": body.get("journal_latest"),
         "configured": configured,
         "channels": channels,
-    }
+    } | _wait(hint)
+
+
+def _wait(hint: dict[str, Any]) -> dict[str, Any]:
+    """Approval's wait for a person as approval has it: 600 s once notify.channels is set, said (issue 44)."""
+    return {k: hint.get(k) for k in ("approval_timeout_seconds", "approval_timeout_why") if k in hint}
 
 
 def relay_lines(relay: dict[str, Any]) -> list[tuple[str, object]]:
@@ -153,6 +159,9 @@ def relay_lines(relay: dict[str, Any]) -> list[tuple[str, object]]:
         if c.get("last_error"):
             text += f"; last error {sanitise(c.get('last_error_at'))}: {sanitise(c['last_error'])}"
         pairs.append((f"  {sanitise(c.get('name'), strict=True)}", text))
+    wait, why = relay.get("approval_timeout_seconds"), relay.get("approval_timeout_why")
+    if isinstance(wait, int | float) and why:
+        pairs.append(("  approval wait", f"{wait:g} s for an operator: {sanitise(why)}"))
     return pairs
 
 
@@ -195,6 +204,8 @@ def cmd_pending(ns: argparse.Namespace) -> int:
                     f"stage {i}: {', '.join(names)}" for i, names in enumerate(p["credentials"], start=1) if names
                 )
                 print(f"{render.sanitise(p['request_id'], strict=True)} credentials: {render.sanitise(given)}")
+            for label, value in render.cwd_and_stdin(p):  # issue 45: bound to the ticket, so shown
+                print(f"{render.sanitise(p['request_id'], strict=True)} {label.strip()}: {value}")
             review = render.file_review(p["request"])
             if review:
                 print(f"\n{render.sanitise(p['request_id'], strict=True)}:")

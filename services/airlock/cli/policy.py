@@ -142,6 +142,9 @@ def cmd_config_show(ns: argparse.Namespace) -> int:
 
         print(f"# effective configuration from {cfg.source}")
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
+        for key, why in cfg.derived:  # a value another setting chose is said, not left to surprise (issue 44)
+            section, name = key.split(".", 1)
+            print(f"# {key} is {getattr(getattr(cfg, section), name)!r} because {why}")
     return 0
 
 

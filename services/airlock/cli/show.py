@@ -15,7 +15,7 @@ from typing import Any
 from airlock.cli.base import _operator
 from airlock.cli.events import _event_line
 from airlock.cli.operator import approve_line
-from airlock.common import arguments, render
+from airlock.common import arguments, render, shown
 from airlock.common.render import Style, command_line, fields, sanitise, use_colour
 
 
@@ -35,10 +35,8 @@ def _decision_text(decision: dict[str, Any]) -> str:
 
 
 def cmd_show(ns: argparse.Namespace) -> int:
-    if getattr(ns, "output", False):
-        from airlock.cli.output import cmd_output  # issue 35: the job's stored output
-
-        return cmd_output(ns)
+    if getattr(ns, "output", False) or getattr(ns, "stdin", False):
+        return _contents(ns)
     rc, data = _operator(ns, "show", {"ref": ns.ref})
     if rc != 0 or ns.json:
         return rc
@@ -63,6 +61,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
     ]
     for i, stage in enumerate(request.get("stages") or [], start=1):
         pairs.append((f"stage {i}", command_line(stage)))
+    pairs += render.cwd_and_stdin(_where_and_input(data))  # issue 45: bound to the ticket, so shown
     for line in arguments.flagged(_bound_arguments(data)):
         pairs.append((style.bold(arguments.FLAG), sanitise(line)))
     opinion = _opinion(data)
@@ -124,6 +123,47 @@ def cmd_show(ns: argparse.Namespace) -> int:
         print("\n".join(tree_lines(data["tree"])))
     print()
     print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
+    return 0
+
+
+def _where_and_input(data: dict[str, Any]) -> dict[str, Any]:
+    """Issue 45: what `render.cwd_and_stdin` reads: a pending request's detail, else the recorded request."""
+    if data.get("pending") and isinstance(data.get("detail"), dict):
+        return dict(data["detail"])
+    request = data.get("request") or {}
+    if "stages" not in request:
+        return {}
+    cwd = shown.cwd_line(request.get("cwd"), privileged=bool(request.get("privileged")))
+    return {"cwd": cwd, "stdin": request.get("stdin"), "request": request}
+
+
+def _contents(ns: argparse.Namespace) -> int:
+    """``--output`` (issue 35: the job's stored output) or ``--stdin`` (issue 45)."""
+    if getattr(ns, "output", False):
+        from airlock.cli.output import cmd_output
+
+        return cmd_output(ns)
+    return _whole_stdin(ns)
+
+
+def _whole_stdin(ns: argparse.Namespace) -> int:
+    """``airlock show ID --stdin``: the whole stdin of a pending request (operators only): raw into a pipe or
+    a file, escaped line by line (binary: in hex) on a terminal, where its bytes could repaint the screen."""
+    rc, data = _operator(ns, "show", {"ref": ns.ref, "stdin": True})
+    if rc != 0 or ns.json:
+        return rc
+    data_bytes = shown.raw(data.get("stdin")) or b""
+    print(
+        f"# stdin of {sanitise(data.get('request_id'), strict=True)}: {shown.stdin_line(data.get('summary'))}",
+        file=sys.stderr,
+    )
+    if not sys.stdout.isatty():
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data_bytes)
+        sys.stdout.buffer.flush()
+        return 0
+    excerpt = shown.excerpt_all(data_bytes)
+    print("\n".join(sanitise(line) for line in excerpt))
     return 0
 
 

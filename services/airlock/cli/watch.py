@@ -33,6 +33,7 @@ from airlock.common import arguments, client, sandbox
 from airlock.common.render import (
     Style,
     command_line,
+    cwd_and_stdin,
     diff_lines,
     duration,
     fields,
@@ -88,9 +89,11 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     if p.get("reviewer"):  # issue 34: an opinion, escaped like every request value
         pairs.append(("reviewer", sanitise(reviewer_line(p["reviewer"]).removeprefix("reviewer "))))
     request = p.get("request") or {}
+    pairs.extend(cwd_and_stdin(p))  # issue 45: where it runs and what it reads, bound to the ticket
     pairs.extend(file_review(request))
-    env = p.get("env_names") or []
-    pairs.append(("env", ", ".join(sanitise(n, strict=True) for n in env) or "-"))
+    if p.get("cwd") is None:  # a command's environment is among cwd_and_stdin's pairs, with its values
+        env = p.get("env_names") or []
+        pairs.append(("env", ", ".join(sanitise(n, strict=True) for n in env) or "-"))
     pairs.append(("rule", f"{sanitise(p.get('rule'))} (ask)"))
     attached = [str(a) for a in p.get("attached") or []]
     if attached:  # issue 34: identical requests of the same agent, decided with this one

@@ -73,7 +73,7 @@ from airlock.common.configvalues import (
     web_url,
 )
 from airlock.common.peer import identify, may_decide
-from airlock.common.settings_access import MAX_TOTAL_OUTPUT, RELAYED_APPROVAL_TIMEOUT, MiB
+from airlock.common.settings_access import MAX_TOTAL_OUTPUT, RELAYED_APPROVAL_TIMEOUT, RELAYED_WHY, MiB
 from airlock.common.yamlnodes import STR, is_null, syntax_error
 
 DEFAULT_CONFIG_PATH = Path("/etc/airlock/airlock.yaml")
@@ -151,6 +151,8 @@ class Config:
     policy_node: yaml.Node | None = dataclasses.field(default=None, compare=False, repr=False)
     # Issue 44: set when the file on disk was refused and this is the last accepted copy or the defaults.
     refused: str = dataclasses.field(default="", compare=False)
+    # Settings whose value another setting chose, each with why (issue 44: said, never silent).
+    derived: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -279,9 +281,11 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
             except ValueError as exc:
                 raise fail_at(path, value_node, key, str(exc)) from None
             given.add(key)
+    derived = tuple(d for d in base.derived if d[0] not in given)
     if values["notify.channels"] and "approval.timeout_seconds" not in given and base == defaults():
         values["approval.timeout_seconds"] = RELAYED_APPROVAL_TIMEOUT
-    config = _build(values, path, policy_node)
+        derived = (("approval.timeout_seconds", RELAYED_WHY),)
+    config = dataclasses.replace(_build(values, path, policy_node), derived=derived)
     _check(config, path)
     return config
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any
 from urllib.parse import quote
 
+from airlock.common import shown
+
 # Unicode categories that draw nothing, draw over something else, or reorder text.
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Mn", "Me"})
 
@@ -239,3 +241,42 @@ def reviewer_line(opinion: object) -> str:
     if opinion.get("why_not") and opinion.get("decision") != "ask":
         text += f" [not applied: {opinion.get('why_not')}]"
     return text
+
+
+def cwd_and_stdin(pending: dict[str, Any]) -> list[tuple[str, str]]:
+    """Issue 45: what the ticket binds of a pending command beyond its argv, binaries and run-as, sanitised:
+    the working directory, stdin (size, sha256 and, for operators, the excerpt's lines), the environment's
+    values, the limits the agent set and agent forwarding.  Nothing for a file operation."""
+    if pending.get("cwd") is None:
+        return []
+    pairs = [
+        ("cwd", sanitise(pending.get("cwd"), strict=True)),
+        ("stdin", sanitise(shown.stdin_line(pending.get("stdin")))),
+    ]
+    request = pending.get("request")
+    request = request if isinstance(request, dict) else {}
+    pairs += [("  |", sanitise(line)) for line in shown.excerpt_lines(request.get("stdin_excerpt"))]
+    raw_env = request.get("env")
+    env: dict[str, Any] = raw_env if isinstance(raw_env, dict) else {}
+    given = [f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
+    given += [f"{n} (protected)" for n in request.get("protected_names") or []]
+    if given:
+        pairs.append(("env", sanitise(" ".join(given))))
+    limits = [
+        f"{label} {request[key]}"
+        for key, label in _LIMITS
+        if isinstance(request.get(key), int) and not isinstance(request.get(key), bool)
+    ]
+    if limits:
+        pairs.append(("limits", sanitise(", ".join(limits))))
+    if request.get("forward_agent"):
+        pairs.append(("ssh agent", "forwarded to the job"))
+    return pairs
+
+
+# The limits an agent may set on a command (spec fields), as `cwd_and_stdin` names them.
+_LIMITS = (
+    ("timeout_ms", "timeout ms"),
+    ("deadline_ms", "deadline (Unix ms)"),
+    ("max_output_bytes", "output bytes at most"),
+)

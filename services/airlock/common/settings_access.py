@@ -28,6 +28,7 @@ MiB = 1024 * 1024
 # The approval window when operators are reached off the box (notify.channels) and
 # approval.timeout_seconds is not set: 60 s fits a person at the console, not a phone.
 RELAYED_APPROVAL_TIMEOUT = 600.0
+RELAYED_WHY = "notify.channels is set and approval.timeout_seconds is not (set it to choose)"
 # The most limits.max_total_output_bytes may be: base64 (4/3) of it and a 64-stage reply fit in common/ipc.py's 96 MiB.
 MAX_TOTAL_OUTPUT = 48 * MiB
 

@@ -276,10 +276,12 @@ ROWS: tuple[Setting, ...] = (
         "service: each job stage a transient systemd service (a rule's sandbox applies); scope: a transient scope "
         "around the runner's children; auto: service when systemd runs and the runner is root, else a process group.",
     ),
-    Setting("runner.slice", string, "airlock-jobs.slice", "The slice job scopes are placed in."),
-    Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job scope (e.g. 2G)."),
-    Setting("runner.tasks_max", non_negative_int, 0, "TasksMax= of each job scope (0: systemd's default)."),
-    Setting("runner.cpu_quota", optional_string, None, "CPUQuota= of each job scope (e.g. 200%)."),
+    Setting("runner.slice", string, "airlock-jobs.slice", "The slice jobs are placed in (their services or scopes)."),
+    Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job (its service or scope; e.g. 2G)."),
+    Setting(
+        "runner.tasks_max", non_negative_int, 0, "TasksMax= of each job (its service or scope; 0: systemd's default)."
+    ),
+    Setting("runner.cpu_quota", optional_string, None, "CPUQuota= of each job (its service or scope; e.g. 200%)."),
     Setting(
         "runner.output_dir",
         absolute_path,

@@ -56,6 +56,44 @@ def text(field: str, value: Any, *, max_len: int = 4096, allow_empty: bool = Tru
     return value
 
 
+# Issue 45: the fields of an agent's request whose strings are content, not text a person reads as it is:
+# stdin (base64 of bytes), a file write's content, a file edit's texts and a search's query (file content,
+# shown to operators escaped, in a diff), an armoured signature (its lines).  `displayed` exempts them.
+CONTENT_FIELDS = frozenset({"stdin", "content", "old_text", "new_text", "query", "signature"})
+_DISPLAYED_DEPTH = 16
+# The message's start for values under these keys, as their own checks say it (`env_map`).
+_NOUNS = {"env": "env value ", "protected_env": "env value "}
+
+
+def displayed(untrusted: Any, *, exempt: frozenset[str] = CONTENT_FIELDS, field: str = "") -> None:
+    """Refuse a control, bidi or zero-width character in any string of a request, keys included (issue 45).
+
+    Every field an agent sends may reach a person (pending, the relay, a log,
+    journald): known fields and unknown ones alike (a sudo-proxy client's
+    ``version``).  The error names the field as its own check does
+    (``pipeline[0][1]``, ``env.NAME``, ``version``); a top-level field in
+    ``exempt`` is content and skipped.  Lengths stay each field's own check.
+    """
+    stack: list[tuple[str, Any, int, str]] = [(field, untrusted, 0, "")]
+    while stack:
+        name, value, depth, noun = stack.pop()
+        if isinstance(value, str):
+            text(name or "value", value, max_len=len(value), noun=noun)
+        elif isinstance(value, (dict, list)):
+            if depth >= _DISPLAYED_DEPTH:
+                raise bad(name or "value", f"is nested more than {_DISPLAYED_DEPTH} levels deep")
+            if isinstance(value, list):
+                stack.extend((f"{name}[{i}]", item, depth + 1, noun) for i, item in enumerate(value))
+                continue
+            for key, item in value.items():
+                if depth == 0 and key in exempt:
+                    continue
+                # A key is checked before it names anything (an error never repeats a forbidden character).
+                text(f"{name} key" if name else "field name", key, max_len=len(str(key)))
+                path = f"{name}.{key}" if name else str(key)
+                stack.append((path, item, depth + 1, _NOUNS.get(str(key), noun) if depth == 0 else noun))
+
+
 def is_request_id(value: Any) -> bool:
     """Whether ``value`` is a request ID airlock accepts: 1-256 of ``[A-Za-z0-9._:-]``."""
     return isinstance(value, str) and _REQUEST_ID.fullmatch(value) is not None

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from airlock import __version__
+from airlock.common import validate
 from airlock.common.codec import reject_constant
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.framing import NEED_DATA, FrameDecoder
@@ -169,7 +170,23 @@ def parse_request(line: bytes) -> Request:
     if raw_id is not None and request_id is None:
         raise GatewayError(Code.INVALID_REQUEST, "id must be a string")
     params = untrusted.get("params")
+    _displayed(untrusted, request_id)
     return Request(id=request_id, method=untrusted.get("method"), params={} if params is None else params)  # type: ignore[arg-type]
+
+
+# The params whose strings are content (a file's, a search pattern), not text shown as it is (issue 45).
+CONTENT_PARAMS: Final = frozenset({"content", "contentBase64", "oldText", "newText", "oldString", "newString", "query"})
+
+
+def _displayed(untrusted: dict[str, Any], request_id: RequestId) -> None:
+    """Issue 45: no control, bidi or zero-width character in any field a person may read (common/validate)."""
+    try:
+        validate.displayed({k: v for k, v in untrusted.items() if k != "params"}, exempt=frozenset())
+        if isinstance(untrusted.get("params"), dict):
+            validate.displayed(untrusted["params"], exempt=CONTENT_PARAMS, field="params")
+    except AirlockError as exc:
+        echoed = None if exc.details.get("field") == "id" else request_id  # an ID with one is not echoed
+        raise GatewayError(Code.INVALID_PARAMS, exc.message, exc.details, request_id=echoed) from None
 
 
 class LineReader:

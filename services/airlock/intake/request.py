@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from airlock.common import envrule, validate
+from airlock.common import envrule, shown, validate
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
@@ -58,14 +58,14 @@ class ExecRequest:
     stream: bool = False
 
     def describe(self) -> dict[str, Any]:
-        """What an operator and the audit record see (never protected values)."""
+        """What an operator and the audit record see (never protected values; stdin by size and sha256)."""
         return {
             "request_id": self.request_id,
             "reason": self.reason,
             "session": self.session,
             "host": self.host,
             "time": self.time,
-            **self.spec.to_dict(),
+            **shown.journaled(self.spec.to_dict()),
         }
 
 

@@ -143,6 +143,7 @@ class Intake:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         if request.verb not in NATIVE_VERBS:
             raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
+        validate.displayed(request.args)  # issue 45: every field a person may read, unknown ones too
         session = await self.drive.check_token(request, conn.peer)
         if session is None:
             return request
@@ -233,6 +234,7 @@ class Intake:
         request_id = raw_id if validate.is_request_id(raw_id) else None  # a refused ID is not echoed
         try:
             request_id = legacy_id(obj)
+            validate.displayed(obj)  # issue 45: every field a person may read, unknown ones (version) too
             if self.config.agents.require_token:
                 raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")  # this dialect carries no token
             action = obj.get("action", "exec")

@@ -53,6 +53,8 @@ def encode_error(request_id: str | None, error: AirlockError) -> bytes:
     if status == "error" or error.message:
         body["message"] = error.message
     body["code"] = error.code.value
+    if isinstance(error.details.get("field"), str):  # which field was refused (a client ignores what it does not know)
+        body["field"] = error.details["field"]
     body["version"] = VERSION
     return _line(body)
 

@@ -158,10 +158,19 @@ class FleetReport:
     # host they cannot prove (forged elsewhere, or the host's own history rewritten).
     keyed: bool = False
     unproven: list[dict[str, Any]] = field(default_factory=list)
+    # Without keys, a host is only the name its records claim (any host's root can write
+    # any AIRLOCK_HOST): such a report is not ok unless the caller chose to trust the names.
+    trust_claimed: bool = False
+
+    @property
+    def claimed_only(self) -> list[str]:
+        """The hosts known only by the name their records claim, untrusted (issue 44)."""
+        return [] if self.keyed or self.trust_claimed else list(self.hosts)
 
     @property
     def ok(self) -> bool:
-        return bool(self.hosts) and all(h.ok for h in self.hosts.values()) and not self.unproven
+        healthy = bool(self.hosts) and all(h.ok for h in self.hosts.values()) and not self.unproven
+        return healthy and not self.claimed_only
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -171,6 +180,8 @@ class FleetReport:
             "ignored_reasons": self.ignored[:20],
             "keyed": self.keyed,
             "unproven": self.unproven,
+            "trust_claimed": self.trust_claimed,
+            "unproven_hosts": self.claimed_only,
         }
 
 
@@ -274,6 +285,7 @@ def verify_hosts(
     *,
     host: str | None = None,
     verified: Mapping[tuple[bytes, str], str] | None = None,
+    trust_claimed: bool = False,
 ) -> FleetReport:
     """Sort a collector's entries by host and check each host's chain on its own.
 
@@ -288,7 +300,9 @@ def verify_hosts(
     signs count as the host's (and records past the newest one, not signed
     yet, except an acknowledgement), the checkpoints must extend one another,
     and everything else that claims the host is reported in ``unproven``.  Without
-    it, ``AIRLOCK_HOST`` is taken as it comes (any host's root can write it).
+    it, ``AIRLOCK_HOST`` is taken as it comes (any host's root can write it), so
+    every host is unproven and the report is not ok unless ``trust_claimed``
+    (issue 44: a collector proves or says it cannot).
     """
     records: dict[str, list[Shipped]] = {}
     anchors: dict[str, list[Anchor]] = {}
@@ -316,7 +330,7 @@ def verify_hosts(
             ignored.append(str(exc))
     if verified is None:
         reports = {name: verify_host(name, items, anchors.get(name, ())) for name, items in sorted(records.items())}
-        return FleetReport(reports, ignored)
+        return FleetReport(reports, ignored, trust_claimed=trust_claimed)
     report = FleetReport({}, ignored, keyed=True)
     for name in sorted(set(records) | {h for h in signed if host is None or host_matches(h, host)}):
         kept, proofs = prove(name, records.get(name, []), signed.get(name, []), anchors.get(name, []), verified, report)

@@ -11,7 +11,10 @@ message).  ``done``: events after ``seq`` already delivered (the relay serves
 agents in turn, so it does not deliver in seq order; these are not sent
 again after a restart).  ``journal``: the journal the seqs belong to, the hash
 of its first record (issue 28): a purged and reinstalled journal starts again
-at seq 1, and a cursor of the old one would skip its events.
+at seq 1, and a cursor of the old one would skip its events.  ``delivered``
+and ``delivered_at``: the last event the receiver took, and when (what
+`airlock status` shows): kept here so a restarted relay (an upgrade, a
+reinstall) does not claim it never delivered anything (issue 44).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ class Cursor:
     seq: int
     journal: str | None = None  # the journal's first record's hash; None: not known (an empty journal, an old file)
     done: frozenset[int] = field(default_factory=frozenset)
+    delivered: int | None = None  # the last event delivered to the receiver (for `airlock status`)
+    delivered_at: str | None = None
 
 
 class CursorError(Exception):
@@ -64,7 +69,11 @@ def load(path: Path) -> Cursor | None:
         raise bad
     if journal is not None and not (isinstance(journal, str) and _HASH.fullmatch(journal)):
         raise bad
-    return Cursor(seq, journal, frozenset(d for d in done if d > seq))
+    # Shown to operators only: a value that is not one is dropped, never trusted.
+    delivered, delivered_at = raw.get("delivered"), raw.get("delivered_at")
+    if not _seq(delivered) or not isinstance(delivered_at, str) or len(delivered_at) > 64:
+        delivered, delivered_at = None, None
+    return Cursor(seq, journal, frozenset(d for d in done if d > seq), delivered, delivered_at)
 
 
 def _seq(value: object) -> bool:
@@ -73,7 +82,13 @@ def _seq(value: object) -> bool:
 
 def save(path: Path, cursor: Cursor) -> None:
     """Replace the cursor, durably."""
-    body = {"seq": cursor.seq, "journal": cursor.journal, "done": sorted(d for d in cursor.done if d > cursor.seq)}
+    body = {
+        "seq": cursor.seq,
+        "journal": cursor.journal,
+        "done": sorted(d for d in cursor.done if d > cursor.seq),
+        "delivered": cursor.delivered,
+        "delivered_at": cursor.delivered_at,
+    }
     write_atomically(path, json.dumps(body).encode() + b"\n", 0o600)
 
 

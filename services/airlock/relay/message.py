@@ -4,7 +4,8 @@ Pure: no I/O; the relay's service feeds events in and sends what comes out.  Wha
 an agent chose (argv, reason, paths) is sanitised on the way in
 (`airlock.common.render.sanitise`), so no channel ever shows a control or bidi
 character that could make the text lie.  Environment *values* are never
-included (names only), and protected values are not in the events feed.
+included (names only), and protected values are not in the events feed; a
+command's stdin is its size and sha256 (issue 45: the feed holds no more).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from airlock.common import arguments
+from airlock.common import arguments, shown
 from airlock.common.codec import iso_utc
 from airlock.common.render import command_line, decision_line, duration, request_href, reviewer_line, sanitise
 
@@ -86,6 +87,11 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float, 
         "mode": mode,
         "what": what,
         "env_names": sorted(_s(n, strict=True) for n in (spec.get("env") or request.get("env") or {})),
+        # Issue 45: where it runs and what it reads, bound to the ticket: stdin by size and sha256 only.
+        "cwd": _s(shown.cwd_line(spec.get("cwd", request.get("cwd")), privileged=privileged), strict=True)
+        if mode == "exec"
+        else None,
+        "stdin": _s(shown.stdin_line(spec.get("stdin", request.get("stdin")))) if mode == "exec" else None,
         # Issue 27: path arguments someone other than root can change (bound to the approval, no grant).
         "changeable": [_clip(_s(line), 500) for line in arguments.flagged(payload.get("arguments"))],
         "rule": _s(payload.get("rule")),
@@ -263,6 +269,7 @@ def _texts(m: dict[str, Any]) -> dict[str, str]:
         f"from: {m['user']} (uid {m['uid']})",
         f"runs as: {m['run_as']}" + (" (privileged)" if m["privileged"] else ""),
         f"{'command' if m['mode'] == 'exec' else 'file'}: {m['what']}",
+        *([f"cwd: {m['cwd']}", f"stdin: {m['stdin']}"] if m.get("cwd") else []),
         *(f"{arguments.FLAG} by others (bound to this approval): {line}" for line in m.get("changeable") or []),
         f"rule: {m['rule']}",
         f"reason: {m['reason'] or '(none given)'}",

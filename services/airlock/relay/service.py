@@ -27,7 +27,7 @@ from typing import Any
 from airlock.common import log
 from airlock.common.channels.base import SecretError
 from airlock.common.codec import iso_utc
-from airlock.common.config import ConfigError, load
+from airlock.common.config import Config, ConfigError, load
 from airlock.common.notify import Notifier
 from airlock.common.peer import identify, may_decide
 from airlock.relay import state
@@ -86,11 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     notifier = Notifier()
     stop = threading.Event()
 
+    reload = threading.Event()
+
     def on_signal(_signum: int, _frame: Any) -> None:
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: reload.set())
     workers = [Worker(config, channel, socket_path, host, stop) for channel in resolved]
     for worker in workers:
         worker.start()
@@ -106,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.wait(min(tick, 1.0)):
         if not any(w.is_alive() for w in workers):
             break
+        if reload.is_set():
+            reload.clear()
+            config = reload_config(Path(ns.config) if ns.config else None, config, workers, logger)
         notifier.watchdog()
         report.write("running")
     notifier.stopping()
@@ -117,6 +123,32 @@ def main(argv: list[str] | None = None) -> int:
     report.write("stopped", force=True)
     logger.info("notify.stopped", failed=failed)
     return 1 if failed else 0
+
+
+def reload_config(path: Path | None, config: Config, workers: list[Worker], logger: Any) -> Config:
+    """SIGHUP: take ``web.url`` from the file now; name what else changed (a restart applies it).
+
+    Returns the configuration now in force: the running one with the new ``web.url``."""
+    import dataclasses
+
+    from airlock.relay.reload import plan
+
+    try:
+        new = load(path)
+    except ConfigError as exc:
+        logger.error("notify.reload.refused", error=str(exc), kept="the running configuration")
+        return config
+    change = plan(config, new)
+    for worker in workers:
+        worker.web_url = change.web_url
+    logger.info("notify.reloaded", web_url=change.web_url, needs_restart=list(change.needs_restart))
+    if change.needs_restart:
+        logger.warning(
+            "notify.reload.partial",
+            needs_restart=list(change.needs_restart),
+            error="a reload applies web.url only: systemctl restart airlock-notify for the rest",
+        )
+    return dataclasses.replace(config, web=dataclasses.replace(config.web, url=change.web_url))
 
 
 class StatusReport:

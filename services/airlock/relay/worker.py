@@ -42,6 +42,7 @@ class Worker(threading.Thread):
         self.stop = stop
         self.log = log.get().bind(service="notify", channel=channel.name, channel_type=channel.kind)
         self.cursor_path = cursor.path_for(config.notify.state_dir, channel.name)
+        self.web_url = config.web.url  # replaced whole by a reload (relay/reload.py); read per message
         self.limit = RateLimit(channel.settings.get("rate_per_minute") or config.notify.rate_per_minute)
         self.ready = threading.Event()
         self.cursor: int | None = None  # every event up to it handled, durable
@@ -127,6 +128,7 @@ class Worker(threading.Thread):
             self.cursor = self.fetched = saved.seq
             self.skip = saved.done
             self.journal = journal
+            self.delivered_seq, self.delivered_at = saved.delivered, saved.delivered_at  # same journal: still true
             if saved.journal is None:
                 self._save()  # bind it to this journal from now on
             return True
@@ -150,6 +152,7 @@ class Worker(threading.Thread):
         self.cursor = self.fetched = latest
         self.journal = journal
         self.skip = frozenset()
+        self.delivered_seq = self.delivered_at = None  # of a journal that is gone, if any
         self._save()
         self.log.info("notify.cursor.created", seq=latest, path=str(self.cursor_path))
         waiting = self._feed("pending", {}, wait=False) or {}
@@ -170,7 +173,10 @@ class Worker(threading.Thread):
 
     def _save(self) -> None:
         assert self.cursor is not None
-        cursor.save(self.cursor_path, cursor.Cursor(self.cursor, self.journal, frozenset(self.done)))
+        cursor.save(
+            self.cursor_path,
+            cursor.Cursor(self.cursor, self.journal, frozenset(self.done), self.delivered_seq, self.delivered_at),
+        )
 
     def _fill(self) -> bool:
         """Read the next page after what was read and queue its messages; True when something new came."""
@@ -237,7 +243,7 @@ class Worker(threading.Thread):
         if kind in ("approval.pending", "approval.decided") and attached:
             return  # issue 34: attached to an identical request; its message and outcome speak for both
         if kind in ("approval.pending", "approval.promoted"):  # promoted: its pending record was attached
-            message = msg.pending_message(event, self.host, user_of, time.time(), self.config.web.url)
+            message = msg.pending_message(event, self.host, user_of, time.time(), self.web_url)
             self.queue.push(Item(message, seqs, lane, message["request_id"], "pending", generation=self.generation))
             self.open.update(seqs)
             return

@@ -3,7 +3,7 @@
 A request's end record must fit the journal's payload cap before the job
 starts (issue 29): `end_record_fits` builds the largest ``exec.finished`` this
 job could produce with the same code (`audit_summary`) that builds the real
-one.  `spec_record` names a large argv or stdin by digest in ``exec.started``;
+one.  `spec_record` names a large argv (and any stdin) by digest in ``exec.started``;
 `fit_reply` drops output from a reply that would not fit what intake reads.
 """
 
@@ -13,6 +13,7 @@ import base64
 import hashlib
 from typing import Any
 
+from airlock.common import shown
 from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import MAX_REPLY_BYTES
@@ -30,13 +31,13 @@ KILLED_BYTES = 8 * 1024
 MIN_TREE_BYTES = 1024
 
 
-# A stage's argv (or stdin) past this many bytes is named by digest in exec.started:
+# A stage's argv past this many bytes is named by digest in exec.started:
 # request.received holds it whole, and a record need not repeat it (issue 29, issue 39 item 7).
 SPELLED_OUT_BYTES = 1024
 
 
 def spec_record(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec as ``exec.started`` journals it: a large argv or stdin by digest and size, the rest as it is.
+    """The spec as ``exec.started`` journals it: a large argv by digest and size, stdin always so, the rest as it is.
 
     ``digest`` (of the whole spec) next to it binds it to ``request.received``'s.
     """
@@ -47,10 +48,8 @@ def spec_record(spec: dict[str, Any]) -> dict[str, Any]:
         else {"argv_sha256": argv_digest(argv), "argv_bytes": len(canonical_json(list(argv)))}
         for argv in spec["stages"]
     ]
-    stdin = spec.get("stdin")
-    if isinstance(stdin, str) and len(stdin) > SPELLED_OUT_BYTES:
-        out["stdin"] = {"sha256": hashlib.sha256(stdin.encode()).hexdigest(), "bytes": len(stdin)}
-    return out
+    # stdin is content the agent chose (a password for chpasswd): by size and sha256 only (issue 45).
+    return shown.journaled(out)
 
 
 def argv_digest(argv: Any) -> str:

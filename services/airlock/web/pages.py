@@ -3,6 +3,7 @@
 No inline script or style (the Content-Security-Policy forbids both), no
 external asset: one stylesheet and one script from /static/.  The request page
 shows what ``airlock show`` and the statement show: agent, run-as, command,
+its working directory and stdin (size, sha256, the first lines: issue 45),
 each stage's resolved binary, sandbox, a file operation's diff and hashes,
 flagged path arguments, time left and quorum progress, and the exact
 statement the passkey's assertion is bound to.
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from airlock.common import arguments, sandbox
+from airlock.common import shown as shown_io
 from airlock.common.render import command_line, duration, file_review, person, request_href
 from airlock.web.markup import Markup, html, join, lines
 from airlock.web.sessions import Session
@@ -75,6 +77,13 @@ def _run_as(item: dict[str, Any]) -> str:
     if item.get("privileged"):
         return f"{user or 'root'} (privileged)"
     return user or "the requesting user"
+
+
+def _where_and_input(detail: dict[str, Any]) -> list[tuple[str, object]]:
+    """Issue 45: a command's working directory and stdin (size and sha256), both bound to the ticket."""
+    if detail.get("cwd") is None:
+        return []
+    return [("cwd", _code(detail.get("cwd"))), ("stdin", shown_io.stdin_line(detail.get("stdin")))]
 
 
 def pending_list(items: Sequence[dict[str, Any]]) -> Markup:
@@ -157,6 +166,7 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
         ("agent", f"{peer.get('user')} (uid {peer.get('uid')}, pid {peer.get('pid')})"),
         ("session", detail.get("session") or "-"),
         ("runs as", _run_as(detail)),
+        *_where_and_input(detail),
         ("reason", detail.get("reason") or "(none given)"),
         ("rule", detail.get("rule") or "-"),
         ("time left", f"{duration(float(detail.get('seconds_left') or 0))}"),
@@ -209,6 +219,11 @@ def request_view(shown: dict[str, Any], session: Session, now: float | None = No
     env_names = detail.get("env_names") or []
     if env_names:
         body.append(html("<h2>Environment (names only)</h2><p><code>{names}</code></p>", names=" ".join(env_names)))
+    excerpt = shown_io.excerpt_lines(request.get("stdin_excerpt"))
+    if excerpt:  # issue 45: what the job reads, escaped like a diff (the whole: airlock show ID --stdin)
+        body.append(
+            html('<h2>Standard input (first lines)</h2><pre class="stdin">{t}</pre>', t=lines("\n".join(excerpt)))
+        )
     review = file_review(request)
     if review:
         body.append(html("<h2>File</h2>{dl}", dl=_dl(review)))

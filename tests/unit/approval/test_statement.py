@@ -35,6 +35,8 @@ statements = st.builds(
     run_as=texts,
     command=texts,
     reason=texts,
+    cwd=texts,
+    stdin=texts,
 )
 
 
@@ -55,8 +57,8 @@ def example(**changes: object) -> Statement:
 
 
 def test_the_statement_reads_as_documented() -> None:
-    assert example().render() == (
-        "airlock approval statement v1\n"
+    assert example(cwd="/etc", stdin="12 bytes, sha256 abc").render() == (
+        "airlock approval statement v2\n"
         'host: "web1"\n'
         'request: "req-1"\n'
         f'binding: "{"a" * 64}"\n'
@@ -66,6 +68,8 @@ def test_the_statement_reads_as_documented() -> None:
         'requester: "agent (uid 1000)"\n'
         'run_as: "root (uid 0)"\n'
         'command: "apt-get update"\n'
+        'cwd: "/etc"\n'
+        'stdin: "12 bytes, sha256 abc"\n'
         'reason: "patch Tuesday"\n'
         'arguments: ""\n'
         'credentials: ""\n'

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,3 +244,32 @@ def test_signer_accounts_map_principals_to_operator_accounts() -> None:
         "a-laptop": "daemon",
         "r@x": "0",
     }
+
+
+CHANNEL = (
+    "notify:\n  channels:\n    - {type: webhook, name: hook, url: 'http://127.0.0.1:9/x', secret: 0123456789abcdef0}\n"
+)
+
+
+def test_the_relayed_approval_wait_is_said_where_settings_are_shown(tmp_path: Path) -> None:
+    """Issue 44: once notify.channels is set, approval's wait silently became 600 s; now the
+    configuration says which setting chose it, and `airlock config show` prints it."""
+    cfg = config.parse_text(CHANNEL, "/x.yaml")
+    assert cfg.approval.timeout_seconds == config.RELAYED_APPROVAL_TIMEOUT
+    assert [key for key, _ in cfg.derived] == ["approval.timeout_seconds"]
+    given = config.parse_text(CHANNEL + "approval: {timeout_seconds: 90}\n", "/x.yaml")
+    assert (given.approval.timeout_seconds, given.derived) == (90, ())
+    assert config.parse_text("", "/x.yaml").derived == ()
+    path = tmp_path / "airlock.yaml"
+    path.write_text(CHANNEL)
+    shown = subprocess.run(
+        [sys.executable, "-m", "airlock", "config", "show", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "# approval.timeout_seconds is 600.0 because notify.channels is set and approval.timeout_seconds is not"
+        in shown.stdout
+    ), shown.stdout

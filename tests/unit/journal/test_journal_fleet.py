@@ -90,21 +90,21 @@ def test_two_hosts_each_check_out_on_their_own() -> None:
     a, b = make_chain(5), make_chain(3)
     entries = [entry(r) for r in a] + [entry(r, HOST_B) for r in b]
     entries.reverse()  # a collector's order is not the chain's
-    report = fleet.verify_hosts([*entries, anchor_entry(5, a[-1]["hash"])])
+    report = fleet.verify_hosts([*entries, anchor_entry(5, a[-1]["hash"])], trust_claimed=True)
     assert report.ok, report.to_dict()
     assert set(report.hosts) == {HOST_A, HOST_B}
     ha = report.hosts[HOST_A]
     assert (ha.records, ha.first_seq, ha.last_seq) == (5, 1, 5)
     assert ha.first_time == a[0]["time"] and ha.last_time == a[-1]["time"]
     assert ha.anchors is not None and ha.anchors.checked == 1
-    only_b = fleet.verify_hosts(entries, host="web2")
+    only_b = fleet.verify_hosts(entries, host="web2", trust_claimed=True)
     assert list(only_b.hosts) == [HOST_B]
 
 
 def test_missing_records_are_reported_as_ranges() -> None:
     records = make_chain(12)
     kept = [r for r in records if r["seq"] not in (4, 5, 6, 9)]
-    report = fleet.verify_hosts([entry(r) for r in kept])
+    report = fleet.verify_hosts([entry(r) for r in kept], trust_claimed=True)
     host = report.hosts[HOST_A]
     assert not report.ok
     assert host.gaps == [(4, 6), (9, 9)]
@@ -116,7 +116,7 @@ def test_missing_records_are_reported_as_ranges() -> None:
 
 def test_a_collector_without_the_oldest_records_checks_from_its_first() -> None:
     records = make_chain(10)
-    report = fleet.verify_hosts([entry(r) for r in records[4:]])
+    report = fleet.verify_hosts([entry(r) for r in records[4:]], trust_claimed=True)
     assert report.ok and report.hosts[HOST_A].first_seq == 5
 
 
@@ -125,7 +125,7 @@ def test_a_rewritten_record_fails_at_its_seq() -> None:
     forged = dict(records[2], payload={"argv": ["rm", "-rf", "/"], "n": 3})
     entries = [entry(r) for r in records]
     entries[2] = entry(records[2]) | {"AIRLOCK_RECORD": chain.record_bytes(forged)}
-    host = fleet.verify_hosts(entries).hosts[HOST_A]
+    host = fleet.verify_hosts(entries, trust_claimed=True).hosts[HOST_A]
     assert not host.ok and host.first_bad_seq == 3
     assert any("hash does not match" in p for p in host.problems), host.problems
 
@@ -134,14 +134,14 @@ def test_a_rewritten_tail_with_recomputed_hashes_fails_against_an_anchor() -> No
     records = make_chain(6)
     rewritten = records[:3] + make_chain(3, start=4, prev=records[2]["hash"], kind="request.rejected")
     entries = [entry(r) for r in rewritten] + [anchor_entry(6, records[5]["hash"])]
-    host = fleet.verify_hosts(entries).hosts[HOST_A]
+    host = fleet.verify_hosts(entries, trust_claimed=True).hosts[HOST_A]
     assert not host.ok and host.anchors is not None and host.anchors.first_bad_seq == 6
 
 
 def test_an_anchor_beyond_the_collected_records_says_records_did_not_arrive() -> None:
     records = make_chain(8)
     entries = [entry(r) for r in records[:5]] + [anchor_entry(8, records[7]["hash"])]
-    host = fleet.verify_hosts(entries).hosts[HOST_A]
+    host = fleet.verify_hosts(entries, trust_claimed=True).hosts[HOST_A]
     assert not host.ok and host.first_bad_seq == 6
 
 
@@ -160,7 +160,7 @@ def test_an_anchor_beyond_the_collected_records_says_records_did_not_arrive() ->
 def test_entries_that_are_not_true_records_are_ignored_and_say_why(change: dict[str, Any], reason: str) -> None:
     records = make_chain(3)
     entries = [entry(records[0]) | change, entry(records[1]), entry(records[2])]
-    report = fleet.verify_hosts(entries)
+    report = fleet.verify_hosts(entries, trust_claimed=True)
     assert any(reason in why for why in report.ignored), report.ignored
     # seq 1 is not taken from that entry: the chain starts at 2 on trust only if nothing else is there
     assert report.hosts[HOST_A].first_seq == 2
@@ -169,7 +169,7 @@ def test_entries_that_are_not_true_records_are_ignored_and_say_why(change: dict[
 def test_a_non_canonical_record_is_refused_even_when_it_means_the_same() -> None:
     (record,) = make_chain(1)
     spaced = json.dumps({k: record[k] for k in chain.RECORD_FIELDS}, sort_keys=True).encode()
-    report = fleet.verify_hosts([entry(record) | {"AIRLOCK_RECORD": spaced}])
+    report = fleet.verify_hosts([entry(record) | {"AIRLOCK_RECORD": spaced}], trust_claimed=True)
     assert not report.ok and any("canonical" in why for why in report.ignored)
 
 
@@ -177,7 +177,7 @@ def test_forged_records_from_another_sender_do_not_count() -> None:
     records = make_chain(3)
     forged = make_chain(4)  # a whole other chain, sent by some user with journal.send
     entries = [entry(r) for r in records] + [entry(r, _SYSTEMD_UNIT="user@1000.service", _UID=1000) for r in forged]
-    report = fleet.verify_hosts(entries)
+    report = fleet.verify_hosts(entries, trust_claimed=True)
     assert report.ok and report.hosts[HOST_A].records == 3 and len(report.ignored) == 4
 
 
@@ -185,19 +185,19 @@ def test_an_acknowledgement_counts_only_from_root() -> None:
     records = make_chain(4)
     ack = make_chain(1, start=9, prev=records[-1]["hash"], kind=chain.ACK_KIND)[0]
     as_root = entry(ack, _SYSTEMD_UNIT="session-3.scope", _UID=0)
-    report = fleet.verify_hosts([entry(r) for r in records] + [as_root])
+    report = fleet.verify_hosts([entry(r) for r in records] + [as_root], trust_claimed=True)
     assert report.ok, report.to_dict()  # the seq jump before an acknowledgement is no gap
     by_journal_user = entry(ack)  # the journal's own user cannot excuse anything
-    report = fleet.verify_hosts([entry(r) for r in records] + [by_journal_user])
+    report = fleet.verify_hosts([entry(r) for r in records] + [by_journal_user], trust_claimed=True)
     assert report.hosts[HOST_A].last_seq == 4 and report.ignored
 
 
 def test_duplicates_are_counted_and_conflicts_fail() -> None:
     records = make_chain(3)
     entries = [entry(r) for r in records] + [entry(records[1])]
-    assert fleet.verify_hosts(entries).hosts[HOST_A].duplicates == 1
+    assert fleet.verify_hosts(entries, trust_claimed=True).hosts[HOST_A].duplicates == 1
     other = make_chain(3, kind="request.rejected")
-    host = fleet.verify_hosts([*entries, entry(other[0])]).hosts[HOST_A]
+    host = fleet.verify_hosts([*entries, entry(other[0])], trust_claimed=True).hosts[HOST_A]
     assert not host.ok and host.conflicts == [1]
 
 
@@ -228,7 +228,7 @@ def test_a_record_at_the_payload_cap_keeps_its_bytes() -> None:
     record["hash"] = chain.compute_hash(record)
     fields = fleet.record_fields(record, record["hash"], HOST_A)
     assert len(fields["AIRLOCK_RECORD"]) > MAX_PAYLOAD_BYTES - 20
-    assert fleet.verify_hosts([entry(record)]).ok
+    assert fleet.verify_hosts([entry(record)], trust_claimed=True).ok
 
 
 def test_the_store_hands_every_committed_record_to_the_shipper_in_order(tmp_path: Any) -> None:
@@ -255,7 +255,7 @@ def test_the_store_hands_every_committed_record_to_the_shipper_in_order(tmp_path
     assert [e.seq for e, _ in shipped] == list(range(1, 21))
     assert all(head >= e.seq for e, head in shipped)  # never ahead of the commit
     entries = [entry(e.to_dict()) for e, _ in shipped]
-    report = fleet.verify_hosts(entries)
+    report = fleet.verify_hosts(entries, trust_claimed=True)
     assert report.ok and report.hosts[HOST_A].records == 20
 
 
@@ -293,7 +293,7 @@ def test_an_acknowledged_cut_is_a_new_segment_and_the_cut_records_stay_as_eviden
     ack = make_chain(1, start=11, prev=records[5]["hash"], kind=chain.ACK_KIND)[0]
     after = make_chain(2, start=12, prev=ack["hash"])
     entries = [entry(r) for r in records + after] + [entry(ack, _SYSTEMD_UNIT="session-1.scope", _UID=0)]
-    host = fleet.verify_hosts(entries).hosts[HOST_A]
+    host = fleet.verify_hosts(entries, trust_claimed=True).hosts[HOST_A]
     assert host.ok, host.to_dict()
     assert host.segments == [{"seq": 11, "after": 6, "cut": [7, 10]}]
     # the database after the acknowledgement: 1..6, 11..13 -- compare accepts the acknowledged cut
@@ -307,7 +307,7 @@ def test_an_acknowledged_cut_is_a_new_segment_and_the_cut_records_stay_as_eviden
 def test_an_acknowledgement_linking_to_nothing_held_fails() -> None:
     records = make_chain(5)
     ack = make_chain(1, start=9, prev="e" * 64, kind=chain.ACK_KIND)[0]
-    host = fleet.verify_hosts([entry(r) for r in records] + [entry(ack, _UID=0)]).hosts[HOST_A]
+    host = fleet.verify_hosts([entry(r) for r in records] + [entry(ack, _UID=0)], trust_claimed=True).hosts[HOST_A]
     assert not host.ok and host.first_bad_seq == 9
 
 
@@ -341,7 +341,7 @@ def test_with_keys_only_the_chain_a_hosts_checkpoint_signs_is_its_own() -> None:
     ]
     assert not report.ok  # a forgery is on the collector
     # control: by claimed name, the forged record is web1's, and web1's chain fails
-    plain = fleet.verify_hosts(entries).hosts[HOST_A]
+    plain = fleet.verify_hosts(entries, trust_claimed=True).hosts[HOST_A]
     assert not plain.ok and plain.conflicts == [4]
 
 
@@ -363,3 +363,21 @@ def test_a_host_that_rewrites_its_shipped_history_is_caught_by_its_own_checkpoin
     assert not host.ok
     assert any("does not extend this host's earlier one at seq 5" in p for p in host.problems), host.problems
     assert host.conflicts == [3, 4, 5]  # both histories are signed by the host itself
+
+
+def test_without_keys_every_host_is_unproven_unless_the_caller_trusts_claimed_names() -> None:
+    """Issue 44: web2's root ships a whole chain under web1's name; without keys it never
+    verifies as web1's.  Only a caller that chose to trust claimed names gets ok."""
+    a, b = make_chain(4), make_chain(3, kind="exec.started")
+    genuine = [entry(r) for r in a]
+    forged = [entry(r, HOST_A) for r in b]  # web2's own chain, claiming web1
+    for entries in (genuine, forged, genuine + [entry(r, HOST_B) for r in b]):
+        report = fleet.verify_hosts(entries)
+        assert not report.ok and not report.keyed, report.to_dict()
+        assert report.claimed_only == sorted({e["AIRLOCK_HOST"] for e in entries})
+        assert report.to_dict()["unproven_hosts"] == report.claimed_only and not report.to_dict()["ok"]
+    # control: the chains themselves check out, and trusting the names says so
+    trusted = fleet.verify_hosts(forged, trust_claimed=True)
+    assert trusted.ok and trusted.claimed_only == [] and trusted.hosts[HOST_A].ok
+    # a host that fails its chain fails either way
+    assert not fleet.verify_hosts([entry(r) for r in a[1:3]] + [entry(a[0] | {"kind": "x"})]).ok

@@ -74,7 +74,7 @@ def test_a_cursor_names_its_journal_and_what_was_delivered_past_it(tmp_path: Pat
     path = cursor.path_for(tmp_path, "hook")
     cursor.save(path, cursor.Cursor(5, "b" * 64, frozenset({3, 7, 9})))
     raw = json.loads(path.read_text())
-    assert raw == {"seq": 5, "journal": "b" * 64, "done": [7, 9]}  # at or below seq is implied
+    assert raw == {"seq": 5, "journal": "b" * 64, "done": [7, 9], "delivered": None, "delivered_at": None}
     path.write_text('{"seq": 4}')  # a cursor from before issue 28: no journal yet
     assert cursor.load(path) == cursor.Cursor(4)
     for bad in ('{"seq": 4, "journal": "x"}', '{"seq": 4, "done": [-1]}', '{"seq": true}'):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pytest
@@ -61,5 +62,10 @@ def test_exec_started_spells_out_a_small_argv_and_names_a_large_one_by_digest() 
     record = spec_record(spec)
     assert record["stages"][0] == ["/usr/bin/echo", "hi"]
     assert record["stages"][1] == {"argv_sha256": argv_digest(big), "argv_bytes": len(canonical_json(big))}
-    assert record["stdin"]["bytes"] == 4000 and record["cwd"] == "/"
+    assert record["stdin"]["bytes"] == 3000 and record["cwd"] == "/"  # the bytes the job reads, not the base64
+    # Issue 45: stdin is content; even a small one is named by size and sha256 only.
+    assert spec_record({"stages": [["/usr/bin/true"]], "stdin": "cm9vdDpzM2NyZXQK"})["stdin"] == {
+        "bytes": 12,
+        "sha256": hashlib.sha256(b"root:s3cret\n").hexdigest(),
+    }
     assert spec_record({"stages": [["true"]], "stdin": None}) == {"stages": [["true"]], "stdin": None}
