@@ -20,7 +20,7 @@ request, needs exactly one match, and refuses a prefix that also named a
 request settled within the last `window` seconds: what the person read may
 have been that one.
 
-Pure.
+Pure: no I/O.
 """
 
 from __future__ import annotations
