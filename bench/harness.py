@@ -54,7 +54,12 @@ def machine() -> dict[str, Any]:
     debian = ""
     with contextlib.suppress(OSError):
         debian = Path("/etc/debian_version").read_text().strip()
+    commit = ""  # what was measured (docs/benchmarks.md's table names it)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        commit = done.stdout.strip() if done.returncode == 0 else ""
     return {
+        "commit": commit,
         "date": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "cores": os.cpu_count(),
         "cpu": model,
@@ -133,7 +138,12 @@ def write_results(figures: list[Figure], info: dict[str, Any], path: Path = RESU
     # A partial run (--only) keeps the other figures of the last full one.
     kept = {f["name"]: f for f in previous.get("figures", [])} if isinstance(previous, dict) else {}
     for f in figures:
-        kept[f.name] = asdict(f)
+        # When and under which load each figure was measured: a partial run's table mixes runs.
+        when = {
+            "measured_at": info.get("date"),
+            "load_average": [info.get("load_average_start"), info.get("load_average_end")],
+        }
+        kept[f.name] = asdict(f) | {"extra": when | f.extra}
     path.write_text(json.dumps({"machine": info, "figures": list(kept.values())}, indent=2) + "\n")
 
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/profile_exec.py [--requests N] [--py-spy]
 
-Not part of `make bench`: it is what docs/benchmarks.md's notes on missed
+Not part of `make bench`: it is what docs/benchmarks-log.md's notes on missed
 targets were made with.  ``--py-spy`` needs py-spy in the venv
 (``.venv/bin/pip install py-spy``; profiling only, not a dependency).
 """

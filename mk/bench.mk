@@ -4,6 +4,7 @@
 #         bench/results.json.  As root it installs sudo if missing and adds a
 #         NOPASSWD drop-in for a bench user for the run (removed afterwards).
 #         BENCH_ARGS=--quick for a short try-out run.
+# bench-doc: rewrites docs/benchmarks.md's table of today's figures from bench/results.json.
 # stress: tests/stress against live `airlock dev up` stacks.  Counts come from
 #         AIRLOCK_STRESS_N (default 20000) and AIRLOCK_STRESS_CLIENTS (32).
 #         test_flood.py (root): one agent floods output and journal bytes beside a victim agent.
@@ -17,6 +18,10 @@ bench: $(BIN)/airlock
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-system-deps deb >/dev/null || \
 	  echo "bench: could not build the .deb: the container rows will say so"; fi
 	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python bench/airlock_bench.py $(BENCH_ARGS)
+
+# docs/benchmarks.md's table of today's figures, rewritten from bench/results.json (issue 47).
+bench-doc: $(BIN)/airlock
+	$(BIN)/python bench/bench_doc.py
 
 stress: $(BIN)/airlock
 	$(BIN)/python -m pytest -q -p no:cacheprovider -rs tests/stress $(STRESS_ARGS)

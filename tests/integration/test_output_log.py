@@ -193,24 +193,6 @@ def test_redaction_holds_when_a_value_is_split_across_reads(stack: Stack) -> Non
     assert secret.encode() not in raw and secret[:7].encode() not in raw
 
 
-def test_retention_prunes_old_logs_and_keeps_young_ones(stack: Stack) -> None:
-    from airlock.runner import outputlog
-
-    directory = stack.runtime_dir / "state" / "output"
-    old = directory / outputlog.new_name()
-    old.write_bytes(gzip.compress(b"AIRLOCK-OUTPUT 1\n{}\n"))
-    os.utime(old, (time.time() - 40 * 86400, time.time() - 40 * 86400))
-    young = sorted(p for p in directory.iterdir() if p != old)
-    removed = outputlog.prune(directory, max_age=30 * 86400, total=1 << 30)
-    assert removed == [old.name] and not old.exists()
-    assert all(p.exists() for p in young)
-    # Over the total size: the oldest go first until the rest fit.
-    sizes = sorted(((p.stat().st_mtime, p) for p in directory.iterdir()), key=lambda t: t[0])
-    keep_last = sizes[-1][1]
-    removed = outputlog.prune(directory, max_age=30 * 86400, total=keep_last.stat().st_blocks * 512)
-    assert keep_last.exists() and len(removed) == len(sizes) - 1
-
-
 def test_the_runner_prunes_by_itself(tmp_path: Path) -> None:
     config = POLICY + "  output_log_max_age_seconds: 1\n"
     with custom_stack(tmp_path / "rt", config) as s:
@@ -223,6 +205,10 @@ def test_the_runner_prunes_by_itself(tmp_path: Path) -> None:
         os.utime(old, (time.time() - 60, time.time() - 60))
         run(s, "echo x")  # a job's end lets the runner prune (at most once a minute)
         until("the old log pruned", lambda: not old.exists(), timeout=10)
+        # Journaled before it went (issue 51): the file, its group ("" for a name from before groups), why.
+        deleted = [json.loads(r["payload"]) for r in s.journal_rows() if r["kind"] == "output_log.deleted"]
+        assert deleted and deleted[0]["files"][0]["file"] == old.name, deleted
+        assert deleted[0]["files"][0]["reason"] == "age" and deleted[0]["files"][0]["group"] == ""
 
 
 def test_pending_and_the_statement_name_the_credentials_a_request_would_receive(tmp_path: Path) -> None:
@@ -237,12 +223,12 @@ policy:
   rules:
     - name: ask-with-credential
       decision: ask
-      privileged: false
+      privileged: true
       commands: [[/usr/bin/cat, "..."]]
       credentials: {{db: {secret}, api: {secret}}}
 """
     with custom_stack(tmp_path / "rt", config) as s:
-        bg = Background(s, {"argv": ["cat", "/etc/hostname"]})
+        bg = Background(s, {"argv": ["cat", "/etc/hostname"], "privileged": True})
         item = wait_pending(s, bg.request_id)
         assert item["credentials"] == [["api", "db"]]
         pending = s.cli("pending")

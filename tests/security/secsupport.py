@@ -14,6 +14,7 @@ import os
 import pwd
 import secrets
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 import uuid
@@ -173,3 +174,29 @@ def root_dir() -> Path:
     path = Path(tempfile.mkdtemp(prefix="alsec-root", dir="/tmp"))
     os.chmod(path, 0o755)
     return path
+
+
+def forge_record(db: Path, kind: str, payload: dict[str, Any]) -> int:
+    """As root on a stopped journal: append a correctly linked and hashed record "written by the journal"
+    (its triggers dropped first, as an attacker would); its seq."""
+    from airlock.common.codec import canonical_json
+    from airlock.journal.chain import compute_hash
+
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.row_factory = sqlite3.Row
+        head = dict(conn.execute("SELECT * FROM events ORDER BY seq DESC LIMIT 1").fetchone())
+        ids = {"request_id": None, "operation_id": None, "peer_uid": None, "session": None}
+        record: dict[str, Any] = {"seq": head["seq"] + 1, "time": head["time"], "kind": kind, **ids}
+        record |= {"writer": "journal", "payload": payload, "prev_hash": head["hash"]}
+        columns = ("seq", "time", "kind", "request_id", "operation_id", "peer_uid", "session", "writer")
+        conn.execute(
+            "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (*(record[k] for k in columns), canonical_json(payload).decode(), head["hash"], compute_hash(record)),
+        )
+        conn.execute("UPDATE chain_high SET seq = ?", (record["seq"],))
+        return int(record["seq"])
+    finally:
+        conn.close()

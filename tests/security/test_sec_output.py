@@ -135,7 +135,7 @@ policy:
   rules:
     - name: with-credential
       decision: allow
-      privileged: false
+      privileged: true
       commands: [[/usr/bin/cat, "..."]]
       credentials:
         db: {path}
@@ -162,7 +162,7 @@ def test_an_unsafe_credential_file_is_refused_at_start(
         with red_stack(CREDENTIAL_RULE.format(agent=alice.pw_name, path=path)) as stack:
             # Control: the file as it should be passes the credential check; this stack's process-group
             # containment then refuses (credentials need service containment): nothing ran either way.
-            good = agent_exec(stack.agent, alice, {"argv": ["cat", "/etc/hostname"], "privileged": False})
+            good = agent_exec(stack.agent, alice, {"argv": ["cat", "/etc/hostname"], "privileged": True})
             assert not good["ok"] and good["error"]["code"] == "spawn_failed", good
             assert "runner.containment: service" in good["error"]["message"]
 
@@ -175,7 +175,7 @@ def test_an_unsafe_credential_file_is_refused_at_start(
                 os.chmod(path, 0o666)
             else:
                 os.chown(path, mallory.pw_uid, mallory.pw_gid)
-            bad = agent_exec(stack.agent, alice, {"argv": ["cat", "/etc/hostname"], "privileged": False})
+            bad = agent_exec(stack.agent, alice, {"argv": ["cat", "/etc/hostname"], "privileged": True})
             assert not bad["ok"] and bad["error"]["code"] == "credential_unsafe", bad
             assert str(path) in bad["error"]["message"]
             # Only names and digests ever reach the journal; never the value.
@@ -197,9 +197,9 @@ def test_a_policy_naming_an_unsafe_credential_file_does_not_load(tmp_path: Path)
     writable = tmp_path / "writable"
     writable.write_text("credential-value\n")
     os.chmod(writable, 0o620)
-    text = "rules:\n  - name: r\n    decision: allow\n    credentials: {{db: {path}}}\n"
+    text = "rules:\n  - name: r\n    decision: allow\n    privileged: true\n    credentials: {{db: {path}}}\n"
     parse_policy_text(text.format(path=good), "/p.yaml", main=False)  # control: the file as it should be
     for bad, message in ((link, "is a symbolic link"), (writable, "is writable by others than root")):
         with pytest.raises(PolicyError) as info:
             parse_policy_text(text.format(path=bad), "/p.yaml", main=False)
-        assert f"/p.yaml:4:23: rules[0] (r).credentials.db: {message}" in str(info.value)
+        assert f"/p.yaml:5:23: rules[0] (r).credentials.db: {message}" in str(info.value)

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from secsupport import forge_record
 
 from airlock.common.codec import canonical_json
-from airlock.journal.chain import compute_hash
 
 from support import Stack, start_stack, stop_stack
 
@@ -62,37 +62,9 @@ def _break(db: Path, seq: int) -> None:
 
 def _forge_verified(db: Path) -> int:
     """Append a correctly linked chain.verified record that claims the head was verified; its seq."""
-    conn = _db(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        head = dict(conn.execute("SELECT * FROM events ORDER BY seq DESC LIMIT 1").fetchone())
-        record: dict[str, Any] = {
-            "seq": head["seq"] + 1,
-            "time": head["time"],
-            "kind": "chain.verified",
-            "request_id": None,
-            "operation_id": None,
-            "peer_uid": None,
-            "session": None,
-            "writer": "journal",
-            "payload": {"seq": head["seq"], "hash": head["hash"], "checked": head["seq"], "mode": "full"},
-            "prev_hash": head["hash"],
-        }
-        digest = compute_hash(record)
-        conn.execute(
-            "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                *(record[k] for k in ("seq", "time", "kind", "request_id", "operation_id", "peer_uid", "session")),
-                "journal",
-                canonical_json(record["payload"]).decode(),
-                head["hash"],
-                digest,
-            ),
-        )
-        conn.execute("UPDATE chain_high SET seq = ?", (record["seq"],))
-        return int(record["seq"])
-    finally:
-        conn.close()
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        seq, digest = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    return forge_record(db, "chain.verified", {"seq": seq, "hash": digest, "checked": seq, "mode": "full"})
 
 
 def _kinds(db: Path) -> dict[int, str]:

@@ -1,5 +1,6 @@
 """Issue 35 with a real systemd: a rule's credential reaches the job through LoadCredential= and never the
-agent, the journal or journald; each job's output log is kept, cut at its bound, its digest in the chain."""
+agent, the journal or journald; each job's output log is kept, cut at its bound, its digest in the chain.
+Issue 51: credentials go only to jobs that run as another account than the agent's (privileged: true)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ rules:
   - name: systest-output-credential
     decision: allow
     groups: [airlock]
-    privileged: false
+    privileged: true
     commands:
       - [/usr/bin/dash, -c, '{SCRIPT}']
       - [/usr/bin/dash, -c, '{SLOW}']
@@ -53,7 +54,7 @@ def _records(system, operation: str, kind: str) -> list[dict]:
 
 def test_a_credential_reaches_the_job_redacted_for_the_agent_the_log_and_journald(system) -> None:
     operation = op()
-    code, envelope, r = system.run_json("/bin/sh", "-c", SCRIPT, extra=("--operation-id", operation))
+    code, envelope, r = system.run_json("/bin/sh", "-c", SCRIPT, privileged=True, extra=("--operation-id", operation))
     assert code == 0 and envelope.get("ok"), r
     import base64
 
@@ -90,7 +91,7 @@ def test_the_unit_loads_the_value_the_runner_read_from_its_own_copy(system) -> N
 
     operation = op()
     proc = system.c.popen(
-        ["airlock", "run", "--no-privilege", "--operation-id", operation, "--", "/bin/sh", "-c", SLOW],
+        ["airlock", "run", "--operation-id", operation, "--", "/bin/sh", "-c", SLOW],
         user=system.AGENT,
     )
     loaded = ""
@@ -110,6 +111,66 @@ def test_the_unit_loads_the_value_the_runner_read_from_its_own_copy(system) -> N
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and b"[redacted]" in out and b"done" in out, (out, err)
     assert system.c.run(["test", "-e", copy], check=False).returncode == 1  # removed with the job
+
+
+ATTACK = 'cat "$CREDENTIALS_DIRECTORY/db" >/dev/null; sleep 6; echo attack'
+ATTACK_POLICY = f"""\
+rules:
+  - name: systest-attack-credential
+    decision: allow
+    groups: [airlock]
+    commands:
+      - [/usr/bin/dash, -c, '{ATTACK}']
+    credentials:
+      db: /etc/airlock/credentials/db.pass
+"""
+# What the agent's other processes try while a job runs: read every job's copy of a credential.
+STEAL = "for i in $(seq 1 40); do cat /run/credentials/airlock-job-*/db 2>/dev/null && exit 0; sleep 0.2; done; exit 1"
+
+
+def _approval_log(system) -> str:
+    return system.c.run(["journalctl", "--no-pager", "-o", "cat", "-u", "airlock-approval"], check=False).stdout
+
+
+def _while_running(system, argv: list[str]) -> tuple[object, str]:
+    """Run ``argv`` as the agent and, meanwhile, try to read the credential as the agent: (the run, what was read)."""
+    run = system.c.popen(argv, user=system.AGENT)
+    stolen = system.c.run(["sh", "-c", STEAL], user=system.AGENT, check=False, timeout=30).stdout
+    return run, stolen
+
+
+def test_a_credential_never_reaches_a_job_that_runs_as_the_agent(system) -> None:
+    """The attack (issue 51): a credential rule without privileged: true ran unprivileged jobs as the agent, so
+    systemd's copy of the value was the agent's, read by any of its processes while the job ran.  Such a rule is
+    now refused (the reload keeps the running policy); control: a root job still gets the value, and the agent
+    reading along gets nothing."""
+    path = "/etc/airlock/policy.d/57-systest-attack.yaml"
+    before = _approval_log(system).count("approval.policy.rejected")
+    system.c.write(path, ATTACK_POLICY)
+    try:
+        system.c.run(["systemctl", "start", "airlock-approval.service"])  # reload needs it running (idle exit)
+        system.c.run(["systemctl", "reload", "airlock-approval.service"])
+        import time
+
+        deadline = time.monotonic() + 20
+        while _approval_log(system).count("approval.policy.rejected") == before and time.monotonic() < deadline:
+            time.sleep(0.2)
+        log = _approval_log(system)
+        assert "57-systest-attack.yaml:8:7: rules[0] (systest-attack-credential).credentials: apply only" in log, log
+        # The agent asks for the job unprivileged, and reads along: no job ran with the value.
+        argv = ["airlock", "run", "--no-privilege", "--", "/bin/sh", "-c", ATTACK]
+        run, stolen = _while_running(system, argv)
+        run.kill()
+        run.communicate(timeout=30)
+        assert CREDENTIAL not in stolen, stolen
+    finally:
+        system.c.run(["rm", "-f", path])
+        system.c.run(["systemctl", "try-reload-or-restart", "airlock-approval.service"])
+    # Control: the module's rule for root jobs; the job reads the value, the agent reading along does not.
+    run, stolen = _while_running(system, ["airlock", "run", "--", "/bin/sh", "-c", SLOW])
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 0 and b"[redacted]" in out and b"done" in out, (out, err)
+    assert CREDENTIAL not in stolen, stolen
 
 
 def test_the_output_log_is_cut_at_its_bound_and_the_chain_holds_its_digest(system) -> None:

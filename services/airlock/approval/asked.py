@@ -5,7 +5,7 @@ who asks in the policy's terms; `operator_view` is what operators are
 shown (built from the spec that travelled once) and `journaled_request`
 what ``approval.pending`` stores of it; `credentials_bound` is what the
 ticket binds of a rule's credentials; `policy_refusal` is what the agent is
-told of a policy's deny (a missing program as a shell says it).  Pure.
+told of a policy's deny (a missing program as a shell says it).  Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Bounds on asking operators (issue 28): how many of an agent's requests wait at once, how many it asks a minute.
 
 `AskLimits` is approval's one table of them (per agent uid); an `Admission`
-is one ask counted until it is pending or gone.  Pure bookkeeping: the
-caller journals nothing for a refused ask.
+is one ask counted until it is pending or gone.  Pure: no I/O (bookkeeping
+only); the caller journals nothing for a refused ask.
 """
 
 from __future__ import annotations

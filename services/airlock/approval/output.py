@@ -9,7 +9,9 @@ approval's uid may call.  The agent door has no verb that reads a log: an
 agent gets only what its own request returned.
 
 ``output`` compares the runner's digests of the file with the chain's and
-says ``verified`` (or which streams differ).  Each read is journaled as an
+says ``verified`` (or what differs): each stream's, and ``log_sha256``, the
+whole log as written, notes and frame order included (issue 51; a log kept
+before it has none, and ``whole`` says so).  Each read is journaled as an
 ``operator.action`` (``output`` or ``logs``) naming the request, as a
 session playback is in Teleport.  Observers may not read output: it can hold
 what a job printed about the system.
@@ -110,6 +112,9 @@ class OutputReads:
             await runner_wire.stub(self.runner).call(runner_wire.OUTPUT, runner_wire.Output(name), timeout=60)
         ).to_dict()
         differ = compare(list(kept.get("streams") or []), list(stored.get("streams") or []))
+        whole = kept.get("log_sha256")
+        if whole is not None and stored.get("log_sha256") != whole:
+            differ.append("the log as written (its frames, their order, airlock's notes)")
         return ids | {
             "running": False,
             "file": name,
@@ -119,6 +124,7 @@ class OutputReads:
             "chain": kept,
             "cut": bool(kept.get("cut")),
             "verified": not differ,
+            "whole": whole is not None,  # False: an older log, whose notes and frame order no digest covers
             "mismatches": differ,
         }
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from airlock.approval.policyfile import PolicyError, PolicyFile, parse_policy_node, parse_policy_text
-from airlock.approval.rules import Policy, Verdict
+from airlock.approval.rules import Policy, RuleMode, Verdict
 from airlock.common.config import Config
 
 # `airlock dev up` (cli/dev.py) checks a policy with load_policy and reports a PolicyError.
@@ -41,8 +41,8 @@ def assemble(files: Sequence[PolicyFile]) -> Policy:
     if errors:
         raise PolicyError(errors)
     default: Verdict = defaults[0].default if defaults and defaults[0].default else "ask"
-    rules = tuple(r for f in files for r in f.rules if r.mode != "shadow")
-    shadow = tuple(r for f in files for r in f.rules if r.mode == "shadow")
+    rules = tuple(r for f in files for r in f.rules if r.mode != RuleMode.SHADOW)
+    shadow = tuple(r for f in files for r in f.rules if r.mode == RuleMode.SHADOW)
     warnings = tuple(w for f in files for w in f.warnings)
     return Policy(default, rules, tuple(f.path for f in files), warnings, shadow)
 

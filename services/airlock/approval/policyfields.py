@@ -177,11 +177,21 @@ class FieldReader:
                 ) from None
         return dict(value)
 
-    def credentials(self, node: yaml.Node, key: str) -> dict[str, str]:
+    def credentials(self, node: yaml.Node, key: str, privileged: bool | None) -> dict[str, str]:
         """A rule's credentials: ``{name: absolute path}``, each file root's alone (runner/credentials.py
-        checks again, on an fd, before every job)."""
+        checks again, on an fd, before every job), on a rule for root jobs only."""
         if not isinstance(node, yaml.MappingNode) or not node.value:
             raise self.fail(node, key, "expected a mapping of credential names to absolute file paths")
+        if privileged is not True:
+            # Issue 51: an unprivileged job runs as the agent itself, and systemd's copy of the
+            # value belongs to the job's uid: any other process of the agent could read it.
+            raise self.fail(
+                node,
+                key,
+                "apply only to a rule with privileged: true (an unprivileged job runs as the agent, "
+                "who could then read the value)",
+                got=False,
+            )
         out: dict[str, str] = {}
         for name, key_node, value in self.items(node, key):
             if not CREDENTIAL_NAME.fullmatch(name):

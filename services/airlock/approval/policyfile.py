@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from airlock.approval.policyfields import FieldReader, Invalid
-from airlock.approval.rules import DEFAULT_RULE, UNRESOLVED_RULE, Rule, Verdict
+from airlock.approval.rules import DEFAULT_RULE, UNRESOLVED_RULE, Rule, RuleMode, Verdict
 from airlock.common import yamlnodes
 from airlock.common.yamlnodes import BOOL, STR, is_null, where
 
@@ -124,7 +124,9 @@ def _rule(reader: FieldReader, node: yaml.Node, key: str) -> tuple[Rule, tuple[s
     files = reader.files(values["files"], f"{key}.files") if "files" in values else None
     description = reader.string(values["description"], f"{key}.description") if "description" in values else ""
     confined = reader.sandbox(values["sandbox"], f"{key}.sandbox") if "sandbox" in values else None
-    secrets = reader.credentials(values["credentials"], f"{key}.credentials") if "credentials" in values else None
+    secrets = (
+        reader.credentials(values["credentials"], f"{key}.credentials", privileged) if "credentials" in values else None
+    )
     approvals, approvers, reason_required = reader.quorum(values, key, decision)
     writable = False
     if "writable_arguments" in values:
@@ -137,12 +139,12 @@ def _rule(reader: FieldReader, node: yaml.Node, key: str) -> tuple[Rule, tuple[s
             )
         writable = node.value == "allow"
     reviewer = reader.reviewer(values, key, decision, approvals, approvers)
-    mode = "enforce"
+    mode = RuleMode.ENFORCE
     if "mode" in values:
         node = values["mode"]
-        if not isinstance(node, yaml.ScalarNode) or node.tag != STR or node.value not in ("enforce", "shadow"):
+        if not isinstance(node, yaml.ScalarNode) or node.tag != STR or node.value not in set(RuleMode):
             raise reader.fail(node, f"{key}.mode", "must be enforce or shadow")
-        mode = node.value
+        mode = RuleMode(node.value)
     cwd = reader.cwd(values["cwd"], f"{key}.cwd") if "cwd" in values else None
     stdin = reader.stdin(values["stdin"], f"{key}.stdin") if "stdin" in values else None
     rule = Rule(

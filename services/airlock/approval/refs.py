@@ -21,7 +21,7 @@ request settled within the last `window` seconds: what the person read may
 have been that one.  Only when no pending request starts so does `show` look
 for a settled one in the journal (approval/lookup.py `prefixed`): reading, never deciding.
 
-Pure.
+Pure: no I/O.
 """
 
 from __future__ import annotations

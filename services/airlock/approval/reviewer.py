@@ -3,7 +3,7 @@
 A reviewer is a site's command (``approval.reviewer_command``) asked about
 each request a person would otherwise be asked about.  airlock-runner starts
 it (runner/review.py: its own unprivileged user, a tight sandbox, a deadline,
-bounded output); this module is approval's side and is pure:
+bounded output); this module is approval's side.  Pure: no I/O.  It holds:
 
 - `statement`: the request as the reviewer sees it -- the command, the
   binaries, who asks and as whom, the rule, the flagged arguments -- and never

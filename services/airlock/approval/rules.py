@@ -1,6 +1,6 @@
 """The policy as the engine holds it, and deciding: rules, who asks, decisions.
 
-Pure: no sockets, no asyncio.  The filesystem is read only to resolve
+No sockets, no asyncio; the filesystem is read only to resolve
 binaries (the same `resolve_executable` the runner uses).
 
 Deciding never depends on order or names: for each stage the most restrictive
@@ -16,6 +16,7 @@ name in sort order among the deciding rules).  docs/policy.md is the reference.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,6 +30,15 @@ from airlock.common.resolve import canonical, default_path, resolve_executable
 from airlock.common.sandbox import merge as merge_sandboxes
 
 Verdict = Literal["allow", "ask", "deny"]
+
+
+class RuleMode(enum.StrEnum):
+    """Whether a rule decides, or only says what it would have decided (issue 34's ``mode: shadow``)."""
+
+    ENFORCE = "enforce"
+    SHADOW = "shadow"
+
+
 VERDICTS: tuple[Verdict, ...] = ("allow", "ask", "deny")
 _RANK: dict[str, int] = {"allow": 0, "ask": 1, "deny": 2}
 
@@ -78,8 +88,8 @@ class Rule:
     # Issue 34: what the reviewer may do on this rule's asks (allow: decide either way; deny: only
     # refuse; advise: only show its opinion; None: the key is absent, which reads as advise).
     reviewer: str | None = None
-    # Issue 34: "shadow": the rule never decides; the decision it would make is journaled.
-    mode: str = "enforce"
+    # Issue 34: shadow: the rule never decides; the decision it would make is journaled.
+    mode: RuleMode = RuleMode.ENFORCE
     # Issue 35: credentials the job receives ({name: root-owned file}), never the agent.
     credentials: Mapping[str, str] | None = field(default=None, compare=False)
     # Issue 45: the job's directory must be this (canonical; "none": no cwd given), its stdin have this
@@ -99,6 +109,8 @@ class Rule:
                     raise ValueError(f"rule {self.name!r}: {list(pattern)!r}[{problem[0]}]: {problem[1]}")
             canonical = tuple((match.canonical_head(p[0]), *p[1:]) for p in self.commands)
             object.__setattr__(self, "commands", canonical)
+        if self.credentials and self.privileged is not True:
+            raise ValueError(f"rule {self.name!r}: credentials apply only to a rule with privileged: true")
 
     def applies_to(self, subject: Subject) -> bool:
         """Whether every subject condition of this rule holds."""
@@ -165,8 +177,8 @@ class Rule:
             out["writable_arguments"] = "allow"
         if self.reviewer is not None:
             out["reviewer"] = self.reviewer
-        if self.mode != "enforce":
-            out["mode"] = self.mode
+        if self.mode != RuleMode.ENFORCE:
+            out["mode"] = str(self.mode)
         if self.credentials:
             out["credentials"] = dict(self.credentials)
         for key in ("cwd", "stdin"):
@@ -373,7 +385,7 @@ class Policy:
         for rule in self.shadow:
             if not rule.applies_to(subject):
                 continue
-            live = Policy(self.default, (*self.rules, dataclasses.replace(rule, mode="enforce")), self.sources)
+            live = Policy(self.default, (*self.rules, dataclasses.replace(rule, mode=RuleMode.ENFORCE)), self.sources)
             try:
                 if file is not None:
                     decision = live.decide_file(subject, *file)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from airlock.approval.signers import Signer, Signers
 from airlock.approval.statement import NAMESPACE, Signature, Statement, StatementError, read_signature
+from airlock.approval.verdict import Publication
 from airlock.common.errors import AirlockError, ErrorCode
 
 RECENT = 256  # settled requests whose statements are kept to explain a late or replayed signature
@@ -44,7 +45,7 @@ class Published:
     request_id: str
     statements: dict[str, Statement]  # by decision: allow, deny
     uid: int | None = None  # the requester's: request IDs are each agent's own
-    state: str = "pending"  # pending, decided, expired, withdrawn, interrupted
+    state: str = Publication.PENDING  # a `Publication`
     settled_at: float = field(default=0.0)
 
 
@@ -64,7 +65,7 @@ class Ledger:
         published.state = state
         published.settled_at = time.time()
         self._published.move_to_end(id(published))
-        settled = [k for k, p in self._published.items() if p.state != "pending"]
+        settled = [k for k, p in self._published.items() if p.state != Publication.PENDING]
         for key in settled[: max(0, len(settled) - RECENT)]:
             self._dropped_at = max(self._dropped_at, self._published[key].settled_at)
             del self._published[key]
@@ -72,7 +73,9 @@ class Ledger:
     def settled_since(self, since: float) -> tuple[set[str], bool]:
         """The request IDs settled at ``since`` or later, and whether that list may be short
         (one settled since then was forgotten to keep RECENT): `refs` then refuses prefixes."""
-        found = {p.request_id for p in self._published.values() if p.state != "pending" and p.settled_at >= since}
+        found = {
+            p.request_id for p in self._published.values() if p.state != Publication.PENDING and p.settled_at >= since
+        }
         return found, self._dropped_at >= since
 
     def used(self, signature: Signature) -> None:
@@ -84,7 +87,7 @@ class Ledger:
         """The newest settled publication of ``request_id`` (to explain a signature for a request gone),
         of ``owner``'s requests only when given."""
         for entry in reversed(self._published.values()):
-            if entry.request_id == request_id and entry.state != "pending" and owner in (None, entry.uid):
+            if entry.request_id == request_id and entry.state != Publication.PENDING and owner in (None, entry.uid):
                 return entry
         return None
 
@@ -180,13 +183,13 @@ class Ledger:
                         f"this signature is for request {probe.request_id!r}, not {target.request_id!r}",
                         details | {"signed_request_id": probe.request_id},
                     )
-                if probe.state == "expired" or statement.expires <= now:
+                if probe.state == Publication.EXPIRED or statement.expires <= now:
                     raise AirlockError(
                         ErrorCode.STATEMENT_EXPIRED,
                         "the statement this signature signs has expired",
                         details | {"signed_request_id": probe.request_id},
                     )
-                if probe.state != "pending":
+                if probe.state != Publication.PENDING:
                     raise AirlockError(
                         ErrorCode.SIGNATURE_REPLAYED,
                         f"this signature is for request {probe.request_id!r}, which was already {probe.state}",

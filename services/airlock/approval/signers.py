@@ -5,7 +5,7 @@ sandbox (no network, no home, read-only /etc): ``-Y find-principals`` names
 the principal whose key made the signature, then ``-Y verify -f
 ALLOWED_SIGNERS -I PRINCIPAL -n airlock-approval`` checks it over the exact
 statement bytes (on stdin).  The signature goes in through a sealed memfd
-(``-s /proc/self/fd/N``), so nothing is written to disk.  Each run has a
+(``-s /proc/self/fd/N``, `common.sshsig.sealed`), so nothing is written to disk.  Each run has a
 deadline (`RUN_SECONDS`) and at most `MAX_RUNNING` run at once, so a flood of
 signatures cannot become a flood of processes.  Environment rebuilt from
 scratch (PATH, LANG), stdin the statement or /dev/null, always waited for.
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airlock.approval.statement import NAMESPACE, Signature, allowed_principals
-from airlock.common import log
+from airlock.common import log, sshsig
 from airlock.common.errors import AirlockError, ErrorCode
 
-SSH_KEYGEN = "/usr/bin/ssh-keygen"
+SSH_KEYGEN = sshsig.SSH_KEYGEN
 RUN_SECONDS = 10.0
 MAX_RUNNING = 4
 _ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
@@ -86,41 +86,32 @@ class Signers:
         return any(fnmatch.fnmatchcase(principal, pattern) for pattern in allowed_principals(text))
 
     async def _run(self, args: list[str], signature: Signature, stdin: bytes | None) -> tuple[int, str]:
-        fd = os.memfd_create("airlock-signature", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            os.write(fd, signature.armored.encode("ascii"))
-            os.lseek(fd, 0, os.SEEK_SET)
-            import fcntl
-
-            fcntl.fcntl(
-                fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
-            )
-            argv = [SSH_KEYGEN, *args, "-s", f"/proc/self/fd/{fd}"]
-            async with self._slots:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    env=dict(_ENV),
-                    pass_fds=(fd,),
-                    start_new_session=True,
-                )
-                try:
-                    out, err = await asyncio.wait_for(proc.communicate(stdin), RUN_SECONDS)
-                except TimeoutError:
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.kill()
-                    await proc.wait()
-                    self.log.error("approval.signature.timed_out", verb=args[1], seconds=RUN_SECONDS)
-                    raise AirlockError(
-                        ErrorCode.INTERNAL, f"ssh-keygen did not answer within {RUN_SECONDS:g}s"
-                    ) from None
+            with sshsig.sealed(signature.armored.encode("ascii")) as fd:
+                argv = [SSH_KEYGEN, *args, "-s", f"/proc/self/fd/{fd}"]
+                async with self._slots:
+                    proc = await asyncio.create_subprocess_exec(
+                        *argv,
+                        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                        stdout=asyncio.subprocess.PIPE,
+                        stderr=asyncio.subprocess.PIPE,
+                        env=dict(_ENV),
+                        pass_fds=(fd,),
+                        start_new_session=True,
+                    )
+                    try:
+                        out, err = await asyncio.wait_for(proc.communicate(stdin), RUN_SECONDS)
+                    except TimeoutError:
+                        with contextlib.suppress(ProcessLookupError):
+                            proc.kill()
+                        await proc.wait()
+                        self.log.error("approval.signature.timed_out", verb=args[1], seconds=RUN_SECONDS)
+                        raise AirlockError(
+                            ErrorCode.INTERNAL, f"ssh-keygen did not answer within {RUN_SECONDS:g}s"
+                        ) from None
         except OSError as exc:
             self.log.error("approval.signature.spawn_failed", error=str(exc))
             raise AirlockError(ErrorCode.INTERNAL, f"could not run {SSH_KEYGEN}: {exc.strerror}") from None
-        finally:
-            os.close(fd)
         code = proc.returncode if proc.returncode is not None else -1
         self.log.info(
             "approval.signature.checked", verb=args[1], exit_code=code, stderr=err.decode("utf-8", "replace")[:512]

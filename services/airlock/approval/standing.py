@@ -1,6 +1,6 @@
 """Which policy is in force, and why: the files on disk, the last accepted copy, or none (issue 44).
 
-Pure: approval builds a `Standing` when it loads or reloads the policy, and every surface an
+Pure: no I/O.  Approval builds a `Standing` when it loads or reloads the policy, and every surface an
 operator or agent reads (`status`, `pending`'s header, `can`, the relay, journald) says the
 same `sentence()`.
 """

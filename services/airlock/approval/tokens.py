@@ -6,7 +6,7 @@ process (a command line, a leaked file) is worth nothing to another agent.
 Only the SHA-256 of a token is kept, with its session, uid, expiry and a
 revoked flag, so a memory dump yields no usable token.  The store lives in
 airlock-approval's memory and nowhere else: a restart of the service revokes
-every token (fail closed; operators issue new ones).  Pure: the caller passes
+every token (fail closed; operators issue new ones).  Pure: no I/O; the caller passes
 the clock and the random token.
 """
 

@@ -1,4 +1,4 @@
-"""The verdict on a request: pure, the one place that says what the policy, the hold, a grant and the votes add up to.
+"""The verdict on a request: the one place that says what the policy, the hold, a grant and the votes add up to.
 
 `verdict` is called by ``decide`` (a request arrives: the policy's decision,
 the hold, a live grant, the rule's requirement) and by the operators' path
@@ -9,6 +9,8 @@ keeps no state: what it returns is journaled and acted on by its caller.
 `Decided` is the closed set of what a request's ``approval.decided`` says
 (allow, deny, or how a wait ended); `By` says who decided, in the terms of
 the rule of thumb an operator reads in the journal.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -35,11 +37,21 @@ class Decided(enum.StrEnum):
     INTERRUPTED = "interrupted"  # approval stopped while it was pending
 
 
+class Publication(enum.StrEnum):
+    """Where a request's published statements stand in the ledger of signed approvals (approval/signed.py)."""
+
+    PENDING = "pending"  # a signature over them may still decide
+    DECIDED = "decided"
+    EXPIRED = "expired"
+    WITHDRAWN = "withdrawn"
+    INTERRUPTED = "interrupted"
+
+
 # How a pending request that no person decided ended, as the ledger of statements remembers it.
-LEDGER_STATE: dict[str, str] = {
-    Decided.TIMEOUT: "expired",
-    Decided.WITHDRAWN: "withdrawn",
-    Decided.INTERRUPTED: "interrupted",
+LEDGER_STATE: dict[str, Publication] = {
+    Decided.TIMEOUT: Publication.EXPIRED,
+    Decided.WITHDRAWN: Publication.WITHDRAWN,
+    Decided.INTERRUPTED: Publication.INTERRUPTED,
 }
 
 

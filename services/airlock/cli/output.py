@@ -74,8 +74,16 @@ def print_stored(data: dict[str, Any]) -> int:
     if not printer.at_line_start:
         sys.stdout.write("\n")
     chain = data.get("chain") or {}
-    if data.get("verified"):
-        print(f"[airlock: {chain.get('stored_bytes', 0)} bytes stored; every stream's sha256 matches exec.finished]")
+    if data.get("verified") and data.get("whole"):
+        print(
+            f"[airlock: {chain.get('stored_bytes', 0)} bytes stored; the whole log (frames, order, notes) "
+            "and every stream's sha256 matches exec.finished]"
+        )
+    elif data.get("verified"):
+        print(
+            f"[airlock: {chain.get('stored_bytes', 0)} bytes stored; every stream's sha256 matches exec.finished "
+            "(a log kept before whole-log digests: its notes and frame order are not covered)]"
+        )
     else:
         mismatches = ", ".join(sanitise(m) for m in data.get("mismatches") or [])
         print(f"[airlock: THE STORED LOG DOES NOT MATCH THE CHAIN: {mismatches}]")

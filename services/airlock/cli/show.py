@@ -186,24 +186,38 @@ def _credential_names(data: dict[str, Any]) -> str:
     return "; ".join(f"stage {i}: {', '.join(names)}" for i, names in enumerate(stages, start=1) if names)
 
 
+def _tree_head(tree: dict[str, Any], count: int) -> list[str]:
+    """The tree's first lines: how it was seen, whether it is complete and why not, what no mark covers."""
+    scope = "the job's cgroups" if tree.get("scope") == "cgroup" else "descendants of the job's processes"
+    if tree.get("source") == "fanotify":  # no fork or exit events: parents best effort, no ends
+        scope += "; from fanotify exec opens, parents best effort"
+    head = f"executed ({count} program{'s' if count != 1 else ''}, {scope}"
+    if tree.get("complete", True):
+        head += ")"
+    else:  # issue 51: what the tree may lack, and why (a record from before says only that events were lost)
+        given = tree.get("incomplete")
+        why = [str(w) for w in given] if isinstance(given, list) else ["the kernel dropped events"]
+        head += "; INCOMPLETE: " + "; ".join(sanitise(w) for w in why) + ")"
+    if tree.get("unattributed"):  # fanotify: gone before their cgroup was read; maybe this job's, maybe not
+        head += f"; {tree['unattributed']} exec(s) meanwhile ended too soon to tell whose"
+    lines = [head]
+    unwatched = tree.get("unwatched")
+    if isinstance(unwatched, dict) and unwatched:  # fanotify: what no mark covers
+        lines += [f"  not watched: {sanitise(str(k))}: {sanitise(str(v))}" for k, v in unwatched.items()]
+    return lines
+
+
 def tree_lines(tree: dict[str, Any]) -> list[str]:
     """The exec tree as `airlock show` prints it: one line per program, indented under the program that
     (directly or through forks that executed nothing) started it; every value sanitised."""
     if tree.get("unavailable"):
         return [f"executed: not recorded ({sanitise(tree['unavailable'])})"]
     procs = [p for p in tree.get("processes") or [] if isinstance(p, dict)]
-    scope = "the job's cgroups" if tree.get("scope") == "cgroup" else "descendants of the job's processes"
-    if tree.get("source") == "fanotify":  # no fork or exit events: parents best effort, no ends
-        scope += "; from fanotify exec opens, parents best effort"
-    head = f"executed ({len(procs)} program{'s' if len(procs) != 1 else ''}, {scope}"
-    head += ")" if tree.get("complete", True) else "; INCOMPLETE: the kernel dropped events)"
-    if tree.get("unattributed"):  # fanotify: gone before their cgroup was read; maybe this job's, maybe not
-        head += f"; {tree['unattributed']} exec(s) meanwhile ended too soon to tell whose"
+    lines = _tree_head(tree, len(procs))
     children: dict[int | None, list[int]] = {}
     for i, p in enumerate(procs):
         parent = p.get("parent")
         children.setdefault(parent if isinstance(parent, int) and 0 <= parent < i else None, []).append(i)
-    lines = [head]
 
     def line(i: int, depth: int) -> None:
         p = procs[i]
@@ -225,6 +239,8 @@ def tree_lines(tree: dict[str, Any]) -> list[str]:
             text += f"  [{sanitise(p.get('exe'), strict=True)} dev {ident.get('dev')} ino {ident.get('ino')}"
             if p.get("interpreter"):
                 text += f" via {sanitise(p.get('interpreter'), strict=True)}"
+            if p.get("unwatched"):  # issue 51: seen only through its interpreter's open
+                text += " NOT WATCHED: its filesystem has no mark"
             if "uid" in p:
                 text += f" uid {p.get('uid')}" + (f" euid {p.get('euid')}" if p.get("euid") != p.get("uid") else "")
             if p.get("signal"):

@@ -21,7 +21,7 @@ from airlock.common.codec import canonical_json
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client, Unreachable
-from airlock.common.kinds import message_id
+from airlock.common.kinds import MAX_MARKS, message_id
 from airlock.common.peer import user_name
 from airlock.common.sentence import sentence
 from airlock.common.server import Connection, Service, write_timeout
@@ -32,8 +32,6 @@ from airlock.common.wire.verb import DoorName, Stub
 # journal to come back, and how many of the request's newest events to look through.
 SETTLE_SECONDS = 10.0
 SETTLE_WINDOW = 64
-# Marks (deferred records of one request) a service passes on to the next.
-MAX_MARKS = 8
 
 
 @dataclass(frozen=True, slots=True)

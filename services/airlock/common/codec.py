@@ -4,6 +4,8 @@ Bytes go in, messages come out; messages go in, bytes come out.  Services only
 move bytes between this module and their sockets (h11's split).  A frame is one
 UTF-8 JSON object ending in exactly ``\\n``; the length cap is checked before
 anything is parsed, and each way a line can be wrong is its own error code.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -182,6 +182,8 @@ class Runner:
     # Issue 35: each job's output kept by the runner (runner/outputlog.py).
     output_dir: Path = Path("/var/lib/airlock-runner/output")
     output_log_max_bytes: int = 8 * 1024 * 1024
+    output_log_agent_bytes: int = 256 * 1024 * 1024  # issue 51: each requester's own-uid jobs
+    output_log_root_bytes: int = 512 * 1024 * 1024  # issue 51: the root jobs each requester asked for
     output_log_total_bytes: int = 1024 * 1024 * 1024
     output_log_max_age_seconds: float = 30 * 86400.0
     exec_tree_max: int = 256

@@ -18,7 +18,7 @@ hold a wildcard that admits any of these names (checked when the
 configuration is loaded), so each name a root job gets was written down by an
 operator.
 
-Pure: intake (validation) and the runner (the re-check) both ask `refusal`;
+Pure: no I/O.  Intake (validation) and the runner (the re-check) both ask `refusal`;
 the configuration asks `wildcard_refusal`.
 """
 

@@ -3,6 +3,8 @@
 Only a code and a message ever reach a peer: never a class name, never a
 traceback.  Every service raises `AirlockError` for refusals; only the service
 shell catches anything broader and turns it into `internal`.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The file-tool counterpart of `spec.ExecSpec`: the tool, the absolute path, as
 whom (``privileged`` / ``uid``) and the tool's parameters, checked per tool.
 Its digest binds an approval ticket to exactly this operation and keys
-operation replay.  Pure: every service rebuilds it with `from_dict` and checks
+operation replay.  Pure: no I/O; every service rebuilds it with `from_dict` and checks
 it again (defence in depth).
 """
 

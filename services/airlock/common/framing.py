@@ -7,6 +7,8 @@ after one (the gateway's and the MCP server's stdin) asks `FrameDecoder` to
 skip it instead, and each turns the error into its own dialect.  Kept apart from the codec so the `airlock` command
 can read
 replies without importing the envelope's dataclasses (start-up time).
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

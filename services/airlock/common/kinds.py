@@ -10,7 +10,7 @@ lifecycle) comes from ``airlock.common.lifecycle``'s one table
 
 A ``MESSAGE_ID`` is part of the interface operators script against
 (``journalctl MESSAGE_ID=…``): once released it never changes, and a retired
-kind keeps its ID reserved.  No I/O here.
+kind keeps its ID reserved.  Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ from typing import Final
 
 from airlock.common import lifecycle
 from airlock.common.errors import AirlockError, ErrorCode
+
+# Marks (the deferred records of one request) a service passes on to the next: intake to
+# approval and the runner, each of them to the journal (`common.audit.marks_of`).
+MAX_MARKS: Final = 8
 
 # The services that append to the journal.  The writer is taken from the peer's
 # SO_PEERCRED by the journal service, never from the message.  "operator" is
@@ -178,6 +182,12 @@ KINDS: Final[Mapping[str, KindInfo]] = _table(
         frozenset({"runner"}),
         "a7d94c1e2b3f4a5d8e6c0b9a1f2e3d4c",
         "An approved file operation ended; its outcome and, for writes, the before and after hashes are recorded.",
+    ),
+    KindInfo(
+        "output_log.deleted",
+        frozenset({"runner"}),
+        "bac41804e2c6419194d950c022babeb3",
+        "Output-log retention deleted kept job output (each file, its owner's group, size and why); digests stay.",
     ),
     # Every service, about itself.
     KindInfo(

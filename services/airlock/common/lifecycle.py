@@ -155,6 +155,7 @@ OUTSIDE: Final[Mapping[str, str]] = MappingProxyType(
         "segment.sealed": "the journal's chain, not a request",
         "segment.opened": "the journal's chain, not a request",
         "segment.deleted": "the journal's chain, not a request",
+        "output_log.deleted": "output-log retention, not a request",
         "chain.verified": "the journal's chain, not a request",
     }
 )

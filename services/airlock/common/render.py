@@ -14,6 +14,7 @@ import shlex
 import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
+from urllib.parse import quote
 
 from airlock.common import shown
 
@@ -92,6 +93,12 @@ def decision_line(verb: str, request_id: str, *, host: str | None = None, option
     else:
         words += [request_id, *options]
     return shell_line(words, ssh_host=host)
+
+
+def request_href(ref: str, web_url: str = "") -> str:
+    """The one link to a request's page on airlock-web (issue 33): airlock-web's own pages (relative, no
+    ``web_url``) and the relay's messages (``web.url``).  ``ref`` is ``AGENT/ID`` or an ID, quoted whole."""
+    return f"{web_url.rstrip('/')}/request?ref={quote(ref, safe='')}"
 
 
 def use_colour(stream: IO[str]) -> bool:

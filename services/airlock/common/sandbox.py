@@ -1,6 +1,6 @@
 """A rule's ``sandbox:``: a small, validated subset of systemd unit settings.
 
-Pure: policy validates a rule's sandbox with it when the policy is loaded,
+Policy validates a rule's sandbox with it when the policy is loaded,
 approval binds the normalised value to the ticket (``bound["sandbox"]``, one
 entry per stage), and the runner turns the redeemed value into the
 properties of each stage's transient service (runner/units.py), validating

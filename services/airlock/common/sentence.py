@@ -1,4 +1,4 @@
-"""An audit record as one sentence a person reads in journald, in sudo's spirit (issue 32): pure.
+"""An audit record as one sentence a person reads in journald, in sudo's spirit (issue 32).
 
 ``deploy : USER=root ; CWD=/ ; COMMAND=/usr/bin/df -h ; REQUEST=r-1`` is what
 sudo's log line taught every sysadmin to read; airlock's records say who asked,
@@ -7,6 +7,8 @@ structured ``AIRLOCK_*`` fields stay as they were: this is the ``MESSAGE``
 only.  Every value from a request is neutralised (`render.sanitise`) and
 quoted as a shell would (`shlex.join`), so a command's text cannot fake a
 field or another line.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -303,10 +303,22 @@ ROWS: tuple[Setting, ...] = (
         "Output bytes (stdout and stderr, redacted) kept per job; past it the log is cut and says so (0: no logs).",
     ),
     Setting(
+        "runner.output_log_agent_bytes",
+        positive_int,
+        256 * MiB,
+        "Disk bytes the output logs of one requester's own-uid jobs may take; past it its oldest go, no one else's.",
+    ),
+    Setting(
+        "runner.output_log_root_bytes",
+        positive_int,
+        512 * MiB,
+        "Disk bytes the output logs of the root jobs one requester asked for may take; past it the oldest of those go.",
+    ),
+    Setting(
         "runner.output_log_total_bytes",
         positive_int,
         1024 * MiB,
-        "Disk bytes all output logs may take together; the oldest are pruned first.",
+        "Disk bytes all output logs may take together; past it the group taking the most loses its oldest first.",
     ),
     Setting(
         "runner.output_log_max_age_seconds",

@@ -5,6 +5,8 @@ that: which stages, in which form, as whom, with which environment, where,
 with what input and limits.  Its digest binds an approval ticket to exactly
 this work and keys operation replay.  Protected values are not in it (only
 their names): they are one-shot secrets, never stored (reference/001).
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -17,10 +17,12 @@ insists too.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -99,13 +101,7 @@ async def verify(
     ``allowed_signers`` lists for ``principal``; None if it is not."""
     if not signature.startswith(_ARMOUR) or len(signature) > MAX_SIGNATURE_CHARS or principal.startswith("-"):
         return None
-    fd = os.memfd_create("airlock-signature", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        os.write(fd, signature.encode("ascii", "replace"))
-        os.lseek(fd, 0, os.SEEK_SET)
-        fcntl.fcntl(
-            fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
-        )
+    with sealed(signature.encode("ascii", "replace")) as fd:
         done = await child.run(
             [
                 SSH_KEYGEN,
@@ -125,12 +121,29 @@ async def verify(
             stdin=message,
             pass_fds=(fd,),
         )
-    finally:
-        os.close(fd)
     if done.timed_out or done.returncode != 0:
         return None
     found = _FINGERPRINT.search(done.stdout.decode("ascii", "replace"))
     return found.group(1) if found else "?"
+
+
+@contextlib.contextmanager
+def sealed(data: bytes) -> Iterator[int]:
+    """A memfd holding exactly ``data``, sealed against any change, for ``-s /proc/self/fd/N``; closed after.
+
+    Nothing touches the disk, and ssh-keygen reads what was checked here: the
+    seals forbid a write, a grow or a shrink, and further sealing.
+    """
+    fd = os.memfd_create("airlock-signature", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        fcntl.fcntl(
+            fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+        )
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def public_line(key: Path) -> str:

@@ -1,10 +1,10 @@
 """`show`: one request's story, read back from its journal events.
 
-Pure: the events of one request (as the journal's feed returns them) go in;
+Pure: no I/O.  The events of one request (as the journal's feed returns them) go in;
 who asked, what, why, the decision, the outcome and the whole trail come out.
 The state is the request's lifecycle state (`airlock.common.lifecycle`'s fold);
 a story the lifecycle table forbids keeps the state it had before that step
-and says so under ``lifecycle_error``.  No I/O here.
+and says so under ``lifecycle_error``.
 """
 
 from __future__ import annotations

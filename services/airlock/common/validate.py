@@ -4,6 +4,8 @@ Control characters (tab excepted) and the Unicode characters that reorder or
 hide text (bidi controls, zero-width characters) are refused everywhere a
 human will read the value: argv, env, reason, session, host, ids.  Each
 refusal names the field, so an agent can fix its request.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ at the URL's port, or refuse to start.  A URL on a real name (``https://``
 behind a TLS proxy) needs nothing held here: a local user cannot be that
 origin without its certificate.
 
-Pure: addresses as text, no sockets.
+Pure: no I/O (addresses as text, no sockets).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 YAML with the safe loader and keep the nodes, so every message can say
 ``path:line:col: key.path: message (got 'value')``.  The tag names, the null
 check, the location, the ``(got ...)`` part and the syntax-error line are
-here, once.  Pure: yaml only.
+here, once.  Pure: no I/O (yaml only).
 """
 
 from __future__ import annotations

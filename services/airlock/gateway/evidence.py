@@ -3,6 +3,8 @@
 `terminal` turns the agent door's exec evidence into reference/001's
 ``process.terminal`` fields; `OutputStream` turns its base64 output events
 into ``process.stream`` fields under the combined ``maxOutputBytes`` budget.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
 native file verb (``files_read`` … ``files_edit``) with snake_case arguments;
 the native outcome becomes the dialect's terminal filesystem result in
 camelCase.  Tool names are accepted with or without the ``files_`` prefix.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Each ``parse_*`` takes a request's ``params`` object and returns a frozen
 value or raises `GatewayError` (``invalid_params``, naming the field); the
 shell (`gateway/stdio.py`) calls them once per request.  Split from
 `gateway/protocol`, which keeps the lines, the codes and the frames.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ outgoing frame is at most `MAX_FRAME_BYTES` encoded (envelope, escaping, UTF-8
 and newline included): process text is shortened to fit and says so
 (``truncated``/``transportTruncated``); anything else that cannot fit becomes an
 explicit ``output_frame_too_large`` error rather than being cut.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ class Drive:
         self.audit.logged(
             "request.received", ids, None, {"durable": False}, {"request": work.describe, "digest": digest}
         )
-        if began.state == "replay":
+        if began.state == jwire.OpState.REPLAY:
             await self.audit.record("operation.replayed", ids, payload={"digest": digest}, after=marks)
             return dict(began.outcome or {}) | {"replay": True}
         # From here until its outcome is known the operation is in progress in the

@@ -1,6 +1,6 @@
 """An agent's file request (``files_read`` … ``files_edit``), validated field by field.
 
-Pure, like `intake.request`: native ``args`` go in, a `FileRequest` or an
+Pure: no I/O, like `intake.request`: native ``args`` go in, a `FileRequest` or an
 `AirlockError` naming the field comes out.  The envelope fields are the ones
 an exec request has (``privileged``, ``operation_id``, ``reason``,
 ``session``, ``host``, ``time`` for freshness); the rest are the tool's own

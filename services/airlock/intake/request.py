@@ -1,6 +1,6 @@
 """An agent's exec request, from either dialect, validated field by field.
 
-Pure: untrusted ``args`` (native v1) or a reference/000 object go in, an
+Pure: no I/O.  Untrusted ``args`` (native v1) or a reference/000 object go in, an
 `ExecRequest` or an `AirlockError` naming the field comes out.  The gates of
 the agent door that need no I/O live here: shapes and types, forbidden
 characters, freshness, the environment allowlist.

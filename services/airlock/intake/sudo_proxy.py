@@ -1,4 +1,4 @@
-"""The sudo-proxy dialect of reference/000: shapes only, no I/O.
+"""The sudo-proxy dialect of reference/000: shapes only.  Pure: no I/O.
 
 A request object with neither ``v`` nor ``verb`` is a reference/000 request.
 Its answers carry ``status`` (ok, denied, timeout, error), ``stages`` with

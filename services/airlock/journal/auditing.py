@@ -42,7 +42,9 @@ class Auditing:
         """Apply the retention rules (journal/retention.py) once; one run at a time."""
 
         async def journal_deletion(payload: dict[str, Any]) -> None:
-            await self.store.append(writer="journal", kind="segment.deleted", payload=payload)
+            event = await self.store.append(writer="journal", kind="segment.deleted", payload=payload)
+            if self.anchoring is not None:  # issue 51: only an anchored deletion excuses a missing segment
+                await self.anchoring.anchor_at("deleted", (event.seq, event.hash))
 
         async with self._retaining:
             assert self.store.archive_dir is not None
@@ -110,7 +112,10 @@ class Auditing:
         """
         result = await self._verify(a)
         if a.full:
-            full = await asyncio.to_thread(self.store.verify_full)
+            given = _anchor_args(a.anchors)
+            if a.own_anchors:
+                given += (await asyncio.to_thread(anchors.read_file, anchors.path_beside(self.store.path)))[0]
+            full = await asyncio.to_thread(self.store.verify_full, given)
             result["full"] = full
             if not full["ok"]:
                 result |= {"ok": False, "first_bad_seq": full["first_bad_seq"], "reason": full["reason"]}

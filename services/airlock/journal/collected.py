@@ -1,8 +1,10 @@
-"""A host's own database compared with the collector's copy of its records (pure; `airlock audit verify
+"""A host's own database compared with the collector's copy of its records (`airlock audit verify
 --journal` on the host, cli/fleet.py).
 
 Every record the collector holds must be in the database with the same hash;
 records the collector lacks are listed (not uploaded yet), not held against it.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

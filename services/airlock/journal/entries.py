@@ -1,10 +1,12 @@
-"""A journal record as a journald entry, and back (pure).
+"""A journal record as a journald entry, and back.
 
 airlock-journal sends every committed record to journald complete (one entry
 per record, its fields ``AIRLOCK_*``), and its anchors as signed checkpoints;
 a collector's copy is read back here, trusting an entry only if journald
 stamped it as written by ``airlock-journal.service`` (journal/fleet.py checks
 each host's chain from them).
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The chain's fast walk: `verify_stored` gives `chain.verify_rows`'s answer for rows as the database stores
-them, in batches, several times faster (pure).
+them, in batches, several times faster.
 
 Each batch's payloads are parsed once and re-encoded canonically in one call;
 anything that is not exactly canonical goes to `chain`'s reference code for
 that row or batch, so every failure is reported as the reference reports it.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

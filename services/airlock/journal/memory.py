@@ -1,7 +1,7 @@
 """The journal's memory outside the Python heap (issue 21): SQLite's own figures, and giving freed memory back.
 
 A long-running journal's resident set grew by a few MiB over its first tens
-of thousands of execs and then levelled off (docs/benchmarks.md, *Memory*).
+of thousands of execs and then levelled off (docs/benchmarks-log.md, issue 21, *Memory*).
 What grows is anonymous memory: the C allocator's heap, in which SQLite's
 page caches, statement objects and Python's short-lived buffers (each
 append's JSON, each batch's rows) come and go.  glibc keeps freed heap

@@ -29,9 +29,10 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.wire.journal import OpState
 
 MAX_ID_CHARS: Final = 256
 _OWNER = re.compile(r"u[0-9]{1,10}:")
@@ -47,7 +48,7 @@ def owner_of(operation_id: str) -> str:
 class OpBegin:
     """The answer to ``op.begin``; ``outcome`` is set only for a replay."""
 
-    state: Literal["new", "replay"]
+    state: OpState
     outcome: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,7 +138,7 @@ class OperationTable:
                     f"operation {operation_id!r} already completed; protected values cannot be delivered again",
                     {"operation_id": operation_id},
                 )
-            return OpBegin("replay", settled.outcome())
+            return OpBegin(OpState.REPLAY, settled.outcome())
         running = self._active.get(operation_id)
         if running is not None:
             if running != digest:
@@ -149,7 +150,7 @@ class OperationTable:
             )
         self.check_room(operation_id)
         self._active[operation_id] = digest
-        return OpBegin("new")
+        return OpBegin(OpState.NEW)
 
     def check_room(self, operation_id: str) -> None:
         """Raises ``busy`` when the table is full and the owner has no outcome of its own to give up:

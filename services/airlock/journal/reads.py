@@ -359,8 +359,12 @@ class Reader:
             return str(row[0])
         return segments.sealed_hashes(self.sealed(), [seq]).get(seq)
 
-    def verify_full(self) -> dict[str, Any]:
-        """Every sealed file on its own and linked, then the live segment (``airlock audit verify --full``)."""
+    def verify_full(self, given: Iterable[Anchor] = ()) -> dict[str, Any]:
+        """Every sealed file on its own and linked, then the live segment (``airlock audit verify --full``).
+
+        A gap is excused only by a ``segment.deleted`` record that one of ``given`` names exactly
+        (`segments.vouched`); the others are listed (``unanchored_deletions``) and excuse nothing.
+        """
         folders = [segments.segments_dir(self.path)] + ([self.archive_dir] if self.archive_dir else [])
         # The live snapshot and the list of files are taken together: a rollover holds this lock.
         with self.lock:
@@ -374,7 +378,15 @@ class Reader:
         finally:
             conn.close()
         first = None if row is None else (int(row[0]), str(row[1]), str(row[2]), json.loads(row[3]))
+        gone, unanchored = segments.vouched(gone, given)
         report = segments.verify_all(files, first, gone)
+        report["unanchored_deletions"] = [{"seq": d.seq, "segment": d.number} for d in unanchored]
+        if not report["ok"] and unanchored:
+            report["reason"] = f"{report['reason']}; " + "; ".join(
+                f"the segment.deleted record at seq {d.seq} (segment {d.number}) has no anchor of its own: "
+                "this journal's retention did not write it"
+                for d in unanchored[:4]
+            )
         report["live"] = walked.to_dict()
         report["deleted"] = [
             {"segment": d.number, "first_seq": d.first_seq, "last_seq": d.last_seq, "final_hash": d.final_hash}

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from airlock.journal import chain
-from airlock.journal.chain import GENESIS
+from airlock.journal.chain import GENESIS, Anchor
 from airlock.journal.schema import _COLUMNS, CACHE_KIB
 
 SEAL_KIND: Final = "segment.sealed"
@@ -221,18 +221,37 @@ class Deletion:
     first_seq: int
     last_seq: int
     final_hash: str
+    hash: str = ""  # the deletion record's own hash: an anchor must name it (`vouched`)
 
 
 def deletions(conn: sqlite3.Connection) -> list[Deletion]:
     """The ``segment.deleted`` records of the (live) database ``conn``."""
     out = []
-    for seq, payload in conn.execute("SELECT seq, payload FROM events WHERE kind = ? ORDER BY seq", (DELETED_KIND,)):
+    rows = conn.execute("SELECT seq, hash, payload FROM events WHERE kind = ? ORDER BY seq", (DELETED_KIND,))
+    for seq, digest, payload in rows:
         try:
             p = json.loads(payload)
-            out.append(Deletion(int(seq), int(p["segment"]), int(p["first_seq"]), int(p["last_seq"]), p["final_hash"]))
+            number, first, last = int(p["segment"]), int(p["first_seq"]), int(p["last_seq"])
+            out.append(Deletion(int(seq), number, first, last, str(p["final_hash"]), str(digest)))
         except (ValueError, KeyError, TypeError):
             continue
     return out
+
+
+def vouched(gone: Iterable[Deletion], given: Iterable[Anchor]) -> tuple[list[Deletion], list[Deletion]]:
+    """The deletions an anchor names exactly (seq and the record's hash), and the rest (issue 51).
+
+    The journal anchors each ``segment.deleted`` record as it writes it, like a
+    verified point; a record slipped into the database by someone else (to
+    excuse a segment they removed) has no anchor of its own: it never lands on
+    the journal's anchors, which follow the journal's own records.
+    """
+    named = {(a.seq, a.hash) for a in given if not a.ack}
+    good: list[Deletion] = []
+    bad: list[Deletion] = []
+    for d in gone:
+        (good if (d.seq, d.hash) in named else bad).append(d)
+    return good, bad
 
 
 def verify_all(

@@ -1,7 +1,7 @@
 """What a verify walk reads: the chain walk in batches, the last verified point, the facts anchors are checked
 against (stored hashes, head, high-water mark, acknowledgements).
 
-Pure reads on a connection the caller opened (one snapshot); journal/reads.py
+Reads only, on a connection the caller opened (one snapshot); journal/reads.py
 `Reader.audit` and journal/acknowledge.py use them.
 """
 

@@ -5,6 +5,8 @@ notifications are encoded to bytes for the shell to write.  Malformed input is
 never an exception that escapes: `decode` raises only `RemoteProtocolError`,
 which carries the JSON-RPC error code (-32700, -32600, -32602) and the request
 ID when one could be recovered, so the shell can answer it and read on.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

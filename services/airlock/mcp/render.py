@@ -1,6 +1,6 @@
 """What airlock answered, as the text an MCP client's model reads: the evidence of a run, or why it did not run.
 
-No I/O.  `render_evidence` shows each stream's head within the call's output
+Pure: no I/O.  `render_evidence` shows each stream's head within the call's output
 limit (and the whole result within `tools.RESULT_BUDGET`), saying what was
 cut and the sha256 of what was whole; `render_refusal` says why a request did
 not run and what to do next; `unreachable` says airlock could not be reached.

@@ -11,6 +11,8 @@ running.
 Protocol versions: the handshake versions of MCP, newest first.  A client
 asking for one of them gets it; any other request gets the newest, and the
 client decides whether it can speak that.
+
+Pure: no I/O.
 """
 
 from __future__ import annotations

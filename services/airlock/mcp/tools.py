@@ -1,6 +1,6 @@
 """The MCP tools airlock offers: their descriptions, argument checks and the status text.
 
-No I/O here: the shell (`airlock.mcp.server`) turns a checked call into a
+Pure: no I/O; the shell (`airlock.mcp.server`) turns a checked call into a
 request on the agent door and hands the reply to `mcp/render` to be shown.  Results
 are plain text written for a model to read; `is_error` is set only when the
 command did not run (denied, not approved in time, an airlock error), never

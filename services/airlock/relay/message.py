@@ -1,6 +1,6 @@
 """From audit events to messages (each channel makes its own bytes of one: airlock.common.channels).
 
-No I/O: the relay's service feeds events in and sends what comes out.  What
+Pure: no I/O; the relay's service feeds events in and sends what comes out.  What
 an agent chose (argv, reason, paths) is sanitised on the way in
 (`airlock.common.render.sanitise`), so no channel ever shows a control or bidi
 character that could make the text lie.  Environment *values* are never
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 from airlock.common import arguments, shown
 from airlock.common.codec import iso_utc
-from airlock.common.render import command_line, decision_line, duration, reviewer_line, sanitise
+from airlock.common.render import command_line, decision_line, duration, request_href, reviewer_line, sanitise
 
 # The audit event kinds the relay turns into messages (operator.action: a grant's end only, issue 34).
 KINDS = frozenset({"approval.pending", "approval.decided", "operator.action"})
@@ -57,8 +56,7 @@ def request_link(web_url: str, request_id: str, uid: object) -> str | None:
     """Issue 33: the request's page on airlock-web (``web.url``), exact: ``AGENT/ID`` by uid; None without a web."""
     if not web_url or not request_id:
         return None
-    ref = f"{uid}/{request_id}" if isinstance(uid, int) else request_id
-    return f"{web_url.rstrip('/')}/request?ref={quote(ref, safe='')}"
+    return request_href(f"{uid}/{request_id}" if isinstance(uid, int) else request_id, web_url)
 
 
 def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float, web_url: str = "") -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """One channel's waiting messages: a FIFO per requester uid, served round-robin.
 
-No I/O.  The relay reads the events feed ahead of what it has delivered and
+Pure: no I/O.  The relay reads the events feed ahead of what it has delivered and
 files each message under the uid of the agent whose request it is about, so
 one agent's burst waits behind every other agent's next message instead of in
 front of it (issue 28).  Within one agent's lane the order is the journal's.

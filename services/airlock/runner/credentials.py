@@ -20,6 +20,9 @@ Why a copy and not the rule's file: systemd opens the path again when the unit
 starts, and a value rotated in between (an operator's cron, say) would reach
 the job without being among the values redacted from its output.
 
+The job must run as an account other than the requester's (`not_the_requester`,
+issue 51): the credentials directory belongs to the job's uid.
+
 Only service containment has a credentials directory: in scope or
 process-group mode a job with credentials is refused (a private tmpfs per
 job would need a mount namespace the runner does not make there).
@@ -140,12 +143,30 @@ class Loaded:
         )
 
 
+def not_the_requester(job_uid: int, requester_uid: int | None) -> None:
+    """A re-check (issue 51): the job must run as an account other than the requester's.
+
+    systemd's copy in ``$CREDENTIALS_DIRECTORY`` belongs to the job's uid; a job
+    that runs as the agent itself would hand the value to every other process
+    of the agent.  Policy load refuses such a rule already; this is the
+    runner's own check, made before any value is read.
+    """
+    if requester_uid is None or job_uid == requester_uid:  # unknown: fail closed
+        raise AirlockError(
+            ErrorCode.CREDENTIAL_UNSAFE,
+            f"this rule's credentials would be readable by the requester: the job runs as the requester's own "
+            f"uid {requester_uid}; credentials go only to jobs that run as another account (privileged: true)",
+            {"uid": requester_uid},
+        )
+
+
 def load(untrusted_bound: Any, job: JobSpec) -> Loaded:
     """Check and read the credentials approval bound for ``job``; refused outside service containment."""
     bound = untrusted_bound.get("credentials") if isinstance(untrusted_bound, Mapping) else None
     stages = parse_bound(bound, len(job.stages))
     if not any(stages):
         return Loaded()
+    not_the_requester(job.identity.uid, job.owner_uid)
     items = []
     for index, stage in enumerate(stages):  # an unsafe file is refused as such, in any containment
         for name, path in sorted(stage.items()):

@@ -4,6 +4,11 @@ runner/proctree.py's listener hands each fork, exec and exit to the job that
 owns the process; a `Watch` keeps that job's processes (by cgroup or by fork
 ancestry), reads each exec's argv, file and uids (`read_process`, bounded), and
 renders the tree for ``exec.finished`` within a byte budget.
+
+A tree that may lack a program says so (issue 51): ``complete: false`` with
+``incomplete``, each reason once (`Watch.miss`: events the kernel dropped,
+more processes than followed, a program run from a filesystem not watched),
+and, from fanotify, ``unwatched``: what no mark covers.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ _UNCLAIMED_SECONDS = 30.0
 # airlock's own exec shims (a unit's exec helper, a scope stage's gate) run as `python3 -I -S -c CODE ...`
 # before the job's program: their code is named, not spelled out, in the tree.
 _SHIMS = {HELPER: "<airlock exec helper>", _GATE_SHIM: "<airlock scope gate>"}
+# Distinct reasons a tree is incomplete, at most (each is short).
+MAX_MISSED = 8
 # A process's taskstats record follows its exit event within milliseconds: an exited process stays
 # findable this long (and at most this many), not for as long as a busy runner's last 8,192 exits.
 _EXITED_KEPT = 1024
@@ -116,6 +123,14 @@ class Watch:
         self.finished = False  # its job ended: late events about its processes are not kept for it
         self.source = "proc-connector"
         self.unattributed = 0  # fanotify: execs while this job ran whose process was gone before its cgroup was read
+        self.missed: list[str] = []  # why the tree may lack a program (`miss`)
+        self.unwatched: dict[str, str] = {}  # fanotify: what no mark covers, and why
+
+    def miss(self, why: str) -> None:
+        """The tree may lack a program: say ``complete: false``, and why (each reason once)."""
+        self.complete = False
+        if why not in self.missed and len(self.missed) < MAX_MISSED:
+            self.missed.append(why)
 
     @property
     def mode(self) -> str:
@@ -126,7 +141,7 @@ class Watch:
 
     def fork(self, parent: int, child: int) -> None:
         if len(self.tracked) >= MAX_TRACKED:
-            self.complete = False
+            self.miss(f"more than {MAX_TRACKED} processes: later ones were not followed")
             return
         self.tracked[child] = -1
         self.parents[child] = parent
@@ -204,6 +219,8 @@ class Watch:
             parent = entry.get("parent")
             self.execs.append(entry | {"parent": None if parent is None else parent + offset})
         self.more += other.more
+        for why in other.missed:
+            self.miss(why)
         self.complete = self.complete and other.complete
         for pid, index in other.tracked.items():
             self.tracked[pid] = index + offset if 0 <= index + offset < len(self.execs) and index >= 0 else -1
@@ -230,6 +247,9 @@ class Watch:
         if self.source == "fanotify":
             out["ppid"] = "best effort"  # no fork events: /proc/PID/status PPid when the program was read
             out["unattributed"] = self.unattributed
+            out["unwatched"] = dict(self.unwatched)
+        if not self.complete:
+            out["incomplete"] = list(self.missed) or ["events were lost"]
         used = len(canonical_json(out)) + 32
         kept: list[dict[str, Any]] = out["processes"]
         values = tuple(protected)
@@ -244,6 +264,22 @@ class Watch:
             used += size
             kept.append(entry)
         return out
+
+
+def settle_unwatched(entry: dict[str, Any], w: Watch) -> None:
+    """fanotify: an exec whose event was only its ELF interpreter, while /proc/PID/exe named a file on a
+    filesystem not marked (a memfd, a job's own mount): record that program, flagged, and the tree incomplete."""
+    seen = entry.pop("unwatched_exe", None)
+    if not seen or "argv" in entry:
+        return
+    entry["opened"] = entry.get("exe")  # what the event showed: the program's interpreter
+    for key in ("argv", "argv_truncated", "exe", "exe_id", "uid", "euid", "ppid"):
+        if key in seen:
+            entry[key] = seen[key]
+    entry.pop("not_read", None)
+    entry.pop("exited_before_read", None)
+    entry["unwatched"] = True
+    w.miss(f"{entry.get('exe')} was executed from a filesystem that is not watched")
 
 
 def keep_exited(exited: dict[int, tuple[Watch, float]], pid: int, w: Watch, now: float) -> None:

@@ -22,12 +22,25 @@ exec by the same pid: after each file it expects the interpreter that file
 names (read from the event fd: the ``#!`` line or ELF ``PT_INTERP``), and an
 event of that pid for exactly that file (device and inode) is part of the
 same exec; anything else is a new exec.
+
+What is marked (issue 51): every filesystem a program can be executed from,
+read from ``/proc/self/mountinfo`` (each mount not ``noexec`` of a filesystem
+that holds files: tmpfs ``/dev/shm`` and ``/run`` too), again before each job
+(`refresh`: a mount that appeared since is marked then).  What cannot be
+marked is named (`unwatched`) and makes every tree ``complete: false``: a
+mark the kernel refused, and always the memfd filesystem (the kernel refuses
+marks on its internal mounts), and filesystems mounted only inside a job's
+own mount namespace.  A program run from one of those is still caught when
+it has an ELF interpreter: the interpreter's open is the event, and
+``/proc/PID/exe`` then names a file on a filesystem not marked
+(runner/proctree.py flags it); a static one leaves no event.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import struct
 import time
 from dataclasses import dataclass, field
@@ -46,6 +59,18 @@ METADATA = struct.Struct("=IBBHQii")
 # stat'ed and marked: /tmp and /var/tmp are where a job may have put a program, not our files).
 EXEC_PATHS: tuple[str, ...] = ("/", "/usr", "/bin", "/sbin", "/usr/local", "/opt", "/home", "/srv", "/root")
 EXEC_PATHS += ("/tmp", "/var/tmp")  # noqa: S108
+# Filesystems that hold no program a job could execute (the kernel's own views): never marked.
+_NO_PROGRAMS = frozenset(
+    "proc sysfs cgroup cgroup2 devpts mqueue bpf tracefs debugfs securityfs pstore configfs fusectl "
+    "binfmt_misc efivarfs autofs nsfs rpc_pipefs hugetlbfs".split()
+)
+MOUNTINFO_MAX = 4 * 1024 * 1024
+# What no mark can cover, in every tree fanotify records.
+BLIND: dict[str, str] = {
+    "memfd": "programs run from a memfd (memfd_create, then execveat): the kernel refuses marks on its internal "
+    "filesystem; one with an ELF interpreter is still flagged, a static one leaves no entry",
+    "job namespaces": "filesystems mounted only inside a job's own mount namespace (a sandbox's private tmpfs)",
+}
 # How long the files one execve opens are expected to follow each other.
 _FOLLOW_SECONDS = 1.0
 _MAX_INTERP = 4  # the kernel's own bound on nested #! interpreters (BINPRM_MAX_RECURSION)
@@ -182,6 +207,37 @@ class Follow:
         return not same
 
 
+def _unescape(raw: bytes) -> str:
+    """A mountinfo field: spaces, tabs, newlines and backslashes are written as octal escapes."""
+    return re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8) & 0xFF]), raw).decode(
+        "utf-8", "surrogateescape"
+    )
+
+
+def exec_mounts(mountinfo: bytes) -> list[tuple[int, str]]:
+    """(device, mount point) of every mount a program can be executed from: not ``noexec``, holding files."""
+    out: list[tuple[int, str]] = []
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(b" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 6 or not tail or b":" not in fields[2]:
+            continue
+        if b"noexec" in fields[5].split(b",") or tail[0].decode("ascii", "replace") in _NO_PROGRAMS:
+            continue
+        major, _, minor = fields[2].partition(b":")
+        if major.isdigit() and minor.isdigit():
+            out.append((os.makedev(int(major), int(minor)), _unescape(fields[4])))
+    return out
+
+
+def _mountinfo(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(MOUNTINFO_MAX)
+    except OSError:
+        return b""
+
+
 class Fanotify:
     """A notification-class fanotify fd marking the filesystems jobs execute from."""
 
@@ -189,9 +245,11 @@ class Fanotify:
         self.fd = -1
         self.marked: list[str] = []
         self.unmarked: dict[str, str] = {}
+        self.devices: set[int] = set()  # the filesystems marked, by device
+        self._libc: ctypes.CDLL | None = None
 
     def open(self, paths: tuple[str, ...] = EXEC_PATHS) -> str | None:
-        """Open and mark; the reason when it cannot (then no tree comes from here)."""
+        """Open and mark ``paths`` and every mount a program can run from; the reason when it cannot."""
         # The process's own symbols (glibc's fanotify_*), not find_library("c"): that runs
         # `ldconfig -p` in a subprocess, tens of milliseconds of the first job after a cold start.
         libc = ctypes.CDLL(None, use_errno=True)
@@ -201,24 +259,44 @@ class Fanotify:
         fd = libc.fanotify_init(flags, os.O_RDONLY | os.O_CLOEXEC | os.O_LARGEFILE)
         if fd < 0:
             return f"fanotify_init: {os.strerror(ctypes.get_errno())}"
-        devices: set[int] = set()
+        self.fd, self._libc = fd, libc
         for path in paths:
             try:
                 dev = os.stat(path).st_dev
             except OSError:
                 continue
-            if dev in devices:
-                continue
-            if libc.fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_OPEN_EXEC, AT_FDCWD, path.encode()) < 0:
-                self.unmarked[path] = os.strerror(ctypes.get_errno())
-                if path == "/":
-                    os.close(fd)
-                    return f"fanotify_mark /: {self.unmarked[path]}"
-                continue
-            devices.add(dev)
-            self.marked.append(path)
-        self.fd = fd
+            if not self._mark(dev, path) and path == "/":
+                self.close()
+                return f"fanotify_mark /: {self.unmarked[path]}"
+        self.refresh()
         return None
+
+    def refresh(self) -> None:
+        """Mark every filesystem a program can run from that is mounted now and not marked yet.
+
+        The runner's own mounts, and PID 1's (reached through ``/proc/1/root``): jobs are PID 1's units
+        and see its mounts, not the runner's (whose unit has a private /dev, so a private /dev/shm).
+        """
+        for dev, path in exec_mounts(_mountinfo("/proc/self/mountinfo")):
+            self._mark(dev, path)
+        for dev, path in exec_mounts(_mountinfo("/proc/1/mountinfo")):
+            self._mark(dev, "/proc/1/root" + path.rstrip("/"))
+
+    def _mark(self, dev: int, path: str) -> bool:
+        if dev in self.devices or self._libc is None:
+            return True
+        encoded = path.encode("utf-8", "surrogateescape")
+        if self._libc.fanotify_mark(self.fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, FAN_OPEN_EXEC, AT_FDCWD, encoded):
+            self.unmarked[path] = os.strerror(ctypes.get_errno())
+            return False
+        self.unmarked.pop(path, None)
+        self.devices.add(dev)
+        self.marked.append(path)
+        return True
+
+    def unwatched(self) -> dict[str, str]:
+        """What no mark covers, and why: refused marks (by mount point) and what cannot be marked at all."""
+        return {path: f"not marked: {why}" for path, why in sorted(self.unmarked.items())[:16]} | BLIND
 
     def read(self) -> list[Event]:
         try:

@@ -1,6 +1,6 @@
 """What a write would change, as an operator reads it: a unified diff, or a binary change in hex.
 
-Pure (no I/O): `runner.fileop_perform` hands it the old and new content.
+Pure: no I/O; `runner.fileop_perform` hands it the old and new content.
 Text is strict UTF-8 and shown as a unified diff (a last line without a
 newline marked as diff(1) marks it).  Content that does not decode is never
 decoded with replacement characters -- two different byte strings would

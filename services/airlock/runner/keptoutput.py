@@ -2,22 +2,26 @@
 
 The runner opens a job's log once ``exec.started`` is durable
 (`KeptOutput.open`), closes it when the job ends (the fsync off the loop),
-prunes old logs at most once a minute, and serves approval's ``output``: a
-stored log, or a running job's output as it comes (``follow``).
+prunes logs at most once a minute (runner/outputkeep.py: each requester's in
+a budget of its own; ``output_log.deleted`` is journaled before a file goes),
+and serves approval's ``output``: a stored log, or a running job's output as
+it comes (``follow``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from typing import Any
 
 from airlock.common import validate
-from airlock.common.audit import Ids
+from airlock.common.audit import Audit, Ids
 from airlock.common.config import Config
+from airlock.common.errors import AirlockError
 from airlock.common.server import Call
 from airlock.common.wire import runner as wire
-from airlock.runner import outputlog
+from airlock.runner import outputkeep, outputlog
 from airlock.runner.jobspec import JobSpec
 
 # Retention runs at most this often; a follower hears from us at least this often.
@@ -26,16 +30,25 @@ FOLLOW_TICK_SECONDS = 10.0
 
 
 class KeptOutput:
-    def __init__(self, config: Config, log: Any) -> None:
+    def __init__(self, config: Config, log: Any, audit: Audit) -> None:
         self.settings = config.runner
         self.log = log
+        self.audit = audit
         self.logs: dict[str, outputlog.OutputLog] = {}  # running jobs' logs by file name (followed live)
         self._pruned_at = -float("inf")
+        self._written = 0  # compressed bytes of logs closed since the last retention pass
         self._pruner: asyncio.Task[None] | None = None  # held: an unreferenced task may be collected
 
-    def new_name(self) -> str | None:
-        """The next job's log name (journaled with its start), or None when runner.output_log_max_bytes is 0."""
-        return outputlog.new_name() if self.settings.output_log_max_bytes > 0 else None
+    def new_name(self, job: JobSpec) -> str | None:
+        """The job's log name (journaled with its start), or None when runner.output_log_max_bytes is 0.
+
+        The name carries whose budget the log counts in (outputkeep.py): the requester's, for its
+        own-uid jobs, or the root jobs it asked for.
+        """
+        if self.settings.output_log_max_bytes <= 0:
+            return None
+        requester = job.owner_uid if job.owner_uid is not None else job.identity.uid
+        return outputlog.new_name(owner=outputlog.group(requester, root=job.identity.uid == 0))
 
     def open(self, job: JobSpec, ids: Ids, name: str | None) -> outputlog.OutputLog | None:
         """This job's output log (outputlog.py), or None when it keeps none."""
@@ -56,26 +69,41 @@ class KeptOutput:
         if kept.get("failed"):
             self.log.error("runner.output_log.failed", file=log.name, error=kept["failed"])
         now = asyncio.get_running_loop().time()
-        if now - self._pruned_at >= PRUNE_EVERY_SECONDS:  # retention: at most once a minute, off the loop
+        self._written += int(kept.get("compressed_bytes") or 0)
+        # Retention, off the loop: at most once a minute, or sooner once a budget's worth was written
+        # since the last pass (a flood of output outruns its budget by about that much at most).
+        soon = min(self.settings.output_log_agent_bytes, self.settings.output_log_root_bytes)
+        busy = self._pruner is not None and not self._pruner.done()
+        if not busy and (now - self._pruned_at >= PRUNE_EVERY_SECONDS or self._written >= soon):
             self._pruned_at = now
+            self._written = 0
             self._pruner = asyncio.get_running_loop().create_task(self._prune(), name="runner-prune")
         return kept
 
     async def _prune(self) -> None:
         settings = self.settings
+        budgets = outputkeep.Budgets(
+            max_age=settings.output_log_max_age_seconds,
+            agent=settings.output_log_agent_bytes,
+            root=settings.output_log_root_bytes,
+            total=settings.output_log_total_bytes,
+        )
         try:
-            removed = await asyncio.to_thread(
-                outputlog.prune,
-                settings.output_dir,
-                max_age=settings.output_log_max_age_seconds,
-                total=settings.output_log_total_bytes,
-                keep=frozenset(self.logs),
-            )
-        except OSError as exc:  # retention tries again after the next job
-            self.log.error("runner.output_log.prune_failed", error=exc.strerror or type(exc).__name__)
+            entries = await asyncio.to_thread(outputkeep.scan, settings.output_dir, frozenset(self.logs))
+            doomed = outputkeep.plan(entries, budgets, time.time())
+            for start in range(0, len(doomed), outputkeep.PER_RECORD):
+                batch = doomed[start : start + outputkeep.PER_RECORD]
+                # Journaled first: a log never goes unrecorded (a journal that cannot take it keeps the file).
+                await self.audit.record(
+                    "output_log.deleted", Ids(None, None, 0), payload={"files": [d.to_dict() for d in batch]}
+                )
+                await asyncio.to_thread(outputkeep.remove, settings.output_dir, [d.name for d in batch])
+        except (OSError, AirlockError) as exc:  # retention tries again after the next job
+            why = exc.message if isinstance(exc, AirlockError) else exc.strerror or type(exc).__name__
+            self.log.error("runner.output_log.prune_failed", error=why)
             return
-        if removed:
-            self.log.info("runner.output_log.pruned", count=len(removed))
+        if doomed:
+            self.log.info("runner.output_log.pruned", count=len(doomed))
 
     async def output(self, call: Call, args: wire.Output) -> wire.OutputRead:
         """approval, for an operator: a job's stored output log, or (``follow``) its output as it comes.
@@ -97,6 +125,7 @@ class KeptOutput:
             complete=found["complete"],
             chunks=tuple(wire.Chunk(n, s, ms, base64.b64encode(d).decode()) for n, s, ms, d in found["chunks"]),
             streams=tuple(found["streams"]),
+            log_sha256=found["log_sha256"],
         )
 
     async def _follow(self, call: Call, log: outputlog.OutputLog) -> wire.OutputRead:

@@ -7,17 +7,21 @@ A job's log holds at most ``runner.output_log_max_bytes`` of output; past it
 the log is cut and ends with a note saying so, and the chain's ``exec.finished``
 says ``cut`` too.  The chain holds each stream's length and SHA-256 of the
 bytes stored (equal to the evidence's ``stdout_sha256``/``stderr_sha256``
-when nothing was cut), so `airlock show ID --output` can say whether the file
-still matches.
+when nothing was cut) and ``log_sha256``, the SHA-256 of the whole log as
+written (its header line and every frame: kind, stage, time, length and
+bytes, in order, the notes airlock wrote among them), so `airlock show ID
+--output` can say whether the file still matches: a forged note or frames
+put in another order change ``log_sha256`` though every stream's digest
+stays (issue 51).
 
 File format (inside gzip): the line ``AIRLOCK-OUTPUT 1``, then frames of a
 header ``>BBII`` (kind 0 stdout, 1 stderr, 2 note; stage; milliseconds since
 the job started; length) and that many bytes.  A job that printed nothing
-leaves no file.  Files are named ``<UTC start>-<random>.out.gz`` (the name is
-the runner's, journaled in ``exec.started``; no request value reaches a path)
-in ``runner.output_dir`` (root, 0700).  `prune` drops logs older than
-``runner.output_log_max_age_seconds`` and then the oldest until all together
-take at most ``runner.output_log_total_bytes``.
+leaves no file.  Files are named ``<UTC start>-<random>.<group>.out.gz`` (the
+name is the runner's, journaled in ``exec.started``; no request value reaches
+a path; the group, ``u<uid>`` or ``r<uid>``, is whose budget the log counts
+in: runner/outputkeep.py, which prunes them) in ``runner.output_dir`` (root,
+0700).  Logs named before groups (no ``.<group>``) are still read.
 
 Following (`airlock logs ID --follow`): a running job's log keeps its last
 `TAIL_BYTES` in memory and a bounded queue per follower; a follower that does
@@ -51,7 +55,7 @@ MAGIC = b"AIRLOCK-OUTPUT 1\n"
 _FRAME = struct.Struct(">BBII")
 STDOUT, STDERR, NOTE = 0, 1, 2
 KINDS = {STDOUT: "stdout", STDERR: "stderr", NOTE: "note"}
-_NAME = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{16}\.out\.gz")
+_NAME = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{16}(?:\.([ur](?:0|[1-9][0-9]{0,9})))?\.out\.gz")
 _WRITE_BATCH = 64 * 1024  # compressed bytes gathered before a write(2)
 TAIL_BYTES = 64 * 1024  # what a new follower gets of the output so far
 FOLLOW_QUEUE_BYTES = 1024 * 1024  # per follower, before chunks are dropped
@@ -68,9 +72,20 @@ def valid_name(name: object) -> bool:
     return isinstance(name, str) and _NAME.fullmatch(name) is not None
 
 
-def new_name(now: float | None = None) -> str:
+def group(requester: int, *, root: bool) -> str:
+    """Whose retention budget a log counts in: ``r<uid>`` (a root job ``uid`` asked for) or ``u<uid>``."""
+    return f"{'r' if root else 'u'}{int(requester)}"
+
+
+def group_of(name: str) -> str:
+    """A log's group from its name ("" for a log named before groups)."""
+    found = _NAME.fullmatch(name)
+    return (found.group(1) or "") if found else ""
+
+
+def new_name(now: float | None = None, owner: str | None = None) -> str:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
-    return f"{stamp}-{secrets.token_hex(8)}.out.gz"
+    return f"{stamp}-{secrets.token_hex(8)}{'.' + owner if owner else ''}.out.gz"
 
 
 def open_dir(path: Path) -> int:
@@ -110,6 +125,7 @@ class OutputLog:
         self.stored = 0
         self.cut = False
         self.digests: dict[tuple[int, int], Any] = {}  # (kind, stage) -> sha256 object
+        self.whole = hashlib.sha256()  # the log as written, every byte before compression
         self.sizes: dict[tuple[int, int], int] = {}
         self._fd = -1
         self._compressor: Any = None
@@ -167,7 +183,9 @@ class OutputLog:
         try:
             if self._compressor is None:
                 self._open()
-            self._pending += self._compressor.compress(_FRAME.pack(kind, stage, ms, len(data)) + bytes(data))
+            frame = _FRAME.pack(kind, stage, ms, len(data)) + bytes(data)
+            self.whole.update(frame)
+            self._pending += self._compressor.compress(frame)
             if len(self._pending) >= _WRITE_BATCH:
                 self._write()
         except (OSError, AirlockError) as exc:
@@ -182,8 +200,9 @@ class OutputLog:
         finally:
             os.close(dirfd)
         self._compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
-        head = json.dumps(self.header, sort_keys=True, separators=(",", ":")).encode()
-        self._pending += self._compressor.compress(MAGIC + head + b"\n")
+        head = MAGIC + json.dumps(self.header, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+        self.whole.update(head)
+        self._pending += self._compressor.compress(head)
 
     def _write(self) -> None:
         view = memoryview(bytes(self._pending))
@@ -236,6 +255,8 @@ class OutputLog:
                 for (k, s), d in sorted(self.digests.items())
             ],
         }
+        if out["file"] is not None:
+            out["log_sha256"] = self.whole.hexdigest()
         if compressed:
             out["compressed_bytes"] = compressed
         if self.failed is not None:
@@ -269,14 +290,15 @@ class OutputLog:
 @functools.lru_cache(maxsize=64)
 def worst_summary_bytes(stages: int) -> int:
     """The most `OutputLog.summary` can add to ``exec.finished`` for a job of ``stages`` stages."""
-    worst = OutputLog(Path("/"), new_name(), 0, {})
+    longest = new_name(owner=group(2**32 - 1, root=True))
+    worst = OutputLog(Path("/"), longest, 0, {})
     worst.cut = True
     worst.failed = "x" * 256
     worst.stored = 2**63
     for kind, stage in [(STDOUT, stages - 1)] + [(STDERR, i) for i in range(stages)]:
         worst.digests[(kind, stage)] = hashlib.sha256()
         worst.sizes[(kind, stage)] = 2**63
-    summary = worst.summary(2**63) | {"file": new_name()}
+    summary = worst.summary(2**63) | {"file": longest}
     return len(json.dumps(summary, separators=(",", ":"))) + 32
 
 
@@ -376,6 +398,7 @@ def parse(found: tuple[bytes, bool]) -> dict[str, Any]:
     return {
         "header": header if isinstance(header, dict) else {},
         "complete": complete,
+        "log_sha256": hashlib.sha256(raw).hexdigest(),  # the whole log as stored (`OutputLog.whole`)
         "chunks": [(n, s, ms, bytes(d)) for n, s, ms, d in chunks],
         "streams": [
             {"stream": n, "stage": s, "bytes": sizes[(n, s)], "sha256": d.hexdigest()}
@@ -392,42 +415,3 @@ def _frames(raw: bytes, pos: int) -> Iterator[tuple[int, int, int, bytes]]:
             return  # a log cut short (the runner stopped mid-job)
         yield kind, stage, ms, raw[pos : pos + length]
         pos += length
-
-
-# --- retention -----------------------------------------------------------------------
-
-
-def prune(directory: Path, *, max_age: float, total: int, keep: frozenset[str] = frozenset()) -> list[str]:
-    """Remove logs older than ``max_age`` seconds, then the oldest until all take at most ``total`` bytes.
-
-    ``keep``: logs of jobs still running, never removed.  Returns the names removed.
-    """
-    try:
-        dirfd = open_dir(directory)
-    except (OSError, AirlockError):
-        return []
-    removed: list[str] = []
-    try:
-        entries: list[tuple[float, int, str]] = []
-        used = 0  # running jobs' logs count, but stay
-        for name in os.listdir(dirfd):
-            if not valid_name(name):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-                size = st.st_blocks * 512 or st.st_size
-                used += size
-                if name not in keep:
-                    entries.append((st.st_mtime, size, name))
-        entries.sort()
-        now = time.time()
-        for mtime, size, name in entries:
-            if now - mtime <= max_age and used <= total:
-                break
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=dirfd)
-                removed.append(name)
-            used -= size
-    finally:
-        os.close(dirfd)
-    return removed

@@ -59,6 +59,7 @@ from airlock.runner.execwatch import (
     cgroup_of,
     keep_exited,
     read_process,
+    settle_unwatched,
 )
 from airlock.runner.fanotify import FAN_Q_OVERFLOW, Fanotify, Follow, file_seen
 from airlock.runner.taskstats import NLMSG as _NLMSG
@@ -206,6 +207,10 @@ class ProcEvents:
             if self.fan is not None and not w.units:
                 w.unavailable = "fanotify (no fork events) follows a job by its cgroup only: service containment"
                 return w
+            if self.fan is not None:  # issue 51: mounts that appeared since are marked; the rest is named
+                self.fan.refresh()
+                w.unwatched = self.fan.unwatched()
+                w.miss("not every filesystem is watched: " + ", ".join(sorted(w.unwatched)))
             self.drain()
             self.watches.append(w)
         return w
@@ -221,7 +226,7 @@ class ProcEvents:
             found = self.unclaimed.pop(pid, None)
             if found is None:  # its fork event is lost: follow it from now on
                 w.tracked.setdefault(pid, -1)
-                w.complete = False
+                w.miss("a stage's fork event was lost: its earlier programs may be missing")
                 self.owner[pid] = w
                 continue
             w.absorb(found)
@@ -268,7 +273,7 @@ class ProcEvents:
             for ev, cgroup in zip(events, cgroups, strict=True):
                 if ev.mask & FAN_Q_OVERFLOW:
                     for w in self.watches:
-                        w.complete = False
+                        w.miss("events were lost: the fanotify queue overflowed")
                     self.log.warning("runner.tree.events_lost")
                 if ev.fd < 0:
                     continue
@@ -323,10 +328,16 @@ class ProcEvents:
             exe = os.stat(f"/proc/{pid}/exe")
         except OSError:
             entry["exited_before_read"] = True
+            settle_unwatched(entry, unread.watch)
             del self.unread[pid]
             return
         late = final or time.monotonic() > unread.until
-        if argv and (exe.st_dev, exe.st_ino) in unread.keys:
+        file = (exe.st_dev, exe.st_ino)
+        if self.fan is not None and exe.st_dev not in self.fan.devices and file not in unread.keys:
+            # Maybe the program itself, from a filesystem not marked (a memfd): the event was its ld.so.
+            entry["unwatched_exe"] = read_process(pid) or entry.get("unwatched_exe")
+        if argv and file in unread.keys:
+            entry.pop("unwatched_exe", None)
             seen = read_process(pid)
             if not seen.get("argv") and not late:  # the new program's arguments are not in place yet
                 return
@@ -339,6 +350,7 @@ class ProcEvents:
             return
         elif argv:
             entry["not_read"] = "its exec did not complete in time, or it executed something else"
+        settle_unwatched(entry, unread.watch)
         if entry.get("parent") is None and entry.get("ppid"):
             entry["parent"] = self._fan_parent(unread.watch, entry["ppid"])
         del self.unread[pid]
@@ -391,17 +403,15 @@ class ProcEvents:
                 return
             except OSError as exc:
                 if exc.errno == errno.ENOBUFS:  # the kernel dropped events: say so, carry on
-                    for w in self.watches:
-                        w.complete = False
-                    for u in self.unclaimed.values():
-                        u.complete = False
+                    for w in [*self.watches, *self.unclaimed.values()]:
+                        w.miss("events were lost: the process-events socket overflowed")
                     self.log.warning("runner.tree.events_lost")
                     continue
                 self.log.error("runner.tree.failed", error=str(exc))
                 self._stop.set()
                 self.unavailable = f"process events stopped: {exc.strerror or exc}"
                 for w in self.watches:
-                    w.complete = False
+                    w.miss(self.unavailable)
                 return
             self._handle(data)
 

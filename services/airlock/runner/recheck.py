@@ -17,6 +17,9 @@ checked again here, once, each check named for what it refuses:
 - `requester`: ``forward_agent``'s process belongs to the spec's uid.
 - ``check_privilege``, `resolve_identity`, `check_cwd`: the runner's own
   uid may run the job as that user, in that directory.
+- ``credentials.not_the_requester`` (runner/credentials.py, with the
+  credentials it guards): a job given credentials runs as an account other
+  than the requester's.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Protected values out of captured output, and output cut to a cap.
 
-Pure byte handling, no I/O: the spawner feeds every chunk it reads through a
+Pure: no I/O, byte handling only: the spawner feeds every chunk it reads through a
 `StreamRedactor` and then a `Capture`, so streaming, evidence and digests all
 see the same delivered bytes.
 """

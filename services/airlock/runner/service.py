@@ -71,7 +71,7 @@ class Runner:
         self.log = log.get()
         # Deferred exec.finished records not yet confirmed durable (issue 21).
         self.end_records = EndRecords(self.audit, self.log)
-        self.kept = KeptOutput(config, self.log)  # issue 35: every job's output log
+        self.kept = KeptOutput(config, self.log, self.audit)  # issue 35: every job's output log
         # Exec trees (issue 35): one process-events listener for every job; live control per running job.
         self.events = ProcEvents(config.runner.exec_tree_source)
         self.controls: dict[tuple[int, str], tuple[str | None, JobControl]] = {}  # key -> (request ID, control)
@@ -151,7 +151,7 @@ class Runner:
         except AirlockError as exc:
             raise await self._refuse(exc, ids, after) from None
         # The output log's name is journaled with the start; the log itself exists once that is durable.
-        log_name = self.kept.new_name()
+        log_name = self.kept.new_name(job)
         control.summary = {
             "stages": [list(argv) for argv in spec.stages],
             "agent_uid": spec.uid,

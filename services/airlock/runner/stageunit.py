@@ -1,4 +1,4 @@
-"""A job stage's transient service as data (pure): its name, its properties, the
+"""A job stage's transient service as data: its name, its properties, the
 exec helper it runs and its environment file.  units.py asks systemd for it and
 watches it.
 

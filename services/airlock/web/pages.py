@@ -15,21 +15,16 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import quote
 
 from airlock.common import arguments, sandbox
 from airlock.common import shown as shown_io
-from airlock.common.render import command_line, duration, file_review, person
+from airlock.common.render import command_line, duration, file_review, person, request_href
 from airlock.common.trail import outcome_words
 from airlock.web.markup import Markup, html, join, lines
 from airlock.web.sessions import Session
 
 # The grant lengths a person may choose on the approve form (approval checks approval.max_grant_seconds).
 GRANT_CHOICES = ((900, "15 minutes"), (3600, "1 hour"), (4 * 3600, "4 hours"))
-
-
-def request_href(ref: str) -> str:
-    return "/request?ref=" + quote(ref, safe="")
 
 
 def layout(title: str, body: Markup, session: Session | None, host: str, *, refresh: int = 0) -> Markup:

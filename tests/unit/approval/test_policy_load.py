@@ -421,3 +421,27 @@ def test_cwd_stdin_and_file_placeholders_load_and_their_mistakes_are_named() -> 
     for line, message in cases:
         text = "rules:\n  - name: a\n    decision: allow\n" + line
         assert dropin_error(text).startswith(f"{D}:{message}"), (line, dropin_error(text))
+
+
+def test_credentials_load_only_on_a_rule_for_root_jobs(tmp_path: Path) -> None:
+    """Issue 51: an unprivileged job runs as the agent, who could read systemd's copy of the value."""
+    import os
+
+    from airlock.approval.rules import Rule
+
+    secret = tmp_path / "db.pass"
+    secret.write_text("credential-value\n")
+    os.chmod(secret, 0o600)
+    text = "rules:\n  - name: r\n    decision: allow\n{privileged}    credentials: {{db: {path}}}\n"
+    # Control: a rule for root jobs only loads.
+    parse_policy_text(text.format(privileged="    privileged: true\n", path=secret), "/p.yaml", main=False)
+    for privileged, line in (("", 4), ("    privileged: false\n", 5)):
+        with pytest.raises(PolicyError) as info:
+            parse_policy_text(text.format(privileged=privileged, path=secret), "/p.yaml", main=False)
+        assert str(info.value) == (
+            f"/p.yaml:{line}:18: rules[0] (r).credentials: apply only to a rule with privileged: true"
+            " (an unprivileged job runs as the agent, who could then read the value)"
+        )
+    # Rules built in code get the same guarantee.
+    with pytest.raises(ValueError, match="privileged: true"):
+        Rule("r", "allow", frozenset(), frozenset(), frozenset(), None, None, "x", credentials={"db": str(secret)})

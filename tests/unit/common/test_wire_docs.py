@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from airlock.common.wire import registry
-from airlock.common.wire.verb import DoorName, Empty, declared
+from airlock.common.wire.verb import Caller, DoorName, Empty, declared
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 INTERNAL = (DoorName.JOURNAL, DoorName.RUNNER, DoorName.APPROVAL)
@@ -94,6 +94,21 @@ def test_the_operator_table_says_which_verbs_take_no_arguments() -> None:
                 without |= set(re.findall(r"`([a-z_.]+)`", cells[1]))
     declared_empty = {name for name, verb in declared(DoorName.OPERATOR).items() if verb.args is Empty}
     assert without == declared_empty
+
+
+def test_the_services_table_says_whom_each_service_reaches_and_with_what() -> None:
+    """Issue 47: architecture.md's first table names the doors each service calls, and where it lists
+    the verbs it calls on one (``runner (`cancel`, ...)``), exactly the declared ones."""
+    doc = (DOCS / "architecture.md").read_text()
+    rows = {cells[1].strip(): cells for line in doc.splitlines() if len(cells := line.split("|")) == 7}
+    for caller in (Caller.INTAKE, Caller.APPROVAL, Caller.RUNNER):
+        reaches = rows[f"airlock-{caller.value}"][4]
+        said = dict(re.findall(r"\b(journal|runner|approval)\b(?: \(([^)]*)\))?", reaches))
+        called = {door: {v.name for v in registry.verbs(door) if caller in v.callers} for door in INTERNAL}
+        assert set(said) == {door.value for door, names in called.items() if names}, caller
+        for door, listed in said.items():
+            if listed:
+                assert set(re.findall(r"`([a-z_.]+)`", listed)) == called[DoorName(door)], (caller, door)
 
 
 def test_a_stale_table_is_seen_and_rewritten() -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -206,3 +208,15 @@ def test_the_scan_finds_the_calls_it_must_judge() -> None:
     assert _door_of("common/audit.py", "self.client") == {DoorName.JOURNAL}
     assert _door_of("runner/fileop_verbs.py", "self.runner.approval") == {DoorName.APPROVAL}
     assert _door_of("approval/output.py", "self.runner") == {DoorName.RUNNER}
+
+
+@pytest.mark.parametrize("module", ["verb", "approval", "runner", "journal", "agent", "operator", "registry"])
+def test_a_declaration_imports_no_server(module: str) -> None:
+    """Issue 47: reading a door's declarations pulls in neither the server, asyncio nor sdnotify.
+
+    A fresh interpreter, since this one has imported the services already.
+    """
+    heavy = ("airlock.common.audit", "airlock.common.server", "airlock.common.ipc", "asyncio", "sdnotify")
+    probe = f"import sys, airlock.common.wire.{module}; print([m for m in {heavy!r} if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]", f"airlock.common.wire.{module} imports {result.stdout.strip()}"

@@ -13,6 +13,7 @@ import pytest
 from journal_support import with_store
 
 from airlock.journal import retention, rollover, segments
+from airlock.journal.chain import Anchor
 from airlock.journal.store import Store
 
 SMALL = 64 * 1024
@@ -206,8 +207,11 @@ def test_retention_archives_and_deletes_only_when_the_condition_holds(db: Path) 
         sealed = segments.list_files(segments.segments_dir(db))
         assert len(sealed) >= 3
 
+        anchored: list[Anchor] = []
+
         async def deletion(payload: dict[str, Any]) -> None:
-            await store.append(writer="journal", kind="segment.deleted", payload=payload)
+            event = await store.append(writer="journal", kind="segment.deleted", payload=payload)
+            anchored.append(Anchor(event.seq, event.hash))  # as the journal's retention anchors each one
 
         # Archive everything; the archive's limit is passed but deleting is 'never': nothing goes.
         limits = _limits(retention_max_bytes=1, archive_max_bytes=1, delete_when="never")
@@ -231,10 +235,14 @@ def test_retention_archives_and_deletes_only_when_the_condition_holds(db: Path) 
         report = await retention.apply(db, archive, limits, 0.0, deletion, confirmed=True)
         assert len(report["deleted"]) == len(sealed) - 1
         assert segments.list_files(archive) == []
-        full = await asyncio.to_thread(store.verify_full)
+        full = await asyncio.to_thread(store.verify_full, anchored)
         assert full["ok"], full
         assert [d["segment"] for d in full["deleted"]] == list(range(1, len(sealed) + 1))
         assert all(set(d) >= {"first_seq", "last_seq", "final_hash"} for d in full["deleted"])
+        # Issue 51: a deletion no anchor names excuses nothing (a record slipped into the database).
+        bare = await asyncio.to_thread(store.verify_full)
+        assert not bare["ok"] and "segment 1 is missing" in bare["reason"], bare
+        assert "has no anchor of its own" in bare["reason"] and len(bare["unanchored_deletions"]) == len(sealed)
 
     with_store(db, body, segment_max_bytes=SMALL)
 

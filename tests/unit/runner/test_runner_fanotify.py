@@ -6,6 +6,7 @@ import os
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 from airlock.runner import fanotify
 from airlock.runner.fanotify import FAN_OPEN_EXEC, FAN_Q_OVERFLOW, METADATA, Event, Follow, file_seen, parse_events
@@ -111,3 +112,53 @@ def test_show_says_the_tree_is_from_fanotify_and_names_what_exited_before_it_was
     assert "from fanotify exec opens, parents best effort" in lines[0]
     assert "via /usr/bin/dash uid 0]" in lines[1]
     assert lines[2].endswith("6 ?  [exited before it could be read; was /usr/bin/id dev 1 ino 2]"), lines
+
+
+def test_every_mount_a_program_can_run_from_is_marked_and_none_other() -> None:
+    """Issue 51: tmpfs /dev/shm and /run are filesystems a job can execute from; noexec and /proc are not."""
+    info = (
+        b"22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n"
+        b"23 22 0:5 / /dev/shm rw,nosuid,nodev shared:2 - tmpfs tmpfs rw\n"
+        b"24 22 0:24 / /run rw,nosuid,nodev shared:3 - tmpfs tmpfs rw,mode=755\n"
+        b"25 22 0:25 / /run/lock rw,nosuid,nodev,noexec shared:4 - tmpfs tmpfs rw\n"
+        b"26 22 0:4 / /proc rw,nosuid,nodev - proc proc rw\n"
+        b"27 22 0:40 / /mnt/with\\040space rw - tmpfs tmpfs rw\n"
+        b"garbage line\n"
+    )
+    assert fanotify.exec_mounts(info) == [
+        (os.makedev(254, 1), "/"),
+        (os.makedev(0, 5), "/dev/shm"),
+        (os.makedev(0, 24), "/run"),
+        (os.makedev(0, 40), "/mnt/with space"),
+    ]
+
+
+def test_a_tree_says_why_it_is_incomplete_and_what_no_mark_covers() -> None:
+    from airlock.cli.show import tree_lines
+    from airlock.runner.execwatch import Watch, settle_unwatched
+
+    w = Watch(units=("airlock-job-x.service",))
+    w.source = "fanotify"
+    w.unwatched = dict(fanotify.BLIND)
+    ident = {"dev": 1, "ino": 2, "size": 3, "mtime": "t"}
+    # The event was the program's ld.so; /proc/PID/exe named a memfd, which no mark covers.
+    entry: dict[str, Any] = {"pid": 7, "parent": None, "exe": "/usr/lib/ld-linux.so.2", "not_read": "x"}
+    entry["unwatched_exe"] = {"argv": ["payload"], "exe": "/memfd:payload (deleted)", "exe_id": ident, "uid": 0}
+    w.execs.append(entry)
+    settle_unwatched(entry, w)
+    assert entry["exe"] == "/memfd:payload (deleted)" and entry["unwatched"] is True and "not_read" not in entry
+    assert entry["opened"] == "/usr/lib/ld-linux.so.2"
+    record = w.record(1 << 16)
+    assert record["complete"] is False and record["unwatched"] == fanotify.BLIND
+    assert record["incomplete"] == ["/memfd:payload (deleted) was executed from a filesystem that is not watched"]
+    lines = tree_lines(record)
+    assert "INCOMPLETE: /memfd:payload (deleted) was executed from a filesystem that is not watched" in lines[0]
+    assert any(line.startswith("  not watched: memfd: programs run from a memfd") for line in lines), lines
+    assert "ino 2 NOT WATCHED: its filesystem has no mark uid 0" in lines[-1], lines
+    # Control: a program read through its own event is not flagged, and each reason is said once.
+    plain: dict[str, Any] = {"pid": 8, "parent": None, "exe": "/usr/bin/id", "argv": ["id"]}
+    settle_unwatched(plain, w)
+    assert "unwatched" not in plain
+    w.miss("events were lost")
+    w.miss("events were lost")
+    assert w.record(1 << 16)["incomplete"][-1:] == ["events were lost"] and len(w.missed) == 2

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-from airlock.common.errors import AirlockError
+from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner import credentials, outputlog
 
 
@@ -36,6 +37,10 @@ def test_what_is_stored_reads_back_with_the_digests_the_chain_gets(tmp_path: Pat
         ("stdout", 1, b"world\n"),
     ]
     assert sorted(found["streams"], key=str) == sorted(kept["streams"], key=str)
+    # Issue 51: the whole log as written (header, every frame in order), as the file holds it.
+    assert found["log_sha256"] == kept["log_sha256"]
+    raw = gzip.decompress((tmp_path / "out" / log.name).read_bytes())
+    assert kept["log_sha256"] == hashlib.sha256(raw).hexdigest()
     assert os.stat(tmp_path / "out").st_mode & 0o777 == 0o700
     assert os.stat(tmp_path / "out" / log.name).st_mode & 0o777 == 0o600
 
@@ -98,22 +103,43 @@ def test_a_slow_follower_loses_chunks_with_a_count_and_the_job_never_waits(tmp_p
     asyncio.run(go())
 
 
-def test_pruning_by_age_then_total_size_keeps_running_jobs(tmp_path: Path) -> None:
-    directory = tmp_path / "out"
-    directory.mkdir(mode=0o700)
-    names = [f"2026010{i}T000000Z-{i:016x}.out.gz" for i in range(1, 6)]  # oldest first
-    for i, name in enumerate(names):
-        (directory / name).write_bytes(b"x" * 10000)
-        os.utime(directory / name, (1e9 + i * 100, 1e9 + i * 100))
-    (directory / "unrelated").write_bytes(b"")
-    size = os.stat(directory / names[0]).st_blocks * 512 or 10000
-    # Over the total: the oldest go first, except a running job's, until the rest fit.
-    removed = outputlog.prune(directory, max_age=1e12, total=3 * size, keep=frozenset({names[0]}))
-    assert removed == [names[1], names[2]]
-    assert sorted(os.listdir(directory)) == sorted([names[0], names[3], names[4], "unrelated"])
-    # By age: everything older than a second goes (1e9 is 2001), never what is not a log.
-    assert outputlog.prune(directory, max_age=1.0, total=1 << 30) == [names[0], names[3], names[4]]
-    assert os.listdir(directory) == ["unrelated"]
+def test_retention_plans_by_age_then_each_groups_budget_then_the_largest_group(tmp_path: Path) -> None:
+    """Issue 51: one requester's output never pushes another's logs out; a running job's log stays."""
+    from airlock.runner.outputkeep import Budgets, Entry, plan
+
+    def entry(name: str, group: str, mtime: float, size: int = 100, running: bool = False) -> Entry:
+        return Entry(name, group, size, mtime, running)
+
+    budgets = Budgets(max_age=1000.0, agent=300, root=300, total=10_000)
+    # Agent u1000 floods: its own oldest go until it fits; u1001 and r1000 are untouched.
+    flood = [entry(f"a{i}", "u1000", 100.0 + i) for i in range(5)]
+    others = [entry("b0", "u1001", 50.0), entry("r0", "r1000", 40.0)]
+    assert [(d.name, d.reason) for d in plan(flood + others, budgets, now=500.0)] == [
+        ("a0", "agent_budget"),
+        ("a1", "agent_budget"),
+    ]
+    # Age first, in every group; then a root group's own budget.
+    roots = [entry(f"r{i}", "r1000", 600.0 + i) for i in range(4)]
+    old = [entry("b0", "u1001", 1.0)]
+    assert [(d.name, d.reason) for d in plan(roots + old, budgets, now=1500.0)] == [
+        ("b0", "age"),
+        ("r0", "root_budget"),
+    ]
+    # Over the total: the group taking the most loses its oldest; a running log counts but stays.
+    small = Budgets(max_age=1000.0, agent=1000, root=1000, total=400)
+    big = [entry("a0", "u1000", 100.0, running=True), entry("a1", "u1000", 101.0), entry("a2", "u1000", 102.0)]
+    mine = [entry("b0", "u1001", 10.0), entry("b1", "u1001", 11.0)]
+    assert [(d.name, d.reason) for d in plan(big + mine, small, now=200.0)] == [("a1", "total")]
+
+
+def test_log_names_carry_their_group(tmp_path: Path) -> None:
+    name = outputlog.new_name(owner=outputlog.group(1000, root=True))
+    assert outputlog.valid_name(name) and outputlog.group_of(name) == "r1000"
+    assert outputlog.group_of(outputlog.new_name(owner="u0")) == "u0"
+    old = outputlog.new_name()  # named before groups: still valid, its own group
+    assert outputlog.valid_name(old) and outputlog.group_of(old) == ""
+    for bad in (name.replace("r1000", "x1000"), name.replace("r1000", "r01"), name.replace("r1000", "../r1")):
+        assert not outputlog.valid_name(bad)
 
 
 def test_credentials_bound_are_checked_again() -> None:
@@ -157,3 +183,12 @@ def test_a_job_alternating_streams_byte_by_byte_still_reads_back_whole_and_bound
         (s["stream"], s["sha256"]) for s in kept["streams"]
     }
     assert sum(len(c[3]) for c in found["chunks"]) == 20000
+
+
+def test_credentials_go_only_to_a_job_that_runs_as_another_account() -> None:
+    """Issue 51: systemd's copy belongs to the job's uid; the requester's uid must not be it."""
+    credentials.not_the_requester(0, 1000)  # control: a root job for agent 1000
+    for job_uid, requester in ((1000, 1000), (0, 0), (0, None)):
+        with pytest.raises(AirlockError) as info:
+            credentials.not_the_requester(job_uid, requester)
+        assert info.value.code is ErrorCode.CREDENTIAL_UNSAFE

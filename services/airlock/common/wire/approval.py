@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.kinds import MAX_MARKS
 from airlock.common.wire.verb import Caller, DoorName, Message, declare
 
 DOOR = DoorName.APPROVAL
 
-MAX_MARKS = 16  # as common.audit.MAX_MARKS: intake's deferred records a decision names
 TOKEN_MAX = 256
 # What a decide message adds to the agent's own request line (the peer, the IDs, the marks, JSON's
 # keys): approval's internal door takes an agent's largest request plus this, not twice it.

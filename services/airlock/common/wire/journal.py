@@ -13,6 +13,7 @@ and shape, journal/records.py), and a record is the journal's own encoding
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
@@ -104,12 +105,19 @@ class OpBegin(Message):
         validate.text("digest", self.digest, max_len=128, allow_empty=False)
 
 
+class OpState(enum.StrEnum):
+    """What ``op.begin`` found of an operation ID (journal/operations.py)."""
+
+    NEW = "new"  # first seen: go on and run it
+    REPLAY = "replay"  # settled before: its stored outcome is the answer
+
+
 @dataclass(frozen=True)
 class OpBegun(Message):
     """``claimed`` false: the request ID was taken (nothing written).  ``outcome``: a replay's stored outcome."""
 
     claimed: bool
-    state: str | None = None  # "new" or "replay" (journal/operations.py)
+    state: OpState | None = None
     outcome: dict[str, Any] | None = None  # the outcome intake stored, replayed as it is
     event: Appended | None = None
 

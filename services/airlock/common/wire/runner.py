@@ -5,7 +5,7 @@ Each verb: its name, who may call it, its argument and reply messages
 (`wire.verb`).  The server builds its door table from these (`wire.verb.serve`);
 callers use a `wire.verb.Stub` with them.
 
-The exec and file specs travel as themselves (`wire.verb.carry`): decoded
+The exec and file specs travel as themselves (`wire.message.carry`): decoded
 once, by their own ``from_dict``, when the message is; the runner's handler
 gets the typed spec and re-checks only what it must not take on trust
 (runner/recheck.py names those checks).
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.common import validate
-from airlock.common.audit import MAX_MARKS
 from airlock.common.containment import Containment
 from airlock.common.fileop_spec import FileSpec
+from airlock.common.kinds import MAX_MARKS
 from airlock.common.spec import ExecSpec
 from airlock.common.wire.verb import Caller, DoorName, Empty, Message, Stub, carry, declare
 
@@ -285,6 +285,8 @@ class OutputRead(Message):
     # Each stream's digest and size as the log's trailer has them (runner/outputlog.py).
     streams: tuple[dict[str, Any], ...] | None = None
     ended: bool | None = None
+    # The SHA-256 of the whole stored log, frames and notes in order (issue 51).
+    log_sha256: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,128 @@
+"""docs/benchmarks.md's table of today's figures, generated from bench/results.json (`make bench-doc`).
+
+`make bench` writes bench/results.json: every figure with its yardstick, ratio,
+target and whether it was met, and the machine it ran on with the load around
+it.  This rewrites the table between ``<!-- bench:figures -->`` and
+``<!-- /bench:figures -->`` in docs/benchmarks.md from that file, so the
+numbers a reader finds first are the last run's, with what they were measured
+on.  A figure carried over from an earlier run (``--only`` keeps the others;
+the container rows come from bench/results-system.json when they were not
+re-measured) says when it was measured.  Nothing is measured here.
+
+    .venv/bin/python bench/bench_doc.py [--results bench/results.json] [--doc docs/benchmarks.md] [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import REPO, RESULTS, fmt
+
+DOC = REPO / "docs" / "benchmarks.md"
+MARK = "bench:figures"
+_REGION = re.compile(rf"(<!-- {MARK} -->\n)(.*?)(<!-- /{MARK} -->)", re.S)
+
+
+def _cell(text: object) -> str:
+    """A table cell: a ``|`` in a figure's name must not end the cell."""
+    return str(text).replace("|", "\\|")
+
+
+def _when(date: str) -> str:
+    """``2026-12-04T00:05:12Z`` as a reader says it, ``2026-12-04 00:05 UTC``; any other text as it is."""
+    found = re.fullmatch(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d).*", date)
+    return f"{found.group(1)} {found.group(2)} UTC" if found else date
+
+
+def _load(pair: Any) -> str:
+    if isinstance(pair, str):  # said in words (a run transcribed by hand)
+        return pair
+    if isinstance(pair, list | tuple) and len(pair) == 2 and all(isinstance(v, list | tuple) for v in pair):
+        return f"load average {pair[0][0]:.2f} at the start and {pair[1][0]:.2f} at the end"
+    if isinstance(pair, int | float):
+        return f"load average {pair:.2f}"
+    return "load not recorded"
+
+
+def _machine(m: dict[str, Any]) -> str:
+    """One paragraph: when, at which commit, on what, under which load, from which file."""
+    at = f" at {m['commit']}" if m.get("commit") else ""
+    how = ["`make bench`"]
+    if m.get("seconds"):
+        how.append(f"{m['seconds']:.0f} s")
+    how.append("as root" if m.get("root") else "not as root (the container rows need root)")
+    on = [f"{m['cores']} cores" + (f" ({m['cpu']})" if m.get("cpu") else "")]
+    on += [f"{m['memory_gib']} GiB"] if m.get("memory_gib") else []
+    on += [
+        f"{label} {m[key]}"
+        for key, label in (("kernel", "kernel"), ("python", "Python"), ("debian", "Debian"))
+        if m.get(key)
+    ]
+    load = _load([m.get("load_average_start"), m.get("load_average_end")])
+    source = m.get("source") or "bench/results.json"
+    return (
+        f"Measured {_when(m['date'])}{at} ({', '.join(how)}) on {', '.join(on)}; **{load}**. "
+        f"From {source}; `make bench-doc` rewrites this table from the next run."
+    )
+
+
+def render(results: dict[str, Any]) -> str:
+    """The region's text: the machine, the table, and when each figure from another run was measured."""
+    machine = results["machine"]
+    rows = ["| figure | value | yardstick | ratio | target | met |", "|---|---|---|---|---|---|"]
+    elsewhere: list[str] = []
+    for f in results["figures"]:
+        name = _cell(f["name"])
+        measured = (f.get("extra") or {}).get("measured_at")
+        if measured and _when(measured) != _when(machine["date"]):
+            load = (f.get("extra") or {}).get("load_average")
+            elsewhere.append(f"{len(elsewhere) + 1}. {name}: measured {_when(measured)}, {_load(load)}.")
+            name += f" ({len(elsewhere)})"
+        yardstick = f"{f['yardstick']}: {fmt(f.get('yardstick_value'), f['unit'])}" if f.get("yardstick") else "—"
+        ratio = "—" if f.get("ratio") is None else f"{f['ratio']:.2f}x"
+        met = "—" if f.get("met") is None else ("yes" if f["met"] else "**no**")
+        value = fmt(f.get("value"), f["unit"])
+        rows.append(f"| {name} | {value} | {_cell(yardstick)} | {ratio} | {_cell(f.get('target') or '—')} | {met} |")
+    parts = [_machine(machine), "", *rows]
+    if elsewhere:
+        parts += ["", "Measured in another run:", "", *elsewhere]
+    return "\n".join(parts) + "\n"
+
+
+def rewrite(doc: str, table: str) -> str:
+    """``doc`` with its figures region replaced by ``table``; ValueError when it has none."""
+    if len(_REGION.findall(doc)) != 1:
+        raise ValueError(f"the doc must hold exactly one <!-- {MARK} --> ... <!-- /{MARK} --> region")
+    return _REGION.sub(lambda m: m.group(1) + table + m.group(3), doc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="a results file `make bench` wrote")
+    parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--check", action="store_true", help="only say whether the doc is current (exit 1 if not)")
+    args = parser.parse_args(argv)
+    try:
+        results = json.loads(args.results.read_text())
+    except FileNotFoundError:
+        print(f"bench-doc: no {args.results}: run `make bench` first", file=sys.stderr)
+        return 2
+    doc = args.doc.read_text()
+    fresh = rewrite(doc, render(results))
+    if args.check:
+        current = fresh == doc
+        print(f"bench-doc: {args.doc} is {'current' if current else 'not current'} with {args.results}")
+        return 0 if current else 1
+    if fresh != doc:
+        args.doc.write_text(fresh)
+        print(f"bench-doc: rewrote the figures in {args.doc}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
