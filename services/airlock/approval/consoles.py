@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from airlock.approval.assertions import Credentials, no
 from airlock.approval.websessions import WebSessions
-from airlock.common import validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.config import Config
 from airlock.common.peer import may_decide
 from airlock.common.server import Call
+from airlock.common.wire import passkey as pk
 
 
 class Consoles:
@@ -33,10 +32,10 @@ class Consoles:
     def config(self) -> Config:
         return self._settings()
 
-    async def session(self, call: Call) -> dict[str, Any]:
+    async def session(self, call: Call, args: pk.Session) -> pk.ConsoleSession:
         """Is this console session live: not ended, not expired, its passkey not revoked, its account still here?"""
         self.keys.web()
-        found = self.sessions.get(call.args.get("session"), time.time())
+        found = self.sessions.get(args.session, time.time())
         if found is None:
             raise no("session", "no such console session (it ended, expired or was never made)")
         credential = next((c for c in self.keys.all() if c.credential_id == found.credential_id), None)
@@ -45,12 +44,11 @@ class Consoles:
             # Read at every use, as the credential file is: a revocation by hand ends it too.
             self.sessions.end(lambda s: s.key == found.key)
             raise no("session", "this console session ended: its passkey was revoked or its account left")
-        return {"account": found.account, "role": role, "credential_id": found.credential_id}
+        return pk.ConsoleSession(found.account, role, found.credential_id)
 
-    async def sessions_end(self, call: Call) -> dict[str, Any]:
+    async def sessions_end(self, call: Call, args: pk.SessionsEnd) -> pk.SessionsEnded:
         """End every console session of an account (root, an operator, or the account itself)."""
-        account = validate.text("account", call.args.get("account"), max_len=64, allow_empty=False)
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+        account, reason = args.account, args.reason or ""
         o = self.config.operators
         web = call.peer.user == self.config.web.user and call.peer.uid != 0
         allowed = call.peer.uid == 0 or may_decide(call.peer, o.users, o.groups, o.observers.users)
@@ -68,4 +66,4 @@ class Consoles:
                 "reason": reason,
             },
         )
-        return {"account": account, "ended": len(ended)}
+        return pk.SessionsEnded(account, len(ended))

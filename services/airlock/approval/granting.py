@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-from airlock.approval.grants import MAX_USES, SCOPES, Grant, Grants
+from airlock.approval.grants import Grant, Grants
 from airlock.approval.pending import Pending
 from airlock.common import validate
 from airlock.common.audit import Audit, Ids
@@ -53,27 +53,21 @@ class GrantBook:
             await self.end(grant.grant_id, "grant.exhausted", None, f"used {number} of {grant.uses} times", grant)
 
     @staticmethod
-    def asked_for(entry: Pending, operator: Peer, args: Mapping[str, Any], limit: float) -> Grant | None:
+    def asked_for(
+        entry: Pending, operator: Peer, seconds: float | None, scope: str | None, uses: int | None, limit: float
+    ) -> Grant | None:
         """The grant an approve asks for (``grant_seconds``, ``scope``, ``uses``), checked; None without one.
 
-        ``limit``: ``approval.max_grant_seconds`` now (a reload may change it)."""
-        seconds = args.get("grant_seconds")
+        Their shapes are the declaration's (`wire.operator.Decision`, ``DecideBegin``); here what
+        depends on the request and the settings: ``limit`` is ``approval.max_grant_seconds`` now
+        (a reload may change it)."""
         if seconds is None:
-            if args.get("scope") is not None:
-                raise validate.bad("scope", "is only meaningful with grant_seconds")
-            if args.get("uses") is not None:
-                raise validate.bad("uses", "is only meaningful with grant_seconds")
             return None
-        uses = args.get("uses")
-        if uses is not None and (isinstance(uses, bool) or not isinstance(uses, int) or not 1 <= uses <= MAX_USES):
-            raise validate.bad("uses", f"must be a whole number of uses from 1 to {MAX_USES}")
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 1 <= seconds <= limit:
+        if not 1 <= seconds <= limit:
             raise validate.bad(
                 "grant_seconds", f"must be a number of seconds from 1 to {limit:g} (approval.max_grant_seconds)"
             )
-        scope = args.get("scope") or "command"
-        if scope not in SCOPES:
-            raise validate.bad("scope", "must be command or rule")
+        scope = scope or "command"
         if "spec" not in entry.request:
             raise AirlockError(ErrorCode.CONFLICT, "grants cover commands only, not file operations")
         if entry.tally is not None and entry.tally.requirement.approvals > 1:

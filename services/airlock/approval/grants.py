@@ -30,11 +30,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-SCOPES: Final = ("command", "rule")
+from airlock.common.wire.picking import GRANT_MAX_USES, GRANT_SCOPES
+
+SCOPES: Final = GRANT_SCOPES
 GRANT_ACTIONS: Final = ("grant", "grant.revoke", "grant.expired", "grant.exhausted")
 # The records that end a grant (revoked, time up, uses used up).
 ENDING: Final = frozenset({"grant.revoke", "grant.expired", "grant.exhausted"})
-MAX_USES: Final = 10_000
+MAX_USES: Final = GRANT_MAX_USES
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,23 +90,15 @@ class Operating:
     def policy(self) -> Policy:
         return self._policy()
 
-    async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
-        if call.args.get("signature") is not None:
-            # The self-approval check is the signer's person's (`quorum.Tally.check`), not the submitter's.
-            for name in ("grant_seconds", "uses"):
-                if call.args.get(name) is not None:
-                    raise validate.bad(name, "a grant is given by an operator's own approve, not with a signature")
-            signed = Signed(
-                call.args.get("id"),
-                call.args.get("signature"),
-                call.args.get("reason") or "",
-                validate.optional_text("principal", call.args.get("principal"), max_len=256),
-                refs.expected(call.args),
-            )
-            return await self.votes.settle_signed(call, signed, (verdict,), via="operator", carrier=call.peer)
-        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
-        await check_expected(self.audit, call, entry, "approve" if verdict == "allow" else "deny")
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+    async def _settle(self, call: Call, args: op.Decision, verdict: str) -> op.Vote:
+        if args.signature is not None:
+            # The self-approval check is the signer's person's (`quorum.Tally.check`), not the submitter's;
+            # a signature carries no grant (`op.Decision.check`).
+            signed = Signed(args.id, args.signature, args.reason or "", args.principal, args.expect)
+            return op.Vote(await self.votes.settle_signed(call, signed, (verdict,), via="operator", carrier=call.peer))
+        entry = self.pending.find(args.id, args.expect)
+        await check_expected(self.audit, call, entry, "approve" if verdict == "allow" else "deny", args.expect)
+        reason = args.reason or ""
         operator = call.peer
         if operator.uid == entry.peer.uid and not self.config.approval.allow_self_approval and verdict == "allow":
             raise AirlockError(ErrorCode.UNAUTHORIZED, "operators cannot approve their own requests")
@@ -117,7 +109,7 @@ class Operating:
         if verdict == "allow":
             ballot.require_operator_reason(self.config.approval, entry, reason)
             grant = self.grants.asked_for(
-                entry, operator, call.args, self.config.approval.max_grant_seconds
+                entry, operator, args.grant_seconds, args.scope, args.uses, self.config.approval.max_grant_seconds
             )  # the arguments first, then who votes
             ballot.check_vote(self.config.approval, entry, voter)
         ids = Ids(entry.request_id, entry.operation_id, operator.uid)
@@ -136,13 +128,13 @@ class Operating:
         if grant is not None and not entry.future.done():
             await self.grants.make(grant, ids, operator.user, reason)
         out = ballot.count(self.config.approval, entry, verdict, voter, reason)
-        return out | ({"grant": grant.to_dict()} if grant is not None else {})
+        return op.Vote(out | ({"grant": grant.to_dict()} if grant is not None else {}))
 
-    async def approve(self, call: Call) -> dict[str, Any]:
-        return await self._settle(call, "allow")
+    async def approve(self, call: Call, args: op.Decision) -> op.Vote:
+        return await self._settle(call, args, "allow")
 
-    async def deny(self, call: Call) -> dict[str, Any]:
-        return await self._settle(call, "deny")
+    async def deny(self, call: Call, args: op.Decision) -> op.Vote:
+        return await self._settle(call, args, "deny")
 
     def _decides(self, call: Call) -> bool:
         o = self.config.operators
@@ -152,7 +144,7 @@ class Operating:
         """A pending request as this peer may see it: file content (a write's diff) only for operators."""
         return shown if self._decides(call) else fileop_review.for_observer(shown)
 
-    async def list_pending(self, call: Call) -> dict[str, Any]:
+    async def list_pending(self, call: Call, args: Empty) -> op.PendingList:
         now = time.time()
         # Issue 34: a request attached to an identical one is listed with ``attached_to`` (the console, the
         # relay and the hook do not ask about it), and the first names it under ``attached``.
@@ -172,51 +164,55 @@ class Operating:
             ]
         }
         note = self.policy.standing.sentence()  # issue 44: refused files on disk; pending's header says so
-        return listed | ({"policy_note": note} if note else {})
+        return op.PendingList(listed | ({"policy_note": note} if note else {}))
 
-    async def status(self, call: Call) -> dict[str, Any]:
+    async def status(self, call: Call, args: Empty) -> op.StatusReport:
         hold = await self.book.current()
         now = time.time()
         held = hold.held
-        return {
-            "hold": held,
-            "hold_reason": hold.reason,
-            "hold_by": hold.by.get("operator") if held else None,
-            "hold_uid": hold.by.get("uid") if held else None,
-            "hold_since": hold.by.get("since") if held else None,
-            "pending": len(self.pending),
-            "config_refused": self.config.refused or None,  # issue 44: running on a kept copy or the defaults
-            "tokens": self.sessions.store.live(now),
-            "grants": len(self.grants.live(now)),
-            "services": await services_state(self.config, self.journal),
-            "policy": {
-                "default": self.policy.default,
-                "rules": len(self.policy.rules),
-                "sources": list(self.policy.sources),
-                "standing": self.policy.standing.to_dict(),  # issue 44
-            },
-            # Where the relay reports (relay/state.py; `airlock status` reads it on this host), and
-            # approval's wait for a person, with why when notify.channels chose it (issue 44).
-            "relay": {
-                "channels": [c["name"] for c in self.config.notify.channels],
-                "state_dir": str(self.config.notify.state_dir),
-                "approval_timeout_seconds": self.config.approval.timeout_seconds,
-                "approval_timeout_why": dict(self.config.derived).get("approval.timeout_seconds"),
-            },
-        }
+        return op.StatusReport(
+            {
+                "hold": held,
+                "hold_reason": hold.reason,
+                "hold_by": hold.by.get("operator") if held else None,
+                "hold_uid": hold.by.get("uid") if held else None,
+                "hold_since": hold.by.get("since") if held else None,
+                "pending": len(self.pending),
+                "config_refused": self.config.refused or None,  # issue 44: running on a kept copy or the defaults
+                "tokens": self.sessions.store.live(now),
+                "grants": len(self.grants.live(now)),
+                "services": await services_state(self.config, self.journal),
+                "policy": {
+                    "default": self.policy.default,
+                    "rules": len(self.policy.rules),
+                    "sources": list(self.policy.sources),
+                    "standing": self.policy.standing.to_dict(),  # issue 44
+                },
+                # Where the relay reports (relay/state.py; `airlock status` reads it on this host), and
+                # approval's wait for a person, with why when notify.channels chose it (issue 44).
+                "relay": {
+                    "channels": [c["name"] for c in self.config.notify.channels],
+                    "state_dir": str(self.config.notify.state_dir),
+                    "approval_timeout_seconds": self.config.approval.timeout_seconds,
+                    "approval_timeout_why": dict(self.config.derived).get("approval.timeout_seconds"),
+                },
+            }
+        )
 
-    async def policy_check(self, call: Call) -> dict[str, Any]:
-        a = call.args
-        user = validate.text("user", a.get("user") or call.peer.user, max_len=256)
+    async def policy_check(self, call: Call, args: op.PolicyCheck) -> op.Checked:
+        user = args.user or call.peer.user
         peer = _peer_for_user(user)
-        privileged = validate.boolean("privileged", a.get("privileged"), True)
-        pipeline = a.get("pipeline") or ([a["argv"]] if a.get("argv") is not None else None)
-        if not isinstance(pipeline, list) or not pipeline:
-            raise validate.bad("argv", "give argv or pipeline")
-        stages = tuple(validate.argv(f"pipeline[{i}]", s) for i, s in enumerate(pipeline))
-        cwd, stdin = (validate.optional_text(k, a.get(k), max_len=2 << 20) or None for k in ("cwd", "stdin"))
-        spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid, cwd=cwd, stdin=stdin)
-        subject = subject_of(peer, spec, validate.optional_text("session", a.get("session")))
+        privileged = True if args.privileged is None else args.privileged
+        stages = args.stages
+        spec = ExecSpec(
+            mode="exec",
+            stages=stages,
+            privileged=privileged,
+            uid=peer.uid,
+            cwd=args.cwd or None,
+            stdin=args.stdin or None,
+        )
+        subject = subject_of(peer, spec, args.session)
         decision = self.policy.decide(subject, stages)
         held = (await self.book.current()).held
         # Issue 34: what the reviewer may do with it, and what each matching shadow rule would decide.
@@ -224,20 +220,19 @@ class Operating:
         if decision.decision == "ask":
             extra["reviewer_may"] = self.policy.reviewer_may(decision)
         extra |= {"checked_as": {"user": user, "uid": peer.uid}, "policy_note": self.policy.standing.sentence()}
-        return decision.to_dict() | {"hold": held, "warnings": list(self.policy.warnings)} | extra
+        return op.Checked(decision.to_dict() | {"hold": held, "warnings": list(self.policy.warnings)} | extra)
 
-    async def events(self, call: Call) -> dict[str, Any]:
-        unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})
-        if unknown:
-            raise validate.bad(unknown[0], "unknown argument (known: after, tail, limit, scope)")
-        return (await self.journal.call(jwire.EVENTS, jwire.Events.from_dict(call.args))).to_dict()
+    async def events(self, call: Call, args: op.Events) -> jwire.Page:
+        return await self.journal.call(jwire.EVENTS, args)
 
-    async def show(self, call: Call) -> dict[str, Any]:
+    async def show(self, call: Call, args: op.Show) -> op.Story:
         """A request's story by its request or operation ID; a person may type a unique prefix of a
         request pending now (refs.py), else of one request in the journal (lookup.py), never of an operation ID."""
-        ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
+        return op.Story(await self._story(call, args.ref, stdin=args.stdin is True))
+
+    async def _story(self, call: Call, ref: str, *, stdin: bool) -> dict[str, Any]:
         now = time.time()
-        if call.args.get("stdin") is True:  # issue 45: a pending request's whole stdin, operators only
+        if stdin:  # issue 45: a pending request's whole stdin, operators only
             return self.pending.stdin(ref, operator=self._decides(call))
         named = self.pending.named(ref)
         if named is not None:
@@ -286,9 +281,10 @@ class Operating:
             "events": events,
         }
 
-    async def cancel(self, call: Call) -> dict[str, Any]:
-        op = validate.text("operation_id", call.args.get("operation_id"), max_len=256, allow_empty=False)
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+    async def cancel(self, call: Call, args: op.Cancel) -> op.Cancelled:
+        return op.Cancelled.from_dict(await self._cancel(call, args.operation_id, args.reason or ""))
+
+    async def _cancel(self, call: Call, op: str, reason: str) -> dict[str, Any]:
         operator = call.peer
         waiting = [p for p in self.pending.values() if p.operation_id == op]
         if not waiting and "/" in op:  # AGENT/OPERATION, when agents share an operation ID
@@ -329,22 +325,20 @@ class Operating:
         data = await runner_wire.stub(self.runner).call(runner_wire.CANCEL, runner_wire.Cancel(op))
         return data.to_dict() | {"was": "running"}
 
-    async def kill(self, call: Call) -> dict[str, Any]:
+    async def kill(self, call: Call, args: op.Kill) -> runner_wire.Killed:
         """Signal a running job (issue 35): ``ref`` is its request or operation ID (``AGENT/ID`` when
         agents share it), ``signal`` TERM by default.  Journaled (who, signal, why) before the signal goes."""
-        ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=1024)
-        signame = call.args.get("signal")
+        ref, reason, signame = args.ref, args.reason or "", args.signal
         operator = call.peer
-        args = runner_wire.Kill(ref=ref, by=operator.user, reason=reason, signal=signame)
+        kill = runner_wire.Kill(ref=ref, by=operator.user, reason=reason, signal=signame)
         owner, _, bare = ref.rpartition("/")
         if owner:
             uid = refs.agent_uid(owner)
             if uid is None:
                 raise AirlockError(ErrorCode.NOT_FOUND, f"no such agent {owner!r}")
-            args = dataclasses.replace(args, ref=bare, uid=uid)
+            kill = dataclasses.replace(kill, ref=bare, uid=uid)
         runner = runner_wire.stub(self.runner)
-        job = (await runner.call(runner_wire.KILL, dataclasses.replace(args, dry=True))).to_dict()
+        job = (await runner.call(runner_wire.KILL, dataclasses.replace(kill, dry=True))).to_dict()
         await self.audit.record(
             "operator.action",
             Ids(job.get("request_id"), job.get("operation_id"), operator.uid),
@@ -356,20 +350,20 @@ class Operating:
                 "agent_uid": job.get("agent_uid"),
             },
         )
-        return (await runner.call(runner_wire.KILL, args)).to_dict()
+        return await runner.call(runner_wire.KILL, kill)
 
-    async def running(self, call: Call) -> dict[str, Any]:
+    async def running(self, call: Call, args: Empty) -> runner_wire.Running:
         """The commands running now (the runner's list): for `airlock watch`'s kill key and for reading."""
-        return (await runner_wire.stub(self.runner).call(runner_wire.RUNNING, Empty())).to_dict()
+        return await runner_wire.stub(self.runner).call(runner_wire.RUNNING, Empty())
 
-    async def audit_verify(self, call: Call) -> dict[str, Any]:
-        return (await self.journal.call(jwire.VERIFY, jwire.Verify.from_dict(call.args), timeout=600)).report
+    async def audit_verify(self, call: Call, args: op.Verify) -> op.AuditReport:
+        return op.AuditReport((await self.journal.call(jwire.VERIFY, args, timeout=600)).report)
 
-    async def audit_archive(self, call: Call) -> dict[str, Any]:
-        return (await self.journal.call(jwire.ARCHIVE, jwire.Archive.from_dict(call.args), timeout=600)).report
+    async def audit_archive(self, call: Call, args: op.Archive) -> op.AuditReport:
+        return op.AuditReport((await self.journal.call(jwire.ARCHIVE, args, timeout=600)).report)
 
-    async def audit_head(self, call: Call) -> dict[str, Any]:
-        return (await self.journal.call(jwire.HEAD, Empty())).to_dict()
+    async def audit_head(self, call: Call, args: Empty) -> jwire.Head:
+        return await self.journal.call(jwire.HEAD, Empty())
 
     def operator_verbs(self, decides: Callable[[Peer], bool]) -> dict[str, Verb]:
         """The operator door's table, built from `wire.operator`'s declarations: none for a token; each
@@ -383,7 +377,7 @@ class Operating:
                 return frozenset({Caller.OBSERVER, Caller.WEB})
             return frozenset({Caller.OBSERVER})
 
-        handlers = {
+        handlers: dict[wire.Verb[Any, Any], wire.Handler[Any, Any]] = {
             op.STATUS: self.status,
             op.PENDING: self.list_pending,
             op.SHOW: self.show,
@@ -419,12 +413,7 @@ class Operating:
             op.PASSKEY_SESSION: self.passkeys.consoles.session,
             op.PASSKEY_SESSIONS_END: self.passkeys.consoles.sessions_end,
         }
-        table = wire.serve(
-            op.DOOR,
-            {verb: wire.untyped(handler) for verb, handler in handlers.items()},
-            caller_of=caller_of,
-            refuse=_observers_only_read,
-        )
+        table = wire.serve(op.DOOR, handlers, caller_of=caller_of, refuse=_observers_only_read)
         return {name: _operator_only(served) for name, served in table.items()}
 
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from airlock.common import validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.ipc import Client
 from airlock.common.server import Call
+from airlock.common.wire import operator as op
 from airlock.common.wire import runner as runner_wire
 
 # The longest a follow may last: a job's own timeout ends it sooner (the runner ends the stream).
@@ -74,8 +74,7 @@ class OutputReads:
         # A request's journal events by its request ID (or AGENT/ID), else by operation ID (the operators' `show`).
         self._request_events = request_events
 
-    async def _job(self, call: Call) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
+    async def _job(self, ref: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
         started, finished = job_records(await self._request_events(ref))
         if started is None:
             raise AirlockError(ErrorCode.NOT_FOUND, f"{ref!r} names no job that started (no exec.started)")
@@ -94,9 +93,12 @@ class OutputReads:
             },
         )
 
-    async def output(self, call: Call) -> dict[str, Any]:
+    async def output(self, call: Call, args: op.JobRef) -> op.Output:
         """A job's stored output, checked against the chain's digests."""
-        started, finished = await self._job(call)
+        return op.Output(await self._output(call, args.ref))
+
+    async def _output(self, call: Call, ref: str) -> dict[str, Any]:
+        started, finished = await self._job(ref)
         ids = {"request_id": started.get("request_id"), "operation_id": started.get("operation_id")}
         name = _payload(started).get("output_log")
         if finished is None:
@@ -128,13 +130,16 @@ class OutputReads:
             "mismatches": differ,
         }
 
-    async def logs(self, call: Call) -> dict[str, Any]:
+    async def logs(self, call: Call, args: op.JobRef) -> op.Output:
         """A running job's output as it comes (events ``stdout``, ``stderr``, ``dropped``, ``tick``); a job that
         ended: its stored log, as ``output``."""
-        started, finished = await self._job(call)
+        return op.Output(await self._logs(call, args.ref))
+
+    async def _logs(self, call: Call, ref: str) -> dict[str, Any]:
+        started, finished = await self._job(ref)
         name = _payload(started).get("output_log")
         if finished is not None or not isinstance(name, str):
-            return await self.output(call) | {"followed": False}
+            return await self._output(call, ref) | {"followed": False}
         await self._journal_read(call, started, "logs")
 
         async def relay(event: Any) -> None:
@@ -154,7 +159,7 @@ class OutputReads:
                 return {"request_id": started.get("request_id"), "followed": True, "ended": True, "chunks": []}
             raise
         if done.get("chunks") is not None:  # it ended before the runner saw us: the stored log
-            return await self.output(call) | {"followed": False}
+            return await self._output(call, ref) | {"followed": False}
         return {"request_id": started.get("request_id"), "operation_id": started.get("operation_id")} | {
             "followed": True,
             "ended": True,

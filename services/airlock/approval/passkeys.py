@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock.approval import ballot, quorum, refs, webauthn
+from airlock.approval import ballot, quorum, webauthn
 from airlock.approval.assertions import Credentials, no, refused
 from airlock.approval.consoles import Consoles
 from airlock.approval.granting import GrantBook
@@ -50,10 +50,11 @@ from airlock.common.ipc import Client
 from airlock.common.passkeyfile import Credential, PasskeyFileError
 from airlock.common.peer import Peer, identify, may_decide
 from airlock.common.server import Call
+from airlock.common.wire import operator as op
+from airlock.common.wire import passkey as pk
 from airlock.common.wire import runner as runner_wire
 
 MAX_ENROLLMENTS = 64  # live enrollment tokens at once
-MAX_WAIT_SECONDS = 900.0
 # Refused passkey decisions one carrier (airlock-web's uid) may send per minute: each is journaled,
 # so a compromised web process cannot fill the journal with them.
 DECIDE_REFUSALS = 60
@@ -123,8 +124,8 @@ class Passkeys:
                     e.done.set_result("")
                 del self.enrollments[key]
 
-    async def passkey_enroll(self, call: Call) -> dict[str, Any]:
-        account = validate.text("account", call.args.get("account"), max_len=64, allow_empty=False)
+    async def passkey_enroll(self, call: Call, args: pk.Account) -> pk.Enrolled:
+        account = args.account
         if call.peer.uid != 0 and call.peer.user != account:
             raise no("not_yours", "only root or the account itself may enroll a passkey for it")
         role = self.keys.role(account)
@@ -149,56 +150,45 @@ class Passkeys:
         )
         self.enrollments[_token_id(token)] = Enrollment(account, call.peer.uid, expires)
         url = self.config.web.url.rstrip("/") + "/enroll/" + token if self.config.web.url else None
-        return {
-            "token": token,
-            "expires": int(expires),
-            "expires_at": iso_utc(expires, timespec="seconds"),
-            "account": account,
-            "url": url,
-        }
+        return pk.Enrolled(token, int(expires), iso_utc(expires, timespec="seconds"), account, url)
 
-    async def passkey_enroll_wait(self, call: Call) -> dict[str, Any]:
-        token = call.args.get("token")
-        if not isinstance(token, str) or len(token) > 128:
-            raise validate.bad("token", "must be the token passkey.enroll gave")
+    async def passkey_enroll_wait(self, call: Call, args: pk.EnrollWait) -> pk.EnrollWaited:
+        token = args.token
         found = self.enrollments.get(_token_id(token))
         if found is None:
             raise AirlockError(ErrorCode.NOT_FOUND, "no such enrollment link (or it expired)")
         if call.peer.uid not in (0, found.creator_uid):
             raise AirlockError(ErrorCode.NOT_FOUND, "no such enrollment link (or it expired)")
-        timeout = call.args.get("timeout_seconds", MAX_WAIT_SECONDS)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_WAIT_SECONDS:
-            raise validate.bad("timeout_seconds", f"must be a number of seconds up to {MAX_WAIT_SECONDS:g}")
-        bound = max(0.0, min(float(timeout), found.expires - time.time()))
+        bound = max(0.0, min(args.timeout_seconds, found.expires - time.time()))
         try:
             credential_id = await asyncio.wait_for(asyncio.shield(found.done), bound)
         except TimeoutError:
             credential_id = ""
-        return {
-            "enrolled": bool(credential_id),
-            "credential_id": credential_id or None,
-            "account": found.account,
-            "expired": not credential_id and found.expires <= time.time(),
-        }
+        return pk.EnrollWaited(
+            enrolled=bool(credential_id),
+            account=found.account,
+            expired=not credential_id and found.expires <= time.time(),
+            credential_id=credential_id or None,
+        )
 
-    async def passkey_register_begin(self, call: Call) -> dict[str, Any]:
+    async def passkey_register_begin(self, call: Call, args: pk.Enrolment) -> pk.RegisterOptions:
         _origin, rp_id = self.keys.web()
-        _key, found = self._live_enrollment(call.args.get("token"))
+        _key, found = self._live_enrollment(args.token)
         found.challenge = secrets.token_bytes(32)
         exclude = [c.credential_id for c in self.keys.all() if c.account == found.account and c.revoked is None]
         options = webauthn.creation_options(rp_id, f"airlock on {self.host}", found.account, found.challenge, exclude)
-        return {"options": options, "account": found.account}
+        return pk.RegisterOptions(options, found.account)
 
-    async def passkey_register_finish(self, call: Call) -> dict[str, Any]:
+    async def passkey_register_finish(self, call: Call, args: pk.Register) -> pk.Registered:
         origin, rp_id = self.keys.web()
-        key, found = self._live_enrollment(call.args.get("token"))
+        key, found = self._live_enrollment(args.token)
         found.spent = True  # spent by this call, whatever it brings: a link is used once
         self.enrollments.pop(key, None)
         try:
             if found.challenge is None:
                 raise no("challenge", "register_begin was not called for this link")
             try:
-                registered = webauthn.verify_registration(call.args.get("credential"), origin, rp_id, found.challenge)
+                registered = webauthn.verify_registration(args.credential, origin, rp_id, found.challenge)
             except Refused as exc:
                 raise refused(exc) from None
             credential = Credential(
@@ -253,21 +243,21 @@ class Passkeys:
         if not found.done.done():
             found.done.set_result(credential.credential_id)
         self.log.info("approval.passkey.enrolled", account=found.account, credential_id=credential.credential_id)
-        return {"credential_id": credential.credential_id, "account": found.account}
+        return pk.Registered(credential.credential_id, found.account)
 
     # --- sign-in ------------------------------------------------------------------
 
-    async def passkey_login_begin(self, call: Call) -> dict[str, Any]:
+    async def passkey_login_begin(self, call: Call, args: pk.LoginBegin) -> pk.LoginOptions:
         _origin, rp_id = self.keys.web()
-        challenge_id, challenge = self.logins.begin(_client(call), time.time())
-        return {"options": webauthn.request_options(rp_id, challenge, []), "challenge_id": challenge_id}
+        challenge_id, challenge = self.logins.begin(args.client, time.time())
+        return pk.LoginOptions(webauthn.request_options(rp_id, challenge, []), challenge_id)
 
-    async def passkey_login_finish(self, call: Call) -> dict[str, Any]:
+    async def passkey_login_finish(self, call: Call, args: pk.LoginFinish) -> pk.SignedIn:
         self.keys.web()
-        challenge = self.logins.finish(call.args.get("challenge_id"), _client(call), time.time())  # once
+        challenge = self.logins.finish(args.challenge_id, args.client, time.time())  # once
         if challenge is None:
             raise no("challenge", "no such sign-in challenge (or it expired, was used, or is another browser's)")
-        enrolled, count, digest = self.keys.verified(call.args.get("credential"), challenge)
+        enrolled, count, digest = self.keys.verified(args.credential, challenge)
         role = self.keys.role(enrolled.account)
         if role is None:
             raise no("not_operator", f"{enrolled.account!r} is no longer an operator or an observer")
@@ -275,66 +265,52 @@ class Passkeys:
         seconds = self.config.web.session_minutes * 60
         token, session = self.consoles.sessions.open(enrolled.account, enrolled.credential_id, seconds, time.time())
         self.log.info("approval.passkey.login", account=enrolled.account, credential_id=enrolled.credential_id)
-        return {
-            "account": enrolled.account,
-            "role": role,
-            "credential_id": enrolled.credential_id,
-            "session": token,  # airlock-web's, asked about on every request (passkey.session)
-            "expires": int(session.expires),
-        }
+        # The session is airlock-web's, asked about on every request (passkey.session).
+        return pk.SignedIn(enrolled.account, role, enrolled.credential_id, token, int(session.expires))
 
     # --- deciding -----------------------------------------------------------------
 
-    def _decision_args(self, call: Call) -> tuple[str, str, float | None, str | None]:
-        decision = call.args.get("decision")
-        if decision not in ("allow", "deny"):
-            raise validate.bad("decision", "must be allow or deny")
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        seconds = call.args.get("grant_seconds")
-        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
-            raise validate.bad("grant_seconds", "must be a number of seconds")
-        scope = call.args.get("scope")
-        if scope is not None and scope not in ("command", "rule"):
-            raise validate.bad("scope", "must be command or rule")
-        if decision == "deny" and (seconds is not None or scope is not None):
-            raise validate.bad("grant_seconds", "a deny takes no grant")
-        return str(decision), reason, seconds, scope
+    @staticmethod
+    def _decision_args(args: pk.DecideBegin) -> tuple[str, str, float | None, str | None]:
+        return args.decision, args.reason or "", args.grant_seconds, args.scope
 
     def _challenge(self, entry: Pending, decision: str, reason: str, seconds: float | None, scope: str | None) -> bytes:
         assert entry.published is not None
         statement = entry.published.statements[decision].to_bytes()
         return webauthn.decision_challenge(statement, webauthn.extras(reason, seconds, scope))
 
-    async def passkey_decide_begin(self, call: Call) -> dict[str, Any]:
+    async def passkey_decide_begin(self, call: Call, args: pk.DecideBegin) -> pk.DecideChallenge:
         _origin, rp_id = self.keys.web()
-        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
-        await check_expected(self.audit, call, entry, "statement")
-        decision, reason, seconds, scope = self._decision_args(call)
+        entry = self.pending.find(args.id, args.expect)
+        await check_expected(self.audit, call, entry, "statement", args.expect)
+        decision, reason, seconds, scope = self._decision_args(args)
         assert entry.published is not None
         statement = entry.published.statements[decision]
         challenge = self._challenge(entry, decision, reason, seconds, scope)
-        return {
-            "request_id": entry.request_id,
-            "decision": decision,
-            "statement": statement.render(),
-            "expires": statement.expires,
-            "challenge": webauthn.b64u(challenge),
-            "options": webauthn.request_options(rp_id, challenge, self.keys.deciders()),
-        }
+        return pk.DecideChallenge(
+            {
+                "request_id": entry.request_id,
+                "decision": decision,
+                "statement": statement.render(),
+                "expires": statement.expires,
+                "challenge": webauthn.b64u(challenge),
+                "options": webauthn.request_options(rp_id, challenge, self.keys.deciders()),
+            }
+        )
 
-    async def passkey_decide(self, call: Call) -> dict[str, Any]:
+    async def passkey_decide(self, call: Call, args: pk.Decide) -> op.Vote:
         """A decision carried by airlock-web: approval verifies the assertion over this request's statement."""
         self.keys.web()
         self.passkey_refusals.check(call.peer.uid)
-        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
-        decision, reason, seconds, scope = self._decision_args(call)
-        await check_expected(self.audit, call, entry, "approve" if decision == "allow" else "deny")
+        entry = self.pending.find(args.id, args.expect)
+        decision, reason, seconds, scope = self._decision_args(args)
+        await check_expected(self.audit, call, entry, "approve" if decision == "allow" else "deny", args.expect)
         assert entry.published is not None
         ids = Ids(entry.request_id, entry.operation_id, call.peer.uid)
         carrier = {"uid": call.peer.uid, "user": call.peer.user}
         credential_id: str | None = None
         try:
-            shown = call.args.get("statement")
+            shown = args.statement
             if shown != entry.published.statements[decision].render():
                 raise AirlockError(
                     ErrorCode.CONFLICT,
@@ -344,7 +320,7 @@ class Passkeys:
             if entry.published.statements[decision].expires <= time.time():
                 raise no("expired", "this request's statement has expired")
             enrolled, count, digest = self.keys.verified(
-                call.args.get("credential"), self._challenge(entry, decision, reason, seconds, scope)
+                args.credential, self._challenge(entry, decision, reason, seconds, scope)
             )
             credential_id = enrolled.credential_id
             if self.keys.role(enrolled.account) != "operator":
@@ -359,9 +335,7 @@ class Passkeys:
                     raise no("self_approval", "operators cannot approve their own requests")
                 ballot.require_operator_reason(self.config.approval, entry, reason)
                 # Only what the passkey signed (the challenge's extras): never a field the carrier added.
-                grant = GrantBook.asked_for(
-                    entry, person, {"grant_seconds": seconds, "scope": scope}, self.config.approval.max_grant_seconds
-                )
+                grant = GrantBook.asked_for(entry, person, seconds, scope, None, self.config.approval.max_grant_seconds)
                 ballot.check_vote(self.config.approval, entry, voter)
         except AirlockError as exc:
             self.passkey_refusals.refused(call.peer.uid)
@@ -402,12 +376,12 @@ class Passkeys:
             await self.grants.make(grant, ids, person.user, reason)
         out = ballot.count(self.config.approval, entry, decision, voter, reason)
         by = {"user": person.user, "uid": person.uid, "credential_id": enrolled.credential_id}
-        return out | {"by": by} | ({"grant": grant.to_dict()} if grant is not None else {})
+        return op.Vote(out | {"by": by} | ({"grant": grant.to_dict()} if grant is not None else {}))
 
     # --- managing -----------------------------------------------------------------
 
-    async def passkey_list(self, call: Call) -> dict[str, Any]:
-        account = validate.optional_text("account", call.args.get("account"), max_len=64)
+    async def passkey_list(self, call: Call, args: pk.AccountMaybe) -> pk.Passkeys:
+        account = args.account
         o = self.config.operators
         web = call.peer.user == self.config.web.user and call.peer.uid != 0  # an observer, whatever its groups
         if web or not (call.peer.uid == 0 or may_decide(call.peer, o.users, o.groups, o.observers.users)):
@@ -415,8 +389,8 @@ class Passkeys:
                 raise no("not_yours", "an observer may list only its own passkeys")
             account = call.peer.user
         live = self.consoles.sessions.live(time.time())
-        return {
-            "passkeys": [
+        return pk.Passkeys(
+            tuple(
                 c.to_dict()
                 | {
                     "created_at": iso_utc(c.created, timespec="seconds"),
@@ -433,12 +407,11 @@ class Passkeys:
                 }
                 for c in self.keys.all()
                 if account is None or c.account == account
-            ]
-        }
+            )
+        )
 
-    async def passkey_revoke(self, call: Call) -> dict[str, Any]:
-        cid = validate.text("credential_id", call.args.get("credential_id"), max_len=1400, allow_empty=False)
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+    async def passkey_revoke(self, call: Call, args: pk.PasskeyRevoke) -> pk.PasskeyRevoked:
+        cid, reason = args.credential_id, args.reason or ""
         found = [c for c in self.keys.all() if c.credential_id == cid and c.revoked is None]
         if not found:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no passkey {cid!r} in use (see airlock passkey list)")
@@ -460,12 +433,7 @@ class Passkeys:
         )
         # Every console session this passkey made ends now, not at web.session_minutes.
         ended = self.consoles.sessions.end(lambda s: s.credential_id == cid)
-        return {"credential_id": cid, "account": found[0].account, "revoked": True, "sessions_ended": len(ended)}
-
-
-def _client(call: Call) -> str:
-    """The browser a sign-in step comes from: airlock-web's pre-session cookie, hashed (web/service.py)."""
-    return validate.text("client", call.args.get("client"), max_len=128, allow_empty=False)
+        return pk.PasskeyRevoked(cid, found[0].account, True, len(ended))
 
 
 def _person(account: str) -> Peer:

@@ -25,6 +25,7 @@ from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
 from airlock.common.resolve import default_path, first_on_path
+from airlock.common.wire.picking import EXPECT_HEX
 
 
 @dataclass
@@ -121,7 +122,7 @@ class Pending:
         return out
 
 
-EXPECT_HEX = 12  # 48 bits: an agent cannot make two pending requests share one by trying
+# EXPECT_HEX (12 hex digits, 48 bits): an agent cannot make two pending requests share one by trying.
 
 
 def expect_of(statement: bytes) -> str:

@@ -26,17 +26,14 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any, Final
 
-from airlock.approval.pending import EXPECT_HEX, Pending
-from airlock.common import validate
+from airlock.approval.pending import Pending
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import uid_of
 
 MIN_WINDOW: Final = 300.0  # settled IDs are remembered at least this long (or the approval timeout)
-_EXPECT = re.compile(f"[0-9a-f]{{{EXPECT_HEX}}}")
 
 
 def window(timeout_seconds: float) -> float:
@@ -116,17 +113,6 @@ def by_prefix(ref: str, pending: Iterable[Pending], settled: set[str], unsure: b
             {"matches": [found[0].request_id], "settled": earlier[:16]},
         )
     return found[0]
-
-
-def expected(args: dict[str, Any]) -> str | None:
-    """The ``expect`` argument, checked: None or EXPECT_HEX lowercase hex digits."""
-    value = args.get("expect")
-    if value is None:
-        return None
-    text = validate.text("expect", value, max_len=64, allow_empty=False)
-    if not _EXPECT.fullmatch(text):
-        raise validate.bad("expect", f"must be the {EXPECT_HEX} hex digits an approve line carries")
-    return text
 
 
 def mismatch(entry: Pending, given: str | None) -> AirlockError | None:

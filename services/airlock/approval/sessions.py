@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airlock.approval.tokens import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, TokenStore, new_token, token_hash
+from airlock.approval.tokens import TokenStore, new_token, token_hash
 from airlock.common import validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.peer import uid_of, user_name
 from airlock.common.server import Call
 from airlock.common.wire import approval as wire
+from airlock.common.wire import operator as op
 
 
 class SessionTokens:
@@ -26,13 +27,9 @@ class SessionTokens:
         self.store = store
         self.audit = audit
 
-    async def issue(self, call: Call) -> dict[str, Any]:
-        session = validate.text("session", call.args.get("session"), max_len=256, allow_empty=False)
-        ttl = call.args.get("ttl_seconds", DEFAULT_TTL_SECONDS)
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= MAX_TTL_SECONDS:
-            raise validate.bad("ttl_seconds", f"must be a number of seconds from 1 to {MAX_TTL_SECONDS}")
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        user, uid = _token_holder(call.args.get("user"))
+    async def issue(self, call: Call, args: op.TokenIssue) -> op.TokenIssued:
+        session, ttl, reason = args.session, args.ttl_seconds, args.reason or ""
+        user, uid = _token_holder(args.user)
         token = new_token()
         now = time.time()
         expires_at = iso_utc(now + ttl, timespec="seconds")
@@ -51,25 +48,13 @@ class SessionTokens:
             },
         )
         self.store.issue(token, session, uid, float(ttl), now)
-        return {
-            "token": token,
-            "token_id": token_hash(token)[:16],
-            "session": session,
-            "user": user,
-            "uid": uid,
-            "expires_at": expires_at,
-        }
+        return op.TokenIssued(token, token_hash(token)[:16], session, user, uid, expires_at)
 
-    async def revoke(self, call: Call) -> dict[str, Any]:
-        token, session = call.args.get("token"), call.args.get("session")
-        if (token is None) == (session is None):
-            raise validate.bad("token", "give exactly one of token and session")
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
+    async def revoke(self, call: Call, args: op.TokenRevoke) -> op.TokenRevoked:
+        token, session, reason = args.token, args.session, args.reason or ""
         if token is not None:
-            token = validate.text("token", token, max_len=256, allow_empty=False)
             target: dict[str, Any] = {"token_id": token_hash(token)[:16]}
         else:
-            session = validate.text("session", session, max_len=256, allow_empty=False)
             target = {"session": session}
         await self.audit.record(
             "operator.action",
@@ -77,7 +62,7 @@ class SessionTokens:
             payload={"action": "token.revoke", "operator": call.peer.user, "reason": reason} | target,
         )
         revoked = self.store.revoke_token(token) if token is not None else self.store.revoke_session(str(session))
-        return {"revoked": revoked} | target
+        return op.TokenRevoked.from_dict({"revoked": revoked} | target)
 
     async def check(self, call: Call, args: wire.TokenCheck) -> wire.Session:
         """intake asks (`wire.approval.TOKEN_CHECK`, intake's only): which session does this token stand for,
@@ -89,9 +74,8 @@ class SessionTokens:
         return wire.Session(self.store.check(args.token, args.uid, time.time()))
 
 
-def _token_holder(raw: object) -> tuple[str, int]:
+def _token_holder(text: str) -> tuple[str, int]:
     """The agent account a token is issued for: a user name or uid that exists here."""
-    text = validate.text("user", raw, max_len=256, allow_empty=False)
     uid = uid_of(text)
     if uid is None:
         raise validate.bad("user", f"no such user {text!r}: a token is issued for an existing agent account")

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from airlock.common.codec import iso_utc
+from airlock.common.wire import picking
 
 NAMESPACE: Final = "airlock-approval"
 SIGN_COMMAND: Final = f"ssh-keygen -Y sign -n {NAMESPACE} -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
 HEADER: Final = "airlock approval statement v2"  # v2: cwd and stdin (issue 45)
-DECISIONS: Final = ("allow", "deny")
+DECISIONS: Final = picking.DECISIONS
 # Field order is part of the format.
 FIELDS: Final = (
     "host",

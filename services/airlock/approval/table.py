@@ -123,9 +123,9 @@ class PendingTable(dict[tuple[int, str], Pending]):
         return first
 
 
-async def check_expected(audit: Audit, call: Call, entry: Pending, action: str) -> None:
+async def check_expected(audit: Audit, call: Call, entry: Pending, action: str, expect: str | None) -> None:
     """``expect`` (an approve line's --expect) must name the request pending now; else journaled, refused."""
-    refused = refs.mismatch(entry, refs.expected(call.args))
+    refused = refs.mismatch(entry, expect)
     if refused is None:
         return
     await audit.record(

@@ -24,13 +24,13 @@ from airlock.approval.pending import Ticket, ticket_binding
 from airlock.approval.rules import Policy
 from airlock.approval.table import PendingTable
 from airlock.approval.verdict import HOLD_RULE, By, verdict
-from airlock.common import validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.server import Call
 from airlock.common.wire import approval as wire
-from airlock.common.wire.verb import Stub
+from airlock.common.wire import operator as op
+from airlock.common.wire.verb import Empty, Stub
 
 # How long approval waits at start to read its hold state from the journal; then it starts held.
 HOLD_RESTORE_SECONDS = 30.0
@@ -109,8 +109,8 @@ class TicketBook:
             )
         return wire.Redeemed(True, entry.mark)
 
-    async def hold(self, call: Call) -> dict[str, Any]:
-        reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
+    async def hold(self, call: Call, args: op.Hold) -> op.Held:
+        reason = args.reason
         await self.current()  # an operator's hold replaces the restored state, never the other way round
         since = iso_utc(timespec="seconds")
         # The brake takes effect at once, in memory, then is journaled, where the next
@@ -124,16 +124,16 @@ class TicketBook:
             Ids(peer_uid=call.peer.uid),
             payload={"action": "hold", "operator": call.peer.user, "reason": reason, "since": since},
         )
-        return {"hold": True, "reason": reason}
+        return op.Held(True, reason)
 
-    async def release(self, call: Call) -> dict[str, Any]:
+    async def release(self, call: Call, args: Empty) -> op.Released:
         await self.current()
         # Durable first, then lifted: a release that cannot be journaled leaves it held.
         await self.audit.record(
             "operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user}
         )
         self.hold_reason = None
-        return {"hold": False, "released": self._redecide_held(call)}
+        return op.Released(False, tuple(self._redecide_held(call)))
 
     def _redecide_held(self, call: Call) -> list[str]:
         """Requests the hold alone kept waiting are decided by their rule at once (issue 32).

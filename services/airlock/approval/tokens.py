@@ -18,9 +18,6 @@ from dataclasses import dataclass
 
 from airlock.common.errors import AirlockError, ErrorCode
 
-MAX_TTL_SECONDS = 30 * 24 * 3600
-DEFAULT_TTL_SECONDS = 3600
-
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()

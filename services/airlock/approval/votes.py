@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from airlock.approval import ballot, quorum, refs, restore
+from airlock.approval import ballot, quorum, restore
 from airlock.approval import statement as statements
 from airlock.approval.granting import GrantBook
 from airlock.approval.grants import Grant
@@ -40,7 +40,8 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer, identify
 from airlock.common.server import Call
 from airlock.common.wire import approval as wire
-from airlock.common.wire.verb import Stub
+from airlock.common.wire import operator as op
+from airlock.common.wire.verb import Empty, Stub
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +93,12 @@ class Votes:
     def _schedule(self, grant: Grant, used: int = 0) -> None:
         self.grants.schedule(grant, used)
 
-    async def list_grants(self, call: Call) -> dict[str, Any]:
+    async def list_grants(self, call: Call, args: Empty) -> op.Grants:
         await self.book.current()  # restored after the grants: the listing right after a restart is whole
-        return {"grants": self.grants.listing(time.time())}
+        return op.Grants(tuple(self.grants.listing(time.time())))
 
-    async def revoke_grant(self, call: Call) -> dict[str, Any]:
-        grant_id = validate.text("grant_id", call.args.get("grant_id"), max_len=64, allow_empty=False)
-        reason = validate.text("reason", call.args.get("reason") or "", max_len=4096)
-        return {"grant_id": await self.grants.revoke(grant_id, call.peer, reason), "revoked": True}
+    async def revoke_grant(self, call: Call, args: op.GrantRevoke) -> op.GrantRevoked:
+        return op.GrantRevoked(await self.grants.revoke(args.grant_id, call.peer, args.reason or ""), True)
 
     async def restore_grants(self) -> None:
         """At start: the live grants are the journal's grants not revoked or expired (none if it cannot be read)."""
@@ -190,24 +189,26 @@ class Votes:
             for decision in statements.DECISIONS
         }
 
-    async def statement(self, call: Call) -> dict[str, Any]:
+    async def statement(self, call: Call, args: op.Statement) -> op.StatementText:
         """The exact text a signer signs to approve (or deny) a pending request."""
-        entry = self.pending.find(call.args.get("id"), refs.expected(call.args))
-        decision = call.args.get("decision", "allow")
-        if decision not in statements.DECISIONS:
-            raise validate.bad("decision", "must be allow or deny")
-        await check_expected(self.audit, call, entry, "statement")  # --sign: never sign another request's statement
+        entry = self.pending.find(args.id, args.expect)
+        decision = args.decision
+        # --sign: never sign another request's statement
+        await check_expected(self.audit, call, entry, "statement", args.expect)
         assert entry.published is not None
         text = entry.published.statements[decision].render()
-        return entry.quorum_dict() | {
-            "request_id": entry.request_id,
-            "decision": decision,
-            "statement": text,
-            "expires": entry.published.statements[decision].expires,
-            "namespace": statements.NAMESPACE,
-            "sign_command": SIGN_COMMAND,
-            "signatures": self.ledger.signers.enabled(),
-        }
+        return op.StatementText(
+            entry.quorum_dict()
+            | {
+                "request_id": entry.request_id,
+                "decision": decision,
+                "statement": text,
+                "expires": entry.published.statements[decision].expires,
+                "namespace": statements.NAMESPACE,
+                "sign_command": SIGN_COMMAND,
+                "signatures": self.ledger.signers.enabled(),
+            }
+        )
 
     async def approve_signed(self, call: Call, args: wire.ApproveSigned) -> wire.SignedVote:
         """intake (`wire.approval.APPROVE_SIGNED`, intake's only): an agent carried a signature (agent verb
@@ -271,7 +272,9 @@ class Votes:
             self.refusals.refused(owner)
             raise AirlockError(ErrorCode.NOT_FOUND, f"no pending request {ref!r} of yours")
         if entry is not None and via == "operator":
-            await check_expected(self.audit, call, entry, "approve" if decisions == ("allow",) else "deny")
+            await check_expected(
+                self.audit, call, entry, "approve" if decisions == ("allow",) else "deny", signed.expect
+            )
         request_id = entry.request_id if entry is not None else ref
         ids = Ids(request_id, entry.operation_id if entry else None, carrier.uid)
         signature = None

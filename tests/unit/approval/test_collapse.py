@@ -19,6 +19,7 @@ from airlock.common.audit import Ids
 from airlock.common.config import load
 from airlock.common.peer import Peer
 from airlock.common.spec import ExecSpec
+from airlock.common.wire.verb import Empty
 
 
 class Gated:
@@ -98,7 +99,7 @@ def test_a_second_request_whose_first_left_meanwhile_is_a_question_of_its_own(tm
         await settle()
         entry = a.pending[(PEER.uid, "r-2")]
         assert entry.attached_to is None  # a question of its own, not hidden behind r-1
-        listed = (await a.operating.list_pending(second_call))["pending"]  # type: ignore[arg-type]
+        listed = (await a.operating.list_pending(second_call, Empty())).data["pending"]  # type: ignore[arg-type]
         assert [p["request_id"] for p in listed] == ["r-2"] and "attached_to" not in listed[0]
         entry.future.set_result(("deny", "root", 0, ""))
         await settle()

@@ -23,7 +23,7 @@ from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
 from airlock.common.spec import ExecSpec
 from airlock.common.wire import approval as wire
-from airlock.common.wire.verb import Caller
+from airlock.common.wire.verb import Caller, Empty
 
 AGENT = Peer(uid=4242, gid=4242, pid=7, user="agent", groups=frozenset({"agent"}), group_ids=(4242,))
 OPERATOR = Peer(uid=0, gid=0, pid=1, user="root", groups=frozenset({"root"}), group_ids=(0,))
@@ -186,7 +186,7 @@ def test_during_the_hold_a_rules_allow_waits_and_the_release_lets_it_go(tmp_path
         await until_pending(a, "r-1")
         assert a.pending[(AGENT.uid, "r-1")].rule == "hold"
         assert call.events[0][0] == "pending_approval" and call.events[0][1]["rule"] == "hold"
-        released = await a.book.release(FakeCall({}))  # type: ignore[arg-type]
+        released = (await a.book.release(FakeCall({}), Empty())).to_dict()  # type: ignore[arg-type]
         assert released["released"] == ["r-1"]
         reply = await waiting
         assert (reply["decision"], reply["rule"]) == ("allow", "hold")

@@ -15,6 +15,7 @@ from airlock.approval.signed import Published
 from airlock.approval.statement import Statement
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer
+from airlock.common.wire import picking
 
 PEER = Peer(pid=1, uid=1000, gid=1000, user="agent", group_ids=(1000,), groups=frozenset({"agent"}))
 
@@ -96,9 +97,10 @@ def test_expect_is_the_pending_requests_own_and_changes_when_it_is_asked_again()
 @pytest.mark.parametrize("value", ["", "ABCDEF012345", "0123", "0123456789abc", "0123456789a;", 12])
 def test_expect_must_be_twelve_lowercase_hex_digits(value: object) -> None:
     with pytest.raises(AirlockError) as err:
-        refs.expected({"expect": value})
+        picking.Pick.from_dict({"id": "x", "expect": value})
     assert err.value.code is ErrorCode.INVALID_ARGUMENTS and err.value.details == {"field": "expect"}
-    assert refs.expected({}) is None and refs.expected({"expect": "0123456789ab"}) == "0123456789ab"
+    assert picking.Pick.from_dict({"id": "x"}).expect is None
+    assert picking.Pick.from_dict({"id": "x", "expect": "0123456789ab"}).expect == "0123456789ab"
 
 
 def test_the_ledger_remembers_settled_ids_and_says_when_it_forgot_some() -> None:

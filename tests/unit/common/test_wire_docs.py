@@ -23,9 +23,10 @@ from airlock.common.wire.verb import Caller, DoorName, Empty, declared
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 INTERNAL = (DoorName.JOURNAL, DoorName.RUNNER, DoorName.APPROVAL)
+FRONT = (DoorName.OPERATOR,)  # issue 47: the agent door's table joins when its verbs are typed
 # Each generated region: the file it is in and what renders it.
 REGIONS: dict[str, tuple[str, Callable[[], str]]] = {
-    **{door.value: ("protocol.md", functools.partial(registry.table, door)) for door in INTERNAL},
+    **{door.value: ("protocol.md", functools.partial(registry.table, door)) for door in (*INTERNAL, *FRONT)},
     "hallways": ("architecture.md", registry.hallways),
 }
 

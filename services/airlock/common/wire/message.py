@@ -26,6 +26,8 @@ from airlock.common.errors import AirlockError, ErrorCode
 
 
 def _bad(cls: type, key: str, message: str) -> AirlockError:
+    if getattr(cls, "public", False):  # a front door's refusal reads as its handlers' always did: "field: text"
+        return AirlockError(ErrorCode.INVALID_ARGUMENTS, f"{key}: {message}", {"field": key})
     return AirlockError(
         ErrorCode.INVALID_ARGUMENTS, f"{cls.__name__}: {key}: {message}", {"field": key, "message_type": cls.__name__}
     )
@@ -55,7 +57,7 @@ Convert = Callable[[type, str, Any], Any]
 
 def _nested(hint: Any) -> Convert:
     """A message or a carried type: its own check, its errors named under this field."""
-    own_prefix = hint not in _CARRIED  # a message's errors read "Type: field: text"
+    own_prefix = hint not in _CARRIED and not getattr(hint, "public", False)  # its errors read "Type: field: text"
 
     def convert(cls: type, key: str, value: Any) -> Any:
         if not isinstance(value, dict):
@@ -241,6 +243,8 @@ class Message:
 
     # Internal doors refuse keys they do not know; a front door's message may relax this.
     strict: ClassVar[bool] = True
+    # A front door's message (`Public`): its refusals name the field alone, in the words of reference/004.
+    public: ClassVar[bool] = False
 
     @classmethod
     @functools.cache
@@ -270,7 +274,10 @@ class Message:
             raise _bad(cls, "", "must be an object")
         plan = cls._plan()
         if cls.strict and not cls._keys().issuperset(untrusted):
-            raise _bad(cls, sorted(set(untrusted) - cls._keys())[0], "unknown field")
+            unknown = sorted(set(untrusted) - cls._keys())[0]
+            if cls.public:  # a person's typo: say what the verb takes
+                raise _bad(cls, unknown, f"unknown argument (known: {', '.join(sorted(cls._keys()))})")
+            raise _bad(cls, unknown, "unknown field")
         values: dict[str, Any] = {}
         for f in plan:
             if f.key not in untrusted:
@@ -301,12 +308,49 @@ class Empty(Message):
 
 
 @dataclass(frozen=True)
+class Public(Message):
+    """Base of a front door's message (operator.sock, agent.sock): a documented public shape.
+
+    Checked like any message (types, required keys), but a refusal reads
+    ``field: text`` with ``details.field``, as the doors' handlers have always
+    answered people and agents (docs/protocol.md).  A key it does not declare
+    is ignored, as reference/000 tells clients of a public door to expect (a
+    client's ``time``, a field a carrier added that nothing signed); a
+    message that refuses them says ``strict = True`` (the journal's pages).
+    """
+
+    public: ClassVar[bool] = True
+    strict: ClassVar[bool] = False
+
+
+@dataclass(frozen=True)
 class Open(Message):
     """An open mapping, carried as it is.
 
     Only for a front door's verb whose arguments are a documented public
     shape checked field by field in its handler (docs/protocol.md); never for
     an internal door: there every field is declared.
+    """
+
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, untrusted: Mapping[str, Any]) -> Self:
+        if not isinstance(untrusted, Mapping):
+            raise _bad(cls, "", "must be an object")
+        return cls(dict(untrusted))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+@dataclass(frozen=True)
+class Document(Public):
+    """A front door's reply that docs/protocol.md spells out as a document, carried key for key.
+
+    For a reply whose keys depend on what it reports (a request's story, the
+    status page): its subclass names it, its docstring says where its keys
+    are documented.  Never an argument: arguments are declared field by field.
     """
 
     data: dict[str, Any] = dataclasses.field(default_factory=dict)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from airlock.common.wire import agent, approval, journal, operator, runner  # noqa: F401  each declares its door
-from airlock.common.wire.verb import Caller, DoorName, Verb, declared
+from airlock.common.wire.message import Document
+from airlock.common.wire.verb import Caller, DoorName, Empty, Message, Verb, declared
 
 DOORS = tuple(DoorName)
 
@@ -22,15 +23,31 @@ def verbs(door: DoorName) -> list[Verb]:  # type: ignore[type-arg]
     return [declared(door)[name] for name in sorted(declared(door))]
 
 
+# The front doors' tables spell out each message's public keys (``key?``: optional), not only its name.
+FRONT = (DoorName.OPERATOR, DoorName.AGENT)
+
+
+def keys(message: type[Message]) -> str:
+    """A public message's keys as protocol.md's front-door tables show them: ``—`` for none."""
+    if message is Empty:
+        return "—"
+    if issubclass(message, Document):
+        return f"`{message.__name__}` (document)"
+    shown = [f"`{f.key}`" + ("" if f.required else "?") for f in message._plan()]
+    return f"`{message.__name__}`: " + ", ".join(shown)
+
+
 def table(door: DoorName) -> str:
     """``door``'s verbs as the markdown table docs/protocol.md carries (a unit test keeps them equal)."""
     rows = ["| verb | callers | arguments | reply | what it does |", "|---|---|---|---|---|"]
     for verb in verbs(door):
         callers = ", ".join(sorted(c.value for c in verb.callers))
         stream = " (streams events)" if verb.streams else ""
-        rows.append(
-            f"| `{verb.name}` | {callers} | `{verb.args.__name__}` | `{verb.reply.__name__}` | {verb.summary}{stream} |"
-        )
+        if door in FRONT:
+            args, reply = keys(verb.args), keys(verb.reply)
+        else:
+            args, reply = f"`{verb.args.__name__}`", f"`{verb.reply.__name__}`"
+        rows.append(f"| `{verb.name}` | {callers} | {args} | {reply} | {verb.summary}{stream} |")
     return "\n".join(rows)
 
 
