@@ -40,10 +40,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from secsupport import agent_request, final, needs_root, red_stack, replies, throwaway_user
+
+from airlock.common.wire import operator as op
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Empty, Verb
 
 from support import Stack
 
@@ -88,6 +92,8 @@ elif "allow-me" in text:
 else:
     say("ask", "no opinion")
 """
+
+A = TypeVar("A", bound=Message)
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +173,7 @@ def place(users: tuple[Any, Any]) -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def operator(stack: Stack, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+def operator(stack: Stack, verb: Verb[A, Any], args: A) -> dict[str, Any]:
     from airlock.common import client
 
     _, reply = client.call(str(stack.operator), verb, args, timeout=30)
@@ -179,7 +185,7 @@ def operator(stack: Stack, verb: str, args: dict[str, Any]) -> dict[str, Any]:
 def pending_entry(stack: Stack, request_id: str, timeout: float = 20) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for entry in operator(stack, "pending", {}).get("pending") or []:
+        for entry in operator(stack, op.PENDING, Empty()).get("pending") or []:
             if entry.get("request_id") == request_id:
                 found: dict[str, Any] = entry
                 return found
@@ -194,7 +200,7 @@ def ask(stack: Stack, user: Any, argv: list[str], *, privileged: bool = False, *
 
 
 def decided(stack: Stack, request_id: str) -> dict[str, Any]:
-    shown = operator(stack, "show", {"ref": request_id})
+    shown = operator(stack, op.SHOW, op.Show(request_id))
     for event in shown.get("events") or []:
         if event.get("kind") == "approval.decided":
             payload: dict[str, Any] = event["payload"]
@@ -205,7 +211,7 @@ def decided(stack: Stack, request_id: str) -> dict[str, Any]:
 def people_decide(stack: Stack, proc: Any, request_id: str) -> dict[str, Any]:
     """The request waits for a person; the opinion is shown; root denies it, and nothing ran."""
     entry = pending_entry(stack, request_id)
-    operator(stack, "deny", {"id": request_id, "reason": "test"})
+    operator(stack, op.DENY, op.Decision(request_id, reason="test"))
     reply = final(replies(proc))
     assert reply["ok"] is False
     assert reply["error"]["code"] == "denied"
@@ -322,7 +328,7 @@ def test_never_allows_what_a_person_denied(rstack: Stack, users: Any, place: Pat
     other = place / "flip-me-other"
     proc, request_id = ask(rstack, alice, ["/usr/bin/touch", str(other)])
     pending_entry(rstack, request_id)
-    operator(rstack, "approve", {"id": request_id, "reason": "test"})
+    operator(rstack, op.APPROVE, op.Decision(request_id, reason="test"))
     assert final(replies(proc))["ok"] is True
     other.unlink()
     proc, request_id = ask(rstack, alice, ["/usr/bin/touch", str(other)])
@@ -340,7 +346,7 @@ def test_runs_as_its_own_user_and_sees_no_values(rstack: Stack, users: Any, plac
         protected_env={"TZ": "secret-value-9b2"},
     )
     pending_entry(rstack, request_id)
-    operator(rstack, "deny", {"id": request_id})
+    operator(rstack, op.DENY, op.Decision(request_id))
     replies(proc)
     dump = json.loads((state / "dump.json").read_text())
     assert (dump["uid"], dump["gid"], dump["groups"]) == (reviewer.pw_uid, reviewer.pw_gid, [])
@@ -375,7 +381,7 @@ def test_escapes_in_its_reason_are_neutralised(rstack: Stack, users: Any, place:
     ).stdout
     assert "site: allow — fine \\x1b[2J\\x1b[31mAPPROVED" in detail
     assert "\x1b" not in detail
-    operator(rstack, "deny", {"id": request_id})
+    operator(rstack, op.DENY, op.Decision(request_id))
     replies(proc)
 
 
@@ -388,7 +394,7 @@ def test_a_file_write_is_shown_without_its_content(rstack: Stack, users: Any, pl
     proc = agent_request(rstack.agent, alice, "files_write", args, request_id=request_id)
     entry = pending_entry(rstack, request_id)
     assert entry["reviewer"]["reason"] == "dumped"
-    operator(rstack, "deny", {"id": request_id})
+    operator(rstack, op.DENY, op.Decision(request_id))
     replies(proc)
     dump = json.loads((state / "dump-file.json").read_text())
     assert dump["statement"]["file"] == {"tool": "files_write", "path": str(target)}

@@ -16,6 +16,8 @@ from airlock.cli.waiting import waiting_message
 from airlock.common import client, render
 from airlock.common.codec import iso_utc
 from airlock.common.tokenfile import TokenFileError, read_token_file
+from airlock.common.wire import agent as agent_door
+from airlock.common.wire.message import Open
 
 EXIT_DENIED = 126
 EXIT_APPROVAL_TIMEOUT = 124
@@ -36,7 +38,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
 
     try:
         token = _token(ns)
-        raw, reply = client.call(client.agent_socket(ns.socket), "exec", args, on_event=on_event, token=token)
+        raw, reply = client.call(
+            client.agent_socket(ns.socket), agent_door.EXEC, Open(args), on_event=on_event, token=token
+        )
     except TokenFileError as exc:
         _err(str(exc))
         return EXIT_AIRLOCK_ERROR
@@ -133,7 +137,7 @@ def cmd_can(ns: argparse.Namespace) -> int:
         args.pop(key, None)
     try:
         token = _token(ns)
-        raw, reply = client.call(client.agent_socket(ns.socket), "can", args, token=token)
+        raw, reply = client.call(client.agent_socket(ns.socket), agent_door.CAN, Open(args), token=token)
     except TokenFileError as exc:
         _err(str(exc))
         return exitcodes.EXIT_AIRLOCK_ERROR

@@ -44,6 +44,7 @@ from typing import Any
 
 from airlock.common import client
 from airlock.common.render import sanitise
+from airlock.common.wire import operator as op
 
 # Anchors per verify call (the journal takes up to 4096; leave room).
 BATCH = 4000
@@ -111,7 +112,7 @@ def _file(source: str) -> list[Any] | int:
 
 def _call(ns: argparse.Namespace, args: dict[str, Any]) -> tuple[str | None, dict[str, Any]] | int:
     try:
-        _raw, reply = client.call(client.operator_socket(ns.socket), "audit.verify", args)
+        _raw, reply = client.call(client.operator_socket(ns.socket), op.AUDIT_VERIFY, op.Verify(**args))
     except client.ClientError as exc:
         _err(str(exc))
         return 1
@@ -143,7 +144,7 @@ def verify(ns: argparse.Namespace) -> int:
     found = got
     base: dict[str, Any] = {}
     if ns.from_seq is not None:
-        base["from"] = ns.from_seq
+        base["from_seq"] = ns.from_seq
     if ns.anchor:
         base["anchor"] = ns.anchor
     full = {"full": True} if getattr(ns, "full", False) else {}
@@ -325,7 +326,7 @@ def archive(ns: argparse.Namespace) -> int:
     if ns.shipped:
         args["shipped"] = ns.shipped
     try:
-        _raw, reply = client.call(client.operator_socket(ns.socket), "audit.archive", args, timeout=600)
+        _raw, reply = client.call(client.operator_socket(ns.socket), op.AUDIT_ARCHIVE, op.Archive(**args), timeout=600)
     except client.ClientError as exc:
         _err(str(exc))
         return 1

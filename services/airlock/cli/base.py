@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 from airlock.cli import exitcodes
 from airlock.common import client, render
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Verb
+
+A = TypeVar("A", bound=Message)
 
 
 def _unreachable(ns: argparse.Namespace, exc: client.ClientError) -> None:
@@ -29,7 +33,8 @@ def _err(message: str) -> None:
     print(f"airlock: {render.sanitise(message)}", file=sys.stderr)
 
 
-def _operator(ns: argparse.Namespace, verb: str, args: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+def _operator(ns: argparse.Namespace, verb: Verb[A, Any], args: A) -> tuple[int, dict[str, Any]]:
+    """Call a declared operator verb (`wire.operator`); the reply's data as the door sent it."""
     path = client.operator_socket(ns.socket)
     try:
         raw, reply = client.call(path, verb, args)

@@ -16,6 +16,8 @@ from airlock.common import client
 from airlock.common.peer import user_name
 from airlock.common.render import sanitise
 from airlock.common.sentence import sentence
+from airlock.common.wire import operator as op
+from airlock.common.wire.verb import Empty
 
 
 def _event_line(e: dict[str, Any]) -> str:
@@ -54,7 +56,7 @@ def cmd_events(ns: argparse.Namespace) -> int:
     first = True
     while True:
         try:
-            raw, reply = client.call(client.operator_socket(ns.socket), "events", args, timeout=30)
+            raw, reply = client.call(client.operator_socket(ns.socket), op.EVENTS, op.Events(**args), timeout=30)
         except client.ClientError as exc:
             _unreachable(ns, exc)
             return 1
@@ -109,7 +111,7 @@ def cmd_audit(ns: argparse.Namespace) -> int:
     if ns.audit_command == "export":
         return cmd_audit_export(ns)
     if ns.audit_command == "head":
-        rc, data = _operator(ns, "audit.head", {})
+        rc, data = _operator(ns, op.AUDIT_HEAD, Empty())
         if rc == 0 and not ns.json:
             print(f"{data.get('seq')} {data.get('hash')}")
         return rc

@@ -15,6 +15,8 @@ from airlock.cli.base import _err, _operator, _table, _unreachable
 from airlock.common import arguments, client, render, sandbox
 from airlock.common.codec import iso_utc
 from airlock.common.render import Style, command_line, fields, sanitise, use_colour
+from airlock.common.wire import operator as op
+from airlock.common.wire.verb import Empty
 from airlock.relay import state as relay_state
 
 # `airlock wait` on an operation the journal does not know yet keeps asking this long.
@@ -23,7 +25,7 @@ UNKNOWN_GRACE_SECONDS = 10.0
 
 def cmd_status(ns: argparse.Namespace) -> int:
     try:
-        raw, reply = client.call(client.operator_socket(ns.socket), "status", {})
+        raw, reply = client.call(client.operator_socket(ns.socket), op.STATUS, Empty())
     except client.ClientError as exc:
         _unreachable(ns, exc)
         return 1
@@ -167,7 +169,7 @@ def relay_lines(relay: dict[str, Any]) -> list[tuple[str, object]]:
 
 
 def cmd_pending(ns: argparse.Namespace) -> int:
-    rc, data = _operator(ns, "pending", {})
+    rc, data = _operator(ns, op.PENDING, Empty())
     if rc == 0 and not ns.json:
         if data.get("policy_note"):  # issue 44: the policy files were refused; what decides instead
             print(f"policy: {render.sanitise(data['policy_note'])}")
@@ -233,7 +235,7 @@ def _confirmed(ns: argparse.Namespace) -> tuple[str, str] | None:
     from airlock.cli import watch
 
     quiet = argparse.Namespace(**{**vars(ns), "json": False})
-    rc, data = _operator(quiet, "show", {"ref": ns.id})
+    rc, data = _operator(quiet, op.SHOW, op.Show(ns.id))
     if rc != 0:
         return None
     request_id = str(data.get("request_id") or "")
@@ -284,7 +286,7 @@ def cmd_decide(ns: argparse.Namespace) -> int:
         except signing.SigningError as exc:
             _err(str(exc))
             return 1
-    rc, data = _operator(ns, ns.verb, args)
+    rc, data = _operator(ns, op.APPROVE if ns.verb == "approve" else op.DENY, op.Decision(**args))
     if rc == 0 and not ns.json:
         outcome = "approved" if data.get("decision") == "allow" else "denied"
         if data.get("decision") == "allow" and data.get("complete") is False:
@@ -335,13 +337,13 @@ def cmd_grants(ns: argparse.Namespace) -> int:
         args: dict[str, Any] = {"grant_id": ns.grant_id}
         if ns.reason:
             args["reason"] = ns.reason
-        rc, done = _operator(ns, "grant.revoke", args)
+        rc, done = _operator(ns, op.GRANT_REVOKE, op.GrantRevoke(**args))
         if rc == 0 and not ns.json:
             # the whole ID the prefix named, so the person sees which grant ended
             revoked = done.get("grant_id")
             print(f"{sanitise(revoked if isinstance(revoked, str) else ns.grant_id, strict=True)}: revoked")
         return rc
-    rc, data = _operator(ns, "grants", {})
+    rc, data = _operator(ns, op.GRANTS, Empty())
     if rc == 0 and not ns.json:
         rows = [
             [
@@ -368,8 +370,8 @@ def cmd_grants(ns: argparse.Namespace) -> int:
 
 
 def cmd_statement(ns: argparse.Namespace) -> int:
-    args = {"id": ns.id, "decision": "deny" if ns.deny else "allow"} | ({"expect": ns.expect} if ns.expect else {})
-    rc, data = _operator(ns, "statement", args)
+    args = op.Statement(ns.id, ns.expect or None, "deny" if ns.deny else "allow")
+    rc, data = _operator(ns, op.STATEMENT, args)
     if rc == 0 and not ns.json:
         # Exactly the bytes to sign: nothing before or after.
         sys.stdout.write(data.get("statement") or "")
@@ -382,14 +384,14 @@ def cmd_statement(ns: argparse.Namespace) -> int:
 
 
 def cmd_hold(ns: argparse.Namespace) -> int:
-    rc, _ = _operator(ns, "hold", {"reason": ns.reason})
+    rc, _ = _operator(ns, op.HOLD, op.Hold(ns.reason))
     if rc == 0 and not ns.json:
         print("on hold: every request now waits for an operator")
     return rc
 
 
 def cmd_release(ns: argparse.Namespace) -> int:
-    rc, data = _operator(ns, "release", {})
+    rc, data = _operator(ns, op.RELEASE, Empty())
     if rc == 0 and not ns.json:
         went = [sanitise(r) for r in data.get("released") or []]
         print("released" + (f"; their rules allow, so these run now: {', '.join(went)}" if went else ""))
@@ -400,7 +402,7 @@ def cmd_cancel(ns: argparse.Namespace) -> int:
     args: dict[str, Any] = {"operation_id": ns.operation_id}
     if ns.reason:
         args["reason"] = ns.reason
-    rc, data = _operator(ns, "cancel", args)
+    rc, data = _operator(ns, op.CANCEL, op.Cancel(**args))
     if rc == 0 and not ns.json:
         print(f"{sanitise(ns.operation_id, strict=True)}: cancelling ({data.get('was')})")
     return rc
@@ -412,7 +414,7 @@ def cmd_kill(ns: argparse.Namespace) -> int:
         args["signal"] = ns.signal
     if ns.reason:
         args["reason"] = ns.reason
-    rc, data = _operator(ns, "kill", args)
+    rc, data = _operator(ns, op.KILL, op.Kill(**args))
     if rc == 0 and not ns.json:
         print(
             f"{sanitise(data.get('request_id') or data.get('operation_id'), strict=True)}: "
@@ -427,7 +429,7 @@ def cmd_wait(ns: argparse.Namespace) -> int:
     path = client.operator_socket(ns.socket)
     while True:
         try:
-            raw, reply = client.call(path, "show", {"ref": ns.operation_id}, timeout=30)
+            raw, reply = client.call(path, op.SHOW, op.Show(ns.operation_id), timeout=30)
         except client.ClientError as exc:
             _unreachable(ns, exc)
             return 1

@@ -17,6 +17,7 @@ from typing import Any
 from airlock.cli.base import _err, _operator, _unreachable
 from airlock.common import client
 from airlock.common.render import sanitise
+from airlock.common.wire import operator as op
 
 # A follow hears from the runner at least every 10 s (a tick); this long without a byte means it is gone.
 FOLLOW_READ_TIMEOUT = 60.0
@@ -94,7 +95,7 @@ def print_stored(data: dict[str, Any]) -> int:
 
 def cmd_output(ns: argparse.Namespace) -> int:
     """`airlock show ID --output`."""
-    rc, data = _operator(ns, "output", {"ref": ns.ref})
+    rc, data = _operator(ns, op.OUTPUT, op.JobRef(ns.ref))
     if rc != 0 or ns.json:
         return rc
     return print_stored(data)
@@ -120,7 +121,7 @@ def cmd_logs(ns: argparse.Namespace) -> int:
 
     path = client.operator_socket(ns.socket)
     try:
-        raw, reply = client.call(path, "logs", {"ref": ns.ref}, on_event=on_event, timeout=FOLLOW_READ_TIMEOUT)
+        raw, reply = client.call(path, op.LOGS, op.JobRef(ns.ref), on_event=on_event, timeout=FOLLOW_READ_TIMEOUT)
     except client.ClientError as exc:
         _unreachable(ns, exc)
         return 1

@@ -10,6 +10,8 @@ from typing import Any
 from airlock.cli.base import _err, _operator, _table
 from airlock.common import client
 from airlock.common.render import sanitise
+from airlock.common.wire import operator as op
+from airlock.common.wire import passkey as pk
 
 WAIT_STEP_SECONDS = 60.0  # one enroll_wait call; the loop is bounded by the link's expiry
 
@@ -18,7 +20,7 @@ def cmd_passkey(ns: argparse.Namespace) -> int:
     if ns.passkey_command == "enroll":
         return _enroll(ns)
     if ns.passkey_command == "list":
-        rc, data = _operator(ns, "passkey.list", {"account": ns.user} if ns.user else {})
+        rc, data = _operator(ns, op.PASSKEY_LIST, pk.AccountMaybe(ns.user or None))
         if rc == 0 and not ns.json:
             rows = [
                 [
@@ -35,15 +37,11 @@ def cmd_passkey(ns: argparse.Namespace) -> int:
             print(_table(rows, header) if rows else "no passkeys")
         return rc
     if ns.passkey_command == "signout":
-        end: dict[str, Any] = {"account": ns.user} | ({"reason": ns.reason} if ns.reason else {})
-        rc, data = _operator(ns, "passkey.sessions_end", end)
+        rc, data = _operator(ns, op.PASSKEY_SESSIONS_END, pk.SessionsEnd(ns.user, ns.reason or None))
         if rc == 0 and not ns.json:
             print(f"ended {data.get('ended')} console session(s) of {sanitise(data.get('account'))}")
         return rc
-    args: dict[str, Any] = {"credential_id": ns.credential_id}
-    if ns.reason:
-        args["reason"] = ns.reason
-    rc, data = _operator(ns, "passkey.revoke", args)
+    rc, data = _operator(ns, op.PASSKEY_REVOKE, pk.PasskeyRevoke(ns.credential_id, ns.reason or None))
     if rc == 0 and not ns.json:
         print(
             f"revoked passkey {sanitise(data.get('credential_id'))} of {sanitise(data.get('account'))}; "
@@ -60,7 +58,7 @@ def _sessions(live: list[dict[str, Any]]) -> str:
 
 
 def _enroll(ns: argparse.Namespace) -> int:
-    rc, data = _operator(ns, "passkey.enroll", {"account": ns.user})
+    rc, data = _operator(ns, op.PASSKEY_ENROLL, pk.Account(ns.user))
     if rc != 0:
         return rc
     if not data.get("url") and not ns.json:
@@ -86,7 +84,7 @@ def _enroll(ns: argparse.Namespace) -> int:
         step = min(WAIT_STEP_SECONDS, max(1.0, float(data["expires"]) - time.time()))
         try:
             _raw, reply = client.call(
-                path, "passkey.enroll_wait", {"token": data["token"], "timeout_seconds": step}, timeout=step + 30
+                path, op.PASSKEY_ENROLL_WAIT, pk.EnrollWait(data["token"], step), timeout=step + 30
             )
         except client.ClientError as exc:
             _err(f"passkey enroll: {exc}")

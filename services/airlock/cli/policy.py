@@ -14,6 +14,7 @@ from typing import Any
 
 from airlock.cli.base import _err, _operator
 from airlock.common import render, sandbox
+from airlock.common.wire import operator as op
 
 
 def cmd_policy_check(ns: argparse.Namespace) -> int:
@@ -37,7 +38,7 @@ def cmd_policy_check(ns: argparse.Namespace) -> int:
         except OSError as exc:
             _err(f"policy check: cannot read {ns.stdin_file}: {exc.strerror}")
             return 2
-    rc, data = _operator(ns, "policy.check", args)
+    rc, data = _operator(ns, op.POLICY_CHECK, op.PolicyCheck(**args))
     if rc == 0 and not ns.json:
         checked = data.get("checked_as") or {}
         print(f"checked as: {render.sanitise(checked.get('user'))} (uid {checked.get('uid')})")

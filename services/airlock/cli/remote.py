@@ -40,6 +40,9 @@ from typing import Any, Final
 from airlock.cli import watch
 from airlock.common import client
 from airlock.common.render import sanitise
+from airlock.common.wire import operator as op
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Empty, Verb
 
 CONNECT_TIMEOUT: Final = 10
 CALL_TIMEOUT: Final = 30.0
@@ -133,13 +136,15 @@ class Remote:
         self.config = config
         self.control = os.path.join(control_dir, f"c{abs(hash(host)) % 10**8}")
 
-    def command(self, verb: str, args: dict[str, Any]) -> list[str]:
-        if verb == "pending":
+    def command(self, verb: Verb[Any, Any], message: Message) -> list[str]:
+        """The ``airlock`` command line that calls ``verb`` on the host (only what the console calls)."""
+        args = message.to_dict()
+        if verb is op.PENDING:
             return ["pending", "--json"]
-        if verb in ("approve", "deny"):
+        if verb in (op.APPROVE, op.DENY):
             expect = ["--expect", str(args["expect"])] if args.get("expect") else []
             return [
-                verb,
+                verb.name,
                 "--json",
                 "--reason",
                 str(args.get("reason") or "airlock watch"),
@@ -147,9 +152,9 @@ class Remote:
                 "--",
                 str(args["id"]),
             ]
-        raise ValueError(f"unknown verb {verb!r}")
+        raise ValueError(f"unknown verb {verb.name!r}")
 
-    def call(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, verb: Verb[Any, Any], args: Message) -> dict[str, Any]:
         """The remote envelope; SSH trouble becomes an ``unreachable`` envelope, never an exception."""
         argv = ssh_argv(self.host, self.command(verb, args), config=self.config, control=self.control)
         try:
@@ -202,9 +207,9 @@ class FleetConsole(watch.Console):
         self._current: str | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(remotes)))
 
-    def _route(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+    def _route(self, verb: Verb[Any, Any], args: Message) -> dict[str, Any]:
         host = self._current
-        if verb == "pending" or host is None:
+        if verb is op.PENDING or host is None:
             raise AssertionError("pending goes through FleetConsole.pending")
         return self.remotes[host].call(verb, args)
 
@@ -219,7 +224,7 @@ class FleetConsole(watch.Console):
         now = time.monotonic()
         for host, r in self.remotes.items():
             if host not in self._inflight and now >= self._next_poll.get(host, 0.0):
-                self._inflight[host] = self._pool.submit(r.call, "pending", {})
+                self._inflight[host] = self._pool.submit(r.call, op.PENDING, Empty())
         concurrent.futures.wait(list(self._inflight.values()), timeout=ROUND_SECONDS)
         for host, future in list(self._inflight.items()):
             if not future.done():

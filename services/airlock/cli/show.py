@@ -18,6 +18,7 @@ from airlock.cli.operator import approve_line
 from airlock.common import arguments, render, shown
 from airlock.common.render import Style, command_line, fields, sanitise, use_colour
 from airlock.common.trail import outcome_words
+from airlock.common.wire import operator as op
 
 
 def _decision_text(decision: dict[str, Any]) -> str:
@@ -38,7 +39,7 @@ def _decision_text(decision: dict[str, Any]) -> str:
 def cmd_show(ns: argparse.Namespace) -> int:
     if getattr(ns, "output", False) or getattr(ns, "stdin", False):
         return _contents(ns)
-    rc, data = _operator(ns, "show", {"ref": ns.ref})
+    rc, data = _operator(ns, op.SHOW, op.Show(ns.ref))
     if rc != 0 or ns.json:
         return rc
     style = Style(use_colour(sys.stdout))
@@ -140,7 +141,7 @@ def _contents(ns: argparse.Namespace) -> int:
 def _whole_stdin(ns: argparse.Namespace) -> int:
     """``airlock show ID --stdin``: the whole stdin of a pending request (operators only): raw into a pipe or
     a file, escaped line by line (binary: in hex) on a terminal, where its bytes could repaint the screen."""
-    rc, data = _operator(ns, "show", {"ref": ns.ref, "stdin": True})
+    rc, data = _operator(ns, op.SHOW, op.Show(ns.ref, stdin=True))
     if rc != 0 or ns.json:
         return rc
     data_bytes = shown.raw(data.get("stdin")) or b""

@@ -15,6 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from airlock.common.wire import operator as op
+from airlock.common.wire.verb import Verb
+
 NAMESPACE = "airlock-approval"
 SSH_KEYGEN = "ssh-keygen"
 SIGN_SECONDS = 120.0  # time for a passphrase or a security key's touch
@@ -37,12 +40,12 @@ def read_signature_file(name: str) -> str:
 
 def sign(
     ns: argparse.Namespace,
-    operator: Callable[[argparse.Namespace, str, dict[str, Any]], tuple[int, dict[str, Any]]],
+    operator: Callable[[argparse.Namespace, Verb[op.Statement, Any], op.Statement], tuple[int, dict[str, Any]]],
     decision: str,
 ) -> str:
     quiet = argparse.Namespace(**{**vars(ns), "json": False})
-    expect = {"expect": ns.expect} if getattr(ns, "expect", None) else {}  # never sign another request's statement
-    rc, data = operator(quiet, "statement", {"id": ns.id, "decision": decision} | expect)
+    expect = getattr(ns, "expect", None) or None  # never sign another request's statement
+    rc, data = operator(quiet, op.STATEMENT, op.Statement(ns.id, expect, decision))
     if rc != 0:
         raise SigningError("could not fetch the statement to sign")
     statement = str(data.get("statement") or "")

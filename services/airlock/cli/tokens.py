@@ -8,6 +8,7 @@ from typing import Any
 from airlock.cli.base import _err, _operator
 from airlock.common import render
 from airlock.common.render import sanitise
+from airlock.common.wire import operator as op
 
 
 def cmd_token(ns: argparse.Namespace) -> int:
@@ -20,7 +21,7 @@ def cmd_token(ns: argparse.Namespace) -> int:
         args: dict[str, Any] = {"session": ns.session, "user": ns.user, "ttl_seconds": ttl}
         if ns.reason:
             args["reason"] = ns.reason
-        rc, data = _operator(ns, "token.issue", args)
+        rc, data = _operator(ns, op.TOKEN_ISSUE, op.TokenIssue(**args))
         if rc == 0 and not ns.json:
             # The token alone on stdout, so `TOKEN=$(airlock token issue ...)` works.
             print(data.get("token"))
@@ -36,7 +37,7 @@ def cmd_token(ns: argparse.Namespace) -> int:
     args = {"token": ns.token} if ns.token is not None else {"session": ns.session}
     if ns.reason:
         args["reason"] = ns.reason
-    rc, data = _operator(ns, "token.revoke", args)
+    rc, data = _operator(ns, op.TOKEN_REVOKE, op.TokenRevoke(**args))
     if rc == 0 and not ns.json:
         print(f"revoked {data.get('revoked')} token(s)")
     return rc

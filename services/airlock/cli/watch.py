@@ -43,6 +43,9 @@ from airlock.common.render import (
     sanitise,
     use_colour,
 )
+from airlock.common.wire import operator as op
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Empty, Verb
 
 POLL_SECONDS = 1.0
 GRANT_SECONDS = 30 * 60  # G: approve and grant the same command for 30 minutes
@@ -50,7 +53,8 @@ REASON_CHARS = 200  # a deny reason typed at the console
 CLEAR = "\x1b[H\x1b[2J"
 MAX_RUNNING_SHOWN = 9  # one key picks one
 
-Call = Callable[[str, dict[str, Any]], dict[str, Any]]
+# A declared operator verb and its message, to the reply envelope (one host's door, or a fleet's `cli.remote`).
+Call = Callable[[Verb[Any, Any], Message], dict[str, Any]]
 
 
 def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
@@ -152,7 +156,7 @@ class Console:
         return ""
 
     def pending(self) -> list[dict[str, Any]]:
-        reply = self.call("pending", {})
+        reply = self.call(op.PENDING, Empty())
         if not reply.get("ok"):
             raise client.ClientError(
                 f"{(reply.get('error') or {}).get('code')}: {(reply.get('error') or {}).get('message')}"
@@ -163,7 +167,7 @@ class Console:
 
     def grants(self) -> str:
         """The live time-boxed grants, one line each (issue 18); empty when there are none."""
-        reply = self.call("grants", {})
+        reply = self.call(op.GRANTS, Empty())
         items = (reply.get("data") or {}).get("grants") or [] if reply.get("ok") else []
         return "".join(
             f"  grant {sanitise(g.get('grant_id'), strict=True)}: uid {g.get('uid')}, {sanitise(g.get('scope'))} "
@@ -176,7 +180,7 @@ class Console:
 
     def running(self) -> list[dict[str, Any]]:
         """The jobs running now (at most `MAX_RUNNING_SHOWN`); none when the door does not list them."""
-        reply = self.call("running", {})
+        reply = self.call(op.RUNNING, Empty())
         items: list[dict[str, Any]] = (reply.get("data") or {}).get("running") or [] if reply.get("ok") else []
         return items[:MAX_RUNNING_SHOWN]
 
@@ -222,7 +226,7 @@ class Console:
             return True
         job = jobs[int(choice) - 1]
         uid, ref = job.get("agent_uid"), str(job.get("operation_id"))
-        reply = self.call("kill", {"ref": f"{uid}/{ref}", "reason": "airlock watch"})
+        reply = self.call(op.KILL, op.Kill(f"{uid}/{ref}", reason="airlock watch"))
         if reply.get("ok"):
             self.write("\n" + self.style.red("TERM sent to ") + sanitise(ref, strict=True) + "\n")
         else:
@@ -255,7 +259,7 @@ class Console:
             args["expect"] = p["expect"]  # the key decides what was on the screen, or nothing (request_changed)
         if key == b"G":
             args["grant_seconds"] = GRANT_SECONDS
-        reply = self.call(verb, args)
+        reply = self.call(op.APPROVE if verb == "approve" else op.DENY, op.Decision(**args))
         data = reply.get("data") or {}
         if reply.get("ok") and data.get("complete") is False:
             self.voted.add(_whose(p))
@@ -334,7 +338,7 @@ def watch(socket_path: str) -> int:
         print("airlock: watch needs a terminal on stdin", file=sys.stderr)
         return 1
 
-    def call(verb: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(verb: Verb[Any, Any], args: Message) -> dict[str, Any]:
         _raw, reply = client.call(socket_path, verb, args, timeout=30)
         return reply
 

@@ -9,11 +9,16 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from airlock.common.framing import NEED_DATA, FrameDecoder
+from airlock.common.wire import operator as op
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import DoorName, Verb
 
 MAX_REPLY = 128 * 1024 * 1024
+
+A = TypeVar("A", bound=Message)
 
 
 class ClientError(Exception):
@@ -63,15 +68,19 @@ def lines(sock: socket.socket) -> Iterator[tuple[bytes, dict[str, Any]]]:
 
 def call(
     path: str,
-    verb: str,
-    args: dict[str, Any],
+    verb: Verb[A, Any],
+    args: A,
     *,
     token: str | None = None,
     on_event: Callable[[bytes, dict[str, Any]], None] | None = None,
     timeout: float | None = None,
 ) -> tuple[bytes, dict[str, Any]]:
-    """Send one native request; return the final response (raw line and object)."""
-    request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb, "args": args, "token": token}
+    """Send one native request of a declared verb; return the final response (raw line and object).
+
+    The reply is returned as the door sent it (the CLI prints ``--json`` as it came)."""
+    if verb.door not in (DoorName.OPERATOR, DoorName.AGENT):
+        raise ValueError(f"{verb.door}.{verb.name}: the command-line client calls only the front doors")
+    request = {"v": 1, "id": str(uuid.uuid4()), "verb": verb.name, "args": args.to_dict(), "token": token}
     with connect(path, timeout) as sock:
         try:
             sock.sendall(json.dumps(request, separators=(",", ":")).encode() + b"\n")
@@ -94,7 +103,7 @@ def event_pages(path: str, *, timeout: float | None = 30, limit: int = 256) -> I
     """
     cursor = 0
     while True:
-        _raw, reply = call(path, "events", {"after": cursor, "limit": limit}, timeout=timeout)
+        _raw, reply = call(path, op.EVENTS, op.Events(after=cursor, limit=limit), timeout=timeout)
         if not reply.get("ok"):
             error = reply.get("error") or {}
             raise ClientError(f"{error.get('code')}: {error.get('message')}")

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import pwd
-from typing import Any
+from typing import Any, TypeVar
 
 from airlock.common import client
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Verb
+
+A = TypeVar("A", bound=Message)
 
 FEED_TIMEOUT_SECONDS = 30.0
 PAGE = 256  # events asked for in one call
@@ -15,7 +19,7 @@ class FeedError(Exception):
     """operator.sock could not be read (not there, refused, or answered an error)."""
 
 
-def feed_call(socket_path: str, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+def feed_call(socket_path: str, verb: Verb[A, Any], args: A) -> dict[str, Any]:
     try:
         _raw, reply = client.call(socket_path, verb, args, timeout=FEED_TIMEOUT_SECONDS)
     except (client.ClientError, OSError) as exc:

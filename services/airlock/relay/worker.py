@@ -12,13 +12,16 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from airlock.common import log
 from airlock.common.channels.base import Channel, DeliveryError
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config
 from airlock.common.kinds import NOTICES
+from airlock.common.wire import operator as op
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Empty, Verb
 from airlock.relay import cursor
 from airlock.relay import message as msg
 from airlock.relay.feed import PAGE, FeedError, feed_call, user_of
@@ -26,6 +29,8 @@ from airlock.relay.queue import FairQueue, Item
 from airlock.relay.ratelimit import RateLimit
 
 KNOWN_CAP = 4096  # pending requests remembered for their follow-ups
+
+A = TypeVar("A", bound=Message)
 
 
 FAILING_AFTER_ATTEMPTS = 5  # consecutive failures before a channel is reported failing (~30 s of backoff)
@@ -85,7 +90,7 @@ class Worker(threading.Thread):
 
     # --- the feed ---------------------------------------------------------------
 
-    def _feed(self, verb: str, args: dict[str, Any], *, wait: bool = True) -> dict[str, Any] | None:
+    def _feed(self, verb: Verb[A, Any], args: A, *, wait: bool = True) -> dict[str, Any] | None:
         try:
             data = feed_call(self.socket_path, verb, args)
         except FeedError as exc:
@@ -106,7 +111,7 @@ class Worker(threading.Thread):
 
     def _journal_id(self) -> tuple[str | None, int] | None:
         """(the journal's first record's hash or None when it is empty, its newest seq); None: no answer."""
-        data = self._feed("events", {"after": 0, "limit": 1})
+        data = self._feed(op.EVENTS, op.Events(after=0, limit=1))
         if data is None:
             return None
         events = data.get("events") or []
@@ -155,12 +160,12 @@ class Worker(threading.Thread):
         self.delivered_seq = self.delivered_at = None  # of a journal that is gone, if any
         self._save()
         self.log.info("notify.cursor.created", seq=latest, path=str(self.cursor_path))
-        waiting = self._feed("pending", {}, wait=False) or {}
+        waiting = self._feed(op.PENDING, Empty(), wait=False) or {}
         for entry in waiting.get("pending") or []:
             request_id = entry.get("request_id") if isinstance(entry, dict) else None
             if not isinstance(request_id, str):
                 continue
-            page = self._feed("events", {"tail": 16, "scope": {"request_id": request_id}}, wait=False) or {}
+            page = self._feed(op.EVENTS, op.Events(tail=16, scope={"request_id": request_id}), wait=False) or {}
             for event in page.get("events") or []:
                 if (
                     isinstance(event, dict)
@@ -185,7 +190,7 @@ class Worker(threading.Thread):
         if self.queue and time.monotonic() - self.filled < self.config.notify.poll_seconds:
             return False  # work queued: read the feed once a poll, not once a message
         self.filled = time.monotonic()
-        data = self._feed("events", {"after": self.fetched, "limit": PAGE})
+        data = self._feed(op.EVENTS, op.Events(after=self.fetched, limit=PAGE))
         if data is None:
             return False
         self.latest = int(data.get("latest") or 0)

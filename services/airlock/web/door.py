@@ -8,9 +8,13 @@ the door cannot be reached), which the pages show as text; never a traceback.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeVar
 
 from airlock.common import client
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Verb
+
+A = TypeVar("A", bound=Message)
 
 DOOR_TIMEOUT_SECONDS = 20.0
 
@@ -27,7 +31,7 @@ class Door:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
 
-    def _call(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, verb: Verb[A, Any], args: A) -> dict[str, Any]:
         try:
             _raw, reply = client.call(self.socket_path, verb, args, timeout=DOOR_TIMEOUT_SECONDS)
         except (client.ClientError, OSError) as exc:
@@ -44,5 +48,22 @@ class Door:
         data = reply.get("data")
         return data if isinstance(data, dict) else {}
 
-    async def call(self, verb: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-        return await asyncio.to_thread(self._call, verb, args or {})
+    async def call(self, verb: Verb[A, Any], args: A) -> dict[str, Any]:
+        """A declared operator verb (`wire.operator`, `wire.passkey`'s messages): its reply's data."""
+        return await asyncio.to_thread(self._call, verb, args)
+
+
+def decision_args(body: dict[str, Any]) -> dict[str, Any]:
+    """A decision form's fields (pages.decide_form) as `wire.passkey.DecideBegin`'s keyword arguments."""
+    args: dict[str, Any] = {"id": body.get("ref"), "decision": body.get("decision")}
+    if body.get("expect"):  # what the page showed (pages.decide_form): approval checks it
+        args["expect"] = body.get("expect")
+    if body.get("reason"):
+        args["reason"] = body.get("reason")
+    grant = body.get("grant")
+    if isinstance(grant, str) and grant:
+        # The form's "SCOPE:SECONDS" (pages.decide_form) as approve's grant_seconds and scope.
+        scope, _, seconds = grant.partition(":")
+        args["grant_seconds"] = int(seconds) if seconds.isdigit() else seconds
+        args["scope"] = scope
+    return args

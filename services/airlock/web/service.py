@@ -33,7 +33,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -42,10 +42,16 @@ from airlock.common import log, webhold, weblisten
 from airlock.common.config import Config, ConfigError, load
 from airlock.common.notify import Notifier
 from airlock.common.peer import identify, may_decide
+from airlock.common.wire import operator as op
+from airlock.common.wire import passkey as pk
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Empty, Verb
 from airlock.web import pages
-from airlock.web.door import Door, DoorError
+from airlock.web.door import Door, DoorError, decision_args
 from airlock.web.markup import Markup
 from airlock.web.sessions import Session, Sessions
+
+A = TypeVar("A", bound=Message)
 
 EX_CONFIG = 78
 MAX_BODY = 64 * 1024  # a WebAuthn credential is a few KiB; nothing here needs more
@@ -175,7 +181,7 @@ class Web:
         if session is None:
             return None
         try:
-            data = await self.call("passkey.session", {"session": session.ticket})
+            data = await self.door.call(op.PASSKEY_SESSION, pk.Session(session.ticket))
         except DoorError as exc:
             if exc.code == "unavailable":
                 raise web.HTTPBadGateway(text=f"airlock-approval cannot be reached: {exc.message}") from None
@@ -213,15 +219,12 @@ class Web:
                 raise web.HTTPForbidden(text="refused: missing or wrong CSRF token")
         return session, body
 
-    async def call(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.door.call(verb, args)
-
     # --- pages ----------------------------------------------------------------------
 
     async def index(self, request: web.Request) -> web.StreamResponse:
         session = await self.signed_in(request, refresh=PENDING_REFRESH)
         try:
-            data = await self.call("pending", {})
+            data = await self.door.call(op.PENDING, Empty())
         except DoorError as exc:
             return self.page("Pending", pages.message(exc.message), session, 502)
         return self.page("Pending", pages.pending_list(data.get("pending") or []), session, refresh=PENDING_REFRESH)
@@ -232,7 +235,7 @@ class Web:
         if not ref or len(ref) > 256:
             return self.page("Request", pages.message("no such request"), session, 404)
         try:
-            shown = await self.call("show", {"ref": ref})
+            shown = await self.door.call(op.SHOW, op.Show(ref))
         except DoorError as exc:
             return self.page("Request", pages.message(f"{exc.code}: {exc.message}"), session, 404)
         return self.page("Request", pages.request_view(shown, session), session)
@@ -240,7 +243,7 @@ class Web:
     async def grants_page(self, request: web.Request) -> web.StreamResponse:
         session = await self.signed_in(request)
         try:
-            data = await self.call("grants", {})
+            data = await self.door.call(op.GRANTS, Empty())
         except DoorError as exc:
             return self.page("Grants", pages.message(exc.message), session, 502)
         return self.page("Live grants", pages.grants_list(data.get("grants") or []), session)
@@ -248,7 +251,7 @@ class Web:
     async def decisions_page(self, request: web.Request) -> web.StreamResponse:
         session = await self.signed_in(request)
         try:
-            data = await self.call("events", {"tail": RECENT_EVENTS, "limit": RECENT_EVENTS})
+            data = await self.door.call(op.EVENTS, op.Events(tail=RECENT_EVENTS, limit=RECENT_EVENTS))
         except DoorError as exc:
             return self.page("Decisions", pages.message(exc.message), session, 502)
         return self.page("Recent decisions", pages.decisions_list(data.get("events") or []), session)
@@ -260,7 +263,7 @@ class Web:
         token = request.match_info["token"]
         # Refused before any touch: an unknown, used or expired link shows no "Create passkey" button.
         try:
-            data = await self.call("passkey.register_begin", {"token": token})
+            data = await self.door.call(op.PASSKEY_REGISTER_BEGIN, pk.Enrolment(token))
         except DoorError as exc:
             return self.page("Enroll a passkey", pages.message(exc.message), None, 404)
         return self.page("Enroll a passkey", pages.enroll_page(token, str(data.get("account") or "")), None)
@@ -273,11 +276,11 @@ class Web:
 
     # --- the WebAuthn steps (JSON, called by static/airlock-web.js) ----------------------
 
-    async def _relay(self, verb: str, args: dict[str, Any]) -> dict[str, Any] | web.Response:
+    async def _relay(self, verb: Verb[A, Any], args: A) -> dict[str, Any] | web.Response:
         try:
-            return await self.call(verb, args)
+            return await self.door.call(verb, args)
         except DoorError as exc:
-            self.log.info("web.refused", verb=verb, code=exc.code)
+            self.log.info("web.refused", verb=verb.name, code=exc.code)
             statuses = {"unavailable": 502, "unauthorized": 403, "rate_limited": 429, "busy": 429}
             status = statuses.get(exc.reason, statuses.get(exc.code, 400))
             return web.json_response({"ok": False, "code": exc.code, "error": exc.message}, status=status)
@@ -296,7 +299,7 @@ class Web:
     async def signin_begin(self, request: web.Request) -> web.StreamResponse:
         _, body = await self.posted(request, need_session=False)
         client, minted = self.client_of(request, body)
-        data = await self._relay("passkey.login_begin", {"client": client})
+        data = await self._relay(op.PASSKEY_LOGIN_BEGIN, pk.LoginBegin(client))
         if isinstance(data, web.Response):
             return data
         answer = {"ok": True, "options": data.get("options"), "challenge_id": data.get("challenge_id")}
@@ -308,8 +311,8 @@ class Web:
     async def signin_finish(self, request: web.Request) -> web.StreamResponse:
         _, body = await self.posted(request, need_session=False)
         client, _minted = self.client_of(request, body)
-        args = {"challenge_id": body.get("challenge_id"), "credential": body.get("credential"), "client": client}
-        data = await self._relay("passkey.login_finish", args)
+        args = pk.LoginFinish(client, challenge_id=body.get("challenge_id"), credential=body.get("credential"))
+        data = await self._relay(op.PASSKEY_LOGIN_FINISH, args)
         if isinstance(data, web.Response):
             return data
         account, role = data.get("account"), data.get("role")
@@ -346,15 +349,15 @@ class Web:
 
     async def enroll_begin(self, request: web.Request) -> web.StreamResponse:
         _, body = await self.posted(request, need_session=False)
-        data = await self._relay("passkey.register_begin", {"token": body.get("token")})
+        data = await self._relay(op.PASSKEY_REGISTER_BEGIN, pk.Enrolment(body.get("token")))
         if isinstance(data, web.Response):
             return data
         return web.json_response({"ok": True, "options": data.get("options")})
 
     async def enroll_finish(self, request: web.Request) -> web.StreamResponse:
         _, body = await self.posted(request, need_session=False)
-        args = {"token": body.get("token"), "credential": body.get("credential")}
-        data = await self._relay("passkey.register_finish", args)
+        args = pk.Register(body.get("token"), body.get("credential"))
+        data = await self._relay(op.PASSKEY_REGISTER_FINISH, args)
         if isinstance(data, web.Response):
             return data
         return web.json_response({"ok": True, "account": data.get("account"), "next": "/signin"})
@@ -366,25 +369,10 @@ class Web:
             raise web.HTTPForbidden(text="refused: an observer's session cannot decide")
         return session
 
-    @staticmethod
-    def _decision_args(body: dict[str, Any]) -> dict[str, Any]:
-        args: dict[str, Any] = {"id": body.get("ref"), "decision": body.get("decision")}
-        if body.get("expect"):  # what the page showed (pages.decide_form): approval checks it
-            args["expect"] = body.get("expect")
-        if body.get("reason"):
-            args["reason"] = body.get("reason")
-        grant = body.get("grant")
-        if isinstance(grant, str) and grant:
-            # The form's "SCOPE:SECONDS" (pages.decide_form) as approve's grant_seconds and scope.
-            scope, _, seconds = grant.partition(":")
-            args["grant_seconds"] = int(seconds) if seconds.isdigit() else seconds
-            args["scope"] = scope
-        return args
-
     async def decide_begin(self, request: web.Request) -> web.StreamResponse:
         session, body = await self.posted(request, need_session=True)
         self._deciding(session)
-        data = await self._relay("passkey.decide_begin", self._decision_args(body))
+        data = await self._relay(op.PASSKEY_DECIDE_BEGIN, pk.DecideBegin(**decision_args(body)))
         if isinstance(data, web.Response):
             return data
         return web.json_response({"ok": True, "statement": data.get("statement"), "options": data.get("options")})
@@ -394,8 +382,8 @@ class Web:
         who = self._deciding(session)
         if body.get("credential") is None:
             raise web.HTTPBadRequest(text="refused: a decision needs your passkey's signature (enable JavaScript)")
-        args = self._decision_args(body) | {"statement": body.get("statement"), "credential": body.get("credential")}
-        data = await self._relay("passkey.decide", args)
+        args = pk.Decide(**decision_args(body), statement=body.get("statement"), credential=body.get("credential"))
+        data = await self._relay(op.PASSKEY_DECIDE, args)
         if isinstance(data, web.Response):
             return data
         self.log.info("web.decided", account=who.account, request_id=body.get("ref"), decision=body.get("decision"))

@@ -14,6 +14,8 @@ import pytest
 from airlock.cli import main as full
 from airlock.cli import quick
 from airlock.common import client
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Verb
 
 CASES = [
     ["run", "--", "true"],
@@ -39,8 +41,8 @@ def _sent_by_full(
 ) -> tuple[dict[str, Any], int]:
     sent: dict[str, Any] = {}
 
-    def call(path: str, verb: str, args: dict[str, Any], **kw: Any) -> tuple[bytes, dict[str, Any]]:
-        sent.update(path=path, verb=verb, args=args, token=kw.get("token"))
+    def call(path: str, verb: Verb[Any, Any], args: Message, **kw: Any) -> tuple[bytes, dict[str, Any]]:
+        sent.update(path=path, verb=verb.name, args=args.to_dict(), token=kw.get("token"))
         return json.dumps(reply).encode(), reply
 
     monkeypatch.setattr(client, "call", call)

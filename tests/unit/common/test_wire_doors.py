@@ -26,7 +26,7 @@ from airlock.approval import service as approval_service
 from airlock.common.config import Config, load
 from airlock.common.server import Door, Service
 from airlock.common.wire import registry
-from airlock.common.wire.verb import DoorName, Verb, declared
+from airlock.common.wire.verb import DoorName, Empty, Open, Verb, declared
 from airlock.intake import service as intake_service
 from airlock.journal import service as journal_service
 from airlock.runner import service as runner_service
@@ -196,18 +196,69 @@ def test_nothing_in_services_calls_an_undeclared_verb() -> None:
 
 def test_the_scan_finds_the_calls_it_must_judge() -> None:
     """The scan cannot pass vacuously: it sees the CLI's, intake's and approval's calls by their door."""
-    found = {
-        (module, str(expr.value)): doors for module, _line, doors, expr in _calls() if isinstance(expr, ast.Constant)
-    }
-    assert found[("cli/operator.py", "status")] == FRONT
-    assert found[("cli/operator.py", "pending")] == FRONT  # `_operator(ns, "pending", ...)`
-    assert found[("mcp/server.py", "hello")] == FRONT
-    assert found[("relay/worker.py", "events")] == FRONT  # `self._feed("events", ...)`
-    assert ("intake/drive.py", "decide") not in found or found[("intake/drive.py", "decide")] == {DoorName.APPROVAL}
+    found: dict[tuple[str, str], frozenset[DoorName]] = {}
+    for module, _line, doors, expr in _calls():
+        verb = _verb_of(module, expr) if not isinstance(expr, ast.Constant) else None
+        found[(module, verb.name if verb else str(getattr(expr, "value", ast.unparse(expr))))] = doors
+    assert found[("cli/operator.py", "status")] == FRONT  # `client.call(path, op.STATUS, Empty())`
+    assert found[("cli/operator.py", "pending")] == FRONT  # `_operator(ns, op.PENDING, Empty())`
+    assert found[("cli/signing.py", "statement")] == FRONT  # `operator(quiet, op.STATEMENT, ...)`
+    assert found[("relay/worker.py", "events")] == FRONT  # `self._feed(op.EVENTS, ...)`
+    assert found[("web/service.py", "passkey.decide")] == FRONT  # `self._relay(op.PASSKEY_DECIDE, ...)`
     assert _door_of("approval/decide.py", "self.journal") == {DoorName.JOURNAL}
     assert _door_of("common/audit.py", "self.client") == {DoorName.JOURNAL}
     assert _door_of("runner/fileop_verbs.py", "self.runner.approval") == {DoorName.APPROVAL}
     assert _door_of("approval/output.py", "self.runner") == {DoorName.RUNNER}
+
+
+# Issue 47: the doors whose verbs are not all typed yet (each leaves this set when it is).
+NOT_YET_TYPED: frozenset[DoorName] = frozenset({DoorName.AGENT})
+
+
+def _open(verb: Verb[Any, Any]) -> bool:
+    return verb.args is Open or verb.reply is Open
+
+
+@pytest.mark.parametrize("door", registry.DOORS, ids=str)
+def test_no_door_declares_an_open_message(door: DoorName) -> None:
+    """Every verb's arguments and reply are declared messages: no `Open` (a mapping carried unchecked)."""
+    untyped = sorted(name for name, verb in declared(door).items() if _open(verb))
+    if door in NOT_YET_TYPED:
+        assert untyped, f"the {door} door is typed now: take it out of NOT_YET_TYPED"
+        pytest.skip(f"the {door} door is not typed yet (issue 47): {', '.join(untyped)}")
+    assert not untyped, f"the {door} door declares Open messages: {', '.join(untyped)}"
+
+
+def test_every_verb_a_caller_names_is_declared_with_typed_messages() -> None:
+    """A caller names a verb by its declaration (never a string), and that verb's messages are typed.
+
+    A string at a call site is not checked by mypy nor followed by a reader; a
+    declared verb is, and its message is how the caller builds its arguments.
+    """
+    wrong, later = [], []
+    for module, line, doors, expr in _calls():
+        where = f"services/airlock/{module}:{line}"
+        if isinstance(expr, ast.Constant):
+            if doors & NOT_YET_TYPED:
+                later.append(f"{where}: {expr.value!r}")
+            else:
+                wrong.append(f"{where}: the verb {expr.value!r} named by a string, not its declaration")
+            continue
+        verb = _verb_of(module, expr)
+        if verb is not None and _open(verb):
+            (later if verb.door in NOT_YET_TYPED else wrong).append(f"{where}: {verb.door}.{verb.name} is Open")
+    assert not wrong, "\n".join(wrong)
+    if later:
+        pytest.skip(f"{len(later)} calls of the doors not typed yet, e.g. {later[0]}")
+
+
+def test_the_typed_check_sees_a_string_and_an_open_verb() -> None:
+    """Control: the scan judges a call by a string and resolves a declared verb to its messages."""
+    tree = ast.parse('client.call(path, "status", {})\n_operator(ns, op.STATUS, Empty())')
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    assert isinstance(calls[0].args[1], ast.Constant) and _a_constant(calls[1].args[1])
+    assert _verb_of("cli/operator.py", ast.parse("op.STATUS", mode="eval").body) is not None
+    assert not _open(declared(DoorName.OPERATOR)["status"]) and declared(DoorName.OPERATOR)["status"].args is Empty
 
 
 @pytest.mark.parametrize("module", ["verb", "approval", "runner", "journal", "agent", "operator", "registry"])

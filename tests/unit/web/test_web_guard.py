@@ -8,12 +8,14 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 from airlock.common import config
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Verb
 from airlock.web.door import Door
 from airlock.web.service import CSP, Web
 
 
 class BrokenDoor(Door):
-    async def call(self, verb: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def call(self, verb: Verb[Any, Any], args: Message) -> dict[str, Any]:
         raise RuntimeError("secret internal detail /etc/airlock")
 
 
