@@ -33,7 +33,7 @@ from airlock.common.wire import journal as jwire
 from airlock.common.wire import runner as runner_wire
 from airlock.common.wire.verb import Stub
 from airlock.intake.request import ExecRequest
-from airlock.intake.work import Work, exec_work
+from airlock.intake.work import R, W, Work, exec_work, peer_facts
 
 # A decision not back within this long is watched for the agent's withdrawal
 # (a closed connection, a cancel); quicker ones are checked once, after it.
@@ -117,16 +117,14 @@ class Drive:
             return None
         try:
             check = wire_approval.TokenCheck(request.token, peer.uid)
-            data = (
-                await Stub(wire_approval.DOOR, self.approval).call(wire_approval.TOKEN_CHECK, check, timeout=10)
-            ).to_dict()
+            found = await Stub(wire_approval.DOOR, self.approval).call(wire_approval.TOKEN_CHECK, check, timeout=10)
         except AirlockError as exc:
             # Approval could not answer (or could not tell who asked): that is not a bad token.
             if exc.code in (ErrorCode.APPROVAL_UNAVAILABLE, ErrorCode.IDENTITY_UNAVAILABLE):
                 raise
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized") from None
-        session = data.get("session")
-        if not isinstance(session, str) or not session:
+        session = found.session
+        if not session:
             raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         return session
 
@@ -139,7 +137,7 @@ class Drive:
         return await self.run_work(exec_work(req, peer, self.config), peer, call, conn=conn)
 
     async def run_work(
-        self, work: Work, peer: Peer, call: Call | None, *, conn: Connection | None = None
+        self, work: Work[W, R], peer: Peer, call: Call | None, *, conn: Connection | None = None
     ) -> dict[str, Any]:
         """Drive one request through the other services; the one path for exec and file work.
 
@@ -197,7 +195,9 @@ class Drive:
             try:
                 decision = await self._unless_withdrawn(
                     self._decide(
-                        work.decide_request | {"peer": peer.to_dict(), "operation_id": op, "after": marks},
+                        wire_approval.Decide(
+                            work.asking, peer_facts(peer), work.spec, work.file, operation_id=op, after=tuple(marks)
+                        ),
                         forward,
                     ),
                     conn,
@@ -216,9 +216,9 @@ class Drive:
                 # Approved as the agent left: nobody is there for it, so it never runs.
                 raise _withdrawn("the requesting agent went away before the request ran")
             if emit is not None:
-                await emit("approved", {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")})
-            if isinstance(decision.get("mark"), str):
-                marks.append(decision["mark"])  # a rule's approval.decided, deferred too
+                await emit("approved", {"rule": decision.rule, "decided_by": decision.decided_by})
+            if decision.mark is not None:
+                marks.append(decision.mark)  # a rule's approval.decided, deferred too
             else:
                 # approval journaled the decision (or approval.pending) durably, naming our marks:
                 # they are durable now.  Dropping them lets a request that waited for an operator
@@ -228,8 +228,8 @@ class Drive:
             try:
                 args = runner_wire.approved(
                     work.runner_args,
-                    ticket=decision["ticket"],
-                    bound=decision.get("bound") or {},
+                    ticket=decision.ticket,
+                    bound=decision.bound,
                     operation_id=op,
                     after=marks,
                 )
@@ -251,7 +251,7 @@ class Drive:
             finished = outcome.pop("audit_mark", None)
             outcome = outcome | {
                 "replay": False,
-                "decision": {"rule": decision.get("rule"), "decided_by": decision.get("decided_by")},
+                "decision": {"rule": decision.rule, "decided_by": decision.decided_by},
             }
         except AirlockError as exc:
             await self._abandon(key, ids, exc, marks)
@@ -264,7 +264,9 @@ class Drive:
             await emit("finished", {"exit_codes": [s.get("exit_code") for s in outcome.get("stages", [])]})
         return outcome
 
-    async def _decide(self, args: dict[str, Any], forward: Callable[[Event], Awaitable[None]]) -> dict[str, Any]:
+    async def _decide(
+        self, args: wire_approval.Decide, forward: Callable[[Event], Awaitable[None]]
+    ) -> wire_approval.Decided:
         """approval's ``decide``, waited for as long as approval says, and no longer.
 
         Intake keeps no copy of approval's settings (issue 32): approval
@@ -286,21 +288,17 @@ class Drive:
                     await forward(event)
 
                 # The client's own deadline stays out of the way: the window above is the bound.
-                decided = await Stub(wire_approval.DOOR, self.approval).call(
-                    wire_approval.DECIDE,
-                    wire_approval.Decide.from_dict(args),
-                    on_event=on_event,
-                    timeout=NO_CALL_DEADLINE,
+                return await Stub(wire_approval.DOOR, self.approval).call(
+                    wire_approval.DECIDE, args, on_event=on_event, timeout=NO_CALL_DEADLINE
                 )
-                return decided.to_dict()
         except TimeoutError:
             raise AirlockError(
                 ErrorCode.APPROVAL_UNAVAILABLE, "approval did not decide within the deadline it gave"
             ) from None
 
     async def _unless_withdrawn(
-        self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, request_id: str, peer: Peer
-    ) -> dict[str, Any]:
+        self, deciding: Awaitable[wire_approval.Decided], conn: Connection | None, op: str, request_id: str, peer: Peer
+    ) -> wire_approval.Decided:
         """Await approval's decision unless the agent withdraws first.
 
         The agent withdraws by closing its connection or by a ``cancel`` of the
@@ -346,7 +344,7 @@ class Drive:
             with contextlib.suppress(asyncio.CancelledError, AirlockError):
                 await decide
 
-    async def _withdraw(self, request_id: str, uid: int, decide: asyncio.Future[dict[str, Any]]) -> None:
+    async def _withdraw(self, request_id: str, uid: int, decide: asyncio.Future[wire_approval.Decided]) -> None:
         """Tell approval the request is withdrawn, and let it answer the decide call (both bounded).
 
         Approval keys pending requests by (uid, ID): the uid says whose request it is.
@@ -438,14 +436,12 @@ class Drive:
             raise validate.bad("signature", "must be an armoured SSH signature (at most 16 KiB)")
         if unknown:
             raise validate.bad(unknown[0], "unknown argument (known: request_id, signature, reason)")
-        args = {
-            "request_id": validate.request_id("request_id", request.args.get("request_id")),
-            # Armoured (several lines): approval reads it strictly (approval/statement.py).
-            "signature": request.args.get("signature"),
-            "reason": validate.text("reason", request.args.get("reason") or "", max_len=4096),
-            "peer": peer.to_dict(),
-        }
-        signed = wire_approval.ApproveSigned.from_dict(args)
+        signed = wire_approval.ApproveSigned(
+            validate.request_id("request_id", request.args.get("request_id")),
+            signature,  # armoured (several lines): approval reads it strictly (approval/statement.py)
+            peer_facts(peer),
+            validate.text("reason", request.args.get("reason") or "", max_len=4096),
+        )
         return (
             await Stub(wire_approval.DOOR, self.approval).call(wire_approval.APPROVE_SIGNED, signed, timeout=60)
         ).to_dict()

@@ -42,7 +42,7 @@ from airlock.common.wire.verb import Stub
 from airlock.intake import fileop_request, sudo_proxy
 from airlock.intake.drive import Drive
 from airlock.intake.request import legacy_exec, legacy_id, native_exec, parse_time
-from airlock.intake.work import asking, file_work
+from airlock.intake.work import asking, file_work, peer_facts
 
 NAME = "intake"
 # The agent door's verbs, in the order `hello` lists them, and those whose work runs in a session:
@@ -180,9 +180,7 @@ class Intake:
         """
         req = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
         check_privilege(req.spec.run_as, self.runner_uid, privileged=req.spec.privileged)
-        explain = wire_approval.Explain.from_dict(
-            {"request": asking(req), "spec": req.spec.to_dict(), "peer": call.peer.to_dict()}
-        )
+        explain = wire_approval.Explain(asking(req), peer_facts(call.peer), req.spec.to_dict())
         return (
             await Stub(wire_approval.DOOR, self.approval).call(wire_approval.EXPLAIN, explain, timeout=30)
         ).to_dict()

@@ -15,18 +15,23 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from airlock.common.config import Config
 from airlock.common.peer import Peer
+from airlock.common.wire import approval as wire_approval
 from airlock.common.wire import runner as wire
 from airlock.common.wire.verb import Verb
 from airlock.intake.fileop_request import FileRequest
 from airlock.intake.request import ExecRequest
 
+# The runner verb a piece of work goes to, its arguments and its reply: exec's or files'.
+W = TypeVar("W", wire.Exec, wire.Files)
+R = TypeVar("R", wire.Ran, wire.Outcome)
+
 
 @dataclass(frozen=True, slots=True)
-class Work:
+class Work(Generic[W, R]):
     """One request as `Intake.drive` needs it, whatever its kind (exec or file operation)."""
 
     request_id: str
@@ -36,10 +41,12 @@ class Work:
     run_as: int
     privileged: bool
     describe: dict[str, Any]  # what the audit record and operators see
-    decide_request: dict[str, Any]  # what approval decides on
+    asking: wire_approval.Asking  # the agent's words about it, beside the spec (what approval decides on)
+    spec: dict[str, Any] | None  # an exec's spec, carried once (`wire.approval.Decide`) ...
+    file: dict[str, Any] | None  # ... or a file operation's
     has_protected: bool
-    runner_verb: Verb[Any, Any]  # wire.runner.EXEC or FILES
-    runner_args: wire.Exec | wire.Files  # without approval's answer, which drive adds (`wire.runner.approved`)
+    runner_verb: Verb[W, R]  # wire.runner.EXEC or FILES
+    runner_args: W  # without approval's answer, which drive adds (`wire.runner.approved`)
     runner_timeout: float | None
     thin: Callable[[dict[str, Any]], dict[str, Any]]  # the outcome as kept for replay when it is large
 
@@ -81,18 +88,19 @@ def runner_budget(req: ExecRequest, config: Config) -> float:
     return job + limits.kill_grace_seconds + 30
 
 
-def asking(req: ExecRequest | FileRequest) -> dict[str, Any]:
-    """The agent's words about its request, beside its spec (`wire.approval.Asking`)."""
-    return {
-        "request_id": req.request_id,
-        "reason": req.reason,
-        "session": req.session,
-        "host": req.host,
-        "time": req.time,
-    }
+def asking(req: ExecRequest | FileRequest) -> wire_approval.Asking:
+    """The agent's words about its request, beside its spec."""
+    return wire_approval.Asking(req.request_id, req.reason, req.session, req.host, req.time)
 
 
-def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
+def peer_facts(peer: Peer) -> wire_approval.PeerFacts:
+    """A peer as intake's kernel saw it, for approval (`common.peer.Peer.to_dict`'s fields)."""
+    return wire_approval.PeerFacts(
+        peer.pid, peer.uid, peer.gid, peer.user, tuple(sorted(peer.groups)), tuple(peer.group_ids)
+    )
+
+
+def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work[wire.Exec, wire.Ran]:
     """An exec request as `Intake.drive` takes it."""
     spec = req.spec
     spec_dict = spec.to_dict()  # once: this is every request's path
@@ -105,7 +113,9 @@ def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
         run_as=spec.run_as,
         privileged=spec.privileged,
         describe=describe,
-        decide_request={"request": asking(req), "spec": spec_dict},  # the spec once (wire.approval.Decide)
+        asking=asking(req),
+        spec=spec_dict,  # the spec once (wire.approval.Decide)
+        file=None,
         has_protected=bool(req.protected_env),
         runner_verb=wire.EXEC,
         runner_args=wire.Exec(
@@ -122,7 +132,7 @@ def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
     )
 
 
-def file_work(req: FileRequest, config: Config) -> Work:
+def file_work(req: FileRequest, config: Config) -> Work[wire.Files, wire.Outcome]:
     """A file request as `Intake.drive` takes it: the same path as exec."""
     spec = req.spec
     return Work(
@@ -133,7 +143,9 @@ def file_work(req: FileRequest, config: Config) -> Work:
         run_as=spec.run_as,
         privileged=spec.privileged,
         describe=req.describe(),
-        decide_request={"request": asking(req), "file": spec.to_dict()},
+        asking=asking(req),
+        spec=None,
+        file=spec.to_dict(),
         has_protected=False,
         runner_verb=wire.FILES,
         runner_args=wire.Files(spec=spec, operation_id="", request_id=req.request_id, session=req.session),

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from airlock.common import validate
 from airlock.common.containment import Containment
@@ -137,9 +137,11 @@ class Files(Message):
         _approved(self)
 
 
-def approved(
-    work: Exec | Files, *, ticket: str, bound: dict[str, Any], operation_id: str, after: list[str]
-) -> Exec | Files:
+# Work intake sends on: an exec or a file operation (`approved` fills in approval's answer).
+W = TypeVar("W", Exec, Files)
+
+
+def approved(work: W, *, ticket: str, bound: dict[str, Any], operation_id: str, after: list[str]) -> W:
     """``work`` with approval's answer filled in (intake's drive, once approval decided)."""
     return dataclasses.replace(work, ticket=ticket, bound=bound, operation_id=operation_id, after=tuple(after))
 
