@@ -17,7 +17,6 @@ from airlock.common import client, render
 from airlock.common.codec import iso_utc
 from airlock.common.tokenfile import TokenFileError, read_token_file
 from airlock.common.wire import agent as agent_door
-from airlock.common.wire.message import Open
 
 EXIT_DENIED = 126
 EXIT_APPROVAL_TIMEOUT = 124
@@ -39,7 +38,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     try:
         token = _token(ns)
         raw, reply = client.call(
-            client.agent_socket(ns.socket), agent_door.EXEC, Open(args), on_event=on_event, token=token
+            client.agent_socket(ns.socket), agent_door.EXEC, agent_door.Exec(**args), on_event=on_event, token=token
         )
     except TokenFileError as exc:
         _err(str(exc))
@@ -137,7 +136,7 @@ def cmd_can(ns: argparse.Namespace) -> int:
         args.pop(key, None)
     try:
         token = _token(ns)
-        raw, reply = client.call(client.agent_socket(ns.socket), agent_door.CAN, Open(args), token=token)
+        raw, reply = client.call(client.agent_socket(ns.socket), agent_door.CAN, agent_door.Exec(**args), token=token)
     except TokenFileError as exc:
         _err(str(exc))
         return exitcodes.EXIT_AIRLOCK_ERROR

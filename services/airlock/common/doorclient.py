@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from airlock.common.codec import Event
 from airlock.common.errors import ErrorCode
 from airlock.common.ipc import Client, Unreachable
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Verb
+
+A = TypeVar("A", bound=Message)
 
 OnEvent = Callable[[Event], Awaitable[None] | None]
 
@@ -42,11 +46,12 @@ class DoorClient:
         self._client = Client(path, service=name, unavailable=ErrorCode.INTERNAL, timeout=None)
 
     async def call(
-        self, verb: str, args: dict[str, Any], on_event: OnEvent | None = None, *, request_id: str | None = None
+        self, verb: Verb[A, Any], args: A, on_event: OnEvent | None = None, *, request_id: str | None = None
     ) -> dict[str, Any]:
-        """One request; its ``data``, or the door's `AirlockError`, or `DoorUnavailable`."""
+        """One request of a declared verb; its ``data``, or the door's `AirlockError`, or `DoorUnavailable`."""
+        rid = request_id or str(uuid.uuid4())
         try:
-            return await self._client.call(verb, args, on_event=on_event, request_id=request_id or str(uuid.uuid4()))
+            return await self._client.call(verb.name, args.to_dict(), on_event=on_event, request_id=rid)
         except Unreachable as exc:
             raise DoorUnavailable(exc.message, exc.cause) from None
 

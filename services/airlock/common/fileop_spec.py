@@ -109,6 +109,11 @@ def _param(tool: str, name: str, kind: str, value: Any, default: Any) -> Any:
     raise AssertionError(kind)
 
 
+def tool_params(tool: str) -> tuple[str, ...]:
+    """The names of a file tool's parameters (the agent door declares them: `wire.agent.FILE_ARGS`)."""
+    return tuple(_PARAMS[tool])
+
+
 def check_params(tool: str, untrusted: Any) -> dict[str, Any]:
     """The tool's parameters, validated, with every default filled in."""
     if tool not in FILE_TOOLS:

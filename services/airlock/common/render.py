@@ -77,17 +77,17 @@ def shell_line(words: Sequence[str], *, ssh_host: str | None = None) -> str:
     return " ".join(["ssh", shlex.quote(ssh_host), *(shlex.quote(shlex.quote(w)) for w in words)])
 
 
-def decision_line(verb: str, request_id: str, *, host: str | None = None, options: tuple[str, ...] = ()) -> str:
+def decision_line(command: str, request_id: str, *, host: str | None = None, options: tuple[str, ...] = ()) -> str:
     """The one place an ``airlock approve|deny ID [OPTIONS]`` line is built (issue 28): the relay's
     messages, ``airlock pending`` and ``airlock show``.
 
     Every word is quoted for the shell it is pasted into (twice after ``ssh
     HOST``: the remote shell reads it again).  An ID that starts with ``-``
     comes after ``--`` so it cannot be read as an option.  ``options`` are the
-    verb's flags (``--expect DIGEST``, ``--signature FILE``); add new ones here, not by formatting
-    another line elsewhere.
+    command's flags (``--expect DIGEST``, ``--signature FILE``); add new ones here, not by formatting
+    another line elsewhere.  ``command`` is the `airlock` command (approve, deny), not a wire verb.
     """
-    words = ["airlock", verb]
+    words = ["airlock", command]
     if request_id.startswith("-"):
         words += [*options, "--", request_id]
     else:

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from airlock.common.codec import Event
 from airlock.common.doorclient import DoorClient, DoorUnavailable
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Verb
 
 __all__ = ["DoorUnavailable", "call"]
+
+A = TypeVar("A", bound=Message)
 
 OnEvent = Callable[[Event], Awaitable[None]]
 
 
-async def call(path: str, verb: str, args: dict[str, Any], on_event: OnEvent | None = None) -> dict[str, Any]:
+async def call(path: str, verb: Verb[A, Any], args: A, on_event: OnEvent | None = None) -> dict[str, Any]:
     """One native request on a fresh connection; returns ``data`` or raises the door's `AirlockError`."""
     client = DoorClient(path, name="the agent door")
     try:

@@ -23,6 +23,7 @@ from airlock.common import log
 from airlock.common.cancel import cancel_until_running
 from airlock.common.codec import Event, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.wire import agent as agent_door
 from airlock.gateway import door, evidence, fileop_execute
 from airlock.gateway import params as params_of
 from airlock.gateway import protocol as p
@@ -173,7 +174,7 @@ class Gateway:
 
         self._active.append(active)
         try:
-            native = await door.call(self.settings.socket, "exec", args, on_event=on_event)
+            native = await door.call(self.settings.socket, agent_door.EXEC, agent_door.Exec(**args), on_event=on_event)
         finally:
             self._active.remove(active)
             if active.cancel_task is not None:
@@ -203,8 +204,9 @@ class Gateway:
         active = _Active(request.id, params.operation_id)
         self._active.append(active)
         try:
+            native = params.to_native(privileged=self.settings.privileged, time=iso_utc())
             outcome = await door.call(
-                self.settings.socket, params.tool, params.to_native(privileged=self.settings.privileged, time=iso_utc())
+                self.settings.socket, agent_door.FILE_VERBS[params.tool], agent_door.FILE_ARGS[params.tool](**native)
             )
         finally:
             self._active.remove(active)
@@ -230,7 +232,7 @@ class Gateway:
         for active in mine:
             active.cancel_requested = True
         try:
-            await door.call(self.settings.socket, "cancel", {"operation_id": operation_id})
+            await door.call(self.settings.socket, agent_door.CANCEL, agent_door.Cancel(operation_id))
             cancelling = True
         except AirlockError as exc:
             if exc.code is not ErrorCode.NOT_FOUND:
@@ -253,7 +255,7 @@ class Gateway:
 
         async def attempt() -> bool | None:
             try:
-                await door.call(self.settings.socket, "cancel", {"operation_id": operation_id})
+                await door.call(self.settings.socket, agent_door.CANCEL, agent_door.Cancel(operation_id))
             except AirlockError as exc:
                 return False if exc.code is ErrorCode.NOT_FOUND else None
             except door.DoorUnavailable:

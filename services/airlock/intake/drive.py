@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock.common import log, validate
+from airlock.common import log
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import Event, Request, canonical_json
 from airlock.common.config import Config
@@ -28,6 +28,7 @@ from airlock.common.ipc import Client, Unreachable
 from airlock.common.peer import Peer, uid_of
 from airlock.common.server import Call, Connection
 from airlock.common.spec import check_privilege
+from airlock.common.wire import agent as agent_door
 from airlock.common.wire import approval as wire_approval
 from airlock.common.wire import journal as jwire
 from airlock.common.wire import runner as runner_wire
@@ -409,42 +410,29 @@ class Drive:
                 {"status": "error", "code": exc.code.value},
             )
 
-    async def cancel(self, request: Request, peer: Peer) -> dict[str, Any]:
-        op = validate.text("operation_id", request.args.get("operation_id"), max_len=256, allow_empty=False)
+    async def cancel(self, op: str, peer: Peer) -> agent_door.Cancelled:
         deciding = self.deciding.get((peer.uid, op))
         if deciding is not None and deciding.uid == peer.uid:
             deciding.withdraw.set()  # withdraws it: see _unless_withdrawn
             # Answer once approval has let go of it (bounded: _withdraw's own calls are).
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(deciding.settled.wait(), 30)
-            return {"operation_id": op, "cancelling": True, "was": "pending"}
+            return agent_door.Cancelled(op, True, "pending")
         owner = self.operations.get((peer.uid, op))
         if owner is None or owner != peer.uid:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no running operation {op!r} of yours")
         cancelled = await runner_wire.stub(self.runner).call(runner_wire.CANCEL, runner_wire.Cancel(op, peer.uid))
-        return cancelled.to_dict()
+        return agent_door.Cancelled(cancelled.operation_id, cancelled.cancelling)
 
-    async def approve_signed(self, request: Request, peer: Peer) -> dict[str, Any]:
+    async def approve_signed(self, args: agent_door.ApproveSigned, peer: Peer) -> wire_approval.SignedVote:
         """An agent carries an operator's signature (issue 18): approval checks it; the agent cannot forge one.
 
         The carrier (``peer``) goes with it: approval finds only the carrier's own
         request, and journals the carrier apart from the signer (issue 27).
         """
-        unknown = sorted(set(request.args) - {"request_id", "signature", "reason"})
-        signature = request.args.get("signature")
-        if not isinstance(signature, str) or not signature or len(signature) > 16 * 1024:
-            raise validate.bad("signature", "must be an armoured SSH signature (at most 16 KiB)")
-        if unknown:
-            raise validate.bad(unknown[0], "unknown argument (known: request_id, signature, reason)")
-        signed = wire_approval.ApproveSigned(
-            validate.request_id("request_id", request.args.get("request_id")),
-            signature,  # armoured (several lines): approval reads it strictly (approval/statement.py)
-            peer_facts(peer),
-            validate.text("reason", request.args.get("reason") or "", max_len=4096),
-        )
-        return (
-            await Stub(wire_approval.DOOR, self.approval).call(wire_approval.APPROVE_SIGNED, signed, timeout=60)
-        ).to_dict()
+        # The signature is armoured (several lines): approval reads it strictly (approval/statement.py).
+        signed = wire_approval.ApproveSigned(args.request_id, args.signature, peer_facts(peer), args.reason or "")
+        return await Stub(wire_approval.DOOR, self.approval).call(wire_approval.APPROVE_SIGNED, signed, timeout=60)
 
 
 def operation_key(uid: int, operation_id: str) -> str:

@@ -38,6 +38,7 @@ from airlock.common.wire import agent as agent_door
 from airlock.common.wire import approval as wire_approval
 from airlock.common.wire import operator as operator_door
 from airlock.common.wire import verb as wire
+from airlock.common.wire.message import Public
 from airlock.common.wire.verb import Stub
 from airlock.intake import fileop_request, sudo_proxy
 from airlock.intake.drive import Drive
@@ -116,19 +117,21 @@ class Intake:
     def verbs(self) -> dict[str, Verb]:
         """The agent door's table (served by `Service.dispatch`), built from its declarations.
 
-        Every agent verb is `Open`: intake checks its public arguments field
-        by field (`intake.request`, `intake.fileop_request`); the door admits
-        only agents, so no per-verb caller check is needed.
+        Each verb's arguments arrive as its declared message (`wire.agent`);
+        intake's pure parsers check what is the request's own (`intake.request`,
+        `intake.fileop_request`); the door admits only agents, so no per-verb
+        caller check is needed.
         """
-        handlers: dict[wire.Verb[Any, Any], Verb] = {
+        handlers: dict[wire.Verb[Any, Any], wire.Handler[Any, Any]] = {
             agent_door.EXEC: self._exec,
             agent_door.PING: self._ping,
             agent_door.HELLO: self._hello,
             agent_door.CANCEL: self._cancel,
             agent_door.APPROVE_SIGNED: self._approve_signed,
             agent_door.CAN: self._can,
-        } | dict.fromkeys(agent_door.FILES, self._files)
-        return wire.serve(agent_door.DOOR, {verb: wire.untyped(handler) for verb, handler in handlers.items()})
+        }
+        handlers.update(dict.fromkeys(agent_door.FILES, self._files))
+        return wire.serve(agent_door.DOOR, handlers)
 
     async def guard(self, request: Request, conn: Connection) -> Request:
         """Every native request passes here before its verb runs: scope, then the token.
@@ -159,54 +162,51 @@ class Intake:
             return dataclasses.replace(request, args=request.args | {"session": session})
         return request
 
-    async def _exec(self, call: Call) -> dict[str, Any]:
-        exec_request = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
-        return await self.drive.run(
-            exec_request, call.peer, call if exec_request.stream else None, conn=call.connection
+    async def _exec(self, call: Call, args: agent_door.Exec) -> agent_door.Evidence:
+        exec_request = native_exec(call.request.id, args.to_dict(), call.peer, self.config, time.time())
+        return agent_door.Evidence(
+            await self.drive.run(exec_request, call.peer, call if exec_request.stream else None, conn=call.connection)
         )
 
-    async def _files(self, call: Call) -> dict[str, Any]:
+    async def _files(self, call: Call, args: Public) -> agent_door.Evidence:
         file_request = fileop_request.native_files(
-            call.request.verb, call.request.id, call.args, call.peer, self.config, time.time()
+            call.request.verb, call.request.id, args.to_dict(), call.peer, self.config, time.time()
         )
-        return await self.drive.run_work(file_work(file_request, self.config), call.peer, None, conn=call.connection)
+        work = file_work(file_request, self.config)
+        return agent_door.Evidence(await self.drive.run_work(work, call.peer, None, conn=call.connection))
 
-    async def _can(self, call: Call) -> dict[str, Any]:
+    async def _can(self, call: Call, args: agent_door.Exec) -> wire_approval.Explained:
         """An agent's `sudo -l -- CMD` (issue 32): what the policy would do with this exec request, nothing run.
 
         The request is checked exactly as ``exec`` checks it (fields, freshness,
         the environment rules), so the answer is about the request the agent
         would really send; approval explains only what decides it.
         """
-        req = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
+        req = native_exec(call.request.id, args.to_dict(), call.peer, self.config, time.time())
         check_privilege(req.spec.run_as, self.runner_uid, privileged=req.spec.privileged)
         explain = wire_approval.Explain(asking(req), peer_facts(call.peer), req.spec.to_dict())
-        return (
-            await Stub(wire_approval.DOOR, self.approval).call(wire_approval.EXPLAIN, explain, timeout=30)
-        ).to_dict()
+        return await Stub(wire_approval.DOOR, self.approval).call(wire_approval.EXPLAIN, explain, timeout=30)
 
-    async def _approve_signed(self, call: Call) -> dict[str, Any]:
-        return await self.drive.approve_signed(call.request, call.peer)
+    async def _approve_signed(self, call: Call, args: agent_door.ApproveSigned) -> wire_approval.SignedVote:
+        return await self.drive.approve_signed(args, call.peer)
 
-    async def _cancel(self, call: Call) -> dict[str, Any]:
-        return await self.drive.cancel(call.request, call.peer)
+    async def _cancel(self, call: Call, args: agent_door.Cancel) -> agent_door.Cancelled:
+        return await self.drive.cancel(args.operation_id, call.peer)
 
-    async def _hello(self, call: Call) -> dict[str, Any]:
-        await self._control_gates(call.request.id, call.args, call.peer, native=True)
+    async def _hello(self, call: Call, args: agent_door.Control) -> agent_door.Hello:
+        if args.time is not None:  # without a time: a plain health check
+            await self._fresh(call.request.id, args.time, call.peer)
         return self.hello()
 
-    async def _ping(self, call: Call) -> dict[str, Any]:
-        await self._control_gates(call.request.id, call.args, call.peer, native=True)
-        return {"message": "pong", "version": __version__}
+    async def _ping(self, call: Call, args: agent_door.Control) -> agent_door.Pong:
+        if args.time is not None:
+            await self._fresh(call.request.id, args.time, call.peer)
+        return agent_door.Pong("pong", __version__)
 
-    def hello(self) -> dict[str, Any]:
-        return {
-            "name": "airlock",
-            "version": __version__,
-            "protocol_versions": list(SUPPORTED_VERSIONS),
-            "verbs": list(NATIVE_VERBS),
-            "dialects": ["native-v1", "sudo-proxy"],
-        }
+    def hello(self) -> agent_door.Hello:
+        return agent_door.Hello(
+            "airlock", __version__, tuple(SUPPORTED_VERSIONS), tuple(NATIVE_VERBS), ("native-v1", "sudo-proxy")
+        )
 
     def _may_stop(self, peer: Peer) -> bool:
         """Only root or a full operator (not an observer) may stop the shared intake."""
@@ -220,8 +220,11 @@ class Intake:
                 validate.text(key, args[key], max_len=4096)
         if native and args.get("time") is None:
             return  # a native ping/hello without a time is a plain health check
-        now = time.time()
-        parse_time(args.get("time"), self.config, now)
+        await self._fresh(request_id, args.get("time"), peer)
+
+    async def _fresh(self, request_id: str | None, sent: Any, peer: Peer) -> None:
+        """A control action's time: fresh (reference/000 requires one), and its ID claimed (replay)."""
+        parse_time(sent, self.config, time.time())
         if request_id:
             await self.drive.claim(request_id, peer)
 

@@ -27,13 +27,17 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, TypeVar
 
 from airlock import __version__
 from airlock.common import doorclient
 from airlock.common.cancel import cancel_until_running
 from airlock.common.codec import Event, Response, iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.wire import agent as agent_door
+from airlock.common.wire import operator as op
+from airlock.common.wire.message import Message
+from airlock.common.wire.verb import Empty, Verb
 from airlock.mcp import jsonrpc, render, tools
 from airlock.mcp.session import CancelCall, Send, Session, StartCall
 from airlock.mcp.tools import ToolResult
@@ -44,6 +48,8 @@ from airlock.mcp.tools import ToolResult
 # SIGTERM and waits 2 s more: cancelling a running command takes milliseconds.
 SHUTDOWN_GRACE: Final = 3.0
 CANCEL_RETRY: Final = 0.1
+
+A = TypeVar("A", bound=Message)
 
 
 def _say(event: str, **fields: Any) -> None:
@@ -87,8 +93,8 @@ class DoorClient:
 
     async def call(
         self,
-        verb: str,
-        args: dict[str, Any],
+        verb: Verb[A, Any],
+        args: A,
         on_event: Callable[[Event], None] | None = None,
         *,
         request_id: str | None = None,
@@ -193,14 +199,16 @@ class AgentDoor:
 
         withdraw = asyncio.create_task(self._withdraw_when_abandoned(run, ctx))
         try:
-            reply = await self.agent.call("exec", args, on_event, request_id=run.request_id)
+            reply = await self.agent.call(agent_door.EXEC, agent_door.Exec(**args), on_event, request_id=run.request_id)
             if _capture_refused(reply):
                 # The operator set limits.max_output_bytes below what we ask to
                 # capture: that ceiling is then also airlock's default, so ask for
                 # nothing, as a new operation (the refused one is settled).
                 run.operation_id, run.request_id = f"mcp-{uuid.uuid4()}", str(uuid.uuid4())
                 args = {k: v for k, v in args.items() if k != "max_output_bytes"} | {"operation_id": run.operation_id}
-                reply = await self.agent.call("exec", args, on_event, request_id=run.request_id)
+                reply = await self.agent.call(
+                    agent_door.EXEC, agent_door.Exec(**args), on_event, request_id=run.request_id
+                )
         except (OSError, AirlockError) as exc:
             return render.unreachable(self.agent.path, _why(exc))
         finally:
@@ -239,7 +247,7 @@ class AgentDoor:
 
     async def _cancel(self, run: _Run) -> bool:
         try:
-            reply = await self.agent.call("cancel", {"operation_id": run.operation_id})
+            reply = await self.agent.call(agent_door.CANCEL, agent_door.Cancel(run.operation_id))
         except (OSError, AirlockError):
             return False
         return reply.ok
@@ -254,7 +262,7 @@ class AgentDoor:
         hello: dict[str, Any] | None = None
         agent_problem = None
         try:
-            reply = await self.agent.call("hello", {})
+            reply = await self.agent.call(agent_door.HELLO, agent_door.Control())
             if reply.ok:
                 hello = reply.data
             else:
@@ -266,7 +274,7 @@ class AgentDoor:
         operator_problem = "no operator socket configured"
         if self.operator is not None and hello is not None:
             try:
-                reply = await self.operator.call("status", {})
+                reply = await self.operator.call(op.STATUS, Empty())
                 if reply.ok:
                     operator = reply.data
                 else:

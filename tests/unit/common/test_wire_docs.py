@@ -23,7 +23,7 @@ from airlock.common.wire.verb import Caller, DoorName, Empty, declared
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 INTERNAL = (DoorName.JOURNAL, DoorName.RUNNER, DoorName.APPROVAL)
-FRONT = (DoorName.OPERATOR,)  # issue 47: the agent door's table joins when its verbs are typed
+FRONT = (DoorName.OPERATOR, DoorName.AGENT)  # issue 47: the front doors' tables spell out their messages' keys
 # Each generated region: the file it is in and what renders it.
 REGIONS: dict[str, tuple[str, Callable[[], str]]] = {
     **{door.value: ("protocol.md", functools.partial(registry.table, door)) for door in (*INTERNAL, *FRONT)},

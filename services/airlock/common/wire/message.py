@@ -324,27 +324,6 @@ class Public(Message):
 
 
 @dataclass(frozen=True)
-class Open(Message):
-    """An open mapping, carried as it is.
-
-    Only for a front door's verb whose arguments are a documented public
-    shape checked field by field in its handler (docs/protocol.md); never for
-    an internal door: there every field is declared.
-    """
-
-    data: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, untrusted: Mapping[str, Any]) -> Self:
-        if not isinstance(untrusted, Mapping):
-            raise _bad(cls, "", "must be an object")
-        return cls(dict(untrusted))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.data)
-
-
-@dataclass(frozen=True)
 class Document(Public):
     """A front door's reply that docs/protocol.md spells out as a document, carried key for key.
 

@@ -23,7 +23,6 @@ from airlock.common.errors import AirlockError, ErrorCode
 # The messages are named here too: a declaration module imports its verbs' vocabulary from one place.
 from airlock.common.wire.message import Empty as Empty
 from airlock.common.wire.message import Message as Message
-from airlock.common.wire.message import Open as Open
 from airlock.common.wire.message import carry as carry
 
 if typing.TYPE_CHECKING:
@@ -152,15 +151,6 @@ def serve(
     if missing:
         raise ValueError(f"door {door} does not serve declared verbs: {', '.join(sorted(missing))}")
     return table
-
-
-def untyped(handler: Callable[[Call], Awaitable[dict[str, Any]]]) -> Handler[Open, Open]:
-    """A front door's handler that checks its public arguments field by field itself (declared with `Open`)."""
-
-    async def adapted(call: Call, args: Open) -> Open:
-        return Open(await handler(call))
-
-    return adapted
 
 
 class Stub:
