@@ -171,32 +171,30 @@ class Operating:
         now = time.time()
         held = hold.held
         return op.StatusReport(
-            {
-                "hold": held,
-                "hold_reason": hold.reason,
-                "hold_by": hold.by.get("operator") if held else None,
-                "hold_uid": hold.by.get("uid") if held else None,
-                "hold_since": hold.by.get("since") if held else None,
-                "pending": len(self.pending),
-                "config_refused": self.config.refused or None,  # issue 44: running on a kept copy or the defaults
-                "tokens": self.sessions.store.live(now),
-                "grants": len(self.grants.live(now)),
-                "services": await services_state(self.config, self.journal),
-                "policy": {
-                    "default": self.policy.default,
-                    "rules": len(self.policy.rules),
-                    "sources": list(self.policy.sources),
-                    "standing": self.policy.standing.to_dict(),  # issue 44
-                },
-                # Where the relay reports (relay/state.py; `airlock status` reads it on this host), and
-                # approval's wait for a person, with why when notify.channels chose it (issue 44).
-                "relay": {
-                    "channels": [c["name"] for c in self.config.notify.channels],
-                    "state_dir": str(self.config.notify.state_dir),
-                    "approval_timeout_seconds": self.config.approval.timeout_seconds,
-                    "approval_timeout_why": dict(self.config.derived).get("approval.timeout_seconds"),
-                },
-            }
+            hold=held,
+            hold_reason=hold.reason,
+            hold_by=hold.by.get("operator") if held else None,
+            hold_uid=hold.by.get("uid") if held else None,
+            hold_since=hold.by.get("since") if held else None,
+            pending=len(self.pending),
+            config_refused=self.config.refused or None,  # issue 44: running on a kept copy or the defaults
+            tokens=self.sessions.store.live(now),
+            grants=len(self.grants.live(now)),
+            services=await services_state(self.config, self.journal),
+            policy={
+                "default": self.policy.default,
+                "rules": len(self.policy.rules),
+                "sources": list(self.policy.sources),
+                "standing": self.policy.standing.to_dict(),  # issue 44
+            },
+            # Where the relay reports (relay/state.py; `airlock status` reads it on this host), and
+            # approval's wait for a person, with why when notify.channels chose it (issue 44).
+            relay={
+                "channels": [c["name"] for c in self.config.notify.channels],
+                "state_dir": str(self.config.notify.state_dir),
+                "approval_timeout_seconds": self.config.approval.timeout_seconds,
+                "approval_timeout_why": dict(self.config.derived).get("approval.timeout_seconds"),
+            },
         )
 
     async def policy_check(self, call: Call, args: op.PolicyCheck) -> op.Checked:

@@ -21,7 +21,7 @@ spells out as a document (`Document`) is listed in `DOCUMENTS`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from airlock.common import validate
@@ -283,8 +283,25 @@ class Cancelled(Public):
 
 # The replies protocol.md spells out as documents (a request's story, the status page, a policy
 # decision, a job's output...): carried as `Document`s, key for key as approval builds them.
-class StatusReport(Document):
-    """``status``: hold, counts, the services' state, the policy's and relay's (protocol.md)."""
+_NULL: dict[str, Any] = {"null": True}  # a documented key that is null when it does not apply
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusReport(Public):
+    """``status``: the hold, what is live, the services', the policy's and the relay's state (protocol.md)."""
+
+    hold: bool
+    hold_reason: str | None = field(default=None, metadata=_NULL)
+    hold_by: str | None = field(default=None, metadata=_NULL)
+    hold_uid: int | None = field(default=None, metadata=_NULL)
+    hold_since: str | None = field(default=None, metadata=_NULL)
+    pending: int
+    config_refused: str | None = field(default=None, metadata=_NULL)  # issue 44: running on a kept copy
+    tokens: int
+    grants: int
+    services: dict[str, Any]  # per service: up/down, listening/missing; the journal's disk (approval/servicestate.py)
+    policy: dict[str, Any]  # default, rules, sources, standing (approval/rules.py)
+    relay: dict[str, Any]  # channels, state_dir, approval's timeout and why
 
 
 class PendingList(Document):
