@@ -163,6 +163,12 @@ class Deciding:
         if ruling.by is By.GRANT:
             return await self._allow_by_grant(asked, ruling)
         if ruling.decided is Decided.ASK:
+            if not args.wait:  # `sudo -n` (issue 48): nobody is asked, nothing waits
+                raise AirlockError(
+                    ErrorCode.APPROVAL_REQUIRED,
+                    f"a person would be asked (rule {ruling.rule!r}) and the request said not to wait",
+                    {"rule": ruling.rule},
+                )
             return await self._ask(call, asked, ruling.rule)
         return await self._by_policy(asked, ruling)
 

@@ -41,6 +41,8 @@ NATIVE_EXEC_FIELDS = frozenset(
         "time",
         "forward_agent",
         "stream",
+        "wait",
+        "join",
     }
 )
 
@@ -56,6 +58,8 @@ class ExecRequest:
     host: str = ""
     time: str = ""
     stream: bool = False
+    wait: bool = True  # False: refuse with approval_required rather than ask a person (sudo -n)
+    join: bool = False  # an agent's sudo (issue 48): it may leave while pending; its retry joins (drive.py)
 
     def describe(self) -> dict[str, Any]:
         """What an operator and the audit record see (never protected values)."""
@@ -215,6 +219,8 @@ def _build(
         host=host,
         time=when,
         stream=stream,
+        wait=validate.boolean("wait", args.get("wait"), True),
+        join=validate.boolean("join", args.get("join"), False),
     )
 
 

@@ -207,6 +207,9 @@ class Intake:
             "protocol_versions": list(SUPPORTED_VERSIONS),
             "verbs": list(NATIVE_VERBS),
             "dialects": ["native-v1", "sudo-proxy"],
+            # What an agent's `sudo -E` may carry, and how long its retry joins (issue 48: cli/sudo.py).
+            "env_allow": list(self.config.env.allow),
+            "retry_window_seconds": self.config.agents.retry_window_seconds,
         }
 
     def _may_stop(self, peer: Peer) -> bool:
