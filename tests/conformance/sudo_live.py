@@ -78,6 +78,10 @@ policy:
     - name: scripts
       decision: allow
       commands: [[/bin/sh, -c, "..."], [/usr/bin/sh, -c, "..."], [/usr/bin/bash, -c, "..."]]
+    - name: service-accounts
+      decision: allow
+      run_as: [nobody, www-data]
+      commands: [[/usr/bin/id, "..."], [/usr/bin/whoami], [/usr/bin/printenv, "..."], [/usr/bin/cat, "..."]]
     - name: read-files
       decision: allow
       files: [{{tools: [files_read], paths: ["{root}/..."]}}]

@@ -12,6 +12,7 @@ root may write) prove the job ran as root.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -123,8 +124,17 @@ CORPUS: list[Case] = [
     # As another account.
     Case("sudo -u $(id -un) id -un", 0, "alsudo"),
     Case("sudo -u root id -un", 0, "root"),
-    Case("sudo -u postgres psql -c 'select 1'", 1, "not as postgres"),
-    Case("sudo -u www-data id -un", 1, "not as www-data"),
+    # A rule's run_as (sudo's Runas_Spec) allows nobody and www-data; the job really is theirs.
+    Case("sudo -u www-data id -un", 0, "www-data"),
+    Case("sudo -u nobody id -un", 0, "nobody"),
+    Case("sudo -u '#65534' whoami", 0, "nobody"),
+    Case("sudo -u www-data printenv HOME USER", 0, "/var/www\nwww-data"),
+    Case("sudo -u nobody cat /etc/shadow", 1, "Permission denied"),
+    Case("sudo -u nobody -g nogroup id -gn", 0, "nogroup"),
+    # No rule names postgres: a person decides, shown "runs as postgres".
+    Case("sudo -u postgres psql -c 'select 1'", 1, "sorry", person="deny"),
+    Case("sudo -u nobody touch $ROOT/by-nobody", 1, "Permission denied", person="approve"),
+    Case("sudo -u nosuchuser id", 1, "sudo: unknown user nosuchuser"),
     # The environment: env.allow decides, as for airlock run.
     Case("DEBIAN_FRONTEND=noninteractive sudo -E printenv DEBIAN_FRONTEND", 0, "noninteractive"),
     Case("sudo http_proxy=http://proxy:3128 apt-get update", 1, "not allowed to set the following environment"),
@@ -174,6 +184,9 @@ def test_agent_line(agent: Agent, case: Case) -> None:
     else:
         ran, entry = agent.run_deciding(case.line, case.person)
         assert entry["peer"]["user"] == agent.user.pw_name
+        as_other = re.match(r"sudo -u (\S+)", case.line)
+        account = as_other.group(1) if as_other else "root"
+        assert entry["run_as"]["user"] == account, entry["run_as"]  # what the person is shown
     assert ran.code == case.status, ran
     assert case.text in ran.out + ran.err, ran
     for name, text in case.files.items():

@@ -114,15 +114,17 @@ def test_option(agent: Agent, option: str, line: str, status: int, text: str) ->
 
 def test_sudo_n_never_asks_a_person(agent: Agent) -> None:
     """`sudo -n` of a command a person would decide: sudo's "a password is required", nobody asked, nothing ran."""
-    ran = agent.run("sudo -n touch $ROOT/asked")
+    # awk is in no rule: a person would decide.
+    line = f"""sudo awk 'BEGIN {{ print 1 > "{agent.root_dir}/asked" }}'"""
+    ran = agent.run(line.replace("sudo ", "sudo -n ", 1))
     assert ran.code == 1 and ran.err.splitlines()[0] == "sudo: a password is required", ran
     assert "airlock would ask an operator (rule default)" in ran.err
     assert agent.pending() == [] and not (agent.root_dir / "asked").exists()
     # The control: without -n the same line does wait for a person.
-    proc = agent.start("sudo touch $ROOT/asked")
+    proc = agent.start(line)
     try:
         entry = agent.decide_next("deny")
-        assert entry["stages"][0]["argv"][0] == "touch"
+        assert entry["stages"][0]["argv"][0] == "awk"
     finally:
         proc.communicate(timeout=60)
     assert proc.returncode == 1 and not (agent.root_dir / "asked").exists()

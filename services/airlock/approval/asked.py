@@ -31,6 +31,8 @@ def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Su
         session=session or None,
         privileged=spec.privileged,
         target_uid=spec.run_as,
+        # Another account (issue 48): a rule's run_as names it by name or uid.
+        target_user=user_name(spec.run_as) if isinstance(spec, ExecSpec) and spec.user is not None else "",
     )
 
 

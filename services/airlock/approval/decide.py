@@ -128,7 +128,8 @@ class Deciding:
         # What approval resolved beyond the request, bound to the ticket and enforced by the runner.
         bound: dict[str, Any] = {}
         if isinstance(spec, ExecSpec) and decision.decision != "deny":
-            bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0)
+            # Root's checks for root's jobs and for another account's (issue 48), as the runner's JobSpec.trusted.
+            bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0 or spec.privileged)
             if any(stage.sandbox for stage in decision.stages):
                 # The runner applies exactly the confinement approval saw (issue 22).
                 bound["sandbox"] = [dict(stage.sandbox or {}) for stage in decision.stages]

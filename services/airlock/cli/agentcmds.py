@@ -92,8 +92,8 @@ def run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
         "privileged": not ns.no_privilege,
         "time": iso_utc(),
     }
-    for key in ("reason", "session", "cwd"):
-        if getattr(ns, key):
+    for key in ("reason", "session", "cwd", "user"):
+        if getattr(ns, key, None):
             args[key] = getattr(ns, key)
     if ns.timeout:
         args["timeout_ms"] = int(ns.timeout * 1000)

@@ -19,6 +19,7 @@ import pwd
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from airlock import __version__
@@ -70,34 +71,46 @@ def _main(inv: Invocation) -> int:
     if inv.mode in (VALIDATE, RESET):
         return 0  # airlock caches no credentials: nothing to validate, extend or forget
     if inv.mode == EDIT:
-        return edit(inv, _request_base(inv, privileged_for(inv)))
-    args = _request_base(inv, privileged_for(inv))
+        return edit(inv, _request_base(inv, target_for(inv)))
+    args = _request_base(inv, target_for(inv))
     if inv.mode == LIST:
         return _list(inv, args)
     return _run(inv, args)
 
 
-def privileged_for(inv: Invocation) -> bool:
-    """Whom the job runs as: root (privileged), or the agent itself (``-u`` naming itself)."""
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Whom the job runs as: root, the agent itself (not privileged), or another account (``user``)."""
+
+    privileged: bool
+    user: str | None = None  # another account's name (issue 48: a rule's run_as must allow it)
+
+
+def target_for(inv: Invocation) -> Target:
+    """``-u`` and ``-g`` as airlock's request says them (sudo's Runas_Spec: root unless -u)."""
     me = pwd.getpwuid(os.getuid())
-    user = inv.user
-    if user is not None and user not in ("root", "#0") and user not in (me.pw_name, f"#{me.pw_uid}"):
-        known = _account(user)
-        raise Refusal(
-            f"unknown user {user}" if known is None else f"airlock runs commands as root or as you; not as {user}",
-            "" if known is None else f"ask for it as root: sudo CMD, or as yourself: sudo -u {me.pw_name} CMD",
-        )
-    privileged = user is None or user in ("root", "#0")
+    account = me if inv.user is None else _account(inv.user)
+    if inv.user is None:
+        target = Target(True)
+    elif account is None:
+        raise Refusal(f"unknown user {inv.user}")
+    elif account.pw_uid == 0:
+        target = Target(True)
+    elif account.pw_uid == me.pw_uid:
+        target = Target(False)
+    else:
+        target = Target(True, account.pw_name)
     if inv.group is not None:
         gid = _gid(inv.group)
         if gid is None:
             raise Refusal(f"unknown group {inv.group}")
-        if gid != (0 if privileged else me.pw_gid):
+        own = 0 if inv.user is None else (account.pw_gid if account is not None else -1)
+        if gid != own:
             raise Refusal(
-                f"airlock runs a job with its account's own group; not as group {inv.group}",
-                "drop -g (root's job runs with group root, yours with your own)",
+                f"airlock runs a job with its account's own groups; not as group {inv.group}",
+                "drop -g (a job as root runs with group root, one as an account with that account's groups)",
             )
-    return privileged
+    return target
 
 
 def _account(name: str) -> pwd.struct_passwd | None:
@@ -116,12 +129,13 @@ def _gid(name: str) -> int | None:
         return None
 
 
-def _namespace(inv: Invocation, privileged: bool, env: dict[str, str], cwd: str | None) -> argparse.Namespace:
+def _namespace(inv: Invocation, target: Target, env: dict[str, str], cwd: str | None) -> argparse.Namespace:
     """`airlock run`'s options for this line: the request is built by the code that builds airlock run's."""
     return argparse.Namespace(
         token=None,
         command=list(inv.command) or ["true"],
-        no_privilege=not privileged,
+        no_privilege=not target.privileged,
+        user=target.user,
         reason=os.environ.get("AIRLOCK_REASON") or None,
         session=os.environ.get("AIRLOCK_SESSION") or None,
         cwd=cwd,
@@ -131,18 +145,22 @@ def _namespace(inv: Invocation, privileged: bool, env: dict[str, str], cwd: str 
     )
 
 
-def _request_base(inv: Invocation, privileged: bool) -> dict[str, Any]:
-    """The exec request's fields but stdin and the operation (sudo's cwd: where the agent is, unless -D)."""
-    env = _environment(inv, privileged)
+def _request_base(inv: Invocation, target: Target) -> dict[str, Any]:
+    """The exec request's fields but stdin and the operation.
+
+    sudo's cwd is where the agent is, unless -D; a job as another account
+    starts in that account's home instead (it may not enter the agent's).
+    """
+    env = _environment(inv, target.privileged)
     cwd = inv.chdir
-    if cwd is None:
+    if cwd is None and target.user is None:
         try:
             cwd = os.getcwd()
         except OSError:
             cwd = None
-    elif not cwd.startswith("/"):
+    elif cwd is not None and not cwd.startswith("/"):
         raise Refusal(f"-D {cwd}: give an absolute directory")
-    args = agentcmds.run_args(_namespace(inv, privileged, env, cwd))
+    args = agentcmds.run_args(_namespace(inv, target, env, cwd))
     if args is None:
         raise Refusal("could not build the request")
     args.pop("operation_id", None)
@@ -253,7 +271,7 @@ def send(inv: Invocation, args: dict[str, Any], stdin: bytes | None) -> int:
         str(args.get("session") or os.environ.get("AIRLOCK_SESSION") or ""),
         tuple(args["argv"]),
         args.get("cwd"),
-        "root" if args.get("privileged", True) else str(os.getuid()),
+        str(args.get("user") or ("root" if args.get("privileged", True) else os.getuid())),
         dict(args.get("env") or {}),
         stdin,
     )

@@ -32,6 +32,8 @@ def edit(inv: Invocation, base: dict[str, Any]) -> int:
     """Edit each file of the line; 0 if every one was written (or unchanged), else 1."""
     if not base.get("privileged", True):
         raise Refusal("sudoedit as yourself: edit your own files directly")
+    if base.get("user"):
+        raise Refusal(f"sudoedit -u {base['user']}: airlock's file operations run as root; drop -u")
     envelope: dict[str, Any] = {k: base[k] for k in ("privileged", "reason", "session", "time") if k in base}
     piped = None
     if not os.isatty(0):
