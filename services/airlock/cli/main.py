@@ -20,7 +20,7 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import agentcmds, events, fleet, operator, passkey, show, tokens
+from airlock.cli import agentcmds, agenthooks, events, fleet, operator, passkey, show, tokens
 from airlock.cli import output as output_cli
 from airlock.cli import policy as policy_cli
 from airlock.common.validate import parse_duration
@@ -124,6 +124,18 @@ def parser() -> argparse.ArgumentParser:
     can.add_argument("--json", action="store_true", help="print the response envelope verbatim")
     can.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     can.set_defaults(func=agentcmds.cmd_can, reason=None, timeout=None, operation_id=None, token=None)
+
+    hook = sub.add_parser(
+        "agent-hook",
+        help="the hook an agent's tool runs before a shell command: allows airlock's sudo, blocks any other",
+        description="Read the JSON hook payload of Claude Code (PreToolUse/PermissionRequest), Codex "
+        "(PermissionRequest) or Gemini CLI (BeforeTool) on stdin and answer it: a command typing sudo is "
+        "allowed when airlock's sudo is first on PATH, denied otherwise; unreadable input is blocked (exit 2). "
+        "docs/agents.md has the settings for each agent.",
+    )
+    hook.add_argument("agent", choices=agenthooks.AGENTS)
+    hook.add_argument("--agent-bin", default=agenthooks.AGENT_BIN, help="where airlock's sudo is installed")
+    hook.set_defaults(func=lambda ns: agenthooks.main(ns.agent, ns.agent_bin))
 
     op("status", "show whether airlock is on hold and how much is pending").set_defaults(func=operator.cmd_status)
     op("pending", "list requests waiting for an operator").set_defaults(func=operator.cmd_pending)
