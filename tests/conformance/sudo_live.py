@@ -35,6 +35,8 @@ __all__ = ["Agent", "needs_root", "sudo_agent"]
 POLICY = """
 approval:
   timeout_seconds: 30
+limits:
+  freshness_seconds: 3  # short, so a line whose request would go stale shows it (slow stdin, a long edit)
 agents:
   users: [{user}]
 policy:

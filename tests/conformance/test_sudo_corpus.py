@@ -163,6 +163,14 @@ CORPUS: list[Case] = [
         "unchanged",
     ),
     Case("printf 'x\\n' | sudoedit $ROOT/elsewhere.conf", 1, "left unchanged", person="deny"),
+    # Slower than a request stays fresh (limits.freshness_seconds is 3 here): the request is dated when sent.
+    Case("(echo early; sleep 4; echo late) | sudo tee $ROOT/late", 0, "late", files={"late": "early\nlate\n"}),
+    Case(
+        'SUDO_EDITOR="sh -c \'sleep 4; echo slow >> \\"\\$1\\"\' sh" sudoedit $ROOT/allowed/slow.conf',
+        0,
+        "",
+        files={"allowed/slow.conf": "slow"},
+    ),
 ]
 
 

@@ -41,6 +41,7 @@ from airlock.cli.sudoedit import edit
 from airlock.cli.sudostdin import read_stdin
 from airlock.cli.waiting import waiting_message
 from airlock.common import client, render, validate
+from airlock.common.codec import iso_utc
 from airlock.common.envrule import refusal as env_refusal
 
 EXIT_FAILURE = 1  # sudo's own failures
@@ -280,6 +281,7 @@ def send(inv: Invocation, args: dict[str, Any], stdin: bytes | None) -> int:
     records[key] = record
     sudoops.save(records, now, window)
     args["operation_id"] = record.operation_id
+    args["time"] = iso_utc()  # fresh: reading stdin may have taken a while
     streamed = False
 
     def on_event(_raw: bytes, event: dict[str, Any]) -> None:

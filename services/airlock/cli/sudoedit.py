@@ -24,6 +24,7 @@ from airlock.cli.sudoargs import Invocation, Refusal
 from airlock.cli.sudostdin import read_stdin
 from airlock.cli.waiting import waiting_message
 from airlock.common import client, render
+from airlock.common.codec import iso_utc
 
 MAX_FILE = 1024 * 1024  # files_read's most in one read: sudoedit here edits files up to this size
 
@@ -57,7 +58,7 @@ def _call(verb: str, args: dict[str, Any]) -> dict[str, Any]:
         _raw, reply = client.call(
             client.agent_socket(None),
             verb,
-            args,
+            args | {"time": iso_utc()},  # fresh: an edit may take longer than a request stays fresh
             token=os.environ.get("AIRLOCK_TOKEN") or None,
             on_event=on_event,
         )
