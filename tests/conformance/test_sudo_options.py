@@ -11,6 +11,10 @@ exit 1 with ``sudo: …`` and what airlock can do instead.
 
 from __future__ import annotations
 
+import os
+import pty
+import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -128,3 +132,38 @@ def test_sudo_n_never_asks_a_person(agent: Agent) -> None:
     finally:
         proc.communicate(timeout=60)
     assert proc.returncode == 1 and not (agent.root_dir / "asked").exists()
+
+
+def test_output_streams_as_the_job_prints_it(agent: Agent) -> None:
+    """The first line reaches the agent while the job still runs, as sudo's own output would."""
+    proc = agent.start('exec sudo sh -c "echo first; sleep 3; echo second"')
+    assert proc.stdout is not None
+    started = time.monotonic()
+    first = proc.stdout.readline()
+    took = time.monotonic() - started
+    rest, _ = proc.communicate(timeout=60)
+    assert (first, rest, proc.returncode) == (b"first\n", b"second\n", 0)
+    assert took < 2.5, f"the first line came only after {took:.1f}s"
+
+
+def test_a_program_that_needs_the_terminal_is_refused_at_a_terminal(agent: Agent) -> None:
+    """With a terminal on stdin, an editor or a bare shell would wait for keys nobody can type into a job."""
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", "sudo vim /etc/hosts; echo status=$?"],
+            stdin=follower,
+            capture_output=True,
+            user=agent.user.pw_uid,
+            group=agent.user.pw_gid,
+            extra_groups=[],
+            env=agent.env(),
+            cwd=agent.user.pw_dir,
+            timeout=60,
+        )
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert b"status=1" in done.stdout
+    assert b"sudo: vim needs a terminal: airlock's jobs have no terminal" in done.stderr
+    assert agent.pending() == []
