@@ -1,7 +1,7 @@
 """`sudo` and `sudoedit` for agent accounts (issue 48): sudo's command line, sent as an airlock request.
 
 Installed as /usr/lib/airlock/agent-bin/sudo (and sudoedit), first on the PATH
-of the agent group's members only (packaging/airlock-agent-path.sh).  The line
+of the agent group's members only (packaging/debian/airlock-agent.sh).  The line
 is read by `sudoargs.parse`; a run becomes the very request `airlock run`
 sends (`agentcmds.run_args`, `client.call`), with stdin piped along, output
 written as it streams, and the command's exit status as ours.  sudo's own
@@ -88,11 +88,15 @@ class Target:
 
 
 def target_for(inv: Invocation) -> Target:
-    """``-u`` and ``-g`` as airlock's request says them (sudo's Runas_Spec: root unless -u)."""
+    """``-u`` and ``-g`` as airlock's request says them (sudo's Runas_Spec: root unless -u).
+
+    As sudo(8) says of ``-g``: without ``-u`` the command runs as the invoking
+    user, with that group.
+    """
     me = pwd.getpwuid(os.getuid())
     account = me if inv.user is None else _account(inv.user)
     if inv.user is None:
-        target = Target(True)
+        target = Target(inv.group is None)
     elif account is None:
         raise Refusal(f"unknown user {inv.user}")
     elif account.pw_uid == 0:
@@ -105,11 +109,11 @@ def target_for(inv: Invocation) -> Target:
         gid = _gid(inv.group)
         if gid is None:
             raise Refusal(f"unknown group {inv.group}")
-        own = 0 if inv.user is None else (account.pw_gid if account is not None else -1)
+        own = account.pw_gid if account is not None else -1
         if gid != own:
             raise Refusal(
                 f"airlock runs a job with its account's own groups; not as group {inv.group}",
-                "drop -g (a job as root runs with group root, one as an account with that account's groups)",
+                "drop -g (a job runs with its account's own groups: root's, yours, or the -u account's)",
             )
     return target
 
@@ -360,10 +364,6 @@ def _failed(inv: Invocation, error: dict[str, Any]) -> int:
     for line in lines:
         print(f"sudo: {line}", file=sys.stderr)
     return EXIT_FAILURE
-
-
-def sudoedit_main() -> int:
-    return main(program="sudoedit")
 
 
 if __name__ == "__main__":
