@@ -39,6 +39,7 @@ limits:
   freshness_seconds: 3  # short, so a line whose request would go stale shows it (slow stdin, a long edit)
 agents:
   users: [{user}]
+  retry_window_seconds: {window}
 policy:
   default: ask
   rules:
@@ -172,8 +173,8 @@ class Ran:
 
 
 @contextlib.contextmanager
-def sudo_agent() -> Iterator[Agent]:
-    """The whole set-up; everything it made is removed afterwards."""
+def sudo_agent(window: float = 600) -> Iterator[Agent]:
+    """The whole set-up; everything it made is removed afterwards.  ``window``: agents.retry_window_seconds."""
     bin_dir = Path(tempfile.mkdtemp(prefix="alsudo-bin", dir="/tmp"))
     root_dir = Path(tempfile.mkdtemp(prefix="alsudo-root", dir="/tmp"))
     try:
@@ -188,7 +189,10 @@ def sudo_agent() -> Iterator[Agent]:
         os.chmod(bin_dir / "sudo", 0o755)
         os.symlink("sudo", bin_dir / "sudoedit")
         (root_dir / "allowed").mkdir(mode=0o755)
-        with throwaway_user("alsudo") as user, red_stack(POLICY.format(user=user.pw_name, root=root_dir)) as stack:
+        with (
+            throwaway_user("alsudo") as user,
+            red_stack(POLICY.format(user=user.pw_name, root=root_dir, window=window)) as stack,
+        ):
             yield Agent(user, bin_dir, root_dir, stack)
     finally:
         shutil.rmtree(bin_dir, ignore_errors=True)

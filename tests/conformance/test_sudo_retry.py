@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -86,3 +87,26 @@ def test_ctrl_c_withdraws_the_request(agent: Agent) -> None:
     assert proc.returncode == 130
     until("withdrawn", lambda: agent.pending() == [])
     assert not count.exists()
+
+
+def test_a_request_nobody_came_back_for_is_withdrawn_after_the_window() -> None:
+    """The window bounds it: the first front killed, the retry that joined killed too, and it is withdrawn."""
+    with sudo_agent(window=6) as short:
+        count = short.root_dir / "abandoned.count"
+        line = LINE.format(count=count)
+        first = _killed_after_two_seconds(short, line)
+        retry = short.start(line)
+        until("the retry joined", lambda: b"waiting for an operator" in _peek(retry))
+        assert [w["request_id"] for w in short.pending()] == [first["request_id"]]
+        os.killpg(retry.pid, signal.SIGKILL)
+        retry.communicate(timeout=10)
+        until("withdrawn once nobody listens and the window is over", lambda: short.pending() == [], timeout=15)
+        assert short.stack.cli("approve", str(first["request_id"])).returncode != 0
+        assert not count.exists()
+
+
+def _peek(proc: subprocess.Popen[bytes]) -> bytes:
+    """What the front wrote on stderr so far (non-blocking)."""
+    assert proc.stderr is not None
+    os.set_blocking(proc.stderr.fileno(), False)
+    return proc.stderr.read() or b""

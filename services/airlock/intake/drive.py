@@ -153,7 +153,7 @@ class Drive:
         if work.join:
             emit = call.emit if call is not None else None
             return await self.joins.drive(
-                (peer.uid, work.operation_id), lambda: self._drive(work, peer, call, conn), emit
+                (peer.uid, work.operation_id), lambda: self._drive(work, peer, call, conn), emit, conn
             )
         return await self._drive(work, peer, call, conn)
 

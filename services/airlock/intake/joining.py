@@ -20,6 +20,7 @@ from typing import Any
 
 from airlock.common import log
 from airlock.common.door import Connection
+from airlock.common.errors import AirlockError, ErrorCode
 
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 Key = tuple[int, str]  # (the agent's uid, its operation ID)
@@ -42,12 +43,16 @@ class Joins:
         self.log = log.get()
 
     async def drive(
-        self, key: Key, start: Callable[[], Awaitable[dict[str, Any]]], emit: Emit | None
+        self,
+        key: Key,
+        start: Callable[[], Awaitable[dict[str, Any]]],
+        emit: Emit | None,
+        conn: Connection | None = None,
     ) -> dict[str, Any]:
         """Drive the operation (``start``), or join the one already on its way under ``key``."""
         flight = self.flights.get(key)
         if flight is not None:
-            return await self._join(key, flight, emit)
+            return await self._join(key, flight, emit, conn)
         flight = _Flight(asyncio.get_running_loop().create_future())
         self.flights[key] = flight
         try:
@@ -61,16 +66,24 @@ class Joins:
         flight.done.set_result(outcome)
         return outcome
 
-    async def _join(self, key: Key, flight: _Flight, emit: Emit | None) -> dict[str, Any]:
+    async def _join(self, key: Key, flight: _Flight, emit: Emit | None, conn: Connection | None) -> dict[str, Any]:
+        """Wait with the first for its outcome; a joiner that goes away stops listening (the window runs on)."""
         self.log.info("intake.request.joined", peer_uid=key[0], operation_id=key[1])
         flight.listeners += 1
+        gone = asyncio.ensure_future(conn.wait_gone()) if conn is not None else None
         try:
             if emit is not None:
                 for name, fields in list(flight.events):
                     await emit(name, fields)
-            outcome = await asyncio.shield(flight.done)
+            waiting: list[asyncio.Future[Any]] = [flight.done, *([gone] if gone is not None else [])]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if not flight.done.done():
+                raise AirlockError(ErrorCode.WITHDRAWN, "the agent that joined the request went away")
+            outcome = flight.done.result()
         finally:
             flight.listeners -= 1
+            if gone is not None:
+                gone.cancel()
         return dict(outcome) | {"replay": True, "joined": True}
 
     def note(self, key: Key, event: str, fields: dict[str, Any]) -> None:
