@@ -107,7 +107,8 @@ class Deciding:
         # What approval resolved beyond the request, bound to the ticket and enforced by the runner.
         bound: dict[str, Any] = {}
         if isinstance(spec, ExecSpec) and decision.decision != "deny":
-            bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0)
+            # Root's checks for root's jobs and for another account's (issue 48), as the runner's JobSpec.trusted.
+            bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0 or spec.privileged)
             if any(stage.sandbox for stage in decision.stages):
                 # The runner applies exactly the confinement approval saw (issue 22).
                 bound["sandbox"] = [dict(stage.sandbox or {}) for stage in decision.stages]
@@ -142,6 +143,12 @@ class Deciding:
         if ruling.by is By.GRANT:
             return await self._allow_by_grant(asked, ruling)
         if ruling.decided is Decided.ASK:
+            if not args.wait:  # `sudo -n` (issue 48): nobody is asked, nothing waits
+                raise AirlockError(
+                    ErrorCode.APPROVAL_REQUIRED,
+                    f"a person would be asked (rule {ruling.rule!r}) and the request said not to wait",
+                    {"rule": ruling.rule},
+                )
             return await self._ask(call, asked, ruling.rule)
         return await self._by_policy(asked, ruling)
 
