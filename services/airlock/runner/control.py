@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from airlock.common.codec import iso_utc
 from airlock.runner.execwatch import Watch
-from airlock.runner.proctree import ProcEvents
+from airlock.runner.treeclient import TreeClient
 
 
 class Signallable(Protocol):
@@ -35,29 +35,31 @@ def signal_name(signum: int) -> str:
 
 
 class JobControl:
-    def __init__(self, events: ProcEvents | None, tree_limit: int, cancel: asyncio.Event) -> None:
-        self.events = events if tree_limit > 0 else None
+    def __init__(self, trees: TreeClient | None, tree_limit: int, cancel: asyncio.Event) -> None:
+        self.trees = trees if tree_limit > 0 else None
         self.tree_limit = tree_limit
         self.cancel = cancel
         self.watch: Watch | None = None
+        self.watch_id = 0  # the listener's (airlock-exectree) ID of the job's watch; 0: none
         self.containment: Signallable | None = None
         self.killed: dict[str, Any] | None = None
         self.protected: tuple[str | bytes, ...] = ()  # protected values and credentials: out of the tree too
         self.summary: dict[str, Any] = {}  # what `running` lists: the command, as whom, since when
 
-    # --- the exec tree (spawn.py calls these) ---
+    # --- the exec tree (spawn.py calls these; airlock-exectree follows the job: runner/treeclient.py) ---
 
-    def begin(self, units: Iterable[str] = ()) -> None:
-        if self.events is not None:
-            self.watch = self.events.watch(units, self.tree_limit)
+    async def begin(self, units: Iterable[str] = ()) -> None:
+        if self.trees is not None:
+            self.watch, self.watch_id = await self.trees.watch(units, self.tree_limit)
 
-    def claim(self, pids: Iterable[int]) -> None:
-        if self.events is not None and self.watch is not None and not self.watch.units:
-            self.events.claim(self.watch, pids)
+    async def claim(self, pids: Iterable[int]) -> None:
+        if self.trees is not None and self.watch is not None and self.watch_id and not self.watch.units:
+            await self.trees.claim(self.watch, self.watch_id, pids)
 
-    def end(self) -> None:
-        if self.events is not None and self.watch is not None:
-            self.events.finish(self.watch)
+    async def end(self) -> None:
+        if self.trees is not None and self.watch is not None and self.watch_id:
+            await self.trees.finish(self.watch, self.watch_id)
+            self.watch_id = 0
 
     def tree(self, max_bytes: int) -> dict[str, Any] | None:
         return self.watch.record(max_bytes, self.protected) if self.watch is not None else None
@@ -74,22 +76,22 @@ class JobControl:
             self.cancel.set()
             return "not started"
         await self.containment.signal(signum)
-        self._signal_escaped(signum)
+        await self._signal_escaped(signum)
         return "running"
 
-    def _signal_escaped(self, signum: int) -> None:
+    async def _signal_escaped(self, signum: int) -> None:
         """Process groups: what left them (setsid, a double fork) is still the job's by ancestry."""
-        if self.events is None or self.watch is None or self.watch.units:
+        if self.trees is None or self.watch is None or self.watch.units or not self.watch_id:
             return  # under a unit, KillUnit reached the whole cgroup
         groups = set(getattr(self.containment, "pgids", ()))
         # Held by pidfd, then asked again: a pid whose exit the events report meanwhile may already be
         # another process's, and root must never signal that one by its number.
         held: dict[int, int] = {}
-        for pid in self.events.live(self.watch):
+        for pid in await self.trees.live(self.watch_id):
             with contextlib.suppress(OSError):
                 held[pid] = os.pidfd_open(pid)
         try:
-            still = set(self.events.live(self.watch))
+            still = set(await self.trees.live(self.watch_id))
             for pid, fd in held.items():
                 try:
                     if pid in still and os.getpgid(pid) not in groups:
