@@ -99,12 +99,13 @@ class ExecTree:
             return wire.Watching(0, self.events.source, f"more than {MAX_WATCHES} jobs are followed already")
         if not args.units:  # by fork ancestry: the stages are this runner's forks
             self.events.follow_forks_of(call.peer.pid)
-        # Off the loop: the first watch may wait for the source to open (events.open holds the lock).
-        w = await asyncio.to_thread(self.events.watch, args.units, args.limit)
+        w = self.events.watch(args.units, args.limit)  # the source was opened before serving (`build`)
         if w.unavailable is not None:
             return wire.Watching(0, w.source, w.unavailable)
         id_ = next(self.ids)
         self.watches[id_] = (w, call.peer.pid)
+        if args.pids:
+            self.events.claim(w, args.pids)
         return wire.Watching(id_, w.source)
 
     async def claim(self, call: Call, args: wire.Claim) -> Empty:

@@ -220,7 +220,7 @@ class Runner:
         if kept is not None:
             summary["output_log"] = kept
         # What the job executed and who killed it go to the journal only: the agent's reply is as before.
-        tree = control.tree(tree_room) if tree_room >= MIN_TREE_BYTES else None
+        tree = await control.tree(tree_room) if tree_room >= MIN_TREE_BYTES else None
         if tree is not None:
             summary["tree"] = tree
         elif control.watch is not None:  # a record this full has no room for it (_MARGIN holds this line)

@@ -40,6 +40,9 @@ class TreeClient:
         self.path = Path(path)
         self.exectree = wire.stub(Client(path, service="airlock-exectree", unavailable=ErrorCode.INTERNAL))
         self.source = SOURCE  # the last source the listener named
+        # The listener follows this runner's forks (a watch by ancestry was answered): a job's watch
+        # by ancestry need not be awaited before its stages are forked (runner/control.py).
+        self.follows_forks = False
 
     def wake(self) -> None:
         """Connect once and hang up, without waiting: socket activation starts the listener now, so its
@@ -48,15 +51,20 @@ class TreeClient:
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, kind) as sock:
             sock.connect(str(self.path))
 
-    async def watch(self, units: Iterable[str], limit: int) -> tuple[Watch, int]:
-        """A job's watch and its listener ID (0: none; the watch then says why, ``unavailable``)."""
+    async def watch(self, units: Iterable[str], limit: int, pids: Iterable[int] = ()) -> tuple[Watch, int]:
+        """A job's watch and its listener ID (0: none; the watch then says why, ``unavailable``).
+
+        ``pids``: by ancestry, the stages forked already, claimed in the same call."""
         w = Watch(units, limit)
         w.source = self.source
+        ask = wire.Watch(tuple(w.units), limit, tuple(pids))
         try:
-            got = await self.exectree.call(wire.WATCH, wire.Watch(tuple(w.units), limit), timeout=CALL_SECONDS)
+            got = await self.exectree.call(wire.WATCH, ask, timeout=CALL_SECONDS)
         except AirlockError as exc:
+            self.follows_forks = False  # a listener started again follows no one yet
             w.unavailable = unreachable(f"could not be reached: {exc.message}")
             return w, 0
+        self.follows_forks = self.follows_forks or (not w.units and got.unavailable is None)
         w.source = self.source = got.source
         w.unavailable = got.unavailable
         return w, got.id
@@ -79,6 +87,7 @@ class TreeClient:
         try:
             tree = await self.exectree.call(wire.FINISH, wire.Finish(id_, TREE_BYTES), timeout=CALL_SECONDS)
         except AirlockError as exc:
+            self.follows_forks = False
             w.unavailable = unreachable(f"failed before the job's tree was read: {exc.message}")
             return
         w.source = tree.source

@@ -27,6 +27,9 @@ def test_the_messages_refuse_what_the_listener_must_not_take() -> None:
         wire.Watch.from_dict({"units": [], "limit": -1})
     with pytest.raises(AirlockError, match="pids"):
         wire.Claim.from_dict({"id": 1, "pids": [0]})
+    with pytest.raises(AirlockError, match="only a watch by ancestry"):
+        wire.Watch.from_dict({"units": ["airlock-job-x.service"], "pids": [42]})
+    assert wire.Watch.from_dict({"pids": [42]}).pids == (42,)
     with pytest.raises(AirlockError, match="secret: unknown field"):
         wire.Finish.from_dict({"id": 1, "max_bytes": 10, "secret": "x"})
     tree = wire.Tree("proc-connector", complete=False, missed=("events were lost",), processes=({"pid": 7},))
@@ -54,8 +57,8 @@ def _config(tmp_path: Path, tree_max: int = 8) -> Config:
     return load(f)
 
 
-def _record(control: JobControl) -> dict[str, object]:
-    tree = control.tree(32 * 1024)
+async def _record(control: JobControl) -> dict[str, object]:
+    tree = await control.tree(32 * 1024)
     assert tree is not None
     return tree
 
@@ -66,7 +69,7 @@ def test_a_runner_whose_listener_is_absent_still_runs_and_says_why(tmp_path: Pat
         await control.begin(())
         await control.claim([1])
         await control.end()
-        return _record(control)
+        return await _record(control)
 
     tree = asyncio.run(job())
     assert tree["complete"] is False
@@ -103,7 +106,7 @@ def test_a_listener_that_fails_mid_job_leaves_a_tree_that_says_so(tmp_path: Path
         sock.close()
         trees.close()
         await failing.end()
-        return _record(served), _record(failing)
+        return await _record(served), await _record(failing)
 
     served, failed = asyncio.run(job())
     assert served == {"source": "proc-connector", "complete": False, "unavailable": "runner.exec_tree_max is 0"}

@@ -39,12 +39,20 @@ def _count(name: str, value: int, top: int) -> None:
 
 @dataclass(frozen=True)
 class Watch(Message):
-    """Follow a job: by its units' cgroups (``units``), else by fork ancestry from the caller."""
+    """Follow a job: by its units' cgroups (``units``), else by fork ancestry from the caller.
+
+    ``pids``: by ancestry, the stages the caller forked already (claimed at once, as ``claim`` would:
+    a runner whose forks the listener follows asks once, after the fork)."""
 
     units: tuple[str, ...] = ()
     limit: int = 256
+    pids: tuple[int, ...] = ()
 
     def check(self) -> None:
+        if self.pids and self.units:
+            raise validate.bad("pids", "only a watch by ancestry (no units) claims pids")
+        if len(self.pids) > MAX_PIDS or any(p < 1 for p in self.pids):
+            raise validate.bad("pids", f"must be at most {MAX_PIDS} process IDs")
         if len(self.units) > MAX_UNITS:
             raise validate.bad("units", f"must be at most {MAX_UNITS} unit names")
         for unit in self.units:
