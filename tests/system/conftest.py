@@ -32,8 +32,15 @@ SOCKETS = (
     "airlock-approval.socket",
     "airlock-runner.socket",
     "airlock-journal.socket",
+    "airlock-exectree.socket",
 )
-SERVICES = ("airlock-intake.service", "airlock-approval.service", "airlock-runner.service", "airlock-journal.service")
+SERVICES = (
+    "airlock-intake.service",
+    "airlock-approval.service",
+    "airlock-runner.service",
+    "airlock-journal.service",
+    "airlock-exectree.service",
+)
 
 # Allow rules for what the tests run; everything else keeps the shipped
 # default (ask).  Paths are canonical (/bin/sh is /usr/bin/dash on Debian 12).
