@@ -21,24 +21,22 @@ from typing import Any
 
 from airlock.approval import ballot, fileop_review, quorum, refs
 from airlock.approval.asked import subject_of
-from airlock.approval.granting import GrantBook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.output import OutputReads
+from airlock.approval.parts import Books, Live, Outside
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
 from airlock.approval.servicestate import services_state
-from airlock.approval.sessions import SessionTokens
-from airlock.approval.signed import Ledger
 from airlock.approval.table import PendingTable, check_expected
-from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import unauthorized
+from airlock.approval.transitions import Outcome
+from airlock.approval.verdict import Decided
 from airlock.approval.votes import Signed, Votes
 from airlock.common import trail, validate
-from airlock.common.audit import Audit, Ids
+from airlock.common.audit import Ids
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client
 from airlock.common.peer import Peer, identify, may_decide
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
@@ -46,49 +44,31 @@ from airlock.common.wire import journal as jwire
 from airlock.common.wire import operator as op
 from airlock.common.wire import runner as runner_wire
 from airlock.common.wire import verb as wire
-from airlock.common.wire.verb import Caller, Empty, Stub
+from airlock.common.wire.verb import Caller, Empty
 
 
 class Operating:
     """The operators' verbs on operator.sock, handed what they share with intake's side."""
 
     def __init__(
-        self,
-        settings: Callable[[], Config],
-        policy: Callable[[], Policy],
-        audit: Audit,
-        journal: Stub,
-        runner: Client,
-        *,
-        pending: PendingTable,
-        book: TicketBook,
-        grants: GrantBook,
-        votes: Votes,
-        ledger: Ledger,
-        passkeys: Passkeys,
-        sessions: SessionTokens,
+        self, live: Live, outside: Outside, pending: PendingTable, books: Books, votes: Votes, passkeys: Passkeys
     ) -> None:
-        self._settings, self._policy = settings, policy  # a reload replaces them: read when used
-        self.audit = audit
-        self.journal = journal
-        self.runner = runner
-        self.lookup = JournalLookup(journal)
-        self.pending = pending
-        self.book = book
-        self.grants = grants
+        self.live = live  # a reload replaces config and policy: read when used
+        self.audit, self.journal, self.runner = outside.audit, outside.journal, outside.runner
+        self.lookup = JournalLookup(outside.journal)
+        self.pending = pending  # settles every pending request (table.py)
+        self.book, self.grants, self.ledger, self.sessions = books.tickets, books.grants, books.ledger, books.sessions
         self.votes = votes
-        self.ledger = ledger
         self.passkeys = passkeys
-        self.sessions = sessions
-        self.outputs = OutputReads(audit, runner, self._request_events)
+        self.outputs = OutputReads(outside.audit, outside.runner, self._request_events)
 
     @property
     def config(self) -> Config:
-        return self._settings()
+        return self.live.config
 
     @property
     def policy(self) -> Policy:
-        return self._policy()
+        return self.live.policy
 
     async def _settle(self, call: Call, args: op.Decision, verdict: str) -> op.Vote:
         if args.signature is not None:
@@ -102,7 +82,7 @@ class Operating:
         operator = call.peer
         if operator.uid == entry.peer.uid and not self.config.approval.allow_self_approval and verdict == "allow":
             raise AirlockError(ErrorCode.UNAUTHORIZED, "operators cannot approve their own requests")
-        if entry.future.done():
+        if not self.pending.is_open(entry):
             raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
         voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))  # the person is the account
         grant = None
@@ -125,9 +105,9 @@ class Operating:
             | ballot.progress(entry, verdict)
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
-        if grant is not None and not entry.future.done():
+        if grant is not None and self.pending.is_open(entry):
             await self.grants.make(grant, ids, operator.user, reason)
-        out = ballot.count(self.config.approval, entry, verdict, voter, reason)
+        out = ballot.count(self.config.approval, self.pending, entry, verdict, voter, reason)
         return op.Vote(out | ({"grant": grant.to_dict()} if grant is not None else {}))
 
     async def approve(self, call: Call, args: op.Decision) -> op.Vote:
@@ -299,7 +279,7 @@ class Operating:
                 {"owners": [{"user": p.peer.user, "uid": p.peer.uid} for p in waiting]},
             )
         named = next((p for p in self.pending.values() if p.request_id == op), None)
-        if not waiting and named is not None and not named.future.done():
+        if not waiting and named is not None and self.pending.is_open(named):
             # A person typed the request ID `airlock pending` shows: say which ID cancel takes,
             # rather than the runner's "not running" (the walk of issue 32).  Nothing is decided.
             raise AirlockError(
@@ -314,11 +294,11 @@ class Operating:
             payload={"action": "cancel", "operator": operator.user, "reason": reason}
             | ({"agent_uid": waiting[0].peer.uid} if waiting else {}),
         )
-        if waiting and not waiting[0].future.done():
+        if waiting and self.pending.is_open(waiting[0]):
             # Not running yet: cancelling a pending request is denying it.
             why = "cancelled by the operator" + (f": {reason}" if reason else "")
             waiting[0].solo = True  # one operation: requests attached to it keep waiting (issue 34)
-            waiting[0].future.set_result(("deny", operator.user, operator.uid, why))
+            self.pending.settle(waiting[0], Outcome(Decided.DENY, operator.user, operator.uid, why))
             return {"operation_id": op, "cancelling": True, "was": "pending"}
         data = await runner_wire.stub(self.runner).call(runner_wire.CANCEL, runner_wire.Cancel(op))
         return data.to_dict() | {"was": "running"}

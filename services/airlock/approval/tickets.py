@@ -23,7 +23,8 @@ from airlock.approval import restore
 from airlock.approval.pending import Ticket, ticket_binding
 from airlock.approval.rules import Policy
 from airlock.approval.table import PendingTable
-from airlock.approval.verdict import HOLD_RULE, By, verdict
+from airlock.approval.transitions import Outcome
+from airlock.approval.verdict import HOLD_RULE, By, Decided, verdict
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
@@ -145,13 +146,13 @@ class TicketBook:
         released = []
         for entry in list(self.pending.values()):
             decision = entry.decision
-            if entry.rule != HOLD_RULE or entry.future.done():
+            if entry.rule != HOLD_RULE or not self.pending.is_open(entry):
                 continue
             # The same verdict a request arriving now would get, with the hold lifted: only the rule's own allow.
             if verdict(decision, False, None, self._policy().requirement(decision)).by is not By.POLICY:
                 continue
             why = f"the hold was released; rule {decision.rule!r} allows it"
-            entry.future.set_result(("allow", f"release by {call.peer.user}", call.peer.uid, why))
+            self.pending.settle(entry, Outcome(Decided.ALLOW, f"release by {call.peer.user}", call.peer.uid, why))
             released.append(entry.request_id)
         if released:
             self.log.info("approval.hold.released_waiting", count=len(released), operator=call.peer.user)

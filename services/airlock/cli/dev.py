@@ -1,7 +1,7 @@
 """`airlock dev up`: the whole stack in the foreground, activated as systemd would.
 
 The supervisor binds every socket under the runtime folder, starts the four
-services as children and hands each its sockets through LISTEN_FDS,
+services and the exec-tree listener (airlock-exectree) as children and hands each its sockets through LISTEN_FDS,
 LISTEN_FDNAMES and LISTEN_PID (fds from 3 on, exactly as systemd does), and
 waits for each READY=1 on a notify socket of its own.  A service that dies is
 started again, like ``Restart=on-failure``; the sockets stay bound meanwhile,
@@ -57,7 +57,9 @@ from airlock.common.child import environment, stop_all
 from airlock.common.daemon import DOORS, RELAY_READY_SECONDS
 from airlock.common.weblisten import bind_web
 
-SERVICES = ("journal", "approval", "runner", "intake")
+SERVICES = ("journal", "approval", "exectree", "runner", "intake")
+# A service whose module is not airlock.<name>: the exec-tree listener lives beside the runner that uses it.
+MODULES = {"exectree": "airlock.runner.exectree"}
 # The folder holding the `airlock` package this process imported (services/ in a checkout).
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _UCRED = struct.Struct("3i")
@@ -183,7 +185,9 @@ class Supervisor:
                 sock.listen(128)
                 listening[name] = sock
         for service in SERVICES:
-            self.children[service] = Child(service, [(n, listening[n]) for n in DOORS[service]])
+            self.children[service] = Child(
+                service, [(n, listening[n]) for n in DOORS[service]], module=MODULES.get(service, "")
+            )
         if cfg.notify.channels:
             # The relay (airlock-notify): no sockets, not socket-activated; restarted when it fails.
             self.children["notify"] = Child("notify", [], module="airlock.relay")

@@ -9,6 +9,7 @@ signed; ``--output`` hands over to `cli/output`.  Split from `cli/operator`.
 from __future__ import annotations
 
 import argparse
+import pwd
 import sys
 from typing import Any
 
@@ -59,7 +60,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
         ("session", sanitise(data.get("session") or "-")),
         ("host", sanitise(request.get("host") or "-")),
         ("reason", sanitise(data.get("reason") or "-")),
-        ("runs as", "root (privileged)" if request.get("privileged") else "the requesting user"),
+        ("runs as", _runs_as(request)),
     ]
     for i, stage in enumerate(request.get("stages") or [], start=1):
         pairs.append((f"stage {i}", command_line(stage)))
@@ -258,6 +259,18 @@ def tree_lines(tree: dict[str, Any]) -> list[str]:
     if tree.get("more"):
         lines.append(f"  … {tree['more']} more (runner.exec_tree_max is {tree.get('limit')})")
     return lines
+
+
+def _runs_as(request: dict[str, Any]) -> str:
+    """Whom the job runs as: root, another account (issue 48: the spec's ``user``), or the requester."""
+    other = request.get("user")
+    if isinstance(other, int) and not isinstance(other, bool):
+        try:
+            name = pwd.getpwuid(other).pw_name
+        except (KeyError, OverflowError):
+            name = str(other)
+        return f"{sanitise(name)} (uid {other}, privileged: another account)"
+    return "root (privileged)" if request.get("privileged") else "the requesting user"
 
 
 def _bound_arguments(data: dict[str, Any]) -> Any:

@@ -23,6 +23,7 @@ DOORS: dict[str, tuple[str, ...]] = {
     "approval": ("approval", "operator"),
     "runner": ("runner",),
     "journal": ("journal",),
+    "exectree": ("exectree",),
 }
 
 EX_CONFIG = 78  # sysexits.h: systemd shows it, and it marks the start as a failure

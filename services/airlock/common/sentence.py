@@ -67,11 +67,17 @@ def _run_as(payload: Mapping[str, Any], user_of: UserOf) -> str | None:
     for holder in (payload, payload.get("request"), payload.get("spec")):
         if not isinstance(holder, Mapping):
             continue
-        uid = holder.get("run_as", holder.get("uid"))
-        if isinstance(uid, Mapping):
-            uid = uid.get("uid")
+        named = holder.get("run_as")
+        if isinstance(named, Mapping):
+            named = named.get("uid")
+        if isinstance(named, int) and not isinstance(named, bool):
+            return _who(named, user_of)  # whom it runs as, said outright (root, or another account: issue 48)
+        other = holder.get("user")  # a spec's privileged job as another account (issue 48)
+        if isinstance(other, int) and not isinstance(other, bool):
+            return _who(other, user_of)
         if isinstance(holder.get("privileged"), bool) and holder["privileged"]:
             return "root"
+        uid = holder.get("uid")
         if isinstance(uid, int) and not isinstance(uid, bool):
             return _who(uid, user_of)
     return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import pwd
 import socket
 import time
 from collections.abc import Mapping
@@ -163,7 +164,7 @@ class Intake:
         return request
 
     async def _exec(self, call: Call, args: agent_door.Exec) -> agent_door.Evidence:
-        exec_request = native_exec(call.request.id, args.to_dict(), call.peer, self.config, time.time())
+        exec_request = native_exec(call.request.id, args.to_dict(), call.peer, self.config, time.time(), account_uid)
         return agent_door.Evidence(
             await self.drive.run(exec_request, call.peer, call if exec_request.stream else None, conn=call.connection)
         )
@@ -182,7 +183,7 @@ class Intake:
         the environment rules), so the answer is about the request the agent
         would really send; approval explains only what decides it.
         """
-        req = native_exec(call.request.id, args.to_dict(), call.peer, self.config, time.time())
+        req = native_exec(call.request.id, args.to_dict(), call.peer, self.config, time.time(), account_uid)
         check_privilege(req.spec.run_as, self.runner_uid, privileged=req.spec.privileged)
         explain = wire_approval.Explain(asking(req), peer_facts(call.peer), req.spec.to_dict())
         return await Stub(wire_approval.DOOR, self.approval).call(wire_approval.EXPLAIN, explain, timeout=30)
@@ -205,7 +206,14 @@ class Intake:
 
     def hello(self) -> agent_door.Hello:
         return agent_door.Hello(
-            "airlock", __version__, tuple(SUPPORTED_VERSIONS), tuple(NATIVE_VERBS), ("native-v1", "sudo-proxy")
+            "airlock",
+            __version__,
+            tuple(SUPPORTED_VERSIONS),
+            tuple(NATIVE_VERBS),
+            ("native-v1", "sudo-proxy"),
+            # What an agent's `sudo -E` may carry, and how long its retry joins (issue 48: cli/sudo.py).
+            tuple(self.config.env.allow),
+            self.config.agents.retry_window_seconds,
         )
 
     def _may_stop(self, peer: Peer) -> bool:
@@ -269,6 +277,20 @@ class Intake:
             return sudo_proxy.encode_error(
                 request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log")
             )
+
+
+def account_uid(name: str) -> int | None:
+    """An exec's ``user`` (issue 48: a name, ``#uid`` as sudo -u takes it, or a uid): its uid from passwd."""
+    try:
+        if name.lstrip("#").isdigit():
+            return pwd.getpwuid(int(name.lstrip("#"))).pw_uid
+        return pwd.getpwnam(name).pw_uid
+    except (KeyError, ValueError, OverflowError):
+        return None
+    except OSError as exc:  # the database could not be read: that says nothing about the account
+        raise AirlockError(
+            ErrorCode.IDENTITY_UNAVAILABLE, f"user: the user database could not be read ({exc})"
+        ) from None
 
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:

@@ -44,11 +44,13 @@ class Work(Generic[W, R]):
     asking: wire_approval.Asking  # the agent's words about it, beside the spec (what approval decides on)
     spec: dict[str, Any] | None  # an exec's spec, carried once (`wire.approval.Decide`) ...
     file: dict[str, Any] | None  # ... or a file operation's
+    wait: bool  # False: approval answers approval_required rather than asking a person (sudo -n)
     has_protected: bool
     runner_verb: Verb[W, R]  # wire.runner.EXEC or FILES
     runner_args: W  # without approval's answer, which drive adds (`wire.runner.approved`)
     runner_timeout: float | None
     thin: Callable[[dict[str, Any]], dict[str, Any]]  # the outcome as kept for replay when it is large
+    join: bool = False  # an agent's sudo (issue 48): it may leave while pending, and its retry joins (drive.py)
 
 
 def own_operation_id() -> str:
@@ -116,6 +118,7 @@ def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work[wire.Exec, w
         asking=asking(req),
         spec=spec_dict,  # the spec once (wire.approval.Decide)
         file=None,
+        wait=req.wait,  # False when the agent said not to (sudo -n): approval answers approval_required
         has_protected=bool(req.protected_env),
         runner_verb=wire.EXEC,
         runner_args=wire.Exec(
@@ -129,6 +132,7 @@ def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work[wire.Exec, w
         ),
         runner_timeout=runner_budget(req, config),
         thin=thin_exec_outcome,
+        join=req.join,
     )
 
 
@@ -146,6 +150,7 @@ def file_work(req: FileRequest, config: Config) -> Work[wire.Files, wire.Outcome
         asking=asking(req),
         spec=None,
         file=spec.to_dict(),
+        wait=True,
         has_protected=False,
         runner_verb=wire.FILES,
         runner_args=wire.Files(spec=spec, operation_id="", request_id=req.request_id, session=req.session),

@@ -17,6 +17,8 @@ import pytest
 from airlock.approval.grants import Grant
 from airlock.approval.rules import Policy, Rule
 from airlock.approval.service import Approval
+from airlock.approval.transitions import Outcome
+from airlock.approval.verdict import Decided
 from airlock.common.audit import Ids
 from airlock.common.config import load
 from airlock.common.errors import AirlockError, ErrorCode
@@ -212,7 +214,7 @@ def test_a_grant_stands_in_for_one_use_then_people_decide(tmp_path: Path) -> Non
         # Used up: the next identical request asks a person.
         second = asyncio.ensure_future(decide(a, asking("r-2", s)))
         await until_pending(a, "r-2")
-        a.pending[(AGENT.uid, "r-2")].future.set_result(("deny", "root", 0, "no"))
+        a.pending.settle(a.pending[(AGENT.uid, "r-2")], Outcome(Decided.DENY, "root", 0, "no"))
         with pytest.raises(AirlockError) as denied:
             await second
         assert denied.value.code is ErrorCode.DENIED

@@ -77,6 +77,9 @@ class Exec(Public):
     time: Any = None  # intake.request.parse_time
     forward_agent: bool | None = None
     stream: bool | None = None
+    wait: bool | None = None  # False (an agent's `sudo -n`): approval_required rather than ask a person
+    join: bool | None = None  # join the same request already pending (issue 48: sudo's retry)
+    user: str | None = None  # run as this account (intake.request.run_as_account checks it)
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,8 @@ class Hello(Public):
     protocol_versions: tuple[int, ...]
     verbs: tuple[str, ...]
     dialects: tuple[str, ...]
+    env_allow: tuple[str, ...]  # what an agent's `sudo -E` may carry (env.allow)
+    retry_window_seconds: float  # how long a retry joins its pending request (agents.retry_window_seconds)
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,8 @@ CAN = declare(
 )
 
 FILE_VERBS: Final = {verb.name: verb for verb in FILES}  # a file tool's verb by its name (the gateway's tools)
+FILES_READ: Final = FILE_VERBS["files_read"]  # the ones called by name (`airlock sudoedit`)
+FILES_WRITE: Final = FILE_VERBS["files_write"]
 
 # Derived from the declarations above (never a copy), in ``hello``'s order.
 VERBS: Final = tuple(declared(DOOR))
