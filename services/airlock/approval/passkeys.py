@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock.approval import ballot, quorum, refs, webauthn
+from airlock.approval import ballot, groups, quorum, refs, webauthn
 from airlock.approval.assertions import Credentials, no, refused
 from airlock.approval.consoles import Consoles
 from airlock.approval.granting import GrantBook
@@ -52,6 +52,7 @@ from airlock.common.peer import Peer, identify, may_decide
 from airlock.common.server import Call
 from airlock.common.wire import runner as runner_wire
 
+G = groups.Group | None  # issue 49: a decision carries a group, or is one host's alone
 MAX_ENROLLMENTS = 64  # live enrollment tokens at once
 MAX_WAIT_SECONDS = 900.0
 # Refused passkey decisions one carrier (airlock-web's uid) may send per minute: each is journaled,
@@ -300,10 +301,15 @@ class Passkeys:
             raise validate.bad("grant_seconds", "a deny takes no grant")
         return str(decision), reason, seconds, scope
 
-    def _challenge(self, entry: Pending, decision: str, reason: str, seconds: float | None, scope: str | None) -> bytes:
+    def _challenge(
+        self, entry: Pending, decision: str, reason: str, seconds: float | None, scope: str | None, group: G = None
+    ) -> bytes:
         assert entry.published is not None
-        statement = entry.published.statements[decision].to_bytes()
-        return webauthn.decision_challenge(statement, webauthn.extras(reason, seconds, scope))
+        statement = entry.published.statements[decision]
+        carried = webauthn.extras(reason, seconds, scope)
+        if group is not None:  # issue 49: one touch over many hosts; this host checks it is a member
+            return groups.member_challenge(group, statement, carried)
+        return webauthn.decision_challenge(statement.to_bytes(), carried)
 
     async def passkey_decide_begin(self, call: Call) -> dict[str, Any]:
         _origin, rp_id = self.keys.web()
@@ -333,6 +339,7 @@ class Passkeys:
         ids = Ids(entry.request_id, entry.operation_id, call.peer.uid)
         carrier = {"uid": call.peer.uid, "user": call.peer.user}
         credential_id: str | None = None
+        group: groups.Group | None = None
         try:
             shown = call.args.get("statement")
             if shown != entry.published.statements[decision].render():
@@ -343,9 +350,12 @@ class Passkeys:
                 )
             if entry.published.statements[decision].expires <= time.time():
                 raise no("expired", "this request's statement has expired")
-            enrolled, count, digest = self.keys.verified(
-                call.args.get("credential"), self._challenge(entry, decision, reason, seconds, scope)
-            )
+            try:
+                group = groups.parse(call.args.get("group"))
+                challenge = self._challenge(entry, decision, reason, seconds, scope, group)
+            except Refused as exc:
+                raise refused(exc) from None
+            enrolled, count, digest = self.keys.verified(call.args.get("credential"), challenge)
             credential_id = enrolled.credential_id
             if self.keys.role(enrolled.account) != "operator":
                 raise no("not_operator", f"{enrolled.account!r} is not an operator: an observer's passkey only views")
@@ -396,7 +406,8 @@ class Passkeys:
                 "agent_uid": entry.peer.uid,
             }
             | ballot.progress(entry, decision)
-            | ({"grant_id": grant.grant_id} if grant else {}),
+            | ({"grant_id": grant.grant_id} if grant else {})
+            | ({"group": group.journaled(entry.published.statements[decision])} if group else {}),
         )
         if grant is not None and not entry.future.done():
             await self.grants.make(grant, ids, person.user, reason)
