@@ -25,8 +25,9 @@ import pytest
 from secsupport import needs_root, red_stack, root_dir, throwaway_user
 from test_sec_passkeys import BROWSER, ORIGIN, RP, call_as
 
-from airlock.approval import groups, webauthn
+from airlock.approval import webauthn
 from airlock.approval.statement import Statement, parse
+from airlock.common import groups
 
 from softauthn import SoftAuthenticator, b64u
 from support import Background, Stack, wait_pending
@@ -119,7 +120,7 @@ def _decisions(host: Host, request_id: str) -> list[dict[str, Any]]:
 def test_one_touch_approves_the_same_request_on_every_host_and_each_journal_says_so(fleet: Fleet) -> None:
     folder = root_dir()
     asked = _asked(fleet, ["mkdir", str(folder / "one-touch")])
-    group = groups.of(s for _, s in asked)
+    group = groups.of(s.to_bytes() for _, s in asked)
     assert len(group.members) == 3
     signed = fleet.touch(group)
     for host, (job, statement) in zip(fleet.hosts, asked, strict=True):
@@ -132,7 +133,7 @@ def test_one_touch_approves_the_same_request_on_every_host_and_each_journal_says
             "key": group.key,
             "hosts": 3,
             "digest": group.digest,
-            "member": groups.statement_digest(statement),
+            "member": groups.statement_digest(statement.to_bytes()),
         }
     assert (folder / "one-touch").is_dir()
 
@@ -143,7 +144,10 @@ def test_a_console_that_alters_one_host_s_statement_gets_nothing_there(fleet: Fl
     # The console lists host 2 under a statement it altered (the command as shown on the page):
     # the touch signs the altered digest, and host 2's own statement is not in the list.
     altered = dataclasses.replace(s2, command="mkdir /elsewhere")
-    bent = groups.Group(groups.request_key(s0), tuple(sorted(groups.statement_digest(s) for s in (s0, s1, altered))))
+    bent = groups.Group(
+        groups.request_key(s0.to_bytes()),
+        tuple(sorted(groups.statement_digest(s.to_bytes()) for s in (s0, s1, altered))),
+    )
     signed = fleet.touch(bent)
     reply = fleet.hosts[2].call(
         "passkey.decide",
@@ -171,16 +175,16 @@ def test_a_host_dropped_from_the_list_and_a_different_request_slipped_in_get_not
     folder = root_dir()
     asked = _asked(fleet, ["mkdir", str(folder / "dropped")])
     odd_job, odd = fleet.hosts[2].ask(["mkdir", str(folder / "odd")])  # one byte... and more: another request
-    assert groups.request_key(odd) != groups.request_key(asked[0][1])
-    two = groups.of([asked[0][1], asked[1][1]])
+    assert groups.request_key(odd.to_bytes()) != groups.request_key(asked[0][1].to_bytes())
+    two = groups.of([asked[0][1].to_bytes(), asked[1][1].to_bytes()])
     signed = fleet.touch(two)
     # Host 2's own request of the group was dropped from the list: the touch counts nothing there.
     _refused(fleet.hosts[2].decide(asked[2][1], two.to_dict(), signed), "group")
     # A different request slipped into a list under the group's key: its host refuses it.
-    slipped = groups.Group(two.key, tuple(sorted([*two.members, groups.statement_digest(odd)])))
+    slipped = groups.Group(two.key, tuple(sorted([*two.members, groups.statement_digest(odd.to_bytes())])))
     _refused(fleet.hosts[2].decide(odd, slipped.to_dict(), fleet.touch(slipped)), "group")
     with pytest.raises(Exception, match="not the same request"):
-        groups.of([asked[0][1], odd])
+        groups.of([asked[0][1].to_bytes(), odd.to_bytes()])
     assert wait_pending(fleet.hosts[2].stack, odd.request) and wait_pending(fleet.hosts[2].stack, asked[2][1].request)
     assert not (folder / "odd").exists()
     # Control: the two hosts it lists approve.
@@ -193,7 +197,7 @@ def test_a_host_dropped_from_the_list_and_a_different_request_slipped_in_get_not
 def test_a_replayed_group_assertion_the_other_verdict_and_a_sign_in_get_nothing(fleet: Fleet) -> None:
     folder = root_dir()
     first = _asked(fleet, ["mkdir", str(folder / "replay")])
-    group = groups.of(s for _, s in first)
+    group = groups.of(s.to_bytes() for _, s in first)
     signed = fleet.touch(group)
     host = fleet.hosts[0]
     # Presented as a sign-in: the sign-in's challenge is approval's own, not the group's.
@@ -222,8 +226,8 @@ def test_a_replayed_group_assertion_the_other_verdict_and_a_sign_in_get_nothing(
         assert h.decide(s, group.to_dict(), signed)["ok"] is True and job.result()["ok"] is True
     # ... and a second identical request, listed with the first, never takes the same touch.
     job, again = host.ask(["mkdir", str(folder / "replay")])
-    wider = groups.Group(group.key, tuple(sorted([*group.members, groups.statement_digest(again)])))
-    assert groups.request_key(again) == group.key
+    wider = groups.Group(group.key, tuple(sorted([*group.members, groups.statement_digest(again.to_bytes())])))
+    assert groups.request_key(again.to_bytes()) == group.key
     _refused(host.decide(again, wider.to_dict(), signed), "challenge")  # the touch signed the narrower list
     assert wait_pending(host.stack, again.request)
     _cleanup(host, again, job)
@@ -234,3 +238,30 @@ def _cleanup(host: Host, statement: Statement, job: Background) -> None:
     reply = host.stack.native("deny", {"id": statement.request, "reason": "test cleanup"}, path=host.stack.operator)
     assert reply["ok"] is True, reply
     assert job.result()["ok"] is False
+
+
+def test_only_root_imports_passkeys(fleet: Fleet) -> None:
+    """A line names whose votes a passkey makes: an operator who could import could vote as another."""
+    host = fleet.hosts[1]
+    stranger = SoftAuthenticator(ORIGIN, RP)
+    line = {
+        "credential_id": stranger.id,
+        "public_key": b64u(stranger.cose_key()),
+        "account": fleet.operator.pw_name,
+        "created": 1_700_000_000,
+        "revoked": None,
+    }
+    _refused(call_as(host.stack.operator, fleet.operator, "passkey.import", {"credentials": [line]}), "not_root")
+    by_web = host.call("passkey.import", {"credentials": [line]})
+    assert by_web["ok"] is False and by_web["error"]["code"] == "unauthorized", by_web
+    listed = host.stack.native("passkey.list", {}, path=host.stack.operator)["data"]["passkeys"]
+    assert stranger.id not in {p["credential_id"] for p in listed}
+    # Control: root imports it, journaled; then a revoked line revokes it.
+    done = host.stack.native("passkey.import", {"credentials": [line], "source": "t"}, path=host.stack.operator)
+    assert done["ok"] is True and done["data"]["results"][0]["result"] == "imported", done
+    gone = host.stack.native(
+        "passkey.import", {"credentials": [line | {"revoked": 1_700_000_001}]}, path=host.stack.operator
+    )
+    assert gone["data"]["results"][0]["result"].startswith("revoked"), gone
+    listed = host.stack.native("passkey.list", {}, path=host.stack.operator)["data"]["passkeys"]
+    assert [p["revoked"] is not None for p in listed if p["credential_id"] == stranger.id] == [True]

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airlock.approval import ballot, groups, quorum, refs, webauthn
+from airlock.approval import ballot, quorum, refs, webauthn
 from airlock.approval.assertions import Credentials, no, refused
 from airlock.approval.consoles import Consoles
 from airlock.approval.granting import GrantBook
@@ -41,7 +41,7 @@ from airlock.approval.pending import Pending
 from airlock.approval.signed import RefusalLimit
 from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.webauthn import Refused
-from airlock.common import passkeyfile, validate
+from airlock.common import groups, passkeyfile, validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config
@@ -308,7 +308,7 @@ class Passkeys:
         statement = entry.published.statements[decision]
         carried = webauthn.extras(reason, seconds, scope)
         if group is not None:  # issue 49: one touch over many hosts; this host checks it is a member
-            return groups.member_challenge(group, statement, carried)
+            return groups.member_challenge(group, statement.to_bytes(), carried)
         return webauthn.decision_challenge(statement.to_bytes(), carried)
 
     async def passkey_decide_begin(self, call: Call) -> dict[str, Any]:
@@ -353,8 +353,8 @@ class Passkeys:
             try:
                 group = groups.parse(call.args.get("group"))
                 challenge = self._challenge(entry, decision, reason, seconds, scope, group)
-            except Refused as exc:
-                raise refused(exc) from None
+            except groups.GroupRefused as exc:
+                raise refused(Refused(exc.reason, exc.message)) from None
             enrolled, count, digest = self.keys.verified(call.args.get("credential"), challenge)
             credential_id = enrolled.credential_id
             if self.keys.role(enrolled.account) != "operator":
@@ -407,7 +407,7 @@ class Passkeys:
             }
             | ballot.progress(entry, decision)
             | ({"grant_id": grant.grant_id} if grant else {})
-            | ({"group": group.journaled(entry.published.statements[decision])} if group else {}),
+            | ({"group": group.journaled(entry.published.statements[decision].to_bytes())} if group else {}),
         )
         if grant is not None and not entry.future.done():
             await self.grants.make(grant, ids, person.user, reason)

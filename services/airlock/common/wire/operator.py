@@ -87,6 +87,8 @@ PASSKEY_SESSION = _verb(
     "passkey.session", PASSKEY_CALLERS, Open, "is a console session live (asked by airlock-web on every request)"
 )
 PASSKEY_SESSIONS_END = _verb("passkey.sessions_end", PASSKEY_CALLERS, Open, "end every console session of an account")
+# Issue 49: root lists passkeys enrolled with a fleet console's origin (each one journaled).
+PASSKEY_IMPORT = _verb("passkey.import", OPERATORS, Open, "list exported passkeys here (root; revoked lines revoke)")
 
 # Derived from the declarations above (never a copy): intake refuses each of these it does not
 # serve itself to an agent with the refusal a bad token gets, so a probe learns nothing.

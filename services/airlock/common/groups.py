@@ -1,12 +1,13 @@
 """One touch, many hosts, exact bytes (issue 49): the group a passkey signs, and what each host checks.
 
-Requests on different hosts are *the same request* when their statements
-agree in every field but the four that are per host by nature: the host, the
-request ID, the nonce and the expiry (`request_key`: the sha256 of the
-statement with those four blanked).  So the binding (the spec's digest and
-every binary identity and content hash approval bound), the decision, the
-requester, run-as, command, cwd, stdin, reason, arguments and credentials
-all agree, byte for byte, or there is no group.
+Requests on different hosts are *the same request* when their approval
+statements (approval/statement.py: one ``name: "JSON string"`` line per
+field) agree in every line but the four that are per host by nature: the
+host, the request ID, the nonce and the expiry (`request_key`: the sha256
+of the statement with those four blanked).  So the binding (the spec's
+digest and every binary identity and content hash approval bound), the
+decision, the requester, run-as, command, cwd, stdin, reason, arguments and
+credentials all agree, byte for byte, or there is no group.
 
 A group is that key and the sorted list of its members' statement digests
 (sha256 of each statement's exact bytes).  One passkey touch signs
@@ -22,36 +23,66 @@ challenge it recomputed, so a list or key changed after the touch verifies
 over nothing.  The other members' statements are not the host's to check:
 each is checked by its own host.
 
-Pure: no I/O.
+Here (not in approval) because both sides use it: approval checks, the
+fleet console (airlock-web) groups.  Statements are handled as their exact
+text.  Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from airlock.approval.statement import Statement
-from airlock.approval.webauthn import Refused
-
 CONTEXT: Final = b"airlock passkey group v1\n"
+KEY_CONTEXT: Final = b"airlock request key v1\n"
 MAX_MEMBERS: Final = 10_000  # hosts in one group: the list travels to each of them
+# The per-host lines, and what they read as in the request key (each still a valid statement value).
+BLANKED: Final = {"host": '""', "request": '"-"', "expires": '"0"', "nonce": '"' + "0" * 32 + '"'}
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
-_BLANK_NONCE: Final = "0" * 32
 
 
-def statement_digest(statement: Statement) -> str:
+class GroupRefused(ValueError):
+    """A group that cannot count here: ``reason`` is ``malformed`` or ``group``; the message says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def statement_digest(statement: bytes) -> str:
     """sha256 of the statement's exact bytes: what a group lists for one host's request."""
-    return hashlib.sha256(statement.to_bytes()).hexdigest()
+    return hashlib.sha256(statement).hexdigest()
 
 
-def request_key(statement: Statement) -> str:
+def request_key(statement: bytes) -> str:
     """What makes two hosts' requests the same one: the statement with host, request, nonce, expiry blanked."""
-    same = dataclasses.replace(statement, host="", request="-", nonce=_BLANK_NONCE, expires=0)
-    return hashlib.sha256(b"airlock request key v1\n" + same.to_bytes()).hexdigest()
+    lines = statement.decode("ascii", "replace").split("\n")
+    for n, line in enumerate(lines):
+        name = line.split(": ", 1)[0]
+        if n and name in BLANKED:
+            lines[n] = f"{name}: {BLANKED[name]}"
+    return hashlib.sha256(KEY_CONTEXT + "\n".join(lines).encode("ascii", "replace")).hexdigest()
+
+
+def fields(statement: str) -> dict[str, str]:
+    """A statement's fields as text, for a page (``expires`` without its date); unreadable lines skipped."""
+    out: dict[str, str] = {}
+    for line in statement.split("\n")[1:]:
+        name, sep, raw = line.partition(": ")
+        if not sep:
+            continue
+        try:
+            value = json.loads(raw.rsplit(" (", 1)[0] if name == "expires" else raw)
+        except ValueError:
+            continue
+        if isinstance(value, str):
+            out[name] = value
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +94,13 @@ class Group:
 
     def __post_init__(self) -> None:
         if not _HEX64.fullmatch(self.key):
-            raise Refused("malformed", "group.key: must be 64 lowercase hex digits")
+            raise GroupRefused("malformed", "group.key: must be 64 lowercase hex digits")
         if not 1 <= len(self.members) <= MAX_MEMBERS:
-            raise Refused("malformed", f"group.members: 1 to {MAX_MEMBERS} statement digests")
+            raise GroupRefused("malformed", f"group.members: 1 to {MAX_MEMBERS} statement digests")
         if any(not isinstance(m, str) or not _HEX64.fullmatch(m) for m in self.members):
-            raise Refused("malformed", "group.members: each must be 64 lowercase hex digits")
+            raise GroupRefused("malformed", "group.members: each must be 64 lowercase hex digits")
         if list(self.members) != sorted(set(self.members)):
-            raise Refused("malformed", "group.members: must be sorted, each once")
+            raise GroupRefused("malformed", "group.members: must be sorted, each once")
 
     def text(self) -> bytes:
         """The canonical group: what the challenge covers (injective: fixed-width lines, a count)."""
@@ -83,17 +114,17 @@ class Group:
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "members": list(self.members)}
 
-    def journaled(self, mine: Statement) -> dict[str, Any]:
+    def journaled(self, mine: bytes) -> dict[str, Any]:
         """What a host's journal keeps of the group: its key, size and digest, and which member it was."""
         return {"key": self.key, "hosts": len(self.members), "digest": self.digest, "member": statement_digest(mine)}
 
 
-def of(statements: Iterable[Statement]) -> Group:
-    """The group of these statements (the console's side); `Refused` ``group`` if they are not one request."""
+def of(statements: Iterable[bytes]) -> Group:
+    """The group of these statements (the console's side); `GroupRefused` ``group`` unless one request."""
     found = list(statements)
     keys = {request_key(s) for s in found}
     if len(keys) != 1:
-        raise Refused("group", "these statements are not the same request: a group never mixes requests")
+        raise GroupRefused("group", "these statements are not the same request: a group never mixes requests")
     return Group(keys.pop(), tuple(sorted({statement_digest(s) for s in found})))
 
 
@@ -102,13 +133,13 @@ def parse(carried: object) -> Group | None:
     if carried is None:
         return None
     if not isinstance(carried, Mapping) or set(carried) != {"key", "members"}:
-        raise Refused("malformed", "group: must be an object with key and members")
+        raise GroupRefused("malformed", "group: must be an object with key and members")
     members = carried["members"]
     if not isinstance(members, list) or len(members) > MAX_MEMBERS:
-        raise Refused("malformed", f"group.members: a list of at most {MAX_MEMBERS} statement digests")
+        raise GroupRefused("malformed", f"group.members: a list of at most {MAX_MEMBERS} statement digests")
     key = carried["key"]
     if not isinstance(key, str):
-        raise Refused("malformed", "group.key: must be 64 lowercase hex digits")
+        raise GroupRefused("malformed", "group.key: must be 64 lowercase hex digits")
     return Group(key, tuple(members))
 
 
@@ -117,16 +148,16 @@ def challenge(group: Group, carried: bytes) -> bytes:
     return hashlib.sha256(CONTEXT + group.text() + b"\n" + carried).digest()
 
 
-def member_challenge(group: Group, mine: Statement, carried: bytes) -> bytes:
-    """The challenge this host accepts for ``mine`` in ``group``; `Refused` ``group`` unless it is a member."""
+def member_challenge(group: Group, mine: bytes, carried: bytes) -> bytes:
+    """The challenge this host accepts for its statement ``mine``; `GroupRefused` ``group`` unless a member."""
     if request_key(mine) != group.key:
-        raise Refused("group", "this host's request is not the group's request (a bound byte differs)")
+        raise GroupRefused("group", "this host's request is not the group's request (a bound byte differs)")
     if statement_digest(mine) not in group.members:
-        raise Refused("group", "this host's statement is not in the list the group signs")
+        raise GroupRefused("group", "this host's statement is not in the list the group signs")
     return challenge(group, carried)
 
 
-def grouped(statements: Mapping[str, Statement]) -> dict[str, list[str]]:
+def grouped(statements: Mapping[str, bytes]) -> dict[str, list[str]]:
     """The console's grouping: request key -> the names (hosts) whose statement has it, sorted."""
     out: dict[str, list[str]] = {}
     for name, statement in statements.items():

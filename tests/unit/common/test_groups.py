@@ -6,12 +6,13 @@ import dataclasses
 
 import pytest
 
-from airlock.approval import groups, webauthn
+from airlock.approval import webauthn
 from airlock.approval.statement import Statement
-from airlock.approval.webauthn import Refused
+from airlock.common import groups
+from airlock.common.groups import GroupRefused as Refused
 
 
-def on(host: str, **changes: object) -> Statement:
+def on(host: str, **changes: object) -> bytes:
     """The same request as pending on ``host``: its own request ID, nonce and expiry."""
     n = sum(map(ord, host))
     base = Statement(
@@ -28,7 +29,7 @@ def on(host: str, **changes: object) -> Statement:
         cwd="/root",
         stdin="none",
     )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(base, **changes).to_bytes()  # type: ignore[arg-type]
 
 
 HOSTS = ("web1", "web2", "db1")
@@ -42,7 +43,7 @@ def test_the_same_request_on_three_hosts_is_one_group_and_each_host_accepts_the_
     signed = groups.challenge(group, EXTRAS)
     assert {groups.member_challenge(group, s, EXTRAS) for s in mine.values()} == {signed}
     # Not a single decision's challenge for any member.
-    assert all(webauthn.decision_challenge(s.to_bytes(), EXTRAS) != signed for s in mine.values())
+    assert all(webauthn.decision_challenge(s, EXTRAS) != signed for s in mine.values())
 
 
 @pytest.mark.parametrize(
@@ -76,13 +77,13 @@ def test_a_request_that_differs_in_one_bound_field_is_never_grouped(field: str, 
 
 
 def test_a_host_dropped_from_the_list_or_whose_statement_was_altered_refuses() -> None:
-    mine = [on(h) for h in HOSTS]
+    mine = [on(h) for h in ("web1", "web2", "web3")]
     dropped = groups.of(mine[:2])
     with pytest.raises(Refused, match="not in the list"):
         groups.member_challenge(dropped, mine[2], EXTRAS)
     # A statement for the same request but another nonce (asked again, or approval restarted): not listed.
     with pytest.raises(Refused, match="not in the list"):
-        groups.member_challenge(groups.of(mine), dataclasses.replace(mine[0], nonce="f" * 32), EXTRAS)
+        groups.member_challenge(groups.of(mine), on("web1", nonce="f" * 32), EXTRAS)
 
 
 def test_the_challenge_covers_the_key_the_list_and_the_extras() -> None:
@@ -119,3 +120,14 @@ def test_no_group_is_a_single_decision() -> None:
     assert groups.parse(None) is None
     group = groups.parse({"key": "a" * 64, "members": ["a" * 64, "b" * 64]})
     assert group is not None and group.to_dict() == {"key": "a" * 64, "members": ["a" * 64, "b" * 64]}
+
+
+def test_a_value_cannot_pass_for_a_blanked_line() -> None:
+    """Values are JSON strings on their own line: one that looks like a per-host line is still compared."""
+    tricky = on("web1", command='x\nnonce: "0"', reason="host: anything")
+    assert len(tricky.split(b"\n")) == len(on("web1").split(b"\n"))
+    assert groups.request_key(tricky) != groups.request_key(on("web1"))
+    assert groups.request_key(on("web2", command='x\nnonce: "0"', reason="host: anything")) == groups.request_key(
+        tricky
+    )
+    assert groups.fields(tricky.decode())["command"] == 'x\nnonce: "0"'
