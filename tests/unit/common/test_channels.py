@@ -144,7 +144,7 @@ def test_a_logged_configuration_carries_no_secret() -> None:
 
 
 def test_the_fleet_channel_signs_with_the_host_s_name_and_the_console_checks_it_with_that_host_s_secret() -> None:
-    from airlock.common.channels import fleet
+    from airlock.common.channels import fleet, webhook
 
     console = _Server(200)
     message = {"event": "pending", "title": "t", "text": "x", "seq": 7, "request_id": "r1"}
@@ -158,11 +158,11 @@ def test_the_fleet_channel_signs_with_the_host_s_name_and_the_console_checks_it_
         console.shutdown()
         console.server_close()
     (body,) = console.bodies
-    signed = fleet.signature("0123456789abcdef", body)
+    signed = webhook.signature("0123456789abcdef", body)
     secrets = {"web1": "fedcba9876543210", "web2": "0123456789abcdef"}
     assert fleet.verify(body, signed, secrets) == ("web2", message | {"fleet_host": "web2"})
     # Another host's secret, an altered body, a host the console does not know: nothing.
-    assert fleet.verify(body, fleet.signature(secrets["web1"], body), secrets) is None
+    assert fleet.verify(body, webhook.signature(secrets["web1"], body), secrets) is None
     assert fleet.verify(body.replace(b'"r1"', b'"r2"'), signed, secrets) is None
     assert fleet.verify(body, signed, {"web1": secrets["web1"]}) is None
     with pytest.raises(ConfigError, match="a fleet channel needs secret or secret_file"):
