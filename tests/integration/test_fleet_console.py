@@ -219,3 +219,64 @@ def test_a_host_that_is_down_fails_alone(world: World) -> None:
     assert console.views["web1"].error == "" and console.views["web1"].contact > 0
     assert console.views["down"].error.startswith("unreachable: ssh:"), console.views["down"]
     assert pwd.getpwnam(world.operator)
+
+
+def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signed_relay_post(world: World) -> None:
+    """airlock-web in fleet mode over HTTP, as the browser and the hosts' relays reach it."""
+    import aiohttp
+    from aiohttp import web
+
+    from airlock.common.channels.webhook import signature
+    from airlock.common.config import parse_text
+    from airlock.web import fleetweb
+
+    secrets = world.tmp / "relay-secrets"
+    secrets.write_text("web1 0123456789abcdef0123\nweb2 fedcba9876543210fedc\n")
+    config = parse_text(
+        f"web:\n  url: {ORIGIN}/\n  rp_id: {RP}\n  fleet_hosts: [web1, web2, web3]\n"
+        f"  fleet_ssh_config: {world.config}\n  fleet_relay_secrets: {secrets}\n",
+        "/fleet.yaml",
+    )
+    marker = world.tmp / "from-the-page"
+    jobs = {h: ask(world.stacks[h], ["touch", str(marker)]) for h in HOSTS}
+    origin = {"Origin": ORIGIN}
+
+    async def scenario() -> dict[str, Any]:
+        app = fleetweb.app_for(config)
+        assert app is not None
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        out: dict[str, Any] = {}
+        try:
+            async with aiohttp.ClientSession() as http:
+                for _ in range(100):  # the first refresh runs at start
+                    rows = await (await http.get(f"{base}/fleet/rows")).json()
+                    if any(len(r["hosts"]) == 3 for r in rows["rows"]):
+                        break
+                    await asyncio.sleep(0.2)
+                out["page"] = await (await http.get(f"{base}/")).text()
+                row = next(r for r in rows["rows"] if len(r["hosts"]) == 3)
+                ask_ = {"key": row["key"], "decision": "allow"}
+                out["no_origin"] = (await http.post(f"{base}/fleet/decide/begin", json=ask_)).status
+                begun = await (await http.post(f"{base}/fleet/decide/begin", json=ask_, headers=origin)).json()
+                touch = world.key.sign(begun["options"]["challenge"])
+                carry = {k: begun[k] for k in ("group", "members", "decision")} | {"credential": touch}
+                out["done"] = await (await http.post(f"{base}/fleet/decide", json=carry, headers=origin)).json()
+                body = json.dumps({"event": "pending", "seq": 1, "fleet_host": "web2"}).encode()
+                good = {"X-Airlock-Signature": signature("fedcba9876543210fedc", body)}
+                bad = {"X-Airlock-Signature": signature("0123456789abcdef0123", body)}  # web1's secret
+                out["relay"] = (await http.post(f"{base}/fleet/relay", data=body, headers=good)).status
+                out["forged"] = (await http.post(f"{base}/fleet/relay", data=body, headers=bad)).status
+        finally:
+            await runner.cleanup()
+        return out
+
+    out = asyncio.run(scenario())
+    assert "Approve on 3 host(s)" in out["page"] and "web1, web2, web3" in out["page"], out["page"]
+    assert out["no_origin"] == 403
+    assert out["done"]["ok"] is True and set(out["done"]["hosts"]) == set(HOSTS), out["done"]
+    assert all(job.result()["ok"] is True for job in jobs.values()) and marker.exists()
+    assert (out["relay"], out["forged"]) == (204, 401)

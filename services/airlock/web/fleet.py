@@ -28,9 +28,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import structlog
-
 from airlock.common import groups
+from airlock.common.log import get as get_logger
 from airlock.common.sshcall import check_host, ssh_argv
 from airlock.web.fleetview import HostView, Row
 
@@ -38,7 +37,7 @@ CALL_TIMEOUT: Final = 30.0
 PARALLEL: Final = 32  # ssh processes at once (each host's connection is shared across its calls)
 MAX_REPLY: Final = 16 * 1024 * 1024
 
-log = structlog.get_logger("airlock.web.fleet")
+log = get_logger("airlock.web.fleet")
 
 
 def unreachable(message: str) -> dict[str, Any]:
