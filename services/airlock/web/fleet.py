@@ -31,6 +31,7 @@ from typing import Any, Final
 from airlock.common import groups
 from airlock.common.log import get as get_logger
 from airlock.common.sshcall import check_host, ssh_argv
+from airlock.web import fleetview
 from airlock.web.fleetview import HostView, Row
 
 CALL_TIMEOUT: Final = 30.0
@@ -110,6 +111,7 @@ class Fleet:
                 found = await self.statement(host, rid, "allow")
             if found is not None:
                 statements[rid] = found
+        fleetview.warm(statements.values())
         self.views[host] = HostView(host, tuple(pending), statements, "", time.time())
 
     async def statement(self, host: str, request_id: str, decision: str) -> str | None:

@@ -12,6 +12,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +42,7 @@ class Member:
 
     @property
     def expires(self) -> int:
-        value = groups.fields(self.statement).get("expires", "0")
-        return int(value) if value.isdigit() else 0
+        return _expires(self.statement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +72,29 @@ def rows(views: Iterable[HostView]) -> list[Row]:
     by_key: dict[str, list[Member]] = {}
     for view in views:
         for request_id, statement in view.statements.items():
-            key = groups.request_key(statement.encode("ascii", "replace"))
+            key = _key(statement)
             by_key.setdefault(key, []).append(Member(view.host, request_id, statement))
     out = [Row(key, tuple(sorted(members, key=lambda m: (m.host, m.request_id)))) for key, members in by_key.items()]
     return sorted(out, key=lambda r: (min(m.expires for m in r.members), r.key))
+
+
+# A statement is fixed while its request is pending: its key and expiry are worked out once, not per page.
+@functools.lru_cache(maxsize=1 << 16)
+def _key(statement: str) -> str:
+    return groups.request_key(statement.encode("ascii", "replace"))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _expires(statement: str) -> int:
+    value = groups.fields(statement).get("expires", "0")
+    return int(value) if value.isdigit() else 0
+
+
+def warm(statements: Iterable[str]) -> None:
+    """Work out each new statement's key and expiry when it arrives (a refresh), so no page pays for it."""
+    for statement in statements:
+        _key(statement)
+        _expires(statement)
 
 
 def pick(found: Iterable[Row], key: str, hosts: Iterable[str] | None = None) -> Row | None:

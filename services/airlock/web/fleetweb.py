@@ -40,6 +40,7 @@ from airlock.web.markup import Markup, html, join
 REFRESH_SECONDS: Final = 10.0
 MAX_BODY: Final = 1024 * 1024
 TIMEOUT_MS: Final = 120_000
+ALONE_FORMS: Final = 12  # "deny on HOST alone" forms for a row of at most this many hosts
 CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
@@ -233,7 +234,9 @@ ALONE = """<form class="fleet-decide" data-key="{key}" data-host="{host}">
 
 def _row(row: fleetview.Row) -> Markup:
     shown = row.to_dict()
-    alone = join(html(ALONE, key=row.key, host=h) for h in row.hosts) if len(row.hosts) > 1 else Markup("")
+    # One host's request alone: a form per host, for a row of a few hosts (a wide row: /fleet/rows and hosts=[…]).
+    few = 1 < len(row.hosts) <= ALONE_FORMS
+    alone = join(html(ALONE, key=row.key, host=h) for h in row.hosts) if few else Markup("")
     return html(
         ROW,
         **{k: shown[k] for k in ("command", "run_as", "requester", "cwd", "stdin", "reason", "key")},
