@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import pwd
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -84,8 +85,14 @@ def _records(stack: Stack, request_id: str | None, action: str) -> list[dict[str
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    tmp = Path(tmp_path_factory.mktemp("fleetconsole"))
-    name = f"alflt{os.getpid() % 100000}"
+    with fleet_world(Path(tmp_path_factory.mktemp("fleetconsole")), ORIGIN, RP) as built:
+        yield built
+
+
+@contextlib.contextmanager
+def fleet_world(tmp: Path, origin: str, rp: str) -> Iterator[World]:
+    """Three stacks trusting the console's ``origin``, each behind a loopback sshd; a passkey enrolled on web1."""
+    name = f"alflt{secrets.token_hex(3)}"
     subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True, capture_output=True)
     identity = tmp / "id"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(identity)], check=True)
@@ -93,7 +100,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     authorized.write_text(Path(f"{identity}.pub").read_text())
     config = (
         ASK_POLICY
-        + f"operators:\n  users: [{name}]\nweb:\n  url: {ORIGIN}/\n  rp_id: {RP}\n"
+        + f"operators:\n  users: [{name}]\nweb:\n  url: {origin}/\n  rp_id: {rp}\n"
         + "approval:\n  timeout_seconds: 300\n"
     )
     opened = contextlib.ExitStack()
@@ -113,7 +120,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "".join(lines) + f"Host *\n  User root\n  IdentityFile {identity}\n  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {tmp}/known_hosts\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n"
         )
-        key = SoftAuthenticator(ORIGIN, RP)
+        key = SoftAuthenticator(origin, rp)
         web1 = stacks["web1"]
         made = web1.native("passkey.enroll", {"account": name}, path=web1.operator)
         assert made["ok"] is True, made
