@@ -100,17 +100,22 @@ class Fleet:
             log.warning("web.fleet.host_failing", host=host, code=error.get("code"))
             return
         pending = [p for p in (reply.get("data") or {}).get("pending") or [] if isinstance(p, dict)]
-        known = self.views[host].statements
-        statements = {}
-        for p in pending:
-            rid = p.get("request_id")
-            if not isinstance(rid, str) or p.get("attached_to"):
-                continue
-            found = known.get(rid)
-            if found is None:  # a statement is fixed while its request is pending (a new nonce: a new ID)
-                found = await self.statement(host, rid, "allow")
-            if found is not None:
-                statements[rid] = found
+        wanted = {
+            p["request_id"]: int(p.get("expires") or 0)
+            for p in pending
+            if isinstance(p.get("request_id"), str) and not p.get("attached_to")
+        }
+        # A statement is fixed while its request waits; asked again (or approval restarted) it gets a new
+        # nonce and expiry: a known statement is kept only while its expiry is the request's.  The others
+        # are asked for at once (`PARALLEL` bounds the ssh processes).
+        known = {
+            rid: text
+            for rid, text in self.views[host].statements.items()
+            if fleetview.expires_of(text) == wanted.get(rid)
+        }
+        new = [rid for rid in wanted if rid not in known]
+        found = dict(zip(new, await asyncio.gather(*(self.statement(host, rid, "allow") for rid in new)), strict=True))
+        statements = {rid: text for rid in wanted if (text := known.get(rid) or found.get(rid)) is not None}
         fleetview.warm(statements.values())
         self.views[host] = HostView(host, tuple(pending), statements, "", time.time())
 

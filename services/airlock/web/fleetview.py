@@ -42,7 +42,7 @@ class Member:
 
     @property
     def expires(self) -> int:
-        return _expires(self.statement)
+        return expires_of(self.statement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,8 @@ def _key(statement: str) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _expires(statement: str) -> int:
+def expires_of(statement: str) -> int:
+    """A statement's expiry (Unix seconds; 0 if it has none)."""
     value = groups.fields(statement).get("expires", "0")
     return int(value) if value.isdigit() else 0
 
@@ -94,7 +95,7 @@ def warm(statements: Iterable[str]) -> None:
     """Work out each new statement's key and expiry when it arrives (a refresh), so no page pays for it."""
     for statement in statements:
         _key(statement)
-        _expires(statement)
+        expires_of(statement)
 
 
 def pick(found: Iterable[Row], key: str, hosts: Iterable[str] | None = None) -> Row | None:
