@@ -23,7 +23,7 @@ import pwd
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,8 +90,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 @contextlib.contextmanager
-def fleet_world(tmp: Path, origin: str, rp: str) -> Iterator[World]:
-    """Three stacks trusting the console's ``origin``, each behind a loopback sshd; a passkey enrolled on web1."""
+def fleet_world(tmp: Path, origin: str, rp: str, per_host: Callable[[str], str] | None = None) -> Iterator[World]:
+    """Three stacks trusting the console's ``origin``, each behind a loopback sshd; a passkey enrolled on web1.
+    ``per_host(name)``: more configuration for that host (a relay channel naming it)."""
     name = f"alflt{secrets.token_hex(3)}"
     subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True, capture_output=True)
     identity = tmp / "id"
@@ -106,7 +107,8 @@ def fleet_world(tmp: Path, origin: str, rp: str) -> Iterator[World]:
     opened = contextlib.ExitStack()
     daemons = []
     try:
-        stacks = {h: opened.enter_context(custom_stack(tmp / h, config)) for h in HOSTS}
+        more = per_host or (lambda _h: "")
+        stacks = {h: opened.enter_context(custom_stack(tmp / h, config + more(h))) for h in HOSTS}
         lines, known = [], []
         for h, stack in stacks.items():
             proc, port, hostkey = _sshd(tmp, h, stack, authorized, str(Path(sys.executable).parent))
