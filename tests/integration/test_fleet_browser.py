@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from operator_support import ask
-from test_fleet_console import HOSTS, World, fleet_world
+from test_fleet_console import HOSTS, World, fleet_world, imported
 
 from airlock.common.config import parse_text
 from cdp import CHROMIUM, Page, chromium
@@ -49,10 +49,7 @@ ORIGIN = f"http://localhost:{PORT}"
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     with fleet_world(Path(tmp_path_factory.mktemp("fleetbrowser")), ORIGIN, "localhost") as built:
-        exported = built.airlock("passkey", "export", "--file", str(built.stacks["web1"].runtime_dir / "passkeys"))
-        for h in ("web2", "web3"):
-            done = built.airlock("--host", h, "passkey", "import", "-", stdin=exported.stdout)
-            assert done.returncode == 0, done
+        imported(built)
         yield built
 
 
@@ -91,6 +88,11 @@ async def _scenario(world: World, marker: Path, jobs: dict[str, Any]) -> dict[st
                         "signCount": world.key.counter + 1,
                     },
                 )
+                # Sign in: the page sends the browser to /signin; the touch is checked by a host.
+                await page.send("Page.navigate", url=f"{ORIGIN}/")
+                await page.wait_for("location.pathname === '/signin' && !!document.getElementById('signin')")
+                await page.evaluate("document.querySelector('#signin button').click()")
+                await page.wait_for("location.pathname === '/' && document.body.innerText.includes('Pending')", 60)
                 await _until(page, "Approve on 3 host(s)")
                 await page.evaluate(
                     "document.querySelector('form.fleet-decide:not([data-host]) button[value=allow]').click()"

@@ -156,7 +156,15 @@ def test_a_passkey_enrolled_once_is_imported_on_the_other_hosts_and_journaled(wo
         ]
 
 
+def imported(world: World) -> None:
+    """web1's passkey listed on web2 and web3 (idempotent: "listed already" the second time)."""
+    exported = world.airlock("passkey", "export", "--file", str(world.stacks["web1"].runtime_dir / "passkeys"))
+    for h in ("web2", "web3"):
+        assert world.airlock("--host", h, "passkey", "import", "-", stdin=exported.stdout).returncode == 0
+
+
 def test_one_touch_approves_the_same_request_on_three_hosts_and_a_second_console_agrees(world: World) -> None:
+    imported(world)
     marker = world.tmp / "one-touch"
     jobs = {h: ask(world.stacks[h], ["touch", str(marker)]) for h in HOSTS}
     console, other = world.console(), world.console()
@@ -189,6 +197,7 @@ def test_one_touch_approves_the_same_request_on_three_hosts_and_a_second_console
 
 
 def test_one_host_s_request_is_denied_alone(world: World) -> None:
+    imported(world)
     jobs = {h: ask(world.stacks[h], ["touch", str(world.tmp / "deny-one")]) for h in HOSTS}
     console = world.console()
 
@@ -232,6 +241,7 @@ def test_a_host_that_is_down_fails_alone(world: World) -> None:
 
 def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signed_relay_post(world: World) -> None:
     """airlock-web in fleet mode over HTTP, as the browser and the hosts' relays reach it."""
+    imported(world)
     import aiohttp
     from aiohttp import web
 
@@ -260,7 +270,13 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
         base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
         out: dict[str, Any] = {}
         try:
-            async with aiohttp.ClientSession() as http:
+            async with aiohttp.ClientSession() as anonymous:
+                out["anonymous_rows"] = (await anonymous.get(f"{base}/fleet/rows")).status
+                out["anonymous_page"] = (await anonymous.get(f"{base}/", allow_redirects=False)).status
+                out["anonymous_decide"] = (
+                    await anonymous.post(f"{base}/fleet/decide", json={"members": []}, headers=origin)
+                ).status
+            async with await signed_in(base, world.key, ORIGIN) as http:
                 for _ in range(100):  # the first refresh runs at start
                     rows = await (await http.get(f"{base}/fleet/rows")).json()
                     if any(len(r["hosts"]) == 3 for r in rows["rows"]):
@@ -284,8 +300,30 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
         return out
 
     out = asyncio.run(scenario())
+    # Without a sign-in: no rows, no page (sent to /signin), no decision carried.
+    assert (out["anonymous_rows"], out["anonymous_page"], out["anonymous_decide"]) == (401, 303, 401)
     assert "Approve on 3 host(s)" in out["page"] and "web1, web2, web3" in out["page"], out["page"]
     assert out["no_origin"] == 403
     assert out["done"]["ok"] is True and set(out["done"]["hosts"]) == set(HOSTS), out["done"]
     assert all(job.result()["ok"] is True for job in jobs.values()) and marker.exists()
     assert (out["relay"], out["forged"]) == (204, 401)
+
+
+async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:
+    """An HTTP client signed in to the fleet console with ``key`` (a host checked the assertion).
+
+    The console's cookie is Secure for an https origin; the test talks plain HTTP on loopback,
+    so the cookie is sent by hand."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        begin = await http.post(f"{base}/signin/begin", json={}, headers={"Origin": origin})
+        begun = await begin.json()
+        assert begun["ok"] is True, begun
+        pre = "; ".join(f"{k}={v.value}" for k, v in begin.cookies.items())
+        finish = {"challenge_id": begun["challenge_id"], "credential": key.sign(begun["options"]["challenge"])}
+        reply = await http.post(f"{base}/signin/finish", json=finish, headers={"Origin": origin, "Cookie": pre})
+        done = await reply.json()
+        assert done["ok"] is True, done
+        cookies = {k: v.value for k, v in reply.cookies.items()}
+    return aiohttp.ClientSession(headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())})

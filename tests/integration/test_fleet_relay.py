@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from operator_support import ask
-from test_fleet_console import HOSTS, World, fleet_world
+from test_fleet_console import HOSTS, World, fleet_world, signed_in
 
 from airlock.common.config import parse_text
 
@@ -49,7 +49,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def test_a_host_s_relay_post_makes_the_console_ask_that_host(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    import aiohttp
     from aiohttp import web
 
     from airlock.web import fleetweb
@@ -71,7 +70,7 @@ def test_a_host_s_relay_post_makes_the_console_ask_that_host(world: World, monke
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", PORT).start()
         try:
-            async with aiohttp.ClientSession() as http:
+            async with await signed_in(f"http://127.0.0.1:{PORT}", world.key, ORIGIN) as http:
 
                 async def ids() -> set[str]:
                     rows = await (await http.get(f"http://127.0.0.1:{PORT}/fleet/rows")).json()

@@ -3,7 +3,8 @@
 - ``carry`` reads one passkey decision as JSON on stdin (what the fleet
   console sends over SSH: the request, the statement it saw, the group, the
   browser's assertion) and hands it to this host's approval
-  (``passkey.decide``), which verifies it itself.  The SSH login that runs it
+  (``passkey.decide``), which verifies it itself; ``--verb login_begin`` /
+  ``login_finish`` carry a sign-in to the console the same way.  The SSH login that runs it
   should be an observer here (``operators.observers``): it then carries
   assertions and can decide nothing on its own.
 - ``export`` prints this host's passkeys (revoked ones marked) as lines of the passkeys file
@@ -27,9 +28,14 @@ from airlock.common.render import sanitise
 
 MAX_CARRIED: Final = 4 * 1024 * 1024  # a group of 10,000 hosts' digests is 650 KB
 MAX_IMPORT: Final = 4 * 1024 * 1024  # passkeyfile.MAX_BYTES: a whole passkeys file
-CARRIED: Final = frozenset(
-    {"id", "decision", "statement", "group", "credential", "reason", "grant_seconds", "scope", "expect"}
-)
+# What each carried verb takes (the fleet console signs its people in on a host too).
+CARRIED: Final = {
+    "decide": frozenset(
+        {"id", "decision", "statement", "group", "credential", "reason", "grant_seconds", "scope", "expect"}
+    ),
+    "login_begin": frozenset({"client"}),
+    "login_finish": frozenset({"challenge_id", "credential", "client"}),
+}
 
 
 def cmd_carry(ns: argparse.Namespace) -> int:
@@ -42,11 +48,11 @@ def cmd_carry(ns: argparse.Namespace) -> int:
     except ValueError:
         _err("passkey carry: stdin is not JSON")
         return 2
-    if not isinstance(args, dict) or not set(args) <= CARRIED:
-        _err(f"passkey carry: stdin must be one object with only {', '.join(sorted(CARRIED))}")
+    if not isinstance(args, dict) or not set(args) <= CARRIED[ns.verb]:
+        _err(f"passkey carry: stdin must be one object with only {', '.join(sorted(CARRIED[ns.verb]))}")
         return 2
-    rc, data = _operator(ns, "passkey.decide", args)
-    if rc == 0 and not ns.json:
+    rc, data = _operator(ns, f"passkey.{ns.verb}", args)
+    if rc == 0 and not ns.json and ns.verb == "decide":
         by = data.get("by") or {}
         who = f"{sanitise(by.get('user'))} (passkey {sanitise(by.get('credential_id'))})"
         print(f"{sanitise(data.get('decision'))} by {who}")
@@ -95,6 +101,7 @@ def _read(path: str) -> str:
 def add_parsers(pk_sub: Any) -> None:
     """The three subcommands under ``airlock passkey`` (main.py's parser)."""
     sp = pk_sub.add_parser("carry", help="carry one passkey decision (JSON on stdin) to approval: the fleet console's")
+    sp.add_argument("--verb", choices=sorted(CARRIED), default="decide", help="what to carry (default decide)")
     sp.add_argument("--socket", help="operator socket")
     sp.add_argument("--json", action="store_true", help="print the daemon's response envelope verbatim")
     sp.set_defaults(func=cmd_carry)

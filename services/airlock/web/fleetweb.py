@@ -12,9 +12,8 @@ stylesheet), ``GET /fleet/rows`` (the rows as JSON), ``POST
 /fleet/decide/begin`` (the group and the WebAuthn options of one touch),
 ``POST /fleet/decide`` (the assertion carried to each member host; each
 host's answer), ``POST /fleet/relay`` (a host's relay post).  Every browser
-POST must come from ``web.url``'s origin.  There is no sign-in on the
-bastion yet (docs/fleet.md): listen on loopback and reach it over ``ssh
--L``; what it shows is what the hosts show an observer.
+POST must come from ``web.url``'s origin; every page and decision needs a
+sign-in (`fleetsignin`: a passkey assertion a host verifies).
 """
 
 from __future__ import annotations
@@ -35,9 +34,11 @@ from airlock.common.config import Config
 from airlock.common.log import get as get_logger
 from airlock.web import fleetview
 from airlock.web.fleet import Fleet
+from airlock.web.fleetsignin import SIGNIN_PAGE, SignIn
 from airlock.web.markup import Markup, html, join
 
 REFRESH_SECONDS: Final = 10.0
+OPEN: Final = frozenset({"/signin", "/signin/begin", "/signin/finish", "/fleet/relay"})
 MAX_BODY: Final = 1024 * 1024
 TIMEOUT_MS: Final = 120_000
 ALONE_FORMS: Final = 12  # "deny on HOST alone" forms for a row of at most this many hosts
@@ -77,6 +78,7 @@ class FleetWeb:
         self.config = config
         self.fleet = fleet
         self.secrets = relay_secrets(config.web.fleet_relay_secrets)
+        self.signin = SignIn(config, fleet)
         self._tasks: set[asyncio.Task[None]] = set()
 
     @web.middleware
@@ -86,6 +88,12 @@ class FleetWeb:
             site = request.headers.get("Sec-Fetch-Site", "same-origin")
             if origin != self.config.web.origin or site != "same-origin":
                 return web.json_response({"ok": False, "error": "not from this console's origin"}, status=403)
+        # Every page and every decision needs a sign-in; the sign-in itself, the static files and the
+        # hosts' relay posts (checked by their HMAC) do not.
+        if request.path not in OPEN and not request.path.startswith("/static/") and not self.signin.session_of(request):
+            if request.path == "/":
+                raise web.HTTPSeeOther("/signin")
+            return web.json_response({"ok": False, "error": "sign in first"}, status=401)
         response: web.StreamResponse = await handler(request)
         response.headers["Content-Security-Policy"] = CSP
         response.headers["X-Content-Type-Options"] = "nosniff"
@@ -97,9 +105,11 @@ class FleetWeb:
         return fleetview.rows(self.fleet.views.values())
 
     async def page(self, request: web.Request) -> web.StreamResponse:
-        body = join(_row(r) for r in self.rows()) or html("<p>No pending requests on any host.</p>")
+        body = join(_row(r) for r in self.rows()) or html("<li>No pending requests on any host.</li>")
         status = join(_host(v) for v in self.fleet.views.values())
-        text = html(PAGE, rows=body, hosts=status, count=len(self.fleet.hosts))
+        who = self.signin.session_of(request)
+        account, role = (who.account, who.role) if who else ("", "")
+        text = html(PAGE, rows=body, hosts=status, count=len(self.fleet.hosts), account=account, role=role)
         return web.Response(text=text, content_type="text/html")
 
     async def rows_json(self, request: web.Request) -> web.StreamResponse:
@@ -194,7 +204,23 @@ class FleetWeb:
         app.router.add_post("/fleet/decide", self.decide)
         app.router.add_post("/fleet/relay", self.relay)
         app.router.add_get("/static/{name}", self.static)
+        app.router.add_get("/signin", self.signin_page)
+        app.router.add_post("/signin/begin", self.signin_begin)
+        app.router.add_post("/signin/finish", self.signin_finish)
+        app.router.add_post("/signout", self.signout)
         return app
+
+    async def signin_page(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text=SIGNIN_PAGE, content_type="text/html")
+
+    async def signin_begin(self, request: web.Request) -> web.StreamResponse:
+        return await self.signin.begin(request)
+
+    async def signin_finish(self, request: web.Request) -> web.StreamResponse:
+        return await self.signin.finish(request, await self._body(request))
+
+    async def signout(self, request: web.Request) -> web.StreamResponse:
+        return self.signin.signout(request)
 
 
 PAGE = """<!doctype html>
@@ -203,31 +229,34 @@ PAGE = """<!doctype html>
 <title>airlock fleet</title>
 <link rel="stylesheet" href="/static/airlock-web.css">
 <script src="/static/airlock-fleet.js" defer></script>
-</head><body><main>
-<h1>Pending on {count} hosts</h1>
-<p id="fleet-status" class="status"></p>
-{rows}
+</head><body><header><p class="brand">airlock fleet: {count} hosts</p>
+<nav><form class="signout" method="post" action="/signout"><span class="who">{account}, {role}</span>
+<button type="submit">Sign out</button></form></nav></header><main>
+<h1>Pending</h1>
+<p id="fleet-status" class="status" role="status"></p>
+<ul class="cards">{rows}</ul>
 <h2>Hosts</h2><ul class="hosts">{hosts}</ul>
 </main></body></html>
 """
 
-ROW = """<section class="card fleet-row">
-<h2><code>{command}</code></h2>
-<p>as {run_as}, asked by {requester}; in {cwd}; stdin {stdin}</p>
-<p>reason: {reason}</p>
+ROW = """<li class="card fleet-row">
+<p class="cmd"><code>{command}</code></p>
+<p>runs as {run_as}; asked by {requester}</p>
+<p class="io">in <code>{cwd}</code> · stdin {stdin}</p>
+<p class="why">{reason}</p>
 <p><strong>{n} host(s)</strong>: {hosts}</p>
-<form class="fleet-decide" data-key="{key}">
-<input name="reason" placeholder="reason" maxlength="4096">
-<button name="decision" value="allow">Approve on {n} host(s)</button>
-<button name="decision" value="deny">Deny on {n} host(s)</button>
+<form class="decide fleet-decide" data-key="{key}">
+<textarea name="reason" rows="2" maxlength="4096" placeholder="reason"></textarea>
+<div class="buttons"><button class="allow" name="decision" value="allow">Approve on {n} host(s)</button>
+<button class="deny" name="decision" value="deny">Deny on {n} host(s)</button></div>
 </form>
 {alone}
-</section>
+</li>
 """
 
-ALONE = """<form class="fleet-decide" data-key="{key}" data-host="{host}">
-<input name="reason" placeholder="reason" maxlength="4096">
-<button name="decision" value="deny">Deny on {host} alone</button>
+ALONE = """<form class="decide fleet-decide" data-key="{key}" data-host="{host}">
+<input type="hidden" name="reason" value="">
+<button class="deny" name="decision" value="deny">Deny on {host} alone</button>
 </form>
 """
 

@@ -66,7 +66,34 @@
     setTimeout(function () { location.reload(); }, 1500);
   }
 
+  // Sign-in: the challenge is a host's, and the host checks the answer (the console holds no key).
+  async function signin() {
+    const el = function (t, k) { const s = document.getElementById("signin-status"); s.textContent = t; s.className = "status " + (k || ""); };
+    el("Waiting for your passkey…");
+    const begun = await post("/signin/begin", {});
+    if (!begun.ok) throw new Error(begun.error || "refused");
+    const pk = Object.assign({}, begun.options, { challenge: b64uToBuf(begun.options.challenge) });
+    if (Array.isArray(pk.allowCredentials)) {
+      pk.allowCredentials = pk.allowCredentials.map(function (c) { return Object.assign({}, c, { id: b64uToBuf(c.id) }); });
+    }
+    const cred = await navigator.credentials.get({ publicKey: pk });
+    const done = await post("/signin/finish", { challenge_id: begun.challenge_id, credential: credentialJSON(cred) });
+    if (!done.ok) throw new Error(done.error || "refused");
+    el("Signed in as " + done.account + ".", "ok");
+    location.assign(done.next || "/");
+  }
+
   function bind() {
+    const form = document.getElementById("signin");
+    if (form) {
+      form.addEventListener("submit", function (event) {
+        event.preventDefault();
+        signin().catch(function (err) {
+          const s = document.getElementById("signin-status");
+          s.textContent = String(err.message || err); s.className = "status error";
+        });
+      });
+    }
     for (const form of document.querySelectorAll("form.fleet-decide")) {
       form.addEventListener("submit", function (event) {
         event.preventDefault();
