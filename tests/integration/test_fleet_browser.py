@@ -90,7 +90,7 @@ async def _scenario(world: World, marker: Path, jobs: dict[str, Any]) -> dict[st
                 )
                 # Sign in: the page sends the browser to /signin; the touch is checked by a host.
                 await page.send("Page.navigate", url=f"{ORIGIN}/")
-                await page.wait_for("location.pathname === '/signin' && !!document.getElementById('signin')")
+                await page.wait_for("location.pathname === '/signin' && document.documentElement.dataset.ready === '1'")
                 await page.evaluate("document.querySelector('#signin button').click()")
                 await page.wait_for("location.pathname === '/' && document.body.innerText.includes('Pending')", 60)
                 await _until(page, "Approve on 3 host(s)")
@@ -121,6 +121,7 @@ async def _until(page: Page, text: str) -> None:
     for _ in range(60):
         await page.navigate(f"{ORIGIN}/")
         if text in await page.text():
+            await page.wait_for("document.documentElement.dataset.ready === '1'")
             return
         await asyncio.sleep(0.5)
     raise AssertionError(f"the fleet page never showed {text!r}:\n{await page.text()}")

@@ -102,5 +102,6 @@
     }
   }
 
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", bind); else bind();
+  function ready() { bind(); document.documentElement.dataset.ready = "1"; }  // the forms are ours now
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ready); else ready();
 })();
