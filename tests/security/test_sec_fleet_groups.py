@@ -64,6 +64,7 @@ class Fleet:
     hosts: list[Host]
     operator: pwd.struct_passwd
     key: SoftAuthenticator
+    login: pwd.struct_passwd  # what the fleet console logs in as on each host (operators.observers)
 
     def touch(self, group: groups.Group, extras: bytes = webauthn.extras("", None, None)) -> dict[str, Any]:
         """One touch over the group: the assertion the console carries to every host."""
@@ -75,8 +76,9 @@ def fleet() -> Iterator[Fleet]:
     with contextlib.ExitStack() as stack:
         web = stack.enter_context(throwaway_user("alfwb"))
         op = stack.enter_context(throwaway_user("alfop"))
+        login = stack.enter_context(throwaway_user("alfsh"))  # the bastion's SSH login: an observer
         config = (
-            f"operators:\n  users: [{op.pw_name}]\n"
+            f"operators:\n  users: [{op.pw_name}]\n  observers: {{users: [{login.pw_name}]}}\n"
             f"web:\n  url: {ORIGIN}/\n  rp_id: {RP}\n  user: {web.pw_name}\n"
             "approval:\n  timeout_seconds: 300\npolicy:\n  default: ask\n"
         )
@@ -94,7 +96,7 @@ def fleet() -> Iterator[Fleet]:
             )
             assert done["ok"] is True and done["data"]["credential_id"] == key.id, done
             hosts.append(host)
-        yield Fleet(hosts, op, key)
+        yield Fleet(hosts, op, key, login)
 
 
 def _refused(reply: dict[str, Any], reason: str) -> None:
@@ -265,3 +267,23 @@ def test_only_root_imports_passkeys(fleet: Fleet) -> None:
     assert gone["data"]["results"][0]["result"].startswith("revoked"), gone
     listed = host.stack.native("passkey.list", {}, path=host.stack.operator)["data"]["passkeys"]
     assert [p["revoked"] is not None for p in listed if p["credential_id"] == stranger.id] == [True]
+
+
+def test_the_console_s_observer_login_carries_a_touch_and_decides_nothing_itself(fleet: Fleet) -> None:
+    """What root on the bastion holds on each host: an observer login. It reads, carries, and that is all."""
+    asked = _asked(fleet, ["mkdir", str(root_dir() / "observer")])
+    for host, (_job, s) in zip(fleet.hosts, asked, strict=True):
+        for verb in ("approve", "hold", "passkey.import"):
+            tried = call_as(host.stack.operator, fleet.login, verb, {"id": s.request, "reason": "bastion"})
+            assert tried["ok"] is False and tried["error"]["code"] == "unauthorized", (verb, tried)
+        read = call_as(host.stack.operator, fleet.login, "statement", {"id": s.request})
+        assert read["ok"] is True and read["data"]["statement"] == s.render()
+        assert wait_pending(host.stack, s.request)
+    # Control: the same login carries the person's one touch, and each host counts it.
+    group = groups.of(s.to_bytes() for _, s in asked)
+    signed = fleet.touch(group)
+    for host, (job, s) in zip(fleet.hosts, asked, strict=True):
+        args = {"id": s.request, "decision": "allow", "statement": s.render(), "group": group.to_dict()}
+        carried = call_as(host.stack.operator, fleet.login, "passkey.decide", args | {"credential": signed})
+        assert carried["ok"] is True and carried["data"]["by"]["user"] == fleet.operator.pw_name, carried
+        assert job.result()["ok"] is True
