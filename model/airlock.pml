@@ -172,7 +172,7 @@ again:
      :: atomic {
           a_pending[r] -> hung_up[r] = 1; withdrawn[r] = 1;
 #ifndef BROKEN_WITHDRAW
-          a_pending[r] = 0; flush(); j_decided[r] = DENY; /* withdrawn */
+          a_pending[r] = 0; flush(); j_decided[r] = DENY; /* withdrawn; table: withdrawn */
 #endif
           skip
         }
@@ -303,8 +303,8 @@ end_idle:
        a_up && j_up && a_pending[0] -> r = 0;
        a_pending[r] = 0;
        if
-       :: flush(); j_decided[r] = ALLOW; issue(r, 0)
-       :: flush(); j_decided[r] = DENY; a_result[r] = DENY
+       :: flush(); j_decided[r] = ALLOW; issue(r, 0)   /* table: allow */
+       :: flush(); j_decided[r] = DENY; a_result[r] = DENY   /* table: deny timeout */
        fi;
        r = 0; t = 0
      }
@@ -312,8 +312,8 @@ end_idle:
        a_up && j_up && a_pending[1] -> r = 1;
        a_pending[r] = 0;
        if
-       :: flush(); j_decided[r] = ALLOW; issue(r, 0)
-       :: flush(); j_decided[r] = DENY; a_result[r] = DENY
+       :: flush(); j_decided[r] = ALLOW; issue(r, 0)   /* table: allow */
+       :: flush(); j_decided[r] = DENY; a_result[r] = DENY   /* table: deny timeout */
        fi;
        r = 0; t = 0
      }
@@ -338,8 +338,8 @@ proctype Crashes() {
     :: i == T -> break
     od;
     /* pending requests end with approval_interrupted */
-    if :: a_pending[0] -> a_pending[0] = 0; a_result[0] = DENY :: else -> skip fi;
-    if :: a_pending[1] -> a_pending[1] = 0; a_result[1] = DENY :: else -> skip fi
+    if :: a_pending[0] -> a_pending[0] = 0; a_result[0] = DENY :: else -> skip fi;   /* table: interrupted */
+    if :: a_pending[1] -> a_pending[1] = 0; a_result[1] = DENY :: else -> skip fi   /* table: interrupted */
   };
   atomic {
     a_up = 1;

@@ -93,9 +93,12 @@ class Stack:
         )
 
     def find_service_pid(self, name: str) -> int | None:
-        """The pid of one service (intake, approval, runner, journal) under this stack's `dev up`, if running."""
+        """The pid of one service (intake, approval, runner, journal, exectree) under this stack's `dev up`."""
+        # exectree's module is airlock.runner.exectree (cli/dev.py MODULES).
         found = subprocess.run(
-            ["pgrep", "-P", str(self.proc.pid), "-f", f"airlock\\.{name}( |$)"], capture_output=True, text=True
+            ["pgrep", "-P", str(self.proc.pid), "-f", f"airlock\\.(runner\\.)?{name}( |$)"],
+            capture_output=True,
+            text=True,
         ).stdout.split()
         return int(found[0]) if found else None
 

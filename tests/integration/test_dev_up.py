@@ -78,3 +78,50 @@ def test_a_stop_is_prompt_and_every_service_journals_its_own_stop(tmp_path: Path
     assert took < 4, f"dev up took {took:.1f}s to stop"
     stops = [row["writer"] for row in stack.journal_rows() if row["kind"] == "service.stopping"]
     assert sorted(stops) == ["approval", "intake", "journal", "runner"], stops
+
+
+def test_a_relay_slower_than_the_idle_exits_still_starts_dev_up(tmp_path: Path) -> None:
+    """Issue 44: "notify did not start" on a start.  The relay is ready only once the journal has answered it
+    through approval; while dev up waited for that it did not start a service that had idled out meanwhile, so
+    the relay's question sat in approval's backlog until dev up gave up.  Here the relay is held back (its
+    secret file is a FIFO nobody has written yet) until the others have idled out, as a slow start would."""
+    import os
+    import threading
+
+    runtime = tmp_path / "rt"
+    fifo = tmp_path / "secret"
+    os.mkfifo(fifo, 0o600)
+    config = (
+        "services:\n  idle_exit_seconds: 1\n"
+        "notify:\n  channels:\n"
+        f"    - {{type: webhook, name: hook, url: 'http://127.0.0.1:9/hook', secret_file: {fifo}}}\n"
+    )
+    path = tmp_path / "cfg.yaml"
+    path.write_text(config, encoding="utf-8")
+    argv = [sys.executable, "-m", "airlock", "dev", "up", "--runtime-dir", str(runtime), "--config", str(path)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        logs = runtime / "logs"
+        deadline = time.monotonic() + 20
+        # Every service has served and idled out (approval and the journal included) before the relay goes on.
+        while not all(
+            (logs / f"{name}.log").exists() and "service.stopped" in (logs / f"{name}.log").read_text()
+            for name in ("approval", "journal")
+        ):
+            assert time.monotonic() < deadline and proc.poll() is None, "the services never idled out"
+            time.sleep(0.1)
+        threading.Thread(target=lambda: fifo.write_text("relay-test-secret-0123456789\n"), daemon=True).start()
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "ready" in line or "did not start" in line:
+                break
+        assert any("airlock dev: ready" in line for line in seen), "".join(seen)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

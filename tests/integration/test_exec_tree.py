@@ -157,7 +157,8 @@ def test_kill_stops_a_running_job_journaled_and_leaves_no_process(tstack: Stack)
     assert shown["outcome"]["killed"]["reason"] == "runaway"
     actions = [e for e in shown["events"] if e["kind"] == "operator.action"]
     assert actions and actions[-1]["payload"]["action"] == "kill" and actions[-1]["payload"]["reason"] == "runaway"
-    assert "killed (SIGTERM) by root: runaway" in tstack.cli("show", rid).stdout
+    # Issue 44: it said "outcome ok, exit codes [None], killed (SIGTERM)".
+    assert "killed (SIGTERM) by root: runaway, exit status 143 (SIGTERM)" in tstack.cli("show", rid).stdout
 
 
 def test_kill_of_a_job_that_is_not_running_is_not_found_and_journals_nothing(tstack: Stack) -> None:

@@ -83,7 +83,9 @@ def test_the_tree_has_id_sh_and_uname_of_a_setsid_child(cgroup: Path, events: Pr
         if tree["unattributed"] == 0:
             break
     assert tree["unattributed"] == 0, tree
-    assert tree["source"] == "fanotify" and tree["scope"] == "cgroup" and tree["complete"] is True, tree
+    assert tree["source"] == "fanotify" and tree["scope"] == "cgroup", tree
+    # Issue 51: fanotify cannot see a program run from a memfd, so its trees never claim to be complete.
+    assert tree["complete"] is False and "memfd" in tree.get("unwatched", {}) | dict.fromkeys(tree["incomplete"]), tree
     assert tree["ppid"] == "best effort"
     procs = tree["processes"]
     # One program per exec, named by the file the kernel opened for it: no ld.so, nothing twice.

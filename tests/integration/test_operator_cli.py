@@ -28,6 +28,9 @@ def test_status_prints_short_lines_and_json_prints_the_envelope(ops: Stack) -> N
     assert human.returncode == 0, human.stderr
     assert "state" in human.stdout and "accepting" in human.stdout and "journal" in human.stdout
     assert "\x1b[" not in human.stdout  # not a terminal: no colour
+    # Issue 44: the chain's count and the live segment's said which is which.
+    assert re.search(r"journal +up, \d+ events journaled \(head seq\)", human.stdout), human.stdout
+    assert re.search(r"size +[\d.]+ \w+ with sealed segments, \d+ in the live one", human.stdout), human.stdout
     raw = ops.cli("status", "--json")
     envelope = json.loads(raw.stdout)
     assert envelope["ok"] is True and set(envelope) == {"id", "ok", "data"}
@@ -89,7 +92,7 @@ def test_show_prints_the_story(ops: Stack) -> None:
         "echo story",
         "approval.decided",
         "exec.finished",
-        "exit codes [0]",
+        "ok, exit status 0",
     ):
         assert text in shown.stdout
     assert json.loads(ops.cli("show", bg.request_id, "--json").stdout)["data"]["request_id"] == bg.request_id
@@ -122,6 +125,11 @@ def test_events_tail_after_and_follow(ops: Stack) -> None:
     story = ops.cli("events", "--tail", "12").stdout.splitlines()
     started = [line for line in story if " exec.started " in line and ran["id"] in line]
     assert started and f" {me} " in started[0] and "COMMAND=/usr/bin/true" in started[0], story
+    # Issue 44: a service's start and stop say which service (the journal's own and the others').
+    first = ops.cli("events", "--after", "0", "--limit", "64").stdout.splitlines()
+    services = [line for line in first if " service.started " in line]
+    assert any("airlock-journal started ; PID=" in line for line in services), first
+    assert any("airlock-approval started ; PID=" in line for line in services), first
     page = json.loads(ops.cli("events", "--after", "0", "--limit", "2", "--json").stdout)
     assert len(page["data"]["events"]) == 2 and page["data"]["next_cursor"] == page["data"]["events"][-1]["seq"]
     assert ops.cli("events", "--limit", "300").returncode == 1
@@ -184,7 +192,8 @@ def test_token_issue_and_revoke(ops: Stack) -> None:
 
 def test_wait_exits_0_only_when_it_ran_and_exited_0(ops: Stack) -> None:
     ok = Background(ops, {"argv": ["true"]})
-    assert ops.cli("wait", ok.operation_id, "--timeout", "20").returncode == 0
+    waited = ops.cli("wait", ok.operation_id, "--timeout", "20")
+    assert waited.returncode == 0 and "finished (ok, exit status 0)" in waited.stdout, waited.stdout
     ok.result()
 
     failing = Background(ops, {"command": "exit 3"})
@@ -200,6 +209,7 @@ def test_wait_exits_0_only_when_it_ran_and_exited_0(ops: Stack) -> None:
     wait_pending(ops, failing.request_id)
     ops.cli("approve", failing.request_id)
     assert waiter.wait(30) == 1
+    assert waiter.stdout is not None and "(ok, exit status 3)" in waiter.stdout.read()
     assert failing.result()["data"]["stages"][0]["exit_code"] == 3
 
     denied = ask(ops)

@@ -275,13 +275,14 @@ def test_show_finds_a_request_by_id_operation_and_prefix(ops: Stack) -> None:
     pending = op(ops, "show", {"ref": bg.request_id})["data"]
     assert pending["state"] == "pending" and pending["pending"] is True and pending["settled"] is False
     assert pending["detail"]["stages"][0]["argv"] == ["echo", "shown"]
-    # A pending request is found by a prefix a person types; a settled one only by its whole ID.
+    # A pending request is found by a prefix a person types; so is a settled one (issue 44), from the journal.
     assert op(ops, "show", {"ref": bg.request_id[:10]})["data"]["request_id"] == bg.request_id
     assert op(ops, "show", {"ref": bg.operation_id[:12]})["error"]["code"] == "not_found"
     op(ops, "approve", {"id": bg.request_id})
     assert bg.result()["ok"] is True
-    for prefix in (bg.request_id[:10], bg.operation_id[:12]):
-        assert op(ops, "show", {"ref": prefix})["error"]["code"] == "not_found", prefix
+    settled = op(ops, "show", {"ref": bg.request_id[:10]})["data"]
+    assert settled["request_id"] == bg.request_id and settled["state"] == "finished"
+    assert op(ops, "show", {"ref": bg.operation_id[:12]})["error"]["code"] == "not_found"  # never an operation's
     for ref in (bg.request_id, bg.operation_id):
         data = op(ops, "show", {"ref": ref})["data"]
         assert data["request_id"] == bg.request_id, ref

@@ -86,6 +86,25 @@ def test_a_jobs_output_is_kept_with_its_digest_in_the_chain_and_shown_to_an_oper
     assert "\033" not in shown.stdout and "\\x1b[31mred" in shown.stdout  # neutralised on the terminal
 
 
+def test_a_prefix_naming_one_request_reads_its_output_and_an_ambiguous_one_lists_them(stack: Stack) -> None:
+    """Issue 44: `show PREFIX --output` said "names no job that started" for a job that ran (the docs' example)."""
+    import uuid
+
+    tag = uuid.uuid4().hex[:12]
+    for name in ("first", "second"):  # the envelope's id is the request ID
+        body = {"argv": ["sh", "-c", f"echo from-the-{name}"], "privileged": False}
+        assert stack.exec(body, id=f"{tag}-{name}")["ok"]
+    one = stack.cli("show", f"{tag}-f", "--output")
+    assert one.returncode == 0, one.stderr
+    assert "from-the-first" in one.stdout and "matches exec.finished" in one.stdout
+    story = stack.cli("show", f"{tag}-s")  # `show` itself takes it too
+    assert story.returncode == 0 and f"{tag}-second" in story.stdout, story.stderr
+    both = stack.cli("show", tag, "--output")
+    assert both.returncode != 0 and "from-the" not in both.stdout
+    assert f"{tag}-first" in both.stderr and f"{tag}-second" in both.stderr and "give more of the ID" in both.stderr
+    assert stack.cli("show", f"{tag}-x", "--output").returncode != 0  # a prefix of nothing is still not found
+
+
 def test_a_log_past_its_bound_is_cut_and_the_chain_says_so(stack: Stack) -> None:
     run(stack, "i=0; while [ $i -lt 600 ]; do echo line-$i; i=$((i+1)); done", operation_id="op-out-2")
     rid = request_id_of(stack, "op-out-2")

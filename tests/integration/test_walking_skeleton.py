@@ -49,6 +49,15 @@ def test_airlock_run_reports_a_signal_as_128_plus_n(stack: Stack) -> None:
     assert result.returncode == 128 + 15, result.stderr
 
 
+def test_airlock_run_of_a_missing_program_exits_127_even_where_a_rule_allows_everything(stack: Stack) -> None:
+    """Issue 44: under dev's allow-all-unprivileged rule it exited 125 `spawn_failed … command not found`."""
+    result = stack.cli("run", "--no-privilege", "--", "no-such-program-here", "x")
+    assert result.returncode == 127, (result.returncode, result.stderr)
+    assert "command_not_found: no-such-program-here: command not found" in result.stderr
+    can = stack.cli("can", "--no-privilege", "--", "no-such-program-here")
+    assert can.returncode == 127 and "command not found" in can.stdout, (can.returncode, can.stdout, can.stderr)
+
+
 def test_airlock_run_json_prints_the_envelope(stack: Stack) -> None:
     result = stack.cli("run", "--no-privilege", "--json", "--", "true")
     assert result.returncode == 0

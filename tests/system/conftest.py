@@ -32,8 +32,15 @@ SOCKETS = (
     "airlock-approval.socket",
     "airlock-runner.socket",
     "airlock-journal.socket",
+    "airlock-exectree.socket",
 )
-SERVICES = ("airlock-intake.service", "airlock-approval.service", "airlock-runner.service", "airlock-journal.service")
+SERVICES = (
+    "airlock-intake.service",
+    "airlock-approval.service",
+    "airlock-runner.service",
+    "airlock-journal.service",
+    "airlock-exectree.service",
+)
 
 # Allow rules for what the tests run; everything else keeps the shipped
 # default (ask).  Paths are canonical (/bin/sh is /usr/bin/dash on Debian 12).
@@ -131,8 +138,14 @@ class System:
         self.c.write("/etc/airlock/airlock.yaml", (REPO / "config" / "airlock.yaml").read_text())
 
     def restart_services(self) -> None:
-        """Stop every airlock service: the sockets start them again with the new config."""
+        """Stop every airlock service: the sockets start them again with the new config.
+
+        Tests restart the services far more often than anyone would: systemd's start limit (5 starts
+        in 10 s) is reset here so that one test's restarts never fail the next test's sockets.
+        """
         self.c.run(["systemctl", "stop", *SERVICES])
+        self.c.run(["systemctl", "reset-failed", *SERVICES, *SOCKETS], check=False)
+        self.c.run(["systemctl", "start", *SOCKETS])
 
     def active(self, unit: str) -> str:
         return self.c.run(["systemctl", "is-active", unit], check=False).stdout.strip()

@@ -35,6 +35,7 @@ def test_socket_files_owners_and_modes(system) -> None:
             "/run/airlock/internal/approval.sock",
             "/run/airlock/internal/runner.sock",
             "/run/airlock/internal/journal.sock",
+            "/run/airlock/internal/exectree.sock",
         ]
     ).stdout.splitlines()
     assert out == [
@@ -45,17 +46,19 @@ def test_socket_files_owners_and_modes(system) -> None:
         "/run/airlock/internal/approval.sock 660 root airlock-intake socket",
         "/run/airlock/internal/runner.sock 660 root airlock-svc socket",
         "/run/airlock/internal/journal.sock 660 root airlock-svc socket",
+        "/run/airlock/internal/exectree.sock 600 root root socket",  # the runner (root) alone
     ]
 
 
 def test_system_users_and_groups(system) -> None:
-    for user in ("airlock-intake", "airlock-approval", "airlock-journal"):
+    for user in ("airlock-intake", "airlock-approval", "airlock-journal", "airlock-exectree"):
         entry = system.c.run(["getent", "passwd", user]).stdout.strip().split(":")
         assert int(entry[2]) < 1000, entry  # a system user
         assert entry[6] in ("/usr/sbin/nologin", "/sbin/nologin"), entry
     assert system.c.run(["id", "-nG", "airlock-intake"]).stdout.split() == ["airlock-intake", "airlock-svc"]
     assert system.c.run(["id", "-nG", "airlock-approval"]).stdout.split() == ["airlock-approval", "airlock-svc"]
     assert system.c.run(["id", "-nG", "airlock-journal"]).stdout.split() == ["airlock-journal"]
+    assert system.c.run(["id", "-nG", "airlock-exectree"]).stdout.split() == ["airlock-exectree"]
     for group in ("airlock", "airlock-admin", "airlock-svc"):
         system.c.run(["getent", "group", group])
 
@@ -79,7 +82,8 @@ def test_security_exposure_on_bookworm(system) -> None:
         ("airlock-intake", 1.0),
         ("airlock-approval", 1.0),
         ("airlock-journal", 1.0),
-        ("airlock-runner", 5.0),
+        ("airlock-runner", 1.5),  # issue 47: the exec trees' rights are airlock-exectree's
+        ("airlock-exectree", 2.0),
     ):
         out = system.c.run(["systemd-analyze", "security", "--no-pager", f"{service}.service"]).stdout
         level = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", out).group(1))

@@ -117,3 +117,23 @@ def test_programs_run_from_tmpfs_are_in_the_tree_and_a_memfd_is_flagged(system) 
     finally:
         system.c.run(["rm", "-f", path])
         system.c.run(["systemctl", "try-reload-or-restart", "airlock-approval.service"])
+
+
+def test_the_trees_rights_are_the_listeners_and_not_the_runners(system) -> None:
+    """Issue 47: the kernel sources' capabilities are airlock-exectree's (its own user), not the root runner's;
+    the trees above came through it.  Control: the listener does hold fanotify's (else it could not have listened)."""
+    system.run_json("/bin/true")  # both are running now (the runner wakes the listener)
+
+    def bounding(service: str) -> tuple[str, int]:
+        pid = system.c.unit_property(f"{service}.service", "MainPID")
+        user = system.c.run(["stat", "-c", "%U", f"/proc/{pid}"]).stdout.strip()
+        status = system.c.run(["cat", f"/proc/{pid}/status"]).stdout
+        return user, int(next(x.split()[1] for x in status.splitlines() if x.startswith("CapBnd:")), 16)
+
+    net_admin, sys_admin = 1 << 12, 1 << 21  # linux/capability.h
+    runner_user, runner_caps = bounding("airlock-runner")
+    listener_user, listener_caps = bounding("airlock-exectree")
+    assert runner_user == "root" and runner_caps & (net_admin | sys_admin) == 0, hex(runner_caps)
+    assert listener_user == "airlock-exectree", listener_user
+    # (This container has no CAP_NET_ADMIN to give, as it has no connector: fanotify's CAP_SYS_ADMIN is the one.)
+    assert listener_caps & sys_admin, hex(listener_caps)

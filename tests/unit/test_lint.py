@@ -33,6 +33,8 @@ PURE_ELSEWHERE = {
     "services/airlock/journal/journalfiles.py": "the checks are `fleet` (pure); this reads journal files",
     "services/airlock/runner/fileop_child.py": "imports the pure `fileop_spec`; it is a process of its own",
     "services/airlock/runner/scope.py": "building arguments is pure; the rest talks to systemd and cgroups",
+    "services/airlock/cli/agenthooks.py": "deciding a hook's answer is pure; `main` reads stdin and the PATH",
+    "services/airlock/cli/sudoops.py": "naming an operation is pure; `load` and `save` keep the per-user record",
     "services/airlock/runner/outputkeep.py": "`plan` is a pure function; the module deletes the files it names",
 }
 

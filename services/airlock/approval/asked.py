@@ -36,6 +36,8 @@ def subject_of(peer: Peer, spec: ExecSpec | FileSpec, session: str | None) -> Su
         target_uid=spec.run_as,
         cwd=cwd,
         stdin_sha256=(shown.summary(stdin) or {}).get("sha256"),
+        # Another account (issue 48): a rule's run_as names it by name or uid.
+        target_user=user_name(spec.run_as) if isinstance(spec, ExecSpec) and spec.user is not None else "",
     )
 
 

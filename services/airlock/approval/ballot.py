@@ -13,6 +13,9 @@ from typing import Any
 
 from airlock.approval import quorum
 from airlock.approval.pending import Pending
+from airlock.approval.table import PendingTable
+from airlock.approval.transitions import Outcome
+from airlock.approval.verdict import Decided
 from airlock.common.config import Approval as ApprovalSettings
 from airlock.common.errors import AirlockError, ErrorCode
 
@@ -34,20 +37,23 @@ def progress(entry: Pending, verdict: str) -> dict[str, Any]:
     return {"quorum": f"{len(entry.tally.votes) + 1} of {entry.tally.requirement.approvals}"}
 
 
-def count(settings: ApprovalSettings, entry: Pending, verdict: str, voter: quorum.Voter, reason: str) -> dict[str, Any]:
-    """Count a checked, journaled vote: a deny decides, an approval decides once the quorum is met."""
-    if entry.future.done():  # another console won while we journaled
+def count(
+    settings: ApprovalSettings, table: PendingTable, entry: Pending, verdict: str, voter: quorum.Voter, reason: str
+) -> dict[str, Any]:
+    """Count a checked, journaled vote: a deny decides, an approval decides once the quorum is met (the
+    table settles it)."""
+    if not table.is_open(entry):  # another console won while we journaled
         raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
     if verdict == "allow" and entry.tally is not None:
         check_vote(settings, entry, voter)  # again: a twin vote may have been counted while we journaled
         if not entry.tally.add(voter):
             return {"request_id": entry.request_id, "decision": "allow", "complete": False} | entry.tally.to_dict()
         by = ", ".join(v.label for v in entry.tally.votes)
-        entry.future.set_result(("allow", by, voter.uid, reason))
+        table.settle(entry, Outcome(Decided.ALLOW, by, voter.uid, reason))
         if entry.tally.requirement.approvals > 1:
             return {"request_id": entry.request_id, "decision": "allow", "complete": True} | entry.tally.to_dict()
         return {"request_id": entry.request_id, "decision": "allow"}
-    entry.future.set_result((verdict, voter.label, voter.uid, reason))
+    table.settle(entry, Outcome(Decided(verdict), voter.label, voter.uid, reason))
     return {"request_id": entry.request_id, "decision": verdict}
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
 from typing import Any
 
 from airlock.approval import fileop_review, hook, promote, quorum, reviewer
@@ -33,23 +32,21 @@ from airlock.approval.asked import (
     subject_of,
     user_name,
 )
-from airlock.approval.asks import Admission, AskLimits
+from airlock.approval.asks import Admission
 from airlock.approval.denials import NOT_A_PERSON
-from airlock.approval.granting import GrantBook
+from airlock.approval.parts import Books, Live, Outside
 from airlock.approval.pending import Pending, bind_binaries, check_chains, describe_binaries
 from airlock.approval.reviewing import Reviewing
 from airlock.approval.rules import Decision, Policy
-from airlock.approval.signed import Ledger
-from airlock.approval.table import PendingTable, withdraw_when_gone
-from airlock.approval.tickets import TicketBook
+from airlock.approval.table import PendingTable
+from airlock.approval.transitions import SHARED, Outcome
 from airlock.approval.verdict import HOLD_RULE, LEDGER_STATE, By, Decided, Ruling, asking_rules, verdict
 from airlock.approval.votes import Votes
 from airlock.common import arguments, validate
-from airlock.common.audit import Audit, Ids, marks_of
+from airlock.common.audit import Ids, marks_of
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.fileop_spec import FileSpec
-from airlock.common.ipc import Client
 from airlock.common.peer import Peer
 from airlock.common.server import Call
 from airlock.common.spec import ExecSpec
@@ -61,47 +58,28 @@ class Deciding:
     """intake's verbs (``decide``, ``withdraw``) and the wait for operators, handed what they share."""
 
     def __init__(
-        self,
-        settings: Callable[[], Config],
-        policy: Callable[[], Policy],
-        notifier: Callable[[], hook.NotifyCommand],
-        audit: Audit,
-        runner: Client,
-        log: Any,
-        *,
-        pending: PendingTable,
-        asks: AskLimits,
-        book: TicketBook,
-        grants: GrantBook,
-        votes: Votes,
-        reviewing: Reviewing,
-        ledger: Ledger,
+        self, live: Live, outside: Outside, pending: PendingTable, books: Books, votes: Votes, reviewing: Reviewing
     ) -> None:
-        # What a reload replaces is read when used: a pending request keeps what it was given.
-        self._settings, self._policy, self._notifier = settings, policy, notifier
-        self.audit = audit
-        self.runner = runner  # inspect (a root job's arguments) and a file operation's preview
-        self.log = log
-        self.pending = pending
-        self.asks = asks
-        self.book = book
-        self.grants = grants
+        self.live = live  # what a reload replaces is read when used: a pending request keeps what it was given
+        self.audit, self.log = outside.audit, outside.log
+        self.runner = outside.runner  # inspect (a root job's arguments) and a file operation's preview
+        self.pending = pending  # settles every pending request (table.py)
+        self.asks, self.book, self.grants, self.ledger = books.asks, books.tickets, books.grants, books.ledger
         self.votes = votes
         self.reviewing = reviewing
-        self.ledger = ledger
         self.announcing: set[asyncio.Future[None]] = set()  # promote.announce tasks, held until done
 
     @property
     def config(self) -> Config:
-        return self._settings()
+        return self.live.config
 
     @property
     def policy(self) -> Policy:
-        return self._policy()
+        return self.live.policy
 
     @property
     def notifier(self) -> hook.NotifyCommand:
-        return self._notifier()
+        return self.live.notifier
 
     async def decide(self, call: Call, args: wire.Decide) -> wire.Decided:
         """intake's request to decide (`wire.approval.DECIDE`): the typed message is the door's check of
@@ -129,7 +107,8 @@ class Deciding:
         # What approval resolved beyond the request, bound to the ticket and enforced by the runner.
         bound: dict[str, Any] = {}
         if isinstance(spec, ExecSpec) and decision.decision != "deny":
-            bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0)
+            # Root's checks for root's jobs and for another account's (issue 48), as the runner's JobSpec.trusted.
+            bound["binaries"] = bind_binaries(decision, privileged=spec.run_as == 0 or spec.privileged)
             if any(stage.sandbox for stage in decision.stages):
                 # The runner applies exactly the confinement approval saw (issue 22).
                 bound["sandbox"] = [dict(stage.sandbox or {}) for stage in decision.stages]
@@ -144,7 +123,7 @@ class Deciding:
                     decision = dataclasses.replace(decision, decision="ask")
             if spec.privileged and decision.decision == "ask":
                 check_chains(decision)  # not worth an operator's time if the runner will refuse it
-        await self.book.hold_restored()
+        held = (await self.book.current()).held
         asked = Asked(
             request,
             spec,
@@ -158,23 +137,28 @@ class Deciding:
             # mark, so none is journaled (nor a ticket issued) if the journal lost it.
             marks_of(list(args.after)),
         )
-        ruling = self._rule_on(asked)
+        ruling = self._rule_on(asked, held)
         if ruling.problem is not None:
             await self.votes.deny_for_reason(decision, ruling.problem, asked.ids, after=asked.after)
         if ruling.by is By.GRANT:
             return await self._allow_by_grant(asked, ruling)
         if ruling.decided is Decided.ASK:
+            if not args.wait:  # `sudo -n` (issue 48): nobody is asked, nothing waits
+                raise AirlockError(
+                    ErrorCode.APPROVAL_REQUIRED,
+                    f"a person would be asked (rule {ruling.rule!r}) and the request said not to wait",
+                    {"rule": ruling.rule},
+                )
             return await self._ask(call, asked, ruling.rule)
         return await self._by_policy(asked, ruling)
 
-    def _rule_on(self, asked: Asked) -> Ruling:
+    def _rule_on(self, asked: Asked, held: bool) -> Ruling:
         """The verdict (`verdict.verdict`) on a request as it arrives.
 
         Synchronous from the grant's lookup to its use (`_allow_by_grant` takes
         it before any await): two requests racing for a grant's last use
         cannot both have it.
         """
-        held = self.book.held
         decision, spec = asked.decision, asked.spec
         requirement = self.policy.requirement(decision)
         problem = None
@@ -381,12 +365,12 @@ class Deciding:
             bound=bound,
             created=now,
             expires=now + timeout,
-            future=asyncio.get_running_loop().create_future(),
         )
         key = (peer.uid, entry.request_id)
         if key in self.pending:  # the same agent's: another agent's ID is no concern of this one's
             raise AirlockError(ErrorCode.CONFLICT, "a request with this ID is already pending")
-        rule = HOLD_RULE if self.book.held and decision.decision == "allow" else decision.rule
+        held = (await self.book.current()).held
+        rule = HOLD_RULE if held and decision.decision == "allow" else decision.rule
         entry.rule = rule
         entry.privileged, entry.run_as, entry.run_as_user = spec.privileged, spec.run_as, user_name(spec.run_as)
         entry.stdin = spec.stdin if isinstance(spec, ExecSpec) else None
@@ -417,22 +401,21 @@ class Deciding:
             self.notifier.pending(fileop_review.for_observer(entry.to_dict(now)) | {"event": "pending"})
         # The request belongs to a live client: when intake's call is gone
         # (the agent went away or cancelled), the request is withdrawn.
-        watch = asyncio.ensure_future(withdraw_when_gone(call, entry))
-        verdict: str
-        operator_uid: int | None
-        verdict, by, operator_uid, reason = Decided.INTERRUPTED, "", None, ""  # should the wait itself be cancelled
+        watch = asyncio.ensure_future(self.pending.withdraw_when_gone(call, entry))
         try:
             await call.emit(
                 "pending_approval", {"request_id": entry.request_id, "rule": rule, "timeout_seconds": timeout}
             )
-            verdict, by, operator_uid, reason = await asyncio.wait_for(asyncio.shield(entry.future), timeout)
-        except TimeoutError:
-            verdict, by, operator_uid, reason = Decided.TIMEOUT, "timeout", None, ""
+            await self.pending.outcome(entry, timeout)  # a timeout settles it as timed out
         finally:
             watch.cancel()
+            self.pending.settle_open(entry, Outcome(Decided.INTERRUPTED, ""))  # the wait itself was cancelled
             if self.pending.get(key) is entry:
                 del self.pending[key]
-            promoted = self.pending.settle_followers(entry, key, (verdict, by, operator_uid, reason))
+            ended = entry.ended
+            assert ended is not None
+            # An allow or deny was shared with the attached requests by the table; otherwise one leads now.
+            promoted = self.pending.promote(entry) if ended.decided not in SHARED or entry.solo else None
             if promoted is not None:  # a question of its own now: operators are called for it
                 # In the background: the leader's own answer does not wait for the promotion's record.
                 told = promote.announce(
@@ -441,8 +424,9 @@ class Deciding:
                 self.announcing.add(task := asyncio.ensure_future(told))
                 task.add_done_callback(self.announcing.discard)
             if entry.published is not None:
-                self.ledger.settle(entry.published, LEDGER_STATE.get(verdict, "decided"))
-        decided = Decided(verdict)  # one of the registry: anything else is a bug, not a decision
+                self.ledger.settle(entry.published, LEDGER_STATE.get(ended.decided, "decided"))
+        decided, by, operator_uid, reason = ended.decided, ended.by, ended.operator_uid, ended.reason
+        verdict = decided.value
         if decided is Decided.INTERRUPTED:
             raise AirlockError(
                 ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from airlock.approval import verdict as ruling
-from airlock.approval.asked import subject_of
+from airlock.approval.asked import subject_of, user_name
 from airlock.approval.rules import DEFAULT_RULE, UNRESOLVED_RULE, Policy
 from airlock.approval.tickets import TicketBook
 from airlock.common import validate
@@ -60,13 +60,13 @@ async def explain(approval: Deciding, call: Call, args: wire.Explain) -> wire.Ex
             )
         )
     requirement = approval.policy.requirement(decision)
-    held = approval.book.held
+    held = (await approval.book.current()).held  # after the start's restore, as decide reads it
     verdict = ruling.verdict(decision, held, None, requirement).decided.value
     return wire.Explained(
         decision=verdict,
         rule=decision.rule,
         stages=tuple(stages),
-        run_as="root" if spec.run_as == 0 else peer.user,
+        run_as="root" if spec.run_as == 0 else (user_name(spec.run_as) if spec.user is not None else peer.user),
         searched=default_path(spec.run_as),
         approvals_needed=requirement.approvals if verdict == "ask" else 0,
         held=held,

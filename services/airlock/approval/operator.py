@@ -21,75 +21,55 @@ from typing import Any
 
 from airlock.approval import ballot, fileop_review, quorum, refs
 from airlock.approval.asked import subject_of
-from airlock.approval.granting import GrantBook
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.output import OutputReads
+from airlock.approval.parts import Books, Live, Outside
 from airlock.approval.passkeyimport import PasskeyImport
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
 from airlock.approval.servicestate import services_state
-from airlock.approval.sessions import SessionTokens
-from airlock.approval.signed import Ledger
 from airlock.approval.table import PendingTable, check_expected
-from airlock.approval.tickets import TicketBook
 from airlock.approval.tokens import unauthorized
+from airlock.approval.transitions import Outcome
+from airlock.approval.verdict import Decided
 from airlock.approval.votes import Signed, Votes
 from airlock.common import trail, validate
-from airlock.common.audit import Audit, Ids
+from airlock.common.audit import Ids
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client
-from airlock.common.peer import Peer, identify, may_decide, user_name
+from airlock.common.peer import Peer, identify, may_decide
 from airlock.common.server import Call, Verb
 from airlock.common.spec import ExecSpec
 from airlock.common.wire import journal as jwire
 from airlock.common.wire import operator as op
 from airlock.common.wire import runner as runner_wire
 from airlock.common.wire import verb as wire
-from airlock.common.wire.verb import Caller, Empty, Stub
+from airlock.common.wire.verb import Caller, Empty
 
 
 class Operating:
     """The operators' verbs on operator.sock, handed what they share with intake's side."""
 
     def __init__(
-        self,
-        settings: Callable[[], Config],
-        policy: Callable[[], Policy],
-        audit: Audit,
-        journal: Stub,
-        runner: Client,
-        *,
-        pending: PendingTable,
-        book: TicketBook,
-        grants: GrantBook,
-        votes: Votes,
-        ledger: Ledger,
-        passkeys: Passkeys,
-        sessions: SessionTokens,
+        self, live: Live, outside: Outside, pending: PendingTable, books: Books, votes: Votes, passkeys: Passkeys
     ) -> None:
-        self._settings, self._policy = settings, policy  # a reload replaces them: read when used
-        self.audit = audit
-        self.journal = journal
-        self.runner = runner
-        self.lookup = JournalLookup(journal)
-        self.pending = pending
-        self.book = book
-        self.grants = grants
+        self.live = live  # a reload replaces config and policy: read when used
+        self.audit, self.journal, self.runner = outside.audit, outside.journal, outside.runner
+        self.lookup = JournalLookup(outside.journal)
+        self.pending = pending  # settles every pending request (table.py)
+        self.book, self.grants, self.ledger, self.sessions = books.tickets, books.grants, books.ledger, books.sessions
         self.votes = votes
-        self.ledger = ledger
         self.passkeys = passkeys
-        self.sessions = sessions
-        self.outputs = OutputReads(audit, runner, self._request_events)
+        self.outputs = OutputReads(outside.audit, outside.runner, self._request_events)
 
     @property
     def config(self) -> Config:
-        return self._settings()
+        return self.live.config
 
     @property
     def policy(self) -> Policy:
-        return self._policy()
+        return self.live.policy
 
     async def _settle(self, call: Call, verdict: str) -> dict[str, Any]:
         if call.args.get("signature") is not None:
@@ -111,7 +91,7 @@ class Operating:
         operator = call.peer
         if operator.uid == entry.peer.uid and not self.config.approval.allow_self_approval and verdict == "allow":
             raise AirlockError(ErrorCode.UNAUTHORIZED, "operators cannot approve their own requests")
-        if entry.future.done():
+        if not self.pending.is_open(entry):
             raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
         voter = quorum.Voter(operator.uid, operator.user, frozenset(operator.groups))  # the person is the account
         grant = None
@@ -134,9 +114,9 @@ class Operating:
             | ballot.progress(entry, verdict)
             | ({"grant_id": grant.grant_id} if grant else {}),
         )
-        if grant is not None and not entry.future.done():
+        if grant is not None and self.pending.is_open(entry):
             await self.grants.make(grant, ids, operator.user, reason)
-        out = ballot.count(self.config.approval, entry, verdict, voter, reason)
+        out = ballot.count(self.config.approval, self.pending, entry, verdict, voter, reason)
         return out | ({"grant": grant.to_dict()} if grant is not None else {})
 
     async def approve(self, call: Call) -> dict[str, Any]:
@@ -176,15 +156,15 @@ class Operating:
         return listed | ({"policy_note": note} if note else {})
 
     async def status(self, call: Call) -> dict[str, Any]:
-        await self.book.hold_restored()
+        hold = await self.book.current()
         now = time.time()
-        held = self.book.held
+        held = hold.held
         return {
             "hold": held,
-            "hold_reason": self.book.hold_reason,
-            "hold_by": self.book.hold_by.get("operator") if held else None,
-            "hold_uid": self.book.hold_by.get("uid") if held else None,
-            "hold_since": self.book.hold_by.get("since") if held else None,
+            "hold_reason": hold.reason,
+            "hold_by": hold.by.get("operator") if held else None,
+            "hold_uid": hold.by.get("uid") if held else None,
+            "hold_since": hold.by.get("since") if held else None,
             "pending": len(self.pending),
             "config_refused": self.config.refused or None,  # issue 44: running on a kept copy or the defaults
             "tokens": self.sessions.store.live(now),
@@ -219,13 +199,13 @@ class Operating:
         spec = ExecSpec(mode="exec", stages=stages, privileged=privileged, uid=peer.uid, cwd=cwd, stdin=stdin)
         subject = subject_of(peer, spec, validate.optional_text("session", a.get("session")))
         decision = self.policy.decide(subject, stages)
-        await self.book.hold_restored()
+        held = (await self.book.current()).held
         # Issue 34: what the reviewer may do with it, and what each matching shadow rule would decide.
         extra: dict[str, Any] = {"shadow": self.policy.shadow_verdicts(subject, stages)}
         if decision.decision == "ask":
             extra["reviewer_may"] = self.policy.reviewer_may(decision)
         extra |= {"checked_as": {"user": user, "uid": peer.uid}, "policy_note": self.policy.standing.sentence()}
-        return decision.to_dict() | {"hold": self.book.held, "warnings": list(self.policy.warnings)} | extra
+        return decision.to_dict() | {"hold": held, "warnings": list(self.policy.warnings)} | extra
 
     async def events(self, call: Call) -> dict[str, Any]:
         unknown = sorted(set(call.args) - {"after", "tail", "limit", "scope"})
@@ -235,7 +215,7 @@ class Operating:
 
     async def show(self, call: Call) -> dict[str, Any]:
         """A request's story by its request or operation ID; a person may type a unique prefix of a
-        request pending now (refs.py), never of an operation ID or a settled request."""
+        request pending now (refs.py), else of one request in the journal (lookup.py), never of an operation ID."""
         ref = validate.text("ref", call.args.get("ref"), max_len=256, allow_empty=False)
         now = time.time()
         if call.args.get("stdin") is True:  # issue 45: a pending request's whole stdin, operators only
@@ -246,55 +226,27 @@ class Operating:
         for entry in self.pending.values():
             if ref == entry.operation_id:
                 return self._shown(call, await self._show_pending(entry, now))
-        events = await self._one_agents_events(ref)
-        if not events:
-            events = await self.lookup.operation_events(ref)
+        events = await self.lookup.one_agents(ref) or await self.lookup.operation_events(ref)
         if events:
             return trail.summarise(events)
         settled, unsure = self.ledger.settled_since(now - refs.window(self.config.approval.timeout_seconds))
-        entry = refs.by_prefix(ref, self.pending.values(), settled, unsure)
+        try:
+            entry = refs.by_prefix(ref, self.pending.values(), settled, unsure)
+        except AirlockError as exc:
+            # No pending request starts so: one request in the journal may (issue 44), else not found.
+            events = await self.lookup.prefixed(ref) if exc.code is ErrorCode.NOT_FOUND else []
+            if not events:
+                raise
+            return trail.summarise(events)
         return self._shown(call, await self._show_pending(entry, now))
 
     async def _request_events(self, ref: str) -> list[dict[str, Any]]:
-        """A request's events by request ID (or ``AGENT/ID``), else by operation ID: for output.py."""
-        return await self._one_agents_events(ref) or await self.lookup.operation_events(ref)
-
-    async def _one_agents_events(self, ref: str) -> list[dict[str, Any]]:
-        """The journal events of the request ``ref`` names: an ID one agent used, or ``AGENT/ID``.
-
-        Request IDs are each agent's own (issue 27): an ID several agents used
-        names several stories, and is refused with their owners.
-        """
-        events = await self.lookup.request_events(ref)
-        if not events and "/" in ref:
-            owner, _, bare = ref.partition("/")
-            uid = refs.agent_uid(owner)
-            return (
-                [e for e in await self.lookup.request_events(bare) if refs.belongs_to(e, uid)]
-                if uid is not None
-                else []
-            )
-        owners: list[int] = sorted(
-            {
-                e["peer_uid"]
-                for e in events
-                if e.get("kind") == "request.received" and isinstance(e.get("peer_uid"), int)
-            }
+        """A request's events by request ID (or ``AGENT/ID``), operation ID or a prefix naming one: for output.py."""
+        return (
+            await self.lookup.one_agents(ref)
+            or await self.lookup.operation_events(ref)
+            or await self.lookup.prefixed(ref)
         )
-        if len(owners) > 1:
-            names = [user_name(uid) for uid in owners]
-            raise AirlockError(
-                ErrorCode.CONFLICT,
-                f"request ID {ref!r} was used by {len(owners)} agents ("
-                + ", ".join(f"{n} uid {u}" for n, u in zip(names, owners, strict=True))
-                + "); name one as AGENT/ID: "
-                + ", ".join(f"{n}/{ref}" for n in names),
-                {
-                    "owners": [{"user": n, "uid": u} for n, u in zip(names, owners, strict=True)],
-                    "references": [f"{n}/{ref}" for n in names],
-                },
-            )
-        return events
 
     async def _show_pending(self, entry: Pending, now: float) -> dict[str, Any]:
         # Only this agent's story: another agent may have used the same request ID.
@@ -334,7 +286,7 @@ class Operating:
                 {"owners": [{"user": p.peer.user, "uid": p.peer.uid} for p in waiting]},
             )
         named = next((p for p in self.pending.values() if p.request_id == op), None)
-        if not waiting and named is not None and not named.future.done():
+        if not waiting and named is not None and self.pending.is_open(named):
             # A person typed the request ID `airlock pending` shows: say which ID cancel takes,
             # rather than the runner's "not running" (the walk of issue 32).  Nothing is decided.
             raise AirlockError(
@@ -349,11 +301,11 @@ class Operating:
             payload={"action": "cancel", "operator": operator.user, "reason": reason}
             | ({"agent_uid": waiting[0].peer.uid} if waiting else {}),
         )
-        if waiting and not waiting[0].future.done():
+        if waiting and self.pending.is_open(waiting[0]):
             # Not running yet: cancelling a pending request is denying it.
             why = "cancelled by the operator" + (f": {reason}" if reason else "")
             waiting[0].solo = True  # one operation: requests attached to it keep waiting (issue 34)
-            waiting[0].future.set_result(("deny", operator.user, operator.uid, why))
+            self.pending.settle(waiting[0], Outcome(Decided.DENY, operator.user, operator.uid, why))
             return {"operation_id": op, "cancelling": True, "was": "pending"}
         data = await runner_wire.stub(self.runner).call(runner_wire.CANCEL, runner_wire.Cancel(op))
         return data.to_dict() | {"was": "running"}

@@ -360,7 +360,7 @@ class Passkeys:
             if self.keys.role(enrolled.account) != "operator":
                 raise no("not_operator", f"{enrolled.account!r} is not an operator: an observer's passkey only views")
             person = _person(enrolled.account)
-            if entry.future.done():
+            if not self.pending.is_open(entry):
                 raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
             voter = quorum.Voter(person.uid, person.user, frozenset(person.groups))  # the person is the account
             grant = None
@@ -409,9 +409,9 @@ class Passkeys:
             | ({"grant_id": grant.grant_id} if grant else {})
             | ({"group": group.journaled(entry.published.statements[decision].to_bytes())} if group else {}),
         )
-        if grant is not None and not entry.future.done():
+        if grant is not None and self.pending.is_open(entry):
             await self.grants.make(grant, ids, person.user, reason)
-        out = ballot.count(self.config.approval, entry, decision, voter, reason)
+        out = ballot.count(self.config.approval, self.pending, entry, decision, voter, reason)
         by = {"user": person.user, "uid": person.uid, "credential_id": enrolled.credential_id}
         return out | {"by": by} | ({"grant": grant.to_dict()} if grant is not None else {})
 

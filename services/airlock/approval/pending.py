@@ -20,6 +20,7 @@ from airlock.approval import quorum
 from airlock.approval.rules import Decision
 from airlock.approval.signed import Published
 from airlock.approval.statement import SIGN_COMMAND
+from airlock.approval.transitions import Outcome, State
 from airlock.common import binary, interp, shown
 from airlock.common.codec import canonical_json
 from airlock.common.errors import AirlockError, ErrorCode
@@ -38,7 +39,6 @@ class Pending:
     bound: dict[str, Any]
     created: float
     expires: float
-    future: asyncio.Future[tuple[str, str, int | None, str]] = field(repr=False)
     rule: str = ""
     binaries: list[dict[str, Any]] = field(default_factory=list)
     # From the checked spec (exec or file), not the raw request: what the operator must see.
@@ -55,6 +55,11 @@ class Pending:
     attached_to: tuple[int, str] | None = None
     decided_with: str = ""  # the request whose decision decided this one
     solo: bool = False  # decided for itself alone (an operator's cancel): its followers keep waiting
+    # Issue 47: where it stands (approval/transitions.py) and how it ended.  Only `PendingTable` moves
+    # them (table.py: settle, outcome); everyone else asks the table (`is_open`).
+    state: State = State.PENDING
+    ended: Outcome | None = None
+    _waiter: asyncio.Future[Outcome] | None = field(default=None, init=False, repr=False, compare=False)
     # Issue 45: a command's whole stdin (base64), for operators' `show ID --stdin` only; views hold its digest.
     stdin: str | None = field(default=None, repr=False)
 

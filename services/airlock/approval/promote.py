@@ -18,6 +18,7 @@ from typing import Any
 from airlock.approval import fileop_review, hook
 from airlock.approval.asked import journaled_request
 from airlock.approval.pending import Pending
+from airlock.approval.table import PendingTable
 from airlock.approval.votes import Votes
 from airlock.common.audit import Audit, Ids
 from airlock.common.errors import AirlockError
@@ -46,7 +47,7 @@ async def announce(
     session: str | None,
 ) -> None:
     """``promoted`` was attached to ``leader``, which left undecided: tell operators of it as of a new question."""
-    if promoted.future.done():
+    if not PendingTable.is_open(promoted):
         return  # decided (or withdrawn) before this ran: a pending message now would be a stale one
     now = time.time()
     log.info(

@@ -18,7 +18,8 @@ request and ask before acting on its exact ID and digest).  `by_prefix`
 matches only requests pending now, never an operation ID or a settled
 request, needs exactly one match, and refuses a prefix that also named a
 request settled within the last `window` seconds: what the person read may
-have been that one.
+have been that one.  Only when no pending request starts so does `show` look
+for a settled one in the journal (approval/lookup.py `prefixed`): reading, never deciding.
 
 Pure: no I/O.
 """

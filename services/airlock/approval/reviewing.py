@@ -86,7 +86,7 @@ class Reviewing:
         if not settings.reviewer_command:
             return None
         # During a hold nothing automatic allows: the reviewer only advises, as on a hold's own asks.
-        may = "advise" if rule == "hold" or self.book.held else self.policy.reviewer_may(decision)
+        may = "advise" if rule == "hold" or (await self.book.current()).held else self.policy.reviewer_may(decision)
         text = reviewer.statement(
             request_id=str(request.get("request_id") or ""),
             request=fileop_review.without_content(request),

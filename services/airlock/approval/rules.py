@@ -59,6 +59,7 @@ class Subject:
     session: str | None
     privileged: bool
     target_uid: int
+    target_user: str = ""  # the target account's name ("" unknown): a rule's run_as may name it
     # Issue 45: the job's directory as asked (None: none given) and the sha256 of its stdin (None: none).
     cwd: str | None = None
     stdin_sha256: str | None = None
@@ -96,6 +97,9 @@ class Rule:
     # sha256 ("sha256:HEX"; "none": no stdin).  None: any.
     cwd: str | None = None
     stdin: str | None = None
+    # Issue 48 (sudo's Runas_Spec): the accounts a privileged job may run as (names or uids, "root"
+    # among them or not); None: root alone.  A job as another account meets only rules that name it.
+    run_as: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         # Rules built in code (tests, tools) get the same guarantees as parsed
@@ -124,7 +128,15 @@ class Rule:
             return False
         if self.stdin is not None and self.stdin != _stdin_of(subject):
             return False
+        if subject.privileged and not self.runs_as(subject):
+            return False
         return self.privileged is None or self.privileged == subject.privileged
+
+    def runs_as(self, subject: Subject) -> bool:
+        """Whether a privileged job of ``subject`` runs as an account this rule allows (root without run_as)."""
+        if self.run_as is None:
+            return subject.target_uid == 0
+        return str(subject.target_uid) in self.run_as or (subject.target_user or "\0") in self.run_as
 
     # A rule naming only ``files:`` must not become "any command" (nor one naming
     # only ``commands:`` "any file"): absent means any only when both are absent.
@@ -159,6 +171,8 @@ class Rule:
                 out[key] = sorted(value)
         if self.privileged is not None:
             out["privileged"] = self.privileged
+        if self.run_as is not None:
+            out["run_as"] = sorted(self.run_as)
         if self.commands is not None:
             out["commands"] = [list(p) for p in self.commands]
         if self.files is not None:
@@ -280,12 +294,16 @@ class Policy:
             argv = tuple(stage)
             resolved = resolve(argv[0], search_path)
             hits = [r for r in applicable if r.matches_command(resolved, argv[1:])]
-            # An unresolvable argv[0] can match only rules without commands; if
-            # none does it is denied, whatever the default: it cannot run, and
-            # nothing that appears there later was ever approved.
+            # An unresolvable argv[0] can match only rules without commands; unless
+            # one of them denies it, it is denied as unresolved, whatever the default
+            # or a rule's allow or ask: it cannot run (the agent is told "command not
+            # found", exit 127, not spawn_failed: issue 44), and nothing that appears
+            # there later was ever approved.
             default: Verdict = self.default if resolved is not None else "deny"
             unmatched = DEFAULT_RULE if resolved is not None else UNRESOLVED_RULE
             verdict, rule, names = _decide_one(hits, default, unmatched)
+            if resolved is None and verdict != "deny":
+                verdict, rule = "deny", UNRESOLVED_RULE
             deciding = [r for r in hits if r.decision == verdict]
             confined = merge_sandboxes(r.sandbox for r in deciding)
             deciding_names = tuple(sorted(r.name for r in deciding))

@@ -32,6 +32,7 @@ from airlock.approval.asks import AskLimits
 from airlock.approval.decide import Deciding
 from airlock.approval.granting import GrantBook
 from airlock.approval.operator import Operating
+from airlock.approval.parts import Books, Outside
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.policy import PolicyError, load_policy_texts, policy_from_texts
 from airlock.approval.reviewing import Reviewing
@@ -104,53 +105,16 @@ class Approval:
         self.passkeys = Passkeys(
             lambda: self.config, self.audit, self.runner, self.log, self.host, self.pending, self.grants
         )
-        self.votes = Votes(
-            lambda: self.config,
-            self.audit,
-            self.journal,
-            self.log,
-            self.host,
-            self.ledger,
-            self.book,
-            self.pending,
-            self.grants,
-        )
-        self.operating = Operating(
-            lambda: self.config,
-            lambda: self.policy,
-            self.audit,
-            self.journal,
-            self.runner,
-            pending=self.pending,
-            book=self.book,
-            grants=self.grants,
-            votes=self.votes,
-            ledger=self.ledger,
-            passkeys=self.passkeys,
-            sessions=self.sessions,
-        )
-        self.deciding = Deciding(
-            lambda: self.config,
-            lambda: self.policy,
-            lambda: self.notifier,
-            self.audit,
-            self.runner,
-            self.log,
-            pending=self.pending,
-            asks=self.asks,
-            book=self.book,
-            grants=self.grants,
-            votes=self.votes,
-            reviewing=self.reviewing,
-            ledger=self.ledger,
-        )
+        outside = Outside(self.audit, self.journal, self.runner, self.log, self.host)
+        books = Books(self.book, self.grants, self.ledger, self.asks, self.sessions)
+        self.votes = Votes(self, outside, self.pending, books)
+        self.operating = Operating(self, outside, self.pending, books, self.votes, self.passkeys)
+        self.deciding = Deciding(self, outside, self.pending, books, self.votes, self.reviewing)
 
     # --- lifecycle ---------------------------------------------------------------
 
     def interrupt_pending(self) -> None:
-        for entry in self.pending.values():
-            if not entry.future.done():
-                entry.future.set_result(("interrupted", "shutdown", None, ""))
+        self.pending.interrupt_all()
 
     async def reload(self) -> None:
         """``systemctl reload``: the policy and every ``approval.*`` setting, live.

@@ -11,10 +11,13 @@ it refuses.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from airlock.approval import refs
 from airlock.approval.pending import Pending, ticket_binding
+from airlock.approval.transitions import SHARED, Outcome, State, move
+from airlock.approval.verdict import Decided
 from airlock.common import shown, validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.errors import AirlockError, ErrorCode
@@ -53,15 +56,66 @@ class PendingTable(dict[tuple[int, str], Pending]):
         """Agent ``uid``'s own pending request ``request_id`` (an agent names only its own)."""
         return self.get((uid, request_id))
 
+    # --- settling: the only place a pending request's outcome is set (issue 47) ---------------------
+
+    @staticmethod
+    def is_open(entry: Pending) -> bool:
+        """Whether ``entry`` is still pending: nothing has settled it."""
+        return entry.state is State.PENDING
+
+    def settle(self, entry: Pending, outcome: Outcome) -> None:
+        """End ``entry`` with ``outcome``, as `transitions.MOVES` allows (else `IllegalMove`).
+
+        An allow or a deny is shared in the same call by the identical requests attached to it
+        (issue 34), unless it was decided for itself alone (``solo``: an operator's cancel); every
+        other end leaves them waiting, and `promote` makes the oldest a question of its own.
+        """
+        entry.state = move(entry.state, outcome.decided)
+        entry.ended = outcome
+        _waiter(entry).set_result(outcome)
+        if outcome.decided in SHARED and not entry.solo:
+            for follower in self._followers((entry.peer.uid, entry.request_id)):
+                follower.decided_with = entry.request_id
+                follower.tally = entry.tally  # who approved, for its own approval.decided
+                self.settle(follower, outcome)
+
+    def settle_open(self, entry: Pending, outcome: Outcome) -> bool:
+        """`settle` if ``entry`` is still open (a race someone else may have won: a second console,
+        a connection that closed as the decision came); False when it was settled already."""
+        if not self.is_open(entry):
+            return False
+        self.settle(entry, outcome)
+        return True
+
+    async def outcome(self, entry: Pending, wait: float) -> Outcome:
+        """Wait for ``entry``'s outcome; nobody deciding within ``wait`` seconds settles it as timed out."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(_waiter(entry)), wait)
+        except TimeoutError:
+            self.settle_open(entry, Outcome(Decided.TIMEOUT, "timeout"))
+            assert entry.ended is not None
+            return entry.ended
+
+    def interrupt_all(self) -> None:
+        """approval is stopping: every open request ends interrupted (its agent hears approval_interrupted)."""
+        for entry in list(self.values()):
+            self.settle_open(entry, Outcome(Decided.INTERRUPTED, "shutdown"))
+
     def withdraw(self, uid: int, request_id: str) -> bool:
         """Agent ``uid``'s own request ``request_id`` is withdrawn (out of the table at once: from now on an
         approve finds nothing); False when it is not pending, or already decided."""
         entry = self.own(uid, request_id)  # only that agent's own request
-        if entry is None or entry.future.done():
+        if entry is None or not self.is_open(entry):
             return False
         del self[(uid, request_id)]
-        entry.future.set_result(("withdrawn", "agent", None, "withdrawn by the agent before a decision"))
+        self.settle(entry, Outcome(Decided.WITHDRAWN, "agent", None, "withdrawn by the agent before a decision"))
         return True
+
+    async def withdraw_when_gone(self, call: Call, entry: Pending) -> None:
+        """Withdraw a pending request once the connection that asked for it has closed."""
+        await call.connection.wait_gone()
+        gone = Outcome(Decided.WITHDRAWN, "agent", None, "the requesting agent went away before a decision")
+        self.settle_open(entry, gone)
 
     def waiting(self, uid: int) -> int:
         """How many of agent ``uid``'s requests are pending."""
@@ -82,7 +136,7 @@ class PendingTable(dict[tuple[int, str], Pending]):
                 other is not entry
                 and other.peer.uid == entry.peer.uid
                 and other.attached_to is None
-                and not other.future.done()
+                and self.is_open(other)
                 and (other.request.get("session") or None) == session
                 and other.rule == entry.rule
                 and other.tally is not None
@@ -96,31 +150,29 @@ class PendingTable(dict[tuple[int, str], Pending]):
     def leading(self, key: tuple[int, str]) -> bool:
         """Whether the request under ``key`` is pending now, undecided, and leads (is attached to none)."""
         leader = self.get(key)
-        return leader is not None and not leader.future.done() and leader.attached_to is None
+        return leader is not None and self.is_open(leader) and leader.attached_to is None
 
-    def settle_followers(
-        self, entry: Pending, key: tuple[int, str], outcome: tuple[str, str, int | None, str]
-    ) -> Pending | None:
-        """The leader ``entry`` left pending with ``outcome``: an operator's (or a quorum's) allow or deny decides
-        its attached requests too; otherwise (withdrawn, expired, interrupted, cancelled alone) the oldest
-        attached one becomes a pending question of its own and leads the rest (returned: operators are to be
-        called for it).  Synchronous: nothing decides a follower between the leader's decision and this."""
-        followers = sorted(
-            (p for p in self.values() if p.attached_to == key and not p.future.done()), key=lambda p: p.created
-        )
+    def _followers(self, key: tuple[int, str]) -> list[Pending]:
+        return sorted((p for p in self.values() if p.attached_to == key and self.is_open(p)), key=lambda p: p.created)
+
+    def promote(self, entry: Pending) -> Pending | None:
+        """The leader ``entry`` left pending without a shared decision (withdrawn, timed out, interrupted,
+        cancelled alone): the oldest attached request becomes a question of its own and leads the rest
+        (returned: operators are to be called for it).  Synchronous: nothing decides a follower meanwhile."""
+        followers = self._followers((entry.peer.uid, entry.request_id))
         if not followers:
-            return None
-        if outcome[0] in ("allow", "deny") and not entry.solo:
-            for follower in followers:
-                follower.decided_with = entry.request_id
-                follower.tally = entry.tally  # who approved, for its own approval.decided
-                follower.future.set_result(outcome)
             return None
         first = followers[0]
         first.attached_to = None
         for follower in followers[1:]:
             follower.attached_to = (first.peer.uid, first.request_id)
         return first
+
+
+def _waiter(entry: Pending) -> asyncio.Future[Outcome]:
+    if entry._waiter is None:
+        entry._waiter = asyncio.get_running_loop().create_future()
+    return entry._waiter
 
 
 async def check_expected(audit: Audit, call: Call, entry: Pending, action: str) -> None:
@@ -142,10 +194,3 @@ async def check_expected(audit: Audit, call: Call, entry: Pending, action: str) 
         },
     )
     raise refused
-
-
-async def withdraw_when_gone(call: Call, entry: Pending) -> None:
-    """Withdraw a pending request once the connection that asked for it has closed."""
-    await call.connection.wait_gone()
-    if not entry.future.done():
-        entry.future.set_result(("withdrawn", "agent", None, "the requesting agent went away before a decision"))

@@ -16,13 +16,15 @@ import hashlib
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airlock.approval import restore
 from airlock.approval.pending import Ticket, ticket_binding
 from airlock.approval.rules import Policy
 from airlock.approval.table import PendingTable
-from airlock.approval.verdict import HOLD_RULE, By, verdict
+from airlock.approval.transitions import Outcome
+from airlock.approval.verdict import HOLD_RULE, By, Decided, verdict
 from airlock.common import validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
@@ -33,6 +35,18 @@ from airlock.common.wire.verb import Stub
 
 # How long approval waits at start to read its hold state from the journal; then it starts held.
 HOLD_RESTORE_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """The hold as it stood when read: its reason (None: not held) and who set it."""
+
+    reason: str | None
+    by: Mapping[str, Any]
+
+    @property
+    def held(self) -> bool:
+        return self.reason is not None
 
 
 class TicketBook:
@@ -63,9 +77,14 @@ class TicketBook:
         }
         self._hold_known = asyncio.Event()
 
-    @property
-    def held(self) -> bool:
-        return self.hold_reason is not None
+    async def current(self) -> Hold:
+        """The hold now: the one way to read it, so no reader sees the start's "restoring" hold (issue 44).
+
+        Waits until `restore_hold` has read the journal's state at start
+        (bounded by its own journal call); afterwards it returns at once.
+        """
+        await self._hold_known.wait()
+        return Hold(self.hold_reason, dict(self.hold_by))
 
     def issue(self, digest: str, bound: Mapping[str, Any], *, by_policy: bool, mark: str | None = None) -> str:
         """A single-use ticket for exactly this binding, valid ``approval.ticket_ttl_seconds``."""
@@ -84,7 +103,7 @@ class TicketBook:
         binding = ticket_binding(digest, bound)
         if entry is None or entry.expires < time.monotonic() or not secrets.compare_digest(entry.binding, binding):
             raise AirlockError(ErrorCode.INVALID_TICKET, "the approval ticket is not valid for this request")
-        if entry.by_policy and self.hold_reason is not None:
+        if entry.by_policy and (await self.current()).held:
             # A rule allowed it just before the hold: the brake wins (the model's property P4).
             raise AirlockError(
                 ErrorCode.DENIED, "airlock is on hold: a rule's approval is not redeemed while held", {"rule": "hold"}
@@ -93,7 +112,7 @@ class TicketBook:
 
     async def hold(self, call: Call) -> dict[str, Any]:
         reason = validate.text("reason", call.args.get("reason"), max_len=4096, allow_empty=False)
-        await self.hold_restored()
+        await self.current()  # an operator's hold replaces the restored state, never the other way round
         since = iso_utc(timespec="seconds")
         # The brake takes effect at once, in memory, then is journaled, where the next
         # start reads it back.  The other order would let a rule's allow through while
@@ -109,7 +128,7 @@ class TicketBook:
         return {"hold": True, "reason": reason}
 
     async def release(self, call: Call) -> dict[str, Any]:
-        await self.hold_restored()
+        await self.current()
         # Durable first, then lifted: a release that cannot be journaled leaves it held.
         await self.audit.record(
             "operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user}
@@ -127,13 +146,13 @@ class TicketBook:
         released = []
         for entry in list(self.pending.values()):
             decision = entry.decision
-            if entry.rule != HOLD_RULE or entry.future.done():
+            if entry.rule != HOLD_RULE or not self.pending.is_open(entry):
                 continue
             # The same verdict a request arriving now would get, with the hold lifted: only the rule's own allow.
             if verdict(decision, False, None, self._policy().requirement(decision)).by is not By.POLICY:
                 continue
             why = f"the hold was released; rule {decision.rule!r} allows it"
-            entry.future.set_result(("allow", f"release by {call.peer.user}", call.peer.uid, why))
+            self.pending.settle(entry, Outcome(Decided.ALLOW, f"release by {call.peer.user}", call.peer.uid, why))
             released.append(entry.request_id)
         if released:
             self.log.info("approval.hold.released_waiting", count=len(released), operator=call.peer.user)
@@ -159,10 +178,6 @@ class TicketBook:
             self.log.error("approval.hold.unknown", error=exc.message, code=exc.code.value)
         finally:
             self._hold_known.set()
-
-    async def hold_restored(self) -> None:
-        # restore_hold always sets the event (its journal call has its own bound).
-        await self._hold_known.wait()
 
 
 def _ticket_key(ticket: str) -> str:

@@ -16,31 +16,28 @@ from __future__ import annotations
 import secrets
 import shlex
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from airlock.approval import ballot, quorum, refs, restore
 from airlock.approval import statement as statements
-from airlock.approval.granting import GrantBook
 from airlock.approval.grants import Grant
 from airlock.approval.grants import restore as restore_grants
+from airlock.approval.parts import Books, Live, Outside
 from airlock.approval.pending import Pending, ticket_binding
 from airlock.approval.rules import Decision
-from airlock.approval.signed import Ledger, RefusalLimit
+from airlock.approval.signed import RefusalLimit
 from airlock.approval.signers import Signer
 from airlock.approval.statement import SIGN_COMMAND
 from airlock.approval.table import PendingTable, check_expected
-from airlock.approval.tickets import TicketBook
 from airlock.common import shown, validate
 from airlock.common.arguments import describe as describe_argument
-from airlock.common.audit import Audit, Ids
+from airlock.common.audit import Ids
 from airlock.common.config import Config
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.peer import Peer, identify
 from airlock.common.server import Call
 from airlock.common.wire import approval as wire
-from airlock.common.wire.verb import Stub
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,38 +59,23 @@ RESTORE_SECONDS = 30.0
 class Votes:
     """Signatures, statements, a required reason's deny, and the grants' verbs."""
 
-    def __init__(
-        self,
-        settings: Callable[[], Config],
-        audit: Audit,
-        journal: Stub,
-        log: Any,
-        host: str,
-        ledger: Ledger,
-        book: TicketBook,
-        pending: PendingTable,
-        grants: GrantBook,
-    ) -> None:
-        self._settings = settings  # the configuration now (a reload replaces approval.*)
-        self.audit = audit
-        self.journal = journal
-        self.log = log
-        self.host = host
-        self.ledger = ledger  # published statements and used signatures (decide publishes, votes check)
-        self.book = book
-        self.pending = pending
-        self.grants = grants
+    def __init__(self, live: Live, outside: Outside, pending: PendingTable, books: Books) -> None:
+        self.live = live  # the configuration now (a reload replaces approval.*)
+        self.audit, self.journal, self.log, self.host = outside.audit, outside.journal, outside.log, outside.host
+        self.ledger = books.ledger  # published statements and used signatures (decide publishes, votes check)
+        self.book, self.grants = books.tickets, books.grants
+        self.pending = pending  # settles every pending request (table.py)
         self.refusals = RefusalLimit()  # refused signatures an agent carried, per uid
 
     @property
     def config(self) -> Config:
-        return self._settings()
+        return self.live.config
 
     def _schedule(self, grant: Grant, used: int = 0) -> None:
         self.grants.schedule(grant, used)
 
     async def list_grants(self, call: Call) -> dict[str, Any]:
-        await self.book.hold_restored()  # restored after the grants: the listing right after a restart is whole
+        await self.book.current()  # restored after the grants: the listing right after a restart is whole
         return {"grants": self.grants.listing(time.time())}
 
     async def revoke_grant(self, call: Call) -> dict[str, Any]:
@@ -291,7 +273,7 @@ class Votes:
                 )
             assert entry.published is not None
             verdict = await self.ledger.check(signature, signer, entry.published, decisions, time.time(), owner=owner)
-            if entry.future.done():
+            if not self.pending.is_open(entry):
                 raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
             voter = self._signed_voter(signer, carrier)
             # The reason is the approver's only when the person submits it on their own door;
@@ -342,7 +324,8 @@ class Votes:
         if reason and not approver_reason:
             payload["carrier_reason"] = reason
         await self.audit.record("operator.action", ids, payload=payload | ballot.progress(entry, verdict))
-        return ballot.count(self.config.approval, entry, verdict, voter, approver_reason) | {"signer": voter.to_dict()}
+        out = ballot.count(self.config.approval, self.pending, entry, verdict, voter, approver_reason)
+        return out | {"signer": voter.to_dict()}
 
 
 def _account(account: str) -> Peer | None:

@@ -23,7 +23,7 @@ EXIT_AIRLOCK_ERROR = 125
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    args = _run_args(ns)
+    args = run_args(ns)
     if args is None:
         return 2
     noticed = False
@@ -76,7 +76,7 @@ def _token(ns: argparse.Namespace) -> str | None:
     return read_token_file(ns.token_file)
 
 
-def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
+def run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
     """The exec request's arguments from the command line; None after reporting a usage error."""
     if ns.token is not None:
         _err(
@@ -92,8 +92,8 @@ def _run_args(ns: argparse.Namespace) -> dict[str, Any] | None:
         "privileged": not ns.no_privilege,
         "time": iso_utc(),
     }
-    for key in ("reason", "session", "cwd"):
-        if getattr(ns, key):
+    for key in ("reason", "session", "cwd", "user"):
+        if getattr(ns, key, None):
             args[key] = getattr(ns, key)
     if ns.timeout:
         args["timeout_ms"] = int(ns.timeout * 1000)
@@ -126,7 +126,7 @@ def exit_status(evidence: dict[str, Any]) -> int:
 
 def cmd_can(ns: argparse.Namespace) -> int:
     """`airlock can -- CMD`: the policy's answer for this request of yours, explained; nothing runs."""
-    args = _run_args(ns)
+    args = run_args(ns)
     if args is None:
         return 2
     for key in ("operation_id", "stream"):

@@ -258,9 +258,7 @@ def render(data: dict[str, Any]) -> str:
                 f"head {data.get('head_seq')} {data.get('head_hash')}"
             )
         else:
-            lines.append(
-                f"ok: {data.get('checked')} record(s) verified; head {data.get('head_seq')} {data.get('head_hash')}"
-            )
+            lines.append(f"ok: {_counted(data)}; head {data.get('head_seq')} {data.get('head_hash')}")
     else:
         lines.append(f"FAILED at record {data.get('first_bad_seq')}: {sanitise(str(data.get('reason')))}")
     anchors = data.get("anchors") or {}
@@ -283,6 +281,20 @@ def render(data: dict[str, Any]) -> str:
     if data.get("lifecycle"):
         lines.extend(render_lifecycle(data["lifecycle"]))
     return "\n".join(lines)
+
+
+def _counted(data: dict[str, Any]) -> str:
+    """How many records were verified: with ``--full``, the sealed segments' and the live one's, and the total
+    (issue 44: the live segment's count alone read as if it were all)."""
+    full = data.get("full") or {}
+    live = (full.get("live") or {}).get("checked") if isinstance(full.get("live"), dict) else None
+    if not full or not isinstance(live, int) or not isinstance(full.get("checked"), int):
+        return f"{data.get('checked')} record(s) verified"
+    sealed = int(full["checked"]) - live
+    return (
+        f"{full['checked']} record(s) verified in all: {sealed} in {full.get('segments')} sealed segment file(s) "
+        f"+ {live} in the live segment"
+    )
 
 
 def verify_segment(ns: argparse.Namespace) -> int:

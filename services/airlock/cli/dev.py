@@ -1,7 +1,7 @@
 """`airlock dev up`: the whole stack in the foreground, activated as systemd would.
 
 The supervisor binds every socket under the runtime folder, starts the four
-services as children and hands each its sockets through LISTEN_FDS,
+services and the exec-tree listener (airlock-exectree) as children and hands each its sockets through LISTEN_FDS,
 LISTEN_FDNAMES and LISTEN_PID (fds from 3 on, exactly as systemd does), and
 waits for each READY=1 on a notify socket of its own.  A service that dies is
 started again, like ``Restart=on-failure``; the sockets stay bound meanwhile,
@@ -20,32 +20,27 @@ When ``notify.channels`` is not empty, the relay (``airlock.relay``, the
 airlock-notify service) runs too, with no socket of its own, following the
 stack's own operator socket (it calls only the verbs an observer may; here it
 runs as the invoking user, who is an operator too); it is restarted when it
-fails.
+fails.  Its READY=1 follows an answer through approval from the journal, so it
+is waited for after the services, with its own bound, and socket activation
+goes on meanwhile (`Supervisor.wait_ready`).
 
 Built-in dev config: the invoking user is agent and operator and runs every
 service; unprivileged requests from that user are allowed.  A ``--config``
 file overrides it key by key, but state, logs and sockets always stay under
 the runtime folder.
 
-The runtime folder is trusted with root's power when dev up runs as root, so
-it must be safe in a shared ``/tmp`` (issue 39): dev up creates it 0700, or
-accepts an existing one only if it is a real directory of the invoking user's
-that nobody else may write to (OpenSSH's StrictModes rule); every file it
-writes there is opened with ``O_NOFOLLOW`` (the config by ``O_EXCL`` and a
-rename, so a planted link is replaced, never followed) and is 0600, as are its
-folders and logs.
+The runtime folder is trusted with root's power when dev up runs as root:
+`airlock.cli.devdir` makes it safe in a shared ``/tmp`` (issue 39).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import pwd
 import select
 import signal
 import socket
-import stat
 import struct
 import subprocess
 import sys
@@ -56,12 +51,15 @@ from typing import Any
 
 import yaml
 
+from airlock.cli.devdir import UnsafeRuntimeDir, open_log, prepare_runtime_dir, write_private
 from airlock.common import config as configuration
 from airlock.common.child import environment, stop_all
-from airlock.common.daemon import DOORS
+from airlock.common.daemon import DOORS, RELAY_READY_SECONDS
 from airlock.common.weblisten import bind_web
 
-SERVICES = ("journal", "approval", "runner", "intake")
+SERVICES = ("journal", "approval", "exectree", "runner", "intake")
+# A service whose module is not airlock.<name>: the exec-tree listener lives beside the runner that uses it.
+MODULES = {"exectree": "airlock.runner.exectree"}
 # The folder holding the `airlock` package this process imported (services/ in a checkout).
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _UCRED = struct.Struct("3i")
@@ -106,69 +104,6 @@ def dev_config_dict(runtime_dir: Path, user: str) -> dict[str, Any]:
             ],
         },
     }
-
-
-class UnsafeRuntimeDir(Exception):
-    """The runtime folder is not one dev up can trust; the message says why and what to do."""
-
-
-def _own_dir(path: Path, mode: int) -> None:
-    """Make ``path`` a folder of ours (``mode``), or check an existing one is ours and closed to writers.
-
-    `os.lstat`: a symlink is refused, never followed.  Group- or other-writable,
-    or another user's, is refused: whoever could write there could plant the
-    config or a socket that root then trusts.
-    """
-    try:
-        os.mkdir(path, mode)
-        return
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeRuntimeDir(f"{path} exists and is not a directory (a symlink?); remove it or choose another")
-    if st.st_uid != os.geteuid():
-        raise UnsafeRuntimeDir(
-            f"{path} belongs to uid {st.st_uid}, not to you: another user made it, and could swap what is in it; "
-            "choose a directory of your own"
-        )
-    if st.st_mode & 0o022:
-        raise UnsafeRuntimeDir(
-            f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}): anyone who can write "
-            f"there could replace its config or sockets; chmod go-w {path}, or choose another"
-        )
-
-
-def prepare_runtime_dir(runtime_dir: Path) -> None:
-    """The runtime folder and its logs/ and internal/ folders, created 0700 or checked (`UnsafeRuntimeDir`)."""
-    runtime_dir.parent.mkdir(parents=True, exist_ok=True)
-    _own_dir(runtime_dir, 0o700)
-    for sub in ("logs", "internal"):
-        _own_dir(runtime_dir / sub, 0o700)
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``path`` 0600 without following a link: a fresh file (O_EXCL|O_NOFOLLOW), renamed into place."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(temporary)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, text.encode("utf-8"))
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)  # replaces a link at ``path`` itself, never its target
-
-
-def open_log(path: Path) -> int:
-    """A service's log for appending: ours, 0600, never through a link."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-        os.close(fd)
-        raise UnsafeRuntimeDir(f"{path} is not a regular file of yours")
-    os.fchmod(fd, 0o600)  # a log left by an older dev up may be 0644
-    return fd
 
 
 def check_policy(cfg: configuration.Config, user_file: Path | None) -> None:
@@ -250,7 +185,9 @@ class Supervisor:
                 sock.listen(128)
                 listening[name] = sock
         for service in SERVICES:
-            self.children[service] = Child(service, [(n, listening[n]) for n in DOORS[service]])
+            self.children[service] = Child(
+                service, [(n, listening[n]) for n in DOORS[service]], module=MODULES.get(service, "")
+            )
         if cfg.notify.channels:
             # The relay (airlock-notify): no sockets, not socket-activated; restarted when it fails.
             self.children["notify"] = Child("notify", [], module="airlock.relay")
@@ -311,14 +248,21 @@ class Supervisor:
         os.close(log)
         child.ready = False
 
-    def wait_ready(self, timeout: float) -> bool:
+    def wait_ready(self, timeout: float, children: list[Child]) -> bool:
+        """Wait up to ``timeout`` for each of ``children`` to say READY=1 (or to have served and idled out).
+
+        Meanwhile a service that idled out is started again when a client
+        connects, as in `supervise`: the relay's readiness is an answer
+        through approval from the journal, and one of them may idle out
+        before the relay asks (issue 44: "notify did not start").
+        """
         deadline = time.monotonic() + timeout
-        while not all(c.ready for c in self.children.values()):
+        while not all(c.ready for c in children):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            self.poll_notify(min(left, 0.2))
-            for child in self.children.values():
+            self.activate(self.poll_notify(min(left, 0.2), self.idle_sockets()))
+            for child in self.children.values():  # all of them: one waited for may need one that idles out
                 if child.idle or child.proc is None or child.proc.poll() is None:
                     continue
                 if child.proc.returncode != 0:
@@ -376,18 +320,25 @@ class Supervisor:
                 self.start(serving)
         stop_all(running, 0)
 
+    def idle_sockets(self) -> list[socket.socket]:
+        """The listening sockets of the services that idled out: readable when a client connects."""
+        return [sock for child in self.children.values() if child.idle for _, sock in child.sockets]
+
+    def activate(self, woken: list[socket.socket]) -> None:
+        """Start again each idled-out service a client is waiting for, as its socket unit would."""
+        for child in self.children.values():
+            if child.idle and not self.stopping and any(sock in woken for _, sock in child.sockets):
+                child.idle = False
+                self.start(child)
+
     def supervise(self) -> None:
         while not self.stopping:
-            # A listening socket of an idle-exited service turns readable when a client connects.
-            idle = [sock for child in self.children.values() if child.idle for _, sock in child.sockets]
-            woken = self.poll_notify(0.5, idle)
+            woken = self.poll_notify(0.5, self.idle_sockets())
+            self.activate(woken)
             for child in self.children.values():
                 if self.stopping:
                     break
                 if child.idle:
-                    if any(sock in woken for _, sock in child.sockets):
-                        child.idle = False
-                        self.start(child)
                     continue
                 proc = child.proc
                 if proc is None or proc.poll() is None:
@@ -462,7 +413,11 @@ def up(runtime_dir: Path, user_config: Path | None, web: str | None = None) -> i
     supervisor.bind(cfg)
     for child in supervisor.children.values():
         supervisor.start(child)
-    if not supervisor.wait_ready(30):
+    # The services first; then the relay (and web), whose readiness is the services' answer: it has its own bound,
+    # which a shared 30 s did not leave it under load (issue 44).
+    services = [c for c in supervisor.children.values() if c.name in SERVICES]
+    others = [c for c in supervisor.children.values() if c.name not in SERVICES]
+    if not supervisor.wait_ready(30, services) or not supervisor.wait_ready(RELAY_READY_SECONDS + 10, others):
         failed = [c.name for c in supervisor.children.values() if not c.ready]
         print(f"airlock dev: {', '.join(failed)} did not start; see {supervisor.logs}/", file=sys.stderr)
         supervisor.stop()

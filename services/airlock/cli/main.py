@@ -20,7 +20,7 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import agentcmds, events, fleet, operator, passkey, passkeyfleet, show, tokens
+from airlock.cli import agentcmds, agenthooks, events, fleet, operator, passkey, passkeyfleet, show, tokens
 from airlock.cli import output as output_cli
 from airlock.cli import policy as policy_cli
 from airlock.common.validate import parse_duration
@@ -82,6 +82,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--socket", help="agent socket (default: $AIRLOCK_SOCKET, else /run/airlock/agent.sock)")
     run.add_argument("--no-privilege", action="store_true", help="run as yourself instead of root")
+    run.add_argument("--user", metavar="ACCOUNT", help="run as this account instead of root (a rule's run_as)")
     run.add_argument("--reason", help="why, for the operator and the audit record")
     run.add_argument("--session", help="your session name (policy may match it)")
     run.add_argument("--cwd", help="working directory (absolute)")
@@ -115,6 +116,7 @@ def parser() -> argparse.ArgumentParser:
     )
     can.add_argument("--socket", help="agent socket (default: $AIRLOCK_SOCKET, else /run/airlock/agent.sock)")
     can.add_argument("--no-privilege", action="store_true", help="ask about running it as yourself, not root")
+    can.add_argument("--user", metavar="ACCOUNT", help="ask about running it as this account (a rule's run_as)")
     can.add_argument("--session", help="your session name (policy may match it)")
     can.add_argument("--cwd", help="working directory (absolute)")
     can.add_argument("--env", action="append", metavar="NAME=VALUE", help="an environment variable you would set")
@@ -122,6 +124,18 @@ def parser() -> argparse.ArgumentParser:
     can.add_argument("--json", action="store_true", help="print the response envelope verbatim")
     can.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     can.set_defaults(func=agentcmds.cmd_can, reason=None, timeout=None, operation_id=None, token=None)
+
+    hook = sub.add_parser(
+        "agent-hook",
+        help="the hook an agent's tool runs before a shell command: allows airlock's sudo, blocks any other",
+        description="Read the JSON hook payload of Claude Code (PreToolUse/PermissionRequest), Codex "
+        "(PermissionRequest) or Gemini CLI (BeforeTool) on stdin and answer it: a command typing sudo is "
+        "allowed when airlock's sudo is first on PATH, denied otherwise; unreadable input is blocked (exit 2). "
+        "docs/agents.md has the settings for each agent.",
+    )
+    hook.add_argument("agent", choices=agenthooks.AGENTS)
+    hook.add_argument("--agent-bin", default=agenthooks.AGENT_BIN, help="where airlock's sudo is installed")
+    hook.set_defaults(func=lambda ns: agenthooks.main(ns.agent, ns.agent_bin))
 
     op("status", "show whether airlock is on hold and how much is pending").set_defaults(func=operator.cmd_status)
     op("pending", "list requests waiting for an operator").set_defaults(func=operator.cmd_pending)

@@ -62,7 +62,8 @@ def cmd_status(ns: argparse.Namespace) -> int:
             pairs.append(("  REFUSED", sanitise(said)))
             pairs += [("  error", sanitise(e)) for e in (policy.get("standing") or {}).get("refused", [])[:20]]
         for name, info in sorted(services.items()):
-            extra = f", {info['events']} events" if "events" in info else ""
+            # The chain's head: every event ever journaled, sealed segments too (the disk line counts the live one's).
+            extra = f", {info['events']} events journaled (head seq)" if "events" in info else ""
             pairs.append((name, f"{info.get('state')}{extra}"))
             if name == "journal" and isinstance(info.get("disk"), dict):
                 pairs += disk_lines(info["disk"])
@@ -102,7 +103,7 @@ def disk_lines(disk: dict[str, Any]) -> list[tuple[str, object]]:
             f"journal.disk_warn_bytes {_size(disk.get('warn_bytes'))}"
         )
     return [
-        ("  size", f"{_size(disk.get('journal_bytes'))}, {disk.get('records')} record(s)"),
+        ("  size", f"{_size(disk.get('journal_bytes'))} with sealed segments, {disk.get('records')} in the live one"),
         ("  segment", sanitise(str(disk.get("segment")))),
         ("  free", free),
         ("  growth", growth),
@@ -437,8 +438,9 @@ def cmd_wait(ns: argparse.Namespace) -> int:
             if ns.json:
                 sys.stdout.buffer.write(raw + b"\n")
             else:
-                outcome = data.get("outcome") or {}
-                detail = outcome.get("exit_codes") if outcome.get("exit_codes") is not None else outcome.get("code")
+                from airlock.common.trail import outcome_words  # as `show` says it (issue 44)
+
+                detail = outcome_words(data["outcome"]) if data.get("outcome") else None
                 print(f"{sanitise(ns.operation_id, strict=True)}: {sanitise(data.get('state'))} ({sanitise(detail)})")
             from airlock.common.trail import ran_and_succeeded
 

@@ -51,6 +51,7 @@ _VALUED = {
     "--socket": "socket",
     "--timeout": "timeout",
     "--env": "env",
+    "--user": "user",
 }
 _SWITCHES = ("--no-privilege", "--json")
 
@@ -118,7 +119,7 @@ def _parse_run(args: list[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     if not command:
         return None
     request: dict[str, Any] = {"argv": command, "privileged": not opts["no_privilege"], "time": _now()}
-    for key in ("reason", "session", "cwd"):
+    for key in ("reason", "session", "cwd", "user"):
         if opts.get(key):
             request[key] = opts[key]
     if opts.get("timeout"):

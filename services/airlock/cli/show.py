@@ -9,6 +9,7 @@ signed; ``--output`` hands over to `cli/output`.  Split from `cli/operator`.
 from __future__ import annotations
 
 import argparse
+import pwd
 import sys
 from typing import Any
 
@@ -17,6 +18,7 @@ from airlock.cli.events import _event_line
 from airlock.cli.operator import approve_line
 from airlock.common import arguments, render, shown
 from airlock.common.render import Style, command_line, fields, sanitise, use_colour
+from airlock.common.trail import outcome_words
 
 
 def _decision_text(decision: dict[str, Any]) -> str:
@@ -57,7 +59,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
         ("session", sanitise(data.get("session") or "-")),
         ("host", sanitise(request.get("host") or "-")),
         ("reason", sanitise(data.get("reason") or "-")),
-        ("runs as", "root (privileged)" if request.get("privileged") else "the requesting user"),
+        ("runs as", _runs_as(request)),
     ]
     for i, stage in enumerate(request.get("stages") or [], start=1):
         pairs.append((f"stage {i}", command_line(stage)))
@@ -93,17 +95,7 @@ def cmd_show(ns: argparse.Namespace) -> int:
     if data.get("pending") and data.get("expect"):
         pairs.append(("approve", approve_line(data.get("request_id"), data.get("expect"))))
     if outcome:
-        text = f"{outcome.get('status')}"
-        if outcome.get("exit_codes") is not None:
-            text += f", exit codes {outcome.get('exit_codes')}"
-        if outcome.get("code"):
-            text += f", {outcome.get('code')}: {outcome.get('message')}"
-        if outcome.get("timed_out"):
-            text += ", timed out"
-        if outcome.get("cancelled"):
-            text += ", cancelled"
-        text += _killed_text(outcome.get("killed") or {})
-        pairs.append(("outcome", sanitise(text)))
+        pairs.append(("outcome", sanitise(outcome_words(outcome))))
     broken = data.get("lifecycle_error") or {}
     if broken:
         pairs.append(
@@ -195,13 +187,6 @@ def _credential_names(data: dict[str, Any]) -> str:
     return "; ".join(f"stage {i}: {', '.join(names)}" for i, names in enumerate(stages, start=1) if names)
 
 
-def _killed_text(killed: dict[str, Any]) -> str:
-    if not killed:
-        return ""
-    text = f", killed ({killed.get('signal')}) by {killed.get('by')}"
-    return text + (f": {killed.get('reason')}" if killed.get("reason") else "")
-
-
 def _tree_head(tree: dict[str, Any], count: int) -> list[str]:
     """The tree's first lines: how it was seen, whether it is complete and why not, what no mark covers."""
     scope = "the job's cgroups" if tree.get("scope") == "cgroup" else "descendants of the job's processes"
@@ -273,6 +258,18 @@ def tree_lines(tree: dict[str, Any]) -> list[str]:
     if tree.get("more"):
         lines.append(f"  … {tree['more']} more (runner.exec_tree_max is {tree.get('limit')})")
     return lines
+
+
+def _runs_as(request: dict[str, Any]) -> str:
+    """Whom the job runs as: root, another account (issue 48: the spec's ``user``), or the requester."""
+    other = request.get("user")
+    if isinstance(other, int) and not isinstance(other, bool):
+        try:
+            name = pwd.getpwuid(other).pw_name
+        except (KeyError, OverflowError):
+            name = str(other)
+        return f"{sanitise(name)} (uid {other}, privileged: another account)"
+    return "root (privileged)" if request.get("privileged") else "the requesting user"
 
 
 def _bound_arguments(data: dict[str, Any]) -> Any:

@@ -186,7 +186,12 @@ def render_text(numbers: Mapping[str, Any]) -> str:
     lines.append(f"  by decision: {decided}")
     lines.append(f"  by who decided: {', '.join(f'{k} {v}' for k, v in numbers['by'].items()) or 'none'}")
     asks = numbers["asks"]
-    lines.append(f"asks (an operator was asked): {asks['total']}, {asks['per_hour']:g} per hour")
+    # The average is over the whole window, not the time the asks took (issue 44: 7 asks in 10 minutes
+    # read "0.29 per hour"); the clock hours below say when they came.
+    lines.append(
+        f"asks (an operator was asked): {asks['total']}, "
+        f"{asks['per_hour']:g} per hour on average over the last {window}"
+    )
     for hour, count in asks["hours"].items():
         lines.append(f"  {hour}  {count}")
     wait = numbers["time_to_decision"]

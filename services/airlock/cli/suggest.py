@@ -285,7 +285,7 @@ def suggest(events: Iterable[Mapping[str, Any]], now: float, window: float, mini
         name = f"suggested-{_word(first.user)}-{_word(Path(first.binary).name)}-{digest}"
         earliest, latest = (iso_utc(f(a.at for a in group), timespec="seconds") for f in (min, max))
         comment = [
-            f"# approved {len(group)} times for {_word(first.user)}"
+            f"# approved {len(group)} time{'s' if len(group) != 1 else ''} for {_word(first.user)}"
             f" ({'as root' if first.privileged else 'as itself'}), {earliest} to {latest}",
             "# approved by: " + ", ".join(f"{n} ({c})" for n, c in sorted(who.items())),
         ]

@@ -53,6 +53,14 @@ MAX_RUNNING_SHOWN = 9  # one key picks one
 Call = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
+def _runs_as(p: dict[str, Any], style: Style, privileged: bool, peer: dict[str, Any]) -> str:
+    """Whom the job runs as: root, another account (issue 48: a rule's run_as), or the agent itself."""
+    run_as = p.get("run_as") or {}
+    if privileged and run_as.get("uid") not in (None, 0):
+        return style.red(f"{sanitise(run_as.get('user'))} (uid {run_as.get('uid')}, privileged: another account)")
+    return style.red("root (privileged)") if privileged else f"{sanitise(peer.get('user'))} (unprivileged)"
+
+
 def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
     """One pending request as a reviewer needs it; every agent-chosen value is sanitised."""
     peer = p.get("peer") or {}
@@ -67,7 +75,7 @@ def describe(p: dict[str, Any], style: Style, index: int, total: int) -> str:
         ("host", sanitise(p.get("host")) or "-"),
         ("session", sanitise(p.get("session")) or "-"),
         ("reason", sanitise(p.get("reason")) or style.dim("(none given)")),
-        ("runs as", style.red("root (privileged)") if privileged else f"{sanitise(peer.get('user'))} (unprivileged)"),
+        ("runs as", _runs_as(p, style, privileged, peer)),
     ]
     for i, stage in enumerate(p.get("stages") or [], start=1):
         pairs.append((f"stage {i}", command_line(stage.get("argv") or [])))

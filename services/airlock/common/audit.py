@@ -49,12 +49,14 @@ def lifecycle(service: Service, audit: Audit) -> None:
 
     async def started() -> None:
         try:
-            await audit.record("service.started", payload={"pid": os.getpid(), "version": __version__})
+            await audit.record(
+                "service.started", payload={"service": service.name, "pid": os.getpid(), "version": __version__}
+            )
         except AirlockError as exc:
             audit.log.warning(f"{service.name}.audit.unavailable", error=exc.message)
 
     async def stopping() -> None:
-        await audit.record("service.stopping", payload={"pid": os.getpid()})
+        await audit.record("service.stopping", payload={"service": service.name, "pid": os.getpid()})
 
     async def dropped(conn: Connection, reason: str) -> None:
         try:

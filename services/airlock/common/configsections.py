@@ -41,6 +41,7 @@ class Agents:
     users: tuple[str, ...]
     groups: tuple[str, ...]
     require_token: bool
+    retry_window_seconds: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,13 @@ DOORS: dict[str, tuple[str, ...]] = {
     "approval": ("approval", "operator"),
     "runner": ("runner",),
     "journal": ("journal",),
+    "exectree": ("exectree",),
 }
 
 EX_CONFIG = 78  # sysexits.h: systemd shows it, and it marks the start as a failure
+# airlock-notify says READY=1 once each channel has had the journal's answer through approval, or after this
+# long anyway (relay/service.py); `airlock dev up` gives it that long once the services are up (cli/dev.py).
+RELAY_READY_SECONDS = 60.0
 
 Builder = Callable[[Config, Mapping[str, socket.socket]], Awaitable[Service]]
 

@@ -37,6 +37,7 @@ class ErrorCode(enum.StrEnum):
     DENIED = "denied"
     COMMAND_NOT_FOUND = "command_not_found"  # argv[0] is no executable on the job's secure PATH
     APPROVAL_TIMEOUT = "approval_timeout"
+    APPROVAL_REQUIRED = "approval_required"  # a person would be asked, and the request said not to wait (sudo -n)
     APPROVAL_INTERRUPTED = "approval_interrupted"
     WITHDRAWN = "withdrawn"
     APPROVAL_UNAVAILABLE = "approval_unavailable"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from airlock.common.render import sanitise
+from airlock.common.trail import exit_words
 
 COMMAND_CHARS = 200  # a journald line stays one line a person reads; the record has it whole
 
@@ -66,11 +67,17 @@ def _run_as(payload: Mapping[str, Any], user_of: UserOf) -> str | None:
     for holder in (payload, payload.get("request"), payload.get("spec")):
         if not isinstance(holder, Mapping):
             continue
-        uid = holder.get("run_as", holder.get("uid"))
-        if isinstance(uid, Mapping):
-            uid = uid.get("uid")
+        named = holder.get("run_as")
+        if isinstance(named, Mapping):
+            named = named.get("uid")
+        if isinstance(named, int) and not isinstance(named, bool):
+            return _who(named, user_of)  # whom it runs as, said outright (root, or another account: issue 48)
+        other = holder.get("user")  # a spec's privileged job as another account (issue 48)
+        if isinstance(other, int) and not isinstance(other, bool):
+            return _who(other, user_of)
         if isinstance(holder.get("privileged"), bool) and holder["privileged"]:
             return "root"
+        uid = holder.get("uid")
         if isinstance(uid, int) and not isinstance(uid, bool):
             return _who(uid, user_of)
     return None
@@ -129,7 +136,11 @@ def sentence(
         )
     if kind == "exec.finished":
         codes = payload.get("exit_codes")
-        exit_code = codes[-1] if isinstance(codes, list) and codes else None
+        stages = payload.get("stages")
+        last = stages[-1] if isinstance(stages, list) and stages and isinstance(stages[-1], Mapping) else {}
+        # As a shell says it: 143 (SIGTERM) for a stage a signal ended (exit_codes holds None for it).
+        code = codes[-1] if isinstance(codes, list) and codes else None
+        exit_code = exit_words(code, last.get("signal")) if code is not None or last.get("signal") else None
         how = "timed out" if payload.get("timed_out") else "cancelled" if payload.get("cancelled") else None
         killed = payload.get("killed")
         if isinstance(killed, dict):  # an operator's kill (issue 35): the signal and who sent it
@@ -138,6 +149,13 @@ def sentence(
         took = f"{duration} ms" if isinstance(duration, int) else None
         return f"{who} : finished ; " + _fields(
             ("EXIT", exit_code), ("STOPPED", how), ("TOOK", took), ("REQUEST", request)
+        )
+    if kind in ("service.started", "service.stopping") and payload.get("service"):
+        # Which service (issue 44): the WHO of `airlock events` is a person's, so the name leads the words.
+        what = "started" if kind == "service.started" else "stopping"
+        return f"airlock : airlock-{_text(payload.get('service'))} {what} ; " + _fields(
+            ("PID", payload.get("pid") if isinstance(payload.get("pid"), int) else None),
+            ("VERSION", _text(payload.get("version"))),
         )
     if kind == "exec.refused":
         return f"{who} : refused by the runner ; " + _fields(

@@ -50,6 +50,13 @@ ROWS: tuple[Setting, ...] = (
     ),
     Setting("agents.groups", string_list, (), "Groups whose members are allowed on agent.sock."),
     Setting("agents.require_token", parse_bool, False, "Refuse agent requests that carry no valid session token."),
+    Setting(
+        "agents.retry_window_seconds",
+        positive_float,
+        600.0,
+        "How long an agent's `sudo` retry (the same command after its tool gave up) joins the request it made"
+        " before; a request whose agent left stays pending at most this long (issue 48).",
+    ),
     Setting("operators.users", string_list, (), "Users (names or uids) allowed on operator.sock; root always is."),
     Setting("operators.groups", string_list, ("airlock-admin",), "Groups whose members are operators."),
     Setting(

@@ -36,6 +36,9 @@ class ExecSpec:
     deadline_ms: int | None = None
     max_output_bytes: int | None = None
     forward_agent: bool = False
+    # Issue 48: another account to run as (sudo -u; a rule's run_as allows it): a privileged job as that
+    # uid, with root's checks (env_reset, binaries root's alone).  None: root when privileged.
+    user: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("exec", "shell"):
@@ -50,9 +53,13 @@ class ExecSpec:
             raise validate.bad("forward_agent", "is only allowed with privileged: false")
         if self.cwd is not None and not self.cwd.startswith("/"):
             raise validate.bad("cwd", "must be an absolute path")
+        if self.user is not None and (not self.privileged or self.user in (0, self.uid) or self.user < 0):
+            raise validate.bad("user", "names another account than root and the requester, for a privileged job")
 
     @property
     def run_as(self) -> int:
+        if self.user is not None:
+            return self.user
         return 0 if self.privileged else self.uid
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,7 +76,7 @@ class ExecSpec:
             "deadline_ms": self.deadline_ms,
             "max_output_bytes": self.max_output_bytes,
             "forward_agent": self.forward_agent,
-        }
+        } | ({"user": self.user} if self.user is not None else {})  # absent for root: digests stay as they were
 
     def digest(self) -> str:
         return hashlib.sha256(canonical_json(self.to_dict())).hexdigest()
@@ -102,6 +109,7 @@ class ExecSpec:
             deadline_ms=validate.integer("deadline_ms", untrusted.get("deadline_ms"), minimum=0),
             max_output_bytes=validate.integer("max_output_bytes", untrusted.get("max_output_bytes"), minimum=1),
             forward_agent=validate.boolean("forward_agent", untrusted.get("forward_agent"), False),
+            user=validate.integer("user", untrusted.get("user"), minimum=1),
         )
 
 

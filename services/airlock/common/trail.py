@@ -9,6 +9,7 @@ and says so under ``lifecycle_error``.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from airlock.common import lifecycle
@@ -69,6 +70,8 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
             outcome |= {
                 "status": outcome["status"] or "ok",
                 "exit_codes": ended.get("exit_codes"),
+                # Each stage's killing signal (None: it exited): exit_codes holds None for those.
+                "signals": [st.get("signal") if isinstance(st, dict) else None for st in ended.get("stages") or []],
                 "timed_out": bool(ended.get("timed_out")),
                 "cancelled": bool(ended.get("cancelled")),
                 "duration_ms": ended.get("duration_ms"),
@@ -125,3 +128,41 @@ def ran_and_succeeded(shown: dict[str, Any]) -> bool:
         and not outcome.get("timed_out")
         and not outcome.get("cancelled")
     )
+
+
+def exit_words(code: object, signum: object) -> str:
+    """One stage's end as a shell reports it: ``0``, ``143 (SIGTERM)``; ``-`` if it never ended."""
+    if isinstance(signum, int) and signum > 0:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return f"{128 + signum} ({name})"
+    return str(code) if isinstance(code, int) else "-"
+
+
+def outcome_words(outcome: dict[str, Any]) -> str:
+    """The outcome in a line (`airlock show`, the web page): how it ended first, then each stage's exit.
+
+    A job that was killed, timed out or cancelled ran (the reply's status is
+    ``ok``), but did not end by itself: that is what the line leads with
+    (issue 44: "outcome ok, exit codes [None], killed (SIGTERM)").
+    """
+    killed = outcome.get("killed") if isinstance(outcome.get("killed"), dict) else None
+    if killed is not None:
+        text = f"killed ({killed.get('signal')}) by {killed.get('by')}"
+        text += f": {killed.get('reason')}" if killed.get("reason") else ""
+    elif outcome.get("timed_out"):
+        text = "timed out"
+    elif outcome.get("cancelled"):
+        text = "cancelled"
+    else:
+        text = str(outcome.get("status"))
+    codes = outcome.get("exit_codes")
+    if isinstance(codes, list):
+        signals = outcome.get("signals") or []
+        words = [exit_words(code, signals[i] if i < len(signals) else None) for i, code in enumerate(codes)]
+        text += f", exit status {', '.join(words)}" if len(words) == 1 else f", exit statuses {', '.join(words)}"
+    if outcome.get("code"):
+        text += f", {outcome.get('code')}: {outcome.get('message')}"
+    return text

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from airlock.common.wire import approval as wire_approval
 from airlock.common.wire import journal as jwire
 from airlock.common.wire import runner as runner_wire
 from airlock.common.wire.verb import Stub
+from airlock.intake.joining import Joins
 from airlock.intake.request import ExecRequest
 from airlock.intake.work import Work, exec_work
 
@@ -90,6 +92,7 @@ class Drive:
         self.operations: dict[tuple[int, str], int] = {}  # (uid, running operation) -> the uid that started it
         # Operations waiting for their decision, by (uid, operation) -> the uid that asked, set to withdraw it.
         self.deciding: dict[tuple[int, str], _Deciding] = {}
+        self.joins = Joins()  # issue 48: an agent's sudo retried after its tool gave up joins the first
         self.runner_uid = uid_of(config.services.runner_user)
         self.log = log.get()
 
@@ -144,8 +147,17 @@ class Drive:
         """Drive one request through the other services; the one path for exec and file work.
 
         ``conn`` is the agent's connection: the request belongs to it until it
-        has its decision (closing it withdraws the request; see `_unless_withdrawn`).
+        has its decision (closing it withdraws the request; see `_unless_withdrawn`),
+        unless it said ``join``: then a retry joins it (`joining.Joins`).
         """
+        if work.join:
+            emit = call.emit if call is not None else None
+            return await self.joins.drive(
+                (peer.uid, work.operation_id), lambda: self._drive(work, peer, call, conn), emit, conn
+            )
+        return await self._drive(work, peer, call, conn)
+
+    async def _drive(self, work: Work, peer: Peer, call: Call | None, conn: Connection | None) -> dict[str, Any]:
         # Refuse at once what a runner without root could never run (`airlock dev up`).
         check_privilege(work.run_as, self.runner_uid, privileged=work.privileged)
         op, digest = work.operation_id, work.digest
@@ -183,6 +195,7 @@ class Drive:
         # journal's replay table: every way out closes it exactly once, with
         # op.complete after the try (the work ran) or op.abandon in an except.
         try:
+            self.joins.note((peer.uid, op), "accepted", {"operation_id": op, "request_id": work.request_id})
             if emit is not None:
                 await emit("accepted", {"operation_id": op, "request_id": work.request_id})
 
@@ -191,6 +204,7 @@ class Drive:
             async def forward(event: Event) -> None:
                 nonlocal pending
                 pending = pending or event.event == "pending_approval"
+                self.joins.note((peer.uid, op), event.event, event.fields)
                 if emit is not None:
                     await emit(event.event, event.fields)
 
@@ -204,6 +218,7 @@ class Drive:
                     op,
                     work.request_id,
                     peer,
+                    join=work.join,
                 )
             except AirlockError as exc:
                 if pending and exc.code is ErrorCode.APPROVAL_UNAVAILABLE:
@@ -212,7 +227,7 @@ class Drive:
                         ErrorCode.APPROVAL_INTERRUPTED, "the approval service stopped while the request was pending"
                     ) from None
                 raise
-            if conn is not None and conn.peer_gone():
+            if conn is not None and conn.peer_gone() and not work.join:
                 # Approved as the agent left: nobody is there for it, so it never runs.
                 raise _withdrawn("the requesting agent went away before the request ran")
             if emit is not None:
@@ -299,7 +314,14 @@ class Drive:
             ) from None
 
     async def _unless_withdrawn(
-        self, deciding: Awaitable[dict[str, Any]], conn: Connection | None, op: str, request_id: str, peer: Peer
+        self,
+        deciding: Awaitable[dict[str, Any]],
+        conn: Connection | None,
+        op: str,
+        request_id: str,
+        peer: Peer,
+        *,
+        join: bool = False,
     ) -> dict[str, Any]:
         """Await approval's decision unless the agent withdraws first.
 
@@ -310,7 +332,9 @@ class Drive:
         ``withdrawn``), so a later approve finds nothing to approve.  If
         approval cannot be told, the ``decide`` call is cancelled: closing its
         connection withdraws the request on approval's side too.  Whatever
-        approval answered, a withdrawn request never goes to the runner.
+        approval answered, a withdrawn request never goes to the runner.  A
+        ``join`` request's agent may leave: it is withdrawn only when nobody
+        has come back for it within ``agents.retry_window_seconds``.
         """
         decide = asyncio.ensure_future(deciding)
         if (peer.uid, op) in self.deciding:  # op.begin lets one request per operation in; keep the guard anyway
@@ -325,7 +349,9 @@ class Drive:
             if not decide.done() and not state.withdraw.is_set():
                 watchers.append(asyncio.ensure_future(state.withdraw.wait()))
                 if conn is not None:
-                    watchers.append(asyncio.ensure_future(conn.wait_gone()))
+                    window_end = time.time() + self.config.agents.retry_window_seconds
+                    gone = self.joins.abandoned((peer.uid, op), conn, window_end) if join else conn.wait_gone()
+                    watchers.append(asyncio.ensure_future(gone))
                 await asyncio.wait([decide, *watchers], return_when=asyncio.FIRST_COMPLETED)
             # A cancel that was answered "was: pending" wins even over a decision that came in the same moment.
             if not state.withdraw.is_set() and decide.done():

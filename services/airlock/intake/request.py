@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +42,9 @@ NATIVE_EXEC_FIELDS = frozenset(
         "time",
         "forward_agent",
         "stream",
+        "wait",
+        "join",
+        "user",
     }
 )
 
@@ -56,6 +60,8 @@ class ExecRequest:
     host: str = ""
     time: str = ""
     stream: bool = False
+    wait: bool = True  # False: refuse with approval_required rather than ask a person (sudo -n)
+    join: bool = False  # an agent's sudo (issue 48): it may leave while pending; its retry joins (drive.py)
 
     def describe(self) -> dict[str, Any]:
         """What an operator and the audit record see (never protected values; stdin by size and sha256)."""
@@ -155,6 +161,31 @@ def _stdin(value: Any) -> str | None:
     return raw
 
 
+# An account name (or #uid) -> its uid, None when there is no such account (intake reads passwd).
+Accounts = Callable[[str], "int | None"]
+
+
+def run_as_account(value: Any, peer: Peer, privileged: bool, accounts: Accounts | None) -> tuple[bool, int | None]:
+    """The ``user`` field (issue 48, sudo -u): (privileged, the spec's ``user``) for the account it names.
+
+    Root is a privileged job as ever, the requester itself an unprivileged one;
+    any other account is a privileged job as that account (``ExecSpec.user``).
+    """
+    if value is None:
+        return privileged, None
+    name = validate.text("user", value, max_len=64, allow_empty=False)
+    if accounts is None:
+        raise validate.bad("user", "is not accepted in this dialect")
+    uid = accounts(name)
+    if uid is None:
+        raise validate.bad("user", f"no such account {name!r}")
+    if uid == peer.uid:
+        return False, None
+    if not privileged:
+        raise validate.bad("user", "a job as another account is privileged: leave out privileged: false")
+    return True, (None if uid == 0 else uid)
+
+
 def _build(
     args: dict[str, Any],
     *,
@@ -164,12 +195,14 @@ def _build(
     peer: Peer,
     config: Config,
     now: float,
+    accounts: Accounts | None = None,
 ) -> ExecRequest:
     # Validation order: the cheap shape checks first, freshness after them.
     reason = validate.text("reason", args.get("reason") or "", max_len=4096)
     session = validate.text("session", args.get("session") or "", max_len=256)
     host = validate.text("host", args.get("host") or "", max_len=256)
     privileged = validate.boolean("privileged", args.get("privileged"), True)
+    privileged, user = run_as_account(args.get("user"), peer, privileged, accounts)
     forward_agent = validate.boolean("forward_agent", args.get("forward_agent"), False)
     if forward_agent and privileged:
         raise validate.bad(
@@ -197,14 +230,17 @@ def _build(
         deadline_ms=validate.integer("deadline_ms", args.get("deadline_ms"), minimum=0),
         max_output_bytes=validate.integer("max_output_bytes", args.get("max_output_bytes"), minimum=1, maximum=ceiling),
         forward_agent=forward_agent,
+        user=user,
     )
     operation_id = validate.optional_text("operation_id", args.get("operation_id"), max_len=128)
     if operation_id is not None and not operation_id:
         raise validate.bad("operation_id", "must not be empty")
     stream = validate.boolean("stream", args.get("stream"), False)
     when = parse_time(args.get("time"), config, now)
-    check_env("env", env, config, privileged=spec.run_as == 0)
-    check_env("protected_env", protected, config, privileged=spec.run_as == 0)
+    # sudo's env_reset for every privileged job: root's, or another account's (issue 48).
+    strict = spec.run_as == 0 or spec.privileged
+    check_env("env", env, config, privileged=strict)
+    check_env("protected_env", protected, config, privileged=strict)
     return ExecRequest(
         request_id=request_id,
         spec=spec,
@@ -215,16 +251,25 @@ def _build(
         host=host,
         time=when,
         stream=stream,
+        wait=validate.boolean("wait", args.get("wait"), True),
+        join=validate.boolean("join", args.get("join"), False),
     )
 
 
-def native_exec(request_id: str | None, args: dict[str, Any], peer: Peer, config: Config, now: float) -> ExecRequest:
+def native_exec(
+    request_id: str | None,
+    args: dict[str, Any],
+    peer: Peer,
+    config: Config,
+    now: float,
+    accounts: Accounts | None = None,
+) -> ExecRequest:
     unknown = sorted(set(args) - NATIVE_EXEC_FIELDS)
     if unknown:
         raise validate.bad(unknown[0], "unknown field", ErrorCode.INVALID_ARGUMENTS)
     rid = validate.request_id("id", request_id) if request_id is not None else str(uuid.uuid4())
     mode, stages = _stages_from_native(args)
-    return _build(args, request_id=rid, stages=stages, mode=mode, peer=peer, config=config, now=now)
+    return _build(args, request_id=rid, stages=stages, mode=mode, peer=peer, config=config, now=now, accounts=accounts)
 
 
 def legacy_id(obj: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import pwd
 import socket
 import time
 from collections.abc import Mapping
@@ -160,7 +161,7 @@ class Intake:
         return request
 
     async def _exec(self, call: Call) -> dict[str, Any]:
-        exec_request = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
+        exec_request = native_exec(call.request.id, call.args, call.peer, self.config, time.time(), account_uid)
         return await self.drive.run(
             exec_request, call.peer, call if exec_request.stream else None, conn=call.connection
         )
@@ -178,7 +179,7 @@ class Intake:
         the environment rules), so the answer is about the request the agent
         would really send; approval explains only what decides it.
         """
-        req = native_exec(call.request.id, call.args, call.peer, self.config, time.time())
+        req = native_exec(call.request.id, call.args, call.peer, self.config, time.time(), account_uid)
         check_privilege(req.spec.run_as, self.runner_uid, privileged=req.spec.privileged)
         explain = wire_approval.Explain.from_dict(
             {"request": asking(req), "spec": req.spec.to_dict(), "peer": call.peer.to_dict()}
@@ -208,6 +209,9 @@ class Intake:
             "protocol_versions": list(SUPPORTED_VERSIONS),
             "verbs": list(NATIVE_VERBS),
             "dialects": ["native-v1", "sudo-proxy"],
+            # What an agent's `sudo -E` may carry, and how long its retry joins (issue 48: cli/sudo.py).
+            "env_allow": list(self.config.env.allow),
+            "retry_window_seconds": self.config.agents.retry_window_seconds,
         }
 
     def _may_stop(self, peer: Peer) -> bool:
@@ -268,6 +272,20 @@ class Intake:
             return sudo_proxy.encode_error(
                 request_id, AirlockError(ErrorCode.INTERNAL, "internal error; see the service log")
             )
+
+
+def account_uid(name: str) -> int | None:
+    """An exec's ``user`` (issue 48: a name, ``#uid`` as sudo -u takes it, or a uid): its uid from passwd."""
+    try:
+        if name.lstrip("#").isdigit():
+            return pwd.getpwuid(int(name.lstrip("#"))).pw_uid
+        return pwd.getpwnam(name).pw_uid
+    except (KeyError, ValueError, OverflowError):
+        return None
+    except OSError as exc:  # the database could not be read: that says nothing about the account
+        raise AirlockError(
+            ErrorCode.IDENTITY_UNAVAILABLE, f"user: the user database could not be read ({exc})"
+        ) from None
 
 
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:

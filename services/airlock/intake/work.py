@@ -42,6 +42,7 @@ class Work:
     runner_args: wire.Exec | wire.Files  # without approval's answer, which drive adds (`wire.runner.approved`)
     runner_timeout: float | None
     thin: Callable[[dict[str, Any]], dict[str, Any]]  # the outcome as kept for replay when it is large
+    join: bool = False  # an agent's sudo (issue 48): it may leave while pending, and its retry joins (drive.py)
 
 
 def own_operation_id() -> str:
@@ -105,7 +106,8 @@ def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
         run_as=spec.run_as,
         privileged=spec.privileged,
         describe=describe,
-        decide_request={"request": asking(req), "spec": spec_dict},  # the spec once (wire.approval.Decide)
+        # The spec once (wire.approval.Decide); `wait` only when the agent said not to (sudo -n).
+        decide_request={"request": asking(req), "spec": spec_dict} | ({} if req.wait else {"wait": False}),
         has_protected=bool(req.protected_env),
         runner_verb=wire.EXEC,
         runner_args=wire.Exec(
@@ -119,6 +121,7 @@ def exec_work(req: ExecRequest, peer: Peer, config: Config) -> Work:
         ),
         runner_timeout=runner_budget(req, config),
         thin=thin_exec_outcome,
+        join=req.join,
     )
 
 

@@ -23,7 +23,15 @@ from airlock.journal.records import MAX_PAGE, EventsPage, _event, _invalid, _opt
 from airlock.journal.schema import _COLUMNS, _reader
 from airlock.journal.verification import VerifiedPoint, _facts, _segment, _verify_chain, verified_point
 
-_SCOPES: Final[Mapping[str, type]] = {"request_id": str, "operation_id": str, "session": str, "peer_uid": int}
+_SCOPES: Final[Mapping[str, type]] = {
+    "request_id": str,
+    "operation_id": str,
+    "session": str,
+    "peer_uid": int,
+    "kind": str,
+    # Request IDs that start so (issue 44: `show PREFIX --output`): an index range, never a pattern.
+    "request_prefix": str,
+}
 
 
 class Reader:
@@ -407,6 +415,19 @@ def _scope_sql(scope: dict[str, Any] | None) -> tuple[str, tuple[Any, ...]]:
                 raise _invalid("scope peer_uid must be an integer", "scope")
         elif _optional_text(f"scope {key}", value) is None:
             raise _invalid(f"scope {key} must be a string", "scope")
+        if key == "request_prefix":
+            clauses.append("request_id >= ? AND request_id < ?")
+            params += [value, _after_prefix(value)]
+            continue
         clauses.append(f"{key} = ?")  # key is one of _SCOPES, never caller text
         params.append(value)
     return " AND ".join(clauses), tuple(params)
+
+
+def _after_prefix(prefix: str) -> str:
+    """The least text above every text that starts with ``prefix`` (SQLite compares UTF-8 bytes, so code points)."""
+    last = ord(prefix[-1]) if prefix else 0x10FFFF
+    if last == 0x10FFFF:
+        raise _invalid("scope request_prefix must be text not ending in U+10FFFF", "scope")
+    step = 0xE000 if 0xD800 <= last + 1 <= 0xDFFF else last + 1  # no surrogates in UTF-8
+    return prefix[:-1] + chr(step)

@@ -313,7 +313,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
     async def started() -> None:
         if store.refusal is not None:
             return
-        payload: dict[str, Any] = {"pid": os.getpid(), "version": __version__}
+        payload: dict[str, Any] = {"service": NAME, "pid": os.getpid(), "version": __version__}
         if store.restored_triggers:
             payload["restored_triggers"] = list(store.restored_triggers)
         await store.append(writer="journal", kind="service.started", payload=payload)
@@ -335,7 +335,8 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         await anchoring.stop()
         try:
             if store.refusal is None:
-                await store.append(writer="journal", kind="service.stopping", payload={"pid": os.getpid()})
+                stopping = {"service": NAME, "pid": os.getpid()}
+                await store.append(writer="journal", kind="service.stopping", payload=stopping)
         finally:
             await store.close()
             await anchoring.anchor("stop")

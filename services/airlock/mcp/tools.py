@@ -163,6 +163,12 @@ EXECUTE: Final = ToolSpec(
                 "description": "Run as root (default). false runs it as your own user, which policy may approve "
                 "more easily.",
             },
+            "user": {
+                "type": "string",
+                "maxLength": 64,
+                "description": "Run it as this account instead of root (sudo -u): a name such as postgres; the "
+                "policy must allow that account (a rule's run_as), else an operator decides.",
+            },
             "reason": {
                 "type": "string",
                 "maxLength": REASON_MAX,
@@ -303,7 +309,7 @@ def exec_args(
     if not isinstance(privileged, bool):
         raise ArgumentError("privileged: must be true or false")
     args["privileged"] = privileged
-    for key, limit in (("reason", REASON_MAX), ("cwd", CWD_MAX)):
+    for key, limit in (("reason", REASON_MAX), ("cwd", CWD_MAX), ("user", 64)):
         value = untrusted.get(key)
         if value is not None:
             if not isinstance(value, str):

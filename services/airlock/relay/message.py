@@ -69,6 +69,8 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float, 
     privileged = bool(spec.get("privileged", request.get("privileged")))
     target = spec.get("uid", request.get("uid"))
     run_as = "root" if privileged else (user_of(target) if isinstance(target, int) else user_of(uid))
+    if isinstance(spec.get("user"), int):  # issue 48: a privileged job as another account
+        run_as = user_of(spec["user"])
     started = _parse_time(event.get("time")) or now
     timeout = float(payload.get("timeout_seconds") or 0)
     expires = started + timeout

@@ -28,6 +28,7 @@ from airlock.common import log
 from airlock.common.channels.base import SecretError
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config, ConfigError, load
+from airlock.common.daemon import RELAY_READY_SECONDS
 from airlock.common.notify import Notifier
 from airlock.common.peer import identify, may_decide
 from airlock.relay import state
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = [Worker(config, channel, socket_path, host, stop) for channel in resolved]
     for worker in workers:
         worker.start()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + RELAY_READY_SECONDS
     for worker in workers:
         worker.ready.wait(max(0.0, deadline - time.monotonic()))
     names = ", ".join(c.name for c in config.notify.channels)

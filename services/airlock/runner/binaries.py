@@ -48,7 +48,7 @@ def _open_all(spec: JobSpec) -> list[_Binary]:
     so is its interpreter chain (`airlock.common.interp`).  A
     bare name is never looked up on the request's PATH.
     """
-    trusted = spec.identity.uid == 0
+    trusted = spec.trusted
     opened: list[_Binary] = []
     try:
         for index, argv in enumerate(spec.stages):

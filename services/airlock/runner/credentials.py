@@ -123,9 +123,14 @@ class Loaded:
         ]
 
     def redacted(self) -> tuple[bytes, ...]:
-        """The values to redact: each whole and without its trailing newline (`$(cat file)` drops it)."""
-        values = {value for *_, value in self.items} | {value.rstrip(b"\r\n") for *_, value in self.items}
-        return tuple(sorted(v for v in values if v))
+        """The values to redact, each without its trailing newline.
+
+        The file's line end is not the secret: redacting it too joined the
+        line after the value to ``[redacted]`` (issue 44).  The value without it
+        covers both ``cat file`` and ``$(cat file)``.
+        """
+        values = {value.rstrip(b"\r\n") or value for *_, value in self.items}
+        return tuple(sorted(values))
 
     def apply(self, job: JobSpec) -> JobSpec:
         if not self.items:

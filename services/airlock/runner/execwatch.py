@@ -235,7 +235,7 @@ class Watch:
         ``protected`` (the job's protected values and credentials) are redacted from every argument first:
         a program handed a secret on its command line must not put it in the journal."""
         if self.unavailable is not None:
-            return {"source": self.source, "unavailable": self.unavailable}
+            return {"source": self.source, "complete": False, "unavailable": self.unavailable}
         out: dict[str, Any] = {
             "source": self.source,
             "scope": self.mode,

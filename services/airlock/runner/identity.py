@@ -116,16 +116,24 @@ def _check_env_name(name: str) -> None:
         )
 
 
-def build_env(identity: Identity, request_env: Mapping[str, str], protected_env: Mapping[str, str]) -> dict[str, str]:
+def build_env(
+    identity: Identity,
+    request_env: Mapping[str, str],
+    protected_env: Mapping[str, str],
+    *,
+    strict: bool | None = None,
+) -> dict[str, str]:
     """A job's environment, built from scratch.
 
     HOME, USER, LOGNAME, SHELL and PATH come from the target user's passwd
     entry and the fixed path for that user; then the request's variables;
     then the protected ones, which override both.  For a root job the
     request may not set those five, nor a variable that changes what a
-    program loads or runs (envrule.py): refused, never dropped.  Nothing of
+    program loads or runs (envrule.py): refused, never dropped; so for a
+    privileged job as another account (``strict``, issue 48).  Nothing of
     the daemon's own environment is consulted.
     """
+    strict = identity.uid == 0 if strict is None else strict
     env = {
         "HOME": identity.home,
         "USER": identity.user,
@@ -136,7 +144,7 @@ def build_env(identity: Identity, request_env: Mapping[str, str], protected_env:
     for source in (request_env, protected_env):
         for name, value in source.items():
             _check_env_name(name)
-            refused = envrule.refusal(name, value) if identity.uid == 0 else None
+            refused = envrule.refusal(name, value) if strict else None
             if refused is not None:
                 raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"env.{name}: {refused}", {"field": f"env.{name}"})
             if "\0" in value or not encodable(value):

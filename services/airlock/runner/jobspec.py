@@ -63,6 +63,13 @@ class JobSpec:
     # Each stage's credentials as (name, value) pairs, as the runner read them (runner/credentials.py);
     # service containment only.
     credentials: tuple[tuple[tuple[str, bytes], ...], ...] | None = None
+    # Issue 48: a privileged job as another account (sudo -u) gets a root job's checks (binaries root's alone).
+    privileged: bool = False
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the job runs with privilege: root's, or another account's on root's authority."""
+        return self.identity.uid == 0 or self.privileged
 
     def __post_init__(self) -> None:
         if self.mode not in ("exec", "shell"):

@@ -102,7 +102,8 @@ class ProcEvents:
         self.exits = ExitStats()
         self.exited: dict[int, tuple[Watch, float]] = {}  # exited lately, oldest first (taskstats may follow)
         self.names: str | None = "not started"  # why programs that exit at once go unnamed, or None
-        self.pid = os.getpid()
+        # Whose forks are followed for jobs followed by ancestry: the runners that asked (runner/exectree.py).
+        self.forks_of: set[int] = {os.getpid()}
         self.log = structlog.get_logger()
         # A thread of its own reads the events: /proc must be read the moment a program starts
         # (a short one is gone within a millisecond), not when the event loop gets round to it.
@@ -196,6 +197,11 @@ class ProcEvents:
             if self.fan is not None:
                 self.fan.close()
                 self.fan = None
+
+    def follow_forks_of(self, pid: int) -> None:
+        """Follow ``pid``'s forks (a runner that watches a job by ancestry); forget runners that are gone."""
+        with self.lock:
+            self.forks_of = {p for p in self.forks_of if os.path.exists(f"/proc/{p}")} | {pid}
 
     def watch(self, units: Iterable[str] = (), limit: int = 256) -> Watch:
         w = Watch(units, limit)
@@ -441,7 +447,7 @@ class ProcEvents:
         if w is not None:
             w.fork(parent, child)
             self.owner[child] = w
-        elif parent == self.pid and child not in self.owner:  # (a job may have claimed it before this event)
+        elif parent in self.forks_of and child not in self.owner:  # (a job may have claimed it before this event)
             if len(self.unclaimed) > 1024:
                 self._forget_old()
             u = Watch(limit=MAX_TRACKED)

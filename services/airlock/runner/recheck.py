@@ -112,7 +112,7 @@ async def prepare(config: Config, approval: Client, args: wire.Exec, digest: str
     cwd = spec.cwd or default_cwd(identity)
     check_cwd(identity, cwd)
 
-    env = build_env(identity, spec.env, args.protected_env)
+    env = build_env(identity, spec.env, args.protected_env, strict=spec.run_as == 0 or spec.privileged)
     # Set after the allowlist check above, which refuses SSH_AUTH_SOCK from the request.
     added: list[str] = []
     if spec.forward_agent:
@@ -144,6 +144,7 @@ async def prepare(config: Config, approval: Client, args: wire.Exec, digest: str
         cpu_quota=config.runner.cpu_quota,
         binaries=bound.binaries,
         owner_uid=spec.uid,
+        privileged=spec.privileged,
         sandboxes=bound.sandboxes,
         arguments=bound.arguments,
     )

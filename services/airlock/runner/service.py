@@ -52,8 +52,8 @@ from airlock.runner.fileop_verbs import FileVerbs
 from airlock.runner.identity import default_cwd, resolve_identity
 from airlock.runner.keptoutput import KeptOutput
 from airlock.runner.passkeys import PasskeyWriter
-from airlock.runner.proctree import ProcEvents
 from airlock.runner.spawn import run_job
+from airlock.runner.treeclient import TreeClient
 
 NAME = "runner"
 
@@ -72,8 +72,9 @@ class Runner:
         # Deferred exec.finished records not yet confirmed durable (issue 21).
         self.end_records = EndRecords(self.audit, self.log)
         self.kept = KeptOutput(config, self.log, self.audit)  # issue 35: every job's output log
-        # Exec trees (issue 35): one process-events listener for every job; live control per running job.
-        self.events = ProcEvents(config.runner.exec_tree_source)
+        # Exec trees (issue 35): airlock-exectree follows every job for the runner (runner/treeclient.py,
+        # issue 47: the kernel's process events need rights the runner no longer holds); live control per job.
+        self.trees = TreeClient(config.socket_path("exectree"))
         self.controls: dict[tuple[int, str], tuple[str | None, JobControl]] = {}  # key -> (request ID, control)
 
     def containment(self) -> Containment:
@@ -113,7 +114,7 @@ class Runner:
         # ticket is redeemed or the scope created is not lost: the job then never starts.
         cancel = asyncio.Event()
         self.running[key] = cancel
-        control = JobControl(self.events, self.config.runner.exec_tree_max, cancel)
+        control = JobControl(self.trees, self.config.runner.exec_tree_max, cancel)
         self.controls[key] = (args.request_id, control)
         try:
             return await self._exec(call, args, ids, cancel, control)
@@ -219,11 +220,15 @@ class Runner:
         if kept is not None:
             summary["output_log"] = kept
         # What the job executed and who killed it go to the journal only: the agent's reply is as before.
-        tree = control.tree(tree_room) if tree_room >= MIN_TREE_BYTES else None
+        tree = await control.tree(tree_room) if tree_room >= MIN_TREE_BYTES else None
         if tree is not None:
             summary["tree"] = tree
         elif control.watch is not None:  # a record this full has no room for it (_MARGIN holds this line)
-            summary["tree"] = {"source": self.events.source, "unavailable": "no room left in exec.finished"}
+            summary["tree"] = {
+                "source": self.trees.source,
+                "complete": False,
+                "unavailable": "no room left in exec.finished",
+            }
         if control.killed is not None:
             killed = control.killed
             if tree_room < 0:  # no room kept for the reason either
@@ -340,7 +345,7 @@ class Runner:
 async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service:
     runner = Runner(config)
     if config.runner.exec_tree_max > 0:
-        runner.events.open_soon()  # not before READY: see ProcEvents.open_soon
+        runner.trees.wake()  # airlock-exectree opens its kernel source while the runner starts
     if runner.containment() is Containment.SERVICE:
         units.warm()  # the bus connection the first job would otherwise open
     service = Service(NAME, config, [runner.door(FileVerbs(runner), PasskeyWriter(config))])

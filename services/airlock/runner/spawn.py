@@ -398,7 +398,7 @@ async def _execute(
     try:
         if control is not None:  # the exec tree: by the stages' units (cgroups), else by fork ancestry
             service = isinstance(containment, ServiceContainment)
-            control.begin([stageunit.stage_name(spec, i) for i in range(len(spec.stages))] if service else ())
+            await control.begin([stageunit.stage_name(spec, i) for i in range(len(spec.stages))] if service else ())
         if isinstance(containment, ServiceContainment):
             gates: list[_Fd] = []
             await job.spawn_units(containment)
@@ -412,7 +412,7 @@ async def _execute(
                 await asyncio.wait({spawning})  # abort() below must see every process
                 raise
             if control is not None:
-                control.claim([p.pid for p in job.procs])
+                await control.claim([p.pid for p in job.procs])
             await containment.attach([p.pid for p in job.procs])
         budget -= time.monotonic() - started_mono
         if gates and (budget <= 0 or (cancel is not None and cancel.is_set())):
@@ -435,7 +435,7 @@ async def _execute(
     finally:
         job.abort()
         if control is not None:
-            control.end()
+            await control.end()
     log.debug(
         "runner.job.finished",
         exit_codes=[s.exit_code for s in result.stages],

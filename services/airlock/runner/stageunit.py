@@ -251,7 +251,7 @@ def for_stage(
 ) -> StageUnit:
     """Stage ``index`` of ``spec`` as a unit running ``binary`` (opened and checked by the runner)."""
     last = len(spec.stages) - 1
-    trusted = spec.identity.uid == 0
+    trusted = spec.trusted
     return StageUnit(
         name=stage_name(spec, index),
         description=f"airlock job {ascii(spec.operation_id)[1:-1]}" + (f" stage {index + 1}" if last else ""),

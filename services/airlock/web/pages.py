@@ -19,6 +19,7 @@ from typing import Any
 from airlock.common import arguments, sandbox
 from airlock.common import shown as shown_io
 from airlock.common.render import command_line, duration, file_review, person, request_href
+from airlock.common.trail import outcome_words
 from airlock.web.markup import Markup, html, join, lines
 from airlock.web.sessions import Session
 
@@ -364,12 +365,7 @@ def settled_view(shown: dict[str, Any]) -> Markup:
             text += f": {decision.get('reason')}"
         pairs.append(("decision", text))
     if outcome:
-        text = str(outcome.get("status"))
-        if outcome.get("exit_codes") is not None:
-            text += f", exit codes {outcome.get('exit_codes')}"
-        if outcome.get("code"):
-            text += f", {outcome.get('code')}: {outcome.get('message')}"
-        pairs.append(("outcome", text))
+        pairs.append(("outcome", outcome_words(outcome)))
     return html("{note}{dl}", note=message("This request is no longer pending.", kind="note"), dl=_dl(pairs))
 
 

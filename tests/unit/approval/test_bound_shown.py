@@ -106,7 +106,6 @@ def _surfaces(spec: ExecSpec, bound: dict[str, Any]) -> dict[str, str]:
         bound=bound,
         created=time.time(),
         expires=time.time() + 60,
-        future=loop.create_future(),
         rule="walk-rule",
     )
     loop.close()

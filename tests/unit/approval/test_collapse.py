@@ -15,6 +15,8 @@ from typing import Any
 
 from airlock.approval.rules import Decision, Policy
 from airlock.approval.service import Approval
+from airlock.approval.transitions import Outcome
+from airlock.approval.verdict import Decided
 from airlock.common.audit import Ids
 from airlock.common.config import load
 from airlock.common.peer import Peer
@@ -59,6 +61,7 @@ def approval(tmp_path: Path) -> tuple[Approval, Gated]:
     audit = Gated()
     a = Approval(config, Policy(default="ask", rules=(), sources=()), None, audit)  # type: ignore[arg-type]
     a.book.hold_reason = None
+    a.book._hold_known.set()  # as after the start's restore (every hold read waits for it)
     a.reviewing.memory.known = True  # as restored at start: no denials
     return a, audit
 
@@ -99,7 +102,7 @@ def test_a_second_request_whose_first_left_meanwhile_is_a_question_of_its_own(tm
         assert entry.attached_to is None  # a question of its own, not hidden behind r-1
         listed = (await a.operating.list_pending(second_call))["pending"]  # type: ignore[arg-type]
         assert [p["request_id"] for p in listed] == ["r-2"] and "attached_to" not in listed[0]
-        entry.future.set_result(("deny", "root", 0, ""))
+        a.pending.settle(entry, Outcome(Decided.DENY, "root", 0, ""))
         await settle()
         assert second.done() and second.exception() is not None  # denied
 
@@ -121,13 +124,13 @@ def test_one_decision_of_the_first_decides_an_attached_second(tmp_path: Path) ->
         await settle()
         assert a.pending[(PEER.uid, "r-2")].attached_to == (PEER.uid, "r-1")
         assert a.pending[(4343, "r-3")].attached_to is None  # another agent's: never attached
-        a.pending[(PEER.uid, "r-1")].future.set_result(("deny", "root", 0, "no"))
+        a.pending.settle(a.pending[(PEER.uid, "r-1")], Outcome(Decided.DENY, "root", 0, "no"))
         await settle()
         assert first.done() and second.done() and not other.done()
         assert first.exception() is not None and second.exception() is not None  # both denied
         decided = {rid: p for kind, rid, p in audit.records if kind == "approval.decided"}
         assert decided["r-2"]["decision"] == "deny" and decided["r-2"]["decided_with"] == "r-1"
-        a.pending[(4343, "r-3")].future.set_result(("deny", "root", 0, ""))
+        a.pending.settle(a.pending[(4343, "r-3")], Outcome(Decided.DENY, "root", 0, ""))
         await settle()
         assert other.exception() is not None
 

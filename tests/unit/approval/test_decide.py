@@ -17,6 +17,8 @@ import pytest
 from airlock.approval.grants import Grant
 from airlock.approval.rules import Policy, Rule
 from airlock.approval.service import Approval
+from airlock.approval.transitions import Outcome
+from airlock.approval.verdict import Decided
 from airlock.common.audit import Ids
 from airlock.common.config import load
 from airlock.common.errors import AirlockError, ErrorCode
@@ -212,7 +214,7 @@ def test_a_grant_stands_in_for_one_use_then_people_decide(tmp_path: Path) -> Non
         # Used up: the next identical request asks a person.
         second = asyncio.ensure_future(decide(a, asking("r-2", s)))
         await until_pending(a, "r-2")
-        a.pending[(AGENT.uid, "r-2")].future.set_result(("deny", "root", 0, "no"))
+        a.pending.settle(a.pending[(AGENT.uid, "r-2")], Outcome(Decided.DENY, "root", 0, "no"))
         with pytest.raises(AirlockError) as denied:
             await second
         assert denied.value.code is ErrorCode.DENIED
@@ -334,3 +336,31 @@ def test_explain_answers_a_missing_program_with_a_null_binary_that_decodes(tmp_p
     assert encoded["stages"][0]["binary"] is None  # documented: null when nothing is found
     assert wire.Explained.from_dict(encoded) == answer  # what intake decodes
     assert journal.records == []  # asking is not doing
+
+
+def test_explain_after_a_cold_start_waits_for_the_hold_to_be_restored(tmp_path: Path) -> None:
+    """Issue 44: `airlock can` said "on hold" after every start although nobody held anything."""
+    from airlock.approval import explain
+    from airlock.common.wire.journal import Found
+
+    a, _journal = approval(tmp_path, rule("ok", "allow"))
+    a.book.hold_reason = "restoring the hold state from the journal"  # as a fresh start has it
+    a.book._hold_known.clear()
+
+    class NeverHeld:
+        async def call(self, *_: Any, **__: Any) -> Found:
+            await asyncio.sleep(0.05)  # the journal answers a moment after the first `can` arrives
+            return Found(records=())
+
+    a.book.journal = NeverHeld()  # type: ignore[assignment]
+    s = spec("/usr/bin/true")
+    args = wire.Explain.from_dict({"request": {"request_id": "r-1"}, "spec": s.to_dict(), "peer": AGENT.to_dict()})
+
+    async def scenario() -> wire.Explained:
+        asking = asyncio.create_task(explain.explain(a, FakeCall({}), args))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        await a.book.restore_hold()
+        return await asking
+
+    answer = asyncio.run(scenario())
+    assert answer.held is False and answer.decision == "allow"

@@ -210,7 +210,7 @@ def test_unknown_rule_key() -> None:
     assert dropin_error(text) == (
         f"{D}:4:5: rules[0] (x).command: unknown key"
         " (known: approvals, approvers, commands, credentials, cwd, decision, description, files, groups, mode, "
-        "name, privileged, reason, reviewer, sandbox,"
+        "name, privileged, reason, reviewer, run_as, sandbox,"
         " sessions, stdin, users, writable_arguments)"
     )
 
@@ -270,7 +270,7 @@ def test_every_bad_rule_is_reported_and_the_policy_rejected_whole() -> None:
         f"{D}:3:25: rules[1] (a).decision: must be one of allow, ask, deny (got 'nope')",
         f"{D}:4:32: rules[2] (b).x: unknown key (known: approvals, approvers, commands, credentials, cwd, "
         "decision, description, files, groups, mode, name, privileged, reason, "
-        "reviewer, sandbox, sessions, stdin, users, writable_arguments)",
+        "reviewer, run_as, sandbox, sessions, stdin, users, writable_arguments)",
     )
 
 

@@ -197,12 +197,18 @@ def test_relative_and_unresolvable_binaries_are_denied() -> None:
         assert (decision.decision, decision.rule, decision.stages[0].resolved) == ("deny", UNRESOLVED_RULE, None)
 
 
-def test_unresolvable_binary_can_still_match_a_rule_without_commands() -> None:
+def test_unresolvable_binary_is_denied_by_a_rule_without_commands_or_as_unresolved() -> None:
     p = policy(
-        "- {name: root-all, decision: allow, users: [root]}\n- {name: mallory, decision: deny, users: [mallory]}"
+        "- {name: root-all, decision: allow, users: [root]}\n- {name: mallory, decision: deny, users: [mallory]}\n"
+        "- {name: carol-asks, decision: ask, users: [carol]}"
     )
-    assert decide(p, ["no-such-binary-here"], who=subject("root", 0)).rule == "root-all"
     assert decide(p, ["no-such-binary-here"], who=subject("mallory", 1001)).rule == "mallory"
+    # Issue 44: a rule's allow (or ask) of a program that is not there is no permission to run nothing:
+    # it is "command not found" (unresolved), not an allow the runner then fails as spawn_failed.
+    for who in (subject("root", 0), subject("carol", 1002)):
+        decision = decide(p, ["no-such-binary-here"], who=who)
+        assert (decision.decision, decision.rule) == ("deny", UNRESOLVED_RULE), who
+        assert decision.stages[0].matched  # the rules that matched are still named
 
 
 def test_shell_form_matches_through_the_canonical_shell() -> None:

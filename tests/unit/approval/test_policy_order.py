@@ -103,16 +103,16 @@ def test_shuffling_and_splitting_rules_never_changes_a_decision(
 
 def _check_against_a_simple_model(policy: Policy, who: Subject, pipeline: list[list[str]], decision: str) -> None:
     # The pipeline's decision is the most restrictive stage decision, each of
-    # which is the most restrictive matching rule, else the default (deny when
-    # the binary does not resolve).
+    # which is the most restrictive matching rule, else the default; a stage
+    # whose binary does not resolve is denied (it cannot run: issue 44).
     worst = 0
     for stage in pipeline:
         resolved = resolver(stage[0], "")
         ranks = [
             _RANK[r.decision] for r in policy.rules if r.applies_to(who) and r.matches_command(resolved, stage[1:])
         ]
-        fallback = _RANK[policy.default] if resolved else _RANK["deny"]
-        worst = max(worst, max(ranks) if ranks else fallback)
+        fallback = _RANK[policy.default]
+        worst = max(worst, _RANK["deny"] if resolved is None else max(ranks) if ranks else fallback)
     assert _RANK[decision] == worst
 
 

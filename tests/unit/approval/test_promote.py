@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from airlock.approval import fileop_review, promote
+from airlock.approval.transitions import State
 
 
 class Recorder:
@@ -36,10 +37,7 @@ class Entry:
     """The parts of a `Pending` that announce reads."""
 
     def __init__(self, decided: bool) -> None:
-        loop = asyncio.get_running_loop()
-        self.future: asyncio.Future[Any] = loop.create_future()
-        if decided:
-            self.future.set_result(("allow", "root", 0, ""))
+        self.state = State.ALLOWED if decided else State.PENDING
         self.request_id, self.operation_id, self.expires = "second", "op-2", 10**10
         self.peer = type("P", (), {"uid": 1000})()
 

@@ -31,7 +31,6 @@ def _pending(request_id: str, nonce: str = "0" * 32, command: str = "id -u", pee
         bound={},
         created=0.0,
         expires=60.0,
-        future=loop.create_future(),
     )
     loop.close()
     statement: dict[str, Any] = {

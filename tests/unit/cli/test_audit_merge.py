@@ -49,3 +49,14 @@ def test_render_names_the_first_bad_record_and_the_segments() -> None:
     assert text.startswith("FAILED at record 4: bad at 4")
     assert "segment: from seq 12, acknowledged by alice: restored\\x1b[2J (previous head 7)" in text
     assert "[no ack anchor in this source]" in text
+
+
+def test_verify_full_says_sealed_plus_live_and_the_total() -> None:
+    """Issue 44: `--full` printed the live segment's count as if it were all."""
+    data = _answer(True) | {"checked": 112, "mode": "full", "anchors": {"source": "none"}}
+    data["full"] = {"ok": True, "segments": 3, "checked": 812, "live": {"ok": True, "checked": 112}, "deleted": []}
+    first = render(data).splitlines()[0]
+    assert first.startswith(
+        "ok: 812 record(s) verified in all: 700 in 3 sealed segment file(s) + 112 in the live segment; head 10"
+    ), first
+    assert render(_answer(True)).startswith("ok: 10 record(s) verified; head 10")  # without --full, as before

@@ -23,6 +23,7 @@ from airlock.approval import match
 from airlock.approval.policyfile import parse_policy_text
 from airlock.approval.rules import Policy, Subject
 from airlock.cli import stats, suggest
+from airlock.common.render import duration
 
 T0 = datetime(2027, 1, 15, 8, 0, tzinfo=UTC).timestamp()
 
@@ -120,6 +121,10 @@ def test_stats_on_a_known_sequence() -> None:
     }
     text = stats.render_text(numbers)
     assert "time from an ask to a decision: p50 3.0s, p95 10.0s (4 decided)" in text
+    # Issue 44: the average says over what (it read as a rate of the asks themselves).
+    per_hour = round(6 / (numbers["window_seconds"] / 3600), 2)
+    window = duration(float(numbers["window_seconds"]))
+    assert f"asks (an operator was asked): 6, {per_hour:g} per hour on average over the last {window}\n" in text
     # A window that ends before anything happened counts nothing.
     assert stats.compute(j.events, now=T0 - 100000, window=60)["requests"] == 0
 
@@ -151,6 +156,14 @@ def test_repeated_approvals_become_one_rule_with_a_placeholder_where_arguments_v
     assert "# cwd: none given; stdin: none (both pinned, as approved)" in text
     for unit in ("nginx", "redis", "postgresql"):
         assert match.match_args(rule["commands"][0][1:], ["restart", unit])
+
+
+def test_one_approval_is_said_in_the_singular() -> None:
+    """Issue 44: "approved 1 times"."""
+    j = Journal()
+    j.request(0, ["systemctl", "restart", "nginx"], ask=2, by="alice")
+    text, rules = suggested(j, minimum=1)
+    assert len(rules) == 1 and "# approved 1 time for deploy (as root)" in text, text
 
 
 def test_below_the_minimum_rules_denied_and_others_are_not_learned() -> None:

@@ -38,7 +38,8 @@ def test_a_missing_default_file_is_the_defaults_but_a_named_one_is_an_error(tmp_
         ),
         (
             "agents:\n  userz: []\n",
-            "/x.yaml:2:3: agents.userz: unknown key (known in agents: groups, require_token, users) (got 'userz')",
+            "/x.yaml:2:3: agents.userz: unknown key (known in agents: groups, require_token, retry_window_seconds, "
+            "users) (got 'userz')",
         ),
         (
             "agents:\n  require_token: maybe\n",

@@ -58,10 +58,21 @@ def test_the_end_says_how_it_ended() -> None:
         user_of,
     )
     assert killed is not None and "STOPPED=killed (SIGTERM) by op1" in killed and "\x1b" not in killed
+    signalled = {"exit_codes": [None], "stages": [{"exit_code": None, "signal": 15}]}
+    by_signal = sentence("exec.finished", signalled, "r-7", 1000, user_of)
+    assert by_signal is not None and "EXIT=143 (SIGTERM)" in by_signal  # issue 44: as a shell says it
 
 
 def test_other_kinds_keep_their_summary() -> None:
-    assert sentence("service.started", {"pid": 1}, None, None, user_of) is None
+    assert sentence("service.started", {"pid": 1}, None, None, user_of) is None  # an older record: no name
+
+
+def test_a_service_record_names_the_service() -> None:
+    """Issue 44: service.started/stopping did not say which service."""
+    started = sentence("service.started", {"service": "intake", "pid": 42, "version": "1.2"}, None, None, user_of)
+    assert started == "airlock : airlock-intake started ; PID=42 ; VERSION=1.2"
+    stopping = sentence("service.stopping", {"service": "journal", "pid": 7}, None, None, user_of)
+    assert stopping == "airlock : airlock-journal stopping ; PID=7"
 
 
 def test_a_long_command_is_shortened_and_a_digest_named() -> None:

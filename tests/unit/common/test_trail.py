@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airlock.common.trail import ran_and_succeeded, summarise
+from airlock.common.trail import outcome_words, ran_and_succeeded, summarise
 
 
 def ev(seq: int, kind: str, **payload: Any) -> dict[str, Any]:
@@ -123,3 +123,30 @@ def test_a_forbidden_story_is_settled_named_and_never_a_success() -> None:
         "reason": "allowed only in approved",
     }
     assert shown["state"] == "received" and shown["settled"] and not ran_and_succeeded(shown)
+
+
+def test_a_killed_job_says_killed_and_its_exit_as_a_shell_would() -> None:
+    """Issue 44: it said "ok, exit codes [None], killed (SIGTERM)"."""
+    stage = {"exit_code": None, "signal": 15}
+    killed = {"signal": "SIGTERM", "by": "root", "reason": "runaway"}
+    events = [
+        RECEIVED,
+        ev(2, "approval.decided", decision="allow", rule="r", by="policy"),
+        ev(3, "exec.started"),
+        ev(4, "exec.finished", exit_codes=[None], stages=[stage], timed_out=False, cancelled=False, killed=killed),
+        ev(5, "request.replied", status="ok", code=None, message=None),
+    ]
+    shown = summarise(events)
+    assert outcome_words(shown["outcome"]) == "killed (SIGTERM) by root: runaway, exit status 143 (SIGTERM)"
+    assert not ran_and_succeeded(shown)
+
+
+def test_outcome_words_for_pipelines_timeouts_and_plain_exits() -> None:
+    ran = {"status": "ok", "exit_codes": [0, 3], "signals": [None, None]}
+    assert outcome_words(ran) == "ok, exit statuses 0, 3"
+    timed = {"status": "ok", "exit_codes": [None], "signals": [9], "timed_out": True}
+    assert outcome_words(timed) == "timed out, exit status 137 (SIGKILL)"
+    refused = {"status": "error", "code": "spawn_failed", "message": "gone"}
+    assert outcome_words(refused) == "error, spawn_failed: gone"
+    never = {"status": "ok", "exit_codes": [None], "signals": [None], "cancelled": True}
+    assert outcome_words(never) == "cancelled, exit status -"

@@ -22,7 +22,7 @@ from airlock.common.wire import registry
 from airlock.common.wire.verb import Caller, DoorName, Empty, declared
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
-INTERNAL = (DoorName.JOURNAL, DoorName.RUNNER, DoorName.APPROVAL)
+INTERNAL = (DoorName.JOURNAL, DoorName.RUNNER, DoorName.APPROVAL, DoorName.EXECTREE)
 # Each generated region: the file it is in and what renders it.
 REGIONS: dict[str, tuple[str, Callable[[], str]]] = {
     **{door.value: ("protocol.md", functools.partial(registry.table, door)) for door in INTERNAL},
@@ -103,7 +103,7 @@ def test_the_services_table_says_whom_each_service_reaches_and_with_what() -> No
     rows = {cells[1].strip(): cells for line in doc.splitlines() if len(cells := line.split("|")) == 7}
     for caller in (Caller.INTAKE, Caller.APPROVAL, Caller.RUNNER):
         reaches = rows[f"airlock-{caller.value}"][4]
-        said = dict(re.findall(r"\b(journal|runner|approval)\b(?: \(([^)]*)\))?", reaches))
+        said = dict(re.findall(r"\b(journal|runner|approval|exectree)\b(?: \(([^)]*)\))?", reaches))
         called = {door: {v.name for v in registry.verbs(door) if caller in v.callers} for door in INTERNAL}
         assert set(said) == {door.value for door, names in called.items() if names}, caller
         for door, listed in said.items():

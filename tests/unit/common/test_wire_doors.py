@@ -29,6 +29,7 @@ from airlock.common.wire import registry
 from airlock.common.wire.verb import DoorName, Verb, declared
 from airlock.intake import service as intake_service
 from airlock.journal import service as journal_service
+from airlock.runner import exectree as exectree_service
 from airlock.runner import service as runner_service
 
 SERVICES = Path(__file__).resolve().parents[3] / "services"
@@ -40,6 +41,7 @@ SERVED_BY = {
     DoorName.APPROVAL: (approval_service, "approval"),
     DoorName.OPERATOR: (approval_service, "operator"),
     DoorName.AGENT: (intake_service, "agent"),
+    DoorName.EXECTREE: (exectree_service, "exectree"),
 }
 
 
@@ -98,7 +100,7 @@ def _door_of(module: str, receiver: str) -> frozenset[DoorName]:
     last = receiver.rsplit(".", 1)[-1]
     if last == "journal" or receiver == "self.audit.client" or (module == "common/audit.py" and last == "client"):
         return frozenset({DoorName.JOURNAL})
-    if last in {"runner", "approval"}:
+    if last in {"runner", "approval", "exectree"}:
         return frozenset({DoorName(last)})
     return FRONT  # the clients (cli, gateway, mcp, relay, web) talk to the front doors
 
@@ -210,7 +212,9 @@ def test_the_scan_finds_the_calls_it_must_judge() -> None:
     assert _door_of("approval/output.py", "self.runner") == {DoorName.RUNNER}
 
 
-@pytest.mark.parametrize("module", ["verb", "approval", "runner", "journal", "agent", "operator", "registry"])
+@pytest.mark.parametrize(
+    "module", ["verb", "approval", "runner", "journal", "agent", "operator", "exectree", "registry"]
+)
 def test_a_declaration_imports_no_server(module: str) -> None:
     """Issue 47: reading a door's declarations pulls in neither the server, asyncio nor sdnotify.
 

@@ -348,6 +348,25 @@ def test_events_scope(db: Path) -> None:
     with_store(db, body)
 
 
+def test_events_scope_by_request_prefix_and_kind(db: Path) -> None:
+    """Issue 44: `show PREFIX` finds the requests whose ID starts so (an index range: no pattern characters)."""
+
+    async def body(store: Store) -> None:
+        for i, rid in enumerate(["ab-1", "ab-2", "abc", "ab%", "a_b", "b", "ab\U0010fffe", "ac"]):
+            for kind in ("request.received", "request.replied"):
+                await store.append(writer="intake", kind=kind, request_id=rid, payload={"i": i})
+
+        def ids(prefix: str) -> list[str]:
+            scope = {"request_prefix": prefix, "kind": "request.received"}
+            return [str(e.request_id) for e in store.events(scope=scope).events]
+
+        assert ids("ab") == ["ab-1", "ab-2", "abc", "ab%", "ab\U0010fffe"]
+        assert ids("ab-") == ["ab-1", "ab-2"] and ids("ab%") == ["ab%"] and ids("a_") == ["a_b"]
+        assert ids("z") == []
+
+    with_store(db, body)
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -358,7 +377,9 @@ def test_events_scope(db: Path) -> None:
         {"tail": 300},
         {"after": -1},
         {"after": "3"},
-        {"scope": {"kind": "x"}},
+        {"scope": {"nonsense": "x"}},
+        {"scope": {"request_prefix": ""}},
+        {"scope": {"request_prefix": 5}},
         {"scope": {"peer_uid": "1000"}},
         {"scope": {"request_id": 5}},
         {"scope": "r1"},

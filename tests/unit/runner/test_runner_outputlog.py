@@ -150,9 +150,14 @@ def test_credentials_bound_are_checked_again() -> None:
             credentials.parse_bound(bad, 1)
 
 
-def test_credentials_are_redacted_with_and_without_their_newline() -> None:
+def test_credentials_are_redacted_and_the_line_after_them_kept() -> None:
+    from airlock.runner.redact import StreamRedactor
+
     loaded = credentials.Loaded(((0, "db", "/etc/x", b"hunter22-secret\n"),))
-    assert set(loaded.redacted()) == {b"hunter22-secret\n", b"hunter22-secret"}
+    redactor = StreamRedactor(loaded.redacted())
+    # `cat file` prints the newline, `$(cat file)` drops it: either way the value goes and the line end stays.
+    out = redactor.feed(b"password is: hunter22-secret\ntick 1\nx=hunter22-secret;\n") + redactor.flush()
+    assert out == b"password is: [redacted]\ntick 1\nx=[redacted];\n"
     assert loaded.record() == [{"stage": 0, "name": "db", "sha256": hashlib.sha256(b"hunter22-secret\n").hexdigest()}]
 
 

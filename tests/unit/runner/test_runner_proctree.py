@@ -131,23 +131,24 @@ def test_finished_jobs_are_not_kept_for_their_late_exit_events(monkeypatch: Any)
     monkeypatch.setattr(execwatch, "read_process", lambda pid: None)
     events = proctree.ProcEvents()
     events.unavailable = None
+    runner = next(iter(events.forks_of))  # the runner whose forks are followed (here: this process)
     for n in range(3000):
         pid = 100_000 + n
         w = events.watch()
-        events._fork(events.pid, pid)
+        events._fork(runner, pid)
         events.claim(w, [pid])
         events._exec(pid, 0.0)
         events.finish(w)
         events._exit(pid, 0.0, 0)  # the exit event comes after the job's end
     assert not events.exited and not events.owner and not events.unclaimed
     w = events.watch()
-    events._fork(events.pid, 1)
+    events._fork(runner, 1)
     events.claim(w, [1])
     events._exec(1, 0.0)
     events._exit(1, 0.0, 0)  # while its job runs: findable for its taskstats record
     assert events.exited[1][0] is w
     monkeypatch.setattr(time, "monotonic", lambda: 1e9)
-    events._fork(events.pid, 2)
+    events._fork(runner, 2)
     events.claim(w, [2])
     events._exec(2, 0.0)
     events._exit(2, 0.0, 0)

@@ -71,6 +71,7 @@ class Decide(Message):
     file: dict[str, Any] | None = None
     operation_id: str | None = None
     after: tuple[str, ...] = ()  # the marks of intake's deferred records (issue 21)
+    wait: bool = True  # False (an agent's `sudo -n`): answer approval_required instead of asking a person
 
     def check(self) -> None:
         if (self.spec is None) == (self.file is None):

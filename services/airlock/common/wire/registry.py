@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airlock.common.wire import agent, approval, journal, operator, runner  # noqa: F401  each declares its door
+from airlock.common.wire import agent, approval, exectree, journal, operator, runner  # noqa: F401  each declares its door
 from airlock.common.wire.verb import Caller, DoorName, Verb, declared
 
 DOORS = tuple(DoorName)
@@ -14,6 +14,7 @@ SERVED_BY: dict[DoorName, str] = {
     DoorName.APPROVAL: "approval",
     DoorName.OPERATOR: "approval",
     DoorName.AGENT: "intake",
+    DoorName.EXECTREE: "exectree",
 }
 
 

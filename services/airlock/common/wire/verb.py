@@ -40,6 +40,7 @@ class DoorName(enum.StrEnum):
     APPROVAL = "approval"  # approval's internal door (intake, runner)
     OPERATOR = "operator"  # operator.sock, served by approval
     AGENT = "agent"  # agent.sock, served by intake
+    EXECTREE = "exectree"  # internal/exectree.sock, served by airlock-exectree (the runner's exec trees)
 
 
 class Caller(enum.StrEnum):
