@@ -24,6 +24,7 @@ from airlock.approval.asked import subject_of
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.output import OutputReads
 from airlock.approval.parts import Books, Live, Outside
+from airlock.approval.passkeyimport import PasskeyImport
 from airlock.approval.passkeys import Passkeys
 from airlock.approval.pending import Pending
 from airlock.approval.rules import Policy
@@ -390,6 +391,7 @@ class Operating:
             op.PASSKEY_REVOKE: self.passkeys.passkey_revoke,
             op.PASSKEY_SESSION: self.passkeys.consoles.session,
             op.PASSKEY_SESSIONS_END: self.passkeys.consoles.sessions_end,
+            op.PASSKEY_IMPORT: PasskeyImport(self.passkeys).passkey_import,  # issue 49
         }
         table = wire.serve(op.DOOR, handlers, caller_of=caller_of, refuse=_observers_only_read)
         return {name: _operator_only(served) for name, served in table.items()}

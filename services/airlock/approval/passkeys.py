@@ -41,7 +41,7 @@ from airlock.approval.pending import Pending
 from airlock.approval.signed import RefusalLimit
 from airlock.approval.table import PendingTable, check_expected
 from airlock.approval.webauthn import Refused
-from airlock.common import passkeyfile, validate
+from airlock.common import groups, passkeyfile, validate
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config
@@ -54,6 +54,7 @@ from airlock.common.wire import operator as op
 from airlock.common.wire import passkey as pk
 from airlock.common.wire import runner as runner_wire
 
+G = groups.Group | None  # issue 49: a decision carries a group, or is one host's alone
 MAX_ENROLLMENTS = 64  # live enrollment tokens at once
 # Refused passkey decisions one carrier (airlock-web's uid) may send per minute: each is journaled,
 # so a compromised web process cannot fill the journal with them.
@@ -274,10 +275,15 @@ class Passkeys:
     def _decision_args(args: pk.DecideBegin) -> tuple[str, str, float | None, str | None]:
         return args.decision, args.reason or "", args.grant_seconds, args.scope
 
-    def _challenge(self, entry: Pending, decision: str, reason: str, seconds: float | None, scope: str | None) -> bytes:
+    def _challenge(
+        self, entry: Pending, decision: str, reason: str, seconds: float | None, scope: str | None, group: G = None
+    ) -> bytes:
         assert entry.published is not None
-        statement = entry.published.statements[decision].to_bytes()
-        return webauthn.decision_challenge(statement, webauthn.extras(reason, seconds, scope))
+        statement = entry.published.statements[decision]
+        carried = webauthn.extras(reason, seconds, scope)
+        if group is not None:  # issue 49: one touch over many hosts; this host checks it is a member
+            return groups.member_challenge(group, statement.to_bytes(), carried)
+        return webauthn.decision_challenge(statement.to_bytes(), carried)
 
     async def passkey_decide_begin(self, call: Call, args: pk.DecideBegin) -> pk.DecideChallenge:
         _origin, rp_id = self.keys.web()
@@ -309,6 +315,7 @@ class Passkeys:
         ids = Ids(entry.request_id, entry.operation_id, call.peer.uid)
         carrier = {"uid": call.peer.uid, "user": call.peer.user}
         credential_id: str | None = None
+        group: groups.Group | None = None
         try:
             shown = args.statement
             if shown != entry.published.statements[decision].render():
@@ -319,9 +326,12 @@ class Passkeys:
                 )
             if entry.published.statements[decision].expires <= time.time():
                 raise no("expired", "this request's statement has expired")
-            enrolled, count, digest = self.keys.verified(
-                args.credential, self._challenge(entry, decision, reason, seconds, scope)
-            )
+            try:
+                group = args.group.group() if args.group is not None else None
+                challenge = self._challenge(entry, decision, reason, seconds, scope, group)
+            except groups.GroupRefused as exc:
+                raise refused(Refused(exc.reason, exc.message)) from None
+            enrolled, count, digest = self.keys.verified(args.credential, challenge)
             credential_id = enrolled.credential_id
             if self.keys.role(enrolled.account) != "operator":
                 raise no("not_operator", f"{enrolled.account!r} is not an operator: an observer's passkey only views")
@@ -370,7 +380,8 @@ class Passkeys:
                 "agent_uid": entry.peer.uid,
             }
             | ballot.progress(entry, decision)
-            | ({"grant_id": grant.grant_id} if grant else {}),
+            | ({"grant_id": grant.grant_id} if grant else {})
+            | ({"group": group.journaled(entry.published.statements[decision].to_bytes())} if group else {}),
         )
         if grant is not None and self.pending.is_open(entry):
             await self.grants.make(grant, ids, person.user, reason)

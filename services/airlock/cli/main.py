@@ -20,7 +20,7 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import agentcmds, agenthooks, events, fleet, operator, passkey, show, tokens
+from airlock.cli import agentcmds, agenthooks, events, fleet, operator, passkey, passkeyfleet, show, tokens
 from airlock.cli import output as output_cli
 from airlock.cli import policy as policy_cli
 from airlock.common.validate import parse_duration
@@ -280,6 +280,7 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("credential_id", help="as `airlock passkey list` shows it")
             sp.add_argument("--reason", help="recorded in the audit journal")
         sp.set_defaults(func=passkey.cmd_passkey)
+    passkeyfleet.add_parsers(pk_sub)  # issue 49: carry, export, import
 
     audit = sub.add_parser("audit", help="verify and inspect the audit journal")
     audit_sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)

@@ -26,7 +26,6 @@ import concurrent.futures
 import contextlib
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -40,51 +39,16 @@ from typing import Any, Final
 from airlock.cli import watch
 from airlock.common import client
 from airlock.common.render import sanitise
+from airlock.common.sshcall import check_host as check_host  # shared with the fleet console (issue 49)
+from airlock.common.sshcall import ssh_argv as ssh_argv
 from airlock.common.wire import operator as op
 from airlock.common.wire.message import Message
 from airlock.common.wire.verb import Empty, Verb
 
-CONNECT_TIMEOUT: Final = 10
 CALL_TIMEOUT: Final = 30.0
 FLEET_POLL_SECONDS: Final = 2.0
 ROUND_SECONDS: Final = 1.5  # how long one round waits for the hosts' answers before showing what it has
 RETRY_SECONDS: Final = 10.0  # a failing host is asked again after this long
-_HOST_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_@:[]%")
-
-
-def check_host(host: str) -> str:
-    """A destination ssh takes as a host, never as an option."""
-    if not host or host.startswith("-") or not set(host) <= _HOST_CHARS:
-        raise ValueError(f"--host: not a [USER@]HOST: {host!r}")
-    return host
-
-
-def ssh_argv(
-    host: str,
-    remote: Sequence[str],
-    *,
-    config: str | None = None,
-    control: str | None = None,
-    connect_timeout: int = CONNECT_TIMEOUT,
-) -> list[str]:
-    """``ssh -T -o BatchMode=yes … HOST -- airlock ARGS`` (each argument quoted for the remote shell)."""
-    argv = [
-        "ssh",
-        "-T",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        f"ConnectTimeout={connect_timeout}",
-        "-o",
-        "ServerAliveInterval=5",
-        "-o",
-        "ServerAliveCountMax=3",
-    ]
-    if config:
-        argv += ["-F", config]
-    if control:
-        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control}", "-o", "ControlPersist=60"]
-    return [*argv, check_host(host), "--", " ".join(shlex.quote(a) for a in ["airlock", *remote])]
 
 
 def strip_global(argv: Sequence[str]) -> list[str]:

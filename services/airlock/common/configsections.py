@@ -128,6 +128,10 @@ class Web:
     enroll_minutes: float = 10.0
     listen: str = "127.0.0.1:8787"
     session_minutes: float = 15.0
+    # Issue 49: a fleet console (a bastion): the hosts it reaches over SSH, and how it checks their relays.
+    fleet_hosts: tuple[str, ...] = ()
+    fleet_ssh_config: Path | None = None
+    fleet_relay_secrets: Path | None = None
 
     @property
     def origin(self) -> str:

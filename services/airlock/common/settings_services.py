@@ -26,6 +26,7 @@ from airlock.common.configvalues import (
     positive_int,
     signer_accounts,
     string,
+    string_list,
     web_listen,
     web_url,
 )
@@ -432,5 +433,26 @@ ROWS: tuple[Setting, ...] = (
         positive_float,
         15.0,
         "How long an airlock-web sign-in lasts; then the passkey signs in again.",
+    ),
+    Setting(
+        "web.fleet_hosts",
+        string_list,
+        (),
+        "Fleet mode (a bastion, docs/fleet.md): the hosts ([USER@]HOST, as ssh takes them) whose pending requests "
+        "this airlock-web lists and to which it carries passkey decisions over OpenSSH; each host verifies them "
+        "itself. Empty: the single-host console.",
+    ),
+    Setting(
+        "web.fleet_ssh_config",
+        optional_absolute_path,
+        None,
+        "Fleet mode: the ssh_config(5) file for the hosts (aliases, the observer login, its key, known_hosts).",
+    ),
+    Setting(
+        "web.fleet_relay_secrets",
+        optional_absolute_path,
+        None,
+        "Fleet mode: a file of 'HOST SECRET' lines, each host's fleet relay channel secret; a post checked with "
+        "its host's secret makes the console ask that host at once (otherwise every 10 s).",
     ),
 )

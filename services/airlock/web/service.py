@@ -46,7 +46,7 @@ from airlock.common.wire import operator as op
 from airlock.common.wire import passkey as pk
 from airlock.common.wire.message import Message
 from airlock.common.wire.verb import Empty, Verb
-from airlock.web import pages
+from airlock.web import fleetweb, pages
 from airlock.web.door import Door, DoorError, decision_args
 from airlock.web.markup import Markup
 from airlock.web.sessions import Session, Sessions
@@ -409,7 +409,8 @@ class Web:
 
 
 async def serve(config: Config, sockets: list[socket.socket], socket_path: str, host: str) -> None:
-    runner = web.AppRunner(Web(config, Door(socket_path), host).app(), access_log=None, handle_signals=False)
+    app = fleetweb.app_for(config) or Web(config, Door(socket_path), host).app()  # issue 49: fleet mode
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     for sock in sockets:
         await web.SockSite(runner, sock).start()
@@ -441,9 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", default=None, help="configuration file (default: /etc/airlock/airlock.yaml)")
     parser.add_argument("--socket", default=None, help="operator.sock (default: the configured runtime_dir's)")
-    parser.add_argument(
-        "--dev", action="store_true", help=argparse.SUPPRESS
-    )  # `airlock dev up`: every service runs as the invoking user there
+    # `airlock dev up`: every service runs as the invoking user there
+    parser.add_argument("--dev", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     try:
         config = load(Path(ns.config) if ns.config else None)

@@ -38,7 +38,7 @@ def test_the_registry_holds_each_module_of_the_package() -> None:
     package = Path(channels.__file__).parent
     modules = {p.stem for p in package.glob("*.py")} - {"__init__", "base"}
     assert len(channels.CHANNELS) == len(modules)
-    assert set(channels.CHANNELS) == {"email", "ntfy", "slack", "webhook"}
+    assert set(channels.CHANNELS) == {"email", "fleet", "ntfy", "slack", "webhook"}
     assert {cls.__module__.rsplit(".", 1)[1] for cls in channels.CHANNELS.values()} == modules
 
 
@@ -69,7 +69,7 @@ def test_a_new_channel_type_is_one_file(tmp_path: Path, monkeypatch: pytest.Monk
         sys.modules.pop("airlock.common.channels.pigeon", None)
     # Without the file the type is unknown again.
     monkeypatch.undo()
-    with pytest.raises(ConfigError, match="must be one of email, ntfy, slack, webhook"):
+    with pytest.raises(ConfigError, match="must be one of email, fleet, ntfy, slack, webhook"):
         parse_text("notify:\n  channels:\n    - {type: pigeon, loft: roof}\n", "/x.yaml")
 
 
@@ -141,3 +141,29 @@ def test_a_logged_configuration_carries_no_secret() -> None:
     (hook,) = cfg.notify.channels
     assert hook["secret"] == "0123456789abcdef" and hook.name == "webhook-0"
     assert "0123456789abcdef" not in repr(cfg) and "'secret': '[set]'" in repr(hook)
+
+
+def test_the_fleet_channel_signs_with_the_host_s_name_and_the_console_checks_it_with_that_host_s_secret() -> None:
+    from airlock.common.channels import fleet, webhook
+
+    console = _Server(200)
+    message = {"event": "pending", "title": "t", "text": "x", "seq": 7, "request_id": "r1"}
+    config = (
+        f"notify:\n  channels:\n    - {{type: fleet, url: '{console.url}', host: web2, secret: 0123456789abcdef}}\n"
+    )
+    try:
+        channel = channels.of(parse_text(config, "/x.yaml").notify.channels[0])
+        assert channel.send(message) == "HTTP 200"
+    finally:
+        console.shutdown()
+        console.server_close()
+    (body,) = console.bodies
+    signed = webhook.signature("0123456789abcdef", body)
+    secrets = {"web1": "fedcba9876543210", "web2": "0123456789abcdef"}
+    assert fleet.verify(body, signed, secrets) == ("web2", message | {"fleet_host": "web2"})
+    # Another host's secret, an altered body, a host the console does not know: nothing.
+    assert fleet.verify(body, webhook.signature(secrets["web1"], body), secrets) is None
+    assert fleet.verify(body.replace(b'"r1"', b'"r2"'), signed, secrets) is None
+    assert fleet.verify(body, signed, {"web1": secrets["web1"]}) is None
+    with pytest.raises(ConfigError, match="a fleet channel needs secret or secret_file"):
+        parse_text(f"notify:\n  channels:\n    - {{type: fleet, url: '{console.url}', host: web2}}\n", "/x.yaml")

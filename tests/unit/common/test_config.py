@@ -144,7 +144,7 @@ def test_the_configuration_doc_has_the_settings_table() -> None:
         ),
         (
             "notify:\n  channels:\n    - {type: pigeon}\n",
-            "/x.yaml:3:14: notify.channels[0].type: must be one of email, ntfy, slack, webhook (got 'pigeon')",
+            "/x.yaml:3:14: notify.channels[0].type: must be one of email, fleet, ntfy, slack, webhook (got 'pigeon')",
         ),
         (
             "notify:\n  channels:\n    - {type: slack}\n",

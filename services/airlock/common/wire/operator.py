@@ -442,6 +442,16 @@ PASSKEY_SESSION = _verb(
 PASSKEY_SESSIONS_END = _verb(
     "passkey.sessions_end", PASSKEY_CALLERS, pk.SessionsEnd, pk.SessionsEnded, "end every console session of an account"
 )
+# Issue 49: root lists passkeys enrolled with a fleet console's origin (each one journaled).
+PASSKEY_IMPORT = _verb(
+    "passkey.import",
+    OPERATORS,
+    pk.PasskeyImport,
+    pk.PasskeysImported,
+    "list exported passkeys here (root; revoked lines revoke)",
+)
+# Issue 49: what `airlock passkey carry --verb NAME` carries from the fleet console to this host's approval.
+CARRIED: Final = {"decide": PASSKEY_DECIDE, "login_begin": PASSKEY_LOGIN_BEGIN, "login_finish": PASSKEY_LOGIN_FINISH}
 
 # Derived from the declarations above (never a copy): intake refuses each of these it does not
 # serve itself to an agent with the refusal a bad token gets, so a probe learns nothing.

@@ -11,13 +11,14 @@ that would tell a probe which is which.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from airlock.common import validate
+from airlock.common import groups, validate
 from airlock.common.wire.message import Document, Public
 from airlock.common.wire.picking import DECISIONS, GRANT_SCOPES, Pick, reason
 
 ENROLL_MAX_WAIT_SECONDS: Final = 900.0
+IMPORT_MAX: Final = 1024  # credentials in one passkey.import
 # Absent values of a public reply are null where protocol.md says so.
 _NULL: dict[str, Any] = {"null": True}
 
@@ -96,9 +97,42 @@ class DecideBegin(Pick):
 
 
 @dataclass(frozen=True)
+class Group(Public):
+    """Issue 49: the group one touch signs (`airlock.common.groups`): its request key, its members' digests."""
+
+    strict: ClassVar[bool] = True  # the group's text is what is signed: a key it does not know is refused
+    key: str
+    members: tuple[str, ...]
+
+    def check(self) -> None:
+        try:
+            self.group()
+        except groups.GroupRefused as exc:
+            named, _, text = exc.message.partition(": ")  # "group.members: ...": named under this field
+            raise validate.bad(named.removeprefix("group."), text) from None
+
+    def group(self) -> groups.Group:
+        return groups.Group(self.key, self.members)
+
+
+@dataclass(frozen=True)
 class Decide(DecideBegin):
     statement: Any = None  # compared with the request's current statement (request_changed when not it)
     credential: Any = None  # approval/webauthn.py checks it
+    group: Group | None = None  # issue 49: one touch over many hosts (this host checks it is a member)
+
+
+@dataclass(frozen=True)
+class PasskeyImport(Public):
+    """Issue 49: lines of `airlock passkey export` (root lists them here; a revoked line revokes)."""
+
+    credentials: tuple[dict[str, Any], ...]  # each checked by approval (passkeyfile.checked), its line named
+    source: str | None = None  # where they came from (journaled)
+
+    def check(self) -> None:
+        if not 1 <= len(self.credentials) <= IMPORT_MAX:
+            raise validate.bad("credentials", f"must be a list of 1 to {IMPORT_MAX} lines of `airlock passkey export`")
+        validate.optional_text("source", self.source, max_len=256)
 
 
 @dataclass(frozen=True)
@@ -188,6 +222,18 @@ class PasskeyRevoked(Public):
     account: str
     revoked: bool
     sessions_ended: int
+
+
+@dataclass(frozen=True)
+class Imported(Public):
+    credential_id: str
+    account: str
+    result: str  # imported, listed already, revoked (N console session(s) ended), ...
+
+
+@dataclass(frozen=True)
+class PasskeysImported(Public):
+    results: tuple[Imported, ...]
 
 
 @dataclass(frozen=True)

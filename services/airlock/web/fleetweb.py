@@ -1,0 +1,306 @@
+"""airlock-web in fleet mode (issue 49): one page for every host's pending requests, one touch per group.
+
+With ``web.fleet_hosts`` set, airlock-web serves this app instead of the
+single-host console.  It holds no decision and no state of its own: the
+rows are what the hosts said (`fleet.Fleet`, rebuilt at start and every
+`REFRESH_SECONDS`, and at once for a host whose fleet relay channel posted
+news, checked with that host's secret), and a decision is a passkey
+assertion over a group that each host verifies itself.
+
+Routes: ``GET /`` (the page, phone-first, the single-host console's
+stylesheet), ``GET /fleet/rows`` (the rows as JSON), ``POST
+/fleet/decide/begin`` (the group and the WebAuthn options of one touch),
+``POST /fleet/decide`` (the assertion carried to each member host; each
+host's answer), ``POST /fleet/relay`` (a host's relay post).  Every browser
+POST must come from ``web.url``'s origin; every page and decision needs a
+sign-in (`fleetsignin`: a passkey assertion a host verifies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+
+from airlock.common import groups
+from airlock.common.channels.fleet import verify
+from airlock.common.config import Config
+from airlock.common.log import get as get_logger
+from airlock.web import fleetview
+from airlock.web.fleet import Fleet
+from airlock.web.fleetsignin import SIGNIN_PAGE, SignIn
+from airlock.web.markup import Markup, html, join
+
+REFRESH_SECONDS: Final = 10.0
+OPEN: Final = frozenset({"/signin", "/signin/begin", "/signin/finish", "/fleet/relay"})
+MAX_BODY: Final = 1024 * 1024
+TIMEOUT_MS: Final = 120_000
+ALONE_FORMS: Final = 12  # "deny on HOST alone" forms for a row of at most this many hosts
+CSP: Final = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+log = get_logger("airlock.web.fleetweb")
+
+
+def relay_secrets(path: Path | None) -> dict[str, str]:
+    """``HOST SECRET`` lines (``#`` comments); none without a file."""
+    if path is None:
+        return {}
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not parts[0].startswith("#"):
+            out[parts[0]] = parts[1]
+    return out
+
+
+def b64u(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def extras(reason: str) -> bytes:
+    """The decision's extras as approval signs them (webauthn.extras: only what is given; no grant here)."""
+    given = {"reason": reason} if reason else {}
+    return json.dumps(given, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class FleetWeb:
+    def __init__(self, config: Config, fleet: Fleet) -> None:
+        self.config = config
+        self.fleet = fleet
+        self.secrets = relay_secrets(config.web.fleet_relay_secrets)
+        self.signin = SignIn(config, fleet)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @web.middleware
+    async def guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "POST" and request.path != "/fleet/relay":
+            origin = request.headers.get("Origin", "")
+            site = request.headers.get("Sec-Fetch-Site", "same-origin")
+            if origin != self.config.web.origin or site != "same-origin":
+                return web.json_response({"ok": False, "error": "not from this console's origin"}, status=403)
+        # Every page and every decision needs a sign-in; the sign-in itself, the static files and the
+        # hosts' relay posts (checked by their HMAC) do not.
+        if request.path not in OPEN and not request.path.startswith("/static/") and not self.signin.session_of(request):
+            if request.path == "/":
+                raise web.HTTPSeeOther("/signin")
+            return web.json_response({"ok": False, "error": "sign in first"}, status=401)
+        response: web.StreamResponse = await handler(request)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    def rows(self) -> list[fleetview.Row]:
+        return fleetview.rows(self.fleet.views.values())
+
+    async def page(self, request: web.Request) -> web.StreamResponse:
+        body = join(_row(r) for r in self.rows()) or html("<li>No pending requests on any host.</li>")
+        status = join(_host(v) for v in self.fleet.views.values())
+        who = self.signin.session_of(request)
+        account, role = (who.account, who.role) if who else ("", "")
+        text = html(PAGE, rows=body, hosts=status, count=len(self.fleet.hosts), account=account, role=role)
+        return web.Response(text=text, content_type="text/html")
+
+    async def rows_json(self, request: web.Request) -> web.StreamResponse:
+        hosts = {
+            v.host: {"pending": len(v.pending), "error": v.error, "contact": v.contact}
+            for v in self.fleet.views.values()
+        }
+        return web.json_response({"ok": True, "rows": [r.to_dict() for r in self.rows()], "hosts": hosts})
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise web.HTTPBadRequest(text="not JSON") from None
+        if not isinstance(body, dict):
+            raise web.HTTPBadRequest(text="not a JSON object")
+        return body
+
+    async def decide_begin(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        decision, reason = body.get("decision"), str(body.get("reason") or "")
+        hosts = body.get("hosts")
+        row = fleetview.pick(self.rows(), str(body.get("key")), hosts if isinstance(hosts, list) else None)
+        if decision not in ("allow", "deny") or row is None:
+            return web.json_response({"ok": False, "error": "no such request pending (or a bad decision)"}, status=404)
+        try:
+            group, members = await self.fleet.begin(row, str(decision), extras(reason))
+        except groups.GroupRefused as exc:
+            return web.json_response({"ok": False, "error": exc.message}, status=409)
+        options = {
+            "challenge": b64u(groups.challenge(group, extras(reason))),
+            "rpId": self.config.web.relying_party,
+            "timeout": TIMEOUT_MS,
+            "userVerification": "required",
+            "allowCredentials": [],
+        }
+        out = {"group": group.to_dict(), "members": members, "decision": decision, "reason": reason}
+        return web.json_response({"ok": True, "options": options} | out)
+
+    async def decide(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        members = body.get("members")
+        if not isinstance(members, list) or not all(isinstance(m, dict) for m in members):
+            return web.json_response({"ok": False, "error": "members: a list"}, status=400)
+        reason = str(body.get("reason") or "")
+        carried = await self.fleet.carry(
+            body.get("group") or {},
+            members,
+            str(body.get("decision")),
+            body.get("credential"),
+            **({"reason": reason} if reason else {}),
+        )
+        results = {h: {"ok": bool(r.get("ok")), "error": r.get("error")} for h, r in carried.items()}
+        return web.json_response({"ok": all(r["ok"] for r in results.values()), "hosts": results})
+
+    async def relay(self, request: web.Request) -> web.StreamResponse:
+        body = await request.content.read(MAX_BODY + 1)
+        found = verify(body, request.headers.get("X-Airlock-Signature", ""), self.secrets)
+        if found is None or len(body) > MAX_BODY:
+            return web.Response(status=401, text="not signed by a host this console knows")
+        host, message = found
+        log.info("web.fleet.relay", host=host, seq=message.get("seq"), what=message.get("event"))
+        self._spawn(self.fleet.refresh([host]))  # the post is news; the host itself is the truth
+        return web.Response(status=204)
+
+    def _spawn(self, job: Any) -> None:
+        task = asyncio.ensure_future(job)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def static(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if name not in ("airlock-web.css", "airlock-fleet.js"):
+            raise web.HTTPNotFound()
+        data = resources.files("airlock.web").joinpath("static", name).read_bytes()
+        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        etag = hashlib.sha256(data).hexdigest()[:16]
+        return web.Response(body=data, content_type=kind, headers={"ETag": etag})
+
+    async def refreshing(self) -> None:
+        """Every host asked at start and every `REFRESH_SECONDS` (each call bounded in `Fleet.call`)."""
+        while True:
+            with contextlib.suppress(Exception):
+                await self.fleet.refresh()
+            await asyncio.sleep(REFRESH_SECONDS)
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self.guard], client_max_size=MAX_BODY)
+        app.router.add_get("/", self.page)
+        app.router.add_get("/fleet/rows", self.rows_json)
+        app.router.add_post("/fleet/decide/begin", self.decide_begin)
+        app.router.add_post("/fleet/decide", self.decide)
+        app.router.add_post("/fleet/relay", self.relay)
+        app.router.add_get("/static/{name}", self.static)
+        app.router.add_get("/signin", self.signin_page)
+        app.router.add_post("/signin/begin", self.signin_begin)
+        app.router.add_post("/signin/finish", self.signin_finish)
+        app.router.add_post("/signout", self.signout)
+        return app
+
+    async def signin_page(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(text=SIGNIN_PAGE, content_type="text/html")
+
+    async def signin_begin(self, request: web.Request) -> web.StreamResponse:
+        return await self.signin.begin(request)
+
+    async def signin_finish(self, request: web.Request) -> web.StreamResponse:
+        return await self.signin.finish(request, await self._body(request))
+
+    async def signout(self, request: web.Request) -> web.StreamResponse:
+        return self.signin.signout(request)
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>airlock fleet</title>
+<link rel="stylesheet" href="/static/airlock-web.css">
+<script src="/static/airlock-fleet.js" defer></script>
+</head><body><header><p class="brand">airlock fleet: {count} hosts</p>
+<nav><form class="signout" method="post" action="/signout"><span class="who">{account}, {role}</span>
+<button type="submit">Sign out</button></form></nav></header><main>
+<h1>Pending</h1>
+<p id="fleet-status" class="status" role="status"></p>
+<ul class="cards">{rows}</ul>
+<h2>Hosts</h2><ul class="hosts">{hosts}</ul>
+</main></body></html>
+"""
+
+ROW = """<li class="card fleet-row">
+<p class="cmd"><code>{command}</code></p>
+<p>runs as {run_as}; asked by {requester}</p>
+<p class="io">in <code>{cwd}</code> · stdin {stdin}</p>
+<p class="why">{reason}</p>
+<p><strong>{n} host(s)</strong>: {hosts}</p>
+<form class="decide fleet-decide" data-key="{key}">
+<textarea name="reason" rows="2" maxlength="4096" placeholder="reason"></textarea>
+<div class="buttons"><button class="allow" name="decision" value="allow">Approve on {n} host(s)</button>
+<button class="deny" name="decision" value="deny">Deny on {n} host(s)</button></div>
+</form>
+{alone}
+</li>
+"""
+
+ALONE = """<form class="decide fleet-decide" data-key="{key}" data-host="{host}">
+<input type="hidden" name="reason" value="">
+<button class="deny" name="decision" value="deny">Deny on {host} alone</button>
+</form>
+"""
+
+
+def _row(row: fleetview.Row) -> Markup:
+    shown = row.to_dict()
+    # One host's request alone: a form per host, for a row of a few hosts (a wide row: /fleet/rows and hosts=[…]).
+    few = 1 < len(row.hosts) <= ALONE_FORMS
+    alone = join(html(ALONE, key=row.key, host=h) for h in row.hosts) if few else Markup("")
+    return html(
+        ROW,
+        **{k: shown[k] for k in ("command", "run_as", "requester", "cwd", "stdin", "reason", "key")},
+        n=len(row.hosts),
+        hosts=", ".join(row.hosts),
+        alone=alone,
+    )
+
+
+def _host(view: fleetview.HostView) -> Markup:
+    if view.error:
+        return html("<li>{h}: <strong>FAILING</strong> {e}</li>", h=view.host, e=view.error)
+    if not view.contact:
+        return html("<li>{h}: connecting</li>", h=view.host)
+    return html("<li>{h}: ok, {n} pending</li>", h=view.host, n=len(view.pending))
+
+
+def app_for(config: Config) -> web.Application | None:
+    """The fleet console's app when ``web.fleet_hosts`` is set (None: the single-host console): the hosts
+    asked at start and every `REFRESH_SECONDS`, their SSH connections closed at the end."""
+    if not config.web.fleet_hosts:
+        return None
+    ssh_config = str(config.web.fleet_ssh_config) if config.web.fleet_ssh_config else None
+    console = FleetWeb(config, Fleet(config.web.fleet_hosts, ssh_config))
+    app = console.app()
+
+    async def start(_app: web.Application) -> None:
+        console._spawn(console.refreshing())
+        log.info("web.fleet.ready", hosts=len(console.fleet.hosts))
+
+    async def stop(_app: web.Application) -> None:
+        for task in list(console._tasks):
+            task.cancel()
+        await console.fleet.close()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
+    return app

@@ -1,0 +1,142 @@
+"""The fleet console in a real browser (issue 49): one touch approves a group of three, one host denied alone.
+
+Headless Chromium (tests/cdp.py) with WebAuthn's virtual authenticator holds
+the operator's passkey (the same key tests/softauthn.py enrolled on the
+hosts, added to the authenticator over CDP).  The fleet console (airlock-web
+in fleet mode) runs at http://localhost:PORT -- a secure context -- over the
+three live hosts of test_fleet_console's machinery (three `dev up` stacks
+behind three loopback sshd, each trusting that origin).  The person clicks
+"Approve on 3 host(s)", the passkey signs the group once, and every host
+runs the command; then "Deny on web2 alone".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from operator_support import ask
+from test_fleet_console import HOSTS, World, fleet_world, imported
+
+from airlock.common.config import parse_text
+from cdp import CHROMIUM, Page, chromium
+
+from support import wait_pending
+
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)"),
+    pytest.mark.timeout(300),
+]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+PORT = _port()
+ORIGIN = f"http://localhost:{PORT}"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with fleet_world(Path(tmp_path_factory.mktemp("fleetbrowser")), ORIGIN, "localhost") as built:
+        imported(built)
+        yield built
+
+
+async def _scenario(world: World, marker: Path, jobs: dict[str, Any]) -> dict[str, str]:
+    from aiohttp import web
+
+    from airlock.web import fleetweb
+
+    config = parse_text(
+        f"web:\n  url: {ORIGIN}/\n  fleet_hosts: [web1, web2, web3]\n  fleet_ssh_config: {world.config}\n",
+        "/fleet.yaml",
+    )
+    app = fleetweb.app_for(config)
+    assert app is not None
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", PORT).start()
+    seen: dict[str, str] = {}
+    try:
+        with chromium(world.tmp / "profile") as port:
+            page = await Page.open(port)
+            try:
+                authenticator = await page.virtual_authenticator()
+                key = world.key.key.private_bytes(
+                    serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+                )
+                await page.send(
+                    "WebAuthn.addCredential",
+                    authenticatorId=authenticator,
+                    credential={
+                        "credentialId": base64.b64encode(world.key.credential_id).decode(),
+                        "isResidentCredential": True,  # the console names no credential: a discoverable one
+                        "userHandle": base64.b64encode(hashlib.sha256(world.operator.encode()).digest()[:16]).decode(),
+                        "rpId": "localhost",
+                        "privateKey": base64.b64encode(key).decode(),
+                        "signCount": world.key.counter + 1,
+                    },
+                )
+                # Sign in: the page sends the browser to /signin; the touch is checked by a host.
+                await page.send("Page.navigate", url=f"{ORIGIN}/")
+                await page.wait_for("location.pathname === '/signin' && document.documentElement.dataset.ready === '1'")
+                await page.evaluate("document.querySelector('#signin button').click()")
+                await page.wait_for("location.pathname === '/' && document.body.innerText.includes('Pending')", 60)
+                await _until(page, "Approve on 3 host(s)")
+                await page.evaluate(
+                    "document.querySelector('form.fleet-decide:not([data-host]) button[value=allow]').click()"
+                )
+                seen["approved"] = await page.wait_for(
+                    "(s => s && s.includes('Recorded') ? s : '')(document.getElementById('fleet-status').textContent)",
+                    timeout=60,
+                )
+                # Then the same request again on the three hosts, and web2's denied alone.
+                jobs.update({h: ask(world.stacks[h], ["touch", str(marker) + ".2"]) for h in HOSTS})
+                await _until(page, "Deny on web2 alone")
+                await page.evaluate("document.querySelector('form.fleet-decide[data-host=web2] button').click()")
+                seen["denied"] = await page.wait_for(
+                    "(s => s && s.includes('Recorded') ? s : '')(document.getElementById('fleet-status').textContent)",
+                    timeout=60,
+                )
+                return seen
+            finally:
+                await page.close()
+    finally:
+        await runner.cleanup()
+
+
+async def _until(page: Page, text: str) -> None:
+    """Load the page until it shows ``text`` (the console asks the hosts at start and every 10 s)."""
+    for _ in range(60):
+        await page.navigate(f"{ORIGIN}/")
+        if text in await page.text():
+            await page.wait_for("document.documentElement.dataset.ready === '1'")
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"the fleet page never showed {text!r}:\n{await page.text()}")
+
+
+def test_one_touch_in_the_browser_approves_a_group_of_three(world: World) -> None:
+    marker = world.tmp / "from-the-browser"
+    jobs = {h: ask(world.stacks[h], ["touch", str(marker)]) for h in HOSTS}
+    first = dict(jobs)
+    seen = asyncio.run(_scenario(world, marker, jobs))
+    assert seen["approved"] == "Recorded on 3 host(s).", seen
+    assert all(job.result()["ok"] is True for job in first.values()) and marker.exists()
+    assert seen["denied"] == "Recorded on 1 host(s).", seen
+    assert jobs["web2"].result()["ok"] is False
+    for h in ("web1", "web3"):  # still waiting, untouched by web2's denial
+        assert wait_pending(world.stacks[h], jobs[h].request_id)
+        world.stacks[h].native("deny", {"id": jobs[h].request_id, "reason": "cleanup"}, path=world.stacks[h].operator)
+        assert jobs[h].result()["ok"] is False

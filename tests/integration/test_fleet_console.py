@@ -1,0 +1,329 @@
+"""The fleet console (issue 49) over a real OpenSSH to three live stacks: one touch, every host.
+
+Three `airlock dev up` stacks stand for three hosts (distinct runtime
+dirs), each behind its own loopback ``sshd`` (test_fleet_ssh's machinery).
+An operator enrolls one passkey on web1 with the console's origin;
+`airlock passkey export` there and `airlock --host webN passkey import -`
+list it on the others (journaled).  The console (`web.fleet.Fleet`) learns
+what is pending from the hosts alone, groups the same request on three
+hosts, and one touch of a software authenticator (tests/softauthn.py) is
+carried to each host, whose approval verifies it itself: each journal
+records the person, ``method: passkey`` and the group.  A second console
+built from the same hosts shows the same thing, and one host's request is
+denied alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pwd
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_support import ASK_POLICY, ask
+from test_fleet_ssh import SSHD, _free_port, _sshd
+
+from airlock.approval import webauthn
+from airlock.common import groups
+from airlock.web import fleetview
+from airlock.web.fleet import Fleet
+
+from softauthn import SoftAuthenticator, b64u
+from support import REPO, Stack, custom_stack, wait_pending
+
+ORIGIN = "https://fleet.airlock.test"
+RP = "fleet.airlock.test"
+HOSTS = ("web1", "web2", "web3")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="a loopback sshd logging in as root, and a throwaway user, need root"),
+    pytest.mark.skipif(not Path(SSHD).exists(), reason="needs OpenSSH (apt-get install openssh-server)"),
+]
+
+
+@dataclass
+class World:
+    stacks: dict[str, Stack]
+    config: Path
+    tmp: Path
+    operator: str
+    key: SoftAuthenticator
+
+    def airlock(self, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.tmp), "LANG": "C.UTF-8"}
+        return subprocess.run(
+            [sys.executable, "-m", "airlock", "--ssh-config", str(self.config), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env | {"PYTHONPATH": str(REPO / "services")},
+            check=False,
+        )
+
+    def console(self) -> Fleet:
+        return Fleet(HOSTS, str(self.config))
+
+
+def _records(stack: Stack, request_id: str | None, action: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for r in stack.journal_rows()
+        if r["kind"] == "operator.action" and (request_id is None or r["request_id"] == request_id)
+        for p in [json.loads(r["payload"])]
+        if p.get("action") == action
+    ]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with fleet_world(Path(tmp_path_factory.mktemp("fleetconsole")), ORIGIN, RP) as built:
+        yield built
+
+
+@contextlib.contextmanager
+def fleet_world(tmp: Path, origin: str, rp: str, per_host: Callable[[str], str] | None = None) -> Iterator[World]:
+    """Three stacks trusting the console's ``origin``, each behind a loopback sshd; a passkey enrolled on web1.
+    ``per_host(name)``: more configuration for that host (a relay channel naming it)."""
+    name = f"alflt{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], check=True, capture_output=True)
+    identity = tmp / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(identity)], check=True)
+    authorized = tmp / "authorized_keys"
+    authorized.write_text(Path(f"{identity}.pub").read_text())
+    config = (
+        ASK_POLICY
+        + f"operators:\n  users: [{name}]\nweb:\n  url: {origin}/\n  rp_id: {rp}\n"
+        + "approval:\n  timeout_seconds: 300\n"
+    )
+    opened = contextlib.ExitStack()
+    daemons = []
+    try:
+        more = per_host or (lambda _h: "")
+        stacks = {h: opened.enter_context(custom_stack(tmp / h, config + more(h))) for h in HOSTS}
+        lines, known = [], []
+        for h, stack in stacks.items():
+            proc, port, hostkey = _sshd(tmp, h, stack, authorized, str(Path(sys.executable).parent))
+            daemons.append(proc)
+            known.append(f"[127.0.0.1]:{port} {hostkey}")
+            lines.append(f"Host {h}\n  HostName 127.0.0.1\n  Port {port}\n")
+        lines.append(f"Host down\n  HostName 127.0.0.1\n  Port {_free_port()}\n")
+        (tmp / "known_hosts").write_text("\n".join(known) + "\n")
+        ssh_config = tmp / "ssh_config"
+        ssh_config.write_text(
+            "".join(lines) + f"Host *\n  User root\n  IdentityFile {identity}\n  IdentitiesOnly yes\n"
+            f"  UserKnownHostsFile {tmp}/known_hosts\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n"
+        )
+        key = SoftAuthenticator(origin, rp)
+        web1 = stacks["web1"]
+        made = web1.native("passkey.enroll", {"account": name}, path=web1.operator)
+        assert made["ok"] is True, made
+        begun = web1.native("passkey.register_begin", {"token": made["data"]["token"]}, path=web1.operator)
+        done = web1.native(
+            "passkey.register_finish",
+            {"token": made["data"]["token"], "credential": key.register(begun["data"]["options"])},
+            path=web1.operator,
+        )
+        assert done["ok"] is True, done
+        yield World(stacks, ssh_config, tmp, name, key)
+    finally:
+        for proc in daemons:
+            proc.terminate()
+            proc.wait(10)
+        opened.close()
+        subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
+
+
+def test_a_passkey_enrolled_once_is_imported_on_the_other_hosts_and_journaled(world: World) -> None:
+    exported = world.airlock("passkey", "export", "--file", str(world.stacks["web1"].runtime_dir / "passkeys"))
+    assert exported.returncode == 0 and world.key.id in exported.stdout, exported
+    for h in ("web2", "web3"):
+        done = world.airlock("--host", h, "passkey", "import", "--source", "web1", "-", stdin=exported.stdout)
+        assert done.returncode == 0 and f"{world.key.id} {world.operator}: imported" in done.stdout, done
+        again = world.airlock("--host", h, "passkey", "import", "-", stdin=exported.stdout)
+        assert "listed already" in again.stdout, again
+        imported = _records(world.stacks[h], None, "passkey.imported")
+        assert [(p["credential_id"], p["account"], p["source"]) for p in imported] == [
+            (world.key.id, world.operator, "web1")
+        ]
+
+
+def imported(world: World) -> None:
+    """web1's passkey listed on web2 and web3 (idempotent: "listed already" the second time)."""
+    exported = world.airlock("passkey", "export", "--file", str(world.stacks["web1"].runtime_dir / "passkeys"))
+    for h in ("web2", "web3"):
+        assert world.airlock("--host", h, "passkey", "import", "-", stdin=exported.stdout).returncode == 0
+
+
+def test_one_touch_approves_the_same_request_on_three_hosts_and_a_second_console_agrees(world: World) -> None:
+    imported(world)
+    marker = world.tmp / "one-touch"
+    jobs = {h: ask(world.stacks[h], ["touch", str(marker)]) for h in HOSTS}
+    console, other = world.console(), world.console()
+
+    async def decide() -> tuple[list[fleetview.Row], list[fleetview.Row], dict[str, Any], list[fleetview.Row]]:
+        await asyncio.gather(console.refresh(), other.refresh())
+        seen, seen_too = fleetview.rows(console.views.values()), fleetview.rows(other.views.values())
+        row = next(r for r in seen if r.hosts == list(HOSTS))
+        extras = webauthn.extras("", None, None)
+        group, members = await console.begin(row, "allow", extras)
+        touch = world.key.sign(b64u(groups.challenge(group, extras)))  # one touch
+        carried = await console.carry(group.to_dict(), members, "allow", touch)
+        await other.refresh()
+        return seen, seen_too, carried, fleetview.rows(other.views.values())
+
+    try:
+        seen, seen_too, carried, after = asyncio.run(decide())
+    finally:
+        asyncio.run(console.close())
+        asyncio.run(other.close())
+    assert [r.to_dict() for r in seen] == [r.to_dict() for r in seen_too]  # two consoles, one view
+    assert all(reply["ok"] for reply in carried.values()) and set(carried) == set(HOSTS), carried
+    for h, job in jobs.items():
+        assert job.result()["ok"] is True
+        approved = _records(world.stacks[h], job.request_id, "approve")
+        assert approved[-1]["method"] == "passkey" and approved[-1]["operator"] == world.operator, approved
+        assert approved[-1]["group"]["hosts"] == 3 and approved[-1]["credential_id"] == world.key.id
+    assert not any(jobs[h].request_id in [m.request_id for r in after for m in r.members] for h in HOSTS)
+    assert marker.exists()
+
+
+def test_one_host_s_request_is_denied_alone(world: World) -> None:
+    imported(world)
+    jobs = {h: ask(world.stacks[h], ["touch", str(world.tmp / "deny-one")]) for h in HOSTS}
+    console = world.console()
+
+    async def deny_web2() -> dict[str, Any]:
+        await console.refresh()
+        row = fleetview.pick(
+            fleetview.rows(console.views.values()),
+            groups.request_key(next(iter(console.views["web2"].statements.values())).encode()),
+            ["web2"],
+        )
+        assert row is not None and row.hosts == ["web2"]
+        extras = webauthn.extras("not on web2", None, None)
+        group, members = await console.begin(row, "deny", extras)
+        touch = world.key.sign(b64u(groups.challenge(group, extras)))
+        return await console.carry(group.to_dict(), members, "deny", touch, reason="not on web2")
+
+    try:
+        carried = asyncio.run(deny_web2())
+    finally:
+        asyncio.run(console.close())
+    assert carried["web2"]["ok"] is True and set(carried) == {"web2"}, carried
+    assert jobs["web2"].result()["ok"] is False
+    for h in ("web1", "web3"):
+        assert wait_pending(world.stacks[h], jobs[h].request_id)
+        world.stacks[h].native("deny", {"id": jobs[h].request_id, "reason": "cleanup"}, path=world.stacks[h].operator)
+        assert jobs[h].result()["ok"] is False
+    denied = _records(world.stacks["web2"], jobs["web2"].request_id, "deny")
+    assert denied[-1]["method"] == "passkey" and denied[-1]["group"]["hosts"] == 1
+
+
+def test_a_host_that_is_down_fails_alone(world: World) -> None:
+    console = Fleet(["web1", "down"], str(world.config))
+    try:
+        asyncio.run(console.refresh())
+    finally:
+        asyncio.run(console.close())
+    assert console.views["web1"].error == "" and console.views["web1"].contact > 0
+    assert console.views["down"].error.startswith("unreachable: ssh:"), console.views["down"]
+    assert pwd.getpwnam(world.operator)
+
+
+def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signed_relay_post(world: World) -> None:
+    """airlock-web in fleet mode over HTTP, as the browser and the hosts' relays reach it."""
+    imported(world)
+    import aiohttp
+    from aiohttp import web
+
+    from airlock.common.channels.webhook import signature
+    from airlock.common.config import parse_text
+    from airlock.web import fleetweb
+
+    secrets = world.tmp / "relay-secrets"
+    secrets.write_text("web1 0123456789abcdef0123\nweb2 fedcba9876543210fedc\n")
+    config = parse_text(
+        f"web:\n  url: {ORIGIN}/\n  rp_id: {RP}\n  fleet_hosts: [web1, web2, web3]\n"
+        f"  fleet_ssh_config: {world.config}\n  fleet_relay_secrets: {secrets}\n",
+        "/fleet.yaml",
+    )
+    marker = world.tmp / "from-the-page"
+    jobs = {h: ask(world.stacks[h], ["touch", str(marker)]) for h in HOSTS}
+    origin = {"Origin": ORIGIN}
+
+    async def scenario() -> dict[str, Any]:
+        app = fleetweb.app_for(config)
+        assert app is not None
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        out: dict[str, Any] = {}
+        try:
+            async with aiohttp.ClientSession() as anonymous:
+                out["anonymous_rows"] = (await anonymous.get(f"{base}/fleet/rows")).status
+                out["anonymous_page"] = (await anonymous.get(f"{base}/", allow_redirects=False)).status
+                out["anonymous_decide"] = (
+                    await anonymous.post(f"{base}/fleet/decide", json={"members": []}, headers=origin)
+                ).status
+            async with await signed_in(base, world.key, ORIGIN) as http:
+                for _ in range(100):  # the first refresh runs at start
+                    rows = await (await http.get(f"{base}/fleet/rows")).json()
+                    if any(len(r["hosts"]) == 3 for r in rows["rows"]):
+                        break
+                    await asyncio.sleep(0.2)
+                out["page"] = await (await http.get(f"{base}/")).text()
+                row = next(r for r in rows["rows"] if len(r["hosts"]) == 3)
+                ask_ = {"key": row["key"], "decision": "allow"}
+                out["no_origin"] = (await http.post(f"{base}/fleet/decide/begin", json=ask_)).status
+                begun = await (await http.post(f"{base}/fleet/decide/begin", json=ask_, headers=origin)).json()
+                touch = world.key.sign(begun["options"]["challenge"])
+                carry = {k: begun[k] for k in ("group", "members", "decision")} | {"credential": touch}
+                out["done"] = await (await http.post(f"{base}/fleet/decide", json=carry, headers=origin)).json()
+                body = json.dumps({"event": "pending", "seq": 1, "fleet_host": "web2"}).encode()
+                good = {"X-Airlock-Signature": signature("fedcba9876543210fedc", body)}
+                bad = {"X-Airlock-Signature": signature("0123456789abcdef0123", body)}  # web1's secret
+                out["relay"] = (await http.post(f"{base}/fleet/relay", data=body, headers=good)).status
+                out["forged"] = (await http.post(f"{base}/fleet/relay", data=body, headers=bad)).status
+        finally:
+            await runner.cleanup()
+        return out
+
+    out = asyncio.run(scenario())
+    # Without a sign-in: no rows, no page (sent to /signin), no decision carried.
+    assert (out["anonymous_rows"], out["anonymous_page"], out["anonymous_decide"]) == (401, 303, 401)
+    assert "Approve on 3 host(s)" in out["page"] and "web1, web2, web3" in out["page"], out["page"]
+    assert out["no_origin"] == 403
+    assert out["done"]["ok"] is True and set(out["done"]["hosts"]) == set(HOSTS), out["done"]
+    assert all(job.result()["ok"] is True for job in jobs.values()) and marker.exists()
+    assert (out["relay"], out["forged"]) == (204, 401)
+
+
+async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:
+    """An HTTP client signed in to the fleet console with ``key`` (a host checked the assertion).
+
+    The console's cookie is Secure for an https origin; the test talks plain HTTP on loopback,
+    so the cookie is sent by hand."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        begin = await http.post(f"{base}/signin/begin", json={}, headers={"Origin": origin})
+        begun = await begin.json()
+        assert begun["ok"] is True, begun
+        pre = "; ".join(f"{k}={v.value}" for k, v in begin.cookies.items())
+        finish = {"challenge_id": begun["challenge_id"], "credential": key.sign(begun["options"]["challenge"])}
+        reply = await http.post(f"{base}/signin/finish", json=finish, headers={"Origin": origin, "Cookie": pre})
+        done = await reply.json()
+        assert done["ok"] is True, done
+        cookies = {k: v.value for k, v in reply.cookies.items()}
+    return aiohttp.ClientSession(headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())})
