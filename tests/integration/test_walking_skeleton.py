@@ -37,6 +37,24 @@ def test_two_stage_pipeline_runs_through_all_four_services_and_is_journaled(stac
     assert finished["exit_codes"] == [0, 0]
 
 
+def test_the_spec_is_journaled_once_and_exec_started_names_it_by_digest(stack: Stack) -> None:
+    """Issue 50: exec.started carries the spec's digest, not the spec; request.received holds it whole."""
+    word = "spelled-once-" + "q" * 40
+    reply = stack.exec({"argv": ["printf", "%s", word], "privileged": False})
+    assert reply["ok"] is True, reply
+    rows = [r for r in stack.journal_rows() if r["request_id"] == reply["id"]]
+    payloads = {r["kind"]: json.loads(r["payload"]) for r in rows}
+    received, started = payloads["request.received"], payloads["exec.started"]
+    assert received["request"]["stages"] == [["printf", "%s", word]]
+    assert "spec" not in started and started["digest"] == received["digest"]
+    assert word not in json.dumps(started)  # the argv is request.received's (and the decision's), not repeated
+    assert started["binaries"][0]["path"].endswith("/printf")  # what ran, still in exec.started
+    # What people read still spells the command: `airlock show` and `airlock events`.
+    shown = stack.cli("show", reply["id"])
+    line = next(x for x in shown.stdout.splitlines() if " exec.started " in x)
+    assert f"COMMAND=/usr/bin/printf %s {word}" in line, shown.stdout
+
+
 def test_airlock_run_prints_output_and_exits_with_the_command_code(stack: Stack) -> None:
     result = stack.cli("run", "--no-privilege", "--", "sh", "-c", "echo hi; echo oops >&2; exit 3")
     assert result.returncode == 3, result.stderr
