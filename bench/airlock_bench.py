@@ -441,7 +441,7 @@ class Bench:
     def journal_bytes(self) -> None:
         """Database bytes each exec of `true` adds (live and sealed segments together), and records per exec."""
         n = self.plan.latency_requests * 4
-        samples, records = [], []
+        samples, records, payloads = [], [], []
         for _ in range(self.plan.rounds):
             with BenchStack(self.config) as stack:
                 client = Persistent(stack.agent)
@@ -453,6 +453,7 @@ class Bench:
                         raise SystemExit("bench: exec of true failed")
                 client.close()
                 after, seq_after = journal_size(stack.runtime_dir / "state")
+                payloads.append(payload_bytes(stack.runtime_dir / "state", seq_before) / n)
             samples.append((after - before) / n)
             records.append((seq_after - seq_before) / n)
         value = median(samples)
@@ -461,13 +462,14 @@ class Bench:
                 "journal bytes per exec",
                 value,
                 "bytes",
+                "<= 2,500 bytes",
                 "",
-                "",
                 None,
                 None,
-                None,
+                value <= 2500,
                 f"{n} execs of true x {self.plan.rounds} rounds, one connection; database pages used / exec; "
-                f"{median(records):.1f} records per exec",
+                f"{median(records):.1f} records per exec, {median(payloads):,.0f} bytes of payload per exec "
+                "(pages move in steps: a leaf page holds one exec's records until they fit two to a page)",
                 samples,
             )
         )
@@ -916,6 +918,19 @@ def journal_size(state: Path) -> tuple[int, int]:
         finally:
             conn.close()
     return used, head
+
+
+def payload_bytes(state: Path, after_seq: int) -> int:
+    """Bytes of record payload (canonical JSON) past ``after_seq`` in the live database (issue 50)."""
+    conn = sqlite3.connect(f"file:{state / 'journal.sqlite'}?mode=ro", uri=True)
+    try:
+        return int(
+            conn.execute("SELECT COALESCE(SUM(LENGTH(payload)), 0) FROM events WHERE seq > ?", (after_seq,)).fetchone()[
+                0
+            ]
+        )
+    finally:
+        conn.close()
 
 
 STEPS: dict[str, str] = {
