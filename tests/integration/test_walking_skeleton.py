@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,28 @@ def test_a_refusal_before_the_request_is_read_reaches_airlock_run(tmp_path_facto
         result = refusing.cli("run", "--no-privilege", "--", "true")
     assert result.returncode == 125
     assert "unauthorized" in result.stderr
+
+
+def test_a_story_journaled_before_issue_50_with_the_spec_in_exec_started_still_verifies_and_shows(
+    stack: Stack,
+) -> None:
+    """Records written before issue 50 carry the spec in exec.started; they verify and read as before."""
+    journal = str(stack.runtime_dir / "internal" / "journal.sock")
+    rid, op, uid = "old-shape-1", "op-old-shape-1", os.getuid()
+    spec = {"stages": [["df", "-h", "/old-shape"]], "privileged": False, "uid": uid, "cwd": None, "stdin": None}
+    story = [
+        ("intake", "request.received", {"request": spec, "digest": "d" * 64}),
+        ("approval", "approval.decided", {"decision": "allow", "by": "policy", "rule": "dev"}),
+        ("runner", "exec.started", {"digest": "d" * 64, "spec": spec, "uid": uid, "cwd": "/", "binaries": []}),
+        ("runner", "exec.finished", {"exit_codes": [0], "stages": [], "duration_ms": 1}),
+        ("intake", "request.replied", {"status": "ok", "code": None, "message": None}),
+    ]
+    for writer, kind, payload in story:
+        ids = {"request_id": rid, "operation_id": op, "peer_uid": uid}
+        appended = stack.native("append", {"writer": writer, "kind": kind, "payload": payload} | ids, path=journal)
+        assert appended["ok"] is True, appended
+    verified = json.loads(stack.cli("audit", "verify", "--lifecycle", "--anchors", "none", "--json").stdout)
+    assert verified["data"]["chain_ok"] is True and verified["data"]["lifecycle"]["ok"] is True, verified
+    shown = stack.cli("show", rid)
+    line = next(x for x in shown.stdout.splitlines() if " exec.started " in x)
+    assert "COMMAND=df -h /old-shape" in line, shown.stdout
