@@ -78,6 +78,7 @@ def main() -> None:
         measured["load_average_end"] = list(os.getloadavg())
         measured["before"] = args.before_name or args.before
         measured["requests"] = args.requests
+        measured["source"] = "bench/results-ab.json"
         before = args.before_name or "before"
         p50 = {name: percentile(values, 50) * 1000 for name, values in samples.items()}
         figure = Figure(
