@@ -37,7 +37,6 @@ from airlock.common.server import Call, Connection, Door, Service, Verb, linger
 from airlock.common.spec import check_privilege
 from airlock.common.wire import agent as agent_door
 from airlock.common.wire import approval as wire_approval
-from airlock.common.wire import operator as operator_door
 from airlock.common.wire import verb as wire
 from airlock.common.wire.message import Public
 from airlock.common.wire.verb import Stub
@@ -143,9 +142,13 @@ class Intake:
         is refused (silently replacing it would hide the agent's confusion or
         probe), and exec and the file verbs run in the token's.
         """
-        if request.verb in operator_door.VERBS and request.verb not in NATIVE_VERBS:
-            raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
         if request.verb not in NATIVE_VERBS:
+            # Loaded by the first refusal, not at start: the operator door's declarations (and the passkey
+            # messages they carry) are ~50 dataclasses intake never serves (issue 50: its cold start).
+            from airlock.common.wire import operator as operator_door
+
+            if request.verb in operator_door.VERBS:
+                raise AirlockError(ErrorCode.UNAUTHORIZED, "unauthorized")
             raise AirlockError(ErrorCode.UNKNOWN_VERB, f"unknown verb {request.verb!r}", {"verbs": list(NATIVE_VERBS)})
         validate.displayed(request.args)  # issue 45: every field a person may read, unknown ones too
         session = await self.drive.check_token(request, conn.peer)
