@@ -8,7 +8,7 @@ started only once the journal was ready (~140 ms of a cold start).  The units
 now start side by side, and the journal's ``ExecStop=`` runs this command
 (as root, ``+``): before systemd sends the journal its SIGTERM, it waits while
 any of the three is stopping -- its state ``deactivating`` or a stop job
-queued for it -- at most ``BOUND_SECONDS``.  A ``systemctl stop`` of all four
+queued for it -- at most ``BOUND_SECONDS`` (28 s).  A ``systemctl stop`` of all four
 and a poweroff both put the four stops in one transaction, so the others are
 already stopping when this asks; the journal stopped alone (a restart) waits
 for nothing.
@@ -28,9 +28,10 @@ from airlock.common import child
 
 # The services that journal on their way out (units/airlock-{intake,approval,runner}.service).
 PEERS = ("airlock-intake.service", "airlock-approval.service", "airlock-runner.service")
-# Under the journal unit's TimeoutStopSec= (30 s), which bounds each ExecStop= command; a stopping
-# service gives its in-flight work services.stop_timeout_seconds and its records 5 s more.
-BOUND_SECONDS = 25.0
+# Under the journal unit's TimeoutStopSec= (30 s), which bounds each ExecStop= command.  A stopping
+# service gives its in-flight work services.stop_timeout_seconds (20 s by default) and its records
+# 5 s more, and is killed at its own TimeoutStopSec= (30 s): 28 s covers the default with room.
+BOUND_SECONDS = 28.0
 POLL_SECONDS = 0.05
 # A job that ends in a stop: `systemctl stop`, a restart's first half, a shutdown's.
 STOP_JOBS = frozenset({"stop", "restart", "try-restart", "reload-or-restart"})
