@@ -48,7 +48,7 @@ from conftest import _deb
 from softauthn import SoftAuthenticator
 
 # The sign-in client is the integration test's (one place to change when the console's session changes).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "integration"))
 from test_fleet_console import signed_in
 
 ZONE = f"alc{os.getpid() % 100000}"  # the bridge is vz-<zone>: at most 15 characters
