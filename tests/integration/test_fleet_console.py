@@ -310,10 +310,14 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
 
 
 async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:
-    """An HTTP client signed in to the fleet console with ``key`` (a host checked the assertion).
+    """An HTTP client signed in to the fleet console with ``key`` (a host checked the assertion), as the
+    console's script is: the session cookie, this tab's proof (``X-Airlock-Proof``, given once in the
+    sign-in answer) on every request, and the session's CSRF token (read from the page) on every POST.
 
     The console's cookie is Secure for an https origin; the test talks plain HTTP on loopback,
     so the cookie is sent by hand."""
+    import re
+
     import aiohttp
 
     async with aiohttp.ClientSession() as http:
@@ -324,6 +328,10 @@ async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:
         finish = {"challenge_id": begun["challenge_id"], "credential": key.sign(begun["options"]["challenge"])}
         reply = await http.post(f"{base}/signin/finish", json=finish, headers={"Origin": origin, "Cookie": pre})
         done = await reply.json()
-        assert done["ok"] is True, done
-        cookies = {k: v.value for k, v in reply.cookies.items()}
-    return aiohttp.ClientSession(headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())})
+        assert done["ok"] is True and done["proof"], done
+        cookie = "; ".join(f"{k}={v.value}" for k, v in reply.cookies.items())
+        page = await http.get(f"{base}/", headers={"Cookie": cookie, "X-Airlock-Proof": done["proof"]})
+        found = re.search(r'name="csrf" value="([^"]+)"', await page.text())
+        assert found is not None, "the fleet page carries the session's CSRF token"
+    tab = {"Cookie": cookie, "X-Airlock-Proof": done["proof"], "X-Airlock-CSRF": found.group(1)}
+    return aiohttp.ClientSession(headers=tab)
