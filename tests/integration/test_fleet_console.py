@@ -99,16 +99,14 @@ def fleet_world(tmp: Path, origin: str, rp: str, per_host: Callable[[str], str] 
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(identity)], check=True)
     authorized = tmp / "authorized_keys"
     authorized.write_text(Path(f"{identity}.pub").read_text())
-    config = (
-        ASK_POLICY
-        + f"operators:\n  users: [{name}]\nweb:\n  url: {origin}/\n  rp_id: {rp}\n"
-        + "approval:\n  timeout_seconds: 300\n"
-    )
+    # Each host knows its name on the console (web.fleet_name): its enrollment links name it.
+    config = ASK_POLICY + f"operators:\n  users: [{name}]\napproval:\n  timeout_seconds: 300\n"
+    web = f"web:\n  url: {origin}/\n  rp_id: {rp}\n  fleet_name: {{host}}\n"
     opened = contextlib.ExitStack()
     daemons = []
     try:
         more = per_host or (lambda _h: "")
-        stacks = {h: opened.enter_context(custom_stack(tmp / h, config + more(h))) for h in HOSTS}
+        stacks = {h: opened.enter_context(custom_stack(tmp / h, config + web.format(host=h) + more(h))) for h in HOSTS}
         lines, known = [], []
         for h, stack in stacks.items():
             proc, port, hostkey = _sshd(tmp, h, stack, authorized, str(Path(sys.executable).parent))
