@@ -23,7 +23,7 @@ import pwd
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -241,11 +241,9 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     """airlock-web in fleet mode over HTTP, as the browser and the hosts' relays reach it."""
     imported(world)
     import aiohttp
-    from aiohttp import web
 
     from airlock.common.channels.webhook import signature
     from airlock.common.config import parse_text
-    from airlock.web import fleetweb
 
     secrets = world.tmp / "relay-secrets"
     secrets.write_text("web1 0123456789abcdef0123\nweb2 fedcba9876543210fedc\n")
@@ -259,15 +257,8 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     origin = {"Origin": ORIGIN}
 
     async def scenario() -> dict[str, Any]:
-        app = fleetweb.app_for(config)
-        assert app is not None
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
         out: dict[str, Any] = {}
-        try:
+        async with console_at(config) as base:
             async with aiohttp.ClientSession() as anonymous:
                 out["anonymous_rows"] = (await anonymous.get(f"{base}/fleet/rows")).status
                 out["anonymous_page"] = (await anonymous.get(f"{base}/", allow_redirects=False)).status
@@ -293,8 +284,6 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
                 bad = {"X-Airlock-Signature": signature("0123456789abcdef0123", body)}  # web1's secret
                 out["relay"] = (await http.post(f"{base}/fleet/relay", data=body, headers=good)).status
                 out["forged"] = (await http.post(f"{base}/fleet/relay", data=body, headers=bad)).status
-        finally:
-            await runner.cleanup()
         return out
 
     out = asyncio.run(scenario())
@@ -305,6 +294,25 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     assert out["done"]["ok"] is True and set(out["done"]["hosts"]) == set(HOSTS), out["done"]
     assert all(job.result()["ok"] is True for job in jobs.values()) and marker.exists()
     assert (out["relay"], out["forged"]) == (204, 401)
+
+
+@contextlib.asynccontextmanager
+async def console_at(config: Any) -> AsyncIterator[str]:
+    """airlock-web in fleet mode for ``config`` on a free loopback port; its base URL."""
+    from aiohttp import web
+
+    from airlock.web import fleetweb
+
+    app = fleetweb.app_for(config)
+    assert app is not None
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
 
 
 async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:

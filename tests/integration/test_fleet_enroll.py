@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from test_fleet_console import HOSTS, ORIGIN, RP, World, fleet_world
+from test_fleet_console import HOSTS, ORIGIN, RP, World, console_at, fleet_world
 
 from airlock.common.config import parse_text
 
@@ -55,9 +55,7 @@ def _enroll_on(world: World, host: str) -> subprocess.Popen[str]:
 def test_a_host_s_enrollment_link_is_served_by_the_console_and_the_host_verifies_and_journals_it(
     world: World,
 ) -> None:
-    from aiohttp import ClientSession, web
-
-    from airlock.web import fleetweb
+    from aiohttp import ClientSession
 
     config = parse_text(
         f"web:\n  url: {ORIGIN}/\n  rp_id: {RP}\n  fleet_hosts: [{', '.join(HOSTS)}]\n"
@@ -73,33 +71,23 @@ def test_a_host_s_enrollment_link_is_served_by_the_console_and_the_host_verifies
     origin = {"Origin": ORIGIN}
 
     async def scenario() -> dict[str, Any]:
-        app = fleetweb.app_for(config)
-        assert app is not None
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
         out: dict[str, Any] = {}
-        try:
-            async with ClientSession() as http:
-                wrong = await http.get(f"{base}/enroll/{token}?host=web1")  # web1 never made this link
-                out["other_host"] = (wrong.status, "Create passkey" in await wrong.text())
-                none = await http.get(f"{base}/enroll/{token}?host=db9")  # not one of the console's hosts
-                out["no_host"] = (none.status, "Create passkey" in await none.text())
-                page = await http.get(f"{base}{parts.path}?{parts.query}")
-                out["page"] = (page.status, await page.text())
-                begun = await (
-                    await http.post(f"{base}/enroll/begin", json={"token": token, "host": "web2"}, headers=origin)
-                ).json()
-                assert begun["ok"] is True, begun
-                credential = new_key.register(begun["options"])
-                finish = {"token": token, "host": "web2", "credential": credential}
-                out["done"] = await (await http.post(f"{base}/enroll/finish", json=finish, headers=origin)).json()
-                again = {"token": token, "host": "web2"}
-                out["again"] = (await http.post(f"{base}/enroll/begin", json=again, headers=origin)).status
-        finally:
-            await runner.cleanup()
+        async with console_at(config) as base, ClientSession() as http:
+            wrong = await http.get(f"{base}/enroll/{token}?host=web1")  # web1 never made this link
+            out["other_host"] = (wrong.status, "Create passkey" in await wrong.text())
+            none = await http.get(f"{base}/enroll/{token}?host=db9")  # not one of the console's hosts
+            out["no_host"] = (none.status, "Create passkey" in await none.text())
+            page = await http.get(f"{base}{parts.path}?{parts.query}")
+            out["page"] = (page.status, await page.text())
+            begun = await (
+                await http.post(f"{base}/enroll/begin", json={"token": token, "host": "web2"}, headers=origin)
+            ).json()
+            assert begun["ok"] is True, begun
+            credential = new_key.register(begun["options"])
+            finish = {"token": token, "host": "web2", "credential": credential}
+            out["done"] = await (await http.post(f"{base}/enroll/finish", json=finish, headers=origin)).json()
+            again = {"token": token, "host": "web2"}
+            out["again"] = (await http.post(f"{base}/enroll/begin", json=again, headers=origin)).status
         return out
 
     try:
