@@ -8,7 +8,9 @@ would after a refresh.  Measured through the real aiohttp app
 console's own table, sent with its cookie and the tab's proof as a browser
 tab sends them):
 
-- the page (``GET /``: every row, grouped by exact request) and ``GET
+- the page (``GET /``: every row, grouped by exact request; the session's
+  host asked whether it is live every `fleetsignin.LIVE_SECONDS`, over the
+  FAKE ssh below) and ``GET
   /fleet/rows`` (JSON): p50 and p99 over ``--requests`` loads;
 - the console's resident memory with the view loaded (VmRSS) and the growth
   the view added;
@@ -125,9 +127,11 @@ async def measure(hosts: int, per_host: int, requests: int) -> dict[str, Any]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     console = _console_of(app)
     console.fleet.views.update(views)
-    # Signed in as a browser tab is: the session's cookie and the tab's proof on every request.
+    # Signed in as a browser tab is: the session's cookie and the tab's proof on every request; the
+    # session kept by host0000 (asked every `fleetsignin.LIVE_SECONDS` over the FAKE ssh).
     tabs = console.signin.tabs
-    token, session = tabs.sessions.create("bench", "operator", "bench-credential")
+    token, session = tabs.sessions.create("bench", "operator", "bench-credential", "bench-ticket")
+    console.signin.hosts[session.ticket] = feed.host(0)
     tab = {"Cookie": f"{tabs.cookie}={token}", "X-Airlock-Proof": session.proof}
     loaded = rss_mib()
     out: dict[str, Any] = {"hosts": hosts, "pending": hosts * per_host, "rss_before": before, "rss_loaded": loaded}
@@ -187,7 +191,6 @@ def _console_of(app: web.Application) -> Any:
 
 
 def run(hosts: int, per_host: int, requests: int, decisions: int = 5) -> dict[str, Any]:
-    out = asyncio.run(measure(hosts, per_host, requests))
     with tempfile.TemporaryDirectory(prefix="airlock-fake-ssh-") as folder:
         fake = Path(folder) / "ssh"
         fake.write_text(FAKE_SSH)
@@ -195,6 +198,7 @@ def run(hosts: int, per_host: int, requests: int, decisions: int = 5) -> dict[st
         path = os.environ.get("PATH", "")
         os.environ["PATH"] = f"{folder}:{path}"  # the console runs "ssh": this FAKE one
         try:
+            out = asyncio.run(measure(hosts, per_host, requests))
             times = asyncio.run(decision(FakeRelayFeed(100, 1), decisions))
         finally:
             os.environ["PATH"] = path

@@ -341,3 +341,12 @@ async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:
         assert found is not None, "the fleet page carries the session's CSRF token"
     tab = {"Cookie": cookie, "X-Airlock-Proof": done["proof"], "X-Airlock-CSRF": found.group(1)}
     return aiohttp.ClientSession(headers=tab)
+
+
+def test_a_session_check_is_carried_to_a_host_which_answers_for_its_own_sessions(world: World) -> None:
+    """`airlock passkey carry --verb session` (what the console asks the host that signed a tab in)."""
+    carried = world.airlock(
+        "--host", "web1", "passkey", "carry", "--verb", "session", "--json", stdin='{"session": "not-one-of-web1s"}'
+    )
+    envelope = json.loads(carried.stdout.strip().splitlines()[-1])
+    assert envelope["ok"] is False and envelope["error"]["details"]["reason"] == "session", carried

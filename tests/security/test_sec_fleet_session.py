@@ -34,10 +34,11 @@ from test_sec_passkeys import call_as
 from airlock.common.config import parse_text
 from airlock.common.wire.message import Message
 from airlock.common.wire.verb import Verb
-from airlock.web import fleetweb
+from airlock.web import fleetsignin, fleetweb
 from airlock.web.fleet import Fleet
 
 from softauthn import SoftAuthenticator
+from support import Stack
 
 pytestmark = [needs_root]
 
@@ -61,6 +62,7 @@ class HostTransport(Fleet):
 class World:
     transport: HostTransport
     key: SoftAuthenticator
+    host: Stack
 
 
 @pytest.fixture(scope="module")
@@ -82,30 +84,39 @@ def world() -> Iterator[World]:
             live.operator, login, "passkey.register_finish", {"token": made["token"], "credential": credential}
         )
         assert done["ok"] is True, done
-        yield World(HostTransport(live.operator, login), key)
+        yield World(HostTransport(live.operator, login), key, live)
+
+
+ORIGIN_HEADER = {"Origin": ORIGIN}
+
+
+def _app(world: World) -> TestServer:
+    config = parse_text(f"web:\n  url: {ORIGIN}/\n  rp_id: {RP}\n  fleet_hosts: [web1]\n", "/fleet.yaml")
+    return TestServer(fleetweb.FleetWeb(config, world.transport).app())
+
+
+async def _sign_in(http: TestClient, world: World) -> tuple[str, dict[str, str], dict[str, str]]:
+    """Sign in through the console (the host verifies the touch): the cookie's name, the cookie, the proof."""
+    first = await http.post("/signin/begin", json={"tab": "t1"}, headers=ORIGIN_HEADER)
+    begun = await first.json()
+    assert begun["ok"] is True, begun
+    pre = {"Cookie": "; ".join(f"{k}={v.value}" for k, v in first.cookies.items())}  # Secure: sent by hand
+    http.session.cookie_jar.clear()
+    finish = {"challenge_id": begun["challenge_id"], "credential": world.key.sign(begun["options"]["challenge"])}
+    reply = await http.post("/signin/finish", json=finish | {"tab": "t1"}, headers=ORIGIN_HEADER | pre)
+    done = await reply.json()
+    assert done["ok"] is True, done
+    [name] = [k for k in reply.cookies if not k.endswith("-pre")]
+    http.session.cookie_jar.clear()  # every request below says exactly what it carries
+    return name, {"Cookie": f"{name}={reply.cookies[name].value}"}, {"X-Airlock-Proof": done["proof"]}
 
 
 async def _console(world: World) -> dict[str, Any]:
-    """Sign in through the console (the host verifies the touch), then ask with and without the tab's proof."""
-    config = parse_text(f"web:\n  url: {ORIGIN}/\n  rp_id: {RP}\n  fleet_hosts: [web1]\n", "/fleet.yaml")
-    console = fleetweb.FleetWeb(config, world.transport)
-    origin = {"Origin": ORIGIN}
+    """Signed in, ask with and without the tab's proof."""
+    origin = ORIGIN_HEADER
     out: dict[str, Any] = {}
-    async with TestClient(TestServer(console.app())) as http:
-        first = await http.post("/signin/begin", json={"tab": "t1"}, headers=origin)
-        begun = await first.json()
-        assert begun["ok"] is True, begun
-        pre = {"Cookie": "; ".join(f"{k}={v.value}" for k, v in first.cookies.items())}  # Secure: sent by hand
-        http.session.cookie_jar.clear()
-        finish = {"challenge_id": begun["challenge_id"], "credential": world.key.sign(begun["options"]["challenge"])}
-        reply = await http.post("/signin/finish", json=finish | {"tab": "t1"}, headers=origin | pre)
-        done = await reply.json()
-        assert done["ok"] is True, done
-        [name] = [k for k in reply.cookies if not k.endswith("-pre")]
-        out["cookie_name"] = name
-        cookie = {"Cookie": f"{name}={reply.cookies[name].value}"}
-        proof = {"X-Airlock-Proof": done["proof"]}
-        http.session.cookie_jar.clear()  # every request below says exactly what it carries
+    async with TestClient(_app(world)) as http:
+        out["cookie_name"], cookie, proof = await _sign_in(http, world)
 
         # The page: with the cookie alone, an empty shell (the tab's script asks again with its proof).
         shell = await http.get("/", headers=cookie)
@@ -139,7 +150,7 @@ async def _console(world: World) -> dict[str, Any]:
         out["signout_cookie_only"] = (
             await http.post("/signout", data={"csrf": found.group(1)}, headers=origin | cookie)
         ).status
-        form = {"csrf": found.group(1), "proof": done["proof"]}
+        form = {"csrf": found.group(1), "proof": proof["X-Airlock-Proof"]}
         out["signout"] = (await http.post("/signout", data=form, headers=origin | cookie, allow_redirects=False)).status
         out["rows_after_signout"] = (await http.get("/fleet/rows", headers=cookie | proof)).status
     await world.transport.close()
@@ -159,3 +170,26 @@ def test_the_fleet_console_s_cookie_without_the_tab_s_proof_reads_and_changes_no
     assert out["rows_with_proof"] == (200, True)
     assert out["change_with_proof"][0] == 404 and "no such request" in out["change_with_proof"][1]
     assert out["signout"] == 303 and out["rows_after_signout"] == 401
+
+
+async def _revoked(world: World) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with TestClient(_app(world)) as http:
+        _name, cookie, proof = await _sign_in(http, world)
+        out["before"] = (await http.get("/fleet/rows", headers=cookie | proof)).status
+        revoked = world.host.native("passkey.revoke", {"credential_id": world.key.id}, path=world.host.operator)
+        assert revoked["ok"] is True, revoked
+        out["rows"] = (await http.get("/fleet/rows", headers=cookie | proof)).status
+        out["page"] = (await http.get("/", headers=cookie | proof, allow_redirects=False)).status
+    await world.transport.close()
+    return out
+
+
+def test_revoking_the_passkey_on_the_host_ends_the_fleet_console_s_session(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Last in this file: the passkey is revoked for good."""
+    monkeypatch.setattr(fleetsignin, "LIVE_SECONDS", 0.0)  # the host is asked on every request
+    out = asyncio.run(_revoked(world))
+    assert out["before"] == 200  # control: the same session, before the revocation, reads
+    assert (out["rows"], out["page"]) == (401, 303)

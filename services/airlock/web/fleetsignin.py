@@ -11,23 +11,33 @@ console's rules (`tabs.Tabs`: a ``__Host-`` cookie where the browser takes
 it, the tab's proof on every request, the CSRF token on every change; it
 ends at ``web.session_minutes``, at sign-out or at a restart): it lets a
 person *see* the page; every decision is still a touch each host verifies.
+
+Like the single-host console, the session lives only while the host that
+signed it in says so (``passkey.session``, carried; asked at most every
+`LIVE_SECONDS`): a revoked passkey's sessions end there, and then here.  A
+host that cannot be reached keeps the session (it only shows the page).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Final
 
 from aiohttp import web
 
 from airlock.common.config import Config
+from airlock.common.log import get as get_logger
 from airlock.common.wire import operator as op
 from airlock.common.wire import passkey as pk
 from airlock.web.fleet import Fleet
+from airlock.web.sessions import Session
 from airlock.web.tabs import Tabs
 
 MAX_SIGNINS: Final = 256  # sign-in challenges open at once (each a host's, 5 minutes)
 SIGNIN_SECONDS: Final = 300.0
+LIVE_SECONDS: Final = 10.0  # a host's word that a session is live is taken this long (one SSH call per tab)
+log = get_logger("airlock.web.fleetsignin")
 
 
 class SignIn:
@@ -38,6 +48,8 @@ class SignIn:
         self.fleet = fleet
         self.tabs = Tabs(config.web.url or "", config.web.session_minutes, name="airlock-fleet")
         self.open: dict[str, tuple[str, float]] = {}  # challenge ID -> (host, until)
+        self.hosts: dict[str, str] = {}  # a session's ticket -> the host that signed it in and keeps it
+        self.checked: dict[str, float] = {}  # a session's ticket -> when that host last said it is live
 
     async def begin(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         now = time.time()
@@ -71,13 +83,40 @@ class SignIn:
         if not reply.get("ok") or not isinstance(account, str) or role not in ("operator", "observer"):
             error = (reply.get("error") or {}).get("message") or "refused"
             return web.json_response({"ok": False, "error": f"{host}: {error}"}, status=401)
-        ticket = str(data.get("session") or "")  # that host's console session (kept; the host decides on it)
+        ticket = data.get("session")  # that host's console session: `live` asks the host about it
+        if not isinstance(ticket, str) or not ticket:
+            return web.json_response({"ok": False, "error": f"{host}: the answer opens no session"}, status=502)
         token, session = self.tabs.open(request, account, str(role), str(data.get("credential_id") or ""), ticket)
+        kept = {s.ticket for s in self.tabs.sessions.all()}
+        self.hosts = {t: h for t, h in self.hosts.items() if t in kept} | {ticket: host}
+        self.checked = {t: c for t, c in self.checked.items() if t in kept} | {ticket: time.time()}
         # The proof goes to the console's own script only (a JSON answer to its same-origin POST).
         answer = {"ok": True, "account": account, "role": role, "host": host, "next": "/", "proof": session.proof}
         response = web.json_response(answer)
         self.tabs.opened(response, token)
         return response
+
+    async def live(self, request: web.Request, session: Session) -> Session | None:
+        """The sign-in host's word on ``session`` (at most every `LIVE_SECONDS`); None: it ended there."""
+        host, now = self.hosts.get(session.ticket), time.time()
+        if host is not None and now - self.checked.get(session.ticket, 0.0) < LIVE_SECONDS:
+            return session
+        if host is not None:
+            reply = await self.fleet.call(host, op.PASSKEY_SESSION, pk.Session(session.ticket))
+            error = reply.get("error") or {}
+            if reply.get("ok") or error.get("code") == "unreachable":
+                if not reply.get("ok"):
+                    log.warning("web.fleet.session_unchecked", host=host, account=session.account)
+                self.checked[session.ticket] = now
+                role = (reply.get("data") or {}).get("role")
+                if role in ("operator", "observer") and role != session.role:
+                    return dataclasses.replace(session, role=role)  # the host says what the account is now
+                return session
+        self.tabs.sessions.drop(request.cookies.get(self.tabs.cookie))
+        self.hosts.pop(session.ticket, None)
+        self.checked.pop(session.ticket, None)
+        log.info("web.session.ended", account=session.account, host=host)
+        return None
 
     def signout(self, request: web.Request) -> web.StreamResponse:
         response = web.HTTPSeeOther("/signin")

@@ -129,9 +129,13 @@ class FleetWeb:
         """The request's session by the single-host console's rules (module docstring), or an HTTP refusal."""
         tabs = self.signin.tabs
         if request.method in ("GET", "HEAD") and not request.path.startswith("/fleet/"):
-            return tabs.page(request, _simple("airlock fleet", pages.shell()))
+            live = await self.signin.live(request, tabs.page(request, _simple("airlock fleet", pages.shell())))
+            if live is None:
+                raise web.HTTPSeeOther("/signin")
+            return live
         body = await body_of(request) if request.method == "POST" else {}
         session = tabs.changing(request, body)
+        session = await self.signin.live(request, session) if session is not None else None
         if session is None:
             raise web.HTTPUnauthorized(
                 text=json.dumps({"ok": False, "error": "sign in first (a session: its cookie and this tab's proof)"}),
