@@ -10,7 +10,8 @@ in fleet mode) runs at http://localhost:PORT -- a secure context -- over the
 three live hosts of test_fleet_console's machinery (three `dev up` stacks
 behind three loopback sshd, each trusting that origin).  The person clicks
 "Approve on 3 host(s)", the passkey signs the group once, and every host
-runs the command; then "Deny on web2 alone".
+runs the command; then "Deny on web2 alone"; then a passkey enrolled from
+web3's link, served by the console and verified by web3.
 """
 
 from __future__ import annotations
@@ -121,6 +122,23 @@ async def _scenario(world: World, marker: Path, jobs: dict[str, Any]) -> dict[st
                     "(s => s && s.includes('Recorded') ? s : '')(document.getElementById('fleet-status').textContent)",
                     timeout=60,
                 )
+                # Enrollment served by the console: web3's link (it names web3), a new passkey made by the
+                # browser's authenticator, carried to web3, which verifies and stores it.
+                # A second authenticator (a phone, say): the first already holds this account's passkey,
+                # which the options exclude.
+                await page.send("WebAuthn.removeVirtualAuthenticator", authenticatorId=authenticator)
+                await page.virtual_authenticator()
+                web3 = world.stacks["web3"]
+                made = web3.native("passkey.enroll", {"account": world.operator}, path=web3.operator)["data"]
+                seen["link"] = made["url"]
+                await page.navigate(made["url"])
+                await page.wait_for("document.documentElement.dataset.ready === '1'")
+                await page.evaluate("document.querySelector('#enroll button').click()")
+                seen["enrolled"] = await page.wait_for(
+                    "(e => /\\b(ok|error)\\b/.test(e.className) ? e.textContent : '')"
+                    "(document.querySelector('#enroll-status'))",
+                    timeout=60,
+                )
                 return seen
             finally:
                 await page.close()
@@ -148,6 +166,13 @@ def test_one_touch_in_the_browser_approves_a_group_of_three(world: World) -> Non
     assert seen["approved"] == "Recorded on 3 host(s).", seen
     assert all(job.result()["ok"] is True for job in first.values()) and marker.exists()
     assert seen["denied"] == "Recorded on 1 host(s).", seen
+    assert seen["link"].endswith("?host=web3") and seen["enrolled"].startswith("Passkey enrolled for"), seen
+    enrolled = [
+        r
+        for r in world.stacks["web3"].journal_rows()
+        if r["kind"] == "operator.action" and "passkey.enrolled" in r["payload"]
+    ]
+    assert len(enrolled) == 1, enrolled
     assert jobs["web2"].result()["ok"] is False
     for h in ("web1", "web3"):  # still waiting, untouched by web2's denial
         assert wait_pending(world.stacks[h], jobs[h].request_id)
