@@ -22,12 +22,8 @@ shell whose script asks again with the tab's proof; data (a GET under
 ``/fleet/``) needs the cookie and the proof; every POST needs both and the
 session's CSRF token.
 
-Enrollment is served here too (``/enroll/TOKEN?host=NAME``, the link
-``airlock passkey enroll`` prints on a host whose ``web.fleet_name`` is
-NAME): the registration's two steps are carried to that host alone
-(``airlock passkey carry --verb register_begin|register_finish``), which
-verifies the new passkey against the console's origin, stores it and
-journals it, as its own console would.
+Enrollment is served here too (`fleetenroll`: ``/enroll/TOKEN?host=NAME``,
+carried to that host alone).
 """
 
 from __future__ import annotations
@@ -46,10 +42,9 @@ from airlock.common import groups
 from airlock.common.channels.fleet import verify
 from airlock.common.config import Config
 from airlock.common.log import get as get_logger
-from airlock.common.wire import operator as op
-from airlock.common.wire import passkey as pk
 from airlock.web import fleetview, pages
 from airlock.web.fleet import Fleet
+from airlock.web.fleetenroll import Enrollment
 from airlock.web.fleetsignin import SignIn
 from airlock.web.markup import Markup, html, join
 from airlock.web.sessions import Session
@@ -104,6 +99,7 @@ class FleetWeb:
         self.fleet = fleet
         self.secrets = relay_secrets(config.web.fleet_relay_secrets)
         self.signin = SignIn(config, fleet)
+        self.enroll = Enrollment(fleet, _simple)
         self._tasks: set[asyncio.Task[None]] = set()
 
     @web.middleware
@@ -248,9 +244,9 @@ class FleetWeb:
         app.router.add_post("/signin/begin", self.signin_begin)
         app.router.add_post("/signin/finish", self.signin_finish)
         app.router.add_post("/signout", self.signout)
-        app.router.add_get("/enroll/{token}", self.enroll_page)
-        app.router.add_post("/enroll/begin", self.enroll_begin)
-        app.router.add_post("/enroll/finish", self.enroll_finish)
+        app.router.add_get("/enroll/{token}", self.enroll.page)
+        app.router.add_post("/enroll/begin", self.enroll.begin)
+        app.router.add_post("/enroll/finish", self.enroll.finish)
         return app
 
     async def signin_page(self, request: web.Request) -> web.StreamResponse:
@@ -264,61 +260,6 @@ class FleetWeb:
 
     async def signout(self, request: web.Request) -> web.StreamResponse:
         return self.signin.signout(request)
-
-    # --- enrollment: carried to the one host the link names ----------------------------
-
-    def _enrolling(self, name: object) -> str | None:
-        """The link's host, when it is one of this console's (the token goes to that host alone)."""
-        return name if isinstance(name, str) and name in self.fleet.views else None
-
-    async def _carry(self, host: str, verb: Any, args: Any) -> dict[str, Any] | web.Response:
-        reply = await self.fleet.call(host, verb, args)
-        if reply.get("ok"):
-            return dict(reply.get("data") or {})
-        error = reply.get("error") or {}
-        status = 502 if error.get("code") == "unreachable" else 400
-        log.info("web.fleet.enroll_refused", host=host, code=error.get("code"))
-        return web.json_response({"ok": False, "error": f"{host}: {error.get('message') or 'refused'}"}, status=status)
-
-    async def enroll_page(self, request: web.Request) -> web.StreamResponse:
-        token, host = request.match_info["token"], self._enrolling(request.query.get("host"))
-        title = "airlock fleet: enroll a passkey"
-        if host is None:
-            said = pages.message(
-                "this enrollment link names no host of this console: print it on a host whose web.fleet_name is "
-                "its name in this console's web.fleet_hosts (docs/fleet.md)"
-            )
-            return web.Response(text=_simple(title, said), content_type="text/html", status=404)
-        # Refused before any touch: an unknown, used or expired link shows no "Create passkey" button.
-        data = await self._carry(host, op.PASSKEY_REGISTER_BEGIN, pk.Enrolment(token))
-        if isinstance(data, web.Response):
-            said = pages.message(f"{host}: no such enrollment link (or it expired or was used)")
-            return web.Response(text=_simple(title, said), content_type="text/html", status=404)
-        shown = pages.enroll_page(token, str(data.get("account") or ""), host=host)
-        return web.Response(text=_simple(title, shown), content_type="text/html")
-
-    async def enroll_begin(self, request: web.Request) -> web.StreamResponse:
-        body = await self._body(request)
-        host = self._enrolling(body.get("host"))
-        if host is None:
-            return web.json_response({"ok": False, "error": "no such host on this console"}, status=404)
-        data = await self._carry(host, op.PASSKEY_REGISTER_BEGIN, pk.Enrolment(body.get("token")))
-        if isinstance(data, web.Response):
-            return data
-        return web.json_response({"ok": True, "options": data.get("options")})
-
-    async def enroll_finish(self, request: web.Request) -> web.StreamResponse:
-        body = await self._body(request)
-        host = self._enrolling(body.get("host"))
-        if host is None:
-            return web.json_response({"ok": False, "error": "no such host on this console"}, status=404)
-        data = await self._carry(
-            host, op.PASSKEY_REGISTER_FINISH, pk.Register(body.get("token"), body.get("credential"))
-        )
-        if isinstance(data, web.Response):
-            return data
-        log.info("web.fleet.enrolled", host=host, account=data.get("account"), credential_id=data.get("credential_id"))
-        return web.json_response({"ok": True, "account": data.get("account"), "host": host, "next": "/signin"})
 
 
 DOCUMENT = """<!doctype html>
