@@ -6,9 +6,9 @@ drop-in the docs give); two hosts, web1 and web2, run the packaged airlock
 docs/fleet.md's "Setting up a bastion, from scratch" step by step, as a new
 user would: the console's SSH key made as airlock-web, fleet-ssh_config,
 known_hosts from ssh-keyscan, an ``airlock-fleet`` observer login on each
-host, the ``fleet`` relay channel, a passkey enrolled once on web1 (its own
-single-host airlock-web serves the enrollment page) and `airlock passkey
-export` / `import` to web2.  The origin is ``http://localhost:8787`` (the
+host, the ``fleet`` relay channel, a passkey enrolled once on web1 (its link
+served by the bastion, the registration carried to web1) and `airlock
+passkey export` / `import` to web2.  The origin is ``http://localhost:8787`` (the
 docs' test fleet): each console listens there in its own container, and the
 test reaches it from a thread that entered that container's network
 namespace (`in_net`), signing with the software authenticator
@@ -69,6 +69,7 @@ operators:
   observers: {{users: [airlock-notify, airlock-web, airlock-fleet]}}   # reads and carries passkey decisions
 web:
   url: {origin}/
+  fleet_name: {host}   # this host's name in the console's web.fleet_hosts (enrollment links)
 notify:
   channels:
     - type: fleet
@@ -269,29 +270,38 @@ def _walkthrough(bastion: Container, hosts: dict[str, Container], deb: Path) -> 
     )
     b.run(["systemctl", "enable", "--now", "airlock-web.socket"], timeout=60)
 
-    # 4. Passkeys: enroll once on web1 (its own airlock-web answers for the origin), list on web2.
+    # 4. Passkeys: enroll once on web1 (the link it prints is served by the bastion, which carries the
+    # registration to web1 alone), list on web2.
     web1 = hosts["web1"]
-    web1.run(["systemctl", "enable", "--now", "airlock-web.socket"], timeout=60)
-    link = web1.run(["airlock", "passkey", "enroll", "--no-wait", OPERATOR]).stdout.strip()
-    assert link.startswith(f"{ORIGIN}/enroll/"), link
-    token = link.rsplit("/", 1)[1]
+    waiting = web1.popen(["airlock", "passkey", "enroll", OPERATOR])
+    assert waiting.stdout is not None
+    link = waiting.stdout.readline().decode().strip()
+    assert link.startswith(f"{ORIGIN}/enroll/") and link.endswith("?host=web1"), link
+    token = link.split("/enroll/", 1)[1].split("?", 1)[0]
     key = SoftAuthenticator(ORIGIN, "localhost")
 
     async def enroll() -> dict[str, Any]:
         import aiohttp
 
         async with aiohttp.ClientSession(headers={"Origin": ORIGIN}) as http:
-            page = await http.get(f"{BASE}/enroll/{token}")
+            page = await http.get(f"{BASE}/enroll/{token}?host=web1")
             assert page.status == 200, await page.text()
-            begun = await (await http.post(f"{BASE}/enroll/begin", json={"token": token})).json()
+            step = {"token": token, "host": "web1"}
+            begun = await (await http.post(f"{BASE}/enroll/begin", json=step)).json()
             assert begun["ok"] is True, begun
-            finish = {"token": token, "credential": key.register(begun["options"])}
+            finish = step | {"credential": key.register(begun["options"])}
             done: dict[str, Any] = await (await http.post(f"{BASE}/enroll/finish", json=finish)).json()
             return done
 
-    enrolled = in_net(web1, enroll)
+    try:
+        enrolled = in_net(b, enroll)
+        said, err = waiting.communicate(timeout=60)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
     assert enrolled["ok"] is True and enrolled["account"] == OPERATOR, enrolled
-    web1.run(["systemctl", "disable", "--now", "airlock-web.socket", "airlock-web.service"], timeout=60)
+    assert f"enrolled passkey {key.id} for {OPERATOR}" in said.decode(), (said, err)
     web1.sh(f"airlock passkey export {OPERATOR} > /root/{OPERATOR}.passkeys")
     shutil.copy(web1.root / f"root/{OPERATOR}.passkeys", hosts["web2"].root / f"root/{OPERATOR}.passkeys")
     imported = hosts["web2"].run(["airlock", "passkey", "import", "--source", "web1", f"/root/{OPERATOR}.passkeys"])
