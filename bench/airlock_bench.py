@@ -494,7 +494,9 @@ class Bench:
                 ref,
                 f / ref,
                 f >= 200_000,
-                "SQLite in batches of 2,048, stored payload text spliced once a batch is proven canonical",
+                "SQLite in batches of 2,048, stored payload text spliced once a batch is proven canonical; "
+                "below 200,000/s the standard library's parse and canonical re-encode of the payloads are ~45 % "
+                "of the walk (issue 50's profile in docs/benchmarks-log.md)",
                 full,
             )
         )
