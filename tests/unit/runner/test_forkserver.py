@@ -1,0 +1,73 @@
+"""The fork server (runner/forkserver.py) on its own, without systemd: a stage
+forked at its gate runs only once the gate opens, with the stdio, argv,
+environment and working directory it was given, and its exit status comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airlock.runner import forker
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    procs: list[subprocess.Popen[bytes]] = []
+
+    async def start(name: str, fd: int) -> None:
+        procs.append(subprocess.Popen([sys.executable, "-I", "-S", forker.script_path()], stdin=fd))  # noqa: S603
+
+    async def connect() -> forker.ForkServer:
+        forker._server = None
+        return await forker.server(start)
+
+    yield connect
+    forker._server = None
+    for proc in procs:
+        proc.wait(timeout=10)  # it exits once our end closes
+
+
+def _request(argv: list[str], cwd: str, env: dict[str, str]) -> forker.Spawn:
+    return forker.Spawn(
+        argv=tuple(argv), env=env, uid=os.getuid(), gid=os.getgid(), groups=tuple(os.getgroups()), cwd=cwd, umask=0o022
+    )
+
+
+async def _run(server, argv: list[str], cwd: str, *, open_gate: bool) -> tuple[int, bytes, bytes]:
+    srv = await server()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    exe = os.open(argv[0], os.O_PATH | os.O_CLOEXEC)
+    try:
+        child = await srv.spawn(_request(argv, cwd, {"GREETING": "hello"}), None, out_w, err_w, exe, [])
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+        os.close(exe)
+    if open_gate:
+        os.write(child.gate, b"1")
+    os.close(child.gate)
+    status = await asyncio.wait_for(child.exited, 10)
+    with os.fdopen(out_r, "rb") as out, os.fdopen(err_r, "rb") as err:
+        data = (out.read(), err.read())
+    srv.sock.close()
+    return os.waitstatus_to_exitcode(status), *data
+
+
+def test_an_opened_gate_runs_the_stage_with_what_it_was_given(server, tmp_path: Path) -> None:
+    code, out, err = asyncio.run(
+        _run(server, ["/bin/sh", "-c", 'echo "$GREETING from $(pwd)"; exit 3'], str(tmp_path), open_gate=True)
+    )
+    assert (code, out, err) == (3, f"hello from {tmp_path}\n".encode(), b"")
+
+
+def test_a_gate_closed_unopened_runs_nothing(server, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    code, out, _err = asyncio.run(_run(server, ["/usr/bin/touch", str(marker)], str(tmp_path), open_gate=False))
+    assert code == 125 and out == b""
+    assert not marker.exists()
