@@ -20,7 +20,7 @@ def server(tmp_path: Path):
     procs: list[subprocess.Popen[bytes]] = []
 
     async def start(name: str, fd: int) -> None:
-        procs.append(subprocess.Popen([sys.executable, "-I", "-S", forker.script_path()], stdin=fd))  # noqa: S603
+        procs.append(subprocess.Popen([sys.executable, "-I", "-S", forker.script_path()], stdin=fd))  # noqa: ASYNC220
 
     async def connect() -> forker.ForkServer:
         forker._server = None
