@@ -199,6 +199,17 @@ async def server(start: Any) -> ForkServer:
         return _server
 
 
+_warming: asyncio.Future[ForkServer] | None = None
+
+
+def warm() -> None:
+    """Start the fork server now, beside the runner's own start, not in the first job (a Python start,
+    about 20 ms, that a cold start would otherwise wait for).  A failure is left for that job to meet."""
+    global _warming
+    _warming = asyncio.ensure_future(server(start_unit))
+    _warming.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+
 def script_path() -> str:
     """The fork server's file (forkserver.py), which its unit runs by path."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver.py")

@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from airlock.runner import forker
 
 
 @pytest.fixture
-def server(tmp_path: Path):
+def server(tmp_path: Path) -> Iterator[Callable[[], Awaitable[forker.ForkServer]]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     async def start(name: str, fd: int) -> None:
@@ -38,7 +39,9 @@ def _request(argv: list[str], cwd: str, env: dict[str, str]) -> forker.Spawn:
     )
 
 
-async def _run(server, argv: list[str], cwd: str, *, open_gate: bool) -> tuple[int, bytes, bytes]:
+async def _run(
+    server: Callable[[], Awaitable[forker.ForkServer]], argv: list[str], cwd: str, *, open_gate: bool
+) -> tuple[int, bytes, bytes]:
     srv = await server()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -59,14 +62,18 @@ async def _run(server, argv: list[str], cwd: str, *, open_gate: bool) -> tuple[i
     return os.waitstatus_to_exitcode(status), *data
 
 
-def test_an_opened_gate_runs_the_stage_with_what_it_was_given(server, tmp_path: Path) -> None:
+def test_an_opened_gate_runs_the_stage_with_what_it_was_given(
+    server: Callable[[], Awaitable[forker.ForkServer]], tmp_path: Path
+) -> None:
     code, out, err = asyncio.run(
         _run(server, ["/bin/sh", "-c", 'echo "$GREETING from $(pwd)"; exit 3'], str(tmp_path), open_gate=True)
     )
     assert (code, out, err) == (3, f"hello from {tmp_path}\n".encode(), b"")
 
 
-def test_a_gate_closed_unopened_runs_nothing(server, tmp_path: Path) -> None:
+def test_a_gate_closed_unopened_runs_nothing(
+    server: Callable[[], Awaitable[forker.ForkServer]], tmp_path: Path
+) -> None:
     marker = tmp_path / "ran"
     code, out, _err = asyncio.run(_run(server, ["/usr/bin/touch", str(marker)], str(tmp_path), open_gate=False))
     assert code == 125 and out == b""
