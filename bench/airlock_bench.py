@@ -828,7 +828,7 @@ def _beside_systemd(data: dict[str, Any], earlier: dict[str, Any]) -> list[Figur
             sudo,
             sandboxed / sudo,
             None,
-            f"airlock run -- true sandboxed (a rule with sandbox: read_only: a transient "
+            f"airlock run -- true sandboxed (a rule with sandbox: no_new_privileges, the cheapest: a transient "
             f"service per job, the exec helper in front); {how}",
             side["sandboxed"],
             extra=dict(earlier),

@@ -63,7 +63,7 @@ rules:
     privileged: true
     commands:
       - [/usr/bin/true, sandboxed]
-    sandbox: {read_only: true}
+    sandbox: {no_new_privileges: true}
 """
 SUDOERS = "agent1 ALL=(root) NOPASSWD: /usr/bin/true\n"
 
