@@ -40,13 +40,19 @@ class ServiceContainment(ProcessGroups):
     """Every stage in its own transient unit, started outside the runner's sandbox.
 
     A scope (forker.py: forked by the fork server, at systemd's own cost) when no stage's rule
-    needs a service-only sandbox property or credentials; otherwise a service per stage
-    (units.py), which systemd starts, sandboxes and stops with what is left in it.
+    needs a service-only sandbox property (`sandbox.SCOPE_PROPERTIES` are not) or credentials;
+    otherwise a service per stage (units.py), which systemd starts, sandboxes and stops with what
+    is left in it.
     """
 
     def __init__(self, spec: JobSpec) -> None:
         super().__init__()
-        self.scoped = not any(spec.sandboxes or ()) and not any(spec.credentials or ())
+        self.scoped = not any(spec.credentials or ()) and all(
+            name in sandbox.SCOPE_PROPERTIES
+            for sb in spec.sandboxes or ()
+            if sb
+            for name, _sig, _value in sb.properties
+        )
         self.limits: list[sandbox.Property] = []
         if spec.memory_max is not None:
             self.limits.append(memory_property(spec.memory_max))

@@ -135,7 +135,8 @@ async def scopes(job: Job, containment: ServiceContainment) -> list[_Fd]:
                 spec.kill_grace_seconds,
                 runtime_max,
             )
-            await stage.start(child.pid, [*props, *containment.limits])
+            # runner.memory_max etc., then the rule's own limits (all a scope takes: sandbox.SCOPE_PROPERTIES)
+            await stage.start(child.pid, [*props, *containment.limits, *containment.stage_limits[index]])
         except AirlockError as exc:
             raise AirlockError(exc.code, f"stage {index + 1}: {exc.message}", exc.details | {"stage": index}) from None
         next_in = read_out

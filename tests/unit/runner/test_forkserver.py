@@ -1,6 +1,7 @@
 """The fork server (runner/forkserver.py) on its own, without systemd: a stage
 forked at its gate runs only once the gate opens, with the stdio, argv,
-environment and working directory it was given, and its exit status comes back."""
+environment and working directory it was given, and its exit status comes back.
+And which jobs get a scope from it in service containment (containment.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,16 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from airlock.common import sandbox
+from airlock.common.containment import Containment
 from airlock.runner import forker
+from airlock.runner.containment import ServiceContainment
+
+from runner_testlib import make_spec
 
 
 @pytest.fixture
@@ -78,3 +85,28 @@ def test_a_gate_closed_unopened_runs_nothing(
     code, out, _err = asyncio.run(_run(server, ["/usr/bin/touch", str(marker)], str(tmp_path), open_gate=False))
     assert code == 125 and out == b""
     assert not marker.exists()
+
+
+# --- which stages get a scope (containment.py) ---------------------------------------------
+
+
+def _containment(**overrides: Any) -> ServiceContainment:
+    return ServiceContainment(make_spec(("/usr/bin/true",), containment=Containment.SERVICE, **overrides))
+
+
+def test_a_job_without_sandbox_or_credentials_gets_scopes() -> None:
+    chosen = _containment()
+    assert chosen.scoped and chosen.unit_names(make_spec(("/usr/bin/true",)))[0].endswith(".scope")
+
+
+def test_resource_limits_alone_still_get_a_scope_which_carries_them() -> None:
+    limits = sandbox.Sandbox.of({"memory_max": "64M", "tasks_max": 8, "cpu_quota": "50%"})
+    chosen = _containment(sandboxes=(limits,))
+    assert chosen.scoped
+    assert {name for name, _sig, _value in chosen.stage_limits[0]} == {"MemoryMax", "TasksMax", "CPUQuotaPerSecUSec"}
+
+
+def test_a_service_only_sandbox_property_or_credentials_get_a_service() -> None:
+    for settings in ({"read_only": True}, {"private_network": True}, {"no_new_privileges": True}):
+        assert not _containment(sandboxes=(sandbox.Sandbox.of(settings),)).scoped, settings
+    assert not _containment(credentials=((("token", b"x"),),)).scoped
