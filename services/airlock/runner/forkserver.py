@@ -31,6 +31,8 @@ Standard library only, no airlock imports: it runs from the file's path.
 from __future__ import annotations
 
 import array
+import ctypes
+import errno as _errno
 import fcntl
 import json
 import os
@@ -42,6 +44,10 @@ from typing import Any
 
 _MAX_FDS = 64
 _GATE_REFUSED = 125
+# keyctl(2) by number (no libkeyutils in Debian's minimal install): KEYCTL_JOIN_SESSION_KEYRING.
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "armv7l": 311, "i686": 288, "ppc64le": 289, "s390x": 280, "riscv64": 219}
+_KEYCTL_JOIN_SESSION_KEYRING = 1
+_libc = ctypes.CDLL(None, use_errno=True)
 _HIGH_FD = 512  # above every fd the child is given, below the soft limit (1024 under systemd)
 
 
@@ -69,6 +75,7 @@ def _child(spec: dict[str, Any], fds: list[int], gate: int) -> None:
             os.setresgid(spec["gid"], spec["gid"], spec["gid"])
             os.setresuid(spec["uid"], spec["uid"], spec["uid"])
         os.chdir(spec["cwd"])  # as the job's user, as systemd's WorkingDirectory= does
+        _own_keyring()
         opened = b""
         while True:
             chunk = os.read(gate, 16)
@@ -83,6 +90,19 @@ def _child(spec: dict[str, Any], fds: list[int], gate: int) -> None:
         os.write(2, f"airlock: cannot execute {spec['argv'][0]}: {exc.strerror}\n".encode())
         os._exit(127 if exc.errno == 2 else 126)
     os._exit(126)
+
+
+def _own_keyring() -> None:
+    """A new anonymous session keyring, owned by the job's user: every job shares the fork server's
+    otherwise (a service gets its own: systemd's KeyringMode=private, the default for system services)."""
+    number = _KEYCTL.get(os.uname().machine)
+    if number is None or _libc.syscall(number, _KEYCTL_JOIN_SESSION_KEYRING, None) >= 0:
+        return
+    errno = ctypes.get_errno()
+    # Keyrings refused to everyone here (a container manager's seccomp filter: nspawn's): systemd
+    # goes on without one too.  Any other failure ends the stage before the job runs.
+    if errno not in (_errno.ENOSYS, _errno.EPERM, _errno.EACCES, _errno.EOPNOTSUPP):
+        raise OSError(errno, "cannot give the job a session keyring of its own")
 
 
 def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:

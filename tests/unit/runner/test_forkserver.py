@@ -110,3 +110,21 @@ def test_a_service_only_sandbox_property_or_credentials_get_a_service() -> None:
     for settings in ({"read_only": True}, {"private_network": True}, {"no_new_privileges": True}):
         assert not _containment(sandboxes=(sandbox.Sandbox.of(settings),)).scoped, settings
     assert not _containment(credentials=((("token", b"x"),),)).scoped
+
+
+def _session_keyring(server: Callable[[], Awaitable[forker.ForkServer]], tmp_path: Path) -> bytes:
+    code = "import ctypes; print(ctypes.CDLL(None).syscall(250, 0, -3, 0))"  # KEYCTL_GET_KEYRING_ID, session
+    exit_code, out, err = asyncio.run(
+        _run(server, [sys.executable, "-I", "-S", "-c", code], str(tmp_path), open_gate=True)
+    )
+    assert exit_code == 0, err
+    return out
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe calls keyctl by its x86_64 number")
+def test_each_stage_has_a_session_keyring_of_its_own(
+    server: Callable[[], Awaitable[forker.ForkServer]], tmp_path: Path
+) -> None:
+    # As with a service per job (KeyringMode=private): keys one job keeps are not in another's session keyring.
+    first, second = _session_keyring(server, tmp_path), _session_keyring(server, tmp_path)
+    assert first.strip().isdigit() and first != second
