@@ -128,3 +128,41 @@ def test_each_stage_has_a_session_keyring_of_its_own(
     # As with a service per job (KeyringMode=private): keys one job keeps are not in another's session keyring.
     first, second = _session_keyring(server, tmp_path), _session_keyring(server, tmp_path)
     assert first.strip().isdigit() and first != second
+
+
+def test_a_fork_server_that_died_is_started_again_for_the_next_job(tmp_path: Path) -> None:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    async def start(name: str, fd: int) -> None:
+        procs.append(subprocess.Popen([sys.executable, "-I", "-S", forker.script_path()], stdin=fd))  # noqa: ASYNC220
+
+    async def scenario() -> tuple[int, int, bytes]:
+        forker._server = None
+        first = await forker.server(start)
+        assert await forker.server(start) is first  # one fork server while it lives
+        procs[0].kill()
+        procs[0].wait()
+        while not first.closed:  # the runner's end sees the fork server go
+            await asyncio.sleep(0.01)
+        second = await forker.server(start)
+        out_r, out_w = os.pipe()
+        exe = os.open("/bin/echo", os.O_PATH | os.O_CLOEXEC)
+        try:
+            child = await second.spawn(_request(["/bin/echo", "again"], str(tmp_path), {}), None, out_w, out_w, exe, [])
+        finally:
+            os.close(out_w)
+            os.close(exe)
+        os.write(child.gate, b"1")
+        os.close(child.gate)
+        status = await asyncio.wait_for(child.exited, 10)
+        with os.fdopen(out_r, "rb") as out:
+            data = out.read()
+        second.sock.close()
+        forker._server = None
+        return len(procs), os.waitstatus_to_exitcode(status), data
+
+    try:
+        assert asyncio.run(scenario()) == (2, 0, b"again\n")
+    finally:
+        for proc in procs:
+            proc.wait(timeout=10)
