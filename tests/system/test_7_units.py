@@ -237,3 +237,13 @@ def test_runner_exposure_is_at_most_2_5(system) -> None:
     match = re.search(r"Overall exposure level for airlock-runner\.service: ([0-9.]+)", r.stdout)
     assert match, r
     assert float(match.group(1)) <= 2.5, r.stdout[-2000:]
+
+
+def test_a_job_that_exits_leaving_a_daemon_leaves_nothing(system) -> None:
+    # A scope outlives its first process (a service stops with it): what the job left is swept.
+    r = system.airlock(
+        "run", "--no-privilege", "--operation-id", op(), "--", "/usr/bin/dash", "-c", "setsid sleep 1021 & true"
+    )
+    assert r.returncode == 0, r
+    assert system.c.run(["pgrep", "-a", "-f", "^sleep 1021"], check=False).returncode == 1
+    assert _job_units(system) == ""

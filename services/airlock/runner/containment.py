@@ -69,15 +69,18 @@ class ServiceContainment(ProcessGroups):
     async def attach(self, pids: Sequence[int]) -> None:
         pass
 
+    def _running(self) -> list[units.StageService]:
+        # A service whose main process ended stops and systemd kills the rest; a scope stays while
+        # anything of the job is left in it, so it is signalled until it is empty (the sweep).
+        return [s for s in self.stages if s.returncode is None or isinstance(s, forker.StageScope)]
+
     async def signal(self, signum: int) -> None:
-        for stage in self.stages:
-            if stage.returncode is None:
-                await stage.kill(signum)
+        for stage in self._running():
+            await stage.kill(signum)
 
     def signal_now(self, signum: int) -> None:
-        for stage in self.stages:
-            if stage.returncode is None:
-                stage.kill_now(signum)
+        for stage in self._running():
+            stage.kill_now(signum)
 
     async def occupied(self) -> bool:
         # A service stops only once systemd killed everything in it; a scope outlives its first

@@ -259,6 +259,12 @@ def scope_stage_properties(
     ]
 
 
+def _unified_root() -> str:
+    """Where the unified (v2) hierarchy is mounted: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a
+    hybrid host (its v1 controllers at /sys/fs/cgroup); ``cgroup.controllers`` is in a v2 root only."""
+    return "/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "/sys/fs/cgroup/unified"
+
+
 def _cgroup_of(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
@@ -307,9 +313,9 @@ class StageScope(units.StageService):
         if not self.cgroup:
             return False
         try:
-            with open(f"/sys/fs/cgroup{self.cgroup}/cgroup.events", encoding="ascii") as f:
+            with open(f"{_unified_root()}{self.cgroup}/cgroup.events", encoding="ascii") as f:
                 return any(line.strip() == "populated 1" for line in f)
-        except OSError:
+        except FileNotFoundError:
             return False  # removed: systemd saw it empty
 
     async def wait(self) -> int:
