@@ -442,7 +442,7 @@ class Bench:
     def journal_bytes(self) -> None:
         """Database bytes each exec of `true` adds (live and sealed segments together), and records per exec."""
         n = self.plan.latency_requests * 4
-        samples, records = [], []
+        samples, records, payloads = [], [], []
         for _ in range(self.plan.rounds):
             with BenchStack(self.config) as stack:
                 client = Persistent(stack.agent)
@@ -454,6 +454,7 @@ class Bench:
                         raise SystemExit("bench: exec of true failed")
                 client.close()
                 after, seq_after = journal_size(stack.runtime_dir / "state")
+                payloads.append(payload_bytes(stack.runtime_dir / "state", seq_before) / n)
             samples.append((after - before) / n)
             records.append((seq_after - seq_before) / n)
         value = median(samples)
@@ -462,13 +463,14 @@ class Bench:
                 "journal bytes per exec",
                 value,
                 "bytes",
+                "<= 2,500 bytes",
                 "",
-                "",
                 None,
                 None,
-                None,
+                value <= 2500,
                 f"{n} execs of true x {self.plan.rounds} rounds, one connection; database pages used / exec; "
-                f"{median(records):.1f} records per exec",
+                f"{median(records):.1f} records per exec, {median(payloads):,.0f} bytes of payload per exec "
+                "(pages move in steps: a leaf page holds one exec's records until they fit two to a page)",
                 samples,
             )
         )
@@ -512,7 +514,8 @@ class Bench:
     # -- the fleet console (issue 49) ----------------------------------------------------
 
     def fleet(self) -> None:
-        """The fleet page over 1,000 hosts and 10,000 pending requests: a FAKE relay feed, no SSH."""
+        """The fleet page over 1,000 hosts and 10,000 pending requests (a FAKE relay feed, no SSH), and a
+        grouped decision carried to 100 hosts that a FAKE ssh command plays."""
         # Each round in a process of its own: its memory and caches start cold.
         script = str(Path(fleet_bench.__file__))
         argv = [sys.executable, script]
@@ -520,7 +523,10 @@ class Bench:
         done = [subprocess.run(argv, capture_output=True, check=True, timeout=600) for _ in rounds]
         runs = [json_module.loads(d.stdout) for d in done]
         page = [r["page_p99"] for r in runs]
-        note = "hosts simulated by a FAKE relay feed (bench/fleet_bench.py): 100 rows of 100 hosts, no SSH"
+        note = (
+            "hosts simulated by a FAKE relay feed (bench/fleet_bench.py): 100 rows of 100 hosts, no SSH; "
+            "loaded signed in (the session's cookie and the tab's proof)"
+        )
         self.add(
             Figure(
                 "fleet page p99, 1,000 hosts, 10,000 pending",
@@ -545,6 +551,15 @@ class Bench:
         )
         group = [r["group_100_ms"] for r in runs]
         self.add(Figure("a group's challenge over 100 hosts' statements", median(group), "ms", samples=group))
+        reach = [r["decision_100_ms"] for r in runs]
+        fake = (
+            "hosts simulated: 100 FAKE hosts, a fake `ssh` first on PATH that answers each call at once "
+            "(bench/fleet_bench.py FAKE_SSH); the console's real carry path (one ssh process per host, "
+            "32 at once, then each host asked again); no network, no remote airlock"
+        )
+        self.add(
+            Figure("a grouped decision reaching 100 hosts (fake ssh)", median(reach), "ms", note=fake, samples=reach)
+        )
 
     # -- resident memory ------------------------------------------------------------------
 
@@ -1000,6 +1015,19 @@ def journal_size(state: Path) -> tuple[int, int]:
     return used, head
 
 
+def payload_bytes(state: Path, after_seq: int) -> int:
+    """Bytes of record payload (canonical JSON) past ``after_seq`` in the live database (issue 50)."""
+    conn = sqlite3.connect(f"file:{state / 'journal.sqlite'}?mode=ro", uri=True)
+    try:
+        return int(
+            conn.execute("SELECT COALESCE(SUM(LENGTH(payload)), 0) FROM events WHERE seq > ?", (after_seq,)).fetchone()[
+                0
+            ]
+        )
+    finally:
+        conn.close()
+
+
 STEPS: dict[str, str] = {
     "latency": "exec latency beside sudo and fork/exec",
     "cli": "airlock run -- true beside sudo",
@@ -1013,7 +1041,8 @@ STEPS: dict[str, str] = {
     "verify": "audit chain verify: full walk and incremental",
     "reviewer": "an ask decided by the reviewer, beside a rule's allow",
     "approval": "an ask approved by an operator: approve returned -> job ran",
-    "fleet": "the fleet console: 1,000 hosts and 10,000 pending from a FAKE relay feed (issue 49)",
+    "fleet": "the fleet console: 1,000 hosts and 10,000 pending from a FAKE relay feed, a decision to 100 FAKE ssh "
+    "hosts (issue 49)",
     "container": "the Debian 12 container: cold start under socket activation, airlock run beside sudo (root)",
 }
 

@@ -7,9 +7,12 @@ it.  This rewrites the table between ``<!-- bench:figures -->`` and
 numbers a reader finds first are the last run's, with what they were measured
 on.  A figure carried over from an earlier run (``--only`` keeps the others;
 the container rows come from bench/results-system.json when they were not
-re-measured) says when it was measured.  Nothing is measured here.
+re-measured) says when it was measured.  The A/B table (``<!-- bench:ab -->``)
+comes the same way from bench/results-ab.json, which `make bench-ab
+BEFORE=<commit>` writes.  Nothing is measured here.
 
-    .venv/bin/python bench/bench_doc.py [--results bench/results.json] [--doc docs/benchmarks.md] [--check]
+    .venv/bin/python bench/bench_doc.py [--results bench/results.json] [--ab bench/results-ab.json]
+                                        [--doc docs/benchmarks.md] [--check]
 """
 
 from __future__ import annotations
@@ -24,8 +27,13 @@ from typing import Any
 from harness import REPO, RESULTS, fmt
 
 DOC = REPO / "docs" / "benchmarks.md"
+AB = REPO / "bench" / "results-ab.json"
 MARK = "bench:figures"
-_REGION = re.compile(rf"(<!-- {MARK} -->\n)(.*?)(<!-- /{MARK} -->)", re.S)
+AB_MARK = "bench:ab"
+
+
+def _region(mark: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- {mark} -->\n)(.*?)(<!-- /{mark} -->)", re.S)
 
 
 def _cell(text: object) -> str:
@@ -52,7 +60,9 @@ def _load(pair: Any) -> str:
 def _machine(m: dict[str, Any]) -> str:
     """One paragraph: when, at which commit, on what, under which load, from which file."""
     at = f" at {m['commit']}" if m.get("commit") else ""
-    how = ["`make bench`"]
+    how = [
+        f"`make bench-ab BEFORE={m['before']}`, {m['requests']} requests each" if m.get("before") else "`make bench`"
+    ]
     if m.get("seconds"):
         how.append(f"{m['seconds']:.0f} s")
     how.append("as root" if m.get("root") else "not as root (the container rows need root)")
@@ -94,26 +104,29 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def rewrite(doc: str, table: str) -> str:
-    """``doc`` with its figures region replaced by ``table``; ValueError when it has none."""
-    if len(_REGION.findall(doc)) != 1:
-        raise ValueError(f"the doc must hold exactly one <!-- {MARK} --> ... <!-- /{MARK} --> region")
-    return _REGION.sub(lambda m: m.group(1) + table + m.group(3), doc)
+def rewrite(doc: str, table: str, mark: str = MARK) -> str:
+    """``doc`` with its ``mark`` region replaced by ``table``; ValueError when it has none."""
+    region = _region(mark)
+    if len(region.findall(doc)) != 1:
+        raise ValueError(f"the doc must hold exactly one <!-- {mark} --> ... <!-- /{mark} --> region")
+    return region.sub(lambda m: m.group(1) + table + m.group(3), doc)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--results", type=Path, default=RESULTS, help="a results file `make bench` wrote")
+    parser.add_argument("--ab", type=Path, default=AB, help="the A/B results `make bench-ab` wrote (if any)")
     parser.add_argument("--doc", type=Path, default=DOC)
     parser.add_argument("--check", action="store_true", help="only say whether the doc is current (exit 1 if not)")
     args = parser.parse_args(argv)
-    try:
-        results = json.loads(args.results.read_text())
-    except FileNotFoundError:
+    ab = args.ab.exists() and f"<!-- {AB_MARK} -->" in args.doc.read_text()
+    if not args.results.exists() and not ab:
         print(f"bench-doc: no {args.results}: run `make bench` first", file=sys.stderr)
         return 2
     doc = args.doc.read_text()
-    fresh = rewrite(doc, render(results))
+    fresh = rewrite(doc, render(json.loads(args.results.read_text()))) if args.results.exists() else doc
+    if ab:
+        fresh = rewrite(fresh, render(json.loads(args.ab.read_text())), AB_MARK)
     if args.check:
         current = fresh == doc
         print(f"bench-doc: {args.doc} is {'current' if current else 'not current'} with {args.results}")

@@ -19,6 +19,17 @@ bench: $(BIN)/airlock
 	  echo "bench: could not build the .deb: the container rows will say so"; fi
 	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python bench/airlock_bench.py $(BENCH_ARGS)
 
+# Exec latency A/B (issues 47, 50: "within 5% of before, in one run"): this tree's services and
+# BEFORE's (a commit; its services/ exported with git archive), two live stacks, requests alternating.
+# Writes bench/results-ab.json; `make bench-doc` renders it into docs/benchmarks.md's A/B table.
+BEFORE ?= HEAD~1
+AB_REQUESTS ?= 1000
+bench-ab: $(BIN)/airlock
+	@rm -rf build/bench-before && mkdir -p build/bench-before
+	git archive "$(BEFORE)" services | tar -x -C build/bench-before
+	$(BIN)/python bench/exec_ab.py --before build/bench-before/services --requests $(AB_REQUESTS) \
+	  --before-name "$$(git rev-parse --short "$(BEFORE)")" --json bench/results-ab.json
+
 # docs/benchmarks.md's table of today's figures, rewritten from bench/results.json (issue 47).
 bench-doc: $(BIN)/airlock
 	$(BIN)/python bench/bench_doc.py

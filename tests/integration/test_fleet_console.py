@@ -23,7 +23,7 @@ import pwd
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,16 +99,14 @@ def fleet_world(tmp: Path, origin: str, rp: str, per_host: Callable[[str], str] 
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(identity)], check=True)
     authorized = tmp / "authorized_keys"
     authorized.write_text(Path(f"{identity}.pub").read_text())
-    config = (
-        ASK_POLICY
-        + f"operators:\n  users: [{name}]\nweb:\n  url: {origin}/\n  rp_id: {rp}\n"
-        + "approval:\n  timeout_seconds: 300\n"
-    )
+    # Each host knows its name on the console (web.fleet_name): its enrollment links name it.
+    config = ASK_POLICY + f"operators:\n  users: [{name}]\napproval:\n  timeout_seconds: 300\n"
+    web = f"web:\n  url: {origin}/\n  rp_id: {rp}\n  fleet_name: {{host}}\n"
     opened = contextlib.ExitStack()
     daemons = []
     try:
         more = per_host or (lambda _h: "")
-        stacks = {h: opened.enter_context(custom_stack(tmp / h, config + more(h))) for h in HOSTS}
+        stacks = {h: opened.enter_context(custom_stack(tmp / h, config + web.format(host=h) + more(h))) for h in HOSTS}
         lines, known = [], []
         for h, stack in stacks.items():
             proc, port, hostkey = _sshd(tmp, h, stack, authorized, str(Path(sys.executable).parent))
@@ -243,11 +241,9 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     """airlock-web in fleet mode over HTTP, as the browser and the hosts' relays reach it."""
     imported(world)
     import aiohttp
-    from aiohttp import web
 
     from airlock.common.channels.webhook import signature
     from airlock.common.config import parse_text
-    from airlock.web import fleetweb
 
     secrets = world.tmp / "relay-secrets"
     secrets.write_text("web1 0123456789abcdef0123\nweb2 fedcba9876543210fedc\n")
@@ -261,15 +257,8 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     origin = {"Origin": ORIGIN}
 
     async def scenario() -> dict[str, Any]:
-        app = fleetweb.app_for(config)
-        assert app is not None
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
         out: dict[str, Any] = {}
-        try:
+        async with console_at(config) as base:
             async with aiohttp.ClientSession() as anonymous:
                 out["anonymous_rows"] = (await anonymous.get(f"{base}/fleet/rows")).status
                 out["anonymous_page"] = (await anonymous.get(f"{base}/", allow_redirects=False)).status
@@ -295,8 +284,6 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
                 bad = {"X-Airlock-Signature": signature("0123456789abcdef0123", body)}  # web1's secret
                 out["relay"] = (await http.post(f"{base}/fleet/relay", data=body, headers=good)).status
                 out["forged"] = (await http.post(f"{base}/fleet/relay", data=body, headers=bad)).status
-        finally:
-            await runner.cleanup()
         return out
 
     out = asyncio.run(scenario())
@@ -309,11 +296,34 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     assert (out["relay"], out["forged"]) == (204, 401)
 
 
+@contextlib.asynccontextmanager
+async def console_at(config: Any) -> AsyncIterator[str]:
+    """airlock-web in fleet mode for ``config`` on a free loopback port; its base URL."""
+    from aiohttp import web
+
+    from airlock.web import fleetweb
+
+    app = fleetweb.app_for(config)
+    assert app is not None
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+
+
 async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:
-    """An HTTP client signed in to the fleet console with ``key`` (a host checked the assertion).
+    """An HTTP client signed in to the fleet console with ``key`` (a host checked the assertion), as the
+    console's script is: the session cookie, this tab's proof (``X-Airlock-Proof``, given once in the
+    sign-in answer) on every request, and the session's CSRF token (read from the page) on every POST.
 
     The console's cookie is Secure for an https origin; the test talks plain HTTP on loopback,
     so the cookie is sent by hand."""
+    import re
+
     import aiohttp
 
     async with aiohttp.ClientSession() as http:
@@ -324,6 +334,19 @@ async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:
         finish = {"challenge_id": begun["challenge_id"], "credential": key.sign(begun["options"]["challenge"])}
         reply = await http.post(f"{base}/signin/finish", json=finish, headers={"Origin": origin, "Cookie": pre})
         done = await reply.json()
-        assert done["ok"] is True, done
-        cookies = {k: v.value for k, v in reply.cookies.items()}
-    return aiohttp.ClientSession(headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())})
+        assert done["ok"] is True and done["proof"], done
+        cookie = "; ".join(f"{k}={v.value}" for k, v in reply.cookies.items())
+        page = await http.get(f"{base}/", headers={"Cookie": cookie, "X-Airlock-Proof": done["proof"]})
+        found = re.search(r'name="csrf" value="([^"]+)"', await page.text())
+        assert found is not None, "the fleet page carries the session's CSRF token"
+    tab = {"Cookie": cookie, "X-Airlock-Proof": done["proof"], "X-Airlock-CSRF": found.group(1)}
+    return aiohttp.ClientSession(headers=tab)
+
+
+def test_a_session_check_is_carried_to_a_host_which_answers_for_its_own_sessions(world: World) -> None:
+    """`airlock passkey carry --verb session` (what the console asks the host that signed a tab in)."""
+    carried = world.airlock(
+        "--host", "web1", "passkey", "carry", "--verb", "session", "--json", stdin='{"session": "not-one-of-web1s"}'
+    )
+    envelope = json.loads(carried.stdout.strip().splitlines()[-1])
+    assert envelope["ok"] is False and envelope["error"]["details"]["reason"] == "session", carried

@@ -501,7 +501,9 @@ class RawClient:
 
 
 def wait_started(stack: Stack, needle: str) -> None:
-    wait_record(stack, "exec.started", containing=needle)
+    # exec.started names the spec by digest (issue 50): the request is found by its request.received.
+    wait_record(stack, "request.received", containing=needle)
+    wait_record(stack, "exec.started", request_id=request_id_of(stack, needle))
 
 
 def wait_finished(stack: Stack, needle: str) -> list[str]:

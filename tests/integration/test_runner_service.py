@@ -487,7 +487,7 @@ def test_evidence_comes_back_when_the_journal_goes_away_during_the_job(stack: St
     result: dict[str, Any] = {}
     worker = threading.Thread(target=lambda: result.update(asyncio.run(_run(stack, spec, ticket))))
     worker.start()
-    wait_record(stack, "exec.started", containing=str(marker))  # the job sleeps
+    wait_record(stack, "exec.started", containing=spec.digest())  # the job sleeps (the record names the spec by digest)
     with stack.down("journal"):
         worker.join(30)
     # It ran: a retry after an error would run it again.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,24 @@ def test_two_stage_pipeline_runs_through_all_four_services_and_is_journaled(stac
     assert kinds.index("exec.started") < kinds.index("exec.finished")
     finished = json.loads(next(r["payload"] for r in rows if r["kind"] == "exec.finished"))
     assert finished["exit_codes"] == [0, 0]
+
+
+def test_the_spec_is_journaled_once_and_exec_started_names_it_by_digest(stack: Stack) -> None:
+    """Issue 50: exec.started carries the spec's digest, not the spec; request.received holds it whole."""
+    word = "spelled-once-" + "q" * 40
+    reply = stack.exec({"argv": ["printf", "%s", word], "privileged": False})
+    assert reply["ok"] is True, reply
+    rows = [r for r in stack.journal_rows() if r["request_id"] == reply["id"]]
+    payloads = {r["kind"]: json.loads(r["payload"]) for r in rows}
+    received, started = payloads["request.received"], payloads["exec.started"]
+    assert received["request"]["stages"] == [["printf", "%s", word]]
+    assert "spec" not in started and started["digest"] == received["digest"]
+    assert word not in json.dumps(started)  # the argv is request.received's (and the decision's), not repeated
+    assert started["binaries"][0]["path"].endswith("/printf")  # what ran, still in exec.started
+    # What people read still spells the command: `airlock show` and `airlock events`.
+    shown = stack.cli("show", reply["id"])
+    line = next(x for x in shown.stdout.splitlines() if " exec.started " in x)
+    assert f"COMMAND=/usr/bin/printf %s {word}" in line, shown.stdout
 
 
 def test_airlock_run_prints_output_and_exits_with_the_command_code(stack: Stack) -> None:
@@ -120,3 +139,28 @@ def test_a_refusal_before_the_request_is_read_reaches_airlock_run(tmp_path_facto
         result = refusing.cli("run", "--no-privilege", "--", "true")
     assert result.returncode == 125
     assert "unauthorized" in result.stderr
+
+
+def test_a_story_journaled_before_issue_50_with_the_spec_in_exec_started_still_verifies_and_shows(
+    stack: Stack,
+) -> None:
+    """Records written before issue 50 carry the spec in exec.started; they verify and read as before."""
+    journal = str(stack.runtime_dir / "internal" / "journal.sock")
+    rid, op, uid = "old-shape-1", "op-old-shape-1", os.getuid()
+    spec = {"stages": [["df", "-h", "/old-shape"]], "privileged": False, "uid": uid, "cwd": None, "stdin": None}
+    story = [
+        ("intake", "request.received", {"request": spec, "digest": "d" * 64}),
+        ("approval", "approval.decided", {"decision": "allow", "by": "policy", "rule": "dev"}),
+        ("runner", "exec.started", {"digest": "d" * 64, "spec": spec, "uid": uid, "cwd": "/", "binaries": []}),
+        ("runner", "exec.finished", {"exit_codes": [0], "stages": [], "duration_ms": 1}),
+        ("intake", "request.replied", {"status": "ok", "code": None, "message": None}),
+    ]
+    for writer, kind, payload in story:
+        ids = {"request_id": rid, "operation_id": op, "peer_uid": uid}
+        appended = stack.native("append", {"writer": writer, "kind": kind, "payload": payload} | ids, path=journal)
+        assert appended["ok"] is True, appended
+    verified = json.loads(stack.cli("audit", "verify", "--lifecycle", "--anchors", "none", "--json").stdout)
+    assert verified["data"]["chain_ok"] is True and verified["data"]["lifecycle"]["ok"] is True, verified
+    shown = stack.cli("show", rid)
+    line = next(x for x in shown.stdout.splitlines() if " exec.started " in x)
+    assert "COMMAND=df -h /old-shape" in line, shown.stdout

@@ -141,3 +141,20 @@ def test_benchmarks_md_opens_with_the_generated_table() -> None:
     region = doc.split("<!-- bench:figures -->\n", 1)[1].split("<!-- /bench:figures -->", 1)[0]
     assert doc.index("<!-- bench:figures -->") < doc.index("## What each figure means")
     assert region.startswith("Measured ") and "| figure | value | yardstick | ratio | target | met |" in region
+
+
+def test_an_ab_run_is_rendered_into_its_own_region(tmp_path: Path) -> None:
+    """`make bench-ab BEFORE=...` (bench/exec_ab.py --json): its figure and its run land in the A/B region only."""
+    results, ab = tmp_path / "results.json", tmp_path / "results-ab.json"
+    results.write_text(json.dumps(FIXTURE))
+    figure = harness.Figure("exec `true` p50, A/B against 10b6343", 9.9, "ms", "<= 1.05x", "10b6343", 9.5, 1.042, True)
+    run = FIXTURE["machine"] | {"before": "10b6343", "requests": 1000}
+    ab.write_text(json.dumps({"machine": run, "figures": [vars(figure)]}))
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("<!-- bench:figures -->\nx\n<!-- /bench:figures -->\n<!-- bench:ab -->\ny\n<!-- /bench:ab -->\n")
+    assert bench_doc.main(["--results", str(results), "--ab", str(ab), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    figures, rest = text.split("<!-- /bench:figures -->")
+    assert "A/B against" not in figures and figures.count("| figure |") == 1
+    assert "| exec `true` p50, A/B against 10b6343 | 9.90 ms | 10b6343: 9.50 ms | 1.04x | <= 1.05x | yes |" in rest
+    assert "`make bench-ab BEFORE=10b6343`, 1000 requests each" in rest

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from airlock.approval import ballot, quorum, webauthn
 from airlock.approval.assertions import Credentials, no, refused
@@ -151,6 +152,8 @@ class Passkeys:
         )
         self.enrollments[_token_id(token)] = Enrollment(account, call.peer.uid, expires)
         url = self.config.web.url.rstrip("/") + "/enroll/" + token if self.config.web.url else None
+        if url and self.config.web.fleet_name:  # a fleet console's link: which host to carry it to (docs/fleet.md)
+            url += "?" + urlencode({"host": self.config.web.fleet_name})
         return pk.Enrolled(token, int(expires), iso_utc(expires, timespec="seconds"), account, url)
 
     async def passkey_enroll_wait(self, call: Call, args: pk.EnrollWait) -> pk.EnrollWaited:

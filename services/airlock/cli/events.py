@@ -19,10 +19,28 @@ from airlock.common.sentence import sentence
 from airlock.common.wire import operator as op
 from airlock.common.wire.verb import Empty
 
+# Requests whose command `_event_line` remembers from request.received (for their exec.started line).
+ASKED_KEPT = 4096
 
-def _event_line(e: dict[str, Any]) -> str:
-    """One event: seq, time, kind, request, who asked, and what (issue 32: the journald sentence's words)."""
+
+def _event_line(e: dict[str, Any], asked: dict[tuple[Any, Any], Any] | None = None) -> str:
+    """One event: seq, time, kind, request, who asked, and what (issue 32: the journald sentence's words).
+
+    ``asked``: each request's stages from its ``request.received`` (filled
+    here, oldest dropped past `ASKED_KEPT`): ``exec.started`` names the spec by
+    digest only (issue 50), so its line spells the command from the request's
+    first record when the listing holds it.
+    """
     payload = e.get("payload") or {}
+    key = (e.get("peer_uid"), e.get("request_id"))
+    if asked is not None and isinstance(payload, dict) and e.get("request_id"):
+        request = payload.get("request")
+        if e.get("kind") == "request.received" and isinstance(request, dict) and request.get("stages"):
+            asked[key] = request["stages"]
+            while len(asked) > ASKED_KEPT:
+                del asked[next(iter(asked))]
+        elif e.get("kind") == "exec.started" and "spec" not in payload and key in asked:
+            payload = payload | {"request": {"stages": asked[key]}}
     peer_uid = e.get("peer_uid")
     uid = peer_uid if isinstance(peer_uid, int) and not isinstance(peer_uid, bool) else None
     said = sentence(str(e.get("kind")), payload, e.get("request_id"), uid, user_name)
@@ -54,6 +72,7 @@ def cmd_events(ns: argparse.Namespace) -> int:
     if ns.follow and not args:
         args["tail"] = 10
     first = True
+    asked: dict[tuple[Any, Any], Any] = {}
     while True:
         try:
             raw, reply = client.call(client.operator_socket(ns.socket), op.EVENTS, op.Events(**args), timeout=30)
@@ -71,7 +90,7 @@ def cmd_events(ns: argparse.Namespace) -> int:
             return 1
         if not ns.json:
             for e in data.get("events", []):
-                print(_event_line(e), flush=ns.follow)
+                print(_event_line(e, asked), flush=ns.follow)
         if not ns.follow:
             return 0
         first = False

@@ -115,7 +115,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
         print()
         print("\n".join(tree_lines(data["tree"])))
     print()
-    print("\n".join(_event_line(e) for e in data.get("events") or []) or "(no journal events yet)")
+    asked: dict[tuple[Any, Any], Any] = {}  # exec.started's line spells the command from request.received
+    print("\n".join(_event_line(e, asked) for e in data.get("events") or []) or "(no journal events yet)")
     return 0
 
 

@@ -138,8 +138,14 @@ class Audit:
         payload: dict[str, Any] | None = None,
         log_fields: dict[str, Any] | None = None,
         after: list[str] | None = None,
+        said: dict[str, Any] | None = None,
     ) -> Appended:
-        """Append durably; with ``after``, only if those deferred records of the request are durable too."""
+        """Append durably; with ``after``, only if those deferred records of the request are durable too.
+
+        ``said``: what journald's sentence is made from when the record names
+        part of it by digest only (``exec.started`` names the spec that
+        ``request.received`` holds; the sentence still spells the command).
+        """
         event = self.event(kind, ids, payload)
         if after:
             event = dataclasses.replace(event, after=tuple(after))
@@ -149,7 +155,7 @@ class Audit:
             if not exc.maybe_done or not event.request_id:
                 raise
             result = await self._settle(event, exc)
-        self.logged(kind, ids, result.seq, log_fields, payload or {})
+        self.logged(kind, ids, result.seq, log_fields, said if said is not None else payload or {})
         return result
 
     async def defer(

@@ -132,6 +132,7 @@ class Web:
     fleet_hosts: tuple[str, ...] = ()
     fleet_ssh_config: Path | None = None
     fleet_relay_secrets: Path | None = None
+    fleet_name: str | None = None  # on a host: its name in the console's fleet_hosts (enrollment links name it)
 
     @property
     def origin(self) -> str:

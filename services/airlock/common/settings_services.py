@@ -456,4 +456,12 @@ ROWS: tuple[Setting, ...] = (
         "Fleet mode: a file of 'HOST SECRET' lines, each host's fleet relay channel secret; a post checked with "
         "its host's secret makes the console ask that host at once (otherwise every 10 s).",
     ),
+    Setting(
+        "web.fleet_name",
+        optional_string,
+        None,
+        "On a host of a fleet console (docs/fleet.md): this host's name in the console's web.fleet_hosts; "
+        "enrollment links then name it (WEB_URL/enroll/TOKEN?host=NAME), so the console carries the "
+        "registration to this host alone. null: links name no host (the single-host console).",
+    ),
 )

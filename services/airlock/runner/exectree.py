@@ -70,6 +70,8 @@ class ExecTree:
         self.config = config
         self.events = events or ProcEvents(config.runner.exec_tree_source)
         self.watches: dict[int, tuple[Watch, int]] = {}  # id -> (its watch, the runner's pid that asked)
+        self.ending: dict[int, asyncio.Future[wire.Tree]] = {}  # id -> the `follow` waiting for its tree
+        self.keys: dict[tuple[int, int], int] = {}  # (runner pid, the runner's key) -> id, for `follow`
         self.ids = itertools.count(1)
         self.runner_uid = uid_of(config.services.runner_user)
         self.log = log.get()
@@ -86,11 +88,31 @@ class ExecTree:
             raise AirlockError(ErrorCode.NOT_FOUND, f"no watch {id_} (this listener restarted, or it was finished)")
         return found[0]
 
+    def _id(self, call: Call, id_: int, key: int) -> int:
+        """The watch a call names: by its id, or by the key the calling runner follows it by."""
+        if key:
+            id_ = self.keys.get((call.peer.pid, key), 0)
+            if not id_:
+                raise AirlockError(ErrorCode.NOT_FOUND, f"no job followed by key {key} (restarted, or it was finished)")
+        return id_
+
+    def _drop(self, id_: int) -> wire.Tree | None:
+        """Forget the watch ``id_``; hand its tree to the `follow` that waits for it, if any."""
+        w, _pid = self.watches.pop(id_)
+        self.events.finish(w)
+        for key in [k for k, v in self.keys.items() if v == id_]:
+            del self.keys[key]
+        waiter = self.ending.pop(id_, None)
+        if waiter is None or waiter.done():
+            return None
+        tree = tree_of(w, w.reply_bytes)
+        waiter.set_result(tree)
+        return tree
+
     def _forget_gone_runners(self) -> None:
-        for id_, (w, pid) in list(self.watches.items()):
+        for id_, (_w, pid) in list(self.watches.items()):
             if not os.path.exists(f"/proc/{pid}"):
-                self.events.finish(w)
-                del self.watches[id_]
+                self._drop(id_)
                 self.log.info("exectree.watch.dropped", watch=id_, runner_pid=pid)
 
     async def watch(self, call: Call, args: wire.Watch) -> wire.Watching:
@@ -108,18 +130,43 @@ class ExecTree:
             self.events.claim(w, args.pids)
         return wire.Watching(id_, w.source)
 
+    async def follow(self, call: Call, args: wire.Follow) -> wire.Tree:
+        """Watch, claim and finish in one call: the tree comes when the events show none of the job's
+        processes alive (by ancestry none can join it after that), or at a ``finish`` with the key."""
+        named = (call.peer.pid, args.key)
+        if named in self.keys:
+            raise AirlockError(ErrorCode.INVALID_REQUEST, f"key {args.key} names a job followed already")
+        watching = await self.watch(call, wire.Watch((), args.limit, args.pids))
+        if not watching.id:
+            return wire.Tree(watching.source, watching.unavailable, complete=False)
+        w = self._find(watching.id)
+        w.reply_bytes = args.max_bytes
+        self.keys[named] = watching.id
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[wire.Tree] = loop.create_future()
+        self.ending[watching.id] = waiter
+
+        def gone() -> None:  # from the events' reading thread (or at once, in at_exit)
+            loop.call_soon_threadsafe(self._gone, watching.id, waiter)
+
+        self.events.at_exit(w, gone)
+        return await waiter
+
+    def _gone(self, id_: int, waiter: asyncio.Future[wire.Tree]) -> None:
+        if self.ending.get(id_) is waiter and id_ in self.watches:
+            self._drop(id_)
+
     async def claim(self, call: Call, args: wire.Claim) -> Empty:
         self.events.claim(self._find(args.id), args.pids)
         return Empty()
 
     async def live(self, call: Call, args: wire.Ref) -> wire.Live:
-        return wire.Live(tuple(self.events.live(self._find(args.id))))
+        return wire.Live(tuple(self.events.live(self._find(self._id(call, args.id, args.key)))))
 
     async def finish(self, call: Call, args: wire.Finish) -> wire.Tree:
-        w = self._find(args.id)
-        self.events.finish(w)
-        del self.watches[args.id]
-        return tree_of(w, args.max_bytes)
+        id_ = self._id(call, args.id, args.key)
+        w = self._find(id_)
+        return self._drop(id_) or tree_of(w, args.max_bytes)  # a waiting `follow` gets the same tree
 
     def door(self) -> Door:
         """exectree.sock: the runner's uid only (its socket unit lets root alone connect)."""
@@ -128,7 +175,13 @@ class ExecTree:
             allow=AllowList.of([self.config.services.runner_user], []),
             verbs=serve(
                 wire.DOOR,
-                {wire.WATCH: self.watch, wire.CLAIM: self.claim, wire.LIVE: self.live, wire.FINISH: self.finish},
+                {
+                    wire.WATCH: self.watch,
+                    wire.CLAIM: self.claim,
+                    wire.LIVE: self.live,
+                    wire.FINISH: self.finish,
+                    wire.FOLLOW: self.follow,
+                },
                 caller_of=self.caller_of,
             ),
             max_line=64 * 1024,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from airlock.common.codec import canonical_json, iso_utc
@@ -125,6 +125,8 @@ class Watch:
         self.unattributed = 0  # fanotify: execs while this job ran whose process was gone before its cgroup was read
         self.missed: list[str] = []  # why the tree may lack a program (`miss`)
         self.unwatched: dict[str, str] = {}  # fanotify: what no mark covers, and why
+        self.gone: Callable[[], None] | None = None  # told once no process of the job is alive (ProcEvents.at_exit)
+        self.reply_bytes = 0  # the listener's budget for this job's tree (a `follow`'s max_bytes)
 
     def miss(self, why: str) -> None:
         """The tree may lack a program: say ``complete: false``, and why (each reason once)."""
@@ -197,6 +199,13 @@ class Watch:
                 entry["signal"] = code & 0x7F
             else:
                 entry["exit_code"] = (code >> 8) & 0xFF
+        self.tell_if_gone()
+
+    def tell_if_gone(self) -> None:
+        """Call `gone` once no process of the job is alive: by ancestry none can join it after that."""
+        if self.gone is not None and not self.tracked:
+            gone, self.gone = self.gone, None
+            gone()
 
     def post_mortem(self, pid: int, info: dict[str, Any]) -> None:
         """What taskstats says of a program that exited before /proc could be read."""

@@ -15,17 +15,14 @@ goes to the job that owns the process (runner/execwatch.py's `Watch`):
   runner are followed from the moment they happen and handed to the job that
   claims them (or forgotten: the runner's own helpers).
 
-At an exec the runner reads ``/proc/PID/{cmdline,exe,status}`` at once
-(execwatch.py); a process that exited before it could be read keeps what
-the events told (pid, parent, times; its file from TASKSTATS: taskstats.py)
-and says ``exited_before_read``.
+At an exec ``/proc/PID/{cmdline,exe,status}`` is read at once (execwatch.py); a process
+that exited before it could be read keeps what the events told (pid, parent, times; its
+file from TASKSTATS: taskstats.py) and says ``exited_before_read``.
 
-The connector works only for a listener in the initial PID and user
-namespaces with CAP_NET_ADMIN (and in the initial network namespace);
-elsewhere (a container) the listener never gets the kernel's acknowledgement
-and the tree says ``unavailable`` with the reason.  Events the socket had to
-drop (its buffer full: ``ENOBUFS``) make every tree recorded meanwhile
-``complete: false``.
+The connector works only for a listener with CAP_NET_ADMIN in the initial
+PID, user and network namespaces; elsewhere (a container) the tree says
+``unavailable`` with the reason.  Events the socket had to drop (``ENOBUFS``)
+make every tree recorded meanwhile ``complete: false``.
 """
 
 from __future__ import annotations
@@ -39,7 +36,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,6 +236,15 @@ class ProcEvents:
             for tgid in found.tracked:
                 self.owner[tgid] = w
 
+    def at_exit(self, w: Watch, gone: Callable[[], None]) -> None:
+        """Call ``gone`` (from the reading thread, or now) once the events show none of ``w``'s processes alive."""
+        with self.lock:
+            self.drain()
+            if w.units or w.finished:
+                return  # by cgroup a process may join later: only `finish` ends such a watch
+            w.gone = gone
+            w.tell_if_gone()
+
     def live(self, w: Watch) -> list[int]:
         """The job's processes alive as far as the events tell (forked or executed, no exit yet)."""
         with self.lock:
@@ -254,6 +260,7 @@ class ProcEvents:
             for tgid in [t for t, o in self.owner.items() if o is w]:
                 del self.owner[tgid]
             w.finished = True
+            w.gone = None
             for tgid in [t for t, (o, _at) in self.exited.items() if o is w]:
                 del self.exited[tgid]
             for pid in [p for p, u in self.unread.items() if u.watch is w]:

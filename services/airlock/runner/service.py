@@ -160,26 +160,28 @@ class Runner:
             "containment": job.containment,
             "started_at": iso_utc(time.time()),
         }
-        await self.audit.record(
-            "exec.started",
-            ids,
-            # Variables the runner added are journaled by name only: the agent socket's
-            # path is a value from the peer's own environment.
-            payload={
+        # The spec by its digest only (issue 50): request.received holds it whole under the
+        # same digest, so repeating it here doubled an exec's journal bytes.  journald's
+        # sentence still spells the command (from the spec in hand, large argv by digest).
+        started = (
+            {
                 "digest": digest,
-                "spec": spec_record(spec.to_dict()),
                 "uid": job.identity.uid,
                 "gid": job.identity.gid,
                 "cwd": job.cwd,
                 "containment": job.containment.value,
+                # Variables the runner added, by name only: the agent socket's path is a
+                # value from the peer's own environment.
                 "added_env": prepared.added,
                 "binaries": [dict(b) for b in job.binaries or ()],
                 "sandbox": [dict(sb.settings) for sb in job.sandboxes] if job.sandboxes else None,
             }
             | ({"arguments": [dict(a) for a in job.arguments]} if job.arguments else {})
             | ({"credentials": loaded.record()} if loaded.items else {})
-            | ({"output_log": log_name} if log_name is not None else {}),
-            after=after,
+            | ({"output_log": log_name} if log_name is not None else {})
+        )
+        await self.audit.record(
+            "exec.started", ids, payload=started, after=after, said=started | {"spec": spec_record(spec.to_dict())}
         )
         output_log = self.kept.open(job, ids, log_name)
 

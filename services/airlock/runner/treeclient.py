@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from airlock.common.errors import AirlockError, ErrorCode
-from airlock.common.ipc import Client
+from airlock.common.ipc import Client, Unreachable
 from airlock.common.wire import exectree as wire
 from airlock.runner.endrecord import TREE_BYTES
 from airlock.runner.execwatch import Watch
@@ -26,6 +26,8 @@ from airlock.runner.execwatch import Watch
 # A watch, claim or live call: the listener answers from memory (its first watch may wait for the
 # kernel source to open: the connector's answer is bounded by 0.2 s, fanotify's marks by their count).
 CALL_SECONDS = 5.0
+# `follow` waits for the job; the job's end (its own timeout bounds it) sends finish, which answers it.
+FOLLOW_SECONDS = 14 * 24 * 3600.0
 SOURCE = "airlock-exectree"  # the tree's source when the listener said nothing of its own
 
 
@@ -43,6 +45,7 @@ class TreeClient:
         # The listener follows this runner's forks (a watch by ancestry was answered): a job's watch
         # by ancestry need not be awaited before its stages are forked (runner/control.py).
         self.follows_forks = False
+        self._keys = 0  # the runner's names of the jobs it follows (`follow`), unique in this process
 
     def wake(self) -> None:
         """Connect once and hang up, without waiting: socket activation starts the listener now, so its
@@ -75,21 +78,45 @@ class TreeClient:
         except AirlockError as exc:
             w.miss(unreachable(f"did not take the job's stages: {exc.message}"))
 
-    async def live(self, id_: int) -> list[int]:
+    async def live(self, id_: int, key: int = 0) -> list[int]:
         """The job's processes alive now; none when the listener cannot say (a kill then reaches its groups)."""
         try:
-            return list((await self.exectree.call(wire.LIVE, wire.Ref(id_), timeout=CALL_SECONDS)).pids)
+            return list((await self.exectree.call(wire.LIVE, wire.Ref(id_, key), timeout=CALL_SECONDS)).pids)
         except AirlockError:
             return []
 
-    async def finish(self, w: Watch, id_: int) -> None:
-        """Fill ``w`` with what the job executed, or say why it cannot be (``unavailable``)."""
+    async def finish(self, id_: int, key: int = 0) -> wire.Tree | AirlockError:
+        """Stop following the job (by its watch's id, or the key it is followed by): its tree, or why not."""
         try:
-            tree = await self.exectree.call(wire.FINISH, wire.Finish(id_, TREE_BYTES), timeout=CALL_SECONDS)
+            return await self.exectree.call(wire.FINISH, wire.Finish(id_, TREE_BYTES, key), timeout=CALL_SECONDS)
         except AirlockError as exc:
-            self.follows_forks = False
-            w.unavailable = unreachable(f"failed before the job's tree was read: {exc.message}")
+            return exc
+
+    def new_key(self) -> int:
+        self._keys += 1
+        return self._keys
+
+    async def follow(self, key: int, limit: int, pids: Iterable[int]) -> wire.Tree | AirlockError:
+        """By ancestry: watch the job whose stages are ``pids`` under ``key``; its tree once none of its
+        processes is alive.  Bounded by the job: its end sends `finish` with the key, which answers this."""
+        ask = wire.Follow(key, tuple(pids), limit, TREE_BYTES)
+        try:
+            return await self.exectree.call(wire.FOLLOW, ask, timeout=FOLLOW_SECONDS)
+        except Unreachable as exc:
+            if isinstance(exc.cause, OSError):  # never connected: the job was never followed
+                self.follows_forks = False
+                return wire.Tree(self.source, unreachable(f"could not be reached: {exc.message}"), complete=False)
+            return exc
+        except AirlockError as exc:
+            return exc
+
+    @staticmethod
+    def fill(w: Watch, got: wire.Tree | AirlockError) -> None:
+        """``w`` with what the job executed, or why it cannot say (``unavailable``)."""
+        if isinstance(got, AirlockError):
+            w.unavailable = unreachable(f"failed before the job's tree was read: {got.message}")
             return
+        tree = got
         w.source = tree.source
         w.unavailable = tree.unavailable
         w.limit = tree.limit

@@ -12,8 +12,18 @@ stylesheet), ``GET /fleet/rows`` (the rows as JSON), ``POST
 /fleet/decide/begin`` (the group and the WebAuthn options of one touch),
 ``POST /fleet/decide`` (the assertion carried to each member host; each
 host's answer), ``POST /fleet/relay`` (a host's relay post).  Every browser
-POST must come from ``web.url``'s origin; every page and decision needs a
-sign-in (`fleetsignin`: a passkey assertion a host verifies).
+POST must come from ``web.url``'s origin.
+
+Sessions (`fleetsignin`: a passkey sign-in a host verifies) follow the
+single-host console's rules (`tabs.Tabs`, issue 46), enforced here for every
+route but the open ones (sign-in, enrollment, static files, relay posts): a
+page (a GET outside ``/fleet/``) asked for with the cookie alone is an empty
+shell whose script asks again with the tab's proof; data (a GET under
+``/fleet/``) needs the cookie and the proof; every POST needs both and the
+session's CSRF token.
+
+Enrollment is served here too (`fleetenroll`: ``/enroll/TOKEN?host=NAME``,
+carried to that host alone).
 """
 
 from __future__ import annotations
@@ -32,13 +42,23 @@ from airlock.common import groups
 from airlock.common.channels.fleet import verify
 from airlock.common.config import Config
 from airlock.common.log import get as get_logger
-from airlock.web import fleetview
+from airlock.web import fleetview, pages
 from airlock.web.fleet import Fleet
-from airlock.web.fleetsignin import SIGNIN_PAGE, SignIn
+from airlock.web.fleetenroll import Enrollment
+from airlock.web.fleetsignin import SignIn
 from airlock.web.markup import Markup, html, join
+from airlock.web.sessions import Session
+from airlock.web.tabs import body_of
 
 REFRESH_SECONDS: Final = 10.0
-OPEN: Final = frozenset({"/signin", "/signin/begin", "/signin/finish", "/fleet/relay"})
+OPEN: Final = frozenset(
+    {"/signin", "/signin/begin", "/signin/finish", "/fleet/relay", "/enroll/begin", "/enroll/finish"}
+)
+STATIC: Final = {
+    "airlock-web.css": "text/css",
+    "airlock-web.js": "text/javascript",
+    "airlock-fleet.js": "text/javascript",
+}
 MAX_BODY: Final = 1024 * 1024
 TIMEOUT_MS: Final = 120_000
 ALONE_FORMS: Final = 12  # "deny on HOST alone" forms for a row of at most this many hosts
@@ -79,27 +99,47 @@ class FleetWeb:
         self.fleet = fleet
         self.secrets = relay_secrets(config.web.fleet_relay_secrets)
         self.signin = SignIn(config, fleet)
+        self.enroll = Enrollment(fleet, _simple)
         self._tasks: set[asyncio.Task[None]] = set()
 
     @web.middleware
     async def guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.method == "POST" and request.path != "/fleet/relay":
-            origin = request.headers.get("Origin", "")
-            site = request.headers.get("Sec-Fetch-Site", "same-origin")
-            if origin != self.config.web.origin or site != "same-origin":
-                return web.json_response({"ok": False, "error": "not from this console's origin"}, status=403)
-        # Every page and every decision needs a sign-in; the sign-in itself, the static files and the
-        # hosts' relay posts (checked by their HMAC) do not.
-        if request.path not in OPEN and not request.path.startswith("/static/") and not self.signin.session_of(request):
-            if request.path == "/":
-                raise web.HTTPSeeOther("/signin")
-            return web.json_response({"ok": False, "error": "sign in first"}, status=401)
-        response: web.StreamResponse = await handler(request)
+        try:
+            if request.method == "POST" and request.path != "/fleet/relay":
+                origin = request.headers.get("Origin", "")
+                site = request.headers.get("Sec-Fetch-Site", "same-origin")
+                if origin != self.config.web.origin or site != "same-origin":
+                    return web.json_response({"ok": False, "error": "not from this console's origin"}, status=403)
+            if not _open(request.path):
+                request["session"] = await self.session_for(request)
+            response: web.StreamResponse = await handler(request)
+        except web.HTTPException as exc:
+            response = exc
         response.headers["Content-Security-Policy"] = CSP
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Referrer-Policy"] = "no-referrer"
         response.headers["Cache-Control"] = "no-store"
         return response
+
+    async def session_for(self, request: web.Request) -> Session:
+        """The request's session by the single-host console's rules (module docstring), or an HTTP refusal."""
+        tabs = self.signin.tabs
+        if request.method in ("GET", "HEAD") and not request.path.startswith("/fleet/"):
+            live = await self.signin.live(request, tabs.page(request, _simple("airlock fleet", pages.shell())))
+            if live is None:
+                raise web.HTTPSeeOther("/signin")
+            return live
+        body = await body_of(request) if request.method == "POST" else {}
+        session = tabs.changing(request, body)
+        session = await self.signin.live(request, session) if session is not None else None
+        if session is None:
+            raise web.HTTPUnauthorized(
+                text=json.dumps({"ok": False, "error": "sign in first (a session: its cookie and this tab's proof)"}),
+                content_type="application/json",
+            )
+        if request.method == "POST":
+            tabs.check_csrf(request, body, session)
+        return session
 
     def rows(self) -> list[fleetview.Row]:
         return fleetview.rows(self.fleet.views.values())
@@ -107,10 +147,12 @@ class FleetWeb:
     async def page(self, request: web.Request) -> web.StreamResponse:
         body = join(_row(r) for r in self.rows()) or html("<li>No pending requests on any host.</li>")
         status = join(_host(v) for v in self.fleet.views.values())
-        who = self.signin.session_of(request)
-        account, role = (who.account, who.role) if who else ("", "")
-        text = html(PAGE, rows=body, hosts=status, count=len(self.fleet.hosts), account=account, role=role)
-        return web.Response(text=text, content_type="text/html")
+        who: Session = request["session"]
+        role = "operator" if who.decides else "observer (read only)"
+        shown = html(
+            PAGE, rows=body, hosts=status, count=len(self.fleet.hosts), account=who.account, role=role, csrf=who.csrf
+        )
+        return web.Response(text=_document("airlock fleet", shown), content_type="text/html")
 
     async def rows_json(self, request: web.Request) -> web.StreamResponse:
         hosts = {
@@ -120,13 +162,7 @@ class FleetWeb:
         return web.json_response({"ok": True, "rows": [r.to_dict() for r in self.rows()], "hosts": hosts})
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise web.HTTPBadRequest(text="not JSON") from None
-        if not isinstance(body, dict):
-            raise web.HTTPBadRequest(text="not a JSON object")
-        return body
+        return await body_of(request)
 
     async def decide_begin(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
@@ -182,10 +218,10 @@ class FleetWeb:
 
     async def static(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
-        if name not in ("airlock-web.css", "airlock-fleet.js"):
+        if name not in STATIC:
             raise web.HTTPNotFound()
         data = resources.files("airlock.web").joinpath("static", name).read_bytes()
-        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        kind = STATIC[name]
         etag = hashlib.sha256(data).hexdigest()[:16]
         return web.Response(body=data, content_type=kind, headers={"ETag": etag})
 
@@ -208,13 +244,16 @@ class FleetWeb:
         app.router.add_post("/signin/begin", self.signin_begin)
         app.router.add_post("/signin/finish", self.signin_finish)
         app.router.add_post("/signout", self.signout)
+        app.router.add_get("/enroll/{token}", self.enroll.page)
+        app.router.add_post("/enroll/begin", self.enroll.begin)
+        app.router.add_post("/enroll/finish", self.enroll.finish)
         return app
 
     async def signin_page(self, request: web.Request) -> web.StreamResponse:
-        return web.Response(text=SIGNIN_PAGE, content_type="text/html")
+        return web.Response(text=_simple("airlock fleet: sign in", pages.signin_page()), content_type="text/html")
 
     async def signin_begin(self, request: web.Request) -> web.StreamResponse:
-        return await self.signin.begin(request)
+        return await self.signin.begin(request, await self._body(request))
 
     async def signin_finish(self, request: web.Request) -> web.StreamResponse:
         return await self.signin.finish(request, await self._body(request))
@@ -223,20 +262,28 @@ class FleetWeb:
         return self.signin.signout(request)
 
 
-PAGE = """<!doctype html>
+DOCUMENT = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>airlock fleet</title>
+<meta name="referrer" content="no-referrer">
+<title>{title}</title>
 <link rel="stylesheet" href="/static/airlock-web.css">
 <script src="/static/airlock-fleet.js" defer></script>
-</head><body><header><p class="brand">airlock fleet: {count} hosts</p>
-<nav><form class="signout" method="post" action="/signout"><span class="who">{account}, {role}</span>
+<script src="/static/airlock-web.js" defer></script>
+</head><body>{body}</body></html>
+"""
+
+SIMPLE = """<header><p class="brand">airlock fleet</p></header><main><h1>{title}</h1>{body}</main>"""
+
+PAGE = """<header><p class="brand">airlock fleet: {count} hosts</p>
+<nav><form class="signout" method="post" action="/signout"><input type="hidden" name="csrf" value="{csrf}">
+<span class="who">{account}, {role}</span>
 <button type="submit">Sign out</button></form></nav></header><main>
 <h1>Pending</h1>
 <p id="fleet-status" class="status" role="status"></p>
 <ul class="cards">{rows}</ul>
 <h2>Hosts</h2><ul class="hosts">{hosts}</ul>
-</main></body></html>
+</main>
 """
 
 ROW = """<li class="card fleet-row">
@@ -259,6 +306,22 @@ ALONE = """<form class="decide fleet-decide" data-key="{key}" data-host="{host}"
 <button class="deny" name="decision" value="deny">Deny on {host} alone</button>
 </form>
 """
+
+
+def _open(path: str) -> bool:
+    """Routes that need no session: sign-in, enrollment (its one-time token), static files, relay posts."""
+    return path in OPEN or path.startswith(("/static/", "/enroll/"))
+
+
+def _document(title: str, body: Markup) -> str:
+    """A whole page: the fleet's script first (it listens for airlock-web.js's "airlock:bound"), then the
+    console's own (sign-in, enrollment, the per-tab proof and the page shell)."""
+    return str(html(DOCUMENT, title=title, body=body))
+
+
+def _simple(title: str, body: Markup) -> str:
+    """A page with a title and ``body`` (sign-in, enrollment, the shell, a refusal)."""
+    return _document(title, html(SIMPLE, title=title, body=body))
 
 
 def _row(row: fleetview.Row) -> Markup:

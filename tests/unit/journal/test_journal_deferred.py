@@ -203,3 +203,21 @@ def test_deferred_records_alone_wait_briefly_for_a_durable_one_then_commit(db: P
 
     with_store(db, body)
     assert _kinds(db) == ["request.received", "approval.decided", "exec.started", "exec.finished"]
+
+
+def test_the_end_record_the_reply_and_the_outcome_cost_one_commit(db: Path) -> None:
+    """Issue 50 item 2: the runner's exec.finished (deferred) and intake's request.replied with the
+    settled outcome (op.complete) land in one transaction, though two services write them."""
+
+    async def body(store: Store) -> None:
+        await store.op_begin("op-1", "d1")
+        before = store.stats.transactions
+        finished = _defer(store, "exec.finished", "runner")
+        assert finished is not None
+        after = store.parse_marks([finished])
+        replied = store.append(writer="intake", kind="request.replied", request_id="r1", payload={}, after=after)
+        await asyncio.gather(store.op_complete("op-1", "d1", {"exit_code": 0}, after), replied)
+        assert store.stats.transactions - before == 1  # one fsync for the end, the reply and the outcome
+
+    with_store(db, body)
+    assert _kinds(db) == ["exec.finished", "request.replied"]

@@ -122,3 +122,92 @@ def test_the_listener_serves_the_runners_uid_only(tmp_path: Path) -> None:
     assert runner is not None
     assert tree.caller_of(Peer(pid=1, uid=runner, gid=0, user="", group_ids=(), groups=frozenset())) == {Caller.RUNNER}
     assert tree.caller_of(Peer(pid=1, uid=runner + 1, gid=0, user="", group_ids=(), groups=frozenset())) == frozenset()
+
+
+class _Call:
+    """What the listener's handlers read of a call: who asked (the runner's pid)."""
+
+    def __init__(self, pid: int) -> None:
+        from airlock.common.peer import Peer
+
+        self.peer = Peer(pid=pid, uid=0, gid=0, user="", group_ids=(), groups=frozenset())
+
+
+def _listener(tmp_path: Path) -> exectree.ExecTree:
+    """A listener whose kernel events the test feeds by hand (no netlink socket: any user can run this)."""
+    tree = exectree.ExecTree(_config(tmp_path))
+    tree.events.unavailable = None
+    return tree
+
+
+def test_follow_answers_with_the_tree_when_the_jobs_last_process_is_gone_without_a_finish(tmp_path: Path) -> None:
+    """Issue 47: one call per job, whose answer is ready when the job's end reaches the runner (not one
+    round trip later).  Control: while a process of the job lives (a child its stage forked), no answer."""
+    tree = _listener(tmp_path)
+    runner, stage, child = 4242, 5001, 5002
+
+    async def job() -> tuple[bool, wire.Tree]:
+        tree.events.forks_of.add(runner)
+        tree.events._fork(runner, stage)
+        following = asyncio.ensure_future(tree.follow(_Call(runner), wire.Follow(1, (stage,), 8, 4096)))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        tree.events._fork(stage, child)
+        tree.events._exec(child, 1.0)
+        tree.events._exit(stage, 2.0, 0)
+        await asyncio.sleep(0.05)
+        early = following.done()  # the child still runs: the job is not over
+        tree.events._exit(child, 3.0, 0)
+        return early, await asyncio.wait_for(following, 5)
+
+    early, got = asyncio.run(job())
+    assert early is False
+    assert [p["pid"] for p in got.processes] == [5002], got
+    assert tree.watches == {} and tree.ending == {} and tree.keys == {}  # nothing is kept after the answer
+
+
+def test_a_finish_by_key_answers_a_waiting_follow_with_the_same_tree(tmp_path: Path) -> None:
+    """A job that left a process behind (a daemon): the runner's finish by key ends it for both calls;
+    the key is the calling runner's own (another runner's finish with it finds nothing)."""
+    tree = _listener(tmp_path)
+    runner, stage = 4243, 6001
+
+    async def job() -> tuple[wire.Tree, wire.Tree]:
+        tree.events.forks_of.add(runner)
+        tree.events._fork(runner, stage)
+        tree.events._exec(stage, 1.0)
+        following = asyncio.ensure_future(tree.follow(_Call(runner), wire.Follow(3, (stage,), 8, 4096)))  # type: ignore[arg-type]
+        await asyncio.sleep(0.01)
+        with pytest.raises(AirlockError, match="no job followed by key 3"):
+            await tree.finish(_Call(runner + 1), wire.Finish(0, 4096, key=3))  # type: ignore[arg-type]
+        assert following.done() is False
+        finished = await tree.finish(_Call(runner), wire.Finish(0, 4096, key=3))  # type: ignore[arg-type]
+        return finished, await asyncio.wait_for(following, 5)
+
+    finished, followed = asyncio.run(job())
+    assert finished == followed and [p["pid"] for p in finished.processes] == [6001]
+    with pytest.raises(AirlockError, match="no job followed by key 3"):  # one answer per job
+        asyncio.run(tree.finish(_Call(runner), wire.Finish(0, 4096, key=3)))  # type: ignore[arg-type]
+
+
+def test_a_watch_by_cgroup_is_never_told_gone(tmp_path: Path) -> None:
+    """By cgroup a process may join the job at any time: only the runner's finish ends it."""
+    tree = _listener(tmp_path)
+    told: list[bool] = []
+    w = tree.events.watch(("airlock-job-x.service",), 8)
+    tree.events.at_exit(w, lambda: told.append(True))
+    assert told == []
+    by_ancestry = tree.events.watch((), 8)  # control: nothing alive by ancestry: told at once
+    tree.events.at_exit(by_ancestry, lambda: told.append(True))
+    assert told == [True]
+
+
+def test_the_follow_message_names_one_job_by_one_name() -> None:
+    with pytest.raises(AirlockError, match="pids"):
+        wire.Follow.from_dict({"key": 1, "pids": []})
+    with pytest.raises(AirlockError, match="key"):
+        wire.Follow.from_dict({"key": 0, "pids": [5]})
+    with pytest.raises(AirlockError, match="one of them"):
+        wire.Finish.from_dict({"id": 2, "key": 3, "max_bytes": 10})
+    with pytest.raises(AirlockError, match="one of them"):
+        wire.Ref.from_dict({"id": 0})
+    assert wire.Ref.from_dict({"id": 0, "key": 9}).key == 9

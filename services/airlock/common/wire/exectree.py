@@ -7,7 +7,13 @@ before the job's first process starts (by its units' cgroups, or by fork
 ancestry from the calling runner), ``claim`` the stages the runner forked
 (ancestry), ``live`` for a kill of what left the job's process groups, and
 ``finish`` for the programs, the reasons the tree may lack one, and the
-counts.  The runner redacts the job's secrets and fits the tree into
+counts.  ``follow`` is ``watch``, ``claim`` and ``finish`` in one call, for a
+runner whose forks the listener follows already: the runner names the job by
+its own ``key`` and the reply is the tree, sent the moment the events show
+none of the job's processes alive, so it is usually there when the job's end
+reaches the runner (issue 47: the ``finish`` round trip was on every exec's
+path).  A job that left a process behind is ended by ``finish`` with the key,
+which answers both calls.  The runner redacts the job's secrets and fits the tree into
 ``exec.finished`` itself (runner/treeclient.py): no secret crosses this door.
 Only the runner may call it (its uid, `Caller.RUNNER`).
 """
@@ -69,12 +75,22 @@ class Watching(Message):
     unavailable: str | None = None
 
 
+def _one_name(id_: int, key: int) -> None:
+    _count("id", id_, 2**62)
+    _count("key", key, 2**62)
+    if bool(id_) == bool(key):
+        raise validate.bad("id", "name the job by its watch's id or by the key it is followed by: one of them")
+
+
 @dataclass(frozen=True)
 class Ref(Message):
+    """A job: by the ``id`` of its ``watch``, or by the ``key`` of its ``follow``."""
+
     id: int
+    key: int = 0
 
     def check(self) -> None:
-        _count("id", self.id, 2**62)
+        _one_name(self.id, self.key)
 
 
 @dataclass(frozen=True)
@@ -92,13 +108,36 @@ class Claim(Message):
 
 @dataclass(frozen=True)
 class Finish(Message):
-    """The job ended: stop following it; its programs in at most about ``max_bytes`` of JSON."""
+    """The job ended: stop following it; its programs in at most about ``max_bytes`` of JSON.
+
+    The job is named by its watch's ``id``, or by the ``key`` it is followed by (``follow``)."""
 
     id: int
     max_bytes: int
+    key: int = 0
 
     def check(self) -> None:
-        _count("id", self.id, 2**62)
+        _one_name(self.id, self.key)
+        _count("max_bytes", self.max_bytes, 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class Follow(Message):
+    """By ancestry, the job whose stages (``pids``) the caller forked, named by the caller's ``key``;
+    answered with its tree once no process of the job is alive, or at a ``finish`` with the key."""
+
+    key: int
+    pids: tuple[int, ...]
+    limit: int = 256
+    max_bytes: int = 0
+
+    def check(self) -> None:
+        if self.key < 1:
+            raise validate.bad("key", "must be at least 1")
+        _count("key", self.key, 2**62)
+        if not self.pids or len(self.pids) > MAX_PIDS or any(p < 1 for p in self.pids):
+            raise validate.bad("pids", f"must be 1 to {MAX_PIDS} process IDs")
+        _count("limit", self.limit, MAX_LIMIT)
         _count("max_bytes", self.max_bytes, 1024 * 1024)
 
 
@@ -135,6 +174,9 @@ WATCH = declare(DOOR, "watch", _RUNNER, Watch, Watching, "follow a job's process
 CLAIM = declare(DOOR, "claim", _RUNNER, Claim, Empty, "the stages the runner forked for a job (fork ancestry)")
 LIVE = declare(DOOR, "live", _RUNNER, Ref, Live, "a job's processes alive now (a kill's escaped processes)")
 FINISH = declare(DOOR, "finish", _RUNNER, Finish, Tree, "the job ended: stop following it, return its tree")
+FOLLOW = declare(
+    DOOR, "follow", _RUNNER, Follow, Tree, "watch, claim and finish in one: the tree once the job's processes are gone"
+)
 
 
 def stub(client: Client) -> Stub:

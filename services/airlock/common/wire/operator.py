@@ -450,8 +450,16 @@ PASSKEY_IMPORT = _verb(
     pk.PasskeysImported,
     "list exported passkeys here (root; revoked lines revoke)",
 )
-# Issue 49: what `airlock passkey carry --verb NAME` carries from the fleet console to this host's approval.
-CARRIED: Final = {"decide": PASSKEY_DECIDE, "login_begin": PASSKEY_LOGIN_BEGIN, "login_finish": PASSKEY_LOGIN_FINISH}
+# Issue 49: what `airlock passkey carry --verb NAME` carries from the fleet console to this host's approval
+# (a decision, a sign-in's two steps and its session's check, an enrollment's two steps: the host verifies each).
+CARRIED: Final = {
+    "decide": PASSKEY_DECIDE,
+    "login_begin": PASSKEY_LOGIN_BEGIN,
+    "login_finish": PASSKEY_LOGIN_FINISH,
+    "session": PASSKEY_SESSION,
+    "register_begin": PASSKEY_REGISTER_BEGIN,
+    "register_finish": PASSKEY_REGISTER_FINISH,
+}
 
 # Derived from the declarations above (never a copy): intake refuses each of these it does not
 # serve itself to an agent with the refusal a bad token gets, so a probe learns nothing.
