@@ -89,6 +89,9 @@ def _child(spec: dict[str, Any], fds: list[int], gate: int) -> None:
     except OSError as exc:
         os.write(2, f"airlock: cannot execute {spec['argv'][0]}: {exc.strerror}\n".encode())
         os._exit(127 if exc.errno == 2 else 126)
+    except BaseException:  # never back into the server's loop: this is the job's process
+        os.write(2, b"airlock: cannot start the job\n")
+        os._exit(126)
     os._exit(126)
 
 
