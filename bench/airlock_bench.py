@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import fleet_bench
 import journal_bench
@@ -786,6 +787,86 @@ def container(plan: Plan, path: Path = SYSTEM_RESULTS) -> str | None:
     return None
 
 
+BESIDE_SYSTEMD = (
+    "airlock run -- true beside systemd-run --wait --pipe -q true (container)",
+    "airlock run -- true beside systemd-run --scope -q true (container)",
+    "airlock run -- true, sandboxed rule (a service per job), warm (container)",
+    "exec helper before a sandboxed job's program (container)",
+)
+
+
+def _beside_systemd(data: dict[str, Any], earlier: dict[str, Any]) -> list[Figure]:
+    """Issue 50: airlock run -- true beside systemd's own unit per command, alternating run by run."""
+    side = data.get("beside_systemd")
+    if not side:
+        why = "not in the container results (written before issue 50)"
+        return [Figure(name, None, "ms", note=why) for name in BESIDE_SYSTEMD]
+    typed, sudo = median(side["privileged"]), median(side["sudo"])
+    service, scope, sandboxed = (median(side[k]) for k in ("systemd_run_service", "systemd_run_scope", "sandboxed"))
+    n = len(side["privileged"])
+    how = (
+        f"/usr/bin/airlock run -- true by the agent, alternating run by run with sudo -n true, systemd-run "
+        f"(as root) and the sandboxed rule's run; median of {n}; sudo -n true in the same rounds {sudo:.2f} ms"
+    )
+    helper, bare = median(data["helper"]), median(data["helper_bare"])
+    return [
+        Figure(
+            BESIDE_SYSTEMD[0],
+            typed,
+            "ms",
+            "<= 1.2x",
+            "systemd-run --wait --pipe -q true (a transient service per command, as run0)",
+            service,
+            typed / service,
+            typed <= 1.2 * service,
+            how,
+            side["privileged"],
+            extra=dict(earlier),
+        ),
+        Figure(
+            BESIDE_SYSTEMD[1],
+            typed,
+            "ms",
+            "",
+            "systemd-run --scope -q true",
+            scope,
+            typed / scope,
+            None,
+            how,
+            side["privileged"],
+            extra=dict(earlier),
+        ),
+        Figure(
+            BESIDE_SYSTEMD[2],
+            sandboxed,
+            "ms",
+            "",
+            "sudo -n true (same container, same user)",
+            sudo,
+            sandboxed / sudo,
+            None,
+            f"airlock run -- true sandboxed (a rule with sandbox: no_new_privileges, the cheapest: a transient "
+            f"service per job, the exec helper in front); {how}",
+            side["sandboxed"],
+            extra=dict(earlier),
+        ),
+        Figure(
+            BESIDE_SYSTEMD[3],
+            helper - bare,
+            "ms",
+            "< 1 ms",
+            "/usr/bin/true alone",
+            bare,
+            helper / bare,
+            helper - bare < 1.0,
+            f"python3 -I -S -c HELPER (runner/stageunit.py) executing /usr/bin/true, less "
+            f"/usr/bin/true alone, alternating, as root; median of {len(data['helper'])} (helper {helper:.2f} ms)",
+            data["helper"],
+            extra=dict(earlier),
+        ),
+    ]
+
+
 def system_figures(path: Path = SYSTEM_RESULTS, why_not: str | None = None) -> list[Figure]:
     """The container rows (issue 21, 37): from this run's container step, else the last one's file, else why not."""
     names = (
@@ -846,6 +927,7 @@ def system_figures(path: Path = SYSTEM_RESULTS, why_not: str | None = None) -> l
         figures.append(
             Figure(names[1][0], None, "ms", names[1][1], note=f"not in {path.name} (written before issue 37)")
         )
+    figures += _beside_systemd(data, earlier)
     if data.get("process_group") and data.get("process_group_sudo"):
         grouped, sudo = median(data["process_group"]), median(data["process_group_sudo"])
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in (data.get("cpu_ms_per_run") or {}).items())

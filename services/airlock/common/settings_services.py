@@ -282,8 +282,9 @@ ROWS: tuple[Setting, ...] = (
         "runner.containment",
         choice(*containment.SETTING),
         "auto",
-        "service: each job stage a transient systemd service (a rule's sandbox applies); scope: a transient scope "
-        "around the runner's children; auto: service when systemd runs and the runner is root, else a process group.",
+        "service: each job stage a transient systemd unit outside the runner's sandbox (a scope, or a service when "
+        "its rule's sandbox or credentials need one); scope: a transient scope around the runner's children; auto: "
+        "service when systemd runs and the runner is root, else a process group.",
     ),
     Setting("runner.slice", string, "airlock-jobs.slice", "The slice jobs are placed in (their services or scopes)."),
     Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job (its service or scope; e.g. 2G)."),
