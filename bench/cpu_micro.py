@@ -13,6 +13,9 @@ exec) quotes it for the cuts the end-to-end figures are too noisy to show.
 - *payload encoding*: ``journal.records._canonical_object`` on a
   ``request.received``-shaped payload, beside the three JSON passes it made
   before (encode, parse back, encode again).
+- *a line*: ``codec.encode_ok`` and ``codec.parse_object`` (an encoder and a
+  decoder built once) beside ``json.dumps``/``json.loads`` with the same
+  keywords (which build one per call), on a journal reply's line.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from airlock.common.codec import canonical_json, reject_constant
+from airlock.common.codec import canonical_json, encode_ok, parse_object, reject_constant
 from airlock.journal.records import _canonical_object
 
 PAYLOAD = {
@@ -75,6 +78,19 @@ def _now() -> str:
     return _canonical_object("payload", PAYLOAD, 1 << 20)[1]
 
 
+REPLY = {"seq": 12, "hash": "a" * 64, "mark": None}
+LINE = encode_ok("1234-56", REPLY)
+
+
+def _line_per_call() -> object:
+    encoded = json.dumps({"id": "1234-56", "ok": True, "data": REPLY}, separators=(",", ":"), ensure_ascii=False)
+    return json.loads(LINE[:-1].decode(), parse_constant=reject_constant), encoded
+
+
+def _line_now() -> object:
+    return parse_object(LINE[:-1]), encode_ok("1234-56", REPLY)
+
+
 def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
@@ -90,7 +106,12 @@ def main() -> None:
         "asyncio.timeout": _timeout,
         "unbounded": _bare,
     }
-    encodings: dict[str, Callable[[], str]] = {"three JSON passes (before)": _three_passes, "_canonical_object": _now}
+    encodings: dict[str, Callable[[], object]] = {
+        "three JSON passes (before)": _three_passes,
+        "_canonical_object": _now,
+        "json.dumps + json.loads (before)": _line_per_call,
+        "encode_ok + parse_object": _line_now,
+    }
     samples: dict[str, list[float]] = {name: [] for name in [*awaits, *encodings]}
 
     async def rounds() -> None:
@@ -109,10 +130,13 @@ def main() -> None:
     size = len(canonical_json(PAYLOAD))
     print(f"bounded await of a one-yield coroutine, CPU µs per await (median of {args.rounds} rounds):")
     for name in awaits:
-        print(f"  {name:<30} {_median(samples[name]):6.1f}")
+        print(f"  {name:<34} {_median(samples[name]):6.1f}")
     print(f"journal payload encoding ({size} bytes), CPU µs per payload:")
-    for name in encodings:
-        print(f"  {name:<30} {_median(samples[name]):6.1f}")
+    for name in list(encodings)[:2]:
+        print(f"  {name:<34} {_median(samples[name]):6.1f}")
+    print(f"a reply line ({len(LINE)} bytes) encoded and parsed, CPU µs per line:")
+    for name in list(encodings)[2:]:
+        print(f"  {name:<34} {_median(samples[name]):6.1f}")
 
 
 if __name__ == "__main__":
