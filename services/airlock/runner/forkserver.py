@@ -156,6 +156,13 @@ def _reap(sock: socket.socket, children: dict[int, int]) -> None:
 
 
 def main() -> int:
+    try:
+        return _serve()
+    except ConnectionError:  # reset or a broken pipe: the runner is gone (killed), nothing is left to serve
+        return 0
+
+
+def _serve() -> int:
     sock = socket.socket(fileno=os.dup(0))
     os.close(0)
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
