@@ -139,6 +139,7 @@ def parser() -> argparse.ArgumentParser:
 
     op("status", "show whether airlock is on hold and how much is pending").set_defaults(func=operator.cmd_status)
     op("pending", "list requests waiting for an operator").set_defaults(func=operator.cmd_pending)
+    op("running", "list the jobs running now (what kill takes)").set_defaults(func=operator.cmd_running)
     for verb, text in (("approve", "approve a pending request"), ("deny", "deny a pending request")):
         sp = op(verb, text)
         sp.add_argument(

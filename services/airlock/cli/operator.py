@@ -168,6 +168,24 @@ def relay_lines(relay: dict[str, Any]) -> list[tuple[str, object]]:
     return pairs
 
 
+def cmd_running(ns: argparse.Namespace) -> int:
+    """The jobs running now (the runner's list): what `airlock kill` takes, and what a fleet console shows."""
+    rc, data = _operator(ns, op.RUNNING, Empty())
+    if rc != 0 or ns.json:
+        return rc
+    rows = [
+        [
+            sanitise(job.get("request_id") or job.get("operation_id")),
+            sanitise(job.get("uid")),
+            sanitise(job.get("started_at")),
+            sanitise(" | ".join(command_line(stage) for stage in job.get("stages") or [])),
+        ]
+        for job in data.get("running") or []
+    ]
+    print(_table(rows, ["job", "as uid", "since", "command"]) if rows else "nothing running")
+    return 0
+
+
 def cmd_pending(ns: argparse.Namespace) -> int:
     rc, data = _operator(ns, op.PENDING, Empty())
     if rc == 0 and not ns.json:
