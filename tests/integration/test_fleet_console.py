@@ -290,11 +290,13 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
                 touch = world.key.sign(begun["options"]["challenge"])
                 carry = {k: begun[k] for k in ("group", "members", "decision")} | {"credential": touch}
                 out["done"] = await (await http.post(f"{base}/fleet/decide", json=carry, headers=origin)).json()
-                body = json.dumps({"event": "pending", "seq": 1, "fleet_host": "web2"}).encode()
+                sent = {"event": "pending", "seq": 7, "time": "2026-01-01T00:00:00+00:00", "fleet_host": "web2"}
+                body = json.dumps(sent).encode()
                 good = {"X-Airlock-Signature": signature("fedcba9876543210fedc", body)}
                 bad = {"X-Airlock-Signature": signature("0123456789abcdef0123", body)}  # web1's secret
                 out["relay"] = (await http.post(f"{base}/fleet/relay", data=body, headers=good)).status
                 out["forged"] = (await http.post(f"{base}/fleet/relay", data=body, headers=bad)).status
+                out["relay_mark"] = (await (await http.get(f"{base}/fleet/rows")).json())["hosts"]["web2"]["relay"]
         finally:
             await runner.cleanup()
         return out
@@ -307,6 +309,8 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     assert out["done"]["ok"] is True and set(out["done"]["hosts"]) == set(HOSTS), out["done"]
     assert all(job.result()["ok"] is True for job in jobs.values()) and marker.exists()
     assert (out["relay"], out["forged"]) == (204, 401)
+    # The host's card: the post's seq, its event's time, and the lag since (a post from January: days).
+    assert out["relay_mark"]["seq"] == 7 and out["relay_mark"]["lag"] > 86400, out["relay_mark"]
 
 
 async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:

@@ -66,11 +66,12 @@ async def verify(journal: Path, host_keys: Path) -> dict[str, dict[str, Any]]:
         raise RuntimeError(why)
     report = json.loads(out)
     found = {str(h.get("host")): summary(h) for h in report.get("hosts") or [] if isinstance(h, dict)}
-    for item in report.get("unproven") or []:  # what claims a host and no key proves: against that host
+    for item in report.get("unproven") or []:
+        # Entries that claim a host and that no key proves: not that host's (its chain is judged without
+        # them), but worth a flag on its card: someone else's root wrote under its name.
         name = str(item.get("host") or "") if isinstance(item, dict) else ""
         if name in found:
-            found[name]["ok"] = False
-            found[name]["unproven"] = found[name].get("unproven", 0) + 1
+            found[name]["unproven"] += 1
     return found
 
 
@@ -85,6 +86,7 @@ def summary(host: Mapping[str, Any]) -> dict[str, Any]:
         "key": host.get("key"),
         "first_bad_seq": host.get("first_bad_seq"),
         "problem": problems[0] if problems else "",
+        "unproven": 0,
     }
 
 

@@ -98,11 +98,19 @@ def collector_line(verdict: Mapping[str, Any] | None, configured: bool) -> Marku
     if verdict is None:
         return html("<p>collector: not verified yet</p>")
     if verdict.get("ok"):
+        claims = verdict.get("unproven") or 0
         return html(
-            "<p>collector: <strong>verified</strong> to seq {to} by key {key} (checked {at})</p>",
+            "<p>collector: <strong>verified</strong> to seq {to} by key {key} (checked {at}){claims}</p>",
             to=verdict.get("proven_to"),
             key=verdict.get("key") or "",
             at=when(verdict.get("checked")),
+            claims=html(
+                '; <strong class="flag">{n} entr{y} claim this host that its key does not prove</strong>',
+                n=claims,
+                y="y" if claims == 1 else "ies",
+            )
+            if claims
+            else Markup(""),
         )
     return html(
         '<p>collector: <strong class="flag">NOT VERIFIED</strong> {why} (checked {at})</p>',
