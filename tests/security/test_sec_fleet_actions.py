@@ -150,3 +150,16 @@ def test_a_hold_touch_for_one_host_does_not_hold_another(fleet: Fleet) -> None:
     assert _act(fleet, one, mine["challenge_id"], [mine["digest"]], touch)["ok"] is True
     assert one.stack.native("status", {}, path=one.stack.operator)["data"]["hold"] is True
     one.stack.native("release", {}, path=one.stack.operator)
+
+
+def test_a_kill_touch_for_a_job_that_ended_journals_no_kill(fleet: Fleet) -> None:
+    """The statement binds one operation: if it ended before the touch came back, nothing is journaled as killed."""
+    host = fleet.hosts[2]
+    job = _running(fleet, host, ["sleep", f"{600 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"])
+    made = _begin_kill(fleet, host, job)
+    host.stack.native("kill", {"ref": job.request_id, "reason": "ended first"}, path=host.stack.operator)
+    job.result(30)
+    touch = fleet.key.sign(b64u(actions.challenge([made["digest"]])))
+    reply = _act(fleet, host, made["challenge_id"], [made["digest"]], touch)
+    assert reply["ok"] is False and reply["error"]["code"] == "not_found", reply
+    assert [k["operator"] for k in _kills(host, job)] == ["root"]  # root's own kill only, not the person's

@@ -26,6 +26,7 @@ carrier, as refused decisions are.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ class Killing(Protocol):
     async def kill_target(
         self, who: Peer, ref: str, signame: str | None, reason: str
     ) -> tuple[runner_wire.Kill, dict[str, Any]]: ...
+
+    async def kill_dry(self, kill: runner_wire.Kill) -> dict[str, Any]: ...
 
     async def kill_as(
         self, who: Peer, kill: runner_wire.Kill, job: dict[str, Any], extra: dict[str, Any] | None = None
@@ -99,6 +102,8 @@ class HostActions:
             # The job as the runner names it now: the statement binds that operation, not a reference
             # that could name another job by the time the touch comes back.
             kill, job = await self.killing.kill_target(call.peer, args.ref, args.signal, reason)
+            # Bound to that operation of that agent from now on (a request ID could be reused by then).
+            kill = dataclasses.replace(kill, ref=str(job["operation_id"]), uid=int(job["agent_uid"]))
             fields |= {
                 "request": str(job.get("request_id") or ""),
                 "operation": str(job.get("operation_id") or ""),
@@ -132,6 +137,10 @@ class HostActions:
             if keys.role(enrolled.account) != "operator":
                 raise no("not_operator", f"{enrolled.account!r} is not an operator: an observer's passkey only views")
             person = person_of(enrolled.account)
+            if found.kill is not None:  # still running?  Journal a kill only of a job that is there to kill
+                now = await self.killing.kill_dry(found.kill)
+                if found.job is None or now.get("operation_id") != found.job.get("operation_id"):
+                    raise AirlockError(ErrorCode.NOT_FOUND, "the job this statement names is no longer running")
         except AirlockError as exc:
             self.passkeys.passkey_refusals.refused(call.peer.uid)
             job = (found.job if found else None) or {}

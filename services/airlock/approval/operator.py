@@ -323,10 +323,12 @@ class Operating:
             if uid is None:
                 raise AirlockError(ErrorCode.NOT_FOUND, f"no such agent {owner!r}")
             kill = dataclasses.replace(kill, ref=bare, uid=uid)
-        job = (
-            await runner_wire.stub(self.runner).call(runner_wire.KILL, dataclasses.replace(kill, dry=True))
-        ).to_dict()
-        return kill, job
+        return kill, await self.kill_dry(kill)
+
+    async def kill_dry(self, kill: runner_wire.Kill) -> dict[str, Any]:
+        """The job ``kill`` would signal now (the runner's dry run; `not_found` when none runs)."""
+        dry = dataclasses.replace(kill, dry=True)
+        return (await runner_wire.stub(self.runner).call(runner_wire.KILL, dry)).to_dict()
 
     async def kill_as(
         self, who: Peer, kill: runner_wire.Kill, job: dict[str, Any], extra: dict[str, Any] | None = None

@@ -208,7 +208,7 @@ class FleetWeb:
                     pk.Act.from_dict(
                         {
                             "challenge_id": m.get("challenge_id"),
-                            "members": digests,
+                            "members": digests or [],
                             "credential": body.get("credential"),
                         }
                     ),
