@@ -379,13 +379,15 @@ def test_the_console_shows_a_running_job_and_kills_it_with_a_touch_and_a_bad_ass
                 break
         shown = next(j for j in jobs if j["job"] == job.request_id)
         assert shown["command"] == f"sleep {marker}" and shown["since"], shown
+        assert (shown["as"], shown["agent"]) == ("root", "root"), shown  # names from the host's `airlock running`
+        button = f"{shown['agent_uid']}/{shown['operation_id']}"  # what the page's Kill button sends
         # An observer's carry without a valid assertion (a touch over something else): nothing happens.
-        wrong = _act(console, ["web1"], lambda _c: world.key.sign(b64u(b"\0" * 32)), action="kill", ref=job.request_id)
+        wrong = _act(console, ["web1"], lambda _c: world.key.sign(b64u(b"\0" * 32)), action="kill", ref=button)
         assert wrong["web1"]["ok"] is False and wrong["web1"]["error"]["details"]["reason"] == "challenge", wrong
         asyncio.run(console.refresh(["web1"]))
         assert any(j["job"] == job.request_id for j in fleetview.panel(console.views["web1"])["running"])
         # The person's touch over the host's own kill statement: killed, journaled as theirs.
-        done = _act(console, ["web1"], world.key.sign, action="kill", ref=job.request_id, reason="runaway")
+        done = _act(console, ["web1"], world.key.sign, action="kill", ref=button, reason="runaway")
         assert done["web1"]["ok"] is True and done["web1"]["data"]["by"]["user"] == world.operator, done
     finally:
         asyncio.run(console.close())

@@ -27,7 +27,7 @@ HOST = """<li class="card fleet-host" data-host="{host}">
 """
 
 JOB = """<li><p class="cmd"><code>{command}</code></p>
-<p>as uid {as_uid} (agent uid {agent_uid}) since {since} <span class="rid">{job}</span></p>
+<p>as {as_} for {agent} since {since} <span class="rid">{job}</span></p>
 <form class="fleet-act" data-action="kill" data-hosts="{host}" data-ref="{ref}">
 <input type="hidden" name="reason" value="">
 <button class="deny" type="submit">Kill on {host}</button></form></li>
@@ -132,9 +132,11 @@ def host(panel: Mapping[str, Any], collector: bool) -> Markup:
     jobs = join(
         html(
             JOB,
-            **{k: j[k] for k in ("command", "as_uid", "agent_uid", "since", "job")},
+            **{k: j[k] for k in ("command", "agent", "since", "job")},
+            as_=j["as"],
             host=host,
-            ref=j["operation_id"] or j["job"],
+            # AGENT_UID/OPERATION: exact on the host even when two agents use the same operation ID.
+            ref=f"{j['agent_uid']}/{j['operation_id']}" if j["operation_id"] else j["job"],
         )
         for j in panel.get("running") or []
     )

@@ -83,9 +83,9 @@ class Filters:
         return (not self.agent or self.agent in agents) and (not self.rule or self.rule == entry.get("rule"))
 
     def job(self, job: Mapping[str, Any]) -> bool:
-        """A running job the agent filter keeps (a job carries the agent's uid only; the rule filter is for
-        pending requests: a job is shown whatever its rule)."""
-        return not self.agent or self.agent == str(job.get("agent_uid"))
+        """A running job the agent filter keeps (by the agent's name as its host says it, or uid; the rule
+        filter is for pending requests: a job is shown whatever its rule)."""
+        return not self.agent or self.agent in (str(job.get("agent") or ""), str(job.get("agent_uid")))
 
     def query(self) -> dict[str, str]:
         return {k: v for k, v in (("group", self.group), ("agent", self.agent), ("rule", self.rule)) if v}
@@ -187,7 +187,8 @@ def panel(
             "request_id": j.get("request_id"),
             "operation_id": str(j.get("operation_id") or ""),
             "agent_uid": j.get("agent_uid"),
-            "as_uid": j.get("uid"),
+            "agent": str(j.get("agent") or j.get("agent_uid")),  # the host's name for the uid (`airlock running`)
+            "as": str(j.get("user") or j.get("uid")),
             "since": str(j.get("started_at") or ""),
             "command": " | ".join(
                 " ".join(map(str, stage)) for stage in j.get("stages") or [] if isinstance(stage, list)

@@ -95,7 +95,9 @@ def fleet_views() -> list[fleetview.HostView]:
         "request_id": "r9",
         "stages": [["sleep", "600"]],
         "agent_uid": 1001,
+        "agent": "ci",  # `airlock running` names the uids on the host
         "uid": 0,
+        "user": "root",
         "started_at": "2026-12-06T03:00:00Z",
     }
     return [
@@ -153,7 +155,8 @@ def test_a_host_s_panel_has_pending_jobs_hold_relay_lag_collector_and_contact() 
             "request_id": "r9",
             "operation_id": "op-1",
             "agent_uid": 1001,
-            "as_uid": 0,
+            "agent": "ci",
+            "as": "root",
             "since": "2026-12-06T03:00:00Z",
             "command": "sleep 600",
         }
@@ -163,9 +166,11 @@ def test_a_host_s_panel_has_pending_jobs_hold_relay_lag_collector_and_contact() 
     two = fleetview.panel(web2)
     assert two["hold"] == {"held": True, "reason": "incident", "by": "alice", "since": "2026-12-06T03:01:00Z"}
     assert two["relay"] is None and two["running"] == []
-    # The agent filter keeps a job of that agent's uid only, and counts only its pending requests.
+    # The agent filter keeps a job of that agent only (by name or uid), and counts only its pending requests.
     other = fleetview.panel(web1, filters=fleetview.Filters(agent="1002"))
     assert other["running"] == [] and other["pending"] == 0
+    assert len(fleetview.panel(web1, filters=fleetview.Filters(agent="ci"))["running"]) == 1
+    assert len(fleetview.panel(web1, filters=fleetview.Filters(agent="1001"))["running"]) == 1
     failing = fleetview.panel(fleetview.HostView("db2", error="unreachable: ssh: timeout"))
     assert failing["state"] == "failing" and failing["hold"] is None
 
@@ -184,6 +189,7 @@ def test_a_relay_post_older_than_the_newest_is_not_kept() -> None:
 
 def test_the_fleet_page_escapes_every_host_value() -> None:
     from airlock.web import fleetpanel
+    from airlock.web.markup import escape
 
     evil = "<script>alert(1)</script>"
     view = fleetview.HostView(
@@ -198,5 +204,10 @@ def test_the_fleet_page_escapes_every_host_value() -> None:
     collected = {"ok": False, "problem": evil, "checked": 5.0}
     shown = fleetpanel.host(fleetview.panel(view, None, collected), True)
     assert evil not in shown and "&lt;script&gt;" in shown
-    assert 'data-action="kill"' in shown and 'data-action="release"' in shown and 'data-action="hold"' not in shown
+    assert (
+        'data-action="kill"' in shown
+        and f'data-ref="{escape(evil)}/{escape(evil)}"' in shown
+        and 'data-action="release"' in shown
+        and 'data-action="hold"' not in shown
+    )
     assert "NOT VERIFIED" in shown
