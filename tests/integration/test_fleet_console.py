@@ -381,6 +381,8 @@ def test_the_console_shows_a_running_job_and_kills_it_with_a_touch_and_a_bad_ass
         assert shown["command"] == f"sleep {marker}" and shown["since"], shown
         assert (shown["as"], shown["agent"]) == ("root", "root"), shown  # names from the host's `airlock running`
         button = f"{shown['agent_uid']}/{shown['operation_id']}"  # what the page's Kill button sends
+        listed = world.airlock("--host", "web1", "running")  # what a person reads: the same job, named
+        assert listed.returncode == 0 and f"sleep {marker}" in listed.stdout and "root" in listed.stdout, listed
         # An observer's carry without a valid assertion (a touch over something else): nothing happens.
         wrong = _act(console, ["web1"], lambda _c: world.key.sign(b64u(b"\0" * 32)), action="kill", ref=button)
         assert wrong["web1"]["ok"] is False and wrong["web1"]["error"]["details"]["reason"] == "challenge", wrong
