@@ -85,12 +85,13 @@ class FakeRelayFeed:
         return f"host{n:04d}"
 
     def statement(self, n: int, k: int) -> str:
-        # Request k of host n: the same command as on the other hosts of its spread (so they group).
+        # Request k of host n: the same command as on the other hosts of its spread (so they group): each
+        # host's own binding (its inode numbers), the spread's fleet binding.
         command = f"systemctl restart app{(n // self.spread) * self.per_host + k}"
         s = Statement(
             self.host(n),
             f"req-{n}-{k}",
-            f"{(n // self.spread * self.per_host + k):064x}",
+            f"{n:032x}{k:032x}",
             "allow",
             1_900_000_000 + n,
             f"{n * 1000 + k:032x}",
@@ -100,6 +101,7 @@ class FakeRelayFeed:
             "deploy",
             cwd="/root",
             stdin="none",
+            fleet_binding=f"{(n // self.spread * self.per_host + k):064x}",
         )
         return s.render()
 
