@@ -526,8 +526,8 @@ class Bench:
         runs = [json_module.loads(d.stdout) for d in done]
         page = [r["page_p99"] for r in runs]
         note = (
-            "hosts simulated by a FAKE relay feed (bench/fleet_bench.py): 100 rows of 100 hosts, no SSH; "
-            "loaded signed in (the session's cookie and the tab's proof)"
+            "hosts simulated by a FAKE relay feed (bench/fleet_bench.py): 100 rows of 100 hosts and 1,000 host "
+            "cards, no SSH; loaded signed in (the session's cookie and the tab's proof)"
         )
         self.add(
             Figure(
@@ -557,7 +557,7 @@ class Bench:
         fake = (
             "hosts simulated: 100 FAKE hosts, a fake `ssh` first on PATH that answers each call at once "
             "(bench/fleet_bench.py FAKE_SSH); the console's real carry path (one ssh process per host, "
-            "32 at once, then each host asked again); no network, no remote airlock"
+            "32 at once, then each host asked again: pending, running, status); no network, no remote airlock"
         )
         self.add(
             Figure("a grouped decision reaching 100 hosts (fake ssh)", median(reach), "ms", note=fake, samples=reach)

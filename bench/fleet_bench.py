@@ -8,7 +8,8 @@ would after a refresh.  Measured through the real aiohttp app
 console's own table, sent with its cookie and the tab's proof as a browser
 tab sends them):
 
-- the page (``GET /``: every row, grouped by exact request; the session's
+- the page (``GET /``: every row, grouped by exact request, and every
+  host's card with its one FAKE running job; the session's
   host asked whether it is live every `fleetsignin.LIVE_SECONDS`, over the
   FAKE ssh below) and ``GET
   /fleet/rows`` (JSON): p50 and p99 over ``--requests`` loads;
@@ -18,7 +19,8 @@ tab sends them):
   statements and its challenge);
 - a grouped decision reaching 100 hosts: `Fleet.carry` of one assertion to
   100 members, through the console's real SSH path (one ``ssh`` process per
-  host, at most `fleet.PARALLEL` at once, then each host asked again) -- where
+  host, at most `fleet.PARALLEL` at once, then each host asked again: its
+  pending, running jobs and hold, three calls) -- where
   ``ssh`` is `FAKE_SSH`, a FAKE put first on PATH that answers each call at
   once: no network, no remote ``airlock``, no verification on a host.  What
   is measured is the console's own cost; a real fleet adds each host's SSH
@@ -57,6 +59,8 @@ for last; do :; done
 case "$last" in
   *"passkey carry"*) cat >/dev/null; echo '{"id":null,"ok":true,"data":{"decision":"allow","complete":true}}' ;;
   *pending*) echo '{"id":null,"ok":true,"data":{"pending":[]}}' ;;
+  *running*) echo '{"id":null,"ok":true,"data":{"running":[]}}' ;;
+  *status*) echo '{"id":null,"ok":true,"data":{"hold":false}}' ;;
   *) echo '{"id":null,"ok":false,"error":{"code":"not_found","message":"FAKE host","details":{}}}' ;;
 esac
 """
@@ -107,7 +111,19 @@ class FakeRelayFeed:
             statements = {f"req-{n}-{k}": self.statement(n, k) for k in range(self.per_host)}
             pending = tuple({"request_id": rid, "expires": 1_900_000_000 + n} for rid in statements)
             fleetview.warm(statements.values())  # as `Fleet` does when a host answers
-            out[self.host(n)] = fleetview.HostView(self.host(n), pending, statements, "", time.time())
+            # Each host's card: one running job (as `airlock running --json` lists it) and no hold.
+            job = {
+                "request_id": f"run-{n}",
+                "operation_id": f"op-{n}",
+                "agent_uid": 1000,
+                "agent": "agent",
+                "user": "root",
+                "started_at": "2026-01-01T00:00:00+00:00",
+                "stages": [["systemctl", "status", f"app{n}"]],
+            }
+            out[self.host(n)] = fleetview.HostView(
+                self.host(n), pending, statements, "", time.time(), (job,), {"hold": False}
+            )
         return out
 
 
@@ -149,6 +165,9 @@ async def measure(hosts: int, per_host: int, requests: int) -> dict[str, Any]:
                     times.append((time.perf_counter() - t) * 1000)
                 out[f"{key}_p50"], out[f"{key}_p99"] = statistics.median(times), percentile(times, 99)
                 out[f"{key}_bytes"] = len(body)
+                if key == "page":  # the measured page is the whole one: every host's card (issue 49's fleet view)
+                    text = body.decode()
+                    assert f"Hold all {hosts} hosts shown" in text and text.count("Kill on ") == hosts, "no host cards"
             rows = json.loads(body)["rows"]
         out["rows"] = len(rows)
         out["rss_after"] = rss_mib()

@@ -178,3 +178,78 @@ def test_one_touch_in_the_browser_approves_a_group_of_three(world: World) -> Non
         assert wait_pending(world.stacks[h], jobs[h].request_id)
         world.stacks[h].native("deny", {"id": jobs[h].request_id, "reason": "cleanup"}, path=world.stacks[h].operator)
         assert jobs[h].result()["ok"] is False
+
+
+async def _hold_scenario(world: World) -> dict[str, str]:
+    """The person holds every host shown with one touch, then releases them with another (the host cards)."""
+    from aiohttp import web
+
+    from airlock.web import fleetweb
+
+    config = parse_text(
+        f"web:\n  url: {ORIGIN}/\n  fleet_hosts: [web1, web2, web3]\n  fleet_ssh_config: {world.config}\n",
+        "/fleet.yaml",
+    )
+    app = fleetweb.app_for(config)
+    assert app is not None
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", PORT).start()
+    seen: dict[str, str] = {}
+    world.key.counter += 1000  # past every count the hosts saw from an earlier browser's authenticator
+    done = "(s => s && s.includes('done on') ? s : '')(document.getElementById('fleet-status').textContent)"
+    try:
+        with chromium(world.tmp / "profile-hold") as port:
+            page = await Page.open(port)
+            try:
+                authenticator = await page.virtual_authenticator()
+                key = world.key.key.private_bytes(
+                    serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+                )
+                await page.send(
+                    "WebAuthn.addCredential",
+                    authenticatorId=authenticator,
+                    credential={
+                        "credentialId": base64.b64encode(world.key.credential_id).decode(),
+                        "isResidentCredential": True,
+                        "userHandle": base64.b64encode(hashlib.sha256(world.operator.encode()).digest()[:16]).decode(),
+                        "rpId": "localhost",
+                        "privateKey": base64.b64encode(key).decode(),
+                        "signCount": world.key.counter,
+                    },
+                )
+                await page.send("Page.navigate", url=f"{ORIGIN}/")
+                await page.wait_for("location.pathname === '/signin' && document.documentElement.dataset.ready === '1'")
+                await page.evaluate("document.querySelector('#signin button').click()")
+                await page.wait_for("location.pathname === '/' && document.body.innerText.includes('Pending')", 60)
+                await _until(page, "Hold all 3 hosts shown")
+                await page.evaluate(
+                    "(f => { f.elements.reason.value = 'browser drill'; f.querySelector('button').click(); })"
+                    "(document.querySelector('.every form.fleet-act[data-action=hold]'))"
+                )
+                seen["held"] = await page.wait_for(done, timeout=60)
+                await _until(page, "ON HOLD by")
+                seen["page"] = await page.text()
+                await page.evaluate(
+                    "document.querySelector('.every form.fleet-act[data-action=release] button').click()"
+                )
+                seen["released"] = await page.wait_for(done, timeout=60)
+                return seen
+            finally:
+                await page.close()
+    finally:
+        await runner.cleanup()
+
+
+def test_one_touch_in_the_browser_holds_every_host_shown_and_another_releases_them(world: World) -> None:
+    try:
+        seen = asyncio.run(_hold_scenario(world))
+    finally:
+        for stack in world.stacks.values():
+            if stack.native("status", {}, path=stack.operator)["data"]["hold"]:
+                stack.native("release", {}, path=stack.operator)
+    assert seen["held"] == "hold done on 3 host(s).", seen
+    assert seen["page"].count(f"ON HOLD by {world.operator}") == 3 and "browser drill" in seen["page"], seen["page"]
+    assert seen["released"] == "release done on 3 host(s).", seen
+    for stack in world.stacks.values():
+        assert stack.native("status", {}, path=stack.operator)["data"]["hold"] is False

@@ -146,6 +146,16 @@ async def _console(world: World) -> dict[str, Any]:
         control = await http.post("/fleet/decide/begin", json=begin, headers=origin | cookie | proof | csrf)
         out["change_with_proof"] = (control.status, (await control.json())["error"])
 
+        # A kill, hold or release (the host cards' buttons, issue 49's fleet view) is a POST like any other:
+        # without the proof, or without the CSRF token, no host is asked for an action statement; with
+        # both, the host makes one for the touch (and nothing is held until a touch is carried).
+        hold = {"action": "hold", "hosts": ["web1"], "reason": "drill"}
+        out["act_cookie_only"] = (await http.post("/fleet/act/begin", json=hold, headers=origin | cookie | csrf)).status
+        out["act_no_csrf"] = (await http.post("/fleet/act/begin", json=hold, headers=origin | cookie | proof)).status
+        acted = await http.post("/fleet/act/begin", json=hold, headers=origin | cookie | proof | csrf)
+        said = await acted.json()
+        out["act_with_proof"] = (acted.status, said.get("ok"), [m["host"] for m in said.get("members", [])])
+
         # Sign-out needs the whole session too; after it, the proof opens nothing.
         out["signout_cookie_only"] = (
             await http.post("/signout", data={"csrf": found.group(1)}, headers=origin | cookie)
@@ -165,10 +175,14 @@ def test_the_fleet_console_s_cookie_without_the_tab_s_proof_reads_and_changes_no
     assert (out["rows_cookie_only"], out["rows_wrong_proof"]) == (401, 401)
     assert out["change_cookie_only"] == 401 and out["change_no_csrf"] == 403
     assert out["signout_cookie_only"] == 401
+    assert (out["act_cookie_only"], out["act_no_csrf"]) == (401, 403)
     # Control: the same requests with the tab's proof (and the CSRF token) are served.
     assert out["page"] == (200, True)
     assert out["rows_with_proof"] == (200, True)
     assert out["change_with_proof"][0] == 404 and "no such request" in out["change_with_proof"][1]
+    assert out["act_with_proof"] == (200, True, ["web1"])
+    status = world.host.native("status", {}, path=world.host.operator)
+    assert status["data"]["hold"] is False  # a statement to sign, no touch: nothing held
     assert out["signout"] == 303 and out["rows_after_signout"] == 401
 
 

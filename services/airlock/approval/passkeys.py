@@ -338,7 +338,7 @@ class Passkeys:
             credential_id = enrolled.credential_id
             if self.keys.role(enrolled.account) != "operator":
                 raise no("not_operator", f"{enrolled.account!r} is not an operator: an observer's passkey only views")
-            person = _person(enrolled.account)
+            person = person_of(enrolled.account)
             if not self.pending.is_open(entry):
                 raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
             voter = quorum.Voter(person.uid, person.user, frozenset(person.groups))  # the person is the account
@@ -450,7 +450,7 @@ class Passkeys:
         return pk.PasskeyRevoked(cid, found[0].account, True, len(ended))
 
 
-def _person(account: str) -> Peer:
+def person_of(account: str) -> Peer:
     import pwd
 
     try:

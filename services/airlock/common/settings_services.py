@@ -16,6 +16,7 @@ from airlock.common.configvalues import (
     absolute_path,
     choice,
     command,
+    host_groups,
     label,
     non_negative_float,
     non_negative_int,
@@ -463,5 +464,27 @@ ROWS: tuple[Setting, ...] = (
         "On a host of a fleet console (docs/fleet.md): this host's name in the console's web.fleet_hosts; "
         "enrollment links then name it (WEB_URL/enroll/TOKEN?host=NAME), so the console carries the "
         "registration to this host alone. null: links name no host (the single-host console).",
+    ),
+    Setting(
+        "web.fleet_groups",
+        host_groups,
+        (),
+        "Fleet mode: named groups of hosts (a mapping of name to a list of hosts as web.fleet_hosts names them), "
+        "offered as the page's host-group filter (?group=NAME); a name not in web.fleet_hosts is refused.",
+    ),
+    Setting(
+        "web.fleet_collector_journal",
+        optional_absolute_path,
+        None,
+        "Fleet mode: a collector's journal directory (what systemd-journal-remote writes, mounted or synced here); "
+        "with web.fleet_host_keys the page shows each host's chain as `airlock audit verify --journal "
+        "--host-keys` checks it (every 5 minutes).",
+    ),
+    Setting(
+        "web.fleet_host_keys",
+        optional_absolute_path,
+        None,
+        "Fleet mode: the hosts' checkpoint keys (one `airlock audit host-key` line per host), which prove each "
+        "host's chain in web.fleet_collector_journal; without them the page does not verify the collector.",
     ),
 )

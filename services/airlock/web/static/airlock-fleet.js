@@ -45,7 +45,36 @@
     setTimeout(function () { location.reload(); }, 1500);
   }
 
+  // A person's kill, hold or release: each host makes its own action statement (/fleet/act/begin), one
+  // touch signs the list of their digests, and each host checks its own is in it before it acts.
+  async function act(form) {
+    const body = { action: form.dataset.action, hosts: form.dataset.hosts.split(",") };
+    if (form.dataset.ref) body.ref = form.dataset.ref;
+    if (form.elements.reason && form.elements.reason.value) body.reason = form.elements.reason.value;
+    const begun = await post("/fleet/act/begin", body);
+    if (!begun.ok) throw new Error(begun.error || "refused");
+    say("Touch your passkey to " + begun.action + " on " + begun.members.map(function (m) { return m.host; }).join(", ") + "…");
+    const cred = await navigator.credentials.get({ publicKey: window.airlock.publicKeyOptions(begun.options) });
+    const done = await post("/fleet/act", {
+      members: begun.members.map(function (m) { return { host: m.host, challenge_id: m.challenge_id }; }),
+      digests: begun.digests, credential: window.airlock.credentialJSON(cred),
+    });
+    if (!done.hosts) throw new Error(done.error || "refused");
+    const hosts = done.hosts;
+    const good = Object.keys(hosts).filter(function (h) { return hosts[h].ok; });
+    const bad = Object.keys(hosts).filter(function (h) { return !hosts[h].ok; }).concat(Object.keys(begun.refused || {}));
+    say(begun.action + " done on " + good.length + " host(s)" + (bad.length ? "; refused on " + bad.join(", ") : "") + ".",
+      bad.length ? "error" : "ok");
+    setTimeout(function () { location.reload(); }, 1500);
+  }
+
   function bind() {
+    for (const form of document.querySelectorAll("form.fleet-act")) {
+      form.addEventListener("submit", function (event) {
+        event.preventDefault();
+        act(form).catch(function (err) { say(String(err.message || err), "error"); });
+      });
+    }
     for (const form of document.querySelectorAll("form.fleet-decide")) {
       form.addEventListener("submit", function (event) {
         event.preventDefault();
