@@ -12,7 +12,11 @@ same rounds.  Then (issue 37) ``airlock run -- true`` as typed (privileged:
 the runner's default containment under systemd, each job a transient
 service) alternating run by run with ``sudo -n true`` by the same user,
 with each service's CPU per run; then the same with ``runner.containment:
-process-group`` (what the unit costs).
+process-group`` (what the unit costs).  Before those (issue 50), alternating run
+by run: the same command, ``sudo -n true``, ``systemd-run --wait --pipe -q
+true`` and ``systemd-run --scope -q true`` (as root: they need it) and
+``airlock run -- true sandboxed`` (a rule with a sandbox: a service per job),
+then the sandboxed service's exec helper alone beside ``/usr/bin/true``.
 
     AIRLOCK_DEB=dist/airlock_*.deb .venv/bin/python bench/cold_container.py [--rounds N] [--json FILE]
 
@@ -36,6 +40,9 @@ sys.path.insert(0, str(HERE.parent / "tests" / "system"))
 
 from nspawn import booted  # noqa: E402
 
+sys.path.insert(0, str(HERE.parent / "services"))
+from airlock.runner.stageunit import HELPER  # noqa: E402  the exec helper a sandboxed job's service runs
+
 POLICY = """\
 rules:
   - name: bench-true
@@ -50,6 +57,13 @@ rules:
     privileged: true
     commands:
       - [/usr/bin/true]
+  - name: bench-true-sandboxed
+    decision: allow
+    groups: [airlock]
+    privileged: true
+    commands:
+      - [/usr/bin/true, sandboxed]
+    sandbox: {no_new_privileges: true}
 """
 SUDOERS = "agent1 ALL=(root) NOPASSWD: /usr/bin/true\n"
 
@@ -115,6 +129,14 @@ def cpu_ms(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
+def run_root(argv):
+    start = time.perf_counter()
+    r = subprocess.run(list(argv), env=env, stdin=subprocess.DEVNULL, capture_output=True)
+    took = (time.perf_counter() - start) * 1000
+    if r.returncode != 0:
+        raise SystemExit(f"{argv} failed ({r.returncode}): {r.stderr.decode()[-500:]}")
+    return took
+
 def typed_beside_sudo(n):
     # n runs of each, alternating; and each service's CPU ms per typed run (sudo's runs cost them nothing).
     before = {s: cpu_ms(p) for s, p in pids().items() if p}
@@ -125,6 +147,35 @@ def typed_beside_sudo(n):
     cpu = {s: round((cpu_ms(p) - before[s]) / n, 2) for s, p in pids().items() if s in before}
     return ours, theirs, cpu
 
+# Issue 50: the same command beside systemd's own tools for a unit per command (as root, which they
+# need: run0 would ask polkit), and a rule with a sandbox (a service per job, its exec helper in front),
+# all alternating run by run.  Then the helper alone: python3 -I -S -c HELPER before /usr/bin/true,
+# beside /usr/bin/true (what a sandboxed job's service pays for the binary check).
+YARDSTICKS = {
+    "systemd_run_service": ["systemd-run", "--wait", "--pipe", "-q", "/usr/bin/true"],
+    "systemd_run_scope": ["systemd-run", "--scope", "-q", "/usr/bin/true"],
+}
+sandboxed = ["/usr/bin/airlock", "run", "--", "true", "sandboxed"]
+
+def beside_systemd(n):
+    out = {"privileged": [], "sudo": [], "sandboxed": [], **{k: [] for k in YARDSTICKS}}
+    for _ in range(n):
+        out["privileged"].append(run(typed))
+        out["sudo"].append(run(sudo))
+        for name, argv in YARDSTICKS.items():
+            out[name].append(run_root(argv))
+        out["sandboxed"].append(run(sandboxed))
+    return out
+
+run(sandboxed), [run_root(a) for a in YARDSTICKS.values()]
+side = beside_systemd(max(40, rounds * warm_runs // 2))
+st = os.stat("/usr/bin/true")
+helper_argv = ["python3", "-I", "-S", "-c", open("/root/helper.py").read(), "/usr/bin/true", str(st.st_dev),
+               str(st.st_ino), str(st.st_uid), str(st.st_mode & 0o7777), "/usr/bin/true"]
+helper, helper_bare = [], []
+for _ in range(max(40, rounds * warm_runs // 2)):
+    helper.append(run_root(helper_argv))
+    helper_bare.append(run_root(["/usr/bin/true"]))
 privileged, sudos, cpu = typed_beside_sudo(rounds * warm_runs)
 # The same with each job in the runner's process group instead of a transient unit: what the unit costs.
 with open("/etc/airlock/airlock.yaml", "a") as f:
@@ -135,7 +186,8 @@ grouped, grouped_sudo, grouped_cpu = typed_beside_sudo(max(10, rounds * warm_run
 print(json.dumps({"cold": cold, "warm": warm, "bare": bare, "privileged": privileged, "sudo": sudos,
                   "containment": containment, "cpu_ms_per_run": cpu,
                   "process_group": grouped, "process_group_sudo": grouped_sudo,
-                  "process_group_cpu_ms_per_run": grouped_cpu,
+                  "process_group_cpu_ms_per_run": grouped_cpu, "beside_systemd": side,
+                  "helper": helper, "helper_bare": helper_bare,
                   "loadavg": os.getloadavg(), "python": sys.version.split()[0]}))
 """
 
@@ -155,6 +207,7 @@ def measure(deb: Path, rounds: int, warm: int) -> dict[str, Any]:
         c.write("/etc/sudoers.d/airlock-bench", SUDOERS, mode=0o440)
         c.run(["systemctl", "reload-or-restart", "airlock-approval.service"], check=False)
         c.write("/root/cold_inner.py", INNER)
+        c.write("/root/helper.py", HELPER)
         r = c.run(["python3", "/root/cold_inner.py", str(rounds), str(warm)], check=False, timeout=1800)
         if r.returncode != 0:
             raise RuntimeError(f"the container bench failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
@@ -182,6 +235,13 @@ def main() -> int:
         )
     print(f"containment of `airlock run -- true`: {result['containment']}; CPU ms per run: {result['cpu_ms_per_run']}")
     print(f"with runner.containment process-group, CPU ms per run: {result['process_group_cpu_ms_per_run']}")
+    for name, samples in [
+        *result["beside_systemd"].items(),
+        ("helper", result["helper"]),
+        ("helper_bare", result["helper_bare"]),
+    ]:
+        samples = sorted(samples)
+        print(f"{name:20} p50 {samples[len(samples) // 2]:7.1f} ms  (n={len(samples)}, alternating)")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0

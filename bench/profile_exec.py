@@ -83,7 +83,8 @@ def main() -> int:
         for name, ms in phases(stack.runtime_dir / "state" / "journal.sqlite", reqs.prefix).items():
             print(f"  {name:<40} {ms:7.2f}")
 
-        pids = {s: stack.pid(s) for s in SERVICES}
+        # The exec-tree listener (airlock-exectree, dev up's airlock.runner.exectree) works on every exec too.
+        pids = {s: stack.pid(s) for s in SERVICES} | {"exectree": stack.pid("runner.exectree")}
         before = {s: cpu_seconds(p) for s, p in pids.items() if p}
         spies = []
         if args.py_spy:

@@ -23,7 +23,7 @@ import pwd
 import secrets
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,16 +99,14 @@ def fleet_world(tmp: Path, origin: str, rp: str, per_host: Callable[[str], str] 
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(identity)], check=True)
     authorized = tmp / "authorized_keys"
     authorized.write_text(Path(f"{identity}.pub").read_text())
-    config = (
-        ASK_POLICY
-        + f"operators:\n  users: [{name}]\nweb:\n  url: {origin}/\n  rp_id: {rp}\n"
-        + "approval:\n  timeout_seconds: 300\n"
-    )
+    # Each host knows its name on the console (web.fleet_name): its enrollment links name it.
+    config = ASK_POLICY + f"operators:\n  users: [{name}]\napproval:\n  timeout_seconds: 300\n"
+    web = f"web:\n  url: {origin}/\n  rp_id: {rp}\n  fleet_name: {{host}}\n"
     opened = contextlib.ExitStack()
     daemons = []
     try:
         more = per_host or (lambda _h: "")
-        stacks = {h: opened.enter_context(custom_stack(tmp / h, config + more(h))) for h in HOSTS}
+        stacks = {h: opened.enter_context(custom_stack(tmp / h, config + web.format(host=h) + more(h))) for h in HOSTS}
         lines, known = [], []
         for h, stack in stacks.items():
             proc, port, hostkey = _sshd(tmp, h, stack, authorized, str(Path(sys.executable).parent))
@@ -243,11 +241,9 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     """airlock-web in fleet mode over HTTP, as the browser and the hosts' relays reach it."""
     imported(world)
     import aiohttp
-    from aiohttp import web
 
     from airlock.common.channels.webhook import signature
     from airlock.common.config import parse_text
-    from airlock.web import fleetweb
 
     secrets = world.tmp / "relay-secrets"
     secrets.write_text("web1 0123456789abcdef0123\nweb2 fedcba9876543210fedc\n")
@@ -261,15 +257,8 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     origin = {"Origin": ORIGIN}
 
     async def scenario() -> dict[str, Any]:
-        app = fleetweb.app_for(config)
-        assert app is not None
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
         out: dict[str, Any] = {}
-        try:
+        async with console_at(config) as base:
             async with aiohttp.ClientSession() as anonymous:
                 out["anonymous_rows"] = (await anonymous.get(f"{base}/fleet/rows")).status
                 out["anonymous_page"] = (await anonymous.get(f"{base}/", allow_redirects=False)).status
@@ -290,13 +279,13 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
                 touch = world.key.sign(begun["options"]["challenge"])
                 carry = {k: begun[k] for k in ("group", "members", "decision")} | {"credential": touch}
                 out["done"] = await (await http.post(f"{base}/fleet/decide", json=carry, headers=origin)).json()
-                body = json.dumps({"event": "pending", "seq": 1, "fleet_host": "web2"}).encode()
+                sent = {"event": "pending", "seq": 7, "time": "2026-01-01T00:00:00+00:00", "fleet_host": "web2"}
+                body = json.dumps(sent).encode()
                 good = {"X-Airlock-Signature": signature("fedcba9876543210fedc", body)}
                 bad = {"X-Airlock-Signature": signature("0123456789abcdef0123", body)}  # web1's secret
                 out["relay"] = (await http.post(f"{base}/fleet/relay", data=body, headers=good)).status
                 out["forged"] = (await http.post(f"{base}/fleet/relay", data=body, headers=bad)).status
-        finally:
-            await runner.cleanup()
+                out["relay_mark"] = (await (await http.get(f"{base}/fleet/rows")).json())["hosts"]["web2"]["relay"]
         return out
 
     out = asyncio.run(scenario())
@@ -307,13 +296,38 @@ def test_the_fleet_page_approves_a_group_with_one_touch_and_takes_a_host_s_signe
     assert out["done"]["ok"] is True and set(out["done"]["hosts"]) == set(HOSTS), out["done"]
     assert all(job.result()["ok"] is True for job in jobs.values()) and marker.exists()
     assert (out["relay"], out["forged"]) == (204, 401)
+    # The host's card: the post's seq, its event's time, and the lag since (a post from January: days).
+    assert out["relay_mark"]["seq"] == 7 and out["relay_mark"]["lag"] > 86400, out["relay_mark"]
+
+
+@contextlib.asynccontextmanager
+async def console_at(config: Any) -> AsyncIterator[str]:
+    """airlock-web in fleet mode for ``config`` on a free loopback port; its base URL."""
+    from aiohttp import web
+
+    from airlock.web import fleetweb
+
+    app = fleetweb.app_for(config)
+    assert app is not None
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
 
 
 async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:
-    """An HTTP client signed in to the fleet console with ``key`` (a host checked the assertion).
+    """An HTTP client signed in to the fleet console with ``key`` (a host checked the assertion), as the
+    console's script is: the session cookie, this tab's proof (``X-Airlock-Proof``, given once in the
+    sign-in answer) on every request, and the session's CSRF token (read from the page) on every POST.
 
     The console's cookie is Secure for an https origin; the test talks plain HTTP on loopback,
     so the cookie is sent by hand."""
+    import re
+
     import aiohttp
 
     async with aiohttp.ClientSession() as http:
@@ -324,6 +338,180 @@ async def signed_in(base: str, key: SoftAuthenticator, origin: str) -> Any:
         finish = {"challenge_id": begun["challenge_id"], "credential": key.sign(begun["options"]["challenge"])}
         reply = await http.post(f"{base}/signin/finish", json=finish, headers={"Origin": origin, "Cookie": pre})
         done = await reply.json()
-        assert done["ok"] is True, done
-        cookies = {k: v.value for k, v in reply.cookies.items()}
-    return aiohttp.ClientSession(headers={"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())})
+        assert done["ok"] is True and done["proof"], done
+        cookie = "; ".join(f"{k}={v.value}" for k, v in reply.cookies.items())
+        page = await http.get(f"{base}/", headers={"Cookie": cookie, "X-Airlock-Proof": done["proof"]})
+        found = re.search(r'name="csrf" value="([^"]+)"', await page.text())
+        assert found is not None, "the fleet page carries the session's CSRF token"
+    tab = {"Cookie": cookie, "X-Airlock-Proof": done["proof"], "X-Airlock-CSRF": found.group(1)}
+    return aiohttp.ClientSession(headers=tab)
+
+
+def test_a_session_check_is_carried_to_a_host_which_answers_for_its_own_sessions(world: World) -> None:
+    """`airlock passkey carry --verb session` (what the console asks the host that signed a tab in)."""
+    carried = world.airlock(
+        "--host", "web1", "passkey", "carry", "--verb", "session", "--json", stdin='{"session": "not-one-of-web1s"}'
+    )
+    envelope = json.loads(carried.stdout.strip().splitlines()[-1])
+    assert envelope["ok"] is False and envelope["error"]["details"]["reason"] == "session", carried
+
+
+# --- a person's kill, hold and release from the console (issue 49: the fleet view) ----------------------
+
+
+def _approved_and_running(world: World, host: str, argv: list[str]) -> Any:
+    """A job on ``host`` that its operator approved with a passkey (as the host's own console would), running."""
+    stack = world.stacks[host]
+    job = ask(stack, argv, timeout_ms=120_000)
+    begun = stack.native("passkey.decide_begin", {"id": job.request_id, "decision": "allow"}, path=stack.operator)
+    touch = world.key.sign(begun["data"]["challenge"])
+    said = {"id": job.request_id, "decision": "allow", "statement": begun["data"]["statement"], "credential": touch}
+    assert stack.native("passkey.decide", said, path=stack.operator)["ok"] is True
+    return job
+
+
+def _act(console: Fleet, hosts: list[str], touch: Any, **begin: Any) -> dict[str, dict[str, Any]]:
+    """What the page does: each host's action statement, ``touch(challenge)`` over their digests, carried back."""
+    from airlock.common import actions
+    from airlock.common.wire import passkey as pk
+
+    async def run() -> dict[str, dict[str, Any]]:
+        args = pk.ActBegin.from_dict(begin)
+        begun = dict(zip(hosts, await asyncio.gather(*(console.act_begin(h, args) for h in hosts)), strict=True))
+        assert all(b["ok"] for b in begun.values()), begun
+        digests = tuple(sorted(b["data"]["digest"] for b in begun.values()))
+        credential = touch(b64u(actions.challenge(digests)))
+        carried = [console.act(h, pk.Act(b["data"]["challenge_id"], digests, credential)) for h, b in begun.items()]
+        return dict(zip(hosts, await asyncio.gather(*carried), strict=True))
+
+    return asyncio.run(run())
+
+
+def test_the_console_shows_a_running_job_and_kills_it_with_a_touch_and_a_bad_assertion_does_nothing(
+    world: World,
+) -> None:
+    imported(world)
+    marker = f"{600 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
+    job = _approved_and_running(world, "web1", ["sleep", marker])
+    console = world.console()
+    try:
+        for _ in range(100):
+            asyncio.run(console.refresh(["web1"]))
+            jobs = fleetview.panel(console.views["web1"])["running"]
+            if any(j["job"] == job.request_id for j in jobs):
+                break
+        shown = next(j for j in jobs if j["job"] == job.request_id)
+        assert shown["command"] == f"sleep {marker}" and shown["since"], shown
+        assert (shown["as"], shown["agent"]) == ("root", "root"), shown  # names from the host's `airlock running`
+        button = f"{shown['agent_uid']}/{shown['operation_id']}"  # what the page's Kill button sends
+        listed = world.airlock("--host", "web1", "running")  # what a person reads: the same job, named
+        assert listed.returncode == 0 and f"sleep {marker}" in listed.stdout and "root" in listed.stdout, listed
+        # An observer's carry without a valid assertion (a touch over something else): nothing happens.
+        wrong = _act(console, ["web1"], lambda _c: world.key.sign(b64u(b"\0" * 32)), action="kill", ref=button)
+        assert wrong["web1"]["ok"] is False and wrong["web1"]["error"]["details"]["reason"] == "challenge", wrong
+        asyncio.run(console.refresh(["web1"]))
+        assert any(j["job"] == job.request_id for j in fleetview.panel(console.views["web1"])["running"])
+        # The person's touch over the host's own kill statement: killed, journaled as theirs.
+        done = _act(console, ["web1"], world.key.sign, action="kill", ref=button, reason="runaway")
+        assert done["web1"]["ok"] is True and done["web1"]["data"]["by"]["user"] == world.operator, done
+    finally:
+        asyncio.run(console.close())
+    reply = job.result(30)
+    assert reply["data"]["stages"][0]["signal"] == 15, reply
+    killed = _records(world.stacks["web1"], job.request_id, "kill")
+    assert [(k["operator"], k["method"], k["credential_id"], k["reason"]) for k in killed] == [
+        (world.operator, "passkey", world.key.id, "runaway")
+    ]
+    refused = _records(world.stacks["web1"], job.request_id, "passkey.refused")
+    assert refused and refused[-1]["acting"] == "kill" and refused[-1]["reason_code"] == "challenge"
+
+
+def test_one_touch_holds_two_hosts_and_another_releases_them(world: World) -> None:
+    imported(world)
+    console = world.console()
+    pair = ["web2", "web3"]
+    try:
+        held = _act(console, pair, world.key.sign, action="hold", reason="incident 42")
+        assert all(r["ok"] for r in held.values()), held
+        asyncio.run(console.refresh())
+        panels = {h: fleetview.panel(console.views[h]) for h in HOSTS}
+        assert [panels[h]["hold"]["held"] for h in HOSTS] == [False, True, True], panels
+        assert panels["web2"]["hold"]["by"] == world.operator and panels["web2"]["hold"]["reason"] == "incident 42"
+        # A hold makes an agent's request a rule allows wait for a person: the brake is real.
+        waiting = ask(world.stacks["web2"], ["/usr/bin/true"])
+        released = _act(console, pair, world.key.sign, action="release")
+        assert all(r["ok"] for r in released.values()), released
+        assert waiting.result()["ok"] is True  # released: its rule allows it, so it ran
+        assert not any(fleetview.panel(console.views[h])["hold"]["held"] for h in HOSTS)
+    finally:
+        asyncio.run(console.close())
+        for h in pair:  # never leave the world held for the next test
+            stack = world.stacks[h]
+            if stack.native("status", {}, path=stack.operator)["data"]["hold"]:
+                stack.native("release", {}, path=stack.operator)
+    for h in pair:
+        holds = _records(world.stacks[h], None, "hold")
+        assert holds[-1]["operator"] == world.operator and holds[-1]["method"] == "passkey", holds
+        assert holds[-1]["touch"]["hosts"] == 2
+        assert _records(world.stacks[h], None, "release")[-1]["method"] == "passkey"
+
+
+def test_the_fleet_page_shows_each_host_filters_by_group_and_holds_a_host_from_its_button(world: World) -> None:
+    """The page over HTTP as a phone sees it: the hosts' panels, a host group, a hold and release with a touch."""
+    imported(world)
+    import aiohttp
+
+    from airlock.common.config import parse_text
+
+    config = parse_text(
+        f"web:\n  url: {ORIGIN}/\n  rp_id: {RP}\n  fleet_hosts: [web1, web2, web3]\n"
+        f"  fleet_ssh_config: {world.config}\n  fleet_groups: {{front: [web1, web2]}}\n",
+        "/fleet.yaml",
+    )
+    origin = {"Origin": ORIGIN}
+
+    async def act(http: Any, base: str, **begin: Any) -> dict[str, Any]:
+        begun = await (await http.post(f"{base}/fleet/act/begin", json=begin, headers=origin)).json()
+        assert begun["ok"] is True, begun
+        touch = world.key.sign(begun["options"]["challenge"])
+        carry = {"members": begun["members"], "digests": begun["digests"], "credential": touch}
+        done: dict[str, Any] = await (await http.post(f"{base}/fleet/act", json=carry, headers=origin)).json()
+        return done
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with console_at(config) as base:
+            async with aiohttp.ClientSession() as anonymous:
+                out["anonymous_act"] = (
+                    await anonymous.post(f"{base}/fleet/act/begin", json={"action": "release"}, headers=origin)
+                ).status
+            async with await signed_in(base, world.key, ORIGIN) as http:
+                for _ in range(100):  # the first refresh runs at start
+                    shown = await (await http.get(f"{base}/fleet/rows")).json()
+                    if all(h["state"] == "ok" for h in shown["hosts"].values()):
+                        break
+                    await asyncio.sleep(0.2)
+                out["front"] = await (await http.get(f"{base}/fleet/rows?group=front")).json()
+                out["unknown_group"] = (await http.get(f"{base}/?group=nowhere")).status
+                out["held"] = await act(http, base, action="hold", hosts=["web3"], reason="disk full")
+                out["page_held"] = await (await http.get(f"{base}/")).text()
+                out["released"] = await act(http, base, action="release", hosts=["web3"])
+                out["page"] = await (await http.get(f"{base}/")).text()
+        return out
+
+    try:
+        out = asyncio.run(scenario())
+    finally:
+        stack = world.stacks["web3"]
+        if stack.native("status", {}, path=stack.operator)["data"]["hold"]:
+            stack.native("release", {}, path=stack.operator)
+    assert out["anonymous_act"] == 401
+    assert sorted(out["front"]["hosts"]) == ["web1", "web2"] and out["front"]["filters"] == {"group": "front"}
+    assert out["unknown_group"] == 400
+    assert out["held"]["ok"] is True and list(out["held"]["hosts"]) == ["web3"], out["held"]
+    assert f"ON HOLD by {world.operator}" in out["page_held"] and "disk full" in out["page_held"]
+    assert "Release this host" in out["page_held"]
+    assert out["released"]["ok"] is True
+    assert "ON HOLD" not in out["page"] and "Hold all 3 hosts shown" in out["page"]
+    assert "last contact 20" in out["page"]  # an ISO date, not "never"
+    assert _records(world.stacks["web3"], None, "hold")[-1]["method"] == "passkey"

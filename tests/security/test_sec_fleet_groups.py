@@ -43,9 +43,9 @@ class Host:
     def call(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
         return call_as(self.stack.operator, self.web, verb, args)
 
-    def ask(self, argv: list[str]) -> tuple[Background, Statement]:
+    def ask(self, argv: list[str], **more: Any) -> tuple[Background, Statement]:
         """An agent's request pending here, and its allow statement as the host publishes it."""
-        job = Background(self.stack, {"argv": argv, "privileged": True})
+        job = Background(self.stack, {"argv": argv, "privileged": True} | more)
         wait_pending(self.stack, job.request_id)
         return job, self.statement(job.request_id)
 
@@ -240,6 +240,36 @@ def _cleanup(host: Host, statement: Statement, job: Background) -> None:
     reply = host.stack.native("deny", {"id": statement.request, "reason": "test cleanup"}, path=host.stack.operator)
     assert reply["ok"] is True, reply
     assert job.result()["ok"] is False
+
+
+def test_a_request_that_differs_only_where_no_line_shows_is_never_grouped(fleet: Fleet) -> None:
+    """The request key leaves out each host's own ticket binding (it names that host's inode numbers,
+    never shared by two machines); the fleet binding stands for it and still carries the spec's digest.
+    Asked with another timeout, a request reads the same in every line a person sees, and is another
+    request: a console that groups it anyway gets nothing on its host."""
+    folder = root_dir()
+    argv = ["mkdir", str(folder / "timeout")]
+    job0, s0 = fleet.hosts[0].ask(argv)
+    job1, s1 = fleet.hosts[1].ask(argv, timeout_ms=7000)
+    people = ("decision", "requester", "run_as", "command", "cwd", "stdin", "reason", "arguments")
+    assert [getattr(s0, f) for f in people] == [getattr(s1, f) for f in people]
+    assert s0.fleet_binding != s1.fleet_binding
+    assert groups.request_key(s0.to_bytes()) != groups.request_key(s1.to_bytes())
+    bent = groups.Group(
+        groups.request_key(s0.to_bytes()),
+        tuple(sorted(groups.statement_digest(s.to_bytes()) for s in (s0, s1))),
+    )
+    _refused(fleet.hosts[1].decide(s1, bent.to_dict(), fleet.touch(bent)), "group")
+    assert wait_pending(fleet.hosts[1].stack, s1.request) and not (folder / "timeout").exists()
+    # Control: the same request (no timeout) on another host is one group with host 0's; one touch.
+    job2, s2 = fleet.hosts[2].ask(argv)
+    assert s2.fleet_binding == s0.fleet_binding
+    same = groups.of([s0.to_bytes(), s2.to_bytes()])
+    signed = fleet.touch(same)
+    for host, job, s in ((fleet.hosts[0], job0, s0), (fleet.hosts[2], job2, s2)):
+        assert host.decide(s, same.to_dict(), signed)["ok"] is True
+        assert job.result()["ok"] is True
+    _cleanup(fleet.hosts[1], s1, job1)
 
 
 def test_only_root_imports_passkeys(fleet: Fleet) -> None:

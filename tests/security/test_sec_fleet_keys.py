@@ -282,3 +282,28 @@ def test_a_host_that_rewrites_its_shipped_history_is_caught_though_it_holds_its_
         assert 3 in host["conflicts"], host  # both histories carry web1's own signature
     finally:
         shutil.rmtree(runtime.parent, ignore_errors=True)
+
+
+def test_the_fleet_console_s_collector_verdict_does_not_take_the_forgeries_as_the_host_s(world: World) -> None:
+    """Issue 49: the fleet page's collector line is `airlock audit verify --journal --host-keys`'s verdict.
+
+    web1's card says its chain verifies, as far as its own key proves it, and flags the entries web2's
+    root wrote under its name; a host the collector holds nothing of is not verified.  Control: without
+    keys the same collector files web2's forgeries under web1 (the test above), and the console does not
+    verify at all (it needs host keys)."""
+    import asyncio
+    import time
+
+    from airlock.web import fleetaudit, fleetpanel
+
+    found = asyncio.run(fleetaudit.verify(world.collector, world.keys))
+    hostname = world.web1.rpartition("/")[0]
+    cards = fleetaudit.for_hosts(found, [f"root@{hostname}", "ghost"], time.time())
+    mine = cards[f"root@{hostname}"]
+    assert mine["ok"] is True and mine["name"] == world.web1, mine
+    assert mine["proven_to"] == mine["last_seq"] < world.ack_seq and mine["unproven"] == 3, mine
+    assert cards["ghost"]["ok"] is False and cards["ghost"]["problem"] == "no records of this host"
+    line = fleetpanel.collector_line(mine, True)
+    assert "verified" in line and "3 entries claim this host that its key does not prove" in line
+    assert "NOT VERIFIED" in fleetpanel.collector_line(cards["ghost"], True)
+    assert fleetpanel.collector_line(None, False) == ""  # no host keys: no verdict on the page

@@ -64,7 +64,8 @@ def units_policy(system):
     system.c.run(["systemctl", "try-reload-or-restart", "airlock-approval.service"])
 
 
-def test_a_job_is_a_transient_service_with_its_evidence(system) -> None:
+def test_a_job_is_a_transient_unit_with_its_evidence(system) -> None:
+    # No sandbox in its rule: a transient scope (issue 50: systemd-run --scope's cost, not a service's).
     code, envelope, r = system.run_json(
         "/usr/bin/cat", "/proc/self/status", privileged=True, extra=("--operation-id", op())
     )
@@ -72,7 +73,7 @@ def test_a_job_is_a_transient_service_with_its_evidence(system) -> None:
     data = envelope["data"]
     assert data["containment"] == "service", data
     stage = data["stages"][0]
-    assert stage["unit"].startswith("airlock-job-systest-units-") and stage["unit"].endswith(".service"), stage
+    assert stage["unit"].startswith("airlock-job-systest-units-") and stage["unit"].endswith(".scope"), stage
     assert stage["exit_code"] == 0
     assert "cpu_usec" in stage and "memory_peak_bytes" in stage  # None where the cgroup has no accounting
     # Gone once the evidence is back: nothing named airlock-job-* is left.
@@ -125,11 +126,13 @@ def test_read_only_sandbox_cannot_write_etc(system) -> None:
         "/usr/bin/touch", "/etc/airlock-systest-rw", privileged=True, extra=("--operation-id", op())
     )
     assert code == 0, r  # the control: a rule without a sandbox writes /etc
+    assert _envelope["data"]["stages"][0]["unit"].endswith(".scope"), _envelope
     assert system.c.run(["test", "-e", "/etc/airlock-systest-rw"], check=False).returncode == 0
     code, envelope, r = system.run_json(
         "/usr/bin/touch", "/etc/airlock-systest-ro", privileged=True, extra=("--operation-id", op())
     )
     assert code != 0, r
+    assert envelope["data"]["stages"][0]["unit"].endswith(".service"), envelope  # a sandbox: a service
     import base64
 
     stderr = base64.b64decode(envelope["data"]["stages"][0]["stderr"]).decode()
@@ -234,3 +237,13 @@ def test_runner_exposure_is_at_most_2_5(system) -> None:
     match = re.search(r"Overall exposure level for airlock-runner\.service: ([0-9.]+)", r.stdout)
     assert match, r
     assert float(match.group(1)) <= 2.5, r.stdout[-2000:]
+
+
+def test_a_job_that_exits_leaving_a_daemon_leaves_nothing(system) -> None:
+    # A scope outlives its first process (a service stops with it): what the job left is swept.
+    r = system.airlock(
+        "run", "--no-privilege", "--operation-id", op(), "--", "/usr/bin/dash", "-c", "setsid sleep 1021 & true"
+    )
+    assert r.returncode == 0, r
+    assert system.c.run(["pgrep", "-a", "-f", "^sleep 1021"], check=False).returncode == 1
+    assert _job_units(system) == ""

@@ -21,6 +21,7 @@ from typing import Any
 
 from airlock.approval import ballot, fileop_review, quorum, refs
 from airlock.approval.asked import subject_of
+from airlock.approval.hostactions import HostActions
 from airlock.approval.lookup import JournalLookup
 from airlock.approval.output import OutputReads
 from airlock.approval.parts import Books, Live, Outside
@@ -61,6 +62,7 @@ class Operating:
         self.book, self.grants, self.ledger, self.sessions = books.tickets, books.grants, books.ledger, books.sessions
         self.votes = votes
         self.passkeys = passkeys
+        self.actions = HostActions(passkeys, self, books.tickets)  # issue 49: a fleet console's kill, hold, release
         self.outputs = OutputReads(outside.audit, outside.runner, self._request_events)
 
     @property
@@ -307,29 +309,45 @@ class Operating:
     async def kill(self, call: Call, args: op.Kill) -> runner_wire.Killed:
         """Signal a running job (issue 35): ``ref`` is its request or operation ID (``AGENT/ID`` when
         agents share it), ``signal`` TERM by default.  Journaled (who, signal, why) before the signal goes."""
-        ref, reason, signame = args.ref, args.reason or "", args.signal
-        operator = call.peer
-        kill = runner_wire.Kill(ref=ref, by=operator.user, reason=reason, signal=signame)
+        kill, job = await self.kill_target(call.peer, args.ref, args.signal, args.reason or "")
+        return await self.kill_as(call.peer, kill, job)
+
+    async def kill_target(
+        self, who: Peer, ref: str, signame: str | None, reason: str
+    ) -> tuple[runner_wire.Kill, dict[str, Any]]:
+        """The runner's kill of the job ``ref`` names, by ``who``, and that job (a dry run: nothing is signalled)."""
+        kill = runner_wire.Kill(ref=ref, by=who.user, reason=reason, signal=signame)
         owner, _, bare = ref.rpartition("/")
         if owner:
             uid = refs.agent_uid(owner)
             if uid is None:
                 raise AirlockError(ErrorCode.NOT_FOUND, f"no such agent {owner!r}")
             kill = dataclasses.replace(kill, ref=bare, uid=uid)
-        runner = runner_wire.stub(self.runner)
-        job = (await runner.call(runner_wire.KILL, dataclasses.replace(kill, dry=True))).to_dict()
+        return kill, await self.kill_dry(kill)
+
+    async def kill_dry(self, kill: runner_wire.Kill) -> dict[str, Any]:
+        """The job ``kill`` would signal now (the runner's dry run; `not_found` when none runs)."""
+        dry = dataclasses.replace(kill, dry=True)
+        return (await runner_wire.stub(self.runner).call(runner_wire.KILL, dry)).to_dict()
+
+    async def kill_as(
+        self, who: Peer, kill: runner_wire.Kill, job: dict[str, Any], extra: dict[str, Any] | None = None
+    ) -> runner_wire.Killed:
+        """Journal the kill of ``job`` by ``who`` (issue 49: the person whose passkey signed it, ``extra``
+        saying how), then signal it."""
         await self.audit.record(
             "operator.action",
-            Ids(job.get("request_id"), job.get("operation_id"), operator.uid),
+            Ids(job.get("request_id"), job.get("operation_id"), who.uid),
             payload={
                 "action": "kill",
-                "operator": operator.user,
-                "reason": reason,
-                "signal": str(signame or "TERM"),
+                "operator": who.user,
+                "reason": kill.reason,
+                "signal": str(kill.signal or "TERM"),
                 "agent_uid": job.get("agent_uid"),
-            },
+            }
+            | (extra or {}),
         )
-        return await runner.call(runner_wire.KILL, kill)
+        return await runner_wire.stub(self.runner).call(runner_wire.KILL, dataclasses.replace(kill, by=who.user))
 
     async def running(self, call: Call, args: Empty) -> runner_wire.Running:
         """The commands running now (the runner's list): for `airlock watch`'s kill key and for reading."""
@@ -392,6 +410,8 @@ class Operating:
             op.PASSKEY_SESSION: self.passkeys.consoles.session,
             op.PASSKEY_SESSIONS_END: self.passkeys.consoles.sessions_end,
             op.PASSKEY_IMPORT: PasskeyImport(self.passkeys).passkey_import,  # issue 49
+            op.PASSKEY_ACT_BEGIN: self.actions.act_begin,
+            op.PASSKEY_ACT: self.actions.act,
         }
         table = wire.serve(op.DOOR, handlers, caller_of=caller_of, refuse=_observers_only_read)
         return {name: _operator_only(served) for name, served in table.items()}

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from airlock.approval import ballot, quorum, webauthn
 from airlock.approval.assertions import Credentials, no, refused
@@ -151,6 +152,8 @@ class Passkeys:
         )
         self.enrollments[_token_id(token)] = Enrollment(account, call.peer.uid, expires)
         url = self.config.web.url.rstrip("/") + "/enroll/" + token if self.config.web.url else None
+        if url and self.config.web.fleet_name:  # a fleet console's link: which host to carry it to (docs/fleet.md)
+            url += "?" + urlencode({"host": self.config.web.fleet_name})
         return pk.Enrolled(token, int(expires), iso_utc(expires, timespec="seconds"), account, url)
 
     async def passkey_enroll_wait(self, call: Call, args: pk.EnrollWait) -> pk.EnrollWaited:
@@ -335,7 +338,7 @@ class Passkeys:
             credential_id = enrolled.credential_id
             if self.keys.role(enrolled.account) != "operator":
                 raise no("not_operator", f"{enrolled.account!r} is not an operator: an observer's passkey only views")
-            person = _person(enrolled.account)
+            person = person_of(enrolled.account)
             if not self.pending.is_open(entry):
                 raise AirlockError(ErrorCode.CONFLICT, "this request was already decided")
             voter = quorum.Voter(person.uid, person.user, frozenset(person.groups))  # the person is the account
@@ -447,7 +450,7 @@ class Passkeys:
         return pk.PasskeyRevoked(cid, found[0].account, True, len(ended))
 
 
-def _person(account: str) -> Peer:
+def person_of(account: str) -> Peer:
     import pwd
 
     try:

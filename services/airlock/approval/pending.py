@@ -210,3 +210,28 @@ def ticket_binding(digest: str, bound: Mapping[str, Any]) -> str:
     neither without the redeem failing.
     """
     return hashlib.sha256(canonical_json({"digest": digest, "bound": dict(bound)})).hexdigest()
+
+
+# What names this host's own files rather than what they are: a binary's or a path argument's device and
+# inode numbers (common/binary.py, runner/arguments.py).  Two hosts never share them.
+PER_HOST_KEYS = frozenset({"dev", "ino"})
+
+
+def _without_per_host(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_per_host(v) for k, v in value.items() if k not in PER_HOST_KEYS}
+    if isinstance(value, list | tuple):
+        return [_without_per_host(v) for v in value]
+    return value
+
+
+def fleet_binding(digest: str, bound: Mapping[str, Any]) -> str:
+    """`ticket_binding` as any host would compute it for the same request (issue 49).
+
+    The same request on two hosts has the same spec digest and binds the same paths, owners, modes,
+    content hashes, sandbox and environment, but each host's binaries sit at its own device and inode
+    numbers: those (`PER_HOST_KEYS`, at any depth) are left out here, everything else kept.  A group of
+    hosts' requests is keyed on this (common/groups.py); each host's own ``binding``, inode and all,
+    stays in its own statement, which the touch signs through the group's list of statement digests.
+    """
+    return hashlib.sha256(canonical_json({"digest": digest, "bound": _without_per_host(dict(bound))})).hexdigest()

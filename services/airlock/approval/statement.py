@@ -40,13 +40,14 @@ from airlock.common.wire import picking
 
 NAMESPACE: Final = "airlock-approval"
 SIGN_COMMAND: Final = f"ssh-keygen -Y sign -n {NAMESPACE} -f ~/.ssh/id_ed25519 < statement.txt > statement.sig"
-HEADER: Final = "airlock approval statement v2"  # v2: cwd and stdin (issue 45)
+HEADER: Final = "airlock approval statement v3"  # v2: cwd and stdin (issue 45); v3: fleet_binding (issue 49)
 DECISIONS: Final = picking.DECISIONS
 # Field order is part of the format.
 FIELDS: Final = (
     "host",
     "request",
     "binding",
+    "fleet_binding",
     "decision",
     "expires",
     "nonce",
@@ -93,12 +94,17 @@ class Statement:
     # (FIELDS' order is the format's; the attributes' order only keeps positional callers working).
     cwd: str = ""
     stdin: str = ""
+    # Issue 49: the binding as any host would compute it for the same request (pending.fleet_binding: no
+    # device or inode numbers); what a fleet console groups on.  "" in a statement made without one.
+    fleet_binding: str = ""
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
             raise StatementError(f"decision must be allow or deny (got {self.decision!r})")
         if not _HEX64.fullmatch(self.binding):
             raise StatementError("binding must be 64 lowercase hex digits")
+        if self.fleet_binding and not _HEX64.fullmatch(self.fleet_binding):
+            raise StatementError("fleet_binding must be empty or 64 lowercase hex digits")
         if not _NONCE.fullmatch(self.nonce):
             raise StatementError("nonce must be 32 lowercase hex digits")
         if isinstance(self.expires, bool) or not isinstance(self.expires, int) or not 0 <= self.expires < _YEAR_10000:

@@ -28,6 +28,7 @@ from airlock.approval.verdict import HOLD_RULE, By, Decided, verdict
 from airlock.common.audit import Audit, Ids
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.peer import Peer
 from airlock.common.server import Call
 from airlock.common.wire import approval as wire
 from airlock.common.wire import operator as op
@@ -111,7 +112,10 @@ class TicketBook:
         return wire.Redeemed(True, entry.mark)
 
     async def hold(self, call: Call, args: op.Hold) -> op.Held:
-        reason = args.reason
+        return await self.hold_as(call.peer, args.reason)
+
+    async def hold_as(self, who: Peer, reason: str, extra: Mapping[str, Any] | None = None) -> op.Held:
+        """The hold by ``who`` (the caller, or the person whose passkey signed it: issue 49's ``extra``)."""
         await self.current()  # an operator's hold replaces the restored state, never the other way round
         since = iso_utc(timespec="seconds")
         # The brake takes effect at once, in memory, then is journaled, where the next
@@ -119,24 +123,29 @@ class TicketBook:
         # the record is written.  If it cannot be journaled, this process stays held
         # and the operator is told the hold would not survive a restart.
         self.hold_reason = reason
-        self.hold_by = {"operator": call.peer.user, "uid": call.peer.uid, "since": since}
+        self.hold_by = {"operator": who.user, "uid": who.uid, "since": since}
         await self.audit.record(
             "operator.action",
-            Ids(peer_uid=call.peer.uid),
-            payload={"action": "hold", "operator": call.peer.user, "reason": reason, "since": since},
+            Ids(peer_uid=who.uid),
+            payload={"action": "hold", "operator": who.user, "reason": reason, "since": since} | dict(extra or {}),
         )
         return op.Held(True, reason)
 
     async def release(self, call: Call, args: Empty) -> op.Released:
+        return await self.release_as(call.peer)
+
+    async def release_as(self, who: Peer, extra: Mapping[str, Any] | None = None) -> op.Released:
         await self.current()
         # Durable first, then lifted: a release that cannot be journaled leaves it held.
         await self.audit.record(
-            "operator.action", Ids(peer_uid=call.peer.uid), payload={"action": "release", "operator": call.peer.user}
+            "operator.action",
+            Ids(peer_uid=who.uid),
+            payload={"action": "release", "operator": who.user} | dict(extra or {}),
         )
         self.hold_reason = None
-        return op.Released(False, tuple(self._redecide_held(call)))
+        return op.Released(False, tuple(self._redecide_held(who)))
 
-    def _redecide_held(self, call: Call) -> list[str]:
+    def _redecide_held(self, who: Peer) -> list[str]:
         """Requests the hold alone kept waiting are decided by their rule at once (issue 32).
 
         Only a request whose own policy decision was a plain ``allow`` (one
@@ -152,10 +161,10 @@ class TicketBook:
             if verdict(decision, False, None, self._policy().requirement(decision)).by is not By.POLICY:
                 continue
             why = f"the hold was released; rule {decision.rule!r} allows it"
-            self.pending.settle(entry, Outcome(Decided.ALLOW, f"release by {call.peer.user}", call.peer.uid, why))
+            self.pending.settle(entry, Outcome(Decided.ALLOW, f"release by {who.user}", who.uid, why))
             released.append(entry.request_id)
         if released:
-            self.log.info("approval.hold.released_waiting", count=len(released), operator=call.peer.user)
+            self.log.info("approval.hold.released_waiting", count=len(released), operator=who.user)
         return released
 
     async def restore_hold(self) -> None:

@@ -24,7 +24,7 @@ from airlock.approval import statement as statements
 from airlock.approval.grants import Grant
 from airlock.approval.grants import restore as restore_grants
 from airlock.approval.parts import Books, Live, Outside
-from airlock.approval.pending import Pending, ticket_binding
+from airlock.approval.pending import Pending, fleet_binding, ticket_binding
 from airlock.approval.rules import Decision
 from airlock.approval.signed import RefusalLimit
 from airlock.approval.signers import Signer
@@ -157,6 +157,7 @@ class Votes:
                 host=self.host,
                 request=entry.request_id,
                 binding=ticket_binding(entry.digest, entry.bound),
+                fleet_binding=fleet_binding(entry.digest, entry.bound),
                 decision=decision,
                 expires=int(entry.expires),
                 nonce=nonce,

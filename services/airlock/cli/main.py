@@ -20,7 +20,7 @@ from airlock import __version__
 
 # Only what every command needs is imported here: `airlock run` is on an
 # agent's hot path, and each command imports the rest when it runs.
-from airlock.cli import agentcmds, agenthooks, events, fleet, operator, passkey, passkeyfleet, show, tokens
+from airlock.cli import agentcmds, agenthooks, events, fleet, operator, passkey, passkeyfleet, running, show, tokens
 from airlock.cli import output as output_cli
 from airlock.cli import policy as policy_cli
 from airlock.common.validate import parse_duration
@@ -139,6 +139,7 @@ def parser() -> argparse.ArgumentParser:
 
     op("status", "show whether airlock is on hold and how much is pending").set_defaults(func=operator.cmd_status)
     op("pending", "list requests waiting for an operator").set_defaults(func=operator.cmd_pending)
+    op("running", "list the jobs running now (what kill takes)").set_defaults(func=running.cmd_running)
     for verb, text in (("approve", "approve a pending request"), ("deny", "deny a pending request")):
         sp = op(verb, text)
         sp.add_argument(

@@ -37,6 +37,18 @@ def _decision_text(decision: dict[str, Any]) -> str:
     return text
 
 
+def _touch_text(touch: dict[str, Any]) -> str:
+    """Issue 49: a passkey vote: who, with which credential, and the group one touch decided."""
+    text = f"{touch.get('action')} by {touch.get('operator')}, method: passkey, credential {touch.get('credential_id')}"
+    group = touch.get("group")
+    if isinstance(group, dict):
+        text += (
+            f"; group: {group.get('hosts')} host(s), key {group.get('key')}, digest {group.get('digest')}, "
+            f"this host's statement {group.get('member')}"
+        )
+    return text
+
+
 def cmd_show(ns: argparse.Namespace) -> int:
     if getattr(ns, "output", False) or getattr(ns, "stdin", False):
         return _contents(ns)
@@ -90,6 +102,8 @@ def cmd_show(ns: argparse.Namespace) -> int:
                 ),
             )
         )
+    for touch in decision.get("passkeys") or []:
+        pairs.append(("passkey", sanitise(_touch_text(touch))))
     waiting = render.quorum_line(data.get("detail") or {}) if data.get("pending") else ""
     if waiting:
         pairs.append(("waiting", waiting))

@@ -27,6 +27,9 @@ def reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+_DECODER: Final = json.JSONDecoder(parse_constant=reject_constant)  # built once (issue 50); stateless
+
+
 def iso_utc(seconds: float | None = None, *, timespec: str = "milliseconds") -> str:
     """A moment as airlock writes it everywhere: ISO 8601 in UTC, ending in ``Z`` (now, without ``seconds``)."""
     moment = datetime.now(UTC) if seconds is None else datetime.fromtimestamp(seconds, UTC)
@@ -45,7 +48,9 @@ def parse_object(line: bytes) -> dict[str, Any]:
         # A CRLF line ending is not "exactly \n"; say so instead of a JSON error.
         raise AirlockError(ErrorCode.INVALID_REQUEST, "request line must end with \\n, not \\r\\n")
     try:
-        value = json.loads(text, parse_constant=reject_constant)
+        # json.loads with a keyword builds a decoder per call; ours is built once (issue 50).  A line
+        # starting with a BOM goes to json.loads, which refuses it in its own words before parsing.
+        value = json.loads(text) if text.startswith("\ufeff") else _DECODER.decode(text)
     except RecursionError:
         raise AirlockError(ErrorCode.INVALID_JSON, "request JSON is nested too deeply") from None
     except ValueError as exc:
@@ -156,13 +161,19 @@ def decode_request(line: bytes) -> Request:
     return request_from_object(parse_object(line))
 
 
+# Built once: json.dumps and json.loads with keywords build an encoder or decoder per call, several
+# per request in every service (issue 50).  Both are stateless between calls.
+_CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_COMPACT: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> bytes:
     """Canonical JSON: sorted keys, no insignificant whitespace, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _CANONICAL.encode(value).encode()
 
 
 def _line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return _COMPACT.encode(obj).encode() + b"\n"
 
 
 def encode_ok(request_id: str | None, data: dict[str, Any]) -> bytes:

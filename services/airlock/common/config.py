@@ -293,6 +293,7 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
 def _check(config: Config, path: str) -> None:
     _check_signer_accounts(config, path)
     _check_output_log(config, path)
+    _check_fleet_groups(config, path)
     limits = config.limits
     if limits.replay_window_seconds < 2 * limits.freshness_seconds:
         raise ConfigError(
@@ -307,6 +308,17 @@ def _check(config: Config, path: str) -> None:
             f"{path}: limits.max_total_output_bytes: must be at most {MAX_TOTAL_OUTPUT} "
             f"(got {limits.max_total_output_bytes})"
         )
+
+
+def _check_fleet_groups(config: Config, path: str) -> None:
+    """A host group names only hosts the console knows (a typo would filter a host out, silently)."""
+    known = set(config.web.fleet_hosts)
+    for name, hosts in config.web.fleet_groups:
+        unknown = [h for h in hosts if h not in known]
+        if unknown:
+            raise ConfigError(
+                f"{path}: web.fleet_groups.{name}: {', '.join(map(repr, unknown))} not in web.fleet_hosts"
+            )
 
 
 def _check_output_log(config: Config, path: str) -> None:

@@ -132,6 +132,10 @@ class Web:
     fleet_hosts: tuple[str, ...] = ()
     fleet_ssh_config: Path | None = None
     fleet_relay_secrets: Path | None = None
+    fleet_name: str | None = None  # on a host: its name in the console's fleet_hosts (enrollment links name it)
+    fleet_groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # named groups of fleet_hosts (the page's filter)
+    fleet_collector_journal: Path | None = None  # a collector's journal files, verified per host for the page
+    fleet_host_keys: Path | None = None  # the hosts' checkpoint keys (`airlock audit verify --host-keys`)
 
     @property
     def origin(self) -> str:

@@ -230,6 +230,29 @@ def field_of(items: dict[str, tuple[yaml.Node, yaml.Node]], key: str, prefix: st
         raise NodeError(node, f"{prefix}.{key}", str(exc)) from None
 
 
+def host_groups(node: yaml.Node) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``web.fleet_groups``: a mapping of group name -> a list of hosts (each as ``web.fleet_hosts`` names it)."""
+    if is_null(node):
+        return ()
+    if not isinstance(node, yaml.MappingNode):
+        raise ValueError("expected a mapping of group name to a list of hosts")
+    out: dict[str, tuple[str, ...]] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != STR or not str(key_node.value).strip():
+            raise NodeError(key_node, "", "group names must be non-empty strings")
+        name = str(key_node.value)
+        if name in out:
+            raise NodeError(key_node, f".{name}", "duplicate group")
+        try:
+            hosts = string_list(value_node)
+        except ValueError as exc:
+            raise NodeError(value_node, f".{name}", str(exc)) from None
+        if not hosts:
+            raise NodeError(value_node, f".{name}", "a group lists at least one host")
+        out[name] = hosts
+    return tuple(out.items())
+
+
 @dataclass(frozen=True, slots=True)
 class Observers:
     """The read-only operators: ``status``, ``pending``, ``show`` and ``events`` only."""

@@ -30,7 +30,8 @@ class Containment(enum.StrEnum):
 
 # The one registry: every mode and what it gives a job (docs/configuration.md says the same).
 MODES: Final[dict[Containment, str]] = {
-    Containment.SERVICE: "each job stage a transient systemd service (a rule's sandbox applies)",
+    Containment.SERVICE: "each job stage a transient systemd unit outside the runner's sandbox: a scope, or a "
+    "service when its rule's sandbox or credentials need one",
     Containment.SCOPE: "a transient systemd scope around the runner's children",
     Containment.PROCESS_GROUP: "process groups, without systemd",
 }

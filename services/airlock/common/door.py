@@ -93,7 +93,9 @@ class Connection:
                 raise self._too_slow(handshake)
             self.between_requests = handshake is None and not self.decoder.buffered
             try:
-                chunk = await asyncio.wait_for(self.reader.read(64 * 1024), budget)
+                # A timeout scope, not wait_for (a Task per read): the same bound, without a Task (issue 50).
+                async with asyncio.timeout(budget):
+                    chunk = await self.reader.read(64 * 1024)
             except TimeoutError:
                 if handshake is None and not self.decoder.buffered:
                     return None  # an idle client between requests: just close
@@ -141,7 +143,8 @@ class Connection:
             raise ConnectionResetError(f"connection dropped: {self.dropped}")
         self.writer.write(data)
         try:
-            await asyncio.wait_for(self.writer.drain(), self._write_timeout)
+            async with asyncio.timeout(self._write_timeout):  # not wait_for: no Task per reply (issue 50)
+                await self.writer.drain()
         except TimeoutError:
             self.drop("write_timeout")
             raise ConnectionResetError("the client did not read its reply in time") from None

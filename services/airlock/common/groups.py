@@ -2,12 +2,19 @@
 
 Requests on different hosts are *the same request* when their approval
 statements (approval/statement.py: one ``name: "JSON string"`` line per
-field) agree in every line but the four that are per host by nature: the
-host, the request ID, the nonce and the expiry (`request_key`: the sha256
-of the statement with those four blanked).  So the binding (the spec's
-digest and every binary identity and content hash approval bound), the
-decision, the requester, run-as, command, cwd, stdin, reason, arguments and
-credentials all agree, byte for byte, or there is no group.
+field) agree in every line but those that are per host by nature: the
+host, the request ID, the nonce, the expiry and the ticket binding
+(`request_key`: the sha256 of the statement with those blanked).  The
+binding is per host because it names where each host's binaries sit (their
+device and inode numbers: two real hosts never share them; the system test
+on three containers found that grouping on it grouped nothing).  What stands
+for it in the key is the statement's ``fleet_binding``: the same binding
+without device and inode numbers (approval/pending.py), so the spec's
+digest, every binary's path, owner and mode, content hashes, sandbox and
+environment still count.  That, the decision, the requester, run-as,
+command, cwd, stdin, reason, arguments and credentials all agree, byte for
+byte, or there is no group.  A statement without a ``fleet_binding`` keeps
+its binding in the key (it groups only with itself, never more loosely).
 
 A group is that key and the sorted list of its members' statement digests
 (sha256 of each statement's exact bytes).  One passkey touch signs
@@ -42,6 +49,9 @@ KEY_CONTEXT: Final = b"airlock request key v1\n"
 MAX_MEMBERS: Final = 10_000  # hosts in one group: the list travels to each of them
 # The per-host lines, and what they read as in the request key (each still a valid statement value).
 BLANKED: Final = {"host": '""', "request": '"-"', "expires": '"0"', "nonce": '"' + "0" * 32 + '"'}
+# Blanked only beside a fleet_binding line of 64 hex digits, which stands for it.
+BINDING_BLANKED: Final = '"' + "0" * 64 + '"'
+_FLEET_BINDING: Final = re.compile(r'fleet_binding: "[0-9a-f]{64}"')
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 
@@ -60,12 +70,16 @@ def statement_digest(statement: bytes) -> str:
 
 
 def request_key(statement: bytes) -> str:
-    """What makes two hosts' requests the same one: the statement with host, request, nonce, expiry blanked."""
+    """What makes two hosts' requests the same one: the statement with host, request, nonce, expiry blanked,
+    and the binding too where a ``fleet_binding`` (the binding less device and inode numbers) stands for it."""
     lines = statement.decode("ascii", "replace").split("\n")
+    neutral = any(_FLEET_BINDING.fullmatch(line) for line in lines[1:])
     for n, line in enumerate(lines):
         name = line.split(": ", 1)[0]
         if n and name in BLANKED:
             lines[n] = f"{name}: {BLANKED[name]}"
+        elif n and neutral and name == "binding":
+            lines[n] = f"{name}: {BINDING_BLANKED}"
     return hashlib.sha256(KEY_CONTEXT + "\n".join(lines).encode("ascii", "replace")).hexdigest()
 
 

@@ -31,6 +31,9 @@ from typing import Any
 from airlock.common.errors import AirlockError, ErrorCode
 
 Property = tuple[str, str, Any]  # (name, D-Bus signature, value)
+# The properties a transient scope takes as a service does (cgroup resource control): a stage whose
+# sandbox has only these needs no service (issue 50: runner/forker.py); any other is service-only.
+SCOPE_PROPERTIES = frozenset({"MemoryMax", "MemoryMaxScale", "CPUQuotaPerSecUSec", "TasksMax"})
 
 _UINT64_MAX = 2**64 - 1
 _UINT32_MAX = 2**32 - 1

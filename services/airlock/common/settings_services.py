@@ -16,6 +16,7 @@ from airlock.common.configvalues import (
     absolute_path,
     choice,
     command,
+    host_groups,
     label,
     non_negative_float,
     non_negative_int,
@@ -282,8 +283,9 @@ ROWS: tuple[Setting, ...] = (
         "runner.containment",
         choice(*containment.SETTING),
         "auto",
-        "service: each job stage a transient systemd service (a rule's sandbox applies); scope: a transient scope "
-        "around the runner's children; auto: service when systemd runs and the runner is root, else a process group.",
+        "service: each job stage a transient systemd unit outside the runner's sandbox (a scope, or a service when "
+        "its rule's sandbox or credentials need one); scope: a transient scope around the runner's children; auto: "
+        "service when systemd runs and the runner is root, else a process group.",
     ),
     Setting("runner.slice", string, "airlock-jobs.slice", "The slice jobs are placed in (their services or scopes)."),
     Setting("runner.memory_max", optional_string, None, "MemoryMax= of each job (its service or scope; e.g. 2G)."),
@@ -454,5 +456,35 @@ ROWS: tuple[Setting, ...] = (
         None,
         "Fleet mode: a file of 'HOST SECRET' lines, each host's fleet relay channel secret; a post checked with "
         "its host's secret makes the console ask that host at once (otherwise every 10 s).",
+    ),
+    Setting(
+        "web.fleet_name",
+        optional_string,
+        None,
+        "On a host of a fleet console (docs/fleet.md): this host's name in the console's web.fleet_hosts; "
+        "enrollment links then name it (WEB_URL/enroll/TOKEN?host=NAME), so the console carries the "
+        "registration to this host alone. null: links name no host (the single-host console).",
+    ),
+    Setting(
+        "web.fleet_groups",
+        host_groups,
+        (),
+        "Fleet mode: named groups of hosts (a mapping of name to a list of hosts as web.fleet_hosts names them), "
+        "offered as the page's host-group filter (?group=NAME); a name not in web.fleet_hosts is refused.",
+    ),
+    Setting(
+        "web.fleet_collector_journal",
+        optional_absolute_path,
+        None,
+        "Fleet mode: a collector's journal directory (what systemd-journal-remote writes, mounted or synced here); "
+        "with web.fleet_host_keys the page shows each host's chain as `airlock audit verify --journal "
+        "--host-keys` checks it (every 5 minutes).",
+    ),
+    Setting(
+        "web.fleet_host_keys",
+        optional_absolute_path,
+        None,
+        "Fleet mode: the hosts' checkpoint keys (one `airlock audit host-key` line per host), which prove each "
+        "host's chain in web.fleet_collector_journal; without them the page does not verify the collector.",
     ),
 )

@@ -62,6 +62,17 @@ def summarise(events: list[dict[str, Any]]) -> dict[str, Any]:
                 decision |= {"grant_use": decided.get("grant_use"), "grant_uses": decided["grant_uses"]}
         if decided.get("decided_with"):  # issue 34: decided with an identical request pending before it
             decision["decided_with"] = decided["decided_with"]
+        # Issue 49: a passkey touch's vote (the person, the credential, and the group when a fleet console
+        # carried one touch to many hosts): on the collector and in `show`, one touch's reach is plain.
+        touches = [
+            {k: p.get(k) for k in ("operator", "action", "method", "credential_id", "group")}
+            for e in events
+            if e.get("kind") == "operator.action"
+            for p in [_payload(e)]
+            if p.get("method") == "passkey" and p.get("action") in ("approve", "deny")
+        ]
+        if touches:
+            decision["passkeys"] = touches
 
     outcome: dict[str, Any] | None = None
     if ended_event is not None or replied_event is not None:

@@ -104,6 +104,11 @@ def _canonical_object(name: str, value: object, cap: int) -> tuple[dict[str, Any
         normalized = json.loads(data, parse_constant=reject_constant)
     except (ValueError, RecursionError):
         raise _invalid(f"{name} holds a value JSON cannot carry (NaN or infinity)", name) from None
+    if normalized == value:
+        # Already JSON's own shape (string keys, lists, no tuples): what was parsed back is what was
+        # encoded, so the encoding is already the canonical text of ``normalized``; encoding it a
+        # second time cost every record of every exec a third JSON pass (issue 50).
+        return normalized, data.decode()
     text = canonical_json(normalized).decode()
     return normalized, text
 

@@ -197,7 +197,8 @@ class Writer:
                 # (exec.started, request.replied) a moment to share their commit.
                 self._urgent.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._urgent.wait(), DEFER_LINGER)
+                    async with asyncio.timeout(DEFER_LINGER):  # not wait_for: no Task per batch (issue 50)
+                        await self._urgent.wait()
                 stop = self._drain(batch)
             await self._commit(loop, batch)
             if self._roll_due():

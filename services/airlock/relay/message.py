@@ -78,6 +78,7 @@ def pending_message(event: dict[str, Any], host: str, user_of: Any, now: float, 
     host = _s(host, strict=True)
     message = {
         "seq": event.get("seq"),
+        "time": _s(event.get("time"), strict=True) or None,  # the journal event's (a fleet console's relay lag)
         "event": "pending",
         "host": host,
         "request_id": request_id,
@@ -148,6 +149,7 @@ def decided_message(event: dict[str, Any], host: str, known: dict[str, Any] | No
     request_id = _s(event.get("request_id"), strict=True)
     message: dict[str, Any] = {
         "seq": event.get("seq"),
+        "time": _s(event.get("time"), strict=True) or None,
         "event": "decided",
         "host": _s(host, strict=True),
         "request_id": request_id,

@@ -14,7 +14,7 @@ from airlock.common.containment import Containment
 from airlock.common.containment import systemd_is_running as systemd_is_running  # spawn.py's import
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.sandbox import cpu_quota_property, memory_property
-from airlock.runner import units
+from airlock.runner import forker, stageunit, units
 from airlock.runner.arguments import Script
 from airlock.runner.jobspec import JobSpec
 from airlock.runner.scope import ProcessGroups, ScopeContainment, ScopeSettings
@@ -37,10 +37,22 @@ def _scope_containment(spec: JobSpec) -> ScopeContainment:
 
 
 class ServiceContainment(ProcessGroups):
-    """Every stage in its own transient service (units.py); systemd kills what is left."""
+    """Every stage in its own transient unit, started outside the runner's sandbox.
+
+    A scope (forker.py: forked by the fork server, at systemd's own cost) when no stage's rule
+    needs a service-only sandbox property (`sandbox.SCOPE_PROPERTIES` are not) or credentials;
+    otherwise a service per stage (units.py), which systemd starts, sandboxes and stops with what
+    is left in it.
+    """
 
     def __init__(self, spec: JobSpec) -> None:
         super().__init__()
+        self.scoped = not any(spec.credentials or ()) and all(
+            name in sandbox.SCOPE_PROPERTIES
+            for sb in spec.sandboxes or ()
+            if sb
+            for name, _sig, _value in sb.properties
+        )
         self.limits: list[sandbox.Property] = []
         if spec.memory_max is not None:
             self.limits.append(memory_property(spec.memory_max))
@@ -51,24 +63,34 @@ class ServiceContainment(ProcessGroups):
         # Bad settings fail before anything starts.
         # Each stage's sandbox properties as computed once, when the bound sandbox was parsed.
         self.stage_limits = [list(sb.properties) if sb else [] for sb in spec.sandboxes or [None] * len(spec.stages)]
-        self.stages: list[units.StageService] = []
+        self.stages: list[units.StageService] = []  # StageScope when scoped
         self.env_files: list[str] = []
 
     async def attach(self, pids: Sequence[int]) -> None:
         pass
 
+    def _running(self) -> list[units.StageService]:
+        # A service whose main process ended stops and systemd kills the rest; a scope stays while
+        # anything of the job is left in it, so it is signalled until it is empty (the sweep).
+        return [s for s in self.stages if s.returncode is None or isinstance(s, forker.StageScope)]
+
     async def signal(self, signum: int) -> None:
-        for stage in self.stages:
-            if stage.returncode is None:
-                await stage.kill(signum)
+        for stage in self._running():
+            await stage.kill(signum)
 
     def signal_now(self, signum: int) -> None:
-        for stage in self.stages:
-            if stage.returncode is None:
-                stage.kill_now(signum)
+        for stage in self._running():
+            stage.kill_now(signum)
 
     async def occupied(self) -> bool:
-        return False  # a stage's unit stops only once systemd killed everything in it
+        # A service stops only once systemd killed everything in it; a scope outlives its first
+        # process, so what is left in it is swept (SIGTERM, the grace, SIGKILL) like a service's.
+        return any(isinstance(stage, forker.StageScope) and stage.occupied() for stage in self.stages)
+
+    def unit_names(self, spec: JobSpec) -> list[str]:
+        """Each stage's unit name (a scope's or a service's)."""
+        suffix = ".scope" if self.scoped else ".service"
+        return [stageunit.stage_name(spec, i, suffix) for i in range(len(spec.stages))]
 
     async def release(self) -> None:
         for stage in self.stages:

@@ -36,7 +36,7 @@ from airlock.common.peer import AllowList, Peer, uid_of
 from airlock.common.server import Call, Door, Service
 from airlock.common.wire import runner as wire
 from airlock.common.wire.verb import Caller, Empty, serve
-from airlock.runner import arguments, credentials, jobverbs, recheck, review, units
+from airlock.runner import arguments, credentials, forker, jobverbs, recheck, review, units
 from airlock.runner.control import JobControl
 from airlock.runner.endconfirm import EndRecords
 from airlock.runner.endrecord import (
@@ -350,6 +350,7 @@ async def build(config: Config, sockets: Mapping[str, socket.socket]) -> Service
         runner.trees.wake()  # airlock-exectree opens its kernel source while the runner starts
     if runner.containment() is Containment.SERVICE:
         units.warm()  # the bus connection the first job would otherwise open
+        forker.warm()  # and the fork server that forks its stages into scopes (issue 50)
     service = Service(NAME, config, [runner.door(FileVerbs(runner), PasskeyWriter(config))])
     lifecycle(service, runner.audit)
     return service

@@ -39,15 +39,11 @@ from airlock.common.child import describe_exit, terminate
 from airlock.common.codec import iso_utc
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.spec import check_privilege
-from airlock.runner import arguments, stageunit, units
+from airlock.runner import arguments, units, unitstart
 from airlock.runner.binaries import _Binary, _close_all, _is_own_identity, _open_all
 from airlock.runner.containment import (
-    _SCOPE_BACKSTOP_SLACK_SECONDS,
     ServiceContainment,
     _containment_for,
-    _write_credential_copies,
-    _write_env_file,
-    _write_script_copies,
     systemd_is_running,
 )
 from airlock.runner.control import JobControl
@@ -78,7 +74,7 @@ _SWEEP_KILL_WAIT_SECONDS = 1.0
 # --- the job ----------------------------------------------------------------------------
 
 
-class _Job:
+class Job:
     """The mutable runtime state of one job (the spec stays frozen)."""
 
     def __init__(
@@ -109,11 +105,11 @@ class _Job:
         self.timed_out = False
         self.cancelled = False
 
-    def _stage_pipes(self, spec: JobSpec, index: int, last: int) -> tuple[_Fd, _Fd, _Fd]:
+    def stage_pipes(self, spec: JobSpec, index: int, last: int) -> tuple[_Fd, _Fd, _Fd]:
         """A stage's stdout and stderr pipes: stderr always captured, stdout only for the last stage
         (otherwise it feeds the next one).  Returns (read_out, write_out, write_err)."""
-        read_out, write_out = self._pipe()
-        read_err, write_err = self._pipe()
+        read_out, write_out = self.pipe()
+        read_err, write_err = self.pipe()
         if index == last:
             _grow_pipe(read_out.fd)
             self.streams.append((read_out, _Stream("stdout", index, spec, self.on_output, self.budget, self.log)))
@@ -121,7 +117,7 @@ class _Job:
         self.streams.append((read_err, _Stream("stderr", index, spec, self.on_output, self.budget, self.log)))
         return read_out, write_out, write_err
 
-    def _pipe(self) -> tuple[_Fd, _Fd]:
+    def pipe(self) -> tuple[_Fd, _Fd]:
         r, w = os.pipe()
         ends = (_Fd(r), _Fd(w))
         self.fds.extend(ends)
@@ -146,7 +142,7 @@ class _Job:
             next_in = _Fd(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
             self.fds.append(next_in)
         else:
-            next_in, writer = self._pipe()
+            next_in, writer = self.pipe()
             self.stdin = (writer, spec.stdin)
         gates: list[_Fd] = []
         ids: dict[str, Any] = {}
@@ -156,7 +152,7 @@ class _Job:
             ids = {"user": spec.identity.uid, "group": spec.identity.gid, "extra_groups": list(spec.identity.groups)}
         for index, (argv, opened) in enumerate(zip(spec.stages, self.binaries, strict=True)):
             executable = opened.path
-            read_out, write_out, write_err = self._stage_pipes(spec, index, last)
+            read_out, write_out, write_err = self.stage_pipes(spec, index, last)
             # argv[0] is the canonical path that policy matched, not the name the
             # request gave: multi-call binaries (systemctl as `reboot`) choose
             # what to do from argv[0], and policy judged the canonical binary.
@@ -171,7 +167,7 @@ class _Job:
             pass_fds: tuple[int, ...] = (opened.fd, *sealed)
             env: dict[str, str] = dict(spec.env)
             if self.containment.gated:
-                gate_in, gate_out = self._pipe()
+                gate_in, gate_out = self.pipe()
                 gates.append(gate_out)
                 pass_fds = (gate_in.fd, opened.fd, *sealed)
                 program = os.path.realpath(sys.executable)
@@ -209,46 +205,6 @@ class _Job:
             # The next stage reads this one's stdout straight from the pipe.
             next_in = read_out
         return gates
-
-    async def spawn_units(self, containment: ServiceContainment) -> None:
-        """Start every stage as its own transient service, stdio passed as fds."""
-        spec = self.spec
-        last = len(spec.stages) - 1
-        next_in: _Fd | None = None
-        if spec.stdin is not None:
-            next_in, writer = self._pipe()
-            self.stdin = (writer, spec.stdin)
-        for index, opened in enumerate(self.binaries):
-            read_out, write_out, write_err = self._stage_pipes(spec, index, last)
-            name = stageunit.stage_name(spec, index)
-            scripts = _write_script_copies(name, [s for s in self.scripts if s.stage == index], containment.env_files)
-            containment.env_files.append(env_file := _write_env_file(name, spec.env, scripts))
-            loaded = _write_credential_copies(name, spec.credentials, index, containment.env_files)
-            stage = stageunit.for_stage(
-                spec,
-                index,
-                opened,
-                env_file=env_file,
-                limits=(*containment.limits, *containment.stage_limits[index], *loaded),
-                runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
-            )
-            try:
-                service = await units.start_stage(
-                    stage, (next_in.fd if next_in is not None else None, write_out.fd, write_err.fd)
-                )
-            except AirlockError as exc:
-                raise AirlockError(
-                    exc.code, f"stage {index + 1}: {exc.message}", exc.details | {"stage": index}
-                ) from None
-            containment.stages.append(service)
-            self.services.append(service)
-            if containment.unit is None:
-                containment.unit = name
-            if next_in is not None:
-                next_in.close()
-            write_out.close()
-            write_err.close()
-            next_in = read_out
 
     def start_io(self) -> None:
         for fd, stream in self.streams:
@@ -390,18 +346,20 @@ async def _execute(
     budget, reason = spec.timeout_seconds, "timeout"
     if spec.deadline is not None and spec.deadline - started_wall < budget:
         budget, reason = spec.deadline - started_wall, "deadline"
-    job = _Job(spec, containment, binaries, on_output, scripts, output_log)
+    job = Job(spec, containment, binaries, on_output, scripts, output_log)
     if budget <= 0 or (cancel is not None and cancel.is_set()):
         job.timed_out = budget <= 0
         job.cancelled = not job.timed_out
         return _result(job, started_wall, started_mono, reason, started=False)
     try:
         if control is not None:  # the exec tree: by the stages' units (cgroups), else by fork ancestry
-            service = isinstance(containment, ServiceContainment)
-            await control.begin([stageunit.stage_name(spec, i) for i in range(len(spec.stages))] if service else ())
+            await control.begin(containment.unit_names(spec) if isinstance(containment, ServiceContainment) else ())
         if isinstance(containment, ServiceContainment):
             gates: list[_Fd] = []
-            await job.spawn_units(containment)
+            if containment.scoped:
+                gates = await unitstart.scopes(job, containment)
+            else:
+                await unitstart.services(job, containment)
         else:
             # fork+exec blocks for as long as the child takes to exec: do it off the
             # event loop so other jobs' output keeps flowing and spawns overlap.
@@ -422,7 +380,8 @@ async def _execute(
             job.cancelled = not job.timed_out
             return _result(job, started_wall, started_mono, reason, started=False)
         if gates:  # inside the scope now: let them exec
-            payload = _gate_payload(spec.env)
+            # The fork server's stages have their environment already (forker.py); the shim's come here.
+            payload = b"1" if isinstance(containment, ServiceContainment) else _gate_payload(spec.env)
             for gate in gates:
                 os.set_blocking(gate.fd, False)
             await asyncio.gather(*(_feed(gate, payload) for gate in gates))
@@ -446,7 +405,7 @@ async def _execute(
     return result
 
 
-def _result(job: _Job, started_wall: float, started_mono: float, reason: str, *, started: bool) -> JobResult:
+def _result(job: Job, started_wall: float, started_mono: float, reason: str, *, started: bool) -> JobResult:
     spec = job.spec
     stdout, stdout_truncated, stdout_sha256 = b"", False, sha256_hex(b"")
     stderr: dict[int, tuple[bytes, bool, str]] = {}

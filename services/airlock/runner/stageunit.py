@@ -235,9 +235,9 @@ def returncode_of(code: int, status: int) -> int:
     return status
 
 
-def stage_name(spec: JobSpec, index: int) -> str:
+def stage_name(spec: JobSpec, index: int, suffix: str = ".service") -> str:
     """The unit name of stage ``index`` of ``spec`` (``.s<stage>`` only in a pipeline)."""
-    return unit_name(spec.operation_id, spec.owner_uid, index if len(spec.stages) > 1 else None)
+    return unit_name(spec.operation_id, spec.owner_uid, index if len(spec.stages) > 1 else None, suffix)
 
 
 def for_stage(

@@ -454,3 +454,40 @@ class StageService:
 async def start_stage(unit: StageUnit, stdio: tuple[int | None, int, int]) -> StageService:
     await _run(_start, unit.name, unit_properties(unit), stdio)
     return StageService(unit.name)
+
+
+# --- for forker.py's scopes ---------------------------------------------------------------
+
+
+def start_unit(name: str, props: Sequence[Property]) -> None:
+    """StartTransientUnit with ``props`` as they are (no stdio added); on the D-Bus thread (`in_thread`)."""
+    dbus = _dbus()
+    wire = [(key, _variant(dbus, sig, value)) for key, sig, value in props]
+    try:
+        _manage(
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
+            name,
+            "fail",
+            dbus.Array(wire, signature="(sv)"),
+            dbus.Array([], signature="(sa(sv))"),
+        )
+    except dbus.DBusException as exc:
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"systemd refused unit {name}: {exc.get_dbus_message()}") from None
+    finally:
+        del wire  # UnixFd holds duplicates: drop them now
+
+
+def scope_cpu(name: str) -> int | None:
+    """A scope's CPUUsageNSec (None: not known); on the D-Bus thread."""
+    dbus = _dbus()
+    try:
+        cpu = int(_invoke(_unit_path(name), _PROPS, "Get", "ss", "org.freedesktop.systemd1.Scope", "CPUUsageNSec"))
+    except dbus.DBusException:
+        return None
+    return None if cpu == 2**64 - 1 else cpu
+
+
+async def in_thread(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on the D-Bus thread, where every call to systemd is made."""
+    return await _run(fn, *args)

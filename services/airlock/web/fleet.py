@@ -37,7 +37,7 @@ from airlock.common.wire import passkey as pk
 from airlock.common.wire.message import Message
 from airlock.common.wire.verb import Empty, Verb
 from airlock.web import fleetview
-from airlock.web.fleetview import HostView, Row
+from airlock.web.fleetview import HostView, RelayMark, Row
 
 CALL_TIMEOUT: Final = 30.0
 PARALLEL: Final = 32  # ssh processes at once (each host's connection is shared across its calls)
@@ -55,6 +55,10 @@ def command(verb: Verb[A, Any], args: A) -> tuple[list[str], bytes | None]:
     """The host's ``airlock`` command line that calls ``verb`` (only what the console calls), and its stdin."""
     if verb is op.PENDING:
         return ["pending", "--json"], None
+    if verb is op.RUNNING:
+        return ["running", "--json"], None
+    if verb is op.STATUS:
+        return ["status", "--json"], None
     if verb is op.STATEMENT:
         said = args.to_dict()
         deny = ["--deny"] if said.get("decision") == "deny" else []
@@ -73,6 +77,8 @@ class Fleet:
         self.ssh_config = ssh_config
         self.control_dir = tempfile.mkdtemp(prefix="airlock-fleet-ssh-")
         self.views: dict[str, HostView] = {h: HostView(h) for h in self.hosts}
+        self.relays: dict[str, RelayMark] = {}  # each host's newest signed relay post (news, never the truth)
+        self.collected: dict[str, dict[str, Any]] = {}  # the collector's verdict per host (`fleetaudit`)
         self._gate = asyncio.Semaphore(PARALLEL)
 
     def _control(self, host: str) -> str:
@@ -114,7 +120,11 @@ class Fleet:
         await asyncio.gather(*(self._refresh(h) for h in (self.hosts if hosts is None else hosts)))
 
     async def _refresh(self, host: str) -> None:
-        reply = await self.call(host, op.PENDING, Empty())
+        reply, jobs, status = await asyncio.gather(
+            self.call(host, op.PENDING, Empty()),
+            self.call(host, op.RUNNING, Empty()),
+            self.call(host, op.STATUS, Empty()),
+        )
         if not reply.get("ok"):
             error = reply.get("error") or {}
             self.views[host] = HostView(host, error=f"{error.get('code')}: {error.get('message')}")
@@ -138,7 +148,33 @@ class Fleet:
         found = dict(zip(new, await asyncio.gather(*(self.statement(host, rid, "allow") for rid in new)), strict=True))
         statements = {rid: text for rid in wanted if (text := known.get(rid) or found.get(rid)) is not None}
         fleetview.warm(statements.values())
-        self.views[host] = HostView(host, tuple(pending), statements, "", time.time())
+        running = [j for j in (jobs.get("data") or {}).get("running") or [] if isinstance(j, dict)]
+        if not jobs.get("ok") or not status.get("ok"):  # an older host, or its runner down: pending still shows
+            log.warning(
+                "web.fleet.host_partial", host=host, running=bool(jobs.get("ok")), status=bool(status.get("ok"))
+            )
+        data = status.get("data")
+        held: dict[str, Any] = data if status.get("ok") and isinstance(data, dict) else {}
+        self.views[host] = HostView(host, tuple(pending), statements, "", time.time(), tuple(running), held)
+
+    def relayed(self, host: str, message: Mapping[str, Any], now: float) -> None:
+        """A host's signed relay post: its seq and event time, kept when newer (at least once: repeats come)."""
+        seq = message.get("seq") if isinstance(message.get("seq"), int) else None
+        known = self.relays.get(host)
+        if known is not None and seq is not None and known.seq is not None and seq < known.seq:
+            return
+        self.relays[host] = RelayMark(seq, fleetview.event_time(message.get("time")), now)
+
+    async def act_begin(self, host: str, args: pk.ActBegin) -> dict[str, Any]:
+        """``host``'s action statement for a person's touch (`airlock passkey carry --verb act_begin`)."""
+        return await self.call(host, op.PASSKEY_ACT_BEGIN, args)
+
+    async def act(self, host: str, args: pk.Act) -> dict[str, Any]:
+        """The touch carried to ``host``, which checks it and acts (`airlock passkey carry --verb act`)."""
+        reply = await self.call(host, op.PASSKEY_ACT, args)
+        log.info("web.fleet.acted", host=host, ok=bool(reply.get("ok")))
+        await self.refresh([host])
+        return reply
 
     async def statement(self, host: str, request_id: str, decision: str) -> str | None:
         """The statement ``host`` publishes now for one decision of a pending request (None if it has none)."""

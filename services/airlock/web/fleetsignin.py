@@ -2,79 +2,61 @@
 
 The bastion holds no credential: a sign-in's challenge is a host's
 (``passkey.login_begin`` carried over SSH by ``airlock passkey carry --verb
-login_begin``, bound to this browser's pre-session cookie), and so is the
-check of the assertion (``login_finish``: origin, RP ID, user verification,
-signature, counter, and the account's role there).  The first host that
-answers is asked; the challenge is finished on the same host.  The console
-then keeps a session of its own in memory (a random cookie, HttpOnly,
-SameSite=Strict; it ends at ``web.session_minutes`` or at a restart): it
-lets a person *see* the page; every decision is still a touch each host
-verifies.  Compared with the single-host console there is no per-tab
-proof header yet (issue 46): the cookie alone is the session.
+login_begin``, bound to this browser's pre-session cookie and tab key), and
+so is the check of the assertion (``login_finish``: origin, RP ID, user
+verification, signature, counter, and the account's role there).  The first
+host that answers is asked; the challenge is finished on the same host.  The
+console then keeps a session of its own in memory with the single-host
+console's rules (`tabs.Tabs`: a ``__Host-`` cookie where the browser takes
+it, the tab's proof on every request, the CSRF token on every change; it
+ends at ``web.session_minutes``, at sign-out or at a restart): it lets a
+person *see* the page; every decision is still a touch each host verifies.
+
+Like the single-host console, the session lives only while the host that
+signed it in says so (``passkey.session``, carried; asked at most every
+`LIVE_SECONDS`): a revoked passkey's sessions end there, and then here.  A
+host that cannot be reached keeps the session (it only shows the page).
 """
 
 from __future__ import annotations
 
-import hashlib
-import secrets
+import dataclasses
 import time
-from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
 
 from airlock.common.config import Config
+from airlock.common.log import get as get_logger
 from airlock.common.wire import operator as op
 from airlock.common.wire import passkey as pk
 from airlock.web.fleet import Fleet
+from airlock.web.sessions import Session
+from airlock.web.tabs import Tabs
 
-PRE_COOKIE: Final = "airlock-fleet-pre"
 MAX_SIGNINS: Final = 256  # sign-in challenges open at once (each a host's, 5 minutes)
 SIGNIN_SECONDS: Final = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    account: str
-    role: str
-    expires: float
-
-
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+LIVE_SECONDS: Final = 10.0  # a host's word that a session is live is taken this long (one SSH call per tab)
+log = get_logger("airlock.web.fleetsignin")
 
 
 class SignIn:
-    """Sign-ins carried to a host, and the console's sessions (by the cookie's digest)."""
+    """Sign-ins carried to a host, and the console's sessions (`tabs.Tabs`)."""
 
     def __init__(self, config: Config, fleet: Fleet) -> None:
         self.config = config
         self.fleet = fleet
-        self.secure = config.web.origin.startswith("https://")
-        self.cookie = "__Host-airlock-fleet" if self.secure else "airlock-fleet"
+        self.tabs = Tabs(config.web.url or "", config.web.session_minutes, name="airlock-fleet")
         self.open: dict[str, tuple[str, float]] = {}  # challenge ID -> (host, until)
-        self.sessions: dict[str, Session] = {}
+        self.hosts: dict[str, str] = {}  # a session's ticket -> the host that signed it in and keeps it
+        self.checked: dict[str, float] = {}  # a session's ticket -> when that host last said it is live
 
-    def session_of(self, request: web.Request) -> Session | None:
-        token = request.cookies.get(self.cookie) or ""
-        found = self.sessions.get(_digest(token)) if token else None
-        if found is None or found.expires <= time.time():
-            return None
-        return found
-
-    def _client(self, request: web.Request) -> tuple[str, str | None]:
-        token = request.cookies.get(PRE_COOKIE) or ""
-        minted = None
-        if not 32 <= len(token) <= 128:
-            token = minted = secrets.token_urlsafe(32)
-        return hashlib.sha256(f"fleet\n{token}".encode()).hexdigest(), minted
-
-    async def begin(self, request: web.Request) -> web.StreamResponse:
+    async def begin(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         now = time.time()
         self.open = {k: v for k, v in self.open.items() if v[1] > now}
         if len(self.open) >= MAX_SIGNINS:
             return web.json_response({"ok": False, "error": "too many sign-ins open; try again"}, status=429)
-        client, minted = self._client(request)
+        client, minted = self.tabs.client(request, body)
         # A host that answered last time first; the first one that answers now signs in.
         views = self.fleet.views
         ordered = sorted(self.fleet.hosts, key=lambda h: (bool(views[h].error), -views[h].contact))
@@ -84,14 +66,12 @@ class SignIn:
                 data = reply.get("data") or {}
                 self.open[str(data.get("challenge_id"))] = (host, now + SIGNIN_SECONDS)
                 response = web.json_response({"ok": True} | {k: data.get(k) for k in ("options", "challenge_id")})
-                if minted is not None:
-                    secure = self.secure
-                    response.set_cookie(PRE_COOKIE, minted, path="/", secure=secure, httponly=True, samesite="Strict")
+                self.tabs.keep_pre(response, minted)
                 return response
         return web.json_response({"ok": False, "error": "no host answered to sign in"}, status=502)
 
     async def finish(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        client, _ = self._client(request)
+        client, _ = self.tabs.client(request, body)
         challenge_id = str(body.get("challenge_id"))
         host, until = self.open.pop(challenge_id, ("", 0.0))
         if not host or until <= time.time():
@@ -103,20 +83,44 @@ class SignIn:
         if not reply.get("ok") or not isinstance(account, str) or role not in ("operator", "observer"):
             error = (reply.get("error") or {}).get("message") or "refused"
             return web.json_response({"ok": False, "error": f"{host}: {error}"}, status=401)
-        seconds = self.config.web.session_minutes * 60
-        token = secrets.token_urlsafe(32)
-        self.sessions = {k: s for k, s in self.sessions.items() if s.expires > time.time()}
-        self.sessions[_digest(token)] = Session(account, str(role), time.time() + seconds)
-        response = web.json_response({"ok": True, "account": account, "role": role, "host": host, "next": "/"})
-        response.set_cookie(
-            self.cookie, token, max_age=int(seconds), path="/", secure=self.secure, httponly=True, samesite="Strict"
-        )
+        ticket = data.get("session")  # that host's console session: `live` asks the host about it
+        if not isinstance(ticket, str) or not ticket:
+            return web.json_response({"ok": False, "error": f"{host}: the answer opens no session"}, status=502)
+        token, session = self.tabs.open(request, account, str(role), str(data.get("credential_id") or ""), ticket)
+        kept = {s.ticket for s in self.tabs.sessions.all()}
+        self.hosts = {t: h for t, h in self.hosts.items() if t in kept} | {ticket: host}
+        self.checked = {t: c for t, c in self.checked.items() if t in kept} | {ticket: time.time()}
+        # The proof goes to the console's own script only (a JSON answer to its same-origin POST).
+        answer = {"ok": True, "account": account, "role": role, "host": host, "next": "/", "proof": session.proof}
+        response = web.json_response(answer)
+        self.tabs.opened(response, token)
         return response
 
+    async def live(self, request: web.Request, session: Session) -> Session | None:
+        """The sign-in host's word on ``session`` (at most every `LIVE_SECONDS`); None: it ended there."""
+        host, now = self.hosts.get(session.ticket), time.time()
+        if host is not None and now - self.checked.get(session.ticket, 0.0) < LIVE_SECONDS:
+            return session
+        if host is not None:
+            reply = await self.fleet.call(host, op.PASSKEY_SESSION, pk.Session(session.ticket))
+            error = reply.get("error") or {}
+            if reply.get("ok") or error.get("code") == "unreachable":
+                if not reply.get("ok"):
+                    log.warning("web.fleet.session_unchecked", host=host, account=session.account)
+                self.checked[session.ticket] = now
+                role = (reply.get("data") or {}).get("role")
+                if role in ("operator", "observer") and role != session.role:
+                    return dataclasses.replace(session, role=role)  # the host says what the account is now
+                return session
+        self.tabs.sessions.drop(request.cookies.get(self.tabs.cookie))
+        self.hosts.pop(session.ticket, None)
+        self.checked.pop(session.ticket, None)
+        log.info("web.session.ended", account=session.account, host=host)
+        return None
+
     def signout(self, request: web.Request) -> web.StreamResponse:
-        self.sessions.pop(_digest(request.cookies.get(self.cookie) or "-"), None)
         response = web.HTTPSeeOther("/signin")
-        response.del_cookie(self.cookie, path="/")
+        self.tabs.close(request, response)
         return response
 
 

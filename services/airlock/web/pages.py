@@ -421,14 +421,16 @@ def signin_page() -> Markup:
     )
 
 
-def enroll_page(token: str, account: str) -> Markup:
+def enroll_page(token: str, account: str, host: str | None = None) -> Markup:
+    """The one-time enrollment page; ``host``: the host the fleet console carries the registration to."""
     return html(
         "<p>This one-time link adds a passkey to the account <b>{account}</b>. Your device asks for its PIN "
         "or biometric: user verification is required.</p>"
         '<form id="enroll" class="enroll" method="post" action="/enroll">'
-        '<input type="hidden" name="token" value="{token}">'
+        '<input type="hidden" name="token" value="{token}">{host}'
         '<button type="submit">Create passkey</button>'
         '<p id="enroll-status" class="status" role="status"></p></form>',
         token=token,
         account=account,
+        host=html('<input type="hidden" name="host" value="{h}">', h=host) if host else Markup(""),
     )

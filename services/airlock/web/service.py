@@ -24,9 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import os
-import secrets
 import signal
 import socket
 import sys
@@ -49,7 +47,8 @@ from airlock.common.wire.verb import Empty, Verb
 from airlock.web import fleetweb, pages
 from airlock.web.door import Door, DoorError, decision_args
 from airlock.web.markup import Markup
-from airlock.web.sessions import Session, Sessions
+from airlock.web.sessions import Session
+from airlock.web.tabs import Tabs, body_of
 
 A = TypeVar("A", bound=Message)
 
@@ -63,7 +62,6 @@ CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
-PROOF_HEADER = "X-Airlock-Proof"
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
@@ -84,13 +82,8 @@ class Web:
         self.config = config
         self.door = door
         self.host = host
-        self.sessions = Sessions(config.web.session_minutes)
-        # Secure and __Host- where the browser takes them: over TLS, and on http://localhost, which
-        # browsers treat as a secure context (__Host-: Secure, Path=/, no Domain).
-        url = urlsplit(config.web.url or "")
-        self.secure = url.scheme == "https" or bool(webhold.required(config.web.url or "") and url.hostname)
-        self.cookie = "__Host-airlock" if self.secure else "airlock"
-        self.pre_cookie = f"{self.cookie}-pre"  # the browser a sign-in challenge is bound to (logins.py)
+        self.tabs = Tabs(config.web.url or "", config.web.session_minutes)  # cookie, per-tab proof, CSRF
+        self.sessions, self.cookie = self.tabs.sessions, self.tabs.cookie
         self.log = log.get().bind(service="web")
         self.static = {name: resources.files("airlock.web").joinpath("static", name).read_bytes() for name in STATIC}
 
@@ -109,15 +102,9 @@ class Web:
         site = request.headers.get("Sec-Fetch-Site")
         return site in (None, "same-origin")
 
-    def cookie_session(self, request: web.Request) -> Session | None:
-        """The session the cookie names: half of one (any localhost port receives the cookie)."""
-        return self.sessions.get(request.cookies.get(self.cookie))
-
     def session_of(self, request: web.Request, proof: object = None) -> Session | None:
-        """The session the cookie names, when the request also carries its port-scoped proof (sessions.py)."""
-        session = self.cookie_session(request)
-        given = request.headers.get(PROOF_HEADER) if proof is None else proof
-        return session if session is not None and session.proof_ok(given) else None
+        """The session the cookie names, when the request also carries its port-scoped proof (tabs.py)."""
+        return self.tabs.whole(request, proof)
 
     def page(
         self, title: str, body: Markup, session: Session | None, status: int = 200, *, refresh: int = 0
@@ -161,17 +148,8 @@ class Web:
         A navigation cannot carry the proof header: with the cookie alone the answer is an empty
         shell whose script fetches the same URL again with the proof from the tab's sessionStorage.
         """
-        half = self.cookie_session(request)
-        if half is None:
-            raise web.HTTPSeeOther("/signin")
-        if PROOF_HEADER not in request.headers:
-            text = str(pages.layout("Loading", pages.shell(), None, self.host, refresh=refresh))
-            raise web.HTTPOk(text=text, content_type="text/html")
-        session = self.session_of(request)
-        if session is None:
-            self.log.warning("web.proof.refused", account=half.account, path=request.path)
-            raise web.HTTPUnauthorized(text="refused: this tab's sign-in proof is missing or wrong; sign in again")
-        live = await self.live(request, session)
+        shell = str(pages.layout("Loading", pages.shell(), None, self.host, refresh=refresh))
+        live = await self.live(request, self.tabs.page(request, shell))
         if live is None:
             raise web.HTTPSeeOther("/signin")
         return live
@@ -197,26 +175,13 @@ class Web:
         """A state-changing request's session and body, or an HTTP refusal (origin, CSRF, size)."""
         if not self.same_origin(request):
             raise web.HTTPForbidden(text="refused: this request did not come from airlock-web's own pages")
-        loaded: object
-        try:
-            if request.content_type == "application/json":
-                loaded = await request.json()
-            else:
-                loaded = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
-        except ValueError:
-            loaded = None
-        if not isinstance(loaded, dict):
-            raise web.HTTPBadRequest(text="refused: the body is not a form or a JSON object")
-        body: dict[str, Any] = loaded
-        session = self.session_of(request, request.headers.get(PROOF_HEADER) or body.get("proof"))
+        body = await body_of(request)
+        session = self.tabs.changing(request, body)
         if need_session:
             session = await self.live(request, session)
             if session is None:
                 raise web.HTTPUnauthorized(text="refused: sign in first")
-            token = request.headers.get("X-Airlock-CSRF") or body.get("csrf")
-            if not session.csrf_ok(token):
-                self.log.warning("web.csrf.refused", account=session.account, path=request.path)
-                raise web.HTTPForbidden(text="refused: missing or wrong CSRF token")
+            self.tabs.check_csrf(request, body, session)
         return session, body
 
     # --- pages ----------------------------------------------------------------------
@@ -285,32 +250,20 @@ class Web:
             status = statuses.get(exc.reason, statuses.get(exc.code, 400))
             return web.json_response({"ok": False, "code": exc.code, "error": exc.message}, status=status)
 
-    def client_of(self, request: web.Request, body: dict[str, Any]) -> tuple[str, str | None]:
-        """The sign-in client: this browser's pre-session cookie and its tab's key, hashed; and a new
-        cookie to set when it had none.  approval binds each challenge to it (approval/logins.py)."""
-        token = request.cookies.get(self.pre_cookie) or ""
-        minted = None
-        if not 32 <= len(token) <= 128:
-            token = minted = secrets.token_urlsafe(32)
-        tab = body.get("tab")
-        tab = tab[:128] if isinstance(tab, str) else ""
-        return hashlib.sha256(f"{token}\n{tab}".encode()).hexdigest(), minted
-
     async def signin_begin(self, request: web.Request) -> web.StreamResponse:
         _, body = await self.posted(request, need_session=False)
-        client, minted = self.client_of(request, body)
+        client, minted = self.tabs.client(request, body)
         data = await self._relay(op.PASSKEY_LOGIN_BEGIN, pk.LoginBegin(client))
         if isinstance(data, web.Response):
             return data
         answer = {"ok": True, "options": data.get("options"), "challenge_id": data.get("challenge_id")}
         response = web.json_response(answer)
-        if minted is not None:
-            response.set_cookie(self.pre_cookie, minted, path="/", secure=self.secure, httponly=True, samesite="Strict")
+        self.tabs.keep_pre(response, minted)
         return response
 
     async def signin_finish(self, request: web.Request) -> web.StreamResponse:
         _, body = await self.posted(request, need_session=False)
-        client, _minted = self.client_of(request, body)
+        client, _minted = self.tabs.client(request, body)
         args = pk.LoginFinish(client, challenge_id=body.get("challenge_id"), credential=body.get("credential"))
         data = await self._relay(op.PASSKEY_LOGIN_FINISH, args)
         if isinstance(data, web.Response):
@@ -318,33 +271,22 @@ class Web:
         account, role = data.get("account"), data.get("role")
         if not isinstance(account, str) or role not in ("operator", "observer"):
             return web.json_response({"ok": False, "error": "approval's answer names no account"}, status=502)
-        self.sessions.drop(request.cookies.get(self.cookie))  # a new sign-in never keeps the old cookie
         ticket = data.get("session")
         if not isinstance(ticket, str) or not ticket:
             return web.json_response({"ok": False, "error": "approval's answer opens no session"}, status=502)
-        token, session = self.sessions.create(account, role, str(data.get("credential_id") or ""), ticket)
+        token, session = self.tabs.open(request, account, role, str(data.get("credential_id") or ""), ticket)
         self.log.info("web.signed_in", account=account, role=role, credential_id=session.credential_id)
         # The proof goes to the console's own script only (a JSON answer to its same-origin POST).
         answer = {"ok": True, "account": account, "role": role, "next": "/", "proof": session.proof}
         response = web.json_response(answer)
-        response.set_cookie(
-            self.cookie,
-            token,
-            max_age=int(self.config.web.session_minutes * 60),
-            path="/",
-            secure=self.secure,
-            httponly=True,
-            samesite="Strict",
-        )
+        self.tabs.opened(response, token)
         return response
 
     async def signout(self, request: web.Request) -> web.StreamResponse:
         session, _ = await self.posted(request, need_session=True)
-        self.sessions.drop(request.cookies.get(self.cookie))
         self.log.info("web.signed_out", account=session.account if session else None)
         response = web.HTTPSeeOther("/signin")
-        # Expired as it was set: a browser ignores a __Host- cookie's deletion without Secure.
-        response.set_cookie(self.cookie, "", max_age=0, path="/", secure=self.secure, httponly=True, samesite="Strict")
+        self.tabs.close(request, response)
         return response
 
     async def enroll_begin(self, request: web.Request) -> web.StreamResponse:

@@ -88,6 +88,9 @@ class Sessions:
             return None
         return session
 
+    def all(self) -> list[Session]:
+        return list(self._by_key.values())
+
     def drop(self, token: str | None) -> None:
         if token:
             self._by_key.pop(_key(token), None)

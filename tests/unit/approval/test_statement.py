@@ -28,6 +28,7 @@ statements = st.builds(
     host=texts,
     request=st.text(min_size=1, max_size=40),
     binding=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+    fleet_binding=st.sampled_from(["", "c" * 64, "d" * 64]),
     decision=st.sampled_from(["allow", "deny"]),
     expires=st.integers(min_value=0, max_value=253_402_300_799),
     nonce=st.text(alphabet="0123456789abcdef", min_size=32, max_size=32),
@@ -57,11 +58,12 @@ def example(**changes: object) -> Statement:
 
 
 def test_the_statement_reads_as_documented() -> None:
-    assert example(cwd="/etc", stdin="12 bytes, sha256 abc").render() == (
-        "airlock approval statement v2\n"
+    assert example(cwd="/etc", stdin="12 bytes, sha256 abc", fleet_binding="f" * 64).render() == (
+        "airlock approval statement v3\n"
         'host: "web1"\n'
         'request: "req-1"\n'
         f'binding: "{"a" * 64}"\n'
+        f'fleet_binding: "{"f" * 64}"\n'
         'decision: "allow"\n'
         'expires: "1900000000" (2030-03-17T17:46:40Z)\n'
         f'nonce: "{"0" * 32}"\n'
@@ -99,6 +101,7 @@ def test_a_value_cannot_forge_another_field() -> None:
     [
         {"decision": "maybe"},
         {"binding": "A" * 64},
+        {"fleet_binding": "a" * 63},
         {"nonce": "x"},
         {"expires": -1},
         {"expires": 10**12},

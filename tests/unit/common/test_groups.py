@@ -30,6 +30,7 @@ def on(host: str, **changes: object) -> bytes:
         "patch Tuesday",
         cwd="/root",
         stdin="none",
+        fleet_binding="f" * 64,
     )
     return dataclasses.replace(base, **changes).to_bytes()  # type: ignore[arg-type]
 
@@ -51,7 +52,7 @@ def test_the_same_request_on_three_hosts_is_one_group_and_each_host_accepts_the_
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("binding", "c" * 64),
+        ("fleet_binding", "c" * 64),
         ("command", "apt-get updatf"),
         ("cwd", "/root/"),
         ("stdin", "1 bytes, sha256 " + "0" * 64),
@@ -136,3 +137,31 @@ def test_a_value_cannot_pass_for_a_blanked_line() -> None:
         tricky
     )
     assert groups.fields(tricky.decode())["command"] == 'x\nnonce: "0"'
+
+
+def test_each_host_s_own_binding_is_per_host_and_the_fleet_binding_decides() -> None:
+    """Two real hosts' binaries sit at different inode numbers, so their bindings always differ: the
+    request key stands the fleet binding (the same binding less device and inode numbers) in for it."""
+    assert groups.request_key(on("web1", binding="c" * 64)) == groups.request_key(on("web2", binding="d" * 64))
+    assert groups.request_key(on("web1")) != groups.request_key(on("web2", fleet_binding="e" * 64))
+    # A statement without a fleet binding keeps its own binding in the key: never grouped more loosely.
+    bare = {h: on(h, binding=b * 64, fleet_binding="") for h, b in (("web1", "c"), ("web2", "d"))}
+    assert len(groups.grouped(bare)) == 2
+    assert groups.request_key(on("web1", fleet_binding="")) == groups.request_key(on("web2", fleet_binding=""))
+
+
+def test_the_fleet_binding_leaves_out_device_and_inode_numbers_and_nothing_else() -> None:
+    from airlock.approval.pending import fleet_binding, ticket_binding
+
+    def bound(ino: int, **more: object) -> dict[str, object]:
+        identity = {"path": "/usr/bin/touch", "dev": 65024 + ino, "ino": ino, "uid": 0, "mode": 33261}
+        return {"binaries": [identity], "arguments": [{"path": "/etc/x", "dev": 1, "ino": ino}], **more}
+
+    assert ticket_binding("a" * 64, bound(1)) != ticket_binding("a" * 64, bound(2))  # per host
+    assert fleet_binding("a" * 64, bound(1)) == fleet_binding("a" * 64, bound(2))  # the same request
+    for other in (
+        fleet_binding("b" * 64, bound(1)),  # another spec (argv, environment, sandbox, ...)
+        fleet_binding("a" * 64, bound(1, sha256="0" * 64)),  # a reviewed content hash
+        fleet_binding("a" * 64, {"binaries": [{"path": "/usr/bin/touch", "uid": 0, "mode": 33260}]}),  # mode
+    ):
+        assert other != fleet_binding("a" * 64, bound(1))

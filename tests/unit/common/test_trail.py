@@ -150,3 +150,29 @@ def test_outcome_words_for_pipelines_timeouts_and_plain_exits() -> None:
     assert outcome_words(refused) == "error, spawn_failed: gone"
     never = {"status": "ok", "exit_codes": [None], "signals": [None], "cancelled": True}
     assert outcome_words(never) == "cancelled, exit status -"
+
+
+def test_a_passkey_touch_carried_by_a_fleet_console_is_in_the_decision() -> None:
+    """Issue 49: `show` names the person, the method and the group one touch decided."""
+    group = {"key": "k" * 64, "hosts": 2, "digest": "d" * 64, "member": "m" * 64}
+    events = [
+        RECEIVED,
+        ev(2, "approval.pending", rule="default"),
+        ev(3, "operator.action", action="approve", operator="alice", method="passkey", credential_id="c1", group=group),
+        ev(4, "approval.decided", decision="allow", rule="default", by="alice"),
+    ]
+    (touch,) = summarise(events)["decision"]["passkeys"]
+    assert touch == {
+        "operator": "alice",
+        "action": "approve",
+        "method": "passkey",
+        "credential_id": "c1",
+        "group": group,
+    }
+    # control: an operator's plain approval names no passkey
+    plain = [
+        RECEIVED,
+        ev(3, "operator.action", action="approve", operator="bob"),
+        ev(4, "approval.decided", decision="allow"),
+    ]
+    assert "passkeys" not in summarise(plain)["decision"]

@@ -54,6 +54,18 @@ def test_append_returns_the_chained_event(db: Path) -> None:
     with_store(db, body)
 
 
+def test_a_payload_with_number_keys_is_stored_in_its_canonical_form(db: Path) -> None:
+    # 9 sorts before 10 as a number but after "10" as a string: the stored text is the one verify parses back.
+    async def body(store: Store) -> None:
+        event = await store.append(writer="intake", kind="request.received", payload={"m": {10: "a", 9: "b"}})
+        assert event.payload == {"m": {"10": "a", "9": "b"}}
+        stored = sqlite3.connect(db).execute("SELECT payload FROM events WHERE seq = ?", (event.seq,)).fetchone()
+        assert stored == ('{"m":{"10":"a","9":"b"}}',)
+        assert store.verify().ok
+
+    with_store(db, body)
+
+
 def test_file_modes_are_private(db: Path) -> None:
     async def body(store: Store) -> None:
         await fill(store, 3)

@@ -226,3 +226,69 @@ def test_a_good_chain_checks_out_in_any_batching(size: int) -> None:
     result = verify_stored(_batches(rows, size))
     assert result.ok and result.checked == 49 and (result.head_seq, result.head_hash) == (49, prev)
     assert result == _reference(rows)
+
+
+def _long_chain(n: int) -> list[tuple[Any, ...]]:
+    """``n`` plain records, as a dev stack writes them (the batch path takes them whole)."""
+    rows = []
+    prev = GENESIS
+    for seq in range(1, n + 1):
+        record = {
+            "seq": seq,
+            "time": f"2026-12-03T10:00:{seq % 60:02d}.000Z",
+            "kind": ("request.received", "exec.finished", "request.replied")[seq % 3],
+            "request_id": f"req-{seq // 3}",
+            "operation_id": None if seq % 7 == 0 else f"op-{seq // 3}",
+            "peer_uid": None if seq % 5 == 0 else 1000,
+            "session": "sess-1",
+            "writer": "intake",
+            "payload": {"argv": ["/usr/bin/true"], "exit_code": 0, "n": seq, "env": {"LANG": "C.UTF-8"}},
+            "prev_hash": prev,
+        }
+        digest = compute_hash(record)
+        rows.append(_stored(record, canonical_json(record["payload"]).decode(), digest))
+        prev = digest
+    return rows
+
+
+LONG = _long_chain(40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    i=st.integers(0, len(LONG) - 1),
+    column=st.integers(0, len(STORED_COLUMNS) - 1),
+    offset=st.integers(0, 10_000),
+    byte=st.integers(0, 255),
+    size=st.sampled_from([1, 7, 2048]),
+)
+def test_a_single_byte_changed_anywhere_in_a_record_is_reported(
+    i: int, column: int, offset: int, byte: int, size: int
+) -> None:
+    """One byte of one record's stored form changed -- any column, as the database holds it -- fails the
+    walk at that record or before it, in any batching, and the fast walk says what the reference says."""
+    assert verify_stored(_batches(LONG, size)).ok  # control: the same chain untouched checks out
+    rows = [list(r) for r in LONG]
+    value = rows[i][column]
+    stored = b"null" if value is None else str(value).encode()
+    at = offset % len(stored)
+    if stored[at] == byte:
+        return  # not a change
+    changed = stored[:at] + bytes([byte]) + stored[at + 1 :]
+    try:
+        text = changed.decode()
+    except UnicodeDecodeError:
+        return  # the database would not hand it out as text (sqlite3 refuses it before any walk)
+    if value is None or isinstance(value, int):
+        try:
+            rows[i][column] = None if text == "null" else int(text)
+        except ValueError:
+            rows[i][column] = text  # a column of INTEGER affinity keeps text it cannot read as a number
+        if rows[i][column] == value and type(rows[i][column]) is type(value):
+            return  # the same value (e.g. "1000" -> 1000): not a change the database can hold
+    else:
+        rows[i][column] = text
+    tampered = [tuple(r) for r in rows]
+    result = verify_stored(_batches(tampered, size))
+    assert not result.ok and result.first_bad_seq is not None and result.first_bad_seq <= LONG[i][0]
+    assert result == _reference(tampered)

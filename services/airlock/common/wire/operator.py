@@ -450,8 +450,31 @@ PASSKEY_IMPORT = _verb(
     pk.PasskeysImported,
     "list exported passkeys here (root; revoked lines revoke)",
 )
-# Issue 49: what `airlock passkey carry --verb NAME` carries from the fleet console to this host's approval.
-CARRIED: Final = {"decide": PASSKEY_DECIDE, "login_begin": PASSKEY_LOGIN_BEGIN, "login_finish": PASSKEY_LOGIN_FINISH}
+# Issue 49: a person's kill, hold or release from the fleet console, each a passkey assertion over an
+# action statement this host made (approval/hostactions.py); the carrier (an observer) decides nothing.
+PASSKEY_ACT_BEGIN = _verb(
+    "passkey.act_begin",
+    PASSKEY_CALLERS,
+    pk.ActBegin,
+    pk.ActChallenge,
+    "an action statement (kill, hold, release) for a person's passkey to sign",
+)
+PASSKEY_ACT = _verb(
+    "passkey.act", PASSKEY_CALLERS, pk.Act, pk.Acted, "do a signed action: the assertion is checked here, then it acts"
+)
+# Issue 49: what `airlock passkey carry --verb NAME` carries from the fleet console to this host's approval
+# (a decision, a sign-in's two steps and its session's check, an enrollment's two steps, an action's two
+# steps: the host verifies each).
+CARRIED: Final = {
+    "decide": PASSKEY_DECIDE,
+    "login_begin": PASSKEY_LOGIN_BEGIN,
+    "login_finish": PASSKEY_LOGIN_FINISH,
+    "session": PASSKEY_SESSION,
+    "register_begin": PASSKEY_REGISTER_BEGIN,
+    "register_finish": PASSKEY_REGISTER_FINISH,
+    "act_begin": PASSKEY_ACT_BEGIN,
+    "act": PASSKEY_ACT,
+}
 
 # Derived from the declarations above (never a copy): intake refuses each of these it does not
 # serve itself to an agent with the refusal a bad token gets, so a probe learns nothing.

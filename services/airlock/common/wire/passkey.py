@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
-from airlock.common import groups, validate
+from airlock.common import actions, groups, validate
 from airlock.common.wire.message import Document, Public
-from airlock.common.wire.picking import DECISIONS, GRANT_SCOPES, Pick, reason
+from airlock.common.wire.picking import DECISIONS, GRANT_SCOPES, REASON_MAX, Pick, reason, ref
+from airlock.common.wire.runner import KILL_REASON_CHARS
 
 ENROLL_MAX_WAIT_SECONDS: Final = 900.0
 IMPORT_MAX: Final = 1024  # credentials in one passkey.import
@@ -120,6 +121,46 @@ class Decide(DecideBegin):
     statement: Any = None  # compared with the request's current statement (request_changed when not it)
     credential: Any = None  # approval/webauthn.py checks it
     group: Group | None = None  # issue 49: one touch over many hosts (this host checks it is a member)
+
+
+@dataclass(frozen=True)
+class ActBegin(Public):
+    """Issue 49: a person's action on this host, to be signed (the fleet console asks for it)."""
+
+    action: str
+    ref: str | None = None  # kill: the running job's request or operation ID (AGENT/ID when agents share it)
+    signal: str | None = None  # kill: TERM when left out (the runner names the signals it sends)
+    reason: str | None = None  # hold: required; kill: optional
+
+    def check(self) -> None:
+        if self.action not in actions.ACTIONS:
+            raise validate.bad("action", "must be kill, hold or release")
+        reason(self.reason, KILL_REASON_CHARS if self.action == "kill" else REASON_MAX)
+        if self.action == "kill":
+            if self.ref is None:
+                raise validate.bad("ref", "kill needs the running job's request or operation ID")
+            ref("ref", self.ref)
+            validate.optional_text("signal", self.signal, max_len=16)
+        elif self.ref is not None or self.signal is not None:
+            raise validate.bad("ref" if self.ref is not None else "signal", f"{self.action} takes no job")
+        if self.action == "hold" and not self.reason:
+            raise validate.bad("reason", "a hold needs a reason")
+
+
+@dataclass(frozen=True)
+class Act(Public):
+    """Issue 49: the signed action carried back: which challenge, the list one touch signed, the assertion."""
+
+    challenge_id: Any = None  # a wrong or malformed one is "no such action challenge" (approval/hostactions.py)
+    members: tuple[str, ...] = ()  # the statement digests the touch signed (empty: this host's alone)
+    credential: Any = None  # approval/webauthn.py checks it
+
+    def check(self) -> None:
+        if self.members:
+            try:
+                actions.members(self.members)
+            except ValueError as exc:
+                raise validate.bad("members", str(exc).removeprefix("members: ")) from None
 
 
 @dataclass(frozen=True)
@@ -234,6 +275,26 @@ class Imported(Public):
 @dataclass(frozen=True)
 class PasskeysImported(Public):
     results: tuple[Imported, ...]
+
+
+@dataclass(frozen=True)
+class ActChallenge(Public):
+    """``passkey.act_begin``: the action statement this host made, its digest, and the challenge of it alone."""
+
+    challenge_id: str
+    statement: str
+    digest: str
+    expires: int
+    options: dict[str, Any]  # WebAuthn's PublicKeyCredentialRequestOptions over this statement alone
+
+
+@dataclass(frozen=True)
+class Acted(Public):
+    """``passkey.act``: what this host did, and the person it journaled."""
+
+    action: str
+    by: dict[str, Any]  # user, uid, credential_id
+    result: dict[str, Any]  # kill: the runner's answer; hold/release: the hold's state
 
 
 @dataclass(frozen=True)

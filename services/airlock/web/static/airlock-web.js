@@ -66,7 +66,8 @@
     } catch (e) { /* no storage: every page asks to sign in again */ }
   }
 
-  async function post(path, body, csrf) {
+  // A JSON POST with this tab's proof (and the session's CSRF token): the reply's status and JSON.
+  async function send(path, body, csrf) {
     const headers = { "Content-Type": "application/json", Accept: "application/json" };
     if (csrf) headers["X-Airlock-CSRF"] = csrf;
     if (proof()) headers["X-Airlock-Proof"] = proof();
@@ -74,8 +75,14 @@
       method: "POST", headers: headers, body: JSON.stringify(body), credentials: "same-origin",
     });
     let data = null;
-    try { data = await reply.json(); } catch (e) { data = { ok: false, error: await reply.text() }; }
-    if (!reply.ok || !data.ok) throw new Error((data && (data.error || data.code)) || ("HTTP " + reply.status));
+    try { data = await reply.clone().json(); } catch (e) { data = { ok: false, error: await reply.text() }; }
+    return { status: reply.status, data: data || { ok: false, error: "HTTP " + reply.status } };
+  }
+
+  async function post(path, body, csrf) {
+    const done = await send(path, body, csrf);
+    const data = done.data;
+    if (done.status >= 400 || !data.ok) throw new Error(data.error || data.code || ("HTTP " + done.status));
     return data;
   }
 
@@ -96,10 +103,12 @@
   function bind() {
     on("enroll", async function (form) {
       const token = form.elements.token.value;
+      // On a fleet console the link names the host the registration is carried to.
+      const host = form.elements.host ? { host: form.elements.host.value } : {};
       say("enroll-status", "Waiting for your passkey…");
-      const begun = await post("/enroll/begin", { token: token });
+      const begun = await post("/enroll/begin", Object.assign({ token: token }, host));
       const cred = await navigator.credentials.create({ publicKey: publicKeyOptions(begun.options) });
-      const done = await post("/enroll/finish", { token: token, credential: credentialJSON(cred) });
+      const done = await post("/enroll/finish", Object.assign({ token: token, credential: credentialJSON(cred) }, host));
       say("enroll-status", "Passkey enrolled for " + (done.account || "your account") + ". You can sign in now.", "ok");
     });
 
@@ -180,9 +189,23 @@
   }
   setInterval(tick, 1000);
 
+  // The page's forms are bound: say so to the fleet console's script (static/airlock-fleet.js),
+  // which binds its own then, and mark the page ready (a test waits for it).
+  function bound() {
+    bind();
+    document.dispatchEvent(new Event("airlock:bound"));
+    document.documentElement.dataset.ready = "1";
+  }
+
+  // What the fleet console's script uses of this one (one copy of the proof, the bytes, the POST).
+  window.airlock = {
+    send: send, post: post, proof: proof, b64uToBuf: b64uToBuf,
+    publicKeyOptions: publicKeyOptions, credentialJSON: credentialJSON,
+  };
+
   // The shell of a page: fetch it again with this tab's proof; without one, sign in.
   async function load() {
-    if (!document.querySelector("[data-airlock-load]")) { bind(); return; }
+    if (!document.querySelector("[data-airlock-load]")) { bound(); return; }
     const reply = proof() ? await fetch(location.href, {
       headers: { "X-Airlock-Proof": proof() }, credentials: "same-origin", redirect: "follow",
     }) : null;
@@ -194,7 +217,7 @@
     const page = new DOMParser().parseFromString(await reply.text(), "text/html");
     document.title = page.title;
     document.body.replaceWith(document.adoptNode(page.body));
-    bind();
+    bound();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", load); else load();
