@@ -22,11 +22,11 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from airlock.cli.base import _err, _table
 from airlock.common import client
+from airlock.common.codec import parse_iso
 from airlock.common.render import duration, sanitise
 from airlock.common.validate import parse_duration
 
@@ -60,13 +60,7 @@ def read_events(ns: argparse.Namespace) -> list[dict[str, Any]] | None:
 
 def when(event: Mapping[str, Any]) -> float | None:
     """An event's time as Unix seconds (None if it has none that parses)."""
-    value = event.get("time")
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    return parse_iso(event.get("time"))
 
 
 def decider(payload: Mapping[str, Any]) -> str:

@@ -36,6 +36,16 @@ def iso_utc(seconds: float | None = None, *, timespec: str = "milliseconds") -> 
     return moment.isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
+def parse_iso(value: object) -> float | None:
+    """An ISO 8601 time (as `iso_utc` writes it, or with an offset) as Unix seconds; None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def parse_object(line: bytes) -> dict[str, Any]:
     """Decode one line (without its newline) into a JSON object."""
     try:

@@ -10,11 +10,10 @@ command's stdin is its size and sha256 (issue 45: the feed holds no more).
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from airlock.common import arguments, shown
-from airlock.common.codec import iso_utc
+from airlock.common.codec import iso_utc, parse_iso
 from airlock.common.render import command_line, decision_line, duration, request_href, reviewer_line, sanitise
 
 # The audit event kinds the relay turns into messages (operator.action: a grant's end only, issue 34).
@@ -30,13 +29,7 @@ def _s(value: object, *, strict: bool = False) -> str:
     return "" if value is None else sanitise(value, strict=strict)
 
 
-def _parse_time(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+_parse_time = parse_iso  # the relay's name for it (worker.py reads expiries with it too)
 
 
 def _clip(text: str, limit: int = _MAX_TEXT) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airlock.common import groups
+from airlock.common.codec import parse_iso
 
 # A statement's fields a page shows (all but the per-host ones and the binding's hash).
 SHOWN = ("decision", "requester", "run_as", "command", "cwd", "stdin", "reason", "arguments", "credentials")
@@ -224,13 +225,4 @@ def panel(
     }
 
 
-def event_time(value: object) -> float | None:
-    """An ISO 8601 time (a relay post's ``time``) as Unix seconds; None when absent or unreadable."""
-    from datetime import datetime
-
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+event_time = parse_iso  # a relay post's ``time`` as Unix seconds (None when absent or unreadable)
