@@ -315,8 +315,8 @@ class StageScope(units.StageService):
         try:
             with open(f"{_unified_root()}{self.cgroup}/cgroup.events", encoding="ascii") as f:
                 return any(line.strip() == "populated 1" for line in f)
-        except FileNotFoundError:
-            return False  # removed: systemd saw it empty
+        except OSError:  # ENOENT once removed, ENODEV while systemd removes it: either way it was empty
+            return False
 
     async def wait(self) -> int:
         status = await self._exited
