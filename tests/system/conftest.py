@@ -176,3 +176,16 @@ def system() -> Iterator[System]:
             yield system
     except Unavailable as exc:
         cannot_run(exc)
+
+
+def all_events(system) -> list[dict]:
+    """Every journal event the operator can page through (`airlock events --after`), oldest first."""
+    events: list[dict] = []
+    after = 0
+    while True:
+        r = system.airlock("events", "--after", str(after), "--json", user=system.OPERATOR, check=True)
+        page = json.loads(r.stdout.strip().splitlines()[-1])["data"]["events"]
+        if not page:
+            return events
+        events += page
+        after = page[-1]["seq"]

@@ -12,6 +12,8 @@ import uuid
 
 import pytest
 
+from conftest import all_events
+
 # Runs inside the container as the agent: N requests from W workers, one JSON
 # line per request with its exit code and what came back.
 STREAM = r"""
@@ -33,18 +35,6 @@ threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
 for t in threads: t.start()
 for t in threads: t.join()
 """
-
-
-def _events(system) -> list[dict]:
-    events: list[dict] = []
-    after = 0
-    while True:
-        r = system.airlock("events", "--after", str(after), "--json", user=system.OPERATOR, check=True)
-        page = json.loads(r.stdout.strip().splitlines()[-1])["data"]["events"]
-        if not page:
-            return events
-        events += page
-        after = page[-1]["seq"]
 
 
 def _check_answer(line: dict) -> str:
@@ -142,7 +132,7 @@ def test_every_request_gets_an_answer(system, stream_script: str, service: str, 
     # Nothing acknowledged is lost: every request that succeeded has its
     # finished event in the audit journal, the chain verifies, and no
     # request's story is one the lifecycle table forbids (issue 20).
-    finished = {e["operation_id"] for e in _events(system) if e["kind"] == "exec.finished"}
+    finished = {e["operation_id"] for e in all_events(system) if e["kind"] == "exec.finished"}
     for line, outcome in zip(lines, outcomes, strict=True):
         if outcome == "ok":
             assert line["op"] in finished, f"acknowledged but not in the audit journal: {line['op']}"

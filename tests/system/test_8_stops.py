@@ -15,23 +15,12 @@ alone does not wait for anyone.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 
+from conftest import all_events
+
 STOPPERS = ("intake", "approval", "runner", "journal")
-
-
-def _events(system) -> list[dict]:
-    events: list[dict] = []
-    after = 0
-    while True:
-        r = system.airlock("events", "--after", str(after), "--json", user=system.OPERATOR, check=True)
-        page = json.loads(r.stdout.strip().splitlines()[-1])["data"]["events"]
-        if not page:
-            return events
-        events += page
-        after = page[-1]["seq"]
 
 
 def _all_running(system) -> dict[str, int]:
@@ -61,7 +50,7 @@ def _a_job_running(system) -> tuple[str, object]:
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if any(e.get("kind") == "exec.started" and e.get("operation_id") == op for e in _events(system)):
+        if any(e.get("kind") == "exec.started" and e.get("operation_id") == op for e in all_events(system)):
             return op, proc
         time.sleep(0.2)
     proc.kill()
@@ -69,7 +58,7 @@ def _a_job_running(system) -> tuple[str, object]:
 
 
 def _every_stop_landed(system, pids: dict[str, int], op: str) -> None:
-    events = _events(system)
+    events = all_events(system)
     assert _records(events, "service.started", pids).keys() == set(STOPPERS)  # the control: they ran
     stops = _records(events, "service.stopping", pids)
     assert stops.keys() == set(STOPPERS), (pids, stops)
