@@ -57,6 +57,32 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         yield built
 
 
+async def _signed_in(page: Page, world: World, sign_count: int) -> str:
+    """The operator's passkey in the browser's virtual authenticator, then the console's sign-in with it
+    (the page sends the browser to /signin; the touch is checked by a host)."""
+    authenticator = await page.virtual_authenticator()
+    key = world.key.key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    await page.send(
+        "WebAuthn.addCredential",
+        authenticatorId=authenticator,
+        credential={
+            "credentialId": base64.b64encode(world.key.credential_id).decode(),
+            "isResidentCredential": True,  # the console names no credential: a discoverable one
+            "userHandle": base64.b64encode(hashlib.sha256(world.operator.encode()).digest()[:16]).decode(),
+            "rpId": "localhost",
+            "privateKey": base64.b64encode(key).decode(),
+            "signCount": sign_count,
+        },
+    )
+    await page.send("Page.navigate", url=f"{ORIGIN}/")
+    await page.wait_for("location.pathname === '/signin' && document.documentElement.dataset.ready === '1'")
+    await page.evaluate("document.querySelector('#signin button').click()")
+    await page.wait_for("location.pathname === '/' && document.body.innerText.includes('Pending')", 60)
+    return authenticator
+
+
 async def _scenario(world: World, marker: Path, jobs: dict[str, Any]) -> dict[str, str]:
     from aiohttp import web
 
@@ -76,27 +102,7 @@ async def _scenario(world: World, marker: Path, jobs: dict[str, Any]) -> dict[st
         with chromium(world.tmp / "profile") as port:
             page = await Page.open(port)
             try:
-                authenticator = await page.virtual_authenticator()
-                key = world.key.key.private_bytes(
-                    serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-                )
-                await page.send(
-                    "WebAuthn.addCredential",
-                    authenticatorId=authenticator,
-                    credential={
-                        "credentialId": base64.b64encode(world.key.credential_id).decode(),
-                        "isResidentCredential": True,  # the console names no credential: a discoverable one
-                        "userHandle": base64.b64encode(hashlib.sha256(world.operator.encode()).digest()[:16]).decode(),
-                        "rpId": "localhost",
-                        "privateKey": base64.b64encode(key).decode(),
-                        "signCount": world.key.counter + 1,
-                    },
-                )
-                # Sign in: the page sends the browser to /signin; the touch is checked by a host.
-                await page.send("Page.navigate", url=f"{ORIGIN}/")
-                await page.wait_for("location.pathname === '/signin' && document.documentElement.dataset.ready === '1'")
-                await page.evaluate("document.querySelector('#signin button').click()")
-                await page.wait_for("location.pathname === '/' && document.body.innerText.includes('Pending')", 60)
+                authenticator = await _signed_in(page, world, world.key.counter + 1)
                 # http://localhost is a secure context: a __Host- cookie (Secure, HttpOnly), and the tab's
                 # proof in sessionStorage, without which the cookie reads nothing (issue 46's rules).
                 cookies = (await page.send("Network.getCookies", urls=[ORIGIN + "/"]))["cookies"]
@@ -202,26 +208,7 @@ async def _hold_scenario(world: World) -> dict[str, str]:
         with chromium(world.tmp / "profile-hold") as port:
             page = await Page.open(port)
             try:
-                authenticator = await page.virtual_authenticator()
-                key = world.key.key.private_bytes(
-                    serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-                )
-                await page.send(
-                    "WebAuthn.addCredential",
-                    authenticatorId=authenticator,
-                    credential={
-                        "credentialId": base64.b64encode(world.key.credential_id).decode(),
-                        "isResidentCredential": True,
-                        "userHandle": base64.b64encode(hashlib.sha256(world.operator.encode()).digest()[:16]).decode(),
-                        "rpId": "localhost",
-                        "privateKey": base64.b64encode(key).decode(),
-                        "signCount": world.key.counter,
-                    },
-                )
-                await page.send("Page.navigate", url=f"{ORIGIN}/")
-                await page.wait_for("location.pathname === '/signin' && document.documentElement.dataset.ready === '1'")
-                await page.evaluate("document.querySelector('#signin button').click()")
-                await page.wait_for("location.pathname === '/' && document.body.innerText.includes('Pending')", 60)
+                await _signed_in(page, world, world.key.counter)
                 await _until(page, "Hold all 3 hosts shown")
                 await page.evaluate(
                     "(f => { f.elements.reason.value = 'browser drill'; f.querySelector('button').click(); })"
