@@ -36,6 +36,7 @@ import structlog
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.sandbox import Property
 from airlock.runner import units
+from airlock.runner.execwatch import cgroup_of
 
 _MAX_REPLY = 4096
 _START_TIMEOUT_SECONDS = 10.0
@@ -265,17 +266,6 @@ def _unified_root() -> str:
     return "/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "/sys/fs/cgroup/unified"
 
 
-def _cgroup_of(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    return line[3:].rstrip("\n")
-    except OSError:
-        return None
-    return None
-
-
 class StageScope(units.StageService):
     """One stage in its own transient scope: forked by the fork server, waited for through it.
 
@@ -295,7 +285,7 @@ class StageScope(units.StageService):
         delay = _MOVE_POLL_FIRST_SECONDS
         suffix = "/" + self.name
         while True:
-            cgroup = _cgroup_of(pid)
+            cgroup = cgroup_of(pid)
             if cgroup is None:
                 raise AirlockError(ErrorCode.SPAWN_FAILED, f"process {pid} vanished before joining {self.name}")
             if cgroup.endswith(suffix):

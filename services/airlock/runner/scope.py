@@ -35,6 +35,7 @@ from airlock.common import child
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.resolve import ROOT_PATH, resolve_executable
 from airlock.common.sandbox import cpu_quota_property, memory_property
+from airlock.runner.execwatch import cgroup_of
 
 _DEST = "org.freedesktop.systemd1"
 _PATH = "/org/freedesktop/systemd1"
@@ -120,18 +121,6 @@ async def _busctl(args: list[str]) -> None:
         raise AirlockError(ErrorCode.SPAWN_FAILED, f"busctl {method} failed: {message}")
 
 
-def _cgroup_of(pid: int) -> str | None:
-    """The unified-hierarchy cgroup path of ``pid`` (None if it is gone or there is none)."""
-    try:
-        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    return line[3:].rstrip("\n")
-    except OSError:
-        return None
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class Scope:
     """A created job scope: its unit name and cgroup directory."""
@@ -184,7 +173,7 @@ async def start_scope(unit: str, pids: Sequence[int], settings: ScopeSettings) -
     cgroup: str | None = None
     waiting = list(pids)
     while waiting:
-        path = _cgroup_of(waiting[0])
+        path = cgroup_of(waiting[0])
         if path is not None and path.endswith(suffix):
             cgroup = path
             waiting.pop(0)
