@@ -33,28 +33,42 @@ def _err(message: str) -> None:
     print(f"airlock: {render.sanitise(message)}", file=sys.stderr)
 
 
-def _operator(ns: argparse.Namespace, verb: Verb[A, Any], args: A) -> tuple[int, dict[str, Any]]:
-    """Call a declared operator verb (`wire.operator`); the reply's data as the door sent it."""
+def _operator_call(ns: argparse.Namespace, verb: Verb[A, Any], args: A) -> tuple[bytes, dict[str, Any]] | None:
+    """Call a declared operator verb (`wire.operator`): the raw line and the reply when it was answered ok.
+
+    A refusal or an unreachable door is reported here (the raw reply with ``--json``) and gives None."""
     path = client.operator_socket(ns.socket)
     try:
         raw, reply = client.call(path, verb, args)
     except client.ClientError as exc:
         _unreachable(ns, exc)
-        return 1, {}
+        return None
+    if reply.get("ok"):
+        return raw, reply
     if ns.json:
         sys.stdout.buffer.write(raw + b"\n")
         sys.stdout.flush()
-    if not reply.get("ok"):
-        error = reply.get("error") or {}
-        if not ns.json:
-            # The operator door keeps to reference/004's codes; the precise one is in details.reason.
-            precise = (error.get("details") or {}).get("reason")
-            code = f"{error.get('code')} ({precise})" if isinstance(precise, str) else error.get("code")
-            _err(f"{code}: {error.get('message')}")
-            hint = exitcodes.wrong_door(error.get("code"), path, operator_command=True)
-            if hint is not None:
-                _err(hint)
+        return None
+    error = reply.get("error") or {}
+    # The operator door keeps to reference/004's codes; the precise one is in details.reason.
+    precise = (error.get("details") or {}).get("reason")
+    code = f"{error.get('code')} ({precise})" if isinstance(precise, str) else error.get("code")
+    _err(f"{code}: {error.get('message')}")
+    hint = exitcodes.wrong_door(error.get("code"), path, operator_command=True)
+    if hint is not None:
+        _err(hint)
+    return None
+
+
+def _operator(ns: argparse.Namespace, verb: Verb[A, Any], args: A) -> tuple[int, dict[str, Any]]:
+    """Call a declared operator verb (`wire.operator`); the reply's data as the door sent it."""
+    answered = _operator_call(ns, verb, args)
+    if answered is None:
         return 1, {}
+    raw, reply = answered
+    if ns.json:
+        sys.stdout.buffer.write(raw + b"\n")
+        sys.stdout.flush()
     return 0, reply.get("data") or {}
 
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from airlock.cli.base import _err, _table, _unreachable
-from airlock.common import client
+from airlock.cli.base import _operator_call, _table
 from airlock.common.render import command_line, sanitise
 from airlock.common.wire import operator as op
 from airlock.common.wire.verb import Empty
@@ -22,18 +20,10 @@ def cmd_running(ns: argparse.Namespace) -> int:
 
     Each job also gets the names of its uids as this host knows them (``user``: as whom it runs, ``agent``:
     who asked), read here: a fleet console on another machine cannot look them up."""
-    try:
-        raw, reply = client.call(client.operator_socket(ns.socket), op.RUNNING, Empty())
-    except client.ClientError as exc:
-        _unreachable(ns, exc)
+    answered = _operator_call(ns, op.RUNNING, Empty())
+    if answered is None:
         return 1
-    if not reply.get("ok"):
-        if ns.json:
-            sys.stdout.buffer.write(raw + b"\n")
-        else:
-            error = reply.get("error") or {}
-            _err(f"{error.get('code')}: {error.get('message')}")
-        return 1
+    reply = answered[1]
     jobs = [
         job | {"user": _name_of(job.get("uid")), "agent": _name_of(job.get("agent_uid"))}
         for job in (reply.get("data") or {}).get("running") or []
