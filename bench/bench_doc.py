@@ -109,9 +109,28 @@ def render(results: dict[str, Any]) -> str:
 
 
 def render_ab(results: dict[str, Any]) -> str:
-    """The A/B region: the table, then each row without a ratio and why (the old tree lacks it, or it failed)."""
-    why = [f"- {_cell(f['name'])}: {f['note']}" for f in results["figures"] if f.get("met") is None and f.get("note")]
-    return render(results) + ("\nNot compared:\n\n" + "\n".join(why) + "\n" if why else "")
+    """The A/B region: the run, one row per figure (before, after, after/before, within), then each row
+    without a verdict and why (the old tree lacks it, or it failed)."""
+    m = results["machine"]
+    after = f"after ({m['commit']})" if m.get("commit") else "after"
+    rows = [
+        f"| row | before ({_cell(m['before'])}) | {after} | after/before | target | within |",
+        "|---|---|---|---|---|---|",
+    ]
+    why: list[str] = []
+    for f in results["figures"]:
+        ratio = "—" if f.get("ratio") is None else f"{f['ratio']:.2f}x"
+        within = "—" if f.get("met") is None else ("yes" if f["met"] else "**no**")
+        before, value = fmt(f.get("yardstick_value"), f["unit"]), fmt(f.get("value"), f["unit"])
+        rows.append(
+            f"| {_cell(f['name'])} | {before} | {value} | {ratio} | {_cell(f.get('target') or '—')} | {within} |"
+        )
+        if f.get("met") is None and f.get("note"):
+            why.append(f"- {_cell(f['name'])}: {f['note']}")
+    parts = [_machine(m), "", *rows]
+    if why:
+        parts += ["", "Not compared:", "", *why]
+    return "\n".join(parts) + "\n"
 
 
 def rewrite(doc: str, table: str, mark: str = MARK) -> str:

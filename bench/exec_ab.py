@@ -454,7 +454,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", required=True, type=Path, help="the services/ folder of the tree to compare with")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few samples, not numbers to quote")
     parser.add_argument("--only", nargs="+", choices=ROWS, help="only these rows")
-    parser.add_argument("--requests", type=int, help="exec latency requests per tree (default 1000; --quick 150)")
+    parser.add_argument(
+        "--requests", type=int, help="exec latency requests per tree (default 1000; --quick 150; 0: no latency rows)"
+    )
+    parser.add_argument("--cold", type=int, help="cold starts per tree (default 10; --quick 2; 0: no cold row)")
     parser.add_argument("--json", type=Path, help="write the figures here (bench/results-ab.json: `make bench-doc`)")
     parser.add_argument("--before-name", default="", help="what --before is (a commit), for the figures")
     args = parser.parse_args(argv)
@@ -463,9 +466,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench-ab: {before} is not a services/ folder (no airlock/__init__.py)", file=sys.stderr)
         return 2
     plan = QUICK if args.quick else FULL
-    if args.requests:
+    if args.requests is not None:
         plan = dataclasses.replace(plan, requests=args.requests)
-    rows = list(args.only or ROWS)
+    if args.cold is not None:
+        plan = dataclasses.replace(plan, cold_starts=args.cold)
+    skipped = {"latency"} if plan.requests <= 0 else set()
+    skipped |= {"cold"} if plan.cold_starts <= 0 else set()
+    rows = [row for row in args.only or ROWS if row not in skipped]
     before_name = args.before_name or str(before)
     run = machine() | {"load_average_start": list(os.getloadavg())}
     started = time.perf_counter()

@@ -128,8 +128,8 @@ def test_what_json_writes_is_what_bench_doc_renders(tmp_path: Path) -> None:
     assert "samples" not in data["figures"][0] and data["machine"]["before"] == "10b6343"
     text = bench_doc.render_ab(data)
     assert "`make bench-ab BEFORE=10b6343 AB_ARGS=--quick`, 150 exec requests each" in text
-    assert "| exec `true` p50 | 10.60 ms | 10b6343: 10.00 ms | 1.06x | <= 1.05x before | **no** |" in text
-    assert "| approval round trip p50 | n/a | 10b6343: n/a | — | — | — |" in text
+    assert "| exec `true` p50 | 10.00 ms | 10.60 ms | 1.06x | <= 1.05x before | **no** |" in text
+    assert "| approval round trip p50 | n/a | n/a | — | — | — |" in text
     assert text.endswith("Not compared:\n\n- approval round trip p50: not in 10b6343: no approve verb\n")
 
 
