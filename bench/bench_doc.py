@@ -57,12 +57,16 @@ def _load(pair: Any) -> str:
     return "load not recorded"
 
 
+def _ab_how(m: dict[str, Any]) -> str:
+    """How an A/B run was made: the commit, a smoke run said as such, the exec requests per tree."""
+    quick = " AB_ARGS=--quick" if m.get("quick") else ""
+    return f"`make bench-ab BEFORE={m['before']}{quick}`, {m['requests']} exec requests each"
+
+
 def _machine(m: dict[str, Any]) -> str:
     """One paragraph: when, at which commit, on what, under which load, from which file."""
     at = f" at {m['commit']}" if m.get("commit") else ""
-    how = [
-        f"`make bench-ab BEFORE={m['before']}`, {m['requests']} requests each" if m.get("before") else "`make bench`"
-    ]
+    how = [_ab_how(m) if m.get("before") else "`make bench`"]
     if m.get("seconds"):
         how.append(f"{m['seconds']:.0f} s")
     how.append("as root" if m.get("root") else "not as root (the container rows need root)")
@@ -104,6 +108,31 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
+def render_ab(results: dict[str, Any]) -> str:
+    """The A/B region: the run, one row per figure (before, after, after/before, within), then each row
+    without a verdict and why (the old tree lacks it, or it failed)."""
+    m = results["machine"]
+    after = f"after ({m['commit']})" if m.get("commit") else "after"
+    rows = [
+        f"| row | before ({_cell(m['before'])}) | {after} | after/before | target | within |",
+        "|---|---|---|---|---|---|",
+    ]
+    why: list[str] = []
+    for f in results["figures"]:
+        ratio = "—" if f.get("ratio") is None else f"{f['ratio']:.2f}x"
+        within = "—" if f.get("met") is None else ("yes" if f["met"] else "**no**")
+        before, value = fmt(f.get("yardstick_value"), f["unit"]), fmt(f.get("value"), f["unit"])
+        rows.append(
+            f"| {_cell(f['name'])} | {before} | {value} | {ratio} | {_cell(f.get('target') or '—')} | {within} |"
+        )
+        if f.get("met") is None and f.get("note"):
+            why.append(f"- {_cell(f['name'])}: {f['note']}")
+    parts = [_machine(m), "", *rows]
+    if why:
+        parts += ["", "Not compared:", "", *why]
+    return "\n".join(parts) + "\n"
+
+
 def rewrite(doc: str, table: str, mark: str = MARK) -> str:
     """``doc`` with its ``mark`` region replaced by ``table``; ValueError when it has none."""
     region = _region(mark)
@@ -126,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = args.doc.read_text()
     fresh = rewrite(doc, render(json.loads(args.results.read_text()))) if args.results.exists() else doc
     if ab:
-        fresh = rewrite(fresh, render(json.loads(args.ab.read_text())), AB_MARK)
+        fresh = rewrite(fresh, render_ab(json.loads(args.ab.read_text())), AB_MARK)
     if args.check:
         current = fresh == doc
         print(f"bench-doc: {args.doc} is {'current' if current else 'not current'} with {args.results}")

@@ -19,16 +19,21 @@ bench: $(BIN)/airlock
 	  echo "bench: could not build the .deb: the container rows will say so"; fi
 	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python bench/airlock_bench.py $(BENCH_ARGS)
 
-# Exec latency A/B (issues 47, 50: "within 5% of before, in one run"): this tree's services and
-# BEFORE's (a commit; its services/ exported with git archive), two live stacks, requests alternating.
-# Writes bench/results-ab.json; `make bench-doc` renders it into docs/benchmarks.md's A/B table.
+# A/B against the tree before (issues 47, 50: "no row regresses by more than 5%, in one run"): this
+# tree and BEFORE (a commit; its services/ and console script exported with git archive), two live
+# stacks, every row's samples alternating between them: exec p50/p99, exec throughput (16 clients),
+# airlock run -- true, approval round trip, cat | wc -c, cold start.  AB_ARGS=--quick for a smoke
+# run, AB_ARGS="--only latency cli" for some rows.  Writes bench/results-ab.json; `make bench-doc`
+# renders it into docs/benchmarks.md's A/B table.
 BEFORE ?= HEAD~1
-AB_REQUESTS ?= 1000
+AB_ARGS ?=
+AB_REQUESTS ?=
 bench-ab: $(BIN)/airlock
 	@rm -rf build/bench-before && mkdir -p build/bench-before
-	git archive "$(BEFORE)" services | tar -x -C build/bench-before
-	$(BIN)/python bench/exec_ab.py --before build/bench-before/services --requests $(AB_REQUESTS) \
-	  --before-name "$$(git rev-parse --short "$(BEFORE)")" --json bench/results-ab.json
+	git archive "$(BEFORE)" services $$(git ls-tree -r --name-only "$(BEFORE)" packaging/debian/airlock-console) \
+	  | tar -x -C build/bench-before
+	$(BIN)/python bench/exec_ab.py --before build/bench-before/services $(if $(AB_REQUESTS),--requests $(AB_REQUESTS)) \
+	  --before-name "$$(git rev-parse --short "$(BEFORE)")" --json bench/results-ab.json $(AB_ARGS)
 
 # docs/benchmarks.md's table of today's figures, rewritten from bench/results.json (issue 47).
 bench-doc: $(BIN)/airlock

@@ -156,5 +156,6 @@ def test_an_ab_run_is_rendered_into_its_own_region(tmp_path: Path) -> None:
     text = doc.read_text()
     figures, rest = text.split("<!-- /bench:figures -->")
     assert "A/B against" not in figures and figures.count("| figure |") == 1
-    assert "| exec `true` p50, A/B against 10b6343 | 9.90 ms | 10b6343: 9.50 ms | 1.04x | <= 1.05x | yes |" in rest
-    assert "`make bench-ab BEFORE=10b6343`, 1000 requests each" in rest
+    assert "| row | before (10b6343) | after (abc1234) | after/before | target | within |" in rest
+    assert "| exec `true` p50, A/B against 10b6343 | 9.50 ms | 9.90 ms | 1.04x | <= 1.05x | yes |" in rest
+    assert "`make bench-ab BEFORE=10b6343`, 1000 exec requests each" in rest
