@@ -48,6 +48,7 @@ def _helper(
         gid=0,
         groups=(),
         cwd="/",
+        cwd_id=None,
         umask=0o022,
         env_file="/run/x.env",
         stop_timeout_seconds=1,
@@ -149,6 +150,7 @@ def test_unit_properties_carry_identity_and_never_the_environment() -> None:
         gid=1000,
         groups=(1000, 27),
         cwd="/home/u",
+        cwd_id=(3, 4),
         umask=0o022,
         env_file="/run/airlock-runner/airlock-job-x.u5.service.env",
         stop_timeout_seconds=2,
@@ -165,6 +167,7 @@ def test_unit_properties_carry_identity_and_never_the_environment() -> None:
     assert props["PrivateNetwork"] is True
     ((python, argv, _ignore),) = props["ExecStart"]
     assert python == "/usr/bin/python3.11" and argv[-2:] == ["/usr/bin/id", "-u"]
+    assert argv[-3] == "3:4"  # the held working directory, which the helper compares with where systemd put it
     root = units.unit_properties(units.StageUnit(**{**{f: getattr(unit, f) for f in unit.__slots__}, "uid": 0}))
     assert "User" not in {name for name, _s, _v in root}  # a root job: systemd's own default
 
@@ -254,6 +257,7 @@ def _helper_with_scripts(tmp_path: Path, script: bytes, digest: str) -> subproce
         gid=0,
         groups=(),
         cwd="/",
+        cwd_id=None,
         umask=0o022,
         env_file="/run/x.env",
         stop_timeout_seconds=1,
