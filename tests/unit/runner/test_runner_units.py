@@ -23,6 +23,10 @@ import pytest
 from airlock.common import sandbox
 from airlock.common.errors import AirlockError
 from airlock.runner import units
+from airlock.runner.binaries import _Binary
+from airlock.runner.stageunit import for_stage
+
+from runner_testlib import make_spec
 
 
 def _helper(
@@ -380,3 +384,13 @@ def test_a_main_process_is_held_only_if_the_unit_still_names_it_after_the_pidfd_
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_stage_unit_carries_the_held_working_directory_to_the_helper(tmp_path: Path) -> None:
+    true = os.path.realpath("/usr/bin/true")
+    held = os.stat(tmp_path)
+    spec = make_spec((true,), cwd=str(tmp_path))
+    binary = _Binary(true, -1, os.stat(true))
+    unit = for_stage(spec, 0, binary, env_file="/x", limits=(), runtime_max_seconds=1, cwd=held)
+    assert unit.cwd == str(tmp_path) and unit.cwd_id == (held.st_dev, held.st_ino)
+    assert units.helper_argv(unit)[10] == f"{held.st_dev}:{held.st_ino}"  # after path, dev, ino, owner, mode
