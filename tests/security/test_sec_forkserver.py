@@ -35,12 +35,14 @@ async def _run_held(path: Path, swap_to: Path | None) -> bytes:
         cwd="/",
         umask=0o022,
     )
+    cwd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # the working directory, held as well
     try:
-        child = await srv.spawn(request, None, out_w, err_w, held, [])
+        child = await srv.spawn(request, None, out_w, err_w, held, [], cwd)
     finally:
         os.close(out_w)
         os.close(err_w)
         os.close(held)
+        os.close(cwd)
     if swap_to is not None:  # the attack: another file at the approved path, before the stage executes
         os.replace(swap_to, path)
     os.write(child.gate, b"1")

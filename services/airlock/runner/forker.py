@@ -51,7 +51,7 @@ class Spawn:
     uid: int
     gid: int
     groups: tuple[int, ...]
-    cwd: str
+    cwd: str  # for messages: the stage enters the held directory fd sent beside it
     umask: int
     extra_argv: tuple[int, ...] = ()  # the argv entries the extra fds (sealed scripts) replace, in order
 
@@ -145,9 +145,13 @@ class ForkServer:
         self._exits.clear()
 
     async def spawn(
-        self, spawn: Spawn, stdin: int | None, stdout: int, stderr: int, exe: int, extra: Sequence[int]
+        self, spawn: Spawn, stdin: int | None, stdout: int, stderr: int, exe: int, extra: Sequence[int], cwd: int
     ) -> Child:
-        """Fork one stage at its gate; its exit status comes later through ``Child.exited``."""
+        """Fork one stage at its gate; its exit status comes later through ``Child.exited``.
+
+        ``cwd``: the working directory the runner walked to and checked, held open; the stage
+        ``fchdir``s to it (never ``spawn.cwd`` by name).
+        """
         if self.closed:
             raise AirlockError(ErrorCode.SPAWN_FAILED, "the fork server is gone")
         self._tag += 1
@@ -160,7 +164,7 @@ class ForkServer:
         try:
             os.write(spec, spawn.payload(tag, stdin is not None))
             os.lseek(spec, 0, os.SEEK_SET)
-            fds = [spec, stdout, stderr, exe, *extra, *([stdin] if stdin is not None else [])]
+            fds = [spec, cwd, stdout, stderr, exe, *extra, *([stdin] if stdin is not None else [])]
             self.sock.sendmsg([b"spawn"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
         except OSError as exc:
             self._spawning.pop(tag, None)

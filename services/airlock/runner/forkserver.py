@@ -14,8 +14,11 @@ It adds no power the runner lacks: the runner can already ask systemd for a
 root service running anything.  When the runner's end closes, it exits, and
 systemd kills whatever it forked that had not yet been moved to a scope.
 
-Messages (runner -> here): ``spawn`` with fds [spec memfd, stdout, stderr,
-exe, extra...] (stdin last when the spec says so).  The spec (JSON in a
+Messages (runner -> here): ``spawn`` with fds [spec memfd, cwd, stdout,
+stderr, exe, extra...] (stdin last when the spec says so); cwd is the
+working directory the runner walked to and checked, held open: the child
+enters it with ``fchdir``, never by name (a directory renamed or a symlink
+swapped after the check cannot move the job).  The spec (JSON in a
 memfd, so argv and environment have no size limit) gives a tag, argv,
 environment, uid, gid, groups, cwd, umask and which argv entries the extra
 fds (sealed scripts) replace.  The child leads its own session, switches to
@@ -59,13 +62,15 @@ def _child(spec: dict[str, Any], fds: list[int], gate: int) -> None:
             signal.signal(signum, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         stdin = fds.pop() if spec["stdin"] else os.open(os.devnull, os.O_RDONLY)
-        stdout, stderr, exe, *extra = fds
+        cwd, stdout, stderr, exe, *extra = fds
+        cwd = fcntl.fcntl(cwd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD + _MAX_FDS + 8)  # above what closerange closes
         # Out of the way of 0..N first, then into place: an fd received as 1 must not be clobbered.
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIGH_FD) for fd in (stdin, stdout, stderr, exe, *extra, gate)]
         for target, fd in enumerate(high[:-1]):
             os.dup2(fd, target, inheritable=True)
         gate = os.dup2(high[-1], 3 + 1 + len(extra), inheritable=False)
-        os.closerange(gate + 1, max(os.sysconf("SC_OPEN_MAX"), _HIGH_FD + _MAX_FDS + 8))
+        os.closerange(gate + 1, _HIGH_FD + _MAX_FDS + 8)
+        os.closerange(cwd + 1, max(os.sysconf("SC_OPEN_MAX"), cwd + 1))
         args = list(spec["argv"])
         for offset, index in enumerate(spec["extra_argv"]):
             args[index] = f"/proc/self/fd/{4 + offset}"
@@ -74,7 +79,8 @@ def _child(spec: dict[str, Any], fds: list[int], gate: int) -> None:
             os.setgroups(spec["groups"])
             os.setresgid(spec["gid"], spec["gid"], spec["gid"])
             os.setresuid(spec["uid"], spec["uid"], spec["uid"])
-        os.chdir(spec["cwd"])  # as the job's user, as systemd's WorkingDirectory= does
+        os.fchdir(cwd)  # the held directory, as the job's user (the kernel checks its search bit, as for chdir)
+        os.close(cwd)
         _own_keyring()
         opened = b""
         while True:

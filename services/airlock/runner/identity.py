@@ -181,49 +181,80 @@ class _Refused(Exception):
     """Why a path is out of the target user's reach (internal)."""
 
 
-def _enter(identity: Identity, path: str) -> None:
-    """Walk ``path`` as the kernel would for ``identity``, down to a directory it may enter.
+@dataclass(frozen=True, slots=True)
+class HeldDir:
+    """A directory the runner walked to on fds and holds open (``O_PATH``): what a job enters, by fd."""
+
+    fd: int
+    st: os.stat_result
+    real: str  # the path walked, symlinks resolved (for messages)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+_ANY_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _enter(identity: Identity, path: str, root: str = "/") -> HeldDir:
+    """Walk ``path`` as the kernel would for ``identity``, down to a directory it may enter; hold it.
 
     Every directory looked up in, symlinks followed, needs the search bit
-    that applies to the user's uid, gid or supplementary groups.
+    that applies to the user's uid, gid or supplementary groups.  The walk is
+    on fds (``openat`` with ``O_NOFOLLOW``, a symlink read where it sits and
+    followed by hand), so the directory returned is the one whose ``fstat``
+    was checked, whatever is renamed meanwhile.  ``root``: where ``/`` is
+    (runner/arguments.py ``view``).
     """
     pending = [c for c in path.split("/") if c]
     pending.reverse()  # a stack: the next component is last
-    current = "/"
+    try:
+        stack = [(os.open(root, _DIR_FLAGS), "/")]
+    except OSError as exc:
+        raise _Refused(f"{root} cannot be examined ({os.strerror(exc.errno or 0)})") from None
     links = 0
-    while True:
-        try:
-            st = os.stat(current)
-        except OSError as exc:
-            raise _Refused(f"{current} cannot be examined ({os.strerror(exc.errno or 0)})") from None
-        if not stat.S_ISDIR(st.st_mode):
-            raise _Refused(f"{current} is not a directory")
-        if not _may_search(identity, st):
-            raise _Refused(f"no permission to enter {current}")
-        if not pending:
-            return
-        component = pending.pop()
-        if component == ".":
-            continue
-        if component == "..":
-            current = os.path.dirname(current)
-            continue
-        candidate = os.path.join(current, component)
-        try:
-            lst = os.lstat(candidate)
-        except OSError as exc:
-            why = "does not exist" if exc.errno == errno.ENOENT else os.strerror(exc.errno or 0)
-            raise _Refused(f"{candidate} {why}") from None
-        if stat.S_ISLNK(lst.st_mode):
-            links += 1
-            if links > _MAX_SYMLINKS:
-                raise _Refused("too many levels of symbolic links")
-            target = os.readlink(candidate)
-            pending.extend(reversed([c for c in target.split("/") if c]))
-            if target.startswith("/"):
-                current = "/"
-            continue
-        current = candidate
+    try:
+        while True:
+            fd, current = stack[-1]
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode):
+                raise _Refused(f"{current} is not a directory")
+            if not _may_search(identity, st):
+                raise _Refused(f"no permission to enter {current}")
+            if not pending:
+                stack.pop()
+                return HeldDir(fd, st, current)
+            component = pending.pop()
+            if component == ".":
+                continue
+            if component == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop()[0])
+                continue
+            candidate = os.path.join(current, component)
+            try:
+                opened = os.open(component, _ANY_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                why = "does not exist" if exc.errno == errno.ENOENT else os.strerror(exc.errno or 0)
+                raise _Refused(f"{candidate} {why}") from None
+            if stat.S_ISLNK(os.fstat(opened).st_mode):
+                try:
+                    target = os.readlink("", dir_fd=opened)  # the link opened, not its name again
+                finally:
+                    os.close(opened)
+                links += 1
+                if links > _MAX_SYMLINKS:
+                    raise _Refused("too many levels of symbolic links")
+                pending.extend(reversed([c for c in target.split("/") if c]))
+                if target.startswith("/"):
+                    while len(stack) > 1:
+                        os.close(stack.pop()[0])
+                continue
+            stack.append((opened, candidate))
+    finally:
+        for fd, _current in stack:
+            os.close(fd)
 
 
 def _for(identity: Identity) -> str:
@@ -237,10 +268,18 @@ def check_cwd(identity: Identity, cwd: str) -> None:
     before setuid), so the kernel never checks this for us.  Mode bits only:
     POSIX ACLs are not evaluated.
     """
+    open_cwd(identity, cwd).close()
+
+
+def open_cwd(identity: Identity, cwd: str, root: str = "/") -> HeldDir:
+    """`check_cwd`, and hold the directory checked: the job enters this fd, never ``cwd`` by name again.
+
+    ``root``: where ``/`` is for the job (runner/arguments.py ``view``).
+    """
     if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd or not encodable(cwd):
         raise AirlockError(ErrorCode.INVALID_ARGUMENTS, f"working directory must be an absolute path (got {cwd!r})")
     try:
-        _enter(identity, cwd)
+        return _enter(identity, cwd, root)
     except _Refused as refused:
         raise AirlockError(
             ErrorCode.SPAWN_FAILED,
@@ -259,7 +298,7 @@ def check_executable(identity: Identity, path: str, held: os.stat_result | None 
     directories are walked by name only to judge the user's search rights.
     """
     try:
-        _enter(identity, os.path.dirname(path) or "/")
+        _enter(identity, os.path.dirname(path) or "/").close()
         st = held if held is not None else os.stat(path)
     except _Refused as refused:
         raise AirlockError(ErrorCode.SPAWN_FAILED, f"{path}: {refused} {_for(identity)}") from None

@@ -128,6 +128,7 @@ def properties(config: Config, uid: int, gid: int, program: os.stat_result) -> l
         str(program.st_ino),
         str(program.st_uid),
         str(stat.S_IMODE(program.st_mode)),
+        "-",  # WorkingDirectory=/ below, fixed by the runner: no agent names it
         *command,
     ]
     runtime = config.approval.reviewer_timeout_seconds + 2 * GRACE_SECONDS

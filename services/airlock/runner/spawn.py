@@ -49,7 +49,7 @@ from airlock.runner.containment import (
 from airlock.runner.control import JobControl
 from airlock.runner.evidence import JobResult, StageResult, sha256_hex
 from airlock.runner.gate import _GATE_SHIM, _gate_payload
-from airlock.runner.identity import check_cwd
+from airlock.runner.identity import HeldDir, open_cwd
 from airlock.runner.jobspec import JobSpec, running_key
 from airlock.runner.outputlog import OutputLog
 from airlock.runner.scope import ProcessGroups
@@ -85,8 +85,11 @@ class Job:
         on_output: OutputCallback | None,
         scripts: Sequence[arguments.Script] = (),
         log: OutputLog | None = None,
+        cwd: HeldDir | None = None,
     ) -> None:
         self.spec = spec
+        # The working directory check_cwd walked to, held: every stage enters this fd, never spec.cwd by name.
+        self.cwd = cwd
         self.log = log  # the runner's output log of this job (outputlog.py), fed with the delivered bytes
         self.scripts = tuple(scripts)  # reviewed script bytes (runner/arguments.py), checked just now
         self.binaries = tuple(binaries)  # canonical path and open fd, one per stage
@@ -165,6 +168,8 @@ class Job:
             # A script runs from a sealed memfd of the reviewed bytes, never from its path.
             sealed = self._seal_scripts(index, args)
             pass_fds: tuple[int, ...] = (opened.fd, *sealed)
+            # chdir (before setuid) through the held fd's magic link: the directory checked, not the name again.
+            cwd = f"/proc/self/fd/{self.cwd.fd}" if self.cwd is not None else spec.cwd
             env: dict[str, str] = dict(spec.env)
             if self.containment.gated:
                 gate_in, gate_out = self.pipe()
@@ -180,7 +185,7 @@ class Job:
                     stdin=next_in.fd,
                     stdout=write_out.fd,
                     stderr=write_err.fd,
-                    cwd=spec.cwd,
+                    cwd=cwd,
                     env=env,
                     close_fds=True,
                     pass_fds=pass_fds,
@@ -320,15 +325,19 @@ async def run_job(
     ``started=False`` and nothing run.
     """
     check_privilege(spec.identity.uid, os.geteuid(), privileged=False)
-    check_cwd(spec.identity, spec.cwd)
-    opened = _open_all(spec)
+    view = arguments.view(spec.containment)
+    # Resolved once and held (O_PATH): a rename or symlink swap after this cannot move the job elsewhere.
+    cwd = open_cwd(spec.identity, spec.cwd, view)
     try:
-        # A root job's changeable path arguments: still what approval bound, or nothing runs.
-        view = arguments.view(spec.containment)
-        scripts = await asyncio.to_thread(arguments.check, spec.arguments, view) if spec.arguments else []
-        return await _execute(spec, _containment_for(spec), opened, on_output, cancel, scripts, log, control)
+        opened = _open_all(spec)
+        try:
+            # A root job's changeable path arguments: still what approval bound, or nothing runs.
+            scripts = await asyncio.to_thread(arguments.check, spec.arguments, view) if spec.arguments else []
+            return await _execute(spec, _containment_for(spec), opened, on_output, cancel, scripts, log, control, cwd)
+        finally:
+            _close_all(opened)
     finally:
-        _close_all(opened)
+        cwd.close()
 
 
 async def _execute(
@@ -340,13 +349,14 @@ async def _execute(
     scripts: Sequence[arguments.Script] = (),
     output_log: OutputLog | None = None,
     control: JobControl | None = None,
+    cwd: HeldDir | None = None,
 ) -> JobResult:
     log = structlog.get_logger().bind(operation_id=spec.operation_id)
     started_wall, started_mono = time.time(), time.monotonic()
     budget, reason = spec.timeout_seconds, "timeout"
     if spec.deadline is not None and spec.deadline - started_wall < budget:
         budget, reason = spec.deadline - started_wall, "deadline"
-    job = Job(spec, containment, binaries, on_output, scripts, output_log)
+    job = Job(spec, containment, binaries, on_output, scripts, output_log, cwd)
     if budget <= 0 or (cancel is not None and cancel.is_set()):
         job.timed_out = budget <= 0
         job.cancelled = not job.timed_out

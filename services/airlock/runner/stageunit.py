@@ -15,7 +15,12 @@ again from ``/`` one component at a time with ``O_NOFOLLOW``, compares the
 file's device, inode (and for root jobs owner and mode) with the identity the
 runner checked against the ticket's ``bound["binaries"]`` and executes that
 fd (``execveat``).  A binary swapped after the runner's check is refused
-(exit 126, nothing of the job runs).  See docs/security.md.
+(exit 126, nothing of the job runs).  The working directory is a path to
+systemd (``WorkingDirectory=``; no property takes a directory fd), so the
+helper compares the directory it was started in (``stat(".")``: the process's
+own cwd, no name looked up) with the device and inode of the directory the
+runner walked to and holds, and refuses (126) when a rename or symlink swap
+after the check made systemd enter another one.  See docs/security.md.
 
 The environment is not a unit property (``systemctl show`` is readable by
 every local user and the environment may carry protected values): the runner
@@ -46,9 +51,10 @@ ENV_DIR = "/run/airlock-runner"
 HELPER_EXIT_CHANGED = 126
 
 # Runs as ExecStart of every job unit (python3 -I -S -c): argv is
-# [path, dev, ino, uid, mode, argv0, args...]; uid and mode are "-" for
-# unprivileged jobs.  The environment arrives hex-encoded in AIRLOCK_JOB_ENV;
-# reviewed scripts (index:sha256:root-only copy, hex-encoded) in AIRLOCK_JOB_SCRIPTS:
+# [path, dev, ino, uid, mode, cwd, argv0, args...]; uid and mode are "-" for
+# unprivileged jobs; cwd is "dev:ino" of the working directory the runner holds
+# ("-": not checked, the reviewer's fixed "/").  The environment arrives
+# hex-encoded in AIRLOCK_JOB_ENV; reviewed scripts (index:sha256:root-only copy, hex-encoded) in AIRLOCK_JOB_SCRIPTS:
 # each is read, checked and sealed into a memfd that replaces argv[index].
 # Its imports are the cheapest that do the job (each job's start pays for them):
 # posix, _stat and _signal are built in, where os, stat and signal would import
@@ -57,10 +63,16 @@ HELPER_EXIT_CHANGED = 126
 # posix.environ is the environment as bytes.
 HELPER = """\
 import posix as os, sys, _signal, _stat
-path, dev, ino, uid, mode = sys.argv[1:6]
+path, dev, ino, uid, mode, cwd = sys.argv[1:7]
 def refuse(why):
     os.write(2, ("airlock: %s: %s since it was approved; not executed\\n" % (path, why)).encode())
     os._exit(126)
+if cwd != "-":
+    here = os.stat(".")
+    if "%d:%d" % (here.st_dev, here.st_ino) != cwd:
+        os.write(2, b"airlock: the working directory is not the one the runner checked"
+                 b" (renamed or swapped); not executed\\n")
+        os._exit(126)
 parts = [p for p in path.split("/") if p]
 if not path.startswith("/") or not parts or any(p in (".", "..") for p in parts):
     refuse("is not a canonical path")
@@ -83,7 +95,7 @@ data = bytes.fromhex(os.environ.get(b"AIRLOCK_JOB_ENV", b"").decode())
 env = dict(item.split(b"=", 1) for item in data.split(b"\\0") if item)
 if os.environ.get(b"CREDENTIALS_DIRECTORY"):  # the rule's credentials (LoadCredential=, runner/credentials.py)
     env[b"CREDENTIALS_DIRECTORY"] = os.environ[b"CREDENTIALS_DIRECTORY"]
-args = sys.argv[6:]
+args = sys.argv[7:]
 for item in bytes.fromhex(os.environ.get(b"AIRLOCK_JOB_SCRIPTS", b"").decode()).decode().split(";"):
     if not item:
         continue
@@ -167,6 +179,7 @@ class StageUnit:
     gid: int
     groups: tuple[int, ...]
     cwd: str
+    cwd_id: tuple[int, int] | None  # (st_dev, st_ino) of the directory the runner holds for ``cwd``
     umask: int
     env_file: str
     stop_timeout_seconds: float
@@ -177,7 +190,9 @@ class StageUnit:
 def helper_argv(unit: StageUnit) -> list[str]:
     owner = "-" if unit.owner is None else str(unit.owner)
     mode = "-" if unit.mode is None else str(unit.mode)
-    return [unit.python, "-I", "-S", "-c", HELPER, unit.path, str(unit.dev), str(unit.ino), owner, mode, *unit.argv]
+    cwd = "-" if unit.cwd_id is None else f"{unit.cwd_id[0]}:{unit.cwd_id[1]}"
+    held = [unit.path, str(unit.dev), str(unit.ino), owner, mode, cwd]
+    return [unit.python, "-I", "-S", "-c", HELPER, *held, *unit.argv]
 
 
 def unit_properties(unit: StageUnit) -> list[Property]:
@@ -248,8 +263,10 @@ def for_stage(
     env_file: str,
     limits: Sequence[Property],
     runtime_max_seconds: float,
+    cwd: os.stat_result | None = None,
 ) -> StageUnit:
-    """Stage ``index`` of ``spec`` as a unit running ``binary`` (opened and checked by the runner)."""
+    """Stage ``index`` of ``spec`` as a unit running ``binary`` (opened and checked by the runner);
+    ``cwd``: the ``fstat`` of the working directory the runner holds, compared by the helper."""
     last = len(spec.stages) - 1
     trusted = spec.trusted
     return StageUnit(
@@ -267,6 +284,7 @@ def for_stage(
         gid=spec.identity.gid,
         groups=spec.identity.groups,
         cwd=spec.cwd,
+        cwd_id=(cwd.st_dev, cwd.st_ino) if cwd is not None else None,
         umask=spec.umask,
         env_file=env_file,
         stop_timeout_seconds=spec.kill_grace_seconds,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from airlock.common.errors import AirlockError
+from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner import arguments, forker, stageunit, units
 from airlock.runner.binaries import _Binary
 from airlock.runner.containment import (
@@ -18,6 +18,7 @@ from airlock.runner.containment import (
     _write_env_file,
     _write_script_copies,
 )
+from airlock.runner.identity import HeldDir
 from airlock.runner.jobspec import JobSpec
 from airlock.runner.streams import _Fd
 
@@ -31,15 +32,23 @@ class Job(Protocol):
     fds: list[_Fd]
     services: list[units.StageService]
     stdin: tuple[_Fd, bytes] | None
+    cwd: HeldDir | None
 
     def pipe(self) -> tuple[_Fd, _Fd]: ...
 
     def stage_pipes(self, spec: JobSpec, index: int, last: int) -> tuple[_Fd, _Fd, _Fd]: ...
 
 
+def _held_cwd(job: Job) -> HeldDir:
+    if job.cwd is None:  # fail closed: a stage never enters its working directory by name alone
+        raise AirlockError(ErrorCode.SPAWN_FAILED, f"working directory {job.spec.cwd}: not held by the runner")
+    return job.cwd
+
+
 async def services(job: Job, containment: ServiceContainment) -> None:
     """Start every stage as its own transient service, stdio passed as fds."""
     spec = job.spec
+    cwd = _held_cwd(job)
     last = len(spec.stages) - 1
     next_in: _Fd | None = None
     if spec.stdin is not None:
@@ -58,6 +67,7 @@ async def services(job: Job, containment: ServiceContainment) -> None:
             env_file=env_file,
             limits=(*containment.limits, *containment.stage_limits[index], *loaded),
             runtime_max_seconds=spec.timeout_seconds + 2 * spec.kill_grace_seconds + _SCOPE_BACKSTOP_SLACK_SECONDS,
+            cwd=cwd.st,
         )
         try:
             service = await units.start_stage(
@@ -79,6 +89,7 @@ async def services(job: Job, containment: ServiceContainment) -> None:
 async def scopes(job: Job, containment: ServiceContainment) -> list[_Fd]:
     """Fork every stage through the fork server, each into its own scope; returns their shut gates."""
     spec = job.spec
+    cwd = _held_cwd(job)
     last = len(spec.stages) - 1
     server = await forker.server(forker.start_unit)
     next_in: _Fd | None = None
@@ -115,6 +126,7 @@ async def scopes(job: Job, containment: ServiceContainment) -> list[_Fd]:
                 write_err.fd,
                 opened.fd,
                 sealed,
+                cwd.fd,
             )
             gate = _Fd(child.gate)
             job.fds.append(gate)  # closed unopened by abort(): the stage then ends unexecuted

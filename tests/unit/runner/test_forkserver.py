@@ -53,12 +53,14 @@ async def _run(
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     exe = os.open(argv[0], os.O_PATH | os.O_CLOEXEC)
+    held = os.open(cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        child = await srv.spawn(_request(argv, cwd, {"GREETING": "hello"}), None, out_w, err_w, exe, [])
+        child = await srv.spawn(_request(argv, cwd, {"GREETING": "hello"}), None, out_w, err_w, exe, [], held)
     finally:
         os.close(out_w)
         os.close(err_w)
         os.close(exe)
+        os.close(held)
     if open_gate:
         os.write(child.gate, b"1")
     os.close(child.gate)
@@ -147,11 +149,14 @@ def test_a_fork_server_that_died_is_started_again_for_the_next_job(tmp_path: Pat
         second = await forker.server(start)
         out_r, out_w = os.pipe()
         exe = os.open("/bin/echo", os.O_PATH | os.O_CLOEXEC)
+        held = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            child = await second.spawn(_request(["/bin/echo", "again"], str(tmp_path), {}), None, out_w, out_w, exe, [])
+            request = _request(["/bin/echo", "again"], str(tmp_path), {})
+            child = await second.spawn(request, None, out_w, out_w, exe, [], held)
         finally:
             os.close(out_w)
             os.close(exe)
+            os.close(held)
         os.write(child.gate, b"1")
         os.close(child.gate)
         status = await asyncio.wait_for(child.exited, 10)

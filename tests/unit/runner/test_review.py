@@ -46,7 +46,7 @@ def test_the_unit_is_confined() -> None:
     # Not the path: a job unit's exec helper, which runs /r only if it is still the file the runner checked.
     [(python, argv, _)] = props["ExecStart"]
     assert argv[:5] == [python, "-I", "-S", "-c", stageunit.HELPER]
-    assert argv[5:] == ["/r", str(st.st_dev), str(st.st_ino), str(st.st_uid), str(st.st_mode & 0o7777), "/r"]
+    assert argv[5:] == ["/r", str(st.st_dev), str(st.st_ino), str(st.st_uid), str(st.st_mode & 0o7777), "-", "/r"]
     env = b"PATH=/usr/bin:/bin\0LANG=C.UTF-8"
     assert props["Environment"] == ["AIRLOCK_JOB_ENV=" + env.hex()]
     networked = review.properties(settings(reviewer_command=("/r",), reviewer_network=True), 999, 999, st)

@@ -18,6 +18,7 @@ from airlock.runner.identity import (
     check_cwd,
     check_executable,
     default_cwd,
+    open_cwd,
     resolve_identity,
 )
 
@@ -173,6 +174,24 @@ def test_symlinks_are_followed(world_dir: str) -> None:
     os.symlink("open/../open", relative)
     check_cwd(NOBODY, relative)
     check_cwd(NOBODY, os.path.join(world_dir, ".", "open", "..", "open"))
+
+
+def test_open_cwd_holds_the_directory_it_walked_to_whatever_the_path_names_later(world_dir: str) -> None:
+    open_dir = os.path.join(world_dir, "open")
+    os.mkdir(open_dir, 0o755)
+    link = os.path.join(world_dir, "link")
+    os.symlink("open", link)
+    held = open_cwd(NOBODY, link)  # through a symlink: the directory it leads to
+    try:
+        assert (held.st.st_ino, held.real) == (os.stat(open_dir).st_ino, open_dir)
+        os.rename(open_dir, open_dir + ".moved")
+        os.mkdir(open_dir, 0o755)  # the path now names another directory ...
+        assert os.stat(link).st_ino != held.st.st_ino
+        # ... and the fd still holds the one checked, which is what a job enters.
+        assert os.stat(f"/proc/self/fd/{held.fd}").st_ino == held.st.st_ino
+        assert os.path.realpath(f"/proc/self/fd/{held.fd}") == open_dir + ".moved"
+    finally:
+        held.close()
 
 
 def test_check_executable(world_dir: str, test_user: ScratchUser) -> None:

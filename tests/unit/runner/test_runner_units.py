@@ -23,6 +23,10 @@ import pytest
 from airlock.common import sandbox
 from airlock.common.errors import AirlockError
 from airlock.runner import units
+from airlock.runner.binaries import _Binary
+from airlock.runner.stageunit import for_stage
+
+from runner_testlib import make_spec
 
 
 def _helper(
@@ -48,6 +52,7 @@ def _helper(
         gid=0,
         groups=(),
         cwd="/",
+        cwd_id=None,
         umask=0o022,
         env_file="/run/x.env",
         stop_timeout_seconds=1,
@@ -149,6 +154,7 @@ def test_unit_properties_carry_identity_and_never_the_environment() -> None:
         gid=1000,
         groups=(1000, 27),
         cwd="/home/u",
+        cwd_id=(3, 4),
         umask=0o022,
         env_file="/run/airlock-runner/airlock-job-x.u5.service.env",
         stop_timeout_seconds=2,
@@ -165,6 +171,7 @@ def test_unit_properties_carry_identity_and_never_the_environment() -> None:
     assert props["PrivateNetwork"] is True
     ((python, argv, _ignore),) = props["ExecStart"]
     assert python == "/usr/bin/python3.11" and argv[-2:] == ["/usr/bin/id", "-u"]
+    assert argv[-3] == "3:4"  # the held working directory, which the helper compares with where systemd put it
     root = units.unit_properties(units.StageUnit(**{**{f: getattr(unit, f) for f in unit.__slots__}, "uid": 0}))
     assert "User" not in {name for name, _s, _v in root}  # a root job: systemd's own default
 
@@ -254,6 +261,7 @@ def _helper_with_scripts(tmp_path: Path, script: bytes, digest: str) -> subproce
         gid=0,
         groups=(),
         cwd="/",
+        cwd_id=None,
         umask=0o022,
         env_file="/run/x.env",
         stop_timeout_seconds=1,
@@ -376,3 +384,13 @@ def test_a_main_process_is_held_only_if_the_unit_still_names_it_after_the_pidfd_
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_stage_unit_carries_the_held_working_directory_to_the_helper(tmp_path: Path) -> None:
+    true = os.path.realpath("/usr/bin/true")
+    held = os.stat(tmp_path)
+    spec = make_spec((true,), cwd=str(tmp_path))
+    binary = _Binary(true, -1, os.stat(true))
+    unit = for_stage(spec, 0, binary, env_file="/x", limits=(), runtime_max_seconds=1, cwd=held)
+    assert unit.cwd == str(tmp_path) and unit.cwd_id == (held.st_dev, held.st_ino)
+    assert units.helper_argv(unit)[10] == f"{held.st_dev}:{held.st_ino}"  # after path, dev, ino, owner, mode
