@@ -1,6 +1,6 @@
 """The span helper's process (journal/spanwalk.py starts it): one span of the chain walked, its result printed.
 
-``python3 -I -B -c ... PACKAGE_ROOT DATABASE FIRST LAST LINK``: opens the
+``python3 -I -S -B -c ... PACKAGE_ROOT DATABASE FIRST LAST LINK``: opens the
 database read-only, walks seqs FIRST to LAST with `fastwalk.verify_stored`
 from LINK (the hash stored at FIRST - 1) and prints the `VerifyResult` as one
 JSON line.  It imports only the walk and the standard library, so it starts

@@ -38,13 +38,16 @@ class Span:
     last_hash: str
 
 
-def cut(first: int, last: int, parts: int) -> list[tuple[int, int]]:
-    """Seqs ``first`` to ``last`` in ``parts`` contiguous ranges as even as can be (fewer if there are fewer seqs)."""
+def cut(first: int, last: int, parts: int, lead: int = 0) -> list[tuple[int, int]]:
+    """Seqs ``first`` to ``last`` in ``parts`` contiguous ranges (fewer if there are fewer seqs): the first
+    ``lead`` seqs longer than the others (what the walk gets done while its helpers start), the rest even."""
     if last < first or parts < 1:
         return []
     total = last - first + 1
     parts = min(parts, total)
-    bounds = [first + total * i // parts for i in range(parts + 1)]
+    lead = max(0, min(lead, total - parts))
+    rest = total - lead
+    bounds = [first] + [first + lead + rest * i // parts for i in range(1, parts + 1)]
     return [(bounds[i], bounds[i + 1] - 1) for i in range(parts)]
 
 

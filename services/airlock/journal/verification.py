@@ -60,9 +60,12 @@ def _verify_chain(
                 helper.stop()
 
 
-# Seqs below which a walk is not split: a helper costs ~40 ms to start and read its first rows,
-# and a split saves about half of ~6 us a record (measured: docs/benchmarks-log.md, issue 50).
-SPLIT_MIN_RECORDS: Final = 40_000
+# Seqs below which a walk is not split. A helper answers a one-record span in ~34 ms (its start), and a
+# split saves about half of ~5.5 us a record: even from ~12,000 on idle cores, but at load 4 on two
+# cores a split of 60,000 was slower (0.90x) and of 200,000 faster (1.22x): docs/benchmarks-log.md, issue 50.
+SPLIT_MIN_RECORDS: Final = 100_000
+# The walk's own span is longer by what it walks while a helper starts (~34 ms at ~5.5 us a record).
+HELPER_START_RECORDS: Final = 6_000
 # At most this many helpers, whatever the cores: each holds a read snapshot and ~10 MiB.
 MAX_HELPERS: Final = 3
 # A helper's deadline: as long again as the walk's own share took, plus this (then the walk takes its span).
@@ -80,7 +83,7 @@ def _spans(conn: sqlite3.Connection, start: int, helpers: int, least: int) -> li
     last = conn.execute("SELECT MAX(seq) FROM events").fetchone()[0]
     if last is None or int(last) - start + 1 < max(least, helpers + 1):
         return []
-    ranges = spans.cut(start, int(last), helpers + 1)[1:]
+    ranges = spans.cut(start, int(last), helpers + 1, HELPER_START_RECORDS)[1:]
     found = []
     for first, end in ranges:
         part = spans.span(first, end, _stored_hash(conn, first - 1), _stored_hash(conn, end))

@@ -40,7 +40,12 @@ def _between(rows: list[Row], first: int, last: int | None = None) -> list[Row]:
 
 
 def _split_walk(
-    rows: list[Row], parts: int, size: int, helper: Callable[[list[Row], Span], VerifyResult | None], **kw: Any
+    rows: list[Row],
+    parts: int,
+    size: int,
+    helper: Callable[[list[Row], Span], VerifyResult | None],
+    lead: int = 0,
+    **kw: Any,
 ) -> VerifyResult:
     """journal/verification.py's split walk over ``rows`` as the snapshot (no I/O)."""
     walk = _Walk(kw.get("from_seq"), kw.get("anchor"), kw.get("prev_hash"))
@@ -49,7 +54,7 @@ def _split_walk(
     last = max(stored, default=None)
     later: list[Span] = []
     if last is not None and last - start + 1 >= parts:
-        for first, end in cut(start, last, parts)[1:]:
+        for first, end in cut(start, last, parts, lead)[1:]:
             part = span(first, end, stored.get(first - 1), stored.get(end))
             if part is None:
                 later = []
@@ -86,11 +91,12 @@ HELPERS = {"honest": _honest, "silent": _silent}
     parts=st.integers(2, 5),
     size=st.integers(1, 5),
     helper=st.sampled_from(sorted(HELPERS)),
+    lead=st.integers(0, 6),
 )
-def test_a_split_walk_agrees_with_the_reference(rows: list[Row], parts: int, size: int, helper: str) -> None:
+def test_a_split_walk_agrees_with_the_reference(rows: list[Row], parts: int, size: int, helper: str, lead: int) -> None:
     stored = _as_stored(rows)
     # The walk's SELECT starts at seq 1 (journal/verification.py), split or not.
-    assert _split_walk(stored, parts, size, HELPERS[helper]) == _reference(_between(stored, 1))
+    assert _split_walk(stored, parts, size, HELPERS[helper], lead) == _reference(_between(stored, 1))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -167,6 +173,8 @@ def test_cut_covers_every_seq_once_evenly() -> None:
     assert cut(1, 10, 3) == [(1, 3), (4, 6), (7, 10)]
     assert cut(5, 6, 4) == [(5, 5), (6, 6)]
     assert cut(7, 6, 2) == [] and cut(1, 10, 0) == []
+    assert cut(1, 10, 2, lead=4) == [(1, 7), (8, 10)]  # the first range 4 longer: 3 + 4 against 3
+    assert cut(1, 10, 3, lead=100) == [(1, 8), (9, 9), (10, 10)]  # never an empty range
     for first, last, parts in [(1, 200_000, 2), (3, 1001, 4), (1, 1, 1)]:
         ranges = cut(first, last, parts)
         assert ranges[0][0] == first and ranges[-1][1] == last
