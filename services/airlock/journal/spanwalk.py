@@ -57,6 +57,9 @@ class Helper:
                 env=child.environment(),
                 cwd="/",
                 close_fds=True,
+                # Its own session, as common/child.py's helpers: a process group a stop reaches whole, and
+                # (with the kernel's autogroup) a CPU share of its own rather than half of the caller's.
+                start_new_session=True,
             )
         except OSError as exc:
             log.get().warning("journal.verify.helper_failed", reason=f"cannot start: {exc.strerror or exc}")
