@@ -231,3 +231,27 @@ def test_only_a_whole_result_is_read_from_a_helper(line: bytes) -> None:
 def test_a_result_survives_the_trip_from_the_helper() -> None:
     result = VerifyResult(False, 7, 9, "seq 9: hash does not match the record's content", 8, "b" * 64)
     assert spanwalk.parse_result(json.dumps(result.to_dict()).encode()) == result
+
+
+def test_the_journals_verify_and_verify_full_split_a_long_walk(database: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `airlock audit verify` and `--full` run (`Store.verify`, `Store.verify_full`), with 60 records
+    counting as long: the same answers as one walk, the helper's span taken."""
+    monkeypatch.setattr(verification, "SPLIT_MIN_RECORDS", 1)
+    monkeypatch.setattr(verification, "_helpers", lambda: 1)
+    joins = Joins(monkeypatch)
+
+    async def both() -> tuple[VerifyResult, dict[str, Any]]:
+        store = Store.open(database)
+        try:
+            return store.verify(), store.verify_full()
+        finally:
+            await store.close()
+
+    walked, full = asyncio.run(both())
+    assert joins.answers == [True, True]
+    assert walked == _one(database) and walked.ok and walked.checked == N
+    assert full["ok"] and full["live"] == walked.to_dict()
+    tamper(database, "UPDATE events SET payload = '{\"i\":1}' WHERE seq = 50")
+    walked, full = asyncio.run(both())
+    assert walked == _one(database) and walked.first_bad_seq == 50
+    assert not full["ok"] and full["first_bad_seq"] == 50 and full["live"] == walked.to_dict()
