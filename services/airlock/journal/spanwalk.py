@@ -62,7 +62,7 @@ class Helper:
                 start_new_session=True,
             )
         except OSError as exc:
-            log.get().warning("journal.verify.helper_failed", reason=f"cannot start: {exc.strerror or exc}")
+            log.get().warning("journal.span_helper.failed", reason=f"cannot start: {exc.strerror or exc}")
             return None
         return cls(proc, part)
 
@@ -72,12 +72,12 @@ class Helper:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.stop()
-            log.get().warning("journal.verify.helper_failed", reason=f"no answer within {timeout:.1f} s")
+            log.get().warning("journal.span_helper.failed", reason=f"no answer within {timeout:.1f} s")
             return None
         found = parse_result(out[:_OUTPUT_CAP]) if self.proc.returncode == 0 else None
         if found is None:
             log.get().warning(
-                "journal.verify.helper_failed",
+                "journal.span_helper.failed",
                 reason=child.exit_text(self.proc.returncode) if self.proc.returncode else "no result",
                 stderr=err[-400:].decode("utf-8", "replace"),
             )

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from journal_support import tamper
+from structlog.testing import capture_logs
 from test_journal_verify_fast import _long_chain
 
 from airlock.journal import spanchild, spans, spanwalk, verification
@@ -159,7 +160,9 @@ def test_a_helper_that_gives_no_result_costs_time_never_the_answer(
 ) -> None:
     one = _tampered_in_the_helpers_span(database)
     monkeypatch.setattr(spanwalk, "_ENTRY", entry)
-    assert _split(database) == one
+    with capture_logs() as events:
+        assert _split(database) == one
+    assert [e["event"] for e in events] == ["journal.span_helper.failed"]  # the operator sees why it was slower
 
 
 def test_a_helper_that_hangs_is_stopped_at_its_deadline(database: Path, monkeypatch: pytest.MonkeyPatch) -> None:
