@@ -2,7 +2,9 @@
 against (stored hashes, head, high-water mark, acknowledgements).
 
 Reads only, on a connection the caller opened (one snapshot); journal/reads.py
-`Reader.audit` and journal/acknowledge.py use them.
+`Reader.audit` and journal/acknowledge.py use them.  A walk of `SPLIT_MIN_RECORDS`
+seqs or more is split: helper processes (journal/spanwalk.py) walk its later
+spans and journal/spans.py joins their results into the one walk's answer.
 """
 
 from __future__ import annotations
