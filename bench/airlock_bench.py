@@ -496,8 +496,9 @@ class Bench:
                 f / ref,
                 f >= 200_000,
                 "SQLite in batches of 2,048, stored payload text spliced once a batch is proven canonical; "
-                "below 200,000/s the standard library's parse and canonical re-encode of the payloads are ~45 % "
-                "of the walk (issue 50's profile in docs/benchmarks-log.md)",
+                "from 100,000 records split into spans, one per core (helper processes, journal/spans.py): "
+                "~0.57 s of CPU on each of two cores for 200,000; the one walk's parse and canonical re-encode "
+                "are ~45 % of it (issue 50 in docs/benchmarks-log.md)",
                 full,
             )
         )

@@ -52,10 +52,12 @@ def verify_stored(
     batch, so every failure is reported exactly as the reference reports it.
     """
     walk = _Walk(from_seq, anchor, prev_hash)
-    return _verify_stored(walk, batches)
+    return walk_stored(walk, batches) or walk.end()
 
 
-def _verify_stored(walk: _Walk, batches: Iterable[Sequence[Sequence[Any]]]) -> VerifyResult:
+def walk_stored(walk: _Walk, batches: Iterable[Sequence[Sequence[Any]]]) -> VerifyResult | None:
+    """`verify_stored`'s walk through ``batches`` from ``walk``'s state, without its end: the result naming
+    the first bad record, or None with ``walk`` moved past the last row (so more rows can follow)."""
     enc = encode_basestring
     sha256 = hashlib.sha256
     for batch in batches:
@@ -117,7 +119,7 @@ def _verify_stored(walk: _Walk, batches: Iterable[Sequence[Sequence[Any]]]) -> V
         walk.checked, walk.expected, walk.prev = checked, expected, prev
         if checked:
             walk.head_seq, walk.head_hash = expected - 1, prev  # type: ignore[assignment]
-    return walk.end()
+    return None
 
 
 def _canonical_payloads(batch: Sequence[Sequence[Any]]) -> bool:
