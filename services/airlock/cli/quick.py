@@ -95,6 +95,8 @@ def _dev_up(args: list[str]) -> int:
         return up(Path(ns.runtime_dir), Path(ns.config) if ns.config else None, web=ns.web)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # as the full CLI's main
+        return 1
 
 
 def _parse_run(args: list[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
