@@ -1,7 +1,7 @@
-"""`python3 -m airlock`: the `airlock` command (airlock.cli.main.main)."""
+"""`python3 -m airlock`: the `airlock` command (airlock.cli.quick.main, as the console script)."""
 
 import sys
 
-from airlock.cli.main import main
+from airlock.cli.quick import main
 
 sys.exit(main())

@@ -176,7 +176,7 @@ def _rule(reader: FieldReader, node: yaml.Node, key: str) -> tuple[Rule, tuple[s
 
 def _compose(text: str, path: str) -> yaml.Node | None:
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return yamlnodes.compose(text)
     except yaml.YAMLError as exc:
         raise PolicyError([yamlnodes.syntax_error(path, exc)]) from None
 

@@ -53,8 +53,8 @@ import yaml
 
 from airlock.cli.devdir import UnsafeRuntimeDir, open_log, prepare_runtime_dir, write_private
 from airlock.common import config as configuration
+from airlock.common.activation import DOORS, RELAY_READY_SECONDS
 from airlock.common.child import environment, stop_all
-from airlock.common.daemon import DOORS, RELAY_READY_SECONDS
 from airlock.common.weblisten import bind_web
 
 SERVICES = ("journal", "approval", "exectree", "runner", "intake")
@@ -368,9 +368,11 @@ def make_checkpoint_key(key: Path) -> None:
     Like the package's postinst for /etc/airlock's key; without ssh-keygen the
     journal's anchors go unsigned and its log says so.
     """
-    from airlock.common import sshsig
+    if key.exists():
+        return
+    from airlock.common import sshsig  # not before: its helpers' asyncio is ~15 ms before the services start
 
-    if key.exists() or not sshsig.available():
+    if not sshsig.available():
         return
     comment = f"airlock-checkpoint@{socket.gethostname()}"
     subprocess.run(  # noqa: S603  ssh-keygen by absolute path; the key path is our own runtime folder's

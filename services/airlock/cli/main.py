@@ -23,6 +23,7 @@ from airlock import __version__
 from airlock.cli import agentcmds, agenthooks, events, fleet, operator, passkey, passkeyfleet, running, show, tokens
 from airlock.cli import output as output_cli
 from airlock.cli import policy as policy_cli
+from airlock.cli.devargs import dev_up_arguments
 from airlock.common.validate import parse_duration
 from airlock.gateway import cli as gateway_cli
 from airlock.mcp import cli as mcp_cli
@@ -425,15 +426,7 @@ def parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="run the whole stack in the foreground for development")
     dev_sub = dev.add_subparsers(dest="dev_command", metavar="SUBCOMMAND", required=True)
     sp = dev_sub.add_parser("up", help="start all four services with sockets under a runtime folder")
-    sp.add_argument("--runtime-dir", default="./run", help="sockets, state and logs go here (default ./run)")
-    sp.add_argument("--config", help="a config file whose keys override the built-in dev config")
-    sp.add_argument(
-        "--web",
-        nargs="?",
-        const="127.0.0.1:8787",
-        metavar="HOST:PORT",
-        help="also run airlock-web there (default 127.0.0.1:8787; port 0: any free port), at http://localhost:PORT",
-    )
+    dev_up_arguments(sp)
     sp.set_defaults(func=cmd_dev_up)
     mcp_cli.register(sub)
     gateway_cli.register(sub)

@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
             import site
 
             site.main()
+        if args[:2] == ["dev", "up"] and not {"-h", "--help"} & set(args[2:]):
+            # Its own short path (issue 50): the whole stack waits for this process before it starts.
+            return _dev_up(args[2:])
         from airlock.cli.main import main as full
 
         return full(argv)
@@ -73,6 +76,26 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        return 1
+
+
+def _dev_up(args: list[str]) -> int:
+    """`airlock dev up ARGS` without the rest of the CLI, whose imports (every command group's, the
+    operator door's typed messages) were ~60 ms of CPU before the first service could start."""
+    import argparse
+    from pathlib import Path
+
+    from airlock.cli.dev import up
+    from airlock.cli.devargs import dev_up_arguments
+
+    parser = argparse.ArgumentParser(prog="airlock dev up", description="run the whole stack in the foreground")
+    dev_up_arguments(parser)
+    ns = parser.parse_args(args)
+    try:
+        return up(Path(ns.runtime_dir), Path(ns.config) if ns.config else None, web=ns.web)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # as the full CLI's main
         return 1
 
 

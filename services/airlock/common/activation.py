@@ -12,6 +12,19 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable, Mapping
 
+# Which FileDescriptorName= each service must be handed.
+DOORS: dict[str, tuple[str, ...]] = {
+    "intake": ("agent",),
+    "approval": ("approval", "operator"),
+    "runner": ("runner",),
+    "journal": ("journal",),
+    "exectree": ("exectree",),
+}
+
+# airlock-notify says READY=1 once each channel has had the journal's answer through approval, or after this
+# long anyway (relay/service.py); `airlock dev up` gives it that long once the services are up (cli/dev.py).
+RELAY_READY_SECONDS = 60.0
+
 
 class ActivationError(Exception):
     pass

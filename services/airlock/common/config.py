@@ -74,7 +74,7 @@ from airlock.common.configvalues import (
 )
 from airlock.common.peer import identify, may_decide
 from airlock.common.settings_access import MAX_TOTAL_OUTPUT, RELAYED_APPROVAL_TIMEOUT, RELAYED_WHY, MiB
-from airlock.common.yamlnodes import STR, is_null, syntax_error
+from airlock.common.yamlnodes import STR, compose, is_null, syntax_error
 
 DEFAULT_CONFIG_PATH = Path("/etc/airlock/airlock.yaml")
 
@@ -249,7 +249,7 @@ def parse_text(text: str, path: str, base: Config | None = None) -> Config:
     given: set[str] = set()
     policy_node = base.policy_node
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose(text)
     except yaml.YAMLError as exc:
         raise ConfigError(syntax_error(path, exc)) from None
     if root is None or is_null(root):

@@ -17,19 +17,7 @@ from airlock.common.config import DEFAULT_CONFIG_PATH, Config, ConfigError, defa
 from airlock.common.errors import AirlockError
 from airlock.common.server import Service
 
-# Which FileDescriptorName= each service must be handed.
-DOORS: dict[str, tuple[str, ...]] = {
-    "intake": ("agent",),
-    "approval": ("approval", "operator"),
-    "runner": ("runner",),
-    "journal": ("journal",),
-    "exectree": ("exectree",),
-}
-
 EX_CONFIG = 78  # sysexits.h: systemd shows it, and it marks the start as a failure
-# airlock-notify says READY=1 once each channel has had the journal's answer through approval, or after this
-# long anyway (relay/service.py); `airlock dev up` gives it that long once the services are up (cli/dev.py).
-RELAY_READY_SECONDS = 60.0
 
 Builder = Callable[[Config, Mapping[str, socket.socket]], Awaitable[Service]]
 
@@ -93,7 +81,7 @@ def service_main(name: str, build: Builder, argv: list[str] | None = None) -> in
     if config.refused:
         logger.error(f"{name}.config.refused", error=config.refused, running_on=config.source)
     try:
-        sockets = activation.take_sockets(DOORS[name])
+        sockets = activation.take_sockets(activation.DOORS[name])
     except activation.ActivationError as exc:
         logger.error(f"{name}.activation.failed", error=str(exc))
         print(f"airlock-{name}: {exc}", file=sys.stderr)

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from airlock.common import log
+from airlock.common.activation import RELAY_READY_SECONDS
 from airlock.common.channels.base import SecretError
 from airlock.common.codec import iso_utc
 from airlock.common.config import Config, ConfigError, load
-from airlock.common.daemon import RELAY_READY_SECONDS
 from airlock.common.notify import Notifier
 from airlock.common.peer import identify, may_decide
 from airlock.relay import state

@@ -130,6 +130,25 @@ def test_the_short_path_imports_neither_argparse_nor_the_cli() -> None:
     )
 
 
+def test_dev_up_starts_without_the_full_cli_or_asyncio_and_reports_as_it_does(tmp_path: Path) -> None:
+    # The whole stack waits for dev up before its first service starts (issue 50): its short path
+    # imports neither the other commands (the operator door's messages) nor asyncio, and a config
+    # it refuses reads as the full CLI's refusal.
+    config = tmp_path / "dev.yaml"
+    config.write_text("limits:\n  write_timeout_seconds: soon\n")
+    args = ["dev", "up", "--runtime-dir", str(tmp_path / "rt"), "--config", str(config)]
+    code = (
+        "import sys; from airlock.cli import quick; rc = quick.main(sys.argv[1:]); "
+        "print(sorted(m for m in sys.modules if m in ('asyncio', 'airlock.cli.main'))); sys.exit(rc)"
+    )
+    short = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    code = "import sys; from airlock.cli import main; sys.exit(main.main(sys.argv[1:]))"
+    full = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert short.stdout.strip() == "[]"
+    assert (short.returncode, short.stderr) == (full.returncode, full.stderr) == (2, full.stderr)
+    assert "write_timeout_seconds" in full.stderr
+
+
 def test_an_unreachable_socket_is_reported_as_the_full_cli_does(capsys: pytest.CaptureFixture[str]) -> None:
     rc = quick.main(["run", "--socket", "/nonexistent/agent.sock", "--json", "--", "true"])
     got = capsys.readouterr()
