@@ -39,6 +39,7 @@ from harness import (
     Persistent,
     Requests,
     bench_config,
+    connect_when_bound,
     drive,
     machine,
     median,
@@ -338,7 +339,7 @@ class Bench:
             stack = BenchStack(self.config, runtime)
             stack.spawn()
             try:
-                client = _connect_when_bound(stack.agent, 30)
+                client = connect_when_bound(stack.agent, 30)
                 reply = client.call(self.requests.exec_line(self.true_args))
                 colds.append((time.perf_counter() - stack.started_at) * 1000)
                 if not reply.get("ok"):
@@ -996,18 +997,6 @@ def _installed_layout(workdir: Path) -> str:
     script.chmod(0o755)
     os.chmod(workdir, 0o755)
     return str(script)
-
-
-def _connect_when_bound(path: str, timeout: float) -> Persistent:
-    """Connect as soon as `dev up` has bound the socket; the service behind it may still be starting."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return Persistent(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.002)
 
 
 def journal_size(state: Path) -> tuple[int, int]:

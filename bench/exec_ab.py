@@ -54,6 +54,7 @@ from harness import (
     Persistent,
     Requests,
     bench_config,
+    connect_when_bound,
     drive,
     fmt,
     machine,
@@ -406,7 +407,7 @@ class AB:
             stack.spawn()
         assert stack.proc is not None
         try:
-            client = _connect_when_bound(stack.agent, 30)
+            client = connect_when_bound(stack.agent, 30)
             reply = client.call(self.requests.exec_line(self.true_args))
             took = (time.perf_counter() - stack.started_at) * 1000
             cpu = cpu_ms(stack.proc.pid)
@@ -443,18 +444,6 @@ def stop(stacks: dict[str, BenchStack]) -> None:
     for stack in stacks.values():
         stack.stop()
         stack.remove()
-
-
-def _connect_when_bound(path: str, timeout: float) -> Persistent:
-    """Connect as soon as `dev up` has bound the socket; the service behind it may still be starting."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return Persistent(path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.002)
 
 
 def row_names(plan: Plan) -> dict[str, list[tuple[str, str]]]:

@@ -355,6 +355,18 @@ class Persistent:
         self.sock.close()
 
 
+def connect_when_bound(path: str, timeout: float) -> Persistent:
+    """Connect as soon as `dev up` has bound the socket; the service behind it may still be starting."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return Persistent(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.002)
+
+
 @dataclass
 class Load:
     requests: int
