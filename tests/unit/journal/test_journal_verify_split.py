@@ -165,10 +165,8 @@ def test_a_helper_that_gives_no_result_costs_time_never_the_answer(
     assert [e["event"] for e in events] == ["journal.span_helper.failed"]  # the operator sees why it was slower
 
 
-def test_a_helper_that_hangs_is_stopped_at_its_deadline(database: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    one = _tampered_in_the_helpers_span(database)
-    monkeypatch.setattr(spanwalk, "_ENTRY", "import time; time.sleep(60)")
-    monkeypatch.setattr(verification, "HELPER_SLACK_SECONDS", 0.5)
+def _spy_on_helpers(monkeypatch: pytest.MonkeyPatch) -> list[spanwalk.Helper]:
+    """The helpers the walk starts, as it starts them (to see each stopped and waited for)."""
     started: list[spanwalk.Helper] = []
     real = spanwalk.Helper.start
 
@@ -179,6 +177,14 @@ def test_a_helper_that_hangs_is_stopped_at_its_deadline(database: Path, monkeypa
         return helper
 
     monkeypatch.setattr(spanwalk.Helper, "start", staticmethod(spy))
+    return started
+
+
+def test_a_helper_that_hangs_is_stopped_at_its_deadline(database: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    one = _tampered_in_the_helpers_span(database)
+    monkeypatch.setattr(spanwalk, "_ENTRY", "import time; time.sleep(60)")
+    monkeypatch.setattr(verification, "HELPER_SLACK_SECONDS", 0.5)
+    started = _spy_on_helpers(monkeypatch)
     began = time.monotonic()
     assert _split(database) == one
     assert time.monotonic() - began < 10
@@ -188,16 +194,7 @@ def test_a_helper_that_hangs_is_stopped_at_its_deadline(database: Path, monkeypa
 def test_a_helper_is_stopped_when_the_walk_fails_first(database: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tamper(database, "UPDATE events SET kind = 'x' WHERE seq = 3")
     monkeypatch.setattr(spanwalk, "_ENTRY", "import time; time.sleep(60)")
-    started: list[spanwalk.Helper] = []
-    real = spanwalk.Helper.start
-
-    def spy(path: str, part: spans.Span) -> spanwalk.Helper | None:
-        helper = real(path, part)
-        if helper is not None:
-            started.append(helper)
-        return helper
-
-    monkeypatch.setattr(spanwalk.Helper, "start", staticmethod(spy))
+    started = _spy_on_helpers(monkeypatch)
     began = time.monotonic()
     result = _split(database)
     assert result == _one(database) and result.first_bad_seq == 3
