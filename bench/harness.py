@@ -242,8 +242,10 @@ class BenchStack:
 
     def pid(self, service: str) -> int | None:
         assert self.proc is not None
+        # This tree's services are `python -m airlock.entry NAME`; an older tree's, airlock.NAME.
+        pattern = rf"airlock\.(entry |runner\.)?{service}( |$)"
         out = subprocess.run(
-            ["pgrep", "-P", str(self.proc.pid), "-f", rf"airlock\.{service}( |$)"], capture_output=True, text=True
+            ["pgrep", "-P", str(self.proc.pid), "-f", pattern], capture_output=True, text=True
         ).stdout.split()
         return int(out[0]) if out else None
 

@@ -94,9 +94,9 @@ class Stack:
 
     def find_service_pid(self, name: str) -> int | None:
         """The pid of one service (intake, approval, runner, journal, exectree) under this stack's `dev up`."""
-        # exectree's module is airlock.runner.exectree (cli/dev.py MODULES).
+        # `python -m airlock.entry NAME` (cli/dev.py); airlock.runner.exectree and airlock.NAME before it.
         found = subprocess.run(
-            ["pgrep", "-P", str(self.proc.pid), "-f", f"airlock\\.(runner\\.)?{name}( |$)"],
+            ["pgrep", "-P", str(self.proc.pid), "-f", f"airlock\\.(entry |runner\\.)?{name}( |$)"],
             capture_output=True,
             text=True,
         ).stdout.split()

@@ -25,7 +25,14 @@ PACKAGE = "airlock"
 BOTTOM = {"", "common"}
 SERVICES = {"journal", "approval", "runner", "intake", "relay", "web"}
 CLIENTS = {"cli", "gateway", "mcp"}
-RANK = {**dict.fromkeys(BOTTOM, 0), **dict.fromkeys(SERVICES, 1), **dict.fromkeys(CLIENTS, 2), "__main__": 3}
+# entry: the services' commands (it names their modules; on top, like __main__).
+RANK = {
+    **dict.fromkeys(BOTTOM, 0),
+    **dict.fromkeys(SERVICES, 1),
+    **dict.fromkeys(CLIENTS, 2),
+    "__main__": 3,
+    "entry": 3,
+}
 
 # The `airlock` command is also the administrator's tool: these commands read a
 # service's own files on this host (no daemon in between) or start the services.

@@ -58,8 +58,6 @@ from airlock.common.child import environment, stop_all
 from airlock.common.weblisten import bind_web
 
 SERVICES = ("journal", "approval", "exectree", "runner", "intake")
-# A service whose module is not airlock.<name>: the exec-tree listener lives beside the runner that uses it.
-MODULES = {"exectree": "airlock.runner.exectree"}
 # The folder holding the `airlock` package this process imported (services/ in a checkout).
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 _UCRED = struct.Struct("3i")
@@ -153,7 +151,7 @@ def compose_config(runtime_dir: Path, user_file: Path | None, web_port: int | No
 class Child:
     name: str
     sockets: list[tuple[str, socket.socket]]
-    module: str = ""  # default: airlock.<name>
+    module: str = ""  # default: `python -m airlock.entry NAME` (the command airlock-NAME runs)
     proc: subprocess.Popen[bytes] | None = None
     ready: bool = False
     restarts: list[float] = field(default_factory=list)
@@ -185,9 +183,7 @@ class Supervisor:
                 sock.listen(128)
                 listening[name] = sock
         for service in SERVICES:
-            self.children[service] = Child(
-                service, [(n, listening[n]) for n in DOORS[service]], module=MODULES.get(service, "")
-            )
+            self.children[service] = Child(service, [(n, listening[n]) for n in DOORS[service]])
         if cfg.notify.channels:
             # The relay (airlock-notify): no sockets, not socket-activated; restarted when it fails.
             self.children["notify"] = Child("notify", [], module="airlock.relay")
@@ -230,10 +226,10 @@ class Supervisor:
             'LISTEN_PID=$$ exec "$0" "$@"',
             sys.executable,
             "-m",
-            child.module or f"airlock.{child.name}",
+            child.module or "airlock.entry",
+            *(child.args if child.module else (child.name, *child.args)),
             "--config",
             str(self.config_path),
-            *child.args,
         ]
         child.proc = subprocess.Popen(  # noqa: S603  our own interpreter and module; the config path is ours
             argv,

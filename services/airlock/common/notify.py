@@ -5,6 +5,7 @@ Without NOTIFY_SOCKET (a plain foreground run) every call is a no-op.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Mapping
 
@@ -34,6 +35,9 @@ class Notifier:
 
     def ready(self, status: str) -> None:
         self._send(f"READY=1\nSTATUS={status}")
+        if not gc.isenabled():  # paused by airlock.entry for the start: what it built lives as long as we do
+            gc.freeze()
+            gc.enable()
 
     def status(self, status: str) -> None:
         self._send(f"STATUS={status}")
