@@ -873,7 +873,7 @@ def _beside_systemd(data: dict[str, Any], earlier: dict[str, Any]) -> list[Figur
             bare,
             helper / bare,
             helper - bare < 1.0,
-            f"python3 -I -S -c HELPER (runner/stageunit.py) executing /usr/bin/true, less "
+            f"python3 -I -S -c HELPER (runner/exechelper.py) executing /usr/bin/true, less "
             f"/usr/bin/true alone, alternating, as root; median of {len(data['helper'])} (helper {helper:.2f} ms)",
             data["helper"],
             extra=dict(earlier),

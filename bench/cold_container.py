@@ -41,7 +41,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "system"))
 from nspawn import booted  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "services"))
-from airlock.runner.stageunit import HELPER  # noqa: E402  the exec helper a sandboxed job's service runs
+from airlock.runner.exechelper import HELPER  # noqa: E402  the exec helper a sandboxed job's service runs
 
 POLICY = """\
 rules:

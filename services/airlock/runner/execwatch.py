@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from airlock.common.codec import canonical_json, iso_utc
+from airlock.runner.exechelper import HELPER
 from airlock.runner.fanotify import FileSeen
 from airlock.runner.gate import _GATE_SHIM
 from airlock.runner.redact import redact
-from airlock.runner.units import HELPER
 
 # Bounds of one process's record.
 MAX_ARGS = 32

@@ -14,7 +14,7 @@ How it runs:
   root job's binary: common/binary.py), so its user cannot rewrite it; what
   runs is the file that check opened, never the path again: the child
   executes the held fd (``/proc/self/fd/N``), the unit runs a job unit's exec
-  helper (runner/stageunit.py), which reopens the path symlink-free and
+  helper (runner/exechelper.py), which reopens the path symlink-free and
   refuses unless it is the same file (device, inode, owner, mode);
 - as ``approval.reviewer_user`` (never root: a missing user or uid 0 means
   there is no reviewer, and people are asked), no supplementary groups,
@@ -59,7 +59,7 @@ from airlock.common.config import Config
 from airlock.common.containment import systemd_is_running
 from airlock.common.errors import AirlockError
 from airlock.common.sandbox import Property
-from airlock.runner import stageunit, units
+from airlock.runner import exechelper, stageunit, units
 
 MAX_STDOUT = 4096
 MAX_STDERR = 2048
@@ -122,7 +122,7 @@ def properties(config: Config, uid: int, gid: int, program: os.stat_result) -> l
         "-I",
         "-S",
         "-c",
-        stageunit.HELPER,
+        exechelper.HELPER,
         command[0],
         str(program.st_dev),
         str(program.st_ino),

@@ -29,10 +29,9 @@ import structlog
 
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.common.sandbox import Property
+from airlock.runner.exechelper import HELPER, HELPER_EXIT_CHANGED
 from airlock.runner.stageunit import (
     ENV_DIR,
-    HELPER,
-    HELPER_EXIT_CHANGED,
     ScriptCopy,
     StageUnit,
     env_file_text,

@@ -16,7 +16,7 @@ import pytest
 
 from airlock.common import binary
 from airlock.common import config as cfg
-from airlock.runner import review, stageunit, units
+from airlock.runner import exechelper, review, units
 
 
 def settings(**approval: Any) -> cfg.Config:
@@ -45,7 +45,7 @@ def test_the_unit_is_confined() -> None:
     assert "-/run/airlock" in props["InaccessiblePaths"] and "-/etc/airlock" in props["InaccessiblePaths"]
     # Not the path: a job unit's exec helper, which runs /r only if it is still the file the runner checked.
     [(python, argv, _)] = props["ExecStart"]
-    assert argv[:5] == [python, "-I", "-S", "-c", stageunit.HELPER]
+    assert argv[:5] == [python, "-I", "-S", "-c", exechelper.HELPER]
     assert argv[5:] == ["/r", str(st.st_dev), str(st.st_ino), str(st.st_uid), str(st.st_mode & 0o7777), "-", "/r"]
     env = b"PATH=/usr/bin:/bin\0LANG=C.UTF-8"
     assert props["Environment"] == ["AIRLOCK_JOB_ENV=" + env.hex()]
@@ -169,6 +169,6 @@ def test_the_unit_refuses_a_program_swapped_in_after_the_check(
     monkeypatch.setattr(review, "systemd_is_running", lambda: True)
     config = settings(reviewer_command=(swapped_after_the_check,), reviewer_user="nobody")
     said = asyncio.run(review.review(config, {"v": 1}, systemd=True))
-    assert said["exit_code"] == stageunit.HELPER_EXIT_CHANGED and said["stdout"] == "", said
+    assert said["exit_code"] == exechelper.HELPER_EXIT_CHANGED and said["stdout"] == "", said
     assert "is not the file the runner checked" in said["stderr"]
     assert "swapped in" in open(swapped_after_the_check).read()  # control: the swap happened
