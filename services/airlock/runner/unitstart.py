@@ -75,14 +75,7 @@ async def services(job: Job, containment: ServiceContainment) -> None:
             )
         except AirlockError as exc:
             raise AirlockError(exc.code, f"stage {index + 1}: {exc.message}", exc.details | {"stage": index}) from None
-        containment.stages.append(service)
-        job.services.append(service)
-        if containment.unit is None:
-            containment.unit = name
-        if next_in is not None:
-            next_in.close()
-        write_out.close()
-        write_err.close()
+        _started(job, containment, service, name, (next_in, write_out, write_err))
         next_in = read_out
 
 
@@ -132,14 +125,7 @@ async def scopes(job: Job, containment: ServiceContainment) -> list[_Fd]:
             job.fds.append(gate)  # closed unopened by abort(): the stage then ends unexecuted
             gates.append(gate)
             stage = forker.StageScope(name, child.exited)
-            containment.stages.append(stage)  # from now on abort() stops and collects it
-            job.services.append(stage)
-            if containment.unit is None:
-                containment.unit = name
-            if next_in is not None:
-                next_in.close()
-            write_out.close()
-            write_err.close()
+            _started(job, containment, stage, name, (next_in, write_out, write_err))
             props = forker.scope_stage_properties(
                 f"airlock job {ascii(spec.operation_id)[1:-1]}" + (f" stage {index + 1}" if last else ""),
                 spec.slice,
@@ -153,3 +139,16 @@ async def scopes(job: Job, containment: ServiceContainment) -> list[_Fd]:
             raise AirlockError(exc.code, f"stage {index + 1}: {exc.message}", exc.details | {"stage": index}) from None
         next_in = read_out
     return gates
+
+
+def _started(
+    job: Job, containment: ServiceContainment, stage: units.StageService, name: str, ends: tuple[_Fd | None, ...]
+) -> None:
+    """A stage started (or forked at its gate): from now on abort() stops and collects it; its pipe ends are its own."""
+    containment.stages.append(stage)
+    job.services.append(stage)
+    if containment.unit is None:
+        containment.unit = name
+    for end in ends:
+        if end is not None:
+            end.close()
