@@ -38,6 +38,7 @@ from harness import (
     Figure,
     Persistent,
     Requests,
+    approved_once,
     bench_config,
     connect_when_bound,
     drive,
@@ -730,22 +731,7 @@ class Bench:
     def _approved_once(self, agent: Persistent, operator: Persistent) -> tuple[float, float]:
         """(approve call, approve reply -> agent's reply) in seconds, for one asked exec."""
         args = {"argv": ["true", "asked"], "privileged": ROOT, "stream": True}
-        pending = agent.event(self.requests.exec_line(args), "pending_approval")
-        request_id = pending.get("request_id")
-        line = json_module.dumps(
-            {"v": 1, "id": f"a-{request_id}", "verb": "approve", "args": {"id": request_id}, "token": None},
-            separators=(",", ":"),
-        )
-        start = time.perf_counter()
-        reply = operator.call(line.encode() + b"\n")
-        returned = time.perf_counter()
-        if not reply.get("ok"):
-            raise SystemExit(f"bench: approve failed: {reply}")
-        final = agent.call(b"")
-        done = time.perf_counter()
-        if not final.get("ok"):
-            raise SystemExit(f"bench: the approved exec failed: {final}")
-        return returned - start, done - returned
+        return approved_once(agent, operator, self.requests.exec_line(args))
 
     def memory(self) -> None:
         total = self.plan.memory_requests

@@ -53,6 +53,7 @@ from harness import (
     Figure,
     Persistent,
     Requests,
+    approved_once,
     bench_config,
     connect_when_bound,
     drive,
@@ -319,21 +320,7 @@ class AB:
     def _approved_once(self, agent: Persistent, operator: Persistent) -> float:
         """Seconds from the approve reply to the agent's final reply, for one asked exec."""
         args = {"argv": ["true", "asked"], "privileged": ROOT, "stream": True}
-        pending = agent.event(self.requests.exec_line(args), "pending_approval")
-        request_id = pending.get("request_id")
-        line = json.dumps(
-            {"v": 1, "id": f"a-{request_id}", "verb": "approve", "args": {"id": request_id}, "token": None},
-            separators=(",", ":"),
-        )
-        reply = operator.call(line.encode() + b"\n")
-        returned = time.perf_counter()
-        if not reply.get("ok"):
-            raise SystemExit(f"approve failed: {reply}")
-        final = agent.call(b"")
-        done = time.perf_counter()
-        if not final.get("ok"):
-            raise SystemExit(f"the approved exec failed: {final}")
-        return done - returned
+        return approved_once(agent, operator, self.requests.exec_line(args))[1]
 
     # -- cat FILE | wc -c through airlock --------------------------------------------------
 

@@ -357,6 +357,28 @@ class Persistent:
         self.sock.close()
 
 
+def approved_once(agent: Persistent, operator: Persistent, line: bytes) -> tuple[float, float]:
+    """Send an exec that a rule asks about, approve it on operator.sock, wait for the agent's reply.
+
+    Returns (the approve call, from the approve reply to the agent's final reply) in seconds."""
+    pending = agent.event(line, "pending_approval")
+    request_id = pending.get("request_id")
+    approve = json.dumps(
+        {"v": 1, "id": f"a-{request_id}", "verb": "approve", "args": {"id": request_id}, "token": None},
+        separators=(",", ":"),
+    )
+    start = time.perf_counter()
+    reply = operator.call(approve.encode() + b"\n")
+    returned = time.perf_counter()
+    if not reply.get("ok"):
+        raise SystemExit(f"bench: approve failed: {reply}")
+    final = agent.call(b"")
+    done = time.perf_counter()
+    if not final.get("ok"):
+        raise SystemExit(f"bench: the approved exec failed: {final}")
+    return returned - start, done - returned
+
+
 def connect_when_bound(path: str, timeout: float) -> Persistent:
     """Connect as soon as `dev up` has bound the socket; the service behind it may still be starting."""
     deadline = time.monotonic() + timeout
