@@ -27,7 +27,7 @@ DEB_PACKAGES += python3-aiohttp chromium
 # The SDK's pinned version (tests/mcp_ts/package-lock.json), installed like the Python test tools.
 MCP_TS := tests/mcp_ts
 
-.PHONY: all run test test-deps test-unit test-integration lint fmt deps clean bench bench-ab bench-doc stress soak
+.PHONY: all run test test-deps test-unit test-integration lint fmt deps clean bench bench-ab bench-ab-system bench-doc stress soak
 
 all: test
 

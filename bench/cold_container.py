@@ -38,7 +38,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "system"))
 
-from nspawn import booted  # noqa: E402
+from nspawn import Container, booted  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "services"))
 from airlock.runner.exechelper import HELPER  # noqa: E402  the exec helper a sandboxed job's service runs
@@ -193,20 +193,23 @@ print(json.dumps({"cold": cold, "warm": warm, "bare": bare, "privileged": privil
 """
 
 
+def install(c: Container, deb: Path) -> None:
+    """The .deb installed in a booted container, an agent user, the bench's rules and sudoers line."""
+    shutil.copy(deb, c.root / "root" / deb.name)
+    r = c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], check=False, timeout=300)
+    if r.returncode != 0:
+        c.run(["apt-get", "update", "-qq"], timeout=300)
+        c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], timeout=300)
+    c.run(["useradd", "--create-home", "--groups", "airlock", "agent1"])
+    c.write("/etc/airlock/policy.d/50-bench.yaml", POLICY)
+    c.write("/etc/sudoers.d/airlock-bench", SUDOERS, mode=0o440)
+    c.run(["systemctl", "reload-or-restart", "airlock-approval.service"], check=False)
+
+
 def measure(deb: Path, rounds: int, warm: int) -> dict[str, Any]:
     """Boot, install, measure; the samples in milliseconds (cold, warm, bare, privileged, sudo) and the context."""
     with booted(packages=("sudo",)) as c:
-        shutil.copy(deb, c.root / "root" / deb.name)
-        r = c.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], check=False, timeout=300
-        )
-        if r.returncode != 0:
-            c.run(["apt-get", "update", "-qq"], timeout=300)
-            c.run(["apt-get", "install", "-y", "--no-install-recommends", f"/root/{deb.name}"], timeout=300)
-        c.run(["useradd", "--create-home", "--groups", "airlock", "agent1"])
-        c.write("/etc/airlock/policy.d/50-bench.yaml", POLICY)
-        c.write("/etc/sudoers.d/airlock-bench", SUDOERS, mode=0o440)
-        c.run(["systemctl", "reload-or-restart", "airlock-approval.service"], check=False)
+        install(c, deb)
         c.write("/root/cold_inner.py", INNER)
         c.write("/root/helper.py", HELPER)
         r = c.run(["python3", "/root/cold_inner.py", str(rounds), str(warm)], check=False, timeout=1800)

@@ -69,3 +69,16 @@ bench-system: $(BIN)/airlock
 	@[ "$$(id -u)" = 0 ] || { echo "bench-system: needs root (it boots a container)"; exit 2; }
 	$(MAKE) --no-print-directory test-system-deps deb
 	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python bench/cold_container.py --json bench/results-system.json $(BENCH_ARGS)
+
+# The container rows A/B against the tree before (issue 50): that commit's .deb
+# built from a clone of it, this tree's .deb, two containers booted side by side
+# and their steps alternating (bench/container_ab.py). Root only.
+bench-ab-system: $(BIN)/airlock
+	@[ "$$(id -u)" = 0 ] || { echo "bench-ab-system: needs root (it boots containers)"; exit 2; }
+	@[ -n "$(BEFORE)" ] || { echo "bench-ab-system: say BEFORE=<commit>"; exit 2; }
+	$(MAKE) --no-print-directory test-system-deps deb
+	rm -rf build/bench-before-tree && git clone -q . build/bench-before-tree && git -C build/bench-before-tree checkout -q "$(BEFORE)"
+	$(MAKE) --no-print-directory -C build/bench-before-tree deb
+	AIRLOCK_DEB="$(abspath $(DEB_FILE))" $(BIN)/python bench/container_ab.py \
+	  --before "$$(ls -t build/bench-before-tree/dist/*.deb | head -1)" --json bench/results-ab-system.json $(BENCH_ARGS)
+

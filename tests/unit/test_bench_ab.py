@@ -136,3 +136,20 @@ def test_what_json_writes_is_what_bench_doc_renders(tmp_path: Path) -> None:
 def test_a_before_that_is_not_a_services_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert exec_ab.main(["--before", str(tmp_path), "--quick"]) == 2
     assert "is not a services/ folder" in capsys.readouterr().err
+
+
+def test_the_container_rows_compare_each_tree_with_its_own_yardstick() -> None:
+    """bench/container_ab.py: the cold start in ms, the warm run as a ratio to sudo and to systemd-run in the same
+    container, each after/before against 1.05 (a container's own speed cancels out of its ratios)."""
+    container_ab = _bench("container_ab")
+    samples = {
+        "before": {"cold": [400, 410, 420], "airlock": [40, 40, 40], "sudo": [8, 8, 8], "systemd_run": [10, 10, 10]},
+        "after": {"cold": [430, 440, 450], "airlock": [30, 30, 30], "sudo": [5, 5, 5], "systemd_run": [10, 10, 10]},
+    }
+    rows = {r["row"]: r for r in container_ab.table(samples)}
+    cold = rows["cold start, socket activation (container)"]
+    assert (cold["before"], cold["after"], cold["within"]) == (410, 440, False)  # 1.073: regressed
+    beside_sudo = rows["airlock run -- true, installed, service containment, warm (container)"]
+    assert (beside_sudo["before"], beside_sudo["after"], beside_sudo["within"]) == (5.0, 6.0, False)
+    beside_systemd = rows["airlock run -- true beside systemd-run --wait --pipe -q true (container)"]
+    assert (beside_systemd["before"], beside_systemd["after"], beside_systemd["within"]) == (4.0, 3.0, True)
