@@ -69,7 +69,7 @@ def _child(spec: dict[str, Any], fds: list[int], gate: int) -> None:
         for target, fd in enumerate(high[:-1]):
             os.dup2(fd, target, inheritable=True)
         gate = os.dup2(high[-1], 3 + 1 + len(extra), inheritable=False)
-        os.closerange(gate + 1, _HIGH_FD + _MAX_FDS + 8)
+        os.closerange(gate + 1, cwd)  # every fd but the stage's and the held cwd, whatever number cwd got
         os.closerange(cwd + 1, max(os.sysconf("SC_OPEN_MAX"), cwd + 1))
         args = list(spec["argv"])
         for offset, index in enumerate(spec["extra_argv"]):
