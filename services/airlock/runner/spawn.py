@@ -85,7 +85,8 @@ class Job:
         on_output: OutputCallback | None,
         scripts: Sequence[arguments.Script] = (),
         log: OutputLog | None = None,
-        cwd: HeldDir | None = None,
+        *,
+        cwd: HeldDir,
     ) -> None:
         self.spec = spec
         # The working directory check_cwd walked to, held: every stage enters this fd, never spec.cwd by name.
@@ -169,7 +170,7 @@ class Job:
             sealed = self._seal_scripts(index, args)
             pass_fds: tuple[int, ...] = (opened.fd, *sealed)
             # chdir (before setuid) through the held fd's magic link: the directory checked, not the name again.
-            cwd = f"/proc/self/fd/{self.cwd.fd}" if self.cwd is not None else spec.cwd
+            cwd = f"/proc/self/fd/{self.cwd.fd}"
             env: dict[str, str] = dict(spec.env)
             if self.containment.gated:
                 gate_in, gate_out = self.pipe()
@@ -333,7 +334,9 @@ async def run_job(
         try:
             # A root job's changeable path arguments: still what approval bound, or nothing runs.
             scripts = await asyncio.to_thread(arguments.check, spec.arguments, view) if spec.arguments else []
-            return await _execute(spec, _containment_for(spec), opened, on_output, cancel, scripts, log, control, cwd)
+            return await _execute(
+                spec, _containment_for(spec), opened, on_output, cancel, scripts, log, control, cwd=cwd
+            )
         finally:
             _close_all(opened)
     finally:
@@ -349,14 +352,15 @@ async def _execute(
     scripts: Sequence[arguments.Script] = (),
     output_log: OutputLog | None = None,
     control: JobControl | None = None,
-    cwd: HeldDir | None = None,
+    *,
+    cwd: HeldDir,
 ) -> JobResult:
     log = structlog.get_logger().bind(operation_id=spec.operation_id)
     started_wall, started_mono = time.time(), time.monotonic()
     budget, reason = spec.timeout_seconds, "timeout"
     if spec.deadline is not None and spec.deadline - started_wall < budget:
         budget, reason = spec.deadline - started_wall, "deadline"
-    job = Job(spec, containment, binaries, on_output, scripts, output_log, cwd)
+    job = Job(spec, containment, binaries, on_output, scripts, output_log, cwd=cwd)
     if budget <= 0 or (cancel is not None and cancel.is_set()):
         job.timed_out = budget <= 0
         job.cancelled = not job.timed_out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from airlock.common.errors import AirlockError, ErrorCode
+from airlock.common.errors import AirlockError
 from airlock.runner import arguments, forker, stageunit, units
 from airlock.runner.binaries import _Binary
 from airlock.runner.containment import (
@@ -32,23 +32,17 @@ class Job(Protocol):
     fds: list[_Fd]
     services: list[units.StageService]
     stdin: tuple[_Fd, bytes] | None
-    cwd: HeldDir | None
+    cwd: HeldDir
 
     def pipe(self) -> tuple[_Fd, _Fd]: ...
 
     def stage_pipes(self, spec: JobSpec, index: int, last: int) -> tuple[_Fd, _Fd, _Fd]: ...
 
 
-def _held_cwd(job: Job) -> HeldDir:
-    if job.cwd is None:  # fail closed: a stage never enters its working directory by name alone
-        raise AirlockError(ErrorCode.SPAWN_FAILED, f"working directory {job.spec.cwd}: not held by the runner")
-    return job.cwd
-
-
 async def services(job: Job, containment: ServiceContainment) -> None:
     """Start every stage as its own transient service, stdio passed as fds."""
     spec = job.spec
-    cwd = _held_cwd(job)
+    cwd = job.cwd
     last = len(spec.stages) - 1
     next_in: _Fd | None = None
     if spec.stdin is not None:
@@ -82,7 +76,7 @@ async def services(job: Job, containment: ServiceContainment) -> None:
 async def scopes(job: Job, containment: ServiceContainment) -> list[_Fd]:
     """Fork every stage through the fork server, each into its own scope; returns their shut gates."""
     spec = job.spec
-    cwd = _held_cwd(job)
+    cwd = job.cwd
     last = len(spec.stages) - 1
     server = await forker.server(forker.start_unit)
     next_in: _Fd | None = None

@@ -17,7 +17,7 @@ import pytest
 from airlock.common.errors import AirlockError, ErrorCode
 from airlock.runner import spawn
 from airlock.runner.binaries import _open_all
-from airlock.runner.identity import check_cwd
+from airlock.runner.identity import HeldDir, check_cwd, open_cwd
 from airlock.runner.scope import ProcessGroups
 from airlock.runner.spawn import run_job
 
@@ -563,10 +563,15 @@ class _GatedGroups(ProcessGroups):
                 self.seen.append(f.read())
 
 
+def _held(spec: spawn.JobSpec) -> HeldDir:
+    """The working directory as run_job holds it (what _execute's stages enter)."""
+    return open_cwd(spec.identity, spec.cwd)
+
+
 def run_gated(spec: spawn.JobSpec) -> tuple[spawn.JobResult, _GatedGroups]:
     containment = _GatedGroups()
     executables = _open_all(spec)
-    return asyncio.run(spawn._execute(spec, containment, executables, None, None)), containment
+    return asyncio.run(spawn._execute(spec, containment, executables, None, None, cwd=_held(spec))), containment
 
 
 def test_gated_stages_wait_before_exec() -> None:
@@ -620,7 +625,7 @@ def test_failed_attach_runs_nothing(world_dir: str) -> None:
 
     spec = make_spec(("touch", marker))
     with pytest.raises(AirlockError, match="cannot create scope"):
-        asyncio.run(spawn._execute(spec, Failing(), _open_all(spec), None, None))
+        asyncio.run(spawn._execute(spec, Failing(), _open_all(spec), None, None, cwd=_held(spec)))
     time.sleep(0.1)
     assert not os.path.exists(marker)
 
@@ -638,7 +643,7 @@ def test_gates_stay_shut_when_the_deadline_passes_during_attach(world_dir: str) 
             await asyncio.sleep(0.5)
 
     spec = make_spec(("touch", marker), deadline=time.time() + 0.3)
-    result = asyncio.run(spawn._execute(spec, Slow(), _open_all(spec), None, None))
+    result = asyncio.run(spawn._execute(spec, Slow(), _open_all(spec), None, None, cwd=_held(spec)))
     assert not result.started and result.timed_out and result.timeout_reason == "deadline"
     assert result.stages[0].exit_code is None
     time.sleep(0.1)
@@ -655,7 +660,7 @@ def test_concurrent_jobs_do_not_mix() -> None:
             else:
                 spec = make_spec(sh(f"printf 'out{i}'; printf 'err{i}' >&2"), ("cat",), stdin=b"in%d" % i)
             if i % 5 != 0 and i % 7 == 1:  # (a timed-out job's gate may rightly stay shut)
-                return i, await spawn._execute(spec, _GatedGroups(), _open_all(spec), None, None)
+                return i, await spawn._execute(spec, _GatedGroups(), _open_all(spec), None, None, cwd=_held(spec))
             return i, await run_job(spec)
 
         return await asyncio.gather(*(one(i) for i in range(30)))
